@@ -1,0 +1,25 @@
+//! `envgit.yaml`: schema, strict parsing with `file:line:col` errors, and the policy hash.
+//!
+//! Pure: no file or network I/O. Callers read the file and hand the text to [`Policy::parse`].
+
+mod error;
+mod hash;
+mod node;
+mod parse;
+mod protected;
+mod read;
+mod schema;
+mod size;
+mod template;
+
+pub use error::PolicyError;
+pub use protected::{PROTECTED_PATHS, is_protected};
+pub use schema::{
+    Action, ApproversSection, EnvSection, FilesystemSection, IrreversibleEntry, L7Rule, McpSection,
+    McpServer, NetRule, NetworkSection, Policy, Preset, ShellAction, ShellRule, SnapshotSection,
+};
+pub use size::parse_size;
+pub use template::INIT_TEMPLATE;
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,243 @@
+//! `network:` and `irreversible:`, the sections the gate decides with.
+
+use std::collections::BTreeMap;
+
+use crate::node::{Kind, Node};
+use crate::read::{Reader, describe_path, join, scalar_text};
+use crate::{Action, IrreversibleEntry, L7Rule, NetRule, NetworkSection, PolicyError, Preset};
+
+use super::values;
+
+const ACTIONS: &[(&str, Action)] = &[
+    ("deny", Action::Deny),
+    ("ask", Action::Ask),
+    ("allow", Action::Allow),
+];
+const PRESETS: &[(&str, Preset)] = &[("default", Preset::Default)];
+
+pub(super) fn action(r: &Reader<'_>, node: &Node, path: &str) -> Result<Action, PolicyError> {
+    r.choice(node, path, "action", ACTIONS)
+}
+
+pub(super) fn preset(r: &Reader<'_>, node: &Node, path: &str) -> Result<Preset, PolicyError> {
+    r.choice(node, path, "preset", PRESETS)
+}
+
+fn hosts(r: &Reader<'_>, node: &Node, path: &str) -> Result<Vec<String>, PolicyError> {
+    let names = r.strings(node, path)?;
+    let items: &[Node] = match &node.kind {
+        Kind::Seq(items) => items,
+        _ => &[],
+    };
+    names
+        .iter()
+        .zip(items)
+        .map(|(name, item)| values::host(r, item, path, name))
+        .collect()
+}
+
+pub(super) fn network(r: &Reader<'_>, node: &Node) -> Result<NetworkSection, PolicyError> {
+    let f = r.fields(node, "network", &["allow", "l7", "passthrough"])?;
+    let mut out = NetworkSection::default();
+    if let Some(n) = f.get("allow") {
+        out.allow = hosts(r, n, "network.allow")?;
+    }
+    if let Some(n) = f.get("passthrough") {
+        out.passthrough = hosts(r, n, "network.passthrough")?;
+    }
+    if let Some(n) = f.get("l7") {
+        let expected = "a mapping from host to { methods, paths }";
+        for (name, key, value) in r.entries(n, "network.l7", expected)? {
+            let host = values::host(r, key, "network.l7", &name)?;
+            let path = join("network.l7", &name);
+            let rule = l7_rule(r, value, &path)?;
+            if out.l7.insert(host, rule).is_some() {
+                return Err(r.err(key, format!("host `{name}` appears twice in `network.l7`")));
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn l7_rule(r: &Reader<'_>, node: &Node, path: &str) -> Result<L7Rule, PolicyError> {
+    let f = r.fields(node, path, &["methods", "paths"])?;
+    let mut rule = L7Rule::default();
+    if let Some(n) = f.get("methods") {
+        rule.methods = each(r, n, &join(path, "methods"), values::method)?;
+    }
+    if let Some(n) = f.get("paths") {
+        rule.paths = each(r, n, &join(path, "paths"), values::url_path)?;
+    }
+    Ok(rule)
+}
+
+type Check = fn(&Reader<'_>, &Node, &str, &str) -> Result<String, PolicyError>;
+
+/// A string or list of strings, each passed through `check` (errors point at the item).
+fn each(r: &Reader<'_>, node: &Node, path: &str, check: Check) -> Result<Vec<String>, PolicyError> {
+    let texts = r.one_or_many(node, path)?;
+    let items: Vec<&Node> = match &node.kind {
+        Kind::Seq(items) => items.iter().collect(),
+        _ => vec![node],
+    };
+    texts
+        .iter()
+        .zip(items)
+        .map(|(text, item)| check(r, item, path, text))
+        .collect()
+}
+
+pub(super) fn irreversible(
+    r: &Reader<'_>,
+    node: &Node,
+) -> Result<Vec<IrreversibleEntry>, PolicyError> {
+    let items = match &node.kind {
+        Kind::Null => return Ok(Vec::new()),
+        Kind::Seq(items) => items,
+        _ => {
+            return Err(r.err(
+                node,
+                format!(
+                    "`irreversible` must be a list of rules (`- preset: default` or `- net: {{...}}`), found {}",
+                    node.kind.describe()
+                ),
+            ));
+        }
+    };
+    items
+        .iter()
+        .enumerate()
+        .map(|(i, item)| entry(r, item, &format!("irreversible[{i}]")))
+        .collect()
+}
+
+fn entry(r: &Reader<'_>, node: &Node, path: &str) -> Result<IrreversibleEntry, PolicyError> {
+    // The keys that are valid depend on which kind of rule this is.
+    let probe = r.fields(node, path, &["preset", "net", "action", "id"])?;
+    match (probe.has("preset"), probe.has("net")) {
+        (true, true) => Err(r.err(
+            node,
+            format!(
+                "{} has both `preset` and `net`; a rule is one or the other",
+                describe_path(path)
+            ),
+        )),
+        (true, false) => {
+            let f = r.fields(node, path, &["preset", "action"])?;
+            let preset_node = r.require(&f, path, "preset", "")?;
+            Ok(IrreversibleEntry::Preset {
+                preset: preset(r, preset_node, &join(path, "preset"))?,
+                action: match f.get("action") {
+                    Some(n) => action(r, n, &join(path, "action"))?,
+                    None => Action::Deny,
+                },
+            })
+        }
+        (false, true) => {
+            let f = r.fields(node, path, &["net", "action", "id"])?;
+            let net_node = r.require(&f, path, "net", "")?;
+            let rule = net_rule(r, net_node, &join(path, "net"))?;
+            let action_node = r.require(&f, path, "action", "one of deny, ask, allow")?;
+            Ok(IrreversibleEntry::Net {
+                rule,
+                action: action(r, action_node, &join(path, "action"))?,
+                id: f
+                    .get("id")
+                    .map(|n| r.string(n, &join(path, "id")))
+                    .transpose()?,
+            })
+        }
+        (false, false) => Err(r.err(
+            node,
+            format!(
+                "{} needs `preset: default` or `net: {{ host, method, path }}`",
+                describe_path(path)
+            ),
+        )),
+    }
+}
+
+fn net_rule(r: &Reader<'_>, node: &Node, path: &str) -> Result<NetRule, PolicyError> {
+    let f = r.fields(node, path, &["host", "method", "path", "query", "body"])?;
+    let host_node = r.require(&f, path, "host", "e.g. `host: api.github.com`")?;
+    let host_path = join(path, "host");
+    let host = values::host(r, host_node, &host_path, &r.string(host_node, &host_path)?)?;
+    let mut rule = NetRule {
+        host,
+        methods: Vec::new(),
+        path: None,
+        query: BTreeMap::new(),
+        body: None,
+    };
+    if let Some(n) = f.get("method") {
+        rule.methods = each(r, n, &join(path, "method"), values::method)?;
+    }
+    if let Some(n) = f.get("path") {
+        let p = join(path, "path");
+        rule.path = Some(values::url_path(r, n, &p, &r.string(n, &p)?)?);
+    }
+    if let Some(n) = f.get("query") {
+        let qpath = join(path, "query");
+        for (name, _, value) in r.entries(n, &qpath, "a mapping from parameter to value")? {
+            let text = scalar_text(value).ok_or_else(|| {
+                r.err(
+                    value,
+                    format!(
+                        "{} must be a string, found {}",
+                        describe_path(&join(&qpath, &name)),
+                        value.kind.describe()
+                    ),
+                )
+            })?;
+            rule.query.insert(name, text);
+        }
+    }
+    if let Some(n) = f.get("body") {
+        rule.body = Some(to_json(r, n, &join(path, "body"))?);
+    }
+    Ok(rule)
+}
+
+/// Body matchers are not interpreted yet; they are kept as JSON so the hash covers them.
+fn to_json(r: &Reader<'_>, node: &Node, path: &str) -> Result<serde_json::Value, PolicyError> {
+    use serde_json::Value;
+    Ok(match &node.kind {
+        Kind::Null => Value::Null,
+        Kind::Bool(b) => Value::Bool(*b),
+        Kind::Int(n) => {
+            if let Ok(v) = i64::try_from(*n) {
+                Value::from(v)
+            } else if let Ok(v) = u64::try_from(*n) {
+                Value::from(v)
+            } else {
+                return Err(r.err(
+                    node,
+                    format!("number out of range in {}", describe_path(path)),
+                ));
+            }
+        }
+        Kind::Float(x) => serde_json::Number::from_f64(*x)
+            .map(Value::Number)
+            .ok_or_else(|| {
+                r.err(
+                    node,
+                    format!("{} must be a finite number", describe_path(path)),
+                )
+            })?,
+        Kind::Str(s) => Value::String(s.clone()),
+        Kind::Seq(items) => Value::Array(
+            items
+                .iter()
+                .map(|item| to_json(r, item, path))
+                .collect::<Result<_, _>>()?,
+        ),
+        Kind::Map(_) => {
+            let mut map = serde_json::Map::new();
+            for (name, _, value) in r.entries(node, path, "a mapping")? {
+                let v = to_json(r, value, &join(path, &name))?;
+                map.insert(name, v);
+            }
+            Value::Object(map)
+        }
+    })
+}

@@ -1,0 +1,188 @@
+//! The sections that are plain data: env, approvers, filesystem, shell, snapshot, mcp.
+
+use crate::node::{Kind, Node};
+use crate::read::{Reader, describe_path, join, scalar_text};
+use crate::{
+    ApproversSection, EnvSection, FilesystemSection, McpSection, McpServer, PolicyError,
+    ShellAction, ShellRule, SnapshotSection, parse_size,
+};
+
+use super::network::{action, preset};
+use super::values;
+
+pub(super) fn env(r: &Reader<'_>, node: &Node) -> Result<EnvSection, PolicyError> {
+    let f = r.fields(node, "env", &["pass"])?;
+    let mut out = EnvSection::default();
+    if let Some(n) = f.get("pass") {
+        let names = r.strings(n, "env.pass")?;
+        if let Kind::Seq(items) = &n.kind {
+            for (name, item) in names.iter().zip(items) {
+                out.pass.push(values::env_name(r, item, "env.pass", name)?);
+            }
+        }
+    }
+    Ok(out)
+}
+
+pub(super) fn approvers(r: &Reader<'_>, node: &Node) -> Result<ApproversSection, PolicyError> {
+    let f = r.fields(
+        node,
+        "approvers",
+        &["terminal", "socket", "mcp_elicitation", "timeout"],
+    )?;
+    let mut out = ApproversSection::default();
+    if let Some(n) = f.get("terminal") {
+        out.terminal = r.bool(n, "approvers.terminal")?;
+    }
+    if let Some(n) = f.get("socket") {
+        out.socket = r.bool(n, "approvers.socket")?;
+    }
+    if let Some(n) = f.get("mcp_elicitation") {
+        out.mcp_elicitation = r.bool(n, "approvers.mcp_elicitation")?;
+    }
+    if let Some(n) = f.get("timeout") {
+        out.timeout = r.u64(n, "approvers.timeout")?;
+    }
+    Ok(out)
+}
+
+pub(super) fn filesystem(r: &Reader<'_>, node: &Node) -> Result<FilesystemSection, PolicyError> {
+    let f = r.fields(node, "filesystem", &["deny_read", "allow_write", "preset"])?;
+    let mut out = FilesystemSection::default();
+    if let Some(n) = f.get("deny_read") {
+        out.deny_read = r.strings(n, "filesystem.deny_read")?;
+    }
+    if let Some(n) = f.get("allow_write") {
+        out.allow_write = r.strings(n, "filesystem.allow_write")?;
+    }
+    if let Some(n) = f.get("preset") {
+        out.preset = preset(r, n, "filesystem.preset")?;
+    }
+    Ok(out)
+}
+
+pub(super) fn shell(r: &Reader<'_>, node: &Node) -> Result<Vec<ShellRule>, PolicyError> {
+    let items = match &node.kind {
+        Kind::Null => return Ok(Vec::new()),
+        Kind::Seq(items) => items,
+        _ => {
+            return Err(r.err(
+                node,
+                format!(
+                    "`shell` must be a list of rules like `- deny: [\"git push\"]`, found {}",
+                    node.kind.describe()
+                ),
+            ));
+        }
+    };
+    let mut out = Vec::new();
+    for (i, item) in items.iter().enumerate() {
+        let path = format!("shell[{i}]");
+        let f = r.fields(item, &path, &["deny", "ask"])?;
+        let (action, list) = match (f.get("deny"), f.get("ask")) {
+            (Some(n), None) => (ShellAction::Deny, n),
+            (None, Some(n)) => (ShellAction::Ask, n),
+            _ => {
+                return Err(r.err(
+                    item,
+                    format!(
+                        "{} needs exactly one of `deny` or `ask`",
+                        describe_path(&path)
+                    ),
+                ));
+            }
+        };
+        let key = match action {
+            ShellAction::Deny => "deny",
+            ShellAction::Ask => "ask",
+        };
+        out.push(ShellRule {
+            action,
+            prefixes: r.strings(list, &join(&path, key))?,
+        });
+    }
+    Ok(out)
+}
+
+pub(super) fn snapshot(r: &Reader<'_>, node: &Node) -> Result<SnapshotSection, PolicyError> {
+    let f = r.fields(node, "snapshot", &["exclude", "max_file_size", "budget"])?;
+    let mut out = SnapshotSection::default();
+    if let Some(n) = f.get("exclude") {
+        out.exclude = r.strings(n, "snapshot.exclude")?;
+    }
+    if let Some(n) = f.get("max_file_size") {
+        out.max_file_size = size(r, n, "snapshot.max_file_size")?;
+    }
+    if let Some(n) = f.get("budget") {
+        out.budget = size(r, n, "snapshot.budget")?;
+    }
+    Ok(out)
+}
+
+/// A plain number of bytes, or a size string like `512MiB`.
+fn size(r: &Reader<'_>, node: &Node, path: &str) -> Result<u64, PolicyError> {
+    let text = match &node.kind {
+        Kind::Int(_) | Kind::Str(_) | Kind::Float(_) => scalar_text(node).unwrap_or_default(),
+        _ => {
+            return Err(r.err(
+                node,
+                format!(
+                    "{} must be a size like `512MiB` or `20GiB`, found {}",
+                    describe_path(path),
+                    node.kind.describe()
+                ),
+            ));
+        }
+    };
+    parse_size(&text).map_err(|e| r.err(node, format!("{}: {e}", describe_path(path))))
+}
+
+pub(super) fn mcp(r: &Reader<'_>, node: &Node) -> Result<McpSection, PolicyError> {
+    let f = r.fields(node, "mcp", &["servers", "tools"])?;
+    let mut out = McpSection::default();
+    if let Some(n) = f.get("servers") {
+        let expected = "a mapping from server name to { command, args, env }";
+        for (name, _, value) in r.entries(n, "mcp.servers", expected)? {
+            let server = mcp_server(r, value, &join("mcp.servers", &name))?;
+            out.servers.insert(name, server);
+        }
+    }
+    if let Some(n) = f.get("tools") {
+        let expected = "a mapping from tool glob to deny, ask or allow";
+        for (glob, _, value) in r.entries(n, "mcp.tools", expected)? {
+            let a = action(r, value, &join("mcp.tools", &glob))?;
+            out.tools.insert(glob, a);
+        }
+    }
+    Ok(out)
+}
+
+fn mcp_server(r: &Reader<'_>, node: &Node, path: &str) -> Result<McpServer, PolicyError> {
+    let f = r.fields(node, path, &["command", "args", "env"])?;
+    let command = r.require(&f, path, "command", "the program to start")?;
+    let mut out = McpServer {
+        command: r.string(command, &join(path, "command"))?,
+        ..McpServer::default()
+    };
+    if let Some(n) = f.get("args") {
+        out.args = r.strings(n, &join(path, "args"))?;
+    }
+    if let Some(n) = f.get("env") {
+        let env_path = join(path, "env");
+        for (name, key, value) in r.entries(n, &env_path, "a mapping from variable to value")? {
+            let name = values::env_name(r, key, &env_path, &name)?;
+            let text = scalar_text(value).ok_or_else(|| {
+                r.err(
+                    value,
+                    format!(
+                        "{} must be a string, found {}",
+                        describe_path(&join(&env_path, &name)),
+                        value.kind.describe()
+                    ),
+                )
+            })?;
+            out.env.insert(name, text);
+        }
+    }
+    Ok(out)
+}

@@ -1,0 +1,203 @@
+//! The parsed policy. Field order and map types are part of the policy hash (`hash.rs`):
+//! maps are `BTreeMap`s so the order keys were written in never matters.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use crate::size::{GIB, MIB};
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Policy {
+    pub version: u32,
+    pub env: EnvSection,
+    pub network: NetworkSection,
+    /// Evaluated in order; the first matching rule decides.
+    pub irreversible: Vec<IrreversibleEntry>,
+    pub approvers: ApproversSection,
+    pub filesystem: FilesystemSection,
+    pub shell: Vec<ShellRule>,
+    pub snapshot: SnapshotSection,
+    pub mcp: McpSection,
+}
+
+impl Default for Policy {
+    /// What a file holding only `version: 1` means. A missing `irreversible` key keeps the
+    /// default preset (safe by default); `irreversible: []` is how to switch it off.
+    fn default() -> Self {
+        Policy {
+            version: 1,
+            env: EnvSection::default(),
+            network: NetworkSection::default(),
+            irreversible: vec![IrreversibleEntry::Preset {
+                preset: Preset::Default,
+                action: Action::Deny,
+            }],
+            approvers: ApproversSection::default(),
+            filesystem: FilesystemSection::default(),
+            shell: Vec::new(),
+            snapshot: SnapshotSection::default(),
+            mcp: McpSection::default(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct EnvSection {
+    /// Variable names let into the sandbox beside the safe defaults.
+    pub pass: Vec<String>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct NetworkSection {
+    /// `host`, `host:port`, `[v6]:port`, or a glob like `*.pythonhosted.org`.
+    pub allow: Vec<String>,
+    /// Per-host request restrictions, keyed by host as written.
+    pub l7: BTreeMap<String, L7Rule>,
+    /// Hosts tunnelled without TLS interception.
+    pub passthrough: Vec<String>,
+}
+
+/// A request to the host is permitted when its method and its path both match; an empty list
+/// means "any".
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct L7Rule {
+    /// Upper-cased.
+    pub methods: Vec<String>,
+    /// Path globs (`*` within a segment, `**` across segments).
+    pub paths: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum IrreversibleEntry {
+    /// Expands in place to the preset's rules, each with `action` (default `deny`).
+    Preset { preset: Preset, action: Action },
+    Net {
+        rule: NetRule,
+        action: Action,
+        /// Rule name shown in refusals and the log; the caller picks one when absent.
+        id: Option<String>,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Preset {
+    Default,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Action {
+    Deny,
+    Ask,
+    Allow,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct NetRule {
+    /// Matches any port unless written `host:port`.
+    pub host: String,
+    /// Upper-cased; empty means any method.
+    pub methods: Vec<String>,
+    /// Path glob; `None` means any path.
+    pub path: Option<String>,
+    /// Query parameters that must all be present with these values (values may be globs).
+    pub query: BTreeMap<String, String>,
+    /// Body matchers, kept free-form until the gate defines them.
+    pub body: Option<serde_json::Value>,
+}
+
+/// Who may answer an `ask`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ApproversSection {
+    /// A prompt on envgit's own terminal, when no agent UI owns it.
+    pub terminal: bool,
+    /// `envgit approve` / `envgit deny` from another terminal.
+    pub socket: bool,
+    /// The agent's MCP client asking the user; off by default because the agent's UI sits
+    /// between the question and the person. Never used for irreversible rules.
+    pub mcp_elicitation: bool,
+    /// Seconds an `ask` waits before it becomes a `deny`.
+    pub timeout: u64,
+}
+
+impl Default for ApproversSection {
+    fn default() -> Self {
+        ApproversSection {
+            terminal: true,
+            socket: true,
+            mcp_elicitation: false,
+            timeout: 120,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct FilesystemSection {
+    /// Extra paths made unreadable (`~/` is the home; globs allowed).
+    pub deny_read: Vec<String>,
+    /// Extra writable paths outside the project.
+    pub allow_write: Vec<String>,
+    /// The built-in masks (DESIGN §4); only `default` exists.
+    pub preset: Preset,
+}
+
+impl Default for FilesystemSection {
+    fn default() -> Self {
+        FilesystemSection {
+            deny_read: Vec::new(),
+            allow_write: Vec::new(),
+            preset: Preset::Default,
+        }
+    }
+}
+
+/// A command-line prefix rule: an early, readable refusal (the gate is the real control).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ShellRule {
+    pub action: ShellAction,
+    pub prefixes: Vec<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ShellAction {
+    Deny,
+    Ask,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SnapshotSection {
+    /// gitignore-style patterns; nothing is excluded unless listed.
+    pub exclude: Vec<String>,
+    /// Bytes; larger files are recorded as markers.
+    pub max_file_size: u64,
+    /// Bytes; gc keeps the store under this.
+    pub budget: u64,
+}
+
+impl Default for SnapshotSection {
+    fn default() -> Self {
+        SnapshotSection {
+            exclude: Vec::new(),
+            max_file_size: 100 * MIB,
+            budget: 20 * GIB,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct McpSection {
+    pub servers: BTreeMap<String, McpServer>,
+    /// Tool-name glob (`server.tool`) to action.
+    pub tools: BTreeMap<String, Action>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct McpServer {
+    pub command: String,
+    pub args: Vec<String>,
+    pub env: BTreeMap<String, String>,
+}

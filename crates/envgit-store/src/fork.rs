@@ -1,0 +1,85 @@
+//! `fork N DIR`: step N materialized into a new directory with a history of its own, whose
+//! first step names where it came from. The objects step N needs are copied into the new
+//! store verbatim (no recompression), so the two stores never depend on each other.
+
+use std::collections::HashSet;
+use std::path::Path;
+
+use crate::error::{IoContext, Result, StoreError};
+use crate::exclude::Excludes;
+use crate::id::{ObjectId, ObjectKind};
+use crate::reach;
+use crate::restore::{self, RestoreOptions};
+use crate::step::{Origin, Step, StepDraft, StepKind, now_ms};
+use crate::store::Store;
+use crate::tree::{EntryKind, Tree, TreeEntry};
+
+pub struct ForkOptions<'a> {
+    pub step: u64,
+    /// Replace this root-level file's content in the fork (the origin's current `envgit.yaml`,
+    /// so an older, looser policy does not come back with the fork).
+    pub replace_root_file: Option<(&'a str, &'a [u8])>,
+    pub policy_hash: Option<String>,
+}
+
+pub fn fork(origin: &Store, dir: &Path, new_store_dir: &Path, opts: &ForkOptions<'_>) -> Result<(Store, Step)> {
+    let mut tree = origin.step_tree(opts.step)?;
+    let started = now_ms();
+    std::fs::create_dir_all(dir).at(dir)?;
+    if std::fs::read_dir(dir).at(dir)?.next().is_some() {
+        return Err(StoreError::Refused(format!(
+            "{} is not empty: fork into a new or empty directory",
+            dir.display()
+        )));
+    }
+    let canonical = dir.canonicalize().at(dir)?;
+    let mut store = Store::create(new_store_dir, &canonical)?;
+    let mut needed = HashSet::new();
+    reach::collect(origin, &tree, &mut needed)?;
+    let mut ids: Vec<ObjectId> = needed.into_iter().collect();
+    ids.sort_by_key(|id| origin.index().get(id).map(|l| (l.pack, l.offset)));
+    for id in &ids {
+        store.put_record_from(origin, id)?;
+    }
+    if let Some((name, content)) = opts.replace_root_file {
+        tree = replace_root_file(&store, &tree, name, content)?;
+    }
+    let root = crate::beneath::open_root(&canonical).at(&canonical)?;
+    let restore_opts = RestoreOptions {
+        excludes: &Excludes::none(),
+        protected: &[],
+    };
+    use std::os::fd::AsFd;
+    restore::restore(&store, root.as_fd(), None, &tree, &restore_opts)?;
+    let mut guard = store.begin_step("fork")?;
+    let draft = StepDraft {
+        kind: Some(StepKind::Fork),
+        started_at_ms: started,
+        summary: format!("fork of {} at step {}", origin.project().display(), opts.step),
+        policy_hash: opts.policy_hash.clone(),
+        origin: Some(Origin {
+            project: origin.project().display().to_string(),
+            step: opts.step,
+        }),
+        ..Default::default()
+    };
+    let step = store.commit(&mut guard, draft, tree)?;
+    Ok((store, step))
+}
+
+fn replace_root_file(store: &Store, tree: &ObjectId, name: &str, content: &[u8]) -> Result<ObjectId> {
+    let mut t: Tree = store.read_tree(tree)?;
+    let blob = store.put(ObjectKind::Blob, content)?;
+    let entry = TreeEntry {
+        name: name.as_bytes().to_vec(),
+        kind: EntryKind::File,
+        mode: 0o644,
+        size: content.len() as u64,
+        id: blob,
+    };
+    match t.entries.binary_search_by(|e| e.name.as_slice().cmp(name.as_bytes())) {
+        Ok(i) => t.entries[i] = TreeEntry { mode: t.entries[i].mode.max(0o600) & 0o666, ..entry },
+        Err(i) => t.entries.insert(i, entry),
+    }
+    store.put(ObjectKind::Tree, &t.encode())
+}

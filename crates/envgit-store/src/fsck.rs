@@ -1,0 +1,139 @@
+//! `envgit fsck`: read every object back and check it against its id, then check that every
+//! step's snapshot is complete, and name the steps a damaged object would break.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use rayon::prelude::*;
+use serde::Serialize;
+
+use crate::beneath::{display_rel, join_rel};
+use crate::chunk;
+use crate::error::Result;
+use crate::id::{ObjectId, ObjectKind};
+use crate::store::Store;
+use crate::tree::EntryKind;
+
+#[derive(Debug, Default, Serialize)]
+pub struct FsckReport {
+    pub objects_checked: u64,
+    pub steps_checked: u64,
+    /// Damaged or missing objects and what is wrong with each.
+    pub bad_objects: BTreeMap<String, String>,
+    /// Steps whose snapshot needs a damaged object, with the paths affected.
+    pub broken_steps: BTreeMap<u64, Vec<String>>,
+}
+
+impl FsckReport {
+    pub fn is_clean(&self) -> bool {
+        self.bad_objects.is_empty() && self.broken_steps.is_empty()
+    }
+}
+
+pub fn fsck(store: &Store, progress: Option<&AtomicU64>) -> Result<FsckReport> {
+    let entries: Vec<_> = store.index().iter().collect();
+    let bad: Vec<(ObjectId, String)> = entries
+        .par_iter()
+        .filter_map(|(id, _)| {
+            if let Some(p) = progress {
+                p.fetch_add(1, Ordering::Relaxed);
+            }
+            store.read_object(id).err().map(|e| (**id, e.to_string()))
+        })
+        .collect();
+    let mut report = FsckReport {
+        objects_checked: entries.len() as u64,
+        ..Default::default()
+    };
+    let bad_set: HashSet<ObjectId> = bad.iter().map(|(id, _)| *id).collect();
+    for (id, why) in bad {
+        report.bad_objects.insert(id.hex(), why);
+    }
+    // Per tree: the damaged paths below it (memoized, so shared subtrees are walked once).
+    let mut memo: HashMap<ObjectId, Vec<String>> = HashMap::new();
+    for step in store.steps() {
+        report.steps_checked += 1;
+        let Some(tree) = step.tree else { continue };
+        let damaged = damaged_paths(store, &tree, b"", &bad_set, &mut memo, &mut report.bad_objects)?;
+        if !damaged.is_empty() {
+            report.broken_steps.insert(step.number, damaged);
+        }
+    }
+    Ok(report)
+}
+
+fn damaged_paths(
+    store: &Store,
+    tree: &ObjectId,
+    rel: &[u8],
+    bad: &HashSet<ObjectId>,
+    memo: &mut HashMap<ObjectId, Vec<String>>,
+    bad_objects: &mut BTreeMap<String, String>,
+) -> Result<Vec<String>> {
+    if let Some(m) = memo.get(tree) {
+        // Paths are relative to the tree; prefix them for this position.
+        return Ok(m.iter().map(|p| prefixed(rel, p)).collect());
+    }
+    let mut local = Vec::new();
+    if bad.contains(tree) || !store.has(tree) {
+        if !store.has(tree) {
+            bad_objects.insert(tree.hex(), "missing".into());
+        }
+        local.push(String::new());
+    } else {
+        let t = store.read_tree(tree)?;
+        for e in &t.entries {
+            let name = display_rel(&e.name);
+            match e.kind {
+                EntryKind::Dir => {
+                    for p in damaged_paths(store, &e.id, b"", bad, memo, bad_objects)? {
+                        local.push(prefixed(&e.name, &p));
+                    }
+                }
+                EntryKind::File | EntryKind::Symlink => {
+                    if file_damaged(store, &e.id, bad, bad_objects)? {
+                        local.push(name);
+                    }
+                }
+                EntryKind::Marker(_) => {}
+            }
+        }
+    }
+    let out = local.iter().map(|p| prefixed(rel, p)).collect();
+    memo.insert(*tree, local);
+    Ok(out)
+}
+
+fn file_damaged(
+    store: &Store,
+    id: &ObjectId,
+    bad: &HashSet<ObjectId>,
+    bad_objects: &mut BTreeMap<String, String>,
+) -> Result<bool> {
+    if bad.contains(id) {
+        return Ok(true);
+    }
+    let Some(loc) = store.index().get(id) else {
+        bad_objects.insert(id.hex(), "missing".into());
+        return Ok(true);
+    };
+    if loc.kind == ObjectKind::ChunkList {
+        let (_, list) = store.read_object(id)?;
+        for c in chunk::decode_list(&list)? {
+            if bad.contains(&c) || !store.has(&c) {
+                if !store.has(&c) {
+                    bad_objects.insert(c.hex(), "missing".into());
+                }
+                return Ok(true);
+            }
+        }
+    }
+    Ok(false)
+}
+
+fn prefixed(rel: &[u8], p: &str) -> String {
+    if p.is_empty() {
+        return display_rel(rel);
+    }
+    display_rel(&join_rel(rel, p.as_bytes()))
+}

@@ -1,0 +1,47 @@
+//! envgit's history: after every step a content-addressed, deduplicated snapshot of the working
+//! directory and a record of what the step did; rewind and fork move through it.
+//!
+//! The store knows files, trees and steps, and nothing of HTTP or sandboxes: a step record is a
+//! plain struct ([`StepDraft`]) the supervisor fills in.
+
+mod beneath;
+mod chunk;
+mod diff;
+mod error;
+mod exclude;
+mod fork;
+mod fsck;
+mod gc;
+mod id;
+mod journal;
+mod lock;
+mod pack;
+mod reach;
+mod record;
+mod restore;
+mod rewind;
+mod step;
+mod store;
+mod tree;
+mod watch;
+mod worktree;
+
+pub use diff::{EntryDiff, diff_entries, diff_trees};
+pub use error::{Result, StoreError};
+pub use exclude::Excludes;
+pub use fork::{ForkOptions, fork};
+pub use fsck::{FsckReport, fsck};
+pub use gc::{GcOptions, GcReport, gc};
+pub use id::{ObjectId, ObjectKind};
+pub use lock::StepGuard;
+pub use record::record;
+pub use restore::{RestoreOptions, RestoreReport, restore};
+pub use rewind::{RewindOptions, RewindOutcome, rewind};
+pub use step::{
+    Approval, Change, ChangeCounts, ChangeKind, Origin, Refusal, Request, Step, StepDraft, StepFlag, StepKind,
+    now_ms,
+};
+pub use store::{Store, envgit_home, store_dir_for};
+pub use tree::{EntryKind, MarkerReason, Tree, TreeEntry};
+pub use watch::{LiveTree, SnapshotMode};
+pub use worktree::{DEFAULT_MAX_FILE_SIZE, ScanConfig, ScanProgress, ScanReport, WorkTree};

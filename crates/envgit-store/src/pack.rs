@@ -1,0 +1,366 @@
+//! Pack files: append-only object records, so that 100,000 small files are not 100,000 files
+//! in the store. Each writer appends to a pack it holds an exclusive flock on, so writers never
+//! interleave and a crashed writer's lock is released by the kernel.
+//!
+//! Record: `magic u32 | kind u8 | codec u8 | 0u16 | stored_len u32 | raw_len u64 | id [32] |
+//! stored bytes | crc32c u32` (the CRC covers header and bytes).
+
+use std::collections::HashMap;
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use rustix::fs::FlockOperation;
+
+use crate::error::{IoContext, Result, StoreError};
+use crate::id::{ObjectId, ObjectKind};
+
+const MAGIC: u32 = 0x4547_4f31; // "EGO1"
+pub const HEADER_LEN: u64 = 52;
+/// A writer starts a new pack once its current one is this big.
+pub const PACK_TARGET_SIZE: u64 = 64 << 20;
+/// Blobs are stored compressed only when that saves at least 1/10 of their size.
+const ZSTD_LEVEL: i32 = 1;
+
+const CODEC_RAW: u8 = 0;
+const CODEC_ZSTD: u8 = 1;
+
+/// Where an object lives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Location {
+    pub pack: u64,
+    pub offset: u64,
+    pub stored_len: u32,
+    pub raw_len: u64,
+    pub kind: ObjectKind,
+}
+
+impl Location {
+    pub fn record_len(&self) -> u64 {
+        HEADER_LEN + u64::from(self.stored_len) + 4
+    }
+    pub fn end(&self) -> u64 {
+        self.offset + self.record_len()
+    }
+}
+
+pub fn pack_path(packs_dir: &Path, pack: u64) -> PathBuf {
+    packs_dir.join(format!("{pack:016x}.pack"))
+}
+
+pub fn parse_pack_name(name: &str) -> Option<u64> {
+    let hex = name.strip_suffix(".pack")?;
+    (hex.len() == 16).then(|| u64::from_str_radix(hex, 16).ok())?
+}
+
+/// An object ready to append: compression is done by the caller's thread, outside any lock.
+pub struct EncodedObject {
+    pub id: ObjectId,
+    pub kind: ObjectKind,
+    pub raw_len: u64,
+    codec: u8,
+    stored: Vec<u8>,
+}
+
+impl EncodedObject {
+    pub fn encode(kind: ObjectKind, id: ObjectId, raw: &[u8]) -> Self {
+        let compressed = if raw.len() >= 64 {
+            zstd::bulk::compress(raw, ZSTD_LEVEL)
+                .ok()
+                .filter(|c| c.len() < raw.len() - raw.len() / 10)
+        } else {
+            None
+        };
+        let (codec, stored) = match compressed {
+            Some(c) => (CODEC_ZSTD, c),
+            None => (CODEC_RAW, raw.to_vec()),
+        };
+        Self {
+            id,
+            kind,
+            raw_len: raw.len() as u64,
+            codec,
+            stored,
+        }
+    }
+}
+
+fn record_bytes(obj: &EncodedObject) -> Result<Vec<u8>> {
+    let stored_len = u32::try_from(obj.stored.len())
+        .map_err(|_| StoreError::Refused("object too large for a pack record".into()))?;
+    let mut rec = Vec::with_capacity(obj.stored.len() + HEADER_LEN as usize + 4);
+    rec.extend_from_slice(&MAGIC.to_le_bytes());
+    rec.push(obj.kind as u8);
+    rec.push(obj.codec);
+    rec.extend_from_slice(&[0, 0]);
+    rec.extend_from_slice(&stored_len.to_le_bytes());
+    rec.extend_from_slice(&obj.raw_len.to_le_bytes());
+    rec.extend_from_slice(&obj.id.0);
+    rec.extend_from_slice(&obj.stored);
+    let crc = crc32c::crc32c(&rec);
+    rec.extend_from_slice(&crc.to_le_bytes());
+    Ok(rec)
+}
+
+/// Appends to one pack at a time; rotates at [`PACK_TARGET_SIZE`]. Packs it filled are synced
+/// before it lets go of them, so `sync` only has to flush the current one.
+pub struct PackWriter {
+    dir: PathBuf,
+    file: File,
+    path: PathBuf,
+    pack: u64,
+    end: u64,
+    dirty: bool,
+}
+
+impl PackWriter {
+    /// Take over an existing pack that no live writer holds (cutting off whatever a crashed
+    /// writer appended after its last committed object), or start a new one.
+    /// `committed_end(pack)` is the end of the last committed record in that pack.
+    pub fn acquire(dir: &Path, committed_end: &dyn Fn(u64) -> u64) -> Result<Self> {
+        let mut candidates = Vec::new();
+        for entry in std::fs::read_dir(dir).at(dir)? {
+            let entry = entry.at(dir)?;
+            if let Some(pack) = entry.file_name().to_str().and_then(parse_pack_name) {
+                candidates.push(pack);
+            }
+        }
+        candidates.sort_unstable();
+        for pack in candidates {
+            let path = pack_path(dir, pack);
+            let Ok(file) = OpenOptions::new().read(true).write(true).open(&path) else {
+                continue;
+            };
+            if rustix::fs::flock(&file, FlockOperation::NonBlockingLockExclusive).is_err() {
+                continue; // another writer is appending to it
+            }
+            let end = committed_end(pack);
+            if end >= PACK_TARGET_SIZE {
+                continue;
+            }
+            let len = file.metadata().at(&path)?.len();
+            if len > end {
+                file.set_len(end).at(&path)?;
+            }
+            return Ok(Self {
+                dir: dir.to_path_buf(),
+                file,
+                path,
+                pack,
+                end,
+                dirty: len > end,
+            });
+        }
+        Self::create(dir)
+    }
+
+    /// A brand-new pack (gc compacts into one no other writer has seen).
+    pub fn acquire_new(dir: &Path) -> Result<Self> {
+        Self::create(dir)
+    }
+
+    fn create(dir: &Path) -> Result<Self> {
+        loop {
+            let pack = random_u64();
+            let path = pack_path(dir, pack);
+            match OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create_new(true)
+                .open(&path)
+            {
+                Ok(file) => {
+                    rustix::fs::flock(&file, FlockOperation::LockExclusive).at(&path)?;
+                    sync_dir(dir)?;
+                    return Ok(Self {
+                        dir: dir.to_path_buf(),
+                        file,
+                        path,
+                        pack,
+                        end: 0,
+                        dirty: false,
+                    });
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+                Err(e) => return Err(e).at(&path),
+            }
+        }
+    }
+
+    pub fn append(&mut self, obj: &EncodedObject) -> Result<Location> {
+        if self.end >= PACK_TARGET_SIZE {
+            self.sync()?;
+            *self = Self::create(&self.dir)?;
+        }
+        let rec = record_bytes(obj)?;
+        let offset = self.end;
+        if let Err(e) = self.file.write_all_at(&rec, offset) {
+            // Leave no partial record behind: the next writer would cut it anyway.
+            let _ = self.file.set_len(offset);
+            return Err(e).at(&self.path);
+        }
+        self.end += rec.len() as u64;
+        self.dirty = true;
+        Ok(Location {
+            pack: self.pack,
+            offset,
+            stored_len: obj.stored.len() as u32,
+            raw_len: obj.raw_len,
+            kind: obj.kind,
+        })
+    }
+
+    /// Make every appended record durable (one fdatasync).
+    pub fn sync(&mut self) -> Result<()> {
+        if self.dirty {
+            rustix::fs::fdatasync(&self.file).at(&self.path)?;
+            self.dirty = false;
+        }
+        Ok(())
+    }
+
+    pub fn pack(&self) -> u64 {
+        self.pack
+    }
+}
+
+/// Reads records by location, keeping pack files open.
+#[derive(Default)]
+pub struct PackReader {
+    dir: PathBuf,
+    open: Mutex<HashMap<u64, Arc<File>>>,
+}
+
+impl PackReader {
+    pub fn new(dir: &Path) -> Self {
+        Self {
+            dir: dir.to_path_buf(),
+            open: Mutex::default(),
+        }
+    }
+
+    fn file(&self, pack: u64) -> Result<Arc<File>> {
+        let mut open = self.open.lock().map_err(|_| StoreError::corrupt("poisoned"))?;
+        if let Some(f) = open.get(&pack) {
+            return Ok(f.clone());
+        }
+        let path = pack_path(&self.dir, pack);
+        let f = Arc::new(File::open(&path).at(&path)?);
+        open.insert(pack, f.clone());
+        Ok(f)
+    }
+
+    /// Read, check (CRC, kind, and BLAKE3 of the content against `id`) and decompress.
+    pub fn read(&self, id: &ObjectId, loc: &Location) -> Result<Vec<u8>> {
+        let file = self.file(loc.pack)?;
+        let mut rec = vec![0u8; loc.record_len() as usize];
+        file.read_exact_at(&mut rec, loc.offset)
+            .at(&pack_path(&self.dir, loc.pack))?;
+        let bad = |why: &str| {
+            StoreError::corrupt(format!(
+                "object {} in pack {:016x} at offset {}: {why}",
+                id.hex(),
+                loc.pack,
+                loc.offset
+            ))
+        };
+        let body_end = rec.len() - 4;
+        let crc = u32::from_le_bytes(rec[body_end..].try_into().map_err(|_| bad("short"))?);
+        if crc32c::crc32c(&rec[..body_end]) != crc {
+            return Err(bad("checksum mismatch"));
+        }
+        if u32::from_le_bytes(rec[0..4].try_into().map_err(|_| bad("short"))?) != MAGIC
+            || rec[4] != loc.kind as u8
+            || rec[20..52] != id.0
+        {
+            return Err(bad("record header does not match the index"));
+        }
+        let stored = &rec[HEADER_LEN as usize..body_end];
+        let raw = match rec[5] {
+            CODEC_RAW => stored.to_vec(),
+            CODEC_ZSTD => zstd::bulk::decompress(stored, loc.raw_len as usize)
+                .map_err(|_| bad("does not decompress"))?,
+            _ => return Err(bad("unknown codec")),
+        };
+        if raw.len() as u64 != loc.raw_len || ObjectId::of(loc.kind, &raw) != *id {
+            return Err(bad("content does not match its id"));
+        }
+        Ok(raw)
+    }
+
+    /// The raw record bytes, for copying an object into another store without recompressing.
+    pub fn read_record(&self, loc: &Location) -> Result<Vec<u8>> {
+        let file = self.file(loc.pack)?;
+        let mut rec = vec![0u8; loc.record_len() as usize];
+        file.read_exact_at(&mut rec, loc.offset)
+            .at(&pack_path(&self.dir, loc.pack))?;
+        Ok(rec)
+    }
+
+    pub fn forget(&self, pack: u64) {
+        if let Ok(mut open) = self.open.lock() {
+            open.remove(&pack);
+        }
+    }
+}
+
+impl PackWriter {
+    /// Append a record read from another pack verbatim (fork, gc compaction).
+    pub fn append_record(&mut self, rec: &[u8], template: &Location) -> Result<Location> {
+        if self.end >= PACK_TARGET_SIZE {
+            self.sync()?;
+            *self = Self::create(&self.dir)?;
+        }
+        let offset = self.end;
+        self.file.write_all_at(rec, offset).at(&self.path)?;
+        self.end += rec.len() as u64;
+        self.dirty = true;
+        Ok(Location {
+            pack: self.pack,
+            offset,
+            ..*template
+        })
+    }
+}
+
+pub fn sync_dir(dir: &Path) -> Result<()> {
+    let d = File::open(dir).at(dir)?;
+    rustix::fs::fsync(&d).at(dir)
+}
+
+/// Unique enough for file names: BLAKE3 of pid, time and a counter.
+pub fn random_u64() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    let mut h = blake3::Hasher::new();
+    h.update(&std::process::id().to_le_bytes());
+    h.update(&now.to_le_bytes());
+    h.update(&COUNTER.fetch_add(1, Ordering::Relaxed).to_le_bytes());
+    let b = h.finalize();
+    u64::from_le_bytes(b.as_bytes()[..8].try_into().unwrap_or([0; 8]))
+}
+
+/// Write a whole file durably: a temporary name, fdatasync, rename, fsync of the directory.
+pub fn write_file_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    let dir = path
+        .parent()
+        .ok_or_else(|| StoreError::Refused(format!("{} has no parent", path.display())))?;
+    let tmp = dir.join(format!(".tmp-{:016x}", random_u64()));
+    let result = (|| {
+        let mut f = File::create(&tmp).at(&tmp)?;
+        f.write_all(bytes).at(&tmp)?;
+        rustix::fs::fdatasync(&f).at(&tmp)?;
+        std::fs::rename(&tmp, path).at(path)?;
+        sync_dir(dir)
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result
+}

@@ -1,0 +1,256 @@
+//! Make the working tree match a snapshot (rewind) or write a snapshot into an empty directory
+//! (fork). Only what differs is written; what the target lacks is removed. Paths that are
+//! markers on either side, excluded by the current policy, or protected (unless asked) are
+//! never touched. Every operation goes through directory fds without following symlinks, and
+//! files are written to a temporary name and renamed into place.
+
+use std::collections::HashSet;
+use std::ffi::CStr;
+use std::fs::File;
+use std::io::Write;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::path::PathBuf;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use rayon::prelude::*;
+use rustix::fs::{AtFlags, Mode, OFlags};
+use rustix::io::Errno;
+
+use crate::beneath::{self, display_rel, join_rel};
+use crate::error::{IoContext, Result};
+use crate::exclude::Excludes;
+use crate::id::ObjectId;
+use crate::pack::random_u64;
+use crate::store::Store;
+use crate::tree::{EntryKind, Tree, TreeEntry};
+
+pub struct RestoreOptions<'a> {
+    pub excludes: &'a Excludes,
+    /// Relative paths (files or directories) kept as they are now.
+    pub protected: &'a [String],
+}
+
+#[derive(Debug, Default)]
+pub struct RestoreReport {
+    /// Directories whose entries were changed (relative paths), for a targeted rescan.
+    pub touched_dirs: HashSet<Vec<u8>>,
+    pub written: u64,
+    pub removed: u64,
+    /// Paths left alone because they are protected, with the reason.
+    pub kept: Vec<String>,
+}
+
+struct Ctx<'a> {
+    store: &'a Store,
+    opts: &'a RestoreOptions<'a>,
+    touched: Mutex<HashSet<Vec<u8>>>,
+    kept: Mutex<Vec<String>>,
+    written: AtomicU64,
+    removed: AtomicU64,
+}
+
+/// Turn the tree at `root` (whose current snapshot is `current`, `None` for an empty
+/// directory) into `target`.
+pub fn restore(
+    store: &Store,
+    root: BorrowedFd<'_>,
+    current: Option<&ObjectId>,
+    target: &ObjectId,
+    opts: &RestoreOptions<'_>,
+) -> Result<RestoreReport> {
+    let ctx = Ctx {
+        store,
+        opts,
+        touched: Mutex::default(),
+        kept: Mutex::default(),
+        written: AtomicU64::new(0),
+        removed: AtomicU64::new(0),
+    };
+    let cur = match current {
+        Some(id) => store.read_tree(id)?,
+        None => Tree::default(),
+    };
+    let tgt = store.read_tree(target)?;
+    let dir = beneath::open_dir_beneath(root, b"").at(&PathBuf::from("."))?;
+    ctx.dir(dir, b"", &cur, &tgt)?;
+    Ok(RestoreReport {
+        touched_dirs: ctx.touched.into_inner().unwrap_or_default(),
+        written: ctx.written.load(Ordering::Relaxed),
+        removed: ctx.removed.load(Ordering::Relaxed),
+        kept: ctx.kept.into_inner().unwrap_or_default(),
+    })
+}
+
+fn io_at(rel: &[u8]) -> PathBuf {
+    PathBuf::from(display_rel(rel))
+}
+
+impl Ctx<'_> {
+    fn is_protected(&self, rel: &[u8]) -> bool {
+        self.opts.protected.iter().any(|p| {
+            let p = p.as_bytes();
+            rel == p || (rel.len() > p.len() && rel.starts_with(p) && rel[p.len()] == b'/')
+        })
+    }
+
+    /// True for a path, or a directory holding a path, that must survive a removal.
+    fn must_keep(&self, rel: &[u8]) -> bool {
+        self.is_protected(rel)
+            || self.opts.protected.iter().any(|p| {
+                let p = p.as_bytes();
+                p.len() > rel.len() && p.starts_with(rel) && p[rel.len()] == b'/'
+            })
+    }
+
+    fn touch(&self, rel: &[u8]) {
+        if let Ok(mut t) = self.touched.lock() {
+            t.insert(rel.to_vec());
+        }
+    }
+
+    fn dir(&self, dir: OwnedFd, rel: &[u8], cur: &Tree, tgt: &Tree) -> Result<()> {
+        let mut names: Vec<&[u8]> = cur
+            .entries
+            .iter()
+            .chain(tgt.entries.iter())
+            .map(|e| e.name.as_slice())
+            .collect();
+        names.sort_unstable();
+        names.dedup();
+        let mut recurse: Vec<(Vec<u8>, Tree, Tree)> = Vec::new();
+        for name in names {
+            let c = cur.get(name);
+            let t = tgt.get(name);
+            if c == t {
+                continue;
+            }
+            let child = join_rel(rel, name);
+            if c.is_some_and(|e| e.kind.is_marker()) || t.is_some_and(|e| e.kind.is_marker()) {
+                continue;
+            }
+            if self.is_protected(&child) {
+                if let Ok(mut k) = self.kept.lock() {
+                    k.push(display_rel(&child));
+                }
+                continue;
+            }
+            let t_is_dir = t.is_some_and(|e| e.kind == EntryKind::Dir);
+            if c.is_none() && self.opts.excludes.is_excluded(&child, t_is_dir) {
+                continue;
+            }
+            let cname = beneath::cstr(name).at(&io_at(&child))?;
+            match (c, t) {
+                (Some(c), Some(t)) if c.kind == EntryKind::Dir && t.kind == EntryKind::Dir => {
+                    if c.mode != t.mode {
+                        self.chmod(dir.as_fd(), &cname, &child, t.mode, true)?;
+                    }
+                    if c.id != t.id {
+                        recurse.push((child, self.store.read_tree(&c.id)?, self.store.read_tree(&t.id)?));
+                    }
+                }
+                (Some(c), Some(t)) if c.kind == EntryKind::File && t.kind == EntryKind::File && c.id == t.id => {
+                    self.chmod(dir.as_fd(), &cname, &child, t.mode, false)?;
+                    self.touch(rel);
+                }
+                (c, t) => {
+                    if c.is_some() {
+                        let gone = beneath::remove_all(dir.as_fd(), &cname, &child, &|r| self.must_keep(r))
+                            .at(&io_at(&child))?;
+                        self.touch(rel);
+                        self.removed.fetch_add(1, Ordering::Relaxed);
+                        if !gone {
+                            if let Ok(mut k) = self.kept.lock() {
+                                k.push(display_rel(&child));
+                            }
+                            continue; // something protected lives below: leave it be
+                        }
+                    }
+                    if let Some(t) = t {
+                        self.create(dir.as_fd(), &cname, &child, t, &mut recurse)?;
+                        self.touch(rel);
+                    }
+                }
+            }
+        }
+        recurse
+            .into_par_iter()
+            .try_for_each(|(child, c, t)| -> Result<()> {
+                let name = child.rsplit(|&b| b == b'/').next().unwrap_or(&child);
+                let cname = beneath::cstr(name).at(&io_at(&child))?;
+                let sub = beneath::open_subdir(dir.as_fd(), &cname).at(&io_at(&child))?;
+                self.dir(sub, &child, &c, &t)
+            })
+    }
+
+    fn chmod(&self, dir: BorrowedFd<'_>, name: &CStr, rel: &[u8], mode: u32, is_dir: bool) -> Result<()> {
+        let flags = if is_dir { OFlags::DIRECTORY } else { OFlags::empty() };
+        let fd = rustix::fs::openat(
+            dir,
+            name,
+            OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK | flags,
+            Mode::empty(),
+        )
+        .at(&io_at(rel))?;
+        rustix::fs::fchmod(&fd, Mode::from_raw_mode(mode)).at(&io_at(rel))
+    }
+
+    fn create(
+        &self,
+        dir: BorrowedFd<'_>,
+        name: &CStr,
+        rel: &[u8],
+        t: &TreeEntry,
+        recurse: &mut Vec<(Vec<u8>, Tree, Tree)>,
+    ) -> Result<()> {
+        match t.kind {
+            EntryKind::Dir => {
+                match rustix::fs::mkdirat(dir, name, Mode::from_raw_mode(0o700)) {
+                    Ok(()) | Err(Errno::EXIST) => {}
+                    Err(e) => return Err(e).at(&io_at(rel)),
+                }
+                self.chmod(dir, name, rel, t.mode, true)?;
+                recurse.push((rel.to_vec(), Tree::default(), self.store.read_tree(&t.id)?));
+            }
+            EntryKind::File => self.write_file(dir, name, rel, t)?,
+            EntryKind::Symlink => {
+                let target = self.store.read_file(&t.id)?;
+                let tmp = tmp_name();
+                rustix::fs::symlinkat(target.as_slice(), dir, tmp.as_c_str()).at(&io_at(rel))?;
+                if let Err(e) = rustix::fs::renameat(dir, tmp.as_c_str(), dir, name) {
+                    let _ = rustix::fs::unlinkat(dir, tmp.as_c_str(), AtFlags::empty());
+                    return Err(e).at(&io_at(rel));
+                }
+            }
+            EntryKind::Marker(_) => {}
+        }
+        self.written.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    fn write_file(&self, dir: BorrowedFd<'_>, name: &CStr, rel: &[u8], t: &TreeEntry) -> Result<()> {
+        let tmp = tmp_name();
+        let fd = rustix::fs::openat(
+            dir,
+            tmp.as_c_str(),
+            OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::from_raw_mode(0o600),
+        )
+        .at(&io_at(rel))?;
+        let mut file = File::from(fd);
+        let result = (|| {
+            self.store.read_file_into(&t.id, &mut |b| file.write_all(b).at(&io_at(rel)))?;
+            rustix::fs::fchmod(&file, Mode::from_raw_mode(t.mode)).at(&io_at(rel))?;
+            rustix::fs::renameat(dir, tmp.as_c_str(), dir, name).at(&io_at(rel))
+        })();
+        if result.is_err() {
+            let _ = rustix::fs::unlinkat(dir, tmp.as_c_str(), AtFlags::empty());
+        }
+        result
+    }
+}
+
+fn tmp_name() -> std::ffi::CString {
+    std::ffi::CString::new(format!(".envgit-tmp-{:016x}", random_u64())).unwrap_or_default()
+}
+

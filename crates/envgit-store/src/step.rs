@@ -1,0 +1,203 @@
+//! Step records: what one step did. The supervisor fills a [`StepDraft`]; the store numbers it
+//! and adds the tree and the files changed at commit.
+
+use serde::{Deserialize, Serialize};
+
+use crate::id::ObjectId;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StepKind {
+    Import,
+    Record,
+    Run,
+    Tool,
+    Repl,
+    Rewind,
+    Fork,
+}
+
+impl StepKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Import => "import",
+            Self::Record => "record",
+            Self::Run => "run",
+            Self::Tool => "tool",
+            Self::Repl => "repl",
+            Self::Rewind => "rewind",
+            Self::Fork => "fork",
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StepFlag {
+    /// Another step of the project was open while this one was.
+    Overlapped,
+    /// A protected path changed during the step and was put back.
+    ProtectedRestored,
+    /// The watcher lost events; this step was taken with a full rescan.
+    WatcherFallback,
+    /// A file kept changing while it was read; the content recorded is one of its states.
+    UnstableFiles,
+    /// `gc` removed this step's snapshot; it stays in the log but cannot be restored.
+    Pruned,
+    /// An irreversible request left the machine during this step.
+    Irreversible,
+    /// `gc --purge` removed a path from this step's snapshot.
+    Purged,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ChangeKind {
+    Added,
+    Modified,
+    Deleted,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Change {
+    pub path: String,
+    pub change: ChangeKind,
+    /// `file`, `symlink`, `dir` (an empty directory) or `marker`.
+    pub entry: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub old_size: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub new_size: Option<u64>,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChangeCounts {
+    pub added: u64,
+    pub modified: u64,
+    pub deleted: u64,
+    /// Bytes of content added or rewritten.
+    pub bytes_written: u64,
+}
+
+/// One request the gate saw (filled by the gate; empty until it exists).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Request {
+    pub method: String,
+    pub host: String,
+    pub path: String,
+    #[serde(default)]
+    pub status: Option<u16>,
+    #[serde(default)]
+    pub bytes_out: u64,
+    #[serde(default)]
+    pub bytes_in: u64,
+    /// `allowed`, `denied`, `approved`, `refused`, `uninspected`.
+    pub decision: String,
+    #[serde(default)]
+    pub rule: Option<String>,
+    /// The request was irreversible and left the machine.
+    #[serde(default)]
+    pub irreversible: bool,
+}
+
+/// Something envgit refused: `what` is `POST host/path`, `read PATH`, `write PATH` or
+/// `command LINE`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Refusal {
+    pub what: String,
+    pub rule: String,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Approval {
+    pub what: String,
+    pub rule: String,
+    pub approver: String,
+    /// `approved` or `refused`.
+    pub answer: String,
+    pub at_ms: u64,
+}
+
+/// Where a forked project came from.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Origin {
+    pub project: String,
+    pub step: u64,
+}
+
+/// What the caller knows about a step before it is committed.
+#[derive(Clone, Debug, Default)]
+pub struct StepDraft {
+    pub kind: Option<StepKind>,
+    pub started_at_ms: u64,
+    pub summary: String,
+    pub command: Option<Vec<String>>,
+    pub exit_code: Option<i32>,
+    pub policy_hash: Option<String>,
+    pub flags: Vec<StepFlag>,
+    pub requests: Vec<Request>,
+    pub refusals: Vec<Refusal>,
+    pub approvals: Vec<Approval>,
+    pub target: Option<u64>,
+    pub origin: Option<Origin>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Step {
+    pub number: u64,
+    pub kind: StepKind,
+    pub parent: Option<u64>,
+    pub started_at_ms: u64,
+    pub ended_at_ms: u64,
+    /// The snapshot; `None` once `gc` pruned the step.
+    pub tree: Option<ObjectId>,
+    pub summary: String,
+    #[serde(default)]
+    pub command: Option<Vec<String>>,
+    #[serde(default)]
+    pub exit_code: Option<i32>,
+    #[serde(default)]
+    pub policy_hash: Option<String>,
+    /// The first [`MAX_RECORDED_CHANGES`] changes; `changes_total` counts them all.
+    #[serde(default)]
+    pub changes: Vec<Change>,
+    #[serde(default)]
+    pub changes_total: ChangeCounts,
+    #[serde(default)]
+    pub changes_truncated: bool,
+    #[serde(default)]
+    pub flags: Vec<StepFlag>,
+    #[serde(default)]
+    pub requests: Vec<Request>,
+    #[serde(default)]
+    pub refusals: Vec<Refusal>,
+    #[serde(default)]
+    pub approvals: Vec<Approval>,
+    /// For `rewind`: the step restored.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<u64>,
+    /// For `fork`: where the project came from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub origin: Option<Origin>,
+}
+
+/// A step record keeps this many changed paths; `show` and `diff` read the rest from trees.
+pub const MAX_RECORDED_CHANGES: usize = 200;
+
+impl Step {
+    pub fn has_flag(&self, flag: StepFlag) -> bool {
+        self.flags.contains(&flag)
+    }
+
+    /// Irreversible requests that left the machine during this step.
+    pub fn marks(&self) -> impl Iterator<Item = &Request> {
+        self.requests.iter().filter(|r| r.irreversible)
+    }
+}
+
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}

@@ -1,0 +1,534 @@
+//! One project's store: where it lives, opening it, reading and adding objects, and committing
+//! steps. Readers never lock; a writer holds the commit lock only while it appends one step to
+//! the journal.
+
+use std::collections::HashMap;
+use std::fs::{DirBuilder, File, OpenOptions};
+use std::io::Write;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use crate::diff;
+use crate::error::{IoContext, Result, StoreError};
+use crate::id::{ObjectId, ObjectKind};
+use crate::journal;
+use crate::lock::{Flock, StepGuard};
+use crate::pack::{self, EncodedObject, Location, PackReader, PackWriter};
+use crate::step::{ChangeCounts, Step, StepDraft, StepFlag, StepKind, MAX_RECORDED_CHANGES, now_ms};
+use crate::tree::Tree;
+
+const FORMAT: u32 = 1;
+
+/// `$ENVGIT_HOME`, else `$XDG_DATA_HOME/envgit`, else `~/.local/share/envgit`.
+pub fn envgit_home() -> Result<PathBuf> {
+    if let Some(h) = std::env::var_os("ENVGIT_HOME").filter(|h| !h.is_empty()) {
+        return Ok(PathBuf::from(h));
+    }
+    if let Some(x) = std::env::var_os("XDG_DATA_HOME").filter(|h| !h.is_empty()) {
+        return Ok(PathBuf::from(x).join("envgit"));
+    }
+    match std::env::var_os("HOME").filter(|h| !h.is_empty()) {
+        Some(home) => Ok(PathBuf::from(home).join(".local/share/envgit")),
+        None => Err(StoreError::Refused(
+            "cannot place the store: set ENVGIT_HOME (or HOME)".into(),
+        )),
+    }
+}
+
+/// The store of the project at `project` (an absolute, canonical path).
+pub fn store_dir_for(home: &Path, project: &Path) -> PathBuf {
+    let hash = blake3::hash(project.as_os_str().as_encoded_bytes()).to_hex();
+    let name: String = project
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "root".into())
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '_' })
+        .take(40)
+        .collect();
+    home.join("projects").join(format!("{name}-{}", &hash[..16]))
+}
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct StoreMeta {
+    format: u32,
+    project: PathBuf,
+    created_ms: u64,
+}
+
+pub struct Store {
+    dir: PathBuf,
+    project: PathBuf,
+    index: HashMap<ObjectId, Location>,
+    steps: Vec<Step>,
+    journal_pos: u64,
+    journal_ident: (u64, u64),
+    objects_loaded: bool,
+    reader: PackReader,
+    writer: Mutex<Option<PackWriter>>,
+    pending: Mutex<HashMap<ObjectId, Location>>,
+}
+
+fn mkdir_private(path: &Path) -> Result<()> {
+    DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(path)
+        .at(path)
+}
+
+impl Store {
+    /// Create the store for `project` at `dir`. Refuses if one is already there.
+    pub fn create(dir: &Path, project: &Path) -> Result<Self> {
+        if dir.join("store.json").exists() {
+            return Err(StoreError::Refused(format!(
+                "a store already exists at {}",
+                dir.display()
+            )));
+        }
+        if let Some(parent) = dir.parent() {
+            mkdir_private(parent)?;
+        }
+        mkdir_private(dir)?;
+        for sub in ["packs", "inflight", "tmp"] {
+            mkdir_private(&dir.join(sub))?;
+        }
+        let meta = StoreMeta {
+            format: FORMAT,
+            project: project.to_path_buf(),
+            created_ms: now_ms(),
+        };
+        let bytes = serde_json::to_vec_pretty(&meta)
+            .map_err(|e| StoreError::corrupt(e.to_string()))?;
+        // store.json is written last: a store without it is an interrupted create.
+        pack::write_file_atomic(&dir.join("store.json"), &bytes)?;
+        Self::open(dir)
+    }
+
+    /// Open with the object index loaded (everything but `log` needs it).
+    pub fn open(dir: &Path) -> Result<Self> {
+        Self::open_with(dir, true)
+    }
+
+    /// Open for reading step records only: objects frames are skipped.
+    pub fn open_steps_only(dir: &Path) -> Result<Self> {
+        Self::open_with(dir, false)
+    }
+
+    fn open_with(dir: &Path, objects: bool) -> Result<Self> {
+        let meta_path = dir.join("store.json");
+        let bytes = match std::fs::read(&meta_path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(StoreError::Refused(format!(
+                    "no store at {}: run `envgit init` in the project",
+                    dir.display()
+                )));
+            }
+            Err(e) => return Err(e).at(&meta_path),
+        };
+        let meta: StoreMeta = serde_json::from_slice(&bytes).map_err(|e| {
+            StoreError::corrupt(format!("{}: {e}", meta_path.display()))
+        })?;
+        if meta.format != FORMAT {
+            return Err(StoreError::Refused(format!(
+                "{}: store format {} is not supported by this envgit (format {FORMAT})",
+                meta_path.display(),
+                meta.format
+            )));
+        }
+        let mut store = Self {
+            dir: dir.to_path_buf(),
+            project: meta.project,
+            index: HashMap::new(),
+            steps: Vec::new(),
+            journal_pos: 0,
+            journal_ident: (0, 0),
+            objects_loaded: objects,
+            reader: PackReader::new(&dir.join("packs")),
+            writer: Mutex::new(None),
+            pending: Mutex::default(),
+        };
+        store.catch_up()?;
+        Ok(store)
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    pub fn project(&self) -> &Path {
+        &self.project
+    }
+
+    pub fn stat_cache_path(&self) -> PathBuf {
+        self.dir.join("stat.cache")
+    }
+
+    pub fn journal_path(&self) -> PathBuf {
+        self.dir.join("journal")
+    }
+
+    pub fn packs_dir(&self) -> PathBuf {
+        self.dir.join("packs")
+    }
+
+    pub fn steps(&self) -> &[Step] {
+        &self.steps
+    }
+
+    pub fn head(&self) -> Option<&Step> {
+        self.steps.last()
+    }
+
+    pub fn step(&self, number: u64) -> Result<&Step> {
+        self.steps
+            .iter()
+            .find(|s| s.number == number)
+            .ok_or(StoreError::NoSuchStep(number))
+    }
+
+    /// The tree of a step that can be restored.
+    pub fn step_tree(&self, number: u64) -> Result<ObjectId> {
+        self.step(number)?.tree.ok_or(StoreError::Pruned(number))
+    }
+
+    pub fn index(&self) -> &HashMap<ObjectId, Location> {
+        &self.index
+    }
+
+    /// Read journal frames committed since we last looked. If the journal was replaced (gc
+    /// rewrites it), reload it whole.
+    pub fn catch_up(&mut self) -> Result<()> {
+        let path = self.journal_path();
+        let ident = match std::fs::metadata(&path) {
+            Ok(m) => (m.dev(), m.ino()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => (0, 0),
+            Err(e) => return Err(e).at(&path),
+        };
+        if ident != self.journal_ident {
+            self.index.clear();
+            self.steps.clear();
+            self.journal_pos = 0;
+            self.journal_ident = ident;
+            for pack in self.known_packs() {
+                self.reader.forget(pack);
+            }
+        }
+        let read = journal::read(&path, self.journal_pos, self.objects_loaded)?;
+        for (id, loc) in read.objects {
+            self.index.entry(id).or_insert(loc);
+        }
+        self.steps.extend(read.steps);
+        self.journal_pos = read.committed_end;
+        Ok(())
+    }
+
+    fn known_packs(&self) -> Vec<u64> {
+        let mut packs: Vec<u64> = self.index.values().map(|l| l.pack).collect();
+        packs.sort_unstable();
+        packs.dedup();
+        packs
+    }
+
+    fn location(&self, id: &ObjectId) -> Option<Location> {
+        if let Some(loc) = self.index.get(id) {
+            return Some(*loc);
+        }
+        self.pending.lock().ok()?.get(id).copied()
+    }
+
+    pub fn has(&self, id: &ObjectId) -> bool {
+        self.location(id).is_some()
+    }
+
+    pub fn read_object(&self, id: &ObjectId) -> Result<(ObjectKind, Vec<u8>)> {
+        let loc = self
+            .location(id)
+            .ok_or_else(|| StoreError::corrupt(format!("object {} is missing", id.hex())))?;
+        Ok((loc.kind, self.reader.read(id, &loc)?))
+    }
+
+    pub fn read_tree(&self, id: &ObjectId) -> Result<Tree> {
+        match self.read_object(id)? {
+            (ObjectKind::Tree, bytes) => Tree::decode(&bytes),
+            _ => Err(StoreError::corrupt(format!(
+                "object {} is not a tree",
+                id.hex()
+            ))),
+        }
+    }
+
+    /// Stream a file's content (a blob, or the chunks of a chunk list) into `out`.
+    pub fn read_file_into(&self, id: &ObjectId, out: &mut dyn FnMut(&[u8]) -> Result<()>) -> Result<()> {
+        match self.read_object(id)? {
+            (ObjectKind::Blob, bytes) => out(&bytes),
+            (ObjectKind::ChunkList, list) => {
+                for chunk in crate::chunk::decode_list(&list)? {
+                    let (kind, bytes) = self.read_object(&chunk)?;
+                    if kind != ObjectKind::Blob {
+                        return Err(StoreError::corrupt("chunk list names a non-blob"));
+                    }
+                    out(&bytes)?;
+                }
+                Ok(())
+            }
+            (ObjectKind::Tree, _) => Err(StoreError::corrupt(format!(
+                "object {} is a tree, not file content",
+                id.hex()
+            ))),
+        }
+    }
+
+    pub fn read_file(&self, id: &ObjectId) -> Result<Vec<u8>> {
+        let mut out = Vec::new();
+        self.read_file_into(id, &mut |b| {
+            out.extend_from_slice(b);
+            Ok(())
+        })?;
+        Ok(out)
+    }
+
+    /// Add an object unless the store already has it. Safe to call from many threads: hashing
+    /// and compression happen on the caller's thread, only the append is serialized.
+    pub fn put(&self, kind: ObjectKind, raw: &[u8]) -> Result<ObjectId> {
+        let id = ObjectId::of(kind, raw);
+        if self.has(&id) {
+            return Ok(id);
+        }
+        let encoded = EncodedObject::encode(kind, id, raw);
+        self.append(encoded)?;
+        Ok(id)
+    }
+
+    fn append(&self, encoded: EncodedObject) -> Result<()> {
+        let mut writer = self.writer.lock().map_err(|_| StoreError::corrupt("poisoned"))?;
+        let mut pending = self.pending.lock().map_err(|_| StoreError::corrupt("poisoned"))?;
+        if self.index.contains_key(&encoded.id) || pending.contains_key(&encoded.id) {
+            return Ok(()); // another thread stored it meanwhile
+        }
+        if writer.is_none() {
+            *writer = Some(self.acquire_pack()?);
+        }
+        if let Some(w) = writer.as_mut() {
+            let loc = w.append(&encoded)?;
+            pending.insert(encoded.id, loc);
+        }
+        Ok(())
+    }
+
+    /// Copy a record verbatim from another store (fork): no recompression.
+    pub fn put_record_from(&self, other: &Store, id: &ObjectId) -> Result<()> {
+        if self.has(id) {
+            return Ok(());
+        }
+        let loc = other
+            .location(id)
+            .ok_or_else(|| StoreError::corrupt(format!("object {} is missing", id.hex())))?;
+        let rec = other.reader.read_record(&loc)?;
+        let mut writer = self.writer.lock().map_err(|_| StoreError::corrupt("poisoned"))?;
+        if writer.is_none() {
+            *writer = Some(self.acquire_pack()?);
+        }
+        if let Some(w) = writer.as_mut() {
+            let new_loc = w.append_record(&rec, &loc)?;
+            self.pending
+                .lock()
+                .map_err(|_| StoreError::corrupt("poisoned"))?
+                .insert(*id, new_loc);
+        }
+        Ok(())
+    }
+
+    fn acquire_pack(&self) -> Result<PackWriter> {
+        let mut ends: HashMap<u64, u64> = HashMap::new();
+        // Committed ends as of the journal now: re-read it, another writer may have committed.
+        let read = journal::read(&self.journal_path(), 0, true)?;
+        for (_, loc) in read.objects {
+            let e = ends.entry(loc.pack).or_default();
+            *e = (*e).max(loc.end());
+        }
+        PackWriter::acquire(&self.packs_dir(), &|p| ends.get(&p).copied().unwrap_or(0))
+    }
+
+    /// Mark a step as open: returns a guard that other processes can see until it drops.
+    pub fn begin_step(&self, what: &str) -> Result<StepGuard> {
+        StepGuard::begin(&self.dir, what, self.head().map(|s| s.number))
+    }
+
+    /// Descriptions of steps of this project that other processes have open.
+    pub fn steps_in_flight(&self, own: Option<&StepGuard>) -> Result<Vec<String>> {
+        crate::lock::live_steps(&self.dir, own)
+    }
+
+    /// Commit a step whose snapshot is `tree`: make its objects durable, then append its record
+    /// to the journal under the commit lock with one more fdatasync.
+    pub fn commit(&mut self, guard: &mut StepGuard, draft: StepDraft, tree: ObjectId) -> Result<Step> {
+        {
+            let mut writer = self.writer.lock().map_err(|_| StoreError::corrupt("poisoned"))?;
+            if let Some(w) = writer.as_mut() {
+                w.sync()?;
+            }
+        }
+        let others = self.steps_in_flight(Some(guard))?;
+        let _lock = Flock::exclusive(&self.dir.join("lock"))?;
+        self.catch_up()?;
+        let parent = self.head().map(|s| s.number);
+        let number = parent.unwrap_or(0) + 1;
+        let parent_tree = match parent {
+            Some(p) => self.step(p)?.tree,
+            None => None,
+        };
+        let all_changes = diff::diff_trees(self, parent_tree.as_ref(), Some(&tree))?;
+        let mut counts = ChangeCounts::default();
+        for c in &all_changes {
+            match c.change {
+                crate::step::ChangeKind::Added => counts.added += 1,
+                crate::step::ChangeKind::Modified => counts.modified += 1,
+                crate::step::ChangeKind::Deleted => counts.deleted += 1,
+            }
+            counts.bytes_written += c.new_size.unwrap_or(0);
+        }
+        let mut flags = draft.flags;
+        if !others.is_empty() || guard.head_at_begin() != parent {
+            flags.push(StepFlag::Overlapped);
+        }
+        if draft.requests.iter().any(|r| r.irreversible) {
+            flags.push(StepFlag::Irreversible);
+        }
+        flags.sort_by_key(|f| *f as u8);
+        flags.dedup();
+        let truncated = all_changes.len() > MAX_RECORDED_CHANGES;
+        let step = Step {
+            number,
+            kind: draft.kind.unwrap_or(StepKind::Record),
+            parent,
+            started_at_ms: draft.started_at_ms,
+            ended_at_ms: now_ms(),
+            tree: Some(tree),
+            summary: draft.summary,
+            command: draft.command,
+            exit_code: draft.exit_code,
+            policy_hash: draft.policy_hash,
+            changes: all_changes.into_iter().take(MAX_RECORDED_CHANGES).collect(),
+            changes_total: counts,
+            changes_truncated: truncated,
+            flags,
+            requests: draft.requests,
+            refusals: draft.refusals,
+            approvals: draft.approvals,
+            target: draft.target,
+            origin: draft.origin,
+        };
+        let pending: Vec<(ObjectId, Location)> = self
+            .pending
+            .lock()
+            .map_err(|_| StoreError::corrupt("poisoned"))?
+            .iter()
+            .map(|(id, loc)| (*id, *loc))
+            .collect();
+        let mut bytes = Vec::new();
+        if !pending.is_empty() {
+            bytes.extend(journal::encode_objects(&pending));
+        }
+        bytes.extend(journal::encode_step(&step)?);
+        self.append_journal(&bytes)?;
+        self.journal_pos += bytes.len() as u64;
+        if let Ok(mut p) = self.pending.lock() {
+            p.clear();
+        }
+        for (id, loc) in pending {
+            self.index.entry(id).or_insert(loc);
+        }
+        self.steps.push(step.clone());
+        guard.committed(number);
+        Ok(step)
+    }
+
+    /// Append committed bytes at the journal's committed end (cutting off a crashed writer's
+    /// tail first) and fdatasync. On failure the journal is cut back: no half-written step.
+    fn append_journal(&mut self, bytes: &[u8]) -> Result<()> {
+        let path = self.journal_path();
+        let mut f = OpenOptions::new()
+            .create(true)
+            .read(true)
+            .write(true)
+            .open(&path)
+            .at(&path)?;
+        let len = f.metadata().at(&path)?.len();
+        if len > self.journal_pos {
+            f.set_len(self.journal_pos).at(&path)?;
+        }
+        let m = f.metadata().at(&path)?;
+        let new_file = self.journal_ident == (0, 0);
+        self.journal_ident = (m.dev(), m.ino());
+        use std::io::{Seek, SeekFrom};
+        let result = (|| {
+            f.seek(SeekFrom::Start(self.journal_pos)).at(&path)?;
+            f.write_all(bytes).at(&path)?;
+            rustix::fs::fdatasync(&f).at(&path)
+        })();
+        if result.is_err() {
+            let _ = f.set_len(self.journal_pos);
+            return result;
+        }
+        if new_file {
+            pack::sync_dir(&self.dir)?;
+        }
+        Ok(())
+    }
+
+    /// Replace the journal with `objects` and `steps` (gc): tmp file, fdatasync, rename.
+    pub(crate) fn rewrite_journal(&mut self, objects: &[(ObjectId, Location)], steps: &[Step]) -> Result<()> {
+        let mut bytes = Vec::new();
+        for chunk in objects.chunks(100_000) {
+            bytes.extend(journal::encode_objects(chunk));
+        }
+        for s in steps {
+            bytes.extend(journal::encode_step(s)?);
+        }
+        if steps.is_empty() {
+            return Err(StoreError::Refused("refusing to write an empty journal".into()));
+        }
+        pack::write_file_atomic(&self.journal_path(), &bytes)?;
+        self.journal_ident = (0, 0);
+        self.catch_up()
+    }
+
+    /// Sync and hand over the objects added since the last commit (gc publishes them itself).
+    pub(crate) fn take_pending_synced(&self) -> Result<HashMap<ObjectId, Location>> {
+        if let Some(w) = self.writer.lock().map_err(|_| StoreError::corrupt("poisoned"))?.as_mut() {
+            w.sync()?;
+        }
+        let mut p = self.pending.lock().map_err(|_| StoreError::corrupt("poisoned"))?;
+        Ok(std::mem::take(&mut *p))
+    }
+
+    pub(crate) fn reader(&self) -> &PackReader {
+        &self.reader
+    }
+
+    /// Drop the pack writer (releasing its flock) so gc can work on every pack.
+    pub(crate) fn release_writer(&self) {
+        if let Ok(mut w) = self.writer.lock() {
+            *w = None;
+        }
+    }
+
+    /// Total bytes of packs and journal.
+    pub fn disk_usage(&self) -> Result<u64> {
+        let mut total = std::fs::metadata(self.journal_path()).map(|m| m.len()).unwrap_or(0);
+        let dir = self.packs_dir();
+        for entry in std::fs::read_dir(&dir).at(&dir)? {
+            total += entry.at(&dir)?.metadata().at(&dir)?.len();
+        }
+        Ok(total)
+    }
+
+    /// Whether the store directory can be written (for doctor-style diagnostics).
+    pub fn open_lock_file(&self) -> Result<File> {
+        let p = self.dir.join("lock");
+        OpenOptions::new().create(true).truncate(false).write(true).open(&p).at(&p)
+    }
+}

@@ -1,0 +1,688 @@
+//! The working tree as the store last saw it: per directory, its entries with their stat data
+//! and content ids, and its tree id. A full scan visits every entry (an unchanged file costs
+//! one `lstat`, thanks to the stat cache); a rescan of a set of dirty directories (from the
+//! watcher, or from a restore that knows what it wrote) costs O(changed).
+//!
+//! Racy timestamps (git's rule): a cached entry is trusted only if its mtime is older than the
+//! start of the scan that recorded it, minus a margin for coarse filesystem clocks. Otherwise
+//! the file is read again.
+
+use std::collections::{HashMap, HashSet};
+use std::ffi::CStr;
+use std::fs::File;
+use std::io::Read;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use rayon::prelude::*;
+use rustix::fs::FileType;
+use rustix::io::Errno;
+
+use crate::beneath::{self, join_rel};
+use crate::chunk;
+use crate::error::{IoContext, Result, StoreError};
+use crate::exclude::Excludes;
+use crate::id::{ObjectId, ObjectKind};
+use crate::store::Store;
+use crate::tree::{EntryKind, MarkerReason, Tree, TreeEntry, ZERO_ID};
+
+/// Files whose mtime is this close to the scan that hashed them are hashed again next time.
+const RACY_MARGIN_NS: i64 = 2_000_000_000;
+/// The default of `snapshot.max_file_size`.
+pub const DEFAULT_MAX_FILE_SIZE: u64 = 100 << 20;
+
+#[derive(Clone)]
+pub struct ScanConfig {
+    pub excludes: Excludes,
+    pub max_file_size: u64,
+    /// Part of the stat cache's key: a different config means a cold cache.
+    pub fingerprint: String,
+}
+
+impl Default for ScanConfig {
+    fn default() -> Self {
+        Self {
+            excludes: Excludes::none(),
+            max_file_size: DEFAULT_MAX_FILE_SIZE,
+            fingerprint: String::new(),
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct StatKey {
+    pub mtime_ns: i64,
+    pub ctime_ns: i64,
+    pub ino: u64,
+    pub dev: u64,
+    pub size: u64,
+    pub mode: u32,
+}
+
+impl StatKey {
+    fn of(st: &rustix::fs::Stat) -> Self {
+        Self {
+            mtime_ns: st.st_mtime as i64 * 1_000_000_000 + st.st_mtime_nsec as i64,
+            ctime_ns: st.st_ctime as i64 * 1_000_000_000 + st.st_ctime_nsec as i64,
+            ino: st.st_ino,
+            dev: st.st_dev,
+            size: st.st_size as u64,
+            mode: st.st_mode,
+        }
+    }
+    /// A key that never matches: the file is read again next time.
+    fn smudged(mut self) -> Self {
+        self.size = u64::MAX;
+        self
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct CachedEntry {
+    pub entry: TreeEntry,
+    pub stat: StatKey,
+}
+
+#[derive(Clone, Debug)]
+pub struct DirState {
+    pub tree: ObjectId,
+    /// Start of the scan that last read this directory (ns since the epoch): the racy-timestamp
+    /// rule compares its entries' mtimes with it.
+    pub stamp_ns: i64,
+    /// Sorted by name.
+    pub entries: Vec<CachedEntry>,
+}
+
+impl DirState {
+    fn get(&self, name: &[u8]) -> Option<&CachedEntry> {
+        self.entries
+            .binary_search_by(|e| e.entry.name.as_slice().cmp(name))
+            .ok()
+            .map(|i| &self.entries[i])
+    }
+}
+
+pub struct WorkTree {
+    root: PathBuf,
+    root_fd: OwnedFd,
+    config: ScanConfig,
+    dirs: HashMap<Vec<u8>, DirState>,
+    /// The store's directory, if it sits inside the project: never captured.
+    skip: Option<(u64, u64)>,
+}
+
+/// Counters a progress bar can read while a scan runs.
+#[derive(Default)]
+pub struct ScanProgress {
+    pub files: AtomicU64,
+    pub bytes: AtomicU64,
+}
+
+/// What one scan noticed besides the tree.
+#[derive(Default, Debug)]
+pub struct ScanReport {
+    pub unstable: Vec<String>,
+    pub hashed: u64,
+}
+
+struct Ctx<'a> {
+    store: &'a Store,
+    config: &'a ScanConfig,
+    prev: &'a HashMap<Vec<u8>, DirState>,
+    /// Stamp of the directory states this scan produces.
+    started: i64,
+    skip: Option<(u64, u64)>,
+    out: Mutex<HashMap<Vec<u8>, DirState>>,
+    unstable: Mutex<Vec<String>>,
+    hashed: AtomicU64,
+    progress: Option<&'a ScanProgress>,
+    any_unstable: AtomicBool,
+}
+
+fn now_ns() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as i64)
+        .unwrap_or(0)
+}
+
+fn marker(name: &[u8], reason: MarkerReason, size: u64) -> CachedEntry {
+    CachedEntry {
+        entry: TreeEntry {
+            name: name.to_vec(),
+            kind: EntryKind::Marker(reason),
+            mode: 0,
+            size,
+            id: ZERO_ID,
+        },
+        stat: StatKey::default(),
+    }
+}
+
+impl WorkTree {
+    pub fn new(root: &Path, config: ScanConfig, store_dir: Option<&Path>) -> Result<Self> {
+        let root_fd = beneath::open_root(root).at(root)?;
+        let skip = store_dir
+            .and_then(|d| std::fs::metadata(d).ok())
+            .map(|m| {
+                use std::os::unix::fs::MetadataExt;
+                (m.dev(), m.ino())
+            });
+        Ok(Self {
+            root: root.to_path_buf(),
+            root_fd,
+            config,
+            dirs: HashMap::new(),
+            skip,
+        })
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    pub fn root_fd(&self) -> BorrowedFd<'_> {
+        self.root_fd.as_fd()
+    }
+
+    pub fn config(&self) -> &ScanConfig {
+        &self.config
+    }
+
+    pub fn root_tree(&self) -> Option<ObjectId> {
+        self.dirs.get(b"".as_slice()).map(|d| d.tree)
+    }
+
+    /// Relative paths of every directory captured (for the watcher).
+    pub fn dir_paths(&self) -> impl Iterator<Item = &Vec<u8>> {
+        self.dirs.keys()
+    }
+
+    pub fn file_count(&self) -> usize {
+        self.dirs.values().map(|d| d.entries.len()).sum()
+    }
+
+    /// Forget everything: the next scan reads every file.
+    pub fn clear(&mut self) {
+        self.dirs.clear();
+    }
+
+    fn ctx<'a>(&'a self, store: &'a Store, progress: Option<&'a ScanProgress>) -> Ctx<'a> {
+        Ctx {
+            store,
+            config: &self.config,
+            prev: &self.dirs,
+            started: now_ns(),
+            skip: self.skip,
+            out: Mutex::default(),
+            unstable: Mutex::default(),
+            hashed: AtomicU64::new(0),
+            progress,
+            any_unstable: AtomicBool::new(false),
+        }
+    }
+
+    /// Visit the whole tree; store what is new; return the root tree id.
+    pub fn full_scan(&mut self, store: &Store, progress: Option<&ScanProgress>) -> Result<(ObjectId, ScanReport)> {
+        let ctx = self.ctx(store, progress);
+        let root = beneath::open_dir_beneath(self.root_fd.as_fd(), b"").at(&self.root)?;
+        let id = ctx.scan_subtree(root, b"")?;
+        let report = ScanReport {
+            unstable: ctx.unstable.into_inner().unwrap_or_default(),
+            hashed: ctx.hashed.load(Ordering::Relaxed),
+        };
+        let out = ctx.out.into_inner().unwrap_or_default();
+        self.dirs = out;
+        Ok((id, report))
+    }
+
+    /// Re-read only `dirty` directories (and rebuild the trees above them). A dirty directory
+    /// that is new is scanned whole. Falls back to a full scan when the state cannot be trusted.
+    pub fn rescan(&mut self, store: &Store, dirty: &HashSet<Vec<u8>>) -> Result<(ObjectId, ScanReport)> {
+        if self.dirs.is_empty() || !self.root_tree().is_some_and(|t| store.has(&t)) {
+            return self.full_scan(store, None);
+        }
+        // Every dirty directory and its ancestors, deepest first, so children are done before
+        // the trees that name them.
+        let mut todo: HashSet<Vec<u8>> = HashSet::new();
+        for d in dirty {
+            let mut cur: &[u8] = d;
+            loop {
+                if !todo.insert(cur.to_vec()) {
+                    break;
+                }
+                match beneath::parent_rel(cur) {
+                    Some(p) => cur = p,
+                    None => break,
+                }
+            }
+        }
+        let mut order: Vec<Vec<u8>> = todo.into_iter().collect();
+        order.sort_by_key(|p| std::cmp::Reverse(p.iter().filter(|&&b| b == b'/').count() + usize::from(!p.is_empty())));
+        let mut report = ScanReport::default();
+        for rel in order {
+            let is_dirty = dirty.contains(&rel);
+            let parent_known = match beneath::parent_rel(&rel) {
+                Some(p) => self.dirs.contains_key(p),
+                None => true,
+            };
+            if !parent_known {
+                continue; // its parent is new or gone: the parent's own scan covers it
+            }
+            if is_dirty || !self.dirs.contains_key(&rel) {
+                let fd = match beneath::open_dir_beneath(self.root_fd.as_fd(), &rel) {
+                    Ok(fd) => fd,
+                    // Gone, or no longer a directory: the parent's scan records what is there.
+                    Err(Errno::NOENT | Errno::NOTDIR | Errno::LOOP | Errno::XDEV) => {
+                        self.remove_subtree(&rel);
+                        continue;
+                    }
+                    Err(e) => return Err(e).at(&self.root.join(beneath::display_rel(&rel))),
+                };
+                let ctx = self.ctx(store, None);
+                let state = ctx.scan_one(fd.as_fd(), &rel, true)?;
+                let mut out = ctx.out.into_inner().unwrap_or_default();
+                report.unstable.extend(ctx.unstable.into_inner().unwrap_or_default());
+                report.hashed += ctx.hashed.load(Ordering::Relaxed);
+                // Drop states of subdirectories that no longer exist.
+                let keep: HashSet<&[u8]> = state
+                    .entries
+                    .iter()
+                    .filter(|e| e.entry.kind == EntryKind::Dir)
+                    .map(|e| e.entry.name.as_slice())
+                    .collect();
+                if let Some(old) = self.dirs.get(&rel) {
+                    let gone: Vec<Vec<u8>> = old
+                        .entries
+                        .iter()
+                        .filter(|e| e.entry.kind == EntryKind::Dir && !keep.contains(e.entry.name.as_slice()))
+                        .map(|e| join_rel(&rel, &e.entry.name))
+                        .collect();
+                    for g in gone {
+                        self.remove_subtree(&g);
+                    }
+                }
+                out.insert(rel.clone(), state);
+                self.dirs.extend(out);
+            } else {
+                // Not dirty itself: only the ids of its subdirectories changed.
+                let Some(mut state) = self.dirs.get(&rel).cloned() else { continue };
+                for e in state.entries.iter_mut() {
+                    if e.entry.kind == EntryKind::Dir {
+                        if let Some(child) = self.dirs.get(&join_rel(&rel, &e.entry.name)) {
+                            e.entry.id = child.tree;
+                        }
+                    }
+                }
+                state.tree = put_tree(store, &state.entries)?;
+                self.dirs.insert(rel, state);
+            }
+        }
+        let root = self
+            .root_tree()
+            .ok_or_else(|| StoreError::corrupt("the project root vanished during the scan"))?;
+        Ok((root, report))
+    }
+
+    fn remove_subtree(&mut self, rel: &[u8]) {
+        let prefix = join_rel(rel, b"");
+        self.dirs.retain(|k, _| k.as_slice() != rel && !(k.starts_with(&prefix) && !rel.is_empty()));
+        if rel.is_empty() {
+            self.dirs.clear();
+        }
+    }
+}
+
+fn put_tree(store: &Store, entries: &[CachedEntry]) -> Result<ObjectId> {
+    let tree = Tree {
+        entries: entries.iter().map(|e| e.entry.clone()).collect(),
+    };
+    store.put(ObjectKind::Tree, &tree.encode())
+}
+
+impl Ctx<'_> {
+    /// Scan a directory and everything below it (subdirectories in parallel).
+    fn scan_subtree(&self, fd: OwnedFd, rel: &[u8]) -> Result<ObjectId> {
+        let state = self.scan_one(fd.as_fd(), rel, false)?;
+        let id = state.tree;
+        self.out
+            .lock()
+            .map_err(|_| StoreError::corrupt("poisoned"))?
+            .insert(rel.to_vec(), state);
+        Ok(id)
+    }
+
+    /// Scan one directory's entries. Subdirectories are scanned whole, except that with
+    /// `reuse_subdirs` a subdirectory already known keeps its tree id (the watcher says it
+    /// did not change).
+    fn scan_one(&self, dir: BorrowedFd<'_>, rel: &[u8], reuse_subdirs: bool) -> Result<DirState> {
+        let dir_path = || PathBuf::from(beneath::display_rel(rel));
+        let names = beneath::read_names(dir).at(&dir_path())?;
+        let prev = self.prev.get(rel);
+        let mut entries: Vec<CachedEntry> = Vec::with_capacity(names.len());
+        let mut subdirs: Vec<(usize, std::ffi::CString, Vec<u8>)> = Vec::new();
+        for name in names {
+            let nb = name.to_bytes();
+            let child_rel = join_rel(rel, nb);
+            let st = match beneath::lstat(dir, &name) {
+                Ok(st) => st,
+                Err(Errno::NOENT) => continue, // removed since readdir
+                Err(e) => return Err(e).at(&PathBuf::from(beneath::display_rel(&child_rel))),
+            };
+            let ft = beneath::file_type(&st);
+            let is_dir = ft == FileType::Directory;
+            if self.config.excludes.is_excluded(&child_rel, is_dir) {
+                entries.push(marker(nb, MarkerReason::Excluded, 0));
+                continue;
+            }
+            match ft {
+                FileType::Directory => {
+                    if self.skip == Some((st.st_dev, st.st_ino)) {
+                        entries.push(marker(nb, MarkerReason::Excluded, 0));
+                        continue;
+                    }
+                    let known = self.prev.get(&child_rel);
+                    let entry = TreeEntry {
+                        name: nb.to_vec(),
+                        kind: EntryKind::Dir,
+                        mode: st.st_mode & 0o777,
+                        size: 0,
+                        id: ZERO_ID,
+                    };
+                    if reuse_subdirs && let Some(k) = known {
+                        entries.push(CachedEntry {
+                            entry: TreeEntry { id: k.tree, ..entry },
+                            stat: StatKey::of(&st),
+                        });
+                        continue;
+                    }
+                    subdirs.push((entries.len(), name.clone(), child_rel));
+                    entries.push(CachedEntry {
+                        entry,
+                        stat: StatKey::of(&st),
+                    });
+                }
+                FileType::RegularFile => {
+                    entries.push(self.file_entry(dir, &name, &child_rel, &st, prev)?);
+                }
+                FileType::Symlink => {
+                    let target = match rustix::fs::readlinkat(dir, &name, Vec::new()) {
+                        Ok(t) => t,
+                        Err(Errno::NOENT) => continue,
+                        Err(e) => return Err(e).at(&PathBuf::from(beneath::display_rel(&child_rel))),
+                    };
+                    let bytes = target.as_bytes();
+                    let id = self.store.put(ObjectKind::Blob, bytes)?;
+                    entries.push(CachedEntry {
+                        entry: TreeEntry {
+                            name: nb.to_vec(),
+                            kind: EntryKind::Symlink,
+                            mode: 0,
+                            size: bytes.len() as u64,
+                            id,
+                        },
+                        stat: StatKey::of(&st),
+                    });
+                }
+                _ => entries.push(marker(nb, MarkerReason::Special, 0)),
+            }
+        }
+        // Subdirectories in parallel; each returns its tree id.
+        let results: Vec<(usize, Result<Option<ObjectId>>)> = subdirs
+            .into_par_iter()
+            .map(|(i, name, child_rel)| {
+                let r = match beneath::open_subdir(dir, &name) {
+                    Ok(fd) => self.scan_subtree(fd, &child_rel).map(Some),
+                    Err(Errno::NOENT | Errno::NOTDIR | Errno::LOOP) => Ok(None),
+                    Err(Errno::ACCESS | Errno::PERM) => Ok(None),
+                    Err(e) => Err(e).at(&PathBuf::from(beneath::display_rel(&child_rel))),
+                };
+                (i, r)
+            })
+            .collect();
+        let mut dropped = Vec::new();
+        for (i, r) in results {
+            match r? {
+                Some(id) => entries[i].entry.id = id,
+                None => dropped.push(i),
+            }
+        }
+        for i in dropped {
+            // Raced away or unreadable: say so rather than drop it silently.
+            let name = entries[i].entry.name.clone();
+            entries[i] = marker(&name, MarkerReason::Unreadable, 0);
+        }
+        let tree = put_tree(self.store, &entries)?;
+        Ok(DirState {
+            tree,
+            stamp_ns: self.started,
+            entries,
+        })
+    }
+
+    fn file_entry(
+        &self,
+        dir: BorrowedFd<'_>,
+        name: &CStr,
+        rel: &[u8],
+        st: &rustix::fs::Stat,
+        prev: Option<&DirState>,
+    ) -> Result<CachedEntry> {
+        let nb = name.to_bytes();
+        let key = StatKey::of(st);
+        let mode = st.st_mode & 0o777;
+        if key.size > self.config.max_file_size {
+            return Ok(marker(nb, MarkerReason::TooLarge, key.size));
+        }
+        if let Some(p) = prev.and_then(|p| p.get(nb))
+            && p.entry.kind == EntryKind::File
+            && p.stat == key
+            && prev.is_some_and(|d| p.stat.mtime_ns < d.stamp_ns - RACY_MARGIN_NS)
+            && self.store.has(&p.entry.id)
+        {
+            if let Some(pr) = self.progress {
+                pr.files.fetch_add(1, Ordering::Relaxed);
+            }
+            return Ok(p.clone());
+        }
+        let path = || PathBuf::from(beneath::display_rel(rel));
+        let mut attempt = 0;
+        loop {
+            let fd = match beneath::open_file(dir, name) {
+                Ok(fd) => fd,
+                Err(Errno::ACCESS | Errno::PERM) => return Ok(marker(nb, MarkerReason::Unreadable, key.size)),
+                Err(Errno::LOOP | Errno::NOENT) => return Ok(marker(nb, MarkerReason::Unreadable, 0)),
+                Err(e) => return Err(e).at(&path()),
+            };
+            let before = rustix::fs::fstat(&fd).at(&path())?;
+            if beneath::file_type(&before) != FileType::RegularFile {
+                return Ok(marker(nb, MarkerReason::Special, 0));
+            }
+            let before_key = StatKey::of(&before);
+            if before_key.size > self.config.max_file_size {
+                return Ok(marker(nb, MarkerReason::TooLarge, before_key.size));
+            }
+            let mut file = File::from(fd);
+            let (id, size) = self.hash_and_store(&mut file, before_key.size).map_err(|e| match e {
+                StoreError::Io { source, .. } => StoreError::Io { path: path(), source },
+                e => e,
+            })?;
+            let after = StatKey::of(&rustix::fs::fstat(&file).at(&path())?);
+            self.hashed.fetch_add(1, Ordering::Relaxed);
+            if let Some(pr) = self.progress {
+                pr.files.fetch_add(1, Ordering::Relaxed);
+                pr.bytes.fetch_add(size, Ordering::Relaxed);
+            }
+            let stable = after == before_key && after.size == size;
+            if stable || attempt == 1 {
+                if !stable {
+                    self.any_unstable.store(true, Ordering::Relaxed);
+                    if let Ok(mut u) = self.unstable.lock() {
+                        u.push(beneath::display_rel(rel));
+                    }
+                }
+                return Ok(CachedEntry {
+                    entry: TreeEntry {
+                        name: nb.to_vec(),
+                        kind: EntryKind::File,
+                        mode,
+                        size,
+                        id,
+                    },
+                    stat: if stable { after } else { after.smudged() },
+                });
+            }
+            attempt += 1;
+        }
+    }
+
+    fn hash_and_store(&self, file: &mut File, size_hint: u64) -> Result<(ObjectId, u64)> {
+        if size_hint > chunk::CHUNK_THRESHOLD {
+            let mut counted = CountingReader { inner: file, n: 0 };
+            let id = chunk::store_chunked(self.store, &mut counted)?;
+            return Ok((id, counted.n));
+        }
+        let mut buf = Vec::with_capacity(size_hint as usize + 1);
+        file.read_to_end(&mut buf).map_err(|source| StoreError::Io {
+            path: PathBuf::new(),
+            source,
+        })?;
+        if buf.len() as u64 > chunk::CHUNK_THRESHOLD {
+            let id = chunk::store_chunked(self.store, buf.as_slice())?;
+            return Ok((id, buf.len() as u64));
+        }
+        let id = self.store.put(ObjectKind::Blob, &buf)?;
+        Ok((id, buf.len() as u64))
+    }
+}
+
+struct CountingReader<'a> {
+    inner: &'a mut File,
+    n: u64,
+}
+
+impl Read for CountingReader<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.n += n as u64;
+        Ok(n)
+    }
+}
+
+// ---- the stat cache on disk ----
+
+const CACHE_MAGIC: &[u8; 8] = b"EGSTAT01";
+
+impl WorkTree {
+    /// Persist the state (tmp file and rename; it is a cache, so no fsync: a torn file fails its
+    /// checksum and is ignored).
+    pub fn save_cache(&self, path: &Path) -> Result<()> {
+        let mut out = Vec::with_capacity(self.file_count() * 96 + 64);
+        out.extend_from_slice(CACHE_MAGIC);
+        let fp = self.config.fingerprint.as_bytes();
+        out.extend_from_slice(&(fp.len() as u32).to_le_bytes());
+        out.extend_from_slice(fp);
+        out.extend_from_slice(&(self.dirs.len() as u32).to_le_bytes());
+        for (rel, d) in &self.dirs {
+            out.extend_from_slice(&(rel.len() as u32).to_le_bytes());
+            out.extend_from_slice(rel);
+            out.extend_from_slice(&d.tree.0);
+            out.extend_from_slice(&d.stamp_ns.to_le_bytes());
+            out.extend_from_slice(&(d.entries.len() as u32).to_le_bytes());
+            let tree = Tree {
+                entries: d.entries.iter().map(|e| e.entry.clone()).collect(),
+            };
+            let enc = tree.encode();
+            out.extend_from_slice(&(enc.len() as u32).to_le_bytes());
+            out.extend_from_slice(&enc);
+            for e in &d.entries {
+                let s = &e.stat;
+                out.extend_from_slice(&s.mtime_ns.to_le_bytes());
+                out.extend_from_slice(&s.ctime_ns.to_le_bytes());
+                out.extend_from_slice(&s.ino.to_le_bytes());
+                out.extend_from_slice(&s.dev.to_le_bytes());
+                out.extend_from_slice(&s.size.to_le_bytes());
+                out.extend_from_slice(&s.mode.to_le_bytes());
+            }
+        }
+        let crc = crc32c::crc32c(&out);
+        out.extend_from_slice(&crc.to_le_bytes());
+        let tmp = path.with_extension(format!("tmp-{:016x}", crate::pack::random_u64()));
+        std::fs::write(&tmp, &out).at(&tmp)?;
+        std::fs::rename(&tmp, path).at(path)
+    }
+
+    /// Load a saved state; a missing, torn or foreign cache just means a cold scan.
+    pub fn load_cache(&mut self, path: &Path) {
+        if let Some(dirs) = std::fs::read(path).ok().and_then(|b| self.decode_cache(&b)) {
+            self.dirs = dirs;
+        }
+    }
+
+    fn decode_cache(&self, b: &[u8]) -> Option<HashMap<Vec<u8>, DirState>> {
+        if b.len() < 12 || &b[..8] != CACHE_MAGIC {
+            return None;
+        }
+        let (body, crc) = b.split_at(b.len() - 4);
+        if crc32c::crc32c(body) != u32::from_le_bytes(crc.try_into().ok()?) {
+            return None;
+        }
+        let mut r = Cursor { b: body, pos: 8 };
+        let fp_len = r.u32()? as usize;
+        if r.take(fp_len)? != self.config.fingerprint.as_bytes() {
+            return None;
+        }
+        let ndirs = r.u32()? as usize;
+        let mut dirs = HashMap::with_capacity(ndirs);
+        for _ in 0..ndirs {
+            let rel_len = r.u32()? as usize;
+            let rel = r.take(rel_len)?.to_vec();
+            let tree = ObjectId(r.take(32)?.try_into().ok()?);
+            let stamp_ns = r.i64()?;
+            let n = r.u32()? as usize;
+            let enc_len = r.u32()? as usize;
+            let t = Tree::decode(r.take(enc_len)?).ok()?;
+            if t.entries.len() != n {
+                return None;
+            }
+            let mut entries = Vec::with_capacity(n);
+            for entry in t.entries {
+                let stat = StatKey {
+                    mtime_ns: r.i64()?,
+                    ctime_ns: r.i64()?,
+                    ino: r.u64()?,
+                    dev: r.u64()?,
+                    size: r.u64()?,
+                    mode: r.u32()?,
+                };
+                entries.push(CachedEntry { entry, stat });
+            }
+            dirs.insert(rel, DirState { tree, stamp_ns, entries });
+        }
+        Some(dirs)
+    }
+}
+
+struct Cursor<'a> {
+    b: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> Cursor<'a> {
+    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
+        let s = self.b.get(self.pos..self.pos.checked_add(n)?)?;
+        self.pos += n;
+        Some(s)
+    }
+    fn u32(&mut self) -> Option<u32> {
+        Some(u32::from_le_bytes(self.take(4)?.try_into().ok()?))
+    }
+    fn u64(&mut self) -> Option<u64> {
+        Some(u64::from_le_bytes(self.take(8)?.try_into().ok()?))
+    }
+    fn i64(&mut self) -> Option<i64> {
+        Some(i64::from_le_bytes(self.take(8)?.try_into().ok()?))
+    }
+}
