@@ -29,7 +29,7 @@ pub fn store_chunked(store: &Store, reader: impl Read) -> Result<ObjectId> {
 }
 
 pub fn decode_list(bytes: &[u8]) -> Result<Vec<ObjectId>> {
-    if bytes.len() % 40 != 0 {
+    if !bytes.len().is_multiple_of(40) {
         return Err(StoreError::corrupt("chunk list has a bad length"));
     }
     Ok(bytes

@@ -40,11 +40,22 @@ impl EntryDiff {
     }
 }
 
-pub fn diff_trees(store: &Store, old: Option<&ObjectId>, new: Option<&ObjectId>) -> Result<Vec<Change>> {
-    Ok(diff_entries(store, old, new)?.iter().map(EntryDiff::to_change).collect())
+pub fn diff_trees(
+    store: &Store,
+    old: Option<&ObjectId>,
+    new: Option<&ObjectId>,
+) -> Result<Vec<Change>> {
+    Ok(diff_entries(store, old, new)?
+        .iter()
+        .map(EntryDiff::to_change)
+        .collect())
 }
 
-pub fn diff_entries(store: &Store, old: Option<&ObjectId>, new: Option<&ObjectId>) -> Result<Vec<EntryDiff>> {
+pub fn diff_entries(
+    store: &Store,
+    old: Option<&ObjectId>,
+    new: Option<&ObjectId>,
+) -> Result<Vec<EntryDiff>> {
     let mut out = Vec::new();
     if old == new {
         return Ok(out);
@@ -106,26 +117,48 @@ fn walk(store: &Store, rel: &[u8], old: &Tree, new: &Tree, out: &mut Vec<EntryDi
             let (ot, nt) = (sub(o)?, sub(n)?);
             // A non-directory replaced by a directory (or the reverse) is a delete and an add.
             if let Some(o) = o.filter(|e| e.kind != EntryKind::Dir) {
-                out.push(EntryDiff { path: path.clone(), old: Some(o.clone()), new: None });
+                out.push(EntryDiff {
+                    path: path.clone(),
+                    old: Some(o.clone()),
+                    new: None,
+                });
             }
             walk(store, &path, &ot, &nt, out)?;
             match (o, n) {
                 // Empty directories are leaves of their own.
                 (Some(od), Some(nd)) if is_dir(o) && is_dir(n) => {
-                    if ot.entries.is_empty() && nt.entries.is_empty() && od.mode != nd.mode {
-                        out.push(EntryDiff { path: path.clone(), old: Some(od.clone()), new: Some(nd.clone()) });
+                    let empty_mode_change =
+                        ot.entries.is_empty() && nt.entries.is_empty() && od.mode != nd.mode;
+                    if empty_mode_change {
+                        out.push(EntryDiff {
+                            path: path.clone(),
+                            old: Some(od.clone()),
+                            new: Some(nd.clone()),
+                        });
                     }
                 }
                 (Some(od), _) if is_dir(o) && ot.entries.is_empty() => {
-                    out.push(EntryDiff { path: path.clone(), old: Some(od.clone()), new: None });
+                    out.push(EntryDiff {
+                        path: path.clone(),
+                        old: Some(od.clone()),
+                        new: None,
+                    });
                 }
                 (_, Some(nd)) if is_dir(n) && nt.entries.is_empty() => {
-                    out.push(EntryDiff { path: path.clone(), old: None, new: Some(nd.clone()) });
+                    out.push(EntryDiff {
+                        path: path.clone(),
+                        old: None,
+                        new: Some(nd.clone()),
+                    });
                 }
                 _ => {}
             }
             if let Some(n) = n.filter(|e| e.kind != EntryKind::Dir) {
-                out.push(EntryDiff { path, old: None, new: Some(n.clone()) });
+                out.push(EntryDiff {
+                    path,
+                    old: None,
+                    new: Some(n.clone()),
+                });
             }
             continue;
         }

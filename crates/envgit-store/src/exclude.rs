@@ -55,7 +55,12 @@ mod tests {
 
     #[test]
     fn gitignore_semantics() {
-        let e = Excludes::new(&["target/".into(), "node_modules/.cache/**".into(), "*.log".into()]).unwrap();
+        let e = Excludes::new(&[
+            "target/".into(),
+            "node_modules/.cache/**".into(),
+            "*.log".into(),
+        ])
+        .unwrap();
         assert!(e.is_excluded(b"target", true));
         assert!(e.is_excluded(b"sub/target", true));
         assert!(!e.is_excluded(b"target", false));

@@ -22,7 +22,12 @@ pub struct ForkOptions<'a> {
     pub policy_hash: Option<String>,
 }
 
-pub fn fork(origin: &Store, dir: &Path, new_store_dir: &Path, opts: &ForkOptions<'_>) -> Result<(Store, Step)> {
+pub fn fork(
+    origin: &Store,
+    dir: &Path,
+    new_store_dir: &Path,
+    opts: &ForkOptions<'_>,
+) -> Result<(Store, Step)> {
     let mut tree = origin.step_tree(opts.step)?;
     let started = now_ms();
     std::fs::create_dir_all(dir).at(dir)?;
@@ -55,7 +60,11 @@ pub fn fork(origin: &Store, dir: &Path, new_store_dir: &Path, opts: &ForkOptions
     let draft = StepDraft {
         kind: Some(StepKind::Fork),
         started_at_ms: started,
-        summary: format!("fork of {} at step {}", origin.project().display(), opts.step),
+        summary: format!(
+            "fork of {} at step {}",
+            origin.project().display(),
+            opts.step
+        ),
         policy_hash: opts.policy_hash.clone(),
         origin: Some(Origin {
             project: origin.project().display().to_string(),
@@ -67,7 +76,12 @@ pub fn fork(origin: &Store, dir: &Path, new_store_dir: &Path, opts: &ForkOptions
     Ok((store, step))
 }
 
-fn replace_root_file(store: &Store, tree: &ObjectId, name: &str, content: &[u8]) -> Result<ObjectId> {
+fn replace_root_file(
+    store: &Store,
+    tree: &ObjectId,
+    name: &str,
+    content: &[u8],
+) -> Result<ObjectId> {
     let mut t: Tree = store.read_tree(tree)?;
     let blob = store.put(ObjectKind::Blob, content)?;
     let entry = TreeEntry {
@@ -77,8 +91,16 @@ fn replace_root_file(store: &Store, tree: &ObjectId, name: &str, content: &[u8])
         size: content.len() as u64,
         id: blob,
     };
-    match t.entries.binary_search_by(|e| e.name.as_slice().cmp(name.as_bytes())) {
-        Ok(i) => t.entries[i] = TreeEntry { mode: t.entries[i].mode.max(0o600) & 0o666, ..entry },
+    match t
+        .entries
+        .binary_search_by(|e| e.name.as_slice().cmp(name.as_bytes()))
+    {
+        Ok(i) => {
+            t.entries[i] = TreeEntry {
+                mode: t.entries[i].mode.max(0o600) & 0o666,
+                ..entry
+            }
+        }
         Err(i) => t.entries.insert(i, entry),
     }
     store.put(ObjectKind::Tree, &t.encode())

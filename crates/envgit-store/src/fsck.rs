@@ -54,7 +54,14 @@ pub fn fsck(store: &Store, progress: Option<&AtomicU64>) -> Result<FsckReport> {
     for step in store.steps() {
         report.steps_checked += 1;
         let Some(tree) = step.tree else { continue };
-        let damaged = damaged_paths(store, &tree, b"", &bad_set, &mut memo, &mut report.bad_objects)?;
+        let damaged = damaged_paths(
+            store,
+            &tree,
+            b"",
+            &bad_set,
+            &mut memo,
+            &mut report.bad_objects,
+        )?;
         if !damaged.is_empty() {
             report.broken_steps.insert(step.number, damaged);
         }

@@ -58,7 +58,9 @@ pub fn gc(store: &mut Store, opts: &GcOptions) -> Result<GcReport> {
             .map(str::as_bytes)
             .collect();
         if parts.is_empty() || parts.contains(&&b".."[..]) {
-            return Err(StoreError::Refused(format!("cannot purge `{path}`: give a path inside the project")));
+            return Err(StoreError::Refused(format!(
+                "cannot purge `{path}`: give a path inside the project"
+            )));
         }
         for step in steps.iter_mut() {
             let Some(tree) = step.tree else { continue };
@@ -82,7 +84,9 @@ pub fn gc(store: &mut Store, opts: &GcOptions) -> Result<GcReport> {
         }
         let keep_from = steps.len().saturating_sub(opts.keep_recent);
         let candidates: Vec<usize> = (0..keep_from)
-            .filter(|&i| steps[i].tree.is_some() && !steps[i].flags.contains(&StepFlag::Irreversible))
+            .filter(|&i| {
+                steps[i].tree.is_some() && !steps[i].flags.contains(&StepFlag::Irreversible)
+            })
             .collect();
         if candidates.is_empty() {
             break;
@@ -126,7 +130,9 @@ pub fn gc(store: &mut Store, opts: &GcOptions) -> Result<GcReport> {
         }
         let path = pack::pack_path(&packs_dir, pack_id);
         // A pack another process still appends to is left for a later gc.
-        let Some(_held) = Flock::try_exclusive(&path)? else { continue };
+        let Some(_held) = Flock::try_exclusive(&path)? else {
+            continue;
+        };
         let live_in_pack = by_pack.remove(&pack_id).unwrap_or_default();
         let live_len: u64 = live_in_pack.iter().map(|(_, l)| l.record_len()).sum();
         if live_len == len {
@@ -155,7 +161,11 @@ pub fn gc(store: &mut Store, opts: &GcOptions) -> Result<GcReport> {
     Ok(report)
 }
 
-fn publish(store: &mut Store, locs: &HashMap<ObjectId, Location>, steps: &[crate::step::Step]) -> Result<()> {
+fn publish(
+    store: &mut Store,
+    locs: &HashMap<ObjectId, Location>,
+    steps: &[crate::step::Step],
+) -> Result<()> {
     let mut objects: Vec<(ObjectId, Location)> = locs.iter().map(|(i, l)| (*i, *l)).collect();
     objects.sort_by_key(|(_, l)| (l.pack, l.offset));
     store.rewrite_journal(&objects, steps)
@@ -180,7 +190,9 @@ fn live_bytes(store: &Store, live: &HashSet<ObjectId>, extra: &HashMap<ObjectId,
 
 /// Rewrite `tree` without the path `parts`; `None` if the path is not in it.
 fn purge(store: &Store, tree: &ObjectId, parts: &[&[u8]]) -> Result<Option<ObjectId>> {
-    let Some((first, rest)) = parts.split_first() else { return Ok(None) };
+    let Some((first, rest)) = parts.split_first() else {
+        return Ok(None);
+    };
     let mut t: Tree = store.read_tree(tree)?;
     let Some(pos) = t.entries.iter().position(|e| e.name.as_slice() == *first) else {
         return Ok(None);
@@ -201,7 +213,9 @@ fn purge(store: &Store, tree: &ObjectId, parts: &[&[u8]]) -> Result<Option<Objec
         if e.kind != EntryKind::Dir {
             return Ok(None);
         }
-        let Some(sub) = purge(store, &e.id, rest)? else { return Ok(None) };
+        let Some(sub) = purge(store, &e.id, rest)? else {
+            return Ok(None);
+        };
         t.entries[pos].id = sub;
     }
     Ok(Some(store.put(ObjectKind::Tree, &t.encode())?))

@@ -60,8 +60,10 @@ fn frame(ty: FrameType, payload: &[u8]) -> Vec<u8> {
 }
 
 fn decode_objects(payload: &[u8]) -> Result<Vec<(ObjectId, Location)>> {
-    if payload.len() % ENTRY_LEN != 0 {
-        return Err(StoreError::corrupt("journal objects frame has a bad length"));
+    if !payload.len().is_multiple_of(ENTRY_LEN) {
+        return Err(StoreError::corrupt(
+            "journal objects frame has a bad length",
+        ));
     }
     let mut out = Vec::with_capacity(payload.len() / ENTRY_LEN);
     for e in payload.chunks_exact(ENTRY_LEN) {

@@ -64,7 +64,9 @@ pub struct StepGuard {
 impl StepGuard {
     pub(crate) fn begin(store: &Path, what: &str, head: Option<u64>) -> Result<Self> {
         let gc = Flock::shared(&store.join("gc.lock"))?;
-        let path = store.join("inflight").join(format!("{:016x}", random_u64()));
+        let path = store
+            .join("inflight")
+            .join(format!("{:016x}", random_u64()));
         let mut file = OpenOptions::new()
             .create_new(true)
             .read(true)
@@ -134,8 +136,6 @@ pub(crate) fn live_steps(store: &Path, own: Option<&StepGuard>) -> Result<Vec<St
 pub(crate) fn gc_exclusive(store: &Path) -> Result<Flock> {
     match Flock::try_exclusive(&store.join("gc.lock"))? {
         Some(l) => Ok(l),
-        None => Err(StoreError::InFlight(
-            live_steps(store, None)?.join(", "),
-        )),
+        None => Err(StoreError::InFlight(live_steps(store, None)?.join(", "))),
     }
 }

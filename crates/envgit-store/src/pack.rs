@@ -242,7 +242,10 @@ impl PackReader {
     }
 
     fn file(&self, pack: u64) -> Result<Arc<File>> {
-        let mut open = self.open.lock().map_err(|_| StoreError::corrupt("poisoned"))?;
+        let mut open = self
+            .open
+            .lock()
+            .map_err(|_| StoreError::corrupt("poisoned"))?;
         if let Some(f) = open.get(&pack) {
             return Ok(f.clone());
         }

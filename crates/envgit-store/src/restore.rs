@@ -146,17 +146,25 @@ impl Ctx<'_> {
                         self.chmod(dir.as_fd(), &cname, &child, t.mode, true)?;
                     }
                     if c.id != t.id {
-                        recurse.push((child, self.store.read_tree(&c.id)?, self.store.read_tree(&t.id)?));
+                        recurse.push((
+                            child,
+                            self.store.read_tree(&c.id)?,
+                            self.store.read_tree(&t.id)?,
+                        ));
                     }
                 }
-                (Some(c), Some(t)) if c.kind == EntryKind::File && t.kind == EntryKind::File && c.id == t.id => {
+                (Some(c), Some(t))
+                    if c.kind == EntryKind::File && t.kind == EntryKind::File && c.id == t.id =>
+                {
                     self.chmod(dir.as_fd(), &cname, &child, t.mode, false)?;
                     self.touch(rel);
                 }
                 (c, t) => {
                     if c.is_some() {
-                        let gone = beneath::remove_all(dir.as_fd(), &cname, &child, &|r| self.must_keep(r))
-                            .at(&io_at(&child))?;
+                        let gone = beneath::remove_all(dir.as_fd(), &cname, &child, &|r| {
+                            self.must_keep(r)
+                        })
+                        .at(&io_at(&child))?;
                         self.touch(rel);
                         self.removed.fetch_add(1, Ordering::Relaxed);
                         if !gone {
@@ -183,8 +191,19 @@ impl Ctx<'_> {
             })
     }
 
-    fn chmod(&self, dir: BorrowedFd<'_>, name: &CStr, rel: &[u8], mode: u32, is_dir: bool) -> Result<()> {
-        let flags = if is_dir { OFlags::DIRECTORY } else { OFlags::empty() };
+    fn chmod(
+        &self,
+        dir: BorrowedFd<'_>,
+        name: &CStr,
+        rel: &[u8],
+        mode: u32,
+        is_dir: bool,
+    ) -> Result<()> {
+        let flags = if is_dir {
+            OFlags::DIRECTORY
+        } else {
+            OFlags::empty()
+        };
         let fd = rustix::fs::openat(
             dir,
             name,
@@ -228,7 +247,13 @@ impl Ctx<'_> {
         Ok(())
     }
 
-    fn write_file(&self, dir: BorrowedFd<'_>, name: &CStr, rel: &[u8], t: &TreeEntry) -> Result<()> {
+    fn write_file(
+        &self,
+        dir: BorrowedFd<'_>,
+        name: &CStr,
+        rel: &[u8],
+        t: &TreeEntry,
+    ) -> Result<()> {
         let tmp = tmp_name();
         let fd = rustix::fs::openat(
             dir,
@@ -239,7 +264,8 @@ impl Ctx<'_> {
         .at(&io_at(rel))?;
         let mut file = File::from(fd);
         let result = (|| {
-            self.store.read_file_into(&t.id, &mut |b| file.write_all(b).at(&io_at(rel)))?;
+            self.store
+                .read_file_into(&t.id, &mut |b| file.write_all(b).at(&io_at(rel)))?;
             rustix::fs::fchmod(&file, Mode::from_raw_mode(t.mode)).at(&io_at(rel))?;
             rustix::fs::renameat(dir, tmp.as_c_str(), dir, name).at(&io_at(rel))
         })();
@@ -253,4 +279,3 @@ impl Ctx<'_> {
 fn tmp_name() -> std::ffi::CString {
     std::ffi::CString::new(format!(".envgit-tmp-{:016x}", random_u64())).unwrap_or_default()
 }
-

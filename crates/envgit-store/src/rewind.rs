@@ -30,7 +30,11 @@ pub struct RewindOutcome {
     pub restore: RestoreReport,
 }
 
-pub fn rewind(store: &mut Store, wt: &mut WorkTree, opts: &RewindOptions<'_>) -> Result<RewindOutcome> {
+pub fn rewind(
+    store: &mut Store,
+    wt: &mut WorkTree,
+    opts: &RewindOptions<'_>,
+) -> Result<RewindOutcome> {
     let target_tree = store.step_tree(opts.target)?;
     let started = now_ms();
     let mut guard = store.begin_step(&format!("rewind to step {}", opts.target))?;
@@ -62,7 +66,13 @@ pub fn rewind(store: &mut Store, wt: &mut WorkTree, opts: &RewindOptions<'_>) ->
         excludes: opts.excludes,
         protected: opts.protected,
     };
-    let report = restore::restore(store, wt.root_fd(), Some(&current), &target_tree, &restore_opts)?;
+    let report = restore::restore(
+        store,
+        wt.root_fd(),
+        Some(&current),
+        &target_tree,
+        &restore_opts,
+    )?;
     let (after, _) = wt.rescan(store, &report.touched_dirs)?;
     let draft = StepDraft {
         kind: Some(StepKind::Rewind),

@@ -15,7 +15,9 @@ use crate::id::{ObjectId, ObjectKind};
 use crate::journal;
 use crate::lock::{Flock, StepGuard};
 use crate::pack::{self, EncodedObject, Location, PackReader, PackWriter};
-use crate::step::{ChangeCounts, Step, StepDraft, StepFlag, StepKind, MAX_RECORDED_CHANGES, now_ms};
+use crate::step::{
+    ChangeCounts, MAX_RECORDED_CHANGES, Step, StepDraft, StepFlag, StepKind, now_ms,
+};
 use crate::tree::Tree;
 
 const FORMAT: u32 = 1;
@@ -44,10 +46,17 @@ pub fn store_dir_for(home: &Path, project: &Path) -> PathBuf {
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_else(|| "root".into())
         .chars()
-        .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '_' })
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
         .take(40)
         .collect();
-    home.join("projects").join(format!("{name}-{}", &hash[..16]))
+    home.join("projects")
+        .join(format!("{name}-{}", &hash[..16]))
 }
 
 #[derive(serde::Serialize, serde::Deserialize)]
@@ -99,8 +108,8 @@ impl Store {
             project: project.to_path_buf(),
             created_ms: now_ms(),
         };
-        let bytes = serde_json::to_vec_pretty(&meta)
-            .map_err(|e| StoreError::corrupt(e.to_string()))?;
+        let bytes =
+            serde_json::to_vec_pretty(&meta).map_err(|e| StoreError::corrupt(e.to_string()))?;
         // store.json is written last: a store without it is an interrupted create.
         pack::write_file_atomic(&dir.join("store.json"), &bytes)?;
         Self::open(dir)
@@ -128,9 +137,8 @@ impl Store {
             }
             Err(e) => return Err(e).at(&meta_path),
         };
-        let meta: StoreMeta = serde_json::from_slice(&bytes).map_err(|e| {
-            StoreError::corrupt(format!("{}: {e}", meta_path.display()))
-        })?;
+        let meta: StoreMeta = serde_json::from_slice(&bytes)
+            .map_err(|e| StoreError::corrupt(format!("{}: {e}", meta_path.display())))?;
         if meta.format != FORMAT {
             return Err(StoreError::Refused(format!(
                 "{}: store format {} is not supported by this envgit (format {FORMAT})",
@@ -261,7 +269,11 @@ impl Store {
     }
 
     /// Stream a file's content (a blob, or the chunks of a chunk list) into `out`.
-    pub fn read_file_into(&self, id: &ObjectId, out: &mut dyn FnMut(&[u8]) -> Result<()>) -> Result<()> {
+    pub fn read_file_into(
+        &self,
+        id: &ObjectId,
+        out: &mut dyn FnMut(&[u8]) -> Result<()>,
+    ) -> Result<()> {
         match self.read_object(id)? {
             (ObjectKind::Blob, bytes) => out(&bytes),
             (ObjectKind::ChunkList, list) => {
@@ -303,8 +315,14 @@ impl Store {
     }
 
     fn append(&self, encoded: EncodedObject) -> Result<()> {
-        let mut writer = self.writer.lock().map_err(|_| StoreError::corrupt("poisoned"))?;
-        let mut pending = self.pending.lock().map_err(|_| StoreError::corrupt("poisoned"))?;
+        let mut writer = self
+            .writer
+            .lock()
+            .map_err(|_| StoreError::corrupt("poisoned"))?;
+        let mut pending = self
+            .pending
+            .lock()
+            .map_err(|_| StoreError::corrupt("poisoned"))?;
         if self.index.contains_key(&encoded.id) || pending.contains_key(&encoded.id) {
             return Ok(()); // another thread stored it meanwhile
         }
@@ -327,7 +345,10 @@ impl Store {
             .location(id)
             .ok_or_else(|| StoreError::corrupt(format!("object {} is missing", id.hex())))?;
         let rec = other.reader.read_record(&loc)?;
-        let mut writer = self.writer.lock().map_err(|_| StoreError::corrupt("poisoned"))?;
+        let mut writer = self
+            .writer
+            .lock()
+            .map_err(|_| StoreError::corrupt("poisoned"))?;
         if writer.is_none() {
             *writer = Some(self.acquire_pack()?);
         }
@@ -364,9 +385,17 @@ impl Store {
 
     /// Commit a step whose snapshot is `tree`: make its objects durable, then append its record
     /// to the journal under the commit lock with one more fdatasync.
-    pub fn commit(&mut self, guard: &mut StepGuard, draft: StepDraft, tree: ObjectId) -> Result<Step> {
+    pub fn commit(
+        &mut self,
+        guard: &mut StepGuard,
+        draft: StepDraft,
+        tree: ObjectId,
+    ) -> Result<Step> {
         {
-            let mut writer = self.writer.lock().map_err(|_| StoreError::corrupt("poisoned"))?;
+            let mut writer = self
+                .writer
+                .lock()
+                .map_err(|_| StoreError::corrupt("poisoned"))?;
             if let Some(w) = writer.as_mut() {
                 w.sync()?;
             }
@@ -452,6 +481,7 @@ impl Store {
         let path = self.journal_path();
         let mut f = OpenOptions::new()
             .create(true)
+            .truncate(false)
             .read(true)
             .write(true)
             .open(&path)
@@ -480,7 +510,11 @@ impl Store {
     }
 
     /// Replace the journal with `objects` and `steps` (gc): tmp file, fdatasync, rename.
-    pub(crate) fn rewrite_journal(&mut self, objects: &[(ObjectId, Location)], steps: &[Step]) -> Result<()> {
+    pub(crate) fn rewrite_journal(
+        &mut self,
+        objects: &[(ObjectId, Location)],
+        steps: &[Step],
+    ) -> Result<()> {
         let mut bytes = Vec::new();
         for chunk in objects.chunks(100_000) {
             bytes.extend(journal::encode_objects(chunk));
@@ -489,7 +523,9 @@ impl Store {
             bytes.extend(journal::encode_step(s)?);
         }
         if steps.is_empty() {
-            return Err(StoreError::Refused("refusing to write an empty journal".into()));
+            return Err(StoreError::Refused(
+                "refusing to write an empty journal".into(),
+            ));
         }
         pack::write_file_atomic(&self.journal_path(), &bytes)?;
         self.journal_ident = (0, 0);
@@ -498,10 +534,18 @@ impl Store {
 
     /// Sync and hand over the objects added since the last commit (gc publishes them itself).
     pub(crate) fn take_pending_synced(&self) -> Result<HashMap<ObjectId, Location>> {
-        if let Some(w) = self.writer.lock().map_err(|_| StoreError::corrupt("poisoned"))?.as_mut() {
+        if let Some(w) = self
+            .writer
+            .lock()
+            .map_err(|_| StoreError::corrupt("poisoned"))?
+            .as_mut()
+        {
             w.sync()?;
         }
-        let mut p = self.pending.lock().map_err(|_| StoreError::corrupt("poisoned"))?;
+        let mut p = self
+            .pending
+            .lock()
+            .map_err(|_| StoreError::corrupt("poisoned"))?;
         Ok(std::mem::take(&mut *p))
     }
 
@@ -518,7 +562,9 @@ impl Store {
 
     /// Total bytes of packs and journal.
     pub fn disk_usage(&self) -> Result<u64> {
-        let mut total = std::fs::metadata(self.journal_path()).map(|m| m.len()).unwrap_or(0);
+        let mut total = std::fs::metadata(self.journal_path())
+            .map(|m| m.len())
+            .unwrap_or(0);
         let dir = self.packs_dir();
         for entry in std::fs::read_dir(&dir).at(&dir)? {
             total += entry.at(&dir)?.metadata().at(&dir)?.len();
@@ -529,6 +575,11 @@ impl Store {
     /// Whether the store directory can be written (for doctor-style diagnostics).
     pub fn open_lock_file(&self) -> Result<File> {
         let p = self.dir.join("lock");
-        OpenOptions::new().create(true).truncate(false).write(true).open(&p).at(&p)
+        OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&p)
+            .at(&p)
     }
 }

@@ -229,7 +229,8 @@ impl LiveTree {
 
     /// A fresh inotify instance: the old one's watches name paths we no longer trust.
     fn recreate(&mut self) -> Result<()> {
-        self.inotify = inotify::init(CreateFlags::CLOEXEC | CreateFlags::NONBLOCK).at(self.tree.root())?;
+        self.inotify =
+            inotify::init(CreateFlags::CLOEXEC | CreateFlags::NONBLOCK).at(self.tree.root())?;
         Ok(())
     }
 }

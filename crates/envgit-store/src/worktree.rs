@@ -64,8 +64,8 @@ pub struct StatKey {
 impl StatKey {
     fn of(st: &rustix::fs::Stat) -> Self {
         Self {
-            mtime_ns: st.st_mtime as i64 * 1_000_000_000 + st.st_mtime_nsec as i64,
-            ctime_ns: st.st_ctime as i64 * 1_000_000_000 + st.st_ctime_nsec as i64,
+            mtime_ns: st.st_mtime * 1_000_000_000 + st.st_mtime_nsec as i64,
+            ctime_ns: st.st_ctime * 1_000_000_000 + st.st_ctime_nsec as i64,
             ino: st.st_ino,
             dev: st.st_dev,
             size: st.st_size as u64,
@@ -164,12 +164,10 @@ fn marker(name: &[u8], reason: MarkerReason, size: u64) -> CachedEntry {
 impl WorkTree {
     pub fn new(root: &Path, config: ScanConfig, store_dir: Option<&Path>) -> Result<Self> {
         let root_fd = beneath::open_root(root).at(root)?;
-        let skip = store_dir
-            .and_then(|d| std::fs::metadata(d).ok())
-            .map(|m| {
-                use std::os::unix::fs::MetadataExt;
-                (m.dev(), m.ino())
-            });
+        let skip = store_dir.and_then(|d| std::fs::metadata(d).ok()).map(|m| {
+            use std::os::unix::fs::MetadataExt;
+            (m.dev(), m.ino())
+        });
         Ok(Self {
             root: root.to_path_buf(),
             root_fd,
@@ -225,7 +223,11 @@ impl WorkTree {
     }
 
     /// Visit the whole tree; store what is new; return the root tree id.
-    pub fn full_scan(&mut self, store: &Store, progress: Option<&ScanProgress>) -> Result<(ObjectId, ScanReport)> {
+    pub fn full_scan(
+        &mut self,
+        store: &Store,
+        progress: Option<&ScanProgress>,
+    ) -> Result<(ObjectId, ScanReport)> {
         let ctx = self.ctx(store, progress);
         let root = beneath::open_dir_beneath(self.root_fd.as_fd(), b"").at(&self.root)?;
         let id = ctx.scan_subtree(root, b"")?;
@@ -240,7 +242,11 @@ impl WorkTree {
 
     /// Re-read only `dirty` directories (and rebuild the trees above them). A dirty directory
     /// that is new is scanned whole. Falls back to a full scan when the state cannot be trusted.
-    pub fn rescan(&mut self, store: &Store, dirty: &HashSet<Vec<u8>>) -> Result<(ObjectId, ScanReport)> {
+    pub fn rescan(
+        &mut self,
+        store: &Store,
+        dirty: &HashSet<Vec<u8>>,
+    ) -> Result<(ObjectId, ScanReport)> {
         if self.dirs.is_empty() || !self.root_tree().is_some_and(|t| store.has(&t)) {
             return self.full_scan(store, None);
         }
@@ -260,7 +266,9 @@ impl WorkTree {
             }
         }
         let mut order: Vec<Vec<u8>> = todo.into_iter().collect();
-        order.sort_by_key(|p| std::cmp::Reverse(p.iter().filter(|&&b| b == b'/').count() + usize::from(!p.is_empty())));
+        order.sort_by_key(|p| {
+            std::cmp::Reverse(p.iter().filter(|&&b| b == b'/').count() + usize::from(!p.is_empty()))
+        });
         let mut report = ScanReport::default();
         for rel in order {
             let is_dirty = dirty.contains(&rel);
@@ -284,7 +292,9 @@ impl WorkTree {
                 let ctx = self.ctx(store, None);
                 let state = ctx.scan_one(fd.as_fd(), &rel, true)?;
                 let mut out = ctx.out.into_inner().unwrap_or_default();
-                report.unstable.extend(ctx.unstable.into_inner().unwrap_or_default());
+                report
+                    .unstable
+                    .extend(ctx.unstable.into_inner().unwrap_or_default());
                 report.hashed += ctx.hashed.load(Ordering::Relaxed);
                 // Drop states of subdirectories that no longer exist.
                 let keep: HashSet<&[u8]> = state
@@ -297,7 +307,10 @@ impl WorkTree {
                     let gone: Vec<Vec<u8>> = old
                         .entries
                         .iter()
-                        .filter(|e| e.entry.kind == EntryKind::Dir && !keep.contains(e.entry.name.as_slice()))
+                        .filter(|e| {
+                            e.entry.kind == EntryKind::Dir
+                                && !keep.contains(e.entry.name.as_slice())
+                        })
                         .map(|e| join_rel(&rel, &e.entry.name))
                         .collect();
                     for g in gone {
@@ -308,12 +321,14 @@ impl WorkTree {
                 self.dirs.extend(out);
             } else {
                 // Not dirty itself: only the ids of its subdirectories changed.
-                let Some(mut state) = self.dirs.get(&rel).cloned() else { continue };
+                let Some(mut state) = self.dirs.get(&rel).cloned() else {
+                    continue;
+                };
                 for e in state.entries.iter_mut() {
-                    if e.entry.kind == EntryKind::Dir {
-                        if let Some(child) = self.dirs.get(&join_rel(&rel, &e.entry.name)) {
-                            e.entry.id = child.tree;
-                        }
+                    if e.entry.kind == EntryKind::Dir
+                        && let Some(child) = self.dirs.get(&join_rel(&rel, &e.entry.name))
+                    {
+                        e.entry.id = child.tree;
                     }
                 }
                 state.tree = put_tree(store, &state.entries)?;
@@ -327,11 +342,13 @@ impl WorkTree {
     }
 
     fn remove_subtree(&mut self, rel: &[u8]) {
-        let prefix = join_rel(rel, b"");
-        self.dirs.retain(|k, _| k.as_slice() != rel && !(k.starts_with(&prefix) && !rel.is_empty()));
         if rel.is_empty() {
             self.dirs.clear();
+            return;
         }
+        let prefix = join_rel(rel, b"");
+        self.dirs
+            .retain(|k, _| k.as_slice() != rel && !k.starts_with(&prefix));
     }
 }
 
@@ -393,7 +410,10 @@ impl Ctx<'_> {
                     };
                     if reuse_subdirs && let Some(k) = known {
                         entries.push(CachedEntry {
-                            entry: TreeEntry { id: k.tree, ..entry },
+                            entry: TreeEntry {
+                                id: k.tree,
+                                ..entry
+                            },
                             stat: StatKey::of(&st),
                         });
                         continue;
@@ -411,7 +431,9 @@ impl Ctx<'_> {
                     let target = match rustix::fs::readlinkat(dir, &name, Vec::new()) {
                         Ok(t) => t,
                         Err(Errno::NOENT) => continue,
-                        Err(e) => return Err(e).at(&PathBuf::from(beneath::display_rel(&child_rel))),
+                        Err(e) => {
+                            return Err(e).at(&PathBuf::from(beneath::display_rel(&child_rel)));
+                        }
                     };
                     let bytes = target.as_bytes();
                     let id = self.store.put(ObjectKind::Blob, bytes)?;
@@ -492,8 +514,12 @@ impl Ctx<'_> {
         loop {
             let fd = match beneath::open_file(dir, name) {
                 Ok(fd) => fd,
-                Err(Errno::ACCESS | Errno::PERM) => return Ok(marker(nb, MarkerReason::Unreadable, key.size)),
-                Err(Errno::LOOP | Errno::NOENT) => return Ok(marker(nb, MarkerReason::Unreadable, 0)),
+                Err(Errno::ACCESS | Errno::PERM) => {
+                    return Ok(marker(nb, MarkerReason::Unreadable, key.size));
+                }
+                Err(Errno::LOOP | Errno::NOENT) => {
+                    return Ok(marker(nb, MarkerReason::Unreadable, 0));
+                }
                 Err(e) => return Err(e).at(&path()),
             };
             let before = rustix::fs::fstat(&fd).at(&path())?;
@@ -505,10 +531,15 @@ impl Ctx<'_> {
                 return Ok(marker(nb, MarkerReason::TooLarge, before_key.size));
             }
             let mut file = File::from(fd);
-            let (id, size) = self.hash_and_store(&mut file, before_key.size).map_err(|e| match e {
-                StoreError::Io { source, .. } => StoreError::Io { path: path(), source },
-                e => e,
-            })?;
+            let (id, size) =
+                self.hash_and_store(&mut file, before_key.size)
+                    .map_err(|e| match e {
+                        StoreError::Io { source, .. } => StoreError::Io {
+                            path: path(),
+                            source,
+                        },
+                        e => e,
+                    })?;
             let after = StatKey::of(&rustix::fs::fstat(&file).at(&path())?);
             self.hashed.fetch_add(1, Ordering::Relaxed);
             if let Some(pr) = self.progress {
@@ -545,10 +576,11 @@ impl Ctx<'_> {
             return Ok((id, counted.n));
         }
         let mut buf = Vec::with_capacity(size_hint as usize + 1);
-        file.read_to_end(&mut buf).map_err(|source| StoreError::Io {
-            path: PathBuf::new(),
-            source,
-        })?;
+        file.read_to_end(&mut buf)
+            .map_err(|source| StoreError::Io {
+                path: PathBuf::new(),
+                source,
+            })?;
         if buf.len() as u64 > chunk::CHUNK_THRESHOLD {
             let id = chunk::store_chunked(self.store, buf.as_slice())?;
             return Ok((id, buf.len() as u64));
@@ -659,7 +691,14 @@ impl WorkTree {
                 };
                 entries.push(CachedEntry { entry, stat });
             }
-            dirs.insert(rel, DirState { tree, stamp_ns, entries });
+            dirs.insert(
+                rel,
+                DirState {
+                    tree,
+                    stamp_ns,
+                    entries,
+                },
+            );
         }
         Some(dirs)
     }

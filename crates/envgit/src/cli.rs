@@ -1,0 +1,149 @@
+//! The command line (DESIGN §8). Every command has `--help`; those that print data have `--json`.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "envgit",
+    version,
+    about = "Version control for the environment a coding agent works in",
+    long_about = "Version control for the environment a coding agent works in.\n\n\
+        After every step envgit keeps a content-addressed snapshot of the project and a record \
+        of what the step did; `envgit rewind N` and `envgit fork N DIR` move through it.\n\n\
+        The store lives outside the project, under $ENVGIT_HOME (else $XDG_DATA_HOME/envgit, \
+        else ~/.local/share/envgit)."
+)]
+pub struct Cli {
+    /// Run as if envgit was started in DIR.
+    #[arg(short = 'C', global = true, value_name = "DIR")]
+    pub dir: Option<PathBuf>,
+
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Make the current directory an envgit project: write a commented envgit.yaml and record
+    /// step 1 (import).
+    Init(InitArgs),
+    /// Record a step for the current state of the project.
+    Record(RecordArgs),
+    /// What each step did, newest first.
+    Log(LogArgs),
+    /// One step in detail.
+    Show(ShowArgs),
+    /// What step A did, or how step B differs from step A.
+    Diff(DiffArgs),
+    /// Make the project what it was after step N (itself a step, so it can be undone).
+    Rewind(RewindArgs),
+    /// Materialize step N into a new directory with a history of its own.
+    Fork(ForkArgs),
+    /// Verify every object and step of the store.
+    Fsck(JsonArg),
+    /// Keep the store under its disk budget; remove a captured secret from every snapshot.
+    Gc(GcArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct JsonArg {
+    /// Print data as JSON on stdout.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct InitArgs {
+    #[command(flatten)]
+    pub out: JsonArg,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum RecordKind {
+    Record,
+    Tool,
+    Run,
+    Repl,
+}
+
+#[derive(Args, Debug)]
+pub struct RecordArgs {
+    /// The kind of step.
+    #[arg(long, value_enum, default_value = "record")]
+    pub kind: RecordKind,
+    /// What the step was (a command line, a tool call).
+    #[arg(long, value_name = "TEXT")]
+    pub summary: Option<String>,
+    #[command(flatten)]
+    pub out: JsonArg,
+}
+
+#[derive(Args, Debug)]
+pub struct LogArgs {
+    /// Detail: times, exit codes, flags, every file and request.
+    #[arg(short, long)]
+    pub verbose: bool,
+    /// Show at most N steps.
+    #[arg(short = 'n', long, value_name = "N")]
+    pub limit: Option<usize>,
+    #[command(flatten)]
+    pub out: JsonArg,
+}
+
+#[derive(Args, Debug)]
+pub struct ShowArgs {
+    /// The step number.
+    pub step: u64,
+    #[command(flatten)]
+    pub out: JsonArg,
+}
+
+#[derive(Args, Debug)]
+pub struct DiffArgs {
+    /// With one step: what it did. With two: how B differs from A.
+    pub a: u64,
+    pub b: Option<u64>,
+    /// Only the list of changed paths.
+    #[arg(long)]
+    pub stat: bool,
+    #[command(flatten)]
+    pub out: JsonArg,
+}
+
+#[derive(Args, Debug)]
+pub struct RewindArgs {
+    /// The step to go back (or forward) to.
+    pub step: u64,
+    /// Also bring back envgit.yaml and the protected files as they were at step N.
+    #[arg(long)]
+    pub restore_policy: bool,
+    #[command(flatten)]
+    pub out: JsonArg,
+}
+
+#[derive(Args, Debug)]
+pub struct ForkArgs {
+    /// The step to materialize.
+    pub step: u64,
+    /// The new project's directory: created if missing, refused if not empty.
+    pub target: PathBuf,
+    /// Give the fork step N's envgit.yaml instead of the current one.
+    #[arg(long)]
+    pub restore_policy: bool,
+    #[command(flatten)]
+    pub out: JsonArg,
+}
+
+#[derive(Args, Debug)]
+pub struct GcArgs {
+    /// Remove PATH (relative to the project) from every snapshot, e.g. a secret that was captured.
+    #[arg(long, value_name = "PATH")]
+    pub purge: Vec<String>,
+    /// Override `snapshot.budget` for this run (e.g. 500MiB).
+    #[arg(long, value_name = "SIZE")]
+    pub budget: Option<String>,
+    #[command(flatten)]
+    pub out: JsonArg,
+}

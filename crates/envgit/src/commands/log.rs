@@ -1,0 +1,142 @@
+//! `envgit log`: newest first, one line per step (`-v` for detail, `--json` for data).
+
+use std::path::Path;
+use std::process::ExitCode;
+
+use envgit_store::Step;
+
+use crate::cli::LogArgs;
+use crate::failure::CmdResult;
+use crate::output::{self, Style};
+use crate::project::Project;
+
+pub fn run(dir: Option<&Path>, args: &LogArgs) -> CmdResult<ExitCode> {
+    let project = Project::find(dir)?;
+    let store = project.open_store_for_log()?;
+    let limit = args.limit.unwrap_or(usize::MAX);
+    let steps: Vec<&Step> = store.steps().iter().rev().take(limit).collect();
+    if args.out.json {
+        output::json(&steps)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let style = Style::stdout();
+    let mut out = String::new();
+    for step in steps {
+        out.push_str(&line(step, &style));
+        out.push('\n');
+        if args.verbose {
+            out.push_str(&detail(step, &style));
+        }
+    }
+    print!("{out}");
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `  4  run     sh release.sh   greet.js, .git (+3)   [flags]`
+pub fn line(step: &Step, style: &Style) -> String {
+    let mut l = format!(
+        "{}  {:<7} {}",
+        style.bold(&format!("{:>4}", step.number)),
+        step.kind.as_str(),
+        step.summary
+    );
+    if let Some(code) = step.exit_code.filter(|c| *c != 0) {
+        l.push_str(&style.red(&format!(" (exit {code})")));
+    }
+    l.push_str("  ");
+    l.push_str(&style.dim(&output::changed_files(step)));
+    let denied = step.refusals.len();
+    if !step.requests.is_empty() || denied > 0 {
+        l.push_str(&format!("  {} request(s)", step.requests.len()));
+        if denied > 0 {
+            l.push_str(&style.red(&format!(", {denied} refused")));
+        }
+    }
+    let flags = output::flag_names(step);
+    if !flags.is_empty() {
+        l.push_str(&style.yellow(&format!("  [{}]", flags.join(", "))));
+    }
+    l
+}
+
+pub fn detail(step: &Step, style: &Style) -> String {
+    let mut d = String::new();
+    let push = |d: &mut String, s: String| {
+        d.push_str("      ");
+        d.push_str(&s);
+        d.push('\n');
+    };
+    push(
+        &mut d,
+        format!(
+            "{} .. {}{}",
+            output::time(step.started_at_ms),
+            output::time(step.ended_at_ms),
+            step.parent
+                .map(|p| format!("  parent {p}"))
+                .unwrap_or_default()
+        ),
+    );
+    if let Some(cmd) = &step.command {
+        push(&mut d, format!("command: {}", cmd.join(" ")));
+    }
+    if let Some(code) = step.exit_code {
+        push(&mut d, format!("exit code: {code}"));
+    }
+    match step.tree {
+        Some(t) => push(&mut d, format!("tree: {}", t.short())),
+        None => push(&mut d, "tree: pruned (cannot be restored)".into()),
+    }
+    if let Some(t) = step.target {
+        push(&mut d, format!("restored step {t}"));
+    }
+    if let Some(o) = &step.origin {
+        push(&mut d, format!("forked from {} step {}", o.project, o.step));
+    }
+    let t = &step.changes_total;
+    push(
+        &mut d,
+        format!(
+            "{} added, {} modified, {} deleted",
+            t.added, t.modified, t.deleted
+        ),
+    );
+    for c in &step.changes {
+        let sign = match c.change {
+            envgit_store::ChangeKind::Added => style.green("+"),
+            envgit_store::ChangeKind::Modified => "~".into(),
+            envgit_store::ChangeKind::Deleted => style.red("-"),
+        };
+        push(&mut d, format!("  {sign} {}", c.path));
+    }
+    if step.changes_truncated {
+        push(
+            &mut d,
+            format!("  … `envgit diff {}` lists all", step.number),
+        );
+    }
+    for r in &step.requests {
+        let rule = r
+            .rule
+            .as_deref()
+            .map(|r| format!(" rule={r}"))
+            .unwrap_or_default();
+        push(
+            &mut d,
+            format!("{} {} {}{}{rule}", r.decision, r.method, r.host, r.path),
+        );
+    }
+    for r in &step.refusals {
+        push(
+            &mut d,
+            style.red(&format!("denied {} rule={}", r.what, r.rule)),
+        );
+    }
+    for a in &step.approvals {
+        push(
+            &mut d,
+            format!("{} {} rule={} by {}", a.answer, a.what, a.rule, a.approver),
+        );
+    }
+    d
+}

@@ -1,0 +1,32 @@
+//! One file per subcommand.
+
+mod diff;
+mod fork;
+mod fsck;
+mod gc;
+mod init;
+mod log;
+mod progress;
+mod record;
+mod rewind;
+mod show;
+
+use std::process::ExitCode;
+
+use crate::cli::{Cli, Command};
+use crate::failure::CmdResult;
+
+pub fn run(cli: Cli) -> CmdResult<ExitCode> {
+    let dir = cli.dir.as_deref();
+    match cli.command {
+        Command::Init(a) => init::run(dir, &a),
+        Command::Record(a) => record::run(dir, &a),
+        Command::Log(a) => log::run(dir, &a),
+        Command::Show(a) => show::run(dir, &a),
+        Command::Diff(a) => diff::run(dir, &a),
+        Command::Rewind(a) => rewind::run(dir, &a),
+        Command::Fork(a) => fork::run(dir, &a),
+        Command::Fsck(a) => fsck::run(dir, &a),
+        Command::Gc(a) => gc::run(dir, &a),
+    }
+}

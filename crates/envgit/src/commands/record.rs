@@ -1,0 +1,46 @@
+//! `envgit record`: a step for the current state of the project (hook integrations use it).
+
+use std::path::Path;
+use std::process::ExitCode;
+
+use envgit_store::{StepDraft, StepKind, now_ms};
+
+use crate::cli::{RecordArgs, RecordKind};
+use crate::failure::CmdResult;
+use crate::output;
+use crate::project::Project;
+
+pub fn run(dir: Option<&Path>, args: &RecordArgs) -> CmdResult<ExitCode> {
+    let project = Project::find(dir)?;
+    let mut store = project.open_store()?;
+    let mut wt = project.worktree(&store)?;
+    let kind = match args.kind {
+        RecordKind::Record => StepKind::Record,
+        RecordKind::Tool => StepKind::Tool,
+        RecordKind::Run => StepKind::Run,
+        RecordKind::Repl => StepKind::Repl,
+    };
+    let started = now_ms();
+    let mut guard = store.begin_step(kind.as_str())?;
+    let draft = StepDraft {
+        kind: Some(kind),
+        started_at_ms: started,
+        summary: args.summary.clone().unwrap_or_default(),
+        policy_hash: Some(project.policy.hash()),
+        ..Default::default()
+    };
+    let step = envgit_store::record(&mut store, &mut wt, &mut guard, draft, None)?;
+    drop(guard);
+    wt.save_cache(&store.stat_cache_path())?;
+    if args.out.json {
+        output::json(&step)?;
+    } else {
+        output::note(&format!(
+            "step {} {}: {}",
+            step.number,
+            step.kind.as_str(),
+            output::changed_files(&step)
+        ));
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,148 @@
+//! Printing: envgit's own messages on stderr, data on stdout; colour only on a terminal and
+//! never with NO_COLOR.
+
+use std::io::IsTerminal;
+
+use envgit_store::{ChangeKind, Step, StepFlag};
+
+fn colour_on(stream_is_tty: bool) -> bool {
+    stream_is_tty && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
+}
+
+pub struct Style {
+    on: bool,
+}
+
+impl Style {
+    pub fn stdout() -> Self {
+        Self {
+            on: colour_on(std::io::stdout().is_terminal()),
+        }
+    }
+    pub fn stderr() -> Self {
+        Self {
+            on: colour_on(std::io::stderr().is_terminal()),
+        }
+    }
+    fn paint(&self, code: &str, s: &str) -> String {
+        if self.on {
+            format!("\x1b[{code}m{s}\x1b[0m")
+        } else {
+            s.to_string()
+        }
+    }
+    pub fn bold(&self, s: &str) -> String {
+        self.paint("1", s)
+    }
+    pub fn dim(&self, s: &str) -> String {
+        self.paint("2", s)
+    }
+    pub fn red(&self, s: &str) -> String {
+        self.paint("31", s)
+    }
+    pub fn yellow(&self, s: &str) -> String {
+        self.paint("33", s)
+    }
+    pub fn green(&self, s: &str) -> String {
+        self.paint("32", s)
+    }
+}
+
+pub fn error(msg: &str) {
+    let s = Style::stderr();
+    eprintln!("{} {msg}", s.red("envgit:"));
+}
+
+pub fn warn(msg: &str) {
+    let s = Style::stderr();
+    eprintln!("{} {msg}", s.yellow("warning:"));
+}
+
+pub fn note(msg: &str) {
+    eprintln!("{msg}");
+}
+
+pub fn json<T: serde::Serialize>(value: &T) -> std::io::Result<()> {
+    let text = serde_json::to_string_pretty(value).map_err(std::io::Error::other)?;
+    println!("{text}");
+    Ok(())
+}
+
+/// At most five changed paths, those outside `.git` first, then `.git (+k)`.
+pub fn changed_files(step: &Step) -> String {
+    const MAX: usize = 5;
+    let is_git = |p: &str| p == ".git" || p.starts_with(".git/");
+    let outside: Vec<&str> = step
+        .changes
+        .iter()
+        .map(|c| c.path.as_str())
+        .filter(|p| !is_git(p))
+        .collect();
+    let total = step.changes_total.added + step.changes_total.modified + step.changes_total.deleted;
+    let git_count = if step.changes_truncated {
+        total.saturating_sub(outside.len() as u64)
+    } else {
+        step.changes.iter().filter(|c| is_git(&c.path)).count() as u64
+    };
+    let mut parts: Vec<String> = Vec::new();
+    let shown = outside.len().min(if git_count > 0 { MAX - 1 } else { MAX });
+    for c in step.changes.iter().filter(|c| !is_git(&c.path)).take(shown) {
+        let sign = match c.change {
+            ChangeKind::Added => "+",
+            ChangeKind::Modified => "",
+            ChangeKind::Deleted => "-",
+        };
+        parts.push(format!("{sign}{}", c.path));
+    }
+    let rest = outside.len() - shown;
+    if rest > 0 {
+        parts.push(format!("(+{rest} more)"));
+    }
+    if git_count > 0 {
+        parts.push(format!(".git (+{git_count})"));
+    }
+    if parts.is_empty() {
+        return "no changes".into();
+    }
+    parts.join(", ")
+}
+
+pub fn flag_names(step: &Step) -> Vec<&'static str> {
+    step.flags
+        .iter()
+        .map(|f| match f {
+            StepFlag::Overlapped => "overlapped",
+            StepFlag::ProtectedRestored => "protected-restored",
+            StepFlag::WatcherFallback => "watcher-fallback",
+            StepFlag::UnstableFiles => "unstable-files",
+            StepFlag::Pruned => "pruned",
+            StepFlag::Irreversible => "irreversible",
+            StepFlag::Purged => "purged",
+        })
+        .collect()
+}
+
+pub fn time(ms: u64) -> String {
+    match jiff::Timestamp::from_millisecond(ms as i64) {
+        Ok(ts) => ts
+            .to_zoned_datetime(jiff::tz::TimeZone::system())
+            .strftime("%Y-%m-%d %H:%M:%S")
+            .to_string(),
+        Err(_) => ms.to_string(),
+    }
+}
+
+pub fn size(bytes: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = bytes as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u < UNITS.len() - 1 {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{bytes} B")
+    } else {
+        format!("{v:.1} {}", UNITS[u])
+    }
+}

@@ -1,0 +1,155 @@
+//! Finding the project (the nearest directory upward holding `envgit.yaml`), reading its policy
+//! and opening its store.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use envgit_policy::{PROTECTED_PATHS, Policy};
+use envgit_store::{Excludes, ScanConfig, Store, WorkTree, envgit_home, store_dir_for};
+
+use crate::failure::{CmdResult, Failure};
+
+pub const POLICY_FILE: &str = "envgit.yaml";
+
+pub struct Project {
+    pub root: PathBuf,
+    pub policy: Policy,
+    pub policy_bytes: Vec<u8>,
+    pub store_dir: PathBuf,
+}
+
+/// The directory the command works in: `-C DIR` or the current one.
+pub fn start_dir(dir: Option<&Path>) -> CmdResult<PathBuf> {
+    let d = match dir {
+        Some(d) => d.to_path_buf(),
+        None => std::env::current_dir()?,
+    };
+    d.canonicalize()
+        .map_err(|e| Failure::usage(format!("{}: {e}", d.display())))
+}
+
+/// Read a file of the project without following a symlink: the agent may have planted one.
+pub fn read_nofollow(path: &Path) -> std::io::Result<Vec<u8>> {
+    use rustix::fs::{Mode, OFlags};
+    let fd = rustix::fs::open(
+        path,
+        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    )?;
+    let mut f = std::fs::File::from(fd);
+    let mut out = Vec::new();
+    f.read_to_end(&mut out)?;
+    Ok(out)
+}
+
+pub fn store_dir(root: &Path) -> CmdResult<PathBuf> {
+    Ok(store_dir_for(&envgit_home()?, root))
+}
+
+impl Project {
+    pub fn find(dir: Option<&Path>) -> CmdResult<Self> {
+        let start = start_dir(dir)?;
+        let mut cur = start.as_path();
+        let root = loop {
+            if cur.join(POLICY_FILE).symlink_metadata().is_ok() {
+                break cur.to_path_buf();
+            }
+            match cur.parent() {
+                Some(p) => cur = p,
+                None => {
+                    return Err(Failure::usage(format!(
+                        "{} is not in an envgit project (no {POLICY_FILE} here or above): run `envgit init`",
+                        start.display()
+                    )));
+                }
+            }
+        };
+        let policy_path = root.join(POLICY_FILE);
+        let policy_bytes = read_nofollow(&policy_path)
+            .map_err(|e| Failure::usage(format!("{}: {e}", policy_path.display())))?;
+        let text = String::from_utf8_lossy(&policy_bytes);
+        let policy = Policy::parse(&policy_path.display().to_string(), &text)
+            .map_err(|e| Failure::usage(e.to_string()))?;
+        let store_dir = store_dir(&root)?;
+        Ok(Self {
+            root,
+            policy,
+            policy_bytes,
+            store_dir,
+        })
+    }
+
+    pub fn open_store(&self) -> CmdResult<Store> {
+        Store::open(&self.store_dir).map_err(|e| self.no_store(e))
+    }
+
+    pub fn open_store_for_log(&self) -> CmdResult<Store> {
+        Store::open_steps_only(&self.store_dir).map_err(|e| self.no_store(e))
+    }
+
+    fn no_store(&self, e: envgit_store::StoreError) -> Failure {
+        if matches!(e, envgit_store::StoreError::Refused(_))
+            && !self.store_dir.join("store.json").exists()
+        {
+            return Failure::usage(format!(
+                "{} has an {POLICY_FILE} but no store at {} (was the project moved, or ENVGIT_HOME changed?): \
+                 move {POLICY_FILE} aside and run `envgit init`",
+                self.root.display(),
+                self.store_dir.display()
+            ));
+        }
+        e.into()
+    }
+
+    pub fn scan_config(&self) -> CmdResult<ScanConfig> {
+        let snap = &self.policy.snapshot;
+        let excludes = Excludes::new(&snap.exclude)?;
+        Ok(ScanConfig {
+            excludes,
+            max_file_size: snap.max_file_size,
+            fingerprint: format!("{:?}|{}", snap.exclude, snap.max_file_size),
+        })
+    }
+
+    /// A working tree with the stat cache loaded.
+    pub fn worktree(&self, store: &Store) -> CmdResult<WorkTree> {
+        let mut wt = WorkTree::new(&self.root, self.scan_config()?, Some(store.dir()))?;
+        wt.load_cache(&store.stat_cache_path());
+        Ok(wt)
+    }
+
+    /// Paths rewind keeps as they are now: DESIGN §4's protected list plus the directory
+    /// `core.hooksPath` names.
+    pub fn protected_paths(&self) -> Vec<String> {
+        let mut out: Vec<String> = PROTECTED_PATHS.iter().map(|p| p.to_string()).collect();
+        if let Some(hooks) = self.hooks_path() {
+            out.push(hooks);
+        }
+        out
+    }
+
+    fn hooks_path(&self) -> Option<String> {
+        let bytes = read_nofollow(&self.root.join(".git/config")).ok()?;
+        let text = String::from_utf8_lossy(&bytes);
+        let mut in_core = false;
+        for line in text.lines() {
+            let l = line.trim();
+            if l.starts_with('[') {
+                in_core = l.to_ascii_lowercase().starts_with("[core");
+            } else if in_core
+                && let Some((k, v)) = l.split_once('=')
+                && k.trim().eq_ignore_ascii_case("hookspath")
+            {
+                let v = v.trim().trim_matches('"');
+                let rel = Path::new(v)
+                    .strip_prefix(&self.root)
+                    .map(Path::to_path_buf)
+                    .unwrap_or_else(|_| PathBuf::from(v));
+                if rel.is_relative() {
+                    return Some(rel.to_string_lossy().trim_end_matches('/').to_string());
+                }
+            }
+        }
+        None
+    }
+}
