@@ -1,0 +1,138 @@
+//! Shared fixtures for the integration tests: a temporary project with its own store, the real
+//! `envgit` binary, and real git.
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+pub struct Env {
+    pub tmp: tempfile::TempDir,
+    pub home: PathBuf,
+    pub project: PathBuf,
+}
+
+pub struct Run {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Run {
+    fn from(o: Output) -> Self {
+        Self {
+            code: o.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
+        }
+    }
+    pub fn ok(self) -> Self {
+        assert_eq!(
+            self.code, 0,
+            "expected success\nstdout:\n{}\nstderr:\n{}",
+            self.stdout, self.stderr
+        );
+        self
+    }
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_str(&self.stdout)
+            .unwrap_or_else(|e| panic!("not JSON ({e}):\n{}", self.stdout))
+    }
+}
+
+pub fn envgit_bin() -> &'static str {
+    env!("CARGO_BIN_EXE_envgit")
+}
+
+impl Env {
+    /// An empty project directory and a store home, both temporary.
+    pub fn new() -> Self {
+        let tmp = tempfile::tempdir().unwrap();
+        let home = tmp.path().join("home");
+        let project = tmp.path().join("project");
+        std::fs::create_dir_all(&project).unwrap();
+        Self { tmp, home, project }
+    }
+
+    pub fn cmd(&self, dir: &Path) -> Command {
+        let mut c = Command::new(envgit_bin());
+        c.current_dir(dir)
+            .env("ENVGIT_HOME", &self.home)
+            .env("NO_COLOR", "1");
+        c
+    }
+
+    pub fn envgit_in(&self, dir: &Path, args: &[&str]) -> Run {
+        Run::from(self.cmd(dir).args(args).output().unwrap())
+    }
+
+    pub fn envgit(&self, args: &[&str]) -> Run {
+        self.envgit_in(&self.project, args)
+    }
+
+    pub fn path(&self, rel: &str) -> PathBuf {
+        self.project.join(rel)
+    }
+
+    pub fn write(&self, rel: &str, content: &str) {
+        let p = self.path(rel);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, content).unwrap();
+    }
+
+    pub fn read(&self, rel: &str) -> String {
+        std::fs::read_to_string(self.path(rel)).unwrap()
+    }
+
+    pub fn sh(&self, script: &str) -> Run {
+        Run::from(
+            Command::new("sh")
+                .arg("-c")
+                .arg(script)
+                .current_dir(&self.project)
+                .env("GIT_AUTHOR_NAME", "t")
+                .env("GIT_AUTHOR_EMAIL", "t@example.invalid")
+                .env("GIT_COMMITTER_NAME", "t")
+                .env("GIT_COMMITTER_EMAIL", "t@example.invalid")
+                .env("GIT_CONFIG_NOSYSTEM", "1")
+                .env("HOME", self.tmp.path())
+                .output()
+                .unwrap(),
+        )
+    }
+
+    /// `envgit init` in the project.
+    pub fn init(&self) -> Run {
+        self.envgit(&["init"]).ok()
+    }
+
+    /// `envgit record` and the number of the step it made.
+    pub fn record(&self) -> u64 {
+        let r = self.envgit(&["record", "--json"]).ok();
+        r.json()["number"].as_u64().unwrap()
+    }
+
+    pub fn log_json(&self) -> Vec<serde_json::Value> {
+        self.envgit(&["log", "--json"])
+            .ok()
+            .json()
+            .as_array()
+            .unwrap()
+            .clone()
+    }
+
+    pub fn store_dir(&self) -> PathBuf {
+        let projects = self.home.join("projects");
+        let mut dirs: Vec<PathBuf> = std::fs::read_dir(projects)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        dirs.sort();
+        let canon = self.project.canonicalize().unwrap();
+        dirs.into_iter()
+            .find(|d| {
+                let meta = std::fs::read_to_string(d.join("store.json")).unwrap_or_default();
+                meta.contains(&*canon.to_string_lossy())
+            })
+            .expect("store for the project")
+    }
+}
