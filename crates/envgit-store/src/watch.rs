@@ -32,7 +32,7 @@ pub struct LiveTree {
 }
 
 /// How a snapshot was taken.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum SnapshotMode {
     /// Only the directories the watcher reported were read.
     Incremental,

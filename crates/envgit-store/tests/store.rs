@@ -1,0 +1,127 @@
+//! The store's own guarantees: overlapping steps are flagged, a torn journal or pack tail is
+//! ignored by readers and cut off by the next writer, objects are deduplicated.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::io::Write;
+
+use envgit_store::{ObjectKind, ScanConfig, StepDraft, StepFlag, Store, WorkTree};
+
+fn setup() -> (tempfile::TempDir, std::path::PathBuf, std::path::PathBuf) {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("p");
+    std::fs::create_dir_all(&root).unwrap();
+    std::fs::write(root.join("f"), "1").unwrap();
+    let store = tmp.path().join("s");
+    Store::create(&store, &root).unwrap();
+    (tmp, root, store)
+}
+
+fn snapshot(store: &Store, root: &std::path::Path) -> envgit_store::ObjectId {
+    let mut wt = WorkTree::new(root, ScanConfig::default(), None).unwrap();
+    wt.full_scan(store, None).unwrap().0
+}
+
+#[test]
+fn steps_open_at_the_same_time_are_flagged_overlapped() {
+    let (_t, root, dir) = setup();
+    let mut a = Store::open(&dir).unwrap();
+    let mut b = Store::open(&dir).unwrap();
+    let mut ga = a.begin_step("a").unwrap();
+    let mut gb = b.begin_step("b").unwrap();
+    let tree = snapshot(&b, &root);
+    let sb = b.commit(&mut gb, StepDraft::default(), tree).unwrap();
+    drop(gb);
+    let tree = snapshot(&a, &root);
+    let sa = a.commit(&mut ga, StepDraft::default(), tree).unwrap();
+    assert_eq!((sb.number, sa.number), (1, 2));
+    assert!(sb.has_flag(StepFlag::Overlapped), "b committed while a was open");
+    assert!(sa.has_flag(StepFlag::Overlapped), "a began before b committed");
+    drop(ga);
+    // A step alone is not flagged.
+    let mut g = a.begin_step("c").unwrap();
+    let s = a.commit(&mut g, StepDraft::default(), tree).unwrap();
+    assert!(!s.has_flag(StepFlag::Overlapped));
+}
+
+#[test]
+fn a_torn_journal_tail_is_ignored_by_readers_and_cut_by_the_next_writer() {
+    let (_t, root, dir) = setup();
+    let mut s = Store::open(&dir).unwrap();
+    let mut g = s.begin_step("x").unwrap();
+    let tree = snapshot(&s, &root);
+    s.commit(&mut g, StepDraft::default(), tree).unwrap();
+    drop(g);
+    let journal = dir.join("journal");
+    let good_len = std::fs::metadata(&journal).unwrap().len();
+    // A crash in the middle of the next commit: half a frame.
+    let mut f = std::fs::OpenOptions::new().append(true).open(&journal).unwrap();
+    f.write_all(&[0x31, 0x4a, 0x47, 0x45, 2, 200, 0, 0, 0, b'{']).unwrap();
+    drop(f);
+    let reader = Store::open_steps_only(&dir).unwrap();
+    assert_eq!(reader.steps().len(), 1);
+    let mut w = Store::open(&dir).unwrap();
+    std::fs::write(root.join("f"), "2").unwrap();
+    let mut g = w.begin_step("y").unwrap();
+    let tree = snapshot(&w, &root);
+    let step = w.commit(&mut g, StepDraft::default(), tree).unwrap();
+    assert_eq!(step.number, 2);
+    assert!(std::fs::metadata(&journal).unwrap().len() > good_len);
+    let again = Store::open(&dir).unwrap();
+    assert_eq!(again.steps().len(), 2);
+    assert_eq!(envgit_store::fsck(&again, None).unwrap().is_clean(), true);
+}
+
+#[test]
+fn uncommitted_objects_are_invisible_and_their_pack_tail_is_reused() {
+    let (_t, _root, dir) = setup();
+    let id = {
+        let s = Store::open(&dir).unwrap();
+        // Written but never committed: like a writer killed before its step record.
+        s.put(ObjectKind::Blob, b"orphan content").unwrap()
+    };
+    let s = Store::open(&dir).unwrap();
+    assert!(!s.has(&id));
+    let again = s.put(ObjectKind::Blob, b"orphan content").unwrap();
+    assert_eq!(id, again);
+    let packs: Vec<_> = std::fs::read_dir(dir.join("packs")).unwrap().collect();
+    assert_eq!(packs.len(), 1, "the crashed writer's pack was taken over, not left beside a new one");
+}
+
+#[test]
+fn identical_content_is_stored_once() {
+    let (_t, root, dir) = setup();
+    for i in 0..20 {
+        std::fs::write(root.join(format!("copy{i}")), "same bytes in every file".repeat(100)).unwrap();
+    }
+    let mut s = Store::open(&dir).unwrap();
+    let mut g = s.begin_step("x").unwrap();
+    let tree = snapshot(&s, &root);
+    s.commit(&mut g, StepDraft::default(), tree).unwrap();
+    // root tree, "1" and one copy of the repeated content
+    assert_eq!(s.index().len(), 3);
+}
+
+#[test]
+fn a_large_file_edit_stores_a_small_delta() {
+    let (_t, root, dir) = setup();
+    let mut data: Vec<u8> = (0..24u32 << 20).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
+    std::fs::write(root.join("big.bin"), &data).unwrap();
+    let mut s = Store::open(&dir).unwrap();
+    let mut g = s.begin_step("x").unwrap();
+    let tree = snapshot(&s, &root);
+    s.commit(&mut g, StepDraft::default(), tree).unwrap();
+    drop(g);
+    let before = s.disk_usage().unwrap();
+    data[12 << 20] ^= 0xff;
+    std::fs::write(root.join("big.bin"), &data).unwrap();
+    let mut g = s.begin_step("y").unwrap();
+    let tree = snapshot(&s, &root);
+    s.commit(&mut g, StepDraft::default(), tree).unwrap();
+    let growth = s.disk_usage().unwrap() - before;
+    assert!(growth < 6 << 20, "a one-byte edit of a 24 MiB file stored {growth} bytes");
+    let content = {
+        let t = s.read_tree(&tree).unwrap();
+        s.read_file(&t.get(b"big.bin").unwrap().id).unwrap()
+    };
+    assert!(content == data);
+}
