@@ -41,7 +41,7 @@ pub struct GcReport {
 
 pub fn gc(store: &mut Store, opts: &GcOptions) -> Result<GcReport> {
     let _gc = gc_exclusive(store.dir())?;
-    store.release_writer();
+    store.switch_to_new_pack()?;
     let _commit = Flock::exclusive(&store.dir().join("lock"))?;
     store.catch_up()?;
     let mut report = GcReport {
@@ -73,12 +73,15 @@ pub fn gc(store: &mut Store, opts: &GcOptions) -> Result<GcReport> {
             }
         }
     }
-    let purged_objects = store.take_pending_synced()?;
 
     // Prune older unmarked steps while the live data is over budget.
     loop {
         let live = live_set(store, &steps)?;
-        let live_bytes = live_bytes(store, &live, &purged_objects);
+        // The journal counts too: step records stay even for pruned steps.
+        let journal = std::fs::metadata(store.journal_path())
+            .map(|m| m.len())
+            .unwrap_or(0);
+        let live_bytes = live_bytes(store, &live) + journal;
         if live_bytes <= opts.budget {
             break;
         }
@@ -103,11 +106,13 @@ pub fn gc(store: &mut Store, opts: &GcOptions) -> Result<GcReport> {
     // Current locations of every live object, including trees purge just wrote.
     let mut locs: HashMap<ObjectId, Location> = HashMap::new();
     for id in &live {
-        if let Some(l) = store.index().get(id).or_else(|| purged_objects.get(id)) {
-            locs.insert(*id, *l);
+        if let Some(l) = store.location(id) {
+            locs.insert(*id, l);
         }
     }
     report.objects_dropped = store.index().keys().filter(|id| !live.contains(id)).count() as u64;
+    // Trees that purge wrote must be durable before the journal names them.
+    store.take_pending_synced()?;
     publish(store, &locs, &steps)?;
 
     // Compact packs one at a time.
@@ -135,8 +140,8 @@ pub fn gc(store: &mut Store, opts: &GcOptions) -> Result<GcReport> {
         };
         let live_in_pack = by_pack.remove(&pack_id).unwrap_or_default();
         let live_len: u64 = live_in_pack.iter().map(|(_, l)| l.record_len()).sum();
-        if live_len == len {
-            continue;
+        if live_len == len && len > 0 {
+            continue; // nothing dead in it
         }
         if !live_in_pack.is_empty() {
             let w = match writer.as_mut() {
@@ -181,9 +186,9 @@ fn live_set(store: &Store, steps: &[crate::step::Step]) -> Result<HashSet<Object
     Ok(live)
 }
 
-fn live_bytes(store: &Store, live: &HashSet<ObjectId>, extra: &HashMap<ObjectId, Location>) -> u64 {
+fn live_bytes(store: &Store, live: &HashSet<ObjectId>) -> u64 {
     live.iter()
-        .filter_map(|id| store.index().get(id).or_else(|| extra.get(id)))
+        .filter_map(|id| store.location(id))
         .map(|l| l.record_len())
         .sum()
 }

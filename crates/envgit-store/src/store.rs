@@ -240,7 +240,8 @@ impl Store {
         packs
     }
 
-    fn location(&self, id: &ObjectId) -> Option<Location> {
+    /// Where an object is: committed, or added by this process since its last commit.
+    pub(crate) fn location(&self, id: &ObjectId) -> Option<Location> {
         if let Some(loc) = self.index.get(id) {
             return Some(*loc);
         }
@@ -553,11 +554,18 @@ impl Store {
         &self.reader
     }
 
-    /// Drop the pack writer (releasing its flock) so gc can work on every pack.
-    pub(crate) fn release_writer(&self) {
-        if let Ok(mut w) = self.writer.lock() {
-            *w = None;
+    /// Write from now on into a brand-new pack (releasing the flock on the old one), so gc
+    /// can compact every existing pack.
+    pub(crate) fn switch_to_new_pack(&self) -> Result<()> {
+        let mut w = self
+            .writer
+            .lock()
+            .map_err(|_| StoreError::corrupt("poisoned"))?;
+        if let Some(old) = w.as_mut() {
+            old.sync()?;
         }
+        *w = Some(PackWriter::acquire_new(&self.packs_dir())?);
+        Ok(())
     }
 
     /// Total bytes of packs and journal.

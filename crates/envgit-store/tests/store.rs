@@ -34,8 +34,14 @@ fn steps_open_at_the_same_time_are_flagged_overlapped() {
     let tree = snapshot(&a, &root);
     let sa = a.commit(&mut ga, StepDraft::default(), tree).unwrap();
     assert_eq!((sb.number, sa.number), (1, 2));
-    assert!(sb.has_flag(StepFlag::Overlapped), "b committed while a was open");
-    assert!(sa.has_flag(StepFlag::Overlapped), "a began before b committed");
+    assert!(
+        sb.has_flag(StepFlag::Overlapped),
+        "b committed while a was open"
+    );
+    assert!(
+        sa.has_flag(StepFlag::Overlapped),
+        "a began before b committed"
+    );
     drop(ga);
     // A step alone is not flagged.
     let mut g = a.begin_step("c").unwrap();
@@ -54,8 +60,12 @@ fn a_torn_journal_tail_is_ignored_by_readers_and_cut_by_the_next_writer() {
     let journal = dir.join("journal");
     let good_len = std::fs::metadata(&journal).unwrap().len();
     // A crash in the middle of the next commit: half a frame.
-    let mut f = std::fs::OpenOptions::new().append(true).open(&journal).unwrap();
-    f.write_all(&[0x31, 0x4a, 0x47, 0x45, 2, 200, 0, 0, 0, b'{']).unwrap();
+    let mut f = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&journal)
+        .unwrap();
+    f.write_all(&[0x31, 0x4a, 0x47, 0x45, 2, 200, 0, 0, 0, b'{'])
+        .unwrap();
     drop(f);
     let reader = Store::open_steps_only(&dir).unwrap();
     assert_eq!(reader.steps().len(), 1);
@@ -68,7 +78,7 @@ fn a_torn_journal_tail_is_ignored_by_readers_and_cut_by_the_next_writer() {
     assert!(std::fs::metadata(&journal).unwrap().len() > good_len);
     let again = Store::open(&dir).unwrap();
     assert_eq!(again.steps().len(), 2);
-    assert_eq!(envgit_store::fsck(&again, None).unwrap().is_clean(), true);
+    assert!(envgit_store::fsck(&again, None).unwrap().is_clean());
 }
 
 #[test]
@@ -84,14 +94,22 @@ fn uncommitted_objects_are_invisible_and_their_pack_tail_is_reused() {
     let again = s.put(ObjectKind::Blob, b"orphan content").unwrap();
     assert_eq!(id, again);
     let packs: Vec<_> = std::fs::read_dir(dir.join("packs")).unwrap().collect();
-    assert_eq!(packs.len(), 1, "the crashed writer's pack was taken over, not left beside a new one");
+    assert_eq!(
+        packs.len(),
+        1,
+        "the crashed writer's pack was taken over, not left beside a new one"
+    );
 }
 
 #[test]
 fn identical_content_is_stored_once() {
     let (_t, root, dir) = setup();
     for i in 0..20 {
-        std::fs::write(root.join(format!("copy{i}")), "same bytes in every file".repeat(100)).unwrap();
+        std::fs::write(
+            root.join(format!("copy{i}")),
+            "same bytes in every file".repeat(100),
+        )
+        .unwrap();
     }
     let mut s = Store::open(&dir).unwrap();
     let mut g = s.begin_step("x").unwrap();
@@ -104,7 +122,9 @@ fn identical_content_is_stored_once() {
 #[test]
 fn a_large_file_edit_stores_a_small_delta() {
     let (_t, root, dir) = setup();
-    let mut data: Vec<u8> = (0..24u32 << 20).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
+    let mut data: Vec<u8> = (0..24u32 << 20)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+        .collect();
     std::fs::write(root.join("big.bin"), &data).unwrap();
     let mut s = Store::open(&dir).unwrap();
     let mut g = s.begin_step("x").unwrap();
@@ -118,7 +138,10 @@ fn a_large_file_edit_stores_a_small_delta() {
     let tree = snapshot(&s, &root);
     s.commit(&mut g, StepDraft::default(), tree).unwrap();
     let growth = s.disk_usage().unwrap() - before;
-    assert!(growth < 6 << 20, "a one-byte edit of a 24 MiB file stored {growth} bytes");
+    assert!(
+        growth < 6 << 20,
+        "a one-byte edit of a 24 MiB file stored {growth} bytes"
+    );
     let content = {
         let t = s.read_tree(&tree).unwrap();
         s.read_file(&t.get(b"big.bin").unwrap().id).unwrap()

@@ -146,8 +146,14 @@ fn watcher_and_rescan_give_identical_trees() {
         let (fresh_id, _) = fresh.full_scan(&store, None).unwrap();
         assert_eq!(live_id, fresh_id, "step {step} after {did:?} ({mode:?})");
     }
-    assert!(modes.contains(&SnapshotMode::Incremental), "the watcher never ran incrementally");
-    assert!(modes.contains(&SnapshotMode::FullRescan), "the fallback never ran");
+    assert!(
+        modes.contains(&SnapshotMode::Incremental),
+        "the watcher never ran incrementally"
+    );
+    assert!(
+        modes.contains(&SnapshotMode::FullRescan),
+        "the fallback never ran"
+    );
 }
 
 #[test]
