@@ -101,7 +101,11 @@ pub fn detail(step: &Step, style: &Style) -> String {
             t.added, t.modified, t.deleted
         ),
     );
-    for c in &step.changes {
+    // Paths outside .git first, as in the one-line summary.
+    let is_git = |p: &str| p == ".git" || p.starts_with(".git/");
+    let mut changes: Vec<&envgit_store::Change> = step.changes.iter().collect();
+    changes.sort_by_key(|c| is_git(&c.path));
+    for c in changes {
         let sign = match c.change {
             envgit_store::ChangeKind::Added => style.green("+"),
             envgit_store::ChangeKind::Modified => "~".into(),
