@@ -1,1 +1,128 @@
-//! placeholder
+//! The egress gate: every connection out of the sandbox ends here and is decided.
+//!
+//! v0 applies `network.allow` only (DESIGN §5, first step of the order of judgement). What is
+//! not allowed is refused; nothing is tunnelled undecided.
+//!
+//! # Wire protocol (relay → gate)
+//!
+//! The gate listens on a unix socket (in a 0700 directory the caller made). Each connection
+//! starts with one HTTP/1.1 request head that carries the run's secret as
+//! `X-Envgit-Token: <token>`; a connection whose first head lacks it (or has it twice, or
+//! wrong) gets `403 Forbidden` and is closed. The relay adds the header; the workload never
+//! sees the token. Optionally `X-Envgit-Capture: tls|http|forward|proxy` says where the
+//! connection came from (logging only: it grants nothing).
+//!
+//! - `CONNECT host:port HTTP/1.1` → decided with [`envgit_policy::decide_connect`]; the name
+//!   is resolved on the host and every address vetted ([`envgit_policy::vet_address`]); on
+//!   success `HTTP/1.1 200 Connection established`, then the first client bytes are sniffed:
+//!   TLS is spliced (issue 4 terminates it here, see `tunnel.rs`), plain HTTP is forwarded
+//!   request by request (each re-decided, `Host` must name the CONNECT target, else 421),
+//!   anything else is closed (rule `network.opaque`) — except for an explicit loopback
+//!   `host:port` entry, where raw TCP is spliced unsniffed.
+//! - `GET http://host[:port]/path HTTP/1.1` (absolute form) → decided on host:port (default
+//!   80) and, if allowed, forwarded in origin form with `Connection: close`.
+//! - A refusal is `403 Forbidden` with `X-Envgit-Decision: deny; rule=<id>` and the body
+//!   `envgit: denied CONNECT host:port (rule <id>)` / `envgit: denied GET host/path (rule <id>)`.
+//!
+//! Plain HTTP is served one request per client connection (the response carries
+//! `Connection: close`), so a second request on the connection can never pass undecided.
+
+mod conn;
+mod decide;
+mod events;
+mod head;
+mod http;
+mod listener;
+mod splice;
+mod tunnel;
+mod upstream;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+pub use events::GateEvent;
+
+/// Header carrying the per-run secret on the first request head of every connection.
+pub const TOKEN_HEADER: &str = "X-Envgit-Token";
+/// Header naming where a relayed connection came from: `tls`, `http`, `forward` or `proxy`.
+pub const CAPTURE_HEADER: &str = "X-Envgit-Capture";
+
+pub struct GateConfig {
+    /// Where to create the unix socket; its directory must exist (the caller makes it 0700).
+    pub socket_path: PathBuf,
+    /// The per-run secret every connection must present as [`TOKEN_HEADER`].
+    pub token: String,
+    pub policy: Arc<envgit_policy::Policy>,
+}
+
+/// A running gate: its own tokio runtime, one unix listener.
+pub struct Gate {
+    runtime: Option<tokio::runtime::Runtime>,
+    shutdown: Arc<tokio::sync::Notify>,
+    events: Arc<events::Events>,
+    socket_path: PathBuf,
+}
+
+impl Gate {
+    /// Binds the unix socket (mode 0600) and starts serving.
+    pub fn start(cfg: GateConfig) -> std::io::Result<Gate> {
+        if cfg.token.is_empty() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "envgit-gate: the token must not be empty",
+            ));
+        }
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("envgit-gate")
+            .enable_all()
+            .build()?;
+        let events = Arc::new(events::Events::default());
+        let shutdown = Arc::new(tokio::sync::Notify::new());
+        let listener = {
+            let _enter = runtime.enter();
+            listener::bind(&cfg.socket_path)?
+        };
+        let shared = Arc::new(listener::Shared {
+            token: cfg.token,
+            policy: cfg.policy,
+            events: Arc::clone(&events),
+        });
+        runtime.spawn(listener::serve(listener, shared, Arc::clone(&shutdown)));
+        Ok(Gate {
+            runtime: Some(runtime),
+            shutdown,
+            events,
+            socket_path: cfg.socket_path,
+        })
+    }
+
+    /// Everything recorded since the last call, in the order connections and requests
+    /// finished. A tunnel is recorded when it closes (with its byte counts); one still open
+    /// shows up in a later call, or in what [`Gate::stop`] returns.
+    pub fn take_events(&self) -> Vec<GateEvent> {
+        self.events.take()
+    }
+
+    /// Stops accepting, ends open connections, removes the socket, and returns the events not
+    /// yet taken (open tunnels included, with the bytes they carried so far).
+    pub fn stop(mut self) -> Vec<GateEvent> {
+        self.shutdown_now();
+        self.events.take()
+    }
+
+    fn shutdown_now(&mut self) {
+        self.shutdown.notify_one();
+        if let Some(rt) = self.runtime.take() {
+            rt.shutdown_timeout(Duration::from_millis(200));
+        }
+        let _ = std::fs::remove_file(&self.socket_path);
+    }
+}
+
+impl Drop for Gate {
+    fn drop(&mut self) {
+        self.shutdown_now();
+    }
+}

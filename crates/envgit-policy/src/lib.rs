@@ -4,20 +4,27 @@
 
 mod error;
 mod hash;
+mod network;
 mod node;
 mod parse;
 mod protected;
 mod read;
 mod schema;
+mod shell;
 mod size;
 mod template;
 
 pub use error::PolicyError;
+pub use network::{
+    ConnectDecision, RULE_ALLOW, RULE_IP_LITERAL, RULE_PORT22, RULE_PRIVATE, decide_connect,
+    is_special, loopback_forwards, raw_tcp_allowed, vet_address,
+};
 pub use protected::{PROTECTED_PATHS, is_protected};
 pub use schema::{
     Action, ApproversSection, EnvSection, FilesystemSection, IrreversibleEntry, L7Rule, McpSection,
     McpServer, NetRule, NetworkSection, Policy, Preset, ShellAction, ShellRule, SnapshotSection,
 };
+pub use shell::{ShellMatch, command_line};
 pub use size::parse_size;
 pub use template::INIT_TEMPLATE;
 

@@ -1,4 +1,28 @@
 //! Runs one command in a masked view of the host whose only way out is envgit's gate.
 //! Knows nothing of steps.
+//!
+//! The host side ([`launch`]) re-executes the current binary into a hidden subcommand that
+//! calls [`child::sandbox_main`]; that single-threaded process builds the sandbox in DESIGN §4's
+//! order (user + network namespace → relay → mount, pid, ipc, uts namespaces → the root →
+//! pivot_root → capabilities dropped → Landlock → seccomp) and execs the command.
 
+// Namespaces, fork, mounts and seccomp need system calls no safe wrapper offers; each unsafe
+// block says why it is sound.
+#![allow(unsafe_code)]
+
+mod child;
+mod init;
+mod landlock_rules;
+pub mod launch;
+mod mounts;
+pub mod plan;
 pub mod relay;
+mod relay_glue;
+mod seccomp;
+pub mod spec;
+mod sys;
+mod userns;
+
+pub use child::sandbox_main;
+pub use launch::{HIDDEN_SUBCOMMAND, Outcome, SandboxChild, SignalGuard, spawn};
+pub use spec::Spec;

@@ -29,6 +29,8 @@ pub enum Command {
     /// Make the current directory an envgit project: write a commented envgit.yaml and record
     /// step 1 (import).
     Init(InitArgs),
+    /// Run a command in the sandbox as one step: `envgit run -- CMD ARGS…`.
+    Run(RunArgs),
     /// Record a step for the current state of the project.
     Record(RecordArgs),
     /// What each step did, newest first.
@@ -146,4 +148,16 @@ pub struct GcArgs {
     pub budget: Option<String>,
     #[command(flatten)]
     pub out: JsonArg,
+}
+
+#[derive(Args, Debug)]
+pub struct RunArgs {
+    /// The command and its arguments (`envgit run sh -c '…'` for a shell line).
+    #[arg(
+        required = true,
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "CMD"
+    )]
+    pub command: Vec<String>,
 }

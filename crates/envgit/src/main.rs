@@ -5,12 +5,21 @@ mod commands;
 mod failure;
 mod output;
 mod project;
+mod supervisor;
 
 use std::process::ExitCode;
 
 use clap::Parser;
 
 fn main() -> ExitCode {
+    // The sandbox re-executes this binary; that process must stay single-threaded and never
+    // reach clap.
+    if std::env::args_os()
+        .nth(1)
+        .is_some_and(|a| a == envgit_sandbox::HIDDEN_SUBCOMMAND)
+    {
+        envgit_sandbox::sandbox_main();
+    }
     let cli = cli::Cli::parse();
     match commands::run(cli) {
         Ok(code) => code,

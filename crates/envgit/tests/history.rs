@@ -85,7 +85,10 @@ fn rewind_of_a_rewind_and_rewind_is_a_step() {
     assert_eq!(r.stdout.trim(), "rewound to step 1 (2 step(s) undone)");
     assert_eq!(env.read("f.txt"), "v1");
     // The rewind's own snapshot is exactly step 1 again.
-    assert_eq!(env.envgit(&["diff", "1", "4", "--json"]).ok().json(), serde_json::json!([]));
+    assert_eq!(
+        env.envgit(&["diff", "1", "4", "--json"]).ok().json(),
+        serde_json::json!([])
+    );
     let r = env.envgit(&["rewind", "3"]).ok(); // 5
     assert_eq!(r.stdout.trim(), "rewound to step 3 (1 step(s) undone)");
     assert_eq!(env.read("f.txt"), "v3");

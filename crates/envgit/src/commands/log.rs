@@ -130,7 +130,17 @@ pub fn detail(step: &Step, style: &Style) -> String {
             format!("{} {} {}{}{rule}", r.decision, r.method, r.host, r.path),
         );
     }
-    for r in &step.refusals {
+    // Refused requests are already listed above; other refusals (files, commands) are not.
+    let as_requests: Vec<String> = step
+        .requests
+        .iter()
+        .map(|r| format!("{} {}{}", r.method, r.host, r.path))
+        .collect();
+    for r in step
+        .refusals
+        .iter()
+        .filter(|r| !as_requests.contains(&r.what))
+    {
         push(
             &mut d,
             style.red(&format!("denied {} rule={}", r.what, r.rule)),

@@ -9,6 +9,7 @@ mod log;
 mod progress;
 mod record;
 mod rewind;
+mod run;
 mod show;
 
 use std::process::ExitCode;
@@ -20,6 +21,7 @@ pub fn run(cli: Cli) -> CmdResult<ExitCode> {
     let dir = cli.dir.as_deref();
     match cli.command {
         Command::Init(a) => init::run(dir, &a),
+        Command::Run(a) => run::run(dir, &a),
         Command::Record(a) => record::run(dir, &a),
         Command::Log(a) => log::run(dir, &a),
         Command::Show(a) => show::run(dir, &a),

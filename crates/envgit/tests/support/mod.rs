@@ -50,6 +50,7 @@ impl Env {
         let home = tmp.path().join("home");
         let project = tmp.path().join("project");
         std::fs::create_dir_all(&project).unwrap();
+        std::fs::create_dir_all(tmp.path().join("userhome")).unwrap();
         Self { tmp, home, project }
     }
 
@@ -67,6 +68,11 @@ impl Env {
 
     pub fn envgit(&self, args: &[&str]) -> Run {
         self.envgit_in(&self.project, args)
+    }
+
+    /// The `$HOME` envgit and the sandboxed commands see.
+    pub fn user_home(&self) -> PathBuf {
+        self.tmp.path().join("userhome")
     }
 
     pub fn path(&self, rel: &str) -> PathBuf {

@@ -1,0 +1,189 @@
+//! A stream with a read buffer in front: heads and chunk-size lines are read into the buffer,
+//! and whatever came after them is served first by `AsyncRead`, so a head can be parsed and
+//! the rest of the stream handed on (to a splice, or to a TLS acceptor in issue 4) intact.
+
+use std::io;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, ReadBuf};
+
+pub(crate) struct Prefixed<S> {
+    inner: S,
+    buf: Vec<u8>,
+    pos: usize,
+}
+
+#[derive(Debug)]
+pub(crate) enum HeadError {
+    /// The peer closed before sending a byte.
+    Closed,
+    /// More than the limit without the blank line that ends a head.
+    TooLarge,
+    /// The stream failed or ended in the middle of a head.
+    Broken,
+}
+
+impl<S: AsyncRead + Unpin> Prefixed<S> {
+    pub(crate) fn new(inner: S) -> Prefixed<S> {
+        Prefixed {
+            inner,
+            buf: Vec::new(),
+            pos: 0,
+        }
+    }
+
+    /// Bytes read from the stream but not consumed yet.
+    pub(crate) fn buffered(&self) -> &[u8] {
+        &self.buf[self.pos..]
+    }
+
+    /// Reads more into the buffer; `Ok(0)` at end of stream.
+    async fn fill(&mut self) -> io::Result<usize> {
+        if self.pos == self.buf.len() {
+            self.buf.clear();
+            self.pos = 0;
+        }
+        let mut chunk = [0u8; 8192];
+        let n = self.inner.read(&mut chunk).await?;
+        self.buf.extend_from_slice(&chunk[..n]);
+        Ok(n)
+    }
+
+    /// Reads until at least `n` bytes are buffered or the stream ends; returns what is
+    /// buffered (maybe fewer than `n` at end of stream).
+    pub(crate) async fn peek(&mut self, n: usize) -> io::Result<&[u8]> {
+        while self.buffered().len() < n {
+            if self.fill().await? == 0 {
+                break;
+            }
+        }
+        Ok(self.buffered())
+    }
+
+    /// One head, up to and including the blank line (`\r\n\r\n`), consumed from the buffer.
+    pub(crate) async fn read_head(&mut self, limit: usize) -> Result<Vec<u8>, HeadError> {
+        let mut searched: usize = 0;
+        loop {
+            let avail = self.buffered();
+            if let Some(i) = find(&avail[searched.saturating_sub(3)..], b"\r\n\r\n") {
+                let end = searched.saturating_sub(3) + i + 4;
+                let head = avail[..end].to_vec();
+                self.pos += end;
+                return Ok(head);
+            }
+            searched = avail.len();
+            if searched >= limit {
+                return Err(HeadError::TooLarge);
+            }
+            match self.fill().await {
+                Ok(0) if searched == 0 => return Err(HeadError::Closed),
+                Ok(0) | Err(_) => return Err(HeadError::Broken),
+                Ok(_) => {}
+            }
+        }
+    }
+
+    /// One line up to and including `\n`, consumed from the buffer.
+    pub(crate) async fn read_line(&mut self, limit: usize) -> io::Result<Vec<u8>> {
+        loop {
+            let avail = self.buffered();
+            if let Some(i) = avail.iter().position(|&b| b == b'\n') {
+                let line = avail[..=i].to_vec();
+                self.pos += i + 1;
+                return Ok(line);
+            }
+            if avail.len() >= limit {
+                return Err(io::Error::new(io::ErrorKind::InvalidData, "line too long"));
+            }
+            if self.fill().await? == 0 {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "the peer closed in the middle of a line",
+                ));
+            }
+        }
+    }
+}
+
+fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    hay.windows(needle.len()).position(|w| w == needle)
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Prefixed<S> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        out: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = &mut *self;
+        if this.pos < this.buf.len() {
+            let n = (this.buf.len() - this.pos).min(out.remaining());
+            out.put_slice(&this.buf[this.pos..this.pos + n]);
+            this.pos += n;
+            return Poll::Ready(Ok(()));
+        }
+        Pin::new(&mut this.inner).poll_read(cx, out)
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Prefixed<S> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        data: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, data)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::AsyncWriteExt;
+
+    #[tokio::test]
+    async fn head_then_rest_in_order() {
+        let (mut a, b) = tokio::io::duplex(64);
+        tokio::spawn(async move {
+            for part in [
+                &b"GET / HTTP/1.1\r"[..],
+                b"\nHost: x\r\n\r",
+                b"\nbody",
+                b"more",
+            ] {
+                a.write_all(part).await.unwrap();
+            }
+        });
+        let mut p = Prefixed::new(b);
+        let head = p.read_head(1024).await.unwrap();
+        assert_eq!(head, b"GET / HTTP/1.1\r\nHost: x\r\n\r\n");
+        let mut rest = Vec::new();
+        p.read_to_end(&mut rest).await.unwrap();
+        assert_eq!(rest, b"bodymore");
+    }
+
+    #[tokio::test]
+    async fn head_limit_and_eof() {
+        let (mut a, b) = tokio::io::duplex(64);
+        tokio::spawn(async move {
+            a.write_all(&[b'x'; 300]).await.unwrap();
+        });
+        let mut p = Prefixed::new(b);
+        assert!(matches!(p.read_head(100).await, Err(HeadError::TooLarge)));
+        let (a, b) = tokio::io::duplex(64);
+        drop(a);
+        assert!(matches!(
+            Prefixed::new(b).read_head(100).await,
+            Err(HeadError::Closed)
+        ));
+    }
+}

@@ -1,0 +1,67 @@
+//! The v0 judgement (`network.allow` only) and the refusals the client is shown.
+//!
+//! Issue 4 adds the request-level steps (`l7`, `irreversible`) after [`connect`].
+
+use envgit_policy::{ConnectDecision, Policy};
+
+/// Rule id for a tunnel whose first bytes were neither TLS nor HTTP.
+pub(crate) const RULE_OPAQUE: &str = "network.opaque";
+/// Rule id for a connection without the run's token.
+pub(crate) const RULE_TOKEN: &str = "gate.token";
+/// Rule id for a request whose `Host` does not name the connection's target.
+pub(crate) const RULE_MISDIRECTED: &str = "gate.host-mismatch";
+
+pub(crate) fn connect(policy: &Policy, host: &str, port: u16) -> ConnectDecision {
+    envgit_policy::decide_connect(policy, host, port)
+}
+
+/// `403 Forbidden` with `X-Envgit-Decision: deny; rule=<id>` and the body
+/// `envgit: denied <what> (rule <id>)\n`. `what` is `CONNECT host:port` or `GET host/path`.
+pub(crate) fn forbidden(what: &str, rule: &str, reason: &str) -> Vec<u8> {
+    let body = format!("envgit: denied {what} (rule {rule})\n");
+    let mut head = format!(
+        "HTTP/1.1 403 Forbidden\r\nX-Envgit-Decision: deny; rule={}\r\n",
+        header_safe(rule)
+    );
+    if !reason.is_empty() {
+        head.push_str(&format!("X-Envgit-Reason: {}\r\n", header_safe(reason)));
+    }
+    finish(head, &body)
+}
+
+/// A short plain-text answer of envgit's own (400, 421, 502 …).
+pub(crate) fn plain(status: u16, phrase: &str, body: &str) -> Vec<u8> {
+    finish(format!("HTTP/1.1 {status} {phrase}\r\n"), body)
+}
+
+fn finish(mut head: String, body: &str) -> Vec<u8> {
+    head.push_str(&format!(
+        "Content-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    ));
+    let mut out = head.into_bytes();
+    out.extend_from_slice(body.as_bytes());
+    out
+}
+
+/// Printable ASCII only, so nothing from a request can end a header line.
+fn header_safe(text: &str) -> String {
+    text.chars()
+        .map(|c| {
+            if c == ' ' || c.is_ascii_graphic() {
+                c
+            } else {
+                '?'
+            }
+        })
+        .collect()
+}
+
+/// `host/path` for messages, with `:port` when it is not 80.
+pub(crate) fn http_what(method: &str, host: &str, port: u16, path: &str) -> String {
+    if port == 80 {
+        format!("{method} {host}{path}")
+    } else {
+        format!("{method} {}{path}", crate::head::authority(host, port))
+    }
+}

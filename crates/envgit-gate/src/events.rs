@@ -1,0 +1,118 @@
+//! What the gate saw: one [`GateEvent`] per CONNECT and per plain-HTTP request.
+//!
+//! A [`Recorder`] is filled in while a connection or request is handled and pushes its event
+//! when dropped, so an event is recorded however handling ends (done, failed, or cut short by
+//! [`crate::Gate::stop`]).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct GateEvent {
+    /// `CONNECT`, or the HTTP method of a plain-HTTP request.
+    pub method: String,
+    pub host: String,
+    pub port: u16,
+    /// Origin-form path without the query; `""` for CONNECT.
+    pub path: String,
+    /// `allowed` or `denied`.
+    pub decision: String,
+    /// The `network.allow` entry that matched, or the rule id that refused.
+    pub rule: Option<String>,
+    /// Bytes from the sandbox towards the upstream.
+    pub bytes_out: u64,
+    /// Bytes from the upstream back to the sandbox.
+    pub bytes_in: u64,
+    /// The status the client was answered with (for CONNECT: 200, 403, 502 …).
+    pub status: Option<u16>,
+    /// When handling started, in milliseconds since the Unix epoch.
+    pub at_ms: u64,
+}
+
+pub const ALLOWED: &str = "allowed";
+pub const DENIED: &str = "denied";
+
+#[derive(Default)]
+pub(crate) struct Events {
+    list: Mutex<Vec<GateEvent>>,
+}
+
+impl Events {
+    pub(crate) fn push(&self, event: GateEvent) {
+        self.list
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .push(event);
+    }
+
+    pub(crate) fn take(&self) -> Vec<GateEvent> {
+        std::mem::take(&mut *self.list.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+}
+
+pub(crate) struct Recorder {
+    events: Arc<Events>,
+    event: GateEvent,
+    pub(crate) bytes_out: AtomicU64,
+    pub(crate) bytes_in: AtomicU64,
+}
+
+impl Recorder {
+    /// Starts an event; it is `denied` with no rule until [`Recorder::decide`] says otherwise.
+    pub(crate) fn new(events: &Arc<Events>, method: &str) -> Recorder {
+        let at_ms = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+            .unwrap_or(0);
+        Recorder {
+            events: Arc::clone(events),
+            event: GateEvent {
+                method: method.to_owned(),
+                host: String::new(),
+                port: 0,
+                path: String::new(),
+                decision: DENIED.to_owned(),
+                rule: None,
+                bytes_out: 0,
+                bytes_in: 0,
+                status: None,
+                at_ms,
+            },
+            bytes_out: AtomicU64::new(0),
+            bytes_in: AtomicU64::new(0),
+        }
+    }
+
+    pub(crate) fn target(&mut self, host: &str, port: u16, path: &str) {
+        self.event.host = host.to_owned();
+        self.event.port = port;
+        self.event.path = path.to_owned();
+    }
+
+    pub(crate) fn decide(&mut self, allowed: bool, rule: &str) {
+        self.event.decision = if allowed { ALLOWED } else { DENIED }.to_owned();
+        self.event.rule = Some(rule.to_owned());
+    }
+
+    pub(crate) fn status(&mut self, status: u16) {
+        self.event.status = Some(status);
+    }
+
+    pub(crate) fn add_out(&self, n: usize) {
+        self.bytes_out.fetch_add(n as u64, Ordering::Relaxed);
+    }
+
+    pub(crate) fn add_in(&self, n: usize) {
+        self.bytes_in.fetch_add(n as u64, Ordering::Relaxed);
+    }
+}
+
+impl Drop for Recorder {
+    fn drop(&mut self) {
+        let mut event = std::mem::take(&mut self.event);
+        event.bytes_out = self.bytes_out.load(Ordering::Relaxed);
+        event.bytes_in = self.bytes_in.load(Ordering::Relaxed);
+        self.events.push(event);
+    }
+}

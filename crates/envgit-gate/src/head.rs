@@ -1,0 +1,278 @@
+//! Request and response heads: parsing (httparse), authorities and request targets, and
+//! writing heads back out.
+
+/// Upper bound of one request or response head.
+pub(crate) const MAX_HEAD: usize = 64 * 1024;
+const MAX_HEADERS: usize = 128;
+
+#[derive(Debug, Clone)]
+pub(crate) struct RequestHead {
+    pub method: String,
+    pub target: String,
+    /// Minor version: 0 for HTTP/1.0, 1 for HTTP/1.1.
+    pub version: u8,
+    pub headers: Vec<(String, Vec<u8>)>,
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct ResponseHead {
+    pub status: u16,
+    pub headers: Vec<(String, Vec<u8>)>,
+    /// The status line as received, without its line end.
+    pub status_line: Vec<u8>,
+}
+
+impl RequestHead {
+    pub(crate) fn parse(bytes: &[u8]) -> Option<RequestHead> {
+        let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+        let mut req = httparse::Request::new(&mut headers);
+        match req.parse(bytes) {
+            Ok(httparse::Status::Complete(n)) if n == bytes.len() => {}
+            _ => return None,
+        }
+        Some(RequestHead {
+            method: req.method?.to_owned(),
+            target: req.path?.to_owned(),
+            version: req.version?,
+            headers: req
+                .headers
+                .iter()
+                .map(|h| (h.name.to_owned(), h.value.to_vec()))
+                .collect(),
+        })
+    }
+
+    pub(crate) fn header(&self, name: &str) -> Option<&[u8]> {
+        header(&self.headers, name)
+    }
+
+    pub(crate) fn count(&self, name: &str) -> usize {
+        self.headers
+            .iter()
+            .filter(|(n, _)| n.eq_ignore_ascii_case(name))
+            .count()
+    }
+}
+
+impl ResponseHead {
+    pub(crate) fn parse(bytes: &[u8]) -> Option<ResponseHead> {
+        let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+        let mut resp = httparse::Response::new(&mut headers);
+        match resp.parse(bytes) {
+            Ok(httparse::Status::Complete(n)) if n == bytes.len() => {}
+            _ => return None,
+        }
+        let line_end = bytes.iter().position(|&b| b == b'\n')?;
+        let status_line = bytes[..line_end]
+            .strip_suffix(b"\r")
+            .unwrap_or(&bytes[..line_end]);
+        Some(ResponseHead {
+            status: resp.code?,
+            headers: resp
+                .headers
+                .iter()
+                .map(|h| (h.name.to_owned(), h.value.to_vec()))
+                .collect(),
+            status_line: status_line.to_vec(),
+        })
+    }
+}
+
+pub(crate) fn header<'a>(headers: &'a [(String, Vec<u8>)], name: &str) -> Option<&'a [u8]> {
+    headers
+        .iter()
+        .find(|(n, _)| n.eq_ignore_ascii_case(name))
+        .map(|(_, v)| v.as_slice())
+}
+
+/// Hop-by-hop headers, the ones `Connection` names, and envgit's own: never forwarded.
+pub(crate) fn strip_hop_by_hop(headers: &[(String, Vec<u8>)]) -> Vec<(String, Vec<u8>)> {
+    let named: Vec<String> = headers
+        .iter()
+        .filter(|(n, _)| n.eq_ignore_ascii_case("connection"))
+        .flat_map(|(_, v)| {
+            String::from_utf8_lossy(v)
+                .split(',')
+                .map(|s| s.trim().to_ascii_lowercase())
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    const HOP: &[&str] = &[
+        "connection",
+        "keep-alive",
+        "proxy-connection",
+        "proxy-authorization",
+        "proxy-authenticate",
+        "te",
+        "trailer",
+        "upgrade",
+    ];
+    headers
+        .iter()
+        .filter(|(n, _)| {
+            let lower = n.to_ascii_lowercase();
+            !HOP.contains(&lower.as_str())
+                && !named.contains(&lower)
+                && !lower.starts_with("x-envgit-")
+        })
+        .cloned()
+        .collect()
+}
+
+/// Writes `first_line\r\n`, the headers, and the blank line.
+pub(crate) fn write_head(first_line: &[u8], headers: &[(String, Vec<u8>)]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(256);
+    out.extend_from_slice(first_line);
+    out.extend_from_slice(b"\r\n");
+    for (name, value) in headers {
+        out.extend_from_slice(name.as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(value);
+        out.extend_from_slice(b"\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
+    out
+}
+
+/// `host:port`, `[v6]:port`, or (with a default port) just `host` / `[v6]`. Host names are
+/// limited to `[A-Za-z0-9._-]` and lower-cased; IPv6 literals come back without brackets.
+pub(crate) fn parse_authority(text: &str, default_port: Option<u16>) -> Option<(String, u16)> {
+    let (host, port) = if let Some(rest) = text.strip_prefix('[') {
+        let (v6, after) = rest.split_once(']')?;
+        v6.parse::<std::net::Ipv6Addr>().ok()?;
+        let port = match after {
+            "" => None,
+            p => Some(p.strip_prefix(':')?),
+        };
+        (v6.to_owned(), port)
+    } else {
+        let (host, port) = match text.rsplit_once(':') {
+            Some((h, p)) => (h, Some(p)),
+            None => (text, None),
+        };
+        let ok = !host.is_empty()
+            && host
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'_'));
+        if !ok {
+            return None;
+        }
+        (host.to_ascii_lowercase(), port)
+    };
+    let port = match port {
+        Some(p) if !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()) => p.parse().ok()?,
+        Some(_) => return None,
+        None => default_port?,
+    };
+    if port == 0 {
+        return None;
+    }
+    Some((host, port))
+}
+
+/// Formats an authority back (`host:port`, brackets around IPv6).
+pub(crate) fn authority(host: &str, port: u16) -> String {
+    if host.contains(':') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
+    }
+}
+
+/// An absolute-form target `http://authority/path?query`: (host, port, origin-form target).
+pub(crate) fn parse_absolute(target: &str) -> Option<(String, u16, String)> {
+    let scheme_end = target.find("://")?;
+    if !target[..scheme_end].eq_ignore_ascii_case("http") {
+        return None;
+    }
+    let rest = &target[scheme_end + 3..];
+    let split = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (auth, path) = rest.split_at(split);
+    let (host, port) = parse_authority(auth, Some(80))?;
+    let path = path.split('#').next().unwrap_or("");
+    let origin = match path {
+        "" => "/".to_owned(),
+        p if p.starts_with('?') => format!("/{p}"),
+        p => p.to_owned(),
+    };
+    Some((host, port, origin))
+}
+
+/// The path of an origin-form target, without the query (what events record).
+pub(crate) fn path_only(origin: &str) -> &str {
+    origin.split('?').next().unwrap_or(origin)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn authorities() {
+        type Row = (&'static str, Option<u16>, Option<(&'static str, u16)>);
+        let rows: &[Row] = &[
+            ("example.com:443", None, Some(("example.com", 443))),
+            ("Example.COM", Some(80), Some(("example.com", 80))),
+            ("example.com", None, None),
+            ("[::1]:5432", None, Some(("::1", 5432))),
+            ("[::1]", Some(80), Some(("::1", 80))),
+            ("[nope]:1", None, None),
+            ("a b:1", None, None),
+            ("user@host:1", None, None),
+            ("host:0", None, None),
+            ("host:99999", None, None),
+            ("host:", None, None),
+            ("host:1x", None, None),
+            ("ho\r\nst:1", None, None),
+        ];
+        for (text, default, want) in rows {
+            let got = parse_authority(text, *default);
+            let want = want.map(|(h, p)| (h.to_owned(), p));
+            assert_eq!(got, want, "{text}");
+        }
+    }
+
+    #[test]
+    fn absolute_targets() {
+        assert_eq!(
+            parse_absolute("http://Example.com/a/b?q=1#frag"),
+            Some(("example.com".into(), 80, "/a/b?q=1".into()))
+        );
+        assert_eq!(
+            parse_absolute("HTTP://h:8080"),
+            Some(("h".into(), 8080, "/".into()))
+        );
+        assert_eq!(
+            parse_absolute("http://h?x"),
+            Some(("h".into(), 80, "/?x".into()))
+        );
+        assert_eq!(parse_absolute("https://h/"), None);
+        assert_eq!(parse_absolute("/relative"), None);
+        assert_eq!(parse_absolute("http://u:p@h/"), None);
+    }
+
+    #[test]
+    fn hop_by_hop_headers_go() {
+        let h = |n: &str, v: &str| (n.to_owned(), v.as_bytes().to_vec());
+        let kept = strip_hop_by_hop(&[
+            h("Host", "x"),
+            h("Connection", "keep-alive, X-Secret"),
+            h("X-Secret", "1"),
+            h("Proxy-Authorization", "Basic x"),
+            h("X-Envgit-Token", "t"),
+            h("Accept", "*/*"),
+        ]);
+        let names: Vec<&str> = kept.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, ["Host", "Accept"]);
+    }
+
+    #[test]
+    fn heads_parse_whole_only() {
+        let r = RequestHead::parse(b"CONNECT a:443 HTTP/1.1\r\nHost: a:443\r\n\r\n").unwrap();
+        assert_eq!((r.method.as_str(), r.target.as_str()), ("CONNECT", "a:443"));
+        assert!(RequestHead::parse(b"GET / HTTP/1.1\r\n").is_none());
+        let s = ResponseHead::parse(b"HTTP/1.1 404 Not Found\r\nA: b\r\n\r\n").unwrap();
+        assert_eq!(s.status, 404);
+        assert_eq!(s.status_line, b"HTTP/1.1 404 Not Found");
+    }
+}

@@ -1,0 +1,580 @@
+//! Plain HTTP/1: one request per client connection, decided, then forwarded in origin form
+//! with `Connection: close`; the response is passed back with `Connection: close` and the
+//! client connection ends with it, so no later request on it can pass undecided.
+//!
+//! Two entries: [`absolute`] for an explicit-proxy request (`GET http://host/path`), and
+//! [`bound`] for requests inside a CONNECT tunnel or an `http` capture, whose `Host` must
+//! name the connection's target.
+
+use std::time::Duration;
+
+use envgit_policy::ConnectDecision;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::UnixStream;
+
+use crate::conn::{HeadError, Prefixed};
+use crate::decide::{self, RULE_MISDIRECTED};
+use crate::events::Recorder;
+use crate::head::{self, MAX_HEAD, RequestHead, ResponseHead};
+use crate::listener::{HEAD_TIMEOUT, Shared};
+use crate::splice;
+use crate::upstream::{self, DialError};
+
+/// How long the upstream may take to answer (an `ask` upstream of here will need more).
+const RESPONSE_TIMEOUT: Duration = Duration::from_secs(300);
+const MAX_CHUNK_LINE: usize = 4096;
+
+/// A client stream: the relay's unix connection now, a terminated TLS stream in issue 4.
+pub(crate) trait Stream: AsyncRead + AsyncWrite + Unpin {}
+impl<T: AsyncRead + AsyncWrite + Unpin> Stream for T {}
+
+/// The first request of an explicit-proxy connection, in absolute form.
+pub(crate) async fn absolute(mut client: Prefixed<UnixStream>, req: RequestHead, shared: &Shared) {
+    let mut rec = Recorder::new(&shared.events, &req.method);
+    let Some((host, port, origin)) = head::parse_absolute(&req.target) else {
+        rec.status(400);
+        let body = "envgit: expected `CONNECT host:port` or an absolute `http://` URL\n";
+        let _ = client
+            .write_all(&decide::plain(400, "Bad Request", body))
+            .await;
+        return;
+    };
+    rec.target(&host, port, head::path_only(&origin));
+    let what = decide::http_what(&req.method, &host, port, head::path_only(&origin));
+    let rule = match decide::connect(&shared.policy, &host, port) {
+        ConnectDecision::Allowed { rule } => rule,
+        ConnectDecision::Denied { rule, reason } => {
+            refuse(&mut client, &mut rec, &what, &rule, &reason).await;
+            return;
+        }
+    };
+    let upstream = match upstream::dial(&host, port, &rule).await {
+        Ok(stream) => stream,
+        Err(DialError::Denied { rule, reason }) => {
+            refuse(&mut client, &mut rec, &what, &rule, &reason).await;
+            return;
+        }
+        Err(DialError::Failed(msg)) => {
+            rec.decide(true, &rule);
+            bad_gateway(&mut client, &mut rec, &msg).await;
+            return;
+        }
+    };
+    rec.decide(true, &rule);
+    let host_value = if port == 80 {
+        host.clone()
+    } else {
+        head::authority(&host, port)
+    };
+    forward(client, upstream, &req, &origin, Some(host_value), &mut rec).await;
+}
+
+/// One request on a connection already bound to `host:port` (after CONNECT or capture).
+pub(crate) async fn bound<C: Stream, U: Stream>(
+    mut client: Prefixed<C>,
+    upstream: U,
+    host: &str,
+    port: u16,
+    shared: &Shared,
+) {
+    let head = match tokio::time::timeout(HEAD_TIMEOUT, client.read_head(MAX_HEAD)).await {
+        Ok(Ok(head)) => head,
+        Ok(Err(HeadError::TooLarge)) => {
+            let body = "envgit: head too large\n";
+            let answer = decide::plain(431, "Request Header Fields Too Large", body);
+            let _ = client.write_all(&answer).await;
+            return;
+        }
+        _ => return,
+    };
+    let Some(req) = RequestHead::parse(&head) else {
+        let body = "envgit: malformed request head\n";
+        let _ = client
+            .write_all(&decide::plain(400, "Bad Request", body))
+            .await;
+        return;
+    };
+    let mut rec = Recorder::new(&shared.events, &req.method);
+    // Origin form, or an absolute form naming this very target.
+    let origin = if req.target.starts_with('/') {
+        Some(req.target.clone())
+    } else {
+        head::parse_absolute(&req.target)
+            .filter(|(h, p, _)| h == host && *p == port)
+            .map(|(_, _, origin)| origin)
+    };
+    rec.target(host, port, origin.as_deref().map_or("", head::path_only));
+    let host_ok = match (req.count("host"), req.header("host")) {
+        (0, _) => req.version == 0,
+        (1, Some(value)) => std::str::from_utf8(value)
+            .ok()
+            .and_then(|v| head::parse_authority(v.trim(), Some(port)))
+            .is_some_and(|(h, p)| h == host && p == port),
+        _ => false,
+    };
+    let Some(origin) = origin.filter(|_| host_ok) else {
+        rec.decide(false, RULE_MISDIRECTED);
+        rec.status(421);
+        let body = format!(
+            "envgit: this connection goes to {}; a request naming another host is refused\n",
+            head::authority(host, port)
+        );
+        let _ = client
+            .write_all(&decide::plain(421, "Misdirected Request", &body))
+            .await;
+        return;
+    };
+    let what = decide::http_what(&req.method, host, port, head::path_only(&origin));
+    match decide::connect(&shared.policy, host, port) {
+        ConnectDecision::Allowed { rule } => rec.decide(true, &rule),
+        ConnectDecision::Denied { rule, reason } => {
+            refuse(&mut client, &mut rec, &what, &rule, &reason).await;
+            return;
+        }
+    }
+    forward(client, upstream, &req, &origin, None, &mut rec).await;
+}
+
+async fn refuse<C: Stream>(
+    client: &mut Prefixed<C>,
+    rec: &mut Recorder,
+    what: &str,
+    rule: &str,
+    reason: &str,
+) {
+    rec.decide(false, rule);
+    rec.status(403);
+    let _ = client
+        .write_all(&decide::forbidden(what, rule, reason))
+        .await;
+}
+
+async fn bad_gateway<C: Stream>(client: &mut Prefixed<C>, rec: &mut Recorder, msg: &str) {
+    rec.status(502);
+    let answer = decide::plain(502, "Bad Gateway", &format!("envgit: {msg}\n"));
+    let _ = client.write_all(&answer).await;
+}
+
+enum Body {
+    None,
+    Length(u64),
+    Chunked,
+}
+
+fn body_of(req: &RequestHead) -> Result<Body, &'static str> {
+    let te = req.header("transfer-encoding");
+    let cl_count = req.count("content-length");
+    if let Some(te) = te {
+        if req.count("transfer-encoding") != 1 || !te.trim_ascii().eq_ignore_ascii_case(b"chunked")
+        {
+            return Err("only `Transfer-Encoding: chunked` is supported");
+        }
+        if cl_count > 0 {
+            return Err("both Transfer-Encoding and Content-Length");
+        }
+        return Ok(Body::Chunked);
+    }
+    let mut length = None;
+    for (name, value) in &req.headers {
+        if !name.eq_ignore_ascii_case("content-length") {
+            continue;
+        }
+        let n: u64 = std::str::from_utf8(value)
+            .ok()
+            .map(str::trim)
+            .filter(|v| !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()))
+            .and_then(|v| v.parse().ok())
+            .ok_or("malformed Content-Length")?;
+        if length.is_some_and(|l| l != n) {
+            return Err("conflicting Content-Length headers");
+        }
+        length = Some(n);
+    }
+    Ok(match length {
+        Some(0) | None => Body::None,
+        Some(n) => Body::Length(n),
+    })
+}
+
+/// Sends the request (head rewritten, body framed exactly) and passes the response back.
+async fn forward<C: Stream, U: Stream>(
+    mut client: Prefixed<C>,
+    upstream: U,
+    req: &RequestHead,
+    origin: &str,
+    host_value: Option<String>,
+    rec: &mut Recorder,
+) {
+    let body = match body_of(req) {
+        Ok(body) => body,
+        Err(why) => {
+            rec.status(400);
+            let answer = decide::plain(400, "Bad Request", &format!("envgit: {why}\n"));
+            let _ = client.write_all(&answer).await;
+            return;
+        }
+    };
+    let expects_continue = req
+        .header("expect")
+        .is_some_and(|v| v.trim_ascii().eq_ignore_ascii_case(b"100-continue"));
+    let mut headers: Vec<(String, Vec<u8>)> = head::strip_hop_by_hop(&req.headers)
+        .into_iter()
+        .filter(|(n, _)| !n.eq_ignore_ascii_case("expect"))
+        .collect();
+    if let Some(value) = host_value {
+        headers.retain(|(n, _)| !n.eq_ignore_ascii_case("host"));
+        headers.insert(0, ("Host".to_owned(), value.into_bytes()));
+    }
+    headers.push(("Connection".to_owned(), b"close".to_vec()));
+    let line = format!("{} {} HTTP/1.1", req.method, origin);
+    let out_head = head::write_head(line.as_bytes(), &headers);
+
+    let mut upstream = Prefixed::new(upstream);
+    let mut sent = upstream.write_all(&out_head).await.is_ok();
+    rec.add_out(out_head.len());
+    if sent && !matches!(body, Body::None) {
+        if expects_continue
+            && client
+                .write_all(b"HTTP/1.1 100 Continue\r\n\r\n")
+                .await
+                .is_err()
+        {
+            return;
+        }
+        match copy_body(&mut client, &mut upstream, &body, rec).await {
+            Ok(()) => {}
+            Err(Side::Client) => return,
+            // The upstream stopped reading (it may have answered early): read its answer.
+            Err(Side::Upstream) => sent = false,
+        }
+    }
+    let _ = sent;
+    respond(client, upstream, rec).await;
+}
+
+enum Side {
+    Client,
+    Upstream,
+}
+
+async fn copy_body<C: Stream, U>(
+    client: &mut Prefixed<C>,
+    upstream: &mut U,
+    body: &Body,
+    rec: &Recorder,
+) -> Result<(), Side>
+where
+    U: AsyncWrite + Unpin,
+{
+    match body {
+        Body::None => Ok(()),
+        Body::Length(n) => copy_exact(client, upstream, *n, rec).await,
+        Body::Chunked => loop {
+            let line = client
+                .read_line(MAX_CHUNK_LINE)
+                .await
+                .map_err(|_| Side::Client)?;
+            let size = chunk_size(&line).ok_or(Side::Client)?;
+            write(upstream, &line, rec).await?;
+            if size == 0 {
+                // Trailers, then the blank line.
+                loop {
+                    let line = client
+                        .read_line(MAX_CHUNK_LINE)
+                        .await
+                        .map_err(|_| Side::Client)?;
+                    write(upstream, &line, rec).await?;
+                    if line == b"\r\n" || line == b"\n" {
+                        return Ok(());
+                    }
+                }
+            }
+            copy_exact(client, upstream, size, rec).await?;
+            let end = client
+                .read_line(MAX_CHUNK_LINE)
+                .await
+                .map_err(|_| Side::Client)?;
+            if end != b"\r\n" && end != b"\n" {
+                return Err(Side::Client);
+            }
+            write(upstream, &end, rec).await?;
+        },
+    }
+}
+
+fn chunk_size(line: &[u8]) -> Option<u64> {
+    let text = std::str::from_utf8(line).ok()?;
+    let size = text
+        .trim_end_matches(['\r', '\n'])
+        .split(';')
+        .next()?
+        .trim();
+    if size.is_empty() || size.len() > 16 {
+        return None;
+    }
+    u64::from_str_radix(size, 16).ok()
+}
+
+async fn write<U: AsyncWrite + Unpin>(
+    upstream: &mut U,
+    bytes: &[u8],
+    rec: &Recorder,
+) -> Result<(), Side> {
+    upstream
+        .write_all(bytes)
+        .await
+        .map_err(|_| Side::Upstream)?;
+    rec.add_out(bytes.len());
+    Ok(())
+}
+
+async fn copy_exact<R, U>(
+    client: &mut R,
+    upstream: &mut U,
+    mut n: u64,
+    rec: &Recorder,
+) -> Result<(), Side>
+where
+    R: AsyncRead + Unpin,
+    U: AsyncWrite + Unpin,
+{
+    let mut buf = vec![0u8; 16 * 1024];
+    while n > 0 {
+        let want = usize::try_from(n).unwrap_or(usize::MAX).min(buf.len());
+        let got = client
+            .read(&mut buf[..want])
+            .await
+            .map_err(|_| Side::Client)?;
+        if got == 0 {
+            return Err(Side::Client);
+        }
+        write(upstream, &buf[..got], rec).await?;
+        n -= got as u64;
+    }
+    Ok(())
+}
+
+/// Reads the upstream's response head (passing interim 1xx heads on), rewrites it to
+/// `Connection: close`, and copies the rest until the upstream closes.
+async fn respond<C: Stream, U: Stream>(
+    mut client: Prefixed<C>,
+    mut upstream: Prefixed<U>,
+    rec: &mut Recorder,
+) {
+    let resp = loop {
+        let head = match tokio::time::timeout(RESPONSE_TIMEOUT, upstream.read_head(MAX_HEAD)).await
+        {
+            Ok(Ok(head)) => head,
+            _ => {
+                bad_gateway(&mut client, rec, "the upstream sent no valid response").await;
+                return;
+            }
+        };
+        let Some(resp) = ResponseHead::parse(&head) else {
+            bad_gateway(&mut client, rec, "the upstream sent a malformed response").await;
+            return;
+        };
+        if (100..200).contains(&resp.status) && resp.status != 101 {
+            if client.write_all(&head).await.is_err() {
+                return;
+            }
+            rec.add_in(head.len());
+            continue;
+        }
+        break resp;
+    };
+    rec.status(resp.status);
+    let mut headers = head::strip_hop_by_hop(&resp.headers);
+    headers.push(("Connection".to_owned(), b"close".to_vec()));
+    let out = head::write_head(&resp.status_line, &headers);
+    if client.write_all(&out).await.is_err() {
+        return;
+    }
+    rec.add_in(out.len());
+    let _ = splice::copy(&mut upstream, &mut client, |n| rec.add_in(n)).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    use crate::events::Events;
+    use tokio::net::{TcpListener, TcpStream};
+    use tokio::sync::oneshot;
+
+    fn shared(allow: &[&str]) -> Shared {
+        let mut policy = envgit_policy::Policy::default();
+        policy.network.allow = allow.iter().map(|s| (*s).to_owned()).collect();
+        Shared {
+            token: "t".into(),
+            policy: Arc::new(policy),
+            events: Arc::new(Events::default()),
+        }
+    }
+
+    /// An upstream that reads until `end` appears, answers 200, and reports what it read.
+    async fn upstream(end: &'static [u8]) -> (TcpStream, oneshot::Receiver<Vec<u8>>) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (tx, rx) = oneshot::channel();
+        tokio::spawn(async move {
+            let (mut s, _) = listener.accept().await.unwrap();
+            let mut seen = Vec::new();
+            let mut buf = [0u8; 1024];
+            while !seen.windows(end.len()).any(|w| w == end) {
+                match s.read(&mut buf).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => seen.extend_from_slice(&buf[..n]),
+                }
+            }
+            let _ = s
+                .write_all(
+                    b"HTTP/1.1 200 OK\r\nKeep-Alive: timeout=5\r\nContent-Length: 2\r\n\r\nok",
+                )
+                .await;
+            let _ = tx.send(seen);
+        });
+        (TcpStream::connect(addr).await.unwrap(), rx)
+    }
+
+    async fn run_bound(shared: &Shared, request: &[u8], end: &'static [u8]) -> (String, Vec<u8>) {
+        let (up, seen) = upstream(end).await;
+        let (mut near, far) = tokio::io::duplex(64 * 1024);
+        near.write_all(request).await.unwrap();
+        bound(Prefixed::new(far), up, "example.com", 80, shared).await;
+        let mut reply = Vec::new();
+        near.read_to_end(&mut reply).await.unwrap();
+        let seen = tokio::time::timeout(Duration::from_millis(300), seen)
+            .await
+            .ok()
+            .and_then(Result::ok)
+            .unwrap_or_default();
+        (String::from_utf8_lossy(&reply).into_owned(), seen)
+    }
+
+    #[tokio::test]
+    async fn bound_request_naming_the_target_is_forwarded() {
+        let sh = shared(&["example.com"]);
+        let (reply, seen) = run_bound(
+            &sh,
+            b"GET /a?b HTTP/1.1\r\nHost: Example.com\r\nConnection: keep-alive\r\nX-Envgit-Token: t\r\n\r\n",
+            b"\r\n\r\n",
+        )
+        .await;
+        assert!(reply.starts_with("HTTP/1.1 200 OK\r\n"), "{reply}");
+        assert!(
+            reply.contains("Connection: close\r\n") && !reply.contains("Keep-Alive"),
+            "{reply}"
+        );
+        assert!(reply.ends_with("\r\n\r\nok"), "{reply}");
+        let seen = String::from_utf8(seen).unwrap();
+        assert_eq!(
+            seen,
+            "GET /a?b HTTP/1.1\r\nHost: Example.com\r\nConnection: close\r\n\r\n"
+        );
+        let ev = sh.events.take();
+        assert_eq!(ev.len(), 1);
+        assert_eq!((ev[0].method.as_str(), ev[0].path.as_str()), ("GET", "/a"));
+        assert_eq!(
+            (ev[0].decision.as_str(), ev[0].status),
+            ("allowed", Some(200))
+        );
+        assert_eq!(ev[0].rule.as_deref(), Some("example.com"));
+    }
+
+    #[tokio::test]
+    async fn bound_request_naming_another_host_is_refused() {
+        let sh = shared(&["example.com", "other.com"]);
+        for request in [
+            &b"GET / HTTP/1.1\r\nHost: other.com\r\n\r\n"[..],
+            b"GET http://other.com/ HTTP/1.1\r\nHost: example.com\r\n\r\n",
+            b"GET / HTTP/1.1\r\nHost: example.com\r\nHost: other.com\r\n\r\n",
+            b"GET / HTTP/1.1\r\n\r\n",
+            b"GET / HTTP/1.1\r\nHost: example.com:8080\r\n\r\n",
+        ] {
+            let (reply, seen) = run_bound(&sh, request, b"\r\n\r\n").await;
+            assert!(reply.starts_with("HTTP/1.1 421 "), "{reply}");
+            assert!(seen.is_empty(), "the upstream saw {seen:?}");
+        }
+        let ev = sh.events.take();
+        assert!(
+            ev.iter()
+                .all(|e| e.rule.as_deref() == Some(RULE_MISDIRECTED)),
+            "{ev:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn chunked_body_is_framed_and_a_pipelined_request_is_dropped() {
+        let sh = shared(&["example.com"]);
+        let (reply, seen) = run_bound(
+            &sh,
+            b"POST /up HTTP/1.1\r\nHost: example.com\r\nTransfer-Encoding: chunked\r\nExpect: 100-continue\r\n\r\n\
+              5\r\nhello\r\n0\r\n\r\nGET /sneaky HTTP/1.1\r\nHost: example.com\r\n\r\n",
+            b"0\r\n\r\n",
+        )
+        .await;
+        assert!(
+            reply.starts_with("HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK"),
+            "{reply}"
+        );
+        let seen = String::from_utf8(seen).unwrap();
+        assert!(seen.ends_with("\r\n\r\n5\r\nhello\r\n0\r\n\r\n"), "{seen}");
+        assert!(
+            !seen.contains("Expect") && !seen.contains("sneaky"),
+            "{seen}"
+        );
+    }
+
+    #[tokio::test]
+    async fn bound_request_denied_by_policy_gets_403() {
+        let sh = shared(&[]);
+        let (reply, seen) = run_bound(
+            &sh,
+            b"GET /p?q HTTP/1.1\r\nHost: example.com\r\n\r\n",
+            b"\r\n\r\n",
+        )
+        .await;
+        assert!(reply.starts_with("HTTP/1.1 403 Forbidden\r\n"), "{reply}");
+        assert!(
+            reply.ends_with("envgit: denied GET example.com/p (rule network.allow)\n"),
+            "{reply}"
+        );
+        assert!(seen.is_empty());
+    }
+
+    #[test]
+    fn chunk_sizes() {
+        assert_eq!(chunk_size(b"1a\r\n"), Some(26));
+        assert_eq!(chunk_size(b"0;ext=1\r\n"), Some(0));
+        assert_eq!(chunk_size(b"\r\n"), None);
+        assert_eq!(chunk_size(b"zz\r\n"), None);
+        assert_eq!(chunk_size(b"11111111111111111\r\n"), None);
+    }
+
+    #[test]
+    fn body_framing() {
+        let req = |extra: &str| {
+            RequestHead::parse(format!("POST / HTTP/1.1\r\nHost: h\r\n{extra}\r\n").as_bytes())
+                .unwrap()
+        };
+        assert!(matches!(body_of(&req("")), Ok(Body::None)));
+        assert!(matches!(
+            body_of(&req("Content-Length: 5\r\n")),
+            Ok(Body::Length(5))
+        ));
+        assert!(matches!(
+            body_of(&req("Content-Length: 5\r\nContent-Length: 5\r\n")),
+            Ok(Body::Length(5))
+        ));
+        assert!(body_of(&req("Content-Length: 5\r\nContent-Length: 6\r\n")).is_err());
+        assert!(body_of(&req("Content-Length: -1\r\n")).is_err());
+        assert!(matches!(
+            body_of(&req("Transfer-Encoding: chunked\r\n")),
+            Ok(Body::Chunked)
+        ));
+        assert!(body_of(&req("Transfer-Encoding: gzip, chunked\r\n")).is_err());
+        assert!(body_of(&req("Transfer-Encoding: chunked\r\nContent-Length: 3\r\n")).is_err());
+    }
+}

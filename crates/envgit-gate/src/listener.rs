@@ -1,0 +1,128 @@
+//! The unix listener: accept, read the first request head, check the token, dispatch to the
+//! CONNECT tunnel or to plain-HTTP forwarding.
+
+use std::io;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use envgit_policy::Policy;
+use tokio::io::AsyncWriteExt;
+use tokio::net::{UnixListener, UnixStream};
+use tokio::sync::{Notify, Semaphore};
+
+use crate::conn::{HeadError, Prefixed};
+use crate::decide::{self, RULE_TOKEN};
+use crate::events::{Events, Recorder};
+use crate::head::{self, MAX_HEAD, RequestHead};
+use crate::{TOKEN_HEADER, http, tunnel};
+
+/// Connections handled at once; more are closed at accept.
+const MAX_CONNECTIONS: usize = 1024;
+/// How long a client may take to send a request head.
+pub(crate) const HEAD_TIMEOUT: Duration = Duration::from_secs(30);
+
+pub(crate) struct Shared {
+    pub(crate) token: String,
+    pub(crate) policy: Arc<Policy>,
+    pub(crate) events: Arc<Events>,
+}
+
+pub(crate) fn bind(path: &Path) -> io::Result<UnixListener> {
+    let listener = std::os::unix::net::UnixListener::bind(path)?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+    listener.set_nonblocking(true)?;
+    UnixListener::from_std(listener)
+}
+
+pub(crate) async fn serve(listener: UnixListener, shared: Arc<Shared>, shutdown: Arc<Notify>) {
+    let limit = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    loop {
+        tokio::select! {
+            () = shutdown.notified() => return,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => {
+                    let Ok(permit) = Arc::clone(&limit).try_acquire_owned() else {
+                        continue; // over the limit: the stream is dropped, i.e. closed
+                    };
+                    let shared = Arc::clone(&shared);
+                    tokio::spawn(async move {
+                        handle(stream, &shared).await;
+                        drop(permit);
+                    });
+                }
+                // Out of descriptors and the like: back off instead of spinning.
+                Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+            },
+        }
+    }
+}
+
+async fn handle(stream: UnixStream, shared: &Shared) {
+    let mut client = Prefixed::new(stream);
+    let head = match tokio::time::timeout(HEAD_TIMEOUT, client.read_head(MAX_HEAD)).await {
+        Ok(Ok(head)) => head,
+        Ok(Err(HeadError::TooLarge)) => {
+            let answer = decide::plain(
+                431,
+                "Request Header Fields Too Large",
+                "envgit: head too large\n",
+            );
+            let _ = client.write_all(&answer).await;
+            return;
+        }
+        _ => return,
+    };
+    let Some(req) = RequestHead::parse(&head) else {
+        let _ = client
+            .write_all(&decide::plain(
+                400,
+                "Bad Request",
+                "envgit: malformed request head\n",
+            ))
+            .await;
+        return;
+    };
+    if !token_ok(&req, &shared.token) {
+        let mut rec = Recorder::new(&shared.events, &req.method);
+        if let Some((host, port)) = head::parse_authority(&req.target, None)
+            .or_else(|| head::parse_absolute(&req.target).map(|(h, p, _)| (h, p)))
+        {
+            rec.target(&host, port, "");
+        }
+        rec.decide(false, RULE_TOKEN);
+        rec.status(403);
+        let answer = decide::forbidden(
+            "a connection without the run's token",
+            RULE_TOKEN,
+            "every connection to the gate must come through envgit's relay",
+        );
+        let _ = client.write_all(&answer).await;
+        return;
+    }
+    if req.method == "CONNECT" {
+        tunnel::connect(client, req, shared).await;
+    } else {
+        http::absolute(client, req, shared).await;
+    }
+}
+
+/// Exactly one token header, equal to the run's token (compared in constant time).
+fn token_ok(req: &RequestHead, token: &str) -> bool {
+    if req.count(TOKEN_HEADER) != 1 {
+        return false;
+    }
+    let Some(given) = req.header(TOKEN_HEADER) else {
+        return false;
+    };
+    let want = token.as_bytes();
+    if given.len() != want.len() {
+        return false;
+    }
+    given
+        .iter()
+        .zip(want)
+        .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+        == 0
+}

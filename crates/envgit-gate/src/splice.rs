@@ -1,0 +1,45 @@
+//! Copying both ways between two streams, counting bytes into a [`Recorder`].
+
+use std::io;
+
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+
+use crate::events::Recorder;
+
+const CHUNK: usize = 16 * 1024;
+
+/// Splices `client` and `upstream` until both directions end. An end of stream on one side is
+/// passed on as a half-close; an error on either direction ends both.
+pub(crate) async fn splice<C, U>(client: C, upstream: U, rec: &Recorder)
+where
+    C: AsyncRead + AsyncWrite + Unpin,
+    U: AsyncRead + AsyncWrite + Unpin,
+{
+    let (mut client_r, mut client_w) = tokio::io::split(client);
+    let (mut up_r, mut up_w) = tokio::io::split(upstream);
+    let out = copy(&mut client_r, &mut up_w, |n| rec.add_out(n));
+    let back = copy(&mut up_r, &mut client_w, |n| rec.add_in(n));
+    tokio::pin!(out, back);
+    tokio::select! {
+        r = &mut out => if r.is_ok() { let _ = back.await; },
+        r = &mut back => if r.is_ok() { let _ = out.await; },
+    }
+}
+
+/// Copies until end of stream, then shuts the writer down.
+pub(crate) async fn copy<R, W>(r: &mut R, w: &mut W, count: impl Fn(usize)) -> io::Result<()>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    let mut buf = vec![0u8; CHUNK];
+    loop {
+        let n = r.read(&mut buf).await?;
+        if n == 0 {
+            let _ = w.shutdown().await;
+            return Ok(());
+        }
+        w.write_all(&buf[..n]).await?;
+        count(n);
+    }
+}

@@ -1,0 +1,254 @@
+//! The sandbox process: the hidden subcommand the host side re-executes. Single-threaded until
+//! its last fork. Any failure before the command starts is written to the error pipe and ends
+//! the process with 125, so envgit can tell its own failure from the command's exit code.
+
+use std::io::{Read, Write};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::process::CommandExt;
+
+use rustix::thread::UnshareFlags;
+
+use crate::spec::Spec;
+use crate::sys::{self, Forked};
+use crate::{init, landlock_rules, mounts, seccomp, userns};
+
+pub const SPEC_FD_ENV: &str = "ENVGIT_SANDBOX_SPEC_FD";
+pub const ERR_FD_ENV: &str = "ENVGIT_SANDBOX_ERR_FD";
+
+fn fd_from_env(name: &str) -> Option<OwnedFd> {
+    let n: i32 = std::env::var(name).ok()?.parse().ok()?;
+    // SAFETY: the host side passed this fd number for us alone; nothing else owns it.
+    Some(unsafe { OwnedFd::from_raw_fd(n) })
+}
+
+/// Entry point of the hidden subcommand. Never returns.
+pub fn sandbox_main() -> ! {
+    let mut err = fd_from_env(ERR_FD_ENV).map(std::fs::File::from);
+    if let Some(e) = &err {
+        // The command must never inherit (and write into) envgit's error channel.
+        let _ = rustix::io::fcntl_setfd(e, rustix::io::FdFlags::CLOEXEC);
+    }
+    let code = match run(&mut err) {
+        Ok(code) => code,
+        Err(msg) => {
+            if let Some(e) = err.as_mut() {
+                let _ = e.write_all(msg.as_bytes());
+            } else {
+                eprintln!("envgit: sandbox: {msg}");
+            }
+            125
+        }
+    };
+    std::process::exit(code)
+}
+
+fn read_spec() -> Result<Spec, String> {
+    let fd = fd_from_env(SPEC_FD_ENV)
+        .ok_or("no sandbox spec (this subcommand is internal to envgit)")?;
+    let mut bytes = Vec::new();
+    std::fs::File::from(fd)
+        .read_to_end(&mut bytes)
+        .map_err(|e| format!("reading the sandbox spec: {e}"))?;
+    serde_json::from_slice(&bytes).map_err(|e| format!("bad sandbox spec: {e}"))
+}
+
+fn run(err: &mut Option<std::fs::File>) -> Result<i32, String> {
+    let spec = read_spec()?;
+    let die_with_parent = || {
+        let _ =
+            rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL));
+    };
+    die_with_parent();
+    // The terminal's Ctrl-C reaches PID 1 (same process group), which forwards it.
+    let _ = sys::set_ignored(libc::SIGINT, true);
+    let _ = sys::set_ignored(libc::SIGQUIT, true);
+    userns::enter(spec.uid, spec.gid)?;
+    sys::loopback_up().map_err(|e| format!("bringing up loopback: {e}"))?;
+    let relay = match &spec.relay {
+        Some(r) => Some(start_relay(r)?),
+        None => None,
+    };
+    // SAFETY: single-threaded here, so no other thread shares the fs state unshare changes.
+    unsafe {
+        rustix::thread::unshare_unsafe(
+            UnshareFlags::NEWNS
+                | UnshareFlags::NEWPID
+                | UnshareFlags::NEWIPC
+                | UnshareFlags::NEWUTS,
+        )
+    }
+    .map_err(|e| format!("creating mount/pid namespaces: {e}"))?;
+    let code = match sys::fork().map_err(|e| format!("fork: {e}"))? {
+        Forked::Child => {
+            die_with_parent();
+            let code = match pid1(&spec, err) {
+                Ok(code) => code,
+                Err(msg) => {
+                    if let Some(e) = err.as_mut() {
+                        let _ = e.write_all(msg.as_bytes());
+                    }
+                    125
+                }
+            };
+            std::process::exit(code);
+        }
+        Forked::Parent(pid1) => wait_exit(pid1),
+    };
+    if let Some(r) = relay {
+        let _ = rustix::process::kill_process(r, rustix::process::Signal::KILL);
+    }
+    Ok(code)
+}
+
+fn wait_exit(pid: i32) -> i32 {
+    let Some(pid) = rustix::process::Pid::from_raw(pid) else {
+        return 125;
+    };
+    loop {
+        match rustix::process::waitpid(Some(pid), rustix::process::WaitOptions::empty()) {
+            Ok(Some((_, status))) => {
+                return status
+                    .exit_status()
+                    .or_else(|| status.terminating_signal().map(|s| 128 + s))
+                    .unwrap_or(125);
+            }
+            Ok(None) | Err(rustix::io::Errno::INTR) => continue,
+            Err(_) => return 125,
+        }
+    }
+}
+
+/// The relay lives in the sandbox's network namespace but the host's mount and pid
+/// namespaces: the command can neither see nor signal it.
+fn start_relay(r: &crate::spec::RelaySpec) -> Result<rustix::process::Pid, String> {
+    let (ready_r, ready_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
+        .map_err(|e| format!("pipe: {e}"))?;
+    match sys::fork().map_err(|e| format!("fork: {e}"))? {
+        Forked::Child => {
+            drop(ready_r);
+            let _ = rustix::process::set_parent_process_death_signal(Some(
+                rustix::process::Signal::KILL,
+            ));
+            let e = crate::relay_glue::serve(r, ready_w);
+            eprintln!("envgit: relay: {e:?}");
+            std::process::exit(1);
+        }
+        Forked::Parent(pid) => {
+            drop(ready_w);
+            let mut b = [0u8; 1];
+            let n = std::fs::File::from(ready_r).read(&mut b).unwrap_or(0);
+            if n != 1 {
+                return Err("the network relay failed to start".into());
+            }
+            rustix::process::Pid::from_raw(pid).ok_or_else(|| "bad relay pid".into())
+        }
+    }
+}
+
+/// PID 1: build the root, start the command, supervise it.
+fn pid1(spec: &Spec, err: &mut Option<std::fs::File>) -> Result<i32, String> {
+    let _ = rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable);
+    mounts::build_root(spec)?;
+    let _ = rustix::system::sethostname(b"envgit");
+    match sys::fork().map_err(|e| format!("fork: {e}"))? {
+        Forked::Child => {
+            let keep = err.as_ref().map(|e| e.as_raw_fd());
+            let msg = match exec_command(spec, keep) {
+                Ok(never) => match never {},
+                Err(Failed::Setup(m)) => m,
+                Err(Failed::Exec(m, code)) => {
+                    // The command's own failure (like a shell's 127), not envgit's.
+                    eprintln!("envgit: {m}");
+                    std::process::exit(code);
+                }
+            };
+            if let Some(e) = err.as_mut() {
+                let _ = e.write_all(msg.as_bytes());
+            }
+            std::process::exit(125);
+        }
+        Forked::Parent(worker) => {
+            // Only the worker reports setup errors from here on; PID 1 keeps the pipe closed
+            // so envgit sees EOF as soon as the command has started.
+            *err = None;
+            Ok(init::supervise(worker))
+        }
+    }
+}
+
+enum Failed {
+    Setup(String),
+    Exec(String, i32),
+}
+
+impl From<String> for Failed {
+    fn from(m: String) -> Self {
+        Failed::Setup(m)
+    }
+}
+
+impl From<&str> for Failed {
+    fn from(m: &str) -> Self {
+        Failed::Setup(m.into())
+    }
+}
+
+/// The worker: new session, no capabilities, Landlock, seccomp, exec.
+fn exec_command(spec: &Spec, keep_fd: Option<i32>) -> Result<std::convert::Infallible, Failed> {
+    let _ = sys::set_ignored(libc::SIGINT, false);
+    let _ = sys::set_ignored(libc::SIGQUIT, false);
+    rustix::process::setsid().map_err(|e| format!("setsid: {e}"))?;
+    drop_capabilities()?;
+    rustix::thread::set_no_new_privs(true).map_err(|e| format!("no_new_privs: {e}"))?;
+    let mut writable = vec![spec.project.clone(), "/tmp".into(), "/dev".into()];
+    writable.extend(spec.writable.iter().cloned());
+    if let Some(h) = &spec.home {
+        writable.push(h.path.clone());
+    }
+    writable.retain(|p| p.exists());
+    sys::close_fds_except(&keep_fd.into_iter().collect::<Vec<_>>());
+    landlock_rules::restrict(&writable)?;
+    seccomp::apply()?;
+    let (prog, args) = spec.argv.split_first().ok_or("empty command")?;
+    std::env::set_current_dir(&spec.cwd)
+        .map_err(|e| Failed::Setup(format!("cd {}: {e}", spec.cwd.display())))?;
+    let e = std::process::Command::new(prog)
+        .args(args)
+        .env_clear()
+        .envs(spec.env.iter().map(|(k, v)| (k, v)))
+        .exec();
+    let (what, code) = if e.kind() == std::io::ErrorKind::NotFound {
+        ("command not found", 127)
+    } else {
+        ("cannot run it", 126)
+    };
+    Err(Failed::Exec(format!("{prog}: {what} ({e})"), code))
+}
+
+fn drop_capabilities() -> Result<(), String> {
+    for cap in 0..64u32 {
+        // Stop at the first capability this kernel does not know.
+        // SAFETY: prctl(PR_CAPBSET_DROP) takes a capability number and touches no memory.
+        let r = unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong, 0, 0, 0) };
+        if r == -1 {
+            if std::io::Error::last_os_error().raw_os_error() == Some(libc::EINVAL) {
+                break;
+            }
+            return Err(format!(
+                "dropping capability {cap}: {}",
+                std::io::Error::last_os_error()
+            ));
+        }
+    }
+    rustix::thread::clear_ambient_capability_set()
+        .map_err(|e| format!("ambient capabilities: {e}"))?;
+    rustix::thread::set_capabilities(
+        None,
+        rustix::thread::CapabilitySets {
+            effective: rustix::thread::CapabilitySet::empty(),
+            permitted: rustix::thread::CapabilitySet::empty(),
+            inheritable: rustix::thread::CapabilitySet::empty(),
+        },
+    )
+    .map_err(|e| format!("dropping capabilities: {e}"))
+}

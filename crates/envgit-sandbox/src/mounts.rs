@@ -1,0 +1,385 @@
+//! The sandbox's view of the filesystem, built on a private tmpfs and entered with pivot_root:
+//! the host's `/` read-only, the project (and `allow_write` paths) read-write, the home through
+//! a per-project overlay, a private `/tmp` and `/run`, a minimal `/dev`, a fresh `/proc`, and
+//! masks over what must not be read. A mask target is opened beneath the new root without
+//! following symlinks, so a link the agent planted can never redirect a mount.
+
+use std::ffi::CString;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+
+use rustix::fs::{Mode, OFlags, ResolveFlags};
+use rustix::mount::{MountFlags, MountPropagationFlags};
+
+use crate::spec::Spec;
+use crate::sys;
+
+type R<T = ()> = Result<T, String>;
+
+fn ctx<T, E: std::fmt::Display>(r: Result<T, E>, what: impl FnOnce() -> String) -> R<T> {
+    r.map_err(|e| format!("{}: {e}", what()))
+}
+
+/// `root` + absolute `p`.
+fn inside(root: &Path, p: &Path) -> PathBuf {
+    root.join(p.strip_prefix("/").unwrap_or(p))
+}
+
+/// Open `p` (absolute) below `root` as an O_PATH fd without following any symlink.
+fn open_beneath(root_fd: &OwnedFd, p: &Path) -> rustix::io::Result<OwnedFd> {
+    let rel = p.strip_prefix("/").unwrap_or(p);
+    let rel = if rel.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        rel
+    };
+    rustix::fs::openat2(
+        root_fd,
+        rel,
+        OFlags::PATH | OFlags::CLOEXEC | OFlags::NOFOLLOW,
+        Mode::empty(),
+        ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
+    )
+}
+
+fn fd_path(fd: &OwnedFd) -> String {
+    format!("/proc/self/fd/{}", fd.as_raw_fd())
+}
+
+/// Build the new root under `spec.staging` and pivot into it.
+pub fn build_root(spec: &Spec) -> R {
+    ctx(
+        rustix::mount::mount_change(
+            "/",
+            MountPropagationFlags::REC | MountPropagationFlags::PRIVATE,
+        ),
+        || "making mounts private".into(),
+    )?;
+    let staging = &spec.staging;
+    ctx(
+        rustix::mount::mount(
+            "tmpfs",
+            staging,
+            "tmpfs",
+            MountFlags::NOSUID | MountFlags::NODEV,
+            c"mode=0700",
+        ),
+        || format!("tmpfs on {}", staging.display()),
+    )?;
+    let root = staging.join("root");
+    ctx(std::fs::create_dir(&root), || {
+        format!("mkdir {}", root.display())
+    })?;
+    ctx(rustix::mount::mount_bind_recursive("/", &root), || {
+        "binding /".into()
+    })?;
+    {
+        let fd = ctx(
+            rustix::fs::open(&root, OFlags::PATH | OFlags::CLOEXEC, Mode::empty()),
+            || "open root".into(),
+        )?;
+        ctx(
+            sys::mount_setattr(
+                fd.as_fd(),
+                true,
+                sys::MOUNT_ATTR_RDONLY | sys::MOUNT_ATTR_NOSUID,
+            ),
+            || "making / read-only".into(),
+        )?;
+    }
+    // An unreadable empty file to mount over denied files.
+    let masked_file = staging.join("masked");
+    ctx(std::fs::write(&masked_file, b""), || "mask file".into())?;
+    ctx(rustix::fs::chmod(&masked_file, Mode::empty()), || {
+        "chmod mask file".into()
+    })?;
+
+    let root_fd = ctx(
+        rustix::fs::open(
+            &root,
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        ),
+        || "open root".into(),
+    )?;
+    // Private /tmp and /run first: a project or home under /tmp is bound on top of it.
+    private_tmpfs(&root_fd, Path::new("/tmp"), "mode=1777")?;
+    private_tmpfs(&root_fd, Path::new("/run"), "mode=0755")?;
+    if let Some(home) = &spec.home {
+        overlay_home(&root, &root_fd, home)?;
+    }
+    for w in std::iter::once(&spec.project).chain(spec.writable.iter()) {
+        bind_rw(&root, &root_fd, w)?;
+    }
+    dev(&root, &root_fd)?;
+    proc_(&root_fd)?;
+    for p in &spec.read_only {
+        read_only(&root_fd, p)?;
+    }
+    for p in spec.masks.iter().chain(spec.hidden.iter()) {
+        mask(&root_fd, p, &masked_file)?;
+    }
+    resolv_conf(&root, &root_fd, &spec.resolv_conf)?;
+    for (src, dst) in &spec.file_overrides {
+        if let Ok(fd) = open_beneath(&root_fd, dst) {
+            ctx(
+                rustix::mount::mount_bind(src, fd_path(&fd).as_str()),
+                || format!("bind {}", dst.display()),
+            )?;
+            let fd = ctx(open_beneath(&root_fd, dst), || dst.display().to_string())?;
+            let _ = sys::mount_setattr(fd.as_fd(), false, sys::MOUNT_ATTR_RDONLY);
+        }
+    }
+    drop(root_fd);
+    pivot(&root)?;
+    Ok(())
+}
+
+/// The mount point for `p` in the new root, created if it lies in one of our fresh tmpfs
+/// mounts (a project under /tmp); never through a symlink.
+fn target_dir(root: &Path, root_fd: &OwnedFd, p: &Path) -> R<OwnedFd> {
+    match open_beneath(root_fd, p) {
+        Ok(fd) => Ok(fd),
+        Err(rustix::io::Errno::NOENT) => {
+            ctx(std::fs::create_dir_all(inside(root, p)), || {
+                format!("mount point for {}", p.display())
+            })?;
+            ctx(open_beneath(root_fd, p), || {
+                format!("{} in the sandbox", p.display())
+            })
+        }
+        Err(e) => Err(format!("{} in the sandbox: {e}", p.display())),
+    }
+}
+
+fn overlay_home(root: &Path, root_fd: &OwnedFd, home: &crate::spec::HomeOverlay) -> R {
+    if !home.path.is_dir() {
+        return Ok(());
+    }
+    let target = target_dir(root, root_fd, &home.path)?;
+    let opts = format!(
+        "lowerdir={},upperdir={},workdir={},userxattr",
+        home.path.display(),
+        home.upper.display(),
+        home.work.display()
+    );
+    let opts = ctx(CString::new(opts), || "overlay options".into())?;
+    ctx(
+        rustix::mount::mount(
+            "overlay",
+            fd_path(&target).as_str(),
+            "overlay",
+            MountFlags::NOSUID,
+            opts.as_c_str(),
+        ),
+        || format!("overlay on {}", home.path.display()),
+    )
+}
+
+fn bind_rw(root: &Path, root_fd: &OwnedFd, p: &Path) -> R {
+    // The source is the host's own path, canonical (the plan resolved it); the target is
+    // opened beneath the new root without following links.
+    if !p.is_dir() {
+        return Ok(());
+    }
+    let target = target_dir(root, root_fd, p)?;
+    ctx(
+        rustix::mount::mount_bind_recursive(p, fd_path(&target).as_str()),
+        || format!("binding {} read-write", p.display()),
+    )
+}
+
+fn private_tmpfs(root_fd: &OwnedFd, p: &Path, opts: &str) -> R {
+    let Ok(target) = open_beneath(root_fd, p) else {
+        return Ok(()); // absent or a symlink (e.g. /var/run -> /run): nothing to mount over
+    };
+    let opts = ctx(CString::new(opts), || "tmpfs options".into())?;
+    ctx(
+        rustix::mount::mount(
+            "tmpfs",
+            fd_path(&target).as_str(),
+            "tmpfs",
+            MountFlags::NOSUID | MountFlags::NODEV,
+            opts.as_c_str(),
+        ),
+        || format!("tmpfs on {}", p.display()),
+    )
+}
+
+/// A minimal /dev: a tmpfs with the harmless device nodes bound from the host, a private
+/// devpts, and /dev/shm.
+fn dev(root: &Path, root_fd: &OwnedFd) -> R {
+    private_tmpfs(root_fd, Path::new("/dev"), "mode=0755")?;
+    let dev = inside(root, Path::new("/dev"));
+    for name in ["null", "zero", "full", "random", "urandom", "tty"] {
+        let host = Path::new("/dev").join(name);
+        if !host.exists() {
+            continue;
+        }
+        let node = dev.join(name);
+        ctx(std::fs::write(&node, b""), || {
+            format!("create {}", node.display())
+        })?;
+        ctx(rustix::mount::mount_bind(&host, &node), || {
+            format!("bind {}", host.display())
+        })?;
+    }
+    let pts = dev.join("pts");
+    ctx(std::fs::create_dir(&pts), || "mkdir /dev/pts".into())?;
+    ctx(
+        rustix::mount::mount(
+            "devpts",
+            &pts,
+            "devpts",
+            MountFlags::NOSUID | MountFlags::NOEXEC,
+            c"newinstance,ptmxmode=0666,mode=0620",
+        ),
+        || "devpts".into(),
+    )?;
+    ctx(
+        std::os::unix::fs::symlink("pts/ptmx", dev.join("ptmx")),
+        || "ptmx".into(),
+    )?;
+    for (link, target) in [
+        ("fd", "/proc/self/fd"),
+        ("stdin", "/proc/self/fd/0"),
+        ("stdout", "/proc/self/fd/1"),
+        ("stderr", "/proc/self/fd/2"),
+    ] {
+        ctx(std::os::unix::fs::symlink(target, dev.join(link)), || {
+            format!("/dev/{link}")
+        })?;
+    }
+    let shm = dev.join("shm");
+    ctx(std::fs::create_dir(&shm), || "mkdir /dev/shm".into())?;
+    ctx(
+        rustix::mount::mount(
+            "tmpfs",
+            &shm,
+            "tmpfs",
+            MountFlags::NOSUID | MountFlags::NODEV,
+            c"mode=1777",
+        ),
+        || "tmpfs on /dev/shm".into(),
+    )
+}
+
+fn proc_(root_fd: &OwnedFd) -> R {
+    let target = ctx(open_beneath(root_fd, Path::new("/proc")), || "/proc".into())?;
+    ctx(
+        rustix::mount::mount(
+            "proc",
+            fd_path(&target).as_str(),
+            "proc",
+            MountFlags::NOSUID | MountFlags::NODEV | MountFlags::NOEXEC,
+            c"",
+        ),
+        || "mounting a fresh /proc".into(),
+    )
+}
+
+fn read_only(root_fd: &OwnedFd, p: &Path) -> R {
+    let Ok(target) = open_beneath(root_fd, p) else {
+        return Ok(()); // gone, or a symlink: the post-step check puts it back
+    };
+    let path = fd_path(&target);
+    ctx(
+        rustix::mount::mount_bind_recursive(path.as_str(), path.as_str()),
+        || format!("protecting {}", p.display()),
+    )?;
+    let fd = ctx(open_beneath(root_fd, p), || p.display().to_string())?;
+    ctx(
+        sys::mount_setattr(fd.as_fd(), true, sys::MOUNT_ATTR_RDONLY),
+        || format!("protecting {}", p.display()),
+    )
+}
+
+fn mask(root_fd: &OwnedFd, p: &Path, masked_file: &Path) -> R {
+    let target = match open_beneath(root_fd, p) {
+        Ok(t) => t,
+        Err(rustix::io::Errno::NOENT) => return Ok(()),
+        // A symlink on the way: the plan also masks the link's resolved target.
+        Err(rustix::io::Errno::LOOP | rustix::io::Errno::XDEV) => return Ok(()),
+        Err(e) => return Err(format!("masking {}: {e}", p.display())),
+    };
+    let st = ctx(rustix::fs::fstat(&target), || p.display().to_string())?;
+    let path = fd_path(&target);
+    if rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::Directory {
+        ctx(
+            rustix::mount::mount(
+                "tmpfs",
+                path.as_str(),
+                "tmpfs",
+                MountFlags::RDONLY | MountFlags::NOSUID | MountFlags::NODEV | MountFlags::NOEXEC,
+                c"mode=000,size=0",
+            ),
+            || format!("masking {}", p.display()),
+        )
+    } else {
+        ctx(
+            rustix::mount::mount_bind(masked_file, path.as_str()),
+            || format!("masking {}", p.display()),
+        )?;
+        let fd = ctx(open_beneath(root_fd, p), || p.display().to_string())?;
+        ctx(
+            sys::mount_setattr(fd.as_fd(), false, sys::MOUNT_ATTR_RDONLY),
+            || format!("masking {}", p.display()),
+        )
+    }
+}
+
+/// `/etc/resolv.conf` names the relay's DNS stub. If it is a symlink into /run (systemd), the
+/// file is created at its target in the sandbox's private /run.
+fn resolv_conf(root: &Path, root_fd: &OwnedFd, content: &str) -> R {
+    let etc = Path::new("/etc/resolv.conf");
+    let file = root.join("..").join("resolv.conf");
+    ctx(std::fs::write(&file, content), || "resolv.conf".into())?;
+    match open_beneath(root_fd, etc) {
+        Ok(fd) => {
+            ctx(
+                rustix::mount::mount_bind(&file, fd_path(&fd).as_str()),
+                || "resolv.conf".into(),
+            )?;
+        }
+        Err(_) => {
+            if let Ok(target) = std::fs::read_link(etc) {
+                let abs = if target.is_absolute() {
+                    target
+                } else {
+                    Path::new("/etc").join(target)
+                };
+                let norm: PathBuf = abs.components().fold(PathBuf::new(), |mut acc, c| {
+                    match c {
+                        std::path::Component::ParentDir => {
+                            acc.pop();
+                        }
+                        c => acc.push(c),
+                    }
+                    acc
+                });
+                if norm.starts_with("/run") {
+                    let dst = inside(root, &norm);
+                    if let Some(parent) = dst.parent() {
+                        let _ = std::fs::create_dir_all(parent);
+                    }
+                    let _ = std::fs::write(dst, content);
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+fn pivot(root: &Path) -> R {
+    ctx(std::env::set_current_dir(root), || {
+        "chdir to the new root".into()
+    })?;
+    ctx(rustix::process::pivot_root(".", "."), || {
+        "pivot_root".into()
+    })?;
+    ctx(
+        rustix::mount::unmount(".", rustix::mount::UnmountFlags::DETACH),
+        || "detaching the old root".into(),
+    )?;
+    ctx(std::env::set_current_dir("/"), || "chdir /".into())
+}

@@ -1,0 +1,306 @@
+//! From policy to mount plan: which paths the command may write, which it may not read, what
+//! is protected, and which environment variables enter (DESIGN §4).
+
+use std::path::{Path, PathBuf};
+
+use envgit_policy::{PROTECTED_PATHS, Policy};
+use ignore::gitignore::GitignoreBuilder;
+
+use crate::spec::{HomeOverlay, RelaySpec, Spec};
+
+/// Unreadable in every home (`~` from both `$HOME` and the passwd entry).
+pub const HOME_DENIES: &[&str] = &[
+    ".ssh",
+    ".aws",
+    ".gnupg",
+    ".config/gh",
+    ".netrc",
+    ".git-credentials",
+    ".config/git/credentials",
+    ".npmrc",
+    ".pypirc",
+    ".cargo/credentials",
+    ".cargo/credentials.toml",
+    ".docker/config.json",
+    ".kube",
+    ".config/gcloud",
+    ".azure",
+    ".codex/auth.json",
+    ".claude/.credentials.json",
+    ".config/github-copilot",
+    ".copilot/config.json",
+    ".mozilla",
+    ".config/google-chrome",
+    ".config/chromium",
+    ".config/BraveSoftware",
+    ".config/microsoft-edge",
+    ".local/share/keyrings",
+    ".password-store",
+];
+
+/// Readable only by root, and masked when envgit runs as root.
+const ROOT_DENIES: &[&str] = &[
+    "/etc/shadow",
+    "/etc/gshadow",
+    "/etc/sudoers",
+    "/etc/sudoers.d",
+    "/etc/ssh",
+];
+
+/// Variables that enter the sandbox besides `env.pass`.
+const SAFE_ENV: &[&str] = &[
+    "PATH",
+    "HOME",
+    "USER",
+    "LOGNAME",
+    "SHELL",
+    "LANG",
+    "LANGUAGE",
+    "TERM",
+    "COLORTERM",
+    "TZ",
+    "NO_COLOR",
+    "COLUMNS",
+    "LINES",
+    "EDITOR",
+    "VISUAL",
+    "PAGER",
+    "CARGO_HOME",
+    "RUSTUP_HOME",
+    "GOPATH",
+    "GOROOT",
+    "JAVA_HOME",
+    "NVM_DIR",
+    "VIRTUAL_ENV",
+];
+
+/// How deep the search for `.env` files goes: in the project, and in the home (where hidden
+/// directories — caches, toolchains — are skipped). A full walk of a home directory would cost
+/// seconds per step; `.env` files deeper than this are left readable (say so in the docs).
+const PROJECT_SEARCH_DEPTH: usize = 6;
+const HOME_SEARCH_DEPTH: usize = 3;
+
+pub struct PlanInput<'a> {
+    pub policy: &'a Policy,
+    /// Canonical.
+    pub project: &'a Path,
+    pub cwd: PathBuf,
+    pub argv: Vec<String>,
+    /// `$HOME` and the passwd entry's home (either may be missing).
+    pub homes: Vec<PathBuf>,
+    pub uid: u32,
+    pub gid: u32,
+    /// envgit's state ($ENVGIT_HOME): hidden.
+    pub state_dirs: Vec<PathBuf>,
+    pub staging: PathBuf,
+    pub home_overlay: Option<(PathBuf, PathBuf)>,
+    pub caller_env: Vec<(String, String)>,
+    pub extra_env: Vec<(String, String)>,
+    pub relay: Option<RelaySpec>,
+    pub protected_extra: Vec<String>,
+}
+
+fn is_env_file(name: &str) -> bool {
+    if name == ".env" {
+        return true;
+    }
+    match name.strip_prefix(".env.") {
+        Some(rest) => !matches!(rest, "example" | "sample" | "template"),
+        None => false,
+    }
+}
+
+fn expand_home(p: &str, home: &Path) -> Option<PathBuf> {
+    if p == "~" {
+        return Some(home.to_path_buf());
+    }
+    p.strip_prefix("~/").map(|rest| home.join(rest))
+}
+
+/// Every path to mask: the defaults, `filesystem.deny_read` and `.env` files, with symlinked
+/// paths masked at their resolved target too.
+fn masks(input: &PlanInput<'_>) -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = Vec::new();
+    let mut globs: Vec<(PathBuf, String)> = Vec::new();
+    for home in &input.homes {
+        out.extend(HOME_DENIES.iter().map(|d| home.join(d)));
+    }
+    for d in &input.policy.filesystem.deny_read {
+        let has_glob = d.contains(['*', '?', '[']);
+        let bases: Vec<(PathBuf, String)> = if let Some(rest) = d.strip_prefix("~/") {
+            input
+                .homes
+                .iter()
+                .map(|h| (h.clone(), rest.to_string()))
+                .collect()
+        } else if d.starts_with('/') {
+            vec![(PathBuf::from("/"), d.trim_start_matches('/').to_string())]
+        } else {
+            vec![(input.project.to_path_buf(), d.clone())]
+        };
+        for (base, rest) in bases {
+            if has_glob {
+                globs.push((base, rest));
+            } else {
+                out.push(base.join(rest));
+            }
+        }
+    }
+    if input.uid == 0 {
+        out.extend(ROOT_DENIES.iter().map(PathBuf::from));
+        if let Ok(entries) = std::fs::read_dir("/home") {
+            for e in entries.flatten() {
+                let p = e.path();
+                if !input.homes.contains(&p) && !input.project.starts_with(&p) {
+                    out.push(p);
+                }
+            }
+        }
+    }
+    // `.env` files and deny_read globs, found by one bounded walk of the project and homes.
+    let mut roots = vec![(input.project.to_path_buf(), PROJECT_SEARCH_DEPTH, false)];
+    roots.extend(
+        input
+            .homes
+            .iter()
+            .map(|h| (h.clone(), HOME_SEARCH_DEPTH, true)),
+    );
+    for (root, max_depth, skip_hidden) in roots {
+        let mut b = GitignoreBuilder::new(&root);
+        for (base, pat) in &globs {
+            if base == &root {
+                let _ = b.add_line(None, pat);
+            }
+        }
+        let matcher = b.build().ok();
+        walk(&root, max_depth, skip_hidden, &mut |p, is_dir| {
+            let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
+            let hit = (!is_dir && is_env_file(name))
+                || matcher
+                    .as_ref()
+                    .is_some_and(|m| m.matched(p, is_dir).is_ignore());
+            if hit {
+                out.push(p.to_path_buf());
+            }
+        });
+    }
+    // A symlinked secret is masked where it really lives, too.
+    let mut resolved = Vec::new();
+    for p in &out {
+        if let Ok(real) = p.canonicalize()
+            && &real != p
+        {
+            resolved.push(real);
+        }
+    }
+    out.extend(resolved);
+    out.sort();
+    out.dedup();
+    out.retain(|p| p.symlink_metadata().is_ok());
+    out
+}
+
+fn walk(dir: &Path, depth_left: usize, skip_hidden: bool, f: &mut dyn FnMut(&Path, bool)) {
+    if depth_left == 0 {
+        return;
+    }
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let Ok(ft) = e.file_type() else { continue };
+        let p = e.path();
+        let name = e.file_name();
+        let name = name.to_str().unwrap_or("");
+        let skip = matches!(
+            name,
+            ".git" | "node_modules" | "target" | ".venv" | "__pycache__"
+        ) || (skip_hidden && name.starts_with('.'));
+        f(&p, ft.is_dir());
+        if ft.is_dir() && !skip {
+            walk(&p, depth_left - 1, skip_hidden, f);
+        }
+    }
+}
+
+fn environment(input: &PlanInput<'_>) -> Vec<(String, String)> {
+    let pass = &input.policy.env.pass;
+    let mut env: Vec<(String, String)> = input
+        .caller_env
+        .iter()
+        .filter(|(k, _)| SAFE_ENV.contains(&k.as_str()) || k.starts_with("LC_") || pass.contains(k))
+        .cloned()
+        .collect();
+    env.retain(|(k, _)| k != "TMPDIR" && k != "PWD");
+    env.push(("TMPDIR".into(), "/tmp".into()));
+    env.push(("PWD".into(), input.cwd.display().to_string()));
+    for (k, v) in &input.extra_env {
+        env.retain(|(e, _)| e != k);
+        env.push((k.clone(), v.clone()));
+    }
+    env
+}
+
+pub fn plan(input: PlanInput<'_>) -> Spec {
+    let protected: Vec<PathBuf> = PROTECTED_PATHS
+        .iter()
+        .map(|p| p.to_string())
+        .chain(input.protected_extra.iter().cloned())
+        .map(|p| input.project.join(p))
+        .filter(|p| p.symlink_metadata().is_ok())
+        .collect();
+    let writable = input
+        .policy
+        .filesystem
+        .allow_write
+        .iter()
+        .flat_map(
+            |w| match input.homes.first().and_then(|h| expand_home(w, h)) {
+                Some(p) => vec![p],
+                None => vec![PathBuf::from(w)],
+            },
+        )
+        .filter_map(|p| p.canonicalize().ok())
+        .collect();
+    let home = match (&input.home_overlay, input.homes.first()) {
+        (Some((upper, work)), Some(h)) => Some(HomeOverlay {
+            path: h.clone(),
+            upper: upper.clone(),
+            work: work.clone(),
+        }),
+        _ => None,
+    };
+    Spec {
+        argv: input.argv.clone(),
+        cwd: input.cwd.clone(),
+        env: environment(&input),
+        uid: input.uid,
+        gid: input.gid,
+        staging: input.staging.clone(),
+        project: input.project.to_path_buf(),
+        home,
+        writable,
+        read_only: protected,
+        masks: masks(&input),
+        hidden: input.state_dirs.clone(),
+        resolv_conf: "nameserver 127.0.0.1\noptions ndots:0 attempts:1\n".into(),
+        relay: input.relay.clone(),
+        file_overrides: Vec::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn env_files() {
+        assert!(is_env_file(".env"));
+        assert!(is_env_file(".env.local"));
+        assert!(is_env_file(".env.production"));
+        assert!(!is_env_file(".env.example"));
+        assert!(!is_env_file(".env.sample"));
+        assert!(!is_env_file(".envrc"));
+        assert!(!is_env_file("env"));
+    }
+}

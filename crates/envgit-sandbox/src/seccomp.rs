@@ -1,0 +1,158 @@
+//! The seccomp filter of DESIGN §4: io_uring, ptrace, process_vm_*, bpf, keys, the mount
+//! family, setns, nested user namespaces, TIOCSTI/TIOCLINUX, socket families other than unix,
+//! inet, inet6 and netlink, and x32 (whose syscall numbers would slip past the per-number rules).
+
+use std::collections::BTreeMap;
+
+use seccompiler::{
+    BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
+    SeccompRule, TargetArch, sock_filter,
+};
+
+type R<T> = Result<T, String>;
+
+fn cond(arg: u8, len: SeccompCmpArgLen, op: SeccompCmpOp, v: u64) -> R<SeccompCondition> {
+    SeccompCondition::new(arg, len, op, v).map_err(|e| format!("seccomp: {e}"))
+}
+
+fn rule(conds: Vec<SeccompCondition>) -> R<SeccompRule> {
+    SeccompRule::new(conds).map_err(|e| format!("seccomp: {e}"))
+}
+
+fn arch() -> R<TargetArch> {
+    std::env::consts::ARCH.try_into().map_err(|_| {
+        format!(
+            "seccomp: unsupported architecture {}",
+            std::env::consts::ARCH
+        )
+    })
+}
+
+/// Syscalls refused outright with EPERM.
+const DENIED: &[i64] = &[
+    libc::SYS_io_uring_setup,
+    libc::SYS_io_uring_enter,
+    libc::SYS_io_uring_register,
+    libc::SYS_ptrace,
+    libc::SYS_process_vm_readv,
+    libc::SYS_process_vm_writev,
+    libc::SYS_bpf,
+    libc::SYS_perf_event_open,
+    libc::SYS_kexec_load,
+    libc::SYS_kexec_file_load,
+    libc::SYS_add_key,
+    libc::SYS_request_key,
+    libc::SYS_keyctl,
+    libc::SYS_mount,
+    libc::SYS_umount2,
+    libc::SYS_pivot_root,
+    libc::SYS_move_mount,
+    libc::SYS_open_tree,
+    libc::SYS_fsopen,
+    libc::SYS_fsconfig,
+    libc::SYS_fsmount,
+    libc::SYS_fspick,
+    libc::SYS_mount_setattr,
+    libc::SYS_setns,
+    libc::SYS_init_module,
+    libc::SYS_finit_module,
+    libc::SYS_delete_module,
+    libc::SYS_userfaultfd,
+];
+
+fn eperm_filter() -> R<BpfProgram> {
+    let mut rules: BTreeMap<i64, Vec<SeccompRule>> =
+        DENIED.iter().map(|&nr| (nr, vec![])).collect();
+    use SeccompCmpArgLen::{Dword, Qword};
+    // New user namespaces, by unshare or clone.
+    let newuser = libc::CLONE_NEWUSER as u64;
+    rules.insert(
+        libc::SYS_unshare,
+        vec![rule(vec![cond(
+            0,
+            Qword,
+            SeccompCmpOp::MaskedEq(newuser),
+            newuser,
+        )?])?],
+    );
+    rules.insert(
+        libc::SYS_clone,
+        vec![rule(vec![cond(
+            0,
+            Qword,
+            SeccompCmpOp::MaskedEq(newuser),
+            newuser,
+        )?])?],
+    );
+    // Pushing keystrokes into a terminal.
+    rules.insert(
+        libc::SYS_ioctl,
+        vec![
+            rule(vec![cond(1, Dword, SeccompCmpOp::Eq, libc::TIOCSTI)?])?,
+            rule(vec![cond(1, Dword, SeccompCmpOp::Eq, libc::TIOCLINUX)?])?,
+        ],
+    );
+    // Socket families beyond unix, inet, inet6 and netlink (packet, vsock, bluetooth, …).
+    let mut other_family = Vec::new();
+    for af in [
+        libc::AF_UNIX,
+        libc::AF_INET,
+        libc::AF_INET6,
+        libc::AF_NETLINK,
+    ] {
+        other_family.push(cond(0, Dword, SeccompCmpOp::Ne, af as u64)?);
+    }
+    rules.insert(libc::SYS_socket, vec![rule(other_family)?]);
+    let filter = SeccompFilter::new(
+        rules,
+        SeccompAction::Allow,
+        SeccompAction::Errno(libc::EPERM as u32),
+        arch()?,
+    )
+    .map_err(|e| format!("seccomp: {e}"))?;
+    let mut prog: BpfProgram = filter.try_into().map_err(|e| format!("seccomp: {e:?}"))?;
+    // Before anything else: any syscall number with the x32 bit set kills the process.
+    let prefix = vec![
+        sock_filter {
+            code: (libc::BPF_LD | libc::BPF_W | libc::BPF_ABS) as u16,
+            jt: 0,
+            jf: 0,
+            k: 0,
+        },
+        sock_filter {
+            code: (libc::BPF_JMP | libc::BPF_JGE | libc::BPF_K) as u16,
+            jt: 0,
+            jf: 1,
+            k: 0x4000_0000,
+        },
+        sock_filter {
+            code: (libc::BPF_RET | libc::BPF_K) as u16,
+            jt: 0,
+            jf: 0,
+            k: libc::SECCOMP_RET_KILL_PROCESS,
+        },
+    ];
+    prog.splice(0..0, prefix);
+    Ok(prog)
+}
+
+/// clone3 takes its flags in memory seccomp cannot read: ENOSYS makes libc fall back to clone,
+/// whose flags the first filter checks.
+fn clone3_filter() -> R<BpfProgram> {
+    let rules: BTreeMap<i64, Vec<SeccompRule>> = [(libc::SYS_clone3, vec![])].into_iter().collect();
+    let filter = SeccompFilter::new(
+        rules,
+        SeccompAction::Allow,
+        SeccompAction::Errno(libc::ENOSYS as u32),
+        arch()?,
+    )
+    .map_err(|e| format!("seccomp: {e}"))?;
+    filter.try_into().map_err(|e| format!("seccomp: {e:?}"))
+}
+
+pub fn apply() -> R<()> {
+    for prog in [eperm_filter()?, clone3_filter()?] {
+        seccompiler::apply_filter(&prog).map_err(|e| format!("seccomp: {e}"))?;
+    }
+    Ok(())
+}

@@ -1,0 +1,55 @@
+//! Everything the sandbox process needs, sent from the host side on a pipe (argv is
+//! world-readable and size-limited).
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Spec {
+    pub argv: Vec<String>,
+    /// Where the command starts (inside the project).
+    pub cwd: PathBuf,
+    /// The command's whole environment.
+    pub env: Vec<(String, String)>,
+    /// The invoking user, mapped 1:1 into the user namespace.
+    pub uid: u32,
+    pub gid: u32,
+    /// An empty directory outside the project, private to envgit, where the new root is built.
+    pub staging: PathBuf,
+    /// Read-write.
+    pub project: PathBuf,
+    /// The home directory, writable through an overlay whose upper layer is kept per project.
+    pub home: Option<HomeOverlay>,
+    /// Extra read-write paths (`filesystem.allow_write`).
+    pub writable: Vec<PathBuf>,
+    /// Existing paths made read-only (protected paths in the project).
+    pub read_only: Vec<PathBuf>,
+    /// Existing paths made unreadable (default denies, `filesystem.deny_read`, `.env` files).
+    pub masks: Vec<PathBuf>,
+    /// envgit's own state (the store, the home overlays): hidden.
+    pub hidden: Vec<PathBuf>,
+    /// Content of `/etc/resolv.conf` inside.
+    pub resolv_conf: String,
+    /// The in-netns relay; `None` leaves only loopback.
+    pub relay: Option<RelaySpec>,
+    /// Extra files mounted read-only over system paths (a merged CA bundle, later).
+    pub file_overrides: Vec<(PathBuf, PathBuf)>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct HomeOverlay {
+    pub path: PathBuf,
+    pub upper: PathBuf,
+    pub work: PathBuf,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct RelaySpec {
+    pub gate_socket: PathBuf,
+    pub token: String,
+    pub proxy_port: u16,
+    pub dns_port: u16,
+    pub capture_ports: Vec<u16>,
+    pub forwards: Vec<u16>,
+}

@@ -1,0 +1,16 @@
+//! `envgit run [--] CMD ARGS…`: one step, run in the sandbox.
+
+use std::path::Path;
+use std::process::ExitCode;
+
+use crate::cli::RunArgs;
+use crate::failure::CmdResult;
+use crate::project::Project;
+use crate::supervisor;
+
+pub fn run(dir: Option<&Path>, args: &RunArgs) -> CmdResult<ExitCode> {
+    let project = Project::find(dir)?;
+    let cwd = crate::project::start_dir(dir)?;
+    let code = supervisor::run_step(&project, &cwd, args.command.clone())?;
+    Ok(ExitCode::from(code.clamp(0, 255) as u8))
+}

@@ -1,0 +1,275 @@
+//! The step lifecycle, the only place a step begins and ends: begin → run in the sandbox →
+//! snapshot → put protected paths back → commit the record (command, exit code, duration,
+//! files changed, refusals).
+
+use std::path::{Path, PathBuf};
+
+use std::sync::Arc;
+
+use envgit_gate::{Gate, GateConfig, GateEvent};
+use envgit_sandbox::plan::{PlanInput, plan};
+use envgit_sandbox::spec::RelaySpec;
+use envgit_sandbox::{Outcome, SignalGuard};
+use envgit_store::{Refusal, Request, StepDraft, StepFlag, StepKind, Store, now_ms};
+
+use crate::failure::{CmdResult, Failure};
+use crate::output;
+use crate::project::Project;
+
+/// envgit itself failed: the exit code of `envgit run` then (DESIGN §8).
+pub const EXIT_ENVGIT_FAILED: i32 = 125;
+/// envgit refused to start the command (a shell rule).
+pub const EXIT_REFUSED: i32 = 126;
+
+fn passwd_home(uid: u32) -> Option<PathBuf> {
+    let passwd = std::fs::read_to_string("/etc/passwd").ok()?;
+    passwd.lines().find_map(|l| {
+        let f: Vec<&str> = l.split(':').collect();
+        (f.len() >= 6 && f[2].parse::<u32>().ok() == Some(uid)).then(|| PathBuf::from(f[5]))
+    })
+}
+
+fn homes(uid: u32) -> Vec<PathBuf> {
+    let mut h: Vec<PathBuf> = Vec::new();
+    if let Some(home) = std::env::var_os("HOME").filter(|h| !h.is_empty()) {
+        h.push(PathBuf::from(home));
+    }
+    if let Some(p) = passwd_home(uid) {
+        h.push(p);
+    }
+    let mut out: Vec<PathBuf> = Vec::new();
+    for p in h {
+        let p = p.canonicalize().unwrap_or(p);
+        if !out.contains(&p) && p != Path::new("/") {
+            out.push(p);
+        }
+    }
+    out
+}
+
+fn private_dir(p: &Path) -> CmdResult<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(p)
+        .map_err(|e| Failure::failed(format!("{}: {e}", p.display())))
+}
+
+/// Run `argv` as one step; returns the exit code envgit exits with.
+pub fn run_step(project: &Project, cwd: &Path, argv: Vec<String>) -> CmdResult<i32> {
+    let mut store = project.open_store()?;
+    let line = envgit_policy::command_line(&argv);
+    let started = now_ms();
+    let policy_hash = project.policy.hash();
+    if let Some(m) = project.policy.check_command(&argv) {
+        // `ask` has no approver yet: it fails closed like `deny`.
+        output::error(&format!("denied command {line} (rule {})", m.rule));
+        let mut guard = store.begin_step(&line)?;
+        let mut wt = project.worktree(&store)?;
+        let (tree, _) = wt.full_scan(&store, None)?;
+        let draft = StepDraft {
+            kind: Some(StepKind::Run),
+            started_at_ms: started,
+            summary: line.clone(),
+            command: Some(argv),
+            exit_code: Some(EXIT_REFUSED),
+            policy_hash: Some(policy_hash),
+            refusals: vec![Refusal {
+                what: format!("command {line}"),
+                rule: m.rule.into(),
+            }],
+            ..Default::default()
+        };
+        store.commit(&mut guard, draft, tree)?;
+        return Ok(EXIT_REFUSED);
+    }
+    let mut guard = store.begin_step(&line)?;
+    let mut wt = project.worktree(&store)?;
+    let (before, _) = wt.full_scan(&store, None)?;
+    let (code, events) = run_sandboxed(project, &store, cwd, &argv)?;
+    let (requests, mut refusals) = requests_of(&events);
+    for r in &refusals {
+        output::error(&format!("denied {} (rule {})", r.what, r.rule));
+    }
+    let (after, report) = wt.full_scan(&store, None)?;
+    let protected = project.protected_paths();
+    let (put_back, tree) = envgit_store::put_back(&store, &mut wt, &before, &after, &protected)?;
+    let mut flags = Vec::new();
+    for p in &put_back {
+        output::warn(&format!(
+            "{p} changed during the step and was put back (protected path)"
+        ));
+    }
+    if !put_back.is_empty() {
+        flags.push(StepFlag::ProtectedRestored);
+    }
+    if !report.unstable.is_empty() {
+        flags.push(StepFlag::UnstableFiles);
+    }
+    let draft = StepDraft {
+        kind: Some(StepKind::Run),
+        started_at_ms: started,
+        summary: line,
+        command: Some(argv),
+        exit_code: Some(code),
+        policy_hash: Some(policy_hash),
+        flags,
+        requests,
+        refusals: {
+            refusals.extend(put_back.iter().map(|p| Refusal {
+                what: format!("write {p}"),
+                rule: "filesystem.protected".into(),
+            }));
+            refusals
+        },
+        ..Default::default()
+    };
+    store.commit(&mut guard, draft, tree)?;
+    drop(guard);
+    wt.save_cache(&store.stat_cache_path())?;
+    Ok(code)
+}
+
+/// The gate's events as step records: every request, and the refused ones as refusals.
+fn requests_of(events: &[GateEvent]) -> (Vec<Request>, Vec<Refusal>) {
+    let mut requests = Vec::new();
+    let mut refusals = Vec::new();
+    for e in events {
+        // CONNECT names host:port; a request names host (with a non-default port) and path.
+        let host = if e.method == "CONNECT" || (e.port != 80 && e.port != 0) {
+            format!("{}:{}", e.host, e.port)
+        } else {
+            e.host.clone()
+        };
+        let target = format!("{host}{}", e.path);
+        if e.decision != "allowed" {
+            refusals.push(Refusal {
+                what: format!("{} {target}", e.method),
+                rule: e.rule.clone().unwrap_or_else(|| "gate".into()),
+            });
+        }
+        requests.push(Request {
+            method: e.method.clone(),
+            host,
+            path: e.path.clone(),
+            status: e.status,
+            bytes_out: e.bytes_out,
+            bytes_in: e.bytes_in,
+            decision: e.decision.clone(),
+            rule: e.rule.clone(),
+            irreversible: false,
+        });
+    }
+    (requests, refusals)
+}
+
+/// Proxy variables for clients that honour them (both spellings).
+fn proxy_env(port: u16) -> Vec<(String, String)> {
+    let url = format!("http://127.0.0.1:{port}");
+    let mut env = Vec::new();
+    for name in ["HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY"] {
+        env.push((name.to_string(), url.clone()));
+        env.push((name.to_lowercase(), url.clone()));
+    }
+    for name in ["NO_PROXY", "no_proxy"] {
+        env.push((name.to_string(), "localhost,127.0.0.1,::1".to_string()));
+    }
+    env
+}
+
+const PROXY_PORT: u16 = 3128;
+
+fn run_sandboxed(
+    project: &Project,
+    store: &Store,
+    cwd: &Path,
+    argv: &[String],
+) -> CmdResult<(i32, Vec<GateEvent>)> {
+    let uid = rustix::process::getuid().as_raw();
+    let gid = rustix::process::getgid().as_raw();
+    let envgit_home = envgit_store::envgit_home()?;
+    let state = store.dir();
+    let staging = state
+        .join("run")
+        .join(format!("{}-{}", std::process::id(), now_ms()));
+    private_dir(&staging)?;
+    let homes = homes(uid);
+    let home_overlay = match homes.first() {
+        Some(_) => {
+            let base = state.join("home");
+            let (upper, work) = (base.join("upper"), base.join("work"));
+            private_dir(&upper)?;
+            private_dir(&work)?;
+            Some((upper, work))
+        }
+        None => None,
+    };
+    let gate_dir = state
+        .join("run")
+        .join(format!("{}-{}-gate", std::process::id(), now_ms()));
+    private_dir(&gate_dir)?;
+    let token = random_token();
+    let socket_path = gate_dir.join("gate.sock");
+    let gate = Gate::start(GateConfig {
+        socket_path: socket_path.clone(),
+        token: token.clone(),
+        policy: Arc::new(project.policy.clone()),
+    })
+    .map_err(|e| Failure::failed(format!("cannot start the gate: {e}")))?;
+    let relay = RelaySpec {
+        gate_socket: socket_path,
+        token,
+        proxy_port: PROXY_PORT,
+        dns_port: 53,
+        capture_ports: vec![80, 443],
+        forwards: envgit_policy::loopback_forwards(&project.policy),
+    };
+    let exe = std::env::current_exe()
+        .map_err(|e| Failure::failed(format!("cannot find envgit's own binary: {e}")))?;
+    let spec = plan(PlanInput {
+        policy: &project.policy,
+        project: &project.root,
+        cwd: cwd.to_path_buf(),
+        argv: argv.to_vec(),
+        homes,
+        uid,
+        gid,
+        state_dirs: vec![envgit_home.canonicalize().unwrap_or(envgit_home)],
+        staging: staging.clone(),
+        home_overlay,
+        caller_env: std::env::vars().collect(),
+        extra_env: proxy_env(PROXY_PORT),
+        relay: Some(relay),
+        protected_extra: project.protected_paths(),
+    });
+    let outcome = {
+        let _signals = SignalGuard::ignore_terminal_signals();
+        let child = envgit_sandbox::spawn(&exe, &spec)
+            .map_err(|e| Failure::failed(format!("cannot start the sandbox: {e}")))?;
+        child.wait()
+    };
+    let _ = std::fs::remove_dir(&staging);
+    let events = gate.stop();
+    let _ = std::fs::remove_dir_all(&gate_dir);
+    match outcome {
+        Ok(Outcome::Exited(code)) => Ok((code, events)),
+        Ok(Outcome::SetupFailed(msg)) => Err(Failure {
+            code: EXIT_ENVGIT_FAILED as u8,
+            message: format!("sandbox: {msg}"),
+        }),
+        Err(e) => Err(Failure {
+            code: EXIT_ENVGIT_FAILED as u8,
+            message: format!("sandbox: {e}"),
+        }),
+    }
+}
+
+fn random_token() -> String {
+    let mut bytes = [0u8; 16];
+    if let Ok(mut f) = std::fs::File::open("/dev/urandom") {
+        use std::io::Read;
+        let _ = f.read_exact(&mut bytes);
+    }
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}

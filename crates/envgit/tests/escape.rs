@@ -1,0 +1,504 @@
+//! The escape suite: each test runs a real attack inside `envgit run` and asserts that it
+//! failed and that its target is unchanged. Tests make their own HOME, canaries and servers
+//! (loopback only). And the positive side: what must keep working inside.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::io::Read;
+use std::path::Path;
+
+use support::{Env, Run};
+
+const CANARY: &str = "CANARY-7f3a9c-secret-key-material";
+const PY: &str = "/usr/bin/python3";
+
+fn project() -> Env {
+    let env = Env::new();
+    let home = env.user_home();
+    std::fs::create_dir_all(home.join(".ssh")).unwrap();
+    std::fs::write(home.join(".ssh/id_ed25519"), CANARY).unwrap();
+    std::fs::create_dir_all(home.join("other")).unwrap();
+    std::fs::write(home.join("other/.env"), CANARY).unwrap();
+    std::fs::write(home.join(".netrc"), CANARY).unwrap();
+    env.write(".env", CANARY);
+    env.write(".env.example", "EXAMPLE=1");
+    env.write("src/main.txt", "hello");
+    env.sh("git init -q . && git add -A && git commit -qm init")
+        .ok();
+    env.write(".git/hooks/pre-commit", "#!/bin/sh\nexit 0\n");
+    env.init();
+    env
+}
+
+fn run(env: &Env, script: &str) -> Run {
+    env.envgit(&["run", "sh", "-c", script])
+}
+
+fn assert_no_canary(r: &Run) {
+    assert!(
+        !r.stdout.contains(CANARY) && !r.stderr.contains(CANARY),
+        "leaked:\n{}\n{}",
+        r.stdout,
+        r.stderr
+    );
+}
+
+#[test]
+fn secrets_in_the_home_are_unreadable() {
+    let env = project();
+    let r = run(&env, "cat ~/.ssh/id_ed25519");
+    assert_ne!(r.code, 0);
+    assert_no_canary(&r);
+    let r = run(&env, "ls -la ~/.ssh");
+    assert_ne!(r.code, 0, "{}", r.stdout);
+    assert!(!r.stdout.contains("id_ed25519"));
+    let r = run(
+        &env,
+        "cat ~/.netrc; cat ~/other/.env; grep -r CANARY ~ 2>/dev/null; true",
+    );
+    assert_no_canary(&r);
+    // The passwd entry's home is masked too (root's, here).
+    let r = run(&env, "cat /etc/shadow");
+    assert_ne!(r.code, 0);
+    assert_eq!(
+        std::fs::read_to_string(env.user_home().join(".ssh/id_ed25519")).unwrap(),
+        CANARY
+    );
+}
+
+#[test]
+fn env_files_in_the_project_are_unreadable_but_examples_are_not() {
+    let env = project();
+    let r = run(&env, "cat .env");
+    assert_ne!(r.code, 0);
+    assert_no_canary(&r);
+    let r = run(&env, "cat .env.example").ok();
+    assert_eq!(r.stdout, "EXAMPLE=1");
+    assert_eq!(env.read(".env"), CANARY);
+}
+
+#[test]
+fn links_to_a_secret_do_not_reach_it() {
+    let env = project();
+    let canary = env.user_home().join(".ssh/id_ed25519");
+    std::os::unix::fs::symlink(&canary, env.path("planted")).unwrap();
+    let r = run(
+        &env,
+        &format!(
+            "cat planted; ln -s {c} made; cat made; ln {c} hard; cat hard; true",
+            c = canary.display()
+        ),
+    );
+    assert_no_canary(&r);
+    assert!(
+        !env.path("hard").exists(),
+        "a hard link to the secret was made"
+    );
+    assert_eq!(std::fs::read_to_string(&canary).unwrap(), CANARY);
+}
+
+#[test]
+fn writes_outside_the_project_fail() {
+    let env = project();
+    let outside = env.tmp.path().join("outside.txt");
+    let home_file = env.user_home().join("written.txt");
+    let r = run(
+        &env,
+        &format!(
+            "echo pwned > {}; echo pwned > /usr/pwned; echo pwned > /etc/pwned; echo ok > ~/written.txt; echo ok > /tmp/scratch",
+            outside.display()
+        ),
+    );
+    assert!(
+        r.stderr.contains("Read-only file system") || r.stderr.contains("ermission denied"),
+        "{}",
+        r.stderr
+    );
+    assert!(!outside.exists());
+    assert!(!Path::new("/usr/pwned").exists() && !Path::new("/etc/pwned").exists());
+    // The home is writable through a private overlay: the real home is unchanged.
+    assert!(!home_file.exists());
+}
+
+#[test]
+fn protected_files_are_read_only() {
+    let env = project();
+    let yaml = env.read("envgit.yaml");
+    let config = env.read(".git/config");
+    let r = run(
+        &env,
+        "echo 'version: 2' > envgit.yaml; echo evil > .git/hooks/pre-commit; echo '[core] fsmonitor = evil' >> .git/config",
+    );
+    assert_eq!(
+        r.stderr.matches("Read-only file system").count(),
+        3,
+        "{}",
+        r.stderr
+    );
+    assert_eq!(env.read("envgit.yaml"), yaml);
+    assert_eq!(env.read(".git/hooks/pre-commit"), "#!/bin/sh\nexit 0\n");
+    assert_eq!(env.read(".git/config"), config);
+}
+
+#[test]
+fn renaming_a_protected_parent_is_put_back_and_flagged() {
+    let env = project();
+    let config = env.read(".git/config");
+    let r = run(
+        &env,
+        "mv .git .g && mkdir -p .git/hooks && echo evil > .git/hooks/pre-commit && echo '[core] hooksPath = /x' > .git/config && mkdir -p .claude && echo '{\"hooks\":1}' > .claude/settings.json",
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(r.stderr.contains("put back"), "{}", r.stderr);
+    assert_eq!(env.read(".git/hooks/pre-commit"), "#!/bin/sh\nexit 0\n");
+    assert_eq!(env.read(".git/config"), config);
+    assert!(!env.path(".claude/settings.json").exists());
+    let log = env.log_json();
+    assert!(
+        log[0]["flags"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|f| f == "protected_restored"),
+        "{:?}",
+        log[0]
+    );
+}
+
+#[test]
+fn the_store_and_envgit_state_are_invisible() {
+    let env = project();
+    let store = env.store_dir();
+    let journal_before = std::fs::read(store.join("journal")).unwrap();
+    let r = run(
+        &env,
+        &format!(
+            "ls {s}; cat {s}/journal; echo x >> {s}/journal; ls {h}",
+            s = store.display(),
+            h = env.home.display()
+        ),
+    );
+    assert_ne!(r.code, 0);
+    assert!(
+        !r.stdout.contains("journal") && !r.stdout.contains("projects"),
+        "{}",
+        r.stdout
+    );
+    assert!(
+        std::fs::read(store.join("journal"))
+            .unwrap()
+            .starts_with(&journal_before)
+    );
+    env.envgit(&["fsck"]).ok();
+}
+
+#[test]
+fn processes_outside_cannot_be_seen_signalled_or_traced() {
+    let env = project();
+    let me = std::process::id();
+    let r = run(
+        &env,
+        &format!(
+            "ls /proc/{me}/root; cat /proc/{me}/environ; kill -9 {me}; ls /proc/1/root/; cat /proc/1/environ; \
+             {PY} -c 'import ctypes; l=ctypes.CDLL(None, use_errno=True); print(\"ptrace\", l.ptrace(16, 1, 0, 0), ctypes.get_errno())'"
+        ),
+    );
+    assert!(
+        r.stdout.contains("ptrace -1 1"),
+        "ptrace was not refused with EPERM: {}{}",
+        r.stdout,
+        r.stderr
+    );
+    assert!(!r.stdout.contains("ENVGIT"), "{}", r.stdout);
+    // We are still alive, and so is the caller's environment secret.
+}
+
+#[test]
+fn unix_sockets_on_the_host_are_unreachable() {
+    use std::os::linux::net::SocketAddrExt;
+    use std::os::unix::net::{SocketAddr, UnixListener};
+    let env = project();
+    let name = format!("envgit-test-{}", std::process::id());
+    let abs =
+        UnixListener::bind_addr(&SocketAddr::from_abstract_name(name.as_bytes()).unwrap()).unwrap();
+    abs.set_nonblocking(true).unwrap();
+    let docker = env.user_home().join(".docker/run/docker.sock");
+    std::fs::create_dir_all(docker.parent().unwrap()).unwrap();
+    let path_sock = UnixListener::bind(&docker).unwrap();
+    path_sock.set_nonblocking(true).unwrap();
+    let script = format!(
+        "{PY} - <<'PY'\nimport socket\nfor addr in ['\\0{name}', '{d}']:\n    s = socket.socket(socket.AF_UNIX)\n    try:\n        s.connect(addr); print('CONNECTED', addr)\n    except OSError as e:\n        print('refused', e.errno)\nPY",
+        d = docker.display()
+    );
+    let r = run(&env, &script);
+    assert!(!r.stdout.contains("CONNECTED"), "{}{}", r.stdout, r.stderr);
+    assert_eq!(
+        r.stdout.matches("refused").count(),
+        2,
+        "{}{}",
+        r.stdout,
+        r.stderr
+    );
+    assert!(abs.accept().is_err() && path_sock.accept().is_err());
+}
+
+#[test]
+fn io_uring_tiocsti_mount_unshare_setns_are_refused() {
+    let env = project();
+    let script = format!(
+        r#"{PY} - <<'PY'
+import ctypes, fcntl, termios
+l = ctypes.CDLL(None, use_errno=True)
+for name, nr, args in [('io_uring_setup', 425, (1, 0)), ('setns', 308, (0, 0)), ('unshare_user', 272, (0x10000000,)), ('mount', 165, (0, 0, 0, 0, 0))]:
+    r = l.syscall(nr, *args)
+    print(name, r, ctypes.get_errno())
+try:
+    fcntl.ioctl(0, termios.TIOCSTI, b'x')
+    print('tiocsti ok')
+except OSError as e:
+    print('tiocsti', e.errno)
+PY
+unshare -U true; echo unshare=$?"#
+    );
+    let r = run(&env, &script);
+    for name in ["io_uring_setup", "setns", "unshare_user", "mount"] {
+        assert!(
+            r.stdout.contains(&format!("{name} -1 1\n")),
+            "{name} not refused with EPERM: {}{}",
+            r.stdout,
+            r.stderr
+        );
+    }
+    assert!(r.stdout.contains("tiocsti 1\n"), "{}", r.stdout);
+    assert!(r.stdout.contains("unshare=1"), "{}", r.stdout);
+}
+
+#[test]
+fn the_network_is_only_loopback_of_its_own() {
+    let env = project();
+    let server = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    server.set_nonblocking(true).unwrap();
+    let port = server.local_addr().unwrap().port();
+    let script = format!(
+        r#"{PY} - <<'PY'
+import socket
+for host, p in [('127.0.0.1', {port}), ('1.2.3.4', 80), ('127.0.0.1', 22)]:
+    s = socket.socket()
+    s.settimeout(3)
+    try:
+        s.connect((host, p))
+        print('CONNECTED', host, p)
+    except OSError as e:
+        print('failed', host, p)
+u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+try:
+    u.sendto(b'x', ('8.8.8.8', 53))
+    print('SENT udp')
+except OSError as e:
+    print('failed udp')
+try:
+    socket.getaddrinfo('example.com', 443)
+    print('RESOLVED')
+except OSError:
+    print('failed dns')
+PY"#
+    );
+    let r = run(&env, &script);
+    assert!(
+        !r.stdout.contains("CONNECTED") && !r.stdout.contains("SENT"),
+        "{}{}",
+        r.stdout,
+        r.stderr
+    );
+    assert_eq!(
+        r.stdout.matches("failed").count(),
+        5,
+        "{}{}",
+        r.stdout,
+        r.stderr
+    );
+    assert!(
+        server.accept().is_err(),
+        "the host's server saw a connection"
+    );
+}
+
+#[test]
+fn a_token_in_the_callers_environment_stays_outside() {
+    let env = project();
+    let out = env
+        .cmd(&env.project)
+        .args(["run", "sh", "-c", "env; cat /proc/1/environ 2>&1"])
+        .env("GITHUB_TOKEN", CANARY)
+        .output()
+        .unwrap();
+    let all = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!all.contains(CANARY), "{all}");
+}
+
+#[test]
+fn tools_work_inside_and_results_land() {
+    let env = project();
+    let r = run(
+        &env,
+        &format!(
+            "git --version && git status --short >/dev/null && {PY} -c 'print(6*7)' && node -e 'console.log(\"node ok\")' && \
+             RUSTUP_HOME=/root/.rustup cargo --version >/dev/null && echo written > out.txt && echo cargo ok"
+        ),
+    );
+    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    assert!(
+        r.stdout.contains("42") && r.stdout.contains("node ok") && r.stdout.contains("cargo ok"),
+        "{}",
+        r.stdout
+    );
+    assert_eq!(env.read("out.txt"), "written\n");
+    let log = env.log_json();
+    assert_eq!(log[0]["kind"], "run");
+    assert_eq!(log[0]["exit_code"], 0);
+    assert!(
+        log[0]["changes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c["path"] == "out.txt")
+    );
+}
+
+#[test]
+fn a_server_inside_is_reachable_inside() {
+    let env = project();
+    let script = format!(
+        "{PY} -m http.server 18731 --bind 127.0.0.1 >/dev/null 2>&1 & \
+         for i in 1 2 3 4 5 6 7 8 9 10; do {PY} -c 'import urllib.request as u; print(u.urlopen(\"http://127.0.0.1:18731/src/\").status)' 2>/dev/null && break; sleep 0.3; done"
+    );
+    let r = run(&env, &script);
+    assert!(r.stdout.contains("200"), "{}{}", r.stdout, r.stderr);
+}
+
+#[test]
+fn exit_codes_and_signals_propagate() {
+    let env = project();
+    assert_eq!(run(&env, "exit 7").code, 7);
+    assert_eq!(run(&env, "kill -TERM $$").code, 128 + 15);
+    let r = env.envgit(&["run", "definitely-not-a-command"]);
+    assert_eq!(r.code, 127);
+    assert!(r.stderr.contains("command not found"), "{}", r.stderr);
+    // Background processes die with the step.
+    let r = run(&env, "(sleep 30; echo late > late.txt) & echo started");
+    assert_eq!(r.code, 0);
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert!(!env.path("late.txt").exists());
+}
+
+#[test]
+fn a_shell_rule_refuses_before_anything_runs() {
+    let env = project();
+    let yaml = env.read("envgit.yaml").replace(
+        "# shell:\n#   - deny: [\"git push\", \"npm publish\"]",
+        "shell:\n  - deny: [\"git push\", \"npm publish\"]",
+    );
+    env.write("envgit.yaml", &yaml);
+    let r = run(&env, "touch ran.txt && git push origin main");
+    assert_eq!(r.code, 126);
+    assert!(
+        r.stderr.contains(
+            "envgit: denied command touch ran.txt && git push origin main (rule shell.deny)"
+        ),
+        "{}",
+        r.stderr
+    );
+    assert!(!env.path("ran.txt").exists());
+    let log = env.log_json();
+    assert_eq!(log[0]["refusals"][0]["rule"], "shell.deny");
+}
+
+#[test]
+fn a_host_without_user_namespaces_gets_the_setting_and_the_fix() {
+    let env = project();
+    let bin = support::envgit_bin();
+    let script = format!(
+        "echo 0 > /proc/sys/user/max_user_namespaces && cd '{p}' && ENVGIT_HOME='{h}' HOME='{u}' '{bin}' run true",
+        p = env.project.display(),
+        h = env.home.display(),
+        u = env.user_home().display()
+    );
+    let out = std::process::Command::new("unshare")
+        .args(["-Ur", "sh", "-c", &script])
+        .output()
+        .unwrap();
+    let mut stderr = String::new();
+    out.stderr.as_slice().read_to_string(&mut stderr).unwrap();
+    assert_eq!(out.status.code(), Some(125), "{stderr}");
+    assert!(
+        stderr.contains("user.max_user_namespaces") && stderr.contains("sysctl -w"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn a_listed_host_port_is_reachable_and_the_rest_is_refused_by_rule() {
+    let env = project();
+    let serve = |body: &'static str| {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = l.local_addr().unwrap().port();
+        std::thread::spawn(move || {
+            for s in l.incoming().take(4) {
+                let Ok(mut s) = s else { continue };
+                let mut buf = [0u8; 2048];
+                let _ = std::io::Read::read(&mut s, &mut buf);
+                let resp = format!(
+                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = std::io::Write::write_all(&mut s, resp.as_bytes());
+            }
+        });
+        port
+    };
+    let listed = serve("listed-ok");
+    let unlisted = serve("SHOULD-NOT-BE-SEEN");
+    let yaml = env.read("envgit.yaml").replace(
+        "# network:\n#   allow:",
+        &format!("network:\n  allow: [\"127.0.0.1:{listed}\"]\n#   allow:"),
+    );
+    env.write("envgit.yaml", &yaml);
+    let r = run(
+        &env,
+        &format!(
+            "curl -s -m 5 http://127.0.0.1:{listed}/; echo; \
+             curl -s -m 5 --noproxy '' http://127.0.0.1:{unlisted}/; echo; \
+             curl -s -m 5 http://127.0.0.1:{unlisted}/; echo rc=$?; \
+             curl -s -m 5 https://example.invalid/; echo rc=$?"
+        ),
+    );
+    assert!(r.stdout.contains("listed-ok"), "{}{}", r.stdout, r.stderr);
+    assert!(!r.stdout.contains("SHOULD-NOT-BE-SEEN"), "{}", r.stdout);
+    assert!(
+        r.stderr.contains(&format!(
+            "envgit: denied GET 127.0.0.1:{unlisted}/ (rule network.private)"
+        )),
+        "{}",
+        r.stderr
+    );
+    assert!(
+        r.stderr
+            .contains("envgit: denied CONNECT example.invalid:443 (rule network.allow)"),
+        "{}",
+        r.stderr
+    );
+    let v = env.envgit(&["log", "-v", "-n", "1"]).ok().stdout;
+    assert!(
+        v.contains(&format!("allowed CONNECT 127.0.0.1:{listed}")),
+        "{v}"
+    );
+    assert!(
+        v.contains("denied CONNECT example.invalid:443 rule=network.allow"),
+        "{v}"
+    );
+}
