@@ -297,9 +297,11 @@ try:
     print('SENT udp')
 except OSError as e:
     print('failed udp')
+print('resolved', socket.getaddrinfo('example.com', 443, socket.AF_INET)[0][4][0])
+r = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
 try:
-    socket.getaddrinfo('example.com', 443)
-    print('RESOLVED')
+    r.sendto(b'x', ('9.9.9.9', 53))
+    print('SENT dns')
 except OSError:
     print('failed dns')
 PY"#
@@ -318,6 +320,8 @@ PY"#
         r.stdout,
         r.stderr
     );
+    // Names resolve only to the relay's fake loopback addresses; no query leaves.
+    assert!(r.stdout.contains("resolved 127.1."), "{}", r.stdout);
     assert!(
         server.accept().is_err(),
         "the host's server saw a connection"
