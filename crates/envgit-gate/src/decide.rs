@@ -29,6 +29,47 @@ pub(crate) fn forbidden(what: &str, rule: &str, reason: &str) -> Vec<u8> {
     finish(head, &body)
 }
 
+/// A refusal in the shape the client shows a person: npm and cargo print a JSON `error` /
+/// `errors[].detail`, GitHub clients a JSON `message`; git and everything else print text.
+pub(crate) fn forbidden_for_client(what: &str, rule: &str, reason: &str) -> Vec<u8> {
+    let text = format!("envgit: denied {what} (rule {rule})");
+    let json = |value: serde_json::Value| value.to_string() + "\n";
+    let (ctype, body) = if rule.starts_with("npm.") {
+        (
+            "application/json",
+            json(serde_json::json!({ "error": text, "reason": reason })),
+        )
+    } else if rule.starts_with("crates.") {
+        (
+            "application/json",
+            json(serde_json::json!({ "errors": [{ "detail": text }] })),
+        )
+    } else if rule.starts_with("github.") {
+        (
+            "application/json",
+            json(
+                serde_json::json!({ "message": text, "documentation_url": "https://envgit.invalid/rules" }),
+            ),
+        )
+    } else {
+        ("text/plain; charset=utf-8", format!("{text}\n"))
+    };
+    let mut head = format!(
+        "HTTP/1.1 403 Forbidden\r\nX-Envgit-Decision: deny; rule={}\r\n",
+        header_safe(rule)
+    );
+    if !reason.is_empty() {
+        head.push_str(&format!("X-Envgit-Reason: {}\r\n", header_safe(reason)));
+    }
+    head.push_str(&format!(
+        "Content-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    ));
+    let mut out = head.into_bytes();
+    out.extend_from_slice(body.as_bytes());
+    out
+}
+
 /// A short plain-text answer of envgit's own (400, 421, 502 …).
 pub(crate) fn plain(status: u16, phrase: &str, body: &str) -> Vec<u8> {
     finish(format!("HTTP/1.1 {status} {phrase}\r\n"), body)

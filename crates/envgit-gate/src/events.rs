@@ -28,17 +28,31 @@ pub struct GateEvent {
     pub status: Option<u16>,
     /// When handling started, in milliseconds since the Unix epoch.
     pub at_ms: u64,
+    /// An irreversible request let out (an `allow` rule matched): its step is marked.
+    pub irreversible: bool,
 }
 
 pub const ALLOWED: &str = "allowed";
 pub const DENIED: &str = "denied";
 
+/// Told about every refusal as it happens (envgit prints it on its terminal at once, above the
+/// client's own error).
+pub type Announce = Box<dyn Fn(&GateEvent) + Send + Sync>;
+
 #[derive(Default)]
 pub(crate) struct Events {
     list: Mutex<Vec<GateEvent>>,
+    announce: Option<Announce>,
 }
 
 impl Events {
+    pub(crate) fn new(announce: Option<Announce>) -> Events {
+        Events {
+            list: Mutex::default(),
+            announce,
+        }
+    }
+
     pub(crate) fn push(&self, event: GateEvent) {
         self.list
             .lock()
@@ -78,6 +92,7 @@ impl Recorder {
                 bytes_in: 0,
                 status: None,
                 at_ms,
+                irreversible: false,
             },
             bytes_out: AtomicU64::new(0),
             bytes_in: AtomicU64::new(0),
@@ -93,6 +108,15 @@ impl Recorder {
     pub(crate) fn decide(&mut self, allowed: bool, rule: &str) {
         self.event.decision = if allowed { ALLOWED } else { DENIED }.to_owned();
         self.event.rule = Some(rule.to_owned());
+        if !allowed && let Some(announce) = &self.events.announce {
+            announce(&self.event);
+        }
+    }
+
+    /// An irreversible request goes out under `rule`.
+    pub(crate) fn mark(&mut self, rule: &str) {
+        self.event.rule = Some(rule.to_owned());
+        self.event.irreversible = true;
     }
 
     pub(crate) fn status(&mut self, status: u16) {

@@ -16,6 +16,7 @@ use crate::conn::{HeadError, Prefixed};
 use crate::decide::{self, RULE_MISDIRECTED};
 use crate::events::Recorder;
 use crate::head::{self, MAX_HEAD, RequestHead, ResponseHead};
+use crate::judge::{self, Verdict};
 use crate::listener::{HEAD_TIMEOUT, Shared};
 use crate::splice;
 use crate::upstream::{self, DialError};
@@ -61,12 +62,35 @@ pub(crate) async fn absolute(mut client: Prefixed<UnixStream>, req: RequestHead,
         }
     };
     rec.decide(true, &rule);
+    let Some(continue_sent) = judged(
+        &mut client,
+        &req,
+        &host,
+        port,
+        &origin,
+        &what,
+        shared,
+        &mut rec,
+    )
+    .await
+    else {
+        return;
+    };
     let host_value = if port == 80 {
         host.clone()
     } else {
         head::authority(&host, port)
     };
-    forward(client, upstream, &req, &origin, Some(host_value), &mut rec).await;
+    forward(
+        client,
+        upstream,
+        &req,
+        &origin,
+        Some(host_value),
+        continue_sent,
+        &mut rec,
+    )
+    .await;
 }
 
 /// One request on a connection already bound to `host:port` (after CONNECT or capture).
@@ -132,7 +156,70 @@ pub(crate) async fn bound<C: Stream, U: Stream>(
             return;
         }
     }
-    forward(client, upstream, &req, &origin, None, &mut rec).await;
+    let Some(continue_sent) = judged(
+        &mut client,
+        &req,
+        host,
+        port,
+        &origin,
+        &what,
+        shared,
+        &mut rec,
+    )
+    .await
+    else {
+        return;
+    };
+    forward(
+        client,
+        upstream,
+        &req,
+        &origin,
+        None,
+        continue_sent,
+        &mut rec,
+    )
+    .await;
+}
+
+/// The request-level judgement; `None` when the request was refused (and answered).
+#[allow(clippy::too_many_arguments)]
+async fn judged<C: Stream>(
+    client: &mut Prefixed<C>,
+    req: &RequestHead,
+    host: &str,
+    port: u16,
+    origin: &str,
+    what: &str,
+    shared: &Shared,
+    rec: &mut Recorder,
+) -> Option<bool> {
+    let j = judge::judge(client, req, host, port, origin, &shared.policy).await;
+    match j.verdict {
+        Verdict::Pass { marked } => {
+            if let Some(rule) = marked {
+                rec.mark(&rule);
+            }
+            Some(j.continue_sent)
+        }
+        Verdict::Refuse {
+            rule,
+            summary,
+            asked,
+        } => {
+            let reason = if asked {
+                format!("{summary}: the rule says ask and no approver answered")
+            } else {
+                summary
+            };
+            rec.decide(false, &rule);
+            rec.status(403);
+            let _ = client
+                .write_all(&decide::forbidden_for_client(what, &rule, &reason))
+                .await;
+            None
+        }
+    }
 }
 
 async fn refuse<C: Stream>(
@@ -203,6 +290,7 @@ async fn forward<C: Stream, U: Stream>(
     req: &RequestHead,
     origin: &str,
     host_value: Option<String>,
+    continue_sent: bool,
     rec: &mut Recorder,
 ) {
     let body = match body_of(req) {
@@ -234,6 +322,7 @@ async fn forward<C: Stream, U: Stream>(
     rec.add_out(out_head.len());
     if sent && !matches!(body, Body::None) {
         if expects_continue
+            && !continue_sent
             && client
                 .write_all(b"HTTP/1.1 100 Continue\r\n\r\n")
                 .await

@@ -32,6 +32,7 @@ mod decide;
 mod events;
 mod head;
 mod http;
+mod judge;
 mod listener;
 mod splice;
 mod tunnel;
@@ -41,7 +42,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-pub use events::GateEvent;
+pub use events::{Announce, GateEvent};
 
 /// Header carrying the per-run secret on the first request head of every connection.
 pub const TOKEN_HEADER: &str = "X-Envgit-Token";
@@ -54,6 +55,8 @@ pub struct GateConfig {
     /// The per-run secret every connection must present as [`TOKEN_HEADER`].
     pub token: String,
     pub policy: Arc<envgit_policy::Policy>,
+    /// Called with every refusal as it happens.
+    pub announce: Option<Announce>,
 }
 
 /// A running gate: its own tokio runtime, one unix listener.
@@ -78,7 +81,7 @@ impl Gate {
             .thread_name("envgit-gate")
             .enable_all()
             .build()?;
-        let events = Arc::new(events::Events::default());
+        let events = Arc::new(events::Events::new(cfg.announce));
         let shutdown = Arc::new(tokio::sync::Notify::new());
         let listener = {
             let _enter = runtime.enter();

@@ -19,6 +19,9 @@ use crate::upstream::{self, DialError};
 
 /// How long a client may stay silent after `200` before its tunnel is closed.
 const SNIFF_TIMEOUT: Duration = Duration::from_secs(30);
+/// On a raw-TCP loopback entry the server may speak first: give the client this long to show
+/// it speaks HTTP, then splice.
+const RAW_SNIFF_WINDOW: Duration = Duration::from_millis(300);
 
 pub(crate) async fn connect(mut client: Prefixed<UnixStream>, req: RequestHead, shared: &Shared) {
     let mut rec = Recorder::new(&shared.events, "CONNECT");
@@ -69,9 +72,15 @@ pub(crate) async fn connect(mut client: Prefixed<UnixStream>, req: RequestHead, 
     }
     rec.status(200);
     if envgit_policy::raw_tcp_allowed(&rule) {
-        // An explicit loopback host:port (a local database): raw TCP, uninspected. Issue 4:
-        // still judge HTTP and TLS on it per request.
-        splice(client, upstream, &rec).await;
+        // An explicit loopback host:port: HTTP on it is judged per request like any other;
+        // anything else (a database, a server that speaks first) is raw TCP, uninspected.
+        match tokio::time::timeout(RAW_SNIFF_WINDOW, sniff(&mut client)).await {
+            Ok(Sniffed::Http) => {
+                drop(rec);
+                http::bound(client, upstream, &host, port, shared).await;
+            }
+            _ => splice(client, upstream, &rec).await,
+        }
         return;
     }
     match tokio::time::timeout(SNIFF_TIMEOUT, sniff(&mut client)).await {

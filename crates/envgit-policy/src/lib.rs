@@ -9,6 +9,7 @@ mod node;
 mod parse;
 mod protected;
 mod read;
+mod request;
 mod schema;
 mod shell;
 mod size;
@@ -20,9 +21,13 @@ pub use network::{
     is_special, loopback_forwards, raw_tcp_allowed, vet_address,
 };
 pub use protected::{PROTECTED_PATHS, is_protected};
+pub use request::{
+    BODY_PREFIX_MAX, RequestDecision, RequestInfo, default_preset_ids, normalize_path,
+};
 pub use schema::{
-    Action, ApproversSection, EnvSection, FilesystemSection, IrreversibleEntry, L7Rule, McpSection,
-    McpServer, NetRule, NetworkSection, Policy, Preset, ShellAction, ShellRule, SnapshotSection,
+    Action, ApproversSection, BodyMatch, EnvSection, FilesystemSection, GraphqlOperation,
+    IrreversibleEntry, L7Rule, McpSection, McpServer, NetRule, NetworkSection, Policy, Preset,
+    ShellAction, ShellRule, SnapshotSection,
 };
 pub use shell::{ShellMatch, command_line};
 pub use size::parse_size;

@@ -203,6 +203,27 @@ fn is_special_v6(a: Ipv6Addr) -> bool {
         || (s[0] == 0x2002 && embedded_v4(s[1], s[2])) // 6to4
 }
 
+/// Does a rule's host pattern (`*`, `*:port`, `host`, `host:port`, `*.example.com[:port]`,
+/// `[v6][:port]`) name this request target? Without a port, any port matches; names compare
+/// case-insensitively, a trailing dot ignored; `*.example.com` does not match `example.com`.
+pub(crate) fn rule_host_matches(pattern: &str, host: &str, port: u16) -> bool {
+    let Some(entry) = Entry::parse(pattern) else {
+        return false;
+    };
+    if entry.port.is_some_and(|p| p != port) {
+        return false;
+    }
+    if entry.host == "*" {
+        return true;
+    }
+    let target = Host::parse(host);
+    if entry.glob {
+        let suffix = entry.host[1..].to_ascii_lowercase();
+        return matches!(&target, Host::Name(name) if name.ends_with(&suffix) && name.len() > suffix.len());
+    }
+    Host::parse(entry.host) == target
+}
+
 fn allowed(entry: &str) -> ConnectDecision {
     ConnectDecision::Allowed {
         rule: entry.to_owned(),

@@ -105,8 +105,36 @@ pub struct NetRule {
     pub path: Option<String>,
     /// Query parameters that must all be present with these values (values may be globs).
     pub query: BTreeMap<String, String>,
-    /// Body matchers, kept free-form until the gate defines them.
-    pub body: Option<serde_json::Value>,
+    /// Body matchers; all that are given must hold. `None` means the body is not looked at.
+    pub body: Option<BodyMatch>,
+}
+
+/// What a `net` rule asks of the request body (a bounded prefix, see
+/// [`crate::BODY_PREFIX_MAX`]). A body that cannot be evaluated (not read, cut short where the
+/// matcher needs all of it, unparseable) fails closed: a `deny`/`ask` rule matches, an `allow`
+/// rule does not.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct BodyMatch {
+    /// The GraphQL operation that would run (JSON `{"query", "operationName"}`, or a batch).
+    pub graphql_operation: Option<GraphqlOperation>,
+    /// Top-level JSON fields and the values they must have (`*` globs; non-strings compare as
+    /// their JSON text).
+    pub json_field: BTreeMap<String, String>,
+    /// Form fields (`application/x-www-form-urlencoded` or `multipart/form-data`) and values.
+    pub form_field: BTreeMap<String, String>,
+    /// `true`: the body carries git receive-pack commands (`old new ref`); `false`: it carries
+    /// none (e.g. git's `0000` probe).
+    pub pktline_commands: Option<bool>,
+    /// The whole body is exactly this text.
+    pub body_exact: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GraphqlOperation {
+    Query,
+    Mutation,
+    Subscription,
 }
 
 /// Who may answer an `ask`.

@@ -16,6 +16,7 @@ mod landlock_rules;
 pub mod launch;
 mod mounts;
 pub mod plan;
+pub mod probe;
 pub mod relay;
 mod relay_glue;
 mod seccomp;

@@ -29,6 +29,8 @@ pub enum Command {
     /// Make the current directory an envgit project: write a commented envgit.yaml and record
     /// step 1 (import).
     Init(InitArgs),
+    /// Thirty seconds that show what envgit does: a scripted agent, a refused push, a rewind.
+    Demo(DemoArgs),
     /// Run a command in the sandbox as one step: `envgit run -- CMD ARGS…`.
     Run(RunArgs),
     /// Record a step for the current state of the project.
@@ -45,6 +47,8 @@ pub enum Command {
     Fork(ForkArgs),
     /// Verify every object and step of the store.
     Fsck(JsonArg),
+    /// Check that this host can run envgit: one line per check, and for each failure the fix.
+    Doctor(JsonArg),
     /// Keep the store under its disk budget; remove a captured secret from every snapshot.
     Gc(GcArgs),
 }
@@ -58,6 +62,18 @@ pub struct JsonArg {
 
 #[derive(Args, Debug)]
 pub struct InitArgs {
+    /// Add HOST, HOST:PORT or a glob to `network.allow` in the envgit.yaml written.
+    #[arg(long, value_name = "HOST[:PORT]")]
+    pub allow: Vec<String>,
+    #[command(flatten)]
+    pub out: JsonArg,
+}
+
+#[derive(Args, Debug)]
+pub struct DemoArgs {
+    /// Keep everything (project, store, remote) in DIR instead of a removed temporary directory.
+    #[arg(long, value_name = "DIR")]
+    pub keep: Option<PathBuf>,
     #[command(flatten)]
     pub out: JsonArg,
 }

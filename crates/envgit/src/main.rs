@@ -2,6 +2,7 @@
 
 mod cli;
 mod commands;
+mod demo;
 mod failure;
 mod output;
 mod project;

@@ -88,10 +88,8 @@ pub fn run_step(project: &Project, cwd: &Path, argv: Vec<String>) -> CmdResult<i
     let mut wt = project.worktree(&store)?;
     let (before, _) = wt.full_scan(&store, None)?;
     let (code, events) = run_sandboxed(project, &store, cwd, &argv)?;
+    // The gate announced its refusals as they happened.
     let (requests, mut refusals) = requests_of(&events);
-    for r in &refusals {
-        output::error(&format!("denied {} (rule {})", r.what, r.rule));
-    }
     let (after, report) = wt.full_scan(&store, None)?;
     let protected = project.protected_paths();
     let (put_back, tree) = envgit_store::put_back(&store, &mut wt, &before, &after, &protected)?;
@@ -136,13 +134,7 @@ fn requests_of(events: &[GateEvent]) -> (Vec<Request>, Vec<Refusal>) {
     let mut requests = Vec::new();
     let mut refusals = Vec::new();
     for e in events {
-        // CONNECT names host:port; a request names host (with a non-default port) and path.
-        let host = if e.method == "CONNECT" || (e.port != 80 && e.port != 0) {
-            format!("{}:{}", e.host, e.port)
-        } else {
-            e.host.clone()
-        };
-        let target = format!("{host}{}", e.path);
+        let (host, target) = event_target(e);
         if e.decision != "allowed" {
             refusals.push(Refusal {
                 what: format!("{} {target}", e.method),
@@ -158,10 +150,22 @@ fn requests_of(events: &[GateEvent]) -> (Vec<Request>, Vec<Refusal>) {
             bytes_in: e.bytes_in,
             decision: e.decision.clone(),
             rule: e.rule.clone(),
-            irreversible: false,
+            irreversible: e.irreversible,
         });
     }
     (requests, refusals)
+}
+
+/// `(host, what)`: CONNECT names host:port; a request names host (with a non-default port)
+/// and path.
+fn event_target(e: &GateEvent) -> (String, String) {
+    let host = if e.method == "CONNECT" || (e.port != 80 && e.port != 0) {
+        format!("{}:{}", e.host, e.port)
+    } else {
+        e.host.clone()
+    };
+    let what = format!("{host}{}", e.path);
+    (host, what)
 }
 
 /// Proxy variables for clients that honour them (both spellings).
@@ -205,9 +209,9 @@ fn run_sandboxed(
         }
         None => None,
     };
-    let gate_dir = state
-        .join("run")
-        .join(format!("{}-{}-gate", std::process::id(), now_ms()));
+    // A unix socket path must be short (108 bytes), so the gate's lives in a private runtime
+    // directory rather than the store.
+    let gate_dir = runtime_dir(uid)?.join(format!("{}-{}", std::process::id(), now_ms()));
     private_dir(&gate_dir)?;
     let token = random_token();
     let socket_path = gate_dir.join("gate.sock");
@@ -215,6 +219,11 @@ fn run_sandboxed(
         socket_path: socket_path.clone(),
         token: token.clone(),
         policy: Arc::new(project.policy.clone()),
+        announce: Some(Box::new(|e: &GateEvent| {
+            let (_, what) = event_target(e);
+            let rule = e.rule.as_deref().unwrap_or("gate");
+            output::error(&format!("denied {} {what} (rule {rule})", e.method));
+        })),
     })
     .map_err(|e| Failure::failed(format!("cannot start the gate: {e}")))?;
     let relay = RelaySpec {
@@ -272,4 +281,24 @@ fn random_token() -> String {
         let _ = f.read_exact(&mut bytes);
     }
     bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// `$XDG_RUNTIME_DIR/envgit`, else `/tmp/envgit-UID`: a directory this user owns, mode 0700,
+/// never a symlink (another user could have planted one in /tmp).
+fn runtime_dir(uid: u32) -> CmdResult<PathBuf> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+    let dir = match std::env::var_os("XDG_RUNTIME_DIR").filter(|d| !d.is_empty()) {
+        Some(d) => PathBuf::from(d).join("envgit"),
+        None => std::env::temp_dir().join(format!("envgit-{uid}")),
+    };
+    let _ = std::fs::DirBuilder::new().mode(0o700).create(&dir);
+    let meta = std::fs::symlink_metadata(&dir)
+        .map_err(|e| Failure::failed(format!("{}: {e}", dir.display())))?;
+    if !meta.is_dir() || meta.uid() != uid || meta.permissions().mode() & 0o077 != 0 {
+        return Err(Failure::failed(format!(
+            "{} is not a private directory of this user (mode 0700, owner {uid}); remove it and try again",
+            dir.display()
+        )));
+    }
+    Ok(dir)
 }

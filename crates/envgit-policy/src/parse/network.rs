@@ -4,7 +4,10 @@ use std::collections::BTreeMap;
 
 use crate::node::{Kind, Node};
 use crate::read::{Reader, describe_path, join, scalar_text};
-use crate::{Action, IrreversibleEntry, L7Rule, NetRule, NetworkSection, PolicyError, Preset};
+use crate::{
+    Action, BodyMatch, GraphqlOperation, IrreversibleEntry, L7Rule, NetRule, NetworkSection,
+    PolicyError, Preset,
+};
 
 use super::values;
 
@@ -157,11 +160,26 @@ fn entry(r: &Reader<'_>, node: &Node, path: &str) -> Result<IrreversibleEntry, P
     }
 }
 
+/// `*` or `*:port` (any host; a `net` rule only, never `network.allow`): `Some(true)`.
+fn any_host_port(text: &str) -> Option<bool> {
+    match text.strip_prefix('*')? {
+        "" => Some(true),
+        rest => {
+            let port = rest.strip_prefix(':')?;
+            Some(matches!(port.parse::<u16>(), Ok(n) if n > 0))
+        }
+    }
+}
+
 fn net_rule(r: &Reader<'_>, node: &Node, path: &str) -> Result<NetRule, PolicyError> {
     let f = r.fields(node, path, &["host", "method", "path", "query", "body"])?;
     let host_node = r.require(&f, path, "host", "e.g. `host: api.github.com`")?;
     let host_path = join(path, "host");
-    let host = values::host(r, host_node, &host_path, &r.string(host_node, &host_path)?)?;
+    let host_text = r.string(host_node, &host_path)?;
+    let host = match any_host_port(&host_text) {
+        Some(true) => host_text,
+        _ => values::host(r, host_node, &host_path, &host_text)?,
+    };
     let mut rule = NetRule {
         host,
         methods: Vec::new(),
@@ -193,51 +211,88 @@ fn net_rule(r: &Reader<'_>, node: &Node, path: &str) -> Result<NetRule, PolicyEr
         }
     }
     if let Some(n) = f.get("body") {
-        rule.body = Some(to_json(r, n, &join(path, "body"))?);
+        rule.body = Some(body_match(r, n, &join(path, "body"))?);
     }
     Ok(rule)
 }
 
-/// Body matchers are not interpreted yet; they are kept as JSON so the hash covers them.
-fn to_json(r: &Reader<'_>, node: &Node, path: &str) -> Result<serde_json::Value, PolicyError> {
-    use serde_json::Value;
-    Ok(match &node.kind {
-        Kind::Null => Value::Null,
-        Kind::Bool(b) => Value::Bool(*b),
-        Kind::Int(n) => {
-            if let Ok(v) = i64::try_from(*n) {
-                Value::from(v)
-            } else if let Ok(v) = u64::try_from(*n) {
-                Value::from(v)
-            } else {
-                return Err(r.err(
-                    node,
-                    format!("number out of range in {}", describe_path(path)),
-                ));
-            }
-        }
-        Kind::Float(x) => serde_json::Number::from_f64(*x)
-            .map(Value::Number)
-            .ok_or_else(|| {
-                r.err(
-                    node,
-                    format!("{} must be a finite number", describe_path(path)),
-                )
-            })?,
-        Kind::Str(s) => Value::String(s.clone()),
-        Kind::Seq(items) => Value::Array(
-            items
-                .iter()
-                .map(|item| to_json(r, item, path))
-                .collect::<Result<_, _>>()?,
-        ),
-        Kind::Map(_) => {
-            let mut map = serde_json::Map::new();
-            for (name, _, value) in r.entries(node, path, "a mapping")? {
-                let v = to_json(r, value, &join(path, &name))?;
-                map.insert(name, v);
-            }
-            Value::Object(map)
-        }
-    })
+const GRAPHQL_OPERATIONS: &[(&str, GraphqlOperation)] = &[
+    ("query", GraphqlOperation::Query),
+    ("mutation", GraphqlOperation::Mutation),
+    ("subscription", GraphqlOperation::Subscription),
+];
+
+const BODY_KEYS: &[&str] = &[
+    "graphql_operation",
+    "json_field",
+    "form_field",
+    "pktline_commands",
+    "body_exact",
+];
+
+/// `body: { graphql_operation | json_field | form_field | pktline_commands | body_exact }`;
+/// every matcher given must hold.
+fn body_match(r: &Reader<'_>, node: &Node, path: &str) -> Result<BodyMatch, PolicyError> {
+    let f = r.fields(node, path, BODY_KEYS)?;
+    let mut out = BodyMatch::default();
+    if let Some(n) = f.get("graphql_operation") {
+        let p = join(path, "graphql_operation");
+        out.graphql_operation = Some(r.choice(n, &p, "GraphQL operation", GRAPHQL_OPERATIONS)?);
+    }
+    if let Some(n) = f.get("json_field") {
+        out.json_field = text_map(r, n, &join(path, "json_field"))?;
+    }
+    if let Some(n) = f.get("form_field") {
+        out.form_field = text_map(r, n, &join(path, "form_field"))?;
+    }
+    if let Some(n) = f.get("pktline_commands") {
+        out.pktline_commands = Some(r.bool(n, &join(path, "pktline_commands"))?);
+    }
+    if let Some(n) = f.get("body_exact") {
+        let p = join(path, "body_exact");
+        out.body_exact = Some(match &n.kind {
+            Kind::Str(s) => s.clone(),
+            _ => r.string(n, &p)?,
+        });
+    }
+    if out == BodyMatch::default() {
+        return Err(r.err(
+            node,
+            format!(
+                "{} needs at least one matcher: {}",
+                describe_path(path),
+                BODY_KEYS.join(", ")
+            ),
+        ));
+    }
+    Ok(out)
+}
+
+/// A non-empty mapping from name to a scalar written as text.
+fn text_map(
+    r: &Reader<'_>,
+    node: &Node,
+    path: &str,
+) -> Result<BTreeMap<String, String>, PolicyError> {
+    let mut out = BTreeMap::new();
+    for (name, _, value) in r.entries(node, path, "a mapping from name to value")? {
+        let text = scalar_text(value).ok_or_else(|| {
+            r.err(
+                value,
+                format!(
+                    "{} must be a string, found {}",
+                    describe_path(&join(path, &name)),
+                    value.kind.describe()
+                ),
+            )
+        })?;
+        out.insert(name, text);
+    }
+    if out.is_empty() {
+        return Err(r.err(
+            node,
+            format!("{} must name at least one field", describe_path(path)),
+        ));
+    }
+    Ok(out)
 }

@@ -1,4 +1,4 @@
-use crate::{Action, IrreversibleEntry, Policy, Preset, ShellAction};
+use crate::{Action, GraphqlOperation, IrreversibleEntry, Policy, Preset, ShellAction};
 
 /// The example file of DESIGN §6, verbatim.
 pub(super) const DESIGN_EXAMPLE: &str = r#"version: 1
@@ -115,7 +115,7 @@ irreversible:
       host: example.com:8443
       method: [put, DELETE]
       query: { force: true, per_page: 100 }
-      body: { query: "mutation*", vars: [1, 2.5, null] }
+      body: { graphql_operation: mutation, json_field: { draft: true, n: 2.5 } }
     action: allow
     id: example.write
   - preset: default
@@ -137,10 +137,10 @@ mcp:
     assert_eq!(rule.methods, ["PUT", "DELETE"]);
     assert_eq!(rule.query["force"], "true");
     assert_eq!(rule.query["per_page"], "100");
-    assert_eq!(
-        rule.body,
-        Some(serde_json::json!({"query": "mutation*", "vars": [1, 2.5, null]}))
-    );
+    let body = rule.body.as_ref().unwrap();
+    assert_eq!(body.graphql_operation, Some(GraphqlOperation::Mutation));
+    assert_eq!(body.json_field["draft"], "true");
+    assert_eq!(body.json_field["n"], "2.5");
     assert_eq!(
         (*action, id.as_deref()),
         (Action::Allow, Some("example.write"))

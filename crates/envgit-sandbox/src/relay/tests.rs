@@ -98,6 +98,7 @@ fn setup(allow: &[String]) -> Setup {
         socket_path: socket,
         token: TOKEN.to_owned(),
         policy: Arc::new(policy),
+        announce: None,
     })
     .unwrap();
     std::thread::spawn(move || relay.run());

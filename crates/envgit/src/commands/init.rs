@@ -37,7 +37,7 @@ pub fn run(dir: Option<&Path>, args: &InitArgs) -> CmdResult<ExitCode> {
         .create_new(true)
         .open(&policy_path)
         .map_err(|e| Failure::failed(format!("{}: {e}", policy_path.display())))?;
-    f.write_all(INIT_TEMPLATE.as_bytes())
+    f.write_all(policy_text(&args.allow).as_bytes())
         .and_then(|()| f.sync_all())
         .map_err(|e| Failure::failed(format!("{}: {e}", policy_path.display())))?;
     match import(dir) {
@@ -92,4 +92,17 @@ fn import(dir: Option<&Path>) -> CmdResult<envgit_store::Step> {
     };
     wt.save_cache(&store.stat_cache_path())?;
     Ok(step)
+}
+
+/// The commented template, with `--allow` entries as a live `network.allow`.
+fn policy_text(allow: &[String]) -> String {
+    if allow.is_empty() {
+        return INIT_TEMPLATE.to_string();
+    }
+    let list: Vec<String> = allow.iter().map(|a| format!("{a:?}")).collect();
+    INIT_TEMPLATE.replacen(
+        "# network:\n#   allow:",
+        &format!("network:\n  allow: [{}]\n#   allow:", list.join(", ")),
+        1,
+    )
 }

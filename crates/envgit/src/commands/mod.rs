@@ -1,6 +1,8 @@
 //! One file per subcommand.
 
+mod demo;
 mod diff;
+mod doctor;
 mod fork;
 mod fsck;
 mod gc;
@@ -21,6 +23,7 @@ pub fn run(cli: Cli) -> CmdResult<ExitCode> {
     let dir = cli.dir.as_deref();
     match cli.command {
         Command::Init(a) => init::run(dir, &a),
+        Command::Demo(a) => demo::run(dir, &a),
         Command::Run(a) => run::run(dir, &a),
         Command::Record(a) => record::run(dir, &a),
         Command::Log(a) => log::run(dir, &a),
@@ -29,6 +32,7 @@ pub fn run(cli: Cli) -> CmdResult<ExitCode> {
         Command::Rewind(a) => rewind::run(dir, &a),
         Command::Fork(a) => fork::run(dir, &a),
         Command::Fsck(a) => fsck::run(dir, &a),
+        Command::Doctor(a) => doctor::run(dir, &a),
         Command::Gc(a) => gc::run(dir, &a),
     }
 }

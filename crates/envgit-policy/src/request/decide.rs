@@ -1,0 +1,144 @@
+//! The order of judgement: `l7` of the host, then `irreversible` rules in order (presets
+//! expanded in place), first match decides.
+
+use std::borrow::Cow;
+
+use crate::network::rule_host_matches;
+use crate::{Action, IrreversibleEntry, L7Rule, Policy, Preset};
+
+use super::body::Body;
+use super::matchers::{Tri, parse_query, path_tri, pattern_segments};
+use super::normalize::{normalize_path, path_views};
+use super::preset::default_rules;
+use super::rule::{Prepared, Rule, decides, from_net};
+use super::summary::clean;
+use super::{RequestDecision, RequestInfo};
+
+impl Policy {
+    /// Does a rule need the body to decide this request, or to describe it (ref updates,
+    /// `name@version`)? If so the gate reads a prefix of at most
+    /// [`BODY_PREFIX_MAX`](super::BODY_PREFIX_MAX) bytes before calling
+    /// [`Policy::decide_request`].
+    pub fn needs_body(&self, req: &RequestInfo<'_>) -> bool {
+        let probe = RequestInfo {
+            body: None,
+            body_complete: false,
+            ..*req
+        };
+        self.judge(&probe).1
+    }
+
+    /// `l7` of the host (a request no entry permits → `Deny` with rule `l7.<host>`), then the
+    /// `irreversible` rules in order, presets expanded in place; the first match decides. A
+    /// rule that cannot be evaluated (body needed but missing, cut short or unparseable; an
+    /// ambiguous path whose readings disagree) counts as matching for `deny` and `ask`, and
+    /// as not matching for `allow`.
+    pub fn decide_request(&self, req: &RequestInfo<'_>) -> RequestDecision {
+        self.judge(req).0
+    }
+
+    /// The decision, and whether the body was (or would have been) consulted on the way.
+    fn judge(&self, req: &RequestInfo<'_>) -> (RequestDecision, bool) {
+        let normalized = normalize_path(req.path);
+        let shown_path: Cow<'_, str> = match &normalized {
+            Ok(p) => Cow::Borrowed(p.as_str()),
+            Err(_) if req.path.is_empty() => Cow::Borrowed("/"),
+            Err(_) => Cow::Borrowed(req.path),
+        };
+        let prepared = Prepared {
+            method: req.method,
+            host: req.host,
+            port: req.port,
+            views: path_views(req.path),
+            query: parse_query(req.query),
+            body: Body {
+                bytes: req.body,
+                complete: req.body_complete,
+            },
+        };
+
+        if let Some(key) = self.l7_refusal(&prepared) {
+            let summary = format!(
+                "{} {}{} is not permitted by network.l7",
+                req.method.to_ascii_uppercase(),
+                req.host,
+                shown_path
+            );
+            return (
+                RequestDecision::Deny {
+                    rule: format!("l7.{key}"),
+                    summary: clean(&summary),
+                },
+                false,
+            );
+        }
+
+        let mut consulted = false;
+        for (index, entry) in self.irreversible.iter().enumerate() {
+            let (rules, action): (Vec<Cow<'_, Rule>>, Action) = match entry {
+                IrreversibleEntry::Preset {
+                    preset: Preset::Default,
+                    action,
+                } => (default_rules().iter().map(Cow::Borrowed).collect(), *action),
+                IrreversibleEntry::Net { rule, action, id } => {
+                    let id = id.clone().unwrap_or_else(|| format!("net.{index}"));
+                    (vec![Cow::Owned(from_net(rule, id))], *action)
+                }
+            };
+            for rule in rules {
+                let (answer, used_body) = rule.eval(&prepared);
+                consulted |= used_body;
+                if !decides(&answer, action) {
+                    continue;
+                }
+                consulted |= rule.summary.wants_body();
+                let mut summary = rule.summary.describe(&rule.id, req, &shown_path);
+                if let Tri::Unknown(why) = &answer {
+                    summary = clean(&format!("{summary} [not evaluated: {why}]"));
+                }
+                let rule = rule.id.clone();
+                let decision = match action {
+                    Action::Deny => RequestDecision::Deny { rule, summary },
+                    Action::Ask => RequestDecision::Ask { rule, summary },
+                    Action::Allow => RequestDecision::Marked { rule, summary },
+                };
+                return (decision, consulted);
+            }
+        }
+        (RequestDecision::Allow, consulted)
+    }
+
+    /// The `l7` key that refuses this request: the entries whose host pattern names the
+    /// target apply, and one of them must permit the request.
+    fn l7_refusal(&self, req: &Prepared<'_>) -> Option<String> {
+        let mut first = None;
+        for (key, rule) in &self.network.l7 {
+            if !rule_host_matches(key, req.host, req.port) {
+                continue;
+            }
+            if l7_permits(rule, req) {
+                return None;
+            }
+            first.get_or_insert_with(|| key.clone());
+        }
+        first
+    }
+}
+
+/// Method listed (or none listed) and path matching a listed glob (or none listed). An
+/// ambiguous path whose readings disagree is not permitted.
+fn l7_permits(rule: &L7Rule, req: &Prepared<'_>) -> bool {
+    let method_ok = rule.methods.is_empty()
+        || rule
+            .methods
+            .iter()
+            .any(|m| m.eq_ignore_ascii_case(req.method));
+    if !method_ok {
+        return false;
+    }
+    if rule.paths.is_empty() {
+        return true;
+    }
+    let patterns: Vec<Vec<String>> = rule.paths.iter().map(|p| pattern_segments(p)).collect();
+    path_tri(&patterns, &req.views) == Tri::Match
+}

@@ -1,0 +1,344 @@
+//! The `default` preset (reference/gate.md §1): the irreversible actions envgit knows, each
+//! with a stable id that appears in refusals and the log. Order matters only between entries
+//! that can match the same request (first match decides).
+
+use std::sync::OnceLock;
+
+use crate::GraphqlOperation;
+
+use super::body::Matcher;
+use super::matchers::{Methods, pattern_segments};
+use super::rule::{Rule, Shape};
+use super::summary::Summary;
+
+/// The ids of the `default` preset, in evaluation order.
+pub fn default_preset_ids() -> Vec<&'static str> {
+    default_rules().iter().map(|r| r.id.as_str()).collect()
+}
+
+const SAFE: &[&str] = &["GET", "HEAD", "OPTIONS"];
+const NPM: &[&str] = &["registry.npmjs.org", "registry.yarnpkg.com"];
+
+fn shape(hosts: &[&str], methods: Methods, path: Option<&str>) -> Shape {
+    Shape {
+        hosts: hosts.iter().map(|h| (*h).to_owned()).collect(),
+        methods,
+        paths: path.map(|p| vec![pattern_segments(p)]),
+        query: Vec::new(),
+        body: Vec::new(),
+    }
+}
+
+/// An npm package document: `/name` or `/@scope/name` (`/@scope%2fname` is read both ways).
+fn package(methods: Methods) -> Shape {
+    let mut s = shape(NPM, methods, Some("/*"));
+    s.paths = Some(vec![pattern_segments("/*"), pattern_segments("/@*/*")]);
+    s
+}
+
+fn only(methods: &[&str]) -> Methods {
+    Methods::Only(methods.iter().map(|m| (*m).to_owned()).collect())
+}
+
+fn writes() -> Methods {
+    Methods::Except(SAFE.iter().map(|m| (*m).to_owned()).collect())
+}
+
+fn with_body(mut s: Shape, m: Matcher) -> Shape {
+    s.body.push(m);
+    s
+}
+
+fn rule(id: &str, summary: Summary, shapes: Vec<Shape>, except: Vec<Shape>) -> Rule {
+    Rule {
+        id: id.to_owned(),
+        shapes,
+        except,
+        summary,
+    }
+}
+
+/// The preset's rules, built once.
+pub(crate) fn default_rules() -> &'static [Rule] {
+    static RULES: OnceLock<Vec<Rule>> = OnceLock::new();
+    RULES.get_or_init(build)
+}
+
+fn build() -> Vec<Rule> {
+    let any = &["*"];
+    let post = || only(&["POST"]);
+    vec![
+        // Smart HTTP push on any host; git's 4-byte `0000` auth probe carries no command.
+        rule(
+            "git.push",
+            Summary::GitPush,
+            vec![with_body(
+                shape(any, post(), Some("/**/git-receive-pack")),
+                Matcher::Pktline(true),
+            )],
+            vec![],
+        ),
+        // The LFS batch request is the egress point (upload hrefs may point anywhere).
+        rule(
+            "git.lfs.upload",
+            Summary::Lfs,
+            vec![with_body(
+                shape(any, post(), Some("/**/info/lfs/objects/batch")),
+                Matcher::JsonField("operation".into(), "upload".into()),
+            )],
+            vec![],
+        ),
+        // Lock creation and release (`locks/verify`, run by the pre-push hook, is a read).
+        rule(
+            "git.lfs.lock",
+            Summary::Lfs,
+            vec![
+                shape(any, post(), Some("/**/info/lfs/locks")),
+                shape(any, post(), Some("/**/info/lfs/locks/*/unlock")),
+            ],
+            vec![],
+        ),
+        rule(
+            "github.graphql.mutation",
+            Summary::Graphql,
+            vec![with_body(
+                shape(&["api.github.com"], post(), Some("/graphql")),
+                Matcher::Graphql(GraphqlOperation::Mutation),
+            )],
+            vec![],
+        ),
+        rule(
+            "github.rest.write",
+            Summary::Request,
+            vec![shape(&["api.github.com"], writes(), None)],
+            vec![
+                shape(&["api.github.com"], post(), Some("/graphql")),
+                shape(&["api.github.com"], post(), Some("/markdown")),
+                shape(&["api.github.com"], post(), Some("/markdown/raw")),
+            ],
+        ),
+        rule(
+            "github.release.upload",
+            Summary::Request,
+            vec![shape(&["uploads.github.com"], writes(), None)],
+            vec![],
+        ),
+        rule(
+            "gitlab.graphql.mutation",
+            Summary::Graphql,
+            vec![with_body(
+                shape(&["gitlab.com"], post(), Some("/api/graphql")),
+                Matcher::Graphql(GraphqlOperation::Mutation),
+            )],
+            vec![],
+        ),
+        rule(
+            "gitlab.api.write",
+            Summary::Request,
+            vec![shape(&["gitlab.com"], writes(), Some("/api/v4/**"))],
+            vec![
+                shape(&["gitlab.com"], post(), Some("/api/v4/markdown")),
+                shape(&["gitlab.com"], post(), Some("/api/v4/ci/lint")),
+                shape(&["gitlab.com"], post(), Some("/api/v4/projects/**/ci/lint")),
+            ],
+        ),
+        rule(
+            "huggingface.commit",
+            Summary::Request,
+            vec![shape(
+                &["huggingface.co"],
+                post(),
+                Some("/api/*/**/commit/**"),
+            )],
+            vec![],
+        ),
+        // The Xet write token is the cleanest early signal of an upload (gate.md §1.5); LFS
+        // uploads to the Hub are `git.lfs.upload`.
+        rule(
+            "huggingface.upload",
+            Summary::Request,
+            vec![shape(
+                &["huggingface.co"],
+                only(&["GET"]),
+                Some("/api/*/**/xet-write-token/**"),
+            )],
+            vec![],
+        ),
+        // Repository admin (create, delete, move, settings, branches, tags, discussions); the
+        // POSTs that only read are excepted.
+        rule(
+            "huggingface.repo",
+            Summary::Request,
+            vec![shape(&["huggingface.co"], writes(), Some("/api/**"))],
+            vec![
+                shape(&["huggingface.co"], post(), Some("/api/*/**/paths-info/**")),
+                shape(&["huggingface.co"], post(), Some("/api/*/**/preupload/**")),
+            ],
+        ),
+        rule(
+            "npm.dist-tag",
+            Summary::Npm,
+            vec![shape(
+                NPM,
+                only(&["PUT", "DELETE"]),
+                Some("/-/package/**/dist-tags/**"),
+            )],
+            vec![],
+        ),
+        // Whole-package DELETE, tarball DELETE, and the packument PUT that drops a version
+        // (it carries `versions`; an owner change does not).
+        rule(
+            "npm.unpublish",
+            Summary::Npm,
+            vec![
+                shape(NPM, only(&["DELETE"]), Some("/**/-rev/**")),
+                with_body(
+                    shape(NPM, only(&["PUT"]), Some("/**/-rev/*")),
+                    Matcher::JsonField("versions".into(), "*".into()),
+                ),
+            ],
+            vec![],
+        ),
+        rule(
+            "npm.owner",
+            Summary::Npm,
+            vec![shape(NPM, only(&["PUT"]), Some("/**/-rev/*"))],
+            vec![],
+        ),
+        // A packument PUT with a tarball attached (or a staged publish); without one it is a
+        // deprecation (the whole packument, modified).
+        rule(
+            "npm.publish",
+            Summary::Npm,
+            vec![
+                with_body(
+                    package(only(&["PUT"])),
+                    Matcher::JsonNonEmpty("_attachments".into()),
+                ),
+                shape(NPM, post(), Some("/-/stage/package/**")),
+            ],
+            vec![],
+        ),
+        rule(
+            "npm.deprecate",
+            Summary::Npm,
+            vec![package(only(&["PUT"]))],
+            vec![],
+        ),
+        // Everything else that writes (access, teams, tokens, login); `npm audit` is a read.
+        rule(
+            "npm.write",
+            Summary::Npm,
+            vec![shape(NPM, writes(), None)],
+            vec![
+                shape(NPM, post(), Some("/-/npm/v1/security/advisories/bulk")),
+                shape(NPM, post(), Some("/-/npm/v1/security/audits")),
+                shape(NPM, post(), Some("/-/npm/v1/security/audits/quick")),
+            ],
+        ),
+        rule(
+            "pypi.upload",
+            Summary::Pypi,
+            vec![shape(&["upload.pypi.org", "test.pypi.org"], writes(), None)],
+            vec![],
+        ),
+        rule(
+            "crates.publish",
+            Summary::Cargo,
+            vec![shape(
+                &["crates.io"],
+                only(&["PUT"]),
+                Some("/api/v1/crates/new"),
+            )],
+            vec![],
+        ),
+        rule(
+            "crates.yank",
+            Summary::Cargo,
+            vec![
+                shape(
+                    &["crates.io"],
+                    only(&["DELETE"]),
+                    Some("/api/v1/crates/*/*/yank"),
+                ),
+                shape(
+                    &["crates.io"],
+                    only(&["PUT"]),
+                    Some("/api/v1/crates/*/*/unyank"),
+                ),
+            ],
+            vec![],
+        ),
+        rule(
+            "crates.owners",
+            Summary::Cargo,
+            vec![shape(
+                &["crates.io"],
+                only(&["PUT", "DELETE"]),
+                Some("/api/v1/crates/*/owners"),
+            )],
+            vec![],
+        ),
+        rule(
+            "crates.write",
+            Summary::Cargo,
+            vec![shape(&["crates.io"], writes(), Some("/api/**"))],
+            vec![],
+        ),
+        // Blob uploads (the egress point) and manifest PUTs (the commit point), any host.
+        rule(
+            "oci.push",
+            Summary::Oci,
+            vec![
+                shape(
+                    any,
+                    only(&["POST", "PUT", "PATCH"]),
+                    Some("/v2/**/blobs/uploads/**"),
+                ),
+                shape(any, only(&["PUT"]), Some("/v2/**/manifests/*")),
+            ],
+            vec![],
+        ),
+        rule(
+            "oci.delete",
+            Summary::Oci,
+            vec![
+                shape(any, only(&["DELETE"]), Some("/v2/**/manifests/*")),
+                shape(any, only(&["DELETE"]), Some("/v2/**/blobs/*")),
+            ],
+            vec![],
+        ),
+        rule(
+            "rubygems.push",
+            Summary::Gem,
+            vec![shape(&["rubygems.org"], post(), Some("/api/v1/gems"))],
+            vec![],
+        ),
+        rule(
+            "rubygems.yank",
+            Summary::Gem,
+            vec![shape(
+                &["rubygems.org"],
+                only(&["DELETE"]),
+                Some("/api/v1/gems/yank"),
+            )],
+            vec![],
+        ),
+        rule(
+            "rubygems.owners",
+            Summary::Gem,
+            vec![shape(
+                &["rubygems.org"],
+                only(&["POST", "PUT", "DELETE"]),
+                Some("/api/v1/gems/*/owners"),
+            )],
+            vec![],
+        ),
+        rule(
+            "rubygems.write",
+            Summary::Request,
+            vec![shape(&["rubygems.org"], writes(), Some("/api/**"))],
+            vec![],
+        ),
+    ]
+}

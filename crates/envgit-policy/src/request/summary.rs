@@ -1,0 +1,304 @@
+//! The short human line shown in logs and approval prompts for a matched request: ref updates
+//! for a push, `name@version` for a package, the operation for GraphQL. Built from cheap reads
+//! of the path and the body prefix; never fails (falls back to `METHOD host/path`).
+
+use super::RequestInfo;
+use super::body::form_fields;
+use super::graphql;
+use super::json::{Doc, entries, parse_doc, value_text};
+use super::pktline;
+
+/// Longest summary, in characters.
+const MAX_LEN: usize = 300;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Summary {
+    /// `METHOD host/path`.
+    Request,
+    GitPush,
+    Lfs,
+    Npm,
+    Pypi,
+    Cargo,
+    Oci,
+    Gem,
+    Graphql,
+}
+
+impl Summary {
+    /// Does the summary read the body (so the gate should buffer a prefix)?
+    pub fn wants_body(self) -> bool {
+        !matches!(self, Summary::Request | Summary::Oci)
+    }
+
+    pub fn describe(self, rule_id: &str, req: &RequestInfo<'_>, path: &str) -> String {
+        let body = req.body.unwrap_or_default();
+        let whole = req.body.filter(|_| req.body_complete);
+        let fallback = || format!("{} {}{}", req.method.to_ascii_uppercase(), req.host, path);
+        let line = match self {
+            Summary::Request => fallback(),
+            Summary::GitPush => git_push(req.host, path, body),
+            Summary::Lfs => lfs(rule_id, req.host, path, whole),
+            Summary::Npm => npm(rule_id, req, path, whole),
+            Summary::Pypi => pypi(body, req.body_complete),
+            Summary::Cargo => cargo(rule_id, req.method, path, body),
+            Summary::Oci => oci(rule_id, req.host, path),
+            Summary::Gem => gem(rule_id, path, body, req.body_complete),
+            Summary::Graphql => graphql_line(req.host, whole),
+        };
+        clean(&line)
+    }
+}
+
+/// One printable line, at most [`MAX_LEN`] characters.
+pub(crate) fn clean(text: &str) -> String {
+    let mut out: String = text
+        .chars()
+        .map(|c| if c.is_control() { '?' } else { c })
+        .take(MAX_LEN)
+        .collect();
+    if text.chars().count() > MAX_LEN {
+        out.push('…');
+    }
+    out
+}
+
+/// The path before `marker` (`/org/repo.git` for `/org/repo.git/git-receive-pack`).
+fn repo<'p>(path: &'p str, marker: &str) -> &'p str {
+    let lower = path.to_ascii_lowercase();
+    match lower.rfind(marker) {
+        Some(at) => &path[..at],
+        None => path,
+    }
+}
+
+fn git_push(host: &str, path: &str, body: &[u8]) -> String {
+    let repo = repo(path, "/git-receive-pack");
+    match pktline::read_head(body) {
+        Ok(head) if !head.commands.is_empty() => {
+            format!(
+                "git push {host}{repo}: {}",
+                pktline::describe(&head.commands)
+            )
+        }
+        Ok(head) if head.signed => format!("git push {host}{repo} (signed)"),
+        _ => format!("git push {host}{repo}"),
+    }
+}
+
+fn lfs(rule_id: &str, host: &str, path: &str, whole: Option<&[u8]>) -> String {
+    let repo = repo(path, "/info/lfs/");
+    if rule_id.ends_with("lock") {
+        return format!("git lfs lock in {host}{repo}");
+    }
+    let count = whole
+        .and_then(|b| parse_doc(b).ok())
+        .and_then(|doc| match doc {
+            Doc::Object(fields) => {
+                entries(&fields, "objects").find_map(|v| v.as_array().map(Vec::len))
+            }
+            _ => None,
+        });
+    match count {
+        Some(n) => format!("git lfs upload to {host}{repo} ({n} objects)"),
+        None => format!("git lfs upload to {host}{repo}"),
+    }
+}
+
+/// The package name in an npm registry path (`/@scope%2fname/-rev/…` → `@scope/name`).
+fn npm_name(path: &str) -> String {
+    let rest = path
+        .strip_prefix("/-/package/")
+        .or_else(|| path.strip_prefix("/-/stage/package/"))
+        .unwrap_or_else(|| path.trim_start_matches('/'));
+    let mut parts = rest.split('/');
+    let first = parts.next().unwrap_or_default();
+    let first = first
+        .replace("%2F", "/")
+        .replace("%2f", "/")
+        .replace("%40", "@");
+    if first.starts_with('@') && !first.contains('/') {
+        format!("{first}/{}", parts.next().unwrap_or_default())
+    } else {
+        first
+    }
+}
+
+fn npm(rule_id: &str, req: &RequestInfo<'_>, path: &str, whole: Option<&[u8]>) -> String {
+    let name = npm_name(path);
+    let verb = rule_id.strip_prefix("npm.").unwrap_or(rule_id);
+    match verb {
+        "publish" => {
+            let body = req.body.unwrap_or_default();
+            match npm_version(whole, body) {
+                Some(v) => format!("npm publish {name}@{v}"),
+                None => format!("npm publish {name}"),
+            }
+        }
+        "dist-tag" => {
+            let tag = path.rsplit('/').next().unwrap_or_default();
+            let version = whole
+                .and_then(|b| serde_json::from_slice::<String>(b).ok())
+                .map(|v| format!(" → {v}"))
+                .unwrap_or_default();
+            if req.method.eq_ignore_ascii_case("DELETE") {
+                format!("npm dist-tag rm {name} {tag}")
+            } else {
+                format!("npm dist-tag add {name} {tag}{version}")
+            }
+        }
+        "write" => format!(
+            "npm {} {}{}",
+            req.method.to_ascii_uppercase(),
+            req.host,
+            path
+        ),
+        verb => format!("npm {verb} {name}"),
+    }
+}
+
+/// The version being published: from `dist-tags` in the (possibly cut) packument.
+fn npm_version(whole: Option<&[u8]>, prefix: &[u8]) -> Option<String> {
+    if let Some(Ok(Doc::Object(fields))) = whole.map(parse_doc) {
+        return entries(&fields, "dist-tags")
+            .find_map(|v| v.as_object()?.values().next().map(value_text));
+    }
+    // `…"dist-tags":{"latest":"1.2.3"…`: npm writes the packument without spaces.
+    let text = String::from_utf8_lossy(prefix);
+    let after = &text[text.find("\"dist-tags\":{\"")? + 14..];
+    let after = &after[after.find("\":\"")? + 3..];
+    Some(after[..after.find('"')?].to_owned())
+}
+
+fn pypi(body: &[u8], complete: bool) -> String {
+    let fields = form_fields(body, complete)
+        .map(|(f, _)| f)
+        .unwrap_or_default();
+    let get = |k: &str| fields.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
+    match (get("name"), get("version")) {
+        (Some(n), Some(v)) => format!("PyPI upload {n}=={v}"),
+        (Some(n), None) => format!("PyPI upload {n}"),
+        _ => "PyPI upload".to_owned(),
+    }
+}
+
+fn cargo(rule_id: &str, method: &str, path: &str, body: &[u8]) -> String {
+    let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
+    match rule_id {
+        "crates.publish" => {
+            // u32le length, then that much JSON metadata.
+            let meta = body.get(..4).and_then(|n| {
+                let len = u32::from_le_bytes([n[0], n[1], n[2], n[3]]) as usize;
+                let json = body.get(4..4usize.checked_add(len)?)?;
+                serde_json::from_slice::<serde_json::Value>(json).ok()
+            });
+            let field = |k: &str| meta.as_ref()?.get(k)?.as_str().map(str::to_owned);
+            match (field("name"), field("vers")) {
+                (Some(n), Some(v)) => format!("cargo publish {n}@{v}"),
+                _ => "cargo publish".to_owned(),
+            }
+        }
+        "crates.yank" => match segs.as_slice() {
+            ["api", "v1", "crates", name, version, verb] => {
+                format!("cargo {verb} {name}@{version}")
+            }
+            _ => format!("cargo yank {path}"),
+        },
+        "crates.owners" => {
+            let name = segs.get(3).copied().unwrap_or_default();
+            let users = serde_json::from_slice::<serde_json::Value>(body)
+                .ok()
+                .and_then(|v| {
+                    let list = v
+                        .get("users")?
+                        .as_array()?
+                        .iter()
+                        .filter_map(|u| u.as_str())
+                        .collect::<Vec<_>>();
+                    Some(list.join(", "))
+                })
+                .unwrap_or_default();
+            let verb = if method.eq_ignore_ascii_case("DELETE") {
+                "remove"
+            } else {
+                "add"
+            };
+            format!("cargo owner {verb} {name} {users}")
+                .trim_end()
+                .to_owned()
+        }
+        _ => format!("crates.io {} {path}", method.to_ascii_uppercase()),
+    }
+}
+
+fn oci(rule_id: &str, host: &str, path: &str) -> String {
+    let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
+    let at = |word: &str| segs.iter().rposition(|s| s.eq_ignore_ascii_case(word));
+    let name = |end: usize| segs.get(1..end).map(|s| s.join("/")).unwrap_or_default();
+    let delete = rule_id.ends_with("delete");
+    if let Some(i) = at("manifests") {
+        let reference = segs.get(i + 1).copied().unwrap_or_default();
+        let sep = if reference.contains(':') { "@" } else { ":" };
+        let verb = if delete { "delete" } else { "push" };
+        return format!("OCI {verb} {host}/{}{sep}{reference}", name(i));
+    }
+    if let Some(i) = at("blobs") {
+        let verb = if delete {
+            "blob delete in"
+        } else {
+            "blob upload to"
+        };
+        return format!("OCI {verb} {host}/{}", name(i));
+    }
+    format!("OCI {host}{path}")
+}
+
+fn gem(rule_id: &str, path: &str, body: &[u8], complete: bool) -> String {
+    match rule_id {
+        "rubygems.push" => "gem push".to_owned(),
+        "rubygems.yank" => {
+            let fields = form_fields(body, complete)
+                .map(|(f, _)| f)
+                .unwrap_or_default();
+            let get = |k: &str| fields.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
+            match (get("gem_name"), get("version")) {
+                (Some(n), Some(v)) => format!("gem yank {n} {v}"),
+                _ => "gem yank".to_owned(),
+            }
+        }
+        "rubygems.owners" => {
+            let name = path.trim_matches('/').split('/').nth(3).unwrap_or_default();
+            format!("gem owner {name}")
+        }
+        _ => format!("rubygems.org {path}"),
+    }
+}
+
+fn graphql_line(host: &str, whole: Option<&[u8]>) -> String {
+    let Some(body) = whole else {
+        return format!("GraphQL request to {host} (body not inspected)");
+    };
+    match graphql::operations(body) {
+        Ok(ops) => {
+            let parts: Vec<String> = ops
+                .iter()
+                .take(3)
+                .map(|op| {
+                    let kind = match op.kind {
+                        crate::GraphqlOperation::Query => "query",
+                        crate::GraphqlOperation::Mutation => "mutation",
+                        crate::GraphqlOperation::Subscription => "subscription",
+                    };
+                    let name = op
+                        .name
+                        .as_deref()
+                        .map(|n| format!(" {n}"))
+                        .unwrap_or_default();
+                    format!("{kind}{name}: {}", op.root_fields.join(", "))
+                })
+                .collect();
+            format!("GraphQL {host} {}", parts.join("; "))
+        }
+        Err(why) => format!("GraphQL request to {host} (unreadable: {why})"),
+    }
+}

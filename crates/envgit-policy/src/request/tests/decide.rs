@@ -1,0 +1,257 @@
+//! Order of judgement: `l7`, then `irreversible` in order with presets expanded in place.
+
+use crate::{Policy, RequestDecision};
+
+use super::{policy, push_body, req};
+
+fn marked(rule: &str, summary: &str) -> RequestDecision {
+    RequestDecision::Marked {
+        rule: rule.into(),
+        summary: summary.into(),
+    }
+}
+
+#[test]
+fn an_allow_above_the_preset_overrides_it() {
+    let p = policy(
+        "version: 1\nirreversible:\n  - net: { host: \"github.com\", method: POST, path: \"/me/**/git-receive-pack\" }\n    action: allow\n    id: push.mine\n  - net: { host: \"*.example.com\" }\n    action: allow\n  - preset: default\n",
+    );
+    let push = push_body();
+    assert_eq!(
+        p.decide_request(&req(
+            "POST",
+            "github.com",
+            "/me/app.git/git-receive-pack",
+            Some(&push)
+        )),
+        marked("push.mine", "POST github.com/me/app.git/git-receive-pack")
+    );
+    assert_eq!(
+        p.decide_request(&req(
+            "POST",
+            "git.example.com",
+            "/x/git-receive-pack",
+            Some(&push)
+        ))
+        .rule(),
+        Some("net.1")
+    );
+    // not covered by the allow: the preset still denies
+    let d = p.decide_request(&req(
+        "POST",
+        "github.com",
+        "/other/app.git/git-receive-pack",
+        Some(&push),
+    ));
+    assert!(
+        matches!(&d, RequestDecision::Deny { rule, .. } if rule == "git.push"),
+        "{d:?}"
+    );
+    // the probe matches no rule at all
+    assert_eq!(
+        p.decide_request(&req(
+            "POST",
+            "github.com",
+            "/other/app.git/git-receive-pack",
+            Some(b"0000")
+        )),
+        RequestDecision::Allow
+    );
+}
+
+#[test]
+fn preset_action_applies_to_every_entry() {
+    let p = policy("version: 1\nirreversible:\n  - preset: default\n    action: ask\n");
+    let d = p.decide_request(&req("PUT", "registry.npmjs.org", "/pkg", None));
+    assert!(
+        matches!(&d, RequestDecision::Ask { rule, .. } if rule == "npm.publish"),
+        "{d:?}"
+    );
+    let p = policy("version: 1\nirreversible:\n  - preset: default\n    action: allow\n");
+    let d = p.decide_request(&req("DELETE", "api.github.com", "/repos/o/r", Some(b"")));
+    assert!(
+        matches!(&d, RequestDecision::Marked { rule, .. } if rule == "github.rest.write"),
+        "{d:?}"
+    );
+}
+
+#[test]
+fn allow_rules_do_not_match_what_they_cannot_evaluate() {
+    let p = policy(
+        "version: 1\nirreversible:\n  - net: { host: api.github.com, method: POST, path: /graphql, body: { graphql_operation: query } }\n    action: allow\n  - net: { host: api.github.com, method: POST, path: /graphql }\n    action: deny\n    id: gql.rest\n",
+    );
+    let q = br#"{"query":"{ viewer { login } }"}"#;
+    assert_eq!(
+        p.decide_request(&req("POST", "api.github.com", "/graphql", Some(q)))
+            .rule(),
+        Some("net.0")
+    );
+    for body in [None, Some(&b"garbage"[..])] {
+        let d = p.decide_request(&req("POST", "api.github.com", "/graphql", body));
+        assert_eq!(d.rule(), Some("gql.rest"), "{d:?}");
+    }
+    // an allow whose path readings disagree does not apply either
+    let p = policy(
+        "version: 1\nirreversible:\n  - net: { host: \"*\", path: \"/ok/*\" }\n    action: allow\n  - net: { host: \"*\" }\n    action: deny\n",
+    );
+    assert_eq!(
+        p.decide_request(&req("GET", "h", "/ok/a", Some(b"")))
+            .rule(),
+        Some("net.0")
+    );
+    assert_eq!(
+        p.decide_request(&req("GET", "h", "/ok/a%2Fb", Some(b"")))
+            .rule(),
+        Some("net.1")
+    );
+}
+
+#[test]
+fn deny_rules_fail_closed() {
+    let p = policy(
+        "version: 1\nirreversible:\n  - net: { host: \"*\", path: \"/admin/*\" }\n    action: deny\n  - net: { host: \"*\", method: POST, body: { json_field: { op: drop } } }\n    action: ask\n",
+    );
+    let d = p.decide_request(&req("GET", "h", "/admin/a%2Fb", Some(b"")));
+    assert_eq!(d.rule(), Some("net.0"));
+    assert!(d.summary().unwrap().contains("not evaluated"), "{d:?}");
+    assert_eq!(
+        p.decide_request(&req("GET", "h", "/public/a%2Fb", Some(b""))),
+        RequestDecision::Allow
+    );
+    let d = p.decide_request(&req("POST", "h", "/x", None));
+    assert!(
+        matches!(&d, RequestDecision::Ask { rule, .. } if rule == "net.1"),
+        "{d:?}"
+    );
+    assert_eq!(
+        p.decide_request(&req("POST", "h", "/x", Some(br#"{"op":"read"}"#))),
+        RequestDecision::Allow
+    );
+}
+
+#[test]
+fn net_rule_matchers() {
+    let p = policy(
+        "version: 1\nirreversible:\n  - net: { host: \"git.corp:8443\", method: GET, path: \"/**/info/refs\", query: { service: git-receive-pack } }\n    action: ask\n    id: push.intent\n",
+    );
+    let mut r = req(
+        "GET",
+        "git.corp",
+        "/r.git/info/refs?service=git-receive-pack",
+        Some(b""),
+    );
+    assert_eq!(p.decide_request(&r), RequestDecision::Allow, "port 443");
+    r.port = 8443;
+    assert!(matches!(p.decide_request(&r), RequestDecision::Ask { .. }));
+    r.query = "service=git-upload-pack";
+    assert_eq!(p.decide_request(&r), RequestDecision::Allow);
+}
+
+#[test]
+fn l7_comes_first() {
+    let p = policy(
+        "version: 1\nnetwork:\n  l7:\n    api.github.com: { methods: [GET] }\n    \"*.corp.example\": { methods: [GET, POST], paths: [\"/api/**\"] }\n",
+    );
+    let d = p.decide_request(&req(
+        "POST",
+        "api.github.com",
+        "/graphql",
+        Some(br#"{"query":"{ a }"}"#),
+    ));
+    assert_eq!(
+        d,
+        RequestDecision::Deny {
+            rule: "l7.api.github.com".into(),
+            summary: "POST api.github.com/graphql is not permitted by network.l7".into(),
+        }
+    );
+    assert_eq!(
+        p.decide_request(&req("get", "api.github.com", "/x", Some(b""))),
+        RequestDecision::Allow
+    );
+    assert_eq!(
+        p.decide_request(&req("POST", "a.corp.example", "/api/x", Some(b""))),
+        RequestDecision::Allow
+    );
+    assert_eq!(
+        p.decide_request(&req("POST", "a.corp.example", "/other", Some(b"")))
+            .rule(),
+        Some("l7.*.corp.example")
+    );
+    assert_eq!(
+        p.decide_request(&req(
+            "GET",
+            "a.corp.example",
+            "/api/%2e%2e/other",
+            Some(b"")
+        ))
+        .rule(),
+        Some("l7.*.corp.example")
+    );
+    // other hosts are not restricted by l7; the preset still applies after l7 permits
+    assert_eq!(
+        p.decide_request(&req("GET", "example.org", "/", Some(b""))),
+        RequestDecision::Allow
+    );
+    let p = policy("version: 1\nnetwork:\n  l7:\n    github.com: { methods: [GET, POST] }\n");
+    let push = push_body();
+    assert_eq!(
+        p.decide_request(&req(
+            "POST",
+            "github.com",
+            "/o/r/git-receive-pack",
+            Some(&push)
+        ))
+        .rule(),
+        Some("git.push")
+    );
+}
+
+#[test]
+fn needs_body() {
+    let d = Policy::default();
+    let rows: &[(&str, &str, &str, bool)] = &[
+        ("POST", "github.com", "/o/r.git/git-receive-pack", true),
+        ("POST", "github.com", "/o/r.git/git-upload-pack", false),
+        (
+            "GET",
+            "github.com",
+            "/o/r.git/info/refs?service=git-receive-pack",
+            false,
+        ),
+        (
+            "POST",
+            "github.com",
+            "/o/r.git/info/lfs/objects/batch",
+            true,
+        ),
+        ("POST", "api.github.com", "/graphql", true),
+        ("POST", "api.github.com", "/repos/o/r/issues", false),
+        ("GET", "api.github.com", "/repos/o/r", false),
+        ("PUT", "registry.npmjs.org", "/pkg", true),
+        (
+            "POST",
+            "registry.npmjs.org",
+            "/-/npm/v1/security/advisories/bulk",
+            false,
+        ),
+        ("POST", "upload.pypi.org", "/legacy/", true),
+        ("PUT", "crates.io", "/api/v1/crates/new", true),
+        ("PUT", "ghcr.io", "/v2/o/i/manifests/latest", false),
+    ];
+    for (method, host, target, want) in rows {
+        assert_eq!(
+            d.needs_body(&req(method, host, target, None)),
+            *want,
+            "{method} {host}{target}"
+        );
+    }
+    let off = policy("version: 1\nirreversible: []\n");
+    assert!(!off.needs_body(&req("POST", "github.com", "/r/git-receive-pack", None)));
+    // an allow rule that reads the body is consulted before the preset
+    let p = policy(
+        "version: 1\nirreversible:\n  - net: { host: \"*\", method: POST, body: { body_exact: ping } }\n    action: allow\n",
+    );
+    assert!(p.needs_body(&req("POST", "h", "/x", None)));
+    assert!(!p.needs_body(&req("GET", "h", "/x", None)));
+}

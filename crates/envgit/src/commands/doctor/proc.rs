@@ -1,0 +1,128 @@
+//! Running a helper program with a deadline, and finding programs on PATH.
+
+use std::io::Read;
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+pub struct Ran {
+    /// The exit code; `None` when killed by a signal (or by the deadline).
+    pub code: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
+    pub timed_out: bool,
+    pub elapsed: Duration,
+}
+
+impl Ran {
+    pub fn success(&self) -> bool {
+        self.code == Some(0)
+    }
+
+    /// How it ended, for a message: `exit 3`, `killed by a signal`, `timed out after 20 s`.
+    pub fn status(&self) -> String {
+        match (self.timed_out, self.code) {
+            (true, _) => format!("timed out after {} s", self.elapsed.as_secs()),
+            (false, Some(c)) => format!("exit {c}"),
+            (false, None) => "killed by a signal".into(),
+        }
+    }
+
+    /// The last few lines of stderr, trimmed: what a person needs to see.
+    pub fn stderr_tail(&self) -> String {
+        let lines: Vec<&str> = self.stderr.trim().lines().collect();
+        let start = lines.len().saturating_sub(6);
+        lines[start..].join("\n")
+    }
+}
+
+fn reader(mut r: impl Read + Send + 'static) -> mpsc::Receiver<String> {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut buf = Vec::new();
+        let _ = r.read_to_end(&mut buf);
+        let _ = tx.send(String::from_utf8_lossy(&buf).into_owned());
+    });
+    rx
+}
+
+/// Run `cmd` (stdin closed, in a process group of its own) and wait at most `timeout`; past
+/// it the whole group is killed. Output left open by a stray grandchild is not waited for.
+pub fn run_bounded(cmd: &mut Command, timeout: Duration) -> std::io::Result<Ran> {
+    let started = Instant::now();
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .spawn()?;
+    let out = child.stdout.take().map(reader);
+    let err = child.stderr.take().map(reader);
+    let mut timed_out = false;
+    let status = loop {
+        if let Some(st) = child.try_wait()? {
+            break st;
+        }
+        if started.elapsed() >= timeout {
+            timed_out = true;
+            let pid = rustix::process::Pid::from_child(&child);
+            let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
+            let _ = child.kill();
+            break child.wait()?;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let collect = |rx: Option<mpsc::Receiver<String>>| {
+        rx.and_then(|rx| rx.recv_timeout(Duration::from_secs(2)).ok())
+            .unwrap_or_default()
+    };
+    Ok(Ran {
+        code: if timed_out { None } else { status.code() },
+        stdout: collect(out),
+        stderr: collect(err),
+        timed_out,
+        elapsed: started.elapsed(),
+    })
+}
+
+/// The first executable file called `name` in a directory of PATH.
+pub fn which(name: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .filter(|d| d.is_absolute())
+        .map(|d| d.join(name))
+        .find(|p| {
+            std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        })
+}
+
+/// The first `N.N[.N…]` in `text`.
+pub fn version_in(text: &str) -> Option<String> {
+    text.split(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .map(|w| w.trim_matches('.'))
+        .find(|w| w.contains('.') && w.split('.').all(|p| !p.is_empty()))
+        .map(str::to_string)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::version_in;
+
+    #[test]
+    fn versions_are_found_in_version_lines() {
+        assert_eq!(
+            version_in("2.1.332 (Claude Code)").as_deref(),
+            Some("2.1.332")
+        );
+        assert_eq!(version_in("codex-cli 0.171.0").as_deref(), Some("0.171.0"));
+        assert_eq!(
+            version_in("GitHub Copilot CLI 1.0.102.\nRun 'copilot update'").as_deref(),
+            Some("1.0.102")
+        );
+        assert_eq!(version_in("git version 2.43.0").as_deref(), Some("2.43.0"));
+        assert_eq!(version_in("no digits here"), None);
+    }
+}

@@ -1,0 +1,210 @@
+//! `envgit doctor` with the real binary: it passes on this machine (live probe included), names
+//! `envgit.yaml:LINE:COL` for a broken policy, and says how to fix a store envgit cannot use.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+
+use serde_json::Value;
+use support::Env;
+
+struct Doctor {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+/// `envgit doctor` in `dir`, with HOME and ENVGIT_HOME inside the test's temporary directory.
+fn doctor(env: &Env, dir: &Path, json: bool) -> Doctor {
+    let mut c = env.cmd(dir);
+    c.env("HOME", env.user_home())
+        .env_remove("XDG_DATA_HOME")
+        .arg("doctor");
+    if json {
+        c.arg("--json");
+    }
+    let o = c.output().unwrap();
+    Doctor {
+        code: o.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
+    }
+}
+
+fn checks(v: &Value) -> &Vec<Value> {
+    v["checks"].as_array().unwrap()
+}
+
+fn check<'a>(v: &'a Value, name: &str) -> &'a Value {
+    checks(v)
+        .iter()
+        .find(|c| c["name"] == name)
+        .unwrap_or_else(|| panic!("no check {name} in {v:#}"))
+}
+
+fn failed_required(v: &Value) -> Vec<String> {
+    checks(v)
+        .iter()
+        .filter(|c| c["required"] == true && c["ok"] != true)
+        .map(|c| c["name"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn doctor_passes_on_this_machine() {
+    let env = Env::new();
+
+    // Outside a project: the project lines are skipped, and the report says so.
+    let d = doctor(&env, &env.project, true);
+    assert_eq!(d.code, 0, "{}\n{}", d.stdout, d.stderr);
+    let v: Value = serde_json::from_str(&d.stdout).unwrap();
+    assert_eq!(v["ok"], true, "{v:#}");
+    assert!(failed_required(&v).is_empty(), "{v:#}");
+    for name in [
+        "kernel",
+        "user namespaces",
+        "Landlock",
+        "seccomp",
+        "store location",
+        "store free space",
+        "git",
+        "sandboxed `true`",
+        "gated request",
+    ] {
+        let c = check(&v, name);
+        assert_eq!(c["required"], true, "{c:#}");
+        assert_eq!(c["ok"], true, "{c:#}");
+        assert!(c.get("fix").is_none(), "{c:#}");
+    }
+    assert!(
+        check(&v, "project")["detail"]
+            .as_str()
+            .unwrap()
+            .contains("skipped")
+    );
+    let gated = check(&v, "gated request")["detail"].as_str().unwrap();
+    assert!(
+        gated.contains("the server saw `GET /envgit-doctor"),
+        "{gated}"
+    );
+    for name in ["claude", "codex", "copilot", "/dev/kvm"] {
+        assert_eq!(check(&v, name)["required"], false, "{v:#}");
+    }
+
+    // Inside a project: its policy parses and its store passes fsck; human output.
+    env.init();
+    let d = doctor(&env, &env.project, false);
+    assert_eq!(d.code, 0, "{}\n{}", d.stdout, d.stderr);
+    let required = d.stdout.split("Optional").next().unwrap();
+    assert!(!required.contains('✗'), "{}", d.stdout);
+    assert!(required.contains("✓ policy"), "{}", d.stdout);
+    assert!(
+        required.contains("fsck: ") && required.contains("clean"),
+        "{}",
+        d.stdout
+    );
+    assert!(
+        d.stdout.contains("all required checks pass"),
+        "{}",
+        d.stdout
+    );
+}
+
+#[test]
+fn a_broken_policy_fails_with_its_line_and_column() {
+    let env = Env::new();
+    env.init();
+    env.write("envgit.yaml", "version: 1\nsnapshot:\n  exclud: []\n");
+    let sub = env.path("src");
+    std::fs::create_dir_all(&sub).unwrap();
+
+    // From a subdirectory: the project is found upward, as other commands find it.
+    let d = doctor(&env, &sub, true);
+    assert_eq!(d.code, 1, "{}\n{}", d.stdout, d.stderr);
+    let v: Value = serde_json::from_str(&d.stdout).unwrap();
+    assert_eq!(v["ok"], false);
+    assert_eq!(failed_required(&v), ["policy"], "{v:#}");
+    let policy = check(&v, "policy");
+    let detail = policy["detail"].as_str().unwrap();
+    assert!(detail.contains("envgit.yaml:3:3"), "{detail}");
+    assert!(detail.contains("exclud"), "{detail}");
+    assert!(policy["fix"].as_str().unwrap().contains("line 3, column 3"));
+
+    let d = doctor(&env, &env.project, false);
+    assert_eq!(d.code, 1);
+    assert!(d.stdout.contains("✗ policy"), "{}", d.stdout);
+    assert!(d.stdout.contains("envgit.yaml:3:3"), "{}", d.stdout);
+    assert!(
+        d.stdout.contains("1 required check(s) failed"),
+        "{}",
+        d.stdout
+    );
+}
+
+/// Puts the store's mode back so the temporary directory can be removed, even on a panic.
+struct Restore<'a>(&'a Path);
+
+impl Drop for Restore<'_> {
+    fn drop(&mut self) {
+        let _ = std::fs::set_permissions(self.0, std::fs::Permissions::from_mode(0o700));
+    }
+}
+
+#[test]
+fn an_unusable_store_fails_with_the_fix() {
+    let env = Env::new();
+    std::fs::create_dir_all(&env.home).unwrap();
+    std::fs::set_permissions(&env.home, std::fs::Permissions::from_mode(0o000)).unwrap();
+    let _restore = Restore(&env.home);
+    let home = env.home.display().to_string();
+
+    // Root reads and writes a mode-000 directory anyway; the check is on the mode, so it fails
+    // the same for root and for anyone else.
+    let d = doctor(&env, &env.project, false);
+    assert_eq!(d.code, 1, "{}\n{}", d.stdout, d.stderr);
+    assert!(
+        d.stdout.contains(&format!(
+            "store directory {home} has mode 000: envgit cannot use it"
+        )),
+        "{}",
+        d.stdout
+    );
+    assert!(
+        d.stdout.contains(&format!("fix: chmod 700 {home}")),
+        "{}",
+        d.stdout
+    );
+
+    let d = doctor(&env, &env.project, true);
+    assert_eq!(d.code, 1);
+    let v: Value = serde_json::from_str(&d.stdout).unwrap();
+    assert_eq!(v["ok"], false);
+    let perms = check(&v, "store permissions");
+    assert_eq!(perms["ok"], false);
+    assert_eq!(perms["fix"], format!("chmod 700 {home}"));
+    // Nothing else is wrong: the live probe uses a store of its own.
+    let failed = failed_required(&v);
+    assert!(
+        failed
+            .iter()
+            .all(|n| n == "store permissions" || n == "store access"),
+        "{failed:?}"
+    );
+
+    // A store that others can read is refused too, with the same fix.
+    std::fs::set_permissions(&env.home, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let d = doctor(&env, &env.project, true);
+    assert_eq!(d.code, 1);
+    let v: Value = serde_json::from_str(&d.stdout).unwrap();
+    let perms = check(&v, "store permissions");
+    assert!(
+        perms["detail"]
+            .as_str()
+            .unwrap()
+            .contains("other users can read"),
+        "{perms:#}"
+    );
+    assert_eq!(perms["fix"], format!("chmod 700 {home}"));
+}
