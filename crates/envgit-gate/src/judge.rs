@@ -4,14 +4,11 @@
 //! the connection's buffer without consuming it, so the request is forwarded intact if it
 //! passes.
 
-use envgit_policy::{Policy, RequestDecision, RequestInfo};
+use envgit_policy::{BODY_PREFIX_MAX, Policy, RequestDecision, RequestInfo};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 
 use crate::conn::Prefixed;
 use crate::head::RequestHead;
-
-/// How much of a body the gate reads before deciding (rules that need more fail closed).
-pub(crate) const BODY_PREFIX_MAX: usize = 1 << 20;
 
 pub(crate) enum Verdict {
     /// Let it out; `Some(rule)` when it is irreversible and the step must be marked.

@@ -4,7 +4,7 @@
 use crate::{BodyMatch, GraphqlOperation};
 
 use super::graphql;
-use super::json::{Doc, parse_doc, value_text};
+use super::json::{Doc, entries, parse_doc, value_text};
 use super::matchers::{Tri, form_decode, glob_exact};
 use super::pktline;
 
@@ -31,6 +31,9 @@ pub(crate) enum Matcher {
     Graphql(GraphqlOperation),
     /// A top-level JSON field with a value matching the glob (any occurrence).
     JsonField(String, String),
+    /// Anything but a body whose top-level objects all have this field with exactly this
+    /// value (every occurrence): "not surely a download".
+    JsonFieldOtherThan(String, String),
     /// A top-level JSON field holding a non-empty object, array or string.
     JsonNonEmpty(String),
     FormField(String, String),
@@ -71,6 +74,10 @@ impl Matcher {
                 fields
                     .iter()
                     .any(|(k, v)| k == name && glob_exact(want, &value_text(v)))
+            }),
+            Matcher::JsonFieldOtherThan(name, value) => json_any(body, &|fields| {
+                let mut found = entries(fields, name).peekable();
+                found.peek().is_none() || found.any(|v| value_text(v) != *value)
             }),
             Matcher::JsonNonEmpty(name) => json_any(body, &|fields| {
                 fields.iter().any(|(k, v)| {

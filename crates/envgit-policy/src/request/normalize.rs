@@ -47,10 +47,17 @@ pub fn normalize_path(raw: &str) -> Result<String, String> {
     Ok(out)
 }
 
+/// Longest path judged segment by segment (real servers refuse far shorter ones); a longer
+/// one cannot be evaluated and fails closed.
+const MAX_PATH: usize = 64 * 1024;
+
 /// Every way a server might split `raw` into segments (at most 16, deduplicated; one for an
 /// unambiguous path). A trailing `/` is not a segment. `Err` as for [`normalize_path`], except
 /// that ambiguity is not an error here.
 pub(crate) fn path_views(raw: &str) -> Result<Vec<Vec<String>>, String> {
+    if raw.len() > MAX_PATH {
+        return Err(format!("path longer than {MAX_PATH} bytes"));
+    }
     let found = scan(raw)?;
     let mut views: Vec<Vec<String>> = Vec::new();
     for bits in 0u8..16 {

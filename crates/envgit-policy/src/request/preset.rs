@@ -78,13 +78,14 @@ fn build() -> Vec<Rule> {
             )],
             vec![],
         ),
-        // The LFS batch request is the egress point (upload hrefs may point anywhere).
+        // The LFS batch request is the egress point (upload hrefs may point anywhere). Anything
+        // but a plain `"operation":"download"` counts (an odd case or a missing field too).
         rule(
             "git.lfs.upload",
             Summary::Lfs,
             vec![with_body(
                 shape(any, post(), Some("/**/info/lfs/objects/batch")),
-                Matcher::JsonField("operation".into(), "upload".into()),
+                Matcher::JsonFieldOtherThan("operation".into(), "download".into()),
             )],
             vec![],
         ),

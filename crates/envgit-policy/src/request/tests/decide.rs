@@ -255,3 +255,78 @@ fn needs_body() {
     assert!(p.needs_body(&req("POST", "h", "/x", None)));
     assert!(!p.needs_body(&req("GET", "h", "/x", None)));
 }
+
+#[test]
+fn arbitrary_requests_never_panic() {
+    let p = Policy::default();
+    let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut next = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    let pieces: &[&str] = &[
+        "/",
+        "//",
+        ".",
+        "..",
+        "%2e",
+        "%2F",
+        "%25",
+        "%",
+        "%zz",
+        ";",
+        "\\",
+        "git-receive-pack",
+        "info",
+        "lfs",
+        "objects",
+        "batch",
+        "v2",
+        "blobs",
+        "uploads",
+        "manifests",
+        "graphql",
+        "é",
+        "@s%2fp",
+        "-rev",
+        "api",
+        "v4",
+        "commit",
+        "0000",
+        "{",
+        "\"",
+        "\0",
+    ];
+    let methods = ["GET", "POST", "PUT", "PATCH", "DELETE", "x"];
+    let hosts = [
+        "github.com",
+        "api.github.com",
+        "registry.npmjs.org",
+        "huggingface.co",
+        "h",
+    ];
+    for _ in 0..3_000 {
+        let pick = |n: u64, len: usize| (n as usize) % len;
+        let path: String = (0..pick(next(), 8))
+            .map(|_| pieces[pick(next(), pieces.len())])
+            .collect();
+        let body: Vec<u8> = (0..pick(next(), 64)).map(|_| next() as u8).collect();
+        let text_body: String = (0..pick(next(), 8))
+            .map(|_| pieces[pick(next(), pieces.len())])
+            .collect();
+        for b in [&body[..], text_body.as_bytes()] {
+            let mut r = req(
+                methods[pick(next(), methods.len())],
+                hosts[pick(next(), hosts.len())],
+                &path,
+                Some(b),
+            );
+            r.body_complete = next() % 2 == 0;
+            let _ = p.decide_request(&r);
+            let _ = p.needs_body(&r);
+            let _ = crate::normalize_path(&path);
+        }
+    }
+}

@@ -179,6 +179,17 @@ fn json_field() {
         eval(&any, Some(br#"{"maintainers":[]}"#), true),
         Tri::NoMatch
     );
+    let other = Matcher::JsonFieldOtherThan("operation".into(), "download".into());
+    let o = |b: &str| eval(&other, Some(b.as_bytes()), true);
+    assert_eq!(o(r#"{"operation":"download"}"#), Tri::NoMatch);
+    assert_eq!(
+        o(r#"{"operation":"download","operation":"download"}"#),
+        Tri::NoMatch
+    );
+    assert_eq!(o(r#"{"operation":"upload"}"#), Tri::Match);
+    assert_eq!(o(r#"{"operation":"DOWNLOAD"}"#), Tri::Match);
+    assert_eq!(o(r#"{"objects":[]}"#), Tri::Match);
+    assert!(is_unknown(o("{")));
     let ne = Matcher::JsonNonEmpty("_attachments".into());
     assert_eq!(
         eval(&ne, Some(br#"{"_attachments":{"a":1}}"#), true),
