@@ -1,0 +1,139 @@
+//! The sandbox's start-up cost: `envgit run true` (a whole step: snapshot, sandbox, gate,
+//! snapshot, commit) and the sandbox alone beside `bwrap` with an equivalent set of namespaces
+//! and mounts, and beside bare `true`, measured in one run. Prints p50/p90 and ratios; never
+//! fails on timing.
+//!
+//! `cargo run --release -p envgit-bench --bin sandbox-start -- [--runs 50]`
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+
+fn time_runs(runs: usize, mut f: impl FnMut() -> Result<()>) -> Result<Vec<Duration>> {
+    f()?; // warm-up
+    let mut out = Vec::with_capacity(runs);
+    for _ in 0..runs {
+        let t = Instant::now();
+        f()?;
+        out.push(t.elapsed());
+    }
+    out.sort();
+    Ok(out)
+}
+
+fn pct(sorted: &[Duration], p: f64) -> Duration {
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+fn run_ok(cmd: &mut Command) -> Result<()> {
+    let status = cmd.stdout(Stdio::null()).stderr(Stdio::null()).status()?;
+    if !status.success() {
+        bail!("{cmd:?} failed: {status}");
+    }
+    Ok(())
+}
+
+fn envgit_exe() -> Result<PathBuf> {
+    let me = std::env::current_exe()?;
+    let exe = me.with_file_name("envgit");
+    if !exe.exists() {
+        bail!(
+            "{} is missing: build it first (cargo build --release -p envgit)",
+            exe.display()
+        );
+    }
+    Ok(exe)
+}
+
+fn main() -> Result<()> {
+    let args: Vec<String> = std::env::args().collect();
+    let runs: usize = args
+        .iter()
+        .position(|a| a == "--runs")
+        .and_then(|i| args.get(i + 1))
+        .map(|v| v.parse())
+        .transpose()?
+        .unwrap_or(50);
+    let envgit = envgit_exe()?;
+    let tmp = tempfile::tempdir()?;
+    let project = tmp.path().join("p");
+    let home = tmp.path().join("h");
+    std::fs::create_dir_all(&project)?;
+    std::fs::write(project.join("a.txt"), "a")?;
+    let eg = |args: &[&str]| {
+        let mut c = Command::new(&envgit);
+        c.args(args).current_dir(&project).env("ENVGIT_HOME", &home);
+        c
+    };
+    run_ok(&mut eg(&["init"])).context("envgit init")?;
+
+    let bare = time_runs(runs, || run_ok(&mut Command::new("true")))?;
+    let envgit_run = time_runs(runs, || run_ok(&mut eg(&["run", "true"])))?;
+    let bwrap = if Command::new("bwrap").arg("--version").output().is_ok() {
+        Some(time_runs(runs, || run_ok(&mut bwrap_cmd(&project)))?)
+    } else {
+        None
+    };
+
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    println!("sandbox start-up, {runs} runs each (p50 / p90, ms):");
+    println!(
+        "  bare true            {:8.2} / {:8.2}",
+        ms(pct(&bare, 0.5)),
+        ms(pct(&bare, 0.9))
+    );
+    if let Some(b) = &bwrap {
+        println!(
+            "  bwrap (equivalent)   {:8.2} / {:8.2}",
+            ms(pct(b, 0.5)),
+            ms(pct(b, 0.9))
+        );
+    } else {
+        println!("  bwrap                not installed (apt-get install bubblewrap)");
+    }
+    println!(
+        "  envgit run true      {:8.2} / {:8.2}   (a whole step: two snapshots, gate, relay, commit)",
+        ms(pct(&envgit_run, 0.5)),
+        ms(pct(&envgit_run, 0.9))
+    );
+    if let Some(b) = &bwrap {
+        let ratio = ms(pct(&envgit_run, 0.5)) / ms(pct(b, 0.5));
+        println!(
+            "  ratio envgit run / bwrap (p50): {ratio:.2}x   goal <= 1.5x: {}",
+            if ratio <= 1.5 { "met" } else { "not met" }
+        );
+    }
+    Ok(())
+}
+
+/// bwrap with the namespaces and mounts envgit's sandbox has: user, net, pid, ipc, uts; the host
+/// read-only, the project read-write, private /tmp, /dev and /proc.
+fn bwrap_cmd(project: &Path) -> Command {
+    let mut c = Command::new("bwrap");
+    c.args([
+        "--unshare-user",
+        "--unshare-net",
+        "--unshare-pid",
+        "--unshare-ipc",
+        "--unshare-uts",
+        "--die-with-parent",
+        "--new-session",
+        "--ro-bind",
+        "/",
+        "/",
+        "--tmpfs",
+        "/tmp",
+        "--tmpfs",
+        "/run",
+        "--dev",
+        "/dev",
+        "--proc",
+        "/proc",
+    ]);
+    c.arg("--bind").arg(project).arg(project);
+    c.arg("true");
+    c
+}

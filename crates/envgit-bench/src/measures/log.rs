@@ -1,0 +1,82 @@
+//! G11: `envgit log` over 1,000 steps. The steps are made quickly in-process on a small tree
+//! (10 files changed each, so every record lists changes), then `envgit log` and
+//! `envgit log --json` are timed as processes.
+
+use anyhow::{Result, bail};
+use envgit_store::{StepKind, Store, WorkTree};
+
+use super::{Envgit, draft, project_config};
+use crate::r#gen::{GenTree, Rng};
+use crate::report::{Goal, Report, Row};
+use crate::util::{Samples, progress, timed};
+
+pub fn measure(
+    envgit: &Envgit,
+    tree: &GenTree,
+    steps: usize,
+    reps: usize,
+    seed: u64,
+    report: &mut Report,
+) -> Result<()> {
+    envgit.run(&tree.root, &["init"])?;
+    let store_dir = envgit.store_dir(&tree.root)?;
+    let cfg = project_config(&tree.root)?;
+    progress(&format!("log: making {steps} steps through the store API"));
+    let ((), make_ms) = timed(|| {
+        let mut store = Store::open(&store_dir)?;
+        let mut wt = WorkTree::new(&tree.root, cfg.scan.clone(), Some(&store_dir))?;
+        wt.load_cache(&store.stat_cache_path());
+        let mut rng = Rng::new(seed ^ 0x44);
+        for i in 0..steps {
+            tree.touch(&mut rng, 10, &format!("log step {i}"))?;
+            let mut guard = store.begin_step("tool")?;
+            let (t, _) = wt.full_scan(&store, None)?;
+            let summary = format!("python3 -m pytest tests/test_{i}.py -q");
+            store.commit(&mut guard, draft(StepKind::Tool, &summary, &cfg), t)?;
+        }
+        wt.save_cache(&store.stat_cache_path())?;
+        Ok(())
+    })?;
+    let journal = std::fs::metadata(store_dir.join("journal"))
+        .map(|m| m.len())
+        .unwrap_or(0);
+
+    // Process start-up alone, to read the two figures against.
+    let mut bare = Samples::default();
+    for _ in 0..reps {
+        bare.push(crate::util::run(std::process::Command::new(&envgit.bin).arg("--version"))?.ms);
+    }
+    let total = steps + 1;
+    for json in [false, true] {
+        let args: &[&str] = if json { &["log", "--json"] } else { &["log"] };
+        let mut s = Samples::default();
+        let mut out_len = 0;
+        for _ in 0..reps {
+            let r = envgit.run(&tree.root, args)?;
+            s.push(r.ms);
+            out_len = r.out.stdout.len();
+            if !json && r.out.stdout.iter().filter(|b| **b == b'\n').count() < total {
+                bail!("envgit log printed fewer than {total} lines");
+            }
+        }
+        let name = if json {
+            "envgit log --json"
+        } else {
+            "envgit log"
+        };
+        report.push(
+            Row::ms(format!("{name}, {total} steps: p50"), s.p50())
+                .goal(Goal::AtMost(50.0))
+                .note(format!(
+                    "{}; {:.0} KiB of output; journal {:.0} KiB; `envgit --version` alone p50 \
+                     {:.1} ms; making the {steps} steps took {:.1} s",
+                    s.summary_ms(),
+                    out_len as f64 / 1024.0,
+                    journal as f64 / 1024.0,
+                    bare.p50(),
+                    make_ms / 1e3
+                )),
+        );
+    }
+    Ok(())
+}
