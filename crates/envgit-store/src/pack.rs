@@ -55,6 +55,39 @@ pub fn parse_pack_name(name: &str) -> Option<u64> {
     (hex.len() == 16).then(|| u64::from_str_radix(hex, 16).ok())?
 }
 
+thread_local! {
+    // One zstd context per thread: creating one per object costs more than compressing a
+    // small file (it probes the CPU, which traps to the hypervisor on a VM).
+    static COMPRESSOR: std::cell::RefCell<Option<zstd::bulk::Compressor<'static>>> = const { std::cell::RefCell::new(None) };
+    static DECOMPRESSOR: std::cell::RefCell<Option<zstd::bulk::Decompressor<'static>>> = const { std::cell::RefCell::new(None) };
+}
+
+fn compress(raw: &[u8]) -> std::io::Result<Vec<u8>> {
+    COMPRESSOR.with(|c| {
+        let mut c = c.borrow_mut();
+        if c.is_none() {
+            *c = Some(zstd::bulk::Compressor::new(ZSTD_LEVEL)?);
+        }
+        match c.as_mut() {
+            Some(c) => c.compress(raw),
+            None => Err(std::io::Error::other("no zstd compressor")),
+        }
+    })
+}
+
+fn decompress(stored: &[u8], capacity: usize) -> std::io::Result<Vec<u8>> {
+    DECOMPRESSOR.with(|d| {
+        let mut d = d.borrow_mut();
+        if d.is_none() {
+            *d = Some(zstd::bulk::Decompressor::new()?);
+        }
+        match d.as_mut() {
+            Some(d) => d.decompress(stored, capacity),
+            None => Err(std::io::Error::other("no zstd decompressor")),
+        }
+    })
+}
+
 /// An object ready to append: compression is done by the caller's thread, outside any lock.
 pub struct EncodedObject {
     pub id: ObjectId,
@@ -67,7 +100,7 @@ pub struct EncodedObject {
 impl EncodedObject {
     pub fn encode(kind: ObjectKind, id: ObjectId, raw: &[u8]) -> Self {
         let compressed = if raw.len() >= 64 {
-            zstd::bulk::compress(raw, ZSTD_LEVEL)
+            compress(raw)
                 .ok()
                 .filter(|c| c.len() < raw.len() - raw.len() / 10)
         } else {
@@ -283,8 +316,9 @@ impl PackReader {
         let stored = &rec[HEADER_LEN as usize..body_end];
         let raw = match rec[5] {
             CODEC_RAW => stored.to_vec(),
-            CODEC_ZSTD => zstd::bulk::decompress(stored, loc.raw_len as usize)
-                .map_err(|_| bad("does not decompress"))?,
+            CODEC_ZSTD => {
+                decompress(stored, loc.raw_len as usize).map_err(|_| bad("does not decompress"))?
+            }
             _ => return Err(bad("unknown codec")),
         };
         if raw.len() as u64 != loc.raw_len || ObjectId::of(loc.kind, &raw) != *id {

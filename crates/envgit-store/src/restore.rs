@@ -43,6 +43,9 @@ pub struct RestoreReport {
 
 struct Ctx<'a> {
     store: &'a Store,
+    /// Writing into a new, empty directory (fork): files are created in place with O_EXCL
+    /// instead of under a temporary name and renamed.
+    fresh: bool,
     opts: &'a RestoreOptions<'a>,
     touched: Mutex<HashSet<Vec<u8>>>,
     kept: Mutex<Vec<String>>,
@@ -61,6 +64,7 @@ pub fn restore(
 ) -> Result<RestoreReport> {
     let ctx = Ctx {
         store,
+        fresh: current.is_none(),
         opts,
         touched: Mutex::default(),
         kept: Mutex::default(),
@@ -254,6 +258,19 @@ impl Ctx<'_> {
         rel: &[u8],
         t: &TreeEntry,
     ) -> Result<()> {
+        if self.fresh {
+            let fd = rustix::fs::openat(
+                dir,
+                name,
+                OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                Mode::from_raw_mode(0o600),
+            )
+            .at(&io_at(rel))?;
+            let mut file = File::from(fd);
+            self.store
+                .read_file_into(&t.id, &mut |b| file.write_all(b).at(&io_at(rel)))?;
+            return rustix::fs::fchmod(&file, Mode::from_raw_mode(t.mode)).at(&io_at(rel));
+        }
         let tmp = tmp_name();
         let fd = rustix::fs::openat(
             dir,

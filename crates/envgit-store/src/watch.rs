@@ -53,7 +53,8 @@ const MASK: WatchFlags = WatchFlags::CREATE
     .union(WatchFlags::EXCL_UNLINK);
 
 impl LiveTree {
-    /// Start watching `root`. The first `snapshot` is a full scan (warm with `cache` if given).
+    /// Start watching `root`. The first `snapshot` is a full scan (warm it with
+    /// `tree_mut().load_cache(…)` first).
     pub fn new(root: &Path, config: ScanConfig, store_dir: Option<&Path>) -> Result<Self> {
         let inotify = inotify::init(CreateFlags::CLOEXEC | CreateFlags::NONBLOCK).at(root)?;
         Ok(Self {
@@ -87,12 +88,12 @@ impl LiveTree {
         self.dirty.extend(dirs);
     }
 
-    /// Bring the tree up to date and return its root id.
     /// Whether the watcher gave up (out of inotify watches) and every step rescans.
     pub fn is_degraded(&self) -> bool {
         self.degraded
     }
 
+    /// Bring the tree up to date and return its root id.
     pub fn snapshot(&mut self, store: &Store) -> Result<(ObjectId, ScanReport, SnapshotMode)> {
         if self.degraded {
             let (id, report) = self.tree.full_scan(store, None)?;
@@ -119,7 +120,13 @@ impl LiveTree {
         } else {
             self.tree.rescan(store, &dirty)?
         };
-        self.watch_new_dirs()?;
+        if report.full {
+            self.watch_new_dirs()?;
+        } else {
+            // Only what the rescan found new: walking every known directory per step would
+            // cost more than the step itself on a large tree.
+            self.watch_dirs(report.new_dirs.clone(), true)?;
+        }
         Ok((id, report, SnapshotMode::Incremental))
     }
 

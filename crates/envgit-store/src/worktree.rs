@@ -125,6 +125,10 @@ pub struct ScanProgress {
 pub struct ScanReport {
     pub unstable: Vec<String>,
     pub hashed: u64,
+    /// The whole tree was visited.
+    pub full: bool,
+    /// Directories seen for the first time by a partial rescan (the watcher adds watches).
+    pub new_dirs: Vec<Vec<u8>>,
 }
 
 struct Ctx<'a> {
@@ -234,6 +238,8 @@ impl WorkTree {
         let report = ScanReport {
             unstable: ctx.unstable.into_inner().unwrap_or_default(),
             hashed: ctx.hashed.load(Ordering::Relaxed),
+            full: true,
+            new_dirs: Vec::new(),
         };
         let out = ctx.out.into_inner().unwrap_or_default();
         self.dirs = out;
@@ -318,6 +324,9 @@ impl WorkTree {
                     }
                 }
                 out.insert(rel.clone(), state);
+                report
+                    .new_dirs
+                    .extend(out.keys().filter(|k| !self.dirs.contains_key(*k)).cloned());
                 self.dirs.extend(out);
             } else {
                 // Not dirty itself: only the ids of its subdirectories changed.
