@@ -129,7 +129,10 @@ fn start_relay(r: &crate::spec::RelaySpec) -> Result<rustix::process::Pid, Strin
             let _ = rustix::process::set_parent_process_death_signal(Some(
                 rustix::process::Signal::KILL,
             ));
-            let e = crate::relay_glue::serve(r, ready_w);
+            let e = match crate::relay::serve(r.clone(), ready_w) {
+                Ok(never) => match never {},
+                Err(e) => e,
+            };
             eprintln!("envgit: relay: {e:?}");
             std::process::exit(1);
         }

@@ -18,7 +18,6 @@ mod mounts;
 pub mod plan;
 pub mod probe;
 pub mod relay;
-mod relay_glue;
 mod seccomp;
 pub mod spec;
 mod sys;

@@ -44,12 +44,5 @@ pub struct HomeOverlay {
     pub work: PathBuf,
 }
 
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct RelaySpec {
-    pub gate_socket: PathBuf,
-    pub token: String,
-    pub proxy_port: u16,
-    pub dns_port: u16,
-    pub capture_ports: Vec<u16>,
-    pub forwards: Vec<u16>,
-}
+/// The relay's configuration, as the sandbox process receives it.
+pub use crate::relay::RelayConfig as RelaySpec;

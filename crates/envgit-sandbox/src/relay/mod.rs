@@ -47,7 +47,8 @@ const MAX_CONNECTIONS: usize = 512;
 /// Stack of the per-connection threads (buffers live on the heap).
 pub(crate) const THREAD_STACK: usize = 256 * 1024;
 
-#[derive(Debug, Clone)]
+/// Travels to the sandbox process inside its spec, hence serde.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct RelayConfig {
     /// Host-side unix socket of the gate.
     pub gate_socket: PathBuf,
