@@ -132,6 +132,8 @@ pub struct StepDraft {
     pub started_at_ms: u64,
     pub summary: String,
     pub command: Option<Vec<String>>,
+    /// Where the command ran.
+    pub cwd: Option<String>,
     pub exit_code: Option<i32>,
     pub policy_hash: Option<String>,
     pub flags: Vec<StepFlag>,
@@ -154,6 +156,8 @@ pub struct Step {
     pub summary: String,
     #[serde(default)]
     pub command: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cwd: Option<String>,
     #[serde(default)]
     pub exit_code: Option<i32>,
     #[serde(default)]

@@ -439,6 +439,7 @@ impl Store {
             tree: Some(tree),
             summary: draft.summary,
             command: draft.command,
+            cwd: draft.cwd,
             exit_code: draft.exit_code,
             policy_hash: draft.policy_hash,
             changes: all_changes.into_iter().take(MAX_RECORDED_CHANGES).collect(),

@@ -73,6 +73,7 @@ pub fn run_step(project: &Project, cwd: &Path, argv: Vec<String>) -> CmdResult<i
             started_at_ms: started,
             summary: line.clone(),
             command: Some(argv),
+            cwd: Some(cwd.display().to_string()),
             exit_code: Some(EXIT_REFUSED),
             policy_hash: Some(policy_hash),
             refusals: vec![Refusal {
@@ -110,6 +111,7 @@ pub fn run_step(project: &Project, cwd: &Path, argv: Vec<String>) -> CmdResult<i
         started_at_ms: started,
         summary: line,
         command: Some(argv),
+        cwd: Some(cwd.display().to_string()),
         exit_code: Some(code),
         policy_hash: Some(policy_hash),
         flags,

@@ -365,6 +365,11 @@ fn tools_work_inside_and_results_land() {
     let log = env.log_json();
     assert_eq!(log[0]["kind"], "run");
     assert_eq!(log[0]["exit_code"], 0);
+    assert_eq!(
+        log[0]["cwd"].as_str().unwrap(),
+        env.project.canonicalize().unwrap().to_str().unwrap()
+    );
+    assert!(log[0]["ended_at_ms"].as_u64().unwrap() >= log[0]["started_at_ms"].as_u64().unwrap());
     assert!(
         log[0]["changes"]
             .as_array()

@@ -80,6 +80,9 @@ pub fn detail(step: &Step, style: &Style) -> String {
     if let Some(cmd) = &step.command {
         push(&mut d, format!("command: {}", cmd.join(" ")));
     }
+    if let Some(cwd) = &step.cwd {
+        push(&mut d, format!("in: {cwd}"));
+    }
     if let Some(code) = step.exit_code {
         push(&mut d, format!("exit code: {code}"));
     }
