@@ -222,7 +222,8 @@ async fn judged<C: Stream>(
     }
 }
 
-async fn refuse<C: Stream>(
+/// Answer a refusal (403 with the rule) and record it.
+pub(crate) async fn refuse<C: Stream>(
     client: &mut Prefixed<C>,
     rec: &mut Recorder,
     what: &str,

@@ -36,22 +36,14 @@ pub(crate) async fn connect(mut client: Prefixed<UnixStream>, req: RequestHead, 
     let rule = match decide::connect(&shared.policy, &host, port) {
         ConnectDecision::Allowed { rule } => rule,
         ConnectDecision::Denied { rule, reason } => {
-            rec.decide(false, &rule);
-            rec.status(403);
-            let _ = client
-                .write_all(&decide::forbidden(&what, &rule, &reason))
-                .await;
+            http::refuse(&mut client, &mut rec, &what, &rule, &reason).await;
             return;
         }
     };
     let upstream = match upstream::dial(&host, port, &rule).await {
         Ok(stream) => stream,
         Err(DialError::Denied { rule, reason }) => {
-            rec.decide(false, &rule);
-            rec.status(403);
-            let _ = client
-                .write_all(&decide::forbidden(&what, &rule, &reason))
-                .await;
+            http::refuse(&mut client, &mut rec, &what, &rule, &reason).await;
             return;
         }
         Err(DialError::Failed(msg)) => {
