@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use envgit_policy::{PROTECTED_PATHS, Policy};
+use envgit_policy::Policy;
 use ignore::gitignore::GitignoreBuilder;
 
 use crate::spec::{HomeOverlay, RelaySpec, Spec};
@@ -97,7 +97,8 @@ pub struct PlanInput<'a> {
     pub caller_env: Vec<(String, String)>,
     pub extra_env: Vec<(String, String)>,
     pub relay: Option<RelaySpec>,
-    pub protected_extra: Vec<String>,
+    /// Protected paths relative to the project (the policy's list and `core.hooksPath`).
+    pub protected: Vec<String>,
 }
 
 fn is_env_file(name: &str) -> bool {
@@ -242,10 +243,9 @@ fn environment(input: &PlanInput<'_>) -> Vec<(String, String)> {
 }
 
 pub fn plan(input: PlanInput<'_>) -> Spec {
-    let protected: Vec<PathBuf> = PROTECTED_PATHS
+    let protected: Vec<PathBuf> = input
+        .protected
         .iter()
-        .map(|p| p.to_string())
-        .chain(input.protected_extra.iter().cloned())
         .map(|p| input.project.join(p))
         .filter(|p| p.symlink_metadata().is_ok())
         .collect();

@@ -3,7 +3,7 @@
 //! the journal.
 
 use std::collections::HashMap;
-use std::fs::{DirBuilder, File, OpenOptions};
+use std::fs::{DirBuilder, OpenOptions};
 use std::io::Write;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::path::{Path, PathBuf};
@@ -579,16 +579,5 @@ impl Store {
             total += entry.at(&dir)?.metadata().at(&dir)?.len();
         }
         Ok(total)
-    }
-
-    /// Whether the store directory can be written (for doctor-style diagnostics).
-    pub fn open_lock_file(&self) -> Result<File> {
-        let p = self.dir.join("lock");
-        OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&p)
-            .at(&p)
     }
 }

@@ -41,6 +41,18 @@ pub struct ScanConfig {
     pub fingerprint: String,
 }
 
+impl ScanConfig {
+    /// From `snapshot.exclude` and `snapshot.max_file_size`; the fingerprint that keys the stat
+    /// cache is derived here, so every caller gets the same one.
+    pub fn new(exclude: &[String], max_file_size: u64) -> Result<Self> {
+        Ok(Self {
+            excludes: Excludes::new(exclude)?,
+            max_file_size,
+            fingerprint: format!("{exclude:?}|{max_file_size}"),
+        })
+    }
+}
+
 impl Default for ScanConfig {
     fn default() -> Self {
         Self {

@@ -5,7 +5,7 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use envgit_policy::{PROTECTED_PATHS, Policy};
-use envgit_store::{Excludes, ScanConfig, Store, WorkTree, envgit_home, store_dir_for};
+use envgit_store::{ScanConfig, Store, WorkTree, envgit_home, store_dir_for};
 
 use crate::failure::{CmdResult, Failure};
 
@@ -103,12 +103,7 @@ impl Project {
 
     pub fn scan_config(&self) -> CmdResult<ScanConfig> {
         let snap = &self.policy.snapshot;
-        let excludes = Excludes::new(&snap.exclude)?;
-        Ok(ScanConfig {
-            excludes,
-            max_file_size: snap.max_file_size,
-            fingerprint: format!("{:?}|{}", snap.exclude, snap.max_file_size),
-        })
+        Ok(ScanConfig::new(&snap.exclude, snap.max_file_size)?)
     }
 
     /// A working tree with the stat cache loaded.

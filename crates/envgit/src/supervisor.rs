@@ -88,11 +88,12 @@ pub fn run_step(project: &Project, cwd: &Path, argv: Vec<String>) -> CmdResult<i
     let mut guard = store.begin_step(&line)?;
     let mut wt = project.worktree(&store)?;
     let (before, _) = wt.full_scan(&store, None)?;
-    let (code, events) = run_sandboxed(project, &store, cwd, &argv)?;
+    // Read before the command runs: `core.hooksPath` comes from the trusted .git/config.
+    let protected = project.protected_paths();
+    let (code, events) = run_sandboxed(project, &store, cwd, &argv, &protected)?;
     // The gate announced its refusals as they happened.
     let (requests, mut refusals) = requests_of(&events);
     let (after, report) = wt.full_scan(&store, None)?;
-    let protected = project.protected_paths();
     let (put_back, tree) = envgit_store::put_back(&store, &mut wt, &before, &after, &protected)?;
     let mut flags = Vec::new();
     for p in &put_back {
@@ -191,6 +192,7 @@ fn run_sandboxed(
     store: &Store,
     cwd: &Path,
     argv: &[String],
+    protected: &[String],
 ) -> CmdResult<(i32, Vec<GateEvent>)> {
     let uid = rustix::process::getuid().as_raw();
     let gid = rustix::process::getgid().as_raw();
@@ -252,7 +254,7 @@ fn run_sandboxed(
         caller_env: std::env::vars().collect(),
         extra_env: proxy_env(PROXY_PORT),
         relay: Some(relay),
-        protected_extra: project.protected_paths(),
+        protected: protected.to_vec(),
     });
     let outcome = {
         let _signals = SignalGuard::ignore_terminal_signals();

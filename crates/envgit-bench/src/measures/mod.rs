@@ -14,7 +14,7 @@ use std::process::Command;
 
 use anyhow::{Context, Result};
 use envgit_policy::{PROTECTED_PATHS, Policy};
-use envgit_store::{Excludes, ScanConfig, StepDraft, StepKind, Store, WorkTree, now_ms};
+use envgit_store::{ScanConfig, StepDraft, StepKind, Store, WorkTree, now_ms};
 
 use crate::util::{Ran, Samples, run, timed};
 
@@ -57,8 +57,8 @@ pub struct ProjectCfg {
     pub protected: Vec<String>,
 }
 
-/// Mirrors `Project::scan_config` in crates/envgit/src/project.rs: the fingerprint must be
-/// the same string, or the stat cache the CLI saved is ignored and every file is re-read.
+/// The same scan configuration as the CLI's (`ScanConfig::new`), so the stat cache the CLI
+/// saved is used.
 pub fn project_config(root: &Path) -> Result<ProjectCfg> {
     let path = root.join("envgit.yaml");
     let text =
@@ -67,11 +67,7 @@ pub fn project_config(root: &Path) -> Result<ProjectCfg> {
         Policy::parse(&path.display().to_string(), &text).map_err(|e| anyhow::anyhow!("{e}"))?;
     let snap = &policy.snapshot;
     Ok(ProjectCfg {
-        scan: ScanConfig {
-            excludes: Excludes::new(&snap.exclude)?,
-            max_file_size: snap.max_file_size,
-            fingerprint: format!("{:?}|{}", snap.exclude, snap.max_file_size),
-        },
+        scan: ScanConfig::new(&snap.exclude, snap.max_file_size)?,
         policy_hash: policy.hash(),
         protected: PROTECTED_PATHS.iter().map(|p| p.to_string()).collect(),
     })
