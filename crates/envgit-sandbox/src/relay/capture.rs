@@ -7,10 +7,14 @@
 
 use std::io::{self, Write};
 use std::net::{IpAddr, Ipv4Addr, TcpStream};
+use std::time::Duration;
 
 use super::Shared;
 use super::gate;
-use super::splice::{copy_all, splice};
+use super::splice::{copy_all, drain, splice};
+
+/// How long a refused client may keep sending before its connection is closed.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(2);
 
 pub(crate) fn handle_capture(client: TcpStream, shared: &Shared) -> io::Result<()> {
     let local = client.local_addr()?;
@@ -41,7 +45,12 @@ pub(crate) fn handle_capture(client: TcpStream, shared: &Shared) -> io::Result<(
         // Let the client see the gate's refusal (403 text and all).
         client.write_all(&answer.head)?;
         client.write_all(&answer.rest)?;
+        let mut reader = client.try_clone()?;
         copy_all(gate, client);
+        // Read what the client still sends (its request) so closing does not reset the
+        // refusal away; bounded, since the client owes us nothing.
+        reader.set_read_timeout(Some(DRAIN_TIMEOUT))?;
+        drain(&mut reader, &mut [0u8; 4096]);
     }
     Ok(())
 }

@@ -19,10 +19,11 @@ pub(crate) fn handle(mut client: TcpStream, shared: &Shared) -> io::Result<()> {
     client.set_read_timeout(Some(HEAD_TIMEOUT))?;
     let (head, rest) = read_head(&mut client, MAX_HEAD)?;
     client.set_read_timeout(None)?;
-    let head = with_token(&head, &shared.token);
+    // One write: the gate may answer and close as soon as it has the head.
+    let mut first = with_token(&head, &shared.token);
+    first.extend_from_slice(&rest);
     let mut gate = UnixStream::connect(&shared.gate_socket)?;
-    gate.write_all(&head)?;
-    gate.write_all(&rest)?;
+    gate.write_all(&first)?;
     splice(client, gate)
 }
 
