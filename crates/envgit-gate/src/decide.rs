@@ -10,6 +10,8 @@ pub(crate) const RULE_OPAQUE: &str = "network.opaque";
 pub(crate) const RULE_TOKEN: &str = "gate.token";
 /// Rule id for a request whose `Host` does not name the connection's target.
 pub(crate) const RULE_MISDIRECTED: &str = "gate.host-mismatch";
+/// A TLS handshake whose SNI names another host than the CONNECT it came through.
+pub(crate) const RULE_SNI: &str = "gate.sni-mismatch";
 
 pub(crate) fn connect(policy: &Policy, host: &str, port: u16) -> ConnectDecision {
     envgit_policy::decide_connect(policy, host, port)

@@ -30,6 +30,8 @@ pub struct GateEvent {
     pub at_ms: u64,
     /// An irreversible request let out (an `allow` rule matched): its step is marked.
     pub irreversible: bool,
+    /// A tunnel carried without looking inside (`network.passthrough`, raw TCP).
+    pub uninspected: bool,
 }
 
 pub const ALLOWED: &str = "allowed";
@@ -93,6 +95,7 @@ impl Recorder {
                 status: None,
                 at_ms,
                 irreversible: false,
+                uninspected: false,
             },
             bytes_out: AtomicU64::new(0),
             bytes_in: AtomicU64::new(0),
@@ -117,6 +120,10 @@ impl Recorder {
     pub(crate) fn mark(&mut self, rule: &str) {
         self.event.rule = Some(rule.to_owned());
         self.event.irreversible = true;
+    }
+
+    pub(crate) fn uninspected(&mut self) {
+        self.event.uninspected = true;
     }
 
     pub(crate) fn status(&mut self, status: u16) {

@@ -49,7 +49,7 @@ pub(crate) async fn absolute(mut client: Prefixed<UnixStream>, req: RequestHead,
             return;
         }
     };
-    let upstream = match upstream::dial(&host, port, &rule).await {
+    let upstream = match upstream::dial(&host, port, &rule, &shared.resolve).await {
         Ok(stream) => stream,
         Err(DialError::Denied { rule, reason }) => {
             refuse(&mut client, &mut rec, &what, &rule, &reason).await;
@@ -87,6 +87,7 @@ pub(crate) async fn absolute(mut client: Prefixed<UnixStream>, req: RequestHead,
         &req,
         &origin,
         Some(host_value),
+        None,
         continue_sent,
         &mut rec,
     )
@@ -94,12 +95,15 @@ pub(crate) async fn absolute(mut client: Prefixed<UnixStream>, req: RequestHead,
 }
 
 /// One request on a connection already bound to `host:port` (after CONNECT or capture).
+/// `forwarded_https`: the client spoke TLS to the gate and the upstream is plain HTTP
+/// (`--resolve HOST:PORT=http://…`), so the request says `X-Forwarded-Proto: https`.
 pub(crate) async fn bound<C: Stream, U: Stream>(
     mut client: Prefixed<C>,
     upstream: U,
     host: &str,
     port: u16,
     shared: &Shared,
+    forwarded_https: bool,
 ) {
     let head = match tokio::time::timeout(HEAD_TIMEOUT, client.read_head(MAX_HEAD)).await {
         Ok(Ok(head)) => head,
@@ -170,12 +174,14 @@ pub(crate) async fn bound<C: Stream, U: Stream>(
     else {
         return;
     };
+    let extra = forwarded_https.then_some(("X-Forwarded-Proto", &b"https"[..]));
     forward(
         client,
         upstream,
         &req,
         &origin,
         None,
+        extra,
         continue_sent,
         &mut rec,
     )
@@ -284,13 +290,16 @@ fn body_of(req: &RequestHead) -> Result<Body, &'static str> {
     })
 }
 
-/// Sends the request (head rewritten, body framed exactly) and passes the response back.
+/// Sends the request (head rewritten, `extra` header added, body framed exactly) and passes
+/// the response back.
+#[allow(clippy::too_many_arguments)]
 async fn forward<C: Stream, U: Stream>(
     mut client: Prefixed<C>,
     upstream: U,
     req: &RequestHead,
     origin: &str,
     host_value: Option<String>,
+    extra: Option<(&str, &[u8])>,
     continue_sent: bool,
     rec: &mut Recorder,
 ) {
@@ -313,6 +322,10 @@ async fn forward<C: Stream, U: Stream>(
     if let Some(value) = host_value {
         headers.retain(|(n, _)| !n.eq_ignore_ascii_case("host"));
         headers.insert(0, ("Host".to_owned(), value.into_bytes()));
+    }
+    if let Some((name, value)) = extra {
+        headers.retain(|(n, _)| !n.eq_ignore_ascii_case(name));
+        headers.push((name.to_owned(), value.to_vec()));
     }
     headers.push(("Connection".to_owned(), b"close".to_vec()));
     let line = format!("{} {} HTTP/1.1", req.method, origin);
@@ -500,6 +513,9 @@ mod tests {
             token: "t".into(),
             policy: Arc::new(policy),
             events: Arc::new(Events::default()),
+            ca: Arc::new(crate::ca::RunCa::generate("test").unwrap()),
+            resolve: Vec::new(),
+            upstream_trust: crate::tls::UpstreamTrust::new(Vec::new()),
         }
     }
 
@@ -532,7 +548,7 @@ mod tests {
         let (up, seen) = upstream(end).await;
         let (mut near, far) = tokio::io::duplex(64 * 1024);
         near.write_all(request).await.unwrap();
-        bound(Prefixed::new(far), up, "example.com", 80, shared).await;
+        bound(Prefixed::new(far), up, "example.com", 80, shared, false).await;
         let mut reply = Vec::new();
         near.read_to_end(&mut reply).await.unwrap();
         let seen = tokio::time::timeout(Duration::from_millis(300), seen)

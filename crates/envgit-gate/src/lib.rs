@@ -27,6 +27,7 @@
 //! Plain HTTP is served one request per client connection (the response carries
 //! `Connection: close`), so a second request on the connection can never pass undecided.
 
+mod ca;
 mod conn;
 mod decide;
 mod events;
@@ -34,7 +35,9 @@ mod head;
 mod http;
 mod judge;
 mod listener;
+mod resolve;
 mod splice;
+mod tls;
 mod tunnel;
 mod upstream;
 
@@ -42,7 +45,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+pub use ca::{CaError, RunCa, trust_bundle};
 pub use events::{Announce, GateEvent};
+pub use resolve::{Resolve, parse_list as parse_resolve_list};
 
 /// Header carrying the per-run secret on the first request head of every connection.
 pub const TOKEN_HEADER: &str = "X-Envgit-Token";
@@ -57,6 +62,13 @@ pub struct GateConfig {
     pub policy: Arc<envgit_policy::Policy>,
     /// Called with every refusal as it happens.
     pub announce: Option<Announce>,
+    /// The CA whose leaves TLS clients inside the sandbox are shown (its certificate must be
+    /// in their trust bundle).
+    pub ca: Arc<RunCa>,
+    /// Upstreams at other addresses (`--resolve`).
+    pub resolve: Vec<Resolve>,
+    /// PEM certificates trusted for upstreams besides the host's roots.
+    pub upstream_ca_pem: Vec<u8>,
 }
 
 /// A running gate: its own tokio runtime, one unix listener.
@@ -91,6 +103,9 @@ impl Gate {
             token: cfg.token,
             policy: cfg.policy,
             events: Arc::clone(&events),
+            ca: cfg.ca,
+            resolve: cfg.resolve,
+            upstream_trust: tls::UpstreamTrust::new(cfg.upstream_ca_pem),
         });
         runtime.spawn(listener::serve(listener, shared, Arc::clone(&shutdown)));
         Ok(Gate {

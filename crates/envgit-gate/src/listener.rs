@@ -12,10 +12,13 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::{Notify, Semaphore};
 
+use crate::ca::RunCa;
 use crate::conn::{HeadError, Prefixed};
 use crate::decide::{self, RULE_TOKEN};
 use crate::events::{Events, Recorder};
 use crate::head::{self, MAX_HEAD, RequestHead};
+use crate::resolve::Resolve;
+use crate::tls::UpstreamTrust;
 use crate::{TOKEN_HEADER, http, tunnel};
 
 /// Connections handled at once; more are closed at accept.
@@ -27,6 +30,9 @@ pub(crate) struct Shared {
     pub(crate) token: String,
     pub(crate) policy: Arc<Policy>,
     pub(crate) events: Arc<Events>,
+    pub(crate) ca: Arc<RunCa>,
+    pub(crate) resolve: Vec<Resolve>,
+    pub(crate) upstream_trust: UpstreamTrust,
 }
 
 pub(crate) fn bind(path: &Path) -> io::Result<UnixListener> {

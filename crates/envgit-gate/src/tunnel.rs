@@ -1,6 +1,7 @@
 //! `CONNECT host:port`: decide, dial, answer 200, then look at the first bytes.
 //!
-//! This is where issue 4 plugs in TLS termination: [`Sniffed::Tls`] is spliced for now.
+//! TLS is terminated ([`crate::tls`]) unless the host is under `network.passthrough`, where it
+//! is spliced and recorded as uninspected.
 
 use std::time::Duration;
 
@@ -15,6 +16,7 @@ use crate::head::{self, RequestHead};
 use crate::http;
 use crate::listener::Shared;
 use crate::splice::splice;
+use crate::tls;
 use crate::upstream::{self, DialError};
 
 /// How long a client may stay silent after `200` before its tunnel is closed.
@@ -40,7 +42,7 @@ pub(crate) async fn connect(mut client: Prefixed<UnixStream>, req: RequestHead, 
             return;
         }
     };
-    let upstream = match upstream::dial(&host, port, &rule).await {
+    let upstream = match upstream::dial(&host, port, &rule, &shared.resolve).await {
         Ok(stream) => stream,
         Err(DialError::Denied { rule, reason }) => {
             http::refuse(&mut client, &mut rec, &what, &rule, &reason).await;
@@ -69,18 +71,24 @@ pub(crate) async fn connect(mut client: Prefixed<UnixStream>, req: RequestHead, 
         match tokio::time::timeout(RAW_SNIFF_WINDOW, sniff(&mut client)).await {
             Ok(Sniffed::Http) => {
                 drop(rec);
-                http::bound(client, upstream, &host, port, shared).await;
+                http::bound(client, upstream, &host, port, shared, false).await;
             }
-            _ => splice(client, upstream, &rec).await,
+            _ => {
+                rec.uninspected();
+                splice(client, upstream, &rec).await;
+            }
         }
         return;
     }
     match tokio::time::timeout(SNIFF_TIMEOUT, sniff(&mut client)).await {
-        // Issue 4: terminate TLS here (SNI must equal `host`) and judge each request.
-        Ok(Sniffed::Tls) => splice(client, upstream, &rec).await,
+        Ok(Sniffed::Tls) if envgit_policy::is_passthrough(&shared.policy, &host, port) => {
+            rec.uninspected();
+            splice(client, upstream, &rec).await;
+        }
+        Ok(Sniffed::Tls) => tls::terminate(client, upstream, &host, port, rec, shared).await,
         Ok(Sniffed::Http) => {
             drop(rec);
-            http::bound(client, upstream, &host, port, shared).await;
+            http::bound(client, upstream, &host, port, shared, false).await;
         }
         Ok(Sniffed::Other) | Err(_) => rec.decide(false, RULE_OPAQUE),
     }

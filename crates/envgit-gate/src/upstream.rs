@@ -8,6 +8,8 @@ use std::time::Duration;
 use envgit_policy::ConnectDecision;
 use tokio::net::TcpStream;
 
+use crate::resolve::{self, Resolve};
+
 const RESOLVE_TIMEOUT: Duration = Duration::from_secs(10);
 const DIAL_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -18,12 +20,30 @@ pub(crate) enum DialError {
     Failed(String),
 }
 
-/// Connects to `host:port`, which `allowed_rule` allowed.
+/// Connects to `host:port`, which `allowed_rule` allowed (at the address a `--resolve` entry
+/// names, if one does).
 pub(crate) async fn dial(
     host: &str,
     port: u16,
     allowed_rule: &str,
+    resolve: &[Resolve],
 ) -> Result<TcpStream, DialError> {
+    if let Some(r) = resolve::find(resolve, host, port) {
+        return match tokio::time::timeout(DIAL_TIMEOUT, TcpStream::connect(r.to)).await {
+            Ok(Ok(stream)) => {
+                let _ = stream.set_nodelay(true);
+                Ok(stream)
+            }
+            Ok(Err(e)) => Err(DialError::Failed(format!(
+                "cannot connect to {} (--resolve {host}:{port}): {e}",
+                r.to
+            ))),
+            Err(_) => Err(DialError::Failed(format!(
+                "connecting to {} timed out",
+                r.to
+            ))),
+        };
+    }
     let addrs: Vec<SocketAddr> = match host.parse::<IpAddr>() {
         Ok(ip) => vec![SocketAddr::new(ip, port)],
         Err(_) => {

@@ -4,6 +4,7 @@
 
 mod error;
 mod hash;
+mod mcp;
 mod network;
 mod node;
 mod parse;
@@ -16,9 +17,10 @@ mod size;
 mod template;
 
 pub use error::PolicyError;
+pub use mcp::RULE_MCP_DEFAULT;
 pub use network::{
     ConnectDecision, RULE_ALLOW, RULE_IP_LITERAL, RULE_PORT22, RULE_PRIVATE, decide_connect,
-    is_special, loopback_forwards, raw_tcp_allowed, vet_address,
+    is_passthrough, is_special, loopback_forwards, raw_tcp_allowed, vet_address,
 };
 pub use protected::{PROTECTED_PATHS, is_protected};
 pub use request::{

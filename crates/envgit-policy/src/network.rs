@@ -108,6 +108,17 @@ pub fn decide_connect(policy: &Policy, host: &str, port: u16) -> ConnectDecision
     }
 }
 
+/// Is `host:port` under `network.passthrough` (same entry syntax as `network.allow`)? Its TLS
+/// is then tunnelled without inspection and recorded as uninspected.
+pub fn is_passthrough(policy: &Policy, host: &str, port: u16) -> bool {
+    let target = Host::parse(host);
+    policy
+        .network
+        .passthrough
+        .iter()
+        .any(|entry| Entry::parse(entry).is_some_and(|e| e.matches(&target, port)))
+}
+
 /// After an allowed decision for a *name*, may the gate dial `addr`, one of the addresses the
 /// name resolved to? Loopback/private/link-local/metadata addresses are only dialled for an
 /// explicit, non-glob `host:port` entry (so a public name that resolves to `127.0.0.1`, or a

@@ -21,6 +21,7 @@ pub mod relay;
 mod seccomp;
 pub mod spec;
 mod sys;
+pub mod trust;
 mod userns;
 
 pub use child::sandbox_main;

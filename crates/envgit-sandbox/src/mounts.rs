@@ -105,6 +105,7 @@ pub fn build_root(spec: &Spec) -> R {
     // Private /tmp and /run first: a project or home under /tmp is bound on top of it.
     private_tmpfs(&root_fd, Path::new("/tmp"), "mode=1777")?;
     private_tmpfs(&root_fd, Path::new("/run"), "mode=0755")?;
+    run_files(&root, &spec.run_files)?;
     if let Some(home) = &spec.home {
         overlay_home(&root, &root_fd, home)?;
     }
@@ -326,6 +327,35 @@ fn mask(root_fd: &OwnedFd, p: &Path, masked_file: &Path) -> R {
             || format!("masking {}", p.display()),
         )
     }
+}
+
+/// Files under `/run/envgit` inside, bound read-only from the host. `/run` is the fresh tmpfs
+/// just mounted, so nothing there can be a planted symlink; names are single components.
+fn run_files(root: &Path, files: &[(String, PathBuf)]) -> R {
+    if files.is_empty() {
+        return Ok(());
+    }
+    let dir = root.join("run").join("envgit");
+    ctx(std::fs::create_dir_all(&dir), || "mkdir /run/envgit".into())?;
+    for (name, src) in files {
+        if name.is_empty() || name.contains('/') || name.starts_with('.') {
+            return Err(format!("bad /run/envgit file name {name:?}"));
+        }
+        let dst = dir.join(name);
+        ctx(std::fs::write(&dst, b""), || format!("/run/envgit/{name}"))?;
+        ctx(rustix::mount::mount_bind(src, &dst), || {
+            format!("bind {} to /run/envgit/{name}", src.display())
+        })?;
+        let fd = ctx(
+            rustix::fs::open(&dst, OFlags::PATH | OFlags::CLOEXEC, Mode::empty()),
+            || format!("/run/envgit/{name}"),
+        )?;
+        ctx(
+            sys::mount_setattr(fd.as_fd(), false, sys::MOUNT_ATTR_RDONLY),
+            || format!("making /run/envgit/{name} read-only"),
+        )?;
+    }
+    Ok(())
 }
 
 /// `/etc/resolv.conf` names the relay's DNS stub. If it is a symlink into /run (systemd), the

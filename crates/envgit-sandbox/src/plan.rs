@@ -7,6 +7,7 @@ use envgit_policy::Policy;
 use ignore::gitignore::GitignoreBuilder;
 
 use crate::spec::{HomeOverlay, RelaySpec, Spec};
+use crate::trust::{self, TrustFiles};
 
 /// Unreadable in every home (`~` from both `$HOME` and the passwd entry).
 pub const HOME_DENIES: &[&str] = &[
@@ -97,6 +98,8 @@ pub struct PlanInput<'a> {
     pub caller_env: Vec<(String, String)>,
     pub extra_env: Vec<(String, String)>,
     pub relay: Option<RelaySpec>,
+    /// The run CA's trust files on the host (`None`: no TLS interception, nothing mounted).
+    pub trust: Option<TrustFiles>,
     /// Protected paths relative to the project (the policy's list and `core.hooksPath`).
     pub protected: Vec<String>,
 }
@@ -235,12 +238,22 @@ fn environment(input: &PlanInput<'_>) -> Vec<(String, String)> {
     env.retain(|(k, _)| k != "TMPDIR" && k != "PWD");
     env.push(("TMPDIR".into(), "/tmp".into()));
     env.push(("PWD".into(), input.cwd.display().to_string()));
-    for (k, v) in &input.extra_env {
+    let trust_env = input.trust.as_ref().map(|_| {
+        trust::trust_env(&TrustFiles {
+            bundle: Path::new("/run/envgit").join(BUNDLE_NAME),
+            ca: Path::new("/run/envgit").join(CA_NAME),
+        })
+    });
+    for (k, v) in trust_env.iter().flatten().chain(&input.extra_env) {
         env.retain(|(e, _)| e != k);
         env.push((k.clone(), v.clone()));
     }
     env
 }
+
+/// The trust files' names under `/run/envgit` inside the sandbox.
+const BUNDLE_NAME: &str = "ca-bundle.pem";
+const CA_NAME: &str = "run-ca.pem";
 
 pub fn plan(input: PlanInput<'_>) -> Spec {
     let protected: Vec<PathBuf> = input
@@ -285,7 +298,21 @@ pub fn plan(input: PlanInput<'_>) -> Spec {
         hidden: input.state_dirs.clone(),
         resolv_conf: "nameserver 127.0.0.1\noptions ndots:0 attempts:1\n".into(),
         relay: input.relay.clone(),
-        file_overrides: Vec::new(),
+        file_overrides: input
+            .trust
+            .as_ref()
+            .map(|t| trust::bundle_overrides(&t.bundle))
+            .unwrap_or_default(),
+        run_files: input
+            .trust
+            .as_ref()
+            .map(|t| {
+                vec![
+                    (BUNDLE_NAME.to_owned(), t.bundle.clone()),
+                    (CA_NAME.to_owned(), t.ca.clone()),
+                ]
+            })
+            .unwrap_or_default(),
     }
 }
 

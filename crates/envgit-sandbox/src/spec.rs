@@ -33,8 +33,13 @@ pub struct Spec {
     pub resolv_conf: String,
     /// The in-netns relay; `None` leaves only loopback.
     pub relay: Option<RelaySpec>,
-    /// Extra files mounted read-only over system paths (a merged CA bundle, later).
+    /// Host files mounted read-only over existing system paths `(source, target)`: the merged
+    /// CA bundle over the distro bundle paths.
     pub file_overrides: Vec<(PathBuf, PathBuf)>,
+    /// Host files mounted read-only at `/run/envgit/<name>` inside `(name, source)`: the trust
+    /// files the CA variables name.
+    #[serde(default)]
+    pub run_files: Vec<(String, PathBuf)>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]

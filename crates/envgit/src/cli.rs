@@ -168,6 +168,13 @@ pub struct GcArgs {
 
 #[derive(Args, Debug)]
 pub struct RunArgs {
+    /// Reach HOST:PORT at ADDR:PORT (TLS), or at http://ADDR:PORT (plain HTTP behind the
+    /// gate's TLS). Repeatable; also ENVGIT_RESOLVE.
+    #[arg(long, value_name = "HOST:PORT=ADDR:PORT")]
+    pub resolve: Vec<String>,
+    /// Trust this PEM CA for upstreams besides the host's roots; also ENVGIT_UPSTREAM_CA.
+    #[arg(long, value_name = "FILE")]
+    pub upstream_ca: Option<PathBuf>,
     /// The command and its arguments (`envgit run sh -c '…'` for a shell line).
     #[arg(
         required = true,

@@ -7,6 +7,7 @@ mod failure;
 mod output;
 mod project;
 mod supervisor;
+mod upstreams;
 
 use std::process::ExitCode;
 

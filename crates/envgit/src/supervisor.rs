@@ -6,15 +6,17 @@ use std::path::{Path, PathBuf};
 
 use std::sync::Arc;
 
-use envgit_gate::{Gate, GateConfig, GateEvent};
+use envgit_gate::{Gate, GateConfig, GateEvent, RunCa};
 use envgit_sandbox::plan::{PlanInput, plan};
 use envgit_sandbox::spec::RelaySpec;
+use envgit_sandbox::trust::{TrustFiles, host_bundle_text};
 use envgit_sandbox::{Outcome, SignalGuard};
 use envgit_store::{Refusal, Request, StepDraft, StepFlag, StepKind, Store, now_ms};
 
 use crate::failure::{CmdResult, Failure};
 use crate::output;
 use crate::project::Project;
+use crate::upstreams::Upstreams;
 
 /// envgit itself failed: the exit code of `envgit run` then (DESIGN §8).
 pub const EXIT_ENVGIT_FAILED: i32 = 125;
@@ -29,7 +31,7 @@ fn passwd_home(uid: u32) -> Option<PathBuf> {
     })
 }
 
-fn homes(uid: u32) -> Vec<PathBuf> {
+pub(crate) fn homes(uid: u32) -> Vec<PathBuf> {
     let mut h: Vec<PathBuf> = Vec::new();
     if let Some(home) = std::env::var_os("HOME").filter(|h| !h.is_empty()) {
         h.push(PathBuf::from(home));
@@ -57,7 +59,12 @@ fn private_dir(p: &Path) -> CmdResult<()> {
 }
 
 /// Run `argv` as one step; returns the exit code envgit exits with.
-pub fn run_step(project: &Project, cwd: &Path, argv: Vec<String>) -> CmdResult<i32> {
+pub fn run_step(
+    project: &Project,
+    cwd: &Path,
+    argv: Vec<String>,
+    upstreams: &Upstreams,
+) -> CmdResult<i32> {
     let mut store = project.open_store()?;
     let line = envgit_policy::command_line(&argv);
     let started = now_ms();
@@ -90,7 +97,7 @@ pub fn run_step(project: &Project, cwd: &Path, argv: Vec<String>) -> CmdResult<i
     let (before, _) = wt.full_scan(&store, None)?;
     // Read before the command runs: `core.hooksPath` comes from the trusted .git/config.
     let protected = project.protected_paths();
-    let (code, events) = run_sandboxed(project, &store, cwd, &argv, &protected)?;
+    let (code, events) = run_sandboxed(project, &store, cwd, &argv, &protected, upstreams)?;
     // The gate announced its refusals as they happened.
     let (requests, mut refusals) = requests_of(&events);
     let (after, report) = wt.full_scan(&store, None)?;
@@ -151,7 +158,11 @@ fn requests_of(events: &[GateEvent]) -> (Vec<Request>, Vec<Refusal>) {
             status: e.status,
             bytes_out: e.bytes_out,
             bytes_in: e.bytes_in,
-            decision: e.decision.clone(),
+            decision: if e.uninspected && e.decision == "allowed" {
+                "uninspected".to_owned()
+            } else {
+                e.decision.clone()
+            },
             rule: e.rule.clone(),
             irreversible: e.irreversible,
         });
@@ -162,7 +173,8 @@ fn requests_of(events: &[GateEvent]) -> (Vec<Request>, Vec<Refusal>) {
 /// `(host, what)`: CONNECT names host:port; a request names host (with a non-default port)
 /// and path.
 fn event_target(e: &GateEvent) -> (String, String) {
-    let host = if e.method == "CONNECT" || (e.port != 80 && e.port != 0) {
+    let default_port = e.port == 80 || e.port == 443 || e.port == 0;
+    let host = if e.method == "CONNECT" || !default_port {
         format!("{}:{}", e.host, e.port)
     } else {
         e.host.clone()
@@ -187,12 +199,28 @@ fn proxy_env(port: u16) -> Vec<(String, String)> {
 
 const PROXY_PORT: u16 = 3128;
 
+/// The run CA and the merged bundle (run CA + the host's roots), world-readable files in the
+/// run's private directory; the sandbox mounts them read-only.
+fn write_trust_files(dir: &Path, ca_pem: &str) -> CmdResult<TrustFiles> {
+    let bundle = envgit_gate::trust_bundle(ca_pem, host_bundle_text().as_deref());
+    let files = TrustFiles {
+        bundle: dir.join("ca-bundle.pem"),
+        ca: dir.join("run-ca.pem"),
+    };
+    for (path, text) in [(&files.bundle, bundle.as_str()), (&files.ca, ca_pem)] {
+        std::fs::write(path, text)
+            .map_err(|e| Failure::failed(format!("{}: {e}", path.display())))?;
+    }
+    Ok(files)
+}
+
 fn run_sandboxed(
     project: &Project,
     store: &Store,
     cwd: &Path,
     argv: &[String],
     protected: &[String],
+    upstreams: &Upstreams,
 ) -> CmdResult<(i32, Vec<GateEvent>)> {
     let uid = rustix::process::getuid().as_raw();
     let gid = rustix::process::getgid().as_raw();
@@ -219,6 +247,11 @@ fn run_sandboxed(
     private_dir(&gate_dir)?;
     let token = random_token();
     let socket_path = gate_dir.join("gate.sock");
+    let ca = Arc::new(
+        RunCa::generate(&format!("step on {}", project.root.display()))
+            .map_err(|e| Failure::failed(e.to_string()))?,
+    );
+    let trust = write_trust_files(&gate_dir, ca.certificate_pem())?;
     let gate = Gate::start(GateConfig {
         socket_path: socket_path.clone(),
         token: token.clone(),
@@ -228,6 +261,9 @@ fn run_sandboxed(
             let rule = e.rule.as_deref().unwrap_or("gate");
             output::error(&format!("denied {} {what} (rule {rule})", e.method));
         })),
+        ca,
+        resolve: upstreams.resolve.clone(),
+        upstream_ca_pem: upstreams.extra_ca_pem.clone(),
     })
     .map_err(|e| Failure::failed(format!("cannot start the gate: {e}")))?;
     let relay = RelaySpec {
@@ -254,6 +290,7 @@ fn run_sandboxed(
         caller_env: std::env::vars().collect(),
         extra_env: proxy_env(PROXY_PORT),
         relay: Some(relay),
+        trust: Some(trust),
         protected: protected.to_vec(),
     });
     let outcome = {

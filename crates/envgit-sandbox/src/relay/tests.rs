@@ -99,6 +99,9 @@ fn setup(allow: &[String]) -> Setup {
         token: TOKEN.to_owned(),
         policy: Arc::new(policy),
         announce: None,
+        ca: Arc::new(envgit_gate::RunCa::generate("relay test").unwrap()),
+        resolve: Vec::new(),
+        upstream_ca_pem: Vec::new(),
     })
     .unwrap();
     std::thread::spawn(move || relay.run());

@@ -1,0 +1,214 @@
+//! The per-run certificate authority (DESIGN §5): a fresh ECDSA P-256 key that lives only in
+//! this process's memory, a self-signed CA certificate that only the sandbox trusts, and one
+//! leaf per host (exactly one SAN, Authority Key Identifier present, EKU serverAuth), minted on
+//! first use and cached. All leaves share one key, so minting costs a signature, not a keygen.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex};
+
+use rcgen::{
+    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
+    KeyUsagePurpose, SanType, SerialNumber,
+};
+use rustls::ServerConfig;
+use rustls::crypto::CryptoProvider;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
+use time::{Duration, OffsetDateTime};
+
+/// Leaves are cached per host; past this many the cache starts over (a run talks to a few
+/// dozen hosts, so this only bounds a hostile workload).
+const LEAF_CACHE: usize = 256;
+/// Clock skew tolerated between this machine and clients (the CA is backdated this much).
+const BACKDATE: Duration = Duration::hours(1);
+const CA_VALIDITY: Duration = Duration::days(7);
+const LEAF_VALIDITY: Duration = Duration::days(1);
+
+#[derive(Debug)]
+pub struct CaError(String);
+
+impl std::fmt::Display for CaError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "per-run CA: {}", self.0)
+    }
+}
+
+impl std::error::Error for CaError {}
+
+fn err(what: &str) -> impl Fn(rcgen::Error) -> CaError + '_ {
+    move |e| CaError(format!("{what}: {e}"))
+}
+
+/// A run's CA. The key never leaves memory; [`RunCa::certificate_pem`] is all that is
+/// written anywhere.
+pub struct RunCa {
+    issuer: Issuer<'static, KeyPair>,
+    cert_pem: String,
+    cert_der: CertificateDer<'static>,
+    leaf_key: KeyPair,
+    provider: Arc<CryptoProvider>,
+    leaves: Mutex<HashMap<String, Arc<ServerConfig>>>,
+}
+
+impl RunCa {
+    /// A fresh CA; `label` goes into its name so a person who finds the certificate knows
+    /// where it came from.
+    pub fn generate(label: &str) -> Result<RunCa, CaError> {
+        let now = OffsetDateTime::now_utc();
+        let mut params = CertificateParams::default();
+        params.distinguished_name = rcgen::DistinguishedName::new();
+        params.distinguished_name.push(
+            DnType::CommonName,
+            format!("envgit {label} (trusted only inside its sandbox)"),
+        );
+        params
+            .distinguished_name
+            .push(DnType::OrganizationName, "envgit");
+        params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
+        params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+        params.not_before = now - BACKDATE;
+        params.not_after = now + CA_VALIDITY;
+        params.serial_number = Some(random_serial());
+        let key = KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256)
+            .map_err(err("generating the CA key"))?;
+        let cert = params
+            .self_signed(&key)
+            .map_err(err("signing the CA certificate"))?;
+        let leaf_key = KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256)
+            .map_err(err("generating the leaf key"))?;
+        Ok(RunCa {
+            cert_pem: cert.pem(),
+            cert_der: cert.der().clone(),
+            issuer: Issuer::new(params, key),
+            leaf_key,
+            provider: Arc::new(rustls::crypto::ring::default_provider()),
+            leaves: Mutex::default(),
+        })
+    }
+
+    /// The CA certificate, PEM.
+    pub fn certificate_pem(&self) -> &str {
+        &self.cert_pem
+    }
+
+    /// A TLS server configuration presenting a leaf for exactly `host` (a name or an IP
+    /// literal), offering HTTP/1.1.
+    pub(crate) fn server_config(&self, host: &str) -> Result<Arc<ServerConfig>, CaError> {
+        let host = host.to_ascii_lowercase();
+        let mut leaves = self.leaves.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(config) = leaves.get(&host) {
+            return Ok(Arc::clone(config));
+        }
+        let config = Arc::new(self.mint(&host)?);
+        if leaves.len() >= LEAF_CACHE {
+            leaves.clear();
+        }
+        leaves.insert(host, Arc::clone(&config));
+        Ok(config)
+    }
+
+    /// The leaf for `host`, DER (tests check it with OpenSSL's strict verifier).
+    pub fn leaf_der(&self, host: &str) -> Result<Vec<u8>, CaError> {
+        Ok(self.leaf(host)?.to_vec())
+    }
+
+    fn leaf(&self, host: &str) -> Result<CertificateDer<'static>, CaError> {
+        if rustls::pki_types::ServerName::try_from(host).is_err() {
+            return Err(CaError(format!("{host:?} is not a host name")));
+        }
+        let now = OffsetDateTime::now_utc();
+        let mut params = CertificateParams::default();
+        params.distinguished_name = rcgen::DistinguishedName::new();
+        params.distinguished_name.push(DnType::CommonName, host);
+        params.subject_alt_names = vec![match host.parse::<IpAddr>() {
+            Ok(ip) => SanType::IpAddress(ip),
+            Err(_) => SanType::DnsName(
+                host.to_owned()
+                    .try_into()
+                    .map_err(|e| CaError(format!("{host:?} is not a DNS name: {e}")))?,
+            ),
+        }];
+        params.use_authority_key_identifier_extension = true;
+        params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+        params.not_before = now - BACKDATE;
+        params.not_after = now + LEAF_VALIDITY;
+        params.serial_number = Some(random_serial());
+        let leaf = params
+            .signed_by(&self.leaf_key, &self.issuer)
+            .map_err(err("signing a leaf certificate"))?;
+        Ok(leaf.der().clone())
+    }
+
+    fn mint(&self, host: &str) -> Result<ServerConfig, CaError> {
+        let leaf = self.leaf(host)?;
+        let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(self.leaf_key.serialize_der()));
+        let mut config = ServerConfig::builder_with_provider(Arc::clone(&self.provider))
+            .with_safe_default_protocol_versions()
+            .map_err(|e| CaError(format!("TLS versions: {e}")))?
+            .with_no_client_auth()
+            .with_single_cert(vec![leaf, self.cert_der.clone()], key)
+            .map_err(|e| CaError(format!("leaf for {host}: {e}")))?;
+        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        Ok(config)
+    }
+}
+
+fn random_serial() -> SerialNumber {
+    let mut bytes = [0u8; 16];
+    // Serial numbers must be unique per CA, not secret: the clock and a counter would do, but
+    // the OS generator is at hand and cheap.
+    let _ = getrandom(&mut bytes);
+    bytes[0] &= 0x7f; // positive
+    SerialNumber::from_slice(&bytes)
+}
+
+fn getrandom(buf: &mut [u8]) -> std::io::Result<()> {
+    use std::io::Read;
+    std::fs::File::open("/dev/urandom")?.read_exact(buf)
+}
+
+/// What the sandbox should trust: the run CA, then the host's roots (`host_bundle`, the text
+/// of the host's CA bundle, if it has one), so tools whose variables *replace* their roots
+/// still reach every host the host can.
+pub fn trust_bundle(ca_pem: &str, host_bundle: Option<&str>) -> String {
+    let mut out = String::with_capacity(ca_pem.len() + host_bundle.map_or(0, str::len) + 1);
+    out.push_str(ca_pem);
+    if !out.ends_with('\n') {
+        out.push('\n');
+    }
+    if let Some(rest) = host_bundle {
+        out.push_str(rest);
+        if !out.ends_with('\n') {
+            out.push('\n');
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn leaves_are_cached_per_host_and_name_exactly_that_host() {
+        let ca = RunCa::generate("test").unwrap();
+        let a = ca.server_config("Example.COM").unwrap();
+        let b = ca.server_config("example.com").unwrap();
+        assert!(Arc::ptr_eq(&a, &b));
+        let c = ca.server_config("127.0.0.1").unwrap();
+        assert!(!Arc::ptr_eq(&a, &c));
+        assert!(
+            ca.certificate_pem()
+                .starts_with("-----BEGIN CERTIFICATE-----")
+        );
+        assert!(ca.server_config("not a name!").is_err());
+    }
+
+    #[test]
+    fn the_bundle_starts_with_the_run_ca() {
+        let b = trust_bundle("CA\n", Some("ROOTS"));
+        assert_eq!(b, "CA\nROOTS\n");
+        assert_eq!(trust_bundle("CA", None), "CA\n");
+    }
+}

@@ -1,0 +1,165 @@
+//! TLS termination inside a CONNECT tunnel: read the ClientHello, check that its SNI names the
+//! CONNECT target, present the run CA's leaf for that host, open TLS to the upstream (verified
+//! against the host's roots, SNI = the same host), and hand both plaintext streams to the
+//! per-request judgement in [`crate::http::bound`].
+
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use rustls::ClientConfig;
+use rustls::pki_types::{CertificateDer, ServerName};
+use tokio::io::AsyncWriteExt;
+use tokio::net::{TcpStream, UnixStream};
+use tokio_rustls::{LazyConfigAcceptor, TlsConnector};
+
+use crate::conn::Prefixed;
+use crate::decide::{self, RULE_SNI};
+use crate::events::Recorder;
+use crate::http;
+use crate::listener::Shared;
+use crate::resolve;
+
+/// How long either handshake may take.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Roots the gate verifies upstreams against, built on first use (reading the host's store
+/// costs milliseconds a run without TLS should not pay).
+pub(crate) struct UpstreamTrust {
+    extra_pem: Vec<u8>,
+    config: OnceLock<Result<Arc<ClientConfig>, String>>,
+}
+
+impl UpstreamTrust {
+    /// `extra_pem`: certificates trusted in addition to the host's (a private registry's CA).
+    pub(crate) fn new(extra_pem: Vec<u8>) -> UpstreamTrust {
+        UpstreamTrust {
+            extra_pem,
+            config: OnceLock::new(),
+        }
+    }
+
+    fn config(&self) -> Result<Arc<ClientConfig>, String> {
+        self.config
+            .get_or_init(|| build_client_config(&self.extra_pem))
+            .clone()
+    }
+}
+
+fn build_client_config(extra_pem: &[u8]) -> Result<Arc<ClientConfig>, String> {
+    let mut roots = rustls::RootCertStore::empty();
+    let native = rustls_native_certs::load_native_certs();
+    let (added, _) = roots.add_parsable_certificates(native.certs);
+    if added == 0 {
+        roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+    }
+    for cert in rustls::pki_types::pem::PemObject::pem_slice_iter(extra_pem) {
+        let cert: CertificateDer<'static> =
+            cert.map_err(|e| format!("the extra upstream CA file is not PEM: {e}"))?;
+        roots
+            .add(cert)
+            .map_err(|e| format!("the extra upstream CA is not usable: {e}"))?;
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(Arc::new(config))
+}
+
+fn same_host(sni: &str, host: &str) -> bool {
+    sni.trim_end_matches('.')
+        .eq_ignore_ascii_case(host.trim_end_matches('.'))
+}
+
+/// Terminates the client's TLS for `host:port` and judges every request inside.
+pub(crate) async fn terminate(
+    client: Prefixed<UnixStream>,
+    upstream: TcpStream,
+    host: &str,
+    port: u16,
+    mut rec: Recorder,
+    shared: &Shared,
+) {
+    let acceptor = LazyConfigAcceptor::new(rustls::server::Acceptor::default(), client);
+    let start = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor).await {
+        Ok(Ok(start)) => start,
+        // Not TLS after all, or too slow: nothing to answer in.
+        _ => {
+            rec.decide(false, decide::RULE_OPAQUE);
+            return;
+        }
+    };
+    if let Some(sni) = start.client_hello().server_name()
+        && !same_host(sni, host)
+    {
+        // The tunnel was decided for `host`; a handshake for another name must not reuse it.
+        rec.decide(false, RULE_SNI);
+        return;
+    }
+    let config = match shared.ca.server_config(host) {
+        Ok(config) => config,
+        Err(_) => {
+            rec.decide(false, RULE_SNI);
+            return;
+        }
+    };
+    let client = match tokio::time::timeout(HANDSHAKE_TIMEOUT, start.into_stream(config)).await {
+        Ok(Ok(stream)) => stream,
+        _ => return, // the client gave up (or does not trust the run CA)
+    };
+    let mut client = Prefixed::new(client);
+    if resolve::find(&shared.resolve, host, port).is_some_and(|r| r.plain) {
+        drop(rec); // the tunnel's own event; each request inside gets one
+        http::bound(client, upstream, host, port, shared, true).await;
+        return;
+    }
+    let upstream = match connect_upstream(upstream, host, shared).await {
+        Ok(stream) => {
+            drop(rec);
+            stream
+        }
+        Err(msg) => {
+            rec.status(502);
+            let body = format!("envgit: TLS to {host}:{port} failed: {msg}\n");
+            let _ = client
+                .write_all(&decide::plain(502, "Bad Gateway", &body))
+                .await;
+            let _ = client.shutdown().await;
+            return;
+        }
+    };
+    http::bound(client, upstream, host, port, shared, false).await;
+}
+
+async fn connect_upstream(
+    upstream: TcpStream,
+    host: &str,
+    shared: &Shared,
+) -> Result<tokio_rustls::client::TlsStream<TcpStream>, String> {
+    let config = shared.upstream_trust.config()?;
+    let name = ServerName::try_from(host.to_owned()).map_err(|e| e.to_string())?;
+    match tokio::time::timeout(
+        HANDSHAKE_TIMEOUT,
+        TlsConnector::from(config).connect(name, upstream),
+    )
+    .await
+    {
+        Ok(Ok(stream)) => Ok(stream),
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(_) => Err("the handshake timed out".into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sni_comparison_ignores_case_and_the_root_dot() {
+        assert!(same_host("Example.com.", "example.com"));
+        assert!(!same_host("evil.example", "example.com"));
+    }
+}

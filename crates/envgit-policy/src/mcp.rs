@@ -1,0 +1,98 @@
+//! `mcp.tools`: which downstream tool (`server.tool`) the `execute` REPL may call.
+
+use crate::schema::{Action, McpSection};
+
+/// The rule id recorded when no `mcp.tools` glob matches a tool.
+pub const RULE_MCP_DEFAULT: &str = "mcp.default";
+
+impl McpSection {
+    /// The action for `server.tool` and the glob that decided it (`None`: no glob matched, and
+    /// a tool of a server listed in `mcp.servers` is allowed).
+    ///
+    /// In a glob `*` matches any run of characters, dots included. When several globs match,
+    /// the most specific one decides (the most characters other than `*`); between equally
+    /// specific ones, the strictest action (deny, then ask, then allow).
+    pub fn decide_tool(&self, server: &str, tool: &str) -> (Action, Option<String>) {
+        let name = format!("{server}.{tool}");
+        let mut best: Option<(usize, u8, &str, Action)> = None;
+        for (glob, action) in &self.tools {
+            if !glob_match(glob.as_bytes(), name.as_bytes()) {
+                continue;
+            }
+            let specificity = glob.chars().filter(|c| *c != '*').count();
+            let strictness = match action {
+                Action::Deny => 2,
+                Action::Ask => 1,
+                Action::Allow => 0,
+            };
+            let better = match best {
+                None => true,
+                Some((s, st, _, _)) => (specificity, strictness) > (s, st),
+            };
+            if better {
+                best = Some((specificity, strictness, glob.as_str(), *action));
+            }
+        }
+        match best {
+            Some((_, _, glob, action)) => (action, Some(glob.to_string())),
+            None => (Action::Allow, None),
+        }
+    }
+}
+
+fn glob_match(pat: &[u8], s: &[u8]) -> bool {
+    // Iterative wildcard match with backtracking to the last `*`.
+    let (mut p, mut i) = (0, 0);
+    let mut star: Option<(usize, usize)> = None;
+    while i < s.len() {
+        if p < pat.len() && pat[p] == b'*' {
+            star = Some((p, i));
+            p += 1;
+        } else if p < pat.len() && pat[p] == s[i] {
+            p += 1;
+            i += 1;
+        } else if let Some((sp, si)) = star {
+            p = sp + 1;
+            i = si + 1;
+            star = Some((sp, si + 1));
+        } else {
+            return false;
+        }
+    }
+    pat[p..].iter().all(|c| *c == b'*')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn most_specific_glob_decides_then_strictest() {
+        let mut m = McpSection::default();
+        m.tools.insert("gh.*".into(), Action::Deny);
+        m.tools.insert("gh.list_*".into(), Action::Allow);
+        m.tools.insert("gh.create_issue".into(), Action::Ask);
+        m.tools.insert("*.delete*".into(), Action::Deny);
+        m.tools.insert("*.delete_*".into(), Action::Allow);
+        let table = [
+            ("gh", "list_issues", Action::Allow, Some("gh.list_*")),
+            ("gh", "create_issue", Action::Ask, Some("gh.create_issue")),
+            ("gh", "merge", Action::Deny, Some("gh.*")),
+            ("fs", "read", Action::Allow, None),
+            ("fs", "delete_file", Action::Allow, Some("*.delete_*")),
+            ("fs", "deletex", Action::Deny, Some("*.delete*")),
+        ];
+        for (server, tool, action, rule) in table {
+            let (a, r) = m.decide_tool(server, tool);
+            assert_eq!((a, r.as_deref()), (action, rule), "{server}.{tool}");
+        }
+    }
+
+    #[test]
+    fn glob() {
+        assert!(glob_match(b"a*c", b"abbbc"));
+        assert!(glob_match(b"*", b""));
+        assert!(!glob_match(b"a*c", b"abcd"));
+        assert!(glob_match(b"a.*.c", b"a.x.y.c"));
+    }
+}
