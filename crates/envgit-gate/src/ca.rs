@@ -205,6 +205,47 @@ mod tests {
         assert!(ca.server_config("not a name!").is_err());
     }
 
+    /// OpenSSL's strict verifier (what Python >= 3.13 enforces: AKI present, CA key usage,
+    /// basic constraints critical) accepts a leaf for a name and for an IP literal.
+    #[test]
+    fn leaves_pass_openssl_strict_verification() {
+        let ca = RunCa::generate("strict").unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let ca_pem = dir.path().join("ca.pem");
+        std::fs::write(&ca_pem, ca.certificate_pem()).unwrap();
+        for host in ["registry.npmjs.org", "10.1.2.3"] {
+            let der = dir.path().join("leaf.der");
+            let pem = dir.path().join("leaf.pem");
+            std::fs::write(&der, ca.leaf_der(host).unwrap()).unwrap();
+            let conv = std::process::Command::new("openssl")
+                .args(["x509", "-inform", "DER", "-in"])
+                .arg(&der)
+                .arg("-out")
+                .arg(&pem)
+                .output()
+                .expect("openssl (scripts/install-deps installs it)");
+            assert!(conv.status.success());
+            let name_flag = if host.parse::<IpAddr>().is_ok() {
+                "-verify_ip"
+            } else {
+                "-verify_hostname"
+            };
+            let out = std::process::Command::new("openssl")
+                .args(["verify", "-x509_strict", "-purpose", "sslserver"])
+                .args([name_flag, host, "-CAfile"])
+                .arg(&ca_pem)
+                .arg(&pem)
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "{host}: {}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+    }
+
     #[test]
     fn the_bundle_starts_with_the_run_ca() {
         let b = trust_bundle("CA\n", Some("ROOTS"));

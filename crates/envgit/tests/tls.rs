@@ -1,0 +1,407 @@
+//! The gate terminating TLS inside `envgit run`, against real servers on loopback named by
+//! real-looking hostnames (`--resolve`): git smart HTTP behind an HTTPS front, a GitHub-shaped
+//! API, and hostile clients. The TLS fronts present certificates from a test CA that only
+//! the gate is told to trust (`--upstream-ca`); the clients inside trust the gate's per-run CA
+//! through the bundle envgit mounts.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+#[allow(dead_code)]
+#[path = "../src/demo/git_server.rs"]
+mod git_server;
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+use rcgen::{
+    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
+    KeyUsagePurpose,
+};
+use support::{Env, Run};
+
+const GIT_HOST: &str = "git.envgit.test";
+const API_HOST: &str = "api.github.com";
+const L7_HOST: &str = "l7.envgit.test";
+
+fn support_script(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/support")
+        .join(name)
+}
+
+/// A test CA and a leaf for each host, as PEM files in `dir`: `ca.pem`, `HOST.pem`, `HOST.key`.
+fn mint(dir: &Path, hosts: &[&str]) {
+    let mut ca = CertificateParams::default();
+    ca.distinguished_name
+        .push(DnType::CommonName, "envgit test upstream CA");
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+    let ca_key = KeyPair::generate().unwrap();
+    let ca_cert = ca.self_signed(&ca_key).unwrap();
+    std::fs::write(dir.join("ca.pem"), ca_cert.pem()).unwrap();
+    let issuer = Issuer::new(ca, ca_key);
+    for host in hosts {
+        let mut leaf = CertificateParams::new(vec![(*host).to_owned()]).unwrap();
+        leaf.use_authority_key_identifier_extension = true;
+        leaf.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+        let key = KeyPair::generate().unwrap();
+        let cert = leaf.signed_by(&key, &issuer).unwrap();
+        std::fs::write(dir.join(format!("{host}.pem")), cert.pem()).unwrap();
+        std::fs::write(dir.join(format!("{host}.key")), key.serialize_pem()).unwrap();
+    }
+}
+
+/// Starts a Python helper that prints its port first.
+fn spawn_py(script: &str, args: &[&str]) -> (Child, u16) {
+    let mut child = Command::new("python3")
+        .arg(support_script(script))
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let port = line
+        .trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("{script}: no port"));
+    (child, port)
+}
+
+struct World {
+    env: Env,
+    certs: PathBuf,
+    children: Vec<Child>,
+    resolve: Vec<String>,
+    git: git_server::GitServer,
+    bare: PathBuf,
+}
+
+impl Drop for World {
+    fn drop(&mut self) {
+        for c in &mut self.children {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+fn git_host(dir: &Path, args: &[&str]) {
+    let out = Command::new("git")
+        .args(args)
+        .current_dir(dir)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_AUTHOR_NAME", "t")
+        .env("GIT_AUTHOR_EMAIL", "t@example.invalid")
+        .env("GIT_COMMITTER_NAME", "t")
+        .env("GIT_COMMITTER_EMAIL", "t@example.invalid")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A bare repository with one commit served by git's http-backend behind an HTTPS front as
+/// `git.envgit.test`; an echo server behind fronts as `api.github.com` and `l7.envgit.test`;
+/// a project whose policy allows the three names.
+fn world(policy_extra: &str) -> World {
+    let env = Env::new();
+    let certs = env.tmp.path().join("certs");
+    std::fs::create_dir_all(&certs).unwrap();
+    mint(&certs, &[GIT_HOST, API_HOST, L7_HOST]);
+    let remotes = env.tmp.path().join("remotes");
+    std::fs::create_dir_all(&remotes).unwrap();
+    let bare = remotes.join("app.git");
+    git_host(&remotes, &["init", "-q", "--bare", "-b", "main", "app.git"]);
+    git_host(&bare, &["config", "http.receivepack", "true"]);
+    let seed = env.tmp.path().join("seed");
+    git_host(env.tmp.path(), &["init", "-q", "-b", "main", "seed"]);
+    std::fs::write(seed.join("a.txt"), "a").unwrap();
+    git_host(&seed, &["add", "-A"]);
+    git_host(&seed, &["commit", "-q", "-m", "seed"]);
+    git_host(&seed, &["push", "-q", bare.to_str().unwrap(), "HEAD:main"]);
+    let git = git_server::GitServer::start(&remotes).unwrap();
+    let (echo, echo_port) = spawn_py("echo_http.py", &[]);
+    let mut children = vec![echo];
+    let mut resolve = Vec::new();
+    for (host, backend) in [
+        (GIT_HOST, git.port),
+        (API_HOST, echo_port),
+        (L7_HOST, echo_port),
+    ] {
+        let cert = certs.join(format!("{host}.pem"));
+        let key = certs.join(format!("{host}.key"));
+        let (front, port) = spawn_py(
+            "tls_front.py",
+            &[
+                cert.to_str().unwrap(),
+                key.to_str().unwrap(),
+                &backend.to_string(),
+            ],
+        );
+        children.push(front);
+        resolve.push(format!("{host}:443=127.0.0.1:{port}"));
+    }
+    env.envgit(&[
+        "init", "--allow", GIT_HOST, "--allow", API_HOST, "--allow", L7_HOST,
+    ])
+    .ok();
+    if !policy_extra.is_empty() {
+        let yaml = env.read("envgit.yaml");
+        let yaml = yaml.replace("irreversible:\n", &format!("irreversible:\n{policy_extra}"));
+        env.write("envgit.yaml", &yaml);
+    }
+    World {
+        env,
+        certs,
+        children,
+        resolve,
+        git,
+        bare,
+    }
+}
+
+impl World {
+    /// `envgit run` of a shell line with the resolve entries and the test CA for upstreams.
+    fn run(&self, script: &str) -> Run {
+        let ca = self.certs.join("ca.pem");
+        let mut args: Vec<&str> = vec!["run", "--upstream-ca", ca.to_str().unwrap()];
+        for r in &self.resolve {
+            args.extend(["--resolve", r.as_str()]);
+        }
+        args.extend(["--", "sh", "-c", script]);
+        self.env.envgit(&args)
+    }
+
+    fn remote_head(&self) -> String {
+        let out = Command::new("git")
+            .args(["rev-parse", "refs/heads/main"])
+            .current_dir(&self.bare)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+
+    fn last_log(&self) -> String {
+        self.env.envgit(&["log", "-v", "-n", "1"]).ok().stdout
+    }
+
+    fn probe(&self, kind: &str, host: &str) -> String {
+        let script = support_script("tls_probe.py");
+        self.run(&format!("python3 {} {kind} {host}", script.display()))
+            .stdout
+    }
+}
+
+const CLONE: &str = "git clone -q https://git.envgit.test/app.git app";
+const COMMIT: &str = "cd app && git -c user.name=a -c user.email=a@example.invalid \
+                      commit -q --allow-empty -m change";
+
+#[test]
+fn git_over_https_clones_and_fetches_and_the_push_is_refused_at_the_request() {
+    let w = world("");
+    w.run(CLONE).ok();
+    assert!(w.env.path("app/a.txt").exists());
+    w.run("cd app && git fetch -q origin && git pull -q origin main")
+        .ok();
+    let before = w.remote_head();
+    for push in [
+        "git push origin HEAD:main",
+        "g=git; $g push origin HEAD:main",
+    ] {
+        let seen = w.git.requests().len();
+        let out = w.run(&format!("{COMMIT} && {push}"));
+        assert_ne!(out.code, 0, "{push}: the push succeeded");
+        assert!(
+            out.stderr.contains(
+                "envgit: denied POST git.envgit.test/app.git/git-receive-pack (rule git.push)"
+            ),
+            "{push}: {}",
+            out.stderr
+        );
+        let saw: Vec<String> = w.git.requests().into_iter().skip(seen).collect();
+        assert!(
+            saw.iter().any(|s| s.contains("service=git-receive-pack")),
+            "the ref advertisement should have gone through: {saw:?}"
+        );
+        assert!(!saw.iter().any(|s| s.starts_with("POST")), "{saw:?}");
+        assert_eq!(w.remote_head(), before, "{push}: the remote's refs changed");
+    }
+    let log = w.last_log();
+    assert!(
+        log.contains("denied POST git.envgit.test/app.git/git-receive-pack rule=git.push"),
+        "{log}"
+    );
+}
+
+#[test]
+fn an_allowed_push_over_https_goes_out_and_marks_the_step() {
+    let w = world(
+        "  - net: { host: \"git.envgit.test\", method: POST, path: \"/**/git-receive-pack\" }\n    action: allow\n    id: test.push\n",
+    );
+    w.run(CLONE).ok();
+    let before = w.remote_head();
+    w.run(&format!("{COMMIT} && git push -q origin HEAD:main"))
+        .ok();
+    assert_ne!(w.remote_head(), before, "the push did not land");
+    let step = w.env.log_json().into_iter().next().unwrap();
+    let flags = step["flags"].to_string();
+    assert!(flags.contains("irreversible"), "{step}");
+}
+
+#[test]
+fn graphql_queries_pass_and_mutations_are_refused_on_the_same_host() {
+    let w = world("");
+    let post = |body: &str| {
+        format!(
+            "curl -sS -X POST -H 'Content-Type: application/json' \
+             --data '{body}' https://api.github.com/graphql"
+        )
+    };
+    let q = w
+        .run(&post(r#"{"query":"query { viewer { login } }"}"#))
+        .ok();
+    assert!(q.stdout.contains("seen POST /graphql"), "{}", q.stdout);
+    let m = w.run(&post(
+        r#"{"query":"mutation { addStar(input:{starrableId:\"x\"}) { clientMutationId } }"}"#,
+    ));
+    assert!(!m.stdout.contains("seen POST"), "{}", m.stdout);
+    assert!(m.stdout.contains("github.graphql.mutation"), "{}", m.stdout);
+    let log = w.last_log();
+    assert!(log.contains("rule=github.graphql.mutation"), "{log}");
+}
+
+#[test]
+fn an_l7_rule_limits_methods_and_unlisted_hosts_and_addresses_are_refused() {
+    let w = world("");
+    let yaml = w.env.read("envgit.yaml");
+    let yaml = yaml.replacen(
+        "network:\n",
+        "network:\n  l7:\n    l7.envgit.test: { methods: [GET] }\n",
+        1,
+    );
+    w.env.write("envgit.yaml", &yaml);
+    let get = w.run("curl -sS https://l7.envgit.test/read").ok();
+    assert!(get.stdout.contains("seen GET /read"), "{}", get.stdout);
+    let post = w.run("curl -sS -X POST --data x https://l7.envgit.test/write");
+    assert!(!post.stdout.contains("seen"), "{}", post.stdout);
+    assert!(w.last_log().contains("denied POST l7.envgit.test/write"));
+    // Through the proxy (`--noproxy ''`: curl skips it for loopback by default).
+    for (url, rule) in [
+        ("https://not-listed.envgit.test/", "network.allow"),
+        ("https://127.0.0.1/", "network.private"),
+        ("https://93.184.215.14/", "network.ip-literal"),
+        ("https://l7.envgit.test:22/", "network.port22"),
+    ] {
+        let out = w.run(&format!("curl -sS --noproxy '' --max-time 10 {url}"));
+        assert_ne!(out.code, 0, "{url}: {}", out.stdout);
+        assert!(
+            w.last_log().contains(&format!("rule={rule}")),
+            "{url}: {}",
+            w.last_log()
+        );
+    }
+}
+
+#[test]
+fn hostile_tls_clients_are_refused_and_the_gate_keeps_serving() {
+    let w = world("");
+    let sni = w.probe("sni-mismatch", L7_HOST);
+    assert!(!sni.contains("handshake completed: HTTP"), "{sni}");
+    assert!(
+        w.last_log().contains("rule=gate.sni-mismatch"),
+        "{}",
+        w.last_log()
+    );
+    let host = w.probe("host-mismatch", L7_HOST);
+    assert!(host.contains("421"), "{host}");
+    let relayed = w.probe("relayed-connect", L7_HOST);
+    assert!(relayed.contains("421"), "{relayed}");
+    let big = w.probe("oversized-head", L7_HOST);
+    assert!(big.contains("431") || big.contains("error"), "{big}");
+    let garbage = w.probe("garbage", L7_HOST);
+    assert!(!garbage.contains("HTTP/"), "{garbage}");
+    let ssh = w.probe("ssh", L7_HOST);
+    assert!(!ssh.contains("SSH-"), "{ssh}");
+    assert!(
+        w.last_log().contains("rule=network.opaque"),
+        "{}",
+        w.last_log()
+    );
+    // A client stalling in the middle of its head does not hold up anyone else.
+    let probe = support_script("tls_probe.py");
+    let both = w.run(&format!(
+        "python3 {} slowloris {L7_HOST} 5 & sleep 1; curl -sS --max-time 4 https://{L7_HOST}/other; wait",
+        probe.display()
+    ));
+    assert!(both.stdout.contains("seen GET /other"), "{}", both.stdout);
+}
+
+#[test]
+fn an_upstream_the_gate_cannot_verify_gets_a_readable_502() {
+    let w = world("");
+    let mut args: Vec<&str> = vec!["run"];
+    for r in &w.resolve {
+        args.extend(["--resolve", r.as_str()]);
+    }
+    args.extend(["--", "curl", "-sS", "https://l7.envgit.test/x"]);
+    let out = w.env.envgit(&args);
+    assert!(
+        out.stdout.contains("TLS to l7.envgit.test:443 failed"),
+        "{}",
+        out.stdout
+    );
+    assert!(out.stdout.contains("certificate"), "{}", out.stdout);
+}
+
+#[test]
+fn a_plain_http_upstream_behind_the_terminated_tls_sees_the_original_host() {
+    let w = world("");
+    let (echo, port) = spawn_py("echo_http.py", &[]);
+    let _guard = KillOnDrop(echo);
+    let out = w
+        .env
+        .envgit(&[
+            "run",
+            "--resolve",
+            &format!("{L7_HOST}:443=http://127.0.0.1:{port}"),
+            "--",
+            "curl",
+            "-sS",
+            "https://l7.envgit.test/plain",
+        ])
+        .ok();
+    assert!(
+        out.stdout
+            .contains("seen GET /plain host=l7.envgit.test proto=https"),
+        "{}",
+        out.stdout
+    );
+}
+
+#[test]
+fn a_malformed_resolve_entry_is_a_usage_error_naming_the_shape() {
+    let w = world("");
+    let out = w
+        .env
+        .envgit(&["run", "--resolve", "nonsense", "--", "true"]);
+    assert_eq!(out.code, 2, "{}", out.stderr);
+    assert!(out.stderr.contains("HOST:PORT=ADDR:PORT"), "{}", out.stderr);
+}
+
+struct KillOnDrop(Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
