@@ -32,6 +32,28 @@ pub struct GateEvent {
     pub irreversible: bool,
     /// A tunnel carried without looking inside (`network.passthrough`, raw TCP).
     pub uninspected: bool,
+    /// The request was asked about: how it was answered.
+    pub approval: Option<EventApproval>,
+}
+
+/// How an `ask` was answered.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EventApproval {
+    /// `approved` or `refused`.
+    pub answer: String,
+    /// Who answered (`envgit approve` from a terminal, `timeout`, an earlier approval).
+    pub by: String,
+    /// Exactly what was approved: the rule's summary of the request.
+    pub summary: String,
+    pub at_ms: u64,
+}
+
+/// Milliseconds since the Unix epoch.
+pub(crate) fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        .unwrap_or(0)
 }
 
 pub const ALLOWED: &str = "allowed";
@@ -77,10 +99,7 @@ pub(crate) struct Recorder {
 impl Recorder {
     /// Starts an event; it is `denied` with no rule until [`Recorder::decide`] says otherwise.
     pub(crate) fn new(events: &Arc<Events>, method: &str) -> Recorder {
-        let at_ms = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-            .unwrap_or(0);
+        let at_ms = now_ms();
         Recorder {
             events: Arc::clone(events),
             event: GateEvent {
@@ -96,6 +115,7 @@ impl Recorder {
                 at_ms,
                 irreversible: false,
                 uninspected: false,
+                approval: None,
             },
             bytes_out: AtomicU64::new(0),
             bytes_in: AtomicU64::new(0),
@@ -120,6 +140,15 @@ impl Recorder {
     pub(crate) fn mark(&mut self, rule: &str) {
         self.event.rule = Some(rule.to_owned());
         self.event.irreversible = true;
+    }
+
+    pub(crate) fn approval(&mut self, answer: &str, by: &str, summary: &str) {
+        self.event.approval = Some(EventApproval {
+            answer: answer.to_owned(),
+            by: by.to_owned(),
+            summary: summary.to_owned(),
+            at_ms: now_ms(),
+        });
     }
 
     pub(crate) fn uninspected(&mut self) {

@@ -12,6 +12,7 @@ use envgit_policy::ConnectDecision;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::UnixStream;
 
+use crate::approvals::{self, Answer, PendingAsk};
 use crate::conn::{HeadError, Prefixed};
 use crate::decide::{self, RULE_MISDIRECTED};
 use crate::events::Recorder;
@@ -208,24 +209,79 @@ async fn judged<C: Stream>(
             }
             Some(j.continue_sent)
         }
-        Verdict::Refuse {
-            rule,
-            summary,
-            asked,
-        } => {
-            let reason = if asked {
-                format!("{summary}: the rule says ask and no approver answered")
-            } else {
-                summary
-            };
-            rec.decide(false, &rule);
-            rec.status(403);
-            let _ = client
-                .write_all(&decide::forbidden_for_client(what, &rule, &reason))
-                .await;
+        Verdict::Refuse { rule, summary } => {
+            refuse_request(client, rec, what, &rule, &summary).await;
             None
         }
+        Verdict::Ask {
+            rule,
+            summary,
+            body_hash,
+        } => {
+            let path = head::path_only(origin);
+            let identity =
+                approvals::identity(&rule, &summary, &req.method, host, path, &body_hash);
+            let Some(approvals) = &shared.approvals else {
+                let reason = format!("{summary}: the rule says ask and no approver can answer");
+                refuse_request(client, rec, what, &rule, &reason).await;
+                return None;
+            };
+            if approvals.granted(&identity) {
+                rec.approval(
+                    "approved",
+                    "an earlier approval of the same request",
+                    &summary,
+                );
+                rec.mark(&rule);
+                return Some(j.continue_sent);
+            }
+            let ask = PendingAsk {
+                id: 0,
+                method: req.method.to_ascii_uppercase(),
+                host: host.to_owned(),
+                path: path.to_owned(),
+                rule: rule.clone(),
+                summary: summary.clone(),
+                body_hash,
+                asked_at_ms: 0,
+                expires_at_ms: 0,
+            };
+            match approvals.ask(ask, identity).await {
+                (Answer::Approved { by }, _) => {
+                    rec.approval("approved", &by, &summary);
+                    rec.mark(&rule);
+                    Some(j.continue_sent)
+                }
+                (Answer::Refused { by }, _) => {
+                    rec.approval("refused", &by, &summary);
+                    let reason = format!("{summary}: refused by {by}");
+                    refuse_request(client, rec, what, &rule, &reason).await;
+                    None
+                }
+                (Answer::TimedOut, _) => {
+                    rec.approval("refused", "timeout", &summary);
+                    let reason = format!("{summary}: nobody answered in time");
+                    refuse_request(client, rec, what, &rule, &reason).await;
+                    None
+                }
+            }
+        }
     }
+}
+
+/// A request refused by a rule: 403 in the client's own error shape.
+async fn refuse_request<C: Stream>(
+    client: &mut Prefixed<C>,
+    rec: &mut Recorder,
+    what: &str,
+    rule: &str,
+    reason: &str,
+) {
+    rec.decide(false, rule);
+    rec.status(403);
+    let _ = client
+        .write_all(&decide::forbidden_for_client(what, rule, reason))
+        .await;
 }
 
 /// Answer a refusal (403 with the rule) and record it.
@@ -516,6 +572,7 @@ mod tests {
             ca: Arc::new(crate::ca::RunCa::generate("test").unwrap()),
             resolve: Vec::new(),
             upstream_trust: crate::tls::UpstreamTrust::new(Vec::new()),
+            approvals: None,
         }
     }
 

@@ -13,11 +13,14 @@ use crate::head::RequestHead;
 pub(crate) enum Verdict {
     /// Let it out; `Some(rule)` when it is irreversible and the step must be marked.
     Pass { marked: Option<String> },
-    /// Refuse with this rule; `asked` when the rule said `ask` and nobody could answer.
-    Refuse {
+    /// Refuse with this rule.
+    Refuse { rule: String, summary: String },
+    /// Hold until a person answers; `body_hash` (BLAKE3 of the body prefix the rule saw, hex)
+    /// says exactly what is being approved.
+    Ask {
         rule: String,
         summary: String,
-        asked: bool,
+        body_hash: String,
     },
 }
 
@@ -69,16 +72,13 @@ where
     let verdict = match policy.decide_request(&info) {
         RequestDecision::Allow => Verdict::Pass { marked: None },
         RequestDecision::Marked { rule, .. } => Verdict::Pass { marked: Some(rule) },
-        RequestDecision::Deny { rule, summary } => Verdict::Refuse {
+        RequestDecision::Deny { rule, summary } => Verdict::Refuse { rule, summary },
+        RequestDecision::Ask { rule, summary } => Verdict::Ask {
             rule,
             summary,
-            asked: false,
-        },
-        // No approver can answer yet: an unanswered ask is a deny (fail closed).
-        RequestDecision::Ask { rule, summary } => Verdict::Refuse {
-            rule,
-            summary,
-            asked: true,
+            body_hash: blake3::hash(info.body.unwrap_or_default())
+                .to_hex()
+                .to_string(),
         },
     };
     Judged {

@@ -27,8 +27,10 @@
 //! Plain HTTP is served one request per client connection (the response carries
 //! `Connection: close`), so a second request on the connection can never pass undecided.
 
+mod approvals;
 mod ca;
 mod conn;
+mod control;
 mod decide;
 mod events;
 mod head;
@@ -45,8 +47,10 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+pub use approvals::{AskAnnounce, PendingAsk};
 pub use ca::{CaError, RunCa, trust_bundle};
-pub use events::{Announce, GateEvent};
+pub use control::{ControlAnswer, ControlRequest};
+pub use events::{Announce, EventApproval, GateEvent};
 pub use resolve::{Resolve, parse_list as parse_resolve_list};
 
 /// Header carrying the per-run secret on the first request head of every connection.
@@ -69,6 +73,20 @@ pub struct GateConfig {
     pub resolve: Vec<Resolve>,
     /// PEM certificates trusted for upstreams besides the host's roots.
     pub upstream_ca_pem: Vec<u8>,
+    /// Where people answer `ask`; `None` makes every `ask` a refusal.
+    pub approvals: Option<ApprovalConfig>,
+}
+
+pub struct ApprovalConfig {
+    /// The control socket `envgit status/approve/deny` talk to (in a 0700 directory the
+    /// sandbox cannot see).
+    pub control_socket: PathBuf,
+    /// How long a request is held before it is refused.
+    pub timeout: Duration,
+    /// What `envgit status` shows as the run's project.
+    pub label: String,
+    /// Told when a request starts waiting.
+    pub announce: Option<AskAnnounce>,
 }
 
 /// A running gate: its own tokio runtime, one unix listener.
@@ -77,6 +95,7 @@ pub struct Gate {
     shutdown: Arc<tokio::sync::Notify>,
     events: Arc<events::Events>,
     socket_path: PathBuf,
+    control_socket: Option<PathBuf>,
 }
 
 impl Gate {
@@ -99,6 +118,25 @@ impl Gate {
             let _enter = runtime.enter();
             listener::bind(&cfg.socket_path)?
         };
+        let mut control = None;
+        let approvals = match cfg.approvals {
+            Some(a) => {
+                let approvals = Arc::new(approvals::Approvals::new(a.timeout, a.announce));
+                let listener = {
+                    let _enter = runtime.enter();
+                    control::bind(&a.control_socket)?
+                };
+                runtime.spawn(control::serve(
+                    listener,
+                    Arc::clone(&approvals),
+                    Arc::new(a.label),
+                    Arc::clone(&shutdown),
+                ));
+                control = Some(a.control_socket);
+                Some(approvals)
+            }
+            None => None,
+        };
         let shared = Arc::new(listener::Shared {
             token: cfg.token,
             policy: cfg.policy,
@@ -106,6 +144,7 @@ impl Gate {
             ca: cfg.ca,
             resolve: cfg.resolve,
             upstream_trust: tls::UpstreamTrust::new(cfg.upstream_ca_pem),
+            approvals,
         });
         runtime.spawn(listener::serve(listener, shared, Arc::clone(&shutdown)));
         Ok(Gate {
@@ -113,6 +152,7 @@ impl Gate {
             shutdown,
             events,
             socket_path: cfg.socket_path,
+            control_socket: control,
         })
     }
 
@@ -136,6 +176,9 @@ impl Gate {
             rt.shutdown_timeout(Duration::from_millis(200));
         }
         let _ = std::fs::remove_file(&self.socket_path);
+        if let Some(control) = &self.control_socket {
+            let _ = std::fs::remove_file(control);
+        }
     }
 }
 

@@ -12,6 +12,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::{Notify, Semaphore};
 
+use crate::approvals::Approvals;
 use crate::ca::RunCa;
 use crate::conn::{HeadError, Prefixed};
 use crate::decide::{self, RULE_TOKEN};
@@ -33,6 +34,8 @@ pub(crate) struct Shared {
     pub(crate) ca: Arc<RunCa>,
     pub(crate) resolve: Vec<Resolve>,
     pub(crate) upstream_trust: UpstreamTrust,
+    /// `None`: nobody can answer an `ask`, which then fails closed at once.
+    pub(crate) approvals: Option<Arc<Approvals>>,
 }
 
 pub(crate) fn bind(path: &Path) -> io::Result<UnixListener> {

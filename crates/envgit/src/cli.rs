@@ -51,6 +51,12 @@ pub enum Command {
     Doctor(JsonArg),
     /// Keep the store under its disk budget; remove a captured secret from every snapshot.
     Gc(GcArgs),
+    /// The requests running steps are holding until a person answers (`ask` rules).
+    Status(JsonArg),
+    /// Let a held request out: `envgit approve [ID]` (the only one waiting when no ID).
+    Approve(AnswerArgs),
+    /// Refuse a held request: `envgit deny [ID]`.
+    Deny(AnswerArgs),
 }
 
 #[derive(Args, Debug)]
@@ -164,6 +170,15 @@ pub struct GcArgs {
     pub budget: Option<String>,
     #[command(flatten)]
     pub out: JsonArg,
+}
+
+#[derive(Args, Debug)]
+pub struct AnswerArgs {
+    /// The request's number, as `envgit status` shows it.
+    pub id: Option<u64>,
+    /// Print the answered request as JSON on stdout.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Args, Debug)]

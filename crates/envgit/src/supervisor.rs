@@ -6,12 +6,12 @@ use std::path::{Path, PathBuf};
 
 use std::sync::Arc;
 
-use envgit_gate::{Gate, GateConfig, GateEvent, RunCa};
+use envgit_gate::{ApprovalConfig, Gate, GateConfig, GateEvent, PendingAsk, RunCa};
 use envgit_sandbox::plan::{PlanInput, plan};
 use envgit_sandbox::spec::RelaySpec;
 use envgit_sandbox::trust::{TrustFiles, host_bundle_text};
 use envgit_sandbox::{Outcome, SignalGuard};
-use envgit_store::{Refusal, Request, StepDraft, StepFlag, StepKind, Store, now_ms};
+use envgit_store::{Approval, Refusal, Request, StepDraft, StepFlag, StepKind, Store, now_ms};
 
 use crate::failure::{CmdResult, Failure};
 use crate::output;
@@ -99,7 +99,7 @@ pub fn run_step(
     let protected = project.protected_paths();
     let (code, events) = run_sandboxed(project, &store, cwd, &argv, &protected, upstreams)?;
     // The gate announced its refusals as they happened.
-    let (requests, mut refusals) = requests_of(&events);
+    let (requests, mut refusals, approvals) = requests_of(&events);
     let (after, report) = wt.full_scan(&store, None)?;
     let (put_back, tree) = envgit_store::put_back(&store, &mut wt, &before, &after, &protected)?;
     let mut flags = Vec::new();
@@ -124,6 +124,7 @@ pub fn run_step(
         policy_hash: Some(policy_hash),
         flags,
         requests,
+        approvals,
         refusals: {
             refusals.extend(put_back.iter().map(|p| Refusal {
                 what: format!("write {p}"),
@@ -140,11 +141,21 @@ pub fn run_step(
 }
 
 /// The gate's events as step records: every request, and the refused ones as refusals.
-fn requests_of(events: &[GateEvent]) -> (Vec<Request>, Vec<Refusal>) {
+fn requests_of(events: &[GateEvent]) -> (Vec<Request>, Vec<Refusal>, Vec<Approval>) {
     let mut requests = Vec::new();
     let mut refusals = Vec::new();
+    let mut approvals = Vec::new();
     for e in events {
         let (host, target) = event_target(e);
+        if let Some(a) = &e.approval {
+            approvals.push(Approval {
+                what: format!("{} {target}: {}", e.method, a.summary),
+                rule: e.rule.clone().unwrap_or_default(),
+                approver: a.by.clone(),
+                answer: a.answer.clone(),
+                at_ms: a.at_ms,
+            });
+        }
         if e.decision != "allowed" {
             refusals.push(Refusal {
                 what: format!("{} {target}", e.method),
@@ -158,16 +169,16 @@ fn requests_of(events: &[GateEvent]) -> (Vec<Request>, Vec<Refusal>) {
             status: e.status,
             bytes_out: e.bytes_out,
             bytes_in: e.bytes_in,
-            decision: if e.uninspected && e.decision == "allowed" {
-                "uninspected".to_owned()
-            } else {
-                e.decision.clone()
+            decision: match (&e.approval, e.uninspected) {
+                (Some(a), _) => a.answer.clone(),
+                (None, true) if e.decision == "allowed" => "uninspected".to_owned(),
+                _ => e.decision.clone(),
             },
             rule: e.rule.clone(),
             irreversible: e.irreversible,
         });
     }
-    (requests, refusals)
+    (requests, refusals, approvals)
 }
 
 /// `(host, what)`: CONNECT names host:port; a request names host (with a non-default port)
@@ -198,6 +209,30 @@ fn proxy_env(port: u16) -> Vec<(String, String)> {
 }
 
 const PROXY_PORT: u16 = 3128;
+/// The gate's control socket, beside its relay socket in the run's private directory.
+pub(crate) const CONTROL_SOCKET: &str = "control.sock";
+
+/// Answers to `ask` come over the control socket (`envgit approve/deny`) when the policy
+/// lets them; otherwise an `ask` is refused at once. (A prompt on envgit's own terminal needs
+/// the pty relay, not built yet.)
+fn approval_config(project: &Project, gate_dir: &Path) -> Option<ApprovalConfig> {
+    let approvers = &project.policy.approvers;
+    if !approvers.socket {
+        return None;
+    }
+    let timeout = approvers.timeout;
+    Some(ApprovalConfig {
+        control_socket: gate_dir.join(CONTROL_SOCKET),
+        timeout: std::time::Duration::from_secs(timeout),
+        label: project.root.display().to_string(),
+        announce: Some(Box::new(move |ask: &PendingAsk| {
+            output::warn(&format!(
+                "holding {} {}{} (rule {}): {}\n  answer within {timeout} s: `envgit approve {}` or `envgit deny {}` from another terminal",
+                ask.method, ask.host, ask.path, ask.rule, ask.summary, ask.id, ask.id
+            ));
+        })),
+    })
+}
 
 /// The run CA and the merged bundle (run CA + the host's roots), world-readable files in the
 /// run's private directory; the sandbox mounts them read-only.
@@ -214,7 +249,7 @@ fn write_trust_files(dir: &Path, ca_pem: &str) -> CmdResult<TrustFiles> {
     Ok(files)
 }
 
-fn run_sandboxed(
+pub(crate) fn run_sandboxed(
     project: &Project,
     store: &Store,
     cwd: &Path,
@@ -264,6 +299,7 @@ fn run_sandboxed(
         ca,
         resolve: upstreams.resolve.clone(),
         upstream_ca_pem: upstreams.extra_ca_pem.clone(),
+        approvals: approval_config(project, &gate_dir),
     })
     .map_err(|e| Failure::failed(format!("cannot start the gate: {e}")))?;
     let relay = RelaySpec {
@@ -326,7 +362,7 @@ fn random_token() -> String {
 
 /// `$XDG_RUNTIME_DIR/envgit`, else `/tmp/envgit-UID`: a directory this user owns, mode 0700,
 /// never a symlink (another user could have planted one in /tmp).
-fn runtime_dir(uid: u32) -> CmdResult<PathBuf> {
+pub(crate) fn runtime_dir(uid: u32) -> CmdResult<PathBuf> {
     use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
     let dir = match std::env::var_os("XDG_RUNTIME_DIR").filter(|d| !d.is_empty()) {
         Some(d) => PathBuf::from(d).join("envgit"),

@@ -172,7 +172,14 @@ fn an_allow_rule_lets_the_push_out_and_marks_the_step_and_rewind_warns() {
 fn an_ask_rule_without_an_approver_fails_closed() {
     let extra = "  - net: { host: \"127.0.0.1\", method: POST, path: \"/**/git-receive-pack\" }\n    action: ask\n    id: local.push\n";
     let r = remote_and_clone(extra);
+    // Nobody may answer: no terminal prompt, no `envgit approve`.
+    let yaml = r.env.read("envgit.yaml");
+    r.env.write(
+        "envgit.yaml",
+        &format!("{yaml}\napprovers:\n  terminal: false\n  socket: false\n"),
+    );
     let before = r.head();
+    let started = std::time::Instant::now();
     let out = r.env.envgit(&[
         "run",
         "sh",
@@ -181,5 +188,7 @@ fn an_ask_rule_without_an_approver_fails_closed() {
     ]);
     assert_ne!(out.code, 0);
     assert!(out.stderr.contains("(rule local.push)"), "{}", out.stderr);
+    assert!(!out.stderr.contains("holding"), "{}", out.stderr);
+    assert!(started.elapsed() < std::time::Duration::from_secs(60));
     assert_eq!(r.head(), before);
 }

@@ -150,6 +150,7 @@ fn world(policy_extra: &str) -> World {
         children.push(front);
         resolve.push(format!("{host}:443=127.0.0.1:{port}"));
     }
+    std::fs::copy(support_script("tls_probe.py"), env.path(".probe.py")).unwrap();
     env.envgit(&[
         "init", "--allow", GIT_HOST, "--allow", API_HOST, "--allow", L7_HOST,
     ])
@@ -167,6 +168,17 @@ fn world(policy_extra: &str) -> World {
         git,
         bare,
     }
+}
+
+/// A world whose default preset says `ask` instead of `deny`.
+fn world_asking() -> World {
+    let w = world("");
+    let yaml = w.env.read("envgit.yaml");
+    let preset = "  - preset: default";
+    assert!(yaml.contains(preset), "{yaml}");
+    let yaml = yaml.replacen(preset, "  - action: ask\n    preset: default", 1);
+    w.env.write("envgit.yaml", &yaml);
+    w
 }
 
 impl World {
@@ -194,10 +206,10 @@ impl World {
         self.env.envgit(&["log", "-v", "-n", "1"]).ok().stdout
     }
 
+    /// Runs the probe script, copied into the project: the sandbox has a /tmp of its own, so
+    /// a checkout under /tmp would not be visible inside.
     fn probe(&self, kind: &str, host: &str) -> String {
-        let script = support_script("tls_probe.py");
-        self.run(&format!("python3 {} {kind} {host}", script.display()))
-            .stdout
+        self.run(&format!("python3 .probe.py {kind} {host}")).stdout
     }
 }
 
@@ -337,10 +349,8 @@ fn hostile_tls_clients_are_refused_and_the_gate_keeps_serving() {
         w.last_log()
     );
     // A client stalling in the middle of its head does not hold up anyone else.
-    let probe = support_script("tls_probe.py");
     let both = w.run(&format!(
-        "python3 {} slowloris {L7_HOST} 5 & sleep 1; curl -sS --max-time 4 https://{L7_HOST}/other; wait",
-        probe.display()
+        "python3 .probe.py slowloris {L7_HOST} 5 & sleep 1; curl -sS --max-time 4 https://{L7_HOST}/other; wait"
     ));
     assert!(both.stdout.contains("seen GET /other"), "{}", both.stdout);
 }
@@ -404,4 +414,122 @@ impl Drop for KillOnDrop {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
+}
+
+/// Polls `envgit status --json` until a request other than `seen` waits (bounded).
+fn next_ask(env: &Env, seen: &[u64]) -> serde_json::Value {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let list = env.envgit(&["status", "--json"]).ok().json();
+        if let Some(ask) = list
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|a| !seen.contains(&a["id"].as_u64().unwrap()))
+        {
+            return ask.clone();
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no request came to be asked about"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn an_ask_is_answered_from_another_terminal_and_covers_only_that_push() {
+    let w = world_asking();
+    w.run(CLONE).ok();
+    let before = w.remote_head();
+    // Two different pushes in one step: the first is approved, the second must be asked
+    // about again (and is denied).
+    let script = format!(
+        "{COMMIT} && git push -q origin HEAD:main && git -c user.name=a \
+         -c user.email=a@example.invalid commit -q --allow-empty -m two && \
+         git push -q origin HEAD:main"
+    );
+    let ca = w.certs.join("ca.pem");
+    let mut cmd = w.env.cmd(&w.env.project);
+    cmd.args(["run", "--upstream-ca", ca.to_str().unwrap()]);
+    for r in &w.resolve {
+        cmd.args(["--resolve", r]);
+    }
+    let child = cmd
+        .args(["--", "sh", "-c", &script])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let first = next_ask(&w.env, &[]);
+    assert_eq!(first["rule"], "git.push", "{first}");
+    assert!(
+        first["summary"]
+            .as_str()
+            .unwrap()
+            .contains("refs/heads/main"),
+        "{first}"
+    );
+    let id = first["id"].as_u64().unwrap();
+    w.env.envgit(&["approve", &id.to_string()]).ok();
+    let second = next_ask(&w.env, &[id]);
+    assert_ne!(second["summary"], first["summary"]);
+    w.env.envgit(&["deny"]).ok();
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(stderr.contains("envgit approve"), "{stderr}");
+    let after = w.remote_head();
+    assert_ne!(after, before, "the approved push did not land");
+    // The remote has the first push, not the second.
+    let local = Command::new("git")
+        .args(["rev-parse", "HEAD~1", "HEAD"])
+        .current_dir(w.env.path("app"))
+        .output()
+        .unwrap();
+    let local = String::from_utf8_lossy(&local.stdout);
+    let mut lines = local.lines();
+    assert_eq!(lines.next(), Some(after.as_str()));
+    assert_ne!(lines.next(), Some(after.as_str()));
+    let step = w.env.log_json().into_iter().next().unwrap();
+    let approvals = step["approvals"].as_array().unwrap();
+    let answers: Vec<&str> = approvals
+        .iter()
+        .map(|a| a["answer"].as_str().unwrap())
+        .collect();
+    assert_eq!(answers, ["approved", "refused"], "{step}");
+    assert!(
+        approvals[0]["approver"]
+            .as_str()
+            .unwrap()
+            .contains("envgit approve"),
+        "{step}"
+    );
+    assert!(step["flags"].to_string().contains("irreversible"), "{step}");
+    // Nothing waits any more.
+    let rest = w.env.envgit(&["status", "--json"]).ok().json();
+    assert_eq!(rest.as_array().unwrap().len(), 0);
+}
+
+#[test]
+fn an_ask_nobody_answers_is_refused_when_the_timeout_passes() {
+    let w = world_asking();
+    let yaml = w.env.read("envgit.yaml");
+    w.env.write(
+        "envgit.yaml",
+        &format!("{yaml}\napprovers:\n  timeout: 1\n"),
+    );
+    w.run(CLONE).ok();
+    let before = w.remote_head();
+    let out = w.run(&format!("{COMMIT} && git push -q origin HEAD:main"));
+    assert_ne!(out.code, 0);
+    assert!(
+        out.stderr.contains("(rule git.push)") && out.stderr.contains("holding POST"),
+        "{}",
+        out.stderr
+    );
+    assert_eq!(w.remote_head(), before);
+    let step = w.env.log_json().into_iter().next().unwrap();
+    assert_eq!(step["approvals"][0]["approver"], "timeout", "{step}");
+    assert_eq!(step["approvals"][0]["answer"], "refused", "{step}");
 }

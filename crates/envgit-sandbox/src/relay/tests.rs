@@ -102,6 +102,7 @@ fn setup(allow: &[String]) -> Setup {
         ca: Arc::new(envgit_gate::RunCa::generate("relay test").unwrap()),
         resolve: Vec::new(),
         upstream_ca_pem: Vec::new(),
+        approvals: None,
     })
     .unwrap();
     std::thread::spawn(move || relay.run());

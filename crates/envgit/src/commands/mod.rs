@@ -1,5 +1,6 @@
 //! One file per subcommand.
 
+mod approve;
 mod demo;
 mod diff;
 mod doctor;
@@ -34,5 +35,8 @@ pub fn run(cli: Cli) -> CmdResult<ExitCode> {
         Command::Fsck(a) => fsck::run(dir, &a),
         Command::Doctor(a) => doctor::run(dir, &a),
         Command::Gc(a) => gc::run(dir, &a),
+        Command::Status(a) => approve::status(dir, &a),
+        Command::Approve(a) => approve::answer(dir, &a, true),
+        Command::Deny(a) => approve::answer(dir, &a, false),
     }
 }

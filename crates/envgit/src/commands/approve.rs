@@ -1,0 +1,161 @@
+//! `envgit status`, `envgit approve [ID]`, `envgit deny [ID]`: the requests running steps are
+//! holding for a person, answered from any terminal of the same user. Each running gate has a
+//! control socket in the user's private runtime directory (which the sandbox cannot see).
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use envgit_gate::{ControlAnswer, ControlRequest, PendingAsk};
+use serde::Serialize;
+
+use crate::cli::{AnswerArgs, JsonArg};
+use crate::failure::{CmdResult, Failure};
+use crate::output;
+use crate::project::Project;
+use crate::supervisor::{CONTROL_SOCKET, runtime_dir};
+
+const TALK_TIMEOUT: Duration = Duration::from_secs(5);
+
+#[derive(Serialize)]
+struct Waiting {
+    project: String,
+    #[serde(flatten)]
+    ask: PendingAsk,
+    #[serde(skip)]
+    socket: PathBuf,
+}
+
+fn talk(socket: &Path, req: &ControlRequest) -> std::io::Result<ControlAnswer> {
+    let mut stream = UnixStream::connect(socket)?;
+    stream.set_read_timeout(Some(TALK_TIMEOUT))?;
+    stream.set_write_timeout(Some(TALK_TIMEOUT))?;
+    let mut line = serde_json::to_vec(req).map_err(std::io::Error::other)?;
+    line.push(b'\n');
+    stream.write_all(&line)?;
+    let mut answer = String::new();
+    BufReader::new(stream).read_line(&mut answer)?;
+    serde_json::from_str(&answer).map_err(std::io::Error::other)
+}
+
+/// Every request waiting in a running step of this user, in this project when there is one.
+fn waiting(dir: Option<&Path>) -> CmdResult<Vec<Waiting>> {
+    let uid = rustix::process::getuid().as_raw();
+    let runtime = runtime_dir(uid)?;
+    let project = Project::find(dir)
+        .ok()
+        .map(|p| p.root.display().to_string());
+    let mut out = Vec::new();
+    let Ok(entries) = std::fs::read_dir(&runtime) else {
+        return Ok(out);
+    };
+    for entry in entries.flatten() {
+        let socket = entry.path().join(CONTROL_SOCKET);
+        // A socket left by a run that died refuses the connection: nothing waits there.
+        let Ok(answer) = talk(&socket, &ControlRequest::List) else {
+            continue;
+        };
+        let run_project = answer.project.unwrap_or_default();
+        if project.as_ref().is_some_and(|p| *p != run_project) {
+            continue;
+        }
+        for ask in answer.pending.unwrap_or_default() {
+            out.push(Waiting {
+                project: run_project.clone(),
+                ask,
+                socket: socket.clone(),
+            });
+        }
+    }
+    out.sort_by_key(|w| (w.ask.asked_at_ms, w.ask.id));
+    Ok(out)
+}
+
+pub fn status(dir: Option<&Path>, args: &JsonArg) -> CmdResult<ExitCode> {
+    let list = waiting(dir)?;
+    if args.json {
+        output::json(&list)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    if list.is_empty() {
+        println!("No request is waiting for an answer.");
+        return Ok(ExitCode::SUCCESS);
+    }
+    let now = envgit_store::now_ms();
+    for w in &list {
+        let left = w.ask.expires_at_ms.saturating_sub(now) / 1000;
+        println!(
+            "#{}  {} {}{}  rule={}  ({left} s left)\n    {}\n    in {}",
+            w.ask.id, w.ask.method, w.ask.host, w.ask.path, w.ask.rule, w.ask.summary, w.project
+        );
+    }
+    println!("Answer with `envgit approve ID` or `envgit deny ID`.");
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Who answered, as the step records it.
+fn answerer() -> String {
+    let tty = std::fs::read_link("/proc/self/fd/0")
+        .ok()
+        .map(|p| p.display().to_string())
+        .filter(|p| p.starts_with("/dev/"));
+    match tty {
+        Some(tty) => format!("envgit approve/deny on {tty}"),
+        None => "envgit approve/deny (no terminal)".to_owned(),
+    }
+}
+
+pub fn answer(dir: Option<&Path>, args: &AnswerArgs, approve: bool) -> CmdResult<ExitCode> {
+    let list = waiting(dir)?;
+    let candidates: Vec<&Waiting> = list
+        .iter()
+        .filter(|w| args.id.is_none_or(|id| w.ask.id == id))
+        .collect();
+    let verb = if approve { "approve" } else { "deny" };
+    let target = match candidates.as_slice() {
+        [one] => *one,
+        [] => {
+            return Err(Failure::usage(match args.id {
+                Some(id) => format!("no request #{id} is waiting; `envgit status` lists them"),
+                None => "no request is waiting for an answer".to_owned(),
+            }));
+        }
+        many => {
+            return Err(Failure::usage(format!(
+                "{} requests are waiting; name one: {}",
+                many.len(),
+                many.iter()
+                    .map(|w| format!("envgit {verb} {}", w.ask.id))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )));
+        }
+    };
+    let by = answerer();
+    let req = if approve {
+        ControlRequest::Approve {
+            id: Some(target.ask.id),
+            by,
+        }
+    } else {
+        ControlRequest::Deny {
+            id: Some(target.ask.id),
+            by,
+        }
+    };
+    let answer = talk(&target.socket, &req)
+        .map_err(|e| Failure::failed(format!("cannot reach the running step: {e}")))?;
+    if let Some(e) = answer.error {
+        return Err(Failure::usage(e));
+    }
+    let done = answer.answered.unwrap_or_else(|| target.ask.clone());
+    if args.json {
+        output::json(&done)?;
+    } else {
+        let past = if approve { "approved" } else { "denied" };
+        println!("{past} #{}: {}", done.id, done.summary);
+    }
+    Ok(ExitCode::SUCCESS)
+}
