@@ -306,6 +306,25 @@ fn an_l7_rule_limits_methods_and_unlisted_hosts_and_addresses_are_refused() {
     let post = w.run("curl -sS -X POST --data x https://l7.envgit.test/write");
     assert!(!post.stdout.contains("seen"), "{}", post.stdout);
     assert!(w.last_log().contains("denied POST l7.envgit.test/write"));
+    // One kept-alive connection, each request judged on its own: two GETs pass, the POST
+    // after them on the same connection does not.
+    let three = w.run(
+        "curl -sS https://l7.envgit.test/one https://l7.envgit.test/two \
+         --next -X POST --data x https://l7.envgit.test/three",
+    );
+    assert!(
+        three.stdout.contains("seen GET /one") && three.stdout.contains("seen GET /two"),
+        "{}",
+        three.stdout
+    );
+    assert!(!three.stdout.contains("seen POST"), "{}", three.stdout);
+    let log = w.last_log();
+    assert_eq!(
+        log.matches("CONNECT l7.envgit.test:443").count(),
+        1,
+        "{log}"
+    );
+    assert!(log.contains("denied POST l7.envgit.test/three"), "{log}");
     // Through the proxy (`--noproxy ''`: curl skips it for loopback by default).
     for (url, rule) in [
         ("https://not-listed.envgit.test/", "network.allow"),
