@@ -40,6 +40,13 @@ impl McpSection {
     }
 }
 
+/// A server name the REPL can use as a global: `[A-Za-z_][A-Za-z0-9_]*`.
+pub(crate) fn is_server_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
 fn glob_match(pat: &[u8], s: &[u8]) -> bool {
     // Iterative wildcard match with backtracking to the last `*`.
     let (mut p, mut i) = (0, 0);
@@ -64,6 +71,7 @@ fn glob_match(pat: &[u8], s: &[u8]) -> bool {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
     use super::*;
 
     #[test]
@@ -86,6 +94,25 @@ mod tests {
             let (a, r) = m.decide_tool(server, tool);
             assert_eq!((a, r.as_deref()), (action, rule), "{server}.{tool}");
         }
+    }
+
+    #[test]
+    fn server_names_are_javascript_names_with_a_position() {
+        let err = crate::Policy::parse(
+            "envgit.yaml",
+            "version: 1\nmcp:\n  servers:\n    my-server: { command: x }\n",
+        )
+        .unwrap_err();
+        assert_eq!((err.line, err.column), (4, 5), "{err}");
+        assert!(err.message.contains("`my-server`"), "{err}");
+        assert!(err.message.contains("my_server"), "{err}");
+        assert!(
+            crate::Policy::parse(
+                "envgit.yaml",
+                "version: 1\nmcp:\n  servers:\n    my_server2: { command: x }\n"
+            )
+            .is_ok()
+        );
     }
 
     #[test]

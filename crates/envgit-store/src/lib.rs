@@ -42,8 +42,8 @@ pub use record::record;
 pub use restore::{RestoreOptions, RestoreReport, restore};
 pub use rewind::{RewindOptions, RewindOutcome, rewind};
 pub use step::{
-    Approval, Change, ChangeCounts, ChangeKind, Origin, Refusal, Request, Step, StepDraft,
-    StepFlag, StepKind, now_ms,
+    Approval, Change, ChangeCounts, ChangeKind, Origin, Refusal, ReplCall, ReplRecord, Request,
+    Step, StepDraft, StepFlag, StepKind, now_ms,
 };
 pub use store::{Store, envgit_home, store_dir_for};
 pub use tree::{EntryKind, MarkerReason, Tree, TreeEntry};

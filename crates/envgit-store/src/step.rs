@@ -48,6 +48,8 @@ pub enum StepFlag {
     Irreversible,
     /// `gc --purge` removed a path from this step's snapshot.
     Purged,
+    /// A REPL step read at least 64 KiB from downstream tools and returned at most 1 % of it.
+    LowReturn,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -118,6 +120,40 @@ pub struct Approval {
     pub at_ms: u64,
 }
 
+/// What an `execute` call of `envgit mcp` did (a step of kind `repl`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReplRecord {
+    pub session: String,
+    pub code: String,
+    /// `ok`, `error`, `timeout`, `oom`, `cancelled`.
+    pub status: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// Bytes of downstream results the cell received.
+    pub bytes_in: u64,
+    /// Bytes of text returned to the client.
+    pub bytes_out: u64,
+    #[serde(default)]
+    pub calls: Vec<ReplCall>,
+    /// Characters the output cap cut.
+    #[serde(default)]
+    pub truncated_chars: u64,
+}
+
+/// One downstream call made by a REPL step.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReplCall {
+    pub server: String,
+    pub tool: String,
+    /// `allow`, `deny`, `ask`, or `unknown` (no such tool).
+    pub decision: String,
+    #[serde(default)]
+    pub is_error: bool,
+    pub bytes_in: u64,
+    pub bytes_out: u64,
+    pub ms: u64,
+}
+
 /// Where a forked project came from.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Origin {
@@ -142,6 +178,7 @@ pub struct StepDraft {
     pub approvals: Vec<Approval>,
     pub target: Option<u64>,
     pub origin: Option<Origin>,
+    pub repl: Option<ReplRecord>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -183,6 +220,9 @@ pub struct Step {
     /// For `fork`: where the project came from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub origin: Option<Origin>,
+    /// For `repl`: the cell, its downstream calls and bytes in and out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repl: Option<ReplRecord>,
 }
 
 /// A step record keeps this many changed paths; `show` and `diff` read the rest from trees.

@@ -451,6 +451,7 @@ impl Store {
             approvals: draft.approvals,
             target: draft.target,
             origin: draft.origin,
+            repl: draft.repl,
         };
         let pending: Vec<(ObjectId, Location)> = self
             .pending

@@ -57,6 +57,23 @@ pub enum Command {
     Approve(AnswerArgs),
     /// Refuse a held request: `envgit deny [ID]`.
     Deny(AnswerArgs),
+    /// Serve MCP on stdin/stdout: one tool, `execute`, a JavaScript REPL in which the MCP
+    /// servers of envgit.yaml are functions; every call is a recorded step.
+    Mcp(McpArgs),
+    /// Run the Codex CLI with envgit as its only execution environment: every command is a step
+    /// in the sandbox (`envgit codex exec 'fix the tests'`; all ARGS go to codex).
+    Codex(CodexArgs),
+    /// Codex's exec-server protocol on stdin/stdout (started by `envgit codex`).
+    #[command(name = "codex-exec-server", hide = true)]
+    CodexExecServer,
+    /// Run the Claude Code CLI inside envgit's sandbox and gate, its own sandbox off
+    /// (`envgit claude -p 'fix the tests'`; all ARGS go to claude).
+    Claude(ClaudeArgs),
+    /// Install or remove an agent's hooks: `envgit hooks install copilot [--user | --repo]`.
+    Hooks(HooksArgs),
+    /// What an installed hook runs (reads the agent's hook payload on stdin).
+    #[command(hide = true)]
+    Hook(HookArgs),
 }
 
 #[derive(Args, Debug)]
@@ -198,4 +215,85 @@ pub struct RunArgs {
         value_name = "CMD"
     )]
     pub command: Vec<String>,
+}
+
+#[derive(Args, Debug)]
+pub struct CodexArgs {
+    /// Arguments for `codex`, passed verbatim.
+    #[arg(
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "ARGS"
+    )]
+    pub args: Vec<String>,
+}
+
+#[derive(Args, Debug)]
+pub struct McpArgs {
+    /// The project (a directory with envgit.yaml, or below one). MCP clients start servers with
+    /// a stripped environment and an arbitrary working directory: give it here.
+    #[arg(long, value_name = "DIR")]
+    pub project: Option<PathBuf>,
+    /// Internal: run the downstream server NAME of `mcp.servers` in the sandbox, its MCP on
+    /// stdin/stdout (how `envgit mcp` starts each of them).
+    #[arg(long, value_name = "NAME", hide = true)]
+    pub downstream: Option<String>,
+}
+
+#[derive(Args, Debug)]
+pub struct HooksArgs {
+    #[command(subcommand)]
+    pub action: HooksAction,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum HooksAction {
+    /// Write the agent's hooks file: every tool call in an envgit project becomes a step, and
+    /// command lines matching `shell:` rules are refused.
+    Install(HooksTarget),
+    /// Remove the hooks file `install` wrote.
+    Uninstall(HooksTarget),
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum HookAgent {
+    /// GitHub Copilot CLI.
+    Copilot,
+    /// Claude Code (its hooks are passed per run by `envgit claude`; nothing to install).
+    Claude,
+}
+
+#[derive(Args, Debug)]
+pub struct HooksTarget {
+    pub agent: HookAgent,
+    /// For every project of this user: $COPILOT_HOME/hooks/envgit.json (default ~/.copilot).
+    #[arg(long, conflicts_with = "repo")]
+    pub user: bool,
+    /// For this repository only: .github/hooks/envgit.json at the project root (loaded only in
+    /// folders Copilot trusts).
+    #[arg(long)]
+    pub repo: bool,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum HookEvent {
+    Pre,
+    Post,
+}
+
+#[derive(Args, Debug)]
+pub struct HookArgs {
+    pub agent: HookAgent,
+    pub event: HookEvent,
+}
+
+#[derive(Args, Debug)]
+pub struct ClaudeArgs {
+    /// Arguments for `claude`, passed verbatim.
+    #[arg(
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "ARGS"
+    )]
+    pub args: Vec<String>,
 }

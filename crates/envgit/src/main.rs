@@ -4,6 +4,7 @@ mod cli;
 mod commands;
 mod demo;
 mod failure;
+mod mcp;
 mod output;
 mod project;
 mod supervisor;

@@ -118,6 +118,7 @@ pub fn flag_names(step: &Step) -> Vec<&'static str> {
             StepFlag::Pruned => "pruned",
             StepFlag::Irreversible => "irreversible",
             StepFlag::Purged => "purged",
+            StepFlag::LowReturn => "low-return",
         })
         .collect()
 }

@@ -142,7 +142,17 @@ pub(super) fn mcp(r: &Reader<'_>, node: &Node) -> Result<McpSection, PolicyError
     let mut out = McpSection::default();
     if let Some(n) = f.get("servers") {
         let expected = "a mapping from server name to { command, args, env }";
-        for (name, _, value) in r.entries(n, "mcp.servers", expected)? {
+        for (name, key, value) in r.entries(n, "mcp.servers", expected)? {
+            if !crate::mcp::is_server_name(&name) {
+                return Err(r.err(
+                    key,
+                    format!(
+                        "server name `{name}` in `mcp.servers` must work as a JavaScript name \
+                         (the REPL calls `{name}.tool()`): a letter or `_` first, then letters, \
+                         digits or `_`, for example `github` or `my_server`"
+                    ),
+                ));
+            }
             let server = mcp_server(r, value, &join("mcp.servers", &name))?;
             out.servers.insert(name, server);
         }

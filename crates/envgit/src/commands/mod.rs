@@ -1,14 +1,18 @@
 //! One file per subcommand.
 
 mod approve;
+mod claude;
+mod codex;
 mod demo;
 mod diff;
 mod doctor;
 mod fork;
 mod fsck;
 mod gc;
+mod hooks;
 mod init;
 mod log;
+mod mcp;
 mod progress;
 mod record;
 mod rewind;
@@ -38,5 +42,11 @@ pub fn run(cli: Cli) -> CmdResult<ExitCode> {
         Command::Status(a) => approve::status(dir, &a),
         Command::Approve(a) => approve::answer(dir, &a, true),
         Command::Deny(a) => approve::answer(dir, &a, false),
+        Command::Mcp(a) => mcp::run(dir, &a),
+        Command::Codex(a) => codex::run(dir, &a),
+        Command::CodexExecServer => codex::exec_server(dir),
+        Command::Claude(a) => claude::run(dir, &a),
+        Command::Hooks(a) => hooks::run(dir, &a),
+        Command::Hook(a) => hooks::hook(dir, &a),
     }
 }

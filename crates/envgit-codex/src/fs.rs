@@ -1,0 +1,580 @@
+//! `fs/*` calls applied on the host, inside the project only, under the same policy as the
+//! sandbox: denied reads refused, protected paths read-only, and no symlink ever followed (every
+//! path is opened beneath the project's directory fd with `openat2(RESOLVE_BENEATH |
+//! RESOLVE_NO_SYMLINKS)`).
+
+use std::ffi::{CString, OsStr};
+use std::io::{Read, Write};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+use rustix::fs::{AtFlags, Dir, FileType, Mode, OFlags, ResolveFlags};
+use rustix::io::Errno;
+use serde_json::{Value, json};
+
+use crate::b64;
+use crate::paths;
+use crate::rpc::{NOT_FOUND, RpcError, RpcResult};
+
+/// Largest file `fs/readFile` returns.
+const MAX_READ: u64 = 256 << 20;
+
+/// What the sandbox would refuse, as data.
+#[derive(Debug, Clone)]
+pub struct FsPolicy {
+    /// The project (canonical): nothing outside it is served.
+    pub root: PathBuf,
+    /// Unreadable absolute paths (and everything beneath them): the sandbox's masks.
+    pub deny_read: Vec<PathBuf>,
+    /// Read-only paths relative to the project (and everything beneath them).
+    pub protected: Vec<String>,
+}
+
+/// One thing envgit refused: `what` is `read PATH` or `write PATH`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    pub what: String,
+    pub rule: String,
+}
+
+/// What an `fs/*` call did that history must show.
+#[derive(Debug, Default)]
+pub struct Effect {
+    /// Project-relative paths written, created or removed.
+    pub wrote: Vec<String>,
+    pub refused: Vec<Refusal>,
+}
+
+/// `.env` and `.env.*`, except the example/sample/template files (as the sandbox masks them).
+pub fn is_env_file(name: &[u8]) -> bool {
+    if name == b".env" {
+        return true;
+    }
+    match name.strip_prefix(b".env.") {
+        Some(rest) => !matches!(rest, b"example" | b"sample" | b"template"),
+        None => false,
+    }
+}
+
+fn under(rel: &str, base: &str) -> bool {
+    rel.strip_prefix(base)
+        .is_some_and(|r| r.is_empty() || r.starts_with('/'))
+}
+
+pub struct Fs {
+    policy: FsPolicy,
+    root: OwnedFd,
+}
+
+struct Target {
+    abs: PathBuf,
+    rel: Vec<u8>,
+}
+
+impl Target {
+    fn show(&self) -> String {
+        paths::display(&self.rel)
+    }
+}
+
+fn refusal(effect: &mut Effect, what: String, rule: &str) -> RpcError {
+    let msg = format!("envgit: denied {what} (rule {rule})");
+    effect.refused.push(Refusal {
+        what,
+        rule: rule.into(),
+    });
+    RpcError::refused(msg)
+}
+
+fn map_errno(e: Errno, t: &Target, effect: &mut Effect, op: &str) -> RpcError {
+    match e {
+        // RESOLVE_NO_SYMLINKS / O_NOFOLLOW met a link, or RESOLVE_BENEATH an escape.
+        Errno::LOOP | Errno::XDEV => refusal(
+            effect,
+            format!("{op} {}", t.show()),
+            "filesystem.no_symlinks",
+        ),
+        Errno::NOENT => RpcError::new(
+            NOT_FOUND,
+            format!("{}: No such file or directory", t.show()),
+        ),
+        e => RpcError::new(crate::rpc::INTERNAL, format!("{}: {e}", t.show())),
+    }
+}
+
+fn os(rel: &[u8]) -> &OsStr {
+    if rel.is_empty() {
+        OsStr::new(".")
+    } else {
+        OsStr::from_bytes(rel)
+    }
+}
+
+fn beneath(
+    root: BorrowedFd<'_>,
+    rel: &[u8],
+    flags: OFlags,
+    mode: Mode,
+) -> rustix::io::Result<OwnedFd> {
+    rustix::fs::openat2(
+        root,
+        os(rel),
+        flags | OFlags::CLOEXEC | OFlags::NOFOLLOW,
+        mode,
+        ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
+    )
+}
+
+fn open_dir(root: BorrowedFd<'_>, rel: &[u8]) -> rustix::io::Result<OwnedFd> {
+    beneath(root, rel, OFlags::RDONLY | OFlags::DIRECTORY, Mode::empty())
+}
+
+fn split(rel: &[u8]) -> (&[u8], &[u8]) {
+    match rel.iter().rposition(|&b| b == b'/') {
+        Some(i) => (&rel[..i], &rel[i + 1..]),
+        None => (b"", rel),
+    }
+}
+
+fn cname(name: &[u8]) -> rustix::io::Result<CString> {
+    CString::new(name).map_err(|_| Errno::INVAL)
+}
+
+fn join(a: &[u8], b: &[u8]) -> Vec<u8> {
+    if a.is_empty() {
+        return b.to_vec();
+    }
+    let mut v = a.to_vec();
+    v.push(b'/');
+    v.extend_from_slice(b);
+    v
+}
+
+fn names(dir: BorrowedFd<'_>) -> rustix::io::Result<Vec<CString>> {
+    let mut d = Dir::read_from(dir)?;
+    let mut out = Vec::new();
+    while let Some(e) = d.read() {
+        let e = e?;
+        let n = e.file_name();
+        if n.to_bytes() != b"." && n.to_bytes() != b".." {
+            out.push(n.to_owned());
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+fn str_param<'a>(p: &'a Value, key: &str) -> Result<&'a str, RpcError> {
+    p.get(key)
+        .and_then(Value::as_str)
+        .ok_or_else(|| RpcError::params(format!("missing string parameter {key:?}")))
+}
+
+fn bool_param(p: &Value, key: &str) -> bool {
+    p.get(key).and_then(Value::as_bool).unwrap_or(false)
+}
+
+impl Fs {
+    pub fn new(policy: FsPolicy) -> std::io::Result<Self> {
+        let root = rustix::fs::open(
+            &policy.root,
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )?;
+        Ok(Self { policy, root })
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.policy.root
+    }
+
+    /// The project-relative target of `text`, or a refusal when it lies outside the project.
+    fn target(&self, text: &str, op: &str, effect: &mut Effect) -> Result<Target, RpcError> {
+        let abs = paths::parse(text)?;
+        match paths::relative(&self.policy.root, &abs) {
+            Some(rel) => Ok(Target { abs, rel }),
+            None => {
+                let what = format!("{op} {}", abs.display());
+                if op == "stat" {
+                    // Codex walks up from the project looking for .git and AGENTS.md: outside
+                    // the project there is nothing to find.
+                    return Err(RpcError::new(
+                        NOT_FOUND,
+                        format!(
+                            "{}: outside the envgit project {}",
+                            abs.display(),
+                            self.policy.root.display()
+                        ),
+                    ));
+                }
+                Err(refusal(effect, what, "filesystem.project"))
+            }
+        }
+    }
+
+    fn check_read(&self, t: &Target, effect: &mut Effect) -> Result<(), RpcError> {
+        let (_, name) = split(&t.rel);
+        let denied = self.policy.deny_read.iter().any(|d| t.abs.starts_with(d))
+            || t.rel.split(|&b| b == b'/').any(is_env_file)
+            || is_env_file(name);
+        if denied {
+            return Err(refusal(
+                effect,
+                format!("read {}", t.show()),
+                "filesystem.deny_read",
+            ));
+        }
+        Ok(())
+    }
+
+    fn check_write(&self, t: &Target, effect: &mut Effect) -> Result<(), RpcError> {
+        let rel = paths::display(&t.rel);
+        // A write to a protected path, beneath one, or to a directory holding one.
+        let hit = rel.is_empty()
+            || self
+                .policy
+                .protected
+                .iter()
+                .any(|p| under(&rel, p) || under(p, &rel));
+        if hit {
+            return Err(refusal(
+                effect,
+                format!("write {}", t.show()),
+                "filesystem.protected",
+            ));
+        }
+        if self
+            .policy
+            .deny_read
+            .iter()
+            .any(|d| t.abs.starts_with(d) || d.starts_with(&t.abs))
+            || t.rel.split(|&b| b == b'/').any(is_env_file)
+        {
+            return Err(refusal(
+                effect,
+                format!("write {}", t.show()),
+                "filesystem.deny_read",
+            ));
+        }
+        Ok(())
+    }
+
+    /// Answer one `fs/*` method; `None` when the method is not an fs method.
+    pub fn call(&self, method: &str, p: &Value, effect: &mut Effect) -> Option<RpcResult> {
+        Some(match method {
+            "fs/getMetadata" => self.metadata(p, effect),
+            "fs/readFile" => self.read_file(p, effect),
+            "fs/writeFile" => self.write_file(p, effect),
+            "fs/createDirectory" => self.create_directory(p, effect),
+            "fs/remove" => self.remove(p, effect),
+            "fs/copy" => self.copy(p, effect),
+            "fs/readDirectory" => self.read_directory(p, effect),
+            "fs/canonicalize" => self.canonicalize(p, effect),
+            _ => return None,
+        })
+    }
+
+    fn metadata(&self, p: &Value, effect: &mut Effect) -> RpcResult {
+        let t = self.target(str_param(p, "path")?, "stat", effect)?;
+        let (parent, name) = split(&t.rel);
+        let st = if t.rel.is_empty() {
+            rustix::fs::fstat(&self.root)
+        } else {
+            open_dir(self.root.as_fd(), parent).and_then(|d| {
+                rustix::fs::statat(&d, cname(name)?.as_c_str(), AtFlags::SYMLINK_NOFOLLOW)
+            })
+        }
+        .map_err(|e| map_errno(e, &t, effect, "stat"))?;
+        let ft = FileType::from_raw_mode(st.st_mode);
+        let ms = |s: i64, ns: i64| s.saturating_mul(1000).saturating_add(ns / 1_000_000);
+        Ok(json!({
+            "isDirectory": ft == FileType::Directory,
+            "isFile": ft == FileType::RegularFile,
+            "isSymlink": ft == FileType::Symlink,
+            "size": st.st_size,
+            "createdAtMs": 0,
+            "modifiedAtMs": ms(st.st_mtime as i64, st.st_mtime_nsec as i64),
+        }))
+    }
+
+    fn read_bytes(&self, t: &Target, effect: &mut Effect) -> Result<Vec<u8>, RpcError> {
+        self.check_read(t, effect)?;
+        let fd = beneath(
+            self.root.as_fd(),
+            &t.rel,
+            OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOCTTY,
+            Mode::empty(),
+        )
+        .map_err(|e| map_errno(e, t, effect, "read"))?;
+        let st = rustix::fs::fstat(&fd).map_err(RpcError::errno)?;
+        if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
+            return Err(RpcError::params(format!(
+                "{}: not a regular file",
+                t.show()
+            )));
+        }
+        if st.st_size as u64 > MAX_READ {
+            return Err(RpcError::params(format!(
+                "{}: larger than {} MiB",
+                t.show(),
+                MAX_READ >> 20
+            )));
+        }
+        let mut data = Vec::new();
+        std::fs::File::from(fd)
+            .take(MAX_READ)
+            .read_to_end(&mut data)
+            .map_err(|e| RpcError::io(&e))?;
+        Ok(data)
+    }
+
+    fn read_file(&self, p: &Value, effect: &mut Effect) -> RpcResult {
+        let t = self.target(str_param(p, "path")?, "read", effect)?;
+        let data = self.read_bytes(&t, effect)?;
+        Ok(json!({"dataBase64": b64::encode(&data)}))
+    }
+
+    /// Create the directories of `rel` (not following links); returns the fd of the last.
+    fn mkdirs(&self, rel: &[u8]) -> rustix::io::Result<OwnedFd> {
+        let mut cur = open_dir(self.root.as_fd(), b"")?;
+        for comp in rel.split(|&b| b == b'/').filter(|c| !c.is_empty()) {
+            let n = cname(comp)?;
+            match rustix::fs::mkdirat(&cur, n.as_c_str(), Mode::from_raw_mode(0o755)) {
+                Ok(()) | Err(Errno::EXIST) => {}
+                Err(e) => return Err(e),
+            }
+            let st = rustix::fs::statat(&cur, n.as_c_str(), AtFlags::SYMLINK_NOFOLLOW)?;
+            if FileType::from_raw_mode(st.st_mode) == FileType::Symlink {
+                return Err(Errno::LOOP);
+            }
+            cur = rustix::fs::openat(
+                &cur,
+                n.as_c_str(),
+                OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC | OFlags::NOFOLLOW,
+                Mode::empty(),
+            )?;
+        }
+        Ok(cur)
+    }
+
+    fn write_bytes(&self, t: &Target, data: &[u8], effect: &mut Effect) -> Result<(), RpcError> {
+        self.check_write(t, effect)?;
+        let (parent, name) = split(&t.rel);
+        let dir = self
+            .mkdirs(parent)
+            .map_err(|e| map_errno(e, t, effect, "write"))?;
+        let fd = rustix::fs::openat(
+            &dir,
+            cname(name).map_err(RpcError::errno)?.as_c_str(),
+            OFlags::WRONLY
+                | OFlags::CREATE
+                | OFlags::TRUNC
+                | OFlags::CLOEXEC
+                | OFlags::NOFOLLOW
+                | OFlags::NONBLOCK,
+            Mode::from_raw_mode(0o644),
+        )
+        .map_err(|e| map_errno(e, t, effect, "write"))?;
+        let st = rustix::fs::fstat(&fd).map_err(RpcError::errno)?;
+        if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
+            return Err(RpcError::params(format!(
+                "{}: not a regular file",
+                t.show()
+            )));
+        }
+        std::fs::File::from(fd)
+            .write_all(data)
+            .map_err(|e| RpcError::io(&e))?;
+        effect.wrote.push(t.show());
+        Ok(())
+    }
+
+    fn write_file(&self, p: &Value, effect: &mut Effect) -> RpcResult {
+        let t = self.target(str_param(p, "path")?, "write", effect)?;
+        let data = b64::decode(str_param(p, "dataBase64")?)
+            .ok_or_else(|| RpcError::params("dataBase64 is not base64"))?;
+        self.write_bytes(&t, &data, effect)?;
+        Ok(json!({}))
+    }
+
+    fn create_directory(&self, p: &Value, effect: &mut Effect) -> RpcResult {
+        let t = self.target(str_param(p, "path")?, "write", effect)?;
+        self.check_write(&t, effect)?;
+        if bool_param(p, "recursive") {
+            self.mkdirs(&t.rel)
+                .map_err(|e| map_errno(e, &t, effect, "write"))?;
+        } else {
+            let (parent, name) = split(&t.rel);
+            open_dir(self.root.as_fd(), parent)
+                .and_then(|d| {
+                    rustix::fs::mkdirat(&d, cname(name)?.as_c_str(), Mode::from_raw_mode(0o755))
+                })
+                .map_err(|e| map_errno(e, &t, effect, "write"))?;
+        }
+        effect.wrote.push(t.show());
+        Ok(json!({}))
+    }
+
+    fn remove(&self, p: &Value, effect: &mut Effect) -> RpcResult {
+        let t = self.target(str_param(p, "path")?, "write", effect)?;
+        self.check_write(&t, effect)?;
+        let (parent, name) = split(&t.rel);
+        let dir = match open_dir(self.root.as_fd(), parent) {
+            Ok(d) => d,
+            Err(Errno::NOENT) if bool_param(p, "force") => return Ok(json!({})),
+            Err(e) => return Err(map_errno(e, &t, effect, "write")),
+        };
+        let n = cname(name).map_err(RpcError::errno)?;
+        match remove_at(dir.as_fd(), &n, bool_param(p, "recursive")) {
+            Ok(()) => {}
+            Err(Errno::NOENT) if bool_param(p, "force") => return Ok(json!({})),
+            Err(e) => return Err(map_errno(e, &t, effect, "write")),
+        }
+        effect.wrote.push(t.show());
+        Ok(json!({}))
+    }
+
+    fn copy(&self, p: &Value, effect: &mut Effect) -> RpcResult {
+        let src = self.target(str_param(p, "sourcePath")?, "read", effect)?;
+        let dst = self.target(str_param(p, "destinationPath")?, "write", effect)?;
+        self.check_write(&dst, effect)?;
+        if dst.rel == src.rel || dst.rel.starts_with(&[src.rel.as_slice(), b"/"].concat()) {
+            return Err(RpcError::params(format!(
+                "cannot copy {} into itself ({})",
+                src.show(),
+                dst.show()
+            )));
+        }
+        self.copy_tree(&src, &dst, bool_param(p, "recursive"), effect)?;
+        Ok(json!({}))
+    }
+
+    fn copy_tree(
+        &self,
+        src: &Target,
+        dst: &Target,
+        recursive: bool,
+        effect: &mut Effect,
+    ) -> Result<(), RpcError> {
+        self.check_read(src, effect)?;
+        let (parent, name) = split(&src.rel);
+        let st = open_dir(self.root.as_fd(), parent)
+            .and_then(|d| {
+                rustix::fs::statat(&d, cname(name)?.as_c_str(), AtFlags::SYMLINK_NOFOLLOW)
+            })
+            .map_err(|e| map_errno(e, src, effect, "read"))?;
+        match FileType::from_raw_mode(st.st_mode) {
+            FileType::Directory => {
+                if !recursive {
+                    return Err(RpcError::params(format!(
+                        "{} is a directory (recursive is false)",
+                        src.show()
+                    )));
+                }
+                self.check_write(dst, effect)?;
+                self.mkdirs(&dst.rel)
+                    .map_err(|e| map_errno(e, dst, effect, "write"))?;
+                let d = open_dir(self.root.as_fd(), &src.rel)
+                    .map_err(|e| map_errno(e, src, effect, "read"))?;
+                for n in names(d.as_fd()).map_err(RpcError::errno)? {
+                    let s = Target {
+                        abs: src.abs.join(OsStr::from_bytes(n.to_bytes())),
+                        rel: join(&src.rel, n.to_bytes()),
+                    };
+                    let t = Target {
+                        abs: dst.abs.join(OsStr::from_bytes(n.to_bytes())),
+                        rel: join(&dst.rel, n.to_bytes()),
+                    };
+                    self.copy_tree(&s, &t, true, effect)?;
+                }
+                Ok(())
+            }
+            FileType::Symlink => {
+                // Copied as a link, never followed.
+                self.check_write(dst, effect)?;
+                let d = open_dir(self.root.as_fd(), parent).map_err(RpcError::errno)?;
+                let target = rustix::fs::readlinkat(
+                    &d,
+                    cname(name).map_err(RpcError::errno)?.as_c_str(),
+                    Vec::new(),
+                )
+                .map_err(RpcError::errno)?;
+                let (dp, dn) = split(&dst.rel);
+                let dd = self
+                    .mkdirs(dp)
+                    .map_err(|e| map_errno(e, dst, effect, "write"))?;
+                rustix::fs::symlinkat(
+                    target.as_c_str(),
+                    &dd,
+                    cname(dn).map_err(RpcError::errno)?.as_c_str(),
+                )
+                .map_err(|e| map_errno(e, dst, effect, "write"))?;
+                effect.wrote.push(dst.show());
+                Ok(())
+            }
+            FileType::RegularFile => {
+                let data = self.read_bytes(src, effect)?;
+                self.write_bytes(dst, &data, effect)
+            }
+            _ => Err(RpcError::params(format!(
+                "{}: not a file, directory or link",
+                src.show()
+            ))),
+        }
+    }
+
+    fn read_directory(&self, p: &Value, effect: &mut Effect) -> RpcResult {
+        let t = self.target(str_param(p, "path")?, "read", effect)?;
+        self.check_read(&t, effect)?;
+        let d =
+            open_dir(self.root.as_fd(), &t.rel).map_err(|e| map_errno(e, &t, effect, "read"))?;
+        let mut entries = Vec::new();
+        for n in names(d.as_fd()).map_err(RpcError::errno)? {
+            let st = rustix::fs::statat(&d, n.as_c_str(), AtFlags::SYMLINK_NOFOLLOW);
+            let ft = st.map(|s| FileType::from_raw_mode(s.st_mode)).ok();
+            entries.push(json!({
+                "fileName": String::from_utf8_lossy(n.to_bytes()),
+                "isDirectory": ft == Some(FileType::Directory),
+                "isFile": ft == Some(FileType::RegularFile),
+            }));
+        }
+        Ok(json!({"entries": entries}))
+    }
+
+    /// Links inside the project are resolved (by the kernel, beneath the project root); a link
+    /// leading out of it is refused.
+    fn canonicalize(&self, p: &Value, effect: &mut Effect) -> RpcResult {
+        let t = self.target(str_param(p, "path")?, "read", effect)?;
+        let fd = rustix::fs::openat2(
+            &self.root,
+            os(&t.rel),
+            OFlags::PATH | OFlags::CLOEXEC,
+            Mode::empty(),
+            ResolveFlags::BENEATH | ResolveFlags::NO_MAGICLINKS,
+        )
+        .map_err(|e| map_errno(e, &t, effect, "read"))?;
+        let link = format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&fd));
+        let real = std::fs::read_link(&link).map_err(|e| RpcError::io(&e))?;
+        Ok(json!({"path": paths::to_uri(&real)}))
+    }
+}
+
+fn remove_at(dir: BorrowedFd<'_>, name: &CString, recursive: bool) -> rustix::io::Result<()> {
+    let st = rustix::fs::statat(dir, name.as_c_str(), AtFlags::SYMLINK_NOFOLLOW)?;
+    if FileType::from_raw_mode(st.st_mode) != FileType::Directory {
+        return rustix::fs::unlinkat(dir, name.as_c_str(), AtFlags::empty());
+    }
+    if recursive {
+        let sub = rustix::fs::openat(
+            dir,
+            name.as_c_str(),
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC | OFlags::NOFOLLOW,
+            Mode::empty(),
+        )?;
+        for n in names(sub.as_fd())? {
+            remove_at(sub.as_fd(), &n, true)?;
+        }
+    }
+    rustix::fs::unlinkat(dir, name.as_c_str(), AtFlags::REMOVEDIR)
+}

@@ -1,0 +1,88 @@
+//! `envgit mcp [--project DIR]`: the `execute` MCP server on stdin/stdout (see `crate::mcp`).
+//! stdout carries MCP only; envgit's own messages go to stderr.
+
+use std::path::Path;
+use std::process::ExitCode;
+
+use envgit_repl::Limits;
+use rmcp::ServiceExt;
+
+use crate::cli::McpArgs;
+use crate::failure::{CmdResult, Failure};
+use crate::mcp::{Downstreams, ExecuteServer, Recorder};
+use crate::project::Project;
+use crate::upstreams::Upstreams;
+use crate::{output, supervisor};
+
+pub fn run(dir: Option<&Path>, args: &McpArgs) -> CmdResult<ExitCode> {
+    let project = Project::find(args.project.as_deref().or(dir))?;
+    if let Some(name) = &args.downstream {
+        return downstream(&project, name);
+    }
+    let store = project.open_store()?;
+    let wt = project.worktree(&store)?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| Failure::failed(format!("cannot start the async runtime: {e}")))?;
+    rt.block_on(async move {
+        let downstreams = Downstreams::start(&project.policy.mcp, &project.root)
+            .await
+            .map_err(|e| {
+                Failure::usage(format!(
+                    "{}: {e}",
+                    project.root.join("envgit.yaml").display()
+                ))
+            })?;
+        let server = ExecuteServer::new(
+            Recorder { project, store, wt },
+            downstreams,
+            Limits::default(),
+        );
+        let handle = server.clone();
+        let running = server
+            .serve(rmcp::transport::stdio())
+            .await
+            .map_err(|e| Failure::failed(format!("MCP handshake on stdin/stdout failed: {e}")))?;
+        let _ = running.waiting().await;
+        handle.shutdown().await;
+        Ok::<(), Failure>(())
+    })?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `envgit mcp --downstream NAME`: the server `mcp.servers.NAME` in the sandbox, behind the
+/// gate, with this process's stdin and stdout (the pipes `envgit mcp` talks MCP on). Its
+/// requests are judged by the gate like those of any `envgit run`; when it exits they are
+/// summarised on stderr (they are not yet attributed to the REPL steps that caused them).
+fn downstream(project: &Project, name: &str) -> CmdResult<ExitCode> {
+    let spec = project.policy.mcp.servers.get(name).ok_or_else(|| {
+        Failure::usage(format!("no server `{name}` in mcp.servers of envgit.yaml"))
+    })?;
+    let store = project.open_store()?;
+    // The server's own `env:` travels on its command line: the sandbox lets in only the safe
+    // defaults and `env.pass` from envgit's environment.
+    let mut argv = vec!["env".to_string()];
+    argv.extend(spec.env.iter().map(|(k, v)| format!("{k}={v}")));
+    argv.push(spec.command.clone());
+    argv.extend(spec.args.iter().cloned());
+    let protected = project.protected_paths();
+    let upstreams = Upstreams::new(&[], None)?;
+    let (code, events) = supervisor::run_sandboxed(
+        project,
+        &store,
+        &project.root,
+        &argv,
+        &protected,
+        &upstreams,
+    )?;
+    let refused = events.iter().filter(|e| e.decision != "allowed").count();
+    if !events.is_empty() {
+        output::note(&format!(
+            "mcp server {name}: {} request(s) through the gate, {refused} refused",
+            events.len()
+        ));
+    }
+    Ok(ExitCode::from(u8::try_from(code).unwrap_or(1)))
+}

@@ -1,0 +1,153 @@
+//! `ask` for a downstream tool: a question to the person through MCP elicitation, in whichever
+//! form the client speaks: a server-sent `elicitation/create` (2025-11-25 and before), or an
+//! input-required result the client answers by retrying the call (2026-07-28, "MRTR"). The form
+//! has one required field, approve or deny, with no default: an empty form, which some clients
+//! accept by themselves, cannot say yes.
+
+use std::time::Duration;
+
+use rmcp::model::{ElicitRequestParams, ElicitationAction, ElicitationSchema, InputRequest};
+use rmcp::{Peer, RoleServer};
+use serde_json::{Value, json};
+use tokio::sync::{mpsc, oneshot};
+
+/// The answer to one `ask`.
+#[derive(Clone, Debug)]
+pub struct Answer {
+    pub approved: bool,
+    /// How it was answered, for the step: `mcp-elicitation (client 1.2)`, or why it was refused.
+    pub approver: String,
+}
+
+/// An `ask` waiting for the person, handed to the `execute` handler (2026-07-28 clients).
+pub struct PendingAsk {
+    pub what: String,
+    pub rule: String,
+    pub reply: oneshot::Sender<Answer>,
+}
+
+/// How a cell's `ask` is put to the person.
+#[derive(Clone)]
+pub enum Approver {
+    /// No way to ask: refused, with the reason.
+    Refuse(String),
+    /// A legacy client: a server-sent `elicitation/create`.
+    Legacy {
+        peer: Peer<RoleServer>,
+        client: String,
+        timeout: Duration,
+    },
+    /// A 2026-07-28 client: the handler returns an input-required result.
+    Park {
+        tx: mpsc::UnboundedSender<PendingAsk>,
+        timeout: Duration,
+    },
+}
+
+pub const FIELD: &str = "decision";
+
+fn form_schema() -> Option<ElicitationSchema> {
+    serde_json::from_value(json!({
+        "type": "object",
+        "properties": {
+            FIELD: {
+                "type": "string",
+                "title": "Decision",
+                "description": "approve lets this one call go; deny refuses it",
+                "enum": ["approve", "deny"]
+            }
+        },
+        "required": [FIELD]
+    }))
+    .ok()
+}
+
+pub fn message(what: &str, rule: &str) -> String {
+    format!(
+        "envgit: the agent's code wants to call the tool {what} (rule {rule}). Approve this one call?"
+    )
+}
+
+/// The `elicitation/create` request of an input-required result.
+pub fn input_request(what: &str, rule: &str) -> Option<InputRequest> {
+    let schema = serde_json::to_value(form_schema()?).ok()?;
+    serde_json::from_value(json!({
+        "method": "elicitation/create",
+        "params": {"mode": "form", "message": message(what, rule), "requestedSchema": schema}
+    }))
+    .ok()
+}
+
+/// Read an elicitation result (as JSON): approved only on `accept` with `decision: approve`.
+pub fn read_answer(result: &Value, client: &str) -> Answer {
+    let action = result.get("action").and_then(Value::as_str).unwrap_or("");
+    let decision = result
+        .get("content")
+        .and_then(|c| c.get(FIELD))
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    Answer {
+        approved: action == "accept" && decision == "approve",
+        approver: format!("mcp-elicitation ({client})"),
+    }
+}
+
+impl Approver {
+    pub async fn ask(&self, what: &str, rule: &str) -> Answer {
+        match self {
+            Approver::Refuse(reason) => Answer {
+                approved: false,
+                approver: reason.clone(),
+            },
+            Approver::Legacy {
+                peer,
+                client,
+                timeout,
+            } => {
+                let Some(schema) = form_schema() else {
+                    return refused("the approval form could not be built");
+                };
+                let params = ElicitRequestParams::FormElicitationParams {
+                    meta: None,
+                    message: message(what, rule),
+                    requested_schema: schema,
+                };
+                match peer
+                    .create_elicitation_with_timeout(params, Some(*timeout))
+                    .await
+                {
+                    Ok(r) => Answer {
+                        approved: r.action == ElicitationAction::Accept
+                            && r.content.as_ref().and_then(|c| c.get(FIELD))
+                                == Some(&json!("approve")),
+                        approver: format!("mcp-elicitation ({client})"),
+                    },
+                    Err(e) => refused(&format!("the elicitation failed: {e}")),
+                }
+            }
+            Approver::Park { tx, timeout } => {
+                let (reply, rx) = oneshot::channel();
+                let ask = PendingAsk {
+                    what: what.to_string(),
+                    rule: rule.to_string(),
+                    reply,
+                };
+                if tx.send(ask).is_err() {
+                    return refused("the call that asked has ended");
+                }
+                match tokio::time::timeout(*timeout, rx).await {
+                    Ok(Ok(a)) => a,
+                    Ok(Err(_)) => refused("the question was abandoned (no answer came back)"),
+                    Err(_) => refused(&format!("no answer within {} s", timeout.as_secs())),
+                }
+            }
+        }
+    }
+}
+
+fn refused(why: &str) -> Answer {
+    Answer {
+        approved: false,
+        approver: why.to_string(),
+    }
+}

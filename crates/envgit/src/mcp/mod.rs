@@ -1,0 +1,792 @@
+//! `envgit mcp`: a stdio MCP server with one tool, `execute`, running JavaScript cells in an
+//! envgit-repl session (DESIGN §7). Every call is a step of kind `repl`: its code, downstream
+//! calls with their decisions, bytes in and out, and status, with a snapshot of the project.
+
+mod approve;
+mod downstream;
+mod typescript;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use envgit_policy::ApproversSection;
+use envgit_repl::{CellOptions, CellOutcome, CellStatus, Limits, Session};
+use envgit_store::{
+    Approval, ReplCall, ReplRecord, Step, StepDraft, StepFlag, StepGuard, StepKind, Store, WorkTree,
+};
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
+    InputRequiredResult, ListToolsResult, MetaObject, PaginatedRequestParams, ServerCapabilities,
+    ServerConfig, Tool, ToolAnnotations,
+};
+use rmcp::service::RequestContext;
+use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+
+use approve::{Answer, Approver, PendingAsk};
+pub use downstream::Downstreams;
+
+use crate::project::Project;
+
+/// A step is flagged `low-return` when it read at least this much…
+pub const LOW_RETURN_MIN_IN: u64 = 64 * 1024;
+/// …and returned at most this percentage of it.
+pub const LOW_RETURN_PERCENT: u64 = 1;
+/// Live sessions at most; a new name beyond this is refused.
+const MAX_SESSIONS: usize = 16;
+const DEFAULT_SESSION: &str = "default";
+
+/// What a step needs to be recorded: the store and the working tree with its stat cache.
+pub struct Recorder {
+    pub project: Project,
+    pub store: Store,
+    pub wt: WorkTree,
+}
+
+/// The `execute` server (cheap to clone: the state is shared).
+#[derive(Clone)]
+pub struct ExecuteServer(Arc<Inner>);
+
+struct Inner {
+    recorder: Arc<Mutex<Recorder>>,
+    policy_hash: String,
+    downstreams: Arc<Downstreams>,
+    sessions: tokio::sync::Mutex<HashMap<String, Arc<Session>>>,
+    limits: Limits,
+    seeds: AtomicU32,
+    description: String,
+    /// Per session: (step, journal cells after it), to rebuild the session as of a step.
+    marks: Mutex<HashMap<String, Vec<(u64, usize)>>>,
+    /// The newest step this server has seen.
+    seen: AtomicU64,
+    approvers: ApproversSection,
+    /// Cells waiting for a 2026-07-28 client to answer a question, by request state.
+    parked: tokio::sync::Mutex<HashMap<String, Running>>,
+}
+
+/// One `execute` in flight: its open step, the cell's task, what it logged.
+struct Running {
+    session_name: String,
+    code: String,
+    started: u64,
+    guard: StepGuard,
+    log: Arc<Mutex<Vec<ReplCall>>>,
+    approvals: Arc<Mutex<Vec<Approval>>>,
+    rewound: Option<String>,
+    task: Option<tokio::task::JoinHandle<Result<CellOutcome, String>>>,
+    /// Why the cell could not start.
+    early: Option<String>,
+    asks: mpsc::UnboundedReceiver<PendingAsk>,
+    session: Option<Arc<Session>>,
+    /// The question the parked cell waits on.
+    pending: Option<PendingAsk>,
+    client: String,
+}
+
+/// Drop a parked cell nobody answered: refuse its question, let it end, record the step.
+fn expire(
+    inner: Arc<Inner>,
+    token: String,
+    after: Duration,
+) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> {
+    Box::pin(async move {
+        tokio::time::sleep(after).await;
+        let run = inner.parked.lock().await.remove(&token);
+        if let Some(mut run) = run {
+            if let Some(p) = run.pending.take() {
+                let _ = p.reply.send(Answer {
+                    approved: false,
+                    approver: format!("no answer within {} s", after.as_secs()),
+                });
+            }
+            let _ = inner.drive(run, None).await;
+        }
+    })
+}
+
+/// 128 random bits, hex: an unguessable handle.
+pub(crate) fn random_token() -> String {
+    let mut bytes = [0u8; 16];
+    if let Ok(mut f) = std::fs::File::open("/dev/urandom") {
+        use std::io::Read;
+        let _ = f.read_exact(&mut bytes);
+    }
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+impl ExecuteServer {
+    pub fn new(recorder: Recorder, downstreams: Downstreams, limits: Limits) -> Self {
+        ExecuteServer(Arc::new(Inner::new(recorder, downstreams, limits)))
+    }
+
+    /// After the client went away: stop the downstream servers and wait for them.
+    pub async fn shutdown(&self) {
+        self.0.sessions.lock().await.clear();
+        self.0.downstreams.shutdown().await;
+    }
+}
+
+impl Inner {
+    fn new(recorder: Recorder, downstreams: Downstreams, limits: Limits) -> Self {
+        let policy_hash = recorder.project.policy.hash();
+        let index = downstreams.index();
+        let description = description(&index, &limits);
+        let seen = recorder.store.head().map(|s| s.number).unwrap_or(0);
+        let approvers = recorder.project.policy.approvers.clone();
+        Inner {
+            recorder: Arc::new(Mutex::new(recorder)),
+            policy_hash,
+            downstreams: Arc::new(downstreams),
+            sessions: tokio::sync::Mutex::new(HashMap::new()),
+            limits,
+            seeds: AtomicU32::new(seed_base()),
+            description,
+            marks: Mutex::new(HashMap::new()),
+            seen: AtomicU64::new(seen),
+            approvers,
+            parked: tokio::sync::Mutex::new(HashMap::new()),
+        }
+    }
+
+    async fn session(&self, name: &str) -> Result<Arc<Session>, String> {
+        let mut sessions = self.sessions.lock().await;
+        if let Some(s) = sessions.get(name) {
+            return Ok(s.clone());
+        }
+        if sessions.len() >= MAX_SESSIONS {
+            return Err(format!(
+                "there are already {MAX_SESSIONS} sessions ({}): reuse one of them",
+                sessions.keys().cloned().collect::<Vec<_>>().join(", ")
+            ));
+        }
+        let seed = self.seeds.fetch_add(0x9e37_79b9, Ordering::Relaxed);
+        let s = Arc::new(
+            Session::new(&self.downstreams.catalog, self.limits.clone(), seed)
+                .await
+                .map_err(|e| e.to_string())?,
+        );
+        sessions.insert(name.to_string(), s.clone());
+        Ok(s)
+    }
+
+    /// When a step committed since we last looked is a rewind (from any terminal), every
+    /// session goes back to its state as of the rewind's target, rebuilt by replaying its
+    /// journal up to there (downstream results from the journal, never sent again). Returns a
+    /// note for the model.
+    async fn follow_rewinds(&self, steps: &[(u64, Option<u64>)]) -> Option<String> {
+        let seen = self.seen.load(Ordering::SeqCst);
+        let target = steps
+            .iter()
+            .filter(|(n, _)| *n > seen)
+            .filter_map(|(_, t)| *t)
+            .next_back()?;
+        if let Some(head) = steps.last() {
+            self.seen.fetch_max(head.0, Ordering::SeqCst);
+        }
+        let mut sessions = self.sessions.lock().await;
+        let names: Vec<String> = sessions.keys().cloned().collect();
+        let mut notes = Vec::new();
+        for name in names {
+            let keep = self
+                .marks
+                .lock()
+                .ok()
+                .and_then(|m| {
+                    m.get(&name)
+                        .and_then(|v| v.iter().rev().find(|(step, _)| *step <= target).copied())
+                })
+                .map(|(_, cells)| cells)
+                .unwrap_or(0);
+            let Some(old) = sessions.remove(&name) else {
+                continue;
+            };
+            let mut journal = old.journal();
+            drop(old);
+            journal.cells.truncate(keep);
+            let replayed = journal
+                .cells
+                .iter()
+                .filter(|c| c.status == CellStatus::Ok)
+                .count();
+            match Session::replay(&journal, self.limits.clone()).await {
+                Ok(fresh) => {
+                    sessions.insert(name.clone(), Arc::new(fresh));
+                    notes.push(format!("session {name}: {replayed} cell(s) replayed"));
+                }
+                Err(e) => notes.push(format!(
+                    "session {name} could not be rebuilt ({e}) and starts empty"
+                )),
+            }
+            if let Ok(mut m) = self.marks.lock()
+                && let Some(v) = m.get_mut(&name)
+            {
+                v.retain(|(step, _)| *step <= target);
+            }
+        }
+        Some(format!(
+            "the project was rewound to step {target}; the REPL went back with it ({})",
+            if notes.is_empty() {
+                "no sessions".to_string()
+            } else {
+                notes.join("; ")
+            }
+        ))
+    }
+
+    /// Open the step, follow a rewind, pick the session and the approver, and start the cell.
+    async fn start(
+        self: &Arc<Self>,
+        args: ExecuteArgs,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<Running, CallToolResult> {
+        let session_name = args.session.unwrap_or_else(|| DEFAULT_SESSION.to_string());
+        let started = envgit_store::now_ms();
+        // The step is open from here: `rewind` refuses meanwhile, concurrent steps are flagged.
+        let guard = {
+            let recorder = self.recorder.clone();
+            let what = format!("repl {session_name}");
+            tokio::task::spawn_blocking(move || {
+                let mut r = recorder
+                    .lock()
+                    .map_err(|_| "the recorder is poisoned".to_string())?;
+                r.store.catch_up().map_err(|e| e.to_string())?;
+                let steps: Vec<(u64, Option<u64>)> = r
+                    .store
+                    .steps()
+                    .iter()
+                    .map(|s| (s.number, s.target.filter(|_| s.kind == StepKind::Rewind)))
+                    .collect();
+                let guard = r.store.begin_step(&what).map_err(|e| e.to_string())?;
+                Ok::<_, String>((guard, steps))
+            })
+            .await
+            .map_err(|e| e.to_string())
+            .and_then(|r| r)
+        };
+        let (guard, steps) =
+            guard.map_err(|e| tool_error(format!("envgit could not open a step: {e}")))?;
+        let rewound = self.follow_rewinds(&steps).await;
+        let client = context
+            .client_info()
+            .map(|i| format!("{} {}", i.name, i.version))
+            .unwrap_or_else(|| "unnamed client".into());
+        let (tx, asks) = mpsc::unbounded_channel();
+        let timeout = Duration::from_secs(self.approvers.timeout.max(1));
+        let elicits = context
+            .client_capabilities()
+            .is_some_and(|c| c.elicitation.is_some());
+        let modern = context
+            .protocol_version()
+            .is_some_and(|v| !v.has_initialize());
+        let approver = if !self.approvers.mcp_elicitation {
+            Approver::Refuse(
+                "approvers.mcp_elicitation is false in envgit.yaml, so envgit does not ask \
+                 through the MCP client (set it to true to be asked there)"
+                    .into(),
+            )
+        } else if !elicits {
+            Approver::Refuse(format!(
+                "the MCP client ({client}) does not support elicitation, so nobody could be asked"
+            ))
+        } else if modern {
+            Approver::Park { tx, timeout }
+        } else {
+            Approver::Legacy {
+                peer: context.peer.clone(),
+                client: client.clone(),
+                timeout,
+            }
+        };
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let approvals = Arc::new(Mutex::new(Vec::new()));
+        let mut run = Running {
+            session_name: session_name.clone(),
+            code: args.code.clone(),
+            started,
+            guard,
+            log: log.clone(),
+            approvals: approvals.clone(),
+            rewound,
+            task: None,
+            early: None,
+            asks,
+            session: None,
+            pending: None,
+            client,
+        };
+        match self.session(&session_name).await {
+            Err(e) => run.early = Some(e),
+            Ok(session) => {
+                let host = Arc::new(downstream::CellHost {
+                    downstreams: self.downstreams.clone(),
+                    log,
+                    approvals,
+                    approver,
+                });
+                let opts = CellOptions {
+                    timeout: args.timeout_ms.map(Duration::from_millis),
+                };
+                let s = session.clone();
+                let code = args.code;
+                run.task = Some(tokio::spawn(async move {
+                    s.execute(&code, &opts, host)
+                        .await
+                        .map_err(|e| e.to_string())
+                }));
+                run.session = Some(session);
+            }
+        }
+        Ok(run)
+    }
+
+    /// Wait for the cell; park it when it asks a 2026-07-28 client (the client retries with the
+    /// answer); record the step when it ends.
+    async fn drive(
+        self: &Arc<Self>,
+        mut run: Running,
+        context: Option<&RequestContext<RoleServer>>,
+    ) -> CallToolResponse {
+        let outcome = match run.task.take() {
+            None => Err(run.early.take().unwrap_or_default()),
+            Some(mut task) => {
+                let mut armed = context.is_some();
+                loop {
+                    let cancelled = async move {
+                        match context {
+                            Some(c) if armed => c.ct.cancelled().await,
+                            _ => std::future::pending::<()>().await,
+                        }
+                    };
+                    tokio::select! {
+                        r = &mut task => {
+                            break r
+                                .map_err(|e| format!("the cell's task failed: {e}"))
+                                .and_then(|r| r);
+                        }
+                        Some(ask) = run.asks.recv() => {
+                            if context.is_none() {
+                                // Expired while parked: nobody can be asked any more.
+                                let _ = ask.reply.send(Answer {
+                                    approved: false,
+                                    approver: "the client never answered the earlier question".into(),
+                                });
+                                continue;
+                            }
+                            run.task = Some(task);
+                            return self.park(run, ask).await;
+                        }
+                        _ = cancelled => {
+                            armed = false;
+                            if let Some(s) = &run.session {
+                                s.interrupt();
+                            }
+                        }
+                    }
+                }
+            }
+        };
+        self.finish(run, outcome).await.into()
+    }
+
+    async fn park(self: &Arc<Self>, mut run: Running, ask: PendingAsk) -> CallToolResponse {
+        let Some(request) = approve::input_request(&ask.what, &ask.rule) else {
+            let _ = ask.reply.send(Answer {
+                approved: false,
+                approver: "the approval form could not be built".into(),
+            });
+            return Box::pin(self.drive(run, None)).await;
+        };
+        run.pending = Some(ask);
+        let token = crate::mcp::random_token();
+        self.parked.lock().await.insert(token.clone(), run);
+        tokio::spawn(expire(
+            self.clone(),
+            token.clone(),
+            Duration::from_secs(self.approvers.timeout.max(1)),
+        ));
+        let mut requests = std::collections::BTreeMap::new();
+        requests.insert(approve::FIELD.to_string(), request);
+        CallToolResponse::InputRequired(InputRequiredResult::new(Some(requests), Some(token)))
+    }
+
+    /// The retry of a parked call (2026-07-28): answer the question, continue the cell.
+    async fn resume(
+        self: &Arc<Self>,
+        token: &str,
+        args: &ExecuteArgs,
+        responses: Option<&rmcp::model::InputResponses>,
+        context: &RequestContext<RoleServer>,
+    ) -> CallToolResponse {
+        let Some(mut run) = self.parked.lock().await.remove(token) else {
+            return tool_error(
+                "this approval is unknown or has expired (the step was recorded without it): \
+                 run the cell again"
+                    .into(),
+            )
+            .into();
+        };
+        if run.code != args.code {
+            self.parked.lock().await.insert(token.to_string(), run);
+            return tool_error(
+                "the retried call's code differs from the call that asked: retry it unchanged"
+                    .into(),
+            )
+            .into();
+        }
+        match responses.and_then(|r| r.get(approve::FIELD)) {
+            None => {
+                // No answer: ask again.
+                let Some(ask) = run.pending.take() else {
+                    return Box::pin(self.drive(run, Some(context))).await;
+                };
+                self.park(run, ask).await
+            }
+            Some(v) => {
+                let answer = approve::read_answer(v, &run.client);
+                if let Some(p) = run.pending.take() {
+                    let _ = p.reply.send(answer);
+                }
+                Box::pin(self.drive(run, Some(context))).await
+            }
+        }
+    }
+
+    /// Record the step and build the result.
+    async fn finish(&self, run: Running, outcome: Result<CellOutcome, String>) -> CallToolResult {
+        let Running {
+            session_name,
+            code,
+            started,
+            mut guard,
+            log,
+            approvals,
+            rewound,
+            ..
+        } = run;
+        let calls: Vec<ReplCall> = log.lock().map(|l| l.clone()).unwrap_or_default();
+        let approvals: Vec<Approval> = approvals.lock().map(|l| l.clone()).unwrap_or_default();
+        let (status, text, is_error, truncated) = render(&outcome);
+        let bytes_in: u64 = calls.iter().map(|c| c.bytes_in).sum();
+        let bytes_out = text.len() as u64;
+        let mut flags = Vec::new();
+        if low_return(bytes_in, bytes_out) {
+            flags.push(StepFlag::LowReturn);
+        }
+        let record = ReplRecord {
+            session: session_name.clone(),
+            code: code.clone(),
+            status: status.to_string(),
+            error: outcome
+                .as_ref()
+                .err()
+                .cloned()
+                .or_else(|| outcome.as_ref().ok().and_then(|o| o.error.clone())),
+            bytes_in,
+            bytes_out,
+            calls: calls.clone(),
+            truncated_chars: truncated,
+        };
+        let draft = StepDraft {
+            kind: Some(StepKind::Repl),
+            started_at_ms: started,
+            summary: summary(&session_name, &code, bytes_in, bytes_out),
+            policy_hash: Some(self.policy_hash.clone()),
+            flags,
+            approvals,
+            repl: Some(record),
+            ..Default::default()
+        };
+        let recorder = self.recorder.clone();
+        let step = tokio::task::spawn_blocking(move || -> Result<Step, String> {
+            let mut r = recorder
+                .lock()
+                .map_err(|_| "the recorder is poisoned".to_string())?;
+            let Recorder { store, wt, .. } = &mut *r;
+            let step = envgit_store::record(store, wt, &mut guard, draft, None)
+                .map_err(|e| e.to_string())?;
+            drop(guard);
+            let _ = wt.save_cache(&store.stat_cache_path());
+            Ok(step)
+        })
+        .await
+        .map_err(|e| e.to_string())
+        .and_then(|r| r);
+        if let Ok(s) = &step {
+            self.seen.fetch_max(s.number, Ordering::SeqCst);
+            let cells = match self.sessions.lock().await.get(&session_name) {
+                Some(sess) => sess.journal_len(),
+                None => 0,
+            };
+            if let Ok(mut m) = self.marks.lock() {
+                m.entry(session_name.clone())
+                    .or_default()
+                    .push((s.number, cells));
+            }
+        }
+        let (footer, step_no, is_error) = match &step {
+            Ok(s) => (
+                format!(
+                    "[step {} · session {session_name} · read {} in {} call{} · returned {}{}]",
+                    s.number,
+                    crate::output::size(bytes_in),
+                    calls.len(),
+                    if calls.len() == 1 { "" } else { "s" },
+                    crate::output::size(bytes_out),
+                    if s.has_flag(StepFlag::LowReturn) {
+                        " · low-return"
+                    } else {
+                        ""
+                    }
+                ),
+                Some(s.number),
+                is_error,
+            ),
+            Err(e) => (
+                format!("[envgit could not record this step: {e}]"),
+                None,
+                true,
+            ),
+        };
+        let text = match rewound {
+            Some(note) if text.is_empty() => format!("(note: {note})"),
+            Some(note) => format!("(note: {note})\n{text}"),
+            None => text,
+        };
+        let body = if text.is_empty() {
+            footer
+        } else {
+            format!("{text}\n{footer}")
+        };
+        let mut result = if is_error {
+            CallToolResult::error(vec![ContentBlock::text(body)])
+        } else {
+            CallToolResult::success(vec![ContentBlock::text(body)])
+        };
+        let mut meta = serde_json::Map::new();
+        meta.insert("envgit/step".into(), json!(step_no));
+        meta.insert("envgit/session".into(), json!(session_name));
+        meta.insert("envgit/status".into(), json!(status));
+        meta.insert("envgit/bytesIn".into(), json!(bytes_in));
+        meta.insert("envgit/bytesOut".into(), json!(bytes_out));
+        result.meta = Some(MetaObject(meta));
+        result
+    }
+}
+
+fn seed_base() -> u32 {
+    (envgit_store::now_ms() as u32) ^ std::process::id().rotate_left(16)
+}
+
+pub fn low_return(bytes_in: u64, bytes_out: u64) -> bool {
+    bytes_in >= LOW_RETURN_MIN_IN && bytes_out * 100 <= bytes_in * LOW_RETURN_PERCENT
+}
+
+/// `(status, text, is_error, characters cut)`.
+fn render(outcome: &Result<CellOutcome, String>) -> (&'static str, String, bool, u64) {
+    match outcome {
+        Err(e) => ("error", format!("envgit: {e}"), true, 0),
+        Ok(o) => {
+            let mut text = o.text.clone();
+            if let Some(e) = &o.error {
+                if !text.is_empty() && !text.ends_with('\n') {
+                    text.push('\n');
+                }
+                text.push_str(e);
+            }
+            if o.wrapped {
+                text.push_str(
+                    "\n(note: the cell has a top-level `return`, so it ran as a function and its \
+                     declarations do not persist; end with an expression instead)",
+                );
+            }
+            if let Some(n) = &o.notice {
+                text.push_str(&format!("\n(note: {n})"));
+            }
+            (
+                o.status.as_str(),
+                text,
+                o.status != CellStatus::Ok,
+                o.truncated_chars as u64,
+            )
+        }
+    }
+}
+
+fn summary(session: &str, code: &str, bytes_in: u64, bytes_out: u64) -> String {
+    let first = code
+        .lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty())
+        .unwrap_or("");
+    let mut line: String = first.chars().take(60).collect();
+    if first.chars().count() > 60 || code.lines().filter(|l| !l.trim().is_empty()).count() > 1 {
+        line.push('…');
+    }
+    let mut s = format!("execute[{session}] {line}");
+    if bytes_in > 0 {
+        s.push_str(&format!(
+            "  (in {}, out {})",
+            crate::output::size(bytes_in),
+            crate::output::size(bytes_out)
+        ));
+    }
+    s
+}
+
+fn tool_error(message: String) -> CallToolResult {
+    CallToolResult::error(vec![ContentBlock::text(message)])
+}
+
+struct ExecuteArgs {
+    code: String,
+    session: Option<String>,
+    timeout_ms: Option<u64>,
+}
+
+fn parse_args(args: Option<&serde_json::Map<String, Value>>) -> Result<ExecuteArgs, String> {
+    let empty = serde_json::Map::new();
+    let args = args.unwrap_or(&empty);
+    for k in args.keys() {
+        if !["code", "session", "timeout_ms"].contains(&k.as_str()) {
+            return Err(format!(
+                "unknown argument `{k}`; execute takes code, session, timeout_ms"
+            ));
+        }
+    }
+    let code = match args.get("code") {
+        Some(Value::String(s)) => s.clone(),
+        Some(_) => return Err("`code` must be a string of JavaScript".into()),
+        None => return Err("`code` is required: the JavaScript to run".into()),
+    };
+    let session = match args.get("session") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s))
+            if !s.is_empty()
+                && s.len() <= 64
+                && s.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') =>
+        {
+            Some(s.clone())
+        }
+        Some(_) => {
+            return Err("`session` must be a name of 1-64 letters, digits, `-` or `_`".into());
+        }
+    };
+    let timeout_ms = match args.get("timeout_ms") {
+        None | Some(Value::Null) => None,
+        Some(v) => match v.as_u64() {
+            Some(n) if n > 0 => Some(n),
+            _ => return Err("`timeout_ms` must be a positive integer (milliseconds)".into()),
+        },
+    };
+    Ok(ExecuteArgs {
+        code,
+        session,
+        timeout_ms,
+    })
+}
+
+fn description(index: &str, limits: &Limits) -> String {
+    let tools = if index.is_empty() {
+        "No downstream MCP servers are configured (mcp.servers in envgit.yaml).".to_string()
+    } else {
+        format!(
+            "Downstream servers, as globals of async functions `server.tool(args)`: {index}. \
+             `tools.list()`, `tools.search(words)` and `tools.describe(\"server.tool\")` (its \
+             TypeScript declaration) show what exists."
+        )
+    };
+    format!(
+        "Run JavaScript in a sandboxed REPL (QuickJS). The value of the last expression is \
+         returned, with anything printed by console.log. Top-level await works. Declarations \
+         persist between calls of the same `session` (omit it for the default session; a new \
+         name starts a fresh one). There is no filesystem, network, require, process or timers: \
+         the only way out is the tool functions. {tools} Helpers: sample(x, n), schema(x), \
+         assert(cond, msg). Keep what you return small: filter and summarise in code. Limits: \
+         {} s per call by default (timeout_ms, up to {} s), {} MiB heap, {} characters of \
+         output. Every call is recorded as an envgit step.",
+        limits.timeout.as_secs(),
+        limits.max_timeout.as_secs(),
+        limits.memory >> 20,
+        limits.output_chars
+    )
+}
+
+fn execute_tool(description: &str) -> Tool {
+    let schema = json!({
+        "type": "object",
+        "properties": {
+            "code": {"type": "string", "description": "JavaScript to run; the value of the last expression is returned"},
+            "session": {"type": "string", "description": "REPL session name; omit for the default session"},
+            "timeout_ms": {"type": "integer", "minimum": 1, "description": "wall-clock budget of this call in milliseconds"}
+        },
+        "required": ["code"],
+        "additionalProperties": false
+    });
+    let schema = match schema {
+        Value::Object(m) => m,
+        _ => serde_json::Map::new(),
+    };
+    let mut tool = Tool::new("execute", description.to_string(), Arc::new(schema));
+    let mut ann = ToolAnnotations::default();
+    ann.read_only_hint = Some(false);
+    ann.open_world_hint = Some(true);
+    tool.annotations = Some(ann);
+    tool
+}
+
+impl ServerHandler for ExecuteServer {
+    fn get_info(&self) -> ServerConfig {
+        let mut info = ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_instructions(
+                "envgit: one tool, `execute`, runs JavaScript that calls the allowed MCP servers \
+                 as functions; every call is a recorded step.",
+            );
+        info.server_info = Implementation::new("envgit", env!("CARGO_PKG_VERSION"));
+        info
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, McpError> {
+        Ok(ListToolsResult::with_all_items(vec![execute_tool(
+            &self.0.description,
+        )]))
+    }
+
+    fn get_tool(&self, name: &str) -> Option<Tool> {
+        (name == "execute").then(|| execute_tool(&self.0.description))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
+        if request.name != "execute" {
+            return Err(McpError::invalid_params(
+                format!("no tool `{}`; the only tool is `execute`", request.name),
+                None,
+            ));
+        }
+        let args = match parse_args(request.arguments.as_ref()) {
+            Ok(a) => a,
+            Err(e) => return Ok(tool_error(e).into()),
+        };
+        if let Some(token) = request.request_state.as_deref() {
+            return Ok(self
+                .0
+                .resume(token, &args, request.input_responses.as_ref(), &context)
+                .await);
+        }
+        match self.0.start(args, &context).await {
+            Ok(run) => Ok(self.0.drive(run, Some(&context)).await),
+            Err(e) => Ok(e.into()),
+        }
+    }
+}

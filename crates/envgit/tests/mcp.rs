@@ -1,0 +1,555 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+//! `envgit mcp` driven by a real MCP client (the official Python SDK, installed by
+//! `scripts/install-deps-mcp`) over stdio with a stripped environment, with a real downstream
+//! MCP server (Python SDK `MCPServer`) written here. Loopback only; every client run is bounded
+//! by `timeout`.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+use serde_json::{Value, json};
+use support::Env;
+
+/// Seconds one client run may take, start to finish.
+const CLIENT_TIMEOUT: &str = "120";
+
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// The folder holding the `mcp` package: `$ENVGIT_PYDEPS`, else target/pydeps after running
+/// scripts/install-deps-mcp (idempotent; fast when already there).
+fn pydeps() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let dir = std::env::var_os("ENVGIT_PYDEPS")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| workspace().join("target/pydeps"));
+        let out = Command::new(workspace().join("scripts/install-deps-mcp"))
+            .env("ENVGIT_PYDEPS", &dir)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "scripts/install-deps-mcp failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        dir.canonicalize().unwrap()
+    })
+}
+
+const DRIVER: &str = r#"
+import asyncio, json, subprocess, sys
+import mcp_types
+from mcp import Client, StdioServerParameters
+
+async def main():
+    spec = json.load(open(sys.argv[1]))
+    params = StdioServerParameters(
+        command=spec["envgit"],
+        args=["mcp", "--project", spec["project"]],
+        env=spec["env"],
+        cwd="/",
+    )
+    out = {"tools": [], "results": [], "elicitations": []}
+    answer = spec.get("answer")
+
+    async def on_elicit(context, params):
+        out["elicitations"].append({
+            "message": params.message,
+            "schema": params.requested_schema if isinstance(params.requested_schema, dict)
+            else params.requested_schema.model_dump(by_alias=True, exclude_none=True),
+        })
+        return mcp_types.ElicitResult(action="accept", content={"decision": answer})
+
+    kwargs = {"mode": spec.get("mode", "auto")}
+    if answer is not None:
+        kwargs["elicitation_callback"] = on_elicit
+    async with Client(params, **kwargs) as c:
+        out["protocol"] = c.protocol_version
+        tools = await c.list_tools()
+        out["tools"] = [
+            {"name": t.name, "description": t.description, "input_schema": t.input_schema}
+            for t in tools.tools
+        ]
+        for call in spec["calls"]:
+            if "__rewind_to" in call:
+                # Another terminal: `envgit rewind N` while the server keeps running.
+                step = out["results"][call["__rewind_to"]]["meta"]["envgit/step"]
+                subprocess.run(
+                    [spec["envgit"], "rewind", str(step)],
+                    cwd=spec["project"],
+                    env=spec["env"],
+                    check=True,
+                    capture_output=True,
+                )
+                out["results"].append({"rewound": step})
+                continue
+            if "__cancel_after" in call:
+                # The client gives up: the SDK sends notifications/cancelled.
+                import anyio
+                after = call.pop("__cancel_after")
+                with anyio.move_on_after(after):
+                    await c.call_tool("execute", call)
+                out["results"].append({"cancelled": True})
+                continue
+            r = await c.call_tool("execute", call)
+            text = "\n".join(b.text for b in r.content if getattr(b, "type", "") == "text")
+            out["results"].append({"is_error": bool(r.is_error), "text": text, "meta": r.meta or {}})
+    print(json.dumps(out))
+
+asyncio.run(main())
+"#;
+
+/// A downstream MCP server: typed tools, one that returns 300 KB, one that fails, and two the
+/// policy denies or asks about (they leave a marker file if they ever run).
+const FX_SERVER: &str = r#"
+import sys
+from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+
+marker_dir = sys.argv[1]
+server = MCPServer("fx")
+
+@server.tool()
+def add(a: int, b: int) -> int:
+    """Add two integers."""
+    return a + b
+
+@server.tool(structured_output=False)
+def echo(text: str) -> str:
+    """Echo the text back."""
+    return text
+
+@server.tool(structured_output=False)
+def big() -> str:
+    """300 KB of text."""
+    return "x" * 300_000
+
+@server.tool()
+def fail() -> str:
+    """Always fails."""
+    raise ToolError("fx failed on purpose")
+
+@server.tool(structured_output=False)
+def connect(port: int) -> str:
+    """Try a TCP connection to 127.0.0.1:port."""
+    import socket
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=5).close()
+        return "connected"
+    except OSError as e:
+        return "refused: " + str(e)
+
+@server.tool(structured_output=False)
+def write(name: str) -> str:
+    """Write a file in the working directory."""
+    open(name, "w").write("from the downstream server")
+    return "ok"
+
+@server.tool()
+def delete_everything() -> str:
+    """Denied by the policy."""
+    open(marker_dir + "/delete_everything-ran", "w").close()
+    return "deleted"
+
+@server.tool(structured_output=False)
+def create_issue(title: str) -> str:
+    """Needs approval."""
+    open(marker_dir + "/create_issue-ran", "w").close()
+    return "created " + title
+
+server.run()
+"#;
+
+struct Mcp {
+    env: Env,
+}
+
+impl Mcp {
+    fn new(policy_extra: &str) -> Self {
+        let env = Env::new();
+        env.init();
+        if !policy_extra.is_empty() {
+            let mut policy = env.read("envgit.yaml");
+            policy.push_str(policy_extra);
+            env.write("envgit.yaml", &policy);
+        }
+        Mcp { env }
+    }
+
+    /// Run the client against `envgit mcp` with `calls` (arguments of `execute`).
+    fn run(&self, calls: Value) -> Value {
+        self.run_with(calls, "auto", None)
+    }
+
+    /// `mode`: the Python client's `auto` (2026-07-28 if the server speaks it) or `legacy`
+    /// (initialize); `answer`: what it answers elicitations with (none: it cannot elicit).
+    fn run_with(&self, calls: Value, mode: &str, answer: Option<&str>) -> Value {
+        let dir = self.env.tmp.path();
+        std::fs::write(dir.join("driver.py"), DRIVER).unwrap();
+        let spec = json!({
+            "envgit": support::envgit_bin(),
+            "project": self.env.project,
+            // What an MCP client passes: nothing but the store's home (README).
+            "env": {"ENVGIT_HOME": self.env.home},
+            "calls": calls,
+            "mode": mode,
+            "answer": answer,
+        });
+        std::fs::write(dir.join("spec.json"), spec.to_string()).unwrap();
+        // The client itself starts with a stripped environment too.
+        let out = Command::new("timeout")
+            .args([CLIENT_TIMEOUT, "python3", "driver.py", "spec.json"])
+            .current_dir(dir)
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap())
+            .env("HOME", self.env.user_home())
+            .env("PYTHONPATH", pydeps())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "client failed ({:?})\nstdout:\n{}\nstderr:\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).unwrap()
+    }
+
+    fn repl_steps(&self) -> Vec<Value> {
+        let mut steps: Vec<Value> = self
+            .env
+            .log_json()
+            .into_iter()
+            .filter(|s| s["kind"] == "repl")
+            .collect();
+        steps.sort_by_key(|s| s["number"].as_u64());
+        steps
+    }
+}
+
+fn text(r: &Value) -> &str {
+    r["text"].as_str().unwrap()
+}
+
+#[test]
+fn execute_runs_cells_in_sessions_and_records_each_as_a_step() {
+    let m = Mcp::new("");
+    let out = m.run(json!([
+        {"code": "let x = 41; console.log('hello'); x + 1"},
+        {"code": "x * 2"},
+        {"code": "typeof x", "session": "other"},
+        {"code": "while (true) {}", "timeout_ms": 300},
+        {"code": "x"},
+        {"code": "const hog = []; while (true) hog.push('y'.repeat(4096) + hog.length)"},
+        {"code": "x + 1"},
+        {"code": "[typeof require, typeof fetch, typeof process, typeof setTimeout, typeof setInterval, typeof performance].join()"},
+        {"code": "\nthrow new Error('boom')"},
+    ]));
+    let tools = out["tools"].as_array().unwrap();
+    assert_eq!(tools.len(), 1);
+    assert_eq!(tools[0]["name"], "execute");
+    assert_eq!(tools[0]["input_schema"]["required"], json!(["code"]));
+    let r = out["results"].as_array().unwrap();
+    assert!(!r[0]["is_error"].as_bool().unwrap(), "{}", text(&r[0]));
+    assert!(
+        text(&r[0]).starts_with("hello\n42\n[step "),
+        "{}",
+        text(&r[0])
+    );
+    assert!(text(&r[1]).starts_with("82\n"), "{}", text(&r[1]));
+    assert!(text(&r[2]).starts_with("\"undefined\""), "{}", text(&r[2]));
+    assert_eq!(r[2]["meta"]["envgit/session"], "other");
+    // The infinite loop: a readable error, and the session is still there.
+    assert!(r[3]["is_error"].as_bool().unwrap());
+    assert!(text(&r[3]).contains("300 ms budget"), "{}", text(&r[3]));
+    assert!(text(&r[4]).starts_with("41\n"), "{}", text(&r[4]));
+    // The memory bomb.
+    assert!(r[5]["is_error"].as_bool().unwrap());
+    assert!(text(&r[5]).contains("out of memory"), "{}", text(&r[5]));
+    assert!(text(&r[6]).starts_with("42\n"), "{}", text(&r[6]));
+    // No ambient capability.
+    assert!(
+        text(&r[7]).starts_with("\"undefined,undefined,undefined,undefined,undefined,undefined\""),
+        "{}",
+        text(&r[7])
+    );
+    assert!(r[8]["is_error"].as_bool().unwrap());
+    assert!(text(&r[8]).contains("Error: boom"), "{}", text(&r[8]));
+    assert!(text(&r[8]).contains("cell:2"), "{}", text(&r[8]));
+
+    // Every call is a step of kind repl, with its code and status.
+    let steps = m.repl_steps();
+    assert_eq!(steps.len(), 9, "{steps:#?}");
+    let statuses: Vec<&str> = steps
+        .iter()
+        .map(|s| s["repl"]["status"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        statuses,
+        [
+            "ok", "ok", "ok", "timeout", "ok", "oom", "ok", "ok", "error"
+        ]
+    );
+    assert_eq!(steps[1]["repl"]["code"], "x * 2");
+    assert_eq!(steps[2]["repl"]["session"], "other");
+    for (s, res) in steps.iter().zip(r) {
+        assert_eq!(s["number"], res["meta"]["envgit/step"]);
+        assert_eq!(s["repl"]["bytes_out"], res["meta"]["envgit/bytesOut"]);
+    }
+    let log = m.env.envgit(&["log"]).ok();
+    assert!(
+        log.stdout.contains("execute[default] x * 2"),
+        "{}",
+        log.stdout
+    );
+}
+
+#[test]
+fn execute_without_a_project_says_what_to_do() {
+    let env = Env::new();
+    let r = env.envgit(&["mcp", "--project", env.project.to_str().unwrap()]);
+    assert_eq!(r.code, 2);
+    assert!(r.stderr.contains("envgit init"), "{}", r.stderr);
+}
+
+/// A project whose policy starts the fx server (in the sandbox: its script lives in the
+/// project, which it can see), denies `fx.delete_*` and asks for `fx.create_issue`.
+fn with_fx(extra: &str) -> (Mcp, PathBuf) {
+    let m = Mcp::new("");
+    let markers = m.env.path("markers");
+    std::fs::create_dir_all(&markers).unwrap();
+    m.env.write("fx_server.py", FX_SERVER);
+    let policy = format!(
+        "mcp:\n  servers:\n    fx:\n      command: /usr/bin/python3\n      args: [fx_server.py, {:?}]\n      env: {{ PYTHONPATH: {:?} }}\n  tools:\n    \"fx.delete_*\": deny\n    \"fx.create_issue\": ask\n{extra}",
+        markers.to_str().unwrap(),
+        pydeps().to_str().unwrap(),
+    );
+    let mut text_policy = m.env.read("envgit.yaml");
+    assert!(!text_policy.lines().any(|l| l.starts_with("mcp:")));
+    text_policy.push_str(&policy);
+    m.env.write("envgit.yaml", &text_policy);
+    (m, markers)
+}
+
+#[test]
+fn downstream_tools_are_typed_functions_under_policy() {
+    let (m, markers) = with_fx("");
+    // A listener on loopback that the policy does not allow: the sandboxed server cannot reach it.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let port = listener.local_addr().unwrap().port();
+
+    let out = m.run(json!([
+        {"code": "const s = await fx.add({a: 2, b: 3}); s"},
+        {"code": "await fx.echo({text: 'hi'})"},
+        {"code": "[typeof fx.delete_everything, tools.list().join()]"},
+        {"code": "await fx.create_issue({title: 'x'})"},
+        {"code": "try { await fx.fail() } catch (e) { [e.name, e.message] }"},
+        {"code": "tools.describe('fx.add')"},
+        {"code": "const big = await fx.big(); big.length"},
+        {"code": "(await Promise.all(Array.from({length: 100}, (_, i) => fx.add({a: i, b: 1})))).length"},
+        {"code": format!("await fx.connect({{port: {port}}})")},
+        {"code": "await fx.write({name: 'made-by-fx.txt'})"},
+    ]));
+    let r = out["results"].as_array().unwrap();
+    for (i, res) in r.iter().enumerate() {
+        if i != 3 {
+            assert!(!res["is_error"].as_bool().unwrap(), "{i}: {}", text(res));
+        }
+    }
+    assert!(text(&r[0]).contains('5'), "{}", text(&r[0]));
+    assert!(text(&r[1]).starts_with("\"hi\""), "{}", text(&r[1]));
+    // Denied: not injected.
+    let listed = text(&r[2]);
+    assert!(listed.starts_with("[\"undefined\",\""), "{listed}");
+    assert!(!listed.contains("delete_everything"), "{listed}");
+    assert!(
+        listed.contains("fx.create_issue") && listed.contains("fx.add"),
+        "{listed}"
+    );
+    // Ask without an approver: refused, readably, and never sent.
+    assert!(r[3]["is_error"].as_bool().unwrap());
+    assert!(
+        text(&r[3]).contains("needs a person's approval"),
+        "{}",
+        text(&r[3])
+    );
+    assert!(text(&r[4]).contains("ToolError"), "{}", text(&r[4]));
+    assert!(
+        text(&r[4]).contains("fx failed on purpose"),
+        "{}",
+        text(&r[4])
+    );
+    assert!(
+        text(&r[5]).contains("function add(args: { a: number; b: number })"),
+        "{}",
+        text(&r[5])
+    );
+    assert!(text(&r[6]).starts_with("300000\n"), "{}", text(&r[6]));
+    assert!(text(&r[6]).contains("low-return"), "{}", text(&r[6]));
+    assert!(text(&r[7]).starts_with("100\n"), "{}", text(&r[7]));
+    assert!(text(&r[8]).starts_with("\"refused: "), "{}", text(&r[8]));
+    assert!(
+        listener.accept().is_err(),
+        "the sandboxed server reached the host's loopback"
+    );
+    assert_eq!(m.env.read("made-by-fx.txt"), "from the downstream server");
+    assert!(!markers.join("delete_everything-ran").exists());
+    assert!(!markers.join("create_issue-ran").exists());
+
+    let steps = m.repl_steps();
+    assert_eq!(steps.len(), 10);
+    // What the server wrote during a step is in that step's snapshot.
+    let wrote = &steps[9]["changes"];
+    assert!(wrote.to_string().contains("made-by-fx.txt"), "{wrote}");
+    let ask = &steps[3]["repl"]["calls"][0];
+    assert_eq!(ask["decision"], "ask");
+    assert_eq!(ask["tool"], "create_issue");
+    let big = &steps[6];
+    assert!(
+        big["repl"]["bytes_in"].as_u64().unwrap() >= 300_000,
+        "{big:#?}"
+    );
+    assert!(big["repl"]["bytes_out"].as_u64().unwrap() < 100);
+    assert_eq!(big["flags"], json!(["low_return"]));
+    assert_eq!(steps[7]["repl"]["calls"].as_array().unwrap().len(), 100);
+    assert!(
+        !steps[0]["flags"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("low_return"))
+    );
+    let log = m.env.envgit(&["log"]).ok();
+    assert!(log.stdout.contains("[low-return]"), "{}", log.stdout);
+}
+
+#[test]
+fn rewind_from_another_terminal_rewinds_the_repl_by_replay() {
+    let m = Mcp::new("");
+    let out = m.run(json!([
+        {"code": "var a = 1; let later = Date.now(); const r = Math.random(); 'one'"},
+        {"code": "throw new Error('a failed cell, skipped by replay')"},
+        {"code": "a = 2; let c = 3; [a, c]"},
+        {"code": "a = 3; let d = 4", "session": "default"},
+        {"code": "let other = 'x'", "session": "s2"},
+        {"__rewind_to": 2},
+        {"code": "[a, typeof c, typeof d, typeof other, typeof later, typeof r]"},
+        {"code": "typeof other", "session": "s2"},
+    ]));
+    let r = out["results"].as_array().unwrap();
+    assert_eq!(r[5]["rewound"], r[2]["meta"]["envgit/step"]);
+    let t = text(&r[6]);
+    assert!(
+        t.contains(&format!(
+            "the project was rewound to step {}",
+            r[2]["meta"]["envgit/step"]
+        )),
+        "{t}"
+    );
+    assert!(t.contains("session default: 2 cell(s) replayed"), "{t}");
+    assert!(
+        t.contains("[2,\"number\",\"undefined\",\"undefined\",\"number\",\"number\"]"),
+        "{t}"
+    );
+    // s2 began after step N: it starts empty.
+    assert!(text(&r[7]).starts_with("\"undefined\""), "{}", text(&r[7]));
+}
+
+#[test]
+fn ask_goes_to_the_person_through_elicitation_in_both_eras() {
+    let (m, markers) = with_fx("approvers:\n  mcp_elicitation: true\n");
+    let ran = markers.join("create_issue-ran");
+    let mut steps_seen = 0;
+    for (mode, era) in [("legacy", "2025"), ("auto", "2026-07-28")] {
+        for answer in ["approve", "deny"] {
+            let _ = std::fs::remove_file(&ran);
+            let out = m.run_with(
+                json!([{"code": "await fx.create_issue({title: 'T'})"}]),
+                mode,
+                Some(answer),
+            );
+            assert!(
+                out["protocol"].as_str().unwrap().starts_with(era),
+                "{mode}: {}",
+                out["protocol"]
+            );
+            let asked = out["elicitations"].as_array().unwrap();
+            assert_eq!(asked.len(), 1, "{mode} {answer}: {out:#}");
+            let msg = asked[0]["message"].as_str().unwrap();
+            assert!(msg.contains("fx.create_issue"), "{msg}");
+            // A required approve/deny field with no default.
+            let schema = &asked[0]["schema"];
+            assert_eq!(schema["required"], json!(["decision"]), "{schema}");
+            assert_eq!(
+                schema["properties"]["decision"]["enum"],
+                json!(["approve", "deny"])
+            );
+            assert!(schema["properties"]["decision"].get("default").is_none());
+            let r = &out["results"][0];
+            if answer == "approve" {
+                assert!(!r["is_error"].as_bool().unwrap(), "{mode}: {}", text(r));
+                assert!(text(r).starts_with("\"created T\""), "{}", text(r));
+                assert!(ran.exists());
+            } else {
+                assert!(r["is_error"].as_bool().unwrap(), "{mode}: {}", text(r));
+                assert!(text(r).contains("did not get it"), "{}", text(r));
+                assert!(!ran.exists());
+            }
+            let steps = m.repl_steps();
+            steps_seen += 1;
+            assert_eq!(steps.len(), steps_seen);
+            let approval = &steps.last().unwrap()["approvals"][0];
+            assert_eq!(approval["rule"], "mcp.tools.fx.create_issue");
+            assert_eq!(
+                approval["answer"],
+                if answer == "approve" {
+                    "approved"
+                } else {
+                    "refused"
+                }
+            );
+            assert!(
+                approval["approver"]
+                    .as_str()
+                    .unwrap()
+                    .starts_with("mcp-elicitation ("),
+                "{approval}"
+            );
+        }
+    }
+    // A client that cannot elicit is never asked; the call is refused and says why.
+    let out = m.run_with(
+        json!([{"code": "await fx.create_issue({title: 'T'})"}]),
+        "auto",
+        None,
+    );
+    assert!(text(&out["results"][0]).contains("does not support elicitation"));
+}
+
+#[test]
+fn a_cancelled_call_interrupts_the_cell_and_the_session_survives() {
+    let m = Mcp::new("");
+    let t = std::time::Instant::now();
+    let out = m.run(json!([
+        {"code": "let kept = 7"},
+        // Cancelled well after the call is in flight even on a loaded 2-core machine (a
+        // cancellation that arrives before the request is known is ignored by design).
+        {"code": "while (true) {}", "timeout_ms": 60000, "__cancel_after": 3.0},
+        {"code": "kept * 6"},
+    ]));
+    assert!(t.elapsed() < std::time::Duration::from_secs(30));
+    let r = out["results"].as_array().unwrap();
+    assert!(text(&r[2]).starts_with("42\n"), "{}", text(&r[2]));
+    let steps = m.repl_steps();
+    let statuses: Vec<&str> = steps
+        .iter()
+        .map(|s| s["repl"]["status"].as_str().unwrap())
+        .collect();
+    assert_eq!(statuses, ["ok", "cancelled", "ok"], "{steps:#?}");
+}
