@@ -440,10 +440,11 @@ async fn forward<C: Stream, U: Stream>(
     if whole && !matches!(body, Body::None) {
         if expects_continue
             && !continue_sent
-            && client
+            && (client
                 .write_all(b"HTTP/1.1 100 Continue\r\n\r\n")
                 .await
                 .is_err()
+                || client.flush().await.is_err())
         {
             return false;
         }
@@ -454,6 +455,10 @@ async fn forward<C: Stream, U: Stream>(
             // then end the connection (the request was not sent whole).
             Err(Side::Writer) => whole = false,
         }
+    }
+    // A TLS stream may hold the end of what was written until it is flushed.
+    if upstream.flush().await.is_err() {
+        whole = false;
     }
     let is_head = req.method.eq_ignore_ascii_case("HEAD");
     respond(client, upstream, rec, keep_alive && whole, is_head).await
@@ -585,7 +590,7 @@ async fn respond<C: Stream, U: Stream>(
             return false;
         };
         if (100..200).contains(&resp.status) && resp.status != 101 {
-            if client.write_all(&head).await.is_err() {
+            if client.write_all(&head).await.is_err() || client.flush().await.is_err() {
                 return false;
             }
             rec.add_in(head.len());
@@ -622,6 +627,7 @@ async fn respond<C: Stream, U: Stream>(
             copy_framed(upstream, client, body, &|n| rec.add_in(n))
                 .await
                 .is_ok()
+                && client.flush().await.is_ok()
         }
         _ => {
             headers.push(("Connection".to_owned(), b"close".to_vec()));

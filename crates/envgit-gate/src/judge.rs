@@ -61,7 +61,8 @@ where
             continue_sent = client
                 .write_all(b"HTTP/1.1 100 Continue\r\n\r\n")
                 .await
-                .is_ok();
+                .is_ok()
+                && client.flush().await.is_ok();
         }
         body = body_prefix(client, req).await;
         if let Some((bytes, complete)) = &body {

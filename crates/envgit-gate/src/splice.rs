@@ -6,7 +6,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use crate::events::Recorder;
 
-const CHUNK: usize = 16 * 1024;
+const CHUNK: usize = 64 * 1024;
 
 /// Splices `client` and `upstream` until both directions end. An end of stream on one side is
 /// passed on as a half-close; an error ends both directions, except that the upstream refusing

@@ -106,17 +106,28 @@ pub(crate) async fn terminate(
             return;
         }
     };
-    let client = match tokio::time::timeout(HANDSHAKE_TIMEOUT, start.into_stream(config)).await {
-        Ok(Ok(stream)) => stream,
-        _ => return, // the client gave up (or does not trust the run CA)
-    };
-    let mut client = Prefixed::new(client);
-    if resolve::find(&shared.resolve, host, port).is_some_and(|r| r.plain) {
+    let plain = resolve::find(&shared.resolve, host, port).is_some_and(|r| r.plain);
+    if plain {
+        let client = match tokio::time::timeout(HANDSHAKE_TIMEOUT, start.into_stream(config)).await
+        {
+            Ok(Ok(stream)) => stream,
+            _ => return, // the client gave up (or does not trust the run CA)
+        };
         drop(rec); // the tunnel's own event; each request inside gets one
-        http::bound(client, upstream, host, port, shared, true).await;
+        http::bound(Prefixed::new(client), upstream, host, port, shared, true).await;
         return;
     }
-    let upstream = match connect_upstream(upstream, host, shared).await {
+    // Both handshakes at once: the upstream's name is known from the CONNECT (and the SNI
+    // agrees), so the client need not wait for the second one to start.
+    let (client, upstream) = tokio::join!(
+        tokio::time::timeout(HANDSHAKE_TIMEOUT, start.into_stream(config)),
+        connect_upstream(upstream, host, shared)
+    );
+    let Ok(Ok(client)) = client else {
+        return; // the client gave up (or does not trust the run CA)
+    };
+    let mut client = Prefixed::new(client);
+    let upstream = match upstream {
         Ok(stream) => {
             drop(rec);
             stream

@@ -55,7 +55,7 @@ pub(crate) fn splice<A: Duplex, B: Duplex>(client: A, gate: B) -> io::Result<()>
 
 /// Copies `from` → `to` until end of stream (then half-closes `to`) or an error.
 fn pump<R: Duplex, W: Duplex>(mut from: R, mut to: W, on_write_error: OnWriteError) {
-    let mut buf = vec![0u8; 16 * 1024];
+    let mut buf = vec![0u8; 128 * 1024];
     loop {
         match from.read(&mut buf) {
             Ok(0) => {
