@@ -194,6 +194,18 @@ fn event_target(e: &GateEvent) -> (String, String) {
     (host, what)
 }
 
+/// Request timeouts of the usual clients, raised past the time an `ask` may hold a request so
+/// the client is still waiting when the answer comes.
+fn client_timeouts(ask_timeout: u64) -> Vec<(String, String)> {
+    let secs = ask_timeout + 30;
+    vec![
+        ("PIP_DEFAULT_TIMEOUT".into(), secs.to_string()),
+        ("UV_HTTP_TIMEOUT".into(), secs.to_string()),
+        ("CARGO_HTTP_TIMEOUT".into(), secs.to_string()),
+        ("npm_config_fetch_timeout".into(), (secs * 1000).to_string()),
+    ]
+}
+
 /// Proxy variables for clients that honour them (both spellings).
 fn proxy_env(port: u16) -> Vec<(String, String)> {
     let url = format!("http://127.0.0.1:{port}");
@@ -324,7 +336,13 @@ pub(crate) fn run_sandboxed(
         staging: staging.clone(),
         home_overlay,
         caller_env: std::env::vars().collect(),
-        extra_env: proxy_env(PROXY_PORT),
+        extra_env: {
+            let mut env = proxy_env(PROXY_PORT);
+            if project.policy.approvers.socket {
+                env.extend(client_timeouts(project.policy.approvers.timeout));
+            }
+            env
+        },
         relay: Some(relay),
         trust: Some(trust),
         protected: protected.to_vec(),

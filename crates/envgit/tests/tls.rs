@@ -538,6 +538,11 @@ fn an_ask_nobody_answers_is_refused_when_the_timeout_passes() {
         "envgit.yaml",
         &format!("{yaml}\napprovers:\n  timeout: 1\n"),
     );
+    // The usual clients wait longer than an ask may hold their request.
+    let env = w
+        .run("echo pip=$PIP_DEFAULT_TIMEOUT npm=$npm_config_fetch_timeout")
+        .ok();
+    assert!(env.stdout.contains("pip=31 npm=31000"), "{}", env.stdout);
     w.run(CLONE).ok();
     let before = w.remote_head();
     let out = w.run(&format!("{COMMIT} && git push -q origin HEAD:main"));
