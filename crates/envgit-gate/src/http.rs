@@ -311,11 +311,8 @@ async fn refuse_request<C: Stream>(
     rule: &str,
     reason: &str,
 ) {
-    rec.decide(false, rule);
-    rec.status(403);
-    let _ = client
-        .write_all(&decide::forbidden_for_client(what, rule, reason))
-        .await;
+    let answer = decide::forbidden_for_client(what, rule, reason);
+    answer_refusal(client, rec, rule, &answer).await;
 }
 
 /// Answer a refusal (403 with the rule) and record it.
@@ -326,11 +323,18 @@ pub(crate) async fn refuse<C: Stream>(
     rule: &str,
     reason: &str,
 ) {
+    answer_refusal(client, rec, rule, &decide::forbidden(what, rule, reason)).await;
+}
+
+async fn answer_refusal<C: Stream>(
+    client: &mut Prefixed<C>,
+    rec: &mut Recorder,
+    rule: &str,
+    answer: &[u8],
+) {
     rec.decide(false, rule);
     rec.status(403);
-    let _ = client
-        .write_all(&decide::forbidden(what, rule, reason))
-        .await;
+    let _ = client.write_all(answer).await;
 }
 
 async fn bad_gateway<C: Stream>(client: &mut Prefixed<C>, rec: &mut Recorder, msg: &str) {

@@ -34,16 +34,7 @@ where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
 {
-    let mut buf = vec![0u8; CHUNK];
-    loop {
-        let n = r.read(&mut buf).await?;
-        if n == 0 {
-            let _ = w.shutdown().await;
-            return Ok(());
-        }
-        w.write_all(&buf[..n]).await?;
-        count(n);
-    }
+    copy_until(r, w, count, false).await
 }
 
 /// [`copy`] for the client's side: when the writer stops accepting (a server that closed after
@@ -55,6 +46,19 @@ where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
 {
+    copy_until(r, w, count, true).await
+}
+
+async fn copy_until<R, W>(
+    r: &mut R,
+    w: &mut W,
+    count: impl Fn(usize),
+    drain_on_write_error: bool,
+) -> io::Result<()>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
     let mut buf = vec![0u8; CHUNK];
     loop {
         let n = r.read(&mut buf).await?;
@@ -62,7 +66,10 @@ where
             let _ = w.shutdown().await;
             return Ok(());
         }
-        if w.write_all(&buf[..n]).await.is_err() {
+        if let Err(e) = w.write_all(&buf[..n]).await {
+            if !drain_on_write_error {
+                return Err(e);
+            }
             let _ = w.shutdown().await;
             while r.read(&mut buf).await? > 0 {}
             return Ok(());

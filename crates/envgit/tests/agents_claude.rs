@@ -13,30 +13,10 @@ mod support;
 #[path = "../src/demo/git_server.rs"]
 mod git_server;
 
-use std::path::Path;
 use std::time::Duration;
 
 use agents_support::{Api, ModelServer, Turn, agent_bin_dir, path_with, run_bounded};
 use support::Env;
-
-fn git(env: &Env, dir: &Path, args: &[&str]) {
-    let out = std::process::Command::new("git")
-        .args(args)
-        .current_dir(dir)
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("HOME", env.user_home())
-        .env("GIT_AUTHOR_NAME", "t")
-        .env("GIT_AUTHOR_EMAIL", "t@example.invalid")
-        .env("GIT_COMMITTER_NAME", "t")
-        .env("GIT_COMMITTER_EMAIL", "t@example.invalid")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
 
 #[test]
 fn claude_runs_in_the_sandbox_and_gate_with_shell_rules_refused_at_the_hook() {
@@ -44,25 +24,20 @@ fn claude_runs_in_the_sandbox_and_gate_with_shell_rules_refused_at_the_hook() {
     let remotes = env.tmp.path().join("remotes");
     std::fs::create_dir_all(&remotes).unwrap();
     let bare = remotes.join("app.git");
-    git(
-        &env,
-        &remotes,
-        &["init", "-q", "--bare", "-b", "main", "app.git"],
-    );
-    git(&env, &bare, &["config", "http.receivepack", "true"]);
+    env.git(&remotes, &["init", "-q", "--bare", "-b", "main", "app.git"]);
+    env.git(&bare, &["config", "http.receivepack", "true"]);
     let remote = git_server::GitServer::start(&remotes).unwrap();
     let url = format!("http://127.0.0.1:{}/app.git", remote.port);
     let seed = env.tmp.path().join("seed");
-    git(&env, env.tmp.path(), &["clone", "-q", &url, "seed"]);
+    env.git(env.tmp.path(), &["clone", "-q", &url, "seed"]);
     std::fs::write(seed.join("a.txt"), "a").unwrap();
-    git(&env, &seed, &["add", "-A"]);
-    git(&env, &seed, &["commit", "-q", "-m", "seed"]);
-    git(&env, &seed, &["push", "-q", "origin", "HEAD:main"]);
+    env.git(&seed, &["add", "-A"]);
+    env.git(&seed, &["commit", "-q", "-m", "seed"]);
+    env.git(&seed, &["push", "-q", "origin", "HEAD:main"]);
     std::fs::remove_dir_all(&env.project).unwrap();
-    git(&env, env.tmp.path(), &["clone", "-q", &url, "project"]);
-    git(&env, &env.project, &["config", "user.name", "agent"]);
-    git(
-        &env,
+    env.git(env.tmp.path(), &["clone", "-q", &url, "project"]);
+    env.git(&env.project, &["config", "user.name", "agent"]);
+    env.git(
         &env.project,
         &["config", "user.email", "agent@example.invalid"],
     );

@@ -22,24 +22,7 @@ fn remote_and_clone(policy_extra: &str) -> Remote {
     let remotes = env.tmp.path().join("remotes");
     std::fs::create_dir_all(&remotes).unwrap();
     let bare = remotes.join("app.git");
-    let git = |dir: &std::path::Path, args: &[&str]| {
-        let out = std::process::Command::new("git")
-            .args(args)
-            .current_dir(dir)
-            .env("GIT_CONFIG_NOSYSTEM", "1")
-            .env("HOME", env.user_home())
-            .env("GIT_AUTHOR_NAME", "t")
-            .env("GIT_AUTHOR_EMAIL", "t@example.invalid")
-            .env("GIT_COMMITTER_NAME", "t")
-            .env("GIT_COMMITTER_EMAIL", "t@example.invalid")
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "git {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    };
+    let git = |dir: &std::path::Path, args: &[&str]| env.git(dir, args);
     git(&remotes, &["init", "-q", "--bare", "-b", "main", "app.git"]);
     git(&bare, &["config", "http.receivepack", "true"]);
     let server = git_server::GitServer::start(&remotes).unwrap();

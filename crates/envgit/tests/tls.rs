@@ -91,24 +91,6 @@ impl Drop for World {
     }
 }
 
-fn git_host(dir: &Path, args: &[&str]) {
-    let out = Command::new("git")
-        .args(args)
-        .current_dir(dir)
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("GIT_AUTHOR_NAME", "t")
-        .env("GIT_AUTHOR_EMAIL", "t@example.invalid")
-        .env("GIT_COMMITTER_NAME", "t")
-        .env("GIT_COMMITTER_EMAIL", "t@example.invalid")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
 /// A bare repository with one commit served by git's http-backend behind an HTTPS front as
 /// `git.envgit.test`; an echo server behind fronts as `api.github.com` and `l7.envgit.test`;
 /// a project whose policy allows the three names.
@@ -120,14 +102,14 @@ fn world(policy_extra: &str) -> World {
     let remotes = env.tmp.path().join("remotes");
     std::fs::create_dir_all(&remotes).unwrap();
     let bare = remotes.join("app.git");
-    git_host(&remotes, &["init", "-q", "--bare", "-b", "main", "app.git"]);
-    git_host(&bare, &["config", "http.receivepack", "true"]);
+    env.git(&remotes, &["init", "-q", "--bare", "-b", "main", "app.git"]);
+    env.git(&bare, &["config", "http.receivepack", "true"]);
     let seed = env.tmp.path().join("seed");
-    git_host(env.tmp.path(), &["init", "-q", "-b", "main", "seed"]);
+    env.git(env.tmp.path(), &["init", "-q", "-b", "main", "seed"]);
     std::fs::write(seed.join("a.txt"), "a").unwrap();
-    git_host(&seed, &["add", "-A"]);
-    git_host(&seed, &["commit", "-q", "-m", "seed"]);
-    git_host(&seed, &["push", "-q", bare.to_str().unwrap(), "HEAD:main"]);
+    env.git(&seed, &["add", "-A"]);
+    env.git(&seed, &["commit", "-q", "-m", "seed"]);
+    env.git(&seed, &["push", "-q", bare.to_str().unwrap(), "HEAD:main"]);
     let git = git_server::GitServer::start(&remotes).unwrap();
     let (echo, echo_port) = spawn_py("echo_http.py", &[]);
     let mut children = vec![echo];

@@ -106,6 +106,27 @@ impl Env {
         )
     }
 
+    /// Real git on the host (not in the sandbox) with a fixed identity and no system or user
+    /// configuration; panics with git's stderr when it fails.
+    pub fn git(&self, dir: &Path, args: &[&str]) {
+        let out = Command::new("git")
+            .args(args)
+            .current_dir(dir)
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("HOME", self.user_home())
+            .env("GIT_AUTHOR_NAME", "t")
+            .env("GIT_AUTHOR_EMAIL", "t@example.invalid")
+            .env("GIT_COMMITTER_NAME", "t")
+            .env("GIT_COMMITTER_EMAIL", "t@example.invalid")
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "git {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
     /// `envgit init` in the project.
     pub fn init(&self) -> Run {
         self.envgit(&["init"]).ok()
