@@ -100,6 +100,9 @@ pub struct PlanInput<'a> {
     pub relay: Option<RelaySpec>,
     /// The run CA's trust files on the host (`None`: no TLS interception, nothing mounted).
     pub trust: Option<TrustFiles>,
+    /// envgit's own binary, mounted read-only at [`ENVGIT_INSIDE`] for hooks that run inside
+    /// (the host path may be invisible there, e.g. under the host's /tmp).
+    pub envgit_exe: Option<PathBuf>,
     /// Protected paths relative to the project (the policy's list and `core.hooksPath`).
     pub protected: Vec<String>,
 }
@@ -251,6 +254,9 @@ fn environment(input: &PlanInput<'_>) -> Vec<(String, String)> {
     env
 }
 
+/// Where envgit's own binary is inside the sandbox.
+pub const ENVGIT_INSIDE: &str = "/run/envgit/envgit";
+
 /// The trust files' names under `/run/envgit` inside the sandbox.
 const BUNDLE_NAME: &str = "ca-bundle.pem";
 const CA_NAME: &str = "run-ca.pem";
@@ -312,7 +318,15 @@ pub fn plan(input: PlanInput<'_>) -> Spec {
                     (CA_NAME.to_owned(), t.ca.clone()),
                 ]
             })
-            .unwrap_or_default(),
+            .unwrap_or_default()
+            .into_iter()
+            .chain(
+                input
+                    .envgit_exe
+                    .iter()
+                    .map(|e| ("envgit".to_owned(), e.clone())),
+            )
+            .collect(),
     }
 }
 

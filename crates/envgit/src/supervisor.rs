@@ -345,6 +345,7 @@ pub(crate) fn run_sandboxed(
         },
         relay: Some(relay),
         trust: Some(trust),
+        envgit_exe: Some(exe.clone()),
         protected: protected.to_vec(),
     });
     let outcome = {

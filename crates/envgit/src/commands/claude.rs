@@ -75,9 +75,6 @@ pub fn run(dir: Option<&Path>, args: &ClaudeArgs) -> CmdResult<ExitCode> {
     let mut project = Project::find(dir)?;
     let cwd = start_dir(dir)?;
     let claude = find_claude()?;
-    let exe = std::env::current_exe()
-        .and_then(|e| e.canonicalize())
-        .map_err(|e| Failure::failed(format!("cannot find envgit's own binary: {e}")))?;
     let pass = &mut project.policy.env.pass;
     for (k, _) in std::env::vars() {
         let wanted =
@@ -93,7 +90,8 @@ pub fn run(dir: Option<&Path>, args: &ClaudeArgs) -> CmdResult<ExitCode> {
     let mut argv = vec![
         claude.display().to_string(),
         "--settings".to_string(),
-        settings(&exe),
+        // The hook runs inside, where the supervisor mounts envgit's binary at a fixed path.
+        settings(Path::new(envgit_sandbox::plan::ENVGIT_INSIDE)),
     ];
     argv.extend(args.args.iter().cloned());
     let upstreams = Upstreams::new(&[], None)?;

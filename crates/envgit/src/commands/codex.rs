@@ -288,6 +288,7 @@ fn denied_reads(project: &Project, cwd: &Path) -> Vec<PathBuf> {
         caller_env: Vec::new(),
         extra_env: Vec::new(),
         trust: None,
+        envgit_exe: None,
         relay: None,
         protected: Vec::new(),
     });
