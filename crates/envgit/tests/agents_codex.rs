@@ -405,6 +405,13 @@ fn exec_server_session(mut cmd: std::process::Command, dir: &Path) -> Vec<Value>
     while !seen.iter().any(|v| v["method"] == "process/closed") {
         seen.push(rx.recv_timeout(Duration::from_secs(60)).unwrap());
     }
+    // The real server may send `process/exited` after `process/closed`.
+    while !seen.iter().any(|v| v["method"] == "process/exited") {
+        match rx.recv_timeout(Duration::from_secs(5)) {
+            Ok(v) => seen.push(v),
+            Err(_) => break,
+        }
+    }
     drop(input);
     let _ = child.wait();
     seen
@@ -450,19 +457,18 @@ fn our_exec_server_answers_like_the_real_one() {
     let mut ours_cmd = env.cmd(&env.project);
     ours_cmd.arg("codex-exec-server");
     let ours = exec_server_session(ours_cmd, &env.project.canonicalize().unwrap());
-    // Answers in id order; process notifications in order (chunks may split differently).
+    // Answers in id order; then the set of notification shapes (chunks may split differently,
+    // and on a loaded machine output and exit may interleave differently).
     let norm = |msgs: &[Value]| {
         let mut answers: Vec<&Value> = msgs.iter().filter(|v| v["method"].is_null()).collect();
         answers.sort_by_key(|v| v["id"].as_u64());
         let mut out: Vec<String> = answers.into_iter().map(shape).collect();
-        let mut last = String::new();
-        for n in msgs.iter().filter(|v| v["method"].is_string()) {
-            let s = shape(n);
-            if s != last {
-                out.push(s.clone());
-            }
-            last = s;
-        }
+        let notes: std::collections::BTreeSet<String> = msgs
+            .iter()
+            .filter(|v| v["method"].is_string())
+            .map(shape)
+            .collect();
+        out.extend(notes);
         out
     };
     let (t, o) = (norm(&theirs), norm(&ours));
