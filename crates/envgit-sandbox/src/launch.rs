@@ -42,6 +42,22 @@ fn inheritable(fd: &OwnedFd, yes: bool) -> std::io::Result<()> {
 
 /// Start `spec` in a sandbox; stdio is inherited from envgit.
 pub fn spawn(exe: &Path, spec: &Spec) -> std::io::Result<SandboxChild> {
+    spawn_on(exe, spec, None)
+}
+
+/// [`spawn`] with the command's standard input, output and error on `terminal` (a pty's
+/// slave end) instead of envgit's own.
+pub fn spawn_on(
+    exe: &Path,
+    spec: &Spec,
+    terminal: Option<&std::os::fd::OwnedFd>,
+) -> std::io::Result<SandboxChild> {
+    let stdio = |t: Option<&std::os::fd::OwnedFd>| -> std::io::Result<Stdio> {
+        Ok(match t {
+            Some(fd) => Stdio::from(fd.try_clone()?),
+            None => Stdio::inherit(),
+        })
+    };
     let (spec_r, spec_w) = pipe()?;
     let (err_r, err_w) = pipe()?;
     inheritable(&spec_r, true)?;
@@ -53,9 +69,9 @@ pub fn spawn(exe: &Path, spec: &Spec) -> std::io::Result<SandboxChild> {
         .env_clear()
         .env(SPEC_FD_ENV, spec_r.as_raw_fd().to_string())
         .env(ERR_FD_ENV, err_w.as_raw_fd().to_string())
-        .stdin(Stdio::inherit())
-        .stdout(Stdio::inherit())
-        .stderr(Stdio::inherit())
+        .stdin(stdio(terminal)?)
+        .stdout(stdio(terminal)?)
+        .stderr(stdio(terminal)?)
         .spawn();
     drop(spec_r);
     drop(err_w);

@@ -25,5 +25,5 @@ pub mod trust;
 mod userns;
 
 pub use child::sandbox_main;
-pub use launch::{HIDDEN_SUBCOMMAND, Outcome, SandboxChild, SignalGuard, spawn};
+pub use launch::{HIDDEN_SUBCOMMAND, Outcome, SandboxChild, SignalGuard, spawn, spawn_on};
 pub use spec::Spec;

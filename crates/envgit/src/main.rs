@@ -8,6 +8,7 @@ mod mcp;
 mod output;
 mod project;
 mod supervisor;
+mod terminal;
 mod upstreams;
 
 use std::process::ExitCode;

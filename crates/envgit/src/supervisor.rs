@@ -16,6 +16,7 @@ use envgit_store::{Approval, Refusal, Request, StepDraft, StepFlag, StepKind, St
 use crate::failure::{CmdResult, Failure};
 use crate::output;
 use crate::project::Project;
+use crate::terminal::PtyRelay;
 use crate::upstreams::Upstreams;
 
 /// envgit itself failed: the exit code of `envgit run` then (DESIGN §8).
@@ -224,25 +225,34 @@ const PROXY_PORT: u16 = 3128;
 /// The gate's control socket, beside its relay socket in the run's private directory.
 pub(crate) const CONTROL_SOCKET: &str = "control.sock";
 
-/// Answers to `ask` come over the control socket (`envgit approve/deny`) when the policy
-/// lets them; otherwise an `ask` is refused at once. (A prompt on envgit's own terminal needs
-/// the pty relay, not built yet.)
-fn approval_config(project: &Project, gate_dir: &Path) -> Option<ApprovalConfig> {
+/// Who can answer an `ask`: the person at envgit's own terminal when `approvers.terminal` and
+/// envgit runs on one (through the pty relay), and `envgit approve/deny` over the control
+/// socket when `approvers.socket` (the relay answers through that socket too). With neither,
+/// an `ask` is refused at once.
+fn approval_config(
+    project: &Project,
+    gate_dir: &Path,
+    pty: Option<&PtyRelay>,
+) -> Option<ApprovalConfig> {
     let approvers = &project.policy.approvers;
-    if !approvers.socket {
+    if !approvers.socket && pty.is_none() {
         return None;
     }
     let timeout = approvers.timeout;
-    Some(ApprovalConfig {
-        control_socket: gate_dir.join(CONTROL_SOCKET),
-        timeout: std::time::Duration::from_secs(timeout),
-        label: project.root.display().to_string(),
-        announce: Some(Box::new(move |ask: &PendingAsk| {
+    let announce: Box<dyn Fn(&PendingAsk) + Send + Sync> = match pty {
+        Some(pty) => pty.announcer(),
+        None => Box::new(move |ask: &PendingAsk| {
             output::warn(&format!(
                 "holding {} {}{} (rule {}): {}\n  answer within {timeout} s: `envgit approve {}` or `envgit deny {}` from another terminal",
                 ask.method, ask.host, ask.path, ask.rule, ask.summary, ask.id, ask.id
             ));
-        })),
+        }),
+    };
+    Some(ApprovalConfig {
+        control_socket: gate_dir.join(CONTROL_SOCKET),
+        timeout: std::time::Duration::from_secs(timeout),
+        label: project.root.display().to_string(),
+        announce: Some(announce),
     })
 }
 
@@ -294,6 +304,14 @@ pub(crate) fn run_sandboxed(
     private_dir(&gate_dir)?;
     let token = random_token();
     let socket_path = gate_dir.join("gate.sock");
+    // The command gets a pty of its own when envgit runs on a terminal (DESIGN §5): it never
+    // holds the real one, and envgit can ask the person there.
+    let mut pty = project
+        .policy
+        .approvers
+        .terminal
+        .then(PtyRelay::open_if_terminal)
+        .flatten();
     let ca = Arc::new(
         RunCa::generate(&format!("step on {}", project.root.display()))
             .map_err(|e| Failure::failed(e.to_string()))?,
@@ -311,7 +329,7 @@ pub(crate) fn run_sandboxed(
         ca,
         resolve: upstreams.resolve.clone(),
         upstream_ca_pem: upstreams.extra_ca_pem.clone(),
-        approvals: approval_config(project, &gate_dir),
+        approvals: approval_config(project, &gate_dir, pty.as_ref()),
     })
     .map_err(|e| Failure::failed(format!("cannot start the gate: {e}")))?;
     let relay = RelaySpec {
@@ -350,9 +368,20 @@ pub(crate) fn run_sandboxed(
     });
     let outcome = {
         let _signals = SignalGuard::ignore_terminal_signals();
-        let child = envgit_sandbox::spawn(&exe, &spec)
-            .map_err(|e| Failure::failed(format!("cannot start the sandbox: {e}")))?;
-        child.wait()
+        if let Some(pty) = &pty {
+            pty.start(gate_dir.join(CONTROL_SOCKET))
+                .map_err(|e| Failure::failed(format!("cannot set up the terminal: {e}")))?;
+        }
+        let child = envgit_sandbox::spawn_on(&exe, &spec, pty.as_ref().and_then(PtyRelay::slave))
+            .map_err(|e| Failure::failed(format!("cannot start the sandbox: {e}")));
+        if let Some(pty) = &mut pty {
+            pty.release_slave();
+        }
+        let outcome = child?.wait();
+        if let Some(pty) = &pty {
+            pty.finish();
+        }
+        outcome
     };
     let _ = std::fs::remove_dir(&staging);
     let events = gate.stop();

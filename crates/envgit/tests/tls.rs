@@ -539,3 +539,69 @@ fn an_ask_nobody_answers_is_refused_when_the_timeout_passes() {
     assert_eq!(step["approvals"][0]["approver"], "timeout", "{step}");
     assert_eq!(step["approvals"][0]["answer"], "refused", "{step}");
 }
+
+impl World {
+    /// `envgit run` on a pseudo-terminal (as from a person's terminal) that answers `answer`
+    /// when envgit asks; what the terminal showed.
+    fn run_on_terminal(&self, answer: &str, script: &str) -> String {
+        let ca = self.certs.join("ca.pem");
+        let mut cmd = Command::new("python3");
+        cmd.arg(support_script("pty_run.py"))
+            .args(["[y/N]", answer, "--", support::envgit_bin(), "run"])
+            .args(["--upstream-ca", ca.to_str().unwrap()]);
+        for r in &self.resolve {
+            cmd.args(["--resolve", r]);
+        }
+        let out = cmd
+            .args(["--", "sh", "-c", script])
+            .current_dir(&self.env.project)
+            .env("ENVGIT_HOME", &self.env.home)
+            .env("NO_COLOR", "1")
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+}
+
+#[test]
+fn on_a_terminal_envgit_asks_there_and_the_command_never_holds_the_real_terminal() {
+    let w = world_asking();
+    w.run(CLONE).ok();
+    let before = w.remote_head();
+    let shown = w.run_on_terminal(
+        "y",
+        &format!("readlink /proc/self/fd/0; {COMMIT} && git push -q origin HEAD:main"),
+    );
+    assert!(shown.contains("EXIT=0"), "{shown}");
+    assert!(shown.contains("(rule git.push)"), "{shown}");
+    assert!(shown.contains("y: let out"), "{shown}");
+    assert_ne!(
+        w.remote_head(),
+        before,
+        "the approved push did not land: {shown}"
+    );
+    let outer = shown
+        .lines()
+        .find_map(|l| l.strip_prefix("OUTER_TTY="))
+        .unwrap()
+        .trim()
+        .to_owned();
+    let inner = shown
+        .lines()
+        .find(|l| l.trim_start().starts_with("/dev/pts/"))
+        .unwrap_or_else(|| panic!("no tty inside: {shown}"))
+        .trim()
+        .to_owned();
+    assert_ne!(inner, outer, "the command held the real terminal");
+    let step = w.env.log_json().into_iter().next().unwrap();
+    assert_eq!(
+        step["approvals"][0]["approver"], "the terminal that started envgit run",
+        "{step}"
+    );
+    // Another push, answered no at the terminal: refused, the remote unchanged.
+    let after = w.remote_head();
+    let shown = w.run_on_terminal("n", &format!("{COMMIT} && git push -q origin HEAD:main"));
+    assert!(!shown.contains("EXIT=0"), "{shown}");
+    assert!(shown.contains("n: refused"), "{shown}");
+    assert_eq!(w.remote_head(), after);
+}

@@ -1,0 +1,201 @@
+//! The pty relay (DESIGN §5): when `envgit run` is started from a terminal, the sandboxed
+//! command gets a fresh pseudo-terminal, never the real one, and envgit copies bytes between
+//! the two. That lets envgit itself ask the person on its own terminal when a request is held
+//! (`ask`): the question is printed there and the next key answers it (`y` lets the request
+//! out, anything else refuses it), through the same control socket `envgit approve` uses.
+//!
+//! The real terminal keeps generating signals (Ctrl-C, Ctrl-Z reach the command as before);
+//! only line editing and echo move to the pty. Window-size changes after the start are not
+//! passed on yet.
+
+use std::io::{Read, Write};
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use envgit_gate::{ControlRequest, PendingAsk};
+use rustix::termios::{LocalModes, OptionalActions, Termios};
+
+/// Who answered, as the step records it.
+const BY: &str = "the terminal that started envgit run";
+
+/// A pseudo-terminal between the real terminal and the sandbox.
+pub struct PtyRelay {
+    master: OwnedFd,
+    /// Dropped once the sandbox has its copy, so the output copy ends when the sandbox does.
+    slave: Option<OwnedFd>,
+    saved: Termios,
+    asks: Arc<Mutex<Vec<PendingAsk>>>,
+    stop: Arc<AtomicBool>,
+    output: Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+impl PtyRelay {
+    /// A relay when standard input and output are both terminals; `None` otherwise (pipes, as
+    /// under an agent: nothing to protect and nobody to ask).
+    pub fn open_if_terminal() -> Option<PtyRelay> {
+        let (stdin, stdout) = (std::io::stdin(), std::io::stdout());
+        if !rustix::termios::isatty(stdin.as_fd()) || !rustix::termios::isatty(stdout.as_fd()) {
+            return None;
+        }
+        let saved = rustix::termios::tcgetattr(stdin.as_fd()).ok()?;
+        let master = rustix::pty::openpt(
+            rustix::pty::OpenptFlags::RDWR
+                | rustix::pty::OpenptFlags::NOCTTY
+                | rustix::pty::OpenptFlags::CLOEXEC,
+        )
+        .ok()?;
+        rustix::pty::grantpt(&master).ok()?;
+        rustix::pty::unlockpt(&master).ok()?;
+        let name = rustix::pty::ptsname(&master, Vec::new()).ok()?;
+        let slave = rustix::fs::open(
+            PathBuf::from(name.to_string_lossy().into_owned()),
+            rustix::fs::OFlags::RDWR | rustix::fs::OFlags::NOCTTY | rustix::fs::OFlags::CLOEXEC,
+            rustix::fs::Mode::empty(),
+        )
+        .ok()?;
+        // The pty starts as the real terminal is: same modes, same size.
+        let _ = rustix::termios::tcsetattr(&slave, OptionalActions::Now, &saved);
+        if let Ok(size) = rustix::termios::tcgetwinsize(stdout.as_fd()) {
+            let _ = rustix::termios::tcsetwinsize(&slave, size);
+        }
+        Some(PtyRelay {
+            master,
+            slave: Some(slave),
+            saved,
+            asks: Arc::default(),
+            stop: Arc::default(),
+            output: Mutex::default(),
+        })
+    }
+
+    /// The sandbox's end (until [`PtyRelay::release_slave`]).
+    pub fn slave(&self) -> Option<&OwnedFd> {
+        self.slave.as_ref()
+    }
+
+    /// The sandbox holds its own copy now: closing ours lets the output copy end (the pty
+    /// reports end of input) when the sandbox's last process is gone.
+    pub fn release_slave(&mut self) {
+        self.slave = None;
+    }
+
+    /// Called by the gate when a request starts waiting: the question goes on the terminal.
+    pub fn announcer(&self) -> Box<dyn Fn(&PendingAsk) + Send + Sync> {
+        let asks = Arc::clone(&self.asks);
+        Box::new(move |ask: &PendingAsk| {
+            let mut out = std::io::stdout().lock();
+            let _ = write!(
+                out,
+                "\r\nenvgit: let {} {}{} out? (rule {}) {}\r\n  [y/N] ",
+                ask.method, ask.host, ask.path, ask.rule, ask.summary
+            );
+            let _ = out.flush();
+            asks.lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(ask.clone());
+        })
+    }
+
+    /// Puts the real terminal in character mode (signals kept) and starts copying. Keys typed
+    /// while a question is open answer it over `control_socket` instead of reaching the pty.
+    pub fn start(&self, control_socket: PathBuf) -> std::io::Result<()> {
+        let mut raw = self.saved.clone();
+        raw.local_modes
+            .remove(LocalModes::ICANON | LocalModes::ECHO | LocalModes::ECHONL);
+        rustix::termios::tcsetattr(std::io::stdin().as_fd(), OptionalActions::Now, &raw)?;
+        let mut to_pty = std::fs::File::from(self.master.try_clone()?);
+        let mut from_pty = std::fs::File::from(self.master.try_clone()?);
+        let asks = Arc::clone(&self.asks);
+        let stop = Arc::clone(&self.stop);
+        std::thread::Builder::new()
+            .name("envgit-pty-in".into())
+            .spawn(move || {
+                let mut stdin = std::io::stdin();
+                let mut byte = [0u8; 1024];
+                while !stop.load(Ordering::Relaxed) {
+                    let n = match stdin.read(&mut byte) {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => n,
+                    };
+                    let mut rest = &byte[..n];
+                    let open = asks.lock().unwrap_or_else(|p| p.into_inner()).pop();
+                    if let Some(ask) = open {
+                        let yes = matches!(rest.first(), Some(b'y' | b'Y'));
+                        rest = &rest[1..];
+                        answer(&control_socket, &ask, yes);
+                    }
+                    if !rest.is_empty() && to_pty.write_all(rest).is_err() {
+                        return;
+                    }
+                }
+            })?;
+        let output = std::thread::Builder::new()
+            .name("envgit-pty-out".into())
+            .spawn(move || {
+                let mut buf = [0u8; 16 * 1024];
+                loop {
+                    match from_pty.read(&mut buf) {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => {
+                            let mut out = std::io::stdout().lock();
+                            if out.write_all(&buf[..n]).and_then(|()| out.flush()).is_err() {
+                                return;
+                            }
+                        }
+                    }
+                }
+            })?;
+        *self.output.lock().unwrap_or_else(|p| p.into_inner()) = Some(output);
+        Ok(())
+    }
+
+    /// Waits for the sandbox's last output, then gives the real terminal back as it was.
+    pub fn finish(&self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if self.slave.is_none()
+            && let Some(output) = self.output.lock().unwrap_or_else(|p| p.into_inner()).take()
+        {
+            let _ = output.join();
+        }
+        let _ =
+            rustix::termios::tcsetattr(std::io::stdin().as_fd(), OptionalActions::Now, &self.saved);
+    }
+}
+
+impl Drop for PtyRelay {
+    fn drop(&mut self) {
+        self.finish();
+    }
+}
+
+fn answer(control_socket: &std::path::Path, ask: &PendingAsk, yes: bool) {
+    let req = if yes {
+        ControlRequest::Approve {
+            id: Some(ask.id),
+            by: BY.to_owned(),
+        }
+    } else {
+        ControlRequest::Deny {
+            id: Some(ask.id),
+            by: BY.to_owned(),
+        }
+    };
+    let said = if yes { "y: let out" } else { "n: refused" };
+    let sent = (|| -> std::io::Result<()> {
+        let mut s = std::os::unix::net::UnixStream::connect(control_socket)?;
+        let mut line = serde_json::to_vec(&req).map_err(std::io::Error::other)?;
+        line.push(b'\n');
+        s.write_all(&line)?;
+        let mut reply = [0u8; 512];
+        let _ = s.read(&mut reply)?;
+        Ok(())
+    })();
+    let mut out = std::io::stdout().lock();
+    let _ = match sent {
+        Ok(()) => write!(out, "{said}\r\n"),
+        Err(e) => write!(out, "envgit: could not answer: {e}\r\n"),
+    };
+    let _ = out.flush();
+}

@@ -1,0 +1,47 @@
+"""Runs a command on a fresh pseudo-terminal, as a person at a terminal would, for envgit's
+tests: when EXPECT appears in what the terminal shows, types ANSWER. Prints the terminal's
+name, everything shown, and the exit code. Bounded to 120 s.
+Usage: pty_run.py EXPECT ANSWER -- CMD ARGS..."""
+import fcntl
+import os
+import pty
+import select
+import sys
+import termios
+import time
+
+expect, answer = sys.argv[1].encode(), sys.argv[2].encode()
+cmd = sys.argv[4:]
+master, slave = pty.openpty()
+name = os.ttyname(slave)
+pid = os.fork()
+if pid == 0:
+    os.setsid()
+    fcntl.ioctl(slave, termios.TIOCSCTTY, 0)
+    for fd in (0, 1, 2):
+        os.dup2(slave, fd)
+    os.close(master)
+    os.close(slave)
+    os.execvp(cmd[0], cmd)
+os.close(slave)
+shown = b""
+answered = False
+deadline = time.time() + 120
+while time.time() < deadline:
+    ready, _, _ = select.select([master], [], [], 1)
+    if master not in ready:
+        continue
+    try:
+        data = os.read(master, 4096)
+    except OSError:
+        break
+    if not data:
+        break
+    shown += data
+    if not answered and expect in shown:
+        os.write(master, answer)
+        answered = True
+_, status = os.waitpid(pid, 0)
+sys.stdout.write("OUTER_TTY=%s\n" % name)
+sys.stdout.write(shown.decode(errors="replace"))
+sys.stdout.write("\nEXIT=%d\n" % os.waitstatus_to_exitcode(status))
