@@ -92,7 +92,7 @@ impl RunCa {
     }
 
     /// A TLS server configuration presenting a leaf for exactly `host` (a name or an IP
-    /// literal), offering HTTP/1.1.
+    /// literal), offering HTTP/2 and HTTP/1.1.
     pub(crate) fn server_config(&self, host: &str) -> Result<Arc<ServerConfig>, CaError> {
         let host = host.to_ascii_lowercase();
         let mut leaves = self.leaves.lock().unwrap_or_else(|p| p.into_inner());
@@ -149,7 +149,7 @@ impl RunCa {
             .with_no_client_auth()
             .with_single_cert(vec![leaf, self.cert_der.clone()], key)
             .map_err(|e| CaError(format!("leaf for {host}: {e}")))?;
-        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
         Ok(config)
     }
 }

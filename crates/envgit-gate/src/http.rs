@@ -253,52 +253,82 @@ async fn judged<C: Stream>(
             body_hash,
         } => {
             let path = head::path_only(origin);
-            let identity =
-                approvals::identity(&rule, &summary, &req.method, host, path, &body_hash);
-            let Some(approvals) = &shared.approvals else {
-                let reason = format!("{summary}: the rule says ask and no approver can answer");
-                refuse_request(client, rec, what, &rule, &reason).await;
-                return None;
-            };
-            if approvals.granted(&identity) {
-                rec.approval(
-                    "approved",
-                    "an earlier approval of the same request",
-                    &summary,
-                );
-                rec.mark(&rule);
-                return Some(j.continue_sent);
-            }
-            let ask = PendingAsk {
-                id: 0,
-                method: req.method.to_ascii_uppercase(),
-                host: host.to_owned(),
-                path: path.to_owned(),
-                rule: rule.clone(),
-                summary: summary.clone(),
+            let ask = Asked {
+                method: &req.method,
+                host,
+                path,
+                rule: &rule,
+                summary: &summary,
                 body_hash,
-                asked_at_ms: 0,
-                expires_at_ms: 0,
             };
-            match approvals.ask(ask, identity).await {
-                (Answer::Approved { by }, _) => {
-                    rec.approval("approved", &by, &summary);
-                    rec.mark(&rule);
-                    Some(j.continue_sent)
-                }
-                (Answer::Refused { by }, _) => {
-                    rec.approval("refused", &by, &summary);
-                    let reason = format!("{summary}: refused by {by}");
-                    refuse_request(client, rec, what, &rule, &reason).await;
-                    None
-                }
-                (Answer::TimedOut, _) => {
-                    rec.approval("refused", "timeout", &summary);
-                    let reason = format!("{summary}: nobody answered in time");
+            match settle_ask(shared, rec, ask).await {
+                Ok(()) => Some(j.continue_sent),
+                Err(reason) => {
                     refuse_request(client, rec, what, &rule, &reason).await;
                     None
                 }
             }
+        }
+    }
+}
+
+/// A request an `ask` rule matched.
+pub(crate) struct Asked<'a> {
+    pub(crate) method: &'a str,
+    pub(crate) host: &'a str,
+    pub(crate) path: &'a str,
+    pub(crate) rule: &'a str,
+    pub(crate) summary: &'a str,
+    pub(crate) body_hash: String,
+}
+
+/// Holds an asked request until it is answered: `Ok` lets it out (the step marked, the
+/// answer recorded), `Err` carries the reason it is refused.
+pub(crate) async fn settle_ask(
+    shared: &Shared,
+    rec: &mut Recorder,
+    a: Asked<'_>,
+) -> Result<(), String> {
+    let summary = a.summary;
+    let identity = approvals::identity(a.rule, summary, a.method, a.host, a.path, &a.body_hash);
+    let Some(approvals) = &shared.approvals else {
+        return Err(format!(
+            "{summary}: the rule says ask and no approver can answer"
+        ));
+    };
+    if approvals.granted(&identity) {
+        rec.approval(
+            "approved",
+            "an earlier approval of the same request",
+            summary,
+        );
+        rec.mark(a.rule);
+        return Ok(());
+    }
+    let ask = PendingAsk {
+        id: 0,
+        method: a.method.to_ascii_uppercase(),
+        host: a.host.to_owned(),
+        path: a.path.to_owned(),
+        rule: a.rule.to_owned(),
+        summary: summary.to_owned(),
+        body_hash: a.body_hash,
+        asked_at_ms: 0,
+        expires_at_ms: 0,
+    };
+    match approvals.ask(ask, identity).await {
+        (Answer::Approved { by }, _) => {
+            rec.approval("approved", &by, summary);
+            rec.mark(a.rule);
+            Ok(())
+        }
+        (Answer::Refused { by }, _) => {
+            rec.approval("refused", &by, summary);
+            Err(format!("{summary}: refused by {by}"))
+        }
+        (Answer::TimedOut, _) => {
+            rec.approval("refused", "timeout", summary);
+            Err(format!("{summary}: nobody answered in time"))
         }
     }
 }

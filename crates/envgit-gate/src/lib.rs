@@ -33,6 +33,7 @@ mod conn;
 mod control;
 mod decide;
 mod events;
+mod h2;
 mod head;
 mod http;
 mod judge;

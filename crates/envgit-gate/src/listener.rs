@@ -68,7 +68,7 @@ pub(crate) async fn serve(listener: UnixListener, shared: Arc<Shared>, shutdown:
     }
 }
 
-async fn handle(stream: UnixStream, shared: &Shared) {
+async fn handle(stream: UnixStream, shared: &Arc<Shared>) {
     let mut client = Prefixed::new(stream);
     let head = match tokio::time::timeout(HEAD_TIMEOUT, client.read_head(MAX_HEAD)).await {
         Ok(Ok(head)) => head,

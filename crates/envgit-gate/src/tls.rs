@@ -15,9 +15,11 @@ use tokio_rustls::{LazyConfigAcceptor, TlsConnector};
 use crate::conn::Prefixed;
 use crate::decide::{self, RULE_SNI};
 use crate::events::Recorder;
+use crate::h2;
 use crate::http;
 use crate::listener::Shared;
 use crate::resolve;
+use crate::upstream::{self, DialError};
 
 /// How long either handshake may take.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(30);
@@ -81,7 +83,7 @@ pub(crate) async fn terminate(
     host: &str,
     port: u16,
     mut rec: Recorder,
-    shared: &Shared,
+    shared: &Arc<Shared>,
 ) {
     let acceptor = LazyConfigAcceptor::new(rustls::server::Acceptor::default(), client);
     let start = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor).await {
@@ -114,7 +116,13 @@ pub(crate) async fn terminate(
             _ => return, // the client gave up (or does not trust the run CA)
         };
         drop(rec); // the tunnel's own event; each request inside gets one
-        http::bound(Prefixed::new(client), upstream, host, port, shared, true).await;
+        if speaks_h2(&client) {
+            let first: Result<Box<dyn h2::Io>, String> = Ok(Box::new(upstream));
+            let redial = redialer(shared, host, port, true);
+            h2::serve(client, first, redial, host, port, shared, true).await;
+        } else {
+            http::bound(Prefixed::new(client), upstream, host, port, shared, true).await;
+        }
         return;
     }
     // Both handshakes at once: the upstream's name is known from the CONNECT (and the SNI
@@ -126,6 +134,19 @@ pub(crate) async fn terminate(
     let Ok(Ok(client)) = client else {
         return; // the client gave up (or does not trust the run CA)
     };
+    if speaks_h2(&client) {
+        // Every stream gets an answer, a readable 502 included, in the client's protocol.
+        let first = upstream
+            .map(|s| Box::new(s) as Box<dyn h2::Io>)
+            .map_err(|msg| format!("TLS to {host}:{port} failed: {msg}"));
+        if first.is_err() {
+            rec.status(502);
+        }
+        drop(rec);
+        let redial = redialer(shared, host, port, false);
+        h2::serve(client, first, redial, host, port, shared, false).await;
+        return;
+    }
     let mut client = Prefixed::new(client);
     let upstream = match upstream {
         Ok(stream) => {
@@ -143,6 +164,41 @@ pub(crate) async fn terminate(
         }
     };
     http::bound(client, upstream, host, port, shared, false).await;
+}
+
+/// A new upstream connection for HTTP/2 clients whose upstream closed the last one (HTTP/1.1
+/// servers may close after any response): decided and dialled exactly as the first.
+fn redialer(shared: &Arc<Shared>, host: &str, port: u16, plain: bool) -> h2::Redial {
+    let shared = Arc::clone(shared);
+    let host = host.to_owned();
+    Arc::new(move || {
+        let shared = Arc::clone(&shared);
+        let host = host.clone();
+        Box::pin(async move {
+            let rule = match decide::connect(&shared.policy, &host, port) {
+                envgit_policy::ConnectDecision::Allowed { rule } => rule,
+                envgit_policy::ConnectDecision::Denied { reason, .. } => return Err(reason),
+            };
+            let tcp = upstream::dial(&host, port, &rule, &shared.resolve)
+                .await
+                .map_err(|e| match e {
+                    DialError::Denied { reason, .. } => reason,
+                    DialError::Failed(msg) => msg,
+                })?;
+            if plain {
+                return Ok(Box::new(tcp) as Box<dyn h2::Io>);
+            }
+            connect_upstream(tcp, &host, &shared)
+                .await
+                .map(|s| Box::new(s) as Box<dyn h2::Io>)
+                .map_err(|msg| format!("TLS to {host}:{port} failed: {msg}"))
+        })
+    })
+}
+
+/// Did the client pick HTTP/2 by ALPN?
+fn speaks_h2<S>(client: &tokio_rustls::server::TlsStream<S>) -> bool {
+    client.get_ref().1.alpn_protocol() == Some(b"h2")
 }
 
 async fn connect_upstream(

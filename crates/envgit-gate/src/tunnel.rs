@@ -3,6 +3,7 @@
 //! TLS is terminated ([`crate::tls`]) unless the host is under `network.passthrough`, where it
 //! is spliced and recorded as uninspected.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use envgit_policy::ConnectDecision;
@@ -25,7 +26,11 @@ const SNIFF_TIMEOUT: Duration = Duration::from_secs(30);
 /// it speaks HTTP, then splice.
 const RAW_SNIFF_WINDOW: Duration = Duration::from_millis(300);
 
-pub(crate) async fn connect(mut client: Prefixed<UnixStream>, req: RequestHead, shared: &Shared) {
+pub(crate) async fn connect(
+    mut client: Prefixed<UnixStream>,
+    req: RequestHead,
+    shared: &Arc<Shared>,
+) {
     let mut rec = Recorder::new(&shared.events, "CONNECT");
     let Some((host, port)) = head::parse_authority(&req.target, None) else {
         rec.status(400);

@@ -605,3 +605,51 @@ fn on_a_terminal_envgit_asks_there_and_the_command_never_holds_the_real_terminal
     assert!(shown.contains("n: refused"), "{shown}");
     assert_eq!(w.remote_head(), after);
 }
+
+#[test]
+fn http2_requests_are_judged_one_by_one_too() {
+    let w = world("");
+    let yaml = w.env.read("envgit.yaml");
+    let yaml = yaml.replacen(
+        "network:\n",
+        "network:\n  l7:\n    l7.envgit.test: { methods: [GET] }\n",
+        1,
+    );
+    w.env.write("envgit.yaml", &yaml);
+    // Two GETs and a POST on one HTTP/2 connection; the POST is refused by the l7 rule.
+    let out = w.run(
+        "curl -sS --http2 -w ' v=%{http_version} s=%{http_code}\\n' \
+         https://l7.envgit.test/one https://l7.envgit.test/two \
+         --next --http2 -w ' v=%{http_version} s=%{http_code}\\n' -X POST --data x \
+         https://l7.envgit.test/three",
+    );
+    assert!(
+        out.stdout.contains("seen GET /one") && out.stdout.contains("seen GET /two"),
+        "{}",
+        out.stdout
+    );
+    assert!(out.stdout.contains(" v=2 s=200"), "{}", out.stdout);
+    assert!(out.stdout.contains(" v=2 s=403"), "{}", out.stdout);
+    assert!(!out.stdout.contains("seen POST"), "{}", out.stdout);
+    let log = w.last_log();
+    assert!(log.contains("denied POST l7.envgit.test/three"), "{log}");
+    // A GraphQL mutation over HTTP/2: the body is read and judged.
+    let m = w.run(
+        "curl -sS --http2 -X POST -H 'Content-Type: application/json' \
+         --data '{\"query\":\"mutation { deleteRepository(input:{repositoryId:\\\"x\\\"}) { clientMutationId } }\"}' \
+         https://api.github.com/graphql",
+    );
+    assert!(!m.stdout.contains("seen POST"), "{}", m.stdout);
+    assert!(
+        w.last_log().contains("rule=github.graphql.mutation"),
+        "{}",
+        w.last_log()
+    );
+    let q = w
+        .run(
+            "curl -sS --http2 -X POST -H 'Content-Type: application/json' \
+             --data '{\"query\":\"query { viewer { login } }\"}' https://api.github.com/graphql",
+        )
+        .ok();
+    assert!(q.stdout.contains("seen POST /graphql"), "{}", q.stdout);
+}

@@ -1,0 +1,343 @@
+//! HTTP/2 from a client inside a terminated TLS tunnel (ALPN `h2`): every stream is one
+//! request, judged exactly like an HTTP/1 request (authority, `network.allow`, `l7`,
+//! `irreversible` with a bounded body prefix, `ask`), then sent to the upstream over
+//! HTTP/1.1 on the one upstream connection that belongs to this client connection, requests
+//! in turn.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use envgit_policy::{BODY_PREFIX_MAX, ConnectDecision, RequestDecision, RequestInfo};
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Full};
+use hyper::body::{Body, Bytes, Frame, Incoming};
+use hyper::{Request, Response};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::sync::Mutex;
+
+use crate::decide::{self, RULE_MISDIRECTED};
+use crate::events::Recorder;
+use crate::head::{self, ResponseHead};
+use crate::http::{self, Asked};
+use crate::listener::Shared;
+
+type Out = BoxBody<Bytes, hyper::Error>;
+type Sender = hyper::client::conn::http1::SendRequest<Out>;
+
+/// An upstream connection (TLS or plain).
+pub(crate) trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
+
+/// Opens a new upstream connection, or says why it cannot.
+pub(crate) type Redial = Arc<
+    dyn Fn() -> Pin<Box<dyn Future<Output = Result<Box<dyn Io>, String>> + Send>> + Send + Sync,
+>;
+
+struct Conn {
+    shared: Arc<Shared>,
+    host: String,
+    port: u16,
+    forwarded_https: bool,
+    upstream: Mutex<Option<Sender>>,
+    redial: Redial,
+    /// Why the first upstream connection failed, answered while no new one can be opened.
+    first_error: Option<String>,
+}
+
+async fn handshake(io: Box<dyn Io>) -> Result<Sender, String> {
+    let (send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(io))
+        .await
+        .map_err(|e| e.to_string())?;
+    tokio::spawn(conn);
+    Ok(send)
+}
+
+/// Serves HTTP/2 on `client` until it closes; `first` is the connection to `host:port`
+/// opened with the tunnel (TLS or, with `forwarded_https`, plain), `redial` opens another
+/// when the upstream closes one.
+pub(crate) async fn serve<C>(
+    client: C,
+    first: Result<Box<dyn Io>, String>,
+    redial: Redial,
+    host: &str,
+    port: u16,
+    shared: &Arc<Shared>,
+    forwarded_https: bool,
+) where
+    C: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let (sender, first_error) = match first {
+        Ok(io) => match handshake(io).await {
+            Ok(s) => (Some(s), None),
+            Err(e) => (None, Some(e)),
+        },
+        Err(e) => (None, Some(e)),
+    };
+    let ctx = Arc::new(Conn {
+        shared: Arc::clone(shared),
+        host: host.to_owned(),
+        port,
+        forwarded_https,
+        upstream: Mutex::new(sender),
+        redial,
+        first_error,
+    });
+    let service = hyper::service::service_fn(move |req| {
+        let ctx = Arc::clone(&ctx);
+        async move { Ok::<_, Infallible>(one(req, &ctx).await) }
+    });
+    let _ = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+        .serve_connection(TokioIo::new(client), service)
+        .await;
+}
+
+fn full(bytes: Vec<u8>) -> Out {
+    Full::new(Bytes::from(bytes))
+        .map_err(|never: Infallible| match never {})
+        .boxed()
+}
+
+/// An HTTP/1 answer envgit wrote (status line, headers, body) as an HTTP/2 response.
+fn answer(bytes: &[u8]) -> Response<Out> {
+    let split = bytes
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .map_or(bytes.len(), |i| i + 4);
+    let mut resp = Response::new(full(bytes[split..].to_vec()));
+    if let Some(h) = ResponseHead::parse(&bytes[..split]) {
+        *resp.status_mut() =
+            hyper::StatusCode::from_u16(h.status).unwrap_or(hyper::StatusCode::FORBIDDEN);
+        for (name, value) in head::strip_hop_by_hop(&h.headers) {
+            if name.eq_ignore_ascii_case("content-length") {
+                continue;
+            }
+            if let (Ok(n), Ok(v)) = (
+                hyper::header::HeaderName::from_bytes(name.as_bytes()),
+                hyper::header::HeaderValue::from_bytes(&value),
+            ) {
+                resp.headers_mut().append(n, v);
+            }
+        }
+    }
+    resp
+}
+
+async fn one(req: Request<Incoming>, ctx: &Conn) -> Response<Out> {
+    let (host, port, shared) = (ctx.host.as_str(), ctx.port, &ctx.shared);
+    let method = req.method().as_str().to_owned();
+    let origin = req
+        .uri()
+        .path_and_query()
+        .map_or("/", |p| p.as_str())
+        .to_owned();
+    let path = head::path_only(&origin).to_owned();
+    let mut rec = Recorder::new(&shared.events, &method);
+    rec.target(host, port, &path);
+    // The authority (or Host) must name this connection's target.
+    let authority = req
+        .uri()
+        .authority()
+        .map(|a| a.as_str().to_owned())
+        .or_else(|| {
+            req.headers()
+                .get(hyper::header::HOST)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned)
+        });
+    let named = authority
+        .as_deref()
+        .and_then(|a| head::parse_authority(a, Some(port)))
+        .is_some_and(|(h, p)| h == host && p == port);
+    if !named {
+        rec.decide(false, RULE_MISDIRECTED);
+        rec.status(421);
+        return answer(&decide::plain(
+            421,
+            "Misdirected Request",
+            &format!(
+                "envgit: this connection goes to {}; a request naming another host is refused\n",
+                head::authority(host, port)
+            ),
+        ));
+    }
+    let what = decide::http_what(&method, host, port, &path);
+    match decide::connect(&shared.policy, host, port) {
+        ConnectDecision::Allowed { rule } => rec.decide(true, &rule),
+        ConnectDecision::Denied { rule, reason } => {
+            rec.decide(false, &rule);
+            rec.status(403);
+            return answer(&decide::forbidden(&what, &rule, &reason));
+        }
+    }
+    let (parts, mut body) = req.into_parts();
+    let (path_part, query) = origin.split_once('?').unwrap_or((&origin, ""));
+    let mut info = RequestInfo {
+        method: &method,
+        host,
+        port,
+        path: path_part,
+        query,
+        body: None,
+        body_complete: false,
+    };
+    // A bounded prefix of the body when a rule needs it; the rest streams on unread.
+    let mut prefix = Vec::new();
+    let mut ended = false;
+    if shared.policy.needs_body(&info) {
+        while prefix.len() < BODY_PREFIX_MAX {
+            match body.frame().await {
+                Some(Ok(frame)) => {
+                    if let Ok(data) = frame.into_data() {
+                        prefix.extend_from_slice(&data);
+                    }
+                }
+                Some(Err(_)) => {
+                    rec.status(400);
+                    return answer(&decide::plain(400, "Bad Request", "envgit: broken body\n"));
+                }
+                None => {
+                    ended = true;
+                    break;
+                }
+            }
+        }
+        info.body = Some(&prefix[..prefix.len().min(BODY_PREFIX_MAX)]);
+        info.body_complete = ended;
+    }
+    match shared.policy.decide_request(&info) {
+        RequestDecision::Allow => {}
+        RequestDecision::Marked { rule, .. } => rec.mark(&rule),
+        RequestDecision::Deny { rule, summary } => {
+            rec.decide(false, &rule);
+            rec.status(403);
+            return answer(&decide::forbidden_for_client(&what, &rule, &summary));
+        }
+        RequestDecision::Ask { rule, summary } => {
+            let asked = Asked {
+                method: &method,
+                host,
+                path: &path,
+                rule: &rule,
+                summary: &summary,
+                body_hash: blake3::hash(info.body.unwrap_or_default())
+                    .to_hex()
+                    .to_string(),
+            };
+            if let Err(reason) = http::settle_ask(shared, &mut rec, asked).await {
+                rec.decide(false, &rule);
+                rec.status(403);
+                return answer(&decide::forbidden_for_client(&what, &rule, &reason));
+            }
+        }
+    }
+    // Forward over HTTP/1.1: origin form, the Host the client named, hop-by-hop removed.
+    let mut out = Request::builder().method(parts.method).uri(origin.as_str());
+    for (name, value) in &parts.headers {
+        let n = name.as_str();
+        if matches!(
+            n,
+            "connection"
+                | "keep-alive"
+                | "proxy-connection"
+                | "te"
+                | "transfer-encoding"
+                | "upgrade"
+        ) || n.starts_with("x-envgit-")
+        {
+            continue;
+        }
+        out = out.header(name, value);
+    }
+    if !parts.headers.contains_key(hyper::header::HOST) {
+        out = out.header(hyper::header::HOST, authority.unwrap_or_default());
+    }
+    if ctx.forwarded_https {
+        out = out.header("x-forwarded-proto", "https");
+    }
+    rec.add_out(prefix.len());
+    let body: Out = if ended {
+        full(prefix)
+    } else {
+        PrefixThen {
+            prefix: (!prefix.is_empty()).then(|| Bytes::from(prefix)),
+            rest: body,
+        }
+        .boxed()
+    };
+    let Ok(out) = out.body(body) else {
+        rec.status(400);
+        return answer(&decide::plain(400, "Bad Request", "envgit: bad request\n"));
+    };
+    let sent = {
+        let mut upstream = ctx.upstream.lock().await;
+        let usable = match upstream.as_mut() {
+            Some(s) => s.ready().await.is_ok(),
+            None => false,
+        };
+        if !usable {
+            *upstream = None;
+            let opened = match (ctx.redial)().await {
+                Ok(io) => handshake(io).await,
+                Err(e) => Err(ctx.first_error.clone().unwrap_or(e)),
+            };
+            match opened {
+                Ok(s) => *upstream = Some(s),
+                Err(e) => {
+                    rec.status(502);
+                    return answer(&decide::plain(
+                        502,
+                        "Bad Gateway",
+                        &format!("envgit: {e}\n"),
+                    ));
+                }
+            }
+        }
+        match upstream.as_mut() {
+            Some(s) => s.send_request(out),
+            None => {
+                rec.status(502);
+                return answer(&decide::plain(502, "Bad Gateway", "envgit: no upstream\n"));
+            }
+        }
+    };
+    match sent.await {
+        Ok(resp) => {
+            rec.status(resp.status().as_u16());
+            let (mut parts, body) = resp.into_parts();
+            for name in ["connection", "keep-alive", "transfer-encoding", "upgrade"] {
+                parts.headers.remove(name);
+            }
+            Response::from_parts(parts, body.boxed())
+        }
+        Err(e) => {
+            rec.status(502);
+            let msg = format!("envgit: the upstream sent no valid response: {e}\n");
+            answer(&decide::plain(502, "Bad Gateway", &msg))
+        }
+    }
+}
+
+/// The body prefix read for judgement, then the rest of the client's body as it arrives.
+struct PrefixThen {
+    prefix: Option<Bytes>,
+    rest: Incoming,
+}
+
+impl Body for PrefixThen {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        if let Some(prefix) = self.prefix.take() {
+            return Poll::Ready(Some(Ok(Frame::data(prefix))));
+        }
+        Pin::new(&mut self.rest).poll_frame(cx)
+    }
+}
