@@ -26,16 +26,45 @@ use crate::http::{self, Asked};
 use crate::listener::Shared;
 
 type Out = BoxBody<Bytes, hyper::Error>;
-type Sender = hyper::client::conn::http1::SendRequest<Out>;
+/// The upstream connection: HTTP/1.1, requests in turn, or HTTP/2 when the upstream picked it.
+enum Sender {
+    H1(hyper::client::conn::http1::SendRequest<Out>),
+    H2(hyper::client::conn::http2::SendRequest<Out>),
+}
+
+impl Sender {
+    async fn ready(&mut self) -> bool {
+        match self {
+            Sender::H1(s) => s.ready().await.is_ok(),
+            Sender::H2(s) => s.ready().await.is_ok(),
+        }
+    }
+
+    fn send(
+        &mut self,
+        req: Request<Out>,
+    ) -> Pin<Box<dyn Future<Output = hyper::Result<Response<Incoming>>> + Send>> {
+        match self {
+            Sender::H1(s) => Box::pin(s.send_request(req)),
+            Sender::H2(s) => Box::pin(s.send_request(req)),
+        }
+    }
+
+    fn is_h2(&self) -> bool {
+        matches!(self, Sender::H2(_))
+    }
+}
 
 /// An upstream connection (TLS or plain).
 pub(crate) trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
 impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
 
 /// Opens a new upstream connection, or says why it cannot.
-pub(crate) type Redial = Arc<
-    dyn Fn() -> Pin<Box<dyn Future<Output = Result<Box<dyn Io>, String>> + Send>> + Send + Sync,
->;
+/// An upstream connection and whether it negotiated HTTP/2.
+pub(crate) type Opened = (Box<dyn Io>, bool);
+
+pub(crate) type Redial =
+    Arc<dyn Fn() -> Pin<Box<dyn Future<Output = Result<Opened, String>> + Send>> + Send + Sync>;
 
 struct Conn {
     shared: Arc<Shared>,
@@ -48,12 +77,20 @@ struct Conn {
     first_error: Option<String>,
 }
 
-async fn handshake(io: Box<dyn Io>) -> Result<Sender, String> {
+async fn handshake((io, h2): Opened) -> Result<Sender, String> {
+    if h2 {
+        let (send, conn) =
+            hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(io))
+                .await
+                .map_err(|e| e.to_string())?;
+        tokio::spawn(conn);
+        return Ok(Sender::H2(send));
+    }
     let (send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(io))
         .await
         .map_err(|e| e.to_string())?;
     tokio::spawn(conn);
-    Ok(send)
+    Ok(Sender::H1(send))
 }
 
 /// Serves HTTP/2 on `client` until it closes; `first` is the connection to `host:port`
@@ -61,7 +98,7 @@ async fn handshake(io: Box<dyn Io>) -> Result<Sender, String> {
 /// when the upstream closes one.
 pub(crate) async fn serve<C>(
     client: C,
-    first: Result<Box<dyn Io>, String>,
+    first: Result<Opened, String>,
     redial: Redial,
     host: &str,
     port: u16,
@@ -275,7 +312,7 @@ async fn one(req: Request<Incoming>, ctx: &Conn) -> Response<Out> {
     let sent = {
         let mut upstream = ctx.upstream.lock().await;
         let usable = match upstream.as_mut() {
-            Some(s) => s.ready().await.is_ok(),
+            Some(s) => s.ready().await,
             None => false,
         };
         if !usable {
@@ -297,7 +334,19 @@ async fn one(req: Request<Incoming>, ctx: &Conn) -> Response<Out> {
             }
         }
         match upstream.as_mut() {
-            Some(s) => s.send_request(out),
+            Some(s) => {
+                let mut out = out;
+                if s.is_h2() {
+                    // HTTP/2 names the target in :scheme and :authority.
+                    let scheme = if ctx.forwarded_https { "http" } else { "https" };
+                    let uri = format!("{scheme}://{}{origin}", head::authority(host, port));
+                    if let Ok(uri) = uri.parse() {
+                        *out.uri_mut() = uri;
+                    }
+                    out.headers_mut().remove(hyper::header::HOST);
+                }
+                s.send(out)
+            }
             None => {
                 rec.status(502);
                 return answer(&decide::plain(502, "Bad Gateway", "envgit: no upstream\n"));

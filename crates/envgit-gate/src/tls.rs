@@ -28,8 +28,11 @@ const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(30);
 /// costs milliseconds a run without TLS should not pay).
 pub(crate) struct UpstreamTrust {
     extra_pem: Vec<u8>,
-    config: OnceLock<Result<Arc<ClientConfig>, String>>,
+    config: OnceLock<Result<UpstreamConfigs, String>>,
 }
+
+/// Offering `http/1.1`, and offering `h2` first (for clients that speak HTTP/2).
+type UpstreamConfigs = (Arc<ClientConfig>, Arc<ClientConfig>);
 
 impl UpstreamTrust {
     /// `extra_pem`: certificates trusted in addition to the host's (a private registry's CA).
@@ -40,10 +43,17 @@ impl UpstreamTrust {
         }
     }
 
-    fn config(&self) -> Result<Arc<ClientConfig>, String> {
-        self.config
-            .get_or_init(|| build_client_config(&self.extra_pem))
-            .clone()
+    fn config(&self, offer_h2: bool) -> Result<Arc<ClientConfig>, String> {
+        let (h1, h2) = self
+            .config
+            .get_or_init(|| {
+                let h1 = build_client_config(&self.extra_pem)?;
+                let mut h2 = (*h1).clone();
+                h2.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+                Ok((h1, Arc::new(h2)))
+            })
+            .clone()?;
+        Ok(if offer_h2 { h2 } else { h1 })
     }
 }
 
@@ -117,7 +127,7 @@ pub(crate) async fn terminate(
         };
         drop(rec); // the tunnel's own event; each request inside gets one
         if speaks_h2(&client) {
-            let first: Result<Box<dyn h2::Io>, String> = Ok(Box::new(upstream));
+            let first: Result<(Box<dyn h2::Io>, bool), String> = Ok((Box::new(upstream), false));
             let redial = redialer(shared, host, port, true);
             h2::serve(client, first, redial, host, port, shared, true).await;
         } else {
@@ -126,10 +136,15 @@ pub(crate) async fn terminate(
         return;
     }
     // Both handshakes at once: the upstream's name is known from the CONNECT (and the SNI
-    // agrees), so the client need not wait for the second one to start.
+    // agrees), so the client need not wait for the second one to start. HTTP/2 is offered
+    // upstream only to carry a client's HTTP/2 (the gate prefers h2 when the client offers it).
+    let offers_h2 = start
+        .client_hello()
+        .alpn()
+        .is_some_and(|mut offered| offered.any(|p| p == b"h2"));
     let (client, upstream) = tokio::join!(
         tokio::time::timeout(HANDSHAKE_TIMEOUT, start.into_stream(config)),
-        connect_upstream(upstream, host, shared)
+        connect_upstream(upstream, host, shared, offers_h2)
     );
     let Ok(Ok(client)) = client else {
         return; // the client gave up (or does not trust the run CA)
@@ -137,7 +152,10 @@ pub(crate) async fn terminate(
     if speaks_h2(&client) {
         // Every stream gets an answer, a readable 502 included, in the client's protocol.
         let first = upstream
-            .map(|s| Box::new(s) as Box<dyn h2::Io>)
+            .map(|s| {
+                let h2 = upstream_h2(&s);
+                (Box::new(s) as Box<dyn h2::Io>, h2)
+            })
             .map_err(|msg| format!("TLS to {host}:{port} failed: {msg}"));
         if first.is_err() {
             rec.status(502);
@@ -186,11 +204,14 @@ fn redialer(shared: &Arc<Shared>, host: &str, port: u16, plain: bool) -> h2::Red
                     DialError::Failed(msg) => msg,
                 })?;
             if plain {
-                return Ok(Box::new(tcp) as Box<dyn h2::Io>);
+                return Ok((Box::new(tcp) as Box<dyn h2::Io>, false));
             }
-            connect_upstream(tcp, &host, &shared)
+            connect_upstream(tcp, &host, &shared, true)
                 .await
-                .map(|s| Box::new(s) as Box<dyn h2::Io>)
+                .map(|s| {
+                    let h2 = upstream_h2(&s);
+                    (Box::new(s) as Box<dyn h2::Io>, h2)
+                })
                 .map_err(|msg| format!("TLS to {host}:{port} failed: {msg}"))
         })
     })
@@ -201,12 +222,19 @@ fn speaks_h2<S>(client: &tokio_rustls::server::TlsStream<S>) -> bool {
     client.get_ref().1.alpn_protocol() == Some(b"h2")
 }
 
+/// Did the upstream pick HTTP/2 by ALPN?
+fn upstream_h2<S>(upstream: &tokio_rustls::client::TlsStream<S>) -> bool {
+    upstream.get_ref().1.alpn_protocol() == Some(b"h2")
+}
+
+/// TLS to the upstream, offering HTTP/2 as well when `offer_h2` (the client speaks it).
 async fn connect_upstream(
     upstream: TcpStream,
     host: &str,
     shared: &Shared,
+    offer_h2: bool,
 ) -> Result<tokio_rustls::client::TlsStream<TcpStream>, String> {
-    let config = shared.upstream_trust.config()?;
+    let config = shared.upstream_trust.config(offer_h2)?;
     let name = ServerName::try_from(host.to_owned()).map_err(|e| e.to_string())?;
     match tokio::time::timeout(
         HANDSHAKE_TIMEOUT,

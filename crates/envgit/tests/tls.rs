@@ -653,3 +653,94 @@ fn http2_requests_are_judged_one_by_one_too() {
         .ok();
     assert!(q.stdout.contains("seen POST /graphql"), "{}", q.stdout);
 }
+
+/// An HTTPS server on loopback that speaks only HTTP/2 (ALPN `h2`), with the test CA's leaf
+/// for `host`; answers every request with the protocol it saw. Returns its port.
+fn h2_only_upstream(certs: &Path, host: &str) -> u16 {
+    use http_body_util::Full;
+    use hyper::body::Bytes;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject};
+    let chain: Vec<CertificateDer<'static>> =
+        CertificateDer::pem_file_iter(certs.join(format!("{host}.pem")))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
+    let key = PrivateKeyDer::from_pem_file(certs.join(format!("{host}.key"))).unwrap();
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(chain, key)
+        .unwrap();
+    config.alpn_protocols = vec![b"h2".to_vec()];
+    let acceptor = tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(config));
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    listener.set_nonblocking(true).unwrap();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+            while let Ok((tcp, _)) = listener.accept().await {
+                let acceptor = acceptor.clone();
+                tokio::spawn(async move {
+                    let Ok(tls) = acceptor.accept(tcp).await else {
+                        return;
+                    };
+                    let service = hyper::service::service_fn(|req: hyper::Request<_>| async move {
+                        let text = format!(
+                            "h2 upstream saw {:?} {} {}\n",
+                            req.version(),
+                            req.method(),
+                            req.uri().path()
+                        );
+                        Ok::<_, std::convert::Infallible>(hyper::Response::new(Full::new(
+                            Bytes::from(text),
+                        )))
+                    });
+                    let _ = hyper::server::conn::http2::Builder::new(
+                        hyper_util::rt::TokioExecutor::new(),
+                    )
+                    .serve_connection(hyper_util::rt::TokioIo::new(tls), service)
+                    .await;
+                });
+            }
+        });
+    });
+    port
+}
+
+#[test]
+fn an_http2_client_reaches_an_http2_only_upstream_through_the_gate() {
+    let w = world("");
+    let port = h2_only_upstream(&w.certs, L7_HOST);
+    let ca = w.certs.join("ca.pem");
+    let out = w
+        .env
+        .envgit(&[
+            "run",
+            "--upstream-ca",
+            ca.to_str().unwrap(),
+            "--resolve",
+            &format!("{L7_HOST}:443=127.0.0.1:{port}"),
+            "--",
+            "curl",
+            "-sS",
+            "--http2",
+            "https://l7.envgit.test/a",
+            "https://l7.envgit.test/b",
+        ])
+        .ok();
+    assert!(
+        out.stdout.contains("h2 upstream saw HTTP/2.0 GET /a")
+            && out.stdout.contains("h2 upstream saw HTTP/2.0 GET /b"),
+        "{}",
+        out.stdout
+    );
+    let log = w.last_log();
+    assert!(log.contains("allowed GET l7.envgit.test/a"), "{log}");
+}
