@@ -50,7 +50,8 @@ pub(crate) fn homes(uid: u32) -> Vec<PathBuf> {
     out
 }
 
-fn private_dir(p: &Path) -> CmdResult<()> {
+/// A directory only this user can enter (created with its parents).
+pub(crate) fn private_dir(p: &Path) -> CmdResult<()> {
     use std::os::unix::fs::DirBuilderExt;
     std::fs::DirBuilder::new()
         .recursive(true)

@@ -152,6 +152,18 @@ fn world(policy_extra: &str) -> World {
     }
 }
 
+/// A world where an `l7` rule lets only GET reach `l7.envgit.test`.
+fn world_get_only() -> World {
+    let w = world("");
+    let yaml = w.env.read("envgit.yaml").replacen(
+        "network:\n",
+        "network:\n  l7:\n    l7.envgit.test: { methods: [GET] }\n",
+        1,
+    );
+    w.env.write("envgit.yaml", &yaml);
+    w
+}
+
 /// A world whose default preset says `ask` instead of `deny`.
 fn world_asking() -> World {
     let w = world("");
@@ -275,14 +287,7 @@ fn graphql_queries_pass_and_mutations_are_refused_on_the_same_host() {
 
 #[test]
 fn an_l7_rule_limits_methods_and_unlisted_hosts_and_addresses_are_refused() {
-    let w = world("");
-    let yaml = w.env.read("envgit.yaml");
-    let yaml = yaml.replacen(
-        "network:\n",
-        "network:\n  l7:\n    l7.envgit.test: { methods: [GET] }\n",
-        1,
-    );
-    w.env.write("envgit.yaml", &yaml);
+    let w = world_get_only();
     let get = w.run("curl -sS https://l7.envgit.test/read").ok();
     assert!(get.stdout.contains("seen GET /read"), "{}", get.stdout);
     let post = w.run("curl -sS -X POST --data x https://l7.envgit.test/write");
@@ -608,14 +613,7 @@ fn on_a_terminal_envgit_asks_there_and_the_command_never_holds_the_real_terminal
 
 #[test]
 fn http2_requests_are_judged_one_by_one_too() {
-    let w = world("");
-    let yaml = w.env.read("envgit.yaml");
-    let yaml = yaml.replacen(
-        "network:\n",
-        "network:\n  l7:\n    l7.envgit.test: { methods: [GET] }\n",
-        1,
-    );
-    w.env.write("envgit.yaml", &yaml);
+    let w = world_get_only();
     // Two GETs and a POST on one HTTP/2 connection; the POST is refused by the l7 rule.
     let out = w.run(
         "curl -sS --http2 -w ' v=%{http_version} s=%{http_code}\\n' \

@@ -20,15 +20,6 @@ use crate::failure::{CmdResult, Failure};
 use crate::output;
 use crate::project::{Project, start_dir};
 
-fn private_dir(p: &Path) -> CmdResult<()> {
-    use std::os::unix::fs::DirBuilderExt;
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(p)
-        .map_err(|e| Failure::failed(format!("{}: {e}", p.display())))
-}
-
 /// `codex` from `$ENVGIT_CODEX`, else the first on PATH.
 fn find_codex() -> CmdResult<PathBuf> {
     if let Some(p) = std::env::var_os("ENVGIT_CODEX").filter(|p| !p.is_empty()) {
@@ -57,7 +48,7 @@ pub fn run(dir: Option<&Path>, args: &CodexArgs) -> CmdResult<ExitCode> {
     let homes_dir = project.store_dir.join("codex");
     remove_stale_homes(&homes_dir);
     let home_dir = homes_dir.join(format!("{}-{}", std::process::id(), now_ms()));
-    private_dir(&home_dir)?;
+    crate::supervisor::private_dir(&home_dir)?;
     let user_home = user_codex_home(
         std::env::var_os("CODEX_HOME").map(PathBuf::from),
         std::env::var_os("HOME").map(PathBuf::from),
