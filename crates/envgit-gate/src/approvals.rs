@@ -67,7 +67,7 @@ impl Approvals {
     }
 
     /// Holds until someone answers or the timeout passes.
-    pub(crate) async fn ask(&self, mut ask: PendingAsk, identity: String) -> (Answer, PendingAsk) {
+    pub(crate) async fn ask(&self, mut ask: PendingAsk, identity: String) -> Answer {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let now = now_ms();
         ask.id = id;
@@ -89,7 +89,7 @@ impl Approvals {
         if let Answer::Approved { .. } = answer {
             lock(&self.granted).insert(identity);
         }
-        (answer, ask)
+        answer
     }
 
     pub(crate) fn list(&self) -> Vec<PendingAsk> {
@@ -190,7 +190,7 @@ mod tests {
         assert_eq!(listed.len(), 1);
         assert!(a.answer(Some(99), true, "t").is_err());
         a.answer(None, true, "tester").unwrap();
-        let (answer, _) = waiter.await.unwrap();
+        let answer = waiter.await.unwrap();
         assert_eq!(
             answer,
             Answer::Approved {
@@ -206,7 +206,7 @@ mod tests {
     #[tokio::test]
     async fn an_unanswered_ask_times_out_and_grants_nothing() {
         let a = Approvals::new(Duration::from_millis(50), None);
-        let (answer, _) = a.ask(ask("x"), "id".into()).await;
+        let answer = a.ask(ask("x"), "id".into()).await;
         assert_eq!(answer, Answer::TimedOut);
         assert!(!a.granted("id"));
         assert!(a.list().is_empty());

@@ -317,16 +317,16 @@ pub(crate) async fn settle_ask(
         expires_at_ms: 0,
     };
     match approvals.ask(ask, identity).await {
-        (Answer::Approved { by }, _) => {
+        Answer::Approved { by } => {
             rec.approval("approved", &by, summary);
             rec.mark(a.rule);
             Ok(())
         }
-        (Answer::Refused { by }, _) => {
+        Answer::Refused { by } => {
             rec.approval("refused", &by, summary);
             Err(format!("{summary}: refused by {by}"))
         }
-        (Answer::TimedOut, _) => {
+        Answer::TimedOut => {
             rec.approval("refused", "timeout", summary);
             Err(format!("{summary}: nobody answered in time"))
         }

@@ -183,18 +183,10 @@ fn answer(control_socket: &std::path::Path, ask: &PendingAsk, yes: bool) {
         }
     };
     let said = if yes { "y: let out" } else { "n: refused" };
-    let sent = (|| -> std::io::Result<()> {
-        let mut s = std::os::unix::net::UnixStream::connect(control_socket)?;
-        let mut line = serde_json::to_vec(&req).map_err(std::io::Error::other)?;
-        line.push(b'\n');
-        s.write_all(&line)?;
-        let mut reply = [0u8; 512];
-        let _ = s.read(&mut reply)?;
-        Ok(())
-    })();
+    let sent = crate::commands::approve::talk(control_socket, &req);
     let mut out = std::io::stdout().lock();
     let _ = match sent {
-        Ok(()) => write!(out, "{said}\r\n"),
+        Ok(_) => write!(out, "{said}\r\n"),
         Err(e) => write!(out, "envgit: could not answer: {e}\r\n"),
     };
     let _ = out.flush();

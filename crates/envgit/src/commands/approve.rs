@@ -28,7 +28,8 @@ struct Waiting {
     socket: PathBuf,
 }
 
-fn talk(socket: &Path, req: &ControlRequest) -> std::io::Result<ControlAnswer> {
+/// One request to a running gate's control socket, one answer.
+pub(crate) fn talk(socket: &Path, req: &ControlRequest) -> std::io::Result<ControlAnswer> {
     let mut stream = UnixStream::connect(socket)?;
     stream.set_read_timeout(Some(TALK_TIMEOUT))?;
     stream.set_write_timeout(Some(TALK_TIMEOUT))?;

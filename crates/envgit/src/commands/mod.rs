@@ -1,6 +1,6 @@
 //! One file per subcommand.
 
-mod approve;
+pub(crate) mod approve;
 mod claude;
 mod codex;
 mod demo;
