@@ -12,6 +12,8 @@ pub(crate) const RULE_TOKEN: &str = "gate.token";
 pub(crate) const RULE_MISDIRECTED: &str = "gate.host-mismatch";
 /// A TLS handshake whose SNI names another host than the CONNECT it came through.
 pub(crate) const RULE_SNI: &str = "gate.sni-mismatch";
+/// A request to a credential's host carrying a credential other than envgit's placeholder.
+pub(crate) const RULE_CREDENTIAL: &str = "gate.credential";
 
 pub(crate) fn connect(policy: &Policy, host: &str, port: u16) -> ConnectDecision {
     envgit_policy::decide_connect(policy, host, port)

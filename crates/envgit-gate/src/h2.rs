@@ -19,7 +19,8 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::Mutex;
 
-use crate::decide::{self, RULE_MISDIRECTED};
+use crate::credentials;
+use crate::decide::{self, RULE_CREDENTIAL, RULE_MISDIRECTED};
 use crate::events::Recorder;
 use crate::head::{self, ResponseHead};
 use crate::http::{self, Asked};
@@ -210,7 +211,19 @@ async fn one(req: Request<Incoming>, ctx: &Conn) -> Response<Out> {
             return answer(&decide::forbidden(&what, &rule, &reason));
         }
     }
-    let (parts, mut body) = req.into_parts();
+    let (mut parts, mut body) = req.into_parts();
+    // The secret in place of the placeholder, before the judgement as for HTTP/1 (no person is
+    // asked about a request refused here); the rewritten map is what goes upstream.
+    let headers = parts.headers.iter_mut().map(|(n, v)| (n.as_str(), v));
+    if let Err(refused) = credentials::apply(&shared.credentials, host, port, headers) {
+        rec.decide(false, RULE_CREDENTIAL);
+        rec.status(403);
+        return answer(&decide::forbidden(
+            &what,
+            RULE_CREDENTIAL,
+            &refused.reason(host),
+        ));
+    }
     let (path_part, query) = origin.split_once('?').unwrap_or((&origin, ""));
     let mut info = RequestInfo {
         method: &method,
@@ -388,5 +401,130 @@ impl Body for PrefixThen {
             return Poll::Ready(Some(Ok(Frame::data(prefix))));
         }
         Pin::new(&mut self.rest).poll_frame(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::events::Events;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::{TcpListener, TcpStream};
+    use tokio::sync::oneshot;
+
+    const PH: &str = "envgit-placeholder-h2";
+    const SECRET: &str = "sk-ant-h2-secret";
+
+    fn shared() -> Arc<Shared> {
+        let mut policy = envgit_policy::Policy::default();
+        policy.network.allow = vec!["example.com".to_owned()];
+        Arc::new(Shared {
+            token: "t".into(),
+            policy: Arc::new(policy),
+            events: Arc::new(Events::default()),
+            ca: Arc::new(crate::ca::RunCa::generate("test").unwrap()),
+            resolve: Vec::new(),
+            upstream_trust: crate::tls::UpstreamTrust::new(Vec::new()),
+            approvals: None,
+            credentials: vec![crate::Credential {
+                host: "example.com".into(),
+                port: 443,
+                placeholder: PH.into(),
+                secret: SECRET.into(),
+            }],
+        })
+    }
+
+    /// An HTTP/1.1 upstream on loopback: reads one head, answers 200, reports what it read.
+    async fn upstream() -> (TcpStream, oneshot::Receiver<Vec<u8>>) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (tx, rx) = oneshot::channel();
+        tokio::spawn(async move {
+            let (mut s, _) = listener.accept().await.unwrap();
+            let mut seen = Vec::new();
+            let mut buf = [0u8; 1024];
+            while !seen.windows(4).any(|w| w == b"\r\n\r\n") {
+                match s.read(&mut buf).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => seen.extend_from_slice(&buf[..n]),
+                }
+            }
+            let _ = s
+                .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+                .await;
+            let _ = tx.send(seen);
+        });
+        (TcpStream::connect(addr).await.unwrap(), rx)
+    }
+
+    /// One HTTP/2 GET through [`serve`] (the client side over an in-memory pipe, the upstream
+    /// a real socket): the status, the body, and what the upstream read.
+    async fn run(sh: &Arc<Shared>, headers: &[(&str, &str)]) -> (u16, String, String) {
+        let (tcp, seen) = upstream().await;
+        let (near, far) = tokio::io::duplex(64 * 1024);
+        let redial: Redial = Arc::new(|| {
+            Box::pin(async { Err::<Opened, _>("no second upstream in tests".to_owned()) })
+        });
+        let sh2 = Arc::clone(sh);
+        let server = tokio::spawn(async move {
+            let first: Result<Opened, String> = Ok((Box::new(tcp), false));
+            serve(far, first, redial, "example.com", 443, &sh2, false).await;
+        });
+        let (mut send, conn) =
+            hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(near))
+                .await
+                .unwrap();
+        tokio::spawn(conn);
+        let mut req = Request::builder()
+            .method("GET")
+            .uri("https://example.com/v1/messages");
+        for (n, v) in headers {
+            req = req.header(*n, *v);
+        }
+        let resp = send
+            .send_request(req.body(full(Vec::new())).unwrap())
+            .await
+            .unwrap();
+        let status = resp.status().as_u16();
+        let body = resp.into_body().collect().await.unwrap().to_bytes();
+        server.abort();
+        let seen = tokio::time::timeout(std::time::Duration::from_millis(300), seen)
+            .await
+            .ok()
+            .and_then(Result::ok)
+            .unwrap_or_default();
+        (
+            status,
+            String::from_utf8_lossy(&body).into_owned(),
+            String::from_utf8(seen).unwrap(),
+        )
+    }
+
+    #[tokio::test]
+    async fn h2_requests_carry_the_secret_upstream() {
+        let sh = shared();
+        let bearer = format!("Bearer {PH}");
+        let (status, body, seen) = run(&sh, &[("authorization", &bearer)]).await;
+        assert_eq!((status, body.as_str()), (200, "ok"));
+        assert!(
+            seen.contains(&format!("\r\nauthorization: Bearer {SECRET}\r\n")),
+            "{seen}"
+        );
+        assert!(!seen.contains(PH), "{seen}");
+    }
+
+    #[tokio::test]
+    async fn h2_requests_with_their_own_key_are_refused() {
+        let sh = shared();
+        let (status, body, seen) = run(&sh, &[("x-api-key", "sk-own")]).await;
+        assert_eq!(status, 403);
+        assert!(body.contains("(rule gate.credential)"), "{body}");
+        assert!(seen.is_empty(), "the upstream saw {seen:?}");
+        let ev = sh.events.take();
+        assert_eq!(
+            (ev[0].decision.as_str(), ev[0].rule.as_deref(), ev[0].status),
+            ("denied", Some(RULE_CREDENTIAL), Some(403))
+        );
     }
 }

@@ -17,7 +17,8 @@ use tokio::net::UnixStream;
 
 use crate::approvals::{self, Answer, PendingAsk};
 use crate::conn::{HeadError, Prefixed};
-use crate::decide::{self, RULE_MISDIRECTED};
+use crate::credentials;
+use crate::decide::{self, RULE_CREDENTIAL, RULE_MISDIRECTED};
 use crate::events::Recorder;
 use crate::head::{self, MAX_HEAD, RequestHead, ResponseHead};
 use crate::judge::{self, Verdict};
@@ -36,7 +37,11 @@ pub(crate) trait Stream: AsyncRead + AsyncWrite + Unpin {}
 impl<T: AsyncRead + AsyncWrite + Unpin> Stream for T {}
 
 /// The first request of an explicit-proxy connection, in absolute form.
-pub(crate) async fn absolute(mut client: Prefixed<UnixStream>, req: RequestHead, shared: &Shared) {
+pub(crate) async fn absolute(
+    mut client: Prefixed<UnixStream>,
+    mut req: RequestHead,
+    shared: &Shared,
+) {
     let mut rec = Recorder::new(&shared.events, &req.method);
     let Some((host, port, origin)) = head::parse_absolute(&req.target) else {
         rec.status(400);
@@ -55,6 +60,10 @@ pub(crate) async fn absolute(mut client: Prefixed<UnixStream>, req: RequestHead,
             return;
         }
     };
+    // Before dialling: a refused request opens no connection upstream.
+    if !with_credentials(&mut client, &mut rec, &mut req, &host, port, &what, shared).await {
+        return;
+    }
     let upstream = match upstream::dial(&host, port, &rule, &shared.resolve).await {
         Ok(stream) => stream,
         Err(DialError::Denied { rule, reason }) => {
@@ -152,7 +161,7 @@ async fn one_bound<C: Stream, U: Stream>(
         }
         _ => return false,
     };
-    let Some(req) = RequestHead::parse(&head) else {
+    let Some(mut req) = RequestHead::parse(&head) else {
         let body = "envgit: malformed request head\n";
         let _ = client
             .write_all(&decide::plain(400, "Bad Request", body))
@@ -197,6 +206,9 @@ async fn one_bound<C: Stream, U: Stream>(
             return false;
         }
     }
+    if !with_credentials(client, &mut rec, &mut req, host, port, &what, shared).await {
+        return false;
+    }
     let Some(continue_sent) =
         judged(client, &req, host, port, &origin, &what, shared, &mut rec).await
     else {
@@ -221,6 +233,30 @@ async fn one_bound<C: Stream, U: Stream>(
         &mut rec,
     )
     .await
+}
+
+/// Puts the secrets of `host:port`'s credentials in place of their placeholders in the
+/// request's headers, or refuses it (answered and recorded); `false` when refused. Done
+/// before the judgement, so no person is asked about a request that would be refused, no
+/// `100 Continue` is sent for it, and the body is framed from the very head that goes out.
+#[allow(clippy::too_many_arguments)]
+async fn with_credentials<C: Stream>(
+    client: &mut Prefixed<C>,
+    rec: &mut Recorder,
+    req: &mut RequestHead,
+    host: &str,
+    port: u16,
+    what: &str,
+    shared: &Shared,
+) -> bool {
+    let headers = req.headers.iter_mut().map(|(n, v)| (n.as_str(), v));
+    match credentials::apply(&shared.credentials, host, port, headers) {
+        Ok(()) => true,
+        Err(refused) => {
+            refuse(client, rec, what, RULE_CREDENTIAL, &refused.reason(host)).await;
+            false
+        }
+    }
 }
 
 /// The request-level judgement; `None` when the request was refused (and answered).
@@ -696,11 +732,18 @@ mod tests {
             resolve: Vec::new(),
             upstream_trust: crate::tls::UpstreamTrust::new(Vec::new()),
             approvals: None,
+            credentials: Vec::new(),
         }
     }
 
     /// An upstream that reads until `end` appears, answers 200, and reports what it read.
     async fn upstream(end: &'static [u8]) -> (TcpStream, oneshot::Receiver<Vec<u8>>) {
+        let (addr, rx) = listening(end).await;
+        (TcpStream::connect(addr).await.unwrap(), rx)
+    }
+
+    /// [`upstream`] before anyone connects: its address, and what it read once someone did.
+    async fn listening(end: &'static [u8]) -> (std::net::SocketAddr, oneshot::Receiver<Vec<u8>>) {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let (tx, rx) = oneshot::channel();
@@ -721,7 +764,7 @@ mod tests {
                 .await;
             let _ = tx.send(seen);
         });
-        (TcpStream::connect(addr).await.unwrap(), rx)
+        (addr, rx)
     }
 
     async fn run_bound(shared: &Shared, request: &[u8], end: &'static [u8]) -> (String, Vec<u8>) {
@@ -832,6 +875,181 @@ mod tests {
             "{reply}"
         );
         assert!(seen.is_empty());
+    }
+
+    const PH: &str = "envgit-placeholder-7f3a";
+    const SECRET: &str = "sk-ant-real-secret";
+
+    fn with_credential(mut sh: Shared, host: &str, port: u16) -> Shared {
+        sh.credentials = vec![crate::Credential {
+            host: host.into(),
+            port,
+            placeholder: PH.into(),
+            secret: SECRET.into(),
+        }];
+        sh
+    }
+
+    #[tokio::test]
+    async fn bound_request_to_the_credential_host_carries_the_secret() {
+        let sh = with_credential(shared(&["example.com"]), "Example.com", 80);
+        let request = format!(
+            "GET /v1/messages HTTP/1.1\r\nHost: example.com\r\nAuthorization: Bearer {PH}\r\n\
+             x-api-key: {PH}\r\nAccept: */*\r\n\r\n"
+        );
+        let (reply, seen) = run_bound(&sh, request.as_bytes(), b"\r\n\r\n").await;
+        assert!(reply.starts_with("HTTP/1.1 200 OK\r\n"), "{reply}");
+        let seen = String::from_utf8(seen).unwrap();
+        assert_eq!(
+            seen,
+            format!(
+                "GET /v1/messages HTTP/1.1\r\nHost: example.com\r\n\
+                 Authorization: Bearer {SECRET}\r\nx-api-key: {SECRET}\r\nAccept: */*\r\n\r\n"
+            )
+        );
+        assert!(!seen.contains(PH), "{seen}");
+        let ev = sh.events.take();
+        assert_eq!(
+            (ev[0].decision.as_str(), ev[0].rule.as_deref()),
+            ("allowed", Some("example.com"))
+        );
+    }
+
+    #[tokio::test]
+    async fn the_placeholder_is_replaced_in_headers_only() {
+        let sh = with_credential(shared(&["example.com"]), "example.com", 80);
+        let request = format!(
+            "POST /p/{PH}?k={PH} HTTP/1.1\r\nHost: example.com\r\nx-api-key: {PH}\r\n\
+             Content-Length: {}\r\n\r\n{PH}",
+            PH.len()
+        );
+        let (reply, seen) = run_bound(&sh, request.as_bytes(), PH.as_bytes()).await;
+        assert!(reply.starts_with("HTTP/1.1 200 OK\r\n"), "{reply}");
+        let seen = String::from_utf8(seen).unwrap();
+        assert!(
+            seen.starts_with(&format!("POST /p/{PH}?k={PH} HTTP/1.1\r\n")),
+            "{seen}"
+        );
+        assert!(
+            seen.contains(&format!("\r\nx-api-key: {SECRET}\r\n")),
+            "{seen}"
+        );
+        assert!(seen.ends_with(&format!("\r\n\r\n{PH}")), "{seen}");
+    }
+
+    #[tokio::test]
+    async fn a_credential_brought_from_inside_is_refused_before_it_leaves() {
+        let sh = with_credential(shared(&["example.com"]), "example.com", 80);
+        for request in [
+            &b"GET / HTTP/1.1\r\nHost: example.com\r\nAuthorization: Bearer sk-own\r\n\r\n"[..],
+            b"POST / HTTP/1.1\r\nHost: example.com\r\nApi-Key: sk-own\r\nContent-Length: 2\r\n\r\nhi",
+            // The placeholder in one header does not cover a key in another.
+            format!("GET / HTTP/1.1\r\nHost: example.com\r\nx-api-key: {PH}\r\nauthorization: sk-own\r\n\r\n")
+                .as_bytes(),
+        ] {
+            let (reply, seen) = run_bound(&sh, request, b"\r\n\r\n").await;
+            assert!(reply.starts_with("HTTP/1.1 403 Forbidden\r\n"), "{reply}");
+            assert!(
+                reply.contains("X-Envgit-Decision: deny; rule=gate.credential\r\n"),
+                "{reply}"
+            );
+            assert!(!reply.contains(SECRET), "{reply}");
+            assert!(seen.is_empty(), "the upstream saw {seen:?}");
+        }
+        let ev = sh.events.take();
+        assert_eq!(ev.len(), 3, "{ev:?}");
+        for e in &ev {
+            assert_eq!(
+                (e.decision.as_str(), e.rule.as_deref(), e.status),
+                ("denied", Some(RULE_CREDENTIAL), Some(403))
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn a_probe_without_credential_headers_passes() {
+        let sh = with_credential(shared(&["example.com"]), "example.com", 80);
+        let (reply, seen) = run_bound(
+            &sh,
+            b"HEAD / HTTP/1.1\r\nHost: example.com\r\n\r\n",
+            b"\r\n\r\n",
+        )
+        .await;
+        assert!(reply.starts_with("HTTP/1.1 200 OK\r\n"), "{reply}");
+        assert_eq!(seen, b"HEAD / HTTP/1.1\r\nHost: example.com\r\n\r\n");
+    }
+
+    #[tokio::test]
+    async fn another_host_keeps_the_placeholder() {
+        let sh = with_credential(shared(&["example.com"]), "api.example.net", 80);
+        let request =
+            format!("GET / HTTP/1.1\r\nHost: example.com\r\nAuthorization: Bearer {PH}\r\n\r\n");
+        let (reply, seen) = run_bound(&sh, request.as_bytes(), b"\r\n\r\n").await;
+        assert!(reply.starts_with("HTTP/1.1 200 OK\r\n"), "{reply}");
+        let seen = String::from_utf8(seen).unwrap();
+        assert!(
+            seen.contains(&format!("\r\nAuthorization: Bearer {PH}\r\n")),
+            "{seen}"
+        );
+        assert!(!seen.contains(SECRET), "{seen}");
+    }
+
+    /// An explicit-proxy request over a unix socket pair, the upstream at `--resolve`.
+    async fn run_absolute(sh: &mut Shared, request: &[u8]) -> (String, Vec<u8>) {
+        let (addr, seen) = listening(b"\r\n\r\n").await;
+        sh.resolve = vec![format!("example.com:80={addr}").parse().unwrap()];
+        let (mut near, far) = UnixStream::pair().unwrap();
+        let split = request.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+        let req = RequestHead::parse(&request[..split]).unwrap();
+        near.write_all(&request[split..]).await.unwrap();
+        absolute(Prefixed::new(far), req, sh).await;
+        let mut reply = Vec::new();
+        near.read_to_end(&mut reply).await.unwrap();
+        let seen = tokio::time::timeout(Duration::from_millis(300), seen)
+            .await
+            .ok()
+            .and_then(Result::ok)
+            .unwrap_or_default();
+        (String::from_utf8_lossy(&reply).into_owned(), seen)
+    }
+
+    #[tokio::test]
+    async fn absolute_form_requests_get_the_secret_or_are_refused() {
+        let mut sh = with_credential(shared(&["example.com"]), "example.com", 80);
+        let request = format!(
+            "GET http://example.com/v1?k={PH} HTTP/1.1\r\nHost: example.com\r\nx-api-key: {PH}\r\n\r\n"
+        );
+        let (reply, seen) = run_absolute(&mut sh, request.as_bytes()).await;
+        assert!(reply.starts_with("HTTP/1.1 200 OK\r\n"), "{reply}");
+        let seen = String::from_utf8(seen).unwrap();
+        assert_eq!(
+            seen,
+            format!(
+                "GET /v1?k={PH} HTTP/1.1\r\nHost: example.com\r\nx-api-key: {SECRET}\r\n\
+                 Connection: close\r\n\r\n"
+            )
+        );
+
+        let request =
+            b"GET http://example.com/v1 HTTP/1.1\r\nHost: example.com\r\nx-api-key: sk-own\r\n\r\n";
+        let (reply, seen) = run_absolute(&mut sh, request).await;
+        assert!(reply.starts_with("HTTP/1.1 403 Forbidden\r\n"), "{reply}");
+        assert!(
+            reply.ends_with("envgit: denied GET example.com/v1 (rule gate.credential)\n"),
+            "{reply}"
+        );
+        // Refused before dialling: the upstream was never even connected to.
+        assert!(seen.is_empty(), "the upstream saw {seen:?}");
+        let ev = sh.events.take();
+        assert_eq!(
+            ev.iter()
+                .map(|e| (e.decision.as_str(), e.rule.as_deref()))
+                .collect::<Vec<_>>(),
+            [
+                ("allowed", Some("example.com")),
+                ("denied", Some(RULE_CREDENTIAL))
+            ]
+        );
     }
 
     #[test]

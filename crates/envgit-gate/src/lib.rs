@@ -31,6 +31,7 @@ mod approvals;
 mod ca;
 mod conn;
 mod control;
+mod credentials;
 mod decide;
 mod events;
 mod h2;
@@ -51,6 +52,7 @@ use std::time::Duration;
 pub use approvals::{AskAnnounce, PendingAsk};
 pub use ca::{CaError, RunCa, trust_bundle};
 pub use control::{ControlAnswer, ControlRequest};
+pub use credentials::Credential;
 pub use events::{Announce, EventApproval, GateEvent};
 pub use resolve::{Resolve, parse_list as parse_resolve_list};
 
@@ -76,6 +78,10 @@ pub struct GateConfig {
     pub upstream_ca_pem: Vec<u8>,
     /// Where people answer `ask`; `None` makes every `ask` a refusal.
     pub approvals: Option<ApprovalConfig>,
+    /// Requests to a credential's host:port get its secret in place of its placeholder (the
+    /// sandbox holds only the placeholder); requests there with a credential of their own are
+    /// refused.
+    pub credentials: Vec<Credential>,
 }
 
 pub struct ApprovalConfig {
@@ -88,6 +94,17 @@ pub struct ApprovalConfig {
     pub label: String,
     /// Told when a request starts waiting.
     pub announce: Option<AskAnnounce>,
+}
+
+/// Takes a running gate's events; see [`Gate::tap`].
+#[derive(Clone)]
+pub struct EventTap(Arc<events::Events>);
+
+impl EventTap {
+    /// Everything recorded since the last take (by this tap, another, or the gate).
+    pub fn take(&self) -> Vec<GateEvent> {
+        self.0.take()
+    }
 }
 
 /// A running gate: its own tokio runtime, one unix listener.
@@ -106,6 +123,12 @@ impl Gate {
             return Err(std::io::Error::new(
                 std::io::ErrorKind::InvalidInput,
                 "envgit-gate: the token must not be empty",
+            ));
+        }
+        if let Err(why) = credentials::validate(&cfg.credentials) {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!("envgit-gate: {why}"),
             ));
         }
         let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -146,6 +169,7 @@ impl Gate {
             resolve: cfg.resolve,
             upstream_trust: tls::UpstreamTrust::new(cfg.upstream_ca_pem),
             approvals,
+            credentials: cfg.credentials,
         });
         runtime.spawn(listener::serve(listener, shared, Arc::clone(&shutdown)));
         Ok(Gate {
@@ -162,6 +186,12 @@ impl Gate {
     /// shows up in a later call, or in what [`Gate::stop`] returns.
     pub fn take_events(&self) -> Vec<GateEvent> {
         self.events.take()
+    }
+
+    /// A handle that takes events while the gate runs, from another thread (a supervisor
+    /// attributing requests to the step that is open when they finish).
+    pub fn tap(&self) -> EventTap {
+        EventTap(self.events.clone())
     }
 
     /// Stops accepting, ends open connections, removes the socket, and returns the events not

@@ -15,6 +15,7 @@ use tokio::sync::{Notify, Semaphore};
 use crate::approvals::Approvals;
 use crate::ca::RunCa;
 use crate::conn::{HeadError, Prefixed};
+use crate::credentials::Credential;
 use crate::decide::{self, RULE_TOKEN};
 use crate::events::{Events, Recorder};
 use crate::head::{self, MAX_HEAD, RequestHead};
@@ -36,6 +37,8 @@ pub(crate) struct Shared {
     pub(crate) upstream_trust: UpstreamTrust,
     /// `None`: nobody can answer an `ask`, which then fails closed at once.
     pub(crate) approvals: Option<Arc<Approvals>>,
+    /// Secrets put on requests to their hosts in place of the sandbox's placeholders.
+    pub(crate) credentials: Vec<Credential>,
 }
 
 pub(crate) fn bind(path: &Path) -> io::Result<UnixListener> {

@@ -277,8 +277,14 @@ pub struct HooksTarget {
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
 pub enum HookEvent {
+    /// Before a tool call (may refuse it).
     Pre,
+    /// After a tool call.
     Post,
+    /// After a tool call that failed (Claude Code's PostToolUseFailure).
+    PostFailure,
+    /// The agent stopped (Claude Code's Stop and SessionEnd): calls still open are closed.
+    Stop,
 }
 
 #[derive(Args, Debug)]

@@ -9,6 +9,7 @@ mod output;
 mod project;
 mod supervisor;
 mod terminal;
+mod tool_steps;
 mod upstreams;
 
 use std::process::ExitCode;

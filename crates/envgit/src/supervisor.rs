@@ -6,12 +6,17 @@ use std::path::{Path, PathBuf};
 
 use std::sync::Arc;
 
-use envgit_gate::{ApprovalConfig, Gate, GateConfig, GateEvent, PendingAsk, RunCa};
+use envgit_gate::{
+    ApprovalConfig, Credential, EventTap, Gate, GateConfig, GateEvent, PendingAsk, RunCa,
+};
 use envgit_sandbox::plan::{PlanInput, plan};
 use envgit_sandbox::spec::RelaySpec;
 use envgit_sandbox::trust::{TrustFiles, host_bundle_text};
 use envgit_sandbox::{Outcome, SignalGuard};
-use envgit_store::{Approval, Refusal, Request, StepDraft, StepFlag, StepKind, Store, now_ms};
+use envgit_store::{
+    Approval, ObjectId, Refusal, Request, StepDraft, StepFlag, StepGuard, StepKind, Store,
+    WorkTree, now_ms,
+};
 
 use crate::failure::{CmdResult, Failure};
 use crate::output;
@@ -99,23 +104,17 @@ pub fn run_step(
     let (before, _) = wt.full_scan(&store, None)?;
     // Read before the command runs: `core.hooksPath` comes from the trusted .git/config.
     let protected = project.protected_paths();
-    let (code, events) = run_sandboxed(project, &store, cwd, &argv, &protected, upstreams)?;
+    let (code, events) = run_sandboxed(
+        project,
+        store.dir(),
+        cwd,
+        &argv,
+        &protected,
+        upstreams,
+        RunExtras::default(),
+    )?;
     // The gate announced its refusals as they happened.
-    let (requests, mut refusals, approvals) = requests_of(&events);
-    let (after, report) = wt.full_scan(&store, None)?;
-    let (put_back, tree) = envgit_store::put_back(&store, &mut wt, &before, &after, &protected)?;
-    let mut flags = Vec::new();
-    for p in &put_back {
-        output::warn(&format!(
-            "{p} changed during the step and was put back (protected path)"
-        ));
-    }
-    if !put_back.is_empty() {
-        flags.push(StepFlag::ProtectedRestored);
-    }
-    if !report.unstable.is_empty() {
-        flags.push(StepFlag::UnstableFiles);
-    }
+    let (requests, refusals, approvals) = requests_of(&events);
     let draft = StepDraft {
         kind: Some(StepKind::Run),
         started_at_ms: started,
@@ -124,26 +123,60 @@ pub fn run_step(
         cwd: Some(cwd.display().to_string()),
         exit_code: Some(code),
         policy_hash: Some(policy_hash),
-        flags,
         requests,
         approvals,
-        refusals: {
-            refusals.extend(put_back.iter().map(|p| Refusal {
-                what: format!("write {p}"),
-                rule: "filesystem.protected".into(),
-            }));
-            refusals
-        },
+        refusals,
         ..Default::default()
     };
-    store.commit(&mut guard, draft, tree)?;
+    let mut after = AfterStep {
+        store: &mut store,
+        wt: &mut wt,
+        guard: &mut guard,
+        protected: &protected,
+    };
+    after.commit(&before, draft)?;
     drop(guard);
     wt.save_cache(&store.stat_cache_path())?;
     Ok(code)
 }
 
+/// What ends every step that ran something: snapshot the tree, put protected paths back as
+/// they were at `before`, flag what needs flagging, commit.
+pub(crate) struct AfterStep<'a> {
+    pub store: &'a mut Store,
+    pub wt: &'a mut WorkTree,
+    pub guard: &'a mut StepGuard,
+    pub protected: &'a [String],
+}
+
+impl AfterStep<'_> {
+    /// Commits `draft` with the tree as it is now; returns the tree committed.
+    pub fn commit(&mut self, before: &ObjectId, mut draft: StepDraft) -> CmdResult<ObjectId> {
+        let (after, report) = self.wt.full_scan(self.store, None)?;
+        let (put_back, tree) =
+            envgit_store::put_back(self.store, self.wt, before, &after, self.protected)?;
+        for p in &put_back {
+            output::warn(&format!(
+                "{p} changed during the step and was put back (protected path)"
+            ));
+        }
+        if !put_back.is_empty() {
+            draft.flags.push(StepFlag::ProtectedRestored);
+        }
+        if !report.unstable.is_empty() {
+            draft.flags.push(StepFlag::UnstableFiles);
+        }
+        draft.refusals.extend(put_back.iter().map(|p| Refusal {
+            what: format!("write {p}"),
+            rule: "filesystem.protected".into(),
+        }));
+        self.store.commit(self.guard, draft, tree)?;
+        Ok(tree)
+    }
+}
+
 /// The gate's events as step records: every request, and the refused ones as refusals.
-fn requests_of(events: &[GateEvent]) -> (Vec<Request>, Vec<Refusal>, Vec<Approval>) {
+pub(crate) fn requests_of(events: &[GateEvent]) -> (Vec<Request>, Vec<Refusal>, Vec<Approval>) {
     let mut requests = Vec::new();
     let mut refusals = Vec::new();
     let mut approvals = Vec::new();
@@ -272,18 +305,36 @@ fn write_trust_files(dir: &Path, ca_pem: &str) -> CmdResult<TrustFiles> {
     Ok(files)
 }
 
+/// What a caller adds to a sandboxed run besides the command: an agent session needs a socket
+/// for its hooks, its own variables, and credentials the gate puts on its model requests.
+#[derive(Default)]
+pub(crate) struct RunExtras {
+    /// Files (or sockets) bound under `/run/envgit/NAME` inside.
+    pub run_files: Vec<(String, PathBuf)>,
+    /// Variables set inside (after the policy's).
+    pub env: Vec<(String, String)>,
+    /// Paths outside the project made read-only inside (those that exist).
+    pub read_only: Vec<PathBuf>,
+    pub credentials: Vec<Credential>,
+    /// Gets a tap on the gate's events once it runs, before the command starts.
+    pub tap: Option<std::sync::mpsc::Sender<EventTap>>,
+}
+
+/// Runs `argv` in the sandbox behind a gate of its own; `state` is the project's store
+/// directory (the home overlay and staging live there). Returns the exit code and the gate
+/// events not taken through a tap.
 pub(crate) fn run_sandboxed(
     project: &Project,
-    store: &Store,
+    state: &Path,
     cwd: &Path,
     argv: &[String],
     protected: &[String],
     upstreams: &Upstreams,
+    extras: RunExtras,
 ) -> CmdResult<(i32, Vec<GateEvent>)> {
     let uid = rustix::process::getuid().as_raw();
     let gid = rustix::process::getgid().as_raw();
     let envgit_home = envgit_store::envgit_home()?;
-    let state = store.dir();
     let staging = state
         .join("run")
         .join(format!("{}-{}", std::process::id(), now_ms()));
@@ -331,8 +382,12 @@ pub(crate) fn run_sandboxed(
         resolve: upstreams.resolve.clone(),
         upstream_ca_pem: upstreams.extra_ca_pem.clone(),
         approvals: approval_config(project, &gate_dir, pty.as_ref()),
+        credentials: extras.credentials,
     })
     .map_err(|e| Failure::failed(format!("cannot start the gate: {e}")))?;
+    if let Some(tap) = &extras.tap {
+        let _ = tap.send(gate.tap());
+    }
     let relay = RelaySpec {
         gate_socket: socket_path,
         token,
@@ -360,6 +415,7 @@ pub(crate) fn run_sandboxed(
             if project.policy.approvers.socket {
                 env.extend(client_timeouts(project.policy.approvers.timeout));
             }
+            env.extend(extras.env);
             env
         },
         relay: Some(relay),
@@ -367,6 +423,9 @@ pub(crate) fn run_sandboxed(
         envgit_exe: Some(exe.clone()),
         protected: protected.to_vec(),
     });
+    let mut spec = spec;
+    spec.run_files.extend(extras.run_files);
+    spec.read_only.extend(extras.read_only);
     let outcome = {
         let _signals = SignalGuard::ignore_terminal_signals();
         if let Some(pty) = &pty {
@@ -400,7 +459,7 @@ pub(crate) fn run_sandboxed(
     }
 }
 
-fn random_token() -> String {
+pub(crate) fn random_token() -> String {
     let mut bytes = [0u8; 16];
     if let Ok(mut f) = std::fs::File::open("/dev/urandom") {
         use std::io::Read;

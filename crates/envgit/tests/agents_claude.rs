@@ -1,9 +1,9 @@
 //! `envgit claude` with the real Claude Code CLI (2.1.332, installed by
 //! `scripts/install-deps-agents --claude`), offline: a scripted Messages API server on
-//! 127.0.0.1, reached through envgit's gate. What is enforced today: every request through the
-//! gate (a push hidden behind a variable is refused at the request), shell rules refused by the
-//! PreToolUse hook with the reason reaching the model. Not yet: a step per tool call, and the
-//! API key kept out of the sandbox (see crates/envgit/src/commands/claude.rs).
+//! 127.0.0.1, reached through envgit's gate. Every tool call is a step (its files, its
+//! requests); a push hidden behind a variable is refused at the request; shell rules are
+//! refused by the PreToolUse hook with the reason reaching the model; the API key never enters
+//! the sandbox, yet the model requests carry it.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod agents_support;
@@ -15,11 +15,13 @@ mod git_server;
 
 use std::time::Duration;
 
+use serde_json::{Value, json};
+
 use agents_support::{Api, ModelServer, Turn, agent_bin_dir, path_with, run_bounded};
 use support::Env;
 
 #[test]
-fn claude_runs_in_the_sandbox_and_gate_with_shell_rules_refused_at_the_hook() {
+fn claude_tool_calls_are_steps_and_its_key_stays_outside() {
     let env = Env::new();
     let remotes = env.tmp.path().join("remotes");
     std::fs::create_dir_all(&remotes).unwrap();
@@ -50,6 +52,8 @@ fn claude_runs_in_the_sandbox_and_gate_with_shell_rules_refused_at_the_hook() {
         String::from_utf8_lossy(&out.stdout).trim().to_string()
     };
     let before = head();
+    const REAL_KEY: &str = "sk-ant-real-7f3e9c-do-not-leak";
+    let written = env.path("written.txt");
     let server = ModelServer::start(
         Api::Messages,
         vec![
@@ -57,6 +61,20 @@ fn claude_runs_in_the_sandbox_and_gate_with_shell_rules_refused_at_the_hook() {
             Turn::Shell("touch cl-denied.txt && npm publish".into()),
             Turn::Shell(
                 "echo change >> a.txt && git commit -qam change && g=git; $g push origin HEAD:main"
+                    .into(),
+            ),
+            Turn::Tool(
+                "Write".into(),
+                json!({"file_path": written.display().to_string(), "content": "by the Write tool\n"}),
+            ),
+            Turn::Shell("env > inside-env.txt".into()),
+            Turn::Shell(
+                "sh -c 'echo x > \"$HOME/.claude/settings.json\"' 2> settings-write.txt; true".into(),
+            ),
+            // A pattern that matches the key without containing it: the command itself is in
+            // Claude's transcript under ~/.claude.
+            Turn::Shell(
+                "grep -rlsE 'sk-ant-real-7f3e9c-do-not-lea[k]' ~ /tmp /run /etc . > inside-grep.txt; true"
                     .into(),
             ),
             Turn::Say("all done".into()),
@@ -73,6 +91,9 @@ fn claude_runs_in_the_sandbox_and_gate_with_shell_rules_refused_at_the_hook() {
     let yaml = env.read("envgit.yaml") + "shell:\n  - deny: [\"npm publish\"]\n";
     env.write("envgit.yaml", &yaml);
     let first_new = env.record() + 1;
+    let settings = env.user_home().join(".claude/settings.json");
+    std::fs::create_dir_all(settings.parent().unwrap()).unwrap();
+    std::fs::write(&settings, "{\"env\": {}}\n").unwrap();
 
     let bin = agent_bin_dir("claude");
     let mut cmd = env.cmd(&env.project);
@@ -82,6 +103,7 @@ fn claude_runs_in_the_sandbox_and_gate_with_shell_rules_refused_at_the_hook() {
         "do the scripted work",
         "--allowedTools",
         "Bash",
+        "Write",
         "--output-format",
         "stream-json",
         "--verbose",
@@ -92,36 +114,54 @@ fn claude_runs_in_the_sandbox_and_gate_with_shell_rules_refused_at_the_hook() {
         "ANTHROPIC_BASE_URL",
         format!("http://127.0.0.1:{}", server.port),
     )
-    .env("ANTHROPIC_API_KEY", "test")
+    .env("ANTHROPIC_API_KEY", REAL_KEY)
     .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
     .env("DISABLE_AUTOUPDATER", "1");
     let (stdout, stderr) = run_bounded(cmd, Duration::from_secs(240));
     let transcript = server.transcript();
     let ctx = format!("stdout:\n{stdout}\nstderr:\n{stderr}\nmodel saw:\n{transcript}");
 
-    // The command ran inside, and its file is in the run's step.
-    assert_eq!(env.read("cl.txt"), "from-claude\n", "{ctx}");
     let log = env.log_json();
-    let steps: Vec<&serde_json::Value> = log
+    let steps: Vec<&Value> = log
         .iter()
         .filter(|s| s["number"].as_u64().unwrap() >= first_new)
         .collect();
-    assert_eq!(steps.len(), 1, "{steps:#?}\n{ctx}");
-    let step = steps[0];
-    assert!(
+    let step_of = |needle: &str| -> &Value {
+        steps
+            .iter()
+            .find(|s| s["summary"].as_str().unwrap_or("").contains(needle))
+            .unwrap_or_else(|| panic!("no step for {needle:?}: {steps:#?}\n{ctx}"))
+    };
+    let changed = |step: &Value, path: &str| {
         step["changes"]
             .as_array()
             .unwrap()
             .iter()
-            .any(|c| c["path"] == "cl.txt"),
-        "{step:#}"
-    );
+            .any(|c| c["path"] == path)
+    };
+    let refused_by = |step: &Value, rule: &str| {
+        step["refusals"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["rule"] == rule)
+    };
 
-    // The shell rule refused at the hook; the reason reached the model.
+    // Each tool call is a step of its own, with its files.
+    assert_eq!(env.read("cl.txt"), "from-claude\n", "{ctx}");
+    let echo = step_of("claude Bash: echo from-claude > cl.txt");
+    assert_eq!(echo["kind"], "tool", "{echo:#}");
+    assert!(changed(echo, "cl.txt"), "{echo:#}");
+    let write = step_of("claude Write:");
+    assert!(changed(write, "written.txt"), "{write:#}\n{ctx}");
+    assert!(!changed(write, "cl.txt"), "{write:#}");
+
+    // The shell rule refused at the hook, as a step; the reason reached the model.
     assert!(
         !env.path("cl-denied.txt").exists(),
         "the refused command ran: {ctx}"
     );
+    assert!(refused_by(step_of("npm publish"), "shell.deny"), "{ctx}");
     assert!(
         transcript.contains(
             "envgit: denied command touch cl-denied.txt && npm publish (rule shell.deny)"
@@ -129,23 +169,50 @@ fn claude_runs_in_the_sandbox_and_gate_with_shell_rules_refused_at_the_hook() {
         "{ctx}"
     );
 
-    // The push was refused at the request; the remote is unchanged; the refusal is on the step.
+    // The push was refused at the request, on the step of the call that made it.
     assert_eq!(head(), before, "{ctx}");
+    let push = step_of("$g push");
+    assert!(refused_by(push, "git.push"), "{push:#}\n{ctx}");
+
+    // The session is the last step: the model traffic went through the gate.
+    let session = steps
+        .iter()
+        .max_by_key(|s| s["number"].as_u64())
+        .unwrap();
+    assert_eq!(session["kind"], "run", "{session:#}");
     assert!(
-        step["refusals"]
-            .as_array()
+        session["summary"]
+            .as_str()
             .unwrap()
-            .iter()
-            .any(|r| r["rule"] == "git.push"),
-        "{step:#}\n{ctx}"
+            .contains("(session: 6 tool call(s))"),
+        "{session:#}"
     );
-    // The model traffic went through the gate too.
     assert!(
-        step["requests"]
+        session["requests"]
             .as_array()
             .unwrap()
             .iter()
             .any(|r| r["path"].as_str().unwrap_or("").starts_with("/v1/messages")),
-        "{step:#}"
+        "{session:#}"
     );
+
+    // The key: never inside (environment, files), yet on every model request.
+    let inside_env = env.read("inside-env.txt");
+    assert!(!inside_env.contains(REAL_KEY), "{inside_env}");
+    assert!(
+        inside_env.contains("ANTHROPIC_API_KEY=envgit-placeholder-"),
+        "{inside_env}"
+    );
+    assert_eq!(env.read("inside-grep.txt"), "", "the key is in files inside");
+    // Claude's own settings are read-only inside.
+    let refused = env.read("settings-write.txt");
+    assert!(refused.contains("Read-only file system"), "{refused}\n{ctx}");
+    assert_eq!(
+        std::fs::read_to_string(&settings).unwrap(),
+        "{\"env\": {}}\n"
+    );
+
+    let seen = server.credentials();
+    assert!(!seen.is_empty(), "{ctx}");
+    assert!(seen.iter().all(|k| k == REAL_KEY), "{seen:?}");
 }

@@ -103,6 +103,7 @@ fn setup(allow: &[String]) -> Setup {
         resolve: Vec::new(),
         upstream_ca_pem: Vec::new(),
         approvals: None,
+        credentials: Vec::new(),
     })
     .unwrap();
     std::thread::spawn(move || relay.run());

@@ -186,14 +186,22 @@ fn clip(s: &str, n: usize) -> String {
     one_line.chars().take(n).collect::<String>() + "…"
 }
 
-fn summary(tool: &str, args: &Value) -> String {
+/// How a tool call reads in `envgit log`: `AGENT TOOL: command line or path`.
+pub(crate) fn tool_summary(agent: &str, tool: &str, args: &Value) -> String {
     if let Some(cmd) = shell_command(tool, args) {
-        return format!("copilot {tool}: {}", clip(&cmd, 200));
+        return format!("{agent} {tool}: {}", clip(&cmd, 200));
     }
-    match args.get("path").and_then(Value::as_str) {
-        Some(p) => format!("copilot {tool}: {p}"),
-        None => format!("copilot {tool}: {}", clip(&args.to_string(), 120)),
+    match path_arg(args) {
+        Some(p) => format!("{agent} {tool}: {p}"),
+        None => format!("{agent} {tool}: {}", clip(&args.to_string(), 120)),
     }
+}
+
+/// The path a file tool names (`path` for Copilot, `file_path` for Claude Code).
+fn path_arg(args: &Value) -> Option<&str> {
+    args.get("path")
+        .or_else(|| args.get("file_path"))
+        .and_then(Value::as_str)
 }
 
 /// `envgit hook copilot pre|post`: never fails the agent for envgit's own trouble (a hook
@@ -203,7 +211,7 @@ pub fn hook(dir: Option<&Path>, args: &HookArgs) -> CmdResult<ExitCode> {
     let _ = std::io::stdin().read_to_string(&mut input);
     let payload: Value = serde_json::from_str(&input).unwrap_or(Value::Null);
     if matches!(args.agent, HookAgent::Claude) {
-        return Ok(claude_pre(dir, &payload));
+        return Ok(claude_hook(dir, &args.event, payload));
     }
     let cwd = match payload.get("cwd").and_then(Value::as_str) {
         Some(c) if !c.is_empty() => PathBuf::from(c),
@@ -221,7 +229,8 @@ pub fn hook(dir: Option<&Path>, args: &HookArgs) -> CmdResult<ExitCode> {
     let targs = tool_args(&payload);
     let result = match args.event {
         HookEvent::Pre => pre(&project, &cwd, &tool, &targs),
-        HookEvent::Post => record(&project, &cwd, summary(&tool, &targs), None, Vec::new()),
+        HookEvent::PostFailure | HookEvent::Stop => Ok(()),
+        HookEvent::Post => record(&project, &cwd, tool_summary("copilot", &tool, &targs), None, Vec::new()),
     };
     if let Err(f) = result {
         output::error(&format!("copilot hook: {}", f.message));
@@ -243,7 +252,7 @@ const READERS: &[&str] = &["view", "read", "cat"];
 /// What envgit refuses in a call, as (`what`, rule): a shell-rule command line, a write to a
 /// protected path, a read of a `.env` file. Copilot's own tools run on the host, so this is
 /// the only place these are refused.
-fn refusal_of(project: &Project, cwd: &Path, tool: &str, args: &Value) -> Option<(String, String)> {
+pub(crate) fn refusal_of(project: &Project, cwd: &Path, tool: &str, args: &Value) -> Option<(String, String)> {
     if let Some(cmd) = shell_command(tool, args) {
         let argv = vec!["sh".to_string(), "-c".to_string(), cmd.clone()];
         return project
@@ -251,10 +260,7 @@ fn refusal_of(project: &Project, cwd: &Path, tool: &str, args: &Value) -> Option
             .check_command(&argv)
             .map(|m| (format!("command {cmd}"), m.rule.to_string()));
     }
-    let path = args
-        .get("path")
-        .or_else(|| args.get("file_path"))
-        .and_then(Value::as_str)?;
+    let path = path_arg(args)?;
     let abs = envgit_codex::paths::normalize(&cwd.join(path));
     let rel = abs
         .strip_prefix(&project.root)
@@ -291,7 +297,7 @@ fn pre(project: &Project, cwd: &Path, tool: &str, args: &Value) -> CmdResult<()>
     record(
         project,
         cwd,
-        summary(tool, args),
+        tool_summary("copilot", tool, args),
         Some(EXIT_REFUSED),
         vec![Refusal { what, rule }],
     )
@@ -324,8 +330,58 @@ fn record(
     Ok(())
 }
 
-/// Claude Code's PreToolUse, run inside the sandbox (the store is not visible there, so it only
-/// judges): a refused call exits 2 with the reason on stderr, which Claude shows the model.
+/// Set inside `envgit claude`'s sandbox: where the supervisor answers hooks.
+pub(crate) const HOOKS_SOCKET_ENV: &str = "ENVGIT_HOOKS_SOCKET";
+
+/// Claude Code's hooks, run inside `envgit claude`'s sandbox: each tells the supervisor where
+/// a tool call starts or ends (see `tool_steps.rs`). A refused PreToolUse exits 2 with the
+/// reason on stderr, which Claude shows the model; a PreToolUse that cannot reach the
+/// supervisor refuses too (fail closed). Without the socket, PreToolUse only judges.
+fn claude_hook(dir: Option<&Path>, event: &HookEvent, payload: Value) -> ExitCode {
+    let pre = matches!(event, HookEvent::Pre);
+    let Some(socket) = std::env::var_os(HOOKS_SOCKET_ENV).filter(|s| !s.is_empty()) else {
+        return if pre {
+            claude_pre(dir, &payload)
+        } else {
+            ExitCode::SUCCESS
+        };
+    };
+    let name = match event {
+        HookEvent::Pre => "pre",
+        HookEvent::Post => "post",
+        HookEvent::PostFailure => "post_failure",
+        HookEvent::Stop => "stop",
+    };
+    let refused = |reason: &str| {
+        eprintln!("{reason}");
+        if pre {
+            ExitCode::from(2)
+        } else {
+            ExitCode::SUCCESS
+        }
+    };
+    match ask_supervisor(Path::new(&socket), &json!({"event": name, "payload": payload})) {
+        Ok(reply) if reply["allow"] == true => ExitCode::SUCCESS,
+        Ok(reply) => refused(reply["reason"].as_str().unwrap_or("envgit: refused")),
+        Err(e) => refused(&format!(
+            "envgit: cannot reach envgit's supervisor ({e}); the call is refused"
+        )),
+    }
+}
+
+fn ask_supervisor(socket: &Path, message: &Value) -> std::io::Result<Value> {
+    use std::io::{BufRead, Write};
+    let stream = std::os::unix::net::UnixStream::connect(socket)?;
+    // Committing a step takes milliseconds; a minute means the supervisor is stuck.
+    stream.set_read_timeout(Some(std::time::Duration::from_secs(60)))?;
+    writeln!(&stream, "{message}")?;
+    let mut line = String::new();
+    std::io::BufReader::new(&stream).read_line(&mut line)?;
+    serde_json::from_str(&line).map_err(std::io::Error::other)
+}
+
+/// Claude Code's PreToolUse without a supervisor to ask (the store is not visible inside, so
+/// it only judges).
 fn claude_pre(dir: Option<&Path>, payload: &Value) -> ExitCode {
     let cwd = match payload.get("cwd").and_then(Value::as_str) {
         Some(c) if !c.is_empty() => PathBuf::from(c),

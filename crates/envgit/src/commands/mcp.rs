@@ -71,11 +71,12 @@ fn downstream(project: &Project, name: &str) -> CmdResult<ExitCode> {
     let upstreams = Upstreams::new(&[], None)?;
     let (code, events) = supervisor::run_sandboxed(
         project,
-        &store,
+        store.dir(),
         &project.root,
         &argv,
         &protected,
         &upstreams,
+        supervisor::RunExtras::default(),
     )?;
     let refused = events.iter().filter(|e| e.decision != "allowed").count();
     if !events.is_empty() {

@@ -9,7 +9,7 @@ mod doctor;
 mod fork;
 mod fsck;
 mod gc;
-mod hooks;
+pub(crate) mod hooks;
 mod init;
 mod log;
 mod mcp;

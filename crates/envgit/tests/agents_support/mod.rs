@@ -64,6 +64,8 @@ pub struct ModelServer {
     pub port: u16,
     /// Every request body, in order.
     pub bodies: Arc<Mutex<Vec<Value>>>,
+    /// The credential headers (`x-api-key`, `authorization`) of every model request.
+    pub credentials: Arc<Mutex<Vec<String>>>,
 }
 
 impl ModelServer {
@@ -71,16 +73,25 @@ impl ModelServer {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
         let bodies: Arc<Mutex<Vec<Value>>> = Arc::default();
-        let (b2, script) = (bodies.clone(), Arc::new(script));
+        let credentials: Arc<Mutex<Vec<String>>> = Arc::default();
+        let (b2, c2, script) = (bodies.clone(), credentials.clone(), Arc::new(script));
         std::thread::spawn(move || {
             for stream in listener.incoming().flatten() {
-                let (b3, s3) = (b2.clone(), script.clone());
+                let (b3, c3, s3) = (b2.clone(), c2.clone(), script.clone());
                 std::thread::spawn(move || {
-                    let _ = serve(stream, api, &s3, &b3);
+                    let _ = serve(stream, api, &s3, &b3, &c3);
                 });
             }
         });
-        Self { port, bodies }
+        Self {
+            port,
+            bodies,
+            credentials,
+        }
+    }
+
+    pub fn credentials(&self) -> Vec<String> {
+        self.credentials.lock().unwrap().clone()
     }
 
     pub fn bodies(&self) -> Vec<Value> {
@@ -97,7 +108,10 @@ impl ModelServer {
     }
 }
 
-fn read_request(stream: &TcpStream) -> std::io::Result<(String, String, Vec<u8>)> {
+/// Method, target, credential header values, body.
+type Request = (String, String, Vec<String>, Vec<u8>);
+
+fn read_request(stream: &TcpStream) -> std::io::Result<Request> {
     let mut r = BufReader::new(stream.try_clone()?);
     let mut line = String::new();
     r.read_line(&mut line)?;
@@ -106,6 +120,7 @@ fn read_request(stream: &TcpStream) -> std::io::Result<(String, String, Vec<u8>)
     let target = parts.next().unwrap_or("").to_string();
     let mut len = 0usize;
     let mut chunked = false;
+    let mut credentials = Vec::new();
     loop {
         let mut h = String::new();
         if r.read_line(&mut h)? == 0 || h == "\r\n" || h == "\n" {
@@ -117,6 +132,8 @@ fn read_request(stream: &TcpStream) -> std::io::Result<(String, String, Vec<u8>)
                 len = v.trim().parse().unwrap_or(0);
             } else if k == "transfer-encoding" && v.to_ascii_lowercase().contains("chunked") {
                 chunked = true;
+            } else if k == "x-api-key" || k == "authorization" {
+                credentials.push(v.trim().to_string());
             }
         }
     }
@@ -138,7 +155,7 @@ fn read_request(stream: &TcpStream) -> std::io::Result<(String, String, Vec<u8>)
         body.resize(len, 0);
         r.read_exact(&mut body)?;
     }
-    Ok((method, target, body))
+    Ok((method, target, credentials, body))
 }
 
 fn sse(events: &[(&str, Value)]) -> String {
@@ -254,14 +271,16 @@ fn serve(
     api: Api,
     script: &[Turn],
     bodies: &Mutex<Vec<Value>>,
+    seen_credentials: &Mutex<Vec<String>>,
 ) -> std::io::Result<()> {
-    let (method, _target, body) = read_request(&stream)?;
+    let (method, _target, credentials, body) = read_request(&stream)?;
     if method != "POST" {
         return stream
             .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
     }
     let v: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
     bodies.lock().unwrap().push(v.clone());
+    seen_credentials.lock().unwrap().extend(credentials);
     let reply = match api {
         Api::Responses => {
             let n = count_type(&v["input"], "function_call_output");

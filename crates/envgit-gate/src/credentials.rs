@@ -1,0 +1,374 @@
+//! Credentials the sandbox never holds (DESIGN §5): it is given a placeholder, and the gate
+//! puts the real secret in its place on requests to the one host it belongs to. A request to
+//! that host carrying a credential of its own (not the placeholder) is refused, so a key
+//! brought from inside cannot leave through the host the agent is trusted to reach.
+
+use std::fmt;
+
+/// Requests to `host:port` get `secret` in place of `placeholder` in their header values.
+#[derive(Clone)]
+pub struct Credential {
+    /// Compared case-insensitively.
+    pub host: String,
+    pub port: u16,
+    /// What the sandbox holds instead of the secret.
+    pub placeholder: String,
+    /// Never printed, and sent to `host:port` only.
+    pub secret: String,
+}
+
+impl fmt::Debug for Credential {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Credential")
+            .field("host", &self.host)
+            .field("port", &self.port)
+            .field("placeholder", &self.placeholder)
+            .field("secret", &"<hidden>")
+            .finish()
+    }
+}
+
+/// Headers that carry a credential: present without the placeholder, they are refused.
+const CARRIERS: &[&str] = &[
+    "authorization",
+    "x-api-key",
+    "proxy-authorization",
+    "api-key",
+];
+
+/// Why a request was refused: a credential header without the placeholder.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct Refused {
+    pub(crate) header: String,
+}
+
+impl Refused {
+    pub(crate) fn reason(&self, host: &str) -> String {
+        format!(
+            "{} without the placeholder: the sandbox's requests to {host} must use the \
+             placeholder envgit gave it; a credential brought from inside is not let out",
+            self.header
+        )
+    }
+}
+
+/// A header value that can be replaced: HTTP/1's raw bytes or hyper's `HeaderValue`.
+pub(crate) trait Value {
+    fn bytes(&self) -> &[u8];
+    /// `false` when `new` cannot be a header value.
+    fn set(&mut self, new: Vec<u8>) -> bool;
+}
+
+impl Value for Vec<u8> {
+    fn bytes(&self) -> &[u8] {
+        self
+    }
+
+    fn set(&mut self, new: Vec<u8>) -> bool {
+        *self = new;
+        true
+    }
+}
+
+impl Value for hyper::header::HeaderValue {
+    fn bytes(&self) -> &[u8] {
+        self.as_bytes()
+    }
+
+    fn set(&mut self, new: Vec<u8>) -> bool {
+        let Ok(mut value) = hyper::header::HeaderValue::from_bytes(&new) else {
+            return false;
+        };
+        // Kept out of HPACK's tables when the upstream speaks HTTP/2.
+        value.set_sensitive(true);
+        *self = value;
+        true
+    }
+}
+
+/// Puts the secrets of the credentials for `host:port` in place of their placeholders in
+/// the request's header values, or refuses a request there whose credential header lacks
+/// the placeholder. Requests to other hosts, and requests without a credential header, pass
+/// unchanged. Header values only: the path, query and body are never touched.
+pub(crate) fn apply<'h, V: Value + 'h>(
+    credentials: &[Credential],
+    host: &str,
+    port: u16,
+    headers: impl IntoIterator<Item = (&'h str, &'h mut V)>,
+) -> Result<(), Refused> {
+    let mut mine = credentials
+        .iter()
+        .filter(|c| c.port == port && same_host(&c.host, host))
+        .peekable();
+    if mine.peek().is_none() {
+        return Ok(());
+    }
+    for (name, value) in headers {
+        let mut carried = false;
+        for c in mine.clone() {
+            if let Some(new) =
+                replace_all(value.bytes(), c.placeholder.as_bytes(), c.secret.as_bytes())
+            {
+                // A value that cannot be sent is refused rather than sent with the placeholder.
+                if !value.set(new) {
+                    return Err(Refused {
+                        header: name.to_ascii_lowercase(),
+                    });
+                }
+                carried = true;
+            }
+        }
+        if !carried && CARRIERS.iter().any(|c| name.eq_ignore_ascii_case(c)) {
+            return Err(Refused {
+                header: name.to_ascii_lowercase(),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Case-insensitive, and blind to a trailing dot: `api.example.com.` is the same server, and
+/// must not be a way round the refusal.
+fn same_host(a: &str, b: &str) -> bool {
+    a.trim_end_matches('.')
+        .eq_ignore_ascii_case(b.trim_end_matches('.'))
+}
+
+/// `haystack` with every `from` replaced by `to`; `None` when `from` does not occur.
+fn replace_all(haystack: &[u8], from: &[u8], to: &[u8]) -> Option<Vec<u8>> {
+    if from.is_empty() || haystack.len() < from.len() {
+        return None;
+    }
+    let mut out: Option<Vec<u8>> = None;
+    let mut i = 0;
+    let mut copied = 0;
+    while i + from.len() <= haystack.len() {
+        if &haystack[i..i + from.len()] == from {
+            let buf = out.get_or_insert_with(|| Vec::with_capacity(haystack.len() + to.len()));
+            buf.extend_from_slice(&haystack[copied..i]);
+            buf.extend_from_slice(to);
+            i += from.len();
+            copied = i;
+        } else {
+            i += 1;
+        }
+    }
+    let mut out = out?;
+    out.extend_from_slice(&haystack[copied..]);
+    Some(out)
+}
+
+/// Refuses credentials the gate could not use safely: an empty field would match everything
+/// or nothing, and a control character in a secret could end a header line upstream.
+pub(crate) fn validate(credentials: &[Credential]) -> Result<(), String> {
+    let printable = |s: &str| s.bytes().all(|b| b == b'\t' || (0x20..0x7f).contains(&b));
+    for c in credentials {
+        if c.host.is_empty() || c.port == 0 {
+            return Err(format!("a credential needs a host and a port: {c:?}"));
+        }
+        if c.placeholder.is_empty() || c.secret.is_empty() {
+            return Err(format!(
+                "a credential needs a placeholder and a secret: {c:?}"
+            ));
+        }
+        if !printable(&c.placeholder) || !printable(&c.secret) {
+            return Err(format!(
+                "a credential's placeholder and secret must be printable ASCII: {c:?}"
+            ));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const PH: &str = "envgit-placeholder-1";
+    const SECRET: &str = "sk-real-secret";
+
+    fn creds() -> Vec<Credential> {
+        vec![Credential {
+            host: "API.Example.com".into(),
+            port: 443,
+            placeholder: PH.into(),
+            secret: SECRET.into(),
+        }]
+    }
+
+    fn headers(list: &[(&str, &str)]) -> Vec<(String, Vec<u8>)> {
+        list.iter()
+            .map(|(n, v)| ((*n).to_owned(), v.as_bytes().to_vec()))
+            .collect()
+    }
+
+    fn run(host: &str, port: u16, h: &mut [(String, Vec<u8>)]) -> Result<(), Refused> {
+        apply(
+            &creds(),
+            host,
+            port,
+            h.iter_mut().map(|(n, v)| (n.as_str(), v)),
+        )
+    }
+
+    fn text(h: &[(String, Vec<u8>)]) -> Vec<(String, String)> {
+        h.iter()
+            .map(|(n, v)| (n.clone(), String::from_utf8(v.clone()).unwrap()))
+            .collect()
+    }
+
+    #[test]
+    fn placeholder_becomes_the_secret_in_every_header_value() {
+        let mut h = headers(&[
+            ("Host", "api.example.com"),
+            ("Authorization", &format!("Bearer {PH}")),
+            ("X-Other", &format!("{PH},{PH}")),
+            ("Accept", "*/*"),
+        ]);
+        run("api.example.com", 443, &mut h).unwrap();
+        assert_eq!(
+            text(&h),
+            [
+                ("Host".into(), "api.example.com".into()),
+                ("Authorization".into(), format!("Bearer {SECRET}")),
+                ("X-Other".into(), format!("{SECRET},{SECRET}")),
+                ("Accept".into(), "*/*".into()),
+            ]
+        );
+    }
+
+    #[test]
+    fn every_credential_header_without_the_placeholder_is_refused() {
+        for name in [
+            "Authorization",
+            "x-api-key",
+            "Proxy-Authorization",
+            "API-KEY",
+        ] {
+            let mut h = headers(&[(name, "sk-brought-from-inside")]);
+            let err = run("api.example.com", 443, &mut h).unwrap_err();
+            assert_eq!(err.header, name.to_ascii_lowercase());
+            assert!(err.reason("api.example.com").contains("placeholder"));
+        }
+        // One good header does not cover another that lacks it.
+        let mut h = headers(&[("X-Api-Key", PH), ("Authorization", "Bearer sk-own")]);
+        assert!(run("api.example.com", 443, &mut h).is_err());
+    }
+
+    #[test]
+    fn a_request_without_credential_headers_passes_unchanged() {
+        let mut h = headers(&[("Host", "api.example.com"), ("User-Agent", "probe")]);
+        let before = h.clone();
+        run("api.example.com", 443, &mut h).unwrap();
+        assert_eq!(h, before);
+    }
+
+    #[test]
+    fn host_is_case_insensitive_and_port_exact() {
+        let mut h = headers(&[("x-api-key", PH)]);
+        run("API.EXAMPLE.COM", 443, &mut h).unwrap();
+        assert_eq!(h[0].1, SECRET.as_bytes());
+        // The fully qualified name is the same host, refused the same way.
+        let mut h = headers(&[("x-api-key", "own")]);
+        assert!(run("api.example.com.", 443, &mut h).is_err());
+
+        // Another port of the same host is another destination: nothing added, nothing refused.
+        let mut h = headers(&[("x-api-key", PH), ("Authorization", "Bearer own")]);
+        let before = h.clone();
+        run("api.example.com", 8443, &mut h).unwrap();
+        assert_eq!(h, before);
+    }
+
+    #[test]
+    fn other_hosts_keep_the_placeholder_and_never_get_the_secret() {
+        let mut h = headers(&[("Authorization", &format!("Bearer {PH}"))]);
+        let before = h.clone();
+        run("elsewhere.example", 443, &mut h).unwrap();
+        assert_eq!(h, before);
+        assert!(apply::<Vec<u8>>(&[], "api.example.com", 443, []).is_ok());
+    }
+
+    #[test]
+    fn several_credentials_for_one_host() {
+        let mut list = creds();
+        list.push(Credential {
+            host: "api.example.com".into(),
+            port: 443,
+            placeholder: "envgit-placeholder-2".into(),
+            secret: "oauth-token".into(),
+        });
+        let mut h = headers(&[
+            ("x-api-key", PH),
+            ("Authorization", "Bearer envgit-placeholder-2"),
+        ]);
+        apply(
+            &list,
+            "api.example.com",
+            443,
+            h.iter_mut().map(|(n, v)| (n.as_str(), v)),
+        )
+        .unwrap();
+        assert_eq!(
+            text(&h),
+            [
+                ("x-api-key".into(), SECRET.into()),
+                ("Authorization".into(), "Bearer oauth-token".into()),
+            ]
+        );
+    }
+
+    #[test]
+    fn hyper_header_maps_are_rewritten_and_marked_sensitive() {
+        let mut map = hyper::HeaderMap::new();
+        map.insert("authorization", format!("Bearer {PH}").parse().unwrap());
+        map.insert("accept", "*/*".parse().unwrap());
+        apply(
+            &creds(),
+            "api.example.com",
+            443,
+            map.iter_mut().map(|(n, v)| (n.as_str(), v)),
+        )
+        .unwrap();
+        let auth = &map["authorization"];
+        assert_eq!(auth.as_bytes(), format!("Bearer {SECRET}").as_bytes());
+        assert!(auth.is_sensitive());
+
+        let mut map = hyper::HeaderMap::new();
+        map.insert("x-api-key", "own".parse().unwrap());
+        assert!(
+            apply(
+                &creds(),
+                "api.example.com",
+                443,
+                map.iter_mut().map(|(n, v)| (n.as_str(), v)),
+            )
+            .is_err()
+        );
+    }
+
+    #[test]
+    fn replacing() {
+        assert_eq!(
+            replace_all(b"aXbXc", b"X", b"yy"),
+            Some(b"ayybyyc".to_vec())
+        );
+        assert_eq!(replace_all(b"XX", b"XX", b"z"), Some(b"z".to_vec()));
+        assert_eq!(replace_all(b"abc", b"X", b"y"), None);
+        assert_eq!(replace_all(b"a", b"abc", b"y"), None);
+        assert_eq!(replace_all(b"a", b"", b"y"), None);
+    }
+
+    #[test]
+    fn debug_hides_the_secret_and_bad_credentials_are_refused() {
+        let shown = format!("{:?}", creds());
+        assert!(shown.contains(PH) && !shown.contains(SECRET), "{shown}");
+        assert!(validate(&creds()).is_ok());
+        let mut bad = creds();
+        bad[0].secret = "a\r\nX-Injected: 1".into();
+        let err = validate(&bad).unwrap_err();
+        assert!(!err.contains("Injected"), "{err}");
+        let mut bad = creds();
+        bad[0].placeholder.clear();
+        assert!(validate(&bad).is_err());
+    }
+}

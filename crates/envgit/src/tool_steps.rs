@@ -1,0 +1,292 @@
+//! Steps an agent's hooks open and close while the agent's whole process runs in one sandbox
+//! (`envgit claude`, DESIGN §7): PreToolUse opens a step (or refuses the call),
+//! PostToolUse/PostToolUseFailure close it, Stop/SessionEnd close whatever is left, and when
+//! the agent exits the rest of the session (its model requests, files changed between calls)
+//! becomes one last step.
+//!
+//! The hooks run inside the sandbox and reach this server over a unix socket bound at
+//! `/run/envgit/hooks.sock`. One JSON line each way per connection:
+//! `{"event":"pre"|"post"|"post_failure"|"stop","payload":{…the agent's hook payload…}}`,
+//! answered `{"allow":true}` or `{"allow":false,"reason":"…"}`. Everything in a message came
+//! from inside, so it is bounded, and it only ever decides how steps are cut and named: what a
+//! call may do is still decided by the sandbox and the gate.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::fd::OwnedFd;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::mpsc::Receiver;
+use std::time::Duration;
+
+use envgit_gate::{EventTap, GateEvent};
+use envgit_store::{ObjectId, Refusal, StepDraft, StepGuard, StepKind, Store, WorkTree, now_ms};
+use serde_json::{Value, json};
+
+use crate::commands::hooks::{refusal_of, tool_summary};
+use crate::failure::CmdResult;
+use crate::output;
+use crate::project::Project;
+use crate::supervisor::{AfterStep, EXIT_REFUSED, requests_of};
+
+/// Where the hooks socket is inside the sandbox (a `/run/envgit` file).
+pub(crate) const HOOKS_SOCKET_NAME: &str = "hooks.sock";
+/// A hook message longer than this is refused: payloads carry a tool's input, not its output.
+const MAX_MESSAGE: u64 = 4 << 20;
+/// How long a hook may take to send its message.
+const READ_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A tool call between its PreToolUse and its PostToolUse.
+struct OpenCall {
+    id: String,
+    summary: String,
+    started: u64,
+    events: Vec<GateEvent>,
+}
+
+/// The open run: its store, its working tree, one step guard for all its steps.
+pub(crate) struct ToolSteps<'a> {
+    project: &'a Project,
+    agent: &'static str,
+    cwd: PathBuf,
+    store: Store,
+    wt: WorkTree,
+    guard: StepGuard,
+    protected: Vec<String>,
+    /// The tree of the last step committed: protected paths are put back to it.
+    last_tree: ObjectId,
+    /// Oldest first; requests that finish go to the newest.
+    open: Vec<OpenCall>,
+    /// Requests that finished while no call was open (the agent's own model traffic).
+    between: Vec<GateEvent>,
+    tap: Option<EventTap>,
+    tap_rx: Receiver<EventTap>,
+    calls: u64,
+}
+
+impl<'a> ToolSteps<'a> {
+    pub fn begin(
+        project: &'a Project,
+        agent: &'static str,
+        cwd: &Path,
+        protected: Vec<String>,
+        tap_rx: Receiver<EventTap>,
+    ) -> CmdResult<Self> {
+        let store = project.open_store()?;
+        let guard = store.begin_step(&format!("{agent} session"))?;
+        let mut wt = project.worktree(&store)?;
+        let (last_tree, _) = wt.full_scan(&store, None)?;
+        Ok(ToolSteps {
+            project,
+            agent,
+            cwd: cwd.to_path_buf(),
+            store,
+            wt,
+            guard,
+            protected,
+            last_tree,
+            open: Vec::new(),
+            between: Vec::new(),
+            tap: None,
+            tap_rx,
+            calls: 0,
+        })
+    }
+
+    /// The project's store directory (the sandbox keeps its home overlay there).
+    pub fn state_dir(&self) -> PathBuf {
+        self.store.dir().to_path_buf()
+    }
+
+    /// Takes what the gate recorded since the last message and files it under the newest
+    /// open call, or between calls.
+    fn absorb(&mut self, extra: Vec<GateEvent>) {
+        if self.tap.is_none() {
+            self.tap = self.tap_rx.try_recv().ok();
+        }
+        let mut events = self.tap.as_ref().map(EventTap::take).unwrap_or_default();
+        events.extend(extra);
+        match self.open.last_mut() {
+            Some(call) => call.events.extend(events),
+            None => self.between.extend(events),
+        }
+    }
+
+    /// One hook message; returns the answer line.
+    fn handle(&mut self, message: &Value) -> Value {
+        self.absorb(Vec::new());
+        let payload = &message["payload"];
+        let tool = payload["tool_name"].as_str().unwrap_or("tool");
+        let input = &payload["tool_input"];
+        let id = payload["tool_use_id"].as_str().unwrap_or("").to_owned();
+        let summary = tool_summary(self.agent, tool, input);
+        match message["event"].as_str() {
+            Some("pre") => {
+                if let Some((what, rule)) = refusal_of(self.project, &self.cwd, tool, input) {
+                    let reason = format!("envgit: denied {what} (rule {rule})");
+                    output::error(&format!("denied {what} (rule {rule})"));
+                    let refused = StepDraft {
+                        exit_code: Some(EXIT_REFUSED),
+                        refusals: vec![Refusal { what, rule }],
+                        ..self.draft(summary, now_ms())
+                    };
+                    if let Err(f) = self.commit(refused) {
+                        output::error(&format!("recording the refused call: {}", f.message));
+                    }
+                    return json!({"allow": false, "reason": reason});
+                }
+                self.open.push(OpenCall {
+                    id,
+                    summary,
+                    started: now_ms(),
+                    events: Vec::new(),
+                });
+                json!({"allow": true})
+            }
+            Some(event @ ("post" | "post_failure")) => {
+                // A call whose PreToolUse envgit never saw still gets its step.
+                let call = match self.open.iter().position(|c| c.id == id) {
+                    Some(i) => self.open.remove(i),
+                    None => OpenCall {
+                        id,
+                        summary,
+                        started: now_ms(),
+                        events: Vec::new(),
+                    },
+                };
+                self.close(call, event == "post_failure");
+                json!({"allow": true})
+            }
+            Some("stop") => {
+                self.close_all();
+                json!({"allow": true})
+            }
+            other => json!({
+                "allow": false,
+                "reason": format!("envgit: unknown hook event {other:?}"),
+            }),
+        }
+    }
+
+    fn draft(&self, summary: String, started: u64) -> StepDraft {
+        StepDraft {
+            kind: Some(StepKind::Tool),
+            started_at_ms: started,
+            summary,
+            cwd: Some(self.cwd.display().to_string()),
+            policy_hash: Some(self.project.policy.hash()),
+            ..Default::default()
+        }
+    }
+
+    fn close(&mut self, call: OpenCall, failed: bool) {
+        self.calls += 1;
+        let (requests, refusals, approvals) = requests_of(&call.events);
+        let summary = if failed {
+            format!("{} (failed)", call.summary)
+        } else {
+            call.summary
+        };
+        let draft = StepDraft {
+            requests,
+            refusals,
+            approvals,
+            ..self.draft(summary, call.started)
+        };
+        if let Err(f) = self.commit(draft) {
+            output::error(&format!("recording a tool call: {}", f.message));
+        }
+    }
+
+    fn close_all(&mut self) {
+        for call in std::mem::take(&mut self.open) {
+            self.close(call, false);
+        }
+    }
+
+    fn commit(&mut self, draft: StepDraft) -> CmdResult<()> {
+        let before = self.last_tree;
+        let mut after = AfterStep {
+            store: &mut self.store,
+            wt: &mut self.wt,
+            guard: &mut self.guard,
+            protected: &self.protected,
+        };
+        self.last_tree = after.commit(&before, draft)?;
+        Ok(())
+    }
+
+    /// The agent exited with `code`: calls still open become steps, then the session itself
+    /// (the agent's command line, its requests between calls, files changed since the last
+    /// step). `rest` is what the gate still held when it stopped.
+    pub fn finish(
+        mut self,
+        argv: Vec<String>,
+        started: u64,
+        code: i32,
+        rest: Vec<GateEvent>,
+    ) -> CmdResult<()> {
+        self.absorb(rest);
+        self.close_all();
+        let (requests, refusals, approvals) = requests_of(&std::mem::take(&mut self.between));
+        let line = envgit_policy::command_line(&argv);
+        let draft = StepDraft {
+            kind: Some(StepKind::Run),
+            summary: format!("{line} (session: {} tool call(s))", self.calls),
+            command: Some(argv),
+            exit_code: Some(code),
+            requests,
+            refusals,
+            approvals,
+            ..self.draft(String::new(), started)
+        };
+        self.commit(draft)?;
+        let ToolSteps { store, wt, .. } = self;
+        wt.save_cache(&store.stat_cache_path())?;
+        Ok(())
+    }
+
+    /// Answers hook connections until `stop` becomes readable (the agent exited).
+    pub fn serve(&mut self, listener: &UnixListener, stop: &OwnedFd) {
+        use rustix::event::{PollFd, PollFlags, poll};
+        loop {
+            let mut fds = [
+                PollFd::new(listener, PollFlags::IN),
+                PollFd::new(stop, PollFlags::IN),
+            ];
+            match poll(&mut fds, None) {
+                Ok(_) => {}
+                Err(rustix::io::Errno::INTR) => continue,
+                Err(e) => {
+                    output::error(&format!("hooks socket: {e}"));
+                    return;
+                }
+            }
+            if !fds[1].revents().is_empty() {
+                return;
+            }
+            if fds[0].revents().is_empty() {
+                continue;
+            }
+            match listener.accept() {
+                Ok((stream, _)) => self.answer(stream),
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                Err(e) => {
+                    output::error(&format!("hooks socket: {e}"));
+                    return;
+                }
+            }
+        }
+    }
+
+    fn answer(&mut self, stream: UnixStream) {
+        let _ = stream.set_nonblocking(false);
+        let _ = stream.set_read_timeout(Some(READ_TIMEOUT));
+        let mut line = String::new();
+        let read = BufReader::new((&stream).take(MAX_MESSAGE)).read_line(&mut line);
+        let reply = match read.ok().and_then(|_| serde_json::from_str::<Value>(&line).ok()) {
+            Some(message) => self.handle(&message),
+            None => json!({"allow": false, "reason": "envgit: unreadable hook message"}),
+        };
+        let _ = writeln!(&stream, "{reply}");
+    }
+}
