@@ -315,6 +315,9 @@ pub(crate) struct RunExtras {
     pub env: Vec<(String, String)>,
     /// Paths outside the project made read-only inside (those that exist).
     pub read_only: Vec<PathBuf>,
+    /// `(host file, path inside)`: the file bound read-only over an existing path (a
+    /// placeholder credentials file over a masked real one).
+    pub file_overrides: Vec<(PathBuf, PathBuf)>,
     pub credentials: Vec<Credential>,
     /// Gets a tap on the gate's events once it runs, before the command starts.
     pub tap: Option<std::sync::mpsc::Sender<EventTap>>,
@@ -426,6 +429,7 @@ pub(crate) fn run_sandboxed(
     let mut spec = spec;
     spec.run_files.extend(extras.run_files);
     spec.read_only.extend(extras.read_only);
+    spec.file_overrides.extend(extras.file_overrides);
     let outcome = {
         let _signals = SignalGuard::ignore_terminal_signals();
         if let Some(pty) = &pty {

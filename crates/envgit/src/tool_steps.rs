@@ -283,7 +283,10 @@ impl<'a> ToolSteps<'a> {
         let _ = stream.set_read_timeout(Some(READ_TIMEOUT));
         let mut line = String::new();
         let read = BufReader::new((&stream).take(MAX_MESSAGE)).read_line(&mut line);
-        let reply = match read.ok().and_then(|_| serde_json::from_str::<Value>(&line).ok()) {
+        let reply = match read
+            .ok()
+            .and_then(|_| serde_json::from_str::<Value>(&line).ok())
+        {
             Some(message) => self.handle(&message),
             None => json!({"allow": false, "reason": "envgit: unreadable hook message"}),
         };

@@ -175,10 +175,7 @@ fn claude_tool_calls_are_steps_and_its_key_stays_outside() {
     assert!(refused_by(push, "git.push"), "{push:#}\n{ctx}");
 
     // The session is the last step: the model traffic went through the gate.
-    let session = steps
-        .iter()
-        .max_by_key(|s| s["number"].as_u64())
-        .unwrap();
+    let session = steps.iter().max_by_key(|s| s["number"].as_u64()).unwrap();
     assert_eq!(session["kind"], "run", "{session:#}");
     assert!(
         session["summary"]
@@ -203,10 +200,17 @@ fn claude_tool_calls_are_steps_and_its_key_stays_outside() {
         inside_env.contains("ANTHROPIC_API_KEY=envgit-placeholder-"),
         "{inside_env}"
     );
-    assert_eq!(env.read("inside-grep.txt"), "", "the key is in files inside");
+    assert_eq!(
+        env.read("inside-grep.txt"),
+        "",
+        "the key is in files inside"
+    );
     // Claude's own settings are read-only inside.
     let refused = env.read("settings-write.txt");
-    assert!(refused.contains("Read-only file system"), "{refused}\n{ctx}");
+    assert!(
+        refused.contains("Read-only file system"),
+        "{refused}\n{ctx}"
+    );
     assert_eq!(
         std::fs::read_to_string(&settings).unwrap(),
         "{\"env\": {}}\n"
@@ -215,4 +219,79 @@ fn claude_tool_calls_are_steps_and_its_key_stays_outside() {
     let seen = server.credentials();
     assert!(!seen.is_empty(), "{ctx}");
     assert!(seen.iter().all(|k| k == REAL_KEY), "{seen:?}");
+}
+
+/// A Claude.ai login (`~/.claude/.credentials.json`) keeps working under envgit, yet its tokens
+/// never enter: inside, the file holds placeholders; the gate puts the real access token on the
+/// model requests. An expired login is refused before the run with what to do.
+#[test]
+fn claude_login_keeps_working_with_its_tokens_outside() {
+    const ACCESS: &str = "sk-ant-oat01-real-access-3b1d";
+    const REFRESH: &str = "sk-ant-ort01-real-refresh-9e2a";
+    let env = Env::new();
+    let server = ModelServer::start(
+        Api::Messages,
+        vec![
+            Turn::Shell("cat ~/.claude/.credentials.json > creds-inside.txt".into()),
+            Turn::Say("done".into()),
+        ],
+    );
+    env.envgit(&["init", "--allow", &format!("127.0.0.1:{}", server.port)])
+        .ok();
+    let login = env.user_home().join(".claude/.credentials.json");
+    std::fs::create_dir_all(login.parent().unwrap()).unwrap();
+    let write_login = |expires: u64| {
+        let doc = json!({"claudeAiOauth": {
+            "accessToken": ACCESS, "refreshToken": REFRESH, "expiresAt": expires,
+            "scopes": ["user:inference"], "subscriptionType": "pro"}});
+        std::fs::write(&login, doc.to_string()).unwrap();
+        doc.to_string()
+    };
+    let claude = |env: &Env| {
+        let mut cmd = env.cmd(&env.project);
+        cmd.args(["claude", "-p", "go", "--allowedTools", "Bash"])
+            .env("HOME", env.user_home())
+            .env("PATH", path_with(&agent_bin_dir("claude")))
+            .env(
+                "ANTHROPIC_BASE_URL",
+                format!("http://127.0.0.1:{}", server.port),
+            )
+            .env_remove("ANTHROPIC_API_KEY")
+            .env_remove("ANTHROPIC_AUTH_TOKEN")
+            .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
+            .env("DISABLE_AUTOUPDATER", "1");
+        cmd
+    };
+
+    // Expired: refused before anything runs, saying what to do.
+    write_login(1_000);
+    let out = claude(&env).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("has expired"), "{stderr}");
+    assert!(server.bodies().is_empty());
+
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    let real = write_login(now + 3_600_000);
+    let (stdout, stderr) = run_bounded(claude(&env), Duration::from_secs(240));
+    let ctx = format!(
+        "stdout:\n{stdout}\nstderr:\n{stderr}\nmodel saw:\n{}",
+        server.transcript()
+    );
+    let inside = env.read("creds-inside.txt");
+    assert!(inside.contains("envgit-placeholder-"), "{inside}\n{ctx}");
+    assert!(
+        !inside.contains(ACCESS) && !inside.contains(REFRESH),
+        "{inside}"
+    );
+    let seen = server.credentials();
+    assert!(!seen.is_empty(), "{ctx}");
+    assert!(
+        seen.iter().all(|k| *k == format!("Bearer {ACCESS}")),
+        "{seen:?}"
+    );
+    assert_eq!(std::fs::read_to_string(&login).unwrap(), real);
 }

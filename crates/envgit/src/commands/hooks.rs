@@ -230,7 +230,13 @@ pub fn hook(dir: Option<&Path>, args: &HookArgs) -> CmdResult<ExitCode> {
     let result = match args.event {
         HookEvent::Pre => pre(&project, &cwd, &tool, &targs),
         HookEvent::PostFailure | HookEvent::Stop => Ok(()),
-        HookEvent::Post => record(&project, &cwd, tool_summary("copilot", &tool, &targs), None, Vec::new()),
+        HookEvent::Post => record(
+            &project,
+            &cwd,
+            tool_summary("copilot", &tool, &targs),
+            None,
+            Vec::new(),
+        ),
     };
     if let Err(f) = result {
         output::error(&format!("copilot hook: {}", f.message));
@@ -250,9 +256,15 @@ const WRITERS: &[&str] = &[
 const READERS: &[&str] = &["view", "read", "cat"];
 
 /// What envgit refuses in a call, as (`what`, rule): a shell-rule command line, a write to a
-/// protected path, a read of a `.env` file. Copilot's own tools run on the host, so this is
-/// the only place these are refused.
-pub(crate) fn refusal_of(project: &Project, cwd: &Path, tool: &str, args: &Value) -> Option<(String, String)> {
+/// protected path, a read of a `.env` file. Copilot's own tools run on the host, so for Copilot
+/// this is the only place these are refused; inside `envgit claude`'s sandbox it gives the model
+/// a clear reason before the sandbox would refuse.
+pub(crate) fn refusal_of(
+    project: &Project,
+    cwd: &Path,
+    tool: &str,
+    args: &Value,
+) -> Option<(String, String)> {
     if let Some(cmd) = shell_command(tool, args) {
         let argv = vec!["sh".to_string(), "-c".to_string(), cmd.clone()];
         return project
@@ -360,7 +372,10 @@ fn claude_hook(dir: Option<&Path>, event: &HookEvent, payload: Value) -> ExitCod
             ExitCode::SUCCESS
         }
     };
-    match ask_supervisor(Path::new(&socket), &json!({"event": name, "payload": payload})) {
+    match ask_supervisor(
+        Path::new(&socket),
+        &json!({"event": name, "payload": payload}),
+    ) {
         Ok(reply) if reply["allow"] == true => ExitCode::SUCCESS,
         Ok(reply) => refused(reply["reason"].as_str().unwrap_or("envgit: refused")),
         Err(e) => refused(&format!(

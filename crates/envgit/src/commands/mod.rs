@@ -2,6 +2,7 @@
 
 pub(crate) mod approve;
 mod claude;
+mod claude_login;
 mod codex;
 mod demo;
 mod diff;
