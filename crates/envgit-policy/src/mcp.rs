@@ -47,6 +47,19 @@ pub(crate) fn is_server_name(name: &str) -> bool {
         && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
+/// `http://` or `https://` (any case), then a non-empty host before any port, path or query.
+pub(crate) fn is_server_url(url: &str) -> bool {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return false;
+    };
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+    let host = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    (scheme.eq_ignore_ascii_case("http") || scheme.eq_ignore_ascii_case("https"))
+        && !host.is_empty()
+        && !host.starts_with(':')
+        && !url.chars().any(char::is_whitespace)
+}
+
 fn glob_match(pat: &[u8], s: &[u8]) -> bool {
     // Iterative wildcard match with backtracking to the last `*`.
     let (mut p, mut i) = (0, 0);

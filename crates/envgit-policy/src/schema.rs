@@ -223,9 +223,21 @@ pub struct McpSection {
     pub tools: BTreeMap<String, Action>,
 }
 
+/// A downstream MCP server: a program started in the sandbox (`command`, `args`, `env`), or a
+/// remote one (`url`, Streamable HTTP) reached from the sandbox through the gate.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct McpServer {
+    /// Empty for a remote server.
     pub command: String,
     pub args: Vec<String>,
     pub env: BTreeMap<String, String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+}
+
+impl McpServer {
+    /// What the server is, for messages: its command or its URL.
+    pub fn describe(&self) -> &str {
+        self.url.as_deref().unwrap_or(&self.command)
+    }
 }

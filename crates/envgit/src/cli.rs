@@ -63,6 +63,9 @@ pub enum Command {
     /// Run the Codex CLI with envgit as its only execution environment: every command is a step
     /// in the sandbox (`envgit codex exec 'fix the tests'`; all ARGS go to codex).
     Codex(CodexArgs),
+    /// A remote MCP server (URL) as a stdio one, run in the sandbox by `envgit mcp`.
+    #[command(name = "mcp-bridge", hide = true)]
+    McpBridge(McpBridgeArgs),
     /// Codex's exec-server protocol on stdin/stdout (started by `envgit codex`).
     #[command(name = "codex-exec-server", hide = true)]
     CodexExecServer,
@@ -74,6 +77,12 @@ pub enum Command {
     /// What an installed hook runs (reads the agent's hook payload on stdin).
     #[command(hide = true)]
     Hook(HookArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct McpBridgeArgs {
+    /// The server's Streamable HTTP endpoint.
+    pub url: String,
 }
 
 #[derive(Args, Debug)]

@@ -557,3 +557,102 @@ fn a_cancelled_call_interrupts_the_cell_and_the_session_survives() {
         .collect();
     assert_eq!(statuses, ["ok", "cancelled", "ok"], "{steps:#?}");
 }
+
+/// A remote MCP server over Streamable HTTP (Python SDK), on the host's loopback.
+const REMOTE_SERVER: &str = r#"
+import sys
+from mcp.server.mcpserver import MCPServer
+
+server = MCPServer("remote")
+
+@server.tool(structured_output=False)
+def shout(text: str) -> str:
+    """The text in capitals."""
+    return text.upper()
+
+server.run(transport="streamable-http", host="127.0.0.1", port=int(sys.argv[1]))
+"#;
+
+/// The remote server, stopped when dropped.
+struct RemoteServer {
+    child: std::process::Child,
+    port: u16,
+}
+
+impl RemoteServer {
+    fn start(dir: &Path) -> Self {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        std::fs::write(dir.join("remote_server.py"), REMOTE_SERVER).unwrap();
+        let child = Command::new("python3")
+            .arg(dir.join("remote_server.py"))
+            .arg(port.to_string())
+            .env("PYTHONPATH", pydeps())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let server = RemoteServer { child, port };
+        for _ in 0..200 {
+            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                return server;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        panic!("the remote MCP server did not listen on {port}");
+    }
+}
+
+impl Drop for RemoteServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `mcp.servers.NAME.url`: envgit's bridge runs in the sandbox, so the server's traffic goes
+/// through the gate; its tools are typed functions like a stdio server's. A URL the policy
+/// does not allow never connects, and `envgit mcp` says which server and why.
+#[test]
+fn a_remote_server_is_reached_from_the_sandbox_through_the_gate() {
+    let env = Env::new();
+    let remote = RemoteServer::start(env.tmp.path());
+    env.envgit(&["init", "--allow", &format!("127.0.0.1:{}", remote.port)])
+        .ok();
+    let policy = env.read("envgit.yaml")
+        + &format!(
+            "mcp:\n  servers:\n    remote:\n      url: http://127.0.0.1:{}/mcp\n",
+            remote.port
+        );
+    env.write("envgit.yaml", &policy);
+    let m = Mcp { env };
+    let out = m.run(json!([{"code": "await remote.shout({text: 'hi'})"}]));
+    let r = out["results"].as_array().unwrap();
+    assert!(!r[0]["is_error"].as_bool().unwrap(), "{}", text(&r[0]));
+    assert!(text(&r[0]).starts_with("\"HI\""), "{}", text(&r[0]));
+    let steps = m.repl_steps();
+    let call = &steps.last().unwrap()["repl"]["calls"][0];
+    assert_eq!(call["server"], "remote", "{call:#}");
+
+    // Not allowed by network.allow: the gate refuses the bridge's requests.
+    let env = Env::new();
+    env.init();
+    let policy = env.read("envgit.yaml")
+        + "mcp:\n  servers:\n    blocked:\n      url: http://mcp.example.test/mcp\n";
+    env.write("envgit.yaml", &policy);
+    let run = Command::new(support::envgit_bin())
+        .args(["mcp", "--project"])
+        .arg(&env.project)
+        .env("ENVGIT_HOME", &env.home)
+        .env("HOME", env.user_home())
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert_eq!(run.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("mcp.servers.blocked"), "{stderr}");
+    assert!(stderr.contains("rule network.allow"), "{stderr}");
+}

@@ -141,7 +141,7 @@ pub(super) fn mcp(r: &Reader<'_>, node: &Node) -> Result<McpSection, PolicyError
     let f = r.fields(node, "mcp", &["servers", "tools"])?;
     let mut out = McpSection::default();
     if let Some(n) = f.get("servers") {
-        let expected = "a mapping from server name to { command, args, env }";
+        let expected = "a mapping from server name to { command, args, env } or { url }";
         for (name, key, value) in r.entries(n, "mcp.servers", expected)? {
             if !crate::mcp::is_server_name(&name) {
                 return Err(r.err(
@@ -168,8 +168,36 @@ pub(super) fn mcp(r: &Reader<'_>, node: &Node) -> Result<McpSection, PolicyError
 }
 
 fn mcp_server(r: &Reader<'_>, node: &Node, path: &str) -> Result<McpServer, PolicyError> {
-    let f = r.fields(node, path, &["command", "args", "env"])?;
-    let command = r.require(&f, path, "command", "the program to start")?;
+    let f = r.fields(node, path, &["command", "args", "env", "url"])?;
+    if let Some(url) = f.get("url") {
+        let url_path = join(path, "url");
+        let text = r.string(url, &url_path)?;
+        if let Some(extra) = ["command", "args", "env"].iter().find_map(|k| f.get(k)) {
+            return Err(r.err(
+                extra,
+                format!(
+                    "{} names a remote server (`url`), which takes no command, args or env: \
+                     keep `url` or the command, not both",
+                    describe_path(path)
+                ),
+            ));
+        }
+        if !crate::mcp::is_server_url(&text) {
+            return Err(r.err(
+                url,
+                format!(
+                    "{} must be an http:// or https:// URL with a host, such as \
+                     https://mcp.example.com/mcp, found `{text}`",
+                    describe_path(&url_path)
+                ),
+            ));
+        }
+        return Ok(McpServer {
+            url: Some(text),
+            ..McpServer::default()
+        });
+    }
+    let command = r.require(&f, path, "command", "the program to start (or `url`)")?;
     let mut out = McpServer {
         command: r.string(command, &join(path, "command"))?,
         ..McpServer::default()

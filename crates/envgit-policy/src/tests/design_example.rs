@@ -127,6 +127,7 @@ snapshot: { max_file_size: 4096, budget: "1.5GiB" }
 mcp:
   servers:
     s: { command: srv, env: { PORT: 8080 } }
+    remote: { url: "https://mcp.example.com/mcp" }
 "#;
     let p = Policy::parse("envgit.yaml", text).unwrap();
     assert_eq!(p.network.allow[0], "api.github.com");
@@ -158,4 +159,8 @@ mcp:
     assert_eq!(p.snapshot.max_file_size, 4096);
     assert_eq!(p.snapshot.budget, 3 << 29);
     assert_eq!(p.mcp.servers["s"].env["PORT"], "8080");
+    assert_eq!(p.mcp.servers["s"].url, None);
+    let remote = &p.mcp.servers["remote"];
+    assert_eq!(remote.url.as_deref(), Some("https://mcp.example.com/mcp"));
+    assert_eq!(remote.describe(), "https://mcp.example.com/mcp");
 }

@@ -84,7 +84,7 @@ const CASES: &[(&str, usize, usize, &[&str])] = &[
         "version: 1\nmcp:\n  servers:\n    gh: { cmd: x }\n",
         4,
         11,
-        &["unknown key `cmd` in `mcp.servers.gh`; valid keys: command, args, env"],
+        &["unknown key `cmd` in `mcp.servers.gh`; valid keys: command, args, env, url"],
     ),
     (
         "version: 1\nfilesystem:\n  deny: []\n",
@@ -147,6 +147,18 @@ const CASES: &[(&str, usize, usize, &[&str])] = &[
         4,
         9,
         &["missing `command`"],
+    ),
+    (
+        "version: 1\nmcp:\n  servers:\n    gh: { url: \"ftp://x\" }\n",
+        4,
+        16,
+        &["must be an http:// or https:// URL with a host", "ftp://x"],
+    ),
+    (
+        "version: 1\nmcp:\n  servers:\n    gh: { url: \"https://x/mcp\", command: c }\n",
+        4,
+        42,
+        &["takes no command, args or env"],
     ),
     (
         "version: 1\nshell:\n  - {}\n",

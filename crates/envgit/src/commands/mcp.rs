@@ -63,10 +63,22 @@ fn downstream(project: &Project, name: &str) -> CmdResult<ExitCode> {
     let store = project.open_store()?;
     // The server's own `env:` travels on its command line: the sandbox lets in only the safe
     // defaults and `env.pass` from envgit's environment.
-    let mut argv = vec!["env".to_string()];
-    argv.extend(spec.env.iter().map(|(k, v)| format!("{k}={v}")));
-    argv.push(spec.command.clone());
-    argv.extend(spec.args.iter().cloned());
+    let argv = match &spec.url {
+        // A remote server: envgit's own bridge, in the sandbox, so its requests go through the
+        // gate (the supervisor mounts envgit's binary there).
+        Some(url) => vec![
+            envgit_sandbox::plan::ENVGIT_INSIDE.to_string(),
+            "mcp-bridge".to_string(),
+            url.clone(),
+        ],
+        None => {
+            let mut argv = vec!["env".to_string()];
+            argv.extend(spec.env.iter().map(|(k, v)| format!("{k}={v}")));
+            argv.push(spec.command.clone());
+            argv.extend(spec.args.iter().cloned());
+            argv
+        }
+    };
     let protected = project.protected_paths();
     let upstreams = Upstreams::new(&[], None)?;
     let (code, events) = supervisor::run_sandboxed(

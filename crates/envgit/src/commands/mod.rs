@@ -14,6 +14,7 @@ pub(crate) mod hooks;
 mod init;
 mod log;
 mod mcp;
+mod mcp_bridge;
 mod progress;
 mod record;
 mod rewind;
@@ -44,6 +45,7 @@ pub fn run(cli: Cli) -> CmdResult<ExitCode> {
         Command::Approve(a) => approve::answer(dir, &a, true),
         Command::Deny(a) => approve::answer(dir, &a, false),
         Command::Mcp(a) => mcp::run(dir, &a),
+        Command::McpBridge(a) => mcp_bridge::run(&a),
         Command::Codex(a) => codex::run(dir, &a),
         Command::CodexExecServer => codex::exec_server(dir),
         Command::Claude(a) => claude::run(dir, &a),

@@ -60,7 +60,7 @@ impl Downstreams {
                 .map_err(|_| {
                     format!(
                         "mcp.servers.{name}: `{}` did not answer within {} s",
-                        spec.command,
+                        spec.describe(),
                         START_TIMEOUT.as_secs()
                     )
                 })??;
@@ -289,15 +289,19 @@ async fn start_one(
     let transport = TokioChildProcess::new(cmd).map_err(|e| {
         format!(
             "mcp.servers.{name}: cannot start the sandbox for `{}`: {e}",
-            spec.command
+            spec.describe()
         )
     })?;
-    let client = ().serve(transport).await.map_err(|e| {
-        format!(
+    let client = ().serve(transport).await.map_err(|e| match &spec.url {
+        Some(url) => format!(
+            "mcp.servers.{name}: {url} could not be reached from the sandbox \
+                 (the gate's and the bridge's messages are above): {e}"
+        ),
+        None => format!(
             "mcp.servers.{name}: `{}` did not speak MCP on stdin/stdout in the sandbox \
-             (its messages are above): {e}",
+                 (its messages are above): {e}",
             spec.command
-        )
+        ),
     })?;
     let tools = client
         .list_all_tools()

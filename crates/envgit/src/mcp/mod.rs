@@ -3,6 +3,7 @@
 //! calls with their decisions, bytes in and out, and status, with a snapshot of the project.
 
 mod approve;
+pub mod bridge;
 mod downstream;
 mod typescript;
 
