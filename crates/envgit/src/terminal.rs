@@ -5,8 +5,8 @@
 //! out, anything else refuses it), through the same control socket `envgit approve` uses.
 //!
 //! The real terminal keeps generating signals (Ctrl-C, Ctrl-Z reach the command as before);
-//! only line editing and echo move to the pty. Window-size changes after the start are not
-//! passed on yet.
+//! only line editing and echo move to the pty. When the real terminal is resized (SIGWINCH),
+//! the pty gets the new size, and the kernel tells the command.
 
 use std::io::{Read, Write};
 use std::os::fd::{AsFd, OwnedFd};
@@ -29,6 +29,8 @@ pub struct PtyRelay {
     asks: Arc<Mutex<Vec<PendingAsk>>>,
     stop: Arc<AtomicBool>,
     output: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// Ends the thread that passes window sizes on.
+    resize: Mutex<Option<signal_hook::iterator::Handle>>,
 }
 
 impl PtyRelay {
@@ -67,6 +69,7 @@ impl PtyRelay {
             asks: Arc::default(),
             stop: Arc::default(),
             output: Mutex::default(),
+            resize: Mutex::default(),
         })
     }
 
@@ -148,12 +151,33 @@ impl PtyRelay {
                 }
             })?;
         *self.output.lock().unwrap_or_else(|p| p.into_inner()) = Some(output);
+        self.pass_resizes_on()?;
+        Ok(())
+    }
+
+    /// A thread that gives the pty the real terminal's size each time it changes.
+    fn pass_resizes_on(&self) -> std::io::Result<()> {
+        let mut signals = signal_hook::iterator::Signals::new([signal_hook::consts::SIGWINCH])?;
+        *self.resize.lock().unwrap_or_else(|p| p.into_inner()) = Some(signals.handle());
+        let master = self.master.try_clone()?;
+        std::thread::Builder::new()
+            .name("envgit-pty-resize".into())
+            .spawn(move || {
+                for _ in signals.forever() {
+                    if let Ok(size) = rustix::termios::tcgetwinsize(std::io::stdout().as_fd()) {
+                        let _ = rustix::termios::tcsetwinsize(&master, size);
+                    }
+                }
+            })?;
         Ok(())
     }
 
     /// Waits for the sandbox's last output, then gives the real terminal back as it was.
     pub fn finish(&self) {
         self.stop.store(true, Ordering::Relaxed);
+        if let Some(resize) = self.resize.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            resize.close();
+        }
         if self.slave.is_none()
             && let Some(output) = self.output.lock().unwrap_or_else(|p| p.into_inner()).take()
         {

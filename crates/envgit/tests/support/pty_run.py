@@ -1,11 +1,13 @@
 """Runs a command on a fresh pseudo-terminal, as a person at a terminal would, for envgit's
 tests: when EXPECT appears in what the terminal shows, types ANSWER. Prints the terminal's
-name, everything shown, and the exit code. Bounded to 120 s.
+name, everything shown, and the exit code. Bounded to 120 s. With PTY_RESIZE=MARK:ROWS:COLS,
+resizes the terminal (as a person dragging the window) once MARK appears.
 Usage: pty_run.py EXPECT ANSWER -- CMD ARGS..."""
 import fcntl
 import os
 import pty
 import select
+import struct
 import sys
 import termios
 import time
@@ -24,6 +26,7 @@ if pid == 0:
     os.close(slave)
     os.execvp(cmd[0], cmd)
 os.close(slave)
+resize = os.environ.get("PTY_RESIZE")
 shown = b""
 answered = False
 deadline = time.time() + 120
@@ -41,6 +44,12 @@ while time.time() < deadline:
     if not answered and expect in shown:
         os.write(master, answer)
         answered = True
+    if resize:
+        mark, rows, cols = resize.split(":")
+        if mark.encode() in shown:
+            # Sets the size and sends SIGWINCH to the terminal's foreground process group.
+            fcntl.ioctl(master, termios.TIOCSWINSZ, struct.pack("HHHH", int(rows), int(cols), 0, 0))
+            resize = None
 _, status = os.waitpid(pid, 0)
 sys.stdout.write("OUTER_TTY=%s\n" % name)
 sys.stdout.write(shown.decode(errors="replace"))
