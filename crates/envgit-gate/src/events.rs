@@ -92,7 +92,8 @@ impl Events {
 pub(crate) struct Recorder {
     events: Arc<Events>,
     event: GateEvent,
-    pub(crate) bytes_out: AtomicU64,
+    /// Shared so a streamed body can count what passes after the head was answered.
+    pub(crate) bytes_out: Arc<AtomicU64>,
     pub(crate) bytes_in: AtomicU64,
 }
 
@@ -117,7 +118,7 @@ impl Recorder {
                 uninspected: false,
                 approval: None,
             },
-            bytes_out: AtomicU64::new(0),
+            bytes_out: Arc::default(),
             bytes_in: AtomicU64::new(0),
         }
     }

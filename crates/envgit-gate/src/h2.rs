@@ -315,6 +315,7 @@ async fn one(req: Request<Incoming>, ctx: &Conn) -> Response<Out> {
         PrefixThen {
             prefix: (!prefix.is_empty()).then(|| Bytes::from(prefix)),
             rest: body,
+            sent: Arc::clone(&rec.bytes_out),
         }
         .boxed()
     };
@@ -373,7 +374,9 @@ async fn one(req: Request<Incoming>, ctx: &Conn) -> Response<Out> {
             for name in ["connection", "keep-alive", "transfer-encoding", "upgrade"] {
                 parts.headers.remove(name);
             }
-            Response::from_parts(parts, body.boxed())
+            // The event is recorded when the response body ends, with the bytes it carried.
+            let counted = Counted { inner: body, rec };
+            Response::from_parts(parts, counted.boxed())
         }
         Err(e) => {
             rec.status(502);
@@ -383,10 +386,12 @@ async fn one(req: Request<Incoming>, ctx: &Conn) -> Response<Out> {
     }
 }
 
-/// The body prefix read for judgement, then the rest of the client's body as it arrives.
+/// The body prefix read for judgement, then the rest of the client's body as it arrives
+/// (counted as bytes out).
 struct PrefixThen {
     prefix: Option<Bytes>,
     rest: Incoming,
+    sent: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl Body for PrefixThen {
@@ -400,7 +405,47 @@ impl Body for PrefixThen {
         if let Some(prefix) = self.prefix.take() {
             return Poll::Ready(Some(Ok(Frame::data(prefix))));
         }
-        Pin::new(&mut self.rest).poll_frame(cx)
+        let polled = Pin::new(&mut self.rest).poll_frame(cx);
+        if let Poll::Ready(Some(Ok(frame))) = &polled
+            && let Some(data) = frame.data_ref()
+        {
+            self.sent
+                .fetch_add(data.len() as u64, std::sync::atomic::Ordering::Relaxed);
+        }
+        polled
+    }
+}
+
+/// The upstream's response body on its way to the client, counted as bytes in; the request's
+/// event is recorded when this ends (the recorder drops with it).
+struct Counted {
+    inner: Incoming,
+    rec: Recorder,
+}
+
+impl Body for Counted {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        let polled = Pin::new(&mut self.inner).poll_frame(cx);
+        if let Poll::Ready(Some(Ok(frame))) = &polled
+            && let Some(data) = frame.data_ref()
+        {
+            self.rec.add_in(data.len());
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.inner.size_hint()
     }
 }
 
@@ -512,6 +557,10 @@ mod tests {
             "{seen}"
         );
         assert!(!seen.contains(PH), "{seen}");
+        // Recorded once the response body ended, with the bytes it carried.
+        let ev = sh.events.take();
+        assert_eq!(ev.len(), 1, "{ev:?}");
+        assert_eq!((ev[0].status, ev[0].bytes_in), (Some(200), 2), "{ev:?}");
     }
 
     #[tokio::test]
