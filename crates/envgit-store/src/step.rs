@@ -179,6 +179,9 @@ pub struct StepDraft {
     pub target: Option<u64>,
     pub origin: Option<Origin>,
     pub repl: Option<ReplRecord>,
+    /// Free-form facts worth keeping with the step (e.g. what an agent asked for that
+    /// envgit's policy overrode), one line each.
+    pub notes: Vec<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -223,6 +226,9 @@ pub struct Step {
     /// For `repl`: the cell, its downstream calls and bytes in and out.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub repl: Option<ReplRecord>,
+    /// Free-form facts worth keeping with the step, one line each (absent from older records).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
 }
 
 /// A step record keeps this many changed paths; `show` and `diff` read the rest from trees.
@@ -244,4 +250,36 @@ pub fn now_ms() -> u64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis() as u64)
         .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    /// A record as journals held it before `notes` existed.
+    const OLD_RECORD: &str = r#"{"number":3,"kind":"run","parent":2,"started_at_ms":1,"ended_at_ms":2,"tree":null,"summary":"echo hi","command":["echo","hi"],"exit_code":0,"policy_hash":null,"changes":[],"changes_total":{"added":0,"modified":0,"deleted":0,"bytes_written":0},"changes_truncated":false,"flags":[],"requests":[],"refusals":[],"approvals":[]}"#;
+
+    #[test]
+    fn a_step_without_notes_still_decodes_and_encodes_as_before() {
+        let step: Step = serde_json::from_str(OLD_RECORD).unwrap();
+        assert!(step.notes.is_empty());
+        assert_eq!(step.summary, "echo hi");
+        let again = serde_json::to_string(&step).unwrap();
+        assert!(!again.contains("notes"), "{again}");
+        assert_eq!(serde_json::from_str::<Step>(&again).unwrap(), step);
+    }
+
+    #[test]
+    fn notes_round_trip() {
+        let mut step: Step = serde_json::from_str(OLD_RECORD).unwrap();
+        step.notes = vec!["codex asked for sandbox {}; envgit's policy applied instead".into()];
+        let text = serde_json::to_string(&step).unwrap();
+        assert!(
+            text.contains(r#""notes":["codex asked for sandbox"#),
+            "{text}"
+        );
+        assert_eq!(serde_json::from_str::<Step>(&text).unwrap(), step);
+    }
 }

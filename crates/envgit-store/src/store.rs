@@ -452,6 +452,7 @@ impl Store {
             target: draft.target,
             origin: draft.origin,
             repl: draft.repl,
+            notes: draft.notes,
         };
         let pending: Vec<(ObjectId, Location)> = self
             .pending

@@ -216,6 +216,10 @@ pub struct RunArgs {
     /// Trust this PEM CA for upstreams besides the host's roots; also ENVGIT_UPSTREAM_CA.
     #[arg(long, value_name = "FILE")]
     pub upstream_ca: Option<PathBuf>,
+    /// Keep TEXT with the step (shown by `show` and `log -v`); repeatable. Used by the agent
+    /// integrations, e.g. to record a sandbox request envgit's policy overrode.
+    #[arg(long = "note", value_name = "TEXT", hide = true)]
+    pub notes: Vec<String>,
     /// The command and its arguments (`envgit run sh -c '…'` for a shell line).
     #[arg(
         required = true,

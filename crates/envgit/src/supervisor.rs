@@ -71,6 +71,7 @@ pub fn run_step(
     cwd: &Path,
     argv: Vec<String>,
     upstreams: &Upstreams,
+    notes: Vec<String>,
 ) -> CmdResult<i32> {
     let mut store = project.open_store()?;
     let line = envgit_policy::command_line(&argv);
@@ -94,6 +95,7 @@ pub fn run_step(
                 what: format!("command {line}"),
                 rule: m.rule.into(),
             }],
+            notes,
             ..Default::default()
         };
         store.commit(&mut guard, draft, tree)?;
@@ -126,6 +128,7 @@ pub fn run_step(
         requests,
         approvals,
         refusals,
+        notes,
         ..Default::default()
     };
     let mut after = AfterStep {

@@ -493,3 +493,253 @@ fn our_exec_server_answers_like_the_real_one() {
     assert_eq!(data(&theirs, 7), data(&ours, 7));
     assert_eq!(std::fs::read(env.path("b.txt")).unwrap(), b"x\n");
 }
+
+/// A connection to `envgit codex-exec-server`, spoken to as Codex does: one JSON object per
+/// line, no `"jsonrpc"` field.
+struct ExecServer {
+    child: std::process::Child,
+    input: Option<std::process::ChildStdin>,
+    rx: std::sync::mpsc::Receiver<Value>,
+    seen: Vec<Value>,
+    next_id: u64,
+}
+
+impl ExecServer {
+    fn start(env: &Env, stderr: &Path) -> Self {
+        use std::io::{BufRead, BufReader};
+        use std::process::Stdio;
+        let mut child = env
+            .cmd(&env.project)
+            .arg("codex-exec-server")
+            .env("HOME", env.user_home())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(stderr).unwrap())
+            .spawn()
+            .unwrap();
+        let out = child.stdout.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(out).lines().map_while(Result::ok) {
+                let _ = tx.send(serde_json::from_str::<Value>(&line).unwrap());
+            }
+        });
+        let mut s = Self {
+            input: child.stdin.take(),
+            child,
+            rx,
+            seen: Vec::new(),
+            next_id: 1,
+        };
+        let init = s.call(
+            "initialize",
+            serde_json::json!({"clientName": "notes-test"}),
+        );
+        assert!(init["result"]["sessionId"].is_string(), "{init}");
+        s.send(&serde_json::json!({"method": "initialized", "params": {}}));
+        s
+    }
+
+    fn send(&mut self, msg: &Value) {
+        use std::io::Write;
+        writeln!(self.input.as_mut().unwrap(), "{msg}").unwrap();
+    }
+
+    fn recv(&mut self) -> Value {
+        let v = self
+            .rx
+            .recv_timeout(Duration::from_secs(120))
+            .unwrap_or_else(|e| panic!("no message from the exec-server ({e}): {:#?}", self.seen));
+        self.seen.push(v.clone());
+        v
+    }
+
+    /// Send a request; return its answer (notifications meanwhile are kept in `seen`).
+    fn call(&mut self, method: &str, params: Value) -> Value {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.send(&serde_json::json!({"id": id, "method": method, "params": params}));
+        loop {
+            let v = self.recv();
+            if v["id"] == id && v["method"].is_null() {
+                return v;
+            }
+        }
+    }
+
+    /// Wait until `pid` has exited and closed; return its exit code and its stdout and stderr.
+    fn finish(&mut self, pid: &str) -> (i64, String, String) {
+        let of = |v: &Value, m: &str| v["method"] == m && v["params"]["processId"] == pid;
+        while !(self.seen.iter().any(|v| of(v, "process/closed"))
+            && self.seen.iter().any(|v| of(v, "process/exited")))
+        {
+            self.recv();
+        }
+        let stream = |name: &str| {
+            let mut chunks: Vec<(u64, Vec<u8>)> = self
+                .seen
+                .iter()
+                .filter(|v| of(v, "process/output") && v["params"]["stream"] == name)
+                .map(|v| {
+                    let p = &v["params"];
+                    let data = envgit_codex::b64::decode(p["chunk"].as_str().unwrap()).unwrap();
+                    (p["seq"].as_u64().unwrap(), data)
+                })
+                .collect();
+            chunks.sort_by_key(|c| c.0);
+            let bytes: Vec<u8> = chunks.into_iter().flat_map(|c| c.1).collect();
+            String::from_utf8_lossy(&bytes).into_owned()
+        };
+        let code =
+            self.seen.iter().find(|v| of(v, "process/exited")).unwrap()["params"]["exitCode"]
+                .as_i64()
+                .unwrap();
+        (code, stream("stdout"), stream("stderr"))
+    }
+
+    /// Close the connection and wait for the server to record what is left.
+    fn close(mut self) {
+        drop(self.input.take());
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while self.child.try_wait().unwrap().is_none() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the exec-server did not exit"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+#[test]
+fn codex_sandbox_requests_are_recorded_as_intent_and_envgits_policy_applies() {
+    const SECRET: &str = "SECRET=hunter2-notes";
+    let env = Env::new();
+    env.write(".env", SECRET);
+    env.init();
+    env.record();
+    // A directory outside the project that Codex's own sandbox would let the command write.
+    let outside = env.tmp.path().join("outside");
+    std::fs::create_dir_all(&outside).unwrap();
+    let project = env.project.canonicalize().unwrap();
+    let uri = |p: &Path| format!("file://{}", p.display());
+    let script = format!(
+        "cat .env; echo pwned > {}/written.txt; echo inside >> inside.txt",
+        outside.display()
+    );
+    let argv = serde_json::json!(["/bin/sh", "-c", script]);
+    // What `codex -s workspace-write` sends (traces/…-stdio-workspace-write.jsonl), asking for
+    // the outside directory as a writable root too.
+    let sandbox = serde_json::json!({
+        "type": "workspace-write",
+        "permissions": {"type": "managed", "file_system": {"type": "restricted", "entries": [
+            {"path": {"type": "special", "value": {"kind": "root"}}, "access": "read"},
+            {"path": {"type": "special", "value": {"kind": "project_roots"}}, "access": "write"},
+            {"path": {"type": "special", "value": {"kind": "slash_tmp"}}, "access": "write"},
+            {"path": {"type": "special", "value": {"kind": "tmpdir"}}, "access": "write"},
+            {"path": {"type": "path", "path": outside.display().to_string()}, "access": "write"},
+            {"path": {"type": "special", "value": {"kind": "project_roots", "subpath": ".git"}},
+             "access": "read", "missing_path_behavior": "skip"}
+        ]}, "network": "enabled"},
+        "cwd": uri(&project),
+        "workspaceRoots": [uri(&project), uri(&outside)],
+        "windowsSandboxLevel": "disabled",
+        "useLegacyLandlock": false
+    });
+    let managed_network = serde_json::json!({
+        "allowedDomains": ["example.com"], "deniedDomains": [], "allowLocalBinding": true
+    });
+    let start = |pid: &str, sandbox: &Value, network: &Value| {
+        serde_json::json!({
+            "processId": pid,
+            "metadata": {"threadId": "t1", "toolCallId": format!("call_{pid}")},
+            "argv": argv, "cwd": uri(&project),
+            "envPolicy": {"inherit": "all", "ignoreDefaultExcludes": true, "exclude": [],
+                          "set": {}, "includeOnly": []},
+            "env": {"TERM": "dumb"}, "tty": false, "pipeStdin": false, "arg0": null,
+            "sandbox": sandbox, "enforceManagedNetwork": !network.is_null(),
+            "managedNetwork": network,
+        })
+    };
+    let server_err = env.tmp.path().join("exec-server.stderr");
+    let mut server = ExecServer::start(&env, &server_err);
+    // With Codex's sandbox request, then the same command without it (the control).
+    let r = server.call("process/start", start("p1", &sandbox, &managed_network));
+    assert_eq!(r["result"]["processId"], "p1", "{r}");
+    let with = server.finish("p1");
+    let r = server.call("process/start", start("p2", &Value::Null, &Value::Null));
+    assert_eq!(r["result"]["processId"], "p2", "{r}");
+    let without = server.finish("p2");
+    server.close();
+    let server_err = std::fs::read_to_string(&server_err).unwrap();
+    let ctx = format!("with: {with:?}\nwithout: {without:?}\nexec-server stderr:\n{server_err}");
+
+    // envgit's policy applied, exactly as without the request: the denied read and the write
+    // outside the project were refused; the write in the project happened.
+    assert_eq!(with, without, "{ctx}");
+    assert!(
+        !with.1.contains("hunter2") && !with.2.contains("hunter2"),
+        "{ctx}"
+    );
+    assert!(with.2.contains(".env: Permission denied"), "{ctx}");
+    assert!(
+        with.2.contains("written.txt: Read-only file system")
+            || with.2.contains("written.txt: Permission denied"),
+        "{ctx}"
+    );
+    assert!(
+        !outside.join("written.txt").exists(),
+        "the write outside the project got out: {ctx}"
+    );
+    assert_eq!(env.read("inside.txt"), "inside\ninside\n", "{ctx}");
+    assert_eq!(env.read(".env"), SECRET);
+    // The stderr message stays, once: only the first command carried a request.
+    assert_eq!(
+        server_err
+            .matches("Codex sent its own sandbox settings for this command")
+            .count(),
+        1,
+        "{ctx}"
+    );
+
+    // The request is recorded with the step as intent.
+    let log = env.log_json();
+    let steps: Vec<&Value> = log.iter().filter(|s| s["command"] == argv).collect();
+    assert_eq!(steps.len(), 2, "{log:#?}\n{ctx}");
+    // Newest first: the control, then the command that carried the request.
+    let (control, asked) = (steps[0], steps[1]);
+    assert!(control.get("notes").is_none(), "{control:#}");
+    let sandbox_json = sandbox.to_string();
+    assert!(sandbox_json.len() > 500, "the note must be clipped here");
+    let expected = vec![
+        format!(
+            "codex asked for sandbox {}…; envgit's policy applied instead",
+            &sandbox_json[..500]
+        ),
+        format!(
+            "codex asked for managedNetwork {managed_network}; envgit's policy applied instead"
+        ),
+    ];
+    assert_eq!(asked["notes"], serde_json::json!(expected), "{asked:#}");
+    assert_eq!(asked["exit_code"], control["exit_code"]);
+    assert_eq!(asked["refusals"], control["refusals"]);
+
+    // `show` and `log -v` print them, one line each.
+    let n = asked["number"].as_u64().unwrap().to_string();
+    let show = env.envgit(&["show", &n]).ok().stdout;
+    let verbose = env.envgit(&["log", "-v"]).ok().stdout;
+    for text in [&show, &verbose] {
+        for note in &expected {
+            assert!(
+                text.lines().any(|l| l.trim() == format!("note: {note}")),
+                "{note}\n{text}"
+            );
+        }
+    }
+    let control_n = control["number"].as_u64().unwrap().to_string();
+    let show = env.envgit(&["show", &control_n]).ok().stdout;
+    assert!(!show.contains("note:"), "{show}");
+    // `--note` is for the integrations, not in `envgit run --help`.
+    let help = env.envgit(&["run", "--help"]).ok().stdout;
+    assert!(!help.contains("--note"), "{help}");
+}

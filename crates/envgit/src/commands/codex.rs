@@ -208,10 +208,11 @@ impl Host for CodexHost {
             );
         }
         let mut c = Command::new(&self.exe);
-        c.arg("-C")
-            .arg(&cwd)
-            .arg("run")
-            .arg("--")
+        c.arg("-C").arg(&cwd).arg("run");
+        for note in intent_notes(intent) {
+            c.arg("--note").arg(note);
+        }
+        c.arg("--")
             .args(&intent.argv)
             .envs(intent.env.iter().map(|(k, v)| (k, v)));
         Ok(c)
@@ -226,6 +227,31 @@ impl Host for CodexHost {
     fn default_cwd(&self) -> PathBuf {
         self.cwd.clone()
     }
+}
+
+/// How much of Codex's own sandbox request a step's note keeps.
+const NOTE_JSON_CHARS: usize = 500;
+
+/// Codex's own sandbox settings, kept with the step as intent: envgit's policy is the one that
+/// applies.
+fn intent_notes(intent: &StepIntent) -> Vec<String> {
+    [
+        ("sandbox", &intent.sandbox),
+        ("managedNetwork", &intent.managed_network),
+    ]
+    .into_iter()
+    .filter_map(|(name, v)| {
+        let v = v.as_ref().filter(|v| !v.is_null())?;
+        let json = v.to_string();
+        let shown = match json.char_indices().nth(NOTE_JSON_CHARS) {
+            Some((cut, _)) => format!("{}…", &json[..cut]),
+            None => json,
+        };
+        Some(format!(
+            "codex asked for {name} {shown}; envgit's policy applied instead"
+        ))
+    })
+    .collect()
 }
 
 fn record_fs(project: &Project, effect: Effect) -> CmdResult<()> {
@@ -350,4 +376,48 @@ pub fn exec_server(dir: Option<&Path>) -> CmdResult<ExitCode> {
     )
     .map_err(|e| Failure::failed(format!("exec-server: {e}")))?;
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{NOTE_JSON_CHARS, intent_notes};
+    use envgit_codex::StepIntent;
+    use serde_json::json;
+
+    fn intent(sandbox: Option<serde_json::Value>, net: Option<serde_json::Value>) -> StepIntent {
+        StepIntent {
+            cwd: "/w".into(),
+            argv: vec!["true".into()],
+            env: Vec::new(),
+            tool_call: None,
+            sandbox,
+            managed_network: net,
+        }
+    }
+
+    #[test]
+    fn codex_sandbox_settings_become_notes_compact_and_clipped() {
+        assert!(intent_notes(&intent(None, None)).is_empty());
+        assert!(intent_notes(&intent(Some(json!(null)), None)).is_empty());
+        let notes = intent_notes(&intent(
+            Some(json!({"type": "workspace-write"})),
+            Some(json!({"allowedDomains": ["example.com"]})),
+        ));
+        assert_eq!(
+            notes,
+            [
+                r#"codex asked for sandbox {"type":"workspace-write"}; envgit's policy applied instead"#,
+                r#"codex asked for managedNetwork {"allowedDomains":["example.com"]}; envgit's policy applied instead"#,
+            ]
+        );
+        // Clipped by characters, never inside one.
+        let long = "é".repeat(2 * NOTE_JSON_CHARS);
+        let notes = intent_notes(&intent(Some(json!(long)), None));
+        let shown = notes[0]
+            .strip_prefix("codex asked for sandbox ")
+            .and_then(|n| n.strip_suffix("…; envgit's policy applied instead"))
+            .unwrap_or_default();
+        assert_eq!(shown.chars().count(), NOTE_JSON_CHARS);
+        assert!(shown.starts_with("\"é"));
+    }
 }

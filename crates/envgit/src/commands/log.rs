@@ -96,6 +96,14 @@ pub fn detail(step: &Step, style: &Style) -> String {
     if let Some(o) = &step.origin {
         push(&mut d, format!("forked from {} step {}", o.project, o.step));
     }
+    for n in &step.notes {
+        // One line each, whatever the note holds.
+        let n: String = n
+            .chars()
+            .map(|c| if c.is_control() { ' ' } else { c })
+            .collect();
+        push(&mut d, format!("note: {n}"));
+    }
     let t = &step.changes_total;
     push(
         &mut d,
