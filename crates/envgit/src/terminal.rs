@@ -88,6 +88,10 @@ impl PtyRelay {
     pub fn announcer(&self) -> Box<dyn Fn(&PendingAsk) + Send + Sync> {
         let asks = Arc::clone(&self.asks);
         Box::new(move |ask: &PendingAsk| {
+            // Open before it is shown: a key pressed the moment the question appears answers it.
+            asks.lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(ask.clone());
             let mut out = std::io::stdout().lock();
             let _ = write!(
                 out,
@@ -95,9 +99,6 @@ impl PtyRelay {
                 ask.method, ask.host, ask.path, ask.rule, ask.summary
             );
             let _ = out.flush();
-            asks.lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .push(ask.clone());
         })
     }
 
