@@ -767,12 +767,12 @@ mod tests {
         (addr, rx)
     }
 
-    async fn run_bound(shared: &Shared, request: &[u8], end: &'static [u8]) -> (String, Vec<u8>) {
-        let (up, seen) = upstream(end).await;
-        let (mut near, far) = tokio::io::duplex(64 * 1024);
-        near.write_all(request).await.unwrap();
-        near.shutdown().await.unwrap();
-        bound(Prefixed::new(far), up, "example.com", 80, shared, false).await;
+    /// What the client got back (read to the end), and what the upstream saw (if it saw anything
+    /// within 300 ms).
+    async fn reply_and_seen<R: AsyncRead + Unpin>(
+        mut near: R,
+        seen: oneshot::Receiver<Vec<u8>>,
+    ) -> (String, Vec<u8>) {
         let mut reply = Vec::new();
         near.read_to_end(&mut reply).await.unwrap();
         let seen = tokio::time::timeout(Duration::from_millis(300), seen)
@@ -781,6 +781,15 @@ mod tests {
             .and_then(Result::ok)
             .unwrap_or_default();
         (String::from_utf8_lossy(&reply).into_owned(), seen)
+    }
+
+    async fn run_bound(shared: &Shared, request: &[u8], end: &'static [u8]) -> (String, Vec<u8>) {
+        let (up, seen) = upstream(end).await;
+        let (mut near, far) = tokio::io::duplex(64 * 1024);
+        near.write_all(request).await.unwrap();
+        near.shutdown().await.unwrap();
+        bound(Prefixed::new(far), up, "example.com", 80, shared, false).await;
+        reply_and_seen(near, seen).await
     }
 
     #[tokio::test]
@@ -1003,14 +1012,7 @@ mod tests {
         let req = RequestHead::parse(&request[..split]).unwrap();
         near.write_all(&request[split..]).await.unwrap();
         absolute(Prefixed::new(far), req, sh).await;
-        let mut reply = Vec::new();
-        near.read_to_end(&mut reply).await.unwrap();
-        let seen = tokio::time::timeout(Duration::from_millis(300), seen)
-            .await
-            .ok()
-            .and_then(Result::ok)
-            .unwrap_or_default();
-        (String::from_utf8_lossy(&reply).into_owned(), seen)
+        reply_and_seen(near, seen).await
     }
 
     #[tokio::test]
