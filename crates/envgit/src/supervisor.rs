@@ -14,8 +14,8 @@ use envgit_sandbox::spec::RelaySpec;
 use envgit_sandbox::trust::{TrustFiles, host_bundle_text};
 use envgit_sandbox::{Outcome, SignalGuard};
 use envgit_store::{
-    Approval, ObjectId, Refusal, Request, StepDraft, StepFlag, StepGuard, StepKind, Store,
-    WorkTree, now_ms,
+    Approval, LiveTree, ObjectId, Refusal, Request, ScanReport, SnapshotMode, StepDraft, StepFlag,
+    StepGuard, StepKind, Store, WorkTree, now_ms,
 };
 
 use crate::failure::{CmdResult, Failure};
@@ -133,7 +133,7 @@ pub fn run_step(
     };
     let mut after = AfterStep {
         store: &mut store,
-        wt: &mut wt,
+        tree: Snapshotter::Scan(&mut wt),
         guard: &mut guard,
         protected: &protected,
     };
@@ -143,11 +143,41 @@ pub fn run_step(
     Ok(code)
 }
 
+/// How a step's snapshot is taken: a walk of the whole tree (with the stat cache), or, for a
+/// long-lived session, an inotify-fed tree that reads only the directories that changed.
+pub(crate) enum Snapshotter<'a> {
+    Scan(&'a mut WorkTree),
+    Live(&'a mut LiveTree),
+}
+
+impl Snapshotter<'_> {
+    /// The tree as it is now; `true` when a watcher had to fall back to a full rescan.
+    fn snapshot(&mut self, store: &Store) -> CmdResult<(ObjectId, ScanReport, bool)> {
+        Ok(match self {
+            Snapshotter::Scan(wt) => {
+                let (id, report) = wt.full_scan(store, None)?;
+                (id, report, false)
+            }
+            Snapshotter::Live(live) => {
+                let (id, report, mode) = live.snapshot(store)?;
+                (id, report, mode == SnapshotMode::FullRescan)
+            }
+        })
+    }
+
+    fn work_tree(&mut self) -> &mut WorkTree {
+        match self {
+            Snapshotter::Scan(wt) => wt,
+            Snapshotter::Live(live) => live.tree_mut(),
+        }
+    }
+}
+
 /// What ends every step that ran something: snapshot the tree, put protected paths back as
 /// they were at `before`, flag what needs flagging, commit.
 pub(crate) struct AfterStep<'a> {
     pub store: &'a mut Store,
-    pub wt: &'a mut WorkTree,
+    pub tree: Snapshotter<'a>,
     pub guard: &'a mut StepGuard,
     pub protected: &'a [String],
 }
@@ -155,9 +185,14 @@ pub(crate) struct AfterStep<'a> {
 impl AfterStep<'_> {
     /// Commits `draft` with the tree as it is now; returns the tree committed.
     pub fn commit(&mut self, before: &ObjectId, mut draft: StepDraft) -> CmdResult<ObjectId> {
-        let (after, report) = self.wt.full_scan(self.store, None)?;
-        let (put_back, tree) =
-            envgit_store::put_back(self.store, self.wt, before, &after, self.protected)?;
+        let (after, report, rescanned) = self.tree.snapshot(self.store)?;
+        let (put_back, tree) = envgit_store::put_back(
+            self.store,
+            self.tree.work_tree(),
+            before,
+            &after,
+            self.protected,
+        )?;
         for p in &put_back {
             output::warn(&format!(
                 "{p} changed during the step and was put back (protected path)"
@@ -168,6 +203,9 @@ impl AfterStep<'_> {
         }
         if !report.unstable.is_empty() {
             draft.flags.push(StepFlag::UnstableFiles);
+        }
+        if rescanned {
+            draft.flags.push(StepFlag::WatcherFallback);
         }
         draft.refusals.extend(put_back.iter().map(|p| Refusal {
             what: format!("write {p}"),

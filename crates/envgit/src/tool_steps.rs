@@ -19,14 +19,14 @@ use std::sync::mpsc::Receiver;
 use std::time::Duration;
 
 use envgit_gate::{EventTap, GateEvent};
-use envgit_store::{ObjectId, Refusal, StepDraft, StepGuard, StepKind, Store, WorkTree, now_ms};
+use envgit_store::{LiveTree, ObjectId, Refusal, StepDraft, StepGuard, StepKind, Store, now_ms};
 use serde_json::{Value, json};
 
 use crate::commands::hooks::{refusal_of, tool_summary};
 use crate::failure::CmdResult;
 use crate::output;
 use crate::project::Project;
-use crate::supervisor::{AfterStep, EXIT_REFUSED, requests_of};
+use crate::supervisor::{AfterStep, EXIT_REFUSED, Snapshotter, requests_of};
 
 /// Where the hooks socket is inside the sandbox (a `/run/envgit` file).
 pub(crate) const HOOKS_SOCKET_NAME: &str = "hooks.sock";
@@ -49,7 +49,8 @@ pub(crate) struct ToolSteps<'a> {
     agent: &'static str,
     cwd: PathBuf,
     store: Store,
-    wt: WorkTree,
+    /// Kept current by inotify: a call's step reads only the directories that changed.
+    live: LiveTree,
     guard: StepGuard,
     protected: Vec<String>,
     /// The tree of the last step committed: protected paths are put back to it.
@@ -73,14 +74,16 @@ impl<'a> ToolSteps<'a> {
     ) -> CmdResult<Self> {
         let store = project.open_store()?;
         let guard = store.begin_step(&format!("{agent} session"))?;
-        let mut wt = project.worktree(&store)?;
-        let (last_tree, _) = wt.full_scan(&store, None)?;
+        let mut live = LiveTree::new(&project.root, project.scan_config()?, Some(store.dir()))?;
+        live.tree_mut().load_cache(&store.stat_cache_path());
+        // The first snapshot walks everything once and sets up the watches.
+        let (last_tree, _, _) = live.snapshot(&store)?;
         Ok(ToolSteps {
             project,
             agent,
             cwd: cwd.to_path_buf(),
             store,
-            wt,
+            live,
             guard,
             protected,
             last_tree,
@@ -207,7 +210,7 @@ impl<'a> ToolSteps<'a> {
         let before = self.last_tree;
         let mut after = AfterStep {
             store: &mut self.store,
-            wt: &mut self.wt,
+            tree: Snapshotter::Live(&mut self.live),
             guard: &mut self.guard,
             protected: &self.protected,
         };
@@ -240,8 +243,8 @@ impl<'a> ToolSteps<'a> {
             ..self.draft(String::new(), started)
         };
         self.commit(draft)?;
-        let ToolSteps { store, wt, .. } = self;
-        wt.save_cache(&store.stat_cache_path())?;
+        let ToolSteps { store, live, .. } = self;
+        live.tree().save_cache(&store.stat_cache_path())?;
         Ok(())
     }
 
