@@ -8,7 +8,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+use serde::{Deserialize, Serialize};
+
+/// One CONNECT or request and what became of it. Serializable, so the process running a gate
+/// can hand its events to another (`envgit mcp` collects its downstream servers').
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct GateEvent {
     /// `CONNECT`, or the HTTP method of a plain-HTTP request.
     pub method: String,
@@ -37,7 +42,8 @@ pub struct GateEvent {
 }
 
 /// How an `ask` was answered.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct EventApproval {
     /// `approved` or `refused`.
     pub answer: String,

@@ -251,6 +251,10 @@ pub struct McpArgs {
     /// stdin/stdout (how `envgit mcp` starts each of them).
     #[arg(long, value_name = "NAME", hide = true)]
     pub downstream: Option<String>,
+    /// Internal, with --downstream: the socket of `envgit mcp` that gets the server's gate
+    /// events (its requests, recorded on the REPL steps).
+    #[arg(long, value_name = "SOCKET", hide = true, requires = "downstream")]
+    pub events: Option<PathBuf>,
 }
 
 #[derive(Args, Debug)]

@@ -88,6 +88,11 @@ async def main():
                 )
                 out["results"].append({"rewound": step})
                 continue
+            if "__sleep" in call:
+                # The client thinks: no call in flight for a while.
+                await asyncio.sleep(call["__sleep"])
+                out["results"].append({"slept": True})
+                continue
             if "__cancel_after" in call:
                 # The client gives up: the SDK sends notifications/cancelled.
                 import anyio
@@ -104,15 +109,41 @@ async def main():
 asyncio.run(main())
 "#;
 
-/// A downstream MCP server: typed tools, one that returns 300 KB, one that fails, and two the
-/// policy denies or asks about (they leave a marker file if they ever run).
+/// A downstream MCP server: typed tools, one that returns 300 KB, one that fails, two the
+/// policy denies or asks about (they leave a marker file if they ever run), and two that make
+/// HTTP requests of their own (through the sandbox's gate).
 const FX_SERVER: &str = r#"
-import sys
+import http.client, sys, threading, time
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 
 marker_dir = sys.argv[1]
 server = MCPServer("fx")
+
+def request(port, method, path):
+    # A persistent HTTP/1.1 connection: the gate is done with the exchange as soon as the
+    # response has passed (with `Connection: close` it waits for the upstream to hang up).
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        conn.request(method, path, body=b"payload" if method == "POST" else None)
+        r = conn.getresponse()
+        return "%d %s" % (r.status, r.read().decode(errors="replace").strip())
+    finally:
+        conn.close()
+
+@server.tool(structured_output=False)
+def fetch(port: int, method: str, path: str) -> str:
+    """An HTTP request to 127.0.0.1:port; answers the status and body."""
+    return request(port, method, path)
+
+@server.tool(structured_output=False)
+def fetch_later(port: int, path: str, delay: float) -> str:
+    """A GET to 127.0.0.1:port made by the server on its own, `delay` seconds from now."""
+    def later():
+        time.sleep(delay)
+        request(port, "GET", path)
+    threading.Thread(target=later, daemon=True).start()
+    return "later"
 
 @server.tool()
 def add(a: int, b: int) -> int:
@@ -221,7 +252,15 @@ impl Mcp {
         serde_json::from_slice(&out.stdout).unwrap()
     }
 
+    /// The steps of `execute` calls, oldest first.
     fn repl_steps(&self) -> Vec<Value> {
+        let mut steps = self.repl_steps_all();
+        steps.retain(|s| !s["repl"].is_null());
+        steps
+    }
+
+    /// The same and the step of what downstream servers requested after the last call.
+    fn repl_steps_all(&self) -> Vec<Value> {
         let mut steps: Vec<Value> = self
             .env
             .log_json()
@@ -532,11 +571,11 @@ fn ask_goes_to_the_person_through_elicitation_in_both_eras() {
     assert!(text(&out["results"][0]).contains("does not support elicitation"));
 }
 
-// Flaky under CI load: in 1 of 5 CI runs the client's notifications/cancelled never stopped
-// the cell (it ran to its 60 s timeout). Not understood yet (rmcp's cancellation token vs the
-// drive loop, or the Python SDK not sending it); run with `--ignored` while fixing it.
+/// The client gives up on a call: it sends `notifications/cancelled` and, in the same
+/// instant, its next call on the same session. The next cell must not start before the
+/// cancelled one has ended (it used to, and cleared the interrupt before the running cell saw
+/// it, which then ran to its timeout: about one run in three).
 #[test]
-#[ignore = "flaky under CI load: the cancellation sometimes never reaches the cell"]
 fn a_cancelled_call_interrupts_the_cell_and_the_session_survives() {
     let m = Mcp::new("");
     let t = std::time::Instant::now();
@@ -655,4 +694,126 @@ fn a_remote_server_is_reached_from_the_sandbox_through_the_gate() {
     assert_eq!(run.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("mcp.servers.blocked"), "{stderr}");
     assert!(stderr.contains("rule network.allow"), "{stderr}");
+}
+
+/// `python3 tests/support/SCRIPT`: a loopback server that prints its port; killed on drop.
+struct PyServer(std::process::Child, u16);
+
+impl PyServer {
+    fn start(script: &str) -> Self {
+        use std::io::BufRead;
+        let mut child = Command::new("python3")
+            .arg(
+                Path::new(env!("CARGO_MANIFEST_DIR"))
+                    .join("tests/support")
+                    .join(script),
+            )
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let port = line.trim().parse().unwrap();
+        PyServer(child, port)
+    }
+}
+
+impl Drop for PyServer {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The requests of a step whose path is `path`.
+fn requests_to<'a>(step: &'a Value, path: &str) -> Vec<&'a Value> {
+    step["requests"]
+        .as_array()
+        .map(|r| r.iter().filter(|q| q["path"] == path).collect())
+        .unwrap_or_default()
+}
+
+#[test]
+fn a_downstream_servers_own_requests_are_recorded_on_the_step_during_which_they_finished() {
+    let http = PyServer::start("echo_http.py");
+    let port = http.1;
+    let (m, _) = with_fx(&format!("network:\n  allow: [\"127.0.0.1:{port}\"]\n"));
+    let policy = m.env.read("envgit.yaml").replace(
+        "irreversible:\n",
+        "irreversible:\n  - net: { host: \"127.0.0.1\", method: POST, path: \"/deny/**\" }\n    action: deny\n    id: local.deny\n",
+    );
+    m.env.write("envgit.yaml", &policy);
+
+    let out = m.run(json!([
+        {"code": format!("await fx.fetch({{port: {port}, method: 'GET', path: '/ok'}})")},
+        {"code": format!("await fx.fetch({{port: {port}, method: 'POST', path: '/deny/x'}})")},
+        // The server requests on its own after its call has returned: nothing is in flight
+        // when the request finishes, so it goes on the next step.
+        {"code": format!("await fx.fetch_later({{port: {port}, path: '/between', delay: 0.2}})")},
+        {"__sleep": 1.5},
+        {"code": "6 * 7"},
+        // …and after the last step: the last step of the run, when envgit mcp ends.
+        {"code": format!("await fx.fetch_later({{port: {port}, path: '/after', delay: 0.2}})")},
+        {"__sleep": 1.0},
+    ]));
+    let r = out["results"].as_array().unwrap();
+    assert!(
+        text(&r[0]).starts_with("\"200 seen GET /ok"),
+        "{}",
+        text(&r[0])
+    );
+    assert!(text(&r[1]).starts_with("\"403 "), "{}", text(&r[1]));
+    assert!(text(&r[1]).contains("local.deny"), "{}", text(&r[1]));
+
+    let steps = m.repl_steps_all();
+    let step = |i: usize| {
+        steps
+            .iter()
+            .find(|s| s["number"] == r[i]["meta"]["envgit/step"])
+            .unwrap()
+    };
+    // The allowed GET, on the step of the cell that called the tool that made it.
+    let ok = requests_to(step(0), "/ok");
+    assert_eq!(ok.len(), 1, "{:#}", step(0));
+    assert_eq!(ok[0]["method"], "GET");
+    assert_eq!(ok[0]["decision"], "allowed");
+    assert_eq!(ok[0]["status"], 200);
+    assert_eq!(ok[0]["host"], format!("127.0.0.1:{port}"));
+    assert_eq!(step(0)["refusals"], json!([]), "{:#}", step(0));
+    // The denied POST, with its refusal, on the next cell's step and on no other.
+    let denied = requests_to(step(1), "/deny/x");
+    assert_eq!(denied.len(), 1, "{:#}", step(1));
+    assert_eq!(denied[0]["method"], "POST");
+    assert_eq!(denied[0]["decision"], "denied");
+    assert_eq!(denied[0]["rule"], "local.deny");
+    assert_eq!(denied[0]["status"], 403);
+    assert_eq!(
+        step(1)["refusals"],
+        json!([{"what": format!("POST 127.0.0.1:{port}/deny/x"), "rule": "local.deny"}])
+    );
+    assert!(requests_to(step(1), "/ok").is_empty(), "{:#}", step(1));
+    // Between two cells: on the next one.
+    assert!(requests_to(step(2), "/between").is_empty(), "{:#}", step(2));
+    assert_eq!(requests_to(step(4), "/between").len(), 1, "{:#}", step(4));
+    // After the last cell: one more step when envgit mcp ends.
+    assert!(requests_to(step(5), "/after").is_empty(), "{:#}", step(5));
+    let last = steps.last().unwrap();
+    assert!(last["repl"].is_null(), "{last:#}");
+    assert_eq!(requests_to(last, "/after").len(), 1, "{last:#}");
+    // Each request once in the whole log.
+    for path in ["/ok", "/deny/x", "/between", "/after"] {
+        let n: usize = steps.iter().map(|s| requests_to(s, path).len()).sum();
+        assert_eq!(n, 1, "{path}");
+    }
+    let log = m.env.envgit(&["log", "-v"]).ok();
+    assert!(
+        log.stdout.contains(&format!(
+            "denied POST 127.0.0.1:{port}/deny/x rule=local.deny"
+        )),
+        "{}",
+        log.stdout
+    );
 }

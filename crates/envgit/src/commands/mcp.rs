@@ -9,6 +9,7 @@ use rmcp::ServiceExt;
 
 use crate::cli::McpArgs;
 use crate::failure::{CmdResult, Failure};
+use crate::mcp::feed::Forwarder;
 use crate::mcp::{Downstreams, ExecuteServer, Recorder};
 use crate::project::Project;
 use crate::upstreams::Upstreams;
@@ -17,7 +18,7 @@ use crate::{output, supervisor};
 pub fn run(dir: Option<&Path>, args: &McpArgs) -> CmdResult<ExitCode> {
     let project = Project::find(args.project.as_deref().or(dir))?;
     if let Some(name) = &args.downstream {
-        return downstream(&project, name);
+        return downstream(&project, name, args.events.as_deref());
     }
     let store = project.open_store()?;
     let wt = project.worktree(&store)?;
@@ -54,9 +55,10 @@ pub fn run(dir: Option<&Path>, args: &McpArgs) -> CmdResult<ExitCode> {
 
 /// `envgit mcp --downstream NAME`: the server `mcp.servers.NAME` in the sandbox, behind the
 /// gate, with this process's stdin and stdout (the pipes `envgit mcp` talks MCP on). Its
-/// requests are judged by the gate like those of any `envgit run`; when it exits they are
-/// summarised on stderr (they are not yet attributed to the REPL steps that caused them).
-fn downstream(project: &Project, name: &str) -> CmdResult<ExitCode> {
+/// requests are judged by the gate like those of any `envgit run`, and sent as they happen to
+/// `envgit mcp` on the `events` socket, which records them on its REPL steps (`mcp::feed`).
+/// Without that socket (or once it fails) they are only summarised on stderr at exit.
+fn downstream(project: &Project, name: &str, events: Option<&Path>) -> CmdResult<ExitCode> {
     let spec = project.policy.mcp.servers.get(name).ok_or_else(|| {
         Failure::usage(format!("no server `{name}` in mcp.servers of envgit.yaml"))
     })?;
@@ -81,19 +83,46 @@ fn downstream(project: &Project, name: &str) -> CmdResult<ExitCode> {
     };
     let protected = project.protected_paths();
     let upstreams = Upstreams::new(&[], None)?;
-    let (code, events) = supervisor::run_sandboxed(
+    let (tap_tx, tap_rx) = std::sync::mpsc::channel();
+    let forwarder = events.and_then(|path| match Forwarder::start(path, tap_rx) {
+        Ok(f) => Some(f),
+        Err(e) => {
+            output::warn(&format!(
+                "mcp server {name}: cannot reach envgit mcp at {} ({e}): its requests are not \
+                 recorded on the steps",
+                path.display()
+            ));
+            None
+        }
+    });
+    let extras = supervisor::RunExtras {
+        tap: forwarder.is_some().then_some(tap_tx),
+        ..Default::default()
+    };
+    let ran = supervisor::run_sandboxed(
         project,
         store.dir(),
         &project.root,
         &argv,
         &protected,
         &upstreams,
-        supervisor::RunExtras::default(),
-    )?;
+        extras,
+    );
+    // Whatever happened, what the gate recorded goes to envgit mcp first.
+    let (code, rest) = match ran {
+        Ok((code, rest)) => (Ok(code), rest),
+        Err(f) => (Err(f), Vec::new()),
+    };
+    let events = match forwarder {
+        Some(f) => f.finish(rest),
+        None => rest,
+    };
+    let code = code?;
     let refused = events.iter().filter(|e| e.decision != "allowed").count();
     if !events.is_empty() {
         output::note(&format!(
-            "mcp server {name}: {} request(s) through the gate, {refused} refused",
+            "mcp server {name}: {} request(s) through the gate not recorded on a step, \
+             {refused} of them refused",
             events.len()
         ));
     }

@@ -1,12 +1,14 @@
 //! The downstream MCP servers of `mcp.servers`: started once per `envgit mcp`, their tools
 //! listed, the allowed ones turned into the REPL's [`Catalog`], and every call a cell makes
-//! decided by `mcp.tools` on the host before it is sent.
+//! decided by `mcp.tools` on the host before it is sent. Each server's own network requests
+//! come back through its [`Feed`] and are recorded on the REPL steps (see `feed`).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use envgit_gate::GateEvent;
 use envgit_policy::{Action, McpSection, McpServer};
 use envgit_repl::{
     Catalog, Host, HostCall, HostFuture, HostReply, Namespace, TAKEN_GLOBALS, ToolEntry,
@@ -19,6 +21,7 @@ use rmcp::transport::TokioChildProcess;
 use rmcp::{Peer, RoleClient, ServiceExt};
 
 use super::approve::Approver;
+use super::feed::{Feed, Feeds, flush_deadline};
 use super::typescript;
 
 /// Time a downstream server gets to start and list its tools.
@@ -32,12 +35,15 @@ struct Server {
     service: tokio::sync::Mutex<Option<RunningService<RoleClient, ()>>>,
     /// Wire name → tool, allowed or asked (denied ones are left out).
     tools: BTreeMap<String, Tool>,
+    /// What the server's gate records.
+    feed: Feed,
 }
 
 pub struct Downstreams {
     servers: BTreeMap<String, Server>,
     policy: McpSection,
     pub catalog: Catalog,
+    feeds: Feeds,
 }
 
 impl Downstreams {
@@ -46,6 +52,7 @@ impl Downstreams {
             servers: BTreeMap::new(),
             policy,
             catalog: Catalog::default(),
+            feeds: Feeds::new(),
         }
     }
 
@@ -55,15 +62,20 @@ impl Downstreams {
         let mut out = Downstreams::none(policy.clone());
         for (name, spec) in &policy.servers {
             let ns = namespace_name(name)?;
-            let server = tokio::time::timeout(START_TIMEOUT, start_one(name, spec, project))
-                .await
-                .map_err(|_| {
-                    format!(
-                        "mcp.servers.{name}: `{}` did not answer within {} s",
-                        spec.describe(),
-                        START_TIMEOUT.as_secs()
-                    )
-                })??;
+            let (events, feed) = out
+                .feeds
+                .open()
+                .map_err(|e| format!("mcp.servers.{name}: {e}"))?;
+            let server =
+                tokio::time::timeout(START_TIMEOUT, start_one(name, spec, project, &events))
+                    .await
+                    .map_err(|_| {
+                        format!(
+                            "mcp.servers.{name}: `{}` did not answer within {} s",
+                            spec.describe(),
+                            START_TIMEOUT.as_secs()
+                        )
+                    })??;
             let mut tools = BTreeMap::new();
             let mut entries = Vec::new();
             let mut taken: BTreeMap<String, String> = BTreeMap::new();
@@ -105,6 +117,7 @@ impl Downstreams {
                     peer: server.0.peer().clone(),
                     service: tokio::sync::Mutex::new(Some(server.0)),
                     tools,
+                    feed,
                 },
             );
         }
@@ -121,15 +134,42 @@ impl Downstreams {
             .join(", ")
     }
 
+    /// The requests the servers made through their gates since the last take, for the step
+    /// about to be committed. `called` are the servers the step's cell called: they are asked
+    /// to send what their gates hold first (bounded wait), so the requests they made for those
+    /// calls are on this step. The others are not waited for: what they did on their own
+    /// arrives by their feeds' poll, within a poll interval.
+    pub async fn gate_events(&self, called: &BTreeSet<&str>) -> Vec<GateEvent> {
+        let mut asked = Vec::new();
+        for name in called {
+            if let Some(s) = self.servers.get(*name)
+                && let Some(n) = s.feed.ask().await
+            {
+                asked.push((&s.feed, n));
+            }
+        }
+        if !asked.is_empty() {
+            let deadline = flush_deadline();
+            for (feed, n) in asked {
+                feed.flushed(n, deadline).await;
+            }
+        }
+        self.feeds.take()
+    }
+
     /// Close every server's stdin and wait for it to exit (then SIGTERM, then kill): nothing
-    /// of a server outlives `envgit mcp`.
-    pub async fn shutdown(&self) {
+    /// of a server outlives `envgit mcp`. Returns the requests they made that no step took.
+    pub async fn shutdown(&self) -> Vec<GateEvent> {
         for s in self.servers.values() {
             let service = s.service.lock().await.take();
             if let Some(mut service) = service {
                 let _ = service.close().await;
             }
         }
+        for s in self.servers.values() {
+            s.feed.drain().await;
+        }
+        self.feeds.take()
     }
 
     /// Decide and make one call. Returns the reply for the REPL and the record for the step.
@@ -275,6 +315,7 @@ async fn start_one(
     name: &str,
     spec: &McpServer,
     project: &Path,
+    events: &Path,
 ) -> Result<(RunningService<RoleClient, ()>, Vec<Tool>), String> {
     // Through `envgit mcp --downstream NAME`, which runs it in the sandbox behind the gate.
     let exe =
@@ -285,6 +326,8 @@ async fn start_one(
         .arg(project)
         .arg("--downstream")
         .arg(name)
+        .arg("--events")
+        .arg(events)
         .current_dir(project);
     let transport = TokioChildProcess::new(cmd).map_err(|e| {
         format!(

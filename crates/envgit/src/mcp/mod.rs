@@ -5,9 +5,10 @@
 mod approve;
 pub mod bridge;
 mod downstream;
+pub(crate) mod feed;
 mod typescript;
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -39,6 +40,8 @@ pub const LOW_RETURN_PERCENT: u64 = 1;
 /// Live sessions at most; a new name beyond this is refused.
 const MAX_SESSIONS: usize = 16;
 const DEFAULT_SESSION: &str = "default";
+/// How often a cancelled cell is interrupted again until it has ended.
+const REINTERRUPT: Duration = Duration::from_millis(20);
 
 /// What a step needs to be recorded: the store and the working tree with its stat cache.
 pub struct Recorder {
@@ -55,7 +58,7 @@ struct Inner {
     recorder: Arc<Mutex<Recorder>>,
     policy_hash: String,
     downstreams: Arc<Downstreams>,
-    sessions: tokio::sync::Mutex<HashMap<String, Arc<Session>>>,
+    sessions: tokio::sync::Mutex<HashMap<String, Arc<Live>>>,
     limits: Limits,
     seeds: AtomicU32,
     description: String,
@@ -66,6 +69,65 @@ struct Inner {
     approvers: ApproversSection,
     /// Cells waiting for a 2026-07-28 client to answer a question, by request state.
     parked: tokio::sync::Mutex<HashMap<String, Running>>,
+    /// Numbers the cells, so an interrupt names the cell it is for.
+    cells: AtomicU64,
+}
+
+/// A live session and whose turn it is.
+///
+/// [`Session::interrupt`] raises one flag per session, and [`Session::execute`] lowers it as it
+/// takes a cell. When a client gives up on a call it sends `notifications/cancelled` and, at
+/// once, its next call: if that next cell was handed to the session while the cancelled one
+/// still ran, it lowered the flag before the running cell saw it, and the cancelled cell ran
+/// to its timeout (the test's 1-in-5 flake; rmcp delivered the cancellation every time). So
+/// here a call takes its session's turn before its cell starts and gives it back once its
+/// step is committed (so a session's steps are also numbered in the order of its cells), an
+/// interrupt reaches a cell only while it runs, and it is repeated until the cell ends (it can
+/// land just before `execute` lowers the flag for the cell it was meant for).
+struct Live {
+    session: Session,
+    /// Held by a call (in its [`Running`]) from before its cell starts until its step is
+    /// committed; handed out first come, first served.
+    turn: Arc<tokio::sync::Mutex<()>>,
+    /// The cell running now (0: none).
+    running: Mutex<u64>,
+}
+
+impl Live {
+    fn new(session: Session) -> Arc<Self> {
+        Arc::new(Live {
+            session,
+            turn: Arc::new(tokio::sync::Mutex::new(())),
+            running: Mutex::new(0),
+        })
+    }
+
+    /// Runs cell number `id`; its call holds the turn.
+    async fn execute(
+        &self,
+        id: u64,
+        code: &str,
+        opts: &CellOptions,
+        host: Arc<dyn envgit_repl::Host>,
+    ) -> Result<CellOutcome, String> {
+        self.set_running(id);
+        let r = self.session.execute(code, opts, host).await;
+        self.set_running(0);
+        r.map_err(|e| e.to_string())
+    }
+
+    fn set_running(&self, id: u64) {
+        *self.running.lock().unwrap_or_else(|p| p.into_inner()) = id;
+    }
+
+    /// Interrupts cell `id` if it is the one running (an interrupt that comes as the cell ends
+    /// must not reach the next one; one that comes before it runs is repeated by the caller).
+    fn interrupt(&self, id: u64) {
+        let running = self.running.lock().unwrap_or_else(|p| p.into_inner());
+        if *running == id {
+            self.session.interrupt();
+        }
+    }
 }
 
 /// One `execute` in flight: its open step, the cell's task, what it logged.
@@ -81,7 +143,11 @@ struct Running {
     /// Why the cell could not start.
     early: Option<String>,
     asks: mpsc::UnboundedReceiver<PendingAsk>,
-    session: Option<Arc<Session>>,
+    session: Option<Arc<Live>>,
+    /// The session's turn, from before the cell starts until the step is committed.
+    turn: Option<tokio::sync::OwnedMutexGuard<()>>,
+    /// The cell's number (for [`Live::interrupt`]).
+    cell: u64,
     /// The question the parked cell waits on.
     pending: Option<PendingAsk>,
     client: String,
@@ -123,14 +189,62 @@ impl ExecuteServer {
         ExecuteServer(Arc::new(Inner::new(recorder, downstreams, limits)))
     }
 
-    /// After the client went away: stop the downstream servers and wait for them.
+    /// After the client went away: stop the downstream servers and wait for them. Requests
+    /// they made after the last step (a server's own work, its exit) become one last step.
     pub async fn shutdown(&self) {
         self.0.sessions.lock().await.clear();
-        self.0.downstreams.shutdown().await;
+        let rest = self.0.downstreams.shutdown().await;
+        if !rest.is_empty()
+            && let Err(e) = self.0.record_rest(rest).await
+        {
+            crate::output::error(&format!(
+                "recording the downstream servers' last requests: {e}"
+            ));
+        }
     }
 }
 
 impl Inner {
+    /// The step of what the downstream servers requested after the last `execute`.
+    async fn record_rest(&self, events: Vec<envgit_gate::GateEvent>) -> Result<(), String> {
+        let started = events
+            .iter()
+            .map(|e| e.at_ms)
+            .min()
+            .unwrap_or_else(envgit_store::now_ms);
+        let (requests, refusals, approvals) = crate::supervisor::requests_of(&events);
+        let draft = StepDraft {
+            kind: Some(StepKind::Repl),
+            started_at_ms: started,
+            summary: format!(
+                "mcp servers after the last execute: {} request(s)",
+                requests.len()
+            ),
+            policy_hash: Some(self.policy_hash.clone()),
+            requests,
+            refusals,
+            approvals,
+            ..Default::default()
+        };
+        let recorder = self.recorder.clone();
+        tokio::task::spawn_blocking(move || -> Result<(), String> {
+            let mut r = recorder
+                .lock()
+                .map_err(|_| "the recorder is poisoned".to_string())?;
+            let Recorder { store, wt, .. } = &mut *r;
+            store.catch_up().map_err(|e| e.to_string())?;
+            let mut guard = store
+                .begin_step("mcp servers after the last execute")
+                .map_err(|e| e.to_string())?;
+            envgit_store::record(store, wt, &mut guard, draft, None).map_err(|e| e.to_string())?;
+            drop(guard);
+            let _ = wt.save_cache(&store.stat_cache_path());
+            Ok(())
+        })
+        .await
+        .map_err(|e| e.to_string())?
+    }
+
     fn new(recorder: Recorder, downstreams: Downstreams, limits: Limits) -> Self {
         let policy_hash = recorder.project.policy.hash();
         let index = downstreams.index();
@@ -149,10 +263,11 @@ impl Inner {
             seen: AtomicU64::new(seen),
             approvers,
             parked: tokio::sync::Mutex::new(HashMap::new()),
+            cells: AtomicU64::new(0),
         }
     }
 
-    async fn session(&self, name: &str) -> Result<Arc<Session>, String> {
+    async fn session(&self, name: &str) -> Result<Arc<Live>, String> {
         let mut sessions = self.sessions.lock().await;
         if let Some(s) = sessions.get(name) {
             return Ok(s.clone());
@@ -164,7 +279,7 @@ impl Inner {
             ));
         }
         let seed = self.seeds.fetch_add(0x9e37_79b9, Ordering::Relaxed);
-        let s = Arc::new(
+        let s = Live::new(
             Session::new(&self.downstreams.catalog, self.limits.clone(), seed)
                 .await
                 .map_err(|e| e.to_string())?,
@@ -204,7 +319,7 @@ impl Inner {
             let Some(old) = sessions.remove(&name) else {
                 continue;
             };
-            let mut journal = old.journal();
+            let mut journal = old.session.journal();
             drop(old);
             journal.cells.truncate(keep);
             let replayed = journal
@@ -214,7 +329,7 @@ impl Inner {
                 .count();
             match Session::replay(&journal, self.limits.clone()).await {
                 Ok(fresh) => {
-                    sessions.insert(name.clone(), Arc::new(fresh));
+                    sessions.insert(name.clone(), Live::new(fresh));
                     notes.push(format!("session {name}: {replayed} cell(s) replayed"));
                 }
                 Err(e) => notes.push(format!(
@@ -315,12 +430,15 @@ impl Inner {
             early: None,
             asks,
             session: None,
+            turn: None,
+            cell: self.cells.fetch_add(1, Ordering::Relaxed) + 1,
             pending: None,
             client,
         };
         match self.session(&session_name).await {
             Err(e) => run.early = Some(e),
             Ok(session) => {
+                run.turn = Some(session.turn.clone().lock_owned().await);
                 let host = Arc::new(downstream::CellHost {
                     downstreams: self.downstreams.clone(),
                     log,
@@ -332,10 +450,9 @@ impl Inner {
                 };
                 let s = session.clone();
                 let code = args.code;
+                let cell = run.cell;
                 run.task = Some(tokio::spawn(async move {
-                    s.execute(&code, &opts, host)
-                        .await
-                        .map_err(|e| e.to_string())
+                    s.execute(cell, &code, &opts, host).await
                 }));
                 run.session = Some(session);
             }
@@ -354,14 +471,19 @@ impl Inner {
             None => Err(run.early.take().unwrap_or_default()),
             Some(mut task) => {
                 let mut armed = context.is_some();
+                // Cancelled: interrupt now and again until the cell has ended (see `Live`).
+                let mut interrupting = false;
                 loop {
                     let cancelled = async move {
                         match context {
+                            _ if interrupting => tokio::time::sleep(REINTERRUPT).await,
                             Some(c) if armed => c.ct.cancelled().await,
                             _ => std::future::pending::<()>().await,
                         }
                     };
                     tokio::select! {
+                        // A cell that has ended wins over a cancellation that came with its end.
+                        biased;
                         r = &mut task => {
                             break r
                                 .map_err(|e| format!("the cell's task failed: {e}"))
@@ -381,8 +503,9 @@ impl Inner {
                         }
                         _ = cancelled => {
                             armed = false;
+                            interrupting = true;
                             if let Some(s) = &run.session {
-                                s.interrupt();
+                                s.interrupt(run.cell);
                             }
                         }
                     }
@@ -465,10 +588,21 @@ impl Inner {
             log,
             approvals,
             rewound,
+            turn,
             ..
         } = run;
         let calls: Vec<ReplCall> = log.lock().map(|l| l.clone()).unwrap_or_default();
-        let approvals: Vec<Approval> = approvals.lock().map(|l| l.clone()).unwrap_or_default();
+        let mut approvals: Vec<Approval> = approvals.lock().map(|l| l.clone()).unwrap_or_default();
+        // The downstream servers' own requests since the last step (DESIGN §5): the servers
+        // this cell called are flushed first, so what they requested for it is here.
+        let called: BTreeSet<&str> = calls
+            .iter()
+            .filter(|c| c.decision != "deny")
+            .map(|c| c.server.as_str())
+            .collect();
+        let events = self.downstreams.gate_events(&called).await;
+        let (requests, refusals, gate_approvals) = crate::supervisor::requests_of(&events);
+        approvals.extend(gate_approvals);
         let (status, text, is_error, truncated) = render(&outcome);
         let bytes_in: u64 = calls.iter().map(|c| c.bytes_in).sum();
         let bytes_out = text.len() as u64;
@@ -497,6 +631,8 @@ impl Inner {
             policy_hash: Some(self.policy_hash.clone()),
             flags,
             approvals,
+            requests,
+            refusals,
             repl: Some(record),
             ..Default::default()
         };
@@ -518,7 +654,7 @@ impl Inner {
         if let Ok(s) = &step {
             self.seen.fetch_max(s.number, Ordering::SeqCst);
             let cells = match self.sessions.lock().await.get(&session_name) {
-                Some(sess) => sess.journal_len(),
+                Some(sess) => sess.session.journal_len(),
                 None => 0,
             };
             if let Ok(mut m) = self.marks.lock() {
@@ -527,6 +663,8 @@ impl Inner {
                     .push((s.number, cells));
             }
         }
+        // The session's next cell may start (its journal length above is this step's).
+        drop(turn);
         let (footer, step_no, is_error) = match &step {
             Ok(s) => (
                 format!(
