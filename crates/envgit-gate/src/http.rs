@@ -637,8 +637,8 @@ where
 
 /// Reads the upstream's response head (passing interim 1xx heads on) and copies the response
 /// to the client. With `keep_alive` and a framed body it is copied exactly and `true` says the
-/// connection may carry another request; otherwise it goes out with `Connection: close` and
-/// is copied until the upstream closes.
+/// connection may carry another request; otherwise it goes out with `Connection: close`, and
+/// is copied exactly when framed, else until the upstream closes.
 async fn respond<C: Stream, U: Stream>(
     client: &mut Prefixed<C>,
     upstream: &mut Prefixed<U>,
@@ -706,7 +706,17 @@ async fn respond<C: Stream, U: Stream>(
                 return false;
             }
             rec.add_in(out.len());
-            let _ = splice::copy(upstream, client, |n| rec.add_in(n)).await;
+            match &framed {
+                // A known length: copy exactly that and end here, so the exchange is over (and
+                // recorded) when the client has it all, not when the upstream hangs up.
+                Some(body) if resp.status != 101 => {
+                    let _ = copy_framed(upstream, client, body, &|n| rec.add_in(n)).await;
+                    let _ = client.flush().await;
+                }
+                _ => {
+                    let _ = splice::copy(upstream, client, |n| rec.add_in(n)).await;
+                }
+            }
             false
         }
     }
@@ -1013,6 +1023,48 @@ mod tests {
         near.write_all(&request[split..]).await.unwrap();
         absolute(Prefixed::new(far), req, sh).await;
         reply_and_seen(near, seen).await
+    }
+
+    #[tokio::test]
+    async fn a_framed_answer_ends_the_exchange_before_the_upstream_hangs_up() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            let (mut s, _) = listener.accept().await.unwrap();
+            let mut seen = Vec::new();
+            let mut buf = [0u8; 1024];
+            while !seen.windows(4).any(|w| w == b"\r\n\r\n") {
+                match s.read(&mut buf).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => seen.extend_from_slice(&buf[..n]),
+                }
+            }
+            let _ = s
+                .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+                .await;
+            // Keeps the connection open well past the test's patience.
+            tokio::time::sleep(Duration::from_secs(30)).await;
+        });
+        let mut sh = shared(&["example.com"]);
+        sh.resolve = vec![format!("example.com:80={addr}").parse().unwrap()];
+        let (mut near, far) = UnixStream::pair().unwrap();
+        let req =
+            RequestHead::parse(b"GET http://example.com/x HTTP/1.1\r\nHost: example.com\r\n\r\n")
+                .unwrap();
+        tokio::time::timeout(
+            Duration::from_secs(5),
+            absolute(Prefixed::new(far), req, &sh),
+        )
+        .await
+        .expect("the gate waited for the upstream to hang up");
+        let mut reply = Vec::new();
+        near.read_to_end(&mut reply).await.unwrap();
+        let reply = String::from_utf8_lossy(&reply);
+        assert!(reply.ends_with("\r\n\r\nok"), "{reply}");
+        let ev = sh.events.take();
+        assert_eq!(ev.len(), 1, "{ev:?}");
+        assert_eq!(ev[0].status, Some(200));
+        assert!(ev[0].bytes_in >= 2, "{ev:?}");
     }
 
     #[tokio::test]
