@@ -89,9 +89,16 @@ fn doctor_passes_on_this_machine() {
         gated.contains("the server saw `GET /envgit-doctor"),
         "{gated}"
     );
-    for name in ["claude", "codex", "copilot", "/dev/kvm"] {
+    for name in ["claude", "codex", "copilot", "/dev/kvm", "inotify watches"] {
         assert_eq!(check(&v, name)["required"], false, "{v:#}");
     }
+    // This machine's limit, as the kernel says it.
+    let limit = std::fs::read_to_string("/proc/sys/fs/inotify/max_user_watches").unwrap();
+    let watches = check(&v, "inotify watches")["detail"].as_str().unwrap();
+    assert!(
+        watches.starts_with(&format!("{} per user", limit.trim())),
+        "{watches}"
+    );
 
     // Inside a project: its policy parses and its store passes fsck; human output.
     env.init();

@@ -91,6 +91,7 @@ pub fn run(dir: Option<&Path>, args: &JsonArg) -> CmdResult<ExitCode> {
     checks.extend(project::checks(&at));
     checks.extend(live::checks());
     checks.extend(optional::agents());
+    checks.push(optional::inotify());
     checks.push(optional::kvm());
 
     let ok = checks.iter().all(|c| c.ok || !c.required);

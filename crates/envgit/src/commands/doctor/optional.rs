@@ -1,5 +1,6 @@
 //! Informational checks that never change the exit code: the agent CLIs envgit attaches to
-//! (DESIGN §7) against the versions it was tested with, and /dev/kvm for the VM backend.
+//! (DESIGN §7) against the versions it was tested with, inotify watches for agent sessions, and
+//! /dev/kvm for the VM backend.
 
 use std::process::Command;
 use std::time::Duration;
@@ -35,6 +36,36 @@ const AGENTS: [Agent; 3] = [
         install: "npm install -g @github/copilot",
     },
 ];
+
+/// Below this many inotify watches per user, an agent session on a large project runs out and
+/// falls back to rescanning the whole tree at every tool call.
+const WATCHES_WANTED: u64 = 65_536;
+
+/// `envgit claude` watches every directory of the project for the whole session.
+pub fn inotify() -> Check {
+    let name = "inotify watches";
+    let path = "/proc/sys/fs/inotify/max_user_watches";
+    let Some(watches) = std::fs::read_to_string(path)
+        .ok()
+        .and_then(|t| t.trim().parse::<u64>().ok())
+    else {
+        return Check::skip(name, format!("cannot read {path}"));
+    };
+    let detail = format!("{watches} per user (an agent session watches each project directory)");
+    if watches >= WATCHES_WANTED {
+        return Check::pass(name, detail).optional();
+    }
+    Check::fail(
+        name,
+        detail,
+        format!(
+            "sudo sysctl fs.inotify.max_user_watches=524288 (and put the same line in \
+             /etc/sysctl.d/60-envgit.conf to keep it); below {WATCHES_WANTED}, a session on a \
+             large project rescans it at every tool call"
+        ),
+    )
+    .optional()
+}
 
 pub fn agents() -> Vec<Check> {
     AGENTS.iter().map(agent).collect()
