@@ -55,7 +55,7 @@ pub(crate) struct ToolSteps<'a> {
     protected: Vec<String>,
     /// The tree of the last step committed: protected paths are put back to it.
     last_tree: ObjectId,
-    /// Oldest first; requests that finish go to the newest.
+    /// Oldest first.
     open: Vec<OpenCall>,
     /// Requests that finished while no call was open (the agent's own model traffic).
     between: Vec<GateEvent>,
@@ -100,14 +100,16 @@ impl<'a> ToolSteps<'a> {
         self.store.dir().to_path_buf()
     }
 
-    /// Takes what the gate recorded since the last message and files it under the newest
-    /// open call, or between calls.
-    fn absorb(&mut self, extra: Vec<GateEvent>) {
+    /// What the gate recorded since the last look.
+    fn fresh_events(&mut self) -> Vec<GateEvent> {
         if self.tap.is_none() {
             self.tap = self.tap_rx.try_recv().ok();
         }
-        let mut events = self.tap.as_ref().map(EventTap::take).unwrap_or_default();
-        events.extend(extra);
+        self.tap.as_ref().map(EventTap::take).unwrap_or_default()
+    }
+
+    /// Files requests under the newest open call, or between calls when none is open.
+    fn file(&mut self, events: Vec<GateEvent>) {
         match self.open.last_mut() {
             Some(call) => call.events.extend(events),
             None => self.between.extend(events),
@@ -116,7 +118,7 @@ impl<'a> ToolSteps<'a> {
 
     /// One hook message; returns the answer line.
     fn handle(&mut self, message: &Value) -> Value {
-        self.absorb(Vec::new());
+        let fresh = self.fresh_events();
         let payload = &message["payload"];
         let tool = payload["tool_name"].as_str().unwrap_or("tool");
         let input = &payload["tool_input"];
@@ -124,6 +126,8 @@ impl<'a> ToolSteps<'a> {
         let summary = tool_summary(self.agent, tool, input);
         match message["event"].as_str() {
             Some("pre") => {
+                // Finished before this call began: not its requests.
+                self.file(fresh);
                 if let Some((what, rule)) = refusal_of(self.project, &self.cwd, tool, input) {
                     let reason = format!("envgit: denied {what} (rule {rule})");
                     output::error(&format!("denied {what} (rule {rule})"));
@@ -147,7 +151,7 @@ impl<'a> ToolSteps<'a> {
             }
             Some(event @ ("post" | "post_failure")) => {
                 // A call whose PreToolUse envgit never saw still gets its step.
-                let call = match self.open.iter().position(|c| c.id == id) {
+                let mut call = match self.open.iter().position(|c| c.id == id) {
                     Some(i) => self.open.remove(i),
                     None => OpenCall {
                         id,
@@ -156,17 +160,24 @@ impl<'a> ToolSteps<'a> {
                         events: Vec::new(),
                     },
                 };
+                // Finished by the time this call ended: with calls in parallel, the one
+                // ending now is the likeliest to have made them.
+                call.events.extend(fresh);
                 self.close(call, event == "post_failure");
                 json!({"allow": true})
             }
             Some("stop") => {
+                self.file(fresh);
                 self.close_all();
                 json!({"allow": true})
             }
-            other => json!({
+            other => {
+                self.file(fresh);
+                json!({
                 "allow": false,
-                "reason": format!("envgit: unknown hook event {other:?}"),
-            }),
+                    "reason": format!("envgit: unknown hook event {other:?}"),
+                })
+            }
         }
     }
 
@@ -228,7 +239,9 @@ impl<'a> ToolSteps<'a> {
         code: i32,
         rest: Vec<GateEvent>,
     ) -> CmdResult<()> {
-        self.absorb(rest);
+        let mut events = self.fresh_events();
+        events.extend(rest);
+        self.file(events);
         self.close_all();
         let (requests, refusals, approvals) = requests_of(&std::mem::take(&mut self.between));
         let line = envgit_policy::command_line(&argv);
