@@ -295,3 +295,44 @@ fn claude_login_keeps_working_with_its_tokens_outside() {
     );
     assert_eq!(std::fs::read_to_string(&login).unwrap(), real);
 }
+
+/// Inside `envgit claude`, a PreToolUse that cannot reach the supervisor refuses the call (fail
+/// closed); a PostToolUse that cannot never fails the agent.
+#[test]
+fn a_hook_that_cannot_reach_the_supervisor_refuses() {
+    use std::io::Write;
+    let env = Env::new();
+    env.init();
+    let payload = json!({
+        "hook_event_name": "PreToolUse", "tool_name": "Bash",
+        "tool_input": {"command": "echo hi"}, "tool_use_id": "toolu_x",
+        "cwd": env.project.display().to_string(),
+    });
+    let hook = |event: &str| {
+        let mut child = env
+            .cmd(&env.project)
+            .args(["hook", "claude", event])
+            .env("ENVGIT_HOOKS_SOCKET", env.tmp.path().join("no-such.sock"))
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(payload.to_string().as_bytes())
+            .unwrap();
+        child.wait_with_output().unwrap()
+    };
+    let pre = hook("pre");
+    let stderr = String::from_utf8_lossy(&pre.stderr);
+    assert_eq!(pre.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("cannot reach envgit's supervisor") && stderr.contains("refused"),
+        "{stderr}"
+    );
+    let post = hook("post");
+    assert_eq!(post.status.code(), Some(0));
+}
