@@ -102,6 +102,31 @@ pub fn settings(exe: &Path) -> String {
     .to_string()
 }
 
+/// A private directory of this run (the hooks socket, the placeholder login), removed however
+/// the run ends.
+struct Scratch(PathBuf);
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The socket the hooks reach the supervisor on, in a new private directory of the runtime dir
+/// (the sandbox sees only the socket, bound at `/run/envgit/hooks.sock`).
+fn hooks_socket() -> CmdResult<(Scratch, PathBuf, UnixListener)> {
+    let uid = rustix::process::getuid().as_raw();
+    let dir =
+        supervisor::runtime_dir(uid)?.join(format!("hooks-{}-{}", std::process::id(), now_ms()));
+    supervisor::private_dir(&dir)?;
+    let scratch = Scratch(dir);
+    let socket = scratch.0.join(HOOKS_SOCKET_NAME);
+    let listener = UnixListener::bind(&socket)
+        .and_then(|l| l.set_nonblocking(true).map(|()| l))
+        .map_err(|e| Failure::failed(format!("{}: {e}", socket.display())))?;
+    Ok((scratch, socket, listener))
+}
+
 pub fn run(dir: Option<&Path>, args: &ClaudeArgs) -> CmdResult<ExitCode> {
     let mut project = Project::find(dir)?;
     let cwd = start_dir(dir)?;
@@ -126,18 +151,11 @@ pub fn run(dir: Option<&Path>, args: &ClaudeArgs) -> CmdResult<ExitCode> {
     let upstreams = Upstreams::new(&[], None)?;
     let protected = project.protected_paths();
 
-    let uid = rustix::process::getuid().as_raw();
-    let hooks_dir =
-        supervisor::runtime_dir(uid)?.join(format!("hooks-{}-{}", std::process::id(), now_ms()));
-    supervisor::private_dir(&hooks_dir)?;
-    let socket = hooks_dir.join(HOOKS_SOCKET_NAME);
-    let listener = UnixListener::bind(&socket)
-        .and_then(|l| l.set_nonblocking(true).map(|()| l))
-        .map_err(|e| Failure::failed(format!("{}: {e}", socket.display())))?;
+    let (scratch, socket, listener) = hooks_socket()?;
     let (stop_read, stop_write) =
         rustix::pipe::pipe().map_err(|e| Failure::failed(format!("pipe: {e}")))?;
 
-    let login = claude_login::prepare(config_dir().as_deref(), &hooks_dir)?;
+    let login = claude_login::prepare(config_dir().as_deref(), &scratch.0)?;
     let (tap_tx, tap_rx) = std::sync::mpsc::channel();
     let mut steps = ToolSteps::begin(&project, "claude", &cwd, protected.clone(), tap_rx)?;
     let state = steps.state_dir();
@@ -174,7 +192,7 @@ pub fn run(dir: Option<&Path>, args: &ClaudeArgs) -> CmdResult<ExitCode> {
         let _ = server.join();
         outcome
     });
-    let _ = std::fs::remove_dir_all(&hooks_dir);
+    drop(scratch);
     match outcome {
         Ok((code, rest)) => {
             steps.finish(shown, started, code, rest)?;
