@@ -817,3 +817,85 @@ fn a_downstream_servers_own_requests_are_recorded_on_the_step_during_which_they_
         log.stdout
     );
 }
+
+/// MCP clients stop a server with SIGTERM soon after closing its stdin: `envgit mcp` then ends
+/// as if stdin had closed (exit 0, its steps committed) instead of dying on the signal.
+#[test]
+fn sigterm_ends_envgit_mcp_like_a_closed_stdin() {
+    use std::io::{BufRead, BufReader, Write};
+    use std::process::Stdio;
+    let m = Mcp::new("");
+    let mut child = Command::new(support::envgit_bin())
+        .args(["mcp", "--project"])
+        .arg(&m.env.project)
+        .env("ENVGIT_HOME", &m.env.home)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut answer_to = |id: u64| -> Value {
+        for _ in 0..100 {
+            let mut line = String::new();
+            assert!(
+                stdout.read_line(&mut line).unwrap() > 0,
+                "envgit mcp closed stdout"
+            );
+            let v: Value = serde_json::from_str(&line).unwrap();
+            if v["id"] == id {
+                return v;
+            }
+        }
+        panic!("no answer to request {id}");
+    };
+    let send = |stdin: &mut std::process::ChildStdin, v: Value| {
+        writeln!(stdin, "{v}").unwrap();
+        stdin.flush().unwrap();
+    };
+    send(
+        &mut stdin,
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "sigterm-test", "version": "1"}}}),
+    );
+    assert!(answer_to(1)["result"].is_object());
+    send(
+        &mut stdin,
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+    );
+    send(
+        &mut stdin,
+        json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+               "params": {"name": "execute", "arguments": {"code": "6 * 7"}}}),
+    );
+    let done = answer_to(2);
+    assert!(
+        done["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .starts_with("42")
+    );
+    // SIGTERM with stdin still open.
+    let killed = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let mut status = None;
+    for _ in 0..200 {
+        if let Some(s) = child.try_wait().unwrap() {
+            status = Some(s);
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let status = status.unwrap_or_else(|| {
+        let _ = child.kill();
+        panic!("envgit mcp did not end within 10 s of SIGTERM")
+    });
+    drop(stdin);
+    assert_eq!(status.code(), Some(0), "{status:?}");
+    assert_eq!(m.repl_steps().len(), 1);
+}

@@ -27,7 +27,7 @@ pub fn run(dir: Option<&Path>, args: &McpArgs) -> CmdResult<ExitCode> {
         .enable_all()
         .build()
         .map_err(|e| Failure::failed(format!("cannot start the async runtime: {e}")))?;
-    rt.block_on(async move {
+    let served = rt.block_on(async move {
         let downstreams = Downstreams::start(&project.policy.mcp, &project.root)
             .await
             .map_err(|e| {
@@ -46,11 +46,48 @@ pub fn run(dir: Option<&Path>, args: &McpArgs) -> CmdResult<ExitCode> {
             .serve(rmcp::transport::stdio())
             .await
             .map_err(|e| Failure::failed(format!("MCP handshake on stdin/stdout failed: {e}")))?;
+        // MCP clients stop a server with SIGTERM soon after closing its stdin: end as if stdin
+        // had closed, so the last steps are still committed.
+        let token = running.cancellation_token();
+        let _term = OnSigterm::start(move || token.cancel())
+            .map_err(|e| Failure::failed(format!("cannot handle SIGTERM: {e}")))?;
         let _ = running.waiting().await;
         handle.shutdown().await;
         Ok::<(), Failure>(())
-    })?;
+    });
+    // A read of stdin may still be pending on a blocking thread (after SIGTERM, stdin is still
+    // open): do not wait for it.
+    rt.shutdown_background();
+    served?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// Runs `then` (once) when SIGTERM arrives, until dropped; further SIGTERMs are ignored while
+/// the server winds down.
+struct OnSigterm(signal_hook::iterator::Handle);
+
+impl OnSigterm {
+    fn start(then: impl FnOnce() + Send + 'static) -> std::io::Result<OnSigterm> {
+        let mut signals = signal_hook::iterator::Signals::new([signal_hook::consts::SIGTERM])?;
+        let handle = signals.handle();
+        std::thread::Builder::new()
+            .name("envgit-sigterm".into())
+            .spawn(move || {
+                let mut then = Some(then);
+                for _ in signals.forever() {
+                    if let Some(f) = then.take() {
+                        f();
+                    }
+                }
+            })?;
+        Ok(OnSigterm(handle))
+    }
+}
+
+impl Drop for OnSigterm {
+    fn drop(&mut self) {
+        self.0.close();
+    }
 }
 
 /// `envgit mcp --downstream NAME`: the server `mcp.servers.NAME` in the sandbox, behind the
