@@ -19,26 +19,66 @@ pub(crate) fn connect(policy: &Policy, host: &str, port: u16) -> ConnectDecision
     envgit_policy::decide_connect(policy, host, port)
 }
 
+/// An answer of envgit's own: a refusal, or a 400/421/431/502. HTTP/1 connections get it as
+/// bytes ([`Reply::to_http1`]); HTTP/2 streams build a response from its parts.
+pub(crate) struct Reply {
+    pub(crate) status: u16,
+    pub(crate) phrase: String,
+    /// `X-Envgit-*` headers, already header-safe.
+    pub(crate) headers: Vec<(&'static str, String)>,
+    pub(crate) content_type: &'static str,
+    pub(crate) body: String,
+}
+
+impl Reply {
+    pub(crate) fn to_http1(&self) -> Vec<u8> {
+        let mut head = format!("HTTP/1.1 {} {}\r\n", self.status, self.phrase);
+        for (name, value) in &self.headers {
+            head.push_str(&format!("{name}: {value}\r\n"));
+        }
+        head.push_str(&format!(
+            "Content-Type: {}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+            self.content_type,
+            self.body.len()
+        ));
+        let mut out = head.into_bytes();
+        out.extend_from_slice(self.body.as_bytes());
+        out
+    }
+}
+
+const TEXT: &str = "text/plain; charset=utf-8";
+
+/// `X-Envgit-Decision: deny; rule=<id>` and, when there is one, `X-Envgit-Reason`.
+fn decision_headers(rule: &str, reason: &str) -> Vec<(&'static str, String)> {
+    let mut headers = vec![(
+        "X-Envgit-Decision",
+        format!("deny; rule={}", header_safe(rule)),
+    )];
+    if !reason.is_empty() {
+        headers.push(("X-Envgit-Reason", header_safe(reason)));
+    }
+    headers
+}
+
 /// `403 Forbidden` with `X-Envgit-Decision: deny; rule=<id>` and the body
 /// `envgit: denied <what> (rule <id>)\n`. `what` is `CONNECT host:port` or `GET host/path`.
-pub(crate) fn forbidden(what: &str, rule: &str, reason: &str) -> Vec<u8> {
-    let body = format!("envgit: denied {what} (rule {rule})\n");
-    let mut head = format!(
-        "HTTP/1.1 403 Forbidden\r\nX-Envgit-Decision: deny; rule={}\r\n",
-        header_safe(rule)
-    );
-    if !reason.is_empty() {
-        head.push_str(&format!("X-Envgit-Reason: {}\r\n", header_safe(reason)));
+pub(crate) fn forbidden(what: &str, rule: &str, reason: &str) -> Reply {
+    Reply {
+        status: 403,
+        phrase: "Forbidden".into(),
+        headers: decision_headers(rule, reason),
+        content_type: TEXT,
+        body: format!("envgit: denied {what} (rule {rule})\n"),
     }
-    finish(head, &body)
 }
 
 /// A refusal in the shape the client shows a person: npm and cargo print a JSON `error` /
 /// `errors[].detail`, GitHub clients a JSON `message`; git and everything else print text.
-pub(crate) fn forbidden_for_client(what: &str, rule: &str, reason: &str) -> Vec<u8> {
+pub(crate) fn forbidden_for_client(what: &str, rule: &str, reason: &str) -> Reply {
     let text = format!("envgit: denied {what} (rule {rule})");
     let json = |value: serde_json::Value| value.to_string() + "\n";
-    let (ctype, body) = if rule.starts_with("npm.") {
+    let (content_type, body) = if rule.starts_with("npm.") {
         (
             "application/json",
             json(serde_json::json!({ "error": text, "reason": reason })),
@@ -56,37 +96,26 @@ pub(crate) fn forbidden_for_client(what: &str, rule: &str, reason: &str) -> Vec<
             ),
         )
     } else {
-        ("text/plain; charset=utf-8", format!("{text}\n"))
+        (TEXT, format!("{text}\n"))
     };
-    let mut head = format!(
-        "HTTP/1.1 403 Forbidden\r\nX-Envgit-Decision: deny; rule={}\r\n",
-        header_safe(rule)
-    );
-    if !reason.is_empty() {
-        head.push_str(&format!("X-Envgit-Reason: {}\r\n", header_safe(reason)));
+    Reply {
+        status: 403,
+        phrase: "Forbidden".into(),
+        headers: decision_headers(rule, reason),
+        content_type,
+        body,
     }
-    head.push_str(&format!(
-        "Content-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
-    ));
-    let mut out = head.into_bytes();
-    out.extend_from_slice(body.as_bytes());
-    out
 }
 
 /// A short plain-text answer of envgit's own (400, 421, 502 …).
-pub(crate) fn plain(status: u16, phrase: &str, body: &str) -> Vec<u8> {
-    finish(format!("HTTP/1.1 {status} {phrase}\r\n"), body)
-}
-
-fn finish(mut head: String, body: &str) -> Vec<u8> {
-    head.push_str(&format!(
-        "Content-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
-    ));
-    let mut out = head.into_bytes();
-    out.extend_from_slice(body.as_bytes());
-    out
+pub(crate) fn plain(status: u16, phrase: &str, body: &str) -> Reply {
+    Reply {
+        status,
+        phrase: phrase.to_owned(),
+        headers: Vec::new(),
+        content_type: TEXT,
+        body: body.to_owned(),
+    }
 }
 
 /// Printable ASCII only, so nothing from a request can end a header line.

@@ -22,7 +22,7 @@ use tokio::sync::Mutex;
 use crate::credentials;
 use crate::decide::{self, RULE_CREDENTIAL, RULE_MISDIRECTED};
 use crate::events::Recorder;
-use crate::head::{self, ResponseHead};
+use crate::head;
 use crate::http::{self, Asked};
 use crate::listener::Shared;
 
@@ -140,27 +140,20 @@ fn full(bytes: Vec<u8>) -> Out {
 }
 
 /// An HTTP/1 answer envgit wrote (status line, headers, body) as an HTTP/2 response.
-fn answer(bytes: &[u8]) -> Response<Out> {
-    let split = bytes
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .map_or(bytes.len(), |i| i + 4);
-    let mut resp = Response::new(full(bytes[split..].to_vec()));
-    if let Some(h) = ResponseHead::parse(&bytes[..split]) {
-        *resp.status_mut() =
-            hyper::StatusCode::from_u16(h.status).unwrap_or(hyper::StatusCode::FORBIDDEN);
-        for (name, value) in head::strip_hop_by_hop(&h.headers) {
-            if name.eq_ignore_ascii_case("content-length") {
-                continue;
-            }
-            if let (Ok(n), Ok(v)) = (
-                hyper::header::HeaderName::from_bytes(name.as_bytes()),
-                hyper::header::HeaderValue::from_bytes(&value),
-            ) {
-                resp.headers_mut().append(n, v);
-            }
+fn answer(reply: &decide::Reply) -> Response<Out> {
+    let mut resp = Response::new(full(reply.body.clone().into_bytes()));
+    *resp.status_mut() =
+        hyper::StatusCode::from_u16(reply.status).unwrap_or(hyper::StatusCode::FORBIDDEN);
+    let headers = resp.headers_mut();
+    for (name, value) in &reply.headers {
+        if let Ok(v) = hyper::header::HeaderValue::from_str(value) {
+            headers.append(*name, v);
         }
     }
+    headers.insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static(reply.content_type),
+    );
     resp
 }
 

@@ -47,7 +47,7 @@ pub(crate) async fn absolute(
         rec.status(400);
         let body = "envgit: expected `CONNECT host:port` or an absolute `http://` URL\n";
         let _ = client
-            .write_all(&decide::plain(400, "Bad Request", body))
+            .write_all(&decide::plain(400, "Bad Request", body).to_http1())
             .await;
         return;
     };
@@ -155,7 +155,7 @@ async fn one_bound<C: Stream, U: Stream>(
         Ok(Ok(head)) => head,
         Ok(Err(HeadError::TooLarge)) => {
             let body = "envgit: head too large\n";
-            let answer = decide::plain(431, "Request Header Fields Too Large", body);
+            let answer = decide::plain(431, "Request Header Fields Too Large", body).to_http1();
             let _ = client.write_all(&answer).await;
             return false;
         }
@@ -164,7 +164,7 @@ async fn one_bound<C: Stream, U: Stream>(
     let Some(mut req) = RequestHead::parse(&head) else {
         let body = "envgit: malformed request head\n";
         let _ = client
-            .write_all(&decide::plain(400, "Bad Request", body))
+            .write_all(&decide::plain(400, "Bad Request", body).to_http1())
             .await;
         return false;
     };
@@ -194,7 +194,7 @@ async fn one_bound<C: Stream, U: Stream>(
             head::authority(host, port)
         );
         let _ = client
-            .write_all(&decide::plain(421, "Misdirected Request", &body))
+            .write_all(&decide::plain(421, "Misdirected Request", &body).to_http1())
             .await;
         return false;
     };
@@ -377,7 +377,7 @@ async fn refuse_request<C: Stream>(
     rule: &str,
     reason: &str,
 ) {
-    let answer = decide::forbidden_for_client(what, rule, reason);
+    let answer = decide::forbidden_for_client(what, rule, reason).to_http1();
     answer_refusal(client, rec, rule, &answer).await;
 }
 
@@ -389,7 +389,13 @@ pub(crate) async fn refuse<C: Stream>(
     rule: &str,
     reason: &str,
 ) {
-    answer_refusal(client, rec, rule, &decide::forbidden(what, rule, reason)).await;
+    answer_refusal(
+        client,
+        rec,
+        rule,
+        &decide::forbidden(what, rule, reason).to_http1(),
+    )
+    .await;
 }
 
 async fn answer_refusal<C: Stream>(
@@ -405,7 +411,7 @@ async fn answer_refusal<C: Stream>(
 
 async fn bad_gateway<C: Stream>(client: &mut Prefixed<C>, rec: &mut Recorder, msg: &str) {
     rec.status(502);
-    let answer = decide::plain(502, "Bad Gateway", &format!("envgit: {msg}\n"));
+    let answer = decide::plain(502, "Bad Gateway", &format!("envgit: {msg}\n")).to_http1();
     let _ = client.write_all(&answer).await;
 }
 
@@ -479,7 +485,7 @@ async fn forward<C: Stream, U: Stream>(
         Ok(body) => body,
         Err(why) => {
             rec.status(400);
-            let answer = decide::plain(400, "Bad Request", &format!("envgit: {why}\n"));
+            let answer = decide::plain(400, "Bad Request", &format!("envgit: {why}\n")).to_http1();
             let _ = client.write_all(&answer).await;
             return false;
         }

@@ -80,7 +80,8 @@ async fn handle(stream: UnixStream, shared: &Arc<Shared>) {
                 431,
                 "Request Header Fields Too Large",
                 "envgit: head too large\n",
-            );
+            )
+            .to_http1();
             let _ = client.write_all(&answer).await;
             return;
         }
@@ -88,11 +89,9 @@ async fn handle(stream: UnixStream, shared: &Arc<Shared>) {
     };
     let Some(req) = RequestHead::parse(&head) else {
         let _ = client
-            .write_all(&decide::plain(
-                400,
-                "Bad Request",
-                "envgit: malformed request head\n",
-            ))
+            .write_all(
+                &decide::plain(400, "Bad Request", "envgit: malformed request head\n").to_http1(),
+            )
             .await;
         return;
     };
@@ -109,7 +108,8 @@ async fn handle(stream: UnixStream, shared: &Arc<Shared>) {
             "a connection without the run's token",
             RULE_TOKEN,
             "every connection to the gate must come through envgit's relay",
-        );
+        )
+        .to_http1();
         let _ = client.write_all(&answer).await;
         return;
     }

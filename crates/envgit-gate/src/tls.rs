@@ -175,7 +175,7 @@ pub(crate) async fn terminate(
             rec.status(502);
             let body = format!("envgit: TLS to {host}:{port} failed: {msg}\n");
             let _ = client
-                .write_all(&decide::plain(502, "Bad Gateway", &body))
+                .write_all(&decide::plain(502, "Bad Gateway", &body).to_http1())
                 .await;
             let _ = client.shutdown().await;
             return;

@@ -34,7 +34,8 @@ pub(crate) async fn connect(
     let mut rec = Recorder::new(&shared.events, "CONNECT");
     let Some((host, port)) = head::parse_authority(&req.target, None) else {
         rec.status(400);
-        let answer = decide::plain(400, "Bad Request", "envgit: CONNECT needs host:port\n");
+        let answer =
+            decide::plain(400, "Bad Request", "envgit: CONNECT needs host:port\n").to_http1();
         let _ = client.write_all(&answer).await;
         return;
     };
@@ -56,7 +57,7 @@ pub(crate) async fn connect(
         Err(DialError::Failed(msg)) => {
             rec.decide(true, &rule);
             rec.status(502);
-            let answer = decide::plain(502, "Bad Gateway", &format!("envgit: {msg}\n"));
+            let answer = decide::plain(502, "Bad Gateway", &format!("envgit: {msg}\n")).to_http1();
             let _ = client.write_all(&answer).await;
             return;
         }
