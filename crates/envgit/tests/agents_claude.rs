@@ -23,34 +23,10 @@ use support::Env;
 #[test]
 fn claude_tool_calls_are_steps_and_its_key_stays_outside() {
     let env = Env::new();
-    let remotes = env.tmp.path().join("remotes");
-    std::fs::create_dir_all(&remotes).unwrap();
-    let bare = remotes.join("app.git");
-    env.git(&remotes, &["init", "-q", "--bare", "-b", "main", "app.git"]);
-    env.git(&bare, &["config", "http.receivepack", "true"]);
+    let (remotes, bare) = env.bare_remote();
     let remote = git_server::GitServer::start(&remotes).unwrap();
-    let url = format!("http://127.0.0.1:{}/app.git", remote.port);
-    let seed = env.tmp.path().join("seed");
-    env.git(env.tmp.path(), &["clone", "-q", &url, "seed"]);
-    std::fs::write(seed.join("a.txt"), "a").unwrap();
-    env.git(&seed, &["add", "-A"]);
-    env.git(&seed, &["commit", "-q", "-m", "seed"]);
-    env.git(&seed, &["push", "-q", "origin", "HEAD:main"]);
-    std::fs::remove_dir_all(&env.project).unwrap();
-    env.git(env.tmp.path(), &["clone", "-q", &url, "project"]);
-    env.git(&env.project, &["config", "user.name", "agent"]);
-    env.git(
-        &env.project,
-        &["config", "user.email", "agent@example.invalid"],
-    );
-    let head = || {
-        let out = std::process::Command::new("git")
-            .args(["rev-parse", "refs/heads/main"])
-            .current_dir(&bare)
-            .output()
-            .unwrap();
-        String::from_utf8_lossy(&out.stdout).trim().to_string()
-    };
+    env.clone_project_from(&format!("http://127.0.0.1:{}/app.git", remote.port));
+    let head = || support::head_of(&bare);
     let before = head();
     const REAL_KEY: &str = "sk-ant-real-7f3e9c-do-not-leak";
     let written = env.path("written.txt");

@@ -19,27 +19,9 @@ struct Remote {
 
 fn remote_and_clone(policy_extra: &str) -> Remote {
     let env = Env::new();
-    let remotes = env.tmp.path().join("remotes");
-    std::fs::create_dir_all(&remotes).unwrap();
-    let bare = remotes.join("app.git");
-    let git = |dir: &std::path::Path, args: &[&str]| env.git(dir, args);
-    git(&remotes, &["init", "-q", "--bare", "-b", "main", "app.git"]);
-    git(&bare, &["config", "http.receivepack", "true"]);
+    let (remotes, bare) = env.bare_remote();
     let server = git_server::GitServer::start(&remotes).unwrap();
-    let url = format!("http://127.0.0.1:{}/app.git", server.port);
-    let seed = env.tmp.path().join("seed");
-    git(env.tmp.path(), &["clone", "-q", &url, "seed"]);
-    std::fs::write(seed.join("a.txt"), "a").unwrap();
-    git(&seed, &["add", "-A"]);
-    git(&seed, &["commit", "-q", "-m", "seed"]);
-    git(&seed, &["push", "-q", "origin", "HEAD:main"]);
-    std::fs::remove_dir_all(&env.project).unwrap();
-    git(env.tmp.path(), &["clone", "-q", &url, "project"]);
-    git(&env.project, &["config", "user.name", "agent"]);
-    git(
-        &env.project,
-        &["config", "user.email", "agent@example.invalid"],
-    );
+    env.clone_project_from(&format!("http://127.0.0.1:{}/app.git", server.port));
     let port = server.port;
     env.envgit(&["init", "--allow", &format!("127.0.0.1:{port}")])
         .ok();
@@ -54,12 +36,7 @@ fn remote_and_clone(policy_extra: &str) -> Remote {
 
 impl Remote {
     fn head(&self) -> String {
-        let out = std::process::Command::new("git")
-            .args(["rev-parse", "refs/heads/main"])
-            .current_dir(&self.bare)
-            .output()
-            .unwrap();
-        String::from_utf8_lossy(&out.stdout).trim().to_string()
+        support::head_of(&self.bare)
     }
 }
 

@@ -108,6 +108,35 @@ impl Env {
 
     /// Real git on the host (not in the sandbox) with a fixed identity and no system or user
     /// configuration; panics with git's stderr when it fails.
+    /// An empty bare repository `remotes/app.git` that accepts pushes over HTTP, for a git
+    /// server to serve from `remotes`: returns (remotes, the bare repository).
+    pub fn bare_remote(&self) -> (PathBuf, PathBuf) {
+        let remotes = self.tmp.path().join("remotes");
+        std::fs::create_dir_all(&remotes).unwrap();
+        let bare = remotes.join("app.git");
+        self.git(&remotes, &["init", "-q", "--bare", "-b", "main", "app.git"]);
+        self.git(&bare, &["config", "http.receivepack", "true"]);
+        (remotes, bare)
+    }
+
+    /// Pushes a first commit (`a.txt`) to `url`, then makes the project a clone of it with an
+    /// identity to commit as.
+    pub fn clone_project_from(&self, url: &str) {
+        let seed = self.tmp.path().join("seed");
+        self.git(self.tmp.path(), &["clone", "-q", url, "seed"]);
+        std::fs::write(seed.join("a.txt"), "a").unwrap();
+        self.git(&seed, &["add", "-A"]);
+        self.git(&seed, &["commit", "-q", "-m", "seed"]);
+        self.git(&seed, &["push", "-q", "origin", "HEAD:main"]);
+        std::fs::remove_dir_all(&self.project).unwrap();
+        self.git(self.tmp.path(), &["clone", "-q", url, "project"]);
+        self.git(&self.project, &["config", "user.name", "agent"]);
+        self.git(
+            &self.project,
+            &["config", "user.email", "agent@example.invalid"],
+        );
+    }
+
     pub fn git(&self, dir: &Path, args: &[&str]) {
         let out = Command::new("git")
             .args(args)
@@ -162,4 +191,14 @@ impl Env {
             })
             .expect("store for the project")
     }
+}
+
+/// `refs/heads/main` of a (bare) repository.
+pub fn head_of(repo: &Path) -> String {
+    let out = Command::new("git")
+        .args(["rev-parse", "refs/heads/main"])
+        .current_dir(repo)
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
