@@ -312,3 +312,58 @@ fn a_hook_that_cannot_reach_the_supervisor_refuses() {
     let post = hook("post");
     assert_eq!(post.status.code(), Some(0));
 }
+
+/// A token from `claude setup-token` (`CLAUDE_CODE_OAUTH_TOKEN`) is a placeholder inside too, and
+/// a refresh token in the environment never enters at all.
+#[test]
+fn claude_setup_token_stays_outside() {
+    const TOKEN: &str = "sk-ant-oat01-setup-token-5c7e";
+    const REFRESH: &str = "sk-ant-ort01-env-refresh-81d0";
+    let env = Env::new();
+    let server = ModelServer::start(
+        Api::Messages,
+        vec![
+            // Claude keeps its token out of its tools' environment (and its own, once read).
+            Turn::Shell("env > inside-env.txt".into()),
+            Turn::Shell("tr '\\0' '\\n' < /proc/$CLAUDE_PID/environ > claude-env.txt".into()),
+            Turn::Say("done".into()),
+        ],
+    );
+    env.envgit(&["init", "--allow", &format!("127.0.0.1:{}", server.port)])
+        .ok();
+    let mut cmd = env.cmd(&env.project);
+    cmd.args(["claude", "-p", "go", "--allowedTools", "Bash"])
+        .env("HOME", env.user_home())
+        .env("PATH", path_with(&agent_bin_dir("claude")))
+        .env(
+            "ANTHROPIC_BASE_URL",
+            format!("http://127.0.0.1:{}", server.port),
+        )
+        .env_remove("ANTHROPIC_API_KEY")
+        .env_remove("ANTHROPIC_AUTH_TOKEN")
+        .env("CLAUDE_CODE_OAUTH_TOKEN", TOKEN)
+        .env("CLAUDE_CODE_OAUTH_REFRESH_TOKEN", REFRESH)
+        .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
+        .env("DISABLE_AUTOUPDATER", "1");
+    let (stdout, stderr) = run_bounded(cmd, Duration::from_secs(240));
+    let ctx = format!("stdout:\n{stdout}\nstderr:\n{stderr}");
+    // The model requests carry the real token: the gate put it in place of the placeholder
+    // (a real token from inside would have been refused, rule gate.credential).
+    let seen = server.credentials();
+    assert!(!seen.is_empty(), "{ctx}");
+    assert!(
+        seen.iter().all(|k| *k == format!("Bearer {TOKEN}")),
+        "{seen:?}"
+    );
+    // Neither token is in Claude's environment or its tools'.
+    for inside in [env.read("claude-env.txt"), env.read("inside-env.txt")] {
+        assert!(
+            !inside.contains(TOKEN) && !inside.contains(REFRESH),
+            "{inside}"
+        );
+        assert!(
+            !inside.contains("CLAUDE_CODE_OAUTH_REFRESH_TOKEN"),
+            "{inside}"
+        );
+    }
+}

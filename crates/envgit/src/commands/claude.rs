@@ -14,7 +14,7 @@ use envgit_store::now_ms;
 use serde_json::json;
 
 use crate::cli::ClaudeArgs;
-use crate::commands::claude_login::{self, CREDENTIAL_VARS};
+use crate::commands::claude_login::{self, CREDENTIAL_VARS, WITHHELD_VARS};
 use crate::commands::hooks::HOOKS_SOCKET_ENV;
 use crate::failure::{CmdResult, Failure};
 use crate::output;
@@ -135,7 +135,8 @@ pub fn run(dir: Option<&Path>, args: &ClaudeArgs) -> CmdResult<ExitCode> {
     for (k, _) in std::env::vars() {
         let wanted =
             CLAUDE_VARS.contains(&k.as_str()) || CLAUDE_PREFIXES.iter().any(|p| k.starts_with(p));
-        if wanted && !CREDENTIAL_VARS.contains(&k.as_str()) && !pass.contains(&k) {
+        let secret = CREDENTIAL_VARS.contains(&k.as_str()) || WITHHELD_VARS.contains(&k.as_str());
+        if wanted && !secret && !pass.contains(&k) {
             pass.push(k);
         }
     }

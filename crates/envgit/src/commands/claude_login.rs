@@ -1,5 +1,6 @@
 //! Claude Code's model credential, kept out of `envgit claude`'s sandbox (DESIGN §5). The
-//! sandbox holds placeholders: `ANTHROPIC_API_KEY` / `ANTHROPIC_AUTH_TOKEN` set to one, or, for
+//! sandbox holds placeholders: `ANTHROPIC_API_KEY` / `ANTHROPIC_AUTH_TOKEN` /
+//! `CLAUDE_CODE_OAUTH_TOKEN` set to one, or, for
 //! a Claude.ai login, a copy of `.credentials.json` whose tokens are placeholders, bound
 //! read-only over the real file (which the sandbox otherwise cannot read). The gate puts the
 //! real value in place of the placeholder on requests to the model host only.
@@ -18,7 +19,14 @@ use crate::project::read_nofollow;
 use crate::supervisor;
 
 /// Claude Code's credential variables: a placeholder inside, the real value put on by the gate.
-pub(crate) const CREDENTIAL_VARS: &[&str] = &["ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN"];
+/// (`CLAUDE_CODE_OAUTH_TOKEN` is the long-lived token of `claude setup-token`.)
+pub(crate) const CREDENTIAL_VARS: &[&str] = &[
+    "ANTHROPIC_API_KEY",
+    "ANTHROPIC_AUTH_TOKEN",
+    "CLAUDE_CODE_OAUTH_TOKEN",
+];
+/// Secrets the model requests never carry, so nothing inside gets even a placeholder.
+pub(crate) const WITHHELD_VARS: &[&str] = &["CLAUDE_CODE_OAUTH_REFRESH_TOKEN"];
 /// The login file in Claude Code's configuration directory.
 const LOGIN_FILE: &str = ".credentials.json";
 /// A login this close to expiring is treated as expired: the session would outlive it.
