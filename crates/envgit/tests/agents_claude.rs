@@ -20,6 +20,35 @@ use serde_json::{Value, json};
 use agents_support::{Api, ModelServer, Turn, agent_bin_dir, path_with, run_bounded};
 use support::Env;
 
+/// `envgit claude ARGS` in `env`'s project against the scripted model `server`, with no model
+/// credential of the caller's (each test adds the one it is about).
+fn claude(env: &Env, server: &ModelServer, args: &[&str]) -> std::process::Command {
+    let mut cmd = env.cmd(&env.project);
+    cmd.arg("claude")
+        .args(args)
+        .env("HOME", env.user_home())
+        .env("PATH", path_with(&agent_bin_dir("claude")))
+        .env(
+            "ANTHROPIC_BASE_URL",
+            format!("http://127.0.0.1:{}", server.port),
+        )
+        .env_remove("ANTHROPIC_API_KEY")
+        .env_remove("ANTHROPIC_AUTH_TOKEN")
+        .env_remove("CLAUDE_CODE_OAUTH_TOKEN")
+        .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
+        .env("DISABLE_AUTOUPDATER", "1");
+    cmd
+}
+
+/// A project whose policy lets the sandbox reach a scripted model server playing `script`.
+fn project_with_model(script: Vec<Turn>) -> (Env, ModelServer) {
+    let env = Env::new();
+    let server = ModelServer::start(Api::Messages, script);
+    env.envgit(&["init", "--allow", &format!("127.0.0.1:{}", server.port)])
+        .ok();
+    (env, server)
+}
+
 #[test]
 fn claude_tool_calls_are_steps_and_its_key_stays_outside() {
     let env = Env::new();
@@ -71,28 +100,21 @@ fn claude_tool_calls_are_steps_and_its_key_stays_outside() {
     std::fs::create_dir_all(settings.parent().unwrap()).unwrap();
     std::fs::write(&settings, "{\"env\": {}}\n").unwrap();
 
-    let bin = agent_bin_dir("claude");
-    let mut cmd = env.cmd(&env.project);
-    cmd.args([
-        "claude",
-        "-p",
-        "do the scripted work",
-        "--allowedTools",
-        "Bash",
-        "Write",
-        "--output-format",
-        "stream-json",
-        "--verbose",
-    ])
-    .env("HOME", env.user_home())
-    .env("PATH", path_with(&bin))
-    .env(
-        "ANTHROPIC_BASE_URL",
-        format!("http://127.0.0.1:{}", server.port),
-    )
-    .env("ANTHROPIC_API_KEY", REAL_KEY)
-    .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
-    .env("DISABLE_AUTOUPDATER", "1");
+    let mut cmd = claude(
+        &env,
+        &server,
+        &[
+            "-p",
+            "do the scripted work",
+            "--allowedTools",
+            "Bash",
+            "Write",
+            "--output-format",
+            "stream-json",
+            "--verbose",
+        ],
+    );
+    cmd.env("ANTHROPIC_API_KEY", REAL_KEY);
     let (stdout, stderr) = run_bounded(cmd, Duration::from_secs(240));
     let transcript = server.transcript();
     let ctx = format!("stdout:\n{stdout}\nstderr:\n{stderr}\nmodel saw:\n{transcript}");
@@ -204,16 +226,10 @@ fn claude_tool_calls_are_steps_and_its_key_stays_outside() {
 fn claude_login_keeps_working_with_its_tokens_outside() {
     const ACCESS: &str = "sk-ant-oat01-real-access-3b1d";
     const REFRESH: &str = "sk-ant-ort01-real-refresh-9e2a";
-    let env = Env::new();
-    let server = ModelServer::start(
-        Api::Messages,
-        vec![
-            Turn::Shell("cat ~/.claude/.credentials.json > creds-inside.txt".into()),
-            Turn::Say("done".into()),
-        ],
-    );
-    env.envgit(&["init", "--allow", &format!("127.0.0.1:{}", server.port)])
-        .ok();
+    let (env, server) = project_with_model(vec![
+        Turn::Shell("cat ~/.claude/.credentials.json > creds-inside.txt".into()),
+        Turn::Say("done".into()),
+    ]);
     let login = env.user_home().join(".claude/.credentials.json");
     std::fs::create_dir_all(login.parent().unwrap()).unwrap();
     let write_login = |expires: u64| {
@@ -223,25 +239,10 @@ fn claude_login_keeps_working_with_its_tokens_outside() {
         std::fs::write(&login, doc.to_string()).unwrap();
         doc.to_string()
     };
-    let claude = |env: &Env| {
-        let mut cmd = env.cmd(&env.project);
-        cmd.args(["claude", "-p", "go", "--allowedTools", "Bash"])
-            .env("HOME", env.user_home())
-            .env("PATH", path_with(&agent_bin_dir("claude")))
-            .env(
-                "ANTHROPIC_BASE_URL",
-                format!("http://127.0.0.1:{}", server.port),
-            )
-            .env_remove("ANTHROPIC_API_KEY")
-            .env_remove("ANTHROPIC_AUTH_TOKEN")
-            .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
-            .env("DISABLE_AUTOUPDATER", "1");
-        cmd
-    };
-
     // Expired: refused before anything runs, saying what to do.
     write_login(1_000);
-    let out = claude(&env).output().unwrap();
+    let go = || claude(&env, &server, &["-p", "go", "--allowedTools", "Bash"]);
+    let out = go().output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("has expired"), "{stderr}");
@@ -252,7 +253,7 @@ fn claude_login_keeps_working_with_its_tokens_outside() {
         .unwrap()
         .as_millis() as u64;
     let real = write_login(now + 3_600_000);
-    let (stdout, stderr) = run_bounded(claude(&env), Duration::from_secs(240));
+    let (stdout, stderr) = run_bounded(go(), Duration::from_secs(240));
     let ctx = format!(
         "stdout:\n{stdout}\nstderr:\n{stderr}\nmodel saw:\n{}",
         server.transcript()
@@ -319,32 +320,15 @@ fn a_hook_that_cannot_reach_the_supervisor_refuses() {
 fn claude_setup_token_stays_outside() {
     const TOKEN: &str = "sk-ant-oat01-setup-token-5c7e";
     const REFRESH: &str = "sk-ant-ort01-env-refresh-81d0";
-    let env = Env::new();
-    let server = ModelServer::start(
-        Api::Messages,
-        vec![
-            // Claude keeps its token out of its tools' environment (and its own, once read).
-            Turn::Shell("env > inside-env.txt".into()),
-            Turn::Shell("tr '\\0' '\\n' < /proc/$CLAUDE_PID/environ > claude-env.txt".into()),
-            Turn::Say("done".into()),
-        ],
-    );
-    env.envgit(&["init", "--allow", &format!("127.0.0.1:{}", server.port)])
-        .ok();
-    let mut cmd = env.cmd(&env.project);
-    cmd.args(["claude", "-p", "go", "--allowedTools", "Bash"])
-        .env("HOME", env.user_home())
-        .env("PATH", path_with(&agent_bin_dir("claude")))
-        .env(
-            "ANTHROPIC_BASE_URL",
-            format!("http://127.0.0.1:{}", server.port),
-        )
-        .env_remove("ANTHROPIC_API_KEY")
-        .env_remove("ANTHROPIC_AUTH_TOKEN")
-        .env("CLAUDE_CODE_OAUTH_TOKEN", TOKEN)
-        .env("CLAUDE_CODE_OAUTH_REFRESH_TOKEN", REFRESH)
-        .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
-        .env("DISABLE_AUTOUPDATER", "1");
+    let (env, server) = project_with_model(vec![
+        // Claude keeps its token out of its tools' environment (and its own, once read).
+        Turn::Shell("env > inside-env.txt".into()),
+        Turn::Shell("tr '\\0' '\\n' < /proc/$CLAUDE_PID/environ > claude-env.txt".into()),
+        Turn::Say("done".into()),
+    ]);
+    let mut cmd = claude(&env, &server, &["-p", "go", "--allowedTools", "Bash"]);
+    cmd.env("CLAUDE_CODE_OAUTH_TOKEN", TOKEN)
+        .env("CLAUDE_CODE_OAUTH_REFRESH_TOKEN", REFRESH);
     let (stdout, stderr) = run_bounded(cmd, Duration::from_secs(240));
     let ctx = format!("stdout:\n{stdout}\nstderr:\n{stderr}");
     // The model requests carry the real token: the gate put it in place of the placeholder
