@@ -100,7 +100,7 @@ pub(crate) struct Recorder {
     event: GateEvent,
     /// Shared so a streamed body can count what passes after the head was answered.
     pub(crate) bytes_out: Arc<AtomicU64>,
-    pub(crate) bytes_in: AtomicU64,
+    pub(crate) bytes_in: Arc<AtomicU64>,
 }
 
 impl Recorder {
@@ -125,7 +125,7 @@ impl Recorder {
                 approval: None,
             },
             bytes_out: Arc::default(),
-            bytes_in: AtomicU64::new(0),
+            bytes_in: Arc::default(),
         }
     }
 

@@ -8,6 +8,7 @@ use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll};
 
 use envgit_policy::{BODY_PREFIX_MAX, ConnectDecision, RequestDecision, RequestInfo};
@@ -307,8 +308,11 @@ async fn one(req: Request<Incoming>, ctx: &Conn) -> Response<Out> {
     } else {
         PrefixThen {
             prefix: (!prefix.is_empty()).then(|| Bytes::from(prefix)),
-            rest: body,
-            sent: Arc::clone(&rec.bytes_out),
+            rest: Counted {
+                inner: body,
+                count: Arc::clone(&rec.bytes_out),
+                _rec: None,
+            },
         }
         .boxed()
     };
@@ -368,7 +372,11 @@ async fn one(req: Request<Incoming>, ctx: &Conn) -> Response<Out> {
                 parts.headers.remove(name);
             }
             // The event is recorded when the response body ends, with the bytes it carried.
-            let counted = Counted { inner: body, rec };
+            let counted = Counted {
+                inner: body,
+                count: Arc::clone(&rec.bytes_in),
+                _rec: Some(rec),
+            };
             Response::from_parts(parts, counted.boxed())
         }
         Err(e) => {
@@ -379,12 +387,10 @@ async fn one(req: Request<Incoming>, ctx: &Conn) -> Response<Out> {
     }
 }
 
-/// The body prefix read for judgement, then the rest of the client's body as it arrives
-/// (counted as bytes out).
+/// The body prefix read for judgement, then the rest of the client's body as it arrives.
 struct PrefixThen {
     prefix: Option<Bytes>,
-    rest: Incoming,
-    sent: Arc<std::sync::atomic::AtomicU64>,
+    rest: Counted,
 }
 
 impl Body for PrefixThen {
@@ -398,22 +404,17 @@ impl Body for PrefixThen {
         if let Some(prefix) = self.prefix.take() {
             return Poll::Ready(Some(Ok(Frame::data(prefix))));
         }
-        let polled = Pin::new(&mut self.rest).poll_frame(cx);
-        if let Poll::Ready(Some(Ok(frame))) = &polled
-            && let Some(data) = frame.data_ref()
-        {
-            self.sent
-                .fetch_add(data.len() as u64, std::sync::atomic::Ordering::Relaxed);
-        }
-        polled
+        Pin::new(&mut self.rest).poll_frame(cx)
     }
 }
 
-/// The upstream's response body on its way to the client, counted as bytes in; the request's
-/// event is recorded when this ends (the recorder drops with it).
+/// A body on its way through, its data bytes added to `count` (one of the recorder's
+/// counters). The response body also holds the recorder itself, so the request's event is
+/// recorded when the response ends.
 struct Counted {
     inner: Incoming,
-    rec: Recorder,
+    count: Arc<AtomicU64>,
+    _rec: Option<Recorder>,
 }
 
 impl Body for Counted {
@@ -428,7 +429,7 @@ impl Body for Counted {
         if let Poll::Ready(Some(Ok(frame))) = &polled
             && let Some(data) = frame.data_ref()
         {
-            self.rec.add_in(data.len());
+            self.count.fetch_add(data.len() as u64, Ordering::Relaxed);
         }
         polled
     }
@@ -445,7 +446,6 @@ impl Body for Counted {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::events::Events;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use tokio::net::{TcpListener, TcpStream};
     use tokio::sync::oneshot;
@@ -454,23 +454,14 @@ mod tests {
     const SECRET: &str = "sk-ant-h2-secret";
 
     fn shared() -> Arc<Shared> {
-        let mut policy = envgit_policy::Policy::default();
-        policy.network.allow = vec!["example.com".to_owned()];
-        Arc::new(Shared {
-            token: "t".into(),
-            policy: Arc::new(policy),
-            events: Arc::new(Events::default()),
-            ca: Arc::new(crate::ca::RunCa::generate("test").unwrap()),
-            resolve: Vec::new(),
-            upstream_trust: crate::tls::UpstreamTrust::new(Vec::new()),
-            approvals: None,
-            credentials: vec![crate::Credential {
-                host: "example.com".into(),
-                port: 443,
-                placeholder: PH.into(),
-                secret: SECRET.into(),
-            }],
-        })
+        let mut shared = Shared::for_tests(&["example.com"]);
+        shared.credentials = vec![crate::Credential {
+            host: "example.com".into(),
+            port: 443,
+            placeholder: PH.into(),
+            secret: SECRET.into(),
+        }];
+        Arc::new(shared)
     }
 
     /// An HTTP/1.1 upstream on loopback: reads one head, answers 200, reports what it read.

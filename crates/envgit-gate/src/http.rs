@@ -731,25 +731,12 @@ async fn respond<C: Stream, U: Stream>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::Arc;
 
-    use crate::events::Events;
     use tokio::net::{TcpListener, TcpStream};
     use tokio::sync::oneshot;
 
     fn shared(allow: &[&str]) -> Shared {
-        let mut policy = envgit_policy::Policy::default();
-        policy.network.allow = allow.iter().map(|s| (*s).to_owned()).collect();
-        Shared {
-            token: "t".into(),
-            policy: Arc::new(policy),
-            events: Arc::new(Events::default()),
-            ca: Arc::new(crate::ca::RunCa::generate("test").unwrap()),
-            resolve: Vec::new(),
-            upstream_trust: crate::tls::UpstreamTrust::new(Vec::new()),
-            approvals: None,
-            credentials: Vec::new(),
-        }
+        Shared::for_tests(allow)
     }
 
     /// An upstream that reads until `end` appears, answers 200, and reports what it read.

@@ -41,6 +41,25 @@ pub(crate) struct Shared {
     pub(crate) credentials: Vec<Credential>,
 }
 
+#[cfg(test)]
+impl Shared {
+    /// What the unit tests judge with: `allow` under `network.allow`, nothing else set.
+    pub(crate) fn for_tests(allow: &[&str]) -> Shared {
+        let mut policy = Policy::default();
+        policy.network.allow = allow.iter().map(|s| (*s).to_owned()).collect();
+        Shared {
+            token: "t".into(),
+            policy: Arc::new(policy),
+            events: Arc::new(Events::default()),
+            ca: Arc::new(RunCa::generate("test").unwrap()),
+            resolve: Vec::new(),
+            upstream_trust: UpstreamTrust::new(Vec::new()),
+            approvals: None,
+            credentials: Vec::new(),
+        }
+    }
+}
+
 pub(crate) fn bind(path: &Path) -> io::Result<UnixListener> {
     let listener = std::os::unix::net::UnixListener::bind(path)?;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
