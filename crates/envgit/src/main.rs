@@ -7,6 +7,7 @@ mod failure;
 mod mcp;
 mod output;
 mod project;
+mod signal_watch;
 mod supervisor;
 mod terminal;
 mod tool_steps;

@@ -15,6 +15,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use envgit_gate::{ControlRequest, PendingAsk};
+
+use crate::signal_watch::SignalWatch;
 use rustix::termios::{LocalModes, OptionalActions, Termios};
 
 /// Who answered, as the step records it.
@@ -29,8 +31,8 @@ pub struct PtyRelay {
     asks: Arc<Mutex<Vec<PendingAsk>>>,
     stop: Arc<AtomicBool>,
     output: Mutex<Option<std::thread::JoinHandle<()>>>,
-    /// Ends the thread that passes window sizes on.
-    resize: Mutex<Option<signal_hook::iterator::Handle>>,
+    /// Passes window sizes on until dropped.
+    resize: Mutex<Option<SignalWatch>>,
 }
 
 impl PtyRelay {
@@ -156,29 +158,26 @@ impl PtyRelay {
         Ok(())
     }
 
-    /// A thread that gives the pty the real terminal's size each time it changes.
+    /// Gives the pty the real terminal's size each time it changes.
     fn pass_resizes_on(&self) -> std::io::Result<()> {
-        let mut signals = signal_hook::iterator::Signals::new([signal_hook::consts::SIGWINCH])?;
-        *self.resize.lock().unwrap_or_else(|p| p.into_inner()) = Some(signals.handle());
         let master = self.master.try_clone()?;
-        std::thread::Builder::new()
-            .name("envgit-pty-resize".into())
-            .spawn(move || {
-                for _ in signals.forever() {
-                    if let Ok(size) = rustix::termios::tcgetwinsize(std::io::stdout().as_fd()) {
-                        let _ = rustix::termios::tcsetwinsize(&master, size);
-                    }
+        let watch = SignalWatch::start(
+            signal_hook::consts::SIGWINCH,
+            "envgit-pty-resize",
+            move || {
+                if let Ok(size) = rustix::termios::tcgetwinsize(std::io::stdout().as_fd()) {
+                    let _ = rustix::termios::tcsetwinsize(&master, size);
                 }
-            })?;
+            },
+        )?;
+        *self.resize.lock().unwrap_or_else(|p| p.into_inner()) = Some(watch);
         Ok(())
     }
 
     /// Waits for the sandbox's last output, then gives the real terminal back as it was.
     pub fn finish(&self) {
         self.stop.store(true, Ordering::Relaxed);
-        if let Some(resize) = self.resize.lock().unwrap_or_else(|p| p.into_inner()).take() {
-            resize.close();
-        }
+        drop(self.resize.lock().unwrap_or_else(|p| p.into_inner()).take());
         if self.slave.is_none()
             && let Some(output) = self.output.lock().unwrap_or_else(|p| p.into_inner()).take()
         {

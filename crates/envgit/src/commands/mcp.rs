@@ -12,6 +12,7 @@ use crate::failure::{CmdResult, Failure};
 use crate::mcp::feed::Forwarder;
 use crate::mcp::{Downstreams, ExecuteServer, Recorder};
 use crate::project::Project;
+use crate::signal_watch::SignalWatch;
 use crate::upstreams::Upstreams;
 use crate::{output, supervisor};
 
@@ -48,9 +49,14 @@ pub fn run(dir: Option<&Path>, args: &McpArgs) -> CmdResult<ExitCode> {
             .map_err(|e| Failure::failed(format!("MCP handshake on stdin/stdout failed: {e}")))?;
         // MCP clients stop a server with SIGTERM soon after closing its stdin: end as if stdin
         // had closed, so the last steps are still committed.
-        let token = running.cancellation_token();
-        let _term = OnSigterm::start(move || token.cancel())
-            .map_err(|e| Failure::failed(format!("cannot handle SIGTERM: {e}")))?;
+        let mut token = Some(running.cancellation_token());
+        let _term = SignalWatch::start(signal_hook::consts::SIGTERM, "envgit-sigterm", move || {
+            // The first one ends the service; later ones are ignored while it winds down.
+            if let Some(t) = token.take() {
+                t.cancel();
+            }
+        })
+        .map_err(|e| Failure::failed(format!("cannot handle SIGTERM: {e}")))?;
         let _ = running.waiting().await;
         handle.shutdown().await;
         Ok::<(), Failure>(())
@@ -60,34 +66,6 @@ pub fn run(dir: Option<&Path>, args: &McpArgs) -> CmdResult<ExitCode> {
     rt.shutdown_background();
     served?;
     Ok(ExitCode::SUCCESS)
-}
-
-/// Runs `then` (once) when SIGTERM arrives, until dropped; further SIGTERMs are ignored while
-/// the server winds down.
-struct OnSigterm(signal_hook::iterator::Handle);
-
-impl OnSigterm {
-    fn start(then: impl FnOnce() + Send + 'static) -> std::io::Result<OnSigterm> {
-        let mut signals = signal_hook::iterator::Signals::new([signal_hook::consts::SIGTERM])?;
-        let handle = signals.handle();
-        std::thread::Builder::new()
-            .name("envgit-sigterm".into())
-            .spawn(move || {
-                let mut then = Some(then);
-                for _ in signals.forever() {
-                    if let Some(f) = then.take() {
-                        f();
-                    }
-                }
-            })?;
-        Ok(OnSigterm(handle))
-    }
-}
-
-impl Drop for OnSigterm {
-    fn drop(&mut self) {
-        self.0.close();
-    }
 }
 
 /// `envgit mcp --downstream NAME`: the server `mcp.servers.NAME` in the sandbox, behind the
