@@ -156,7 +156,8 @@ pub fn run(dir: Option<&Path>, args: &ClaudeArgs) -> CmdResult<ExitCode> {
     let (stop_read, stop_write) =
         rustix::pipe::pipe().map_err(|e| Failure::failed(format!("pipe: {e}")))?;
 
-    let login = claude_login::prepare(config_dir().as_deref(), &scratch.0)?;
+    let config = config_dir();
+    let login = claude_login::prepare(config.as_deref(), &scratch.0)?;
     let (tap_tx, tap_rx) = std::sync::mpsc::channel();
     let mut steps = ToolSteps::begin(&project, "claude", &cwd, protected.clone(), tap_rx)?;
     let state = steps.state_dir();
@@ -168,7 +169,7 @@ pub fn run(dir: Option<&Path>, args: &ClaudeArgs) -> CmdResult<ExitCode> {
     let extras = RunExtras {
         run_files: vec![(HOOKS_SOCKET_NAME.to_string(), socket.clone())],
         env,
-        read_only: config_dir()
+        read_only: config
             .map(|d| CONFIG_READ_ONLY.iter().map(|p| d.join(p)).collect())
             .unwrap_or_default(),
         file_overrides: login.files,
