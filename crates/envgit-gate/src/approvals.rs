@@ -25,8 +25,13 @@ pub struct PendingAsk {
     pub path: String,
     pub rule: String,
     pub summary: String,
-    /// BLAKE3 of the body prefix the rule saw, hex (what exactly is being approved).
+    /// BLAKE3 of the body, hex (what exactly is being approved): the whole body when the
+    /// summary says no more than `METHOD host/path`, else the prefix the rule read.
     pub body_hash: String,
+    /// The body's first bytes with control bytes escaped, so the person sees what they
+    /// approve.
+    #[serde(default)]
+    pub body_preview: String,
     pub asked_at_ms: u64,
     pub expires_at_ms: u64,
 }
@@ -141,17 +146,21 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// A summary that says no more than `METHOD host/path` (whatever spelling of the path): it
+/// does not name the effect.
+pub(crate) fn is_generic(summary: &str, method: &str, host: &str) -> bool {
+    summary.starts_with(&format!("{} {host}", method.to_ascii_uppercase()))
+}
+
 /// The identity an approval covers (see the module comment).
 pub(crate) fn identity(
     rule: &str,
     summary: &str,
     method: &str,
     host: &str,
-    path: &str,
     body_hash: &str,
 ) -> String {
-    let generic = summary == format!("{} {host}{path}", method.to_ascii_uppercase());
-    if generic {
+    if is_generic(summary, method, host) {
         format!("{rule}\n{summary}\n{body_hash}")
     } else {
         format!("{rule}\n{summary}")
@@ -171,6 +180,7 @@ mod tests {
             rule: "r".into(),
             summary: summary.into(),
             body_hash: "b".into(),
+            body_preview: String::new(),
             asked_at_ms: 0,
             expires_at_ms: 0,
         }
@@ -214,12 +224,9 @@ mod tests {
 
     #[test]
     fn a_generic_summary_binds_the_body() {
-        let g = identity("r", "POST h/p", "post", "h", "/p", "b1");
-        assert_ne!(g, identity("r", "POST h/p", "post", "h", "/p", "b2"));
-        let s = identity("r", "npm publish a@1.0.0", "PUT", "h", "/a", "b1");
-        assert_eq!(
-            s,
-            identity("r", "npm publish a@1.0.0", "PUT", "h", "/a", "b2")
-        );
+        let g = identity("r", "POST h/p", "post", "h", "b1");
+        assert_ne!(g, identity("r", "POST h/p", "post", "h", "b2"));
+        let s = identity("r", "npm publish a@1.0.0", "PUT", "h", "b1");
+        assert_eq!(s, identity("r", "npm publish a@1.0.0", "PUT", "h", "b2"));
     }
 }

@@ -38,6 +38,14 @@ impl<S: AsyncRead + Unpin> Prefixed<S> {
         &self.buf[self.pos..]
     }
 
+    /// Puts `bytes` back in front of what is buffered, to be read again.
+    pub(crate) fn unread(&mut self, bytes: &[u8]) {
+        let mut buf = bytes.to_vec();
+        buf.extend_from_slice(self.buffered());
+        self.buf = buf;
+        self.pos = 0;
+    }
+
     /// Reads more into the buffer; `Ok(0)` at end of stream.
     async fn fill(&mut self) -> io::Result<usize> {
         if self.pos == self.buf.len() {
@@ -80,27 +88,6 @@ impl<S: AsyncRead + Unpin> Prefixed<S> {
                 Ok(0) if searched == 0 => return Err(HeadError::Closed),
                 Ok(0) | Err(_) => return Err(HeadError::Broken),
                 Ok(_) => {}
-            }
-        }
-    }
-
-    /// One line up to and including `\n`, consumed from the buffer.
-    pub(crate) async fn read_line(&mut self, limit: usize) -> io::Result<Vec<u8>> {
-        loop {
-            let avail = self.buffered();
-            if let Some(i) = avail.iter().position(|&b| b == b'\n') {
-                let line = avail[..=i].to_vec();
-                self.pos += i + 1;
-                return Ok(line);
-            }
-            if avail.len() >= limit {
-                return Err(io::Error::new(io::ErrorKind::InvalidData, "line too long"));
-            }
-            if self.fill().await? == 0 {
-                return Err(io::Error::new(
-                    io::ErrorKind::UnexpectedEof,
-                    "the peer closed in the middle of a line",
-                ));
             }
         }
     }

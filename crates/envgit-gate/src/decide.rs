@@ -73,12 +73,50 @@ pub(crate) fn forbidden(what: &str, rule: &str, reason: &str) -> Reply {
     }
 }
 
+/// The error shape a client shows a person, read off the request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Shape {
+    /// Git LFS shows only the `message` of an `application/vnd.git-lfs+json` body.
+    Lfs,
+    /// OCI clients (skopeo, crane, oras) show `errors[].message`, code `DENIED`.
+    Oci,
+    /// Decided by the rule's family (npm, cargo, GitHub) or plain text.
+    ByRule,
+}
+
+impl Shape {
+    pub(crate) fn of(path: &str, content_type: Option<&str>) -> Shape {
+        let lfs_type = content_type.is_some_and(|t| t.contains("application/vnd.git-lfs"));
+        if lfs_type || path.contains("/info/lfs/") {
+            Shape::Lfs
+        } else if path.starts_with("/v2/") {
+            Shape::Oci
+        } else {
+            Shape::ByRule
+        }
+    }
+}
+
 /// A refusal in the shape the client shows a person: npm and cargo print a JSON `error` /
-/// `errors[].detail`, GitHub clients a JSON `message`; git and everything else print text.
-pub(crate) fn forbidden_for_client(what: &str, rule: &str, reason: &str) -> Reply {
+/// `errors[].detail`, GitHub clients a JSON `message`, git-lfs a `message` in its own media
+/// type, OCI clients `errors[].message`; git and everything else print text. The reason
+/// phrase carries the sentence too (twine prints only the status line).
+pub(crate) fn forbidden_for_client(what: &str, rule: &str, reason: &str, shape: Shape) -> Reply {
     let text = format!("envgit: denied {what} (rule {rule})");
     let json = |value: serde_json::Value| value.to_string() + "\n";
-    let (content_type, body) = if rule.starts_with("npm.") {
+    let (content_type, body) = if shape == Shape::Lfs {
+        (
+            "application/vnd.git-lfs+json",
+            json(serde_json::json!({ "message": text })),
+        )
+    } else if shape == Shape::Oci {
+        (
+            "application/json",
+            json(
+                serde_json::json!({ "errors": [{ "code": "DENIED", "message": text, "detail": reason }] }),
+            ),
+        )
+    } else if rule.starts_with("npm.") {
         (
             "application/json",
             json(serde_json::json!({ "error": text, "reason": reason })),
@@ -100,10 +138,24 @@ pub(crate) fn forbidden_for_client(what: &str, rule: &str, reason: &str) -> Repl
     };
     Reply {
         status: 403,
-        phrase: "Forbidden".into(),
+        phrase: header_safe(&format!("Forbidden ({text})")),
         headers: decision_headers(rule, reason),
         content_type,
         body,
+    }
+}
+
+/// `400` for a request the gate cannot read one way only (rule `gate.malformed`).
+pub(crate) fn malformed(why: &str) -> Reply {
+    Reply {
+        status: 400,
+        phrase: "Bad Request".into(),
+        headers: decision_headers(crate::canonical::RULE_MALFORMED, why),
+        content_type: TEXT,
+        body: format!(
+            "envgit: refused a malformed request: {why} (rule {})\n",
+            crate::canonical::RULE_MALFORMED
+        ),
     }
 }
 
@@ -131,9 +183,10 @@ fn header_safe(text: &str) -> String {
         .collect()
 }
 
-/// `host/path` for messages, with `:port` when it is not 80.
+/// `host/path` for messages, with `:port` when it is not 80 or 443: the one spelling of a
+/// target, in refusals and in envgit's own lines alike.
 pub(crate) fn http_what(method: &str, host: &str, port: u16, path: &str) -> String {
-    if port == 80 {
+    if port == 80 || port == 443 {
         format!("{method} {host}{path}")
     } else {
         format!("{method} {}{path}", crate::head::authority(host, port))

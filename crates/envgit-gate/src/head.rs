@@ -1,5 +1,5 @@
-//! Request and response heads: parsing (httparse), authorities and request targets, and
-//! writing heads back out.
+//! The first request head of a relay connection (parsed with httparse, for the token and the
+//! CONNECT or absolute-form target), and authorities.
 
 /// Upper bound of one request or response head.
 pub(crate) const MAX_HEAD: usize = 64 * 1024;
@@ -9,17 +9,7 @@ const MAX_HEADERS: usize = 128;
 pub(crate) struct RequestHead {
     pub method: String,
     pub target: String,
-    /// Minor version: 0 for HTTP/1.0, 1 for HTTP/1.1.
-    pub version: u8,
     pub headers: Vec<(String, Vec<u8>)>,
-}
-
-#[derive(Debug, Clone)]
-pub(crate) struct ResponseHead {
-    pub status: u16,
-    pub headers: Vec<(String, Vec<u8>)>,
-    /// The status line as received, without its line end.
-    pub status_line: Vec<u8>,
 }
 
 impl RequestHead {
@@ -33,7 +23,6 @@ impl RequestHead {
         Some(RequestHead {
             method: req.method?.to_owned(),
             target: req.path?.to_owned(),
-            version: req.version?,
             headers: req
                 .headers
                 .iter()
@@ -54,84 +43,11 @@ impl RequestHead {
     }
 }
 
-impl ResponseHead {
-    pub(crate) fn parse(bytes: &[u8]) -> Option<ResponseHead> {
-        let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
-        let mut resp = httparse::Response::new(&mut headers);
-        match resp.parse(bytes) {
-            Ok(httparse::Status::Complete(n)) if n == bytes.len() => {}
-            _ => return None,
-        }
-        let line_end = bytes.iter().position(|&b| b == b'\n')?;
-        let status_line = bytes[..line_end]
-            .strip_suffix(b"\r")
-            .unwrap_or(&bytes[..line_end]);
-        Some(ResponseHead {
-            status: resp.code?,
-            headers: resp
-                .headers
-                .iter()
-                .map(|h| (h.name.to_owned(), h.value.to_vec()))
-                .collect(),
-            status_line: status_line.to_vec(),
-        })
-    }
-}
-
 pub(crate) fn header<'a>(headers: &'a [(String, Vec<u8>)], name: &str) -> Option<&'a [u8]> {
     headers
         .iter()
         .find(|(n, _)| n.eq_ignore_ascii_case(name))
         .map(|(_, v)| v.as_slice())
-}
-
-/// Hop-by-hop headers, the ones `Connection` names, and envgit's own: never forwarded.
-pub(crate) fn strip_hop_by_hop(headers: &[(String, Vec<u8>)]) -> Vec<(String, Vec<u8>)> {
-    let named: Vec<String> = headers
-        .iter()
-        .filter(|(n, _)| n.eq_ignore_ascii_case("connection"))
-        .flat_map(|(_, v)| {
-            String::from_utf8_lossy(v)
-                .split(',')
-                .map(|s| s.trim().to_ascii_lowercase())
-                .collect::<Vec<_>>()
-        })
-        .collect();
-    const HOP: &[&str] = &[
-        "connection",
-        "keep-alive",
-        "proxy-connection",
-        "proxy-authorization",
-        "proxy-authenticate",
-        "te",
-        "trailer",
-        "upgrade",
-    ];
-    headers
-        .iter()
-        .filter(|(n, _)| {
-            let lower = n.to_ascii_lowercase();
-            !HOP.contains(&lower.as_str())
-                && !named.contains(&lower)
-                && !lower.starts_with("x-envgit-")
-        })
-        .cloned()
-        .collect()
-}
-
-/// Writes `first_line\r\n`, the headers, and the blank line.
-pub(crate) fn write_head(first_line: &[u8], headers: &[(String, Vec<u8>)]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(256);
-    out.extend_from_slice(first_line);
-    out.extend_from_slice(b"\r\n");
-    for (name, value) in headers {
-        out.extend_from_slice(name.as_bytes());
-        out.extend_from_slice(b": ");
-        out.extend_from_slice(value);
-        out.extend_from_slice(b"\r\n");
-    }
-    out.extend_from_slice(b"\r\n");
-    out
 }
 
 /// `host:port`, `[v6]:port`, or (with a default port) just `host` / `[v6]`. Host names are
@@ -198,11 +114,6 @@ pub(crate) fn parse_absolute(target: &str) -> Option<(String, u16, String)> {
     Some((host, port, origin))
 }
 
-/// The path of an origin-form target, without the query (what events record).
-pub(crate) fn path_only(origin: &str) -> &str {
-    origin.split('?').next().unwrap_or(origin)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -252,27 +163,9 @@ mod tests {
     }
 
     #[test]
-    fn hop_by_hop_headers_go() {
-        let h = |n: &str, v: &str| (n.to_owned(), v.as_bytes().to_vec());
-        let kept = strip_hop_by_hop(&[
-            h("Host", "x"),
-            h("Connection", "keep-alive, X-Secret"),
-            h("X-Secret", "1"),
-            h("Proxy-Authorization", "Basic x"),
-            h("X-Envgit-Token", "t"),
-            h("Accept", "*/*"),
-        ]);
-        let names: Vec<&str> = kept.iter().map(|(n, _)| n.as_str()).collect();
-        assert_eq!(names, ["Host", "Accept"]);
-    }
-
-    #[test]
     fn heads_parse_whole_only() {
         let r = RequestHead::parse(b"CONNECT a:443 HTTP/1.1\r\nHost: a:443\r\n\r\n").unwrap();
         assert_eq!((r.method.as_str(), r.target.as_str()), ("CONNECT", "a:443"));
         assert!(RequestHead::parse(b"GET / HTTP/1.1\r\n").is_none());
-        let s = ResponseHead::parse(b"HTTP/1.1 404 Not Found\r\nA: b\r\n\r\n").unwrap();
-        assert_eq!(s.status, 404);
-        assert_eq!(s.status_line, b"HTTP/1.1 404 Not Found");
     }
 }

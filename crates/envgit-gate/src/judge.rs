@@ -1,203 +1,123 @@
 //! Request-level judgement, after `network.allow` (DESIGN §5): the host's `l7` rule, then the
-//! `irreversible` rules in order, first match deciding. When a rule needs the body (a GraphQL
-//! operation, an LFS batch operation, git's pkt-line commands), a bounded prefix is read into
-//! the connection's buffer without consuming it, so the request is forwarded intact if it
-//! passes.
+//! `irreversible` rules in order, first match deciding — for the request's method and for
+//! every method an override header names, the strictest answer winning — and the `ask`
+//! that holds a request until a person answers.
 
-use envgit_policy::{BODY_PREFIX_MAX, Policy, RequestDecision, RequestInfo};
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use envgit_policy::{Policy, RequestDecision, RequestInfo};
 
-use crate::conn::Prefixed;
-use crate::head::RequestHead;
+use crate::approvals::{self, Answer, PendingAsk};
+use crate::events::Recorder;
+use crate::listener::Shared;
 
-pub(crate) enum Verdict {
-    /// Let it out; `Some(rule)` when it is irreversible and the step must be marked.
-    Pass { marked: Option<String> },
-    /// Refuse with this rule.
-    Refuse { rule: String, summary: String },
-    /// Hold until a person answers; `body_hash` (BLAKE3 of the body prefix the rule saw, hex)
-    /// says exactly what is being approved.
-    Ask {
-        rule: String,
-        summary: String,
-        body_hash: String,
-    },
-}
-
-pub(crate) struct Judged {
-    pub(crate) verdict: Verdict,
-    /// `100 Continue` was already sent to read the body: `forward` must not send another.
-    pub(crate) continue_sent: bool,
-}
-
-pub(crate) async fn judge<C>(
-    client: &mut Prefixed<C>,
-    req: &RequestHead,
-    host: &str,
-    port: u16,
-    origin: &str,
+/// The decision for `info`, judged as its own method and as each of `overrides`: a deny
+/// beats an ask, an ask beats a marked pass, a marked pass beats a plain one.
+pub(crate) fn decide(
     policy: &Policy,
-) -> Judged
-where
-    C: AsyncRead + AsyncWrite + Unpin,
-{
-    let (path, query) = origin.split_once('?').unwrap_or((origin, ""));
-    let mut info = RequestInfo {
-        method: &req.method,
-        host,
-        port,
-        path,
-        query,
-        body: None,
-        body_complete: false,
-    };
-    let mut continue_sent = false;
-    let body;
-    if policy.needs_body(&info) {
-        let expects_continue = req
-            .header("expect")
-            .is_some_and(|v| v.trim_ascii().eq_ignore_ascii_case(b"100-continue"));
-        if expects_continue {
-            continue_sent = client
-                .write_all(b"HTTP/1.1 100 Continue\r\n\r\n")
-                .await
-                .is_ok()
-                && client.flush().await.is_ok();
-        }
-        body = body_prefix(client, req).await;
-        if let Some((bytes, complete)) = &body {
-            info.body = Some(bytes);
-            info.body_complete = *complete;
+    info: &RequestInfo<'_>,
+    overrides: &[String],
+) -> RequestDecision {
+    let mut best = policy.decide_request(info);
+    for method in overrides {
+        let other = policy.decide_request(&RequestInfo {
+            method: method.as_str(),
+            ..*info
+        });
+        if strictness(&other) > strictness(&best) {
+            best = other;
         }
     }
-    let verdict = match policy.decide_request(&info) {
-        RequestDecision::Allow => Verdict::Pass { marked: None },
-        RequestDecision::Marked { rule, .. } => Verdict::Pass { marked: Some(rule) },
-        RequestDecision::Deny { rule, summary } => Verdict::Refuse { rule, summary },
-        RequestDecision::Ask { rule, summary } => Verdict::Ask {
-            rule,
+    best
+}
+
+/// Does any reading of the request need its body?
+pub(crate) fn needs_body(policy: &Policy, info: &RequestInfo<'_>, overrides: &[String]) -> bool {
+    policy.needs_body(info)
+        || overrides.iter().any(|m| {
+            policy.needs_body(&RequestInfo {
+                method: m.as_str(),
+                ..*info
+            })
+        })
+}
+
+fn strictness(d: &RequestDecision) -> u8 {
+    match d {
+        RequestDecision::Allow => 0,
+        RequestDecision::Marked { .. } => 1,
+        RequestDecision::Ask { .. } => 2,
+        RequestDecision::Deny { .. } => 3,
+    }
+}
+
+/// A request an `ask` rule matched.
+pub(crate) struct Asked<'a> {
+    pub(crate) method: &'a str,
+    pub(crate) host: &'a str,
+    pub(crate) path: &'a str,
+    pub(crate) rule: &'a str,
+    pub(crate) summary: &'a str,
+    /// BLAKE3 (hex) of the whole body, or of the prefix the rule read when its summary names
+    /// the effect.
+    pub(crate) body_hash: String,
+    /// The body's first bytes, control bytes escaped: what the person is shown.
+    pub(crate) body_preview: String,
+}
+
+/// Does an approval of this request have to cover its exact body? When the summary says no
+/// more than `METHOD host/path` (a plain `net` rule), it does: otherwise approving one POST
+/// would let any other body through.
+pub(crate) fn identity_needs_body(method: &str, host: &str, summary: &str) -> bool {
+    approvals::is_generic(summary, method, host)
+}
+
+/// Holds an asked request until it is answered: `Ok` lets it out (the step marked, the
+/// answer recorded), `Err` carries the reason it is refused.
+pub(crate) async fn settle_ask(
+    shared: &Shared,
+    rec: &mut Recorder,
+    a: Asked<'_>,
+) -> Result<(), String> {
+    let summary = a.summary;
+    let identity = approvals::identity(a.rule, summary, a.method, a.host, &a.body_hash);
+    let Some(approvals) = &shared.approvals else {
+        return Err(format!(
+            "{summary}: the rule says ask and no approver can answer"
+        ));
+    };
+    if approvals.granted(&identity) {
+        rec.approval(
+            "approved",
+            "an earlier approval of the same request",
             summary,
-            body_hash: blake3::hash(info.body.unwrap_or_default())
-                .to_hex()
-                .to_string(),
-        },
+        );
+        rec.mark(a.rule);
+        return Ok(());
+    }
+    let ask = PendingAsk {
+        id: 0,
+        method: a.method.to_ascii_uppercase(),
+        host: a.host.to_owned(),
+        path: a.path.to_owned(),
+        rule: a.rule.to_owned(),
+        summary: summary.to_owned(),
+        body_hash: a.body_hash,
+        body_preview: a.body_preview,
+        asked_at_ms: 0,
+        expires_at_ms: 0,
     };
-    Judged {
-        verdict,
-        continue_sent,
-    }
-}
-
-/// The first bytes of the body (de-chunked), and whether they are all of it. `None` when the
-/// framing is broken (the rule then fails closed).
-async fn body_prefix<C: AsyncRead + Unpin>(
-    client: &mut Prefixed<C>,
-    req: &RequestHead,
-) -> Option<(Vec<u8>, bool)> {
-    let chunked = req
-        .header("transfer-encoding")
-        .is_some_and(|v| v.trim_ascii().eq_ignore_ascii_case(b"chunked"));
-    if chunked {
-        return chunked_prefix(client).await;
-    }
-    let length: usize = match req.header("content-length") {
-        Some(v) => std::str::from_utf8(v).ok()?.trim().parse().ok()?,
-        None => 0,
-    };
-    let want = length.min(BODY_PREFIX_MAX);
-    let got = client.peek(want).await.ok()?;
-    let n = got.len().min(want);
-    Some((got[..n].to_vec(), n == length))
-}
-
-/// Decode chunked framing from the buffered bytes, reading more as needed, without consuming.
-async fn chunked_prefix<C: AsyncRead + Unpin>(client: &mut Prefixed<C>) -> Option<(Vec<u8>, bool)> {
-    let mut want = 4096;
-    loop {
-        let raw = client.peek(want).await.ok()?.to_vec();
-        match decode_chunks(&raw, BODY_PREFIX_MAX) {
-            Decoded::Done(body) => return Some((body, true)),
-            Decoded::Enough(body) => return Some((body, false)),
-            Decoded::Broken => return None,
-            Decoded::NeedMore => {
-                if raw.len() < want {
-                    return None; // the stream ended inside the body
-                }
-                if want >= BODY_PREFIX_MAX + 64 * 1024 {
-                    return Some((Vec::new(), false));
-                }
-                want *= 2;
-            }
+    match approvals.ask(ask, identity).await {
+        Answer::Approved { by } => {
+            rec.approval("approved", &by, summary);
+            rec.mark(a.rule);
+            Ok(())
         }
-    }
-}
-
-enum Decoded {
-    Done(Vec<u8>),
-    Enough(Vec<u8>),
-    NeedMore,
-    Broken,
-}
-
-fn decode_chunks(raw: &[u8], max: usize) -> Decoded {
-    let mut out = Vec::new();
-    let mut pos = 0;
-    loop {
-        let Some(nl) = raw[pos..].iter().position(|&b| b == b'\n') else {
-            return Decoded::NeedMore;
-        };
-        let line = &raw[pos..pos + nl];
-        let Some(size) = std::str::from_utf8(line).ok().and_then(|l| {
-            usize::from_str_radix(l.trim_end_matches('\r').split(';').next()?.trim(), 16).ok()
-        }) else {
-            return Decoded::Broken;
-        };
-        pos += nl + 1;
-        if size == 0 {
-            return Decoded::Done(out);
+        Answer::Refused { by } => {
+            rec.approval("refused", &by, summary);
+            Err(format!("{summary}: refused by {by}"))
         }
-        let end = pos + size;
-        if raw.len() < end {
-            let have = &raw[pos..];
-            if out.len() + have.len() >= max {
-                out.extend_from_slice(&have[..(max - out.len()).min(have.len())]);
-                return Decoded::Enough(out);
-            }
-            return Decoded::NeedMore;
+        Answer::TimedOut => {
+            rec.approval("refused", "timeout", summary);
+            Err(format!("{summary}: nobody answered in time"))
         }
-        out.extend_from_slice(&raw[pos..end]);
-        if out.len() >= max {
-            out.truncate(max);
-            return Decoded::Enough(out);
-        }
-        pos = end;
-        match raw.get(pos..pos + 2) {
-            Some(b"\r\n") => pos += 2,
-            Some([b'\n', _]) => pos += 1,
-            Some(_) => return Decoded::Broken,
-            None => return Decoded::NeedMore,
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn chunked_bodies_decode() {
-        match decode_chunks(b"4\r\n0000\r\n0\r\n\r\n", 100) {
-            Decoded::Done(b) => assert_eq!(b, b"0000"),
-            _ => panic!("not done"),
-        }
-        match decode_chunks(b"3\r\nabc\r\n2\r\nde", 100) {
-            Decoded::NeedMore => {}
-            _ => panic!("should need more"),
-        }
-        match decode_chunks(b"a\r\n0123456789\r\n", 4) {
-            Decoded::Enough(b) => assert_eq!(b, b"0123"),
-            _ => panic!("should be enough"),
-        }
-        assert!(matches!(decode_chunks(b"zz\r\n", 10), Decoded::Broken));
     }
 }

@@ -28,17 +28,19 @@
 //! `Connection: close`), so a second request on the connection can never pass undecided.
 
 mod approvals;
+mod body;
 mod ca;
+mod canonical;
 mod conn;
 mod control;
 mod credentials;
 mod decide;
 mod events;
-mod h2;
+mod forward;
 mod head;
-mod http;
 mod judge;
 mod listener;
+mod pool;
 mod resolve;
 mod splice;
 mod tls;

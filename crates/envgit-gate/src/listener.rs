@@ -14,14 +14,16 @@ use tokio::sync::{Notify, Semaphore};
 
 use crate::approvals::Approvals;
 use crate::ca::RunCa;
+use crate::canonical::Proto;
 use crate::conn::{HeadError, Prefixed};
 use crate::credentials::Credential;
 use crate::decide::{self, RULE_TOKEN};
 use crate::events::{Events, Recorder};
 use crate::head::{self, MAX_HEAD, RequestHead};
+use crate::pool::Pool;
 use crate::resolve::Resolve;
-use crate::tls::UpstreamTrust;
-use crate::{TOKEN_HEADER, http, tunnel};
+use crate::tls::{self, UpstreamTrust};
+use crate::{TOKEN_HEADER, forward, tunnel};
 
 /// Connections handled at once; more are closed at accept.
 const MAX_CONNECTIONS: usize = 1024;
@@ -135,8 +137,40 @@ async fn handle(stream: UnixStream, shared: &Arc<Shared>) {
     if req.method == "CONNECT" {
         tunnel::connect(client, req, shared).await;
     } else {
-        http::absolute(client, req, shared).await;
+        proxy(client, head, &req, shared).await;
     }
+}
+
+/// An explicit-proxy connection (`GET http://host[:port]/path`): bound to the host its first
+/// request names, every request on it judged like any other and required to name that host;
+/// the upstream is dialled only once a request passed.
+async fn proxy(
+    mut client: Prefixed<UnixStream>,
+    head: Vec<u8>,
+    req: &RequestHead,
+    shared: &Arc<Shared>,
+) {
+    let Some((host, port, _)) = head::parse_absolute(&req.target) else {
+        let mut rec = Recorder::new(&shared.events, &req.method);
+        rec.status(400);
+        let body = "envgit: expected `CONNECT host:port` or an absolute `http://` URL\n";
+        let _ = client
+            .write_all(&decide::plain(400, "Bad Request", body).to_http1())
+            .await;
+        return;
+    };
+    // hyper reads the connection from its first byte: the head goes back in front.
+    client.unread(&head);
+    let conn = forward::Conn {
+        shared: Arc::clone(shared),
+        pool: Pool::new(None, tls::redialer(shared, &host, port, true)),
+        host,
+        port,
+        forwarded_https: false,
+        https: false,
+        proto: Proto::Http1,
+    };
+    forward::serve(client, conn).await;
 }
 
 /// Exactly one token header, equal to the run's token (compared in constant time).

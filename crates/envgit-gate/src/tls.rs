@@ -1,23 +1,23 @@
 //! TLS termination inside a CONNECT tunnel: read the ClientHello, check that its SNI names the
 //! CONNECT target, present the run CA's leaf for that host, open TLS to the upstream (verified
 //! against the host's roots, SNI = the same host), and hand both plaintext streams to the
-//! per-request judgement in [`crate::http::bound`].
+//! per-request judgement in [`crate::forward`], HTTP/1 or HTTP/2 as the client chose by ALPN.
 
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use rustls::ClientConfig;
 use rustls::pki_types::{CertificateDer, ServerName};
-use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpStream, UnixStream};
 use tokio_rustls::{LazyConfigAcceptor, TlsConnector};
 
+use crate::canonical::Proto;
 use crate::conn::Prefixed;
 use crate::decide::{self, RULE_SNI};
 use crate::events::Recorder;
-use crate::h2;
-use crate::http;
+use crate::forward;
 use crate::listener::Shared;
+use crate::pool::{self as h2, Pool};
 use crate::resolve;
 use crate::upstream::{self, DialError};
 
@@ -126,13 +126,14 @@ pub(crate) async fn terminate(
             _ => return, // the client gave up (or does not trust the run CA)
         };
         drop(rec); // the tunnel's own event; each request inside gets one
-        if speaks_h2(&client) {
-            let first: Result<(Box<dyn h2::Io>, bool), String> = Ok((Box::new(upstream), false));
-            let redial = redialer(shared, host, port, true);
-            h2::serve(client, first, redial, host, port, shared, true).await;
+        let proto = if speaks_h2(&client) {
+            Proto::Http2
         } else {
-            http::bound(Prefixed::new(client), upstream, host, port, shared, true).await;
-        }
+            Proto::Http1
+        };
+        let first: Result<h2::Opened, String> = Ok((Box::new(upstream), false));
+        let pool = Pool::new(Some(first), redialer(shared, host, port, true));
+        forward::serve(client, conn(shared, host, port, proto, true, pool)).await;
         return;
     }
     // Both handshakes at once: the upstream's name is known from the CONNECT (and the SNI
@@ -149,44 +150,48 @@ pub(crate) async fn terminate(
     let Ok(Ok(client)) = client else {
         return; // the client gave up (or does not trust the run CA)
     };
-    if speaks_h2(&client) {
-        // Every stream gets an answer, a readable 502 included, in the client's protocol.
-        let first = upstream
-            .map(|s| {
-                let h2 = upstream_h2(&s);
-                (Box::new(s) as Box<dyn h2::Io>, h2)
-            })
-            .map_err(|msg| format!("TLS to {host}:{port} failed: {msg}"));
-        if first.is_err() {
-            rec.status(502);
-        }
-        drop(rec);
-        let redial = redialer(shared, host, port, false);
-        h2::serve(client, first, redial, host, port, shared, false).await;
-        return;
-    }
-    let mut client = Prefixed::new(client);
-    let upstream = match upstream {
-        Ok(stream) => {
-            drop(rec);
-            stream
-        }
-        Err(msg) => {
-            rec.status(502);
-            let body = format!("envgit: TLS to {host}:{port} failed: {msg}\n");
-            let _ = client
-                .write_all(&decide::plain(502, "Bad Gateway", &body).to_http1())
-                .await;
-            let _ = client.shutdown().await;
-            return;
-        }
+    let proto = if speaks_h2(&client) {
+        Proto::Http2
+    } else {
+        Proto::Http1
     };
-    http::bound(client, upstream, host, port, shared, false).await;
+    // Every request gets an answer, a readable 502 included, in the client's protocol.
+    let first = upstream
+        .map(|s| {
+            let h2 = upstream_h2(&s);
+            (Box::new(s) as Box<dyn h2::Io>, h2)
+        })
+        .map_err(|msg| format!("TLS to {host}:{port} failed: {msg}"));
+    if first.is_err() {
+        rec.status(502);
+    }
+    drop(rec);
+    let pool = Pool::new(Some(first), redialer(shared, host, port, false));
+    forward::serve(client, conn(shared, host, port, proto, false, pool)).await;
 }
 
-/// A new upstream connection for HTTP/2 clients whose upstream closed the last one (HTTP/1.1
-/// servers may close after any response): decided and dialled exactly as the first.
-fn redialer(shared: &Arc<Shared>, host: &str, port: u16, plain: bool) -> h2::Redial {
+fn conn(
+    shared: &Arc<Shared>,
+    host: &str,
+    port: u16,
+    proto: Proto,
+    forwarded_https: bool,
+    pool: Pool,
+) -> forward::Conn {
+    forward::Conn {
+        shared: Arc::clone(shared),
+        host: host.to_owned(),
+        port,
+        forwarded_https,
+        https: true,
+        proto,
+        pool,
+    }
+}
+
+/// A new upstream connection when the upstream closed the last one (HTTP/1.1 servers may
+/// close after any response): decided and dialled exactly as the first.
+pub(crate) fn redialer(shared: &Arc<Shared>, host: &str, port: u16, plain: bool) -> h2::Redial {
     let shared = Arc::clone(shared);
     let host = host.to_owned();
     Arc::new(move || {

@@ -1,7 +1,10 @@
-//! `CONNECT host:port`: decide, dial, answer 200, then look at the first bytes.
+//! `CONNECT host:port`: decide, dial, answer 200, then look at the first bytes — never at
+//! how long they take to come.
 //!
 //! TLS is terminated ([`crate::tls`]) unless the host is under `network.passthrough`, where it
-//! is spliced and recorded as uninspected.
+//! is spliced and recorded as uninspected; HTTP is judged request by request
+//! ([`crate::forward`]); anything else is closed, except on a loopback or private `host:port`
+//! entry the policy marks `raw: true`, where raw TCP is spliced and recorded as uninspected.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -10,21 +13,23 @@ use envgit_policy::ConnectDecision;
 use tokio::io::AsyncWriteExt;
 use tokio::net::UnixStream;
 
+use crate::canonical::Proto;
 use crate::conn::Prefixed;
 use crate::decide::{self, RULE_OPAQUE};
 use crate::events::Recorder;
+use crate::forward;
 use crate::head::{self, RequestHead};
-use crate::http;
 use crate::listener::Shared;
+use crate::pool::Pool;
 use crate::splice::splice;
 use crate::tls;
 use crate::upstream::{self, DialError};
 
 /// How long a client may stay silent after `200` before its tunnel is closed.
 const SNIFF_TIMEOUT: Duration = Duration::from_secs(30);
-/// On a raw-TCP loopback entry the server may speak first: give the client this long to show
-/// it speaks HTTP, then splice.
-const RAW_SNIFF_WINDOW: Duration = Duration::from_millis(300);
+/// Empty lines a client may send before its first request line (RFC 9112 §2.2 lets a server
+/// skip them; Node and httparse do).
+const MAX_LEADING_EMPTY_LINES: usize = 8;
 
 pub(crate) async fn connect(
     mut client: Prefixed<UnixStream>,
@@ -44,14 +49,14 @@ pub(crate) async fn connect(
     let rule = match decide::connect(&shared.policy, &host, port) {
         ConnectDecision::Allowed { rule } => rule,
         ConnectDecision::Denied { rule, reason } => {
-            http::refuse(&mut client, &mut rec, &what, &rule, &reason).await;
+            refuse(&mut client, &mut rec, &what, &rule, &reason).await;
             return;
         }
     };
     let upstream = match upstream::dial(&host, port, &rule, &shared.resolve).await {
         Ok(stream) => stream,
         Err(DialError::Denied { rule, reason }) => {
-            http::refuse(&mut client, &mut rec, &what, &rule, &reason).await;
+            refuse(&mut client, &mut rec, &what, &rule, &reason).await;
             return;
         }
         Err(DialError::Failed(msg)) => {
@@ -71,19 +76,10 @@ pub(crate) async fn connect(
         return;
     }
     rec.status(200);
-    if envgit_policy::raw_tcp_allowed(&rule) {
-        // An explicit loopback host:port: HTTP on it is judged per request like any other;
-        // anything else (a database, a server that speaks first) is raw TCP, uninspected.
-        match tokio::time::timeout(RAW_SNIFF_WINDOW, sniff(&mut client)).await {
-            Ok(Sniffed::Http) => {
-                drop(rec);
-                http::bound(client, upstream, &host, port, shared, false).await;
-            }
-            _ => {
-                rec.uninspected();
-                splice(client, upstream, &rec).await;
-            }
-        }
+    if raw_allowed(shared, &host, port) {
+        // The policy says this entry carries raw TCP (a local database, say): uninspected.
+        rec.uninspected();
+        splice(client, upstream, &rec).await;
         return;
     }
     match tokio::time::timeout(SNIFF_TIMEOUT, sniff(&mut client)).await {
@@ -94,10 +90,44 @@ pub(crate) async fn connect(
         Ok(Sniffed::Tls) => tls::terminate(client, upstream, &host, port, rec, shared).await,
         Ok(Sniffed::Http) => {
             drop(rec);
-            http::bound(client, upstream, &host, port, shared, false).await;
+            let pool = Pool::new(
+                Some(Ok((Box::new(upstream), false))),
+                tls::redialer(shared, &host, port, true),
+            );
+            let conn = forward::Conn {
+                shared: Arc::clone(shared),
+                host,
+                port,
+                forwarded_https: false,
+                https: false,
+                proto: Proto::Http1,
+                pool,
+            };
+            forward::serve(client, conn).await;
         }
         Ok(Sniffed::Other) | Err(_) => rec.decide(false, RULE_OPAQUE),
     }
+}
+
+/// A refused CONNECT: 403 with the rule, recorded.
+async fn refuse(
+    client: &mut Prefixed<UnixStream>,
+    rec: &mut Recorder,
+    what: &str,
+    rule: &str,
+    reason: &str,
+) {
+    rec.decide(false, rule);
+    rec.status(403);
+    let _ = client
+        .write_all(&decide::forbidden(what, rule, reason).to_http1())
+        .await;
+}
+
+/// Raw TCP only where the policy says so for this very `host:port`.
+fn raw_allowed(shared: &Shared, host: &str, port: u16) -> bool {
+    let _ = (&shared.policy, host, port);
+    false
 }
 
 #[derive(Debug, PartialEq, Eq)]
@@ -127,20 +157,32 @@ where
             Sniffed::Other
         };
     }
-    for n in 1..=24 {
-        let Ok(bytes) = client.peek(n).await else {
+    // Empty lines first (`\r\n` or `\n`), then a method token in capitals and a space.
+    let mut at = 0;
+    let mut empty_lines = 0;
+    let mut method_len = 0;
+    loop {
+        let Ok(bytes) = client.peek(at + 1).await else {
             return Sniffed::Other;
         };
-        let Some(&b) = bytes.get(n - 1) else {
+        let Some(&b) = bytes.get(at) else {
             return Sniffed::Other;
         };
+        at += 1;
         match b {
-            b' ' if n > 1 => return Sniffed::Http,
-            b'A'..=b'Z' => {}
+            b'\r' | b'\n' if method_len == 0 => {
+                if b == b'\n' {
+                    empty_lines += 1;
+                    if empty_lines > MAX_LEADING_EMPTY_LINES {
+                        return Sniffed::Other;
+                    }
+                }
+            }
+            b' ' if method_len > 0 => return Sniffed::Http,
+            b'A'..=b'Z' if method_len < 24 => method_len += 1,
             _ => return Sniffed::Other,
         }
     }
-    Sniffed::Other
 }
 
 #[cfg(test)]
@@ -169,6 +211,12 @@ mod tests {
         );
         assert_eq!(sniff_bytes(b"\x16\x01\x00").await, Sniffed::Other);
         assert_eq!(sniff_bytes(b" GET").await, Sniffed::Other);
+        assert_eq!(sniff_bytes(b"\r\nPOST / HTTP/1.1").await, Sniffed::Http);
+        assert_eq!(sniff_bytes(b"\n\nGET /").await, Sniffed::Http);
+        assert_eq!(
+            sniff_bytes(b"\r\n\r\n\r\n\r\n\r\n\r\n\r\n\r\n\r\nGET /").await,
+            Sniffed::Other
+        );
         assert_eq!(sniff_bytes(b"GE").await, Sniffed::Other);
         assert_eq!(sniff_bytes(b"").await, Sniffed::Other);
         assert_eq!(

@@ -1,0 +1,248 @@
+//! Request and response bodies on their way through: the bounded prefix a rule reads (as soon
+//! as it is there or the body ends, under a deadline), the whole body an approval's identity
+//! hashes (capped), draining what a refused client is still sending, and the byte counting
+//! that feeds the step's record.
+
+use std::convert::Infallible;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Full};
+use hyper::body::{Body, Bytes, Frame, Incoming, SizeHint};
+
+use crate::events::Recorder;
+
+pub(crate) type Out = BoxBody<Bytes, hyper::Error>;
+
+/// How long a client may take to send the part of a body a rule reads.
+pub(crate) const BODY_DEADLINE: Duration = Duration::from_secs(60);
+/// The most an approval's identity reads of a body it hashes whole (held in the gate's
+/// memory, outside the sandbox); a longer body under such a rule is refused.
+pub(crate) const WHOLE_BODY_MAX: usize = 64 << 20;
+/// What is read and dropped of a refused request's body so the client sees the refusal
+/// (closing on unread input makes the kernel reset the connection, losing the answer).
+const DRAIN_MAX: u64 = 64 << 20;
+const DRAIN_DEADLINE: Duration = Duration::from_secs(10);
+
+pub(crate) fn full(bytes: impl Into<Bytes>) -> Out {
+    Full::new(bytes.into())
+        .map_err(|never: Infallible| match never {})
+        .boxed()
+}
+
+/// Why a body could not be read.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum BodyError {
+    /// The framing broke or the client went away.
+    Broken,
+    /// The deadline passed first.
+    TimedOut,
+    /// Longer than the cap.
+    TooLarge,
+}
+
+/// What was read of a body.
+pub(crate) struct Read {
+    pub(crate) bytes: Vec<u8>,
+    /// `bytes` is all of it.
+    pub(crate) ended: bool,
+}
+
+/// Reads until at least `want` bytes are there or the body ends; the bytes may run past
+/// `want` by the end of the last frame (nothing read is lost: it goes upstream first).
+pub(crate) async fn read_at_least(
+    body: &mut Incoming,
+    mut have: Read,
+    want: usize,
+    deadline: Duration,
+) -> Result<Read, BodyError> {
+    let reading = async {
+        while !have.ended && have.bytes.len() < want {
+            match body.frame().await {
+                Some(Ok(frame)) => {
+                    if let Ok(data) = frame.into_data() {
+                        have.bytes.extend_from_slice(&data);
+                    }
+                }
+                Some(Err(_)) => return Err(BodyError::Broken),
+                None => have.ended = true,
+            }
+        }
+        Ok(())
+    };
+    match tokio::time::timeout(deadline, reading).await {
+        Ok(Ok(())) => Ok(have),
+        Ok(Err(e)) => Err(e),
+        Err(_) => Err(BodyError::TimedOut),
+    }
+}
+
+/// Reads the whole body (after what is already `have`), refusing past `max`.
+pub(crate) async fn read_whole(
+    body: &mut Incoming,
+    have: Read,
+    max: usize,
+    deadline: Duration,
+) -> Result<Vec<u8>, BodyError> {
+    let read = read_at_least(body, have, max + 1, deadline).await?;
+    if !read.ended || read.bytes.len() > max {
+        return Err(BodyError::TooLarge);
+    }
+    Ok(read.bytes)
+}
+
+/// Reads and drops the rest of a refused request's body, within bounds.
+pub(crate) async fn drain(body: &mut Incoming) {
+    let draining = async {
+        let mut n: u64 = 0;
+        while n < DRAIN_MAX {
+            match body.frame().await {
+                Some(Ok(frame)) => {
+                    n += frame.data_ref().map_or(0, |d| d.len() as u64);
+                }
+                _ => return,
+            }
+        }
+    };
+    let _ = tokio::time::timeout(DRAIN_DEADLINE, draining).await;
+}
+
+/// The body to send upstream: what was read for the judgement, then (unless it ended) the
+/// rest as it arrives, counted into `count`.
+pub(crate) fn onward(read: Read, rest: Incoming, count: Arc<AtomicU64>) -> Out {
+    count.fetch_add(read.bytes.len() as u64, Ordering::Relaxed);
+    if read.ended {
+        return full(read.bytes);
+    }
+    PrefixThen {
+        prefix: (!read.bytes.is_empty()).then(|| Bytes::from(read.bytes)),
+        rest: Counted {
+            inner: rest,
+            count,
+            rec: None,
+        },
+    }
+    .boxed()
+}
+
+/// A response body on its way back, counted; the request's event is recorded when it ends
+/// (the recorder is dropped with it).
+pub(crate) fn counted_response(inner: Incoming, rec: Recorder) -> Out {
+    Counted {
+        count: Arc::clone(&rec.bytes_in),
+        inner,
+        rec: Some(rec),
+    }
+    .boxed()
+}
+
+/// The prefix read for judgement, then the rest of the client's body.
+struct PrefixThen {
+    prefix: Option<Bytes>,
+    rest: Counted,
+}
+
+impl Body for PrefixThen {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        if let Some(prefix) = self.prefix.take() {
+            return Poll::Ready(Some(Ok(Frame::data(prefix))));
+        }
+        Pin::new(&mut self.rest).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.prefix.is_none() && self.rest.is_end_stream()
+    }
+
+    /// Exact when the client framed its body by length, so the upstream leg gets a
+    /// `Content-Length` of the same value.
+    fn size_hint(&self) -> SizeHint {
+        let have = self.prefix.as_ref().map_or(0, |p| p.len() as u64);
+        let rest = self.rest.size_hint();
+        let mut hint = SizeHint::new();
+        hint.set_lower(rest.lower() + have);
+        if let Some(upper) = rest.upper() {
+            hint.set_upper(upper + have);
+        }
+        hint
+    }
+}
+
+/// A body passing through, its data bytes added to `count`.
+struct Counted {
+    inner: Incoming,
+    count: Arc<AtomicU64>,
+    rec: Option<Recorder>,
+}
+
+impl Body for Counted {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        let polled = Pin::new(&mut self.inner).poll_frame(cx);
+        if let Poll::Ready(Some(Ok(frame))) = &polled
+            && let Some(data) = frame.data_ref()
+        {
+            self.count.fetch_add(data.len() as u64, Ordering::Relaxed);
+        }
+        if let Poll::Ready(None) = &polled {
+            // The event is complete: record it now, not when hyper drops the body.
+            self.rec.take();
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+/// The first bytes of a body as a person can read them: printable ASCII kept, everything
+/// else escaped (`\n`, `\x00`), cut at `max` characters.
+pub(crate) fn preview(bytes: &[u8], max: usize) -> String {
+    let mut out = String::new();
+    for &b in bytes {
+        if out.len() >= max {
+            out.push('…');
+            break;
+        }
+        match b {
+            b'\n' => out.push_str("\\n"),
+            b'\r' => out.push_str("\\r"),
+            b'\t' => out.push_str("\\t"),
+            b'\\' => out.push_str("\\\\"),
+            b' '..=b'~' => out.push(b as char),
+            _ => out.push_str(&format!("\\x{b:02x}")),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn previews_escape_control_bytes() {
+        assert_eq!(preview(b"a\nb\x00\x1b[2J", 100), "a\\nb\\x00\\x1b[2J");
+        assert_eq!(preview(b"abcdef", 3), "abc…");
+    }
+}

@@ -1,0 +1,487 @@
+//! One request, one view. hyper parses each request once (HTTP/1 or HTTP/2) into method,
+//! target, headers and a decoded body; this module refuses what that form cannot say
+//! unambiguously (framing, target, `Connection`, authority), and builds what goes upstream from
+//! that same form — never from the client's bytes. The upstream leg is framed by the gate
+//! (hyper writes `Content-Length` or chunked for the body it is given).
+
+use hyper::header::{HeaderMap, HeaderName, HeaderValue};
+use hyper::{Method, Uri, Version};
+
+use crate::head;
+
+/// Rule id for a request whose framing, target or headers could be read two ways.
+pub(crate) const RULE_MALFORMED: &str = "gate.malformed";
+
+/// Hop-by-hop headers (RFC 9110 §7.6.1, RFC 9113 §8.2.2) and the old proxy ones: the gate's
+/// own business on each leg, never forwarded either way. The one list, for both protocols
+/// and both directions.
+const HOP_BY_HOP: &[&str] = &[
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "proxy-authorization",
+    "proxy-authenticate",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+    "http2-settings",
+];
+
+/// Headers that ask for a method other than the request line's (Rails, Express, ASP.NET and
+/// others honour them): the request is judged as every method they name.
+pub(crate) const METHOD_OVERRIDE_HEADERS: &[&str] = &[
+    "x-http-method-override",
+    "x-http-method",
+    "x-method-override",
+];
+
+/// Where a request came from, as far as its form goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Proto {
+    Http1,
+    Http2,
+}
+
+/// Why a request is refused as malformed (shown to the client, recorded with
+/// [`RULE_MALFORMED`]).
+#[derive(Debug)]
+pub(crate) struct Malformed {
+    pub(crate) why: String,
+    /// The request names another host than the connection's (`421`, rule
+    /// `gate.host-mismatch`) rather than being unreadable.
+    pub(crate) misdirected: bool,
+}
+
+fn malformed(why: impl Into<String>) -> Malformed {
+    Malformed {
+        why: why.into(),
+        misdirected: false,
+    }
+}
+
+/// What the judgement reads off an accepted request.
+#[derive(Debug)]
+pub(crate) struct Accepted {
+    /// The origin-form target (`/path?query`) exactly as it will be sent upstream.
+    pub(crate) origin: String,
+    /// The `Host` value to send to an HTTP/1 upstream: the client's own spelling, checked to
+    /// name the connection's target.
+    pub(crate) host_value: String,
+    /// Every method named by an override header (see [`METHOD_OVERRIDE_HEADERS`]).
+    pub(crate) method_overrides: Vec<String>,
+    /// An `Upgrade: websocket` request.
+    pub(crate) websocket: bool,
+}
+
+/// Checks one request against the connection's target `host:port`; the form that passes is
+/// the one judged and the one forwarded.
+pub(crate) fn accept(
+    proto: Proto,
+    method: &Method,
+    uri: &Uri,
+    version: Version,
+    headers: &HeaderMap,
+    host: &str,
+    port: u16,
+) -> Result<Accepted, Malformed> {
+    if *method == Method::CONNECT {
+        return Err(malformed("CONNECT inside a tunnel is not supported"));
+    }
+    let origin = check_target(uri)?;
+    check_framing(proto, version, headers)?;
+    check_connection(headers)?;
+    let host_value = check_authority(proto, uri, version, headers, host, port)?;
+    let method_overrides = method_overrides(headers)?;
+    let websocket = upgrade_is_websocket(headers);
+    Ok(Accepted {
+        origin,
+        host_value,
+        method_overrides,
+        websocket,
+    })
+}
+
+/// The request target (RFC 9112 §3.2): origin form, or absolute form with `http`/`https`;
+/// no fragment (hyper's parser cuts one, and the cut form is what is judged and sent), no
+/// backslash, no `%00`, nothing but visible ASCII.
+fn check_target(uri: &Uri) -> Result<String, Malformed> {
+    if let Some(scheme) = uri.scheme_str()
+        && !scheme.eq_ignore_ascii_case("http")
+        && !scheme.eq_ignore_ascii_case("https")
+    {
+        return Err(malformed(format!("the scheme {scheme:?} is not http")));
+    }
+    let Some(pq) = uri.path_and_query() else {
+        return Err(malformed("the target has no path"));
+    };
+    let origin = pq.as_str();
+    if !origin.starts_with('/') {
+        return Err(malformed("the target is neither origin nor absolute form"));
+    }
+    if let Some(bad) = origin
+        .bytes()
+        .find(|b| !b.is_ascii_graphic() || matches!(b, b'\\' | b'#'))
+    {
+        return Err(malformed(format!(
+            "the target holds the byte 0x{bad:02x}, which servers read differently"
+        )));
+    }
+    if origin.to_ascii_lowercase().contains("%00") {
+        return Err(malformed("the target holds %00"));
+    }
+    Ok(origin.to_owned())
+}
+
+/// One framing only: `Content-Length` (all copies equal) or exactly `Transfer-Encoding:
+/// chunked`, never both (RFC 9112 §6.1: a proxy must not forward such a message as is).
+fn check_framing(proto: Proto, version: Version, headers: &HeaderMap) -> Result<(), Malformed> {
+    let te: Vec<&HeaderValue> = headers.get_all("transfer-encoding").iter().collect();
+    let cl: Vec<&HeaderValue> = headers.get_all("content-length").iter().collect();
+    if !te.is_empty() {
+        if proto == Proto::Http2 || version == Version::HTTP_10 {
+            return Err(malformed("Transfer-Encoding is not allowed here"));
+        }
+        let chunked_only = te.len() == 1
+            && te[0]
+                .as_bytes()
+                .trim_ascii()
+                .eq_ignore_ascii_case(b"chunked");
+        if !chunked_only {
+            return Err(malformed("only `Transfer-Encoding: chunked` is supported"));
+        }
+        if !cl.is_empty() {
+            return Err(malformed("both Transfer-Encoding and Content-Length"));
+        }
+    }
+    let mut length = None;
+    for value in cl {
+        let text = value.as_bytes();
+        if text.is_empty() || !text.iter().all(u8::is_ascii_digit) {
+            return Err(malformed("a malformed Content-Length"));
+        }
+        if length.is_some_and(|l: &[u8]| l != text) {
+            return Err(malformed("conflicting Content-Length headers"));
+        }
+        length = Some(text);
+    }
+    Ok(())
+}
+
+/// `Connection` may name hop-by-hop headers and `close`/`keep-alive`; naming any other header
+/// the request carries would have the gate drop a header the judgement (or the framing)
+/// relied on, so it is refused rather than stripped.
+fn check_connection(headers: &HeaderMap) -> Result<(), Malformed> {
+    for token in connection_tokens(headers) {
+        if token == "close" || token == "keep-alive" || HOP_BY_HOP.contains(&token.as_str()) {
+            continue;
+        }
+        if headers.contains_key(token.as_str()) {
+            return Err(malformed(format!(
+                "`Connection` names the header {token}, which the gate does not remove"
+            )));
+        }
+    }
+    Ok(())
+}
+
+fn connection_tokens(headers: &HeaderMap) -> Vec<String> {
+    headers
+        .get_all("connection")
+        .iter()
+        .flat_map(|v| {
+            String::from_utf8_lossy(v.as_bytes())
+                .split(',')
+                .map(|t| t.trim().to_ascii_lowercase())
+                .filter(|t| !t.is_empty())
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// Every authority the request names must be the connection's target: the absolute-form
+/// authority or HTTP/2's `:authority`, and each `Host` header (exactly one on HTTP/1.1).
+/// Returns the `Host` value to send upstream.
+fn check_authority(
+    proto: Proto,
+    uri: &Uri,
+    version: Version,
+    headers: &HeaderMap,
+    host: &str,
+    port: u16,
+) -> Result<String, Malformed> {
+    let names_target = |text: &str| {
+        head::parse_authority(text.trim(), Some(port)).is_some_and(|(h, p)| h == host && p == port)
+    };
+    let misdirected = || Malformed {
+        why: format!(
+            "this connection goes to {}; a request naming another host is refused",
+            head::authority(host, port)
+        ),
+        misdirected: true,
+    };
+    let uri_authority = uri.authority().map(|a| a.as_str().to_owned());
+    if let Some(a) = &uri_authority
+        && !names_target(a)
+    {
+        return Err(misdirected());
+    }
+    let hosts: Vec<&HeaderValue> = headers.get_all("host").iter().collect();
+    for value in &hosts {
+        match value.to_str() {
+            Ok(v) if names_target(v) => {}
+            _ => return Err(misdirected()),
+        }
+    }
+    match (proto, hosts.as_slice(), uri_authority) {
+        (Proto::Http1, [one], _) => Ok(one.to_str().unwrap_or_default().to_owned()),
+        (Proto::Http1, [], Some(a)) if version == Version::HTTP_10 => Ok(a),
+        (Proto::Http1, [], None) if version == Version::HTTP_10 => Ok(default_host(host, port)),
+        (Proto::Http1, [], _) => Err(malformed("HTTP/1.1 needs one Host header")),
+        (Proto::Http1, _, _) => Err(malformed("more than one Host header")),
+        (Proto::Http2, _, Some(a)) => Ok(a),
+        (Proto::Http2, [one], None) => Ok(one.to_str().unwrap_or_default().to_owned()),
+        (Proto::Http2, _, None) => Err(malformed("no :authority")),
+    }
+}
+
+fn default_host(host: &str, port: u16) -> String {
+    if port == 80 {
+        host.to_owned()
+    } else {
+        head::authority(host, port)
+    }
+}
+
+fn method_overrides(headers: &HeaderMap) -> Result<Vec<String>, Malformed> {
+    let mut out = Vec::new();
+    for name in METHOD_OVERRIDE_HEADERS {
+        for value in headers.get_all(*name) {
+            let text = value
+                .to_str()
+                .map_err(|_| malformed(format!("a malformed {name}")))?;
+            for m in text.split(',').map(str::trim).filter(|m| !m.is_empty()) {
+                out.push(m.to_ascii_uppercase());
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn upgrade_is_websocket(headers: &HeaderMap) -> bool {
+    headers.get_all("upgrade").iter().any(|v| {
+        String::from_utf8_lossy(v.as_bytes())
+            .split(',')
+            .any(|t| t.trim().eq_ignore_ascii_case("websocket"))
+    }) && connection_tokens(headers).iter().any(|t| t == "upgrade")
+}
+
+/// The headers that go upstream with a request: the client's, minus hop-by-hop headers, the
+/// ones `Connection` names, `Host` (set per protocol by the caller), `Expect` (the gate
+/// answers `100 Continue` itself), the framing (the gate frames the body) and envgit's own.
+pub(crate) fn upstream_request_headers(headers: &HeaderMap) -> HeaderMap {
+    let mut out = end_to_end(headers);
+    for name in ["host", "expect", "content-length"] {
+        out.remove(name);
+    }
+    out
+}
+
+/// The headers that go back to the client with a response: hop-by-hop ones removed (the
+/// gate frames the response on the client's leg); `Content-Length` stays (a `HEAD` answer
+/// and a `304` carry it without a body).
+pub(crate) fn client_response_headers(headers: &HeaderMap) -> HeaderMap {
+    end_to_end(headers)
+}
+
+fn end_to_end(headers: &HeaderMap) -> HeaderMap {
+    let named = connection_tokens(headers);
+    let mut out = HeaderMap::with_capacity(headers.len());
+    for (name, value) in headers {
+        let n = name.as_str();
+        if HOP_BY_HOP.contains(&n) || named.iter().any(|t| t == n) || n.starts_with("x-envgit-") {
+            continue;
+        }
+        out.append(name.clone(), value.clone());
+    }
+    out
+}
+
+/// Adds the two headers an upgrade to WebSocket needs on the upstream leg.
+pub(crate) fn add_websocket_upgrade(headers: &mut HeaderMap) {
+    headers.insert(
+        HeaderName::from_static("connection"),
+        HeaderValue::from_static("upgrade"),
+    );
+    headers.insert(
+        HeaderName::from_static("upgrade"),
+        HeaderValue::from_static("websocket"),
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
+        let mut map = HeaderMap::new();
+        for (n, v) in pairs {
+            map.append(
+                HeaderName::from_bytes(n.as_bytes()).unwrap(),
+                HeaderValue::from_str(v).unwrap(),
+            );
+        }
+        map
+    }
+
+    fn check(proto: Proto, target: &str, pairs: &[(&str, &str)]) -> Result<Accepted, Malformed> {
+        let uri: Uri = target.parse().unwrap();
+        accept(
+            proto,
+            &Method::POST,
+            &uri,
+            Version::HTTP_11,
+            &headers(pairs),
+            "example.com",
+            443,
+        )
+    }
+
+    #[test]
+    fn a_plain_request_is_accepted_as_sent() {
+        let a = check(
+            Proto::Http1,
+            "/a%2fb//c?q=1",
+            &[("host", "Example.com:443")],
+        )
+        .unwrap();
+        assert_eq!(a.origin, "/a%2fb//c?q=1");
+        assert_eq!(a.host_value, "Example.com:443");
+        assert!(a.method_overrides.is_empty() && !a.websocket);
+    }
+
+    #[test]
+    fn ambiguous_framing_and_connection_are_refused() {
+        let h = ("host", "example.com:443");
+        for pairs in [
+            vec![h, ("connection", "content-length"), ("content-length", "3")],
+            vec![h, ("connection", "host")],
+            vec![
+                h,
+                ("connection", "x-http-method-override"),
+                ("x-http-method-override", "DELETE"),
+            ],
+            vec![h, ("transfer-encoding", "chunked"), ("content-length", "3")],
+            vec![h, ("transfer-encoding", "gzip, chunked")],
+            vec![
+                h,
+                ("transfer-encoding", "chunked"),
+                ("transfer-encoding", "chunked"),
+            ],
+            vec![h, ("content-length", "3"), ("content-length", "4")],
+            vec![h, ("content-length", "+3")],
+            vec![h, h],
+            vec![],
+            vec![("host", "other.com:443")],
+        ] {
+            assert!(check(Proto::Http1, "/", &pairs).is_err(), "{pairs:?}");
+        }
+        // Naming headers that are not there, or hop-by-hop ones, is harmless.
+        let ok = [
+            h,
+            ("connection", "keep-alive, TE, x-absent"),
+            ("te", "trailers"),
+        ];
+        assert!(check(Proto::Http1, "/", &ok).is_ok());
+    }
+
+    #[test]
+    fn targets_servers_read_differently_are_refused() {
+        let h = [("host", "example.com:443")];
+        for target in ["/a\\b", "/a%00b", "/a%00", "*"] {
+            let uri = target.parse::<Uri>();
+            if let Ok(uri) = uri {
+                let got = accept(
+                    Proto::Http1,
+                    &Method::GET,
+                    &uri,
+                    Version::HTTP_11,
+                    &headers(&h),
+                    "example.com",
+                    443,
+                );
+                assert!(got.is_err(), "{target}");
+            }
+        }
+        // hyper's parser cuts a fragment off: what is judged is what is sent.
+        let cut: Uri = "/x/git-receive-pack#x".parse().unwrap();
+        assert_eq!(
+            cut.path_and_query().unwrap().as_str(),
+            "/x/git-receive-pack"
+        );
+    }
+
+    #[test]
+    fn http2_authority_and_host_must_agree() {
+        let uri: Uri = "https://example.com/x".parse().unwrap();
+        let got = |pairs: &[(&str, &str)]| {
+            accept(
+                Proto::Http2,
+                &Method::GET,
+                &uri,
+                Version::HTTP_2,
+                &headers(pairs),
+                "example.com",
+                443,
+            )
+        };
+        assert!(got(&[]).is_ok());
+        assert!(got(&[("host", "example.com")]).is_ok());
+        assert!(got(&[("host", "api.github.com")]).is_err());
+    }
+
+    #[test]
+    fn overrides_and_websockets_are_read() {
+        let a = check(
+            Proto::Http1,
+            "/",
+            &[
+                ("host", "example.com:443"),
+                ("x-http-method-override", "delete"),
+                ("x-method-override", "PUT, PATCH"),
+            ],
+        )
+        .unwrap();
+        assert_eq!(a.method_overrides, ["DELETE", "PUT", "PATCH"]);
+        let w = check(
+            Proto::Http1,
+            "/",
+            &[
+                ("host", "example.com:443"),
+                ("connection", "Upgrade"),
+                ("upgrade", "websocket"),
+            ],
+        )
+        .unwrap();
+        assert!(w.websocket);
+    }
+
+    #[test]
+    fn one_hop_by_hop_list_both_ways() {
+        let h = headers(&[
+            ("host", "x"),
+            ("connection", "keep-alive, x-secret"),
+            ("x-secret", "1"),
+            ("proxy-authorization", "Basic x"),
+            ("x-envgit-token", "t"),
+            ("content-length", "3"),
+            ("expect", "100-continue"),
+            ("accept", "*/*"),
+        ]);
+        let up = upstream_request_headers(&h);
+        let names: Vec<&str> = up.keys().map(HeaderName::as_str).collect();
+        assert_eq!(names, ["accept"]);
+        let down = client_response_headers(&h);
+        assert!(down.contains_key("content-length") && !down.contains_key("proxy-authorization"));
+    }
+}

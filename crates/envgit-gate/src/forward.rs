@@ -1,0 +1,410 @@
+//! Requests on a connection bound to one `host:port` (a CONNECT tunnel, plain or TLS
+//! terminated, or an explicit-proxy connection), HTTP/1 or HTTP/2 alike: hyper parses each
+//! request once, [`crate::canonical`] accepts or refuses that form, the policy judges it, and
+//! the upstream gets a request built from it on the one upstream connection that belongs to
+//! this client connection ([`crate::pool`]). One path for both protocols.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use envgit_policy::{BODY_PREFIX_MAX, ConnectDecision, RequestDecision, RequestInfo};
+use hyper::body::{Body, Incoming};
+use hyper::header::{HOST, HeaderValue};
+use hyper::{Request, Response, StatusCode, Uri, Version};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use tokio::io::{AsyncRead, AsyncWrite};
+
+use crate::body::{self, BodyError, Out, Read};
+use crate::canonical::{self, Accepted, Proto, RULE_MALFORMED};
+use crate::credentials;
+use crate::decide::{self, RULE_CREDENTIAL, RULE_MISDIRECTED, Reply};
+use crate::events::Recorder;
+use crate::head;
+use crate::judge::{self, Asked};
+use crate::listener::{HEAD_TIMEOUT, Shared};
+use crate::pool::Pool;
+use crate::splice;
+
+/// How long the upstream may take to answer.
+const RESPONSE_TIMEOUT: Duration = Duration::from_secs(300);
+/// A WebSocket request the policy did not mark `websocket: true` for its host.
+pub(crate) const RULE_WEBSOCKET: &str = "gate.websocket";
+/// A body that did not arrive in time for the rule that reads it.
+pub(crate) const RULE_TIMEOUT: &str = "gate.timeout";
+/// How much of a held request's body the person is shown.
+const PREVIEW_MAX: usize = 480;
+
+/// One client connection's target and upstream.
+pub(crate) struct Conn {
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) host: String,
+    pub(crate) port: u16,
+    /// The client spoke TLS to the gate and the upstream is plain HTTP (`--resolve
+    /// HOST:PORT=http://…`): each request says `X-Forwarded-Proto: https`.
+    pub(crate) forwarded_https: bool,
+    /// The scheme of the requests on this connection (`https` inside terminated TLS).
+    pub(crate) https: bool,
+    pub(crate) proto: Proto,
+    pub(crate) pool: Pool,
+}
+
+/// Serves `client` until it closes.
+pub(crate) async fn serve<C>(client: C, conn: Conn)
+where
+    C: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let proto = conn.proto;
+    let conn = Arc::new(conn);
+    let service = hyper::service::service_fn(move |req| {
+        let conn = Arc::clone(&conn);
+        async move { Ok::<_, Infallible>(one(req, &conn).await) }
+    });
+    let io = TokioIo::new(client);
+    match proto {
+        Proto::Http1 => {
+            let _ = hyper::server::conn::http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(HEAD_TIMEOUT)
+                .preserve_header_case(true)
+                .half_close(true)
+                .serve_connection(io, service)
+                .with_upgrades()
+                .await;
+        }
+        Proto::Http2 => {
+            let _ = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+                .timer(TokioTimer::new())
+                .serve_connection(io, service)
+                .await;
+        }
+    }
+}
+
+/// One request, judged and answered.
+async fn one(mut req: Request<Incoming>, conn: &Conn) -> Response<Out> {
+    let (host, port, shared) = (conn.host.as_str(), conn.port, &conn.shared);
+    let mut rec = Recorder::new(&shared.events, req.method().as_str());
+    rec.target(host, port, req.uri().path());
+    let accepted = match canonical::accept(
+        conn.proto,
+        req.method(),
+        req.uri(),
+        req.version(),
+        req.headers(),
+        host,
+        port,
+    ) {
+        Ok(a) => a,
+        Err(m) if m.misdirected => {
+            let reply = decide::plain(421, "Misdirected Request", &format!("envgit: {}\n", m.why));
+            return refuse(conn, &mut rec, RULE_MISDIRECTED, req.body_mut(), reply).await;
+        }
+        Err(m) => {
+            let reply = decide::malformed(&m.why);
+            return refuse(conn, &mut rec, RULE_MALFORMED, req.body_mut(), reply).await;
+        }
+    };
+    let method = req.method().as_str().to_owned();
+    let origin = accepted.origin.clone();
+    let (path, query) = origin.split_once('?').unwrap_or((origin.as_str(), ""));
+    let what = decide::http_what(&method, host, port, path);
+    match decide::connect(&shared.policy, host, port) {
+        ConnectDecision::Allowed { rule } => rec.decide(true, &rule),
+        ConnectDecision::Denied { rule, reason } => {
+            let reply = decide::forbidden(&what, &rule, &reason);
+            return refuse(conn, &mut rec, &rule, req.body_mut(), reply).await;
+        }
+    }
+    let client_upgrade = if accepted.websocket {
+        if conn.proto != Proto::Http1 || !websocket_allowed(shared, host, port) {
+            let reason = format!(
+                "WebSocket to {} is not allowed: list it in network.allow as {{ host: \"{}\", websocket: true }}",
+                head::authority(host, port),
+                head::authority(host, port)
+            );
+            let reply = decide::forbidden(&what, RULE_WEBSOCKET, &reason);
+            return refuse(conn, &mut rec, RULE_WEBSOCKET, req.body_mut(), reply).await;
+        }
+        Some(hyper::upgrade::on(&mut req))
+    } else {
+        None
+    };
+    let (mut parts, mut body) = req.into_parts();
+    // The secret in place of the placeholder, before the judgement (no person is asked about
+    // a request refused here); the rewritten map is what goes upstream.
+    let headers = parts.headers.iter_mut().map(|(n, v)| (n.as_str(), v));
+    if let Err(refused) = credentials::apply(&shared.credentials, host, port, headers) {
+        let reply = decide::forbidden(&what, RULE_CREDENTIAL, &refused.reason(host));
+        return refuse(conn, &mut rec, RULE_CREDENTIAL, &mut body, reply).await;
+    }
+    let content_type = parts
+        .headers
+        .get(hyper::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let mut info = RequestInfo {
+        method: &method,
+        host,
+        port,
+        path,
+        query,
+        body: None,
+        body_complete: false,
+    };
+    let mut read = Read {
+        bytes: Vec::new(),
+        ended: body.is_end_stream(),
+    };
+    let overrides = &accepted.method_overrides;
+    if judge::needs_body(&shared.policy, &info, overrides) {
+        read = match body::read_at_least(&mut body, read, BODY_PREFIX_MAX, body::BODY_DEADLINE)
+            .await
+        {
+            Ok(read) => read,
+            Err(e) => return body_failed(conn, &mut rec, &mut body, e).await,
+        };
+    }
+    let decision = {
+        let prefix = &read.bytes[..read.bytes.len().min(BODY_PREFIX_MAX)];
+        if read.ended || !read.bytes.is_empty() {
+            info.body = Some(prefix);
+            info.body_complete = read.ended && read.bytes.len() <= BODY_PREFIX_MAX;
+        }
+        judge::decide(&shared.policy, &info, overrides)
+    };
+    let refusal_shape = decide::Shape::of(path, content_type.as_deref());
+    match decision {
+        RequestDecision::Allow => {}
+        RequestDecision::Marked { rule, .. } => rec.mark(&rule),
+        RequestDecision::Deny { rule, summary } => {
+            let reply = decide::forbidden_for_client(&what, &rule, &summary, refusal_shape);
+            return refuse(conn, &mut rec, &rule, &mut body, reply).await;
+        }
+        RequestDecision::Ask { rule, summary } => {
+            let whole = judge::identity_needs_body(&method, host, &summary);
+            if whole && !read.ended {
+                read = match body::read_whole(
+                    &mut body,
+                    read,
+                    body::WHOLE_BODY_MAX,
+                    body::BODY_DEADLINE,
+                )
+                .await
+                {
+                    Ok(bytes) => Read { bytes, ended: true },
+                    Err(BodyError::TooLarge) => {
+                        let reason = format!(
+                            "{summary}: the body is over {} MiB, too large to approve by its content",
+                            body::WHOLE_BODY_MAX >> 20
+                        );
+                        let reply =
+                            decide::forbidden_for_client(&what, &rule, &reason, refusal_shape);
+                        return refuse(conn, &mut rec, &rule, &mut body, reply).await;
+                    }
+                    Err(e) => return body_failed(conn, &mut rec, &mut body, e).await,
+                };
+            }
+            let hashed = if whole {
+                &read.bytes[..]
+            } else {
+                &read.bytes[..read.bytes.len().min(BODY_PREFIX_MAX)]
+            };
+            let asked = Asked {
+                method: &method,
+                host,
+                path,
+                rule: &rule,
+                summary: &summary,
+                body_hash: blake3::hash(hashed).to_hex().to_string(),
+                body_preview: body::preview(&read.bytes, PREVIEW_MAX),
+            };
+            if let Err(reason) = judge::settle_ask(shared, &mut rec, asked).await {
+                let reply = decide::forbidden_for_client(&what, &rule, &reason, refusal_shape);
+                return refuse(conn, &mut rec, &rule, &mut body, reply).await;
+            }
+        }
+    }
+    send_upstream(conn, rec, parts, accepted, read, body, client_upgrade).await
+}
+
+/// Builds the upstream request from the judged form and passes the answer back.
+async fn send_upstream(
+    conn: &Conn,
+    mut rec: Recorder,
+    parts: hyper::http::request::Parts,
+    accepted: Accepted,
+    read: Read,
+    body: Incoming,
+    client_upgrade: Option<hyper::upgrade::OnUpgrade>,
+) -> Response<Out> {
+    let (host, port) = (conn.host.as_str(), conn.port);
+    let mut headers = canonical::upstream_request_headers(&parts.headers);
+    if accepted.websocket {
+        canonical::add_websocket_upgrade(&mut headers);
+    }
+    if conn.forwarded_https {
+        headers.insert("x-forwarded-proto", HeaderValue::from_static("https"));
+    }
+    let host_value = HeaderValue::from_str(&accepted.host_value).ok();
+    let onward = body::onward(read, body, Arc::clone(&rec.bytes_out));
+    let scheme = if conn.https && !conn.forwarded_https {
+        "https"
+    } else {
+        "http"
+    };
+    let origin = accepted.origin.clone();
+    let authority = head::authority(host, port);
+    let method = parts.method;
+    let extensions = parts.extensions;
+    let build = move |h2: bool| {
+        let mut out = Request::new(onward);
+        *out.method_mut() = method;
+        *out.headers_mut() = headers;
+        *out.extensions_mut() = extensions;
+        let uri = if h2 {
+            *out.version_mut() = Version::HTTP_2;
+            format!("{scheme}://{authority}{origin}")
+        } else {
+            if let Some(v) = host_value {
+                out.headers_mut().insert(HOST, v);
+            }
+            origin
+        };
+        if let Ok(uri) = uri.parse::<Uri>() {
+            *out.uri_mut() = uri;
+        }
+        out
+    };
+    let sent = match conn.pool.send(build).await {
+        Ok(sent) => sent,
+        Err(e) => {
+            rec.status(502);
+            return answer(
+                conn,
+                &decide::plain(502, "Bad Gateway", &format!("envgit: {e}\n")),
+            );
+        }
+    };
+    let resp = match tokio::time::timeout(RESPONSE_TIMEOUT, sent).await {
+        Ok(Ok(resp)) => resp,
+        // The client's own body broke on its way (bad chunk framing, a short body).
+        Ok(Err(e)) if e.is_user() => {
+            rec.decide(false, RULE_MALFORMED);
+            rec.status(400);
+            return answer(conn, &decide::malformed("the body's framing is broken"));
+        }
+        Ok(Err(e)) => {
+            rec.status(502);
+            let msg = format!("envgit: the upstream sent no valid response: {e}\n");
+            return answer(conn, &decide::plain(502, "Bad Gateway", &msg));
+        }
+        Err(_) => {
+            rec.status(504);
+            let msg = "envgit: the upstream did not answer in time\n";
+            return answer(conn, &decide::plain(504, "Gateway Timeout", msg));
+        }
+    };
+    rec.status(resp.status().as_u16());
+    if resp.status() == StatusCode::SWITCHING_PROTOCOLS
+        && let Some(client_upgrade) = client_upgrade
+    {
+        return switch_to_websocket(rec, resp, client_upgrade);
+    }
+    let (mut parts, body) = resp.into_parts();
+    parts.headers = canonical::client_response_headers(&parts.headers);
+    Response::from_parts(parts, body::counted_response(body, rec))
+}
+
+/// After a judged `101`: the two upgraded streams are spliced, uninspected from here on, and
+/// recorded as such on the step when they close.
+fn switch_to_websocket(
+    mut rec: Recorder,
+    mut resp: Response<Incoming>,
+    client_upgrade: hyper::upgrade::OnUpgrade,
+) -> Response<Out> {
+    let upstream_upgrade = hyper::upgrade::on(&mut resp);
+    rec.uninspected();
+    tokio::spawn(async move {
+        if let (Ok(client), Ok(upstream)) = tokio::join!(client_upgrade, upstream_upgrade) {
+            splice::splice(TokioIo::new(client), TokioIo::new(upstream), &rec).await;
+        }
+    });
+    let (parts, _) = resp.into_parts();
+    Response::from_parts(parts, body::full(Vec::new()))
+}
+
+/// A body that could not be read for the rule that needs it.
+async fn body_failed(
+    conn: &Conn,
+    rec: &mut Recorder,
+    body: &mut Incoming,
+    e: BodyError,
+) -> Response<Out> {
+    let (rule, reply) = match e {
+        BodyError::TimedOut => (
+            RULE_TIMEOUT,
+            decide::plain(
+                408,
+                "Request Timeout",
+                "envgit: the body did not arrive in time for the rule that reads it\n",
+            ),
+        ),
+        _ => (
+            RULE_MALFORMED,
+            decide::malformed("the body's framing is broken"),
+        ),
+    };
+    refuse(conn, rec, rule, body, reply).await
+}
+
+/// Records a refusal and answers it; the rest of the body the client is sending is read and
+/// dropped first (bounded), so the client gets to see the answer.
+async fn refuse(
+    conn: &Conn,
+    rec: &mut Recorder,
+    rule: &str,
+    body: &mut Incoming,
+    reply: Reply,
+) -> Response<Out> {
+    rec.decide(false, rule);
+    rec.status(reply.status);
+    if !body.is_end_stream() {
+        body::drain(body).await;
+    }
+    answer(conn, &reply)
+}
+
+/// One of envgit's own answers in the client's protocol. On HTTP/1 it ends the connection.
+fn answer(conn: &Conn, reply: &Reply) -> Response<Out> {
+    let mut resp = Response::new(body::full(reply.body.clone().into_bytes()));
+    *resp.status_mut() = StatusCode::from_u16(reply.status).unwrap_or(StatusCode::FORBIDDEN);
+    let headers = resp.headers_mut();
+    for (name, value) in &reply.headers {
+        if let Ok(v) = HeaderValue::from_str(value) {
+            headers.append(*name, v);
+        }
+    }
+    headers.insert(
+        hyper::header::CONTENT_TYPE,
+        HeaderValue::from_static(reply.content_type),
+    );
+    if conn.proto == Proto::Http1 {
+        headers.insert(hyper::header::CONNECTION, HeaderValue::from_static("close"));
+        // Clients that show only the status line (twine) see envgit's sentence there.
+        if let Ok(phrase) = hyper::ext::ReasonPhrase::try_from(reply.phrase.as_bytes().to_vec()) {
+            resp.extensions_mut().insert(phrase);
+        }
+    }
+    resp
+}
+
+/// Is a WebSocket to `host:port` allowed? Only where the policy marks the entry
+/// `websocket: true`.
+fn websocket_allowed(shared: &Shared, host: &str, port: u16) -> bool {
+    let _ = (&shared.policy, host, port);
+    false
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,334 @@
+//! The per-request path against a real upstream on loopback (a TCP server that reads one
+//! request and answers it), HTTP/1 clients over an in-memory pipe and HTTP/2 clients through
+//! hyper's own client.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use http_body_util::BodyExt;
+use hyper::Request;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::oneshot;
+
+use super::*;
+use crate::pool::{Opened, Redial};
+
+const PH: &str = "envgit-placeholder-7f3a";
+const SECRET: &str = "sk-ant-real-secret";
+
+/// An upstream that reads until a blank line (and `body_len` more bytes), answers 200, and
+/// reports what it read.
+async fn upstream(body_len: usize) -> (TcpStream, oneshot::Receiver<Vec<u8>>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (tx, rx) = oneshot::channel();
+    tokio::spawn(async move {
+        let (mut s, _) = listener.accept().await.unwrap();
+        let mut seen = Vec::new();
+        let mut buf = [0u8; 4096];
+        loop {
+            if let Some(end) = seen.windows(4).position(|w| w == b"\r\n\r\n")
+                && seen.len() >= end + 4 + body_len
+            {
+                break;
+            }
+            match s.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => seen.extend_from_slice(&buf[..n]),
+            }
+        }
+        let _ = s
+            .write_all(b"HTTP/1.1 200 OK\r\nKeep-Alive: timeout=5\r\nContent-Length: 2\r\n\r\nok")
+            .await;
+        let _ = tx.send(seen);
+    });
+    (TcpStream::connect(addr).await.unwrap(), rx)
+}
+
+fn no_redial() -> Redial {
+    Arc::new(|| Box::pin(async { Err::<Opened, _>("no second upstream in tests".to_owned()) }))
+}
+
+fn conn(shared: &Arc<Shared>, proto: Proto, port: u16, up: TcpStream) -> Conn {
+    Conn {
+        shared: Arc::clone(shared),
+        host: "example.com".into(),
+        port,
+        forwarded_https: false,
+        https: port == 443,
+        proto,
+        pool: Pool::new(Some(Ok((Box::new(up), false))), no_redial()),
+    }
+}
+
+fn shared_with_credential(port: u16) -> Arc<Shared> {
+    let mut sh = Shared::for_tests(&["example.com"]);
+    sh.credentials = vec![crate::Credential {
+        host: "example.com".into(),
+        port,
+        placeholder: PH.into(),
+        secret: SECRET.into(),
+    }];
+    Arc::new(sh)
+}
+
+/// Sends raw HTTP/1 bytes (then half-closes); what the client got back and what the
+/// upstream read within a moment.
+async fn h1(sh: &Arc<Shared>, request: &[u8], body_len: usize) -> (String, String) {
+    let (up, seen) = upstream(body_len).await;
+    let (mut near, far) = tokio::io::duplex(64 * 1024);
+    let server = tokio::spawn(serve(far, conn(sh, Proto::Http1, 80, up)));
+    near.write_all(request).await.unwrap();
+    near.shutdown().await.unwrap();
+    let mut reply = Vec::new();
+    near.read_to_end(&mut reply).await.unwrap();
+    server.abort();
+    let seen = tokio::time::timeout(Duration::from_millis(300), seen)
+        .await
+        .ok()
+        .and_then(Result::ok)
+        .unwrap_or_default();
+    (
+        String::from_utf8_lossy(&reply).into_owned(),
+        String::from_utf8_lossy(&seen).into_owned(),
+    )
+}
+
+#[tokio::test]
+async fn the_upstream_gets_the_request_rebuilt_from_what_was_judged() {
+    let sh = Arc::new(Shared::for_tests(&["example.com"]));
+    let (reply, seen) = h1(
+        &sh,
+        b"POST /a?b HTTP/1.1\r\nHost: Example.com\r\nConnection: keep-alive\r\nX-Envgit-Token: t\r\n\
+          Transfer-Encoding: chunked\r\nExpect: 100-continue\r\nX-Custom: 1\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+        15,
+    )
+    .await;
+    assert!(
+        reply.starts_with("HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\n"),
+        "{reply}"
+    );
+    assert!(reply.ends_with("\r\n\r\nok"), "{reply}");
+    // The gate's own framing of the body it decoded (chunks of its own, as the length was not
+    // known), the client's header names as spelled, nothing hop-by-hop, nothing of envgit's.
+    assert!(seen.starts_with("POST /a?b HTTP/1.1\r\n"), "{seen}");
+    assert!(seen.contains("Host: Example.com\r\n"), "{seen}");
+    assert!(seen.contains("X-Custom: 1\r\n"), "{seen}");
+    assert!(seen.ends_with("\r\n\r\n5\r\nhello\r\n0\r\n\r\n"), "{seen}");
+    let lower = seen.to_ascii_lowercase();
+    for gone in ["x-envgit", "expect", "keep-alive", "content-length"] {
+        assert!(!lower.contains(gone), "{gone} went upstream: {seen}");
+    }
+    assert_eq!(
+        lower.matches("transfer-encoding: chunked\r\n").count(),
+        1,
+        "{seen}"
+    );
+    let ev = sh.events.take();
+    assert_eq!(ev.len(), 1, "{ev:?}");
+    assert_eq!((ev[0].method.as_str(), ev[0].path.as_str()), ("POST", "/a"));
+    assert_eq!(
+        (ev[0].decision.as_str(), ev[0].status),
+        ("allowed", Some(200))
+    );
+}
+
+#[tokio::test]
+async fn requests_naming_another_host_are_misdirected() {
+    let sh = Arc::new(Shared::for_tests(&["example.com", "other.com"]));
+    for request in [
+        &b"GET / HTTP/1.1\r\nHost: other.com\r\n\r\n"[..],
+        b"GET http://other.com/ HTTP/1.1\r\nHost: example.com\r\n\r\n",
+        b"GET / HTTP/1.1\r\nHost: example.com:8080\r\n\r\n",
+    ] {
+        let (reply, seen) = h1(&sh, request, 0).await;
+        assert!(reply.starts_with("HTTP/1.1 421 "), "{reply}");
+        assert!(seen.is_empty(), "the upstream saw {seen:?}");
+    }
+    for e in sh.events.take() {
+        assert_eq!(e.rule.as_deref(), Some(RULE_MISDIRECTED), "{e:?}");
+    }
+}
+
+#[tokio::test]
+async fn a_pipelined_request_is_judged_on_its_own() {
+    let sh = Arc::new(Shared::for_tests(&["example.com"]));
+    let (reply, seen) = h1(
+        &sh,
+        b"POST /up HTTP/1.1\r\nHost: example.com\r\nContent-Length: 5\r\n\r\nhello\
+          GET /sneaky HTTP/1.1\r\nHost: other.example\r\n\r\n",
+        5,
+    )
+    .await;
+    assert!(reply.starts_with("HTTP/1.1 200 OK"), "{reply}");
+    assert!(reply.contains("HTTP/1.1 421 "), "{reply}");
+    assert!(!seen.contains("sneaky"), "{seen}");
+}
+
+#[tokio::test]
+async fn framing_a_server_could_read_another_way_is_refused_as_malformed() {
+    let sh = Arc::new(Shared::for_tests(&["example.com"]));
+    for request in [
+        &b"GET / HTTP/1.1\r\nHost: example.com\r\nConnection: Content-Length\r\nContent-Length: 2\r\n\r\nhi"[..],
+        b"GET / HTTP/1.1\r\nHost: example.com\r\nConnection: host\r\n\r\n",
+        b"GET /a\\b HTTP/1.1\r\nHost: example.com\r\n\r\n",
+        b"GET /a%00 HTTP/1.1\r\nHost: example.com\r\n\r\n",
+    ] {
+        let (reply, seen) = h1(&sh, request, 0).await;
+        assert!(reply.starts_with("HTTP/1.1 400 "), "{}: {reply}", String::from_utf8_lossy(request));
+        assert!(seen.is_empty(), "the upstream saw {seen:?}");
+    }
+}
+
+/// Chunk framing a lenient reader takes (a sign, an overflowing size) breaks the body: a
+/// rule reading it refuses before anything goes out, and a body streaming out is cut and
+/// answered `400` (the upstream gets an unfinished request it drops, never a second one).
+#[tokio::test]
+async fn broken_chunks_end_the_request_with_a_400() {
+    let sh = Arc::new(Shared::for_tests(&["example.com"]));
+    for chunks in [
+        "+2\r\nhi\r\n0\r\n\r\n",
+        "ffffffffffffffffff\r\nhi\r\n0\r\n\r\n",
+        "2\nhi\n0\n\n",
+    ] {
+        for path in ["/plain", "/x.git/git-receive-pack"] {
+            let request = format!(
+                "POST {path} HTTP/1.1\r\nHost: example.com\r\nTransfer-Encoding: chunked\r\n\r\n{chunks}\
+                 GET /smuggled HTTP/1.1\r\nHost: example.com\r\n\r\n"
+            );
+            let (reply, seen) = h1(&sh, request.as_bytes(), 0).await;
+            assert!(
+                reply.starts_with("HTTP/1.1 400 "),
+                "{chunks:?} {path}: {reply}"
+            );
+            assert!(reply.contains("rule gate.malformed"), "{reply}");
+            assert!(!seen.contains("smuggled"), "{seen}");
+            if path.ends_with("receive-pack") {
+                assert!(seen.is_empty(), "the upstream saw {seen:?}");
+            }
+        }
+    }
+}
+
+/// CL.TE: hyper reads the body by `Transfer-Encoding` alone and ends the connection after the
+/// answer (RFC 9112 §6.3), and the upstream gets that reading, framed by the gate: nothing
+/// left over to become a request of its own.
+#[tokio::test]
+async fn both_framings_are_read_by_transfer_encoding_and_the_connection_ends() {
+    let sh = Arc::new(Shared::for_tests(&["example.com"]));
+    let (reply, seen) = h1(
+        &sh,
+        b"POST /cl-te HTTP/1.1\r\nHost: example.com\r\nContent-Length: 30\r\nTransfer-Encoding: chunked\r\n\r\n\
+          0\r\n\r\nGET /smuggled HTTP/1.1\r\nHost: example.com\r\n\r\n",
+        0,
+    )
+    .await;
+    assert!(reply.starts_with("HTTP/1.1 200 OK"), "{reply}");
+    assert_eq!(reply.matches("HTTP/1.1 ").count(), 1, "{reply}");
+    assert!(
+        !seen.contains("smuggled") && !seen.contains("Content-Length: 30"),
+        "{seen}"
+    );
+}
+
+#[tokio::test]
+async fn the_secret_replaces_the_placeholder_in_headers_only() {
+    let sh = shared_with_credential(80);
+    let request = format!(
+        "POST /p/{PH}?k={PH} HTTP/1.1\r\nHost: example.com\r\nx-api-key: {PH}\r\n\
+         Content-Length: {}\r\n\r\n{PH}",
+        PH.len()
+    );
+    let (reply, seen) = h1(&sh, request.as_bytes(), PH.len()).await;
+    assert!(reply.starts_with("HTTP/1.1 200 OK\r\n"), "{reply}");
+    assert!(
+        seen.starts_with(&format!("POST /p/{PH}?k={PH} HTTP/1.1\r\n")),
+        "{seen}"
+    );
+    assert!(seen.contains(&format!("x-api-key: {SECRET}\r\n")), "{seen}");
+    assert!(seen.ends_with(&format!("\r\n\r\n{PH}")), "{seen}");
+}
+
+#[tokio::test]
+async fn a_credential_brought_from_inside_is_refused_before_it_leaves() {
+    let sh = shared_with_credential(80);
+    let (reply, seen) = h1(
+        &sh,
+        b"GET / HTTP/1.1\r\nHost: example.com\r\nAuthorization: Bearer sk-own\r\n\r\n",
+        0,
+    )
+    .await;
+    assert!(reply.starts_with("HTTP/1.1 403 "), "{reply}");
+    assert!(reply.contains("rule=gate.credential"), "{reply}");
+    assert!(!reply.contains(SECRET) && seen.is_empty(), "{reply} {seen}");
+}
+
+/// One HTTP/2 GET with `headers` through [`serve`]: status, body, what the upstream read.
+async fn h2(sh: &Arc<Shared>, headers: &[(&str, &str)]) -> (u16, String, String) {
+    let (up, seen) = upstream(0).await;
+    let (near, far) = tokio::io::duplex(64 * 1024);
+    let server = tokio::spawn(serve(far, conn(sh, Proto::Http2, 443, up)));
+    let (mut send, c) =
+        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(near))
+            .await
+            .unwrap();
+    tokio::spawn(c);
+    let mut req = Request::builder()
+        .method("GET")
+        .uri("https://example.com/v1/messages");
+    for (n, v) in headers {
+        req = req.header(*n, *v);
+    }
+    let resp = send
+        .send_request(req.body(body::full(Vec::new())).unwrap())
+        .await
+        .unwrap();
+    let status = resp.status().as_u16();
+    let body = resp.into_body().collect().await.unwrap().to_bytes();
+    server.abort();
+    let seen = tokio::time::timeout(Duration::from_millis(300), seen)
+        .await
+        .ok()
+        .and_then(Result::ok)
+        .unwrap_or_default();
+    (
+        status,
+        String::from_utf8_lossy(&body).into_owned(),
+        String::from_utf8(seen).unwrap(),
+    )
+}
+
+#[tokio::test]
+async fn h2_requests_carry_the_secret_upstream() {
+    let sh = shared_with_credential(443);
+    let bearer = format!("Bearer {PH}");
+    let (status, body, seen) = h2(&sh, &[("authorization", &bearer)]).await;
+    assert_eq!((status, body.as_str()), (200, "ok"));
+    assert!(
+        seen.contains(&format!("authorization: Bearer {SECRET}\r\n")),
+        "{seen}"
+    );
+    assert!(seen.contains("host: example.com\r\n"), "{seen}");
+    let ev = sh.events.take();
+    assert_eq!(ev.len(), 1, "{ev:?}");
+    assert_eq!((ev[0].status, ev[0].bytes_in), (Some(200), 2), "{ev:?}");
+}
+
+#[tokio::test]
+async fn an_h2_host_header_naming_another_host_is_refused() {
+    let sh = Arc::new(Shared::for_tests(&["example.com", "api.github.com"]));
+    let (status, body, seen) = h2(&sh, &[("host", "api.github.com")]).await;
+    assert_eq!(status, 421, "{body}");
+    assert!(seen.is_empty(), "the upstream saw {seen:?}");
+}
+
+#[tokio::test]
+async fn h2_requests_with_their_own_key_are_refused() {
+    let sh = shared_with_credential(443);
+    let (status, body, seen) = h2(&sh, &[("x-api-key", "sk-own")]).await;
+    assert_eq!(status, 403);
+    assert!(body.contains("(rule gate.credential)"), "{body}");
+    assert!(seen.is_empty(), "the upstream saw {seen:?}");
+}
