@@ -115,7 +115,9 @@ pub struct NetRule {
 /// rule does not.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct BodyMatch {
-    /// The GraphQL operation that would run (JSON `{"query", "operationName"}`, or a batch).
+    /// The GraphQL operation that could run: `query`/`operationName` from the query string
+    /// and the body (JSON object or batch, `application/graphql`, a form); a mutation in
+    /// either counts. A persisted query (no query text) cannot be evaluated.
     pub graphql_operation: Option<GraphqlOperation>,
     /// Top-level JSON fields and the values they must have (`*` globs; non-strings compare as
     /// their JSON text).

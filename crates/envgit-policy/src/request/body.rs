@@ -7,6 +7,7 @@ use super::graphql;
 use super::json::{Doc, entries, parse_doc, value_text};
 use super::matchers::{Tri, form_decode, glob_exact};
 use super::pktline;
+use super::rule::Prepared;
 
 /// The body as the caller has it.
 #[derive(Debug, Clone, Copy)]
@@ -17,7 +18,7 @@ pub(crate) struct Body<'a> {
 
 impl<'a> Body<'a> {
     /// The whole body, or why it is not available.
-    fn whole(&self) -> Result<&'a [u8], String> {
+    pub(crate) fn whole(&self) -> Result<&'a [u8], String> {
         match self.bytes {
             None => Err("body not read".to_owned()),
             Some(_) if !self.complete => Err("body larger than the inspected prefix".to_owned()),
@@ -64,9 +65,10 @@ pub(crate) fn from_policy(m: &BodyMatch) -> Vec<Matcher> {
 }
 
 impl Matcher {
-    pub fn eval(&self, body: Body<'_>) -> Tri {
+    pub fn eval(&self, req: &Prepared<'_>) -> Tri {
+        let body = req.body;
         match self {
-            Matcher::Graphql(op) => match body.whole().and_then(graphql::operations) {
+            Matcher::Graphql(op) => match graphql::operations(&req.query, body, req.content_type) {
                 Ok(ops) => Tri::from_bool(ops.iter().any(|o| o.kind == *op)),
                 Err(why) => Tri::Unknown(format!("GraphQL: {why}")),
             },

@@ -55,6 +55,7 @@ impl Policy {
                 bytes: req.body,
                 complete: req.body_complete,
             },
+            content_type: req.content_type,
         };
 
         if let Some(key) = self.l7_refusal(&prepared) {

@@ -6,6 +6,7 @@
 //! first reads a prefix of the body (at most [`BODY_PREFIX_MAX`] bytes).
 
 mod body;
+mod content_type;
 mod decide;
 mod graphql;
 mod json;
@@ -43,6 +44,8 @@ pub struct RequestInfo<'a> {
     pub body: Option<&'a [u8]>,
     /// `true` when `body` is the whole body.
     pub body_complete: bool,
+    /// The `Content-Type` header's value, as sent (`None` when absent).
+    pub content_type: Option<&'a str>,
 }
 
 /// What to do with a request.

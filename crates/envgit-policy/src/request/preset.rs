@@ -36,6 +36,17 @@ fn package(methods: Methods) -> Shape {
     s
 }
 
+/// A GraphQL endpoint at `base` as routers accept it: with a trailing `/` or any format
+/// suffix (`/graphql.json`, Rails' `/api/graphql.anything`).
+fn graphql(host: &str, base: &str) -> Shape {
+    let mut s = shape(&[host], Methods::Any, None);
+    s.paths = Some(vec![
+        pattern_segments(base),
+        pattern_segments(&format!("{base}.*")),
+    ]);
+    s
+}
+
 fn only(methods: &[&str]) -> Methods {
     Methods::Only(methods.iter().map(|m| (*m).to_owned()).collect())
 }
@@ -103,7 +114,7 @@ fn build() -> Vec<Rule> {
             "github.graphql.mutation",
             Summary::Graphql,
             vec![with_body(
-                shape(&["api.github.com"], post(), Some("/graphql")),
+                graphql("api.github.com", "/graphql"),
                 Matcher::Graphql(GraphqlOperation::Mutation),
             )],
             vec![],
@@ -113,7 +124,8 @@ fn build() -> Vec<Rule> {
             Summary::Request,
             vec![shape(&["api.github.com"], writes(), None)],
             vec![
-                shape(&["api.github.com"], post(), Some("/graphql")),
+                // Judged by `github.graphql.mutation`, whatever the method.
+                graphql("api.github.com", "/graphql"),
                 shape(&["api.github.com"], post(), Some("/markdown")),
                 shape(&["api.github.com"], post(), Some("/markdown/raw")),
             ],
@@ -128,7 +140,7 @@ fn build() -> Vec<Rule> {
             "gitlab.graphql.mutation",
             Summary::Graphql,
             vec![with_body(
-                shape(&["gitlab.com"], post(), Some("/api/graphql")),
+                graphql("gitlab.com", "/api/graphql"),
                 Matcher::Graphql(GraphqlOperation::Mutation),
             )],
             vec![],

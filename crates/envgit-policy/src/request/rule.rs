@@ -37,6 +37,8 @@ pub(crate) struct Prepared<'a> {
     pub views: Result<Vec<Vec<String>>, String>,
     pub query: Result<Vec<(String, String)>, String>,
     pub body: Body<'a>,
+    /// The `Content-Type` header, as sent.
+    pub content_type: Option<&'a str>,
 }
 
 impl Shape {
@@ -59,7 +61,7 @@ impl Shape {
         }
         let mut answer = head;
         for m in &self.body {
-            answer = answer.and(|| m.eval(req.body));
+            answer = answer.and(|| m.eval(req));
         }
         (answer, true)
     }

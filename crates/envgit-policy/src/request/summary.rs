@@ -3,9 +3,10 @@
 //! of the path and the body prefix; never fails (falls back to `METHOD host/path`).
 
 use super::RequestInfo;
-use super::body::form_fields;
+use super::body::{Body, form_fields};
 use super::graphql;
 use super::json::{Doc, entries, parse_doc, value_text};
+use super::matchers::parse_query;
 use super::pktline;
 
 /// Longest summary, in characters.
@@ -44,7 +45,7 @@ impl Summary {
             Summary::Cargo => cargo(rule_id, req.method, path, body),
             Summary::Oci => oci(rule_id, req.host, path),
             Summary::Gem => gem(rule_id, path, body, req.body_complete),
-            Summary::Graphql => graphql_line(req.host, whole),
+            Summary::Graphql => graphql_line(req),
         };
         clean(&line)
     }
@@ -274,11 +275,13 @@ fn gem(rule_id: &str, path: &str, body: &[u8], complete: bool) -> String {
     }
 }
 
-fn graphql_line(host: &str, whole: Option<&[u8]>) -> String {
-    let Some(body) = whole else {
-        return format!("GraphQL request to {host} (body not inspected)");
+fn graphql_line(req: &RequestInfo<'_>) -> String {
+    let host = req.host;
+    let body = Body {
+        bytes: req.body,
+        complete: req.body_complete,
     };
-    match graphql::operations(body) {
+    match graphql::operations(&parse_query(req.query), body, req.content_type) {
         Ok(ops) => {
             let parts: Vec<String> = ops
                 .iter()

@@ -5,6 +5,7 @@ use crate::request::matchers::{
     Methods, Tri, glob, parse_query, path_matches, path_tri, pattern_segments, query_tri,
 };
 use crate::request::normalize::path_views;
+use crate::request::rule::Prepared;
 
 use super::{NEW, OLD, ZERO, pkt, push_body};
 
@@ -136,9 +137,17 @@ fn query_params() {
 }
 
 fn eval(m: &Matcher, body: Option<&[u8]>, complete: bool) -> Tri {
-    m.eval(Body {
-        bytes: body,
-        complete,
+    m.eval(&Prepared {
+        method: "POST",
+        host: "h",
+        port: 443,
+        views: Ok(Vec::new()),
+        query: Ok(Vec::new()),
+        body: Body {
+            bytes: body,
+            complete,
+        },
+        content_type: None,
     })
 }
 

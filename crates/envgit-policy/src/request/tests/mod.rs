@@ -25,6 +25,7 @@ pub(super) fn req<'a>(
         query,
         body,
         body_complete: true,
+        content_type: None,
     }
 }
 

@@ -12,8 +12,21 @@ fn decide(r: &RequestInfo<'_>) -> RequestDecision {
     Policy::default().decide_request(r)
 }
 
+/// Every row is checked; the failures are reported together.
 fn check(rows: &[&str], bodies: &[(&str, &[u8])]) {
-    for row in rows {
+    let failed: Vec<String> = rows
+        .iter()
+        .filter_map(|row| {
+            std::panic::catch_unwind(|| check_row(row, bodies))
+                .err()
+                .map(|_| (*row).to_owned())
+        })
+        .collect();
+    assert!(failed.is_empty(), "failed rows:\n{}", failed.join("\n"));
+}
+
+fn check_row(row: &str, bodies: &[(&str, &[u8])]) {
+    {
         let (request, want) = row.split_once(" => ").unwrap();
         let mut words = request.split(' ');
         let method = words.next().unwrap();
@@ -235,6 +248,23 @@ fn github() {
             "POST api.github.com/graphql [garbage] => github.graphql.mutation",
             "POST api.github.com/graphql [persisted] => github.graphql.mutation",
             "POST api.github.com/graphql [-] => github.graphql.mutation",
+            // the operation is read where servers read it: the query string too
+            "POST api.github.com/graphql?query=mutation%20%7B%20b%20%7D [query] => github.graphql.mutation",
+            "POST api.github.com/graphql?query=%7B%20a%20%7D [query] => allow",
+            "GET api.github.com/graphql?query=mutation%20%7B%20b%20%7D => github.graphql.mutation",
+            "GET api.github.com/graphql?query=%7B%20a%20%7D => allow",
+            "GET api.github.com/graphql?query=query%20A%20%7B%20a%20%7D%20mutation%20B%20%7B%20b%20%7D&operationName=B => github.graphql.mutation",
+            "GET api.github.com/graphql?query=query%20A%20%7B%20a%20%7D%20mutation%20B%20%7B%20b%20%7D&operationName=A => allow",
+            "POST api.github.com/graphql?operationName=B [named-query] => github.graphql.mutation",
+            "GET api.github.com/graphql?extensions=%7B%22persistedQuery%22%3A%7B%7D%7D => github.graphql.mutation",
+            "GET api.github.com/graphql => github.graphql.mutation",
+            // any suffix a router accepts
+            "POST api.github.com/graphql/ [mutation] => github.graphql.mutation",
+            "POST api.github.com/graphql.json [mutation] => github.graphql.mutation",
+            "POST api.github.com/GraphQL.anything [mutation] => github.graphql.mutation",
+            "POST api.github.com//graphql/./ [mutation] => github.graphql.mutation",
+            "POST api.github.com/graphql.json [query] => allow",
+            "POST api.github.com/graphql/ [query] => allow",
             "POST api.github.com/repos/o/r/issues [{}] => github.rest.write",
             "PUT api.github.com/repos/o/r/pulls/1/merge => github.rest.write",
             "PATCH api.github.com/repos/o/r/git/refs/heads/main => github.rest.write",
@@ -262,6 +292,10 @@ fn gitlab() {
         ("{}", b"{}"),
         ("query", br#"{"query":"{ currentUser { id } }"}"#),
         (
+            "persisted",
+            br#"{"operationName":"X","extensions":{"persistedQuery":{"version":1,"sha256Hash":"ab"}}}"#,
+        ),
+        (
             "batch",
             br#"[{"query":"{ a }"},{"query":"mutation { b }"}]"#,
         ),
@@ -276,6 +310,15 @@ fn gitlab() {
             "POST gitlab.com/api/v4/projects/g%2Fp/ci/lint [{}] => allow",
             "POST gitlab.com/api/graphql [query] => allow",
             "POST gitlab.com/api/graphql [batch] => gitlab.graphql.mutation",
+            // Rails lets `?query=` override the body; a mutation in either is a mutation
+            "POST gitlab.com/api/graphql?query=mutation%20%7B%20b%20%7D [query] => gitlab.graphql.mutation",
+            "POST gitlab.com/api/graphql.json [batch] => gitlab.graphql.mutation",
+            "POST gitlab.com/api/graphql.anything [batch] => gitlab.graphql.mutation",
+            "POST gitlab.com/api/graphql/ [batch] => gitlab.graphql.mutation",
+            "GET gitlab.com/api/graphql?query=mutation+%7B+b+%7D => gitlab.graphql.mutation",
+            "GET gitlab.com/api/graphql.json?query=%7B+a+%7D => allow",
+            "POST gitlab.com/api/graphql.json [query] => allow",
+            "POST gitlab.com/api/graphql [persisted] => gitlab.graphql.mutation",
         ],
         bodies,
     );
