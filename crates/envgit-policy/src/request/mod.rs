@@ -11,6 +11,7 @@ mod decide;
 mod graphql;
 mod json;
 mod matchers;
+mod method;
 mod normalize;
 mod pktline;
 mod preset;
@@ -32,6 +33,11 @@ pub const BODY_PREFIX_MAX: usize = 1 << 20;
 pub struct RequestInfo<'a> {
     /// As sent (compared case-insensitively).
     pub method: &'a str,
+    /// Every value of the request's `X-HTTP-Method-Override`, `X-HTTP-Method` and
+    /// `X-Method-Override` headers, as sent (empty when there are none). The request is
+    /// judged as its own method and each of these (and any `_method` in the query or a form
+    /// body).
+    pub method_overrides: &'a [&'a str],
     /// From the CONNECT target or the absolute URI (never the `Host` header), without port.
     pub host: &'a str,
     pub port: u16,

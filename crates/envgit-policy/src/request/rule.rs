@@ -5,6 +5,7 @@ use crate::{Action, NetRule};
 
 use super::body::{self, Body, Matcher};
 use super::matchers::{Methods, Tri, path_tri, pattern_segments, query_tri};
+use super::method::MethodSet;
 use super::summary::Summary;
 use crate::network::rule_host_matches;
 
@@ -31,7 +32,7 @@ pub(crate) struct Rule {
 
 /// The request as matchers see it, prepared once.
 pub(crate) struct Prepared<'a> {
-    pub method: &'a str,
+    pub methods: MethodSet,
     pub host: &'a str,
     pub port: u16,
     pub views: Result<Vec<Vec<String>>, String>,
@@ -48,14 +49,19 @@ impl Shape {
             .hosts
             .iter()
             .any(|h| rule_host_matches(h, req.host, req.port))
-            || !self.methods.matches(req.method)
         {
             return (Tri::NoMatch, false);
         }
-        let head = query_tri(&self.query, &req.query).and(|| match &self.paths {
-            Some(patterns) => path_tri(patterns, &req.views),
-            None => Tri::Match,
-        });
+        let method = req.methods.tri(&self.methods);
+        if method == Tri::NoMatch {
+            return (method, false);
+        }
+        let head = method
+            .and(|| query_tri(&self.query, &req.query))
+            .and(|| match &self.paths {
+                Some(patterns) => path_tri(patterns, &req.views),
+                None => Tri::Match,
+            });
         if head == Tri::NoMatch || self.body.is_empty() {
             return (head, false);
         }

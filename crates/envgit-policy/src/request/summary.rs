@@ -32,15 +32,22 @@ impl Summary {
         !matches!(self, Summary::Request | Summary::Oci)
     }
 
-    pub fn describe(self, rule_id: &str, req: &RequestInfo<'_>, path: &str) -> String {
+    /// `method` is how the request's methods are shown (`POST (as DELETE)`).
+    pub fn describe(
+        self,
+        rule_id: &str,
+        req: &RequestInfo<'_>,
+        method: &str,
+        path: &str,
+    ) -> String {
         let body = req.body.unwrap_or_default();
         let whole = req.body.filter(|_| req.body_complete);
-        let fallback = || format!("{} {}{}", req.method.to_ascii_uppercase(), req.host, path);
+        let fallback = || format!("{method} {}{}", req.host, path);
         let line = match self {
             Summary::Request => fallback(),
             Summary::GitPush => git_push(req.host, path, body),
             Summary::Lfs => lfs(rule_id, req.host, path, whole),
-            Summary::Npm => npm(rule_id, req, path, whole),
+            Summary::Npm => npm(rule_id, req, method, path, whole),
             Summary::Pypi => pypi(body, req.body_complete),
             Summary::Cargo => cargo(rule_id, req.method, path, body),
             Summary::Oci => oci(rule_id, req.host, path),
@@ -125,7 +132,13 @@ fn npm_name(path: &str) -> String {
     }
 }
 
-fn npm(rule_id: &str, req: &RequestInfo<'_>, path: &str, whole: Option<&[u8]>) -> String {
+fn npm(
+    rule_id: &str,
+    req: &RequestInfo<'_>,
+    method: &str,
+    path: &str,
+    whole: Option<&[u8]>,
+) -> String {
     let name = npm_name(path);
     let verb = rule_id.strip_prefix("npm.").unwrap_or(rule_id);
     match verb {
@@ -148,12 +161,7 @@ fn npm(rule_id: &str, req: &RequestInfo<'_>, path: &str, whole: Option<&[u8]>) -
                 format!("npm dist-tag add {name} {tag}{version}")
             }
         }
-        "write" => format!(
-            "npm {} {}{}",
-            req.method.to_ascii_uppercase(),
-            req.host,
-            path
-        ),
+        "write" => format!("npm {method} {}{}", req.host, path),
         verb => format!("npm {verb} {name}"),
     }
 }

@@ -4,6 +4,7 @@ use crate::request::body::{Body, Matcher};
 use crate::request::matchers::{
     Methods, Tri, glob, parse_query, path_matches, path_tri, pattern_segments, query_tri,
 };
+use crate::request::method::MethodSet;
 use crate::request::normalize::path_views;
 use crate::request::rule::Prepared;
 
@@ -138,7 +139,10 @@ fn query_params() {
 
 fn eval(m: &Matcher, body: Option<&[u8]>, complete: bool) -> Tri {
     m.eval(&Prepared {
-        method: "POST",
+        methods: MethodSet {
+            known: vec!["POST".to_owned()],
+            any: None,
+        },
         host: "h",
         port: 443,
         views: Ok(Vec::new()),

@@ -3,6 +3,7 @@
 mod decide;
 mod graphql;
 mod matchers;
+mod method_override;
 mod normalize;
 mod parse;
 mod preset;
@@ -19,6 +20,7 @@ pub(super) fn req<'a>(
     let (path, query) = target.split_once('?').unwrap_or((target, ""));
     RequestInfo {
         method,
+        method_overrides: &[],
         host,
         port: 443,
         path,
