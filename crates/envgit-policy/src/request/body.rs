@@ -3,9 +3,11 @@
 
 use crate::{BodyMatch, GraphqlOperation};
 
+use super::content_type::{FORM, MULTIPART, media_type};
 use super::graphql;
 use super::json::{Doc, entries, parse_doc, value_text};
 use super::matchers::{Tri, form_decode, glob_exact};
+use super::packument::packument;
 use super::pktline;
 use super::rule::Prepared;
 
@@ -41,6 +43,11 @@ pub(crate) enum Matcher {
     /// `true`: receive-pack commands present; `false`: none.
     Pktline(bool),
     Exact(Vec<u8>),
+    /// An npm packument write (`true`: with a tarball attached); see [`packument`].
+    Packument(bool),
+    /// A form field, where the request is a form (a form `Content-Type`, or none and a
+    /// multipart-looking body): a PyPI upload on any host.
+    UploadForm(String, String),
 }
 
 /// The matchers a user's `body:` stands for (all must hold).
@@ -95,6 +102,15 @@ impl Matcher {
             Matcher::FormField(name, want) => form_field(body, name, want),
             Matcher::Pktline(want) => pktline_commands(body, *want),
             Matcher::Exact(want) => exact(body, want),
+            Matcher::Packument(attachments) => packument(body, *attachments),
+            Matcher::UploadForm(name, want) => match media_type(req.content_type).as_deref() {
+                Some(FORM | MULTIPART) => form_field(body, name, want),
+                Some(_) => Tri::NoMatch,
+                None => match body.bytes {
+                    Some(b) if !b.starts_with(b"--") => Tri::NoMatch,
+                    _ => form_field(body, name, want),
+                },
+            },
         }
     }
 }

@@ -13,6 +13,7 @@ mod json;
 mod matchers;
 mod method;
 mod normalize;
+mod packument;
 mod pktline;
 mod preset;
 mod rule;

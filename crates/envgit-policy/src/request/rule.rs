@@ -43,7 +43,8 @@ pub(crate) struct Prepared<'a> {
 }
 
 impl Shape {
-    /// The answer, and whether a body matcher was reached (the head matched or was unknown).
+    /// The answer, and whether the body could change it (a body matcher was reached and
+    /// could not answer from what it was given).
     pub fn eval(&self, req: &Prepared<'_>) -> (Tri, bool) {
         if !self
             .hosts
@@ -66,10 +67,13 @@ impl Shape {
             return (head, false);
         }
         let mut answer = head;
+        let mut wanted = false;
         for m in &self.body {
-            answer = answer.and(|| m.eval(req));
+            let t = m.eval(req);
+            wanted |= matches!(t, Tri::Unknown(_));
+            answer = answer.and(|| t);
         }
-        (answer, true)
+        (answer, wanted)
     }
 }
 

@@ -113,22 +113,43 @@ fn lfs(rule_id: &str, host: &str, path: &str, whole: Option<&[u8]>) -> String {
     }
 }
 
-/// The package name in an npm registry path (`/@scope%2fname/-rev/…` → `@scope/name`).
+/// The package name in an npm registry path (`/@scope%2fname/-rev/…` → `@scope/name`), also
+/// under a prefix (`/api/v4/projects/1/packages/npm/@scope%2fname`).
 fn npm_name(path: &str) -> String {
-    let rest = path
-        .strip_prefix("/-/package/")
-        .or_else(|| path.strip_prefix("/-/stage/package/"))
-        .unwrap_or_else(|| path.trim_start_matches('/'));
-    let mut parts = rest.split('/');
-    let first = parts.next().unwrap_or_default();
-    let first = first
-        .replace("%2F", "/")
-        .replace("%2f", "/")
-        .replace("%40", "@");
-    if first.starts_with('@') && !first.contains('/') {
-        format!("{first}/{}", parts.next().unwrap_or_default())
-    } else {
-        first
+    let decode = |s: &str| {
+        s.replace("%2F", "/")
+            .replace("%2f", "/")
+            .replace("%40", "@")
+    };
+    let after = ["/-/package/", "/-/stage/package/"]
+        .iter()
+        .find_map(|m| path.find(m).map(|at| &path[at + m.len()..]));
+    if let Some(rest) = after {
+        let mut parts = rest.split('/');
+        let first = decode(parts.next().unwrap_or_default());
+        return if first.starts_with('@') && !first.contains('/') {
+            format!("{first}/{}", parts.next().unwrap_or_default())
+        } else {
+            first
+        };
+    }
+    // The document path ends before `/-rev/…` or `/-/tarball`.
+    let end = ["/-rev/", "/-/"]
+        .iter()
+        .filter_map(|m| path.find(m))
+        .min()
+        .unwrap_or(path.len());
+    let segs: Vec<String> = path[..end]
+        .split('/')
+        .filter(|s| !s.is_empty())
+        .map(decode)
+        .collect();
+    match segs.as_slice() {
+        [.., scope, name] if scope.starts_with('@') && !scope.contains('/') => {
+            format!("{scope}/{name}")
+        }
+        [.., name] => name.clone(),
+        [] => String::new(),
     }
 }
 
@@ -192,7 +213,10 @@ fn pypi(body: &[u8], complete: bool) -> String {
 }
 
 fn cargo(rule_id: &str, method: &str, path: &str, body: &[u8]) -> String {
-    let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
+    // The registry API may sit under a prefix: read from `api/v1/crates` on.
+    let lower = path.to_ascii_lowercase();
+    let api = lower.rfind("/api/v1/crates").map_or(path, |at| &path[at..]);
+    let segs: Vec<&str> = api.trim_matches('/').split('/').collect();
     match rule_id {
         "crates.publish" => {
             // u32le length, then that much JSON metadata.

@@ -272,13 +272,15 @@ fn needs_body() {
             Some("application/octet-stream"),
             true,
         ),
+        // a PUT on any host may be an npm publish: its body says
         (
             "PUT",
             "ghcr.io",
             "/v2/o/i/manifests/latest",
             Some("application/vnd.oci.image.manifest.v1+json"),
-            false,
+            true,
         ),
+        ("DELETE", "ghcr.io", "/v2/o/i/manifests/latest", None, false),
         // a form body may carry `_method`; so may a POST without a content type
         (
             "POST",
