@@ -211,8 +211,33 @@ fn urlencoded_fields(
     Ok((out, complete))
 }
 
-/// `--boundary\r\n` headers `\r\n\r\n` value `\r\n--boundary` … `--boundary--`.
+/// One part of a `multipart/form-data` body.
+#[derive(Debug, Clone)]
+pub(crate) struct Part {
+    pub name: Option<String>,
+    /// The `filename` parameter, for a file part.
+    pub filename: Option<String>,
+    /// The value as far as the prefix holds it.
+    pub value: String,
+    /// `false` when the prefix ends inside the value.
+    pub whole: bool,
+}
+
+/// The fields readable from the prefix (complete values only), and whether that is all.
 fn multipart_fields(bytes: &[u8], complete: bool) -> Result<(Vec<(String, String)>, bool), String> {
+    let (parts, all) = multipart_parts(bytes, complete)?;
+    let fields = parts
+        .into_iter()
+        .filter(|p| p.whole)
+        .filter_map(|p| Some((p.name?, p.value)))
+        .collect();
+    Ok((fields, all))
+}
+
+/// `--boundary\r\n` headers `\r\n\r\n` value `\r\n--boundary` … `--boundary--`. A part
+/// whose headers are in the prefix but whose value is cut short is returned with
+/// `whole: false` (its file name is known before its bytes).
+pub(crate) fn multipart_parts(bytes: &[u8], complete: bool) -> Result<(Vec<Part>, bool), String> {
     let first_end = find(bytes, b"\r\n").ok_or("no boundary line")?;
     let boundary = &bytes[..first_end];
     if boundary.len() < 3 || boundary.len() > 72 {
@@ -229,13 +254,23 @@ fn multipart_fields(bytes: &[u8], complete: bool) -> Result<(Vec<(String, String
         let headers = std::str::from_utf8(&bytes[pos..pos + head_end])
             .map_err(|_| "bad part headers".to_owned())?;
         let value_start = pos + head_end + 4;
+        let (name, filename) = (part_name(headers), part_filename(headers));
         let Some(value_len) = find(&bytes[value_start..], &delimiter) else {
+            out.push(Part {
+                name,
+                filename,
+                value: String::from_utf8_lossy(&bytes[value_start..]).into_owned(),
+                whole: false,
+            });
             return cut(out, complete);
         };
         let value = &bytes[value_start..value_start + value_len];
-        if let Some(name) = part_name(headers) {
-            out.push((name, String::from_utf8_lossy(value).into_owned()));
-        }
+        out.push(Part {
+            name,
+            filename,
+            value: String::from_utf8_lossy(value).into_owned(),
+            whole: true,
+        });
         pos = value_start + value_len + delimiter.len();
         match bytes.get(pos..pos + 2) {
             Some(b"--") => return Ok((out, true)),
@@ -246,10 +281,7 @@ fn multipart_fields(bytes: &[u8], complete: bool) -> Result<(Vec<(String, String
     }
 }
 
-fn cut(
-    out: Vec<(String, String)>,
-    complete: bool,
-) -> Result<(Vec<(String, String)>, bool), String> {
+fn cut(out: Vec<Part>, complete: bool) -> Result<(Vec<Part>, bool), String> {
     if complete {
         Err("multipart body ends early".to_owned())
     } else {
@@ -270,6 +302,15 @@ fn part_name(headers: &str) -> Option<String> {
         return part_name(&format!("content-disposition: {later}"));
     }
     Some(rest.split('"').next()?.to_owned())
+}
+
+/// `Content-Disposition: form-data; name="content"; filename="x.whl"` → `x.whl`.
+fn part_filename(headers: &str) -> Option<String> {
+    let line = headers
+        .split("\r\n")
+        .find(|l| l.to_ascii_lowercase().starts_with("content-disposition:"))?;
+    let at = line.to_ascii_lowercase().find("filename=\"")?;
+    Some(line[at + 10..].split('"').next()?.to_owned())
 }
 
 fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {

@@ -9,6 +9,7 @@ mod body;
 mod content_type;
 mod decide;
 mod graphql;
+mod identity;
 mod json;
 mod matchers;
 mod method;

@@ -3,7 +3,7 @@
 //! of the path and the body prefix; never fails (falls back to `METHOD host/path`).
 
 use super::RequestInfo;
-use super::body::{Body, form_fields};
+use super::body::{Body, form_fields, multipart_parts};
 use super::graphql;
 use super::json::{Doc, entries, parse_doc, value_text};
 use super::matchers::parse_query;
@@ -200,16 +200,36 @@ fn npm_version(whole: Option<&[u8]>, prefix: &[u8]) -> Option<String> {
     Some(after[..after.find('"')?].to_owned())
 }
 
+/// `PyPI upload name==version: file sha256=digest`: each file of a release is its own
+/// upload, and its approval names exactly that file.
 fn pypi(body: &[u8], complete: bool) -> String {
+    let parts = if body.starts_with(b"--") {
+        multipart_parts(body, complete)
+            .map(|(p, _)| p)
+            .unwrap_or_default()
+    } else {
+        Vec::new()
+    };
     let fields = form_fields(body, complete)
         .map(|(f, _)| f)
         .unwrap_or_default();
     let get = |k: &str| fields.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
-    match (get("name"), get("version")) {
+    let mut line = match (get("name"), get("version")) {
         (Some(n), Some(v)) => format!("PyPI upload {n}=={v}"),
         (Some(n), None) => format!("PyPI upload {n}"),
         _ => "PyPI upload".to_owned(),
+    };
+    let file = parts
+        .iter()
+        .find(|p| p.name.as_deref() == Some("content"))
+        .and_then(|p| p.filename.clone());
+    if let Some(file) = file {
+        line.push_str(&format!(": {file}"));
     }
+    if let Some(digest) = get("sha256_digest") {
+        line.push_str(&format!(" sha256={}", digest.trim()));
+    }
+    line
 }
 
 fn cargo(rule_id: &str, method: &str, path: &str, body: &[u8]) -> String {

@@ -2,6 +2,7 @@
 
 mod decide;
 mod graphql;
+mod identity;
 mod matchers;
 mod method_override;
 mod normalize;

@@ -429,7 +429,9 @@ fn pypi() {
         b"--B0undary\r\nContent-Disposition: form-data; name=\":action\"\r\n\r\nfile_upload\r\n\
 --B0undary\r\nContent-Disposition: form-data; name=\"name\"\r\n\r\ndemo\r\n\
 --B0undary\r\nContent-Disposition: form-data; name=\"version\"\r\n\r\n0.1.0\r\n\
---B0undary\r\nContent-Disposition: form-data; name=\"content\"; filename=\"demo.whl\"\r\n\r\nPK";
+--B0undary\r\nContent-Disposition: form-data; name=\"sha256_digest\"\r\n\r\n\
+4f1e0a9cc3d2b1a0f9e8d7c6b5a4938271605f4e3d2c1b0a9f8e7d6c5b4a3921\r\n\
+--B0undary\r\nContent-Disposition: form-data; name=\"content\"; filename=\"demo-0.1.0-py3-none-any.whl\"\r\n\r\nPK";
     check(
         &[
             "POST upload.pypi.org/legacy/ [form] => pypi.upload",
@@ -446,8 +448,24 @@ fn pypi() {
     r.content_type = Some("multipart/form-data; boundary=B0undary");
     let d = decide(&r);
     assert_eq!(d.rule(), Some("pypi.upload"));
+    // each file of a release is its own approval: the summary names the file and its digest
     assert!(
-        d.summary().unwrap().starts_with("PyPI upload demo==0.1.0"),
+        d.summary().unwrap().starts_with(
+            "PyPI upload demo==0.1.0: demo-0.1.0-py3-none-any.whl \
+             sha256=4f1e0a9cc3d2b1a0f9e8d7c6b5a4938271605f4e3d2c1b0a9f8e7d6c5b4a3921"
+        ),
+        "{d:?}"
+    );
+    let sdist = String::from_utf8_lossy(form).replace("-py3-none-any.whl", ".tar.gz")
+        + "\r\n--B0undary--\r\n";
+    let d = decide(&req(
+        "POST",
+        "upload.pypi.org",
+        "/legacy/",
+        Some(sdist.as_bytes()),
+    ));
+    assert!(
+        d.summary().unwrap().contains(": demo-0.1.0.tar.gz sha256="),
         "{d:?}"
     );
 }
