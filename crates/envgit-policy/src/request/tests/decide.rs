@@ -364,8 +364,30 @@ fn arbitrary_requests_never_panic() {
         "{",
         "\"",
         "\0",
+        "?query=",
+        "mutation",
+        "&_method=",
+        "&operationName=",
+        "=",
+        "&",
+        "--B\r\n",
+        "Content-Disposition: form-data; name=\"",
+        "\r\n\r\n",
+        "graphql.json",
+        "api/v1/crates",
+        "/-/package/",
+        "_attachments",
     ];
     let methods = ["GET", "POST", "PUT", "PATCH", "DELETE", "x"];
+    let content_types = [
+        None,
+        Some("application/json"),
+        Some("application/x-www-form-urlencoded"),
+        Some("multipart/form-data; boundary=B"),
+        Some("application/graphql"),
+        Some(";"),
+    ];
+    let overrides: [&[&str]; 3] = [&[], &["DELETE"], &["GET", "x, PUT", ""]];
     let hosts = [
         "github.com",
         "api.github.com",
@@ -390,9 +412,14 @@ fn arbitrary_requests_never_panic() {
                 Some(b),
             );
             r.body_complete = next() % 2 == 0;
+            r.content_type = content_types[pick(next(), content_types.len())];
+            r.method_overrides = overrides[pick(next(), overrides.len())];
+            let (path, query) = path.split_once('?').unwrap_or((&path, ""));
+            r.path = path;
+            r.query = query;
             let _ = p.decide_request(&r);
             let _ = p.needs_body(&r);
-            let _ = crate::normalize_path(&path);
+            let _ = crate::normalize_path(path);
         }
     }
 }

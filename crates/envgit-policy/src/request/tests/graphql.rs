@@ -265,3 +265,50 @@ fn deep_and_large_documents_are_refused_not_parsed() {
     let nested_ok = format!("{}{}", "{ a ".repeat(60), "}".repeat(60));
     assert!(document(&nested_ok).is_ok());
 }
+
+#[test]
+fn arbitrary_documents_never_panic() {
+    let pieces = [
+        "{",
+        "}",
+        "(",
+        ")",
+        "[",
+        "]",
+        "query",
+        "mutation",
+        "subscription",
+        "fragment",
+        "on",
+        "...",
+        "@skip",
+        "$v",
+        ":",
+        "=",
+        "\"",
+        "\"\"\"",
+        "#",
+        "\n",
+        "a",
+        "1",
+        "-",
+        "é",
+        "\\",
+        "\u{feff}",
+        " ",
+    ];
+    let mut seed: u64 = 0x2545_f491_4f6c_dd1d;
+    for _ in 0..5_000 {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        let mut s = seed;
+        let text: String = (0..(s % 24))
+            .map(|_| {
+                s = s.rotate_left(5) ^ 0x9e37_79b9;
+                pieces[(s as usize) % pieces.len()]
+            })
+            .collect();
+        let _ = document(&text);
+    }
+}
