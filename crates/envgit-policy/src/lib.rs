@@ -20,16 +20,17 @@ pub use error::PolicyError;
 pub use mcp::RULE_MCP_DEFAULT;
 pub use network::{
     ConnectDecision, RULE_ALLOW, RULE_IP_LITERAL, RULE_PORT22, RULE_PRIVATE, decide_connect,
-    is_passthrough, is_special, loopback_forwards, raw_tcp_allowed, vet_address,
+    is_passthrough, is_special, loopback_forwards, raw_tcp_allowed, raw_tcp_allowed_for,
+    vet_address, websocket_allowed,
 };
 pub use protected::{PROTECTED_PATHS, is_protected};
 pub use request::{
     BODY_PREFIX_MAX, RequestDecision, RequestInfo, default_preset_ids, normalize_path,
 };
 pub use schema::{
-    Action, ApproversSection, BodyMatch, EnvSection, FilesystemSection, GraphqlOperation,
-    IrreversibleEntry, L7Rule, McpSection, McpServer, NetRule, NetworkSection, Policy, Preset,
-    ShellAction, ShellRule, SnapshotSection,
+    Action, AllowOptions, ApproversSection, BodyMatch, EnvSection, FilesystemSection,
+    GraphqlOperation, IrreversibleEntry, L7Rule, McpSection, McpServer, NetRule, NetworkSection,
+    Policy, Preset, ShellAction, ShellRule, SnapshotSection,
 };
 pub use shell::{ShellMatch, command_line};
 pub use size::parse_size;

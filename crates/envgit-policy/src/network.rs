@@ -11,7 +11,11 @@
 //!   addresses need an explicit, non-glob `host:port` entry;
 //! - `localhost`, `127.0.0.1` and `::1` are one host for matching (`localhost:5432` allows a
 //!   connection to `127.0.0.1:5432` and the other way round);
-//! - port 22 is refused unless an explicit `host:22` entry names a loopback host.
+//! - port 22 is refused unless an explicit `host:22` entry names a loopback host;
+//! - an entry may be a map `{ host, raw, websocket }`: `raw: true` (only on a loopback or
+//!   private-address `host:port`) lets raw TCP through ([`raw_tcp_allowed_for`]); without it
+//!   a connection is TLS or HTTP, judged per request. `websocket: true` lets WebSocket
+//!   upgrades through ([`websocket_allowed`]).
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
@@ -141,11 +145,59 @@ pub fn vet_address(allowed_rule: &str, addr: IpAddr) -> ConnectDecision {
     }
 }
 
-/// Is raw TCP (neither TLS nor HTTP) let through for connections this entry allowed? Only for
-/// an explicit loopback `host:port` entry (DESIGN §4: a local database, say).
-pub fn raw_tcp_allowed(allowed_rule: &str) -> bool {
-    Entry::parse(allowed_rule)
-        .is_some_and(|e| e.port.is_some() && !e.glob && Host::parse(e.host).is_loopback())
+/// Is raw TCP (neither TLS nor HTTP) let through for connections `allowed_rule` allowed
+/// (the entry [`decide_connect`] returned)? Only when the policy writes that entry with
+/// `raw: true` (DESIGN §5: a connection is raw only where the policy says raw). A bare
+/// loopback `host:port` string is HTTP or TLS, judged per request.
+pub fn raw_tcp_allowed(policy: &Policy, allowed_rule: &str) -> bool {
+    policy
+        .network
+        .allow_options
+        .get(allowed_rule)
+        .is_some_and(|o| o.raw)
+}
+
+/// Is raw TCP let through to exactly `host:port`? True only for a `raw: true` entry naming
+/// this host (`localhost`, `127.0.0.1` and `::1` are one host) and this port.
+pub fn raw_tcp_allowed_for(policy: &Policy, host: &str, port: u16) -> bool {
+    let target = Host::parse(host);
+    policy.network.allow_options.iter().any(|(entry, o)| {
+        o.raw
+            && Entry::parse(entry)
+                .is_some_and(|e| e.port == Some(port) && !e.glob && Host::parse(e.host) == target)
+    })
+}
+
+/// May a connection to `host:port` upgrade to a WebSocket? True for an entry with
+/// `websocket: true` that allows this host and port.
+pub fn websocket_allowed(policy: &Policy, host: &str, port: u16) -> bool {
+    let target = Host::parse(host);
+    policy.network.allow_options.iter().any(|(entry, o)| {
+        o.websocket && Entry::parse(entry).is_some_and(|e| e.matches(&target, port))
+    })
+}
+
+/// Why `raw: true` is not valid on this `network.allow` host, if it is not: it must be a
+/// loopback or private address (or `localhost`) with an explicit port, never a glob.
+pub(crate) fn raw_entry(text: &str) -> Result<(), String> {
+    let entry = Entry::parse(text).ok_or_else(|| "not a host".to_owned())?;
+    if entry.glob {
+        return Err("a glob names hosts the policy cannot vet".to_owned());
+    }
+    if entry.port.is_none() {
+        return Err("it has no explicit port".to_owned());
+    }
+    let private = match Host::parse(entry.host) {
+        Host::Loopback => true,
+        Host::Ip(IpAddr::V4(v4)) => v4.is_loopback() || v4.is_private(),
+        Host::Ip(IpAddr::V6(v6)) => v6.is_loopback() || (v6.segments()[0] & 0xfe00) == 0xfc00,
+        Host::Name(name) => name.ends_with(".localhost"),
+    };
+    if private {
+        Ok(())
+    } else {
+        Err("it is not a loopback or private address".to_owned())
+    }
 }
 
 /// The ports of every loopback `host:port` entry (`localhost`, `127.0.0.1`, `[::1]`): the
@@ -607,14 +659,51 @@ mod tests {
     }
 
     #[test]
-    fn raw_tcp_only_for_explicit_loopback_entries() {
-        assert!(raw_tcp_allowed("127.0.0.1:5432"));
-        assert!(raw_tcp_allowed("localhost:5432"));
-        assert!(raw_tcp_allowed("[::1]:5432"));
-        assert!(!raw_tcp_allowed("localhost"));
-        assert!(!raw_tcp_allowed("10.0.0.5:5432"));
-        assert!(!raw_tcp_allowed("example.com:443"));
-        assert!(!raw_tcp_allowed("*.localhost:80"));
+    fn raw_tcp_only_where_the_policy_says_raw() {
+        // a bare entry never allows raw TCP, loopback or not; only `raw: true` does
+        let p = policy(&[
+            "127.0.0.1:5432",
+            "localhost:5432",
+            "[::1]:5432",
+            "localhost",
+        ]);
+        for rule in [
+            "127.0.0.1:5432",
+            "localhost:5432",
+            "[::1]:5432",
+            "localhost",
+        ] {
+            assert!(!raw_tcp_allowed(&p, rule), "{rule}");
+        }
+        let mut p = p;
+        p.network.allow_options.insert(
+            "127.0.0.1:5432".into(),
+            crate::AllowOptions {
+                raw: true,
+                websocket: false,
+            },
+        );
+        assert!(raw_tcp_allowed(&p, "127.0.0.1:5432"));
+        assert!(!raw_tcp_allowed(&p, "localhost:5432"));
+        assert!(raw_tcp_allowed_for(&p, "localhost", 5432));
+        assert!(raw_tcp_allowed_for(&p, "::1", 5432));
+        assert!(!raw_tcp_allowed_for(&p, "127.0.0.1", 5433));
+        for (host, ok) in [
+            ("127.0.0.1:5432", true),
+            ("localhost:5432", true),
+            ("[::1]:5432", true),
+            ("10.0.0.5:5432", true),
+            ("192.168.1.2:5432", true),
+            ("[fd00::1]:5432", true),
+            ("db.localhost:5432", true),
+            ("localhost", false),
+            ("example.com:443", false),
+            ("*.localhost:80", false),
+            ("8.8.8.8:53", false),
+            ("169.254.169.254:80", false),
+        ] {
+            assert_eq!(raw_entry(host).is_ok(), ok, "{host}");
+        }
     }
 
     #[test]

@@ -50,12 +50,28 @@ pub struct EnvSection {
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct NetworkSection {
-    /// `host`, `host:port`, `[v6]:port`, or a glob like `*.pythonhosted.org`.
+    /// `host`, `host:port`, `[v6]:port`, or a glob like `*.pythonhosted.org`: every entry's
+    /// host, whether written as a string or as a map with options.
     pub allow: Vec<String>,
+    /// The options of entries written as maps (`{ host, raw, websocket }`), keyed by the host
+    /// as it appears in `allow`; an entry without options has none here. Left out of the
+    /// hash when empty, so policies without options keep their hash.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub allow_options: BTreeMap<String, AllowOptions>,
     /// Per-host request restrictions, keyed by host as written.
     pub l7: BTreeMap<String, L7Rule>,
     /// Hosts tunnelled without TLS interception.
     pub passthrough: Vec<String>,
+}
+
+/// What a `network.allow` entry lets through beyond TLS and HTTP.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct AllowOptions {
+    /// Raw TCP (a database, a server that speaks first), uninspected. Valid only on a
+    /// loopback or private-address `host:port` entry with an explicit port.
+    pub raw: bool,
+    /// WebSocket upgrades; the frames after the upgrade are not inspected.
+    pub websocket: bool,
 }
 
 /// A request to the host is permitted when its method and its path both match; an empty list
@@ -115,7 +131,9 @@ pub struct NetRule {
 /// rule does not.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct BodyMatch {
-    /// The GraphQL operation that would run (JSON `{"query", "operationName"}`, or a batch).
+    /// The GraphQL operation that could run: `query`/`operationName` from the query string
+    /// and the body (JSON object or batch, `application/graphql`, a form); a mutation in
+    /// either counts. A persisted query (no query text) cannot be evaluated.
     pub graphql_operation: Option<GraphqlOperation>,
     /// Top-level JSON fields and the values they must have (`*` globs; non-strings compare as
     /// their JSON text).

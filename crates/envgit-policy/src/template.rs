@@ -17,8 +17,12 @@ version: 1
 # Hosts reachable from the sandbox; nothing else is. A name without a port allows 443 and 80.
 # A glob `*.example.com` matches subdomains, not the bare domain.
 # Loopback and private addresses need an explicit port, e.g. "127.0.0.1:5432".
+# An entry may also be a map with options. `raw: true` lets raw TCP through, uninspected (a
+# database; valid only on a loopback or private `host:port`); without it a connection is TLS
+# or HTTP, judged per request. `websocket: true` lets WebSocket upgrades through.
 # network:
-#   allow: ["api.github.com:443", "registry.npmjs.org", "*.pythonhosted.org"]
+#   allow: ["api.github.com:443", "registry.npmjs.org", "*.pythonhosted.org",
+#           { host: "127.0.0.1:5432", raw: true }, { host: "chat.example.com", websocket: true }]
 #   l7:                          # restrict a host further: requests not listed are denied
 #     api.github.com: { methods: [GET, HEAD], paths: ["/repos/**"] }
 #   passthrough: ["pypi.org"]    # tunnelled without TLS inspection, logged as uninspected
@@ -116,7 +120,9 @@ mod tests {
         let all: String = INIT_TEMPLATE.lines().map(|l| uncomment(l) + "\n").collect();
         let p = Policy::parse("envgit.yaml", &all).unwrap_or_else(|e| panic!("{e}\n{all}"));
         assert_eq!(p.env.pass, ["GH_HOST"]);
-        assert_eq!(p.network.allow.len(), 3);
+        assert_eq!(p.network.allow.len(), 5);
+        assert!(p.network.allow_options["127.0.0.1:5432"].raw);
+        assert!(p.network.allow_options["chat.example.com"].websocket);
         assert_eq!(p.network.l7["api.github.com"].methods, ["GET", "HEAD"]);
         assert_eq!(p.network.passthrough, ["pypi.org"]);
         assert_eq!(p.irreversible.len(), 2);

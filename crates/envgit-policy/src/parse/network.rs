@@ -2,11 +2,12 @@
 
 use std::collections::BTreeMap;
 
+use crate::network::raw_entry;
 use crate::node::{Kind, Node};
 use crate::read::{Reader, describe_path, join, scalar_text};
 use crate::{
-    Action, BodyMatch, GraphqlOperation, IrreversibleEntry, L7Rule, NetRule, NetworkSection,
-    PolicyError, Preset,
+    Action, AllowOptions, BodyMatch, GraphqlOperation, IrreversibleEntry, L7Rule, NetRule,
+    NetworkSection, PolicyError, Preset,
 };
 
 use super::values;
@@ -43,7 +44,7 @@ pub(super) fn network(r: &Reader<'_>, node: &Node) -> Result<NetworkSection, Pol
     let f = r.fields(node, "network", &["allow", "l7", "passthrough"])?;
     let mut out = NetworkSection::default();
     if let Some(n) = f.get("allow") {
-        out.allow = hosts(r, n, "network.allow")?;
+        allow(r, n, &mut out)?;
     }
     if let Some(n) = f.get("passthrough") {
         out.passthrough = hosts(r, n, "network.passthrough")?;
@@ -60,6 +61,82 @@ pub(super) fn network(r: &Reader<'_>, node: &Node) -> Result<NetworkSection, Pol
         }
     }
     Ok(out)
+}
+
+const ALLOW_KEYS: &[&str] = &["host", "raw", "websocket"];
+
+/// `network.allow`: host strings, or maps `{ host, raw, websocket }`.
+fn allow(r: &Reader<'_>, node: &Node, out: &mut NetworkSection) -> Result<(), PolicyError> {
+    let items = match &node.kind {
+        Kind::Null => return Ok(()),
+        Kind::Seq(items) => items,
+        _ => {
+            return Err(r.err(
+                node,
+                format!(
+                    "`network.allow` must be a list of hosts, found {}",
+                    node.kind.describe()
+                ),
+            ));
+        }
+    };
+    for (i, item) in items.iter().enumerate() {
+        let path = format!("network.allow[{i}]");
+        match &item.kind {
+            Kind::Str(_) => {
+                let text = r.string(item, &path)?;
+                out.allow.push(values::host(r, item, &path, &text)?);
+            }
+            Kind::Map(_) => {
+                let f = r.fields(item, &path, ALLOW_KEYS)?;
+                let host_node = r.require(&f, &path, "host", "e.g. `host: \"127.0.0.1:5432\"`")?;
+                let host_path = join(&path, "host");
+                let text = r.string(host_node, &host_path)?;
+                let host = values::host(r, host_node, &host_path, &text)?;
+                let flag = |key: &str| {
+                    f.get(key)
+                        .map(|n| r.bool(n, &join(&path, key)))
+                        .transpose()
+                        .map(Option::unwrap_or_default)
+                };
+                let options = AllowOptions {
+                    raw: flag("raw")?,
+                    websocket: flag("websocket")?,
+                };
+                if options.raw
+                    && let Err(why) = raw_entry(&host)
+                {
+                    return Err(r.err(
+                        item,
+                        format!(
+                            "`raw: true` on `{host}` in {}: {why}; raw TCP is valid only on a \
+                             loopback or private-address `host:port` entry with an explicit \
+                             port, such as `127.0.0.1:5432`, `localhost:6379` or \
+                             `10.0.0.5:5432`",
+                            describe_path(&path)
+                        ),
+                    ));
+                }
+                if options != AllowOptions::default() {
+                    let merged = out.allow_options.entry(host.clone()).or_default();
+                    merged.raw |= options.raw;
+                    merged.websocket |= options.websocket;
+                }
+                out.allow.push(host);
+            }
+            _ => {
+                return Err(r.err(
+                    item,
+                    format!(
+                        "{} must be a host string or a mapping {{ host, raw, websocket }}, found {}",
+                        describe_path(&path),
+                        item.kind.describe()
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 fn l7_rule(r: &Reader<'_>, node: &Node, path: &str) -> Result<L7Rule, PolicyError> {

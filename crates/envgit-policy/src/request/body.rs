@@ -3,10 +3,13 @@
 
 use crate::{BodyMatch, GraphqlOperation};
 
+use super::content_type::{FORM, MULTIPART, media_type};
 use super::graphql;
 use super::json::{Doc, entries, parse_doc, value_text};
 use super::matchers::{Tri, form_decode, glob_exact};
+use super::packument::packument;
 use super::pktline;
+use super::rule::Prepared;
 
 /// The body as the caller has it.
 #[derive(Debug, Clone, Copy)]
@@ -17,7 +20,7 @@ pub(crate) struct Body<'a> {
 
 impl<'a> Body<'a> {
     /// The whole body, or why it is not available.
-    fn whole(&self) -> Result<&'a [u8], String> {
+    pub(crate) fn whole(&self) -> Result<&'a [u8], String> {
         match self.bytes {
             None => Err("body not read".to_owned()),
             Some(_) if !self.complete => Err("body larger than the inspected prefix".to_owned()),
@@ -40,6 +43,11 @@ pub(crate) enum Matcher {
     /// `true`: receive-pack commands present; `false`: none.
     Pktline(bool),
     Exact(Vec<u8>),
+    /// An npm packument write (`true`: with a tarball attached); see [`packument`].
+    Packument(bool),
+    /// A form field, where the request is a form (a form `Content-Type`, or none and a
+    /// multipart-looking body): a PyPI upload on any host.
+    UploadForm(String, String),
 }
 
 /// The matchers a user's `body:` stands for (all must hold).
@@ -64,9 +72,10 @@ pub(crate) fn from_policy(m: &BodyMatch) -> Vec<Matcher> {
 }
 
 impl Matcher {
-    pub fn eval(&self, body: Body<'_>) -> Tri {
+    pub fn eval(&self, req: &Prepared<'_>) -> Tri {
+        let body = req.body;
         match self {
-            Matcher::Graphql(op) => match body.whole().and_then(graphql::operations) {
+            Matcher::Graphql(op) => match graphql::operations(&req.query, body, req.content_type) {
                 Ok(ops) => Tri::from_bool(ops.iter().any(|o| o.kind == *op)),
                 Err(why) => Tri::Unknown(format!("GraphQL: {why}")),
             },
@@ -93,6 +102,15 @@ impl Matcher {
             Matcher::FormField(name, want) => form_field(body, name, want),
             Matcher::Pktline(want) => pktline_commands(body, *want),
             Matcher::Exact(want) => exact(body, want),
+            Matcher::Packument(attachments) => packument(body, *attachments),
+            Matcher::UploadForm(name, want) => match media_type(req.content_type).as_deref() {
+                Some(FORM | MULTIPART) => form_field(body, name, want),
+                Some(_) => Tri::NoMatch,
+                None => match body.bytes {
+                    Some(b) if !b.starts_with(b"--") => Tri::NoMatch,
+                    _ => form_field(body, name, want),
+                },
+            },
         }
     }
 }
@@ -193,8 +211,33 @@ fn urlencoded_fields(
     Ok((out, complete))
 }
 
-/// `--boundary\r\n` headers `\r\n\r\n` value `\r\n--boundary` … `--boundary--`.
+/// One part of a `multipart/form-data` body.
+#[derive(Debug, Clone)]
+pub(crate) struct Part {
+    pub name: Option<String>,
+    /// The `filename` parameter, for a file part.
+    pub filename: Option<String>,
+    /// The value as far as the prefix holds it.
+    pub value: String,
+    /// `false` when the prefix ends inside the value.
+    pub whole: bool,
+}
+
+/// The fields readable from the prefix (complete values only), and whether that is all.
 fn multipart_fields(bytes: &[u8], complete: bool) -> Result<(Vec<(String, String)>, bool), String> {
+    let (parts, all) = multipart_parts(bytes, complete)?;
+    let fields = parts
+        .into_iter()
+        .filter(|p| p.whole)
+        .filter_map(|p| Some((p.name?, p.value)))
+        .collect();
+    Ok((fields, all))
+}
+
+/// `--boundary\r\n` headers `\r\n\r\n` value `\r\n--boundary` … `--boundary--`. A part
+/// whose headers are in the prefix but whose value is cut short is returned with
+/// `whole: false` (its file name is known before its bytes).
+pub(crate) fn multipart_parts(bytes: &[u8], complete: bool) -> Result<(Vec<Part>, bool), String> {
     let first_end = find(bytes, b"\r\n").ok_or("no boundary line")?;
     let boundary = &bytes[..first_end];
     if boundary.len() < 3 || boundary.len() > 72 {
@@ -211,13 +254,23 @@ fn multipart_fields(bytes: &[u8], complete: bool) -> Result<(Vec<(String, String
         let headers = std::str::from_utf8(&bytes[pos..pos + head_end])
             .map_err(|_| "bad part headers".to_owned())?;
         let value_start = pos + head_end + 4;
+        let (name, filename) = (part_name(headers), part_filename(headers));
         let Some(value_len) = find(&bytes[value_start..], &delimiter) else {
+            out.push(Part {
+                name,
+                filename,
+                value: String::from_utf8_lossy(&bytes[value_start..]).into_owned(),
+                whole: false,
+            });
             return cut(out, complete);
         };
         let value = &bytes[value_start..value_start + value_len];
-        if let Some(name) = part_name(headers) {
-            out.push((name, String::from_utf8_lossy(value).into_owned()));
-        }
+        out.push(Part {
+            name,
+            filename,
+            value: String::from_utf8_lossy(value).into_owned(),
+            whole: true,
+        });
         pos = value_start + value_len + delimiter.len();
         match bytes.get(pos..pos + 2) {
             Some(b"--") => return Ok((out, true)),
@@ -228,10 +281,7 @@ fn multipart_fields(bytes: &[u8], complete: bool) -> Result<(Vec<(String, String
     }
 }
 
-fn cut(
-    out: Vec<(String, String)>,
-    complete: bool,
-) -> Result<(Vec<(String, String)>, bool), String> {
+fn cut(out: Vec<Part>, complete: bool) -> Result<(Vec<Part>, bool), String> {
     if complete {
         Err("multipart body ends early".to_owned())
     } else {
@@ -252,6 +302,15 @@ fn part_name(headers: &str) -> Option<String> {
         return part_name(&format!("content-disposition: {later}"));
     }
     Some(rest.split('"').next()?.to_owned())
+}
+
+/// `Content-Disposition: form-data; name="content"; filename="x.whl"` → `x.whl`.
+fn part_filename(headers: &str) -> Option<String> {
+    let line = headers
+        .split("\r\n")
+        .find(|l| l.to_ascii_lowercase().starts_with("content-disposition:"))?;
+    let at = line.to_ascii_lowercase().find("filename=\"")?;
+    Some(line[at + 10..].split('"').next()?.to_owned())
 }
 
 fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {

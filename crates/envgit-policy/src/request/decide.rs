@@ -8,6 +8,7 @@ use crate::{Action, IrreversibleEntry, L7Rule, Policy, Preset};
 
 use super::body::Body;
 use super::matchers::{Tri, parse_query, path_tri, pattern_segments};
+use super::method::{MethodSet, body_may_name_method};
 use super::normalize::{normalize_path, path_views};
 use super::preset::default_rules;
 use super::rule::{Prepared, Rule, decides, from_net};
@@ -25,7 +26,9 @@ impl Policy {
             body_complete: false,
             ..*req
         };
-        self.judge(&probe).1
+        let rules = !self.irreversible.is_empty() || !self.network.l7.is_empty();
+        // A form body may name another method (`_method`), which every rule depends on.
+        self.judge(&probe).1 || (rules && body_may_name_method(req))
     }
 
     /// `l7` of the host (a request no entry permits → `Deny` with rule `l7.<host>`), then the
@@ -45,22 +48,24 @@ impl Policy {
             Err(_) if req.path.is_empty() => Cow::Borrowed("/"),
             Err(_) => Cow::Borrowed(req.path),
         };
+        let query = parse_query(req.query);
         let prepared = Prepared {
-            method: req.method,
+            methods: MethodSet::of(req, &query),
             host: req.host,
             port: req.port,
             views: path_views(req.path),
-            query: parse_query(req.query),
+            query,
             body: Body {
                 bytes: req.body,
                 complete: req.body_complete,
             },
+            content_type: req.content_type,
         };
 
         if let Some(key) = self.l7_refusal(&prepared) {
             let summary = format!(
                 "{} {}{} is not permitted by network.l7",
-                req.method.to_ascii_uppercase(),
+                prepared.methods.label(),
                 req.host,
                 shown_path
             );
@@ -92,7 +97,8 @@ impl Policy {
                     continue;
                 }
                 consulted |= rule.summary.wants_body();
-                let mut summary = rule.summary.describe(&rule.id, req, &shown_path);
+                let method = prepared.methods.label();
+                let mut summary = rule.summary.describe(&rule.id, req, &method, &shown_path);
                 if let Tri::Unknown(why) = &answer {
                     summary = clean(&format!("{summary} [not evaluated: {why}]"));
                 }
@@ -128,11 +134,10 @@ impl Policy {
 /// Method listed (or none listed) and path matching a listed glob (or none listed). An
 /// ambiguous path whose readings disagree is not permitted.
 fn l7_permits(rule: &L7Rule, req: &Prepared<'_>) -> bool {
+    // Every method the request names must be listed.
+    let listed = |method: &String| rule.methods.iter().any(|m| m.eq_ignore_ascii_case(method));
     let method_ok = rule.methods.is_empty()
-        || rule
-            .methods
-            .iter()
-            .any(|m| m.eq_ignore_ascii_case(req.method));
+        || (req.methods.any.is_none() && req.methods.known.iter().all(listed));
     if !method_ok {
         return false;
     }

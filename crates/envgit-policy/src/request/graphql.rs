@@ -1,316 +1,255 @@
-//! Which GraphQL operation a request would run: the JSON body's `query` document is tokenized
-//! (comments, strings and block strings skipped), its operations and fragments are found, and
-//! `operationName` picks one. Anything the reader does not understand is an error, which the
-//! caller turns into "cannot evaluate" (fail closed).
+//! Which GraphQL operations a request could run, read where servers read them: `query` and
+//! `operationName` in the query string (GET, and servers such as Rails that merge it with the
+//! body) and in the body (JSON object, JSON batch array, `application/graphql`, a form, or
+//! the multipart `operations` field). Documents are parsed with `apollo-parser`, with
+//! recursion and token limits. Anything that cannot be classified (no query text, a
+//! persisted query, a document with errors) is an error, which the caller turns into "cannot
+//! evaluate" (fail closed).
+
+use apollo_parser::Parser;
+use apollo_parser::cst;
 
 use crate::GraphqlOperation;
 
+use super::body::{Body, form_fields};
+use super::content_type::{FORM, MULTIPART, media_type};
 use super::json::{Doc, entries, parse_doc};
+
+/// Nesting deeper than this (selection sets, values, types) is refused, not parsed.
+const RECURSION_LIMIT: usize = 128;
+/// More tokens than this (a 1 MiB body holds at most about this many) are refused.
+const TOKEN_LIMIT: usize = 256 * 1024;
 
 /// One operation of a document.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Operation {
     pub kind: GraphqlOperation,
     pub name: Option<String>,
-    /// The top-level fields of its selection set (aliases resolved), for summaries.
+    /// The top-level fields of its selection set (aliases resolved; `...F` for a spread),
+    /// for summaries.
     pub root_fields: Vec<String>,
 }
 
-/// The operations that may run for this request body: the one `operationName` selects, or
-/// every operation when the document has several and no name is given; for a batch (a JSON
-/// array), those of every element. `Err` when it cannot tell (not JSON, no `query` string — a
-/// persisted query —, a document it cannot read, an `operationName` the document lacks).
-pub(crate) fn operations(body: &[u8]) -> Result<Vec<Operation>, String> {
-    match parse_doc(body)? {
-        Doc::Array(items) => {
-            let mut out = Vec::new();
-            for item in items {
-                out.extend(request_operations(&item)?);
-            }
-            Ok(out)
-        }
-        doc => request_operations(&doc),
-    }
+/// What one source (the query string, or one body request) carries.
+#[derive(Debug, Default)]
+struct Params {
+    queries: Vec<String>,
+    names: Vec<String>,
+    /// A hash or id stands in for the query text.
+    persisted: bool,
 }
 
-fn request_operations(doc: &Doc) -> Result<Vec<Operation>, String> {
-    let Doc::Object(fields) = doc else {
-        return Err("a GraphQL request is a JSON object".to_owned());
+/// Keys that name a stored document instead of sending it (Apollo APQ, Relay, GitHub's
+/// persisted documents).
+const PERSISTED_KEYS: &[&str] = &["id", "documentId", "queryId", "doc_id"];
+
+/// Every operation the request could run on some server: each query text (query string and
+/// body; every element of a batch; duplicates included) with each `operationName` any source
+/// gives, or all of its operations when no name is given or the name is not in it.
+pub(crate) fn operations(
+    query: &Result<Vec<(String, String)>, String>,
+    body: Body<'_>,
+    content_type: Option<&str>,
+) -> Result<Vec<Operation>, String> {
+    let query = match query {
+        Ok(pairs) => from_pairs(pairs),
+        Err(why) => return Err(format!("query string: {why}")),
     };
-    let queries: Vec<&serde_json::Value> = entries(fields, "query").collect();
-    if queries.is_empty() {
-        return Err("no `query` (a persisted query cannot be classified)".to_owned());
+    let bodies = body_requests(body, content_type)?;
+    let sources: Vec<&Params> = std::iter::once(&query).chain(&bodies).collect();
+    if sources.iter().any(|p| p.persisted) {
+        return Err(
+            "a persisted query (a hash or id instead of the text) cannot be classified".to_owned(),
+        );
     }
-    // Duplicate keys: every value counts (servers differ on which one wins).
-    let mut names: Vec<Option<&str>> = Vec::new();
-    for v in entries(fields, "operationName") {
-        match v {
-            serde_json::Value::Null => names.push(None),
-            serde_json::Value::String(s) => names.push(Some(s)),
-            _ => return Err("`operationName` is not a string".to_owned()),
+    // A server that merges query string and body may pair any text with any name.
+    let all_names: Vec<&str> = sources
+        .iter()
+        .flat_map(|p| p.names.iter().map(String::as_str))
+        .collect();
+    let mut out: Vec<Operation> = Vec::new();
+    let mut texts = 0;
+    for source in &sources {
+        for text in &source.queries {
+            texts += 1;
+            let ops = document(text)?;
+            if ops.is_empty() {
+                return Err("the document has no operation".to_owned());
+            }
+            let mut names: Vec<Option<&str>> = all_names.iter().map(|n| Some(*n)).collect();
+            if source.names.is_empty() {
+                names.push(None);
+            }
+            for name in names {
+                for op in select(&ops, name) {
+                    if !out.contains(op) {
+                        out.push(op.clone());
+                    }
+                }
+            }
         }
     }
-    if names.is_empty() {
-        names.push(None);
-    }
-    let mut out = Vec::new();
-    for query in queries {
-        let serde_json::Value::String(text) = query else {
-            return Err("`query` is not a string".to_owned());
-        };
-        let ops = document(text)?;
-        for name in &names {
-            out.extend(select(&ops, *name)?);
-        }
+    if texts == 0 {
+        return Err("no `query` in the query string or the body".to_owned());
     }
     Ok(out)
 }
 
-fn select(ops: &[Operation], name: Option<&str>) -> Result<Vec<Operation>, String> {
-    if ops.is_empty() {
-        return Err("the document has no operation".to_owned());
+/// The operation `name` selects; all of them for no name, or for a name the document lacks
+/// (such a request fails on a strict server, but a lax one may run what is there).
+fn select<'o>(ops: &'o [Operation], name: Option<&str>) -> Vec<&'o Operation> {
+    let named: Vec<&Operation> = ops
+        .iter()
+        .filter(|op| name.is_some() && op.name.as_deref() == name)
+        .collect();
+    if named.is_empty() {
+        ops.iter().collect()
+    } else {
+        named
     }
-    match name {
-        Some(name) => {
-            let picked: Vec<Operation> = ops
-                .iter()
-                .filter(|op| op.name.as_deref() == Some(name))
-                .cloned()
-                .collect();
-            if picked.is_empty() {
-                Err(format!("no operation named `{name}` in the document"))
-            } else {
-                Ok(picked)
-            }
+}
+
+/// `query`, `operationName` and persisted-query markers of decoded `name=value` pairs (a
+/// query string or a urlencoded form).
+fn from_pairs(pairs: &[(String, String)]) -> Params {
+    let mut out = Params::default();
+    for (name, value) in pairs {
+        match name.as_str() {
+            "query" => out.queries.push(value.clone()),
+            "operationName" if !value.is_empty() => out.names.push(value.clone()),
+            "extensions" => out.persisted |= value.contains("persistedQuery"),
+            key if PERSISTED_KEYS.contains(&key) => out.persisted = true,
+            _ => {}
         }
-        None => Ok(ops.to_vec()),
+    }
+    out
+}
+
+/// A JSON request object. Duplicate keys: every value counts (servers differ on which wins).
+fn from_json(fields: &[(String, serde_json::Value)]) -> Result<Params, String> {
+    let mut out = Params::default();
+    for v in entries(fields, "query") {
+        match v {
+            serde_json::Value::String(s) => out.queries.push(s.clone()),
+            _ => return Err("`query` is not a string".to_owned()),
+        }
+    }
+    for v in entries(fields, "operationName") {
+        match v {
+            serde_json::Value::Null => {}
+            serde_json::Value::String(s) => out.names.push(s.clone()),
+            _ => return Err("`operationName` is not a string".to_owned()),
+        }
+    }
+    out.persisted = entries(fields, "extensions").any(|e| e.get("persistedQuery").is_some())
+        || fields
+            .iter()
+            .any(|(k, v)| PERSISTED_KEYS.contains(&k.as_str()) && !v.is_null());
+    Ok(out)
+}
+
+/// The requests the body carries (none for an empty body).
+fn body_requests(body: Body<'_>, content_type: Option<&str>) -> Result<Vec<Params>, String> {
+    let bytes = body.whole()?;
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return Ok(Vec::new());
+    }
+    match media_type(content_type).as_deref() {
+        Some("application/graphql") => {
+            let text = std::str::from_utf8(bytes).map_err(|_| "body is not UTF-8".to_owned())?;
+            Ok(vec![Params {
+                queries: vec![text.to_owned()],
+                ..Params::default()
+            }])
+        }
+        Some(FORM | MULTIPART) => {
+            let (fields, _) = form_fields(bytes, true).map_err(|why| format!("form: {why}"))?;
+            // The GraphQL multipart request spec puts the JSON request in `operations`.
+            let mut out = Vec::new();
+            for (_, json) in fields.iter().filter(|(k, _)| k == "operations") {
+                out.extend(json_requests(json.as_bytes())?);
+            }
+            out.push(from_pairs(&fields));
+            Ok(out)
+        }
+        _ => json_requests(bytes),
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Token<'a> {
-    Name(&'a str),
-    Punct(u8),
-    Spread,
-    /// A string, number or block string: a value, never a name.
-    Value,
+/// A JSON object, or a batch (an array of objects).
+fn json_requests(bytes: &[u8]) -> Result<Vec<Params>, String> {
+    let not_object = || "a GraphQL request is a JSON object".to_owned();
+    match parse_doc(bytes)? {
+        Doc::Object(fields) => Ok(vec![from_json(&fields)?]),
+        Doc::Array(items) => items
+            .iter()
+            .map(|item| match item {
+                Doc::Object(fields) => from_json(fields),
+                _ => Err(not_object()),
+            })
+            .collect(),
+        Doc::Other => Err(not_object()),
+    }
 }
 
-/// The operations of a GraphQL document, in order.
+/// The operations of a GraphQL document, in order. A document with any syntax error, or one
+/// holding type-system definitions, is refused (servers would not execute it either, but a
+/// reader that guesses could be led to the wrong operation).
 pub(crate) fn document(text: &str) -> Result<Vec<Operation>, String> {
-    let tokens = tokenize(text)?;
+    let tree = Parser::new(text)
+        .recursion_limit(RECURSION_LIMIT)
+        .token_limit(TOKEN_LIMIT)
+        .parse();
+    if let Some(e) = tree.errors().next() {
+        return Err(format!(
+            "not a GraphQL document ({} at byte {})",
+            e.message(),
+            e.index()
+        ));
+    }
     let mut ops = Vec::new();
-    let mut i = 0;
-    while i < tokens.len() {
-        match tokens[i] {
-            Token::Punct(b'{') => {
-                let (fields, next) = selection_set(&tokens, i)?;
-                ops.push(Operation {
-                    kind: GraphqlOperation::Query,
-                    name: None,
-                    root_fields: fields,
-                });
-                i = next;
-            }
-            Token::Name(word @ ("query" | "mutation" | "subscription")) => {
-                let kind = match word {
-                    "query" => GraphqlOperation::Query,
-                    "mutation" => GraphqlOperation::Mutation,
-                    _ => GraphqlOperation::Subscription,
-                };
-                i += 1;
-                let mut name = None;
-                if let Some(Token::Name(n)) = tokens.get(i) {
-                    name = Some((*n).to_owned());
-                    i += 1;
-                }
-                if tokens.get(i) == Some(&Token::Punct(b'(')) {
-                    i = skip_group(&tokens, i)?;
-                }
-                i = skip_directives(&tokens, i)?;
-                let (fields, next) = selection_set(&tokens, i)?;
-                ops.push(Operation {
-                    kind,
-                    name,
-                    root_fields: fields,
-                });
-                i = next;
-            }
-            Token::Name("fragment") => {
-                // fragment Name on Type @directives { ... }
-                match (tokens.get(i + 1), tokens.get(i + 2), tokens.get(i + 3)) {
-                    (Some(Token::Name(n)), Some(Token::Name("on")), Some(Token::Name(_)))
-                        if *n != "on" => {}
-                    _ => return Err("malformed fragment definition".to_owned()),
-                }
-                i = skip_directives(&tokens, i + 4)?;
-                i = selection_set(&tokens, i)?.1;
-            }
+    for definition in tree.document().definitions() {
+        match definition {
+            cst::Definition::OperationDefinition(op) => ops.push(operation(&op)),
+            cst::Definition::FragmentDefinition(_) => {}
             _ => return Err("not an executable GraphQL definition".to_owned()),
         }
     }
     Ok(ops)
 }
 
-/// `@name(args)` repeated.
-fn skip_directives(tokens: &[Token<'_>], mut i: usize) -> Result<usize, String> {
-    while tokens.get(i) == Some(&Token::Punct(b'@')) {
-        if !matches!(tokens.get(i + 1), Some(Token::Name(_))) {
-            return Err("malformed directive".to_owned());
-        }
-        i += 2;
-        if tokens.get(i) == Some(&Token::Punct(b'(')) {
-            i = skip_group(tokens, i)?;
-        }
+fn operation(op: &cst::OperationDefinition) -> Operation {
+    let kind = match op.operation_type() {
+        Some(t) if t.mutation_token().is_some() => GraphqlOperation::Mutation,
+        Some(t) if t.subscription_token().is_some() => GraphqlOperation::Subscription,
+        // `{ … }` shorthand, or `query`.
+        _ => GraphqlOperation::Query,
+    };
+    let root_fields = op
+        .selection_set()
+        .map(|set| set.selections().map(|s| selection_label(&s)).collect())
+        .unwrap_or_default();
+    Operation {
+        kind,
+        name: op.name().map(|n| n.text().to_string()),
+        root_fields,
     }
-    Ok(i)
 }
 
-/// Skips a balanced `(…)`, `[…]` or `{…}` starting at `i`; returns the index after it.
-fn skip_group(tokens: &[Token<'_>], i: usize) -> Result<usize, String> {
-    let mut stack: Vec<u8> = Vec::new();
-    let mut j = i;
-    while let Some(token) = tokens.get(j) {
-        match token {
-            Token::Punct(b'(') => stack.push(b')'),
-            Token::Punct(b'[') => stack.push(b']'),
-            Token::Punct(b'{') => stack.push(b'}'),
-            Token::Punct(c @ (b')' | b']' | b'}')) if stack.pop() != Some(*c) => {
-                return Err("unbalanced brackets".to_owned());
-            }
-            _ => {}
+fn selection_label(selection: &cst::Selection) -> String {
+    match selection {
+        cst::Selection::Field(field) => field
+            .name()
+            .map(|n| n.text().to_string())
+            .unwrap_or_default(),
+        cst::Selection::FragmentSpread(spread) => {
+            let name = spread
+                .fragment_name()
+                .and_then(|f| f.name())
+                .map(|n| n.text().to_string())
+                .unwrap_or_default();
+            format!("...{name}")
         }
-        j += 1;
-        if stack.is_empty() {
-            return Ok(j);
-        }
+        cst::Selection::InlineFragment(_) => "...".to_owned(),
     }
-    Err("unbalanced brackets".to_owned())
-}
-
-/// A selection set starting at `i` (which must be `{`): its top-level field names and the
-/// index after its closing `}`.
-fn selection_set(tokens: &[Token<'_>], i: usize) -> Result<(Vec<String>, usize), String> {
-    if tokens.get(i) != Some(&Token::Punct(b'{')) {
-        return Err("expected a selection set `{`".to_owned());
-    }
-    let end = skip_group(tokens, i)?;
-    let mut fields = Vec::new();
-    let mut j = i + 1;
-    while j + 1 < end {
-        match &tokens[j] {
-            Token::Spread => {
-                // `...Fragment` or `... on Type @dir { … }`: record it, skip to the next field.
-                j += 1;
-                match tokens.get(j) {
-                    Some(Token::Name("on")) => {
-                        fields.push("...".to_owned());
-                        j += 2;
-                    }
-                    Some(Token::Name(n)) => {
-                        fields.push(format!("...{n}"));
-                        j += 1;
-                    }
-                    _ => fields.push("...".to_owned()),
-                }
-            }
-            Token::Name(n) => {
-                let mut field = *n;
-                j += 1;
-                if tokens.get(j) == Some(&Token::Punct(b':')) {
-                    match tokens.get(j + 1) {
-                        Some(Token::Name(real)) => field = real,
-                        _ => return Err("malformed alias".to_owned()),
-                    }
-                    j += 2;
-                }
-                fields.push(field.to_owned());
-            }
-            Token::Punct(b'(' | b'{') => j = skip_group(tokens, j)?,
-            Token::Punct(b'@') => j = skip_directives(tokens, j)?,
-            _ => return Err("unexpected token in a selection set".to_owned()),
-        }
-    }
-    Ok((fields, end))
-}
-
-fn tokenize(text: &str) -> Result<Vec<Token<'_>>, String> {
-    let b = text.as_bytes();
-    let mut out = Vec::new();
-    let mut i = 0;
-    while i < b.len() {
-        match b[i] {
-            b' ' | b'\t' | b'\n' | b'\r' | b',' => i += 1,
-            b'#' => {
-                while i < b.len() && b[i] != b'\n' && b[i] != b'\r' {
-                    i += 1;
-                }
-            }
-            b'"' if b[i..].starts_with(b"\"\"\"") => {
-                i += 3;
-                loop {
-                    if i >= b.len() {
-                        return Err("unterminated block string".to_owned());
-                    }
-                    if b[i..].starts_with(b"\\\"\"\"") {
-                        i += 4;
-                    } else if b[i..].starts_with(b"\"\"\"") {
-                        i += 3;
-                        break;
-                    } else {
-                        i += 1;
-                    }
-                }
-                out.push(Token::Value);
-            }
-            b'"' => {
-                i += 1;
-                loop {
-                    match b.get(i) {
-                        None | Some(b'\n' | b'\r') => {
-                            return Err("unterminated string".to_owned());
-                        }
-                        Some(b'\\') => i += 2,
-                        Some(b'"') => {
-                            i += 1;
-                            break;
-                        }
-                        Some(_) => i += 1,
-                    }
-                }
-                out.push(Token::Value);
-            }
-            b'.' => {
-                if !b[i..].starts_with(b"...") {
-                    return Err("a lone `.`".to_owned());
-                }
-                out.push(Token::Spread);
-                i += 3;
-            }
-            c @ (b'!' | b'$' | b'&' | b'(' | b')' | b':' | b'=' | b'@' | b'[' | b']' | b'{'
-            | b'}' | b'|') => {
-                out.push(Token::Punct(c));
-                i += 1;
-            }
-            c if c == b'-' || c.is_ascii_digit() => {
-                i += 1;
-                while i < b.len()
-                    && (b[i].is_ascii_alphanumeric() || matches!(b[i], b'.' | b'+' | b'-'))
-                {
-                    i += 1;
-                }
-                out.push(Token::Value);
-            }
-            c if c == b'_' || c.is_ascii_alphabetic() => {
-                let start = i;
-                while i < b.len() && (b[i] == b'_' || b[i].is_ascii_alphanumeric()) {
-                    i += 1;
-                }
-                out.push(Token::Name(&text[start..i]));
-            }
-            _ if b[i..].starts_with("\u{feff}".as_bytes()) => i += 3,
-            _ => return Err("a character GraphQL does not allow".to_owned()),
-        }
-    }
-    Ok(out)
 }

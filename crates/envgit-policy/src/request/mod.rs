@@ -6,11 +6,15 @@
 //! first reads a prefix of the body (at most [`BODY_PREFIX_MAX`] bytes).
 
 mod body;
+mod content_type;
 mod decide;
 mod graphql;
+mod identity;
 mod json;
 mod matchers;
+mod method;
 mod normalize;
+mod packument;
 mod pktline;
 mod preset;
 mod rule;
@@ -31,6 +35,11 @@ pub const BODY_PREFIX_MAX: usize = 1 << 20;
 pub struct RequestInfo<'a> {
     /// As sent (compared case-insensitively).
     pub method: &'a str,
+    /// Every value of the request's `X-HTTP-Method-Override`, `X-HTTP-Method` and
+    /// `X-Method-Override` headers, as sent (empty when there are none). The request is
+    /// judged as its own method and each of these (and any `_method` in the query or a form
+    /// body).
+    pub method_overrides: &'a [&'a str],
     /// From the CONNECT target or the absolute URI (never the `Host` header), without port.
     pub host: &'a str,
     pub port: u16,
@@ -43,6 +52,8 @@ pub struct RequestInfo<'a> {
     pub body: Option<&'a [u8]>,
     /// `true` when `body` is the whole body.
     pub body_complete: bool,
+    /// The `Content-Type` header's value, as sent (`None` when absent).
+    pub content_type: Option<&'a str>,
 }
 
 /// What to do with a request.

@@ -1,6 +1,10 @@
 //! The `default` preset (reference/gate.md §1): the irreversible actions envgit knows, each
 //! with a stable id that appears in refusals and the log. Order matters only between entries
 //! that can match the same request (first match decides).
+//!
+//! Registry writes are caught by wire shape on every host (a private npm, PyPI, cargo or OCI
+//! registry, a git server); where a shape alone would also catch other services' requests
+//! (a `PUT` of a package-shaped path, a multipart `POST`), the body decides.
 
 use std::sync::OnceLock;
 
@@ -18,6 +22,9 @@ pub fn default_preset_ids() -> Vec<&'static str> {
 
 const SAFE: &[&str] = &["GET", "HEAD", "OPTIONS"];
 const NPM: &[&str] = &["registry.npmjs.org", "registry.yarnpkg.com"];
+/// Registries the preset does not name (Verdaccio, GitHub Packages, Artifactory, devpi, a
+/// private cargo registry): matched by wire shape alone.
+const ANY: &[&str] = &["*"];
 
 fn shape(hosts: &[&str], methods: Methods, path: Option<&str>) -> Shape {
     Shape {
@@ -30,9 +37,20 @@ fn shape(hosts: &[&str], methods: Methods, path: Option<&str>) -> Shape {
 }
 
 /// An npm package document: `/name` or `/@scope/name` (`/@scope%2fname` is read both ways).
-fn package(methods: Methods) -> Shape {
-    let mut s = shape(NPM, methods, Some("/*"));
+fn package(hosts: &[&str], methods: Methods) -> Shape {
+    let mut s = shape(hosts, methods, Some("/*"));
     s.paths = Some(vec![pattern_segments("/*"), pattern_segments("/@*/*")]);
+    s
+}
+
+/// A GraphQL endpoint at `base` as routers accept it: with a trailing `/` or any format
+/// suffix (`/graphql.json`, Rails' `/api/graphql.anything`).
+fn graphql(host: &str, base: &str) -> Shape {
+    let mut s = shape(&[host], Methods::Any, None);
+    s.paths = Some(vec![
+        pattern_segments(base),
+        pattern_segments(&format!("{base}.*")),
+    ]);
     s
 }
 
@@ -103,7 +121,7 @@ fn build() -> Vec<Rule> {
             "github.graphql.mutation",
             Summary::Graphql,
             vec![with_body(
-                shape(&["api.github.com"], post(), Some("/graphql")),
+                graphql("api.github.com", "/graphql"),
                 Matcher::Graphql(GraphqlOperation::Mutation),
             )],
             vec![],
@@ -113,7 +131,8 @@ fn build() -> Vec<Rule> {
             Summary::Request,
             vec![shape(&["api.github.com"], writes(), None)],
             vec![
-                shape(&["api.github.com"], post(), Some("/graphql")),
+                // Judged by `github.graphql.mutation`, whatever the method.
+                graphql("api.github.com", "/graphql"),
                 shape(&["api.github.com"], post(), Some("/markdown")),
                 shape(&["api.github.com"], post(), Some("/markdown/raw")),
             ],
@@ -128,7 +147,7 @@ fn build() -> Vec<Rule> {
             "gitlab.graphql.mutation",
             Summary::Graphql,
             vec![with_body(
-                shape(&["gitlab.com"], post(), Some("/api/graphql")),
+                graphql("gitlab.com", "/api/graphql"),
                 Matcher::Graphql(GraphqlOperation::Mutation),
             )],
             vec![],
@@ -179,11 +198,18 @@ fn build() -> Vec<Rule> {
         rule(
             "npm.dist-tag",
             Summary::Npm,
-            vec![shape(
-                NPM,
-                only(&["PUT", "DELETE"]),
-                Some("/-/package/**/dist-tags/**"),
-            )],
+            vec![
+                shape(
+                    NPM,
+                    only(&["PUT", "DELETE"]),
+                    Some("/-/package/**/dist-tags/**"),
+                ),
+                shape(
+                    ANY,
+                    only(&["PUT", "DELETE"]),
+                    Some("/**/-/package/**/dist-tags/*"),
+                ),
+            ],
             vec![],
         ),
         // Whole-package DELETE, tarball DELETE, and the packument PUT that drops a version
@@ -197,13 +223,22 @@ fn build() -> Vec<Rule> {
                     shape(NPM, only(&["PUT"]), Some("/**/-rev/*")),
                     Matcher::JsonField("versions".into(), "*".into()),
                 ),
+                // `-rev` is npm's own path shape (CouchDB itself uses `?rev=`).
+                shape(ANY, only(&["DELETE"]), Some("/**/-rev/*")),
+                with_body(
+                    shape(ANY, only(&["PUT"]), Some("/**/-rev/*")),
+                    Matcher::JsonField("versions".into(), "*".into()),
+                ),
             ],
             vec![],
         ),
         rule(
             "npm.owner",
             Summary::Npm,
-            vec![shape(NPM, only(&["PUT"]), Some("/**/-rev/*"))],
+            vec![
+                shape(NPM, only(&["PUT"]), Some("/**/-rev/*")),
+                shape(ANY, only(&["PUT"]), Some("/**/-rev/*")),
+            ],
             vec![],
         ),
         // A packument PUT with a tarball attached (or a staged publish); without one it is a
@@ -213,17 +248,24 @@ fn build() -> Vec<Rule> {
             Summary::Npm,
             vec![
                 with_body(
-                    package(only(&["PUT"])),
+                    package(NPM, only(&["PUT"])),
                     Matcher::JsonNonEmpty("_attachments".into()),
                 ),
                 shape(NPM, post(), Some("/-/stage/package/**")),
+                // Elsewhere the body decides, on any path (GitLab and Artifactory serve npm
+                // under a prefix).
+                with_body(shape(ANY, only(&["PUT"]), None), Matcher::Packument(true)),
+                shape(ANY, post(), Some("/**/-/stage/package/**")),
             ],
             vec![],
         ),
         rule(
             "npm.deprecate",
             Summary::Npm,
-            vec![package(only(&["PUT"]))],
+            vec![
+                package(NPM, only(&["PUT"])),
+                with_body(package(ANY, only(&["PUT"])), Matcher::Packument(false)),
+            ],
             vec![],
         ),
         // Everything else that writes (access, teams, tokens, login); `npm audit` is a read.
@@ -240,33 +282,28 @@ fn build() -> Vec<Rule> {
         rule(
             "pypi.upload",
             Summary::Pypi,
-            vec![shape(&["upload.pypi.org", "test.pypi.org"], writes(), None)],
+            vec![
+                shape(&["upload.pypi.org", "test.pypi.org"], writes(), None),
+                // twine's upload form, wherever it is sent (devpi, Nexus, a private index).
+                with_body(
+                    shape(ANY, post(), None),
+                    Matcher::UploadForm(":action".into(), "file_upload".into()),
+                ),
+            ],
             vec![],
         ),
         rule(
             "crates.publish",
             Summary::Cargo,
-            vec![shape(
-                &["crates.io"],
-                only(&["PUT"]),
-                Some("/api/v1/crates/new"),
-            )],
+            vec![shape(ANY, only(&["PUT"]), Some("/**/api/v1/crates/new"))],
             vec![],
         ),
         rule(
             "crates.yank",
             Summary::Cargo,
             vec![
-                shape(
-                    &["crates.io"],
-                    only(&["DELETE"]),
-                    Some("/api/v1/crates/*/*/yank"),
-                ),
-                shape(
-                    &["crates.io"],
-                    only(&["PUT"]),
-                    Some("/api/v1/crates/*/*/unyank"),
-                ),
+                shape(ANY, only(&["DELETE"]), Some("/**/api/v1/crates/*/*/yank")),
+                shape(ANY, only(&["PUT"]), Some("/**/api/v1/crates/*/*/unyank")),
             ],
             vec![],
         ),
@@ -274,9 +311,9 @@ fn build() -> Vec<Rule> {
             "crates.owners",
             Summary::Cargo,
             vec![shape(
-                &["crates.io"],
+                ANY,
                 only(&["PUT", "DELETE"]),
-                Some("/api/v1/crates/*/owners"),
+                Some("/**/api/v1/crates/*/owners"),
             )],
             vec![],
         ),
@@ -287,6 +324,7 @@ fn build() -> Vec<Rule> {
             vec![],
         ),
         // Blob uploads (the egress point) and manifest PUTs (the commit point), any host.
+        // `{name*}` is at least one segment.
         rule(
             "oci.push",
             Summary::Oci,
@@ -294,9 +332,9 @@ fn build() -> Vec<Rule> {
                 shape(
                     any,
                     only(&["POST", "PUT", "PATCH"]),
-                    Some("/v2/**/blobs/uploads/**"),
+                    Some("/v2/*/**/blobs/uploads/**"),
                 ),
-                shape(any, only(&["PUT"]), Some("/v2/**/manifests/*")),
+                shape(any, only(&["PUT"]), Some("/v2/*/**/manifests/*")),
             ],
             vec![],
         ),
@@ -304,8 +342,8 @@ fn build() -> Vec<Rule> {
             "oci.delete",
             Summary::Oci,
             vec![
-                shape(any, only(&["DELETE"]), Some("/v2/**/manifests/*")),
-                shape(any, only(&["DELETE"]), Some("/v2/**/blobs/*")),
+                shape(any, only(&["DELETE"]), Some("/v2/*/**/manifests/*")),
+                shape(any, only(&["DELETE"]), Some("/v2/*/**/blobs/*")),
             ],
             vec![],
         ),

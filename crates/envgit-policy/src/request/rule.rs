@@ -5,6 +5,7 @@ use crate::{Action, NetRule};
 
 use super::body::{self, Body, Matcher};
 use super::matchers::{Methods, Tri, path_tri, pattern_segments, query_tri};
+use super::method::MethodSet;
 use super::summary::Summary;
 use crate::network::rule_host_matches;
 
@@ -31,37 +32,48 @@ pub(crate) struct Rule {
 
 /// The request as matchers see it, prepared once.
 pub(crate) struct Prepared<'a> {
-    pub method: &'a str,
+    pub methods: MethodSet,
     pub host: &'a str,
     pub port: u16,
     pub views: Result<Vec<Vec<String>>, String>,
     pub query: Result<Vec<(String, String)>, String>,
     pub body: Body<'a>,
+    /// The `Content-Type` header, as sent.
+    pub content_type: Option<&'a str>,
 }
 
 impl Shape {
-    /// The answer, and whether a body matcher was reached (the head matched or was unknown).
+    /// The answer, and whether the body could change it (a body matcher was reached and
+    /// could not answer from what it was given).
     pub fn eval(&self, req: &Prepared<'_>) -> (Tri, bool) {
         if !self
             .hosts
             .iter()
             .any(|h| rule_host_matches(h, req.host, req.port))
-            || !self.methods.matches(req.method)
         {
             return (Tri::NoMatch, false);
         }
-        let head = query_tri(&self.query, &req.query).and(|| match &self.paths {
-            Some(patterns) => path_tri(patterns, &req.views),
-            None => Tri::Match,
-        });
+        let method = req.methods.tri(&self.methods);
+        if method == Tri::NoMatch {
+            return (method, false);
+        }
+        let head = method
+            .and(|| query_tri(&self.query, &req.query))
+            .and(|| match &self.paths {
+                Some(patterns) => path_tri(patterns, &req.views),
+                None => Tri::Match,
+            });
         if head == Tri::NoMatch || self.body.is_empty() {
             return (head, false);
         }
         let mut answer = head;
+        let mut wanted = false;
         for m in &self.body {
-            answer = answer.and(|| m.eval(req.body));
+            let t = m.eval(req);
+            wanted |= matches!(t, Tri::Unknown(_));
+            answer = answer.and(|| t);
         }
-        (answer, true)
+        (answer, wanted)
     }
 }
 

@@ -3,9 +3,10 @@
 //! of the path and the body prefix; never fails (falls back to `METHOD host/path`).
 
 use super::RequestInfo;
-use super::body::form_fields;
+use super::body::{Body, form_fields, multipart_parts};
 use super::graphql;
 use super::json::{Doc, entries, parse_doc, value_text};
+use super::matchers::parse_query;
 use super::pktline;
 
 /// Longest summary, in characters.
@@ -31,20 +32,27 @@ impl Summary {
         !matches!(self, Summary::Request | Summary::Oci)
     }
 
-    pub fn describe(self, rule_id: &str, req: &RequestInfo<'_>, path: &str) -> String {
+    /// `method` is how the request's methods are shown (`POST (as DELETE)`).
+    pub fn describe(
+        self,
+        rule_id: &str,
+        req: &RequestInfo<'_>,
+        method: &str,
+        path: &str,
+    ) -> String {
         let body = req.body.unwrap_or_default();
         let whole = req.body.filter(|_| req.body_complete);
-        let fallback = || format!("{} {}{}", req.method.to_ascii_uppercase(), req.host, path);
+        let fallback = || format!("{method} {}{}", req.host, path);
         let line = match self {
             Summary::Request => fallback(),
             Summary::GitPush => git_push(req.host, path, body),
             Summary::Lfs => lfs(rule_id, req.host, path, whole),
-            Summary::Npm => npm(rule_id, req, path, whole),
+            Summary::Npm => npm(rule_id, req, method, path, whole),
             Summary::Pypi => pypi(body, req.body_complete),
             Summary::Cargo => cargo(rule_id, req.method, path, body),
             Summary::Oci => oci(rule_id, req.host, path),
             Summary::Gem => gem(rule_id, path, body, req.body_complete),
-            Summary::Graphql => graphql_line(req.host, whole),
+            Summary::Graphql => graphql_line(req),
         };
         clean(&line)
     }
@@ -105,26 +113,53 @@ fn lfs(rule_id: &str, host: &str, path: &str, whole: Option<&[u8]>) -> String {
     }
 }
 
-/// The package name in an npm registry path (`/@scope%2fname/-rev/…` → `@scope/name`).
+/// The package name in an npm registry path (`/@scope%2fname/-rev/…` → `@scope/name`), also
+/// under a prefix (`/api/v4/projects/1/packages/npm/@scope%2fname`).
 fn npm_name(path: &str) -> String {
-    let rest = path
-        .strip_prefix("/-/package/")
-        .or_else(|| path.strip_prefix("/-/stage/package/"))
-        .unwrap_or_else(|| path.trim_start_matches('/'));
-    let mut parts = rest.split('/');
-    let first = parts.next().unwrap_or_default();
-    let first = first
-        .replace("%2F", "/")
-        .replace("%2f", "/")
-        .replace("%40", "@");
-    if first.starts_with('@') && !first.contains('/') {
-        format!("{first}/{}", parts.next().unwrap_or_default())
-    } else {
-        first
+    let decode = |s: &str| {
+        s.replace("%2F", "/")
+            .replace("%2f", "/")
+            .replace("%40", "@")
+    };
+    let after = ["/-/package/", "/-/stage/package/"]
+        .iter()
+        .find_map(|m| path.find(m).map(|at| &path[at + m.len()..]));
+    if let Some(rest) = after {
+        let mut parts = rest.split('/');
+        let first = decode(parts.next().unwrap_or_default());
+        return if first.starts_with('@') && !first.contains('/') {
+            format!("{first}/{}", parts.next().unwrap_or_default())
+        } else {
+            first
+        };
+    }
+    // The document path ends before `/-rev/…` or `/-/tarball`.
+    let end = ["/-rev/", "/-/"]
+        .iter()
+        .filter_map(|m| path.find(m))
+        .min()
+        .unwrap_or(path.len());
+    let segs: Vec<String> = path[..end]
+        .split('/')
+        .filter(|s| !s.is_empty())
+        .map(decode)
+        .collect();
+    match segs.as_slice() {
+        [.., scope, name] if scope.starts_with('@') && !scope.contains('/') => {
+            format!("{scope}/{name}")
+        }
+        [.., name] => name.clone(),
+        [] => String::new(),
     }
 }
 
-fn npm(rule_id: &str, req: &RequestInfo<'_>, path: &str, whole: Option<&[u8]>) -> String {
+fn npm(
+    rule_id: &str,
+    req: &RequestInfo<'_>,
+    method: &str,
+    path: &str,
+    whole: Option<&[u8]>,
+) -> String {
     let name = npm_name(path);
     let verb = rule_id.strip_prefix("npm.").unwrap_or(rule_id);
     match verb {
@@ -147,12 +182,7 @@ fn npm(rule_id: &str, req: &RequestInfo<'_>, path: &str, whole: Option<&[u8]>) -
                 format!("npm dist-tag add {name} {tag}{version}")
             }
         }
-        "write" => format!(
-            "npm {} {}{}",
-            req.method.to_ascii_uppercase(),
-            req.host,
-            path
-        ),
+        "write" => format!("npm {method} {}{}", req.host, path),
         verb => format!("npm {verb} {name}"),
     }
 }
@@ -170,20 +200,43 @@ fn npm_version(whole: Option<&[u8]>, prefix: &[u8]) -> Option<String> {
     Some(after[..after.find('"')?].to_owned())
 }
 
+/// `PyPI upload name==version: file sha256=digest`: each file of a release is its own
+/// upload, and its approval names exactly that file.
 fn pypi(body: &[u8], complete: bool) -> String {
+    let parts = if body.starts_with(b"--") {
+        multipart_parts(body, complete)
+            .map(|(p, _)| p)
+            .unwrap_or_default()
+    } else {
+        Vec::new()
+    };
     let fields = form_fields(body, complete)
         .map(|(f, _)| f)
         .unwrap_or_default();
     let get = |k: &str| fields.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
-    match (get("name"), get("version")) {
+    let mut line = match (get("name"), get("version")) {
         (Some(n), Some(v)) => format!("PyPI upload {n}=={v}"),
         (Some(n), None) => format!("PyPI upload {n}"),
         _ => "PyPI upload".to_owned(),
+    };
+    let file = parts
+        .iter()
+        .find(|p| p.name.as_deref() == Some("content"))
+        .and_then(|p| p.filename.clone());
+    if let Some(file) = file {
+        line.push_str(&format!(": {file}"));
     }
+    if let Some(digest) = get("sha256_digest") {
+        line.push_str(&format!(" sha256={}", digest.trim()));
+    }
+    line
 }
 
 fn cargo(rule_id: &str, method: &str, path: &str, body: &[u8]) -> String {
-    let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
+    // The registry API may sit under a prefix: read from `api/v1/crates` on.
+    let lower = path.to_ascii_lowercase();
+    let api = lower.rfind("/api/v1/crates").map_or(path, |at| &path[at..]);
+    let segs: Vec<&str> = api.trim_matches('/').split('/').collect();
     match rule_id {
         "crates.publish" => {
             // u32le length, then that much JSON metadata.
@@ -274,11 +327,13 @@ fn gem(rule_id: &str, path: &str, body: &[u8], complete: bool) -> String {
     }
 }
 
-fn graphql_line(host: &str, whole: Option<&[u8]>) -> String {
-    let Some(body) = whole else {
-        return format!("GraphQL request to {host} (body not inspected)");
+fn graphql_line(req: &RequestInfo<'_>) -> String {
+    let host = req.host;
+    let body = Body {
+        bytes: req.body,
+        complete: req.body_complete,
     };
-    match graphql::operations(body) {
+    match graphql::operations(&parse_query(req.query), body, req.content_type) {
         Ok(ops) => {
             let parts: Vec<String> = ops
                 .iter()

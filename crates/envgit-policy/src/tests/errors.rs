@@ -183,7 +183,9 @@ const CASES: &[(&str, usize, usize, &[&str])] = &[
         "version: 1\nnetwork:\n  allow: [a.com, 443]\n",
         3,
         18,
-        &["`network.allow[1]` must be a string, found a number"],
+        &[
+            "`network.allow[1]` must be a host string or a mapping { host, raw, websocket }, found a number",
+        ],
     ),
     (
         "version: 1\nirreversible: {preset: default}\n",

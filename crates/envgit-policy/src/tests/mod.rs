@@ -1,5 +1,6 @@
 //! Table-driven tests of parsing, errors, hashing and robustness.
 
+mod allow_options;
 mod design_example;
 mod errors;
 mod hash;

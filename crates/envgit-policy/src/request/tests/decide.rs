@@ -1,6 +1,6 @@
 //! Order of judgement: `l7`, then `irreversible` in order with presets expanded in place.
 
-use crate::{Policy, RequestDecision};
+use crate::{Policy, RequestDecision, RequestInfo};
 
 use super::{policy, push_body, req};
 
@@ -210,44 +210,110 @@ fn l7_comes_first() {
 #[test]
 fn needs_body() {
     let d = Policy::default();
-    let rows: &[(&str, &str, &str, bool)] = &[
-        ("POST", "github.com", "/o/r.git/git-receive-pack", true),
-        ("POST", "github.com", "/o/r.git/git-upload-pack", false),
+    const JSON: Option<&str> = Some("application/json");
+    let rows: &[(&str, &str, &str, Option<&str>, bool)] = &[
+        (
+            "POST",
+            "github.com",
+            "/o/r.git/git-receive-pack",
+            Some("application/x-git-receive-pack-request"),
+            true,
+        ),
+        (
+            "POST",
+            "github.com",
+            "/o/r.git/git-upload-pack",
+            Some("application/x-git-upload-pack-request"),
+            false,
+        ),
         (
             "GET",
             "github.com",
             "/o/r.git/info/refs?service=git-receive-pack",
+            None,
             false,
         ),
         (
             "POST",
             "github.com",
             "/o/r.git/info/lfs/objects/batch",
+            Some("application/vnd.git-lfs+json"),
             true,
         ),
-        ("POST", "api.github.com", "/graphql", true),
-        ("POST", "api.github.com", "/repos/o/r/issues", false),
-        ("GET", "api.github.com", "/repos/o/r", false),
-        ("PUT", "registry.npmjs.org", "/pkg", true),
+        ("POST", "api.github.com", "/graphql", JSON, true),
+        (
+            "GET",
+            "api.github.com",
+            "/graphql?query=%7Ba%7D",
+            None,
+            true,
+        ),
+        ("POST", "api.github.com", "/repos/o/r/issues", JSON, false),
+        ("GET", "api.github.com", "/repos/o/r", None, false),
+        ("PUT", "registry.npmjs.org", "/pkg", JSON, true),
         (
             "POST",
             "registry.npmjs.org",
             "/-/npm/v1/security/advisories/bulk",
+            JSON,
             false,
         ),
-        ("POST", "upload.pypi.org", "/legacy/", true),
-        ("PUT", "crates.io", "/api/v1/crates/new", true),
-        ("PUT", "ghcr.io", "/v2/o/i/manifests/latest", false),
+        (
+            "POST",
+            "upload.pypi.org",
+            "/legacy/",
+            Some("multipart/form-data; boundary=x"),
+            true,
+        ),
+        (
+            "PUT",
+            "crates.io",
+            "/api/v1/crates/new",
+            Some("application/octet-stream"),
+            true,
+        ),
+        // a PUT on any host may be an npm publish: its body says
+        (
+            "PUT",
+            "ghcr.io",
+            "/v2/o/i/manifests/latest",
+            Some("application/vnd.oci.image.manifest.v1+json"),
+            true,
+        ),
+        ("DELETE", "ghcr.io", "/v2/o/i/manifests/latest", None, false),
+        // a form body may carry `_method`; so may a POST without a content type
+        (
+            "POST",
+            "example.com",
+            "/items/1",
+            Some("application/x-www-form-urlencoded"),
+            true,
+        ),
+        (
+            "PUT",
+            "example.com",
+            "/items/1",
+            Some("multipart/form-data"),
+            true,
+        ),
+        ("POST", "example.com", "/items/1", None, true),
+        ("POST", "example.com", "/items/1", JSON, false),
+        ("GET", "example.com", "/items/1", None, false),
     ];
-    for (method, host, target, want) in rows {
+    for (method, host, target, content_type, want) in rows {
+        let r = RequestInfo {
+            content_type: *content_type,
+            ..req(method, host, target, None)
+        };
         assert_eq!(
-            d.needs_body(&req(method, host, target, None)),
+            d.needs_body(&r),
             *want,
-            "{method} {host}{target}"
+            "{method} {host}{target} {content_type:?}"
         );
     }
     let off = policy("version: 1\nirreversible: []\n");
     assert!(!off.needs_body(&req("POST", "github.com", "/r/git-receive-pack", None)));
+    assert!(!off.needs_body(&req("POST", "example.com", "/items/1", None)));
     // an allow rule that reads the body is consulted before the preset
     let p = policy(
         "version: 1\nirreversible:\n  - net: { host: \"*\", method: POST, body: { body_exact: ping } }\n    action: allow\n",
@@ -298,8 +364,30 @@ fn arbitrary_requests_never_panic() {
         "{",
         "\"",
         "\0",
+        "?query=",
+        "mutation",
+        "&_method=",
+        "&operationName=",
+        "=",
+        "&",
+        "--B\r\n",
+        "Content-Disposition: form-data; name=\"",
+        "\r\n\r\n",
+        "graphql.json",
+        "api/v1/crates",
+        "/-/package/",
+        "_attachments",
     ];
     let methods = ["GET", "POST", "PUT", "PATCH", "DELETE", "x"];
+    let content_types = [
+        None,
+        Some("application/json"),
+        Some("application/x-www-form-urlencoded"),
+        Some("multipart/form-data; boundary=B"),
+        Some("application/graphql"),
+        Some(";"),
+    ];
+    let overrides: [&[&str]; 3] = [&[], &["DELETE"], &["GET", "x, PUT", ""]];
     let hosts = [
         "github.com",
         "api.github.com",
@@ -324,9 +412,14 @@ fn arbitrary_requests_never_panic() {
                 Some(b),
             );
             r.body_complete = next() % 2 == 0;
+            r.content_type = content_types[pick(next(), content_types.len())];
+            r.method_overrides = overrides[pick(next(), overrides.len())];
+            let (path, query) = path.split_once('?').unwrap_or((&path, ""));
+            r.path = path;
+            r.query = query;
             let _ = p.decide_request(&r);
             let _ = p.needs_body(&r);
-            let _ = crate::normalize_path(&path);
+            let _ = crate::normalize_path(path);
         }
     }
 }

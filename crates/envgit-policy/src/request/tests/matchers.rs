@@ -4,7 +4,9 @@ use crate::request::body::{Body, Matcher};
 use crate::request::matchers::{
     Methods, Tri, glob, parse_query, path_matches, path_tri, pattern_segments, query_tri,
 };
+use crate::request::method::MethodSet;
 use crate::request::normalize::path_views;
+use crate::request::rule::Prepared;
 
 use super::{NEW, OLD, ZERO, pkt, push_body};
 
@@ -136,9 +138,20 @@ fn query_params() {
 }
 
 fn eval(m: &Matcher, body: Option<&[u8]>, complete: bool) -> Tri {
-    m.eval(Body {
-        bytes: body,
-        complete,
+    m.eval(&Prepared {
+        methods: MethodSet {
+            known: vec!["POST".to_owned()],
+            any: None,
+        },
+        host: "h",
+        port: 443,
+        views: Ok(Vec::new()),
+        query: Ok(Vec::new()),
+        body: Body {
+            bytes: body,
+            complete,
+        },
+        content_type: None,
     })
 }
 

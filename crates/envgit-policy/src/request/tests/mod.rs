@@ -2,7 +2,9 @@
 
 mod decide;
 mod graphql;
+mod identity;
 mod matchers;
+mod method_override;
 mod normalize;
 mod parse;
 mod preset;
@@ -19,12 +21,14 @@ pub(super) fn req<'a>(
     let (path, query) = target.split_once('?').unwrap_or((target, ""));
     RequestInfo {
         method,
+        method_overrides: &[],
         host,
         port: 443,
         path,
         query,
         body,
         body_complete: true,
+        content_type: None,
     }
 }
 

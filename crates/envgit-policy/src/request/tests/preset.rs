@@ -12,8 +12,21 @@ fn decide(r: &RequestInfo<'_>) -> RequestDecision {
     Policy::default().decide_request(r)
 }
 
+/// Every row is checked; the failures are reported together.
 fn check(rows: &[&str], bodies: &[(&str, &[u8])]) {
-    for row in rows {
+    let failed: Vec<String> = rows
+        .iter()
+        .filter_map(|row| {
+            std::panic::catch_unwind(|| check_row(row, bodies))
+                .err()
+                .map(|_| (*row).to_owned())
+        })
+        .collect();
+    assert!(failed.is_empty(), "failed rows:\n{}", failed.join("\n"));
+}
+
+fn check_row(row: &str, bodies: &[(&str, &[u8])]) {
+    {
         let (request, want) = row.split_once(" => ").unwrap();
         let mut words = request.split(' ');
         let method = words.next().unwrap();
@@ -27,8 +40,15 @@ fn check(rows: &[&str], bodies: &[(&str, &[u8])]) {
                 Some(found.unwrap_or_else(|| panic!("no body {name}")).1)
             }
         };
-        let (host, target) = url.split_at(url.find('/').unwrap());
-        let got = decide(&req(method, host, target, body));
+        let (authority, target) = url.split_at(url.find('/').unwrap());
+        let (host, port) = match authority.rsplit_once(':') {
+            Some((h, p)) => (h, p.parse().unwrap()),
+            None => (authority, 443),
+        };
+        let got = decide(&RequestInfo {
+            port,
+            ..req(method, host, target, body)
+        });
         match (want, &got) {
             ("allow", RequestDecision::Allow) => {}
             (id, RequestDecision::Deny { rule, summary }) if id != "allow" => {
@@ -132,7 +152,10 @@ fn git_push_summary_names_the_ref_updates() {
     let d = decide(&r);
     assert_eq!(d.rule(), Some("git.push"));
     assert!(d.summary().unwrap().contains("refs/heads/main"), "{d:?}");
-    let d = decide(&req("POST", "github.com", path, None));
+    let d = decide(&RequestInfo {
+        content_type: Some("application/x-git-receive-pack-request"),
+        ..req("POST", "github.com", path, None)
+    });
     assert_eq!(
         d.summary(),
         Some("git push github.com/o/r.git [not evaluated: body not read]")
@@ -235,6 +258,23 @@ fn github() {
             "POST api.github.com/graphql [garbage] => github.graphql.mutation",
             "POST api.github.com/graphql [persisted] => github.graphql.mutation",
             "POST api.github.com/graphql [-] => github.graphql.mutation",
+            // the operation is read where servers read it: the query string too
+            "POST api.github.com/graphql?query=mutation%20%7B%20b%20%7D [query] => github.graphql.mutation",
+            "POST api.github.com/graphql?query=%7B%20a%20%7D [query] => allow",
+            "GET api.github.com/graphql?query=mutation%20%7B%20b%20%7D => github.graphql.mutation",
+            "GET api.github.com/graphql?query=%7B%20a%20%7D => allow",
+            "GET api.github.com/graphql?query=query%20A%20%7B%20a%20%7D%20mutation%20B%20%7B%20b%20%7D&operationName=B => github.graphql.mutation",
+            "GET api.github.com/graphql?query=query%20A%20%7B%20a%20%7D%20mutation%20B%20%7B%20b%20%7D&operationName=A => allow",
+            "POST api.github.com/graphql?operationName=B [named-query] => github.graphql.mutation",
+            "GET api.github.com/graphql?extensions=%7B%22persistedQuery%22%3A%7B%7D%7D => github.graphql.mutation",
+            "GET api.github.com/graphql => github.graphql.mutation",
+            // any suffix a router accepts
+            "POST api.github.com/graphql/ [mutation] => github.graphql.mutation",
+            "POST api.github.com/graphql.json [mutation] => github.graphql.mutation",
+            "POST api.github.com/GraphQL.anything [mutation] => github.graphql.mutation",
+            "POST api.github.com//graphql/./ [mutation] => github.graphql.mutation",
+            "POST api.github.com/graphql.json [query] => allow",
+            "POST api.github.com/graphql/ [query] => allow",
             "POST api.github.com/repos/o/r/issues [{}] => github.rest.write",
             "PUT api.github.com/repos/o/r/pulls/1/merge => github.rest.write",
             "PATCH api.github.com/repos/o/r/git/refs/heads/main => github.rest.write",
@@ -262,6 +302,10 @@ fn gitlab() {
         ("{}", b"{}"),
         ("query", br#"{"query":"{ currentUser { id } }"}"#),
         (
+            "persisted",
+            br#"{"operationName":"X","extensions":{"persistedQuery":{"version":1,"sha256Hash":"ab"}}}"#,
+        ),
+        (
             "batch",
             br#"[{"query":"{ a }"},{"query":"mutation { b }"}]"#,
         ),
@@ -276,6 +320,15 @@ fn gitlab() {
             "POST gitlab.com/api/v4/projects/g%2Fp/ci/lint [{}] => allow",
             "POST gitlab.com/api/graphql [query] => allow",
             "POST gitlab.com/api/graphql [batch] => gitlab.graphql.mutation",
+            // Rails lets `?query=` override the body; a mutation in either is a mutation
+            "POST gitlab.com/api/graphql?query=mutation%20%7B%20b%20%7D [query] => gitlab.graphql.mutation",
+            "POST gitlab.com/api/graphql.json [batch] => gitlab.graphql.mutation",
+            "POST gitlab.com/api/graphql.anything [batch] => gitlab.graphql.mutation",
+            "POST gitlab.com/api/graphql/ [batch] => gitlab.graphql.mutation",
+            "GET gitlab.com/api/graphql?query=mutation+%7B+b+%7D => gitlab.graphql.mutation",
+            "GET gitlab.com/api/graphql.json?query=%7B+a+%7D => allow",
+            "POST gitlab.com/api/graphql.json [query] => allow",
+            "POST gitlab.com/api/graphql [persisted] => gitlab.graphql.mutation",
         ],
         bodies,
     );
@@ -376,7 +429,9 @@ fn pypi() {
         b"--B0undary\r\nContent-Disposition: form-data; name=\":action\"\r\n\r\nfile_upload\r\n\
 --B0undary\r\nContent-Disposition: form-data; name=\"name\"\r\n\r\ndemo\r\n\
 --B0undary\r\nContent-Disposition: form-data; name=\"version\"\r\n\r\n0.1.0\r\n\
---B0undary\r\nContent-Disposition: form-data; name=\"content\"; filename=\"demo.whl\"\r\n\r\nPK";
+--B0undary\r\nContent-Disposition: form-data; name=\"sha256_digest\"\r\n\r\n\
+4f1e0a9cc3d2b1a0f9e8d7c6b5a4938271605f4e3d2c1b0a9f8e7d6c5b4a3921\r\n\
+--B0undary\r\nContent-Disposition: form-data; name=\"content\"; filename=\"demo-0.1.0-py3-none-any.whl\"\r\n\r\nPK";
     check(
         &[
             "POST upload.pypi.org/legacy/ [form] => pypi.upload",
@@ -389,7 +444,30 @@ fn pypi() {
     );
     let mut r = req("POST", "upload.pypi.org", "/legacy/", Some(form));
     r.body_complete = false;
-    assert_eq!(decide(&r).summary(), Some("PyPI upload demo==0.1.0"));
+    // a multipart body cut short may name another method further on: still a PyPI upload
+    r.content_type = Some("multipart/form-data; boundary=B0undary");
+    let d = decide(&r);
+    assert_eq!(d.rule(), Some("pypi.upload"));
+    // each file of a release is its own approval: the summary names the file and its digest
+    assert!(
+        d.summary().unwrap().starts_with(
+            "PyPI upload demo==0.1.0: demo-0.1.0-py3-none-any.whl \
+             sha256=4f1e0a9cc3d2b1a0f9e8d7c6b5a4938271605f4e3d2c1b0a9f8e7d6c5b4a3921"
+        ),
+        "{d:?}"
+    );
+    let sdist = String::from_utf8_lossy(form).replace("-py3-none-any.whl", ".tar.gz")
+        + "\r\n--B0undary--\r\n";
+    let d = decide(&req(
+        "POST",
+        "upload.pypi.org",
+        "/legacy/",
+        Some(sdist.as_bytes()),
+    ));
+    assert!(
+        d.summary().unwrap().contains(": demo-0.1.0.tar.gz sha256="),
+        "{d:?}"
+    );
 }
 
 #[test]
@@ -486,4 +564,153 @@ fn rubygems() {
         Some(yank),
     ));
     assert_eq!(d.summary(), Some("gem yank demo 1.0"));
+}
+
+/// The same wire shapes on registries the preset does not name: private npm, PyPI and cargo
+/// registries, OCI registries and git servers. Their reads stay allowed.
+#[test]
+fn registries_on_any_host() {
+    let meta = br#"{"name":"demo","vers":"0.1.0","deps":[]}"#;
+    let mut frame = (meta.len() as u32).to_le_bytes().to_vec();
+    frame.extend_from_slice(meta);
+    let pypi =
+        b"--B0undary\r\nContent-Disposition: form-data; name=\":action\"\r\n\r\nfile_upload\r\n\
+--B0undary\r\nContent-Disposition: form-data; name=\"name\"\r\n\r\ndemo\r\n\
+--B0undary\r\nContent-Disposition: form-data; name=\"content\"; filename=\"demo.whl\"\r\n\r\nPK\r\n\
+--B0undary--\r\n";
+    let upload = b"--B0undary\r\nContent-Disposition: form-data; name=\"file\"; filename=\"a.txt\"\r\n\r\nhi\r\n--B0undary--\r\n";
+    let fetch = (pkt("command=ls-refs\n") + "0000").into_bytes();
+    let bodies: &[(&str, &[u8])] = &[
+        ("publish", PUBLISH),
+        (
+            "deprecate",
+            br#"{"_id":"pkg","name":"pkg","versions":{"1.0.0":{"deprecated":"no"}}}"#,
+        ),
+        (
+            "owner",
+            br#"{"_id":"pkg","_rev":"3-abc","maintainers":[{"name":"a"}]}"#,
+        ),
+        ("version", b"\"1.0.0\""),
+        ("gzip", b"\x1f\x8b"),
+        ("{}", b"{}"),
+        ("doc", br#"{"name":"x","title":"y"}"#),
+        ("text", b"hello"),
+        ("frame", &frame),
+        ("users", br#"{"users":["a"]}"#),
+        ("pypi", pypi),
+        ("upload", upload),
+        ("form", b"a=1&b=2"),
+        ("lfs-up", br#"{"operation":"upload","objects":[]}"#),
+        ("lfs-down", br#"{"operation":"download","objects":[]}"#),
+        ("fetch", &fetch),
+    ];
+    for host in [
+        "verdaccio.internal:4873",
+        "npm.pkg.github.com",
+        "10.0.0.7:8080",
+    ] {
+        let rows = [
+            "PUT H/pkg [publish] => npm.publish",
+            "PUT H/@scope%2fpkg [publish] => npm.publish",
+            "PUT H/@scope%2Fpkg [publish] => npm.publish",
+            "PUT H/pkg [-] => npm.publish",
+            "POST H/-/stage/package/pkg [publish] => npm.publish",
+            "PUT H/pkg [deprecate] => npm.deprecate",
+            "PUT H/@scope%2fpkg [deprecate] => npm.deprecate",
+            "PUT H/-/package/pkg/dist-tags/beta [version] => npm.dist-tag",
+            "DELETE H/-/package/@s%2fpkg/dist-tags/beta => npm.dist-tag",
+            "DELETE H/pkg/-rev/3-abc => npm.unpublish",
+            "DELETE H/@s%2fpkg/-/pkg-1.0.0.tgz/-rev/3-abc => npm.unpublish",
+            "PUT H/pkg/-rev/3-abc [deprecate] => npm.unpublish",
+            "PUT H/pkg/-rev/3-abc [owner] => npm.owner",
+            // reads, and writes that are not packuments
+            "POST H/-/npm/v1/security/advisories/bulk [gzip] => allow",
+            "POST H/-/npm/v1/security/audits [{}] => allow",
+            "POST H/-/npm/v1/security/audits/quick [{}] => allow",
+            "GET H/pkg => allow",
+            "GET H/@scope%2fpkg => allow",
+            "GET H/pkg/-/pkg-1.0.0.tgz => allow",
+            "PUT H/pkg [{}] => allow",
+            "PUT H/docs [doc] => allow",
+            "PUT H/file.txt [text] => allow",
+            "PUT H/a/b/c [{}] => allow",
+        ]
+        .map(|r| r.replace(" H/", &format!(" {host}/")));
+        let rows: Vec<&str> = rows.iter().map(String::as_str).collect();
+        check(&rows, bodies);
+    }
+    check(
+        &[
+            // npm registries under a path prefix (GitLab, Artifactory)
+            "PUT gitlab.internal/api/v4/projects/1/packages/npm/@s%2fpkg [publish] => npm.publish",
+            "PUT art.internal/artifactory/api/npm/npm-local/pkg [publish] => npm.publish",
+            // PyPI uploads anywhere (devpi, Nexus, a private warehouse)
+            "POST pypi.internal/legacy/ [pypi] => pypi.upload",
+            "POST devpi.internal:3141/root/dev/ [pypi] => pypi.upload",
+            "POST nexus.internal/repository/pypi-hosted/ [pypi] => pypi.upload",
+            "POST example.com/upload [upload] => allow",
+            "POST example.com/form [form] => allow",
+            "GET pypi.internal/simple/demo/ => allow",
+            // cargo's registry API anywhere
+            "PUT cargo.internal/api/v1/crates/new [frame] => crates.publish",
+            "PUT art.internal/artifactory/api/cargo/crates-local/api/v1/crates/new [frame] => crates.publish",
+            "DELETE cargo.internal/api/v1/crates/demo/0.1.0/yank => crates.yank",
+            "PUT cargo.internal/api/v1/crates/demo/0.1.0/unyank => crates.yank",
+            "PUT cargo.internal/api/v1/crates/demo/owners [users] => crates.owners",
+            "DELETE cargo.internal/api/v1/crates/demo/owners [users] => crates.owners",
+            "GET cargo.internal/api/v1/crates/demo/owners => allow",
+            "GET cargo.internal/api/v1/crates?q=demo => allow",
+            "GET cargo.internal/index/de/mo/demo => allow",
+            "GET cargo.internal/api/v1/crates/demo/0.1.0/download => allow",
+            // OCI anywhere, token fetches included
+            "POST registry.internal:5000/v2/o/img/blobs/uploads/ => oci.push",
+            "PATCH registry.internal:5000/v2/o/img/blobs/uploads/u-1 [text] => oci.push",
+            "PUT registry.internal:5000/v2/o/img/blobs/uploads/u-1?digest=sha256:ab => oci.push",
+            "PUT registry.internal:5000/v2/o/img/manifests/v1 [{}] => oci.push",
+            "DELETE registry.internal:5000/v2/o/img/manifests/v1 => oci.delete",
+            "GET registry.internal:5000/v2/o/img/manifests/v1 => allow",
+            "GET registry.internal:5000/v2/o/img/blobs/sha256:ab => allow",
+            "GET auth.internal/token?scope=repository:o/img:pull,push&service=registry => allow",
+            // git and LFS anywhere
+            "POST git.internal:8443/o/r.git/info/lfs/objects/batch [lfs-up] => git.lfs.upload",
+            "POST git.internal:8443/o/r.git/info/lfs/objects/batch [lfs-down] => allow",
+            "POST git.internal:8443/o/r.git/info/lfs/locks [{}] => git.lfs.lock",
+            "POST git.internal:8443/o/r.git/info/lfs/locks/1/unlock [{}] => git.lfs.lock",
+            "POST git.internal:8443/o/r.git/info/lfs/locks/verify [{}] => allow",
+            "POST git.internal:8443/o/r.git/git-upload-pack [fetch] => allow",
+        ],
+        bodies,
+    );
+    let summary = |method, host, target, body: &[u8]| {
+        decide(&req(method, host, target, Some(body)))
+            .summary()
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let gitlab = "/api/v4/projects/1/packages/npm/@s%2fpkg";
+    assert_eq!(
+        summary("PUT", "gitlab.internal", gitlab, PUBLISH),
+        "npm publish @s/pkg@1.0.0"
+    );
+    let rev = "/@s%2fpkg/-/pkg-1.0.0.tgz/-rev/3-abc";
+    assert_eq!(
+        summary("DELETE", "npm.pkg.github.com", rev, b""),
+        "npm unpublish @s/pkg"
+    );
+    let yank = "/prefix/api/v1/crates/demo/0.1.0/yank";
+    assert_eq!(
+        summary("DELETE", "cargo.internal", yank, b""),
+        "cargo yank demo@0.1.0"
+    );
+    let owners = "/api/v1/crates/demo/owners";
+    assert_eq!(
+        summary("PUT", "cargo.internal", owners, br#"{"users":["a"]}"#),
+        "cargo owner add demo a"
+    );
+    // a form the gate did not read may be an upload (or name any method): refused
+    let r = RequestInfo {
+        content_type: Some("multipart/form-data; boundary=B0undary"),
+        ..req("POST", "pypi.internal", "/legacy/", None)
+    };
+    assert!(matches!(decide(&r), RequestDecision::Deny { .. }), "{r:?}");
 }

@@ -1,0 +1,150 @@
+//! The methods a request may be served as. Frameworks let a request name another method
+//! (`X-HTTP-Method-Override` and friends, which the gate hands over as
+//! [`RequestInfo::method_overrides`]; Rails/Laravel/Symfony's `_method` in the query or a
+//! form body), so a rule judges every method named. A `_method` the gate cannot read (body
+//! not read or cut short, an undecodable query) may name any method.
+
+use super::RequestInfo;
+use super::body::form_fields;
+use super::content_type::{FORM, MULTIPART, media_type};
+use super::matchers::{Methods, Tri, form_decode};
+
+/// Every method the request names.
+#[derive(Debug, Clone)]
+pub(crate) struct MethodSet {
+    /// Upper-cased, deduplicated; the request's own method first.
+    pub known: Vec<String>,
+    /// Why any method at all is possible, when one is.
+    pub any: Option<String>,
+}
+
+/// How a server would read `_method` from the body, if it would.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum BodyForm {
+    None,
+    /// A form `Content-Type`: read as the form it says it is.
+    Declared,
+    /// A POST without `Content-Type`, which Rack reads as a form too, whatever it holds.
+    Sniffed,
+}
+
+fn body_form(req: &RequestInfo<'_>) -> BodyForm {
+    match media_type(req.content_type).as_deref() {
+        Some(FORM | MULTIPART) => BodyForm::Declared,
+        None if req.method.eq_ignore_ascii_case("POST") => BodyForm::Sniffed,
+        _ => BodyForm::None,
+    }
+}
+
+/// Can the body carry a `_method` form field?
+pub(crate) fn body_may_name_method(req: &RequestInfo<'_>) -> bool {
+    body_form(req) != BodyForm::None
+}
+
+impl MethodSet {
+    pub fn of(req: &RequestInfo<'_>, query: &Result<Vec<(String, String)>, String>) -> MethodSet {
+        let mut set = MethodSet {
+            known: Vec::new(),
+            any: None,
+        };
+        set.add(req.method);
+        for value in req.method_overrides {
+            // A header may be repeated or hold a list.
+            value.split(',').for_each(|m| set.add(m));
+        }
+        match query {
+            Ok(pairs) => pairs
+                .iter()
+                .filter(|(k, _)| k == "_method")
+                .for_each(|(_, v)| set.add(v)),
+            Err(why) => set.any = Some(format!("query may name a method ({why})")),
+        }
+        if set.any.is_none() {
+            set.any = match body_form(req) {
+                BodyForm::None => None,
+                BodyForm::Declared => set.add_from_form(req).err(),
+                BodyForm::Sniffed => set.add_from_any_body(req).err(),
+            };
+        }
+        set
+    }
+
+    fn add(&mut self, method: &str) {
+        let method = method.trim().to_ascii_uppercase();
+        if !method.is_empty() && !self.known.contains(&method) {
+            self.known.push(method);
+        }
+    }
+
+    /// The form body's `_method` values; `Err` when the body could hold one not seen.
+    fn add_from_form(&mut self, req: &RequestInfo<'_>) -> Result<(), String> {
+        let Some(bytes) = req.body else {
+            return Err("body not read (a form may name a method)".to_owned());
+        };
+        let (fields, all) = form_fields(bytes, req.body_complete)
+            .map_err(|why| format!("form body may name a method ({why})"))?;
+        fields
+            .iter()
+            .filter(|(k, _)| k == "_method")
+            .for_each(|(_, v)| self.add(v));
+        if all {
+            Ok(())
+        } else {
+            Err("form body larger than the inspected prefix (it may name a method)".to_owned())
+        }
+    }
+
+    /// A body of unknown type read as a lenient urlencoded form: `&`-separated pairs,
+    /// undecodable ones skipped (they cannot spell `_method` to a strict parser either).
+    fn add_from_any_body(&mut self, req: &RequestInfo<'_>) -> Result<(), String> {
+        let Some(bytes) = req.body else {
+            return Err("body not read (a form may name a method)".to_owned());
+        };
+        let text = String::from_utf8_lossy(bytes);
+        for pair in text.split('&') {
+            let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+            if form_decode(k).is_ok_and(|k| k == "_method") {
+                self.add(&form_decode(v).unwrap_or_else(|_| v.to_owned()));
+            }
+        }
+        if req.body_complete {
+            Ok(())
+        } else {
+            Err("body larger than the inspected prefix (it may name a method)".to_owned())
+        }
+    }
+
+    /// `Match` when every method named matches, `NoMatch` when none does, `Unknown` when
+    /// they disagree or any method is possible.
+    pub fn tri(&self, methods: &Methods) -> Tri {
+        if let Methods::Any = methods {
+            return Tri::Match;
+        }
+        if let Some(why) = &self.any {
+            return Tri::Unknown(why.clone());
+        }
+        let hits = self.known.iter().filter(|m| methods.matches(m)).count();
+        if hits == self.known.len() {
+            Tri::Match
+        } else if hits == 0 {
+            Tri::NoMatch
+        } else {
+            Tri::Unknown(format!(
+                "the request names several methods ({})",
+                self.known.join(", ")
+            ))
+        }
+    }
+
+    /// `POST`, or `POST (as DELETE)` when the request names others, for summaries.
+    pub fn label(&self) -> String {
+        let mut out = self.known.first().cloned().unwrap_or_default();
+        let others = &self.known[1.min(self.known.len())..];
+        if !others.is_empty() {
+            out.push_str(&format!(" (as {})", others.join(", ")));
+        } else if self.any.is_some() {
+            out.push_str(" (as any method)");
+        }
+        out
+    }
+}

@@ -1,0 +1,158 @@
+//! A request is judged as every method it names: its own, `X-HTTP-Method-Override` and
+//! friends, and `_method` in the query or a form body. Where they differ, a `deny`/`ask`
+//! rule matching any of them matches (fail closed); an `allow` rule or an `l7` permission
+//! must hold for all of them.
+
+use crate::{Policy, RequestDecision, RequestInfo};
+
+use super::{policy, req};
+
+const FORM: &str = "application/x-www-form-urlencoded";
+
+const POLICY: &str = "version: 1\nnetwork:\n  l7:\n    read.example.com: { methods: [GET] }\nirreversible:\n  - net: { host: \"api.example.com\", method: GET, path: \"/items\" }\n    action: allow\n    id: list.items\n  - net: { host: \"api.example.com\", method: DELETE, path: \"/items/*\" }\n    action: deny\n    id: delete.item\n  - preset: default\n";
+
+/// A row: `METHOD host/path?query [body] [content-type] => rule` (or `=> allow`, or
+/// `=> marked:rule`).
+fn check(p: &Policy, rows: &[(&str, &[u8], Option<&str>, &str)]) {
+    let mut failed = Vec::new();
+    for (request, body, content_type, want) in rows {
+        let (method, url) = request.split_once(' ').unwrap_or_default();
+        let (host, target) = url.split_at(url.find('/').unwrap_or_default());
+        let r = RequestInfo {
+            content_type: *content_type,
+            ..req(method, host, target, Some(body))
+        };
+        let got = p.decide_request(&r);
+        let ok = match (*want, &got) {
+            ("allow", RequestDecision::Allow) => true,
+            (w, RequestDecision::Marked { rule, .. }) => w.strip_prefix("marked:") == Some(rule),
+            (w, RequestDecision::Deny { rule, .. }) => w == rule,
+            _ => false,
+        };
+        if !ok {
+            failed.push(format!("{request} {content_type:?} => {want}: got {got:?}"));
+        }
+    }
+    assert!(failed.is_empty(), "failed rows:\n{}", failed.join("\n"));
+}
+
+#[test]
+fn method_named_in_the_query_or_a_form_body() {
+    let p = policy(POLICY);
+    check(
+        &p,
+        &[
+            ("POST api.example.com/items/1", b"", None, "allow"),
+            ("POST api.example.com/items/1?_method=DELETE", b"", None, "delete.item"),
+            ("POST api.example.com/items/1?_method=delete", b"", None, "delete.item"),
+            ("GET api.example.com/items/1?_method=DELETE", b"", None, "delete.item"),
+            ("POST api.example.com/items/1", b"_method=DELETE", Some(FORM), "delete.item"),
+            (
+                "POST api.example.com/items/1",
+                b"a=1&_method=DELETE",
+                Some("Application/X-WWW-Form-Urlencoded; charset=UTF-8"),
+                "delete.item",
+            ),
+            ("POST api.example.com/items/1", b"_method=DELETE", None, "delete.item"),
+            (
+                "POST api.example.com/items/1",
+                b"--B0undary\r\nContent-Disposition: form-data; name=\"_method\"\r\n\r\nDELETE\r\n--B0undary--\r\n",
+                Some("multipart/form-data; boundary=B0undary"),
+                "delete.item",
+            ),
+            // a JSON body's `_method` is not a form field
+            (
+                "POST api.example.com/items/1",
+                br#"{"_method":"DELETE"}"#,
+                Some("application/json"),
+                "allow",
+            ),
+            ("POST api.example.com/items/1?_method=PATCH", b"", None, "allow"),
+            // an allow rule must hold for every method the request names
+            ("GET api.example.com/items", b"", None, "marked:list.items"),
+            ("GET api.example.com/items?_method=POST", b"", None, "allow"),
+            // the preset: a read by its own method, a write by the one it names
+            (
+                "GET crates.io/api/v1/crates/demo/0.1.0/yank?_method=DELETE",
+                b"",
+                None,
+                "crates.yank",
+            ),
+            (
+                "POST registry.npmjs.org/-/npm/v1/security/audits?_method=PUT",
+                b"{}",
+                Some("application/json"),
+                "npm.write",
+            ),
+            (
+                "POST registry.npmjs.org/-/npm/v1/security/audits",
+                b"{}",
+                Some("application/json"),
+                "allow",
+            ),
+            ("GET api.github.com/repos/o/r?_method=DELETE", b"", None, "github.rest.write"),
+            // l7: every method named must be permitted
+            ("GET read.example.com/x", b"", None, "allow"),
+            ("GET read.example.com/x?_method=DELETE", b"", None, "l7.read.example.com"),
+            ("POST read.example.com/x", b"_method=GET", Some(FORM), "l7.read.example.com"),
+            // a query that cannot be decoded may name any method: fail closed
+            ("POST api.example.com/items/1?_method=%zz", b"", None, "delete.item"),
+        ],
+    );
+}
+
+#[test]
+fn method_named_in_override_headers() {
+    let p = policy(POLICY);
+    let rows: &[(&str, &[&str], &str)] = &[
+        ("POST", &["DELETE"], "delete.item"),
+        ("POST", &["delete"], "delete.item"),
+        ("POST", &[" DELETE "], "delete.item"),
+        ("POST", &["PATCH, DELETE"], "delete.item"),
+        // the headers disagree: a deny rule matching any of them matches
+        ("POST", &["GET", "DELETE"], "delete.item"),
+        ("POST", &["GET"], "allow"),
+        ("POST", &[], "allow"),
+        ("DELETE", &[], "delete.item"),
+        ("DELETE", &["GET"], "delete.item"),
+    ];
+    for (method, overrides, want) in rows {
+        let r = RequestInfo {
+            method_overrides: overrides,
+            content_type: Some("application/json"),
+            ..req(method, "api.example.com", "/items/1", Some(b"{}"))
+        };
+        let got = p.decide_request(&r);
+        assert_eq!(
+            got.rule().unwrap_or("allow"),
+            *want,
+            "{method} {overrides:?}"
+        );
+    }
+    // the allow rule must hold for every method named; the summary shows them
+    let r = RequestInfo {
+        method_overrides: &["DELETE"],
+        ..req("GET", "api.example.com", "/items", Some(b""))
+    };
+    assert_eq!(p.decide_request(&r), RequestDecision::Allow);
+    let r = RequestInfo {
+        method_overrides: &["DELETE"],
+        ..req("POST", "api.example.com", "/items/1", Some(b""))
+    };
+    assert_eq!(
+        p.decide_request(&r).summary(),
+        Some(
+            "POST (as DELETE) api.example.com/items/1 [not evaluated: the request names several methods (POST, DELETE)]"
+        )
+    );
+    let r = RequestInfo {
+        method_overrides: &["PUT"],
+        ..req("GET", "api.github.com", "/repos/o/r", Some(b""))
+    };
+    assert_eq!(p.decide_request(&r).rule(), Some("github.rest.write"));
+    let r = RequestInfo {
+        method_overrides: &["DELETE"],
+        ..req("GET", "read.example.com", "/x", Some(b""))
+    };
+    assert_eq!(p.decide_request(&r).rule(), Some("l7.read.example.com"));
+}
