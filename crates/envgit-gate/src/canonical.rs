@@ -29,7 +29,7 @@ const HOP_BY_HOP: &[&str] = &[
 ];
 
 /// Headers that ask for a method other than the request line's (Rails, Express, ASP.NET and
-/// others honour them): the request is judged as every method they name.
+/// others honour them): the policy judges the request as every method they name.
 pub(crate) const METHOD_OVERRIDE_HEADERS: &[&str] = &[
     "x-http-method-override",
     "x-http-method",

@@ -46,6 +46,9 @@ pub(crate) struct Conn {
     /// The scheme of the requests on this connection (`https` inside terminated TLS).
     pub(crate) https: bool,
     pub(crate) proto: Proto,
+    /// `false` for explicit-proxy connections: one request each, answered with
+    /// `Connection: close` (a client sends the next one to whatever host on a new one).
+    pub(crate) keep_alive: bool,
     pub(crate) pool: Pool,
 }
 
@@ -54,7 +57,7 @@ pub(crate) async fn serve<C>(client: C, conn: Conn)
 where
     C: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    let proto = conn.proto;
+    let (proto, keep_alive) = (conn.proto, conn.keep_alive);
     let conn = Arc::new(conn);
     let service = hyper::service::service_fn(move |req| {
         let conn = Arc::clone(&conn);
@@ -68,6 +71,7 @@ where
                 .header_read_timeout(HEAD_TIMEOUT)
                 .preserve_header_case(true)
                 .half_close(true)
+                .keep_alive(keep_alive)
                 .serve_connection(io, service)
                 .with_upgrades()
                 .await;
@@ -143,6 +147,11 @@ async fn one(mut req: Request<Incoming>, conn: &Conn) -> Response<Out> {
         .get(hyper::header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
+    let overrides: Vec<&str> = accepted
+        .method_overrides
+        .iter()
+        .map(String::as_str)
+        .collect();
     let mut info = RequestInfo {
         method: &method,
         host,
@@ -151,13 +160,14 @@ async fn one(mut req: Request<Incoming>, conn: &Conn) -> Response<Out> {
         query,
         body: None,
         body_complete: false,
+        method_overrides: &overrides,
+        content_type: content_type.as_deref(),
     };
     let mut read = Read {
         bytes: Vec::new(),
         ended: body.is_end_stream(),
     };
-    let overrides = &accepted.method_overrides;
-    if judge::needs_body(&shared.policy, &info, overrides) {
+    if shared.policy.needs_body(&info) {
         read = match body::read_at_least(&mut body, read, BODY_PREFIX_MAX, body::BODY_DEADLINE)
             .await
         {
@@ -171,7 +181,7 @@ async fn one(mut req: Request<Incoming>, conn: &Conn) -> Response<Out> {
             info.body = Some(prefix);
             info.body_complete = read.ended && read.bytes.len() <= BODY_PREFIX_MAX;
         }
-        judge::decide(&shared.policy, &info, overrides)
+        shared.policy.decide_request(&info)
     };
     let refusal_shape = decide::Shape::of(path, content_type.as_deref());
     match decision {
@@ -182,7 +192,8 @@ async fn one(mut req: Request<Incoming>, conn: &Conn) -> Response<Out> {
             return refuse(conn, &mut rec, &rule, &mut body, reply).await;
         }
         RequestDecision::Ask { rule, summary } => {
-            let whole = judge::identity_needs_body(&method, host, &summary);
+            let whole = shared.policy.identity_needs_whole_body(&rule)
+                || judge::identity_needs_body(&method, host, &summary);
             if whole && !read.ended {
                 read = match body::read_whole(
                     &mut body,
@@ -257,6 +268,7 @@ async fn send_upstream(
     let authority = head::authority(host, port);
     let method = parts.method;
     let extensions = parts.extensions;
+    let bytes_out = Arc::clone(&rec.bytes_out);
     let build = move |h2: bool| {
         let mut out = Request::new(onward);
         *out.method_mut() = method;
@@ -274,6 +286,7 @@ async fn send_upstream(
         if let Ok(uri) = uri.parse::<Uri>() {
             *out.uri_mut() = uri;
         }
+        bytes_out.fetch_add(head_size(&out), std::sync::atomic::Ordering::Relaxed);
         out
     };
     let sent = match conn.pool.send(build).await {
@@ -314,6 +327,18 @@ async fn send_upstream(
     let (mut parts, body) = resp.into_parts();
     parts.headers = canonical::client_response_headers(&parts.headers);
     Response::from_parts(parts, body::counted_response(body, rec))
+}
+
+/// About what the request's head takes on the wire (HTTP/1 spelling), for the step's
+/// byte counts.
+fn head_size<B>(req: &Request<B>) -> u64 {
+    let line = req.method().as_str().len() + req.uri().to_string().len() + 12;
+    let headers: usize = req
+        .headers()
+        .iter()
+        .map(|(n, v)| n.as_str().len() + v.len() + 4)
+        .sum();
+    (line + headers + 2) as u64
 }
 
 /// After a judged `101`: the two upgraded streams are spliced, uninspected from here on, and
@@ -402,8 +427,7 @@ fn answer(conn: &Conn, reply: &Reply) -> Response<Out> {
 /// Is a WebSocket to `host:port` allowed? Only where the policy marks the entry
 /// `websocket: true`.
 fn websocket_allowed(shared: &Shared, host: &str, port: u16) -> bool {
-    let _ = (&shared.policy, host, port);
-    false
+    envgit_policy::websocket_allowed(&shared.policy, host, port)
 }
 
 #[cfg(test)]

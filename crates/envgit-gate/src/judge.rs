@@ -1,53 +1,10 @@
-//! Request-level judgement, after `network.allow` (DESIGN §5): the host's `l7` rule, then the
-//! `irreversible` rules in order, first match deciding — for the request's method and for
-//! every method an override header names, the strictest answer winning — and the `ask`
-//! that holds a request until a person answers.
-
-use envgit_policy::{Policy, RequestDecision, RequestInfo};
+//! The `ask` that holds a request until a person answers, and what its approval covers. (The
+//! judgement itself is the policy's: `l7`, then the `irreversible` rules, for the request's
+//! method and every method an override names.)
 
 use crate::approvals::{self, Answer, PendingAsk};
 use crate::events::Recorder;
 use crate::listener::Shared;
-
-/// The decision for `info`, judged as its own method and as each of `overrides`: a deny
-/// beats an ask, an ask beats a marked pass, a marked pass beats a plain one.
-pub(crate) fn decide(
-    policy: &Policy,
-    info: &RequestInfo<'_>,
-    overrides: &[String],
-) -> RequestDecision {
-    let mut best = policy.decide_request(info);
-    for method in overrides {
-        let other = policy.decide_request(&RequestInfo {
-            method: method.as_str(),
-            ..*info
-        });
-        if strictness(&other) > strictness(&best) {
-            best = other;
-        }
-    }
-    best
-}
-
-/// Does any reading of the request need its body?
-pub(crate) fn needs_body(policy: &Policy, info: &RequestInfo<'_>, overrides: &[String]) -> bool {
-    policy.needs_body(info)
-        || overrides.iter().any(|m| {
-            policy.needs_body(&RequestInfo {
-                method: m.as_str(),
-                ..*info
-            })
-        })
-}
-
-fn strictness(d: &RequestDecision) -> u8 {
-    match d {
-        RequestDecision::Allow => 0,
-        RequestDecision::Marked { .. } => 1,
-        RequestDecision::Ask { .. } => 2,
-        RequestDecision::Deny { .. } => 3,
-    }
-}
 
 /// A request an `ask` rule matched.
 pub(crate) struct Asked<'a> {

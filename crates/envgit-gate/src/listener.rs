@@ -169,6 +169,7 @@ async fn proxy(
         forwarded_https: false,
         https: false,
         proto: Proto::Http1,
+        keep_alive: false,
     };
     forward::serve(client, conn).await;
 }

@@ -185,6 +185,7 @@ fn conn(
         forwarded_https,
         https: true,
         proto,
+        keep_alive: true,
         pool,
     }
 }

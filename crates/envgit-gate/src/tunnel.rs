@@ -101,6 +101,7 @@ pub(crate) async fn connect(
                 forwarded_https: false,
                 https: false,
                 proto: Proto::Http1,
+                keep_alive: true,
                 pool,
             };
             forward::serve(client, conn).await;
@@ -126,8 +127,7 @@ async fn refuse(
 
 /// Raw TCP only where the policy says so for this very `host:port`.
 fn raw_allowed(shared: &Shared, host: &str, port: u16) -> bool {
-    let _ = (&shared.policy, host, port);
-    false
+    envgit_policy::raw_tcp_allowed_for(&shared.policy, host, port)
 }
 
 #[derive(Debug, PartialEq, Eq)]

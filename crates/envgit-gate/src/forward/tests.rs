@@ -59,6 +59,7 @@ fn conn(shared: &Arc<Shared>, proto: Proto, port: u16, up: TcpStream) -> Conn {
         forwarded_https: false,
         https: port == 443,
         proto,
+        keep_alive: true,
         pool: Pool::new(Some(Ok((Box::new(up), false))), no_redial()),
     }
 }

@@ -68,7 +68,7 @@ struct Setup {
 }
 
 /// `UPSTREAM` and `CAPTURE` in the allow list stand for the upstream's and the capture
-/// listener's ports.
+/// listener's ports; an entry starting `raw ` is marked `raw: true`.
 fn setup(allow: &[String]) -> Setup {
     let upstream = upstream();
     let dir = tempfile::tempdir().unwrap();
@@ -87,13 +87,23 @@ fn setup(allow: &[String]) -> Setup {
     let capture = relay.capture_ports().unwrap()[0];
     let forward = relay.forward_ports().unwrap()[0].0;
     let mut policy = envgit_policy::Policy::default();
-    policy.network.allow = allow
-        .iter()
-        .map(|a| {
-            a.replace("UPSTREAM", &upstream.to_string())
-                .replace("CAPTURE", &capture.to_string())
-        })
-        .collect();
+    for a in allow {
+        let (raw, entry) = match a.strip_prefix("raw ") {
+            Some(rest) => (true, rest),
+            None => (false, a.as_str()),
+        };
+        let entry = entry
+            .replace("UPSTREAM", &upstream.to_string())
+            .replace("CAPTURE", &capture.to_string());
+        if raw {
+            let options = envgit_policy::AllowOptions {
+                raw: true,
+                websocket: false,
+            };
+            policy.network.allow_options.insert(entry.clone(), options);
+        }
+        policy.network.allow.push(entry);
+    }
     let gate = Gate::start(GateConfig {
         socket_path: socket,
         token: TOKEN.to_owned(),
@@ -162,13 +172,13 @@ fn events(gate: &Gate, n: usize) -> Vec<GateEvent> {
 
 #[test]
 fn connect_through_the_proxy_to_an_allowed_port_round_trips() {
-    let s = setup(&["127.0.0.1:UPSTREAM".into()]);
+    let s = setup(&["raw 127.0.0.1:UPSTREAM".into()]);
     let mut c = connect(s.proxy);
     let target = format!("127.0.0.1:{}", s.upstream);
     write!(c, "CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n").unwrap();
     let head = read_head(&mut c);
     assert!(head.starts_with("HTTP/1.1 200"), "{head}");
-    // An explicit loopback entry carries raw TCP: the echo server answers.
+    // A loopback entry marked `raw: true` carries raw TCP: the echo server answers.
     c.write_all(b"\x00\x01raw bytes").unwrap();
     let mut back = [0u8; 11];
     c.read_exact(&mut back).unwrap();
@@ -186,6 +196,19 @@ fn connect_through_the_proxy_to_an_allowed_port_round_trips() {
     assert_eq!(e.status, Some(200));
     assert_eq!((e.bytes_out, e.bytes_in), (11, 11));
     assert_eq!(e.path, "");
+}
+
+#[test]
+fn a_loopback_entry_not_marked_raw_carries_http_only() {
+    let s = setup(&["127.0.0.1:UPSTREAM".into()]);
+    let mut c = connect(s.forward);
+    // Not HTTP, however long the client waits before or after: closed, nothing spliced.
+    c.write_all(b"\x00\x01raw bytes").unwrap();
+    let mut back = Vec::new();
+    let _ = c.read_to_end(&mut back);
+    assert!(back.is_empty(), "{back:?}");
+    let ev = events(&s.gate, 1);
+    assert_eq!(ev[0].rule.as_deref(), Some("network.opaque"), "{ev:?}");
 }
 
 #[test]
@@ -296,7 +319,7 @@ fn a_second_request_on_a_proxy_connection_never_passes() {
 
 #[test]
 fn connect_to_a_localhost_entry_resolves_on_the_host_and_carries_raw_tcp() {
-    let s = setup(&["localhost:UPSTREAM".into()]);
+    let s = setup(&["raw localhost:UPSTREAM".into()]);
     let mut c = connect(s.proxy);
     let target = format!("localhost:{}", s.upstream);
     write!(c, "CONNECT {target} HTTP/1.1\r\n\r\n").unwrap();
@@ -505,7 +528,7 @@ fn captured_connection_not_to_a_fake_address_is_closed() {
 
 #[test]
 fn forward_carries_raw_tcp_to_the_host_port() {
-    let s = setup(&["127.0.0.1:UPSTREAM".into()]);
+    let s = setup(&["raw 127.0.0.1:UPSTREAM".into()]);
     assert_ne!(s.forward, s.upstream);
     let mut c = connect(s.forward);
     c.write_all(b"PING\x00").unwrap();
@@ -532,7 +555,7 @@ fn forward_to_a_port_not_listed_is_closed() {
 
 #[test]
 fn the_gate_refuses_connections_without_the_token() {
-    let s = setup(&["127.0.0.1:UPSTREAM".into()]);
+    let s = setup(&["raw 127.0.0.1:UPSTREAM".into()]);
     let sock = s._dir.path().join("gate.sock");
     let target = format!("127.0.0.1:{}", s.upstream);
     for extra in ["", "X-Envgit-Token: wrong\r\n", "X-Envgit-Token: \r\n"] {
