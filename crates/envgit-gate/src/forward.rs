@@ -19,6 +19,7 @@ use crate::body::{self, BodyError, Out, Read};
 use crate::canonical::{self, Accepted, Proto, RULE_MALFORMED};
 use crate::credentials;
 use crate::decide::{self, RULE_CREDENTIAL, RULE_MISDIRECTED, Reply};
+use crate::encoding;
 use crate::events::Recorder;
 use crate::head;
 use crate::judge::{self, Asked};
@@ -175,11 +176,29 @@ async fn one(mut req: Request<Incoming>, conn: &Conn) -> Response<Out> {
             Err(e) => return body_failed(conn, &mut rec, &mut body, e).await,
         };
     }
+    let content_encoding = parts
+        .headers
+        .get(hyper::header::CONTENT_ENCODING)
+        .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
+    let decoded;
     let decision = {
         let prefix = &read.bytes[..read.bytes.len().min(BODY_PREFIX_MAX)];
         if read.ended || !read.bytes.is_empty() {
             info.body = Some(prefix);
             info.body_complete = read.ended && read.bytes.len() <= BODY_PREFIX_MAX;
+            // The rule reads what the server will read: the body with its coding undone.
+            if let Some(coding) = &content_encoding {
+                decoded =
+                    match encoding::decode(coding, prefix, info.body_complete, BODY_PREFIX_MAX) {
+                        Ok(d) => d,
+                        Err(why) => {
+                            let reply = decide::malformed(&why);
+                            return refuse(conn, &mut rec, RULE_MALFORMED, &mut body, reply).await;
+                        }
+                    };
+                info.body = Some(&decoded.bytes);
+                info.body_complete = decoded.complete;
+            }
         }
         shared.policy.decide_request(&info)
     };

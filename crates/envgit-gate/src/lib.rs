@@ -35,6 +35,7 @@ mod conn;
 mod control;
 mod credentials;
 mod decide;
+mod encoding;
 mod events;
 mod forward;
 mod head;

@@ -13,6 +13,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::oneshot;
 
 use super::*;
+use crate::approvals::PendingAsk;
 use crate::pool::{Opened, Redial};
 
 const PH: &str = "envgit-placeholder-7f3a";
@@ -103,6 +104,7 @@ async fn the_upstream_gets_the_request_rebuilt_from_what_was_judged() {
     let (reply, seen) = h1(
         &sh,
         b"POST /a?b HTTP/1.1\r\nHost: Example.com\r\nConnection: keep-alive\r\nX-Envgit-Token: t\r\n\
+          Content-Type: application/octet-stream\r\n\
           Transfer-Encoding: chunked\r\nExpect: 100-continue\r\nX-Custom: 1\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
         15,
     )
@@ -332,4 +334,124 @@ async fn h2_requests_with_their_own_key_are_refused() {
     assert_eq!(status, 403);
     assert!(body.contains("(rule gate.credential)"), "{body}");
     assert!(seen.is_empty(), "the upstream saw {seen:?}");
+}
+
+/// A policy that asks about every POST to example.com (a plain `net` rule, whose summary
+/// names no effect), with an approver that answers each pending ask as `answers` says.
+fn asking(answers: Vec<bool>) -> (Arc<Shared>, tokio::task::JoinHandle<Vec<PendingAsk>>) {
+    let mut sh = Shared::for_tests(&["example.com"]);
+    let policy = envgit_policy::Policy::parse(
+        "envgit.yaml",
+        "version: 1\nnetwork:\n  allow: [\"example.com\"]\nirreversible:\n  - net: { host: \"example.com\", method: POST, path: \"/x\" }\n    action: ask\n",
+    )
+    .unwrap();
+    sh.policy = Arc::new(policy);
+    let approvals = Arc::new(crate::approvals::Approvals::new(
+        Duration::from_secs(20),
+        None,
+    ));
+    sh.approvals = Some(Arc::clone(&approvals));
+    let answerer = tokio::spawn(async move {
+        let mut seen = Vec::new();
+        for yes in answers {
+            let ask = loop {
+                if let Some(a) = approvals.list().into_iter().next() {
+                    break a;
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            };
+            approvals.answer(Some(ask.id), yes, "tester").unwrap();
+            seen.push(ask);
+        }
+        seen
+    });
+    (Arc::new(sh), answerer)
+}
+
+fn post(body: &str) -> Vec<u8> {
+    format!(
+        "POST /x HTTP/1.1\r\nHost: example.com\r\nContent-Type: application/octet-stream\r\n\
+         Content-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .into_bytes()
+}
+
+/// Approving one POST under a plain `net` rule covers that body only: a second POST with
+/// another body is asked about again (it was let through as "an earlier approval of the same
+/// request" when the body was hashed only where a rule read it).
+#[tokio::test]
+async fn an_approval_covers_the_body_it_showed_and_no_other() {
+    let (sh, answerer) = asking(vec![true, false]);
+    let (reply, seen) = h1(&sh, &post("first body"), 10).await;
+    assert!(reply.starts_with("HTTP/1.1 200"), "{reply}");
+    assert!(seen.ends_with("first body"), "{seen}");
+    let (reply, seen) = h1(&sh, &post("other body\x1b[2J"), 15).await;
+    assert!(reply.starts_with("HTTP/1.1 403"), "{reply}");
+    assert!(seen.is_empty(), "the upstream saw {seen:?}");
+    let asks = answerer.await.unwrap();
+    assert_eq!(asks.len(), 2);
+    assert_ne!(asks[0].body_hash, asks[1].body_hash);
+    // The person sees the bytes, control bytes escaped.
+    assert_eq!(asks[0].body_preview, "first body");
+    assert_eq!(asks[1].body_preview, "other body\\x1b[2J");
+    // The very same request again is covered by the first approval.
+    let (sh2, _none) = (sh, ());
+    let (reply, seen) = h1(&sh2, &post("first body"), 10).await;
+    assert!(reply.starts_with("HTTP/1.1 200"), "{reply}");
+    assert!(seen.ends_with("first body"), "{seen}");
+}
+
+fn gzip(bytes: &[u8]) -> Vec<u8> {
+    use std::io::Write;
+    let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    e.write_all(bytes).unwrap();
+    e.finish().unwrap()
+}
+
+/// A push whose body is gzip: the rule reads the ref update inside and refuses it; the same
+/// bytes undecodable are refused as malformed; a gzip fetch passes with its bytes untouched.
+#[tokio::test]
+async fn compressed_bodies_are_judged_decoded_and_forwarded_as_sent() {
+    let mut sh = Shared::for_tests(&["example.com"]);
+    sh.policy = Arc::new(
+        envgit_policy::Policy::parse(
+            "envgit.yaml",
+            "version: 1\nnetwork:\n  allow: [\"example.com\"]\nirreversible:\n  - preset: default\n",
+        )
+        .unwrap(),
+    );
+    let sh = Arc::new(sh);
+    let line = format!(
+        "{} {} refs/heads/main\0report-status\n",
+        "0".repeat(40),
+        "1".repeat(40)
+    );
+    let pkt = format!("{:04x}{line}0000", line.len() + 4);
+    let send = |body: Vec<u8>, path: &str| {
+        let mut out = format!(
+            "POST /r.git/{path} HTTP/1.1\r\nHost: example.com\r\nContent-Encoding: gzip\r\n\
+             Content-Type: application/x-git-{path}-request\r\nContent-Length: {}\r\n\r\n",
+            body.len()
+        )
+        .into_bytes();
+        out.extend_from_slice(&body);
+        out
+    };
+    let (reply, seen) = h1(&sh, &send(gzip(pkt.as_bytes()), "git-receive-pack"), 0).await;
+    assert!(reply.starts_with("HTTP/1.1 403"), "{reply}");
+    assert!(reply.contains("rule git.push"), "{reply}");
+    assert!(seen.is_empty(), "{seen}");
+    let (reply, seen) = h1(&sh, &send(b"junk".to_vec(), "git-receive-pack"), 0).await;
+    assert!(reply.starts_with("HTTP/1.1 400"), "{reply}");
+    assert!(seen.is_empty(), "{seen}");
+    let fetch = gzip(b"0014command=ls-refs\n0000");
+    let (reply, seen) = h1(&sh, &send(fetch.clone(), "git-upload-pack"), fetch.len()).await;
+    assert!(reply.starts_with("HTTP/1.1 200"), "{reply}");
+    let lower = seen.to_ascii_lowercase();
+    assert!(lower.contains("content-encoding: gzip\r\n"), "{seen}");
+    assert!(
+        lower.contains(&format!("content-length: {}\r\n", fetch.len())),
+        "{seen}"
+    );
 }
