@@ -49,6 +49,12 @@ pub enum Command {
     Fsck(JsonArg),
     /// Check that this host can run envgit: one line per check, and for each failure the fix.
     Doctor(JsonArg),
+    /// Prove that enforcement runs on this machine: a loopback upstream, and each way out
+    /// of the sandbox and around the gate tried for real, one line per class (`ok`/`FAILED`).
+    Selftest(SelftestArgs),
+    /// One attack of `envgit selftest`, run inside the sandbox.
+    #[command(name = "selftest-probe", hide = true)]
+    SelftestProbe(SelftestProbeArgs),
     /// Keep the store under its disk budget; remove a captured secret from every snapshot.
     Gc(GcArgs),
     /// The requests running steps are holding until a person answers (`ask` rules).
@@ -77,6 +83,22 @@ pub enum Command {
     /// What an installed hook runs (reads the agent's hook payload on stdin).
     #[command(hide = true)]
     Hook(HookArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct SelftestArgs {
+    /// Only the few classes `envgit doctor` runs (a second or so).
+    #[arg(long)]
+    pub quick: bool,
+    #[command(flatten)]
+    pub out: JsonArg,
+}
+
+#[derive(Args, Debug)]
+pub struct SelftestProbeArgs {
+    /// The attack and its arguments.
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+    pub args: Vec<String>,
 }
 
 #[derive(Args, Debug)]

@@ -5,7 +5,7 @@
 mod host;
 mod live;
 mod optional;
-mod proc;
+use super::proc;
 mod project;
 mod store;
 

@@ -15,10 +15,12 @@ mod init;
 mod log;
 mod mcp;
 mod mcp_bridge;
+mod proc;
 mod progress;
 mod record;
 mod rewind;
 mod run;
+pub(crate) mod selftest;
 mod show;
 
 use std::process::ExitCode;
@@ -40,6 +42,8 @@ pub fn run(cli: Cli) -> CmdResult<ExitCode> {
         Command::Fork(a) => fork::run(dir, &a),
         Command::Fsck(a) => fsck::run(dir, &a),
         Command::Doctor(a) => doctor::run(dir, &a),
+        Command::Selftest(a) => selftest::run(&a),
+        Command::SelftestProbe(a) => selftest::probe::run(&a.args),
         Command::Gc(a) => gc::run(dir, &a),
         Command::Status(a) => approve::status(dir, &a),
         Command::Approve(a) => approve::answer(dir, &a, true),

@@ -1,12 +1,13 @@
-//! Running a helper program with a deadline, and finding programs on PATH.
+//! Running a helper program with a deadline, finding programs on PATH, and a scratch
+//! directory removed afterwards (doctor's and selftest's temporary projects).
 
 use std::io::Read;
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 pub struct Ran {
     /// The exit code; `None` when killed by a signal (or by the deadline).
@@ -105,6 +106,50 @@ pub fn version_in(text: &str) -> Option<String> {
         .map(|w| w.trim_matches('.'))
         .find(|w| w.contains('.') && w.split('.').all(|p| !p.is_empty()))
         .map(str::to_string)
+}
+
+/// A directory removed when dropped.
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    /// Short on purpose: the gate's unix socket lives deep inside the store, and a socket path
+    /// must fit in 108 bytes.
+    pub fn new(prefix: &str) -> std::io::Result<Self> {
+        let mut last = None;
+        for attempt in 0..8u32 {
+            let nanos = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map(|d| d.subsec_nanos())
+                .unwrap_or(0);
+            let tag = nanos ^ std::process::id().rotate_left(16) ^ attempt;
+            let path = base().join(format!("{prefix}-{tag:08x}"));
+            match std::fs::DirBuilder::new().mode(0o700).create(&path) {
+                // The sandbox sees canonical paths; so should the store.
+                Ok(()) => {
+                    return match path.canonicalize() {
+                        Ok(c) => Ok(Self(c)),
+                        Err(e) => {
+                            let _ = std::fs::remove_dir(&path);
+                            Err(e)
+                        }
+                    };
+                }
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| std::io::Error::other("no attempt made")))
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Where the probe's temporary project goes.
+fn base() -> PathBuf {
+    std::env::temp_dir()
 }
 
 #[cfg(test)]
