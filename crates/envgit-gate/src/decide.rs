@@ -192,3 +192,84 @@ pub(crate) fn http_what(method: &str, host: &str, port: u16, path: &str) -> Stri
         format!("{method} {}{path}", crate::head::authority(host, port))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn body_json(r: &Reply) -> serde_json::Value {
+        serde_json::from_str(&r.body).unwrap()
+    }
+
+    /// Each client shows the sentence where it looks: twine the reason phrase, git-lfs a
+    /// `message` in its own media type, OCI clients `errors[].message` with code DENIED,
+    /// npm `error`, cargo `errors[].detail`, GitHub clients `message`, git the text.
+    #[test]
+    fn refusals_come_in_the_shape_each_client_shows() {
+        let what = "POST upload.pypi.org/legacy/";
+        let sentence = format!("envgit: denied {what} (rule pypi.upload)");
+        let twine = forbidden_for_client(what, "pypi.upload", "r", Shape::of("/legacy/", None));
+        assert_eq!(twine.phrase, format!("Forbidden ({sentence})"));
+        assert_eq!(twine.body, format!("{sentence}\n"));
+
+        let lfs_type = Some("application/vnd.git-lfs+json");
+        let lfs = forbidden_for_client(
+            "POST h/r.git/info/lfs/objects/batch",
+            "lfs.upload",
+            "r",
+            Shape::of("/r.git/info/lfs/objects/batch", lfs_type),
+        );
+        assert_eq!(lfs.content_type, "application/vnd.git-lfs+json");
+        assert!(
+            body_json(&lfs)["message"]
+                .as_str()
+                .unwrap()
+                .contains("(rule lfs.upload)")
+        );
+
+        let oci = forbidden_for_client(
+            "PUT ghcr.io/v2/o/i/manifests/1",
+            "oci.push",
+            "r",
+            Shape::of("/v2/o/i/manifests/1", None),
+        );
+        let e = &body_json(&oci)["errors"][0];
+        assert_eq!(e["code"], "DENIED");
+        assert!(e["message"].as_str().unwrap().contains("(rule oci.push)"));
+
+        let npm = forbidden_for_client("PUT r/x", "npm.publish", "r", Shape::ByRule);
+        assert!(
+            body_json(&npm)["error"]
+                .as_str()
+                .unwrap()
+                .contains("(rule npm.publish)")
+        );
+        let cargo = forbidden_for_client("PUT c/x", "crates.publish", "r", Shape::ByRule);
+        assert!(
+            body_json(&cargo)["errors"][0]["detail"]
+                .as_str()
+                .unwrap()
+                .contains("crates.publish")
+        );
+        let gh = forbidden_for_client("POST a/x", "github.rest.write", "r", Shape::ByRule);
+        assert!(
+            body_json(&gh)["message"]
+                .as_str()
+                .unwrap()
+                .contains("github.rest.write")
+        );
+        // Nothing from the request can end the status line.
+        let odd = forbidden_for_client("POST h/a\r\nx", "r", "", Shape::ByRule);
+        assert!(!odd.phrase.contains('\r') && !odd.phrase.contains('\n'));
+    }
+
+    #[test]
+    fn one_spelling_of_a_target() {
+        assert_eq!(http_what("GET", "h", 443, "/p"), "GET h/p");
+        assert_eq!(http_what("GET", "h", 80, "/p"), "GET h/p");
+        assert_eq!(
+            http_what("GET", "127.0.0.1", 8080, "/p"),
+            "GET 127.0.0.1:8080/p"
+        );
+    }
+}
