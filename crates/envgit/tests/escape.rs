@@ -35,6 +35,45 @@ fn run(env: &Env, script: &str) -> Run {
     env.envgit(&["run", "sh", "-c", script])
 }
 
+/// Printed by every attack script as its last line: the attack ran to its end inside.
+const RAN: &str = "ATTACK-SCRIPT-RAN-TO-ITS-END";
+
+/// Runs `script` inside and proves it ran: envgit did not fail on its own (125) and the
+/// script reached its last line. Each command in an attack prints its own result.
+fn attack(env: &Env, script: &str) -> Run {
+    let r = run(env, &format!("{script}\necho {RAN}"));
+    assert_ne!(
+        r.code, 125,
+        "envgit itself failed:\n{}\n{}",
+        r.stdout, r.stderr
+    );
+    assert!(
+        r.stdout.contains(RAN),
+        "the attack did not run to its end:\n{}\n{}",
+        r.stdout,
+        r.stderr
+    );
+    r
+}
+
+/// A directory on the host that the sandbox sees (read-only) and that is not under its
+/// private /tmp: canaries and targets there are really within its reach.
+fn visible_dir() -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix("envgit-test-")
+        .tempdir_in("/opt")
+        .unwrap()
+}
+
+/// A directory on the host that the sandbox should not see at all (the rest of /var).
+fn var_lib_dir() -> tempfile::TempDir {
+    std::fs::create_dir_all("/var/lib").unwrap();
+    tempfile::Builder::new()
+        .prefix("envgit-test-")
+        .tempdir_in("/var/lib")
+        .unwrap()
+}
+
 fn assert_no_canary(r: &Run) {
     assert!(
         !r.stdout.contains(CANARY) && !r.stderr.contains(CANARY),
@@ -47,20 +86,29 @@ fn assert_no_canary(r: &Run) {
 #[test]
 fn secrets_in_the_home_are_unreadable() {
     let env = project();
-    let r = run(&env, "cat ~/.ssh/id_ed25519");
-    assert_ne!(r.code, 0);
-    assert_no_canary(&r);
-    let r = run(&env, "ls -la ~/.ssh");
-    assert_ne!(r.code, 0, "{}", r.stdout);
-    assert!(!r.stdout.contains("id_ed25519"));
-    let r = run(
+    let r = attack(
         &env,
-        "cat ~/.netrc; cat ~/other/.env; grep -r CANARY ~ 2>/dev/null; true",
+        "echo HOME=$HOME; cat ~/.ssh/id_ed25519; echo cat=$?; ls -la ~/.ssh; echo ls=$?; \
+         cat ~/.netrc; echo netrc=$?; cat ~/other/.env; echo dotenv=$?; \
+         grep -r CANARY ~ 2>/dev/null; cat /etc/shadow; echo shadow=$?",
     );
+    // The planted home is the one the command sees, so the canaries were within its reach.
+    assert!(
+        r.stdout
+            .contains(&format!("HOME={}\n", env.user_home().display())),
+        "{}",
+        r.stdout
+    );
+    for what in ["cat", "ls", "netrc", "dotenv", "shadow"] {
+        assert!(
+            !r.stdout.contains(&format!("{what}=0\n")),
+            "{what} succeeded: {}{}",
+            r.stdout,
+            r.stderr
+        );
+    }
+    assert!(!r.stdout.contains("id_ed25519"), "{}", r.stdout);
     assert_no_canary(&r);
-    // The passwd entry's home is masked too (root's, here).
-    let r = run(&env, "cat /etc/shadow");
-    assert_ne!(r.code, 0);
     assert_eq!(
         std::fs::read_to_string(env.user_home().join(".ssh/id_ed25519")).unwrap(),
         CANARY
@@ -70,8 +118,8 @@ fn secrets_in_the_home_are_unreadable() {
 #[test]
 fn env_files_in_the_project_are_unreadable_but_examples_are_not() {
     let env = project();
-    let r = run(&env, "cat .env");
-    assert_ne!(r.code, 0);
+    let r = attack(&env, "cat .env; echo cat=$?");
+    assert!(!r.stdout.contains("cat=0\n"), "{}{}", r.stdout, r.stderr);
     assert_no_canary(&r);
     let r = run(&env, "cat .env.example").ok();
     assert_eq!(r.stdout, "EXAMPLE=1");
@@ -82,15 +130,39 @@ fn env_files_in_the_project_are_unreadable_but_examples_are_not() {
 fn links_to_a_secret_do_not_reach_it() {
     let env = project();
     let canary = env.user_home().join(".ssh/id_ed25519");
+    // A secret outside home and project, where the sandbox sees the host read-only.
+    let outside = visible_dir();
+    let secret = outside.path().join("secret.key");
+    std::fs::write(&secret, CANARY).unwrap();
+    let yaml = env.read("envgit.yaml").replace(
+        "# filesystem:\n#   deny_read:",
+        &format!(
+            "filesystem:\n  deny_read: [\"{}\"]\n#   deny_read:",
+            secret.display()
+        ),
+    );
+    env.write("envgit.yaml", &yaml);
     std::os::unix::fs::symlink(&canary, env.path("planted")).unwrap();
-    let r = run(
+    std::os::unix::fs::symlink(&secret, env.path("planted2")).unwrap();
+    let r = attack(
         &env,
         &format!(
-            "cat planted; ln -s {c} made; cat made; ln {c} hard; cat hard; true",
-            c = canary.display()
+            "cat planted; echo planted=$?; cat planted2; echo planted2=$?; \
+             ln -s {c} made; cat made; echo made=$?; ln {c} hard; echo hard=$?; cat hard; \
+             ln {s} hard2; echo hard2=$?; cat hard2; cat {s}; echo direct=$?",
+            c = canary.display(),
+            s = secret.display()
         ),
     );
     assert_no_canary(&r);
+    for what in ["planted", "planted2", "made", "hard", "hard2", "direct"] {
+        assert!(
+            !r.stdout.contains(&format!("{what}=0\n")),
+            "{what} succeeded: {}{}",
+            r.stdout,
+            r.stderr
+        );
+    }
     assert!(
         !env.path("hard").exists(),
         "a hard link to the secret was made"
@@ -101,23 +173,42 @@ fn links_to_a_secret_do_not_reach_it() {
 #[test]
 fn writes_outside_the_project_fail() {
     let env = project();
-    let outside = env.tmp.path().join("outside.txt");
+    let dir = visible_dir();
+    let outside = dir.path().join("outside.txt");
     let home_file = env.user_home().join("written.txt");
-    let r = run(
+    let r = attack(
         &env,
         &format!(
-            "echo pwned > {}; echo pwned > /usr/pwned; echo pwned > /etc/pwned; echo ok > ~/written.txt; echo ok > /tmp/scratch",
+            "echo pwned > {}; echo outside=$?; echo pwned > /usr/pwned; echo usr=$?; \
+             echo pwned > /etc/pwned; echo etc=$?; echo ok > ~/written.txt; echo home=$?; \
+             cat ~/written.txt; echo ok > /tmp/scratch; echo tmp=$?",
             outside.display()
         ),
     );
-    assert!(
-        r.stderr.contains("Read-only file system") || r.stderr.contains("ermission denied"),
+    for what in ["outside", "usr", "etc"] {
+        assert!(
+            r.stdout.contains(&format!("{what}=")) && !r.stdout.contains(&format!("{what}=0\n")),
+            "the write to {what} succeeded: {}{}",
+            r.stdout,
+            r.stderr
+        );
+    }
+    assert_eq!(
+        r.stderr.matches("Read-only file system").count(),
+        3,
         "{}",
         r.stderr
     );
     assert!(!outside.exists());
     assert!(!Path::new("/usr/pwned").exists() && !Path::new("/etc/pwned").exists());
-    // The home is writable through a private overlay: the real home is unchanged.
+    // The home is writable through a private overlay: the command wrote and read it back,
+    // and the real home is unchanged.
+    assert!(
+        r.stdout.contains("home=0\nok\n") && r.stdout.contains("tmp=0\n"),
+        "{}{}",
+        r.stdout,
+        r.stderr
+    );
     assert!(!home_file.exists());
 }
 
@@ -171,15 +262,23 @@ fn the_store_and_envgit_state_are_invisible() {
     let env = project();
     let store = env.store_dir();
     let journal_before = std::fs::read(store.join("journal")).unwrap();
-    let r = run(
+    let r = attack(
         &env,
         &format!(
-            "ls {s}; cat {s}/journal; echo x >> {s}/journal; ls {h}",
+            "ls {s}; echo ls=$?; cat {s}/journal; echo cat=$?; echo x >> {s}/journal; \
+             echo append=$?; ls {h}; echo home=$?",
             s = store.display(),
             h = env.home.display()
         ),
     );
-    assert_ne!(r.code, 0);
+    for what in ["ls", "cat", "append", "home"] {
+        assert!(
+            !r.stdout.contains(&format!("{what}=0\n")),
+            "{what} succeeded: {}{}",
+            r.stdout,
+            r.stderr
+        );
+    }
     assert!(
         !r.stdout.contains("journal") && !r.stdout.contains("projects"),
         "{}",
@@ -197,7 +296,7 @@ fn the_store_and_envgit_state_are_invisible() {
 fn processes_outside_cannot_be_seen_signalled_or_traced() {
     let env = project();
     let me = std::process::id();
-    let r = run(
+    let r = attack(
         &env,
         &format!(
             "ls /proc/{me}/root; cat /proc/{me}/environ; kill -9 {me}; ls /proc/1/root/; cat /proc/1/environ; \
@@ -223,24 +322,33 @@ fn unix_sockets_on_the_host_are_unreachable() {
     let abs =
         UnixListener::bind_addr(&SocketAddr::from_abstract_name(name.as_bytes()).unwrap()).unwrap();
     abs.set_nonblocking(true).unwrap();
-    let docker = env.user_home().join(".docker/run/docker.sock");
-    std::fs::create_dir_all(docker.parent().unwrap()).unwrap();
+    // Where Docker's socket really lives (/var/run is /run), and a rootless one in the home.
+    let var = var_lib_dir();
+    let docker = var.path().join("docker.sock");
     let path_sock = UnixListener::bind(&docker).unwrap();
     path_sock.set_nonblocking(true).unwrap();
+    let home_docker = env.user_home().join(".docker/run/docker.sock");
+    std::fs::create_dir_all(home_docker.parent().unwrap()).unwrap();
+    let home_sock = UnixListener::bind(&home_docker).unwrap();
+    home_sock.set_nonblocking(true).unwrap();
     let script = format!(
-        "{PY} - <<'PY'\nimport socket\nfor addr in ['\\0{name}', '{d}']:\n    s = socket.socket(socket.AF_UNIX)\n    try:\n        s.connect(addr); print('CONNECTED', addr)\n    except OSError as e:\n        print('refused', e.errno)\nPY",
-        d = docker.display()
+        "{PY} - <<'PY'\nimport socket\nfor addr in ['\\0{name}', '{d}', '{h}']:\n    s = socket.socket(socket.AF_UNIX)\n    try:\n        s.connect(addr); print('CONNECTED', addr)\n    except OSError as e:\n        print('refused', e.errno)\nPY",
+        d = docker.display(),
+        h = home_docker.display()
     );
-    let r = run(&env, &script);
+    let r = attack(&env, &script);
     assert!(!r.stdout.contains("CONNECTED"), "{}{}", r.stdout, r.stderr);
-    assert_eq!(
-        r.stdout.matches("refused").count(),
-        2,
-        "{}{}",
-        r.stdout,
-        r.stderr
-    );
-    assert!(abs.accept().is_err() && path_sock.accept().is_err());
+    // ECONNREFUSED (abstract name in another network namespace), ENOENT or EACCES.
+    let errnos: Vec<&str> = r
+        .stdout
+        .lines()
+        .filter_map(|l| l.strip_prefix("refused "))
+        .collect();
+    assert_eq!(errnos.len(), 3, "{}{}", r.stdout, r.stderr);
+    for e in errnos {
+        assert!(["111", "2", "13"].contains(&e), "errno {e}: {}", r.stdout);
+    }
+    assert!(abs.accept().is_err() && path_sock.accept().is_err() && home_sock.accept().is_err());
 }
 
 #[test]
@@ -261,7 +369,7 @@ except OSError as e:
 PY
 unshare -U true; echo unshare=$?"#
     );
-    let r = run(&env, &script);
+    let r = attack(&env, &script);
     for name in ["io_uring_setup", "setns", "unshare_user", "mount"] {
         assert!(
             r.stdout.contains(&format!("{name} -1 1\n")),
@@ -306,7 +414,7 @@ except OSError:
     print('failed dns')
 PY"#
     );
-    let r = run(&env, &script);
+    let r = attack(&env, &script);
     assert!(
         !r.stdout.contains("CONNECTED") && !r.stdout.contains("SENT"),
         "{}{}",
@@ -333,14 +441,22 @@ fn a_token_in_the_callers_environment_stays_outside() {
     let env = project();
     let out = env
         .cmd(&env.project)
-        .args(["run", "sh", "-c", "env; cat /proc/1/environ 2>&1"])
+        .args([
+            "run",
+            "sh",
+            "-c",
+            &format!("env; echo env=$?; cat /proc/1/environ 2>&1; echo {RAN}"),
+        ])
         .env("GITHUB_TOKEN", CANARY)
         .output()
         .unwrap();
-    let all = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let all = format!("{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(0), "{all}");
+    // `env` ran and printed the environment the command really has.
+    assert!(
+        stdout.contains("env=0\n") && stdout.contains("\nPATH=") && stdout.contains(RAN),
+        "{all}"
     );
     assert!(!all.contains(CANARY), "{all}");
 }
