@@ -627,3 +627,141 @@ fn a_listed_host_port_is_reachable_and_the_rest_is_refused_by_rule() {
         "{v}"
     );
 }
+
+/// Waits (bounded) until `f` holds, polling; panics with `what` when it never does.
+fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(90);
+    while !f() {
+        assert!(std::time::Instant::now() < deadline, "timed out: {what}");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn the_control_socket_cannot_be_reached_or_used_from_inside() {
+    let env = project();
+    // The runtime directories the agent would glob point inside the project.
+    let tmpdir = env.path("rt/tmp");
+    let xdg = env.path("rt/xdg");
+    std::fs::create_dir_all(&tmpdir).unwrap();
+    std::fs::create_dir_all(&xdg).unwrap();
+    let server = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = server.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for s in server.incoming().take(4) {
+            let Ok(mut s) = s else { continue };
+            let mut buf = [0u8; 4096];
+            let _ = std::io::Read::read(&mut s, &mut buf);
+            let _ = std::io::Write::write_all(
+                &mut s,
+                b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok",
+            );
+        }
+    });
+    let yaml = env
+        .read("envgit.yaml")
+        .replace(
+            "# network:\n#   allow:",
+            &format!("network:\n  allow: [\"127.0.0.1:{port}\"]\n#   allow:"),
+        )
+        .replace(
+            "irreversible:\n",
+            "irreversible:\n  - net: { host: \"127.0.0.1\", method: POST, path: \"/send\" }\n    action: ask\n    id: local.send\n",
+        );
+    env.write(
+        "envgit.yaml",
+        &format!("{yaml}\napprovers:\n  terminal: false\n  socket: true\n  timeout: 120\n"),
+    );
+    let attack = format!(
+        r#"curl -s -m 150 -X POST -d payload http://127.0.0.1:{port}/send > curl.out 2>&1 &
+while [ ! -e go ]; do sleep 0.1; done
+{PY} - <<'PY' > attack.out 2>&1
+import glob, json, os, socket
+found = set()
+for pat in [os.environ.get('TMPDIR', '/tmp') + '/envgit*/*/control.sock',
+            os.environ.get('XDG_RUNTIME_DIR', '/run') + '/envgit*/*/control.sock',
+            '/tmp/envgit*/*/control.sock', '/run/user/*/envgit/*/control.sock']:
+    found.update(glob.glob(pat))
+for top in ['/']:
+    for d, dirs, files in os.walk(top):
+        dirs[:] = [x for x in dirs if os.path.join(d, x) not in ('/proc', '/sys', '/dev', '/usr')]
+        for f in files:
+            if f == 'control.sock':
+                found.add(os.path.join(d, f))
+print('sockets', len(found))
+for p in sorted(found):
+    s = socket.socket(socket.AF_UNIX)
+    try:
+        s.connect(p)
+        s.sendall(json.dumps({{"op": "approve", "id": None, "by": "alice@terminal"}}).encode() + b'\n')
+        print('ANSWERED', p, s.recv(4096))
+    except OSError as e:
+        print('refused', p, e.errno)
+print('attack done')
+PY
+wait
+echo {RAN}"#
+    );
+    let child = env
+        .cmd(&env.project)
+        .args(["run", "sh", "-c", &attack])
+        .env("TMPDIR", &tmpdir)
+        .env("XDG_RUNTIME_DIR", &xdg)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let status = || {
+        env.cmd(&env.project)
+            .args(["status", "--json"])
+            .env("TMPDIR", &tmpdir)
+            .env("XDG_RUNTIME_DIR", &xdg)
+            .output()
+            .unwrap()
+    };
+    let pending = || -> Vec<serde_json::Value> {
+        let out = status();
+        serde_json::from_slice::<serde_json::Value>(&out.stdout)
+            .ok()
+            .and_then(|v| v.as_array().cloned())
+            .unwrap_or_default()
+    };
+    wait_for("the POST to be held for an answer", || {
+        !pending().is_empty()
+    });
+    env.write("go", "");
+    wait_for("the attack inside to finish", || {
+        env.path("attack.out").exists() && env.read("attack.out").contains("attack done")
+    });
+    let report = env.read("attack.out");
+    println!("attack from inside:\n{report}");
+    assert!(!report.contains("ANSWERED"), "{report}");
+    // The ask is still waiting: nothing inside answered it.
+    assert_eq!(pending().len(), 1, "{report}");
+    // The person outside refuses it.
+    let deny = env
+        .cmd(&env.project)
+        .args(["deny"])
+        .env("TMPDIR", &tmpdir)
+        .env("XDG_RUNTIME_DIR", &xdg)
+        .output()
+        .unwrap();
+    assert!(deny.status.success(), "{deny:?}");
+    let out = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_ne!(out.status.code(), Some(125), "{stdout}{stderr}");
+    assert!(stdout.contains(RAN), "{stdout}{stderr}");
+    assert!(
+        !env.read("curl.out").contains("ok"),
+        "{}",
+        env.read("curl.out")
+    );
+    let step = env.log_json().into_iter().next().unwrap();
+    let approvals = step["approvals"].as_array().unwrap();
+    assert_eq!(approvals.len(), 1, "{step}");
+    assert_eq!(approvals[0]["answer"], "refused", "{step}");
+    let by = approvals[0]["approver"].as_str().unwrap();
+    assert!(!by.contains("alice"), "{step}");
+    assert!(by.contains("envgit approve/deny"), "{step}");
+}
