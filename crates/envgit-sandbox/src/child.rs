@@ -203,7 +203,12 @@ fn exec_command(spec: &Spec, keep_fd: Option<i32>) -> Result<std::convert::Infal
     rustix::process::setsid().map_err(|e| format!("setsid: {e}"))?;
     drop_capabilities()?;
     rustix::thread::set_no_new_privs(true).map_err(|e| format!("no_new_privs: {e}"))?;
-    let mut writable = vec![spec.project.clone(), "/tmp".into(), "/dev".into()];
+    let mut writable = vec![
+        spec.project.clone(),
+        "/tmp".into(),
+        "/var/tmp".into(),
+        "/dev".into(),
+    ];
     writable.extend(spec.writable.iter().cloned());
     if let Some(h) = &spec.home {
         writable.push(h.path.clone());

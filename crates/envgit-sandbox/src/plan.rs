@@ -39,13 +39,37 @@ pub const HOME_DENIES: &[&str] = &[
     ".password-store",
 ];
 
-/// Readable only by root, and masked when envgit runs as root.
+/// Readable only by root, and masked when envgit runs as root. Besides these, every file or
+/// directory under `/etc` that others may not read is masked (see [`etc_private`]).
 const ROOT_DENIES: &[&str] = &[
     "/etc/shadow",
     "/etc/gshadow",
+    "/etc/shadow-",
+    "/etc/gshadow-",
     "/etc/sudoers",
     "/etc/sudoers.d",
     "/etc/ssh",
+    "/etc/ssl/private",
+];
+
+/// The host's system directories the view shows read-only (those that exist; a symlink, as on
+/// merged-/usr systems, is recreated as the same symlink). Nothing else of the host's `/` is
+/// in the view: not the rest of `/var`, `/srv`, `/mnt`, `/media`, `/home` or `/root` — only
+/// the project, the home (through its overlay), private `/tmp`, `/var/tmp`, `/run`, `/dev`
+/// and `/proc`, the toolchain homes PATH names ([`toolchain_dirs`]) and `allow_write` paths.
+pub const SYSTEM_DIRS: &[&str] = &[
+    "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/opt", "/etc",
+];
+
+/// Variables naming a toolchain's home outside the system directories: shown read-only when set.
+const TOOLCHAIN_VARS: &[&str] = &[
+    "RUSTUP_HOME",
+    "CARGO_HOME",
+    "PYENV_ROOT",
+    "NVM_DIR",
+    "GOROOT",
+    "JAVA_HOME",
+    "VIRTUAL_ENV",
 ];
 
 /// Variables that enter the sandbox besides `env.pass`.
@@ -107,6 +131,130 @@ pub struct PlanInput<'a> {
     pub protected: Vec<String>,
 }
 
+/// Whether `p` lies in one of the system directories (already in the view).
+fn in_system_dirs(p: &Path) -> bool {
+    SYSTEM_DIRS.iter().any(|d| p.starts_with(d))
+}
+
+/// The toolchain home a PATH entry belongs to: `…/.pyenv/…` → `…/.pyenv`, `…/.nvm/versions/
+/// node/V/bin` → that version, `…/.cargo/bin` → itself and the sibling `.rustup`; any other
+/// entry → itself. Only these are shown, read-only, never the home they sit in.
+fn toolchain_of(entry: &Path) -> Vec<PathBuf> {
+    let comps: Vec<_> = entry.components().collect();
+    let upto = |i: usize| comps[..=i].iter().collect::<PathBuf>();
+    for (i, c) in comps.iter().enumerate() {
+        let name = c.as_os_str().to_str().unwrap_or("");
+        match name {
+            ".pyenv" | ".rbenv" | ".sdkman" | ".volta" | ".bun" | ".deno" | ".rustup" => {
+                return vec![upto(i)];
+            }
+            ".nvm" => {
+                let end = (i + 4).min(comps.len() - 1);
+                return vec![upto(end)];
+            }
+            ".cargo" => {
+                let mut out = vec![entry.to_path_buf()];
+                if i > 0 {
+                    out.push(upto(i - 1).join(".rustup"));
+                }
+                return out;
+            }
+            _ => {}
+        }
+    }
+    vec![entry.to_path_buf()]
+}
+
+/// Toolchain directories outside the system directories that PATH (or a toolchain variable)
+/// names and the view would otherwise miss: read-only, canonical, existing, deduplicated.
+/// Those inside the project or the overlaid home are already visible.
+pub fn toolchain_dirs(
+    caller_env: &[(String, String)],
+    project: &Path,
+    home: Option<&Path>,
+) -> Vec<PathBuf> {
+    let get = |k: &str| {
+        caller_env
+            .iter()
+            .find(|(n, _)| n == k)
+            .map(|(_, v)| v.as_str())
+    };
+    let mut wanted: Vec<PathBuf> = Vec::new();
+    for entry in get("PATH").unwrap_or("").split(':') {
+        if entry.starts_with('/') {
+            wanted.extend(toolchain_of(Path::new(entry)));
+        }
+    }
+    for var in TOOLCHAIN_VARS {
+        if let Some(v) = get(var).filter(|v| v.starts_with('/')) {
+            wanted.push(PathBuf::from(v));
+        }
+    }
+    let mut out: Vec<PathBuf> = Vec::new();
+    for w in wanted {
+        let Ok(real) = w.canonicalize() else { continue };
+        if !real.is_dir()
+            || real == Path::new("/")
+            || in_system_dirs(&real)
+            || real.starts_with(project)
+            || home.is_some_and(|h| real.starts_with(h))
+        {
+            continue;
+        }
+        if !out.iter().any(|o| real.starts_with(o)) {
+            out.retain(|o| !o.starts_with(&real));
+            out.push(real);
+        }
+    }
+    out.sort();
+    out
+}
+
+/// Everything under `/etc` that others may not read (`shadow`, `ssh_host_*_key`,
+/// `ssl/private`, …): masked, so the sandbox never reads what only root may.
+pub fn etc_private() -> Vec<PathBuf> {
+    use std::os::unix::fs::MetadataExt;
+    let mut out = Vec::new();
+    let mut stack = vec![PathBuf::from("/etc")];
+    while let Some(dir) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let Ok(meta) = e.path().symlink_metadata() else {
+                continue;
+            };
+            if meta.file_type().is_symlink() {
+                continue;
+            }
+            let private = meta.mode() & 0o004 == 0;
+            if private {
+                out.push(e.path());
+            } else if meta.is_dir() {
+                stack.push(e.path());
+            }
+        }
+    }
+    out
+}
+
+/// The host's pathname unix sockets (`/proc/net/unix` of envgit's network namespace) that
+/// lie where the view reaches (`visible`): each is masked, so a socket some host service
+/// listens on in the project, the home or a toolchain directory cannot be connected to.
+fn host_sockets(visible: &[PathBuf]) -> Vec<PathBuf> {
+    let Ok(table) = std::fs::read_to_string("/proc/net/unix") else {
+        return Vec::new();
+    };
+    table
+        .lines()
+        .skip(1)
+        .filter_map(|l| l.split_whitespace().nth(7))
+        .filter(|p| p.starts_with('/'))
+        .map(PathBuf::from)
+        .filter(|p| visible.iter().any(|v| p.starts_with(v)))
+        .collect()
+}
+
 fn is_env_file(name: &str) -> bool {
     if name == ".env" {
         return true;
@@ -153,6 +301,16 @@ fn masks(input: &PlanInput<'_>) -> Vec<PathBuf> {
             }
         }
     }
+    out.extend(etc_private());
+    let mut visible: Vec<PathBuf> = SYSTEM_DIRS.iter().map(PathBuf::from).collect();
+    visible.push(input.project.to_path_buf());
+    visible.extend(input.homes.iter().cloned());
+    visible.extend(toolchain_dirs(
+        &input.caller_env,
+        input.project,
+        input.homes.first().map(PathBuf::as_path),
+    ));
+    out.extend(host_sockets(&visible));
     if input.uid == 0 {
         out.extend(ROOT_DENIES.iter().map(PathBuf::from));
         if let Ok(entries) = std::fs::read_dir("/home") {
@@ -296,6 +454,15 @@ pub fn plan(input: PlanInput<'_>) -> Spec {
         uid: input.uid,
         gid: input.gid,
         staging: input.staging.clone(),
+        system: SYSTEM_DIRS
+            .iter()
+            .map(PathBuf::from)
+            .chain(toolchain_dirs(
+                &input.caller_env,
+                input.project,
+                input.homes.first().map(PathBuf::as_path),
+            ))
+            .collect(),
         project: input.project.to_path_buf(),
         home,
         writable,

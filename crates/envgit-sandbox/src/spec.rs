@@ -17,6 +17,12 @@ pub struct Spec {
     pub gid: u32,
     /// An empty directory outside the project, private to envgit, where the new root is built.
     pub staging: PathBuf,
+    /// Host directories the view shows read-only, besides the project and the home: the
+    /// system directories ([`crate::plan::SYSTEM_DIRS`] that exist; a symlink among them is
+    /// recreated as the same symlink) and the toolchain homes PATH names. Nothing else of the
+    /// host's `/` is there.
+    #[serde(default)]
+    pub system: Vec<PathBuf>,
     /// Read-write.
     pub project: PathBuf,
     /// The home directory, writable through an overlay whose upper layer is kept per project.

@@ -467,13 +467,17 @@ fn tools_work_inside_and_results_land() {
     let r = run(
         &env,
         &format!(
-            "git --version && git status --short >/dev/null && {PY} -c 'print(6*7)' && node -e 'console.log(\"node ok\")' && \
+            "git --version && git status --short >/dev/null && {PY} -c 'print(6*7)' && \
+             python3 -c 'print(\"python3 on PATH\")' && node -e 'console.log(\"node ok\")' && \
              RUSTUP_HOME=/root/.rustup cargo --version >/dev/null && echo written > out.txt && echo cargo ok"
         ),
     );
     assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
     assert!(
-        r.stdout.contains("42") && r.stdout.contains("node ok") && r.stdout.contains("cargo ok"),
+        r.stdout.contains("42")
+            && r.stdout.contains("python3 on PATH")
+            && r.stdout.contains("node ok")
+            && r.stdout.contains("cargo ok"),
         "{}",
         r.stdout
     );
@@ -764,4 +768,121 @@ echo {RAN}"#
     let by = approvals[0]["approver"].as_str().unwrap();
     assert!(!by.contains("alice"), "{step}");
     assert!(by.contains("envgit approve/deny"), "{step}");
+}
+
+#[test]
+fn only_what_the_command_needs_is_visible() {
+    let env = project();
+    // Canaries where the old view (the host's whole `/` read-only) reached them.
+    let var = var_lib_dir();
+    std::fs::write(var.path().join("secret"), CANARY).unwrap();
+    let mut dirs = vec![var.path().to_path_buf()];
+    let mut made = Vec::new();
+    for top in ["/srv", "/mnt", "/media", "/home", "/root"] {
+        std::fs::create_dir_all(top).unwrap();
+        let d = tempfile::Builder::new()
+            .prefix("envgit-test-")
+            .tempdir_in(top)
+            .unwrap();
+        std::fs::write(d.path().join("secret"), CANARY).unwrap();
+        dirs.push(d.path().to_path_buf());
+        made.push(d);
+    }
+    // A file only root may read under /etc (like an ssh host key).
+    let etc = tempfile::Builder::new()
+        .prefix("envgit-test-")
+        .tempdir_in("/etc")
+        .unwrap();
+    let key = etc.path().join("ssh_host_test_key");
+    std::fs::write(&key, CANARY).unwrap();
+    std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    let mut script = String::new();
+    for (i, d) in dirs.iter().enumerate() {
+        script.push_str(&format!(
+            "cat {d}/secret; echo read{i}=$?; ls -d {d}; echo seen{i}=$?\n",
+            d = d.display()
+        ));
+    }
+    script.push_str(&format!(
+        "cat {k}; echo key=$?; cat /etc/shadow; echo shadow=$?; ls /var; \
+         echo var-tmp > /var/tmp/envgit-test-marker; echo vartmp=$?; echo etc-ok; cat /etc/passwd >/dev/null; echo passwd=$?\n",
+        k = key.display()
+    ));
+    let r = attack(&env, &script);
+    assert_no_canary(&r);
+    for (i, dir) in dirs.iter().enumerate() {
+        for what in ["read", "seen"] {
+            assert!(
+                r.stdout.contains(&format!("{what}{i}="))
+                    && !r.stdout.contains(&format!("{what}{i}=0\n")),
+                "{} is visible inside: {}{}",
+                dir.display(),
+                r.stdout,
+                r.stderr
+            );
+        }
+    }
+    assert!(
+        r.stdout.contains("key=1\n") && r.stdout.contains("shadow=1\n"),
+        "{}",
+        r.stdout
+    );
+    // /etc itself is there; /var/tmp is private (the host's is unchanged).
+    assert!(
+        r.stdout.contains("passwd=0\n") && r.stdout.contains("vartmp=0\n"),
+        "{}",
+        r.stdout
+    );
+    assert!(!Path::new("/var/tmp/envgit-test-marker").exists());
+    assert!(
+        !r.stdout.contains("\nlib\n") && !r.stdout.contains("\ncache\n"),
+        "{}",
+        r.stdout
+    );
+}
+
+#[test]
+fn no_host_unix_socket_is_reachable() {
+    use std::os::unix::net::UnixListener;
+    let env = project();
+    // At least two listeners of our own: one in the rest of /var, one inside the project.
+    let var = var_lib_dir();
+    let a = UnixListener::bind(var.path().join("service.sock")).unwrap();
+    let b = UnixListener::bind(env.path("dev.sock")).unwrap();
+    a.set_nonblocking(true).unwrap();
+    b.set_nonblocking(true).unwrap();
+    let table = std::fs::read_to_string("/proc/net/unix").unwrap();
+    let mut paths: Vec<String> = table
+        .lines()
+        .skip(1)
+        .filter_map(|l| l.split_whitespace().nth(7))
+        .filter(|p| p.starts_with('/'))
+        .map(str::to_owned)
+        .collect();
+    paths.sort();
+    paths.dedup();
+    assert!(paths.len() >= 2, "{paths:?}");
+    let list = paths
+        .iter()
+        .map(|p| format!("{p:?}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let script = format!(
+        "{PY} - <<'PY'\nimport socket\nfor p in [{list}]:\n    for kind in (socket.SOCK_STREAM, socket.SOCK_DGRAM, socket.SOCK_SEQPACKET):\n        s = socket.socket(socket.AF_UNIX, kind)\n        try:\n            s.connect(p); print('CONNECTED', p, kind)\n        except OSError as e:\n            print('refused', e.errno, p)\nPY"
+    );
+    let r = attack(&env, &script);
+    println!("{} host sockets tried:\n{}", paths.len(), r.stdout);
+    assert!(!r.stdout.contains("CONNECTED"), "{}{}", r.stdout, r.stderr);
+    let refused: Vec<&str> = r
+        .stdout
+        .lines()
+        .filter(|l| l.starts_with("refused "))
+        .collect();
+    assert_eq!(refused.len(), paths.len() * 3, "{}{}", r.stdout, r.stderr);
+    for l in refused {
+        let errno = l.split_whitespace().nth(1).unwrap();
+        // ENOENT, EACCES, ECONNREFUSED (and EPROTOTYPE for a socket of another type).
+        assert!(["2", "13", "111", "91"].contains(&errno), "{l}");
+    }
+    assert!(a.accept().is_err() && b.accept().is_err());
 }
