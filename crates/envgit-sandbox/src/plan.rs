@@ -9,7 +9,11 @@ use ignore::gitignore::GitignoreBuilder;
 use crate::spec::{HomeOverlay, RelaySpec, Spec};
 use crate::trust::{self, TrustFiles};
 
-/// Unreadable in every home (`~` from both `$HOME` and the passwd entry).
+/// Unreadable in every home (`~` from both `$HOME` and the passwd entry), relative to the
+/// home; a file or a directory (a directory is masked whole). To mask one more credential
+/// file, add its path here: `escape.rs`'s `every_home_credential_file_is_masked` plants a
+/// canary at every entry of this list and reads it from inside, so the new entry is tested
+/// as it is added. (A policy can add its own with `filesystem.deny_read`.)
 pub const HOME_DENIES: &[&str] = &[
     ".ssh",
     ".aws",
@@ -37,7 +41,44 @@ pub const HOME_DENIES: &[&str] = &[
     ".config/microsoft-edge",
     ".local/share/keyrings",
     ".password-store",
+    // Database, secret-store, registry and build-tool credentials.
+    ".pgpass",
+    ".my.cnf",
+    ".vault-token",
+    ".config/containers/auth.json",
+    ".terraform.d/credentials.tfrc.json",
+    ".m2/settings.xml",
+    ".m2/settings-security.xml",
+    ".gradle/gradle.properties",
+    ".gem/credentials",
+    ".config/rclone/rclone.conf",
+    ".cache/huggingface/token",
+    ".huggingface/token",
+    ".yarnrc.yml",
+    ".yarnrc",
+    ".config/pip/pip.conf",
+    ".pip/pip.conf",
+    ".config/hub",
+    ".config/glab-cli",
+    // Shell and REPL histories (tokens typed or pasted at a prompt).
+    ".bash_history",
+    ".zsh_history",
+    ".histfile",
+    ".sh_history",
+    ".local/share/fish/fish_history",
+    ".python_history",
+    ".node_repl_history",
+    ".psql_history",
+    ".mysql_history",
+    ".sqlite_history",
+    ".rediscli_history",
+    ".irb_history",
+    ".lesshst",
 ];
+
+/// Unreadable wherever they are in the project (any depth the search reaches, excluded
+/// directories included), besides `.env` files: registry credentials and direnv files.
+pub const PROJECT_DENIES: &[&str] = &[".npmrc", ".pypirc", ".envrc"];
 
 /// Readable only by root, and masked when envgit runs as root. Besides these, every file or
 /// directory under `/etc` that others may not read is masked (see [`etc_private`]).
@@ -340,7 +381,8 @@ fn masks(input: &PlanInput<'_>) -> Vec<PathBuf> {
         let matcher = b.build().ok();
         walk(&root, max_depth, skip_hidden, &mut |p, is_dir| {
             let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
-            let hit = (!is_dir && is_env_file(name))
+            let hit = (!is_dir
+                && (is_env_file(name) || (!skip_hidden && PROJECT_DENIES.contains(&name))))
                 || matcher
                     .as_ref()
                     .is_some_and(|m| m.matched(p, is_dir).is_ignore());
@@ -377,10 +419,10 @@ fn walk(dir: &Path, depth_left: usize, skip_hidden: bool, f: &mut dyn FnMut(&Pat
         let p = e.path();
         let name = e.file_name();
         let name = name.to_str().unwrap_or("");
-        let skip = matches!(
-            name,
-            ".git" | "node_modules" | "target" | ".venv" | "__pycache__"
-        ) || (skip_hidden && name.starts_with('.'));
+        // The project's regenerable directories (node_modules/, target/, .venv/) are searched
+        // too: a `.env` there is as secret as anywhere. Only `.git` is skipped (its objects
+        // are data), and in the home the hidden directories (caches, toolchains).
+        let skip = name == ".git" || (skip_hidden && name.starts_with('.'));
         f(&p, ft.is_dir());
         if ft.is_dir() && !skip {
             walk(&p, depth_left - 1, skip_hidden, f);

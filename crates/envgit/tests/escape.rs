@@ -886,3 +886,97 @@ fn no_host_unix_socket_is_reachable() {
     }
     assert!(a.accept().is_err() && b.accept().is_err());
 }
+
+#[test]
+fn every_home_credential_file_is_masked() {
+    let env = project();
+    let home = env.user_home();
+    // The list itself, plus the files it must hold whatever becomes of it.
+    let required = [
+        ".pgpass",
+        ".vault-token",
+        ".config/containers/auth.json",
+        ".terraform.d/credentials.tfrc.json",
+        ".m2/settings.xml",
+        ".gradle/gradle.properties",
+        ".gem/credentials",
+        ".bash_history",
+        ".zsh_history",
+        ".python_history",
+        ".node_repl_history",
+        ".config/rclone/rclone.conf",
+        ".cache/huggingface/token",
+        ".huggingface/token",
+        ".yarnrc.yml",
+        ".config/pip/pip.conf",
+        ".pip/pip.conf",
+    ];
+    let mut all: Vec<&str> = envgit_sandbox::plan::HOME_DENIES.to_vec();
+    all.extend(
+        required
+            .iter()
+            .filter(|r| !all.contains(r))
+            .collect::<Vec<_>>(),
+    );
+    for rel in &all {
+        let p = home.join(rel);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        if !p.exists() {
+            std::fs::write(&p, CANARY).unwrap();
+        }
+    }
+    let script: String = all
+        .iter()
+        .enumerate()
+        .map(|(i, rel)| format!("cat ~/{rel} 2>/dev/null; echo m{i}=$?\n"))
+        .collect();
+    let r = attack(&env, &script);
+    assert_no_canary(&r);
+    for (i, rel) in all.iter().enumerate() {
+        assert!(
+            r.stdout.contains(&format!("m{i}=")) && !r.stdout.contains(&format!("m{i}=0\n")),
+            "~/{rel} is readable inside: {}",
+            r.stdout
+        );
+    }
+}
+
+#[test]
+fn project_credential_and_env_files_are_masked_in_every_directory() {
+    let env = project();
+    let planted = [
+        ".npmrc",
+        ".pypirc",
+        ".envrc",
+        "packages/web/.npmrc",
+        "node_modules/pkg/.env",
+        "target/debug/.env.local",
+        ".venv/.env",
+        "deep/a/b/c/.env.production",
+    ];
+    for rel in planted {
+        env.write(rel, CANARY);
+    }
+    env.write("node_modules/pkg/.env.example", "EXAMPLE=2");
+    let script: String = planted
+        .iter()
+        .enumerate()
+        .map(|(i, rel)| format!("cat {rel} 2>/dev/null; echo m{i}=$?\n"))
+        .chain(std::iter::once(
+            "cat node_modules/pkg/.env.example; echo\n".to_owned(),
+        ))
+        .collect();
+    let r = attack(&env, &script);
+    assert_no_canary(&r);
+    for (i, rel) in planted.iter().enumerate() {
+        assert!(
+            r.stdout.contains(&format!("m{i}=")) && !r.stdout.contains(&format!("m{i}=0\n")),
+            "{rel} is readable inside: {}",
+            r.stdout
+        );
+    }
+    assert!(r.stdout.contains("EXAMPLE=2"), "{}", r.stdout);
+    for rel in planted {
+        assert_eq!(env.read(rel), CANARY, "{rel}");
+    }
+}
