@@ -506,6 +506,8 @@ pub fn plan(input: PlanInput<'_>) -> Spec {
             ))
             .collect(),
         project: input.project.to_path_buf(),
+        cgroups: Vec::new(),
+        nproc: 0,
         home,
         writable,
         read_only: protected,

@@ -42,6 +42,13 @@ pub struct Spec {
     /// Host files mounted read-only over existing system paths `(source, target)`: the merged
     /// CA bundle over the distro bundle paths.
     pub file_overrides: Vec<(PathBuf, PathBuf)>,
+    /// cgroup directories (made by the host side, see [`crate::limits`]) the sandbox process
+    /// joins before anything else.
+    #[serde(default)]
+    pub cgroups: Vec<PathBuf>,
+    /// `RLIMIT_NPROC` of the command (0: the default, [`crate::limits::DEFAULT_PIDS_MAX`]).
+    #[serde(default)]
+    pub nproc: u64,
     /// Host files mounted read-only at `/run/envgit/<name>` inside `(name, source)`: the trust
     /// files the CA variables name.
     #[serde(default)]

@@ -106,6 +106,7 @@ pub fn run_step(
     let (before, _) = wt.full_scan(&store, None)?;
     // Read before the command runs: `core.hooksPath` comes from the trusted .git/config.
     let protected = project.protected_paths();
+    let (notes_tx, notes_rx) = std::sync::mpsc::channel();
     let (code, events) = run_sandboxed(
         project,
         store.dir(),
@@ -113,8 +114,13 @@ pub fn run_step(
         &argv,
         &protected,
         upstreams,
-        RunExtras::default(),
+        RunExtras {
+            limit_notes: Some(notes_tx),
+            ..RunExtras::default()
+        },
     )?;
+    let mut notes = notes;
+    notes.extend(notes_rx.try_iter());
     // The gate announced its refusals as they happened.
     let (requests, refusals, approvals) = requests_of(&events);
     let draft = StepDraft {
@@ -378,6 +384,8 @@ pub(crate) struct RunExtras {
     pub credentials: Vec<Credential>,
     /// Gets a tap on the gate's events once it runs, before the command starts.
     pub tap: Option<std::sync::mpsc::Sender<EventTap>>,
+    /// Gets what the run's limits are ("memory not limited", …), for the step's notes.
+    pub limit_notes: Option<std::sync::mpsc::Sender<String>>,
 }
 
 /// Runs `argv` in the sandbox behind a gate of its own; `state` is the project's store
@@ -484,6 +492,21 @@ pub(crate) fn run_sandboxed(
         protected: protected.to_vec(),
     });
     let mut spec = spec;
+    let limits = envgit_sandbox::limits::prepare(
+        gate_dir
+            .file_name()
+            .and_then(|n| n.to_str())
+            .map(|n| format!("envgit-{n}"))
+            .as_deref()
+            .unwrap_or("envgit-run"),
+    );
+    spec.cgroups = limits.cgroups.clone();
+    if let Some(tx) = &extras.limit_notes {
+        for n in &limits.notes {
+            let _ = tx.send(n.clone());
+        }
+    }
+    spec.nproc = limits.pids_max;
     spec.run_files.extend(extras.run_files);
     spec.read_only.extend(extras.read_only);
     spec.file_overrides.extend(extras.file_overrides);
@@ -505,6 +528,7 @@ pub(crate) fn run_sandboxed(
         outcome
     };
     let _ = std::fs::remove_dir(&staging);
+    limits.remove();
     let events = gate.stop();
     let _ = std::fs::remove_dir_all(&gate_dir);
     match outcome {

@@ -980,3 +980,51 @@ fn project_credential_and_env_files_are_masked_in_every_directory() {
         assert_eq!(env.read(rel), CANARY, "{rel}");
     }
 }
+
+#[test]
+fn a_fork_bomb_ends_at_the_runs_process_limit() {
+    let env = project();
+    let started = std::time::Instant::now();
+    // Bounded on purpose: at most 2000 sleeping children, whatever the limit.
+    let script = format!(
+        r#"{PY} - <<'PY'
+import os, time
+n, err = 0, None
+for i in range(2000):
+    try:
+        p = os.fork()
+    except OSError as e:
+        err = e.errno
+        break
+    if p == 0:
+        time.sleep(120)
+        os._exit(0)
+    n += 1
+print('forked', n, 'errno', err)
+PY"#
+    );
+    let out = env
+        .cmd(&env.project)
+        .args(["run", "sh", "-c", &format!("{script}\necho {RAN}")])
+        .env("ENVGIT_PIDS_MAX", "200")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_ne!(out.status.code(), Some(125), "{stdout}{stderr}");
+    assert!(stdout.contains(RAN), "{stdout}{stderr}");
+    let forked: u64 = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("forked "))
+        .and_then(|l| l.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{stdout}{stderr}"));
+    println!("{stdout}");
+    assert!(forked < 200, "the limit did not hold: {stdout}");
+    assert!(stdout.contains("errno 11"), "not EAGAIN: {stdout}");
+    // The children died with the step (PID 1 ends everything), quickly.
+    assert!(started.elapsed() < std::time::Duration::from_secs(100));
+    let notes = env.log_json()[0]["notes"].to_string();
+    assert!(notes.contains("processes limited to 200"), "{notes}");
+    assert!(notes.contains("memory"), "{notes}");
+}
