@@ -190,7 +190,7 @@ fn toolchain_of(entry: &Path) -> Vec<PathBuf> {
                 return vec![upto(i)];
             }
             ".nvm" => {
-                let end = (i + 4).min(comps.len() - 1);
+                let end = (i + 3).min(comps.len() - 1);
                 return vec![upto(end)];
             }
             ".cargo" => {
@@ -204,6 +204,13 @@ fn toolchain_of(entry: &Path) -> Vec<PathBuf> {
         }
     }
     vec![entry.to_path_buf()]
+}
+
+/// A PATH entry that would show far more than a toolchain: `/`, a top-level directory
+/// (`/home`, `/root`, `/var`, …) or a whole home (`/home/NAME`). Such entries are left out.
+fn too_broad(p: &Path) -> bool {
+    let n = p.components().count();
+    n <= 2 || (p.starts_with("/home") && n <= 3)
 }
 
 /// Toolchain directories outside the system directories that PATH (or a toolchain variable)
@@ -235,7 +242,7 @@ pub fn toolchain_dirs(
     for w in wanted {
         let Ok(real) = w.canonicalize() else { continue };
         if !real.is_dir()
-            || real == Path::new("/")
+            || too_broad(&real)
             || in_system_dirs(&real)
             || real.starts_with(project)
             || home.is_some_and(|h| real.starts_with(h))
@@ -544,6 +551,41 @@ pub fn plan(input: PlanInput<'_>) -> Spec {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn toolchains_path_names_and_nothing_broader() {
+        assert_eq!(
+            toolchain_of(Path::new("/root/.pyenv/plugins/pyenv-virtualenv/shims")),
+            vec![PathBuf::from("/root/.pyenv")]
+        );
+        assert_eq!(
+            toolchain_of(Path::new("/root/.cargo/bin")),
+            vec![
+                PathBuf::from("/root/.cargo/bin"),
+                PathBuf::from("/root/.rustup")
+            ]
+        );
+        assert_eq!(
+            toolchain_of(Path::new("/home/a/.nvm/versions/node/v22.1.0/bin")),
+            vec![PathBuf::from("/home/a/.nvm/versions/node/v22.1.0")]
+        );
+        assert!(too_broad(Path::new("/")));
+        assert!(too_broad(Path::new("/root")));
+        assert!(too_broad(Path::new("/home/alice")));
+        assert!(!too_broad(Path::new("/home/alice/bin")));
+        assert!(!too_broad(Path::new("/root/.cargo")));
+        let env = vec![(
+            "PATH".to_owned(),
+            "/root:/home:/var:/usr/bin:/root/.cargo/bin".to_owned(),
+        )];
+        let dirs = toolchain_dirs(&env, Path::new("/nonexistent-project"), None);
+        for d in &dirs {
+            assert!(
+                d.starts_with("/root/.cargo/bin") || d.starts_with("/root/.rustup"),
+                "{d:?}"
+            );
+        }
+    }
 
     #[test]
     fn env_files() {
