@@ -289,6 +289,11 @@ pub fn etc_private() -> Vec<PathBuf> {
 /// The host's pathname unix sockets (`/proc/net/unix` of envgit's network namespace) that
 /// lie where the view reaches (`visible`): each is masked, so a socket some host service
 /// listens on in the project, the home or a toolchain directory cannot be connected to.
+/// Everywhere else host sockets are simply not in the view (`/run`, `/var/run`, `/tmp`,
+/// `$XDG_RUNTIME_DIR`, the rest of `/var` are private or absent). Limit on kernels before
+/// Linux 7.1 (Landlock ABI 9, which `landlock_rules` asks for best effort): a socket a host
+/// process binds inside the project or the home *after* the step started is not masked;
+/// seccomp cannot see a `connect` target, so nothing else closes that gap there.
 fn host_sockets(visible: &[PathBuf]) -> Vec<PathBuf> {
     let Ok(table) = std::fs::read_to_string("/proc/net/unix") else {
         return Vec::new();
