@@ -31,7 +31,7 @@ pub struct RunLimits {
     pub pids_max: u64,
     /// `None`: memory not limited.
     pub memory_max: Option<u64>,
-    /// What the step records about its limits.
+    /// What the step records about its limits: what is not limited, if anything.
     pub notes: Vec<String>,
 }
 
@@ -163,17 +163,16 @@ pub fn prepare(name: &str) -> RunLimits {
             }
         }
     }
-    out.notes.push(if pids_done {
-        format!("processes limited to {pids_max} (cgroup pids.max and RLIMIT_NPROC)")
-    } else {
-        format!(
+    // The step says what is *not* limited (nothing when everything is).
+    if !pids_done {
+        out.notes.push(format!(
             "processes limited to {pids_max} by RLIMIT_NPROC only (no pids cgroup here; not enforced for root)"
-        )
-    });
-    out.notes.push(match out.memory_max {
-        Some(m) => format!("memory limited to {} MiB (cgroup v2 memory.max)", m >> 20),
-        None => "memory not limited (no delegated cgroup v2 memory controller)".to_owned(),
-    });
+        ));
+    }
+    if out.memory_max.is_none() {
+        out.notes
+            .push("memory not limited (no delegated cgroup v2 memory controller)".to_owned());
+    }
     out
 }
 
