@@ -190,9 +190,13 @@ async fn handle(
 ) -> std::io::Result<()> {
     let peer = refuse_peer(&stream);
     let (read, mut write) = stream.into_split();
+    let mut lines = BufReader::new(tokio::io::AsyncReadExt::take(read, MAX_LINE)).lines();
     let peer = match peer {
         Ok(p) => p,
         Err(why) => {
+            // Read (and drop) the request first, so the client sees the refusal rather than a
+            // broken pipe; nothing in it is acted on.
+            let _ = lines.next_line().await;
             let answer = ControlAnswer {
                 error: Some(format!("refused: {why}")),
                 ..ControlAnswer::default()
@@ -202,7 +206,6 @@ async fn handle(
             return write.write_all(&out).await;
         }
     };
-    let mut lines = BufReader::new(tokio::io::AsyncReadExt::take(read, MAX_LINE)).lines();
     while let Some(line) = lines.next_line().await? {
         let answer = match serde_json::from_str::<ControlRequest>(&line) {
             Ok(req) if !same_token(&req.token, token) => ControlAnswer {
@@ -275,7 +278,7 @@ mod tests {
 
     fn ask(socket: &Path, line: &str, in_new_pid_ns: bool) -> String {
         let script = format!(
-            "import socket,sys\ns=socket.socket(socket.AF_UNIX)\ns.connect({socket:?})\ns.sendall({line:?}.encode()+b'\\n')\nsys.stdout.write(s.recv(4096).decode())"
+            "import socket,sys\ns=socket.socket(socket.AF_UNIX)\ns.connect({socket:?})\ntry:\n    s.sendall({line:?}.encode()+b'\\n')\nexcept OSError:\n    pass\nsys.stdout.write(s.recv(4096).decode())"
         );
         let mut cmd = if in_new_pid_ns {
             let mut c = std::process::Command::new("unshare");
@@ -287,7 +290,11 @@ mod tests {
             c
         };
         let out = cmd.output().unwrap();
-        String::from_utf8_lossy(&out.stdout).into_owned()
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
     }
 
     #[test]
