@@ -54,7 +54,7 @@ use std::time::Duration;
 
 pub use approvals::{AskAnnounce, PendingAsk};
 pub use ca::{CaError, RunCa, trust_bundle};
-pub use control::{ControlAnswer, ControlRequest};
+pub use control::{CONTROL_TOKEN_FILE, ControlAnswer, ControlOp, ControlRequest};
 pub use credentials::Credential;
 pub use events::{Announce, EventApproval, GateEvent};
 pub use resolve::{Resolve, parse_list as parse_resolve_list};
@@ -91,6 +91,9 @@ pub struct ApprovalConfig {
     /// The control socket `envgit status/approve/deny` talk to (in a 0700 directory the
     /// sandbox cannot see).
     pub control_socket: PathBuf,
+    /// The secret every control request must carry (the caller stores it, mode 0600, beside
+    /// the socket as [`CONTROL_TOKEN_FILE`]); must not be empty.
+    pub control_token: String,
     /// How long a request is held before it is refused.
     pub timeout: Duration,
     /// What `envgit status` shows as the run's project.
@@ -147,6 +150,12 @@ impl Gate {
         };
         let mut control = None;
         let approvals = match cfg.approvals {
+            Some(a) if a.control_token.is_empty() => {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::InvalidInput,
+                    "envgit-gate: the control token must not be empty",
+                ));
+            }
             Some(a) => {
                 let approvals = Arc::new(approvals::Approvals::new(a.timeout, a.announce));
                 let listener = {
@@ -157,6 +166,7 @@ impl Gate {
                     listener,
                     Arc::clone(&approvals),
                     Arc::new(a.label),
+                    Arc::new(a.control_token),
                     Arc::clone(&shutdown),
                 ));
                 control = Some(a.control_socket);

@@ -59,6 +59,8 @@ fn run(err: &mut Option<std::fs::File>) -> Result<i32, String> {
             rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL));
     };
     die_with_parent();
+    // Into the run's cgroups first, so every process the sandbox ever makes is counted.
+    crate::limits::join(&spec.cgroups)?;
     // The terminal's Ctrl-C reaches PID 1 (same process group), which forwards it.
     let _ = sys::set_ignored(libc::SIGINT, true);
     let _ = sys::set_ignored(libc::SIGQUIT, true);
@@ -203,7 +205,12 @@ fn exec_command(spec: &Spec, keep_fd: Option<i32>) -> Result<std::convert::Infal
     rustix::process::setsid().map_err(|e| format!("setsid: {e}"))?;
     drop_capabilities()?;
     rustix::thread::set_no_new_privs(true).map_err(|e| format!("no_new_privs: {e}"))?;
-    let mut writable = vec![spec.project.clone(), "/tmp".into(), "/dev".into()];
+    let mut writable = vec![
+        spec.project.clone(),
+        "/tmp".into(),
+        "/var/tmp".into(),
+        "/dev".into(),
+    ];
     writable.extend(spec.writable.iter().cloned());
     if let Some(h) = &spec.home {
         writable.push(h.path.clone());
@@ -211,6 +218,11 @@ fn exec_command(spec: &Spec, keep_fd: Option<i32>) -> Result<std::convert::Infal
     writable.retain(|p| p.exists());
     sys::close_fds_except(&keep_fd.into_iter().collect::<Vec<_>>());
     landlock_rules::restrict(&writable)?;
+    crate::limits::set_nproc(if spec.nproc == 0 {
+        crate::limits::DEFAULT_PIDS_MAX
+    } else {
+        spec.nproc
+    })?;
     seccomp::apply()?;
     let (prog, args) = spec.argv.split_first().ok_or("empty command")?;
     std::env::set_current_dir(&spec.cwd)

@@ -9,15 +9,26 @@ use landlock::{
     RulesetStatus, Scope, path_beneath_rules,
 };
 
+/// Where the command may connect to pathname unix sockets once the kernel can say so
+/// (Landlock ABI 9, Linux 7.1): its private scratch directories and envgit's own sockets
+/// under `/run/envgit` — never the project or the home, where a host service may listen.
+const UNIX_CONNECT_ROOTS: &[&str] = &["/tmp", "/var/tmp", "/run/envgit"];
+
 /// Apply the ruleset; returns a line describing what is enforced.
 pub fn restrict(write_roots: &[PathBuf]) -> Result<String, String> {
     let abi = ABI::V6;
     let read = AccessFs::from_read(abi);
     let all = AccessFs::from_all(abi);
     let err = |e: landlock::RulesetError| format!("landlock: {e}");
+    let unix_roots: Vec<&str> = UNIX_CONNECT_ROOTS
+        .iter()
+        .copied()
+        .filter(|p| std::path::Path::new(p).exists())
+        .collect();
     let status = Ruleset::default()
         .set_compatibility(CompatLevel::BestEffort)
-        .handle_access(all)
+        // ABI 9 adds connecting to pathname unix sockets; older kernels drop it (best effort).
+        .handle_access(all | AccessFs::ResolveUnix)
         .map_err(err)?
         .scope(Scope::AbstractUnixSocket | Scope::Signal)
         .map_err(err)?
@@ -26,6 +37,8 @@ pub fn restrict(write_roots: &[PathBuf]) -> Result<String, String> {
         .add_rules(path_beneath_rules(["/"], read))
         .map_err(err)?
         .add_rules(path_beneath_rules(write_roots, all))
+        .map_err(err)?
+        .add_rules(path_beneath_rules(unix_roots, AccessFs::ResolveUnix))
         .map_err(err)?
         .restrict_self()
         .map_err(err)?;

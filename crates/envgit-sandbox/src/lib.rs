@@ -14,6 +14,7 @@ mod child;
 mod init;
 mod landlock_rules;
 pub mod launch;
+pub mod limits;
 mod mounts;
 pub mod plan;
 pub mod probe;

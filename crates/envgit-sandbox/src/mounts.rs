@@ -1,7 +1,8 @@
 //! The sandbox's view of the filesystem, built on a private tmpfs and entered with pivot_root:
-//! the host's `/` read-only, the project (and `allow_write` paths) read-write, the home through
-//! a per-project overlay, a private `/tmp` and `/run`, a minimal `/dev`, a fresh `/proc`, and
-//! masks over what must not be read. A mask target is opened beneath the new root without
+//! only the system directories and toolchain homes of `spec.system` read-only (never the
+//! host's whole `/`), the project (and `allow_write` paths) read-write, the home through a
+//! per-project overlay, a private `/tmp`, `/var/tmp` and `/run`, a minimal `/dev`, a fresh
+//! `/proc`, and masks over what must not be read. A mask target is opened beneath the new root without
 //! following symlinks, so a link the agent planted can never redirect a mount.
 
 use std::ffi::CString;
@@ -70,22 +71,29 @@ pub fn build_root(spec: &Spec) -> R {
     ctx(std::fs::create_dir(&root), || {
         format!("mkdir {}", root.display())
     })?;
-    ctx(rustix::mount::mount_bind_recursive("/", &root), || {
-        "binding /".into()
-    })?;
-    {
-        let fd = ctx(
-            rustix::fs::open(&root, OFlags::PATH | OFlags::CLOEXEC, Mode::empty()),
-            || "open root".into(),
-        )?;
-        ctx(
-            sys::mount_setattr(
-                fd.as_fd(),
-                true,
-                sys::MOUNT_ATTR_RDONLY | sys::MOUNT_ATTR_NOSUID,
-            ),
-            || "making / read-only".into(),
-        )?;
+    // The new root is a tmpfs of its own: only what is mounted on it below is there.
+    ctx(
+        rustix::mount::mount(
+            "tmpfs",
+            &root,
+            "tmpfs",
+            MountFlags::NOSUID | MountFlags::NODEV,
+            c"mode=0755",
+        ),
+        || "tmpfs for the new root".into(),
+    )?;
+    for d in ["tmp", "run", "dev", "proc", "var", "var/tmp"] {
+        ctx(std::fs::create_dir_all(root.join(d)), || {
+            format!("mkdir /{d}")
+        })?;
+    }
+    for (link, target) in [("var/run", "../run"), ("var/lock", "../run/lock")] {
+        ctx(std::os::unix::fs::symlink(target, root.join(link)), || {
+            format!("/{link}")
+        })?;
+    }
+    for p in &spec.system {
+        system_dir(&root, p)?;
     }
     // An unreadable empty file to mount over denied files.
     let masked_file = staging.join("masked");
@@ -102,8 +110,9 @@ pub fn build_root(spec: &Spec) -> R {
         ),
         || "open root".into(),
     )?;
-    // Private /tmp and /run first: a project or home under /tmp is bound on top of it.
+    // Private /tmp, /var/tmp and /run first: a project or home under /tmp is bound on top.
     private_tmpfs(&root_fd, Path::new("/tmp"), "mode=1777")?;
+    private_tmpfs(&root_fd, Path::new("/var/tmp"), "mode=1777")?;
     private_tmpfs(&root_fd, Path::new("/run"), "mode=0755")?;
     run_files(&root, &spec.run_files)?;
     if let Some(home) = &spec.home {
@@ -131,9 +140,65 @@ pub fn build_root(spec: &Spec) -> R {
             let _ = sys::mount_setattr(fd.as_fd(), false, sys::MOUNT_ATTR_RDONLY);
         }
     }
+    // Nothing can be created at the top of the new root itself.
+    ctx(
+        sys::mount_setattr(root_fd.as_fd(), false, sys::MOUNT_ATTR_RDONLY),
+        || "making the new root read-only".into(),
+    )?;
     drop(root_fd);
     pivot(&root)?;
     Ok(())
+}
+
+/// Show the host's `p` read-only at the same place (a symlink is recreated as the same
+/// symlink, so merged-/usr links keep working). Absent: skipped. The mount point is made in
+/// the new root's tmpfs, or in a system directory already bound when `p` lies below one.
+fn system_dir(root: &Path, p: &Path) -> R {
+    let Ok(meta) = p.symlink_metadata() else {
+        return Ok(());
+    };
+    let dst = inside(root, p);
+    if meta.file_type().is_symlink() {
+        let target = ctx(std::fs::read_link(p), || {
+            format!("readlink {}", p.display())
+        })?;
+        if dst.symlink_metadata().is_ok() {
+            return Ok(());
+        }
+        if let Some(parent) = dst.parent() {
+            ctx(std::fs::create_dir_all(parent), || {
+                format!("mount point for {}", p.display())
+            })?;
+        }
+        return ctx(std::os::unix::fs::symlink(&target, &dst), || {
+            format!("symlink {}", p.display())
+        });
+    }
+    if !meta.is_dir() {
+        return Ok(());
+    }
+    let root_fd = ctx(
+        rustix::fs::open(
+            root,
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        ),
+        || "open root".into(),
+    )?;
+    let target = target_dir(root, &root_fd, p)?;
+    ctx(
+        rustix::mount::mount_bind_recursive(p, fd_path(&target).as_str()),
+        || format!("binding {} read-only", p.display()),
+    )?;
+    let fd = ctx(open_beneath(&root_fd, p), || p.display().to_string())?;
+    ctx(
+        sys::mount_setattr(
+            fd.as_fd(),
+            true,
+            sys::MOUNT_ATTR_RDONLY | sys::MOUNT_ATTR_NOSUID,
+        ),
+        || format!("making {} read-only", p.display()),
+    )
 }
 
 /// The mount point for `p` in the new root, created if it lies in one of our fresh tmpfs

@@ -9,7 +9,11 @@ use ignore::gitignore::GitignoreBuilder;
 use crate::spec::{HomeOverlay, RelaySpec, Spec};
 use crate::trust::{self, TrustFiles};
 
-/// Unreadable in every home (`~` from both `$HOME` and the passwd entry).
+/// Unreadable in every home (`~` from both `$HOME` and the passwd entry), relative to the
+/// home; a file or a directory (a directory is masked whole). To mask one more credential
+/// file, add its path here: `escape.rs`'s `every_home_credential_file_is_masked` plants a
+/// canary at every entry of this list and reads it from inside, so the new entry is tested
+/// as it is added. (A policy can add its own with `filesystem.deny_read`.)
 pub const HOME_DENIES: &[&str] = &[
     ".ssh",
     ".aws",
@@ -37,15 +41,76 @@ pub const HOME_DENIES: &[&str] = &[
     ".config/microsoft-edge",
     ".local/share/keyrings",
     ".password-store",
+    // Database, secret-store, registry and build-tool credentials.
+    ".pgpass",
+    ".my.cnf",
+    ".vault-token",
+    ".config/containers/auth.json",
+    ".terraform.d/credentials.tfrc.json",
+    ".m2/settings.xml",
+    ".m2/settings-security.xml",
+    ".gradle/gradle.properties",
+    ".gem/credentials",
+    ".config/rclone/rclone.conf",
+    ".cache/huggingface/token",
+    ".huggingface/token",
+    ".yarnrc.yml",
+    ".yarnrc",
+    ".config/pip/pip.conf",
+    ".pip/pip.conf",
+    ".config/hub",
+    ".config/glab-cli",
+    // Shell and REPL histories (tokens typed or pasted at a prompt).
+    ".bash_history",
+    ".zsh_history",
+    ".histfile",
+    ".sh_history",
+    ".local/share/fish/fish_history",
+    ".python_history",
+    ".node_repl_history",
+    ".psql_history",
+    ".mysql_history",
+    ".sqlite_history",
+    ".rediscli_history",
+    ".irb_history",
+    ".lesshst",
 ];
 
-/// Readable only by root, and masked when envgit runs as root.
+/// Unreadable wherever they are in the project (any depth the search reaches, excluded
+/// directories included), besides `.env` files: registry credentials and direnv files.
+pub const PROJECT_DENIES: &[&str] = &[".npmrc", ".pypirc", ".envrc"];
+
+/// Readable only by root, and masked when envgit runs as root. Besides these, every file or
+/// directory under `/etc` that others may not read is masked (see [`etc_private`]).
 const ROOT_DENIES: &[&str] = &[
     "/etc/shadow",
     "/etc/gshadow",
+    "/etc/shadow-",
+    "/etc/gshadow-",
     "/etc/sudoers",
     "/etc/sudoers.d",
     "/etc/ssh",
+    "/etc/ssl/private",
+];
+
+/// The host's system directories the view shows read-only (those that exist; a symlink, as on
+/// merged-/usr systems, is recreated as the same symlink). Nothing else of the host's `/` is
+/// in the view: not the rest of `/var`, `/srv`, `/mnt`, `/media`, `/home` or `/root` — only
+/// the project, the home (through its overlay), private `/tmp`, `/var/tmp`, `/run`, `/dev`
+/// and `/proc`, the toolchain homes PATH names ([`toolchain_dirs`]) and `allow_write` paths.
+pub const SYSTEM_DIRS: &[&str] = &[
+    "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/opt", "/etc",
+];
+
+/// Variables naming a toolchain's home outside the system directories: shown read-only when set.
+const TOOLCHAIN_VARS: &[&str] = &[
+    "RUSTUP_HOME",
+    "CARGO_HOME",
+    "PYENV_ROOT",
+    "NVM_DIR",
+    "GOROOT",
+    "JAVA_HOME",
+    "VIRTUAL_ENV",
 ];
 
 /// Variables that enter the sandbox besides `env.pass`.
@@ -107,6 +172,142 @@ pub struct PlanInput<'a> {
     pub protected: Vec<String>,
 }
 
+/// Whether `p` lies in one of the system directories (already in the view).
+fn in_system_dirs(p: &Path) -> bool {
+    SYSTEM_DIRS.iter().any(|d| p.starts_with(d))
+}
+
+/// The toolchain home a PATH entry belongs to: `…/.pyenv/…` → `…/.pyenv`, `…/.nvm/versions/
+/// node/V/bin` → that version, `…/.cargo/bin` → itself and the sibling `.rustup`; any other
+/// entry → itself. Only these are shown, read-only, never the home they sit in.
+fn toolchain_of(entry: &Path) -> Vec<PathBuf> {
+    let comps: Vec<_> = entry.components().collect();
+    let upto = |i: usize| comps[..=i].iter().collect::<PathBuf>();
+    for (i, c) in comps.iter().enumerate() {
+        let name = c.as_os_str().to_str().unwrap_or("");
+        match name {
+            ".pyenv" | ".rbenv" | ".sdkman" | ".volta" | ".bun" | ".deno" | ".rustup" => {
+                return vec![upto(i)];
+            }
+            ".nvm" => {
+                let end = (i + 3).min(comps.len() - 1);
+                return vec![upto(end)];
+            }
+            ".cargo" => {
+                let mut out = vec![entry.to_path_buf()];
+                if i > 0 {
+                    out.push(upto(i - 1).join(".rustup"));
+                }
+                return out;
+            }
+            _ => {}
+        }
+    }
+    vec![entry.to_path_buf()]
+}
+
+/// A PATH entry that would show far more than a toolchain: `/`, a top-level directory
+/// (`/home`, `/root`, `/var`, …) or a whole home (`/home/NAME`). Such entries are left out.
+fn too_broad(p: &Path) -> bool {
+    let n = p.components().count();
+    n <= 2 || (p.starts_with("/home") && n <= 3)
+}
+
+/// Toolchain directories outside the system directories that PATH (or a toolchain variable)
+/// names and the view would otherwise miss: read-only, canonical, existing, deduplicated.
+/// Those inside the project or the overlaid home are already visible.
+pub fn toolchain_dirs(
+    caller_env: &[(String, String)],
+    project: &Path,
+    home: Option<&Path>,
+) -> Vec<PathBuf> {
+    let get = |k: &str| {
+        caller_env
+            .iter()
+            .find(|(n, _)| n == k)
+            .map(|(_, v)| v.as_str())
+    };
+    let mut wanted: Vec<PathBuf> = Vec::new();
+    for entry in get("PATH").unwrap_or("").split(':') {
+        if entry.starts_with('/') {
+            wanted.extend(toolchain_of(Path::new(entry)));
+        }
+    }
+    for var in TOOLCHAIN_VARS {
+        if let Some(v) = get(var).filter(|v| v.starts_with('/')) {
+            wanted.push(PathBuf::from(v));
+        }
+    }
+    let mut out: Vec<PathBuf> = Vec::new();
+    for w in wanted {
+        let Ok(real) = w.canonicalize() else { continue };
+        if !real.is_dir()
+            || too_broad(&real)
+            || in_system_dirs(&real)
+            || real.starts_with(project)
+            || home.is_some_and(|h| real.starts_with(h))
+        {
+            continue;
+        }
+        if !out.iter().any(|o| real.starts_with(o)) {
+            out.retain(|o| !o.starts_with(&real));
+            out.push(real);
+        }
+    }
+    out.sort();
+    out
+}
+
+/// Everything under `/etc` that others may not read (`shadow`, `ssh_host_*_key`,
+/// `ssl/private`, …): masked, so the sandbox never reads what only root may.
+pub fn etc_private() -> Vec<PathBuf> {
+    use std::os::unix::fs::MetadataExt;
+    let mut out = Vec::new();
+    let mut stack = vec![PathBuf::from("/etc")];
+    while let Some(dir) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let Ok(meta) = e.path().symlink_metadata() else {
+                continue;
+            };
+            if meta.file_type().is_symlink() {
+                continue;
+            }
+            let private = meta.mode() & 0o004 == 0;
+            if private {
+                out.push(e.path());
+            } else if meta.is_dir() {
+                stack.push(e.path());
+            }
+        }
+    }
+    out
+}
+
+/// The host's pathname unix sockets (`/proc/net/unix` of envgit's network namespace) that
+/// lie where the view reaches (`visible`): each is masked, so a socket some host service
+/// listens on in the project, the home or a toolchain directory cannot be connected to.
+/// Everywhere else host sockets are simply not in the view (`/run`, `/var/run`, `/tmp`,
+/// `$XDG_RUNTIME_DIR`, the rest of `/var` are private or absent). Limit on kernels before
+/// Linux 7.1 (Landlock ABI 9, which `landlock_rules` asks for best effort): a socket a host
+/// process binds inside the project or the home *after* the step started is not masked;
+/// seccomp cannot see a `connect` target, so nothing else closes that gap there.
+fn host_sockets(visible: &[PathBuf]) -> Vec<PathBuf> {
+    let Ok(table) = std::fs::read_to_string("/proc/net/unix") else {
+        return Vec::new();
+    };
+    table
+        .lines()
+        .skip(1)
+        .filter_map(|l| l.split_whitespace().nth(7))
+        .filter(|p| p.starts_with('/'))
+        .map(PathBuf::from)
+        .filter(|p| visible.iter().any(|v| p.starts_with(v)))
+        .collect()
+}
+
 fn is_env_file(name: &str) -> bool {
     if name == ".env" {
         return true;
@@ -153,6 +354,16 @@ fn masks(input: &PlanInput<'_>) -> Vec<PathBuf> {
             }
         }
     }
+    out.extend(etc_private());
+    let mut visible: Vec<PathBuf> = SYSTEM_DIRS.iter().map(PathBuf::from).collect();
+    visible.push(input.project.to_path_buf());
+    visible.extend(input.homes.iter().cloned());
+    visible.extend(toolchain_dirs(
+        &input.caller_env,
+        input.project,
+        input.homes.first().map(PathBuf::as_path),
+    ));
+    out.extend(host_sockets(&visible));
     if input.uid == 0 {
         out.extend(ROOT_DENIES.iter().map(PathBuf::from));
         if let Ok(entries) = std::fs::read_dir("/home") {
@@ -182,7 +393,8 @@ fn masks(input: &PlanInput<'_>) -> Vec<PathBuf> {
         let matcher = b.build().ok();
         walk(&root, max_depth, skip_hidden, &mut |p, is_dir| {
             let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
-            let hit = (!is_dir && is_env_file(name))
+            let hit = (!is_dir
+                && (is_env_file(name) || (!skip_hidden && PROJECT_DENIES.contains(&name))))
                 || matcher
                     .as_ref()
                     .is_some_and(|m| m.matched(p, is_dir).is_ignore());
@@ -219,10 +431,10 @@ fn walk(dir: &Path, depth_left: usize, skip_hidden: bool, f: &mut dyn FnMut(&Pat
         let p = e.path();
         let name = e.file_name();
         let name = name.to_str().unwrap_or("");
-        let skip = matches!(
-            name,
-            ".git" | "node_modules" | "target" | ".venv" | "__pycache__"
-        ) || (skip_hidden && name.starts_with('.'));
+        // The project's regenerable directories (node_modules/, target/, .venv/) are searched
+        // too: a `.env` there is as secret as anywhere. Only `.git` is skipped (its objects
+        // are data), and in the home the hidden directories (caches, toolchains).
+        let skip = name == ".git" || (skip_hidden && name.starts_with('.'));
         f(&p, ft.is_dir());
         if ft.is_dir() && !skip {
             walk(&p, depth_left - 1, skip_hidden, f);
@@ -296,7 +508,18 @@ pub fn plan(input: PlanInput<'_>) -> Spec {
         uid: input.uid,
         gid: input.gid,
         staging: input.staging.clone(),
+        system: SYSTEM_DIRS
+            .iter()
+            .map(PathBuf::from)
+            .chain(toolchain_dirs(
+                &input.caller_env,
+                input.project,
+                input.homes.first().map(PathBuf::as_path),
+            ))
+            .collect(),
         project: input.project.to_path_buf(),
+        cgroups: Vec::new(),
+        nproc: 0,
         home,
         writable,
         read_only: protected,
@@ -333,6 +556,41 @@ pub fn plan(input: PlanInput<'_>) -> Spec {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn toolchains_path_names_and_nothing_broader() {
+        assert_eq!(
+            toolchain_of(Path::new("/root/.pyenv/plugins/pyenv-virtualenv/shims")),
+            vec![PathBuf::from("/root/.pyenv")]
+        );
+        assert_eq!(
+            toolchain_of(Path::new("/root/.cargo/bin")),
+            vec![
+                PathBuf::from("/root/.cargo/bin"),
+                PathBuf::from("/root/.rustup")
+            ]
+        );
+        assert_eq!(
+            toolchain_of(Path::new("/home/a/.nvm/versions/node/v22.1.0/bin")),
+            vec![PathBuf::from("/home/a/.nvm/versions/node/v22.1.0")]
+        );
+        assert!(too_broad(Path::new("/")));
+        assert!(too_broad(Path::new("/root")));
+        assert!(too_broad(Path::new("/home/alice")));
+        assert!(!too_broad(Path::new("/home/alice/bin")));
+        assert!(!too_broad(Path::new("/root/.cargo")));
+        let env = vec![(
+            "PATH".to_owned(),
+            "/root:/home:/var:/usr/bin:/root/.cargo/bin".to_owned(),
+        )];
+        let dirs = toolchain_dirs(&env, Path::new("/nonexistent-project"), None);
+        for d in &dirs {
+            assert!(
+                d.starts_with("/root/.cargo/bin") || d.starts_with("/root/.rustup"),
+                "{d:?}"
+            );
+        }
+    }
 
     #[test]
     fn env_files() {

@@ -17,6 +17,12 @@ pub struct Spec {
     pub gid: u32,
     /// An empty directory outside the project, private to envgit, where the new root is built.
     pub staging: PathBuf,
+    /// Host directories the view shows read-only, besides the project and the home: the
+    /// system directories ([`crate::plan::SYSTEM_DIRS`] that exist; a symlink among them is
+    /// recreated as the same symlink) and the toolchain homes PATH names. Nothing else of the
+    /// host's `/` is there.
+    #[serde(default)]
+    pub system: Vec<PathBuf>,
     /// Read-write.
     pub project: PathBuf,
     /// The home directory, writable through an overlay whose upper layer is kept per project.
@@ -36,6 +42,13 @@ pub struct Spec {
     /// Host files mounted read-only over existing system paths `(source, target)`: the merged
     /// CA bundle over the distro bundle paths.
     pub file_overrides: Vec<(PathBuf, PathBuf)>,
+    /// cgroup directories (made by the host side, see [`crate::limits`]) the sandbox process
+    /// joins before anything else.
+    #[serde(default)]
+    pub cgroups: Vec<PathBuf>,
+    /// `RLIMIT_NPROC` of the command (0: the default, [`crate::limits::DEFAULT_PIDS_MAX`]).
+    #[serde(default)]
+    pub nproc: u64,
     /// Host files mounted read-only at `/run/envgit/<name>` inside `(name, source)`: the trust
     /// files the CA variables name.
     #[serde(default)]

@@ -106,6 +106,7 @@ pub fn run_step(
     let (before, _) = wt.full_scan(&store, None)?;
     // Read before the command runs: `core.hooksPath` comes from the trusted .git/config.
     let protected = project.protected_paths();
+    let (notes_tx, notes_rx) = std::sync::mpsc::channel();
     let (code, events) = run_sandboxed(
         project,
         store.dir(),
@@ -113,8 +114,13 @@ pub fn run_step(
         &argv,
         &protected,
         upstreams,
-        RunExtras::default(),
+        RunExtras {
+            limit_notes: Some(notes_tx),
+            ..RunExtras::default()
+        },
     )?;
+    let mut notes = notes;
+    notes.extend(notes_rx.try_iter());
     // The gate announced its refusals as they happened.
     let (requests, refusals, approvals) = requests_of(&events);
     let draft = StepDraft {
@@ -308,10 +314,25 @@ fn approval_config(
     project: &Project,
     gate_dir: &Path,
     pty: Option<&PtyRelay>,
-) -> Option<ApprovalConfig> {
+) -> CmdResult<Option<ApprovalConfig>> {
     let approvers = &project.policy.approvers;
     if !approvers.socket && pty.is_none() {
-        return None;
+        return Ok(None);
+    }
+    // The control token, readable by this user only, beside the socket; clients read it
+    // from there (the sandbox sees neither).
+    let control_token = random_secret()?;
+    let token_file = gate_dir.join(envgit_gate::CONTROL_TOKEN_FILE);
+    {
+        use std::io::Write;
+        use std::os::unix::fs::OpenOptionsExt;
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&token_file)
+            .and_then(|mut f| f.write_all(control_token.as_bytes()))
+            .map_err(|e| Failure::failed(format!("{}: {e}", token_file.display())))?;
     }
     let timeout = approvers.timeout;
     let announce: Box<dyn Fn(&PendingAsk) + Send + Sync> = match pty {
@@ -323,12 +344,13 @@ fn approval_config(
             ));
         }),
     };
-    Some(ApprovalConfig {
+    Ok(Some(ApprovalConfig {
         control_socket: gate_dir.join(CONTROL_SOCKET),
+        control_token,
         timeout: std::time::Duration::from_secs(timeout),
         label: project.root.display().to_string(),
         announce: Some(announce),
-    })
+    }))
 }
 
 /// The run CA and the merged bundle (run CA + the host's roots), world-readable files in the
@@ -362,6 +384,8 @@ pub(crate) struct RunExtras {
     pub credentials: Vec<Credential>,
     /// Gets a tap on the gate's events once it runs, before the command starts.
     pub tap: Option<std::sync::mpsc::Sender<EventTap>>,
+    /// Gets what the run's limits are ("memory not limited", …), for the step's notes.
+    pub limit_notes: Option<std::sync::mpsc::Sender<String>>,
 }
 
 /// Runs `argv` in the sandbox behind a gate of its own; `state` is the project's store
@@ -394,11 +418,11 @@ pub(crate) fn run_sandboxed(
         }
         None => None,
     };
-    // A unix socket path must be short (108 bytes), so the gate's lives in a private runtime
-    // directory rather than the store.
+    // The gate's sockets live in a private directory under envgit's state, which the sandbox
+    // never sees (see `runtime_dir`).
     let gate_dir = runtime_dir(uid)?.join(format!("{}-{}", std::process::id(), now_ms()));
     private_dir(&gate_dir)?;
-    let token = random_token();
+    let token = random_secret()?;
     let socket_path = gate_dir.join("gate.sock");
     // The command gets a pty of its own when envgit runs on a terminal (DESIGN §5): it never
     // holds the real one, and envgit can ask the person there.
@@ -425,7 +449,7 @@ pub(crate) fn run_sandboxed(
         ca,
         resolve: upstreams.resolve.clone(),
         upstream_ca_pem: upstreams.extra_ca_pem.clone(),
-        approvals: approval_config(project, &gate_dir, pty.as_ref()),
+        approvals: approval_config(project, &gate_dir, pty.as_ref())?,
         credentials: extras.credentials,
     })
     .map_err(|e| Failure::failed(format!("cannot start the gate: {e}")))?;
@@ -468,6 +492,21 @@ pub(crate) fn run_sandboxed(
         protected: protected.to_vec(),
     });
     let mut spec = spec;
+    let limits = envgit_sandbox::limits::prepare(
+        gate_dir
+            .file_name()
+            .and_then(|n| n.to_str())
+            .map(|n| format!("envgit-{n}"))
+            .as_deref()
+            .unwrap_or("envgit-run"),
+    );
+    spec.cgroups = limits.cgroups.clone();
+    if let Some(tx) = &extras.limit_notes {
+        for n in &limits.notes {
+            let _ = tx.send(n.clone());
+        }
+    }
+    spec.nproc = limits.pids_max;
     spec.run_files.extend(extras.run_files);
     spec.read_only.extend(extras.read_only);
     spec.file_overrides.extend(extras.file_overrides);
@@ -489,6 +528,7 @@ pub(crate) fn run_sandboxed(
         outcome
     };
     let _ = std::fs::remove_dir(&staging);
+    limits.remove();
     let events = gate.stop();
     let _ = std::fs::remove_dir_all(&gate_dir);
     match outcome {
@@ -504,23 +544,37 @@ pub(crate) fn run_sandboxed(
     }
 }
 
-pub(crate) fn random_token() -> String {
+/// 128 random bits, hex; fails closed when the kernel's randomness cannot be read (a token of
+/// zeros would be guessable).
+pub(crate) fn random_secret() -> CmdResult<String> {
+    use std::io::Read;
     let mut bytes = [0u8; 16];
-    if let Ok(mut f) = std::fs::File::open("/dev/urandom") {
-        use std::io::Read;
-        let _ = f.read_exact(&mut bytes);
-    }
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut bytes))
+        .map_err(|e| Failure::failed(format!("cannot read /dev/urandom: {e}")))?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }
 
-/// `$XDG_RUNTIME_DIR/envgit`, else `/tmp/envgit-UID`: a directory this user owns, mode 0700,
-/// never a symlink (another user could have planted one in /tmp).
+/// [`random_secret`] for placeholders, where a failure to read randomness is not a hole (the
+/// gate checks the placeholder against its own copy).
+pub(crate) fn random_token() -> String {
+    random_secret().unwrap_or_else(|_| format!("{}-{}", std::process::id(), now_ms()))
+}
+
+/// `$ENVGIT_HOME/rt-UID`: where the running steps keep their sockets (gate, control, hooks,
+/// MCP feeds) and run files. A directory this user owns, mode 0700, never a symlink. It is
+/// under envgit's own state, which the sandbox never sees (hidden, DESIGN §4), whatever
+/// `TMPDIR` or `XDG_RUNTIME_DIR` point at — a runtime directory inside the project would
+/// hand the sandbox the control socket. A unix socket path must stay under 108 bytes, so a
+/// very long `$ENVGIT_HOME` makes binding fail with that path in the message.
 pub(crate) fn runtime_dir(uid: u32) -> CmdResult<PathBuf> {
     use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
-    let dir = match std::env::var_os("XDG_RUNTIME_DIR").filter(|d| !d.is_empty()) {
-        Some(d) => PathBuf::from(d).join("envgit"),
-        None => std::env::temp_dir().join(format!("envgit-{uid}")),
-    };
+    let home = envgit_store::envgit_home()?;
+    let _ = std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(&home);
+    let dir = home.join(format!("rt-{uid}"));
     let _ = std::fs::DirBuilder::new().mode(0o700).create(&dir);
     let meta = std::fs::symlink_metadata(&dir)
         .map_err(|e| Failure::failed(format!("{}: {e}", dir.display())))?;

@@ -14,13 +14,10 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-use envgit_gate::{ControlRequest, PendingAsk};
+use envgit_gate::{ControlOp, PendingAsk};
 
 use crate::signal_watch::SignalWatch;
 use rustix::termios::{LocalModes, OptionalActions, Termios};
-
-/// Who answered, as the step records it.
-const BY: &str = "the terminal that started envgit run";
 
 /// A pseudo-terminal between the real terminal and the sandbox.
 pub struct PtyRelay {
@@ -195,19 +192,14 @@ impl Drop for PtyRelay {
 }
 
 fn answer(control_socket: &std::path::Path, ask: &PendingAsk, yes: bool) {
+    // The gate records who answered from the connection (envgit itself: this terminal).
     let req = if yes {
-        ControlRequest::Approve {
-            id: Some(ask.id),
-            by: BY.to_owned(),
-        }
+        ControlOp::Approve { id: Some(ask.id) }
     } else {
-        ControlRequest::Deny {
-            id: Some(ask.id),
-            by: BY.to_owned(),
-        }
+        ControlOp::Deny { id: Some(ask.id) }
     };
     let said = if yes { "y: let out" } else { "n: refused" };
-    let sent = crate::commands::approve::talk(control_socket, &req);
+    let sent = crate::commands::approve::talk(control_socket, req);
     let mut out = std::io::stdout().lock();
     let _ = match sent {
         Ok(_) => write!(out, "{said}\r\n"),

@@ -35,6 +35,45 @@ fn run(env: &Env, script: &str) -> Run {
     env.envgit(&["run", "sh", "-c", script])
 }
 
+/// Printed by every attack script as its last line: the attack ran to its end inside.
+const RAN: &str = "ATTACK-SCRIPT-RAN-TO-ITS-END";
+
+/// Runs `script` inside and proves it ran: envgit did not fail on its own (125) and the
+/// script reached its last line. Each command in an attack prints its own result.
+fn attack(env: &Env, script: &str) -> Run {
+    let r = run(env, &format!("{script}\necho {RAN}"));
+    assert_ne!(
+        r.code, 125,
+        "envgit itself failed:\n{}\n{}",
+        r.stdout, r.stderr
+    );
+    assert!(
+        r.stdout.contains(RAN),
+        "the attack did not run to its end:\n{}\n{}",
+        r.stdout,
+        r.stderr
+    );
+    r
+}
+
+/// A directory on the host that the sandbox sees (read-only) and that is not under its
+/// private /tmp: canaries and targets there are really within its reach.
+fn visible_dir() -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix("envgit-test-")
+        .tempdir_in("/opt")
+        .unwrap()
+}
+
+/// A directory on the host that the sandbox should not see at all (the rest of /var).
+fn var_lib_dir() -> tempfile::TempDir {
+    std::fs::create_dir_all("/var/lib").unwrap();
+    tempfile::Builder::new()
+        .prefix("envgit-test-")
+        .tempdir_in("/var/lib")
+        .unwrap()
+}
+
 fn assert_no_canary(r: &Run) {
     assert!(
         !r.stdout.contains(CANARY) && !r.stderr.contains(CANARY),
@@ -47,20 +86,29 @@ fn assert_no_canary(r: &Run) {
 #[test]
 fn secrets_in_the_home_are_unreadable() {
     let env = project();
-    let r = run(&env, "cat ~/.ssh/id_ed25519");
-    assert_ne!(r.code, 0);
-    assert_no_canary(&r);
-    let r = run(&env, "ls -la ~/.ssh");
-    assert_ne!(r.code, 0, "{}", r.stdout);
-    assert!(!r.stdout.contains("id_ed25519"));
-    let r = run(
+    let r = attack(
         &env,
-        "cat ~/.netrc; cat ~/other/.env; grep -r CANARY ~ 2>/dev/null; true",
+        "echo HOME=$HOME; cat ~/.ssh/id_ed25519; echo cat=$?; ls -la ~/.ssh; echo ls=$?; \
+         cat ~/.netrc; echo netrc=$?; cat ~/other/.env; echo dotenv=$?; \
+         grep -r CANARY ~ 2>/dev/null; cat /etc/shadow; echo shadow=$?",
     );
+    // The planted home is the one the command sees, so the canaries were within its reach.
+    assert!(
+        r.stdout
+            .contains(&format!("HOME={}\n", env.user_home().display())),
+        "{}",
+        r.stdout
+    );
+    for what in ["cat", "ls", "netrc", "dotenv", "shadow"] {
+        assert!(
+            !r.stdout.contains(&format!("{what}=0\n")),
+            "{what} succeeded: {}{}",
+            r.stdout,
+            r.stderr
+        );
+    }
+    assert!(!r.stdout.contains("id_ed25519"), "{}", r.stdout);
     assert_no_canary(&r);
-    // The passwd entry's home is masked too (root's, here).
-    let r = run(&env, "cat /etc/shadow");
-    assert_ne!(r.code, 0);
     assert_eq!(
         std::fs::read_to_string(env.user_home().join(".ssh/id_ed25519")).unwrap(),
         CANARY
@@ -70,8 +118,8 @@ fn secrets_in_the_home_are_unreadable() {
 #[test]
 fn env_files_in_the_project_are_unreadable_but_examples_are_not() {
     let env = project();
-    let r = run(&env, "cat .env");
-    assert_ne!(r.code, 0);
+    let r = attack(&env, "cat .env; echo cat=$?");
+    assert!(!r.stdout.contains("cat=0\n"), "{}{}", r.stdout, r.stderr);
     assert_no_canary(&r);
     let r = run(&env, "cat .env.example").ok();
     assert_eq!(r.stdout, "EXAMPLE=1");
@@ -82,15 +130,39 @@ fn env_files_in_the_project_are_unreadable_but_examples_are_not() {
 fn links_to_a_secret_do_not_reach_it() {
     let env = project();
     let canary = env.user_home().join(".ssh/id_ed25519");
+    // A secret outside home and project, where the sandbox sees the host read-only.
+    let outside = visible_dir();
+    let secret = outside.path().join("secret.key");
+    std::fs::write(&secret, CANARY).unwrap();
+    let yaml = env.read("envgit.yaml").replace(
+        "# filesystem:\n#   deny_read:",
+        &format!(
+            "filesystem:\n  deny_read: [\"{}\"]\n#   deny_read:",
+            secret.display()
+        ),
+    );
+    env.write("envgit.yaml", &yaml);
     std::os::unix::fs::symlink(&canary, env.path("planted")).unwrap();
-    let r = run(
+    std::os::unix::fs::symlink(&secret, env.path("planted2")).unwrap();
+    let r = attack(
         &env,
         &format!(
-            "cat planted; ln -s {c} made; cat made; ln {c} hard; cat hard; true",
-            c = canary.display()
+            "cat planted; echo planted=$?; cat planted2; echo planted2=$?; \
+             ln -s {c} made; cat made; echo made=$?; ln {c} hard; echo hard=$?; cat hard; \
+             ln {s} hard2; echo hard2=$?; cat hard2; cat {s}; echo direct=$?",
+            c = canary.display(),
+            s = secret.display()
         ),
     );
     assert_no_canary(&r);
+    for what in ["planted", "planted2", "made", "hard", "hard2", "direct"] {
+        assert!(
+            !r.stdout.contains(&format!("{what}=0\n")),
+            "{what} succeeded: {}{}",
+            r.stdout,
+            r.stderr
+        );
+    }
     assert!(
         !env.path("hard").exists(),
         "a hard link to the secret was made"
@@ -101,23 +173,42 @@ fn links_to_a_secret_do_not_reach_it() {
 #[test]
 fn writes_outside_the_project_fail() {
     let env = project();
-    let outside = env.tmp.path().join("outside.txt");
+    let dir = visible_dir();
+    let outside = dir.path().join("outside.txt");
     let home_file = env.user_home().join("written.txt");
-    let r = run(
+    let r = attack(
         &env,
         &format!(
-            "echo pwned > {}; echo pwned > /usr/pwned; echo pwned > /etc/pwned; echo ok > ~/written.txt; echo ok > /tmp/scratch",
+            "echo pwned > {}; echo outside=$?; echo pwned > /usr/pwned; echo usr=$?; \
+             echo pwned > /etc/pwned; echo etc=$?; echo ok > ~/written.txt; echo home=$?; \
+             cat ~/written.txt; echo ok > /tmp/scratch; echo tmp=$?",
             outside.display()
         ),
     );
-    assert!(
-        r.stderr.contains("Read-only file system") || r.stderr.contains("ermission denied"),
+    for what in ["outside", "usr", "etc"] {
+        assert!(
+            r.stdout.contains(&format!("{what}=")) && !r.stdout.contains(&format!("{what}=0\n")),
+            "the write to {what} succeeded: {}{}",
+            r.stdout,
+            r.stderr
+        );
+    }
+    assert_eq!(
+        r.stderr.matches("Read-only file system").count(),
+        3,
         "{}",
         r.stderr
     );
     assert!(!outside.exists());
     assert!(!Path::new("/usr/pwned").exists() && !Path::new("/etc/pwned").exists());
-    // The home is writable through a private overlay: the real home is unchanged.
+    // The home is writable through a private overlay: the command wrote and read it back,
+    // and the real home is unchanged.
+    assert!(
+        r.stdout.contains("home=0\nok\n") && r.stdout.contains("tmp=0\n"),
+        "{}{}",
+        r.stdout,
+        r.stderr
+    );
     assert!(!home_file.exists());
 }
 
@@ -171,15 +262,23 @@ fn the_store_and_envgit_state_are_invisible() {
     let env = project();
     let store = env.store_dir();
     let journal_before = std::fs::read(store.join("journal")).unwrap();
-    let r = run(
+    let r = attack(
         &env,
         &format!(
-            "ls {s}; cat {s}/journal; echo x >> {s}/journal; ls {h}",
+            "ls {s}; echo ls=$?; cat {s}/journal; echo cat=$?; echo x >> {s}/journal; \
+             echo append=$?; ls {h}; echo home=$?",
             s = store.display(),
             h = env.home.display()
         ),
     );
-    assert_ne!(r.code, 0);
+    for what in ["ls", "cat", "append", "home"] {
+        assert!(
+            !r.stdout.contains(&format!("{what}=0\n")),
+            "{what} succeeded: {}{}",
+            r.stdout,
+            r.stderr
+        );
+    }
     assert!(
         !r.stdout.contains("journal") && !r.stdout.contains("projects"),
         "{}",
@@ -197,7 +296,7 @@ fn the_store_and_envgit_state_are_invisible() {
 fn processes_outside_cannot_be_seen_signalled_or_traced() {
     let env = project();
     let me = std::process::id();
-    let r = run(
+    let r = attack(
         &env,
         &format!(
             "ls /proc/{me}/root; cat /proc/{me}/environ; kill -9 {me}; ls /proc/1/root/; cat /proc/1/environ; \
@@ -223,24 +322,33 @@ fn unix_sockets_on_the_host_are_unreachable() {
     let abs =
         UnixListener::bind_addr(&SocketAddr::from_abstract_name(name.as_bytes()).unwrap()).unwrap();
     abs.set_nonblocking(true).unwrap();
-    let docker = env.user_home().join(".docker/run/docker.sock");
-    std::fs::create_dir_all(docker.parent().unwrap()).unwrap();
+    // Where Docker's socket really lives (/var/run is /run), and a rootless one in the home.
+    let var = var_lib_dir();
+    let docker = var.path().join("docker.sock");
     let path_sock = UnixListener::bind(&docker).unwrap();
     path_sock.set_nonblocking(true).unwrap();
+    let home_docker = env.user_home().join(".docker/run/docker.sock");
+    std::fs::create_dir_all(home_docker.parent().unwrap()).unwrap();
+    let home_sock = UnixListener::bind(&home_docker).unwrap();
+    home_sock.set_nonblocking(true).unwrap();
     let script = format!(
-        "{PY} - <<'PY'\nimport socket\nfor addr in ['\\0{name}', '{d}']:\n    s = socket.socket(socket.AF_UNIX)\n    try:\n        s.connect(addr); print('CONNECTED', addr)\n    except OSError as e:\n        print('refused', e.errno)\nPY",
-        d = docker.display()
+        "{PY} - <<'PY'\nimport socket\nfor addr in ['\\0{name}', '{d}', '{h}']:\n    s = socket.socket(socket.AF_UNIX)\n    try:\n        s.connect(addr); print('CONNECTED', addr)\n    except OSError as e:\n        print('refused', e.errno)\nPY",
+        d = docker.display(),
+        h = home_docker.display()
     );
-    let r = run(&env, &script);
+    let r = attack(&env, &script);
     assert!(!r.stdout.contains("CONNECTED"), "{}{}", r.stdout, r.stderr);
-    assert_eq!(
-        r.stdout.matches("refused").count(),
-        2,
-        "{}{}",
-        r.stdout,
-        r.stderr
-    );
-    assert!(abs.accept().is_err() && path_sock.accept().is_err());
+    // ECONNREFUSED (abstract name in another network namespace), ENOENT or EACCES.
+    let errnos: Vec<&str> = r
+        .stdout
+        .lines()
+        .filter_map(|l| l.strip_prefix("refused "))
+        .collect();
+    assert_eq!(errnos.len(), 3, "{}{}", r.stdout, r.stderr);
+    for e in errnos {
+        assert!(["111", "2", "13"].contains(&e), "errno {e}: {}", r.stdout);
+    }
+    assert!(abs.accept().is_err() && path_sock.accept().is_err() && home_sock.accept().is_err());
 }
 
 #[test]
@@ -261,7 +369,7 @@ except OSError as e:
 PY
 unshare -U true; echo unshare=$?"#
     );
-    let r = run(&env, &script);
+    let r = attack(&env, &script);
     for name in ["io_uring_setup", "setns", "unshare_user", "mount"] {
         assert!(
             r.stdout.contains(&format!("{name} -1 1\n")),
@@ -306,7 +414,7 @@ except OSError:
     print('failed dns')
 PY"#
     );
-    let r = run(&env, &script);
+    let r = attack(&env, &script);
     assert!(
         !r.stdout.contains("CONNECTED") && !r.stdout.contains("SENT"),
         "{}{}",
@@ -333,14 +441,22 @@ fn a_token_in_the_callers_environment_stays_outside() {
     let env = project();
     let out = env
         .cmd(&env.project)
-        .args(["run", "sh", "-c", "env; cat /proc/1/environ 2>&1"])
+        .args([
+            "run",
+            "sh",
+            "-c",
+            &format!("env; echo env=$?; cat /proc/1/environ 2>&1; echo {RAN}"),
+        ])
         .env("GITHUB_TOKEN", CANARY)
         .output()
         .unwrap();
-    let all = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let all = format!("{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(0), "{all}");
+    // `env` ran and printed the environment the command really has.
+    assert!(
+        stdout.contains("env=0\n") && stdout.contains("\nPATH=") && stdout.contains(RAN),
+        "{all}"
     );
     assert!(!all.contains(CANARY), "{all}");
 }
@@ -351,13 +467,17 @@ fn tools_work_inside_and_results_land() {
     let r = run(
         &env,
         &format!(
-            "git --version && git status --short >/dev/null && {PY} -c 'print(6*7)' && node -e 'console.log(\"node ok\")' && \
+            "git --version && git status --short >/dev/null && {PY} -c 'print(6*7)' && \
+             python3 -c 'print(\"python3 on PATH\")' && node -e 'console.log(\"node ok\")' && \
              RUSTUP_HOME=/root/.rustup cargo --version >/dev/null && echo written > out.txt && echo cargo ok"
         ),
     );
     assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
     assert!(
-        r.stdout.contains("42") && r.stdout.contains("node ok") && r.stdout.contains("cargo ok"),
+        r.stdout.contains("42")
+            && r.stdout.contains("python3 on PATH")
+            && r.stdout.contains("node ok")
+            && r.stdout.contains("cargo ok"),
         "{}",
         r.stdout
     );
@@ -510,4 +630,423 @@ fn a_listed_host_port_is_reachable_and_the_rest_is_refused_by_rule() {
         v.contains("denied CONNECT example.invalid:443 rule=network.allow"),
         "{v}"
     );
+}
+
+/// Waits (bounded) until `f` holds, polling; panics with `what` when it never does.
+fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(90);
+    while !f() {
+        assert!(std::time::Instant::now() < deadline, "timed out: {what}");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn the_control_socket_cannot_be_reached_or_used_from_inside() {
+    let env = project();
+    // The runtime directories the agent would glob point inside the project.
+    let tmpdir = env.path("rt/tmp");
+    let xdg = env.path("rt/xdg");
+    std::fs::create_dir_all(&tmpdir).unwrap();
+    std::fs::create_dir_all(&xdg).unwrap();
+    let server = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = server.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for s in server.incoming().take(4) {
+            let Ok(mut s) = s else { continue };
+            let mut buf = [0u8; 4096];
+            let _ = std::io::Read::read(&mut s, &mut buf);
+            let _ = std::io::Write::write_all(
+                &mut s,
+                b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok",
+            );
+        }
+    });
+    let yaml = env
+        .read("envgit.yaml")
+        .replace(
+            "# network:\n#   allow:",
+            &format!("network:\n  allow: [\"127.0.0.1:{port}\"]\n#   allow:"),
+        )
+        .replace(
+            "irreversible:\n",
+            "irreversible:\n  - net: { host: \"127.0.0.1\", method: POST, path: \"/send\" }\n    action: ask\n    id: local.send\n",
+        );
+    env.write(
+        "envgit.yaml",
+        &format!("{yaml}\napprovers:\n  terminal: false\n  socket: true\n  timeout: 120\n"),
+    );
+    let attack = format!(
+        r#"curl -s -m 150 -X POST -d payload http://127.0.0.1:{port}/send > curl.out 2>&1 &
+while [ ! -e go ]; do sleep 0.1; done
+{PY} - <<'PY' > attack.out 2>&1
+import glob, json, os, socket
+found = set()
+for pat in [os.environ.get('TMPDIR', '/tmp') + '/envgit*/*/control.sock',
+            os.environ.get('XDG_RUNTIME_DIR', '/run') + '/envgit*/*/control.sock',
+            '/tmp/envgit*/*/control.sock', '/run/user/*/envgit/*/control.sock']:
+    found.update(glob.glob(pat))
+for top in ['/']:
+    for d, dirs, files in os.walk(top):
+        dirs[:] = [x for x in dirs if os.path.join(d, x) not in ('/proc', '/sys', '/dev', '/usr')]
+        for f in files:
+            if f == 'control.sock':
+                found.add(os.path.join(d, f))
+print('sockets', len(found))
+for p in sorted(found):
+    s = socket.socket(socket.AF_UNIX)
+    try:
+        s.connect(p)
+        s.sendall(json.dumps({{"op": "approve", "id": None, "by": "alice@terminal"}}).encode() + b'\n')
+        print('ANSWERED', p, s.recv(4096))
+    except OSError as e:
+        print('refused', p, e.errno)
+print('attack done')
+PY
+wait
+echo {RAN}"#
+    );
+    let child = env
+        .cmd(&env.project)
+        .args(["run", "sh", "-c", &attack])
+        .env("TMPDIR", &tmpdir)
+        .env("XDG_RUNTIME_DIR", &xdg)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let status = || {
+        env.cmd(&env.project)
+            .args(["status", "--json"])
+            .env("TMPDIR", &tmpdir)
+            .env("XDG_RUNTIME_DIR", &xdg)
+            .output()
+            .unwrap()
+    };
+    let pending = || -> Vec<serde_json::Value> {
+        let out = status();
+        serde_json::from_slice::<serde_json::Value>(&out.stdout)
+            .ok()
+            .and_then(|v| v.as_array().cloned())
+            .unwrap_or_default()
+    };
+    wait_for("the POST to be held for an answer", || {
+        !pending().is_empty()
+    });
+    env.write("go", "");
+    wait_for("the attack inside to finish", || {
+        env.path("attack.out").exists() && env.read("attack.out").contains("attack done")
+    });
+    let report = env.read("attack.out");
+    println!("attack from inside:\n{report}");
+    assert!(!report.contains("ANSWERED"), "{report}");
+    // The ask is still waiting: nothing inside answered it.
+    assert_eq!(pending().len(), 1, "{report}");
+    // The person outside refuses it.
+    let deny = env
+        .cmd(&env.project)
+        .args(["deny"])
+        .env("TMPDIR", &tmpdir)
+        .env("XDG_RUNTIME_DIR", &xdg)
+        .output()
+        .unwrap();
+    assert!(deny.status.success(), "{deny:?}");
+    let out = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_ne!(out.status.code(), Some(125), "{stdout}{stderr}");
+    assert!(stdout.contains(RAN), "{stdout}{stderr}");
+    assert!(
+        !env.read("curl.out").contains("ok"),
+        "{}",
+        env.read("curl.out")
+    );
+    let step = env.log_json().into_iter().next().unwrap();
+    let approvals = step["approvals"].as_array().unwrap();
+    assert_eq!(approvals.len(), 1, "{step}");
+    assert_eq!(approvals[0]["answer"], "refused", "{step}");
+    let by = approvals[0]["approver"].as_str().unwrap();
+    assert!(!by.contains("alice"), "{step}");
+    assert!(by.contains("envgit approve/deny"), "{step}");
+}
+
+#[test]
+fn only_what_the_command_needs_is_visible() {
+    let env = project();
+    // Canaries where the old view (the host's whole `/` read-only) reached them.
+    let var = var_lib_dir();
+    std::fs::write(var.path().join("secret"), CANARY).unwrap();
+    let mut dirs = vec![var.path().to_path_buf()];
+    let mut made = Vec::new();
+    for top in ["/srv", "/mnt", "/media", "/home", "/root"] {
+        std::fs::create_dir_all(top).unwrap();
+        let d = tempfile::Builder::new()
+            .prefix("envgit-test-")
+            .tempdir_in(top)
+            .unwrap();
+        std::fs::write(d.path().join("secret"), CANARY).unwrap();
+        dirs.push(d.path().to_path_buf());
+        made.push(d);
+    }
+    // A file only root may read under /etc (like an ssh host key).
+    let etc = tempfile::Builder::new()
+        .prefix("envgit-test-")
+        .tempdir_in("/etc")
+        .unwrap();
+    let key = etc.path().join("ssh_host_test_key");
+    std::fs::write(&key, CANARY).unwrap();
+    std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    let mut script = String::new();
+    for (i, d) in dirs.iter().enumerate() {
+        script.push_str(&format!(
+            "cat {d}/secret; echo read{i}=$?; ls -d {d}; echo seen{i}=$?\n",
+            d = d.display()
+        ));
+    }
+    script.push_str(&format!(
+        "cat {k}; echo key=$?; cat /etc/shadow; echo shadow=$?; ls /var; \
+         echo var-tmp > /var/tmp/envgit-test-marker; echo vartmp=$?; echo etc-ok; cat /etc/passwd >/dev/null; echo passwd=$?\n",
+        k = key.display()
+    ));
+    let r = attack(&env, &script);
+    assert_no_canary(&r);
+    for (i, dir) in dirs.iter().enumerate() {
+        for what in ["read", "seen"] {
+            assert!(
+                r.stdout.contains(&format!("{what}{i}="))
+                    && !r.stdout.contains(&format!("{what}{i}=0\n")),
+                "{} is visible inside: {}{}",
+                dir.display(),
+                r.stdout,
+                r.stderr
+            );
+        }
+    }
+    assert!(
+        r.stdout.contains("key=1\n") && r.stdout.contains("shadow=1\n"),
+        "{}",
+        r.stdout
+    );
+    // /etc itself is there; /var/tmp is private (the host's is unchanged).
+    assert!(
+        r.stdout.contains("passwd=0\n") && r.stdout.contains("vartmp=0\n"),
+        "{}",
+        r.stdout
+    );
+    assert!(!Path::new("/var/tmp/envgit-test-marker").exists());
+    assert!(
+        !r.stdout.contains("\nlib\n") && !r.stdout.contains("\ncache\n"),
+        "{}",
+        r.stdout
+    );
+}
+
+#[test]
+fn no_host_unix_socket_is_reachable() {
+    use std::os::unix::net::UnixListener;
+    let env = project();
+    // At least two listeners of our own: one in the rest of /var, one inside the project.
+    let var = var_lib_dir();
+    let a = UnixListener::bind(var.path().join("service.sock")).unwrap();
+    let b = UnixListener::bind(env.path("dev.sock")).unwrap();
+    a.set_nonblocking(true).unwrap();
+    b.set_nonblocking(true).unwrap();
+    let table = std::fs::read_to_string("/proc/net/unix").unwrap();
+    let mut paths: Vec<String> = table
+        .lines()
+        .skip(1)
+        .filter_map(|l| l.split_whitespace().nth(7))
+        .filter(|p| p.starts_with('/'))
+        .map(str::to_owned)
+        .collect();
+    paths.sort();
+    paths.dedup();
+    assert!(paths.len() >= 2, "{paths:?}");
+    let list = paths
+        .iter()
+        .map(|p| format!("{p:?}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let script = format!(
+        "{PY} - <<'PY'\nimport socket\nfor p in [{list}]:\n    for kind in (socket.SOCK_STREAM, socket.SOCK_DGRAM, socket.SOCK_SEQPACKET):\n        s = socket.socket(socket.AF_UNIX, kind)\n        try:\n            s.connect(p); print('CONNECTED', p, kind)\n        except OSError as e:\n            print('refused', e.errno, p)\nPY"
+    );
+    let r = attack(&env, &script);
+    println!("{} host sockets tried:\n{}", paths.len(), r.stdout);
+    assert!(!r.stdout.contains("CONNECTED"), "{}{}", r.stdout, r.stderr);
+    let refused: Vec<&str> = r
+        .stdout
+        .lines()
+        .filter(|l| l.starts_with("refused "))
+        .collect();
+    assert_eq!(refused.len(), paths.len() * 3, "{}{}", r.stdout, r.stderr);
+    for l in refused {
+        let errno = l.split_whitespace().nth(1).unwrap();
+        // ENOENT, EACCES, ECONNREFUSED (and EPROTOTYPE for a socket of another type).
+        assert!(["2", "13", "111", "91"].contains(&errno), "{l}");
+    }
+    assert!(a.accept().is_err() && b.accept().is_err());
+}
+
+#[test]
+fn every_home_credential_file_is_masked() {
+    let env = project();
+    let home = env.user_home();
+    // The list itself, plus the files it must hold whatever becomes of it.
+    let required = [
+        ".pgpass",
+        ".vault-token",
+        ".config/containers/auth.json",
+        ".terraform.d/credentials.tfrc.json",
+        ".m2/settings.xml",
+        ".gradle/gradle.properties",
+        ".gem/credentials",
+        ".bash_history",
+        ".zsh_history",
+        ".python_history",
+        ".node_repl_history",
+        ".config/rclone/rclone.conf",
+        ".cache/huggingface/token",
+        ".huggingface/token",
+        ".yarnrc.yml",
+        ".config/pip/pip.conf",
+        ".pip/pip.conf",
+    ];
+    let mut all: Vec<&str> = envgit_sandbox::plan::HOME_DENIES.to_vec();
+    all.extend(
+        required
+            .iter()
+            .filter(|r| !all.contains(r))
+            .collect::<Vec<_>>(),
+    );
+    for rel in &all {
+        let p = home.join(rel);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        if !p.exists() {
+            std::fs::write(&p, CANARY).unwrap();
+        }
+    }
+    let script: String = all
+        .iter()
+        .enumerate()
+        .map(|(i, rel)| format!("cat ~/{rel} 2>/dev/null; echo m{i}=$?\n"))
+        .collect();
+    let r = attack(&env, &script);
+    assert_no_canary(&r);
+    for (i, rel) in all.iter().enumerate() {
+        assert!(
+            r.stdout.contains(&format!("m{i}=")) && !r.stdout.contains(&format!("m{i}=0\n")),
+            "~/{rel} is readable inside: {}",
+            r.stdout
+        );
+    }
+}
+
+#[test]
+fn project_credential_and_env_files_are_masked_in_every_directory() {
+    let env = project();
+    let planted = [
+        ".npmrc",
+        ".pypirc",
+        ".envrc",
+        "packages/web/.npmrc",
+        "node_modules/pkg/.env",
+        "target/debug/.env.local",
+        ".venv/.env",
+        "deep/a/b/c/.env.production",
+    ];
+    for rel in planted {
+        env.write(rel, CANARY);
+    }
+    env.write("node_modules/pkg/.env.example", "EXAMPLE=2");
+    let script: String = planted
+        .iter()
+        .enumerate()
+        .map(|(i, rel)| format!("cat {rel} 2>/dev/null; echo m{i}=$?\n"))
+        .chain(std::iter::once(
+            "cat node_modules/pkg/.env.example; echo\n".to_owned(),
+        ))
+        .collect();
+    let r = attack(&env, &script);
+    assert_no_canary(&r);
+    for (i, rel) in planted.iter().enumerate() {
+        assert!(
+            r.stdout.contains(&format!("m{i}=")) && !r.stdout.contains(&format!("m{i}=0\n")),
+            "{rel} is readable inside: {}",
+            r.stdout
+        );
+    }
+    assert!(r.stdout.contains("EXAMPLE=2"), "{}", r.stdout);
+    for rel in planted {
+        assert_eq!(env.read(rel), CANARY, "{rel}");
+    }
+}
+
+#[test]
+fn a_fork_bomb_ends_at_the_runs_process_limit() {
+    let env = project();
+    let started = std::time::Instant::now();
+    // Bounded on purpose: at most 2000 sleeping children, whatever the limit.
+    let script = format!(
+        r#"{PY} - <<'PY'
+import os, time
+n, err = 0, None
+for i in range(2000):
+    try:
+        p = os.fork()
+    except OSError as e:
+        err = e.errno
+        break
+    if p == 0:
+        time.sleep(120)
+        os._exit(0)
+    n += 1
+print('forked', n, 'errno', err)
+PY"#
+    );
+    let out = env
+        .cmd(&env.project)
+        .args(["run", "sh", "-c", &format!("{script}\necho {RAN}")])
+        .env("ENVGIT_PIDS_MAX", "200")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_ne!(out.status.code(), Some(125), "{stdout}{stderr}");
+    assert!(stdout.contains(RAN), "{stdout}{stderr}");
+    let forked: u64 = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("forked "))
+        .and_then(|l| l.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{stdout}{stderr}"));
+    println!("{stdout}");
+    assert!(forked < 200, "the limit did not hold: {stdout}");
+    assert!(stdout.contains("errno 11"), "not EAGAIN: {stdout}");
+    // The children died with the step (PID 1 ends everything), quickly.
+    assert!(started.elapsed() < std::time::Duration::from_secs(100));
+    // The step says what is not limited: memory, where no cgroup v2 controller is delegated.
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let v2_mount = mountinfo.lines().find_map(|l| {
+        let (left, right) = l.split_once(" - ")?;
+        right
+            .starts_with("cgroup2 ")
+            .then(|| left.split_whitespace().nth(4).unwrap().to_owned())
+    });
+    let own = std::fs::read_to_string("/proc/self/cgroup").unwrap();
+    let own_v2 = own
+        .lines()
+        .find_map(|l| l.strip_prefix("0::"))
+        .unwrap_or("/");
+    let memory_v2 = v2_mount.is_some_and(|m| {
+        let control = Path::new(&m)
+            .join(own_v2.trim_start_matches('/'))
+            .join("cgroup.subtree_control");
+        std::fs::read_to_string(control)
+            .unwrap_or_default()
+            .split_whitespace()
+            .any(|c| c == "memory")
+    });
+    let notes = env.log_json()[0]["notes"].to_string();
+    assert_eq!(notes.contains("memory not limited"), !memory_v2, "{notes}");
+    assert!(!notes.contains("RLIMIT_NPROC only"), "{notes}");
 }

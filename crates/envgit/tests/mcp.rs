@@ -20,14 +20,15 @@ fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
-/// The folder holding the `mcp` package: `$ENVGIT_PYDEPS`, else target/pydeps after running
+/// The folder holding the `mcp` package: `$ENVGIT_PYDEPS`, else /opt/envgit-test-deps/pydeps
+/// (where the sandbox sees it; the checkout's target/ is not in its view) after running
 /// scripts/install-deps-mcp (idempotent; fast when already there).
 fn pydeps() -> &'static Path {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
         let dir = std::env::var_os("ENVGIT_PYDEPS")
             .map(PathBuf::from)
-            .unwrap_or_else(|| workspace().join("target/pydeps"));
+            .unwrap_or_else(|| PathBuf::from("/opt/envgit-test-deps/pydeps"));
         let out = Command::new(workspace().join("scripts/install-deps-mcp"))
             .env("ENVGIT_PYDEPS", &dir)
             .output()

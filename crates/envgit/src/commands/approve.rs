@@ -1,6 +1,7 @@
 //! `envgit status`, `envgit approve [ID]`, `envgit deny [ID]`: the requests running steps are
 //! holding for a person, answered from any terminal of the same user. Each running gate has a
-//! control socket in the user's private runtime directory (which the sandbox cannot see).
+//! control socket and a control token (0600) in a private directory under envgit's state
+//! (which the sandbox cannot see); the gate records who answered from the connection itself.
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
@@ -8,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
-use envgit_gate::{ControlAnswer, ControlRequest, PendingAsk};
+use envgit_gate::{CONTROL_TOKEN_FILE, ControlAnswer, ControlOp, ControlRequest, PendingAsk};
 use serde::Serialize;
 
 use crate::cli::{AnswerArgs, JsonArg};
@@ -28,12 +29,18 @@ struct Waiting {
     socket: PathBuf,
 }
 
-/// One request to a running gate's control socket, one answer.
-pub(crate) fn talk(socket: &Path, req: &ControlRequest) -> std::io::Result<ControlAnswer> {
+/// One request to a running gate's control socket, one answer. The run's control token is
+/// read from the file beside the socket.
+pub(crate) fn talk(socket: &Path, op: ControlOp) -> std::io::Result<ControlAnswer> {
+    let token = std::fs::read_to_string(socket.with_file_name(CONTROL_TOKEN_FILE))?;
+    let req = ControlRequest {
+        token: token.trim().to_owned(),
+        op,
+    };
     let mut stream = UnixStream::connect(socket)?;
     stream.set_read_timeout(Some(TALK_TIMEOUT))?;
     stream.set_write_timeout(Some(TALK_TIMEOUT))?;
-    let mut line = serde_json::to_vec(req).map_err(std::io::Error::other)?;
+    let mut line = serde_json::to_vec(&req).map_err(std::io::Error::other)?;
     line.push(b'\n');
     stream.write_all(&line)?;
     let mut answer = String::new();
@@ -55,7 +62,7 @@ fn waiting(dir: Option<&Path>) -> CmdResult<Vec<Waiting>> {
     for entry in entries.flatten() {
         let socket = entry.path().join(CONTROL_SOCKET);
         // A socket left by a run that died refuses the connection: nothing waits there.
-        let Ok(answer) = talk(&socket, &ControlRequest::List) else {
+        let Ok(answer) = talk(&socket, ControlOp::List) else {
             continue;
         };
         let run_project = answer.project.unwrap_or_default();
@@ -96,18 +103,6 @@ pub fn status(dir: Option<&Path>, args: &JsonArg) -> CmdResult<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Who answered, as the step records it.
-fn answerer() -> String {
-    let tty = std::fs::read_link("/proc/self/fd/0")
-        .ok()
-        .map(|p| p.display().to_string())
-        .filter(|p| p.starts_with("/dev/"));
-    match tty {
-        Some(tty) => format!("envgit approve/deny on {tty}"),
-        None => "envgit approve/deny (no terminal)".to_owned(),
-    }
-}
-
 pub fn answer(dir: Option<&Path>, args: &AnswerArgs, approve: bool) -> CmdResult<ExitCode> {
     let list = waiting(dir)?;
     let candidates: Vec<&Waiting> = list
@@ -134,19 +129,14 @@ pub fn answer(dir: Option<&Path>, args: &AnswerArgs, approve: bool) -> CmdResult
             )));
         }
     };
-    let by = answerer();
-    let req = if approve {
-        ControlRequest::Approve {
-            id: Some(target.ask.id),
-            by,
-        }
+    // Who answered is the gate's to say (from this connection), not ours.
+    let id = Some(target.ask.id);
+    let op = if approve {
+        ControlOp::Approve { id }
     } else {
-        ControlRequest::Deny {
-            id: Some(target.ask.id),
-            by,
-        }
+        ControlOp::Deny { id }
     };
-    let answer = talk(&target.socket, &req)
+    let answer = talk(&target.socket, op)
         .map_err(|e| Failure::failed(format!("cannot reach the running step: {e}")))?;
     if let Some(e) = answer.error {
         return Err(Failure::usage(e));

@@ -175,6 +175,7 @@ pub fn run(dir: Option<&Path>, args: &ClaudeArgs) -> CmdResult<ExitCode> {
         file_overrides: login.files,
         credentials: login.gate,
         tap: Some(tap_tx),
+        limit_notes: None,
     };
     output::note(&format!(
         "Claude Code runs in envgit's sandbox and gate; each tool call is a step; its model \

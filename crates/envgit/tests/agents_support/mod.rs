@@ -11,11 +11,15 @@ use std::sync::{Arc, Mutex};
 
 use serde_json::{Value, json};
 
+/// Where the tools tests run inside the sandbox live by default: a place its view keeps
+/// (read-only), unlike the checkout's target/ or /var/tmp.
+pub const TEST_DEPS: &str = "/opt/envgit-test-deps";
+
 /// Where `scripts/install-deps-agents` puts the CLIs (or `$ENVGIT_AGENTS_DIR`).
 pub fn agents_dir() -> PathBuf {
     match std::env::var_os("ENVGIT_AGENTS_DIR") {
         Some(d) => PathBuf::from(d),
-        None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/agents"),
+        None => PathBuf::from(TEST_DEPS).join("agents"),
     }
 }
 

@@ -54,10 +54,13 @@ impl Env {
         Self { tmp, home, project }
     }
 
+    /// `envgit` run in `dir` with this test's store (`ENVGIT_HOME`) and this test's home
+    /// (`HOME` = [`Env::user_home`]), never the runner's own.
     pub fn cmd(&self, dir: &Path) -> Command {
         let mut c = Command::new(envgit_bin());
         c.current_dir(dir)
             .env("ENVGIT_HOME", &self.home)
+            .env("HOME", self.user_home())
             .env("NO_COLOR", "1");
         c
     }

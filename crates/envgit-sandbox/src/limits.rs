@@ -1,0 +1,197 @@
+//! Per-run resource limits: how many processes (and threads) and how much memory one step's
+//! sandbox may use, so a fork bomb or a runaway build ends in the sandbox, not on the host.
+//!
+//! Defaults: at most [`DEFAULT_PIDS_MAX`] tasks (processes and threads together), and memory at
+//! most [`DEFAULT_MEMORY_PERCENT`]% of the host's RAM. `ENVGIT_PIDS_MAX` and
+//! `ENVGIT_MEMORY_MAX` (bytes) on envgit's side lower or raise them.
+//!
+//! How they are enforced:
+//! - `RLIMIT_NPROC` is set on the command always. In a user namespace of its own it counts the
+//!   sandbox's processes only — but the kernel never enforces it for uid 0 (and the sandbox maps
+//!   the invoking user 1:1, so root stays uid 0 inside), which is why:
+//! - a cgroup of the run's own, made under envgit's current cgroup, that the sandbox process
+//!   joins before it creates any namespace: cgroup v2 when the `pids` / `memory` controllers are
+//!   delegated there (`pids.max`, `memory.max` with swap off), else the cgroup v1 `pids`
+//!   hierarchy for the process count. Memory is limited only through cgroup v2 (never
+//!   `RLIMIT_AS`, which breaks runtimes that reserve address space); where no such controller
+//!   is available the run says "memory not limited".
+
+use std::path::{Path, PathBuf};
+
+/// Tasks (processes + threads) one run may have at once.
+pub const DEFAULT_PIDS_MAX: u64 = 4096;
+/// Share of the host's RAM one run may use, where cgroup v2 can limit memory.
+pub const DEFAULT_MEMORY_PERCENT: u64 = 75;
+
+/// What one run gets; made on the host side before the sandbox starts.
+#[derive(Debug, Default)]
+pub struct RunLimits {
+    /// cgroup directories the sandbox process joins (its spec lists them).
+    pub cgroups: Vec<PathBuf>,
+    pub pids_max: u64,
+    /// `None`: memory not limited.
+    pub memory_max: Option<u64>,
+    /// What the step records about its limits: what is not limited, if anything.
+    pub notes: Vec<String>,
+}
+
+impl RunLimits {
+    /// Remove the run's cgroups (after the sandbox ended; its PID 1 killed every process).
+    pub fn remove(&self) {
+        for dir in self.cgroups.iter().rev() {
+            for _ in 0..50 {
+                if std::fs::remove_dir(dir).is_ok() || !dir.exists() {
+                    break;
+                }
+                // Tasks just killed are still being reaped.
+                std::thread::yield_now();
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+        }
+    }
+}
+
+fn env_u64(name: &str) -> Option<u64> {
+    std::env::var(name).ok()?.trim().parse().ok()
+}
+
+fn mem_total() -> Option<u64> {
+    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let kb: u64 = info
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()?;
+    Some(kb * 1024)
+}
+
+/// `(v2 mount point, v1 pids mount point)` from `/proc/self/mountinfo`.
+fn mounts() -> (Option<PathBuf>, Option<PathBuf>) {
+    let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else {
+        return (None, None);
+    };
+    let (mut v2, mut pids) = (None, None);
+    for line in info.lines() {
+        let Some((left, right)) = line.split_once(" - ") else {
+            continue;
+        };
+        let mount_point = left.split_whitespace().nth(4).map(PathBuf::from);
+        let mut r = right.split_whitespace();
+        let fstype = r.next().unwrap_or("");
+        let opts = r.nth(1).unwrap_or("");
+        match fstype {
+            "cgroup2" if v2.is_none() => v2 = mount_point,
+            "cgroup" if pids.is_none() && opts.split(',').any(|o| o == "pids") => {
+                pids = mount_point;
+            }
+            _ => {}
+        }
+    }
+    (v2, pids)
+}
+
+/// envgit's own cgroup path in a hierarchy: `0::/p` for v2, `N:pids:/p` for v1 pids.
+fn own_path(v2: bool) -> Option<String> {
+    let text = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+    text.lines().find_map(|l| {
+        let mut f = l.splitn(3, ':');
+        let (id, ctrls, path) = (f.next()?, f.next()?, f.next()?);
+        let hit = if v2 {
+            id == "0" && ctrls.is_empty()
+        } else {
+            ctrls.split(',').any(|c| c == "pids")
+        };
+        hit.then(|| path.to_owned())
+    })
+}
+
+fn write(dir: &Path, file: &str, value: &str) -> bool {
+    std::fs::write(dir.join(file), value).is_ok()
+}
+
+/// A new cgroup `name` under `base`; `None` when it cannot be made here.
+fn make(base: &Path, name: &str) -> Option<PathBuf> {
+    let dir = base.join(name);
+    std::fs::create_dir(&dir).ok()?;
+    Some(dir)
+}
+
+/// Make the run's cgroups (best available) and say what is limited.
+pub fn prepare(name: &str) -> RunLimits {
+    let pids_max = env_u64("ENVGIT_PIDS_MAX")
+        .unwrap_or(DEFAULT_PIDS_MAX)
+        .max(16);
+    let memory_want = env_u64("ENVGIT_MEMORY_MAX")
+        .or_else(|| mem_total().map(|t| t / 100 * DEFAULT_MEMORY_PERCENT));
+    let mut out = RunLimits {
+        pids_max,
+        ..RunLimits::default()
+    };
+    let (v2, v1_pids) = mounts();
+    let mut pids_done = false;
+    if let (Some(mount), Some(path)) = (&v2, own_path(true)) {
+        let base = mount.join(path.trim_start_matches('/'));
+        let controllers =
+            std::fs::read_to_string(base.join("cgroup.subtree_control")).unwrap_or_default();
+        let has = |c: &str| controllers.split_whitespace().any(|x| x == c);
+        if (has("pids") || has("memory"))
+            && let Some(dir) = make(&base, name)
+        {
+            if has("pids") && write(&dir, "pids.max", &pids_max.to_string()) {
+                pids_done = true;
+            }
+            if has("memory")
+                && let Some(m) = memory_want
+                && write(&dir, "memory.max", &m.to_string())
+            {
+                let _ = write(&dir, "memory.swap.max", "0");
+                out.memory_max = Some(m);
+            }
+            out.cgroups.push(dir);
+        }
+    }
+    if !pids_done && let (Some(mount), Some(path)) = (&v1_pids, own_path(false)) {
+        let base = mount.join(path.trim_start_matches('/'));
+        if let Some(dir) = make(&base, name) {
+            if write(&dir, "pids.max", &pids_max.to_string()) {
+                pids_done = true;
+                out.cgroups.push(dir);
+            } else {
+                let _ = std::fs::remove_dir(&dir);
+            }
+        }
+    }
+    // The step says what is *not* limited (nothing when everything is).
+    if !pids_done {
+        out.notes.push(format!(
+            "processes limited to {pids_max} by RLIMIT_NPROC only (no pids cgroup here; not enforced for root)"
+        ));
+    }
+    if out.memory_max.is_none() {
+        out.notes
+            .push("memory not limited (no delegated cgroup v2 memory controller)".to_owned());
+    }
+    out
+}
+
+/// In the sandbox process, before any namespace: join the run's cgroups. Fails closed: a
+/// cgroup the host made but the sandbox cannot join is an error, never a silent no-limit.
+pub fn join(cgroups: &[PathBuf]) -> Result<(), String> {
+    for dir in cgroups {
+        std::fs::write(dir.join("cgroup.procs"), "0")
+            .map_err(|e| format!("joining the run's cgroup {}: {e}", dir.display()))?;
+    }
+    Ok(())
+}
+
+/// In the worker, just before exec: the per-run process limit.
+pub fn set_nproc(max: u64) -> Result<(), String> {
+    let lim = rustix::process::Rlimit {
+        current: Some(max),
+        maximum: Some(max),
+    };
+    rustix::process::setrlimit(rustix::process::Resource::Nproc, lim)
+        .map_err(|e| format!("RLIMIT_NPROC: {e}"))
+}
