@@ -21,6 +21,9 @@ pub enum MarkerReason {
     Unreadable = 4,
     /// Removed from history by `envgit gc --purge`.
     Purged = 5,
+    /// A directory deeper than [`crate::MAX_TREE_DEPTH`] levels, or whose path is longer than
+    /// [`crate::MAX_TREE_PATH`] bytes: it and everything below it are not captured.
+    TooDeep = 6,
 }
 
 impl MarkerReason {
@@ -31,6 +34,7 @@ impl MarkerReason {
             3 => Self::Special,
             4 => Self::Unreadable,
             5 => Self::Purged,
+            6 => Self::TooDeep,
             _ => return None,
         })
     }
@@ -42,6 +46,7 @@ impl MarkerReason {
             Self::Special => "special file",
             Self::Unreadable => "unreadable",
             Self::Purged => "purged",
+            Self::TooDeep => "deeper than envgit's limit",
         }
     }
 }
