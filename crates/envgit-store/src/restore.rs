@@ -7,7 +7,6 @@
 use std::collections::HashSet;
 use std::ffi::CStr;
 use std::fs::File;
-use std::io::Write;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::path::PathBuf;
 use std::sync::Mutex;
@@ -314,9 +313,8 @@ impl Ctx<'_> {
                 Mode::from_raw_mode(0o600),
             )
             .at(&io_at(rel))?;
-            let mut file = File::from(fd);
-            self.store
-                .read_file_into(&t.id, &mut |b| file.write_all(b).at(&io_at(rel)))?;
+            let file = File::from(fd);
+            self.fill(&file, rel, t)?;
             return rustix::fs::fchmod(&file, Mode::from_raw_mode(t.mode)).at(&io_at(rel));
         }
         let tmp = tmp_name();
@@ -327,10 +325,9 @@ impl Ctx<'_> {
             Mode::from_raw_mode(0o600),
         )
         .at(&io_at(rel))?;
-        let mut file = File::from(fd);
+        let file = File::from(fd);
         let result = (|| {
-            self.store
-                .read_file_into(&t.id, &mut |b| file.write_all(b).at(&io_at(rel)))?;
+            self.fill(&file, rel, t)?;
             rustix::fs::fchmod(&file, Mode::from_raw_mode(t.mode)).at(&io_at(rel))?;
             rustix::fs::renameat(dir, tmp.as_c_str(), dir, name).at(&io_at(rel))
         })();
@@ -339,6 +336,55 @@ impl Ctx<'_> {
         }
         result
     }
+}
+
+impl Ctx<'_> {
+    /// Write a file's content into a new, empty `file`, chunk by chunk (never the whole file in
+    /// memory), leaving holes where the content has blocks of zeros: a sparse file stays sparse
+    /// (a 96 MiB disk image with a few KiB of data costs a few KiB, not 96 MiB).
+    fn fill(&self, file: &File, rel: &[u8], t: &TreeEntry) -> Result<()> {
+        let mut pos: u64 = 0;
+        self.store.read_file_into(&t.id, &mut |b| {
+            write_sparse(file, pos, b).at(&io_at(rel))?;
+            pos += b.len() as u64;
+            Ok(())
+        })?;
+        // Trailing zeros were skipped: the length makes them a hole at the end.
+        file.set_len(pos).at(&io_at(rel))
+    }
+}
+
+/// Holes are made for zero runs of at least this many aligned bytes (a filesystem block).
+const HOLE_BLOCK: usize = 4096;
+static ZEROS: [u8; HOLE_BLOCK] = [0; HOLE_BLOCK];
+
+/// Write `buf` at `offset` of a file that is all hole beyond what was written: blocks of
+/// zeros are skipped, runs of other blocks are written with one call each.
+fn write_sparse(file: &File, offset: u64, buf: &[u8]) -> std::io::Result<()> {
+    use std::os::unix::fs::FileExt;
+    let mut run_start: Option<usize> = None;
+    let mut i = 0;
+    while i < buf.len() {
+        // Blocks aligned to the file offset, so a skipped block is a whole filesystem block.
+        let abs = offset + i as u64;
+        let to_boundary = HOLE_BLOCK - (abs % HOLE_BLOCK as u64) as usize;
+        let end = (i + to_boundary).min(buf.len());
+        let block = &buf[i..end];
+        let zero = block == &ZEROS[..block.len()];
+        match (zero, run_start) {
+            (true, Some(s)) => {
+                file.write_all_at(&buf[s..i], offset + s as u64)?;
+                run_start = None;
+            }
+            (false, None) => run_start = Some(i),
+            _ => {}
+        }
+        i = end;
+    }
+    if let Some(s) = run_start {
+        file.write_all_at(&buf[s..], offset + s as u64)?;
+    }
+    Ok(())
 }
 
 fn tmp_name() -> std::ffi::CString {

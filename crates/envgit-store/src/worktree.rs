@@ -700,15 +700,20 @@ impl Ctx<'_> {
             let id = chunk::store_chunked(self.store, &mut counted)?;
             return Ok((id, counted.n));
         }
+        // At most the chunking threshold in memory: a file that grew since its stat is
+        // streamed through the chunker from what was read on.
         let mut buf = Vec::with_capacity(size_hint as usize + 1);
-        file.read_to_end(&mut buf)
+        (&mut *file)
+            .take(chunk::CHUNK_THRESHOLD + 1)
+            .read_to_end(&mut buf)
             .map_err(|source| StoreError::Io {
                 path: PathBuf::new(),
                 source,
             })?;
         if buf.len() as u64 > chunk::CHUNK_THRESHOLD {
-            let id = chunk::store_chunked(self.store, buf.as_slice())?;
-            return Ok((id, buf.len() as u64));
+            let mut counted = CountingReader { inner: file, n: 0 };
+            let id = chunk::store_chunked(self.store, buf.as_slice().chain(&mut counted))?;
+            return Ok((id, buf.len() as u64 + counted.n));
         }
         let id = self.store.put(ObjectKind::Blob, &buf)?;
         Ok((id, buf.len() as u64))

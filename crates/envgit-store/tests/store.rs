@@ -148,3 +148,76 @@ fn a_large_file_edit_stores_a_small_delta() {
     };
     assert!(content == data);
 }
+
+/// Bytes a file really occupies on disk.
+fn allocated(path: &std::path::Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path).unwrap().blocks() * 512
+}
+
+#[test]
+fn sparse_files_stay_sparse_through_fork_and_rewind() {
+    use std::os::unix::fs::FileExt;
+    let (t, root, dir) = setup();
+    const LEN: u64 = 96 << 20;
+    let f = std::fs::File::create(root.join("sparse.img")).unwrap();
+    f.set_len(LEN).unwrap();
+    for (i, off) in [0u64, 7 << 20, 50 << 20, LEN - 3].into_iter().enumerate() {
+        f.write_all_at(format!("data{i}").as_bytes(), off.min(LEN - 5))
+            .unwrap();
+    }
+    drop(f);
+    let src_blocks = allocated(&root.join("sparse.img"));
+    let original = std::fs::read(root.join("sparse.img")).unwrap();
+    let mut s = Store::open(&dir).unwrap();
+    let mut wt = WorkTree::new(&root, ScanConfig::default(), None).unwrap();
+    let (tree, _) = wt.full_scan(&s, None).unwrap();
+    let mut g = s.begin_step("x").unwrap();
+    s.commit(&mut g, StepDraft::default(), tree).unwrap();
+    drop(g);
+
+    let forked = t.path().join("fork");
+    envgit_store::fork(
+        &s,
+        &forked,
+        &t.path().join("fs"),
+        &envgit_store::ForkOptions {
+            step: 1,
+            replace_root_file: None,
+            policy_hash: None,
+        },
+    )
+    .unwrap();
+    let fork_blocks = allocated(&forked.join("sparse.img"));
+    eprintln!("sparse {LEN} bytes: source {src_blocks} allocated, fork {fork_blocks}");
+    assert_eq!(std::fs::read(forked.join("sparse.img")).unwrap(), original);
+    assert!(
+        fork_blocks < 1 << 20,
+        "fork wrote a {LEN}-byte sparse file dense: {fork_blocks} bytes allocated"
+    );
+
+    // Rewind writes it back sparse too (through a temporary file and a rename).
+    std::fs::remove_file(root.join("sparse.img")).unwrap();
+    let (tree2, _) = wt.full_scan(&s, None).unwrap();
+    let mut g = s.begin_step("y").unwrap();
+    s.commit(&mut g, StepDraft::default(), tree2).unwrap();
+    drop(g);
+    envgit_store::rewind(
+        &mut s,
+        &mut wt,
+        &envgit_store::RewindOptions {
+            target: 1,
+            protected: &[],
+            excludes: &envgit_store::Excludes::none(),
+            policy_hash: None,
+        },
+    )
+    .unwrap();
+    let rewound_blocks = allocated(&root.join("sparse.img"));
+    eprintln!("rewound: {rewound_blocks} allocated");
+    assert_eq!(std::fs::read(root.join("sparse.img")).unwrap(), original);
+    assert!(
+        rewound_blocks < 1 << 20,
+        "rewind wrote a {LEN}-byte sparse file dense: {rewound_blocks} bytes allocated"
+    );
+}
