@@ -398,7 +398,7 @@ pub(crate) fn run_sandboxed(
     // directory rather than the store.
     let gate_dir = runtime_dir(uid)?.join(format!("{}-{}", std::process::id(), now_ms()));
     private_dir(&gate_dir)?;
-    let token = random_token();
+    let token = random_token()?;
     let socket_path = gate_dir.join("gate.sock");
     // The command gets a pty of its own when envgit runs on a terminal (DESIGN §5): it never
     // holds the real one, and envgit can ask the person there.
@@ -504,13 +504,17 @@ pub(crate) fn run_sandboxed(
     }
 }
 
-pub(crate) fn random_token() -> String {
+/// 128 random bits from the operating system (getrandom), hex: an unguessable handle or
+/// placeholder. No randomness is an error, never a predictable token.
+pub(crate) fn random_token() -> CmdResult<String> {
     let mut bytes = [0u8; 16];
-    if let Ok(mut f) = std::fs::File::open("/dev/urandom") {
-        use std::io::Read;
-        let _ = f.read_exact(&mut bytes);
-    }
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+    getrandom::fill(&mut bytes).map_err(|e| {
+        Failure::failed(format!(
+            "cannot get random bytes from the operating system ({e}): envgit needs them for \
+             unguessable tokens; check that getrandom(2) or /dev/urandom works here"
+        ))
+    })?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }
 
 /// `$XDG_RUNTIME_DIR/envgit`, else `/tmp/envgit-UID`: a directory this user owns, mode 0700,
@@ -531,4 +535,17 @@ pub(crate) fn runtime_dir(uid: u32) -> CmdResult<PathBuf> {
         )));
     }
     Ok(dir)
+}
+
+#[cfg(test)]
+mod token_tests {
+    #[test]
+    fn tokens_are_128_random_bits_in_hex() {
+        let (a, b) = (super::random_token(), super::random_token());
+        let (a, b) = (a.map_err(|e| e.message), b.map_err(|e| e.message));
+        assert!(matches!((&a, &b), (Ok(x), Ok(y)) if x != y), "{a:?} {b:?}");
+        let a = a.unwrap_or_default();
+        assert_eq!(a.len(), 32);
+        assert!(a.bytes().all(|c| c.is_ascii_hexdigit()) && a != "0".repeat(32));
+    }
 }
