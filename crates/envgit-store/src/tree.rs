@@ -46,7 +46,8 @@ impl MarkerReason {
             Self::Special => "special file",
             Self::Unreadable => "unreadable",
             Self::Purged => "purged",
-            Self::TooDeep => "deeper than envgit's limit",
+            // MAX_TREE_DEPTH and MAX_TREE_PATH (a unit test keeps the two in step).
+            Self::TooDeep => "deeper than 1024 directories or a path over 16 KiB",
         }
     }
 }
@@ -195,5 +196,25 @@ mod tests {
         };
         assert_eq!(Tree::decode(&t.encode()).unwrap(), t);
         assert!(Tree::decode(&[1, 2, 3]).is_err());
+    }
+
+    #[test]
+    fn too_deep_names_the_limits() {
+        let d = MarkerReason::TooDeep.describe();
+        assert!(d.contains(&crate::MAX_TREE_DEPTH.to_string()), "{d}");
+        assert!(
+            d.contains(&format!("{} KiB", crate::MAX_TREE_PATH >> 10)),
+            "{d}"
+        );
+        let t = Tree {
+            entries: vec![TreeEntry {
+                name: b"d".to_vec(),
+                kind: EntryKind::Marker(MarkerReason::TooDeep),
+                mode: 0,
+                size: 0,
+                id: ZERO_ID,
+            }],
+        };
+        assert_eq!(Tree::decode(&t.encode()).unwrap(), t);
     }
 }
