@@ -221,3 +221,115 @@ fn sparse_files_stay_sparse_through_fork_and_rewind() {
         "rewind wrote a {LEN}-byte sparse file dense: {rewound_blocks} bytes allocated"
     );
 }
+
+/// Child role of the test below: begin a step, say so, and wait to be killed.
+fn begin_and_hang(dir: &std::path::Path) -> ! {
+    let s = Store::open(dir).unwrap();
+    let mut g = s.begin_step("run: sh long.sh").unwrap();
+    g.describe(&["sh".into(), "long.sh".into()], Some("sub"))
+        .unwrap();
+    g.keep_if_uncommitted();
+    println!("BEGUN");
+    std::io::stdout().flush().unwrap();
+    let mut buf = [0u8; 1];
+    let _ = std::io::Read::read(&mut std::io::stdin(), &mut buf);
+    std::process::exit(0)
+}
+
+#[test]
+fn a_step_whose_process_is_killed_is_recorded_as_interrupted_at_the_next_open() {
+    use std::io::BufRead;
+    if let Some(dir) = std::env::var_os("ENVGIT_TEST_BEGIN_AND_HANG") {
+        begin_and_hang(std::path::Path::new(&dir));
+    }
+    let (_t, root, dir) = setup();
+    let mut s = Store::open(&dir).unwrap();
+    let mut g = s.begin_step("x").unwrap();
+    let tree = snapshot(&s, &root);
+    s.commit(&mut g, StepDraft::default(), tree).unwrap();
+    drop(g);
+
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "a_step_whose_process_is_killed_is_recorded_as_interrupted_at_the_next_open",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("ENVGIT_TEST_BEGIN_AND_HANG", &dir)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    assert!(
+        lines.any(|l| l.unwrap().contains("BEGUN")),
+        "the child never began its step"
+    );
+    // While its owner lives the step is in flight, not interrupted.
+    let live = Store::open(&dir).unwrap();
+    assert_eq!(live.steps().len(), 1);
+    let in_flight = live.steps_in_flight(None).unwrap();
+    assert!(
+        in_flight.len() == 1 && in_flight[0].contains("run: sh long.sh"),
+        "{in_flight:?}"
+    );
+    child.kill().unwrap(); // SIGKILL: no destructor runs
+    child.wait().unwrap();
+
+    // The next open, even a reader's, records it, once.
+    let log = Store::open_steps_only(&dir).unwrap();
+    let steps = log.steps();
+    assert_eq!(steps.len(), 2, "{steps:#?}");
+    let i = &steps[1];
+    assert_eq!(i.kind, envgit_store::StepKind::Interrupted);
+    assert_eq!(i.kind.as_str(), "interrupted");
+    assert_eq!((i.number, i.parent), (2, Some(1)));
+    assert!(i.summary.contains("run: sh long.sh"), "{}", i.summary);
+    assert_eq!(
+        i.command,
+        Some(vec!["sh".to_string(), "long.sh".to_string()])
+    );
+    assert_eq!(i.cwd.as_deref(), Some("sub"));
+    assert_eq!(
+        i.tree,
+        Some(tree),
+        "an interrupted step keeps the tree before it"
+    );
+    assert!(!i.has_flag(StepFlag::Overlapped));
+    assert_eq!(
+        Store::open(&dir).unwrap().steps().len(),
+        2,
+        "recorded twice"
+    );
+    assert!(s.steps_in_flight(None).unwrap().is_empty());
+
+    // Later steps carry on from it.
+    let mut g = s.begin_step("y").unwrap();
+    let step = s.commit(&mut g, StepDraft::default(), tree).unwrap();
+    assert_eq!((step.number, step.parent), (3, Some(2)));
+}
+
+#[test]
+fn a_step_given_up_after_its_command_started_is_interrupted_one_given_up_before_is_not() {
+    let (_t, root, dir) = setup();
+    let mut s = Store::open(&dir).unwrap();
+    let mut g = s.begin_step("x").unwrap();
+    let tree = snapshot(&s, &root);
+    s.commit(&mut g, StepDraft::default(), tree).unwrap();
+    // A session guard between steps: dropping it interrupts nothing.
+    g.keep_if_uncommitted();
+    s.commit(&mut g, StepDraft::default(), tree).unwrap();
+    drop(g);
+    // Refused before anything ran.
+    drop(s.begin_step("refused").unwrap());
+    assert_eq!(Store::open(&dir).unwrap().steps().len(), 2);
+    // The command ran, then the commit failed (say, a full disk).
+    let mut g = s.begin_step("run: make").unwrap();
+    g.keep_if_uncommitted();
+    drop(g);
+    let after = Store::open(&dir).unwrap();
+    let kinds: Vec<&str> = after.steps().iter().map(|s| s.kind.as_str()).collect();
+    assert_eq!(kinds, ["record", "record", "interrupted"]);
+    assert!(after.steps()[2].summary.contains("run: make"));
+}
