@@ -399,6 +399,9 @@ fn put_tree(store: &Store, entries: &[CachedEntry]) -> Result<ObjectId> {
     store.put(ObjectKind::Tree, &tree.encode())
 }
 
+/// At most this many subtrees are walked at once (each holding a bounded number of descriptors).
+const PARALLEL_WALKS: usize = 8;
+
 /// A subdirectory still to walk: its index in the parent's entries, and its name.
 type Subdir = (usize, std::ffi::CString);
 
@@ -433,8 +436,79 @@ impl Ctx<'_> {
     /// `dir` already known keep their tree id (the watcher says they did not change). The
     /// states of the directories below go to `out`; that of `dir` is returned.
     fn walk(&self, dir: BorrowedFd<'_>, rel: &[u8], reuse_top: bool) -> Result<DirState> {
+        let (mut entries, subdirs) = self.read_entries(dir, rel, reuse_top)?;
+        if subdirs.len() < 2 {
+            return self.walk_from(dir, rel, entries, subdirs);
+        }
+        // The subtrees of the top directory in parallel, in at most PARALLEL_WALKS groups
+        // (each walked sequentially), so the descriptors held stay bounded whatever the
+        // number of cores: PARALLEL_WALKS chains of at most CHAIN_FDS + 1 each.
+        let groups = rayon::current_num_threads().clamp(1, PARALLEL_WALKS);
+        let per = subdirs.len().div_ceil(groups);
+        let results: Vec<Vec<(usize, Result<Option<DirState>>)>> = subdirs
+            .par_chunks(per)
+            .map(|group| {
+                group
+                    .iter()
+                    .map(|(slot, name)| {
+                        let child_rel = join_rel(rel, name.to_bytes());
+                        let r = match beneath::open_subdir(dir, name) {
+                            Ok(fd) => {
+                                let (e, s) = match self.read_entries(fd.as_fd(), &child_rel, false)
+                                {
+                                    Ok(x) => x,
+                                    Err(e) => return (*slot, Err(e)),
+                                };
+                                self.walk_from(fd.as_fd(), &child_rel, e, s).map(Some)
+                            }
+                            Err(
+                                Errno::NOENT
+                                | Errno::NOTDIR
+                                | Errno::LOOP
+                                | Errno::ACCESS
+                                | Errno::PERM,
+                            ) => Ok(None),
+                            Err(e) => Err(walk_error(e, &child_rel)),
+                        };
+                        (*slot, r)
+                    })
+                    .collect()
+            })
+            .collect();
+        for (slot, r) in results.into_iter().flatten() {
+            match r? {
+                Some(state) => {
+                    entries[slot].entry.id = state.tree;
+                    let child_rel = join_rel(rel, &entries[slot].entry.name);
+                    self.out
+                        .lock()
+                        .map_err(|_| StoreError::corrupt("poisoned"))?
+                        .insert(child_rel, state);
+                }
+                None => {
+                    // Raced away or unreadable: say so rather than drop it silently.
+                    let name = entries[slot].entry.name.clone();
+                    entries[slot] = marker(&name, MarkerReason::Unreadable, 0);
+                }
+            }
+        }
+        let tree = put_tree(self.store, &entries)?;
+        Ok(DirState {
+            tree,
+            stamp_ns: self.started,
+            entries,
+        })
+    }
+
+    /// The sequential walk below `dir`, whose entries were just read.
+    fn walk_from(
+        &self,
+        dir: BorrowedFd<'_>,
+        rel: &[u8],
+        entries: Vec<CachedEntry>,
+        subdirs: Vec<Subdir>,
+    ) -> Result<DirState> {
         let mut chain = beneath::DirChain::new(dir);
-        let (entries, subdirs) = self.read_entries(dir, rel, reuse_top)?;
         let mut frames = vec![Frame {
             rel: rel.to_vec(),
             entries,
