@@ -61,13 +61,17 @@ struct Server {
     session: String,
 }
 
-fn random_hex(n: usize) -> String {
+/// `n` random bytes from the operating system (getrandom), hex. No randomness is an error,
+/// never a predictable session id.
+fn random_hex(n: usize) -> std::io::Result<String> {
     let mut bytes = vec![0u8; n];
-    if let Ok(mut f) = std::fs::File::open("/dev/urandom") {
-        use std::io::Read;
-        let _ = f.read_exact(&mut bytes);
-    }
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+    getrandom::fill(&mut bytes).map_err(|e| {
+        std::io::Error::other(format!(
+            "cannot get random bytes from the operating system for the exec-server session \
+             id: {e}"
+        ))
+    })?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }
 
 fn flush(host: &dyn Host, pending: &Mutex<Option<Pending>>, only_if_quiet: bool) {
@@ -155,7 +159,7 @@ pub fn serve(
         procs: process::Table::default(),
         out: Out::new(output, trace),
         pending: Arc::default(),
-        session: random_hex(16),
+        session: random_hex(16)?,
     };
     let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let flusher = {
@@ -209,4 +213,16 @@ pub fn serve(
 /// Whether `p` is `root` or beneath it.
 pub fn inside(root: &Path, p: &Path) -> bool {
     p.starts_with(root)
+}
+
+#[cfg(test)]
+mod token_tests {
+    #[test]
+    fn session_ids_are_random_hex() {
+        let (a, b) = (super::random_hex(16), super::random_hex(16));
+        assert!(
+            matches!((&a, &b), (Ok(x), Ok(y)) if x != y && x.len() == 32),
+            "{a:?} {b:?}"
+        );
+    }
 }

@@ -86,8 +86,121 @@ pub fn file_type(st: &Stat) -> FileType {
     FileType::from_raw_mode(st.st_mode)
 }
 
+/// Open `rel` below `root` as a directory like [`open_dir_beneath`], also when `rel` is longer
+/// than the kernel's PATH_MAX: then it is walked one component at a time with `O_NOFOLLOW`,
+/// holding at most two descriptors.
+pub fn open_dir_rel(root: BorrowedFd<'_>, rel: &[u8]) -> rustix::io::Result<OwnedFd> {
+    match open_dir_beneath(root, rel) {
+        Err(Errno::NAMETOOLONG) => {}
+        r => return r,
+    }
+    let mut cur: Option<OwnedFd> = None;
+    for part in rel.split(|&b| b == b'/') {
+        if part.is_empty() || part == b"." {
+            continue;
+        }
+        if part == b".." {
+            return Err(Errno::XDEV);
+        }
+        let name = cstr(part)?;
+        let next = open_subdir(cur.as_ref().map_or(root, |f| f.as_fd()), &name)?;
+        cur = Some(next);
+    }
+    match cur {
+        Some(fd) => Ok(fd),
+        None => open_dir_beneath(root, b""),
+    }
+}
+
+/// At most this many directory descriptors are held by one [`DirChain`].
+pub const CHAIN_FDS: usize = 16;
+
+struct Level {
+    fd: Option<OwnedFd>,
+    dev: u64,
+    ino: u64,
+}
+
+/// The directories from a base directory down to where a depth-first walk is, holding a
+/// descriptor only for the deepest [`CHAIN_FDS`] of them, so a walk of any depth needs a fixed
+/// number of descriptors (and no recursion). Going back up past the held ones re-opens the
+/// parent through `..` of the child and checks it is the same directory (device and inode)
+/// that was walked down through; if it is not (the tree was moved meanwhile) the walk fails
+/// with `ESTALE` rather than continue somewhere else.
+pub struct DirChain<'a> {
+    base: BorrowedFd<'a>,
+    levels: Vec<Level>,
+    /// Levels `lo..` hold their descriptor.
+    lo: usize,
+}
+
+impl<'a> DirChain<'a> {
+    pub fn new(base: BorrowedFd<'a>) -> Self {
+        Self {
+            base,
+            levels: Vec::new(),
+            lo: 0,
+        }
+    }
+
+    /// The directory the walk is in.
+    pub fn top(&self) -> rustix::io::Result<BorrowedFd<'_>> {
+        match self.levels.last() {
+            None => Ok(self.base),
+            Some(l) => l.fd.as_ref().map(|f| f.as_fd()).ok_or(Errno::BADF),
+        }
+    }
+
+    /// Step down into the subdirectory `name` of the current directory (never a symlink).
+    pub fn push(&mut self, name: &CStr) -> rustix::io::Result<()> {
+        let fd = open_subdir(self.top()?, name)?;
+        let st = rustix::fs::fstat(&fd)?;
+        self.levels.push(Level {
+            fd: Some(fd),
+            dev: st.st_dev,
+            ino: st.st_ino,
+        });
+        if self.levels.len() - self.lo > CHAIN_FDS {
+            self.levels[self.lo].fd = None;
+            self.lo += 1;
+        }
+        Ok(())
+    }
+
+    /// Step back up to the parent of the current directory.
+    pub fn pop(&mut self) -> rustix::io::Result<()> {
+        let Some(child) = self.levels.pop() else {
+            return Err(Errno::INVAL);
+        };
+        let n = self.levels.len();
+        if n == 0 {
+            self.lo = 0;
+            return Ok(());
+        }
+        if self.lo < n {
+            return Ok(()); // the parent still holds its descriptor
+        }
+        let child_fd = child.fd.ok_or(Errno::BADF)?;
+        let parent = rustix::fs::openat(
+            &child_fd,
+            c"..",
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC | OFlags::NOFOLLOW,
+            Mode::empty(),
+        )?;
+        let st = rustix::fs::fstat(&parent)?;
+        let want = &mut self.levels[n - 1];
+        if (st.st_dev, st.st_ino) != (want.dev, want.ino) {
+            return Err(Errno::STALE);
+        }
+        want.fd = Some(parent);
+        self.lo = n - 1;
+        Ok(())
+    }
+}
+
 /// Remove `name` from `dir`, recursively for directories, without following links. Entries for
 /// which `keep(rel)` is true survive (and so do their parents). Returns whether `name` is gone.
+/// The walk is iterative with a bounded number of open descriptors, whatever the depth.
 pub fn remove_all(
     dir: BorrowedFd<'_>,
     name: &CStr,
@@ -108,19 +221,81 @@ pub fn remove_all(
             Err(e) => Err(e),
         };
     }
-    let sub = open_subdir(dir, name)?;
-    let mut all_gone = true;
-    for child in read_names(sub.as_fd())? {
-        let child_rel = join_rel(rel, child.to_bytes());
-        all_gone &= remove_all(sub.as_fd(), &child, &child_rel, keep)?;
+    struct Frame {
+        name: CString,
+        rel: Vec<u8>,
+        names: Vec<CString>,
+        next: usize,
+        all_gone: bool,
     }
-    if !all_gone {
-        return Ok(false);
+    let mut chain = DirChain::new(dir);
+    chain.push(name)?;
+    let mut frames = vec![Frame {
+        name: name.to_owned(),
+        rel: rel.to_vec(),
+        names: read_names(chain.top()?)?,
+        next: 0,
+        all_gone: true,
+    }];
+    while let Some(f) = frames.last_mut() {
+        if let Some(child) = f.names.get(f.next).cloned() {
+            f.next += 1;
+            let child_rel = join_rel(&f.rel, child.to_bytes());
+            if keep(&child_rel) {
+                f.all_gone = false;
+                continue;
+            }
+            let top = chain.top()?;
+            let st = match lstat(top, &child) {
+                Ok(st) => st,
+                Err(Errno::NOENT) => continue,
+                Err(e) => return Err(e),
+            };
+            if file_type(&st) != FileType::Directory {
+                match rustix::fs::unlinkat(top, &child, AtFlags::empty()) {
+                    Ok(()) | Err(Errno::NOENT) => {}
+                    Err(e) => return Err(e),
+                }
+                continue;
+            }
+            match chain.push(&child) {
+                Ok(()) => {}
+                Err(Errno::NOENT) => continue,
+                Err(e) => return Err(e),
+            }
+            let names = read_names(chain.top()?)?;
+            frames.push(Frame {
+                name: child,
+                rel: child_rel,
+                names,
+                next: 0,
+                all_gone: true,
+            });
+            continue;
+        }
+        let all_gone = f.all_gone;
+        let Some(done) = frames.pop() else { break };
+        chain.pop()?;
+        let gone = all_gone
+            && match rustix::fs::unlinkat(chain.top()?, &done.name, AtFlags::REMOVEDIR) {
+                Ok(()) | Err(Errno::NOENT) => true,
+                Err(Errno::NOTEMPTY) => false,
+                Err(e) => return Err(e),
+            };
+        match frames.last_mut() {
+            Some(parent) => parent.all_gone &= gone,
+            None => return Ok(gone),
+        }
     }
-    match rustix::fs::unlinkat(dir, name, AtFlags::REMOVEDIR) {
-        Ok(()) | Err(Errno::NOENT) => Ok(true),
-        Err(Errno::NOTEMPTY) => Ok(false),
-        Err(e) => Err(e),
+    Ok(false)
+}
+
+/// Number of components of a relative path (the root is 0).
+pub fn depth_of(rel: &[u8]) -> usize {
+    if rel.is_empty() {
+        0
+    } else {
+        rel.iter().filter(|&&b| b == b'/').count() + 1
     }
 }
 

@@ -66,47 +66,74 @@ pub fn diff_entries(
             None => Ok(Tree::default()),
         }
     };
-    walk(store, b"", &load(old)?, &load(new)?, &mut out)?;
+    walk(store, load(old)?, load(new)?, &mut out)?;
     Ok(out)
 }
 
-fn walk(store: &Store, rel: &[u8], old: &Tree, new: &Tree, out: &mut Vec<EntryDiff>) -> Result<()> {
-    let (mut i, mut j) = (0, 0);
-    while i < old.entries.len() || j < new.entries.len() {
-        let o = old.entries.get(i);
-        let n = new.entries.get(j);
+/// One pair of directories being compared; `post` is emitted when it is done.
+struct Frame {
+    rel: Vec<u8>,
+    old: Tree,
+    new: Tree,
+    i: usize,
+    j: usize,
+    post: Vec<EntryDiff>,
+}
+
+/// Depth first with an explicit stack (no recursion): trees of any depth are compared. The
+/// output order is that of a recursive walk: a replaced non-directory, then what is below,
+/// then an empty directory's own entry, then an added non-directory.
+fn walk(store: &Store, old: Tree, new: Tree, out: &mut Vec<EntryDiff>) -> Result<()> {
+    let mut stack = vec![Frame {
+        rel: Vec::new(),
+        old,
+        new,
+        i: 0,
+        j: 0,
+        post: Vec::new(),
+    }];
+    while let Some(f) = stack.last_mut() {
+        let o = f.old.entries.get(f.i);
+        let n = f.new.entries.get(f.j);
         let (o, n) = match (o, n) {
             (Some(o), Some(n)) if o.name == n.name => {
-                i += 1;
-                j += 1;
+                f.i += 1;
+                f.j += 1;
                 (Some(o), Some(n))
             }
             (Some(o), Some(n)) if o.name < n.name => {
-                i += 1;
+                f.i += 1;
                 (Some(o), None)
             }
             (Some(_), Some(n)) => {
-                j += 1;
+                f.j += 1;
                 (None, Some(n))
             }
             (Some(o), None) => {
-                i += 1;
+                f.i += 1;
                 (Some(o), None)
             }
             (None, Some(n)) => {
-                j += 1;
+                f.j += 1;
                 (None, Some(n))
             }
-            (None, None) => break,
+            (None, None) => {
+                if let Some(done) = stack.pop() {
+                    out.extend(done.post);
+                }
+                continue;
+            }
         };
-        let name = &o.or(n).map(|e| e.name.clone()).unwrap_or_default();
-        let path = join_rel(rel, name);
-        let is_dir = |e: Option<&TreeEntry>| e.is_some_and(|e| e.kind == EntryKind::Dir);
         if let (Some(o), Some(n)) = (o, n)
             && o == n
         {
             continue;
         }
+        let (o, n) = (o.cloned(), n.cloned());
+        let (o, n) = (o.as_ref(), n.as_ref());
+        let name = &o.or(n).map(|e| e.name.clone()).unwrap_or_default();
+        let path = join_rel(&f.rel, name);
+        let is_dir = |e: Option<&TreeEntry>| e.is_some_and(|e| e.kind == EntryKind::Dir);
         if is_dir(o) || is_dir(n) {
             let sub = |e: Option<&TreeEntry>| -> Result<Tree> {
                 match e {
@@ -123,14 +150,14 @@ fn walk(store: &Store, rel: &[u8], old: &Tree, new: &Tree, out: &mut Vec<EntryDi
                     new: None,
                 });
             }
-            walk(store, &path, &ot, &nt, out)?;
+            let mut post = Vec::new();
             match (o, n) {
                 // Empty directories are leaves of their own.
                 (Some(od), Some(nd)) if is_dir(o) && is_dir(n) => {
                     let empty_mode_change =
                         ot.entries.is_empty() && nt.entries.is_empty() && od.mode != nd.mode;
                     if empty_mode_change {
-                        out.push(EntryDiff {
+                        post.push(EntryDiff {
                             path: path.clone(),
                             old: Some(od.clone()),
                             new: Some(nd.clone()),
@@ -138,14 +165,14 @@ fn walk(store: &Store, rel: &[u8], old: &Tree, new: &Tree, out: &mut Vec<EntryDi
                     }
                 }
                 (Some(od), _) if is_dir(o) && ot.entries.is_empty() => {
-                    out.push(EntryDiff {
+                    post.push(EntryDiff {
                         path: path.clone(),
                         old: Some(od.clone()),
                         new: None,
                     });
                 }
                 (_, Some(nd)) if is_dir(n) && nt.entries.is_empty() => {
-                    out.push(EntryDiff {
+                    post.push(EntryDiff {
                         path: path.clone(),
                         old: None,
                         new: Some(nd.clone()),
@@ -154,12 +181,20 @@ fn walk(store: &Store, rel: &[u8], old: &Tree, new: &Tree, out: &mut Vec<EntryDi
                 _ => {}
             }
             if let Some(n) = n.filter(|e| e.kind != EntryKind::Dir) {
-                out.push(EntryDiff {
-                    path,
+                post.push(EntryDiff {
+                    path: path.clone(),
                     old: None,
                     new: Some(n.clone()),
                 });
             }
+            stack.push(Frame {
+                rel: path,
+                old: ot,
+                new: nt,
+                i: 0,
+                j: 0,
+                post,
+            });
             continue;
         }
         out.push(EntryDiff {

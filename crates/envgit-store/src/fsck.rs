@@ -54,14 +54,7 @@ pub fn fsck(store: &Store, progress: Option<&AtomicU64>) -> Result<FsckReport> {
     for step in store.steps() {
         report.steps_checked += 1;
         let Some(tree) = step.tree else { continue };
-        let damaged = damaged_paths(
-            store,
-            &tree,
-            b"",
-            &bad_set,
-            &mut memo,
-            &mut report.bad_objects,
-        )?;
+        let damaged = damaged_paths(store, &tree, &bad_set, &mut memo, &mut report.bad_objects)?;
         if !damaged.is_empty() {
             report.broken_steps.insert(step.number, damaged);
         }
@@ -69,46 +62,81 @@ pub fn fsck(store: &Store, progress: Option<&AtomicU64>) -> Result<FsckReport> {
     Ok(report)
 }
 
+/// The damaged paths below `root` (relative to it). Depth first with an explicit stack (no
+/// recursion), so a tree of any depth is checked.
 fn damaged_paths(
     store: &Store,
-    tree: &ObjectId,
-    rel: &[u8],
+    root: &ObjectId,
     bad: &HashSet<ObjectId>,
     memo: &mut HashMap<ObjectId, Vec<String>>,
     bad_objects: &mut BTreeMap<String, String>,
 ) -> Result<Vec<String>> {
-    if let Some(m) = memo.get(tree) {
-        // Paths are relative to the tree; prefix them for this position.
-        return Ok(m.iter().map(|p| prefixed(rel, p)).collect());
+    struct Frame {
+        id: ObjectId,
+        /// Name of this tree in its parent.
+        name: Vec<u8>,
+        entries: Vec<crate::tree::TreeEntry>,
+        next: usize,
+        local: Vec<String>,
     }
-    let mut local = Vec::new();
-    if bad.contains(tree) || !store.has(tree) {
-        if !store.has(tree) {
-            bad_objects.insert(tree.hex(), "missing".into());
+    let open = |id: &ObjectId,
+                name: Vec<u8>,
+                bad_objects: &mut BTreeMap<String, String>|
+     -> Result<Frame> {
+        let mut f = Frame {
+            id: *id,
+            name,
+            entries: Vec::new(),
+            next: 0,
+            local: Vec::new(),
+        };
+        if bad.contains(id) || !store.has(id) {
+            if !store.has(id) {
+                bad_objects.insert(id.hex(), "missing".into());
+            }
+            f.local.push(String::new());
+        } else {
+            f.entries = store.read_tree(id)?.entries;
         }
-        local.push(String::new());
-    } else {
-        let t = store.read_tree(tree)?;
-        for e in &t.entries {
-            let name = display_rel(&e.name);
+        Ok(f)
+    };
+    if let Some(m) = memo.get(root) {
+        return Ok(m.clone());
+    }
+    let mut stack = vec![open(root, Vec::new(), bad_objects)?];
+    while let Some(f) = stack.last_mut() {
+        if let Some(e) = f.entries.get(f.next).cloned() {
+            f.next += 1;
             match e.kind {
                 EntryKind::Dir => {
-                    for p in damaged_paths(store, &e.id, b"", bad, memo, bad_objects)? {
-                        local.push(prefixed(&e.name, &p));
+                    // Shared subtrees are walked once.
+                    if let Some(m) = memo.get(&e.id) {
+                        let add: Vec<String> = m.iter().map(|p| prefixed(&e.name, p)).collect();
+                        f.local.extend(add);
+                    } else {
+                        let child = open(&e.id, e.name.clone(), bad_objects)?;
+                        stack.push(child);
                     }
                 }
                 EntryKind::File | EntryKind::Symlink => {
                     if file_damaged(store, &e.id, bad, bad_objects)? {
-                        local.push(name);
+                        f.local.push(display_rel(&e.name));
                     }
                 }
                 EntryKind::Marker(_) => {}
             }
+            continue;
+        }
+        let Some(done) = stack.pop() else { break };
+        memo.insert(done.id, done.local.clone());
+        match stack.last_mut() {
+            Some(parent) => parent
+                .local
+                .extend(done.local.iter().map(|p| prefixed(&done.name, p))),
+            None => return Ok(done.local),
         }
     }
-    let out = local.iter().map(|p| prefixed(rel, p)).collect();
-    memo.insert(*tree, local);
-    Ok(out)
+    Ok(Vec::new())
 }
 
 fn file_damaged(

@@ -48,4 +48,7 @@ pub use step::{
 pub use store::{Store, envgit_home, store_dir_for};
 pub use tree::{EntryKind, MarkerReason, Tree, TreeEntry};
 pub use watch::{LiveTree, SnapshotMode};
-pub use worktree::{DEFAULT_MAX_FILE_SIZE, ScanConfig, ScanProgress, ScanReport, WorkTree};
+pub use worktree::{
+    DEFAULT_MAX_FILE_SIZE, MAX_TREE_DEPTH, MAX_TREE_PATH, ScanConfig, ScanProgress, ScanReport,
+    WorkTree,
+};

@@ -53,10 +53,54 @@ impl Flock {
     }
 }
 
-/// An open step. Dropping it closes the step (whether or not it was committed).
+/// What is known of a step when it begins, in its `inflight/<id>` marker: the begin record
+/// that lets a later command record the step as interrupted if its owner dies before
+/// committing (or gives up after the command started, see
+/// [`StepGuard::keep_if_uncommitted`]).
+#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
+pub(crate) struct Begun {
+    pub pid: u32,
+    pub what: String,
+    pub started_at_ms: u64,
+    pub head: Option<u64>,
+    #[serde(default)]
+    pub command: Option<Vec<String>>,
+    #[serde(default)]
+    pub cwd: Option<String>,
+    /// A step is under way: false between a commit and the next step of a session guard.
+    #[serde(default = "yes")]
+    pub open: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+impl Begun {
+    fn parse(text: &str, mtime_ms: u64) -> Self {
+        serde_json::from_str(text).unwrap_or_else(|_| Self {
+            // A marker of an older envgit ("pid N: what"), or torn.
+            what: text.trim().to_string(),
+            started_at_ms: mtime_ms,
+            open: true,
+            ..Self::default()
+        })
+    }
+
+    fn describe(&self) -> String {
+        format!("pid {}: {}", self.pid, self.what)
+    }
+}
+
+/// An open step. Dropping it closes the step: the marker is removed, unless
+/// [`StepGuard::keep_if_uncommitted`] was called since the last commit, in which case the step
+/// is left for the next command to record as interrupted.
 pub struct StepGuard {
     path: PathBuf,
-    _marker: Flock,
+    /// The marker, flocked exclusively while the step is open.
+    marker: File,
+    begun: Begun,
+    keep: bool,
     _gc: Flock,
     head_at_begin: Option<u64>,
 }
@@ -64,21 +108,42 @@ pub struct StepGuard {
 impl StepGuard {
     pub(crate) fn begin(store: &Path, what: &str, head: Option<u64>) -> Result<Self> {
         let gc = Flock::shared(&store.join("gc.lock"))?;
-        let path = store
-            .join("inflight")
-            .join(format!("{:016x}", random_u64()));
-        let mut file = OpenOptions::new()
+        let dir = store.join("inflight");
+        let id = format!("{:016x}", random_u64());
+        let path = dir.join(&id);
+        // Created, locked and written under a dot name, then renamed: another process never
+        // sees an unlocked marker (which it would take for one whose owner died).
+        let tmp = dir.join(format!(".new-{id}"));
+        let mut marker = OpenOptions::new()
             .create_new(true)
             .read(true)
             .write(true)
-            .open(&path)
-            .at(&path)?;
-        rustix::fs::flock(&file, FlockOperation::LockExclusive).at(&path)?;
-        // Best effort: the description only serves messages.
-        let _ = write!(file, "pid {}: {what}", std::process::id());
+            .open(&tmp)
+            .at(&tmp)?;
+        let begun = Begun {
+            pid: std::process::id(),
+            what: what.to_string(),
+            started_at_ms: crate::step::now_ms(),
+            head,
+            open: true,
+            ..Begun::default()
+        };
+        let result = (|| {
+            rustix::fs::flock(&marker, FlockOperation::LockExclusive).at(&tmp)?;
+            let json =
+                serde_json::to_vec(&begun).map_err(|e| StoreError::corrupt(e.to_string()))?;
+            marker.write_all(&json).at(&tmp)?;
+            std::fs::rename(&tmp, &path).at(&path)
+        })();
+        if let Err(e) = result {
+            let _ = std::fs::remove_file(&tmp);
+            return Err(e);
+        }
         Ok(Self {
             path,
-            _marker: Flock { _file: file },
+            marker,
+            begun,
+            keep: false,
             _gc: gc,
             head_at_begin: head,
         })
@@ -88,48 +153,134 @@ impl StepGuard {
         self.head_at_begin
     }
 
+    /// Add what the step runs to its begin record, so an interrupted step is recorded with it.
+    pub fn describe(&mut self, command: &[String], cwd: Option<&str>) -> Result<()> {
+        self.begun.command = Some(command.to_vec());
+        self.begun.cwd = cwd.map(str::to_string);
+        self.rewrite()
+    }
+
+    /// The step's command has started: from now until the next commit, dropping the guard
+    /// without committing (the commit failed, the disk is full) leaves the step for the next
+    /// command to record as interrupted, instead of ending it as if nothing happened. For a
+    /// guard held across several steps (a session), call it at the start of each.
+    pub fn keep_if_uncommitted(&mut self) {
+        self.keep = true;
+        if !self.begun.open {
+            self.begun.open = true;
+            // Best effort: if it cannot be written, a crash now goes unrecorded.
+            let _ = self.rewrite();
+        }
+    }
+
     /// The owner committed step `number`: a further step under the same guard (a rewind
-    /// after the state it records first) is not overlapped by it.
+    /// after the state it records first) is not overlapped by it, and a crash before the next
+    /// [`StepGuard::keep_if_uncommitted`] interrupts nothing.
     pub(crate) fn committed(&mut self, number: u64) {
         self.head_at_begin = Some(number);
+        self.keep = false;
+        self.begun.open = false;
+        self.begun.head = Some(number);
+        // Best effort: if it cannot be written, a crash before the drop records one
+        // interrupted step too many, never one too few.
+        let _ = self.rewrite();
+    }
+
+    /// Replace the marker's begin record (in place: the flock stays on it).
+    fn rewrite(&mut self) -> Result<()> {
+        use std::os::unix::fs::FileExt;
+        let json =
+            serde_json::to_vec(&self.begun).map_err(|e| StoreError::corrupt(e.to_string()))?;
+        self.marker.set_len(0).at(&self.path)?;
+        self.marker.write_all_at(&json, 0).at(&self.path)
     }
 }
 
 impl Drop for StepGuard {
     fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.path);
+        if !self.keep {
+            let _ = std::fs::remove_file(&self.path);
+        }
     }
 }
 
-/// Descriptions of steps other processes have open; removes markers whose owner died.
-pub(crate) fn live_steps(store: &Path, own: Option<&StepGuard>) -> Result<Vec<String>> {
+/// Markers in `inflight/` (not the dot names of markers being created).
+fn markers(store: &Path) -> Result<Vec<PathBuf>> {
     let dir = store.join("inflight");
-    let mut live = Vec::new();
     let entries = match std::fs::read_dir(&dir) {
         Ok(e) => e,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(live),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
         Err(e) => return Err(e).at(&dir),
     };
+    let mut out = Vec::new();
     for entry in entries {
-        let path = entry.at(&dir)?.path();
+        let entry = entry.at(&dir)?;
+        if !entry.file_name().as_encoded_bytes().starts_with(b".") {
+            out.push(entry.path());
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// Descriptions of steps other processes have open. Markers whose owner died are left for
+/// [`dead_steps`] (the next open records them as interrupted).
+pub(crate) fn live_steps(store: &Path, own: Option<&StepGuard>) -> Result<Vec<String>> {
+    let mut live = Vec::new();
+    for path in markers(store)? {
         if own.is_some_and(|g| g.path == path) {
             continue;
         }
         let Ok(mut file) = OpenOptions::new().read(true).open(&path) else {
             continue; // finished meanwhile
         };
-        match rustix::fs::flock(&file, FlockOperation::NonBlockingLockShared) {
-            Ok(()) => {
-                let _ = std::fs::remove_file(&path);
-            }
-            Err(_) => {
-                let mut what = String::new();
-                let _ = file.read_to_string(&mut what);
-                live.push(what);
-            }
+        if rustix::fs::flock(&file, FlockOperation::NonBlockingLockShared).is_err() {
+            let mut text = String::new();
+            let _ = file.read_to_string(&mut text);
+            live.push(Begun::parse(&text, 0).describe());
         }
     }
     Ok(live)
+}
+
+/// A step whose owner died before committing: its marker (locked by us now) and begin record.
+pub(crate) struct DeadStep {
+    pub path: PathBuf,
+    pub id: String,
+    pub begun: Begun,
+    _held: File,
+}
+
+/// Steps whose marker nobody holds: their owner died (or gave up after its command started).
+pub(crate) fn dead_steps(store: &Path) -> Result<Vec<DeadStep>> {
+    let mut dead = Vec::new();
+    for path in markers(store)? {
+        let Ok(mut file) = OpenOptions::new().read(true).open(&path) else {
+            continue; // finished meanwhile
+        };
+        if rustix::fs::flock(&file, FlockOperation::NonBlockingLockExclusive).is_err() {
+            continue; // alive
+        }
+        let mut text = String::new();
+        let _ = file.read_to_string(&mut text);
+        let mtime_ms = file
+            .metadata()
+            .ok()
+            .and_then(|m| m.modified().ok())
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+            .map_or(0, |d| d.as_millis() as u64);
+        let id = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        dead.push(DeadStep {
+            begun: Begun::parse(&text, mtime_ms),
+            path,
+            id,
+            _held: file,
+        });
+    }
+    Ok(dead)
 }
 
 /// Take gc's exclusive lock, or say which steps are open.

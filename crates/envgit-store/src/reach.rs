@@ -11,23 +11,31 @@ use crate::tree::EntryKind;
 /// Add every object reachable from `tree` (itself included) to `seen`. Subtrees already in
 /// `seen` are not walked again, so walking many similar steps costs what they differ by.
 pub fn collect(store: &Store, tree: &ObjectId, seen: &mut HashSet<ObjectId>) -> Result<()> {
-    if !seen.insert(*tree) {
-        return Ok(());
-    }
-    let t = store.read_tree(tree)?;
-    for e in &t.entries {
-        match e.kind {
-            EntryKind::Dir => collect(store, &e.id, seen)?,
-            EntryKind::File | EntryKind::Symlink => {
-                if seen.insert(e.id) {
-                    let kind = store.index().get(&e.id).map(|l| l.kind);
-                    if kind == Some(ObjectKind::ChunkList) {
-                        let (_, list) = store.read_object(&e.id)?;
-                        seen.extend(chunk::decode_list(&list)?);
+    // An explicit stack, not recursion: a tree of any depth is walked.
+    let mut todo = vec![*tree];
+    while let Some(tree) = todo.pop() {
+        if !seen.insert(tree) {
+            continue;
+        }
+        let t = store.read_tree(&tree)?;
+        for e in &t.entries {
+            match e.kind {
+                EntryKind::Dir => {
+                    if !seen.contains(&e.id) {
+                        todo.push(e.id);
                     }
                 }
+                EntryKind::File | EntryKind::Symlink => {
+                    if seen.insert(e.id) {
+                        let kind = store.index().get(&e.id).map(|l| l.kind);
+                        if kind == Some(ObjectKind::ChunkList) {
+                            let (_, list) = store.read_object(&e.id)?;
+                            seen.extend(chunk::decode_list(&list)?);
+                        }
+                    }
+                }
+                EntryKind::Marker(_) => {}
             }
-            EntryKind::Marker(_) => {}
         }
     }
     Ok(())

@@ -7,18 +7,16 @@
 use std::collections::HashSet;
 use std::ffi::CStr;
 use std::fs::File;
-use std::io::Write;
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd};
 use std::path::PathBuf;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use rayon::prelude::*;
 use rustix::fs::{AtFlags, Mode, OFlags};
 use rustix::io::Errno;
 
 use crate::beneath::{self, display_rel, join_rel};
-use crate::error::{IoContext, Result};
+use crate::error::{IoContext, Result, StoreError};
 use crate::exclude::Excludes;
 use crate::id::ObjectId;
 use crate::pack::random_u64;
@@ -77,7 +75,7 @@ pub fn restore(
     };
     let tgt = store.read_tree(target)?;
     let dir = beneath::open_dir_beneath(root, b"").at(&PathBuf::from("."))?;
-    ctx.dir(dir, b"", &cur, &tgt)?;
+    ctx.walk(dir.as_fd(), &cur, &tgt)?;
     Ok(RestoreReport {
         touched_dirs: ctx.touched.into_inner().unwrap_or_default(),
         written: ctx.written.load(Ordering::Relaxed),
@@ -88,6 +86,35 @@ pub fn restore(
 
 fn io_at(rel: &[u8]) -> PathBuf {
     PathBuf::from(display_rel(rel))
+}
+
+/// A subdirectory to descend into: its path, its current tree (`None`: new) and its target.
+type Descend = (Vec<u8>, Option<ObjectId>, ObjectId);
+
+/// The directory the walk is back in after finishing a child (for error messages).
+fn child_parent(frames: &[(Vec<Descend>, usize)]) -> Vec<u8> {
+    frames
+        .last()
+        .and_then(|(list, next)| list.get(next.wrapping_sub(1)))
+        .and_then(|(rel, _, _)| beneath::parent_rel(rel).map(<[u8]>::to_vec))
+        .unwrap_or_default()
+}
+
+fn stale(e: Errno, rel: &[u8]) -> StoreError {
+    if e == Errno::STALE {
+        return StoreError::Refused(format!(
+            "{}: a directory was moved while envgit was writing into it; run the command again",
+            if rel.is_empty() {
+                ".".into()
+            } else {
+                display_rel(rel)
+            }
+        ));
+    }
+    StoreError::Io {
+        path: io_at(rel),
+        source: e.into(),
+    }
 }
 
 impl Ctx<'_> {
@@ -113,7 +140,38 @@ impl Ctx<'_> {
         }
     }
 
-    fn dir(&self, dir: OwnedFd, rel: &[u8], cur: &Tree, tgt: &Tree) -> Result<()> {
+    /// Depth first with an explicit stack and a bounded number of open directories
+    /// ([`beneath::DirChain`]): any depth costs neither stack nor descriptors.
+    fn walk(&self, root: BorrowedFd<'_>, cur: &Tree, tgt: &Tree) -> Result<()> {
+        let mut chain = beneath::DirChain::new(root);
+        let first = self.dir(root, b"", cur, tgt)?;
+        let mut frames: Vec<(Vec<Descend>, usize)> = vec![(first, 0)];
+        while let Some((list, next)) = frames.last_mut() {
+            let Some((child, c, t)) = list.get(*next).cloned() else {
+                frames.pop();
+                if !frames.is_empty() {
+                    chain.pop().map_err(|e| stale(e, &child_parent(&frames)))?;
+                }
+                continue;
+            };
+            *next += 1;
+            let name = child.rsplit(|&b| b == b'/').next().unwrap_or(&child);
+            let cname = beneath::cstr(name).at(&io_at(&child))?;
+            chain.push(&cname).at(&io_at(&child))?;
+            let ct = match c {
+                Some(id) => self.store.read_tree(&id)?,
+                None => Tree::default(),
+            };
+            let tt = self.store.read_tree(&t)?;
+            let top = chain.top().at(&io_at(&child))?;
+            let sub = self.dir(top, &child, &ct, &tt)?;
+            frames.push((sub, 0));
+        }
+        Ok(())
+    }
+
+    /// Bring one directory's entries in line; returns the subdirectories to descend into.
+    fn dir(&self, dir: BorrowedFd<'_>, rel: &[u8], cur: &Tree, tgt: &Tree) -> Result<Vec<Descend>> {
         let mut names: Vec<&[u8]> = cur
             .entries
             .iter()
@@ -122,7 +180,7 @@ impl Ctx<'_> {
             .collect();
         names.sort_unstable();
         names.dedup();
-        let mut recurse: Vec<(Vec<u8>, Tree, Tree)> = Vec::new();
+        let mut recurse: Vec<Descend> = Vec::new();
         for name in names {
             let c = cur.get(name);
             let t = tgt.get(name);
@@ -150,11 +208,7 @@ impl Ctx<'_> {
                         self.chmod(dir.as_fd(), &cname, &child, t.mode, true)?;
                     }
                     if c.id != t.id {
-                        recurse.push((
-                            child,
-                            self.store.read_tree(&c.id)?,
-                            self.store.read_tree(&t.id)?,
-                        ));
+                        recurse.push((child, Some(c.id), t.id));
                     }
                 }
                 (Some(c), Some(t))
@@ -185,14 +239,7 @@ impl Ctx<'_> {
                 }
             }
         }
-        recurse
-            .into_par_iter()
-            .try_for_each(|(child, c, t)| -> Result<()> {
-                let name = child.rsplit(|&b| b == b'/').next().unwrap_or(&child);
-                let cname = beneath::cstr(name).at(&io_at(&child))?;
-                let sub = beneath::open_subdir(dir.as_fd(), &cname).at(&io_at(&child))?;
-                self.dir(sub, &child, &c, &t)
-            })
+        Ok(recurse)
     }
 
     fn chmod(
@@ -224,7 +271,7 @@ impl Ctx<'_> {
         name: &CStr,
         rel: &[u8],
         t: &TreeEntry,
-        recurse: &mut Vec<(Vec<u8>, Tree, Tree)>,
+        recurse: &mut Vec<Descend>,
     ) -> Result<()> {
         match t.kind {
             EntryKind::Dir => {
@@ -233,7 +280,7 @@ impl Ctx<'_> {
                     Err(e) => return Err(e).at(&io_at(rel)),
                 }
                 self.chmod(dir, name, rel, t.mode, true)?;
-                recurse.push((rel.to_vec(), Tree::default(), self.store.read_tree(&t.id)?));
+                recurse.push((rel.to_vec(), None, t.id));
             }
             EntryKind::File => self.write_file(dir, name, rel, t)?,
             EntryKind::Symlink => {
@@ -266,9 +313,8 @@ impl Ctx<'_> {
                 Mode::from_raw_mode(0o600),
             )
             .at(&io_at(rel))?;
-            let mut file = File::from(fd);
-            self.store
-                .read_file_into(&t.id, &mut |b| file.write_all(b).at(&io_at(rel)))?;
+            let file = File::from(fd);
+            self.fill(&file, rel, t)?;
             return rustix::fs::fchmod(&file, Mode::from_raw_mode(t.mode)).at(&io_at(rel));
         }
         let tmp = tmp_name();
@@ -279,10 +325,9 @@ impl Ctx<'_> {
             Mode::from_raw_mode(0o600),
         )
         .at(&io_at(rel))?;
-        let mut file = File::from(fd);
+        let file = File::from(fd);
         let result = (|| {
-            self.store
-                .read_file_into(&t.id, &mut |b| file.write_all(b).at(&io_at(rel)))?;
+            self.fill(&file, rel, t)?;
             rustix::fs::fchmod(&file, Mode::from_raw_mode(t.mode)).at(&io_at(rel))?;
             rustix::fs::renameat(dir, tmp.as_c_str(), dir, name).at(&io_at(rel))
         })();
@@ -291,6 +336,55 @@ impl Ctx<'_> {
         }
         result
     }
+}
+
+impl Ctx<'_> {
+    /// Write a file's content into a new, empty `file`, chunk by chunk (never the whole file in
+    /// memory), leaving holes where the content has blocks of zeros: a sparse file stays sparse
+    /// (a 96 MiB disk image with a few KiB of data costs a few KiB, not 96 MiB).
+    fn fill(&self, file: &File, rel: &[u8], t: &TreeEntry) -> Result<()> {
+        let mut pos: u64 = 0;
+        self.store.read_file_into(&t.id, &mut |b| {
+            write_sparse(file, pos, b).at(&io_at(rel))?;
+            pos += b.len() as u64;
+            Ok(())
+        })?;
+        // Trailing zeros were skipped: the length makes them a hole at the end.
+        file.set_len(pos).at(&io_at(rel))
+    }
+}
+
+/// Holes are made for zero runs of at least this many aligned bytes (a filesystem block).
+const HOLE_BLOCK: usize = 4096;
+static ZEROS: [u8; HOLE_BLOCK] = [0; HOLE_BLOCK];
+
+/// Write `buf` at `offset` of a file that is all hole beyond what was written: blocks of
+/// zeros are skipped, runs of other blocks are written with one call each.
+fn write_sparse(file: &File, offset: u64, buf: &[u8]) -> std::io::Result<()> {
+    use std::os::unix::fs::FileExt;
+    let mut run_start: Option<usize> = None;
+    let mut i = 0;
+    while i < buf.len() {
+        // Blocks aligned to the file offset, so a skipped block is a whole filesystem block.
+        let abs = offset + i as u64;
+        let to_boundary = HOLE_BLOCK - (abs % HOLE_BLOCK as u64) as usize;
+        let end = (i + to_boundary).min(buf.len());
+        let block = &buf[i..end];
+        let zero = block == &ZEROS[..block.len()];
+        match (zero, run_start) {
+            (true, Some(s)) => {
+                file.write_all_at(&buf[s..i], offset + s as u64)?;
+                run_start = None;
+            }
+            (false, None) => run_start = Some(i),
+            _ => {}
+        }
+        i = end;
+    }
+    if let Some(s) = run_start {
+        file.write_all_at(&buf[s..], offset + s as u64)?;
+    }
+    Ok(())
 }
 
 fn tmp_name() -> std::ffi::CString {

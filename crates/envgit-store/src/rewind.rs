@@ -62,6 +62,9 @@ pub fn rewind(
         .filter(|s| s.number > opts.target)
         .flat_map(|s| s.marks().map(move |r| (s.number, r.clone())))
         .collect();
+    // From here on the working tree changes: a rewind that dies or fails before its commit is
+    // recorded as interrupted by the next command.
+    guard.keep_if_uncommitted();
     let restore_opts = RestoreOptions {
         excludes: opts.excludes,
         protected: opts.protected,

@@ -15,6 +15,9 @@ pub enum StepKind {
     Repl,
     Rewind,
     Fork,
+    /// A step that began and never committed (its process crashed, was killed or signalled,
+    /// or the disk was full), recorded by the next command that opened the store.
+    Interrupted,
 }
 
 impl StepKind {
@@ -27,6 +30,7 @@ impl StepKind {
             Self::Repl => "repl",
             Self::Rewind => "rewind",
             Self::Fork => "fork",
+            Self::Interrupted => "interrupted",
         }
     }
 }

@@ -21,6 +21,9 @@ pub enum MarkerReason {
     Unreadable = 4,
     /// Removed from history by `envgit gc --purge`.
     Purged = 5,
+    /// A directory deeper than [`crate::MAX_TREE_DEPTH`] levels, or whose path is longer than
+    /// [`crate::MAX_TREE_PATH`] bytes: it and everything below it are not captured.
+    TooDeep = 6,
 }
 
 impl MarkerReason {
@@ -31,6 +34,7 @@ impl MarkerReason {
             3 => Self::Special,
             4 => Self::Unreadable,
             5 => Self::Purged,
+            6 => Self::TooDeep,
             _ => return None,
         })
     }
@@ -42,6 +46,8 @@ impl MarkerReason {
             Self::Special => "special file",
             Self::Unreadable => "unreadable",
             Self::Purged => "purged",
+            // MAX_TREE_DEPTH and MAX_TREE_PATH (a unit test keeps the two in step).
+            Self::TooDeep => "deeper than 1024 directories or a path over 16 KiB",
         }
     }
 }
@@ -190,5 +196,25 @@ mod tests {
         };
         assert_eq!(Tree::decode(&t.encode()).unwrap(), t);
         assert!(Tree::decode(&[1, 2, 3]).is_err());
+    }
+
+    #[test]
+    fn too_deep_names_the_limits() {
+        let d = MarkerReason::TooDeep.describe();
+        assert!(d.contains(&crate::MAX_TREE_DEPTH.to_string()), "{d}");
+        assert!(
+            d.contains(&format!("{} KiB", crate::MAX_TREE_PATH >> 10)),
+            "{d}"
+        );
+        let t = Tree {
+            entries: vec![TreeEntry {
+                name: b"d".to_vec(),
+                kind: EntryKind::Marker(MarkerReason::TooDeep),
+                mode: 0,
+                size: 0,
+                id: ZERO_ID,
+            }],
+        };
+        assert_eq!(Tree::decode(&t.encode()).unwrap(), t);
     }
 }

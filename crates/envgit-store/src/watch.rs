@@ -147,7 +147,7 @@ impl LiveTree {
             if self.watched.contains(&rel) {
                 continue;
             }
-            let fd = match beneath::open_dir_beneath(self.tree.root_fd(), &rel) {
+            let fd = match beneath::open_dir_rel(self.tree.root_fd(), &rel) {
                 Ok(fd) => fd,
                 Err(_) => {
                     self.dirty.insert(rel); // raced away: its parent's rescan says what is there

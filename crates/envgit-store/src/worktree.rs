@@ -32,6 +32,14 @@ use crate::tree::{EntryKind, MarkerReason, Tree, TreeEntry, ZERO_ID};
 const RACY_MARGIN_NS: i64 = 2_000_000_000;
 /// The default of `snapshot.max_file_size`.
 pub const DEFAULT_MAX_FILE_SIZE: u64 = 100 << 20;
+/// Directories deeper than this (components below the project root) are recorded as a
+/// `too_deep` marker instead of being walked: a chain of nested directories planted by the
+/// agent must not cost unbounded memory (every directory's path is kept) nor produce paths no
+/// tool can open. git's `core.maxTreeDepth` defaults to 4096; real projects stay far below.
+pub const MAX_TREE_DEPTH: usize = 1024;
+/// Directories whose path (relative to the project root) is longer than this many bytes are
+/// recorded as a `too_deep` marker too (four times Linux's PATH_MAX).
+pub const MAX_TREE_PATH: usize = 16 << 10;
 
 #[derive(Clone)]
 pub struct ScanConfig {
@@ -141,6 +149,9 @@ pub struct ScanReport {
     pub full: bool,
     /// Directories seen for the first time by a partial rescan (the watcher adds watches).
     pub new_dirs: Vec<Vec<u8>>,
+    /// Directories recorded as `too_deep` markers (over [`MAX_TREE_DEPTH`] levels or
+    /// [`MAX_TREE_PATH`] bytes): the caller warns about each, naming the limit.
+    pub too_deep: Vec<String>,
 }
 
 struct Ctx<'a> {
@@ -152,6 +163,7 @@ struct Ctx<'a> {
     skip: Option<(u64, u64)>,
     out: Mutex<HashMap<Vec<u8>, DirState>>,
     unstable: Mutex<Vec<String>>,
+    too_deep: Mutex<Vec<String>>,
     hashed: AtomicU64,
     progress: Option<&'a ScanProgress>,
     any_unstable: AtomicBool,
@@ -232,6 +244,7 @@ impl WorkTree {
             skip: self.skip,
             out: Mutex::default(),
             unstable: Mutex::default(),
+            too_deep: Mutex::default(),
             hashed: AtomicU64::new(0),
             progress,
             any_unstable: AtomicBool::new(false),
@@ -246,14 +259,17 @@ impl WorkTree {
     ) -> Result<(ObjectId, ScanReport)> {
         let ctx = self.ctx(store, progress);
         let root = beneath::open_dir_beneath(self.root_fd.as_fd(), b"").at(&self.root)?;
-        let id = ctx.scan_subtree(root, b"")?;
+        let state = ctx.walk(root.as_fd(), b"", false)?;
+        let id = state.tree;
         let report = ScanReport {
             unstable: ctx.unstable.into_inner().unwrap_or_default(),
             hashed: ctx.hashed.load(Ordering::Relaxed),
             full: true,
             new_dirs: Vec::new(),
+            too_deep: ctx.too_deep.into_inner().unwrap_or_default(),
         };
-        let out = ctx.out.into_inner().unwrap_or_default();
+        let mut out = ctx.out.into_inner().unwrap_or_default();
+        out.insert(Vec::new(), state);
         self.dirs = out;
         Ok((id, report))
     }
@@ -298,7 +314,7 @@ impl WorkTree {
                 continue; // its parent is new or gone: the parent's own scan covers it
             }
             if is_dirty || !self.dirs.contains_key(&rel) {
-                let fd = match beneath::open_dir_beneath(self.root_fd.as_fd(), &rel) {
+                let fd = match beneath::open_dir_rel(self.root_fd.as_fd(), &rel) {
                     Ok(fd) => fd,
                     // Gone, or no longer a directory: the parent's scan records what is there.
                     Err(Errno::NOENT | Errno::NOTDIR | Errno::LOOP | Errno::XDEV) => {
@@ -308,11 +324,14 @@ impl WorkTree {
                     Err(e) => return Err(e).at(&self.root.join(beneath::display_rel(&rel))),
                 };
                 let ctx = self.ctx(store, None);
-                let state = ctx.scan_one(fd.as_fd(), &rel, true)?;
+                let state = ctx.walk(fd.as_fd(), &rel, true)?;
                 let mut out = ctx.out.into_inner().unwrap_or_default();
                 report
                     .unstable
                     .extend(ctx.unstable.into_inner().unwrap_or_default());
+                report
+                    .too_deep
+                    .extend(ctx.too_deep.into_inner().unwrap_or_default());
                 report.hashed += ctx.hashed.load(Ordering::Relaxed);
                 // Drop states of subdirectories that no longer exist.
                 let keep: HashSet<&[u8]> = state
@@ -380,27 +399,189 @@ fn put_tree(store: &Store, entries: &[CachedEntry]) -> Result<ObjectId> {
     store.put(ObjectKind::Tree, &tree.encode())
 }
 
+/// At most this many subtrees are walked at once (each holding a bounded number of descriptors).
+const PARALLEL_WALKS: usize = 8;
+
+/// A subdirectory still to walk: its index in the parent's entries, and its name.
+type Subdir = (usize, std::ffi::CString);
+
+/// One directory of an iterative walk: its entries so far and the subdirectories still to visit.
+struct Frame {
+    rel: Vec<u8>,
+    entries: Vec<CachedEntry>,
+    subdirs: Vec<Subdir>,
+    next: usize,
+    /// Index of this directory's entry in its parent's `entries`.
+    slot: usize,
+}
+
+fn walk_error(e: Errno, rel: &[u8]) -> StoreError {
+    let path = PathBuf::from(beneath::display_rel(rel));
+    if e == Errno::STALE {
+        return StoreError::Refused(format!(
+            "{}: a directory was moved while envgit was reading it; run the command again",
+            path.display()
+        ));
+    }
+    StoreError::Io {
+        path,
+        source: e.into(),
+    }
+}
+
 impl Ctx<'_> {
-    /// Scan a directory and everything below it (subdirectories in parallel).
-    fn scan_subtree(&self, fd: OwnedFd, rel: &[u8]) -> Result<ObjectId> {
-        let state = self.scan_one(fd.as_fd(), rel, false)?;
-        let id = state.tree;
-        self.out
-            .lock()
-            .map_err(|_| StoreError::corrupt("poisoned"))?
-            .insert(rel.to_vec(), state);
-        Ok(id)
+    /// Scan the directory `dir` (at `rel`) and everything below it, depth first with an explicit
+    /// stack (no recursion) and a bounded number of open directories ([`beneath::DirChain`]),
+    /// so any depth costs neither stack nor descriptors. With `reuse_top`, subdirectories of
+    /// `dir` already known keep their tree id (the watcher says they did not change). The
+    /// states of the directories below go to `out`; that of `dir` is returned.
+    fn walk(&self, dir: BorrowedFd<'_>, rel: &[u8], reuse_top: bool) -> Result<DirState> {
+        let (mut entries, subdirs) = self.read_entries(dir, rel, reuse_top)?;
+        if subdirs.len() < 2 {
+            return self.walk_from(dir, rel, entries, subdirs);
+        }
+        // The subtrees of the top directory in parallel, in at most PARALLEL_WALKS groups
+        // (each walked sequentially), so the descriptors held stay bounded whatever the
+        // number of cores: PARALLEL_WALKS chains of at most CHAIN_FDS + 1 each.
+        let groups = rayon::current_num_threads().clamp(1, PARALLEL_WALKS);
+        let per = subdirs.len().div_ceil(groups);
+        let results: Vec<Vec<(usize, Result<Option<DirState>>)>> = subdirs
+            .par_chunks(per)
+            .map(|group| {
+                group
+                    .iter()
+                    .map(|(slot, name)| {
+                        let child_rel = join_rel(rel, name.to_bytes());
+                        let r = match beneath::open_subdir(dir, name) {
+                            Ok(fd) => {
+                                let (e, s) = match self.read_entries(fd.as_fd(), &child_rel, false)
+                                {
+                                    Ok(x) => x,
+                                    Err(e) => return (*slot, Err(e)),
+                                };
+                                self.walk_from(fd.as_fd(), &child_rel, e, s).map(Some)
+                            }
+                            Err(
+                                Errno::NOENT
+                                | Errno::NOTDIR
+                                | Errno::LOOP
+                                | Errno::ACCESS
+                                | Errno::PERM,
+                            ) => Ok(None),
+                            Err(e) => Err(walk_error(e, &child_rel)),
+                        };
+                        (*slot, r)
+                    })
+                    .collect()
+            })
+            .collect();
+        for (slot, r) in results.into_iter().flatten() {
+            match r? {
+                Some(state) => {
+                    entries[slot].entry.id = state.tree;
+                    let child_rel = join_rel(rel, &entries[slot].entry.name);
+                    self.out
+                        .lock()
+                        .map_err(|_| StoreError::corrupt("poisoned"))?
+                        .insert(child_rel, state);
+                }
+                None => {
+                    // Raced away or unreadable: say so rather than drop it silently.
+                    let name = entries[slot].entry.name.clone();
+                    entries[slot] = marker(&name, MarkerReason::Unreadable, 0);
+                }
+            }
+        }
+        let tree = put_tree(self.store, &entries)?;
+        Ok(DirState {
+            tree,
+            stamp_ns: self.started,
+            entries,
+        })
     }
 
-    /// Scan one directory's entries. Subdirectories are scanned whole, except that with
-    /// `reuse_subdirs` a subdirectory already known keeps its tree id (the watcher says it
-    /// did not change).
-    fn scan_one(&self, dir: BorrowedFd<'_>, rel: &[u8], reuse_subdirs: bool) -> Result<DirState> {
+    /// The sequential walk below `dir`, whose entries were just read.
+    fn walk_from(
+        &self,
+        dir: BorrowedFd<'_>,
+        rel: &[u8],
+        entries: Vec<CachedEntry>,
+        subdirs: Vec<Subdir>,
+    ) -> Result<DirState> {
+        let mut chain = beneath::DirChain::new(dir);
+        let mut frames = vec![Frame {
+            rel: rel.to_vec(),
+            entries,
+            subdirs,
+            next: 0,
+            slot: 0,
+        }];
+        loop {
+            let Some(f) = frames.last_mut() else {
+                return Err(StoreError::corrupt("scan stack underflow"));
+            };
+            if let Some((slot, name)) = f.subdirs.get(f.next).cloned() {
+                f.next += 1;
+                let child_rel = join_rel(&f.rel, name.to_bytes());
+                match chain.push(&name) {
+                    Ok(()) => {}
+                    // Raced away or unreadable: say so rather than drop it silently.
+                    Err(
+                        Errno::NOENT | Errno::NOTDIR | Errno::LOOP | Errno::ACCESS | Errno::PERM,
+                    ) => {
+                        f.entries[slot] = marker(name.to_bytes(), MarkerReason::Unreadable, 0);
+                        continue;
+                    }
+                    Err(e) => return Err(walk_error(e, &child_rel)),
+                }
+                let top = chain.top().map_err(|e| walk_error(e, &child_rel))?;
+                let (entries, subdirs) = self.read_entries(top, &child_rel, false)?;
+                frames.push(Frame {
+                    rel: child_rel,
+                    entries,
+                    subdirs,
+                    next: 0,
+                    slot,
+                });
+                continue;
+            }
+            let Some(done) = frames.pop() else {
+                return Err(StoreError::corrupt("scan stack underflow"));
+            };
+            let tree = put_tree(self.store, &done.entries)?;
+            let state = DirState {
+                tree,
+                stamp_ns: self.started,
+                entries: done.entries,
+            };
+            let Some(parent) = frames.last_mut() else {
+                return Ok(state);
+            };
+            chain.pop().map_err(|e| walk_error(e, &parent.rel))?;
+            parent.entries[done.slot].entry.id = tree;
+            self.out
+                .lock()
+                .map_err(|_| StoreError::corrupt("poisoned"))?
+                .insert(done.rel, state);
+        }
+    }
+
+    /// Read one directory's entries: files are hashed (several at once), symlinks read;
+    /// subdirectories get a placeholder entry and are returned for the walk to visit, except
+    /// that with `reuse_subdirs` a subdirectory already known keeps its tree id.
+    fn read_entries(
+        &self,
+        dir: BorrowedFd<'_>,
+        rel: &[u8],
+        reuse_subdirs: bool,
+    ) -> Result<(Vec<CachedEntry>, Vec<Subdir>)> {
         let dir_path = || PathBuf::from(beneath::display_rel(rel));
         let names = beneath::read_names(dir).at(&dir_path())?;
         let prev = self.prev.get(rel);
+        let child_depth = beneath::depth_of(rel) + 1;
         let mut entries: Vec<CachedEntry> = Vec::with_capacity(names.len());
-        let mut subdirs: Vec<(usize, std::ffi::CString, Vec<u8>)> = Vec::new();
+        let mut subdirs: Vec<Subdir> = Vec::new();
+        let mut files: Vec<(usize, std::ffi::CString, Vec<u8>, rustix::fs::Stat)> = Vec::new();
         for name in names {
             let nb = name.to_bytes();
             let child_rel = join_rel(rel, nb);
@@ -421,6 +602,13 @@ impl Ctx<'_> {
                         entries.push(marker(nb, MarkerReason::Excluded, 0));
                         continue;
                     }
+                    if child_depth > MAX_TREE_DEPTH || child_rel.len() > MAX_TREE_PATH {
+                        entries.push(marker(nb, MarkerReason::TooDeep, 0));
+                        if let Ok(mut d) = self.too_deep.lock() {
+                            d.push(beneath::display_rel(&child_rel));
+                        }
+                        continue;
+                    }
                     let known = self.prev.get(&child_rel);
                     let entry = TreeEntry {
                         name: nb.to_vec(),
@@ -439,14 +627,15 @@ impl Ctx<'_> {
                         });
                         continue;
                     }
-                    subdirs.push((entries.len(), name.clone(), child_rel));
+                    subdirs.push((entries.len(), name.clone()));
                     entries.push(CachedEntry {
                         entry,
                         stat: StatKey::of(&st),
                     });
                 }
                 FileType::RegularFile => {
-                    entries.push(self.file_entry(dir, &name, &child_rel, &st, prev)?);
+                    files.push((entries.len(), name.clone(), child_rel, st));
+                    entries.push(marker(nb, MarkerReason::Unreadable, 0));
                 }
                 FileType::Symlink => {
                     let target = match rustix::fs::readlinkat(dir, &name, Vec::new()) {
@@ -472,37 +661,26 @@ impl Ctx<'_> {
                 _ => entries.push(marker(nb, MarkerReason::Special, 0)),
             }
         }
-        // Subdirectories in parallel; each returns its tree id.
-        let results: Vec<(usize, Result<Option<ObjectId>>)> = subdirs
-            .into_par_iter()
-            .map(|(i, name, child_rel)| {
-                let r = match beneath::open_subdir(dir, &name) {
-                    Ok(fd) => self.scan_subtree(fd, &child_rel).map(Some),
-                    Err(Errno::NOENT | Errno::NOTDIR | Errno::LOOP) => Ok(None),
-                    Err(Errno::ACCESS | Errno::PERM) => Ok(None),
-                    Err(e) => Err(e).at(&PathBuf::from(beneath::display_rel(&child_rel))),
-                };
-                (i, r)
-            })
-            .collect();
-        let mut dropped = Vec::new();
+        // Files in parallel (one descriptor each while being read).
+        let results: Vec<(usize, Result<CachedEntry>)> = if files.len() > 1 {
+            files
+                .into_par_iter()
+                .map(|(i, name, child_rel, st)| {
+                    (i, self.file_entry(dir, &name, &child_rel, &st, prev))
+                })
+                .collect()
+        } else {
+            files
+                .into_iter()
+                .map(|(i, name, child_rel, st)| {
+                    (i, self.file_entry(dir, &name, &child_rel, &st, prev))
+                })
+                .collect()
+        };
         for (i, r) in results {
-            match r? {
-                Some(id) => entries[i].entry.id = id,
-                None => dropped.push(i),
-            }
+            entries[i] = r?;
         }
-        for i in dropped {
-            // Raced away or unreadable: say so rather than drop it silently.
-            let name = entries[i].entry.name.clone();
-            entries[i] = marker(&name, MarkerReason::Unreadable, 0);
-        }
-        let tree = put_tree(self.store, &entries)?;
-        Ok(DirState {
-            tree,
-            stamp_ns: self.started,
-            entries,
-        })
+        Ok((entries, subdirs))
     }
 
     fn file_entry(
@@ -596,15 +774,20 @@ impl Ctx<'_> {
             let id = chunk::store_chunked(self.store, &mut counted)?;
             return Ok((id, counted.n));
         }
+        // At most the chunking threshold in memory: a file that grew since its stat is
+        // streamed through the chunker from what was read on.
         let mut buf = Vec::with_capacity(size_hint as usize + 1);
-        file.read_to_end(&mut buf)
+        (&mut *file)
+            .take(chunk::CHUNK_THRESHOLD + 1)
+            .read_to_end(&mut buf)
             .map_err(|source| StoreError::Io {
                 path: PathBuf::new(),
                 source,
             })?;
         if buf.len() as u64 > chunk::CHUNK_THRESHOLD {
-            let id = chunk::store_chunked(self.store, buf.as_slice())?;
-            return Ok((id, buf.len() as u64));
+            let mut counted = CountingReader { inner: file, n: 0 };
+            let id = chunk::store_chunked(self.store, buf.as_slice().chain(&mut counted))?;
+            return Ok((id, buf.len() as u64 + counted.n));
         }
         let id = self.store.put(ObjectKind::Blob, &buf)?;
         Ok((id, buf.len() as u64))

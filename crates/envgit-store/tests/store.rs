@@ -148,3 +148,188 @@ fn a_large_file_edit_stores_a_small_delta() {
     };
     assert!(content == data);
 }
+
+/// Bytes a file really occupies on disk.
+fn allocated(path: &std::path::Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path).unwrap().blocks() * 512
+}
+
+#[test]
+fn sparse_files_stay_sparse_through_fork_and_rewind() {
+    use std::os::unix::fs::FileExt;
+    let (t, root, dir) = setup();
+    const LEN: u64 = 96 << 20;
+    let f = std::fs::File::create(root.join("sparse.img")).unwrap();
+    f.set_len(LEN).unwrap();
+    for (i, off) in [0u64, 7 << 20, 50 << 20, LEN - 3].into_iter().enumerate() {
+        f.write_all_at(format!("data{i}").as_bytes(), off.min(LEN - 5))
+            .unwrap();
+    }
+    drop(f);
+    let src_blocks = allocated(&root.join("sparse.img"));
+    let original = std::fs::read(root.join("sparse.img")).unwrap();
+    let mut s = Store::open(&dir).unwrap();
+    let mut wt = WorkTree::new(&root, ScanConfig::default(), None).unwrap();
+    let (tree, _) = wt.full_scan(&s, None).unwrap();
+    let mut g = s.begin_step("x").unwrap();
+    s.commit(&mut g, StepDraft::default(), tree).unwrap();
+    drop(g);
+
+    let forked = t.path().join("fork");
+    envgit_store::fork(
+        &s,
+        &forked,
+        &t.path().join("fs"),
+        &envgit_store::ForkOptions {
+            step: 1,
+            replace_root_file: None,
+            policy_hash: None,
+        },
+    )
+    .unwrap();
+    let fork_blocks = allocated(&forked.join("sparse.img"));
+    eprintln!("sparse {LEN} bytes: source {src_blocks} allocated, fork {fork_blocks}");
+    assert_eq!(std::fs::read(forked.join("sparse.img")).unwrap(), original);
+    assert!(
+        fork_blocks < 1 << 20,
+        "fork wrote a {LEN}-byte sparse file dense: {fork_blocks} bytes allocated"
+    );
+
+    // Rewind writes it back sparse too (through a temporary file and a rename).
+    std::fs::remove_file(root.join("sparse.img")).unwrap();
+    let (tree2, _) = wt.full_scan(&s, None).unwrap();
+    let mut g = s.begin_step("y").unwrap();
+    s.commit(&mut g, StepDraft::default(), tree2).unwrap();
+    drop(g);
+    envgit_store::rewind(
+        &mut s,
+        &mut wt,
+        &envgit_store::RewindOptions {
+            target: 1,
+            protected: &[],
+            excludes: &envgit_store::Excludes::none(),
+            policy_hash: None,
+        },
+    )
+    .unwrap();
+    let rewound_blocks = allocated(&root.join("sparse.img"));
+    eprintln!("rewound: {rewound_blocks} allocated");
+    assert_eq!(std::fs::read(root.join("sparse.img")).unwrap(), original);
+    assert!(
+        rewound_blocks < 1 << 20,
+        "rewind wrote a {LEN}-byte sparse file dense: {rewound_blocks} bytes allocated"
+    );
+}
+
+/// Child role of the test below: begin a step, say so, and wait to be killed.
+fn begin_and_hang(dir: &std::path::Path) -> ! {
+    let s = Store::open(dir).unwrap();
+    let mut g = s.begin_step("run: sh long.sh").unwrap();
+    g.describe(&["sh".into(), "long.sh".into()], Some("sub"))
+        .unwrap();
+    g.keep_if_uncommitted();
+    println!("BEGUN");
+    std::io::stdout().flush().unwrap();
+    let mut buf = [0u8; 1];
+    let _ = std::io::Read::read(&mut std::io::stdin(), &mut buf);
+    std::process::exit(0)
+}
+
+#[test]
+fn a_step_whose_process_is_killed_is_recorded_as_interrupted_at_the_next_open() {
+    use std::io::BufRead;
+    if let Some(dir) = std::env::var_os("ENVGIT_TEST_BEGIN_AND_HANG") {
+        begin_and_hang(std::path::Path::new(&dir));
+    }
+    let (_t, root, dir) = setup();
+    let mut s = Store::open(&dir).unwrap();
+    let mut g = s.begin_step("x").unwrap();
+    let tree = snapshot(&s, &root);
+    s.commit(&mut g, StepDraft::default(), tree).unwrap();
+    drop(g);
+
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "a_step_whose_process_is_killed_is_recorded_as_interrupted_at_the_next_open",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("ENVGIT_TEST_BEGIN_AND_HANG", &dir)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    assert!(
+        lines.any(|l| l.unwrap().contains("BEGUN")),
+        "the child never began its step"
+    );
+    // While its owner lives the step is in flight, not interrupted.
+    let live = Store::open(&dir).unwrap();
+    assert_eq!(live.steps().len(), 1);
+    let in_flight = live.steps_in_flight(None).unwrap();
+    assert!(
+        in_flight.len() == 1 && in_flight[0].contains("run: sh long.sh"),
+        "{in_flight:?}"
+    );
+    child.kill().unwrap(); // SIGKILL: no destructor runs
+    child.wait().unwrap();
+
+    // The next open, even a reader's, records it, once.
+    let log = Store::open_steps_only(&dir).unwrap();
+    let steps = log.steps();
+    assert_eq!(steps.len(), 2, "{steps:#?}");
+    let i = &steps[1];
+    assert_eq!(i.kind, envgit_store::StepKind::Interrupted);
+    assert_eq!(i.kind.as_str(), "interrupted");
+    assert_eq!((i.number, i.parent), (2, Some(1)));
+    assert!(i.summary.contains("run: sh long.sh"), "{}", i.summary);
+    assert_eq!(
+        i.command,
+        Some(vec!["sh".to_string(), "long.sh".to_string()])
+    );
+    assert_eq!(i.cwd.as_deref(), Some("sub"));
+    assert_eq!(
+        i.tree,
+        Some(tree),
+        "an interrupted step keeps the tree before it"
+    );
+    assert!(!i.has_flag(StepFlag::Overlapped));
+    assert_eq!(
+        Store::open(&dir).unwrap().steps().len(),
+        2,
+        "recorded twice"
+    );
+    assert!(s.steps_in_flight(None).unwrap().is_empty());
+
+    // Later steps carry on from it.
+    let mut g = s.begin_step("y").unwrap();
+    let step = s.commit(&mut g, StepDraft::default(), tree).unwrap();
+    assert_eq!((step.number, step.parent), (3, Some(2)));
+}
+
+#[test]
+fn a_step_given_up_after_its_command_started_is_interrupted_one_given_up_before_is_not() {
+    let (_t, root, dir) = setup();
+    let mut s = Store::open(&dir).unwrap();
+    let mut g = s.begin_step("x").unwrap();
+    let tree = snapshot(&s, &root);
+    s.commit(&mut g, StepDraft::default(), tree).unwrap();
+    // A session guard between steps: dropping it interrupts nothing.
+    g.keep_if_uncommitted();
+    s.commit(&mut g, StepDraft::default(), tree).unwrap();
+    drop(g);
+    // Refused before anything ran.
+    drop(s.begin_step("refused").unwrap());
+    assert_eq!(Store::open(&dir).unwrap().steps().len(), 2);
+    // The command ran, then the commit failed (say, a full disk).
+    let mut g = s.begin_step("run: make").unwrap();
+    g.keep_if_uncommitted();
+    drop(g);
+    let after = Store::open(&dir).unwrap();
+    let kinds: Vec<&str> = after.steps().iter().map(|s| s.kind.as_str()).collect();
+    assert_eq!(kinds, ["record", "record", "interrupted"]);
+    assert!(after.steps()[2].summary.contains("run: make"));
+}

@@ -26,6 +26,7 @@ fn main() -> ExitCode {
     {
         envgit_sandbox::sandbox_main();
     }
+    output::quiet_on_broken_pipe();
     let cli = cli::Cli::parse();
     match commands::run(cli) {
         Ok(code) => code,

@@ -63,9 +63,49 @@ pub fn note(msg: &str) {
 }
 
 pub fn json<T: serde::Serialize>(value: &T) -> std::io::Result<()> {
-    let text = serde_json::to_string_pretty(value).map_err(std::io::Error::other)?;
-    println!("{text}");
-    Ok(())
+    let mut text = serde_json::to_string_pretty(value).map_err(std::io::Error::other)?;
+    text.push('\n');
+    print(&text)
+}
+
+/// The exit code when stdout's reader went away (`envgit log | head`): what a shell reports for
+/// a process ended by SIGPIPE (git and coreutils in the same pipeline), with no message.
+pub const BROKEN_PIPE_EXIT: i32 = 141;
+
+/// Write data to stdout. A reader that went away (EPIPE) ends envgit quietly with
+/// [`BROKEN_PIPE_EXIT`]; any other failure (a full disk behind a redirect) is returned.
+pub fn print(text: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => broken_pipe(),
+        r => r,
+    }
+}
+
+fn broken_pipe() -> ! {
+    std::process::exit(BROKEN_PIPE_EXIT)
+}
+
+/// For output that still goes through `print!`/`println!` (which panic when stdout's reader
+/// went away): that panic ends envgit quietly with [`BROKEN_PIPE_EXIT`] instead of a message
+/// and a backtrace. Every other panic is reported as before. Installed once, first thing in
+/// `main`.
+pub fn quiet_on_broken_pipe() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let payload = info.payload();
+        let msg = payload
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| payload.downcast_ref::<&str>().copied())
+            .unwrap_or("");
+        let epipe = format!("(os error {})", rustix::io::Errno::PIPE.raw_os_error());
+        if msg.starts_with("failed printing to stdout") && msg.contains(&epipe) {
+            broken_pipe();
+        }
+        default(info);
+    }));
 }
 
 /// At most five changed paths, those outside `.git` first, then `.git (+k)`.

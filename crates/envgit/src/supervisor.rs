@@ -321,7 +321,7 @@ fn approval_config(
     }
     // The control token, readable by this user only, beside the socket; clients read it
     // from there (the sandbox sees neither).
-    let control_token = random_secret()?;
+    let control_token = random_token()?;
     let token_file = gate_dir.join(envgit_gate::CONTROL_TOKEN_FILE);
     {
         use std::io::Write;
@@ -422,7 +422,7 @@ pub(crate) fn run_sandboxed(
     // never sees (see `runtime_dir`).
     let gate_dir = runtime_dir(uid)?.join(format!("{}-{}", std::process::id(), now_ms()));
     private_dir(&gate_dir)?;
-    let token = random_secret()?;
+    let token = random_token()?;
     let socket_path = gate_dir.join("gate.sock");
     // The command gets a pty of its own when envgit runs on a terminal (DESIGN §5): it never
     // holds the real one, and envgit can ask the person there.
@@ -544,21 +544,17 @@ pub(crate) fn run_sandboxed(
     }
 }
 
-/// 128 random bits, hex; fails closed when the kernel's randomness cannot be read (a token of
-/// zeros would be guessable).
-pub(crate) fn random_secret() -> CmdResult<String> {
-    use std::io::Read;
+/// 128 random bits from the operating system (getrandom), hex: an unguessable handle or
+/// placeholder. No randomness is an error, never a predictable token.
+pub(crate) fn random_token() -> CmdResult<String> {
     let mut bytes = [0u8; 16];
-    std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| f.read_exact(&mut bytes))
-        .map_err(|e| Failure::failed(format!("cannot read /dev/urandom: {e}")))?;
+    getrandom::fill(&mut bytes).map_err(|e| {
+        Failure::failed(format!(
+            "cannot get random bytes from the operating system ({e}): envgit needs them for \
+             unguessable tokens; check that getrandom(2) or /dev/urandom works here"
+        ))
+    })?;
     Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
-}
-
-/// [`random_secret`] for placeholders, where a failure to read randomness is not a hole (the
-/// gate checks the placeholder against its own copy).
-pub(crate) fn random_token() -> String {
-    random_secret().unwrap_or_else(|_| format!("{}-{}", std::process::id(), now_ms()))
 }
 
 /// `$ENVGIT_HOME/rt-UID`: where the running steps keep their sockets (gate, control, hooks,
@@ -585,4 +581,17 @@ pub(crate) fn runtime_dir(uid: u32) -> CmdResult<PathBuf> {
         )));
     }
     Ok(dir)
+}
+
+#[cfg(test)]
+mod token_tests {
+    #[test]
+    fn tokens_are_128_random_bits_in_hex() {
+        let (a, b) = (super::random_token(), super::random_token());
+        let (a, b) = (a.map_err(|e| e.message), b.map_err(|e| e.message));
+        assert!(matches!((&a, &b), (Ok(x), Ok(y)) if x != y), "{a:?} {b:?}");
+        let a = a.unwrap_or_default();
+        assert_eq!(a.len(), 32);
+        assert!(a.bytes().all(|c| c.is_ascii_hexdigit()) && a != "0".repeat(32));
+    }
 }

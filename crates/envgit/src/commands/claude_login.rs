@@ -44,8 +44,11 @@ pub(crate) struct Login {
     pub host: Option<String>,
 }
 
-fn placeholder() -> String {
-    format!("envgit-placeholder-{}", supervisor::random_token())
+fn placeholder() -> CmdResult<String> {
+    Ok(format!(
+        "envgit-placeholder-{}",
+        supervisor::random_token()?
+    ))
 }
 
 /// The credentials of this environment and of `config_dir` (Claude's configuration
@@ -62,7 +65,7 @@ pub(crate) fn prepare(config_dir: Option<&Path>, scratch: &Path) -> CmdResult<Lo
         else {
             continue;
         };
-        let placeholder = placeholder();
+        let placeholder = placeholder()?;
         login.env.push((var.to_string(), placeholder.clone()));
         login.gate.push(Credential {
             host: host.clone(),
@@ -120,10 +123,10 @@ fn oauth_login(path: &Path, host: &str, port: u16) -> CmdResult<Option<(Vec<u8>,
             path.display()
         )));
     }
-    let access = placeholder();
+    let access = placeholder()?;
     oauth.insert("accessToken".into(), Value::String(access.clone()));
     if oauth.contains_key("refreshToken") {
-        oauth.insert("refreshToken".into(), Value::String(placeholder()));
+        oauth.insert("refreshToken".into(), Value::String(placeholder()?));
     }
     let copy = serde_json::to_vec(&doc).map_err(|e| Failure::failed(e.to_string()))?;
     Ok(Some((

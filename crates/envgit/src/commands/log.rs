@@ -28,7 +28,7 @@ pub fn run(dir: Option<&Path>, args: &LogArgs) -> CmdResult<ExitCode> {
             out.push_str(&detail(step, &style));
         }
     }
-    print!("{out}");
+    output::print(&out)?;
     Ok(ExitCode::SUCCESS)
 }
 

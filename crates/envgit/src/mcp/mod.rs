@@ -174,14 +174,9 @@ fn expire(
     })
 }
 
-/// 128 random bits, hex: an unguessable handle.
-pub(crate) fn random_token() -> String {
-    let mut bytes = [0u8; 16];
-    if let Ok(mut f) = std::fs::File::open("/dev/urandom") {
-        use std::io::Read;
-        let _ = f.read_exact(&mut bytes);
-    }
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+/// 128 random bits, hex: an unguessable handle (the supervisor's getrandom helper).
+pub(crate) fn random_token() -> crate::failure::CmdResult<String> {
+    crate::supervisor::random_token()
 }
 
 impl ExecuteServer {
@@ -523,8 +518,17 @@ impl Inner {
             });
             return Box::pin(self.drive(run, None)).await;
         };
+        let token = match crate::mcp::random_token() {
+            Ok(t) => t,
+            Err(e) => {
+                let _ = ask.reply.send(Answer {
+                    approved: false,
+                    approver: e.message,
+                });
+                return Box::pin(self.drive(run, None)).await;
+            }
+        };
         run.pending = Some(ask);
-        let token = crate::mcp::random_token();
         self.parked.lock().await.insert(token.clone(), run);
         tokio::spawn(expire(
             self.clone(),
