@@ -80,11 +80,30 @@ impl Project {
     }
 
     pub fn open_store(&self) -> CmdResult<Store> {
-        Store::open(&self.store_dir).map_err(|e| self.no_store(e))
+        let store = Store::open(&self.store_dir).map_err(|e| self.no_store(e))?;
+        self.recover_protected();
+        Ok(store)
     }
 
     pub fn open_store_for_log(&self) -> CmdResult<Store> {
-        Store::open_steps_only(&self.store_dir).map_err(|e| self.no_store(e))
+        let store = Store::open_steps_only(&self.store_dir).map_err(|e| self.no_store(e))?;
+        self.recover_protected();
+        Ok(store)
+    }
+
+    /// A step whose envgit died (SIGKILL, OOM, a panic) before its put-back left its pre-step
+    /// copy of the protected paths in the store: put them back before anything else.
+    fn recover_protected(&self) {
+        match envgit_store::recover_protected(&self.store_dir, &self.root) {
+            Ok(paths) => {
+                for p in paths {
+                    crate::output::warn(&format!(
+                        "{p} was changed by a step whose envgit was killed; put back (protected path)"
+                    ));
+                }
+            }
+            Err(e) => crate::output::error(&format!("putting protected paths back: {e}")),
+        }
     }
 
     fn no_store(&self, e: envgit_store::StoreError) -> Failure {

@@ -14,8 +14,8 @@ use envgit_sandbox::spec::RelaySpec;
 use envgit_sandbox::trust::{TrustFiles, host_bundle_text};
 use envgit_sandbox::{Outcome, SignalGuard};
 use envgit_store::{
-    Approval, LiveTree, ObjectId, Refusal, Request, ScanReport, SnapshotMode, StepDraft, StepFlag,
-    StepGuard, StepKind, Store, WorkTree, now_ms,
+    Approval, LiveTree, ObjectId, ProtectedCopy, Refusal, Request, ScanReport, SnapshotMode,
+    StepDraft, StepFlag, StepGuard, StepKind, Store, WorkTree, now_ms,
 };
 
 use crate::failure::{CmdResult, Failure};
@@ -106,8 +106,9 @@ pub fn run_step(
     let (before, _) = wt.full_scan(&store, None)?;
     // Read before the command runs: `core.hooksPath` comes from the trusted .git/config.
     let protected = project.protected_paths();
+    let copy = ProtectedCopy::take(store.dir(), &project.root, &protected)?;
     let (notes_tx, notes_rx) = std::sync::mpsc::channel();
-    let (code, events) = run_sandboxed(
+    let ran = run_sandboxed(
         project,
         store.dir(),
         cwd,
@@ -118,7 +119,16 @@ pub fn run_step(
             limit_notes: Some(notes_tx),
             ..RunExtras::default()
         },
-    )?;
+    );
+    let (code, events) = match ran {
+        Ok(ran) => ran,
+        Err(f) => {
+            // envgit failed around the command: its protected paths are put back all the same.
+            put_back_now(&copy);
+            copy.discard();
+            return Err(f);
+        }
+    };
     let mut notes = notes;
     notes.extend(notes_rx.try_iter());
     // The gate announced its refusals as they happened.
@@ -142,8 +152,11 @@ pub fn run_step(
         tree: Snapshotter::Scan(&mut wt),
         guard: &mut guard,
         protected: &protected,
+        copy: Some(&copy),
     };
-    after.commit(&before, draft)?;
+    let committed = after.commit(&before, draft);
+    copy.discard();
+    committed?;
     drop(guard);
     wt.save_cache(&store.stat_cache_path())?;
     Ok(code)
@@ -186,19 +199,33 @@ pub(crate) struct AfterStep<'a> {
     pub tree: Snapshotter<'a>,
     pub guard: &'a mut StepGuard,
     pub protected: &'a [String],
+    /// The protected paths as they were before the step, put back by content first, before
+    /// (and whatever becomes of) the snapshot.
+    pub copy: Option<&'a ProtectedCopy>,
 }
 
 impl AfterStep<'_> {
     /// Commits `draft` with the tree as it is now; returns the tree committed.
     pub fn commit(&mut self, before: &ObjectId, mut draft: StepDraft) -> CmdResult<ObjectId> {
+        // By content, from the pre-step copy: never skipped for a marker, and done before the
+        // snapshot, which may fail (a tree too deep, a full disk).
+        let mut put_back = match self.copy {
+            Some(copy) => copy.put_back()?,
+            None => Vec::new(),
+        };
         let (after, report, rescanned) = self.tree.snapshot(self.store)?;
-        let (put_back, tree) = envgit_store::put_back(
+        let (from_snapshot, tree) = envgit_store::put_back(
             self.store,
             self.tree.work_tree(),
             before,
             &after,
             self.protected,
         )?;
+        for p in from_snapshot {
+            if !put_back.contains(&p) {
+                put_back.push(p);
+            }
+        }
         for p in &put_back {
             output::warn(&format!(
                 "{p} changed during the step and was put back (protected path)"
@@ -219,6 +246,43 @@ impl AfterStep<'_> {
         }));
         self.store.commit(self.guard, draft, tree)?;
         Ok(tree)
+    }
+}
+
+/// Watches for `signals`; the first one kills the sandbox whose PID 1 is `pid` (its whole pid
+/// namespace goes with it) and is kept in `ended_by`.
+fn end_sandbox_on(
+    pid: u32,
+    ended_by: &Arc<std::sync::atomic::AtomicI32>,
+    signals: &[i32],
+) -> Vec<crate::signal_watch::SignalWatch> {
+    signals
+        .iter()
+        .filter_map(|&sig| {
+            let ended_by = Arc::clone(ended_by);
+            crate::signal_watch::SignalWatch::start(sig, "envgit-end-step", move || {
+                ended_by.store(sig, std::sync::atomic::Ordering::SeqCst);
+                if let Some(pid) = rustix::process::Pid::from_raw(pid as i32) {
+                    let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+                }
+            })
+            .ok()
+        })
+        .collect()
+}
+
+/// Puts protected paths back from `copy` outside the usual path (an error, a signal), saying
+/// what it put back.
+pub(crate) fn put_back_now(copy: &ProtectedCopy) {
+    match copy.put_back() {
+        Ok(paths) => {
+            for p in paths {
+                output::warn(&format!(
+                    "{p} changed during the step and was put back (protected path)"
+                ));
+            }
+        }
+        Err(e) => output::error(&format!("putting protected paths back: {e}")),
     }
 }
 
@@ -521,7 +585,21 @@ pub(crate) fn run_sandboxed(
         if let Some(pty) = &mut pty {
             pty.release_slave();
         }
-        let outcome = child?.wait();
+        let child = child?;
+        // SIGTERM or SIGHUP to envgit (a `kill`, a closed terminal) ends the sandbox first,
+        // then the step ends as any other: its protected paths put back, its record written.
+        let ended_by = Arc::new(std::sync::atomic::AtomicI32::new(0));
+        let _term_watches = end_sandbox_on(
+            child.id(),
+            &ended_by,
+            &[signal_hook::consts::SIGTERM, signal_hook::consts::SIGHUP],
+        );
+        let outcome = child.wait();
+        let signalled = ended_by.load(std::sync::atomic::Ordering::SeqCst);
+        let outcome = match outcome {
+            Ok(Outcome::Exited(_)) if signalled != 0 => Ok(Outcome::Exited(128 + signalled)),
+            other => other,
+        };
         if let Some(pty) = &pty {
             pty.finish();
         }

@@ -19,7 +19,9 @@ use std::sync::mpsc::Receiver;
 use std::time::Duration;
 
 use envgit_gate::{EventTap, GateEvent};
-use envgit_store::{LiveTree, ObjectId, Refusal, StepDraft, StepGuard, StepKind, Store, now_ms};
+use envgit_store::{
+    LiveTree, ObjectId, ProtectedCopy, Refusal, StepDraft, StepGuard, StepKind, Store, now_ms,
+};
 use serde_json::{Value, json};
 
 use crate::commands::hooks::{refusal_of, tool_summary};
@@ -53,6 +55,8 @@ pub(crate) struct ToolSteps<'a> {
     live: LiveTree,
     guard: StepGuard,
     protected: Vec<String>,
+    /// The protected paths as the session found them: each call's put-back restores them.
+    copy: ProtectedCopy,
     /// The tree of the last step committed: protected paths are put back to it.
     last_tree: ObjectId,
     /// Oldest first.
@@ -74,6 +78,7 @@ impl<'a> ToolSteps<'a> {
     ) -> CmdResult<Self> {
         let store = project.open_store()?;
         let guard = store.begin_step(&format!("{agent} session"))?;
+        let copy = ProtectedCopy::take(store.dir(), &project.root, &protected)?;
         let mut live = LiveTree::new(&project.root, project.scan_config()?, Some(store.dir()))?;
         live.tree_mut().load_cache(&store.stat_cache_path());
         // The first snapshot walks everything once and sets up the watches.
@@ -86,6 +91,7 @@ impl<'a> ToolSteps<'a> {
             live,
             guard,
             protected,
+            copy,
             last_tree,
             open: Vec::new(),
             between: Vec::new(),
@@ -224,6 +230,7 @@ impl<'a> ToolSteps<'a> {
             tree: Snapshotter::Live(&mut self.live),
             guard: &mut self.guard,
             protected: &self.protected,
+            copy: Some(&self.copy),
         };
         self.last_tree = after.commit(&before, draft)?;
         Ok(())

