@@ -98,7 +98,7 @@ fn ending_envgit_with_a_signal_still_puts_the_hook_back() {
              chmod +x .git/hooks/pre-commit && touch TAMPERED && sleep 600",
             m = marker.display()
         );
-        let mut child = env
+        let child = env
             .cmd(&env.project)
             .args(["run", "sh", "-c", &attack])
             .stdout(Stdio::null())
