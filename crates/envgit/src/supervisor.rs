@@ -271,6 +271,25 @@ fn end_sandbox_on(
         .collect()
 }
 
+/// For steps recorded without [`AfterStep`] (`envgit mcp`'s): puts back, by content, the
+/// protected paths that differ from `copy`, and says so on the step.
+pub(crate) fn put_back_into(copy: &ProtectedCopy, draft: &mut StepDraft) -> CmdResult<()> {
+    let paths = copy.put_back()?;
+    for p in &paths {
+        output::warn(&format!(
+            "{p} changed during the step and was put back (protected path)"
+        ));
+        draft.refusals.push(Refusal {
+            what: format!("write {p}"),
+            rule: "filesystem.protected".into(),
+        });
+    }
+    if !paths.is_empty() {
+        draft.flags.push(StepFlag::ProtectedRestored);
+    }
+    Ok(())
+}
+
 /// Puts protected paths back from `copy` outside the usual path (an error, a signal), saying
 /// what it put back.
 pub(crate) fn put_back_now(copy: &ProtectedCopy) {

@@ -23,6 +23,9 @@ pub fn run(dir: Option<&Path>, args: &McpArgs) -> CmdResult<ExitCode> {
     }
     let store = project.open_store()?;
     let wt = project.worktree(&store)?;
+    // Before any downstream server runs: what every step puts protected paths back to.
+    let copy =
+        envgit_store::ProtectedCopy::take(store.dir(), &project.root, &project.protected_paths())?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -38,7 +41,12 @@ pub fn run(dir: Option<&Path>, args: &McpArgs) -> CmdResult<ExitCode> {
                 ))
             })?;
         let server = ExecuteServer::new(
-            Recorder { project, store, wt },
+            Recorder {
+                project,
+                store,
+                wt,
+                copy,
+            },
             downstreams,
             Limits::default(),
         );

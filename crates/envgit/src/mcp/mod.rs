@@ -48,6 +48,9 @@ pub struct Recorder {
     pub project: Project,
     pub store: Store,
     pub wt: WorkTree,
+    /// The protected paths as `envgit mcp` found them, before any downstream server started:
+    /// every step puts back what differs (a server's `mv .git .g` included).
+    pub copy: envgit_store::ProtectedCopy,
 }
 
 /// The `execute` server (cheap to clone: the state is shared).
@@ -226,11 +229,15 @@ impl Inner {
             let mut r = recorder
                 .lock()
                 .map_err(|_| "the recorder is poisoned".to_string())?;
-            let Recorder { store, wt, .. } = &mut *r;
+            let Recorder {
+                store, wt, copy, ..
+            } = &mut *r;
             store.catch_up().map_err(|e| e.to_string())?;
             let mut guard = store
                 .begin_step("mcp servers after the last execute")
                 .map_err(|e| e.to_string())?;
+            let mut draft = draft;
+            crate::supervisor::put_back_into(copy, &mut draft).map_err(|e| e.message)?;
             envgit_store::record(store, wt, &mut guard, draft, None).map_err(|e| e.to_string())?;
             drop(guard);
             let _ = wt.save_cache(&store.stat_cache_path());
@@ -645,7 +652,11 @@ impl Inner {
             let mut r = recorder
                 .lock()
                 .map_err(|_| "the recorder is poisoned".to_string())?;
-            let Recorder { store, wt, .. } = &mut *r;
+            let Recorder {
+                store, wt, copy, ..
+            } = &mut *r;
+            let mut draft = draft;
+            crate::supervisor::put_back_into(copy, &mut draft).map_err(|e| e.message)?;
             let step = envgit_store::record(store, wt, &mut guard, draft, None)
                 .map_err(|e| e.to_string())?;
             drop(guard);
