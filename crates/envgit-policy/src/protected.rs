@@ -4,9 +4,18 @@
 /// unless `--restore-policy` is given. Directories protect everything beneath them.
 pub const PROTECTED_PATHS: &[&str] = &[
     "envgit.yaml",
+    // What the host's git reads as configuration or runs: its hooks, its config and the
+    // files that extend or redirect it (a worktree's config, another repository's through
+    // `commondir`, attributes and excludes in `info/` that name filters).
     ".git/hooks",
     ".git/config",
-    ".claude",
+    ".git/config.worktree",
+    ".git/commondir",
+    ".git/info",
+    ".lfsconfig",
+    ".husky",
+    ".pre-commit-config.yaml",
+    // Editor and agent configuration that runs commands when the project is opened.
     ".codex",
     ".github/hooks",
     ".mcp.json",
@@ -14,6 +23,10 @@ pub const PROTECTED_PATHS: &[&str] = &[
     ".vscode",
     ".idea",
     ".devcontainer",
+    ".devcontainer.json",
+    ".cursor",
+    ".gemini",
+    ".zed",
 ];
 
 /// Whether a project-relative, `/`-separated, already-normalized path is a protected path or

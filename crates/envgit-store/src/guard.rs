@@ -114,8 +114,9 @@ impl ProtectedCopy {
         })
     }
 
-    /// Puts back every protected path that differs from its copy, by content; returns the
-    /// paths put back (and only those).
+    /// Puts back every protected path that differs from its copy, by content, and removes
+    /// symlinks planted where git writes ([`remove_planted_git_links`]); returns the paths
+    /// put back or removed (and only those).
     pub fn put_back(&self) -> Result<Vec<String>> {
         let root = &self.saved.root;
         let fd = open_root(root).at(root)?;
@@ -130,6 +131,7 @@ impl ProtectedCopy {
             restore(fd.as_fd(), p.as_bytes(), was.as_deref()).at(&root.join(p))?;
             changed.push(p.clone());
         }
+        changed.extend(remove_planted_git_links(root)?);
         Ok(changed)
     }
 
@@ -180,6 +182,47 @@ pub fn recover(store_dir: &Path, root: &Path) -> Result<Vec<String>> {
         copy.discard();
     }
     Ok(out)
+}
+
+/// Symlinks planted in `.git` where the host's git writes through a path (`git commit`
+/// writes `COMMIT_EDITMSG` and appends to `logs/HEAD`): each would aim the user's own git at
+/// any file it names. Every symlink at the top of `.git` and under `logs/` and `refs/` is
+/// removed (git makes none there itself); returns the paths removed.
+pub fn remove_planted_git_links(root: &Path) -> Result<Vec<String>> {
+    let fd = open_root(root).at(root)?;
+    let mut removed = Vec::new();
+    let mut pending: Vec<(Vec<u8>, bool)> = vec![(b".git".to_vec(), false)];
+    while let Some((dir_rel, deep)) = pending.pop() {
+        let dir = match open_dir_rel(fd.as_fd(), &dir_rel) {
+            Ok(d) => d,
+            Err(Errno::NOENT | Errno::NOTDIR | Errno::LOOP) => continue,
+            Err(e) => return Err(e).at(&root.join(String::from_utf8_lossy(&dir_rel).as_ref())),
+        };
+        for name in read_names(dir.as_fd()).at(root)? {
+            let Ok(st) = lstat(dir.as_fd(), &name) else {
+                continue;
+            };
+            let mut rel = dir_rel.clone();
+            rel.push(b'/');
+            rel.extend_from_slice(name.to_bytes());
+            match file_type(&st) {
+                FileType::Symlink => {
+                    rustix::fs::unlinkat(dir.as_fd(), &name, AtFlags::empty())
+                        .at(&root.join(String::from_utf8_lossy(&rel).as_ref()))?;
+                    removed.push(String::from_utf8_lossy(&rel).into_owned());
+                }
+                FileType::Directory
+                    if deep
+                        || dir_rel == b".git" && matches!(name.to_bytes(), b"logs" | b"refs") =>
+                {
+                    pending.push((rel, true));
+                }
+                _ => {}
+            }
+        }
+    }
+    removed.sort();
+    Ok(removed)
 }
 
 fn size_of(entries: &[Entry]) -> u64 {
@@ -447,6 +490,29 @@ mod tests {
             std::fs::read_to_string(outside.join("hooks/pre-commit")).unwrap(),
             "evil"
         );
+    }
+
+    #[test]
+    fn links_planted_where_git_writes_are_removed() {
+        let (t, root, _store) = project();
+        let victim = t.path().join("victim");
+        std::fs::write(&victim, "precious").unwrap();
+        std::fs::create_dir_all(root.join(".git/logs/refs/heads")).unwrap();
+        std::os::unix::fs::symlink(&victim, root.join(".git/COMMIT_EDITMSG")).unwrap();
+        std::os::unix::fs::symlink(&victim, root.join(".git/logs/HEAD")).unwrap();
+        std::os::unix::fs::symlink(&victim, root.join(".git/logs/refs/heads/main")).unwrap();
+        std::fs::write(root.join(".git/ORIG_HEAD"), "abc\n").unwrap();
+        let removed = remove_planted_git_links(&root).unwrap();
+        assert_eq!(
+            removed,
+            [
+                ".git/COMMIT_EDITMSG",
+                ".git/logs/HEAD",
+                ".git/logs/refs/heads/main"
+            ]
+        );
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
+        assert!(root.join(".git/ORIG_HEAD").exists());
     }
 
     /// The taker died (its lock is gone): the next command puts back from the store.

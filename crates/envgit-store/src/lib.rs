@@ -36,7 +36,9 @@ pub use fork::{ForkOptions, fork};
 pub use fsck::{FsckReport, fsck};
 pub use gc::{GcOptions, GcReport, gc};
 pub use graft::{entry_at, graft};
-pub use guard::{GUARD_MAX_BYTES, ProtectedCopy, recover as recover_protected};
+pub use guard::{
+    GUARD_MAX_BYTES, ProtectedCopy, recover as recover_protected, remove_planted_git_links,
+};
 pub use id::{ObjectId, ObjectKind};
 pub use lock::StepGuard;
 pub use protect::put_back;

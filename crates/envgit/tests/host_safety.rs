@@ -131,3 +131,65 @@ fn ending_envgit_with_a_signal_still_puts_the_hook_back() {
         host_commit_runs_no_planted_hook(&env, &marker);
     }
 }
+
+/// git files outside the old protected list: `.git/commondir` aimed at a directory with its
+/// own config, `.git/config.worktree`, a file `.git/config` includes, and symlinks planted
+/// where the host's `git commit` writes. After the step the host's git reads none of them.
+#[test]
+fn git_files_that_redirect_or_write_through_are_put_back() {
+    let env = project();
+    env.write("included.cfg", "[user]\n\tname = host\n");
+    let cfg = std::fs::read_to_string(env.path(".git/config")).unwrap();
+    std::fs::write(
+        env.path(".git/config"),
+        format!("{cfg}[include]\n\tpath = ../included.cfg\n"),
+    )
+    .unwrap();
+    env.envgit(&["record"]).ok();
+    let victim = env.tmp.path().join("victim");
+    std::fs::write(&victim, "precious\n").unwrap();
+    let marker = env.tmp.path().join("MARKER");
+    let attack = format!(
+        "mkdir -p evil && printf '[core]\\n\\tfsmonitor = echo pwned >> {m}\\n' > evil/config && \
+         printf '../evil\\n' > .git/commondir; \
+         printf '[core]\\n\\tfsmonitor = echo pwned >> {m}\\n' > .git/config.worktree; \
+         printf '[core]\\n\\tfsmonitor = echo pwned >> {m}\\n' > included.cfg; \
+         mkdir -p .git/logs && ln -sf {v} .git/COMMIT_EDITMSG && ln -sf {v} .git/logs/HEAD; echo planted",
+        m = marker.display(),
+        v = victim.display()
+    );
+    let out = env.envgit(&["run", "sh", "-c", &attack]);
+    assert_ne!(out.code, 125, "{}", out.stderr);
+    assert!(
+        out.stdout.contains("planted"),
+        "{} {}",
+        out.stdout,
+        out.stderr
+    );
+    for p in [
+        ".git/commondir",
+        ".git/config.worktree",
+        ".git/COMMIT_EDITMSG",
+        ".git/logs/HEAD",
+    ] {
+        assert!(
+            std::fs::symlink_metadata(env.path(p)).is_err(),
+            "{p} stayed: {}",
+            out.stderr
+        );
+    }
+    assert_eq!(env.read("included.cfg"), "[user]\n\tname = host\n");
+    let status = Command::new("git")
+        .args(["status", "--short"])
+        .current_dir(&env.project)
+        .env("HOME", env.user_home())
+        .output()
+        .unwrap();
+    assert!(
+        status.status.success(),
+        "{}",
+        String::from_utf8_lossy(&status.stderr)
+    );
+    host_commit_runs_no_planted_hook(&env, &marker);
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious\n");
+}
