@@ -107,6 +107,10 @@ pub fn run_step(
     // Read before the command runs: `core.hooksPath` comes from the trusted .git/config.
     let protected = project.protected_paths();
     let copy = ProtectedCopy::take(store.dir(), &project.root, &protected)?;
+    // From here a crash, a kill or a failed commit leaves the step for the next command to
+    // record as interrupted, with its command.
+    guard.describe(&argv, Some(&cwd.display().to_string()))?;
+    guard.keep_if_uncommitted();
     let (notes_tx, notes_rx) = std::sync::mpsc::channel();
     let ran = run_sandboxed(
         project,

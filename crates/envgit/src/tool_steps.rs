@@ -147,6 +147,8 @@ impl<'a> ToolSteps<'a> {
                     }
                     return json!({"allow": false, "reason": reason});
                 }
+                // A crash during the call leaves it for the next command to record.
+                self.guard.keep_if_uncommitted();
                 self.open.push(OpenCall {
                     id,
                     summary,

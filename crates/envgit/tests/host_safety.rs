@@ -193,3 +193,50 @@ fn git_files_that_redirect_or_write_through_are_put_back() {
     host_commit_runs_no_planted_hook(&env, &marker);
     assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious\n");
 }
+
+/// `kill -9` of envgit in the middle of a step: nothing can run in envgit then, so the next
+/// envgit command puts the planted hook back from the copy in the store, before anything
+/// else, and records the step as interrupted with its command.
+#[test]
+fn after_a_kill_9_the_next_command_puts_back_and_records_the_step() {
+    let env = project();
+    let marker = env.tmp.path().join("MARKER");
+    let attack = format!(
+        "printf '#!/bin/sh\\necho pwned >> {m}\\n' > planted-hook; \
+         mv .git .g && mkdir .git && cp -a .g/. .git/ && cp planted-hook .git/hooks/pre-commit && \
+         touch TAMPERED && sleep 600",
+        m = marker.display()
+    );
+    let mut child = env
+        .cmd(&env.project)
+        .args(["run", "sh", "-c", &attack])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !env.path("TAMPERED").exists() {
+        assert!(Instant::now() < deadline, "the attack never ran");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(hook_of(&env).contains("pwned"));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let log = env.envgit(&["log", "--json"]);
+    assert_eq!(log.code, 0, "{}", log.stderr);
+    assert!(
+        log.stderr.contains("was put back") || log.stderr.contains("put back"),
+        "{}",
+        log.stderr
+    );
+    assert_eq!(hook_of(&env), ORIGINAL_HOOK);
+    let steps = log.json();
+    let last = &steps[0];
+    assert_eq!(last["kind"], "interrupted", "{last:#}");
+    assert!(
+        last.to_string().contains("TAMPERED"),
+        "the command is on the record: {last:#}"
+    );
+    std::fs::remove_file(env.path("TAMPERED")).unwrap();
+    host_commit_runs_no_planted_hook(&env, &marker);
+}
