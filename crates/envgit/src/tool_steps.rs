@@ -20,7 +20,8 @@ use std::time::Duration;
 
 use envgit_gate::{EventTap, GateEvent};
 use envgit_store::{
-    LiveTree, ObjectId, ProtectedCopy, Refusal, StepDraft, StepGuard, StepKind, Store, now_ms,
+    LiveTree, ObjectId, ProtectedCopy, Refusal, StepDraft, StepFlag, StepGuard, StepKind, Store,
+    now_ms,
 };
 use serde_json::{Value, json};
 
@@ -34,6 +35,8 @@ use crate::supervisor::{AfterStep, EXIT_REFUSED, Snapshotter, requests_of};
 pub(crate) const HOOKS_SOCKET_NAME: &str = "hooks.sock";
 /// A hook message longer than this is refused: payloads carry a tool's input, not its output.
 const MAX_MESSAGE: u64 = 4 << 20;
+/// How often a session looks at its protected paths.
+const SWEEP_EVERY_MS: i64 = 200;
 /// How long a hook may take to send its message.
 const READ_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -57,6 +60,8 @@ pub(crate) struct ToolSteps<'a> {
     protected: Vec<String>,
     /// The protected paths as the session found them: each call's put-back restores them.
     copy: ProtectedCopy,
+    /// Put back by the sweep since the last step: that step says so.
+    swept: Vec<String>,
     /// The tree of the last step committed: protected paths are put back to it.
     last_tree: ObjectId,
     /// Oldest first.
@@ -92,6 +97,7 @@ impl<'a> ToolSteps<'a> {
             guard,
             protected,
             copy,
+            swept: Vec::new(),
             last_tree,
             open: Vec::new(),
             between: Vec::new(),
@@ -225,7 +231,34 @@ impl<'a> ToolSteps<'a> {
         }
     }
 
-    fn commit(&mut self, draft: StepDraft) -> CmdResult<()> {
+    /// Puts back protected paths that changed since the last look; the next step is
+    /// flagged and lists them.
+    fn sweep_protected(&mut self) {
+        match self.copy.put_back() {
+            Ok(paths) => {
+                for p in paths {
+                    output::warn(&format!(
+                        "{p} changed during the session and was put back (protected path)"
+                    ));
+                    if !self.swept.contains(&p) {
+                        self.swept.push(p);
+                    }
+                }
+            }
+            Err(e) => output::error(&format!("putting protected paths back: {e}")),
+        }
+    }
+
+    fn commit(&mut self, mut draft: StepDraft) -> CmdResult<()> {
+        for p in std::mem::take(&mut self.swept) {
+            draft.refusals.push(Refusal {
+                what: format!("write {p}"),
+                rule: "filesystem.protected".into(),
+            });
+            if !draft.flags.contains(&StepFlag::ProtectedRestored) {
+                draft.flags.push(StepFlag::ProtectedRestored);
+            }
+        }
         let before = self.last_tree;
         let mut after = AfterStep {
             store: &mut self.store,
@@ -272,13 +305,20 @@ impl<'a> ToolSteps<'a> {
 
     /// Answers hook connections until `stop` becomes readable (the agent exited).
     pub fn serve(&mut self, listener: &UnixListener, stop: &OwnedFd) {
-        use rustix::event::{PollFd, PollFlags, poll};
+        use rustix::event::{PollFd, PollFlags, Timespec, poll};
+        // Between and during calls, protected paths are put back within this long of a
+        // change (a background process re-planting a hook after a call's put-back).
+        let sweep = Timespec {
+            tv_sec: 0,
+            tv_nsec: SWEEP_EVERY_MS * 1_000_000,
+        };
         loop {
+            self.sweep_protected();
             let mut fds = [
                 PollFd::new(listener, PollFlags::IN),
                 PollFd::new(stop, PollFlags::IN),
             ];
-            match poll(&mut fds, None) {
+            match poll(&mut fds, Some(&sweep)) {
                 Ok(_) => {}
                 Err(rustix::io::Errno::INTR) => continue,
                 Err(e) => {

@@ -351,3 +351,40 @@ fn claude_setup_token_stays_outside() {
         );
     }
 }
+
+/// A background process a tool call left running re-plants a hook after that call's
+/// put-back: the session puts it back within moments (it used to stay until the next call
+/// ended, long enough for the user's `git commit` to run it).
+#[test]
+fn a_hook_replanted_between_calls_is_put_back_during_the_session() {
+    let (env, server) = project_with_model(vec![
+        Turn::Shell(
+            "(sleep 1; mv .git .g && mkdir -p .git/hooks && printf evil > .git/hooks/pre-commit \
+             && touch REPLANTED) > /dev/null 2>&1 &"
+                .into(),
+        ),
+        Turn::Shell(
+            "i=0; while [ ! -e REPLANTED ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done; \
+             sleep 1.5; cat .git/hooks/pre-commit > seen-hook.txt 2>&1; true"
+                .into(),
+        ),
+        Turn::Say("done".into()),
+    ]);
+    env.git(&env.project, &["init", "-q", "-b", "main"]);
+    std::fs::write(env.path(".git/hooks/pre-commit"), "#!/bin/sh\nexit 0\n").unwrap();
+    let mut cmd = claude(&env, &server, &["-p", "go", "--allowedTools", "Bash"]);
+    cmd.env("ANTHROPIC_API_KEY", "sk-ant-test-replant");
+    let (stdout, stderr) = run_bounded(cmd, Duration::from_secs(240));
+    let ctx = format!("stdout:\n{stdout}\nstderr:\n{stderr}");
+    assert!(
+        env.path("REPLANTED").exists(),
+        "the re-planter never ran: {ctx}"
+    );
+    // What the second call saw a moment after the re-plant: the user's hook again.
+    assert_eq!(env.read("seen-hook.txt"), "#!/bin/sh\nexit 0\n", "{ctx}");
+    assert!(
+        stderr.contains("changed during the session and was put back"),
+        "{ctx}"
+    );
+    assert_eq!(env.read(".git/hooks/pre-commit"), "#!/bin/sh\nexit 0\n");
+}
