@@ -333,3 +333,20 @@ async fn h2_requests_with_their_own_key_are_refused() {
     assert!(body.contains("(rule gate.credential)"), "{body}");
     assert!(seen.is_empty(), "the upstream saw {seen:?}");
 }
+
+/// hyper's client drops a body of unknown length on GET (it frames the request as bodiless):
+/// the gate says chunked itself, so a GET's chunked body arrives as the client sent it.
+#[tokio::test]
+async fn a_chunked_body_on_a_get_arrives() {
+    let sh = Arc::new(Shared::for_tests(&["example.com"]));
+    let (reply, seen) = h1(
+        &sh,
+        b"GET /search HTTP/1.1\r\nHost: example.com\r\nTransfer-Encoding: chunked\r\n\r\n\
+          5\r\nhello\r\n0\r\n\r\n",
+        15,
+    )
+    .await;
+    assert!(reply.starts_with("HTTP/1.1 200 OK"), "{reply}");
+    assert!(seen.starts_with("GET /search HTTP/1.1\r\n"), "{seen}");
+    assert!(seen.ends_with("\r\n\r\n5\r\nhello\r\n0\r\n\r\n"), "{seen}");
+}
