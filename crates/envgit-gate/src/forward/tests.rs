@@ -350,3 +350,5 @@ async fn a_chunked_body_on_a_get_arrives() {
     assert!(seen.starts_with("GET /search HTTP/1.1\r\n"), "{seen}");
     assert!(seen.ends_with("\r\n\r\n5\r\nhello\r\n0\r\n\r\n"), "{seen}");
 }
+
+mod prop;
