@@ -300,6 +300,15 @@ async fn send_upstream(
             if let Some(v) = host_value {
                 out.headers_mut().insert(HOST, v);
             }
+            // hyper's client sends a body of unknown length as chunked, except on GET, HEAD
+            // and CONNECT, where it drops it and sends `Content-Length: 0`-framing: say
+            // chunked ourselves so the body the client sent (and the policy judged) arrives.
+            if !out.body().is_end_stream() && out.body().size_hint().exact().is_none() {
+                out.headers_mut().insert(
+                    hyper::header::TRANSFER_ENCODING,
+                    HeaderValue::from_static("chunked"),
+                );
+            }
             origin
         };
         if let Ok(uri) = uri.parse::<Uri>() {
