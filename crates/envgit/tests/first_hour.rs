@@ -81,3 +81,47 @@ fn a_target_in_the_store_is_refused() {
     assert_eq!(r.code, 2, "stderr:\n{}", r.stderr);
     assert!(!env.home.join("forkhere2").exists());
 }
+
+#[test]
+fn a_broken_policy_never_locks_you_out_of_the_history() {
+    let env = two_steps();
+    let good = env.read("envgit.yaml");
+    env.write("envgit.yaml", "snapshot:\n  exclude: [unclosed\n");
+    let r = env.envgit(&["log", "--json"]);
+    assert_eq!(r.code, 0, "log:\n{}\n{}", r.stdout, r.stderr);
+    assert_eq!(r.json().as_array().unwrap().len(), 2);
+    assert!(r.stderr.contains("envgit.yaml:"), "{}", r.stderr);
+    assert_eq!(
+        r.stderr.lines().count(),
+        1,
+        "one warning line: {}",
+        r.stderr
+    );
+    for args in [
+        &["show", "1"][..],
+        &["diff", "2"],
+        &["diff", "1"],
+        &["fsck"],
+    ] {
+        let r = env.envgit(args);
+        assert_eq!(r.code, 0, "{args:?}:\n{}\n{}", r.stdout, r.stderr);
+        assert!(r.stderr.contains("broken"), "{args:?}: {}", r.stderr);
+    }
+    // Without --restore-policy a rewind refuses and says what to do.
+    let r = env.envgit(&["rewind", "1"]);
+    assert_eq!(r.code, 2, "{}\n{}", r.stdout, r.stderr);
+    assert!(r.stderr.contains("--restore-policy"), "{}", r.stderr);
+    assert_eq!(
+        env.read("f.txt"),
+        "two",
+        "a refused rewind changed the tree"
+    );
+    // With it, the policy of step 1 comes back and parses.
+    let r = env.envgit(&["rewind", "1", "--restore-policy"]);
+    assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
+    assert_eq!(env.read("envgit.yaml"), good);
+    assert_eq!(env.read("f.txt"), "one");
+    let r = env.envgit(&["log"]).ok();
+    assert!(!r.stderr.contains("broken"), "{}", r.stderr);
+    env.record();
+}

@@ -3,16 +3,38 @@
 use std::path::Path;
 use std::process::ExitCode;
 
-use envgit_store::RewindOptions;
+use envgit_policy::Policy;
+use envgit_store::{EntryKind, RewindOptions, Store};
 
 use crate::cli::RewindArgs;
-use crate::failure::CmdResult;
+use crate::failure::{CmdResult, Failure};
 use crate::output;
-use crate::project::Project;
+use crate::project::{POLICY_FILE, Project, ProjectDirs, broken_policy_then};
 
 pub fn run(dir: Option<&Path>, args: &RewindArgs) -> CmdResult<ExitCode> {
-    let project = Project::find(dir)?;
-    let mut store = project.open_store()?;
+    let dirs = ProjectDirs::find(dir)?;
+    let (project, mut store) = match dirs.load() {
+        Ok(project) => {
+            let store = project.open_store()?;
+            (project, store)
+        }
+        Err(e) if args.restore_policy => {
+            output::warn(&broken_policy_then(
+                &e,
+                &format!("step {}'s comes back with the rewind", args.step),
+            ));
+            let store = dirs.open_store()?;
+            let project = with_policy_of(&dirs, &store, args.step)?;
+            (project, store)
+        }
+        Err(e) => {
+            return Err(Failure::usage(format!(
+                "{}\nthe current {POLICY_FILE} is broken and a rewind keeps it: fix it, or \
+                 `envgit rewind {} --restore-policy` to bring back step {}'s",
+                e.message, args.step, args.step
+            )));
+        }
+    };
     // Check the target before touching anything.
     store.step_tree(args.step)?;
     let mut wt = project.worktree(&store)?;
@@ -64,4 +86,35 @@ pub fn run(dir: Option<&Path>, args: &RewindArgs) -> CmdResult<ExitCode> {
         );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The project as it will be once step `n`'s policy is back (the current one is broken):
+/// its excludes and size limit scan the tree, its hash marks the steps.
+fn with_policy_of(dirs: &ProjectDirs, store: &Store, n: u64) -> CmdResult<Project> {
+    let tree = store.read_tree(&store.step_tree(n)?)?;
+    let entry = tree
+        .get(POLICY_FILE.as_bytes())
+        .filter(|e| e.kind == EntryKind::File)
+        .ok_or_else(|| {
+            Failure::usage(format!(
+                "step {n} has no {POLICY_FILE} to restore and the current one is broken: \
+                 fix {} by hand",
+                dirs.root.join(POLICY_FILE).display()
+            ))
+        })?;
+    let policy_bytes = store.read_file(&entry.id)?;
+    let label = format!("{POLICY_FILE} of step {n}");
+    let policy = Policy::parse(&label, &String::from_utf8_lossy(&policy_bytes)).map_err(|e| {
+        Failure::usage(format!(
+            "{e}\nstep {n}'s {POLICY_FILE} is broken too: rewind to another step with \
+             `--restore-policy`, or fix {} by hand",
+            dirs.root.join(POLICY_FILE).display()
+        ))
+    })?;
+    Ok(Project {
+        root: dirs.root.clone(),
+        policy,
+        policy_bytes,
+        store_dir: dirs.store_dir.clone(),
+    })
 }
