@@ -125,3 +125,90 @@ fn a_broken_policy_never_locks_you_out_of_the_history() {
     assert!(!r.stderr.contains("broken"), "{}", r.stderr);
     env.record();
 }
+
+/// node_modules (excluded by init's template) and big.bin (over a 1 KiB limit).
+fn with_exclude_and_marker() -> Env {
+    let env = Env::new();
+    env.write("small.txt", "s");
+    env.write("big.bin", &"x".repeat(4096));
+    env.write("node_modules/pkg/index.js", "module");
+    env.init();
+    let yaml = env
+        .read("envgit.yaml")
+        .replace("  # max_file_size: 100MiB", "  max_file_size: 1KiB");
+    env.write("envgit.yaml", &yaml);
+    env.record(); // 2: big.bin is a marker
+    env
+}
+
+fn not_restored(json: &serde_json::Value) -> Vec<String> {
+    json["not_restored"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no not_restored list: {json}"))
+        .iter()
+        .map(|e| e["path"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn fork_names_what_it_did_not_restore() {
+    let env = with_exclude_and_marker();
+    let r = env.envgit(&["fork", "2", "../forked"]);
+    assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
+    assert!(
+        r.stderr
+            .contains("envgit: node_modules/ is excluded and was not restored: run npm install"),
+        "{}",
+        r.stderr
+    );
+    assert!(
+        r.stderr
+            .contains("envgit: big.bin (over snapshot.max_file_size) was not restored"),
+        "{}",
+        r.stderr
+    );
+    let r = env.envgit(&["fork", "2", "../forked2", "--json"]).ok();
+    let j = r.json();
+    assert_eq!(j["kind"], "fork", "the step is still there: {j}");
+    let mut paths = not_restored(&j);
+    paths.sort();
+    assert_eq!(paths, ["big.bin", "node_modules"]);
+}
+
+#[test]
+fn rewind_names_what_it_did_not_restore() {
+    let env = with_exclude_and_marker();
+    std::fs::remove_dir_all(env.path("node_modules")).unwrap();
+    env.write("big.bin", &"y".repeat(5000));
+    env.write("small.txt", "changed");
+    env.record(); // 3
+    let r = env.envgit(&["rewind", "2"]);
+    assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
+    assert_eq!(env.read("small.txt"), "s");
+    assert!(
+        r.stderr
+            .contains("envgit: node_modules/ is excluded and was not restored: run npm install"),
+        "{}",
+        r.stderr
+    );
+    assert!(
+        r.stderr
+            .contains("envgit: big.bin (over snapshot.max_file_size) was not restored"),
+        "{}",
+        r.stderr
+    );
+    env.write("small.txt", "again");
+    env.record();
+    let r = env.envgit(&["rewind", "2", "--json"]).ok();
+    let j = r.json();
+    let mut paths = not_restored(&j);
+    paths.sort();
+    assert_eq!(paths, ["big.bin", "node_modules"], "{}", r.stdout);
+    let entry = j["not_restored"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["path"] == "node_modules")
+        .unwrap();
+    assert_eq!(entry["hint"], "run npm install", "{entry}");
+}

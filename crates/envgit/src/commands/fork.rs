@@ -3,7 +3,9 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use envgit_store::ForkOptions;
+use envgit_store::{EntryKind, ForkOptions, Store};
+
+use super::rewind::Skipped;
 
 use crate::cli::ForkArgs;
 use crate::failure::{CmdResult, Failure};
@@ -42,8 +44,23 @@ pub fn run(dir: Option<&Path>, args: &ForkArgs) -> CmdResult<ExitCode> {
         policy_hash: Some(project.policy.hash()),
     };
     let (_, step) = envgit_store::fork(&store, &canonical, &new_store, &opts)?;
+    let mut skipped = markers(&store, args.step)?;
+    if !args.restore_policy {
+        // The current policy was written in its place.
+        skipped.retain(|s| s.path != POLICY_FILE);
+    }
+    for s in &skipped {
+        s.say(args.step);
+    }
     if args.out.json {
-        output::json(&step)?;
+        let mut v = serde_json::to_value(&step)
+            .map_err(|e| Failure::failed(format!("encoding the step: {e}")))?;
+        if let Some(o) = v.as_object_mut() {
+            let list = serde_json::to_value(&skipped)
+                .map_err(|e| Failure::failed(format!("encoding the step: {e}")))?;
+            o.insert("not_restored".into(), list);
+        }
+        output::json(&v)?;
     } else {
         println!(
             "forked step {} of {} into {} (step {} of its own history)",
@@ -119,4 +136,31 @@ fn refuse_inside(target: &Path, project: &Path, home: &Path) -> CmdResult<()> {
         )));
     }
     Ok(())
+}
+
+/// Every marker of step `n`: a fork writes none of them (excluded paths, files over the size
+/// limit, sockets, too-deep directories). Depth first with an explicit stack, in path order.
+fn markers(store: &Store, n: u64) -> CmdResult<Vec<Skipped>> {
+    let mut out = Vec::new();
+    let mut stack: Vec<(String, envgit_store::ObjectId)> =
+        vec![(String::new(), store.step_tree(n)?)];
+    while let Some((prefix, id)) = stack.pop() {
+        let tree = store.read_tree(&id)?;
+        let mut dirs = Vec::new();
+        for e in &tree.entries {
+            let name = String::from_utf8_lossy(&e.name);
+            let path = if prefix.is_empty() {
+                name.into_owned()
+            } else {
+                format!("{prefix}/{name}")
+            };
+            match e.kind {
+                EntryKind::Marker(r) => out.push(Skipped::new(&path, r, true)),
+                EntryKind::Dir => dirs.push((path, e.id)),
+                _ => {}
+            }
+        }
+        stack.extend(dirs.into_iter().rev());
+    }
+    Ok(out)
 }

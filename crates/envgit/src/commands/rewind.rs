@@ -4,7 +4,7 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use envgit_policy::Policy;
-use envgit_store::{EntryKind, RewindOptions, Store};
+use envgit_store::{EntryKind, MarkerReason, RewindOptions, Store};
 
 use crate::cli::RewindArgs;
 use crate::failure::{CmdResult, Failure};
@@ -51,6 +51,15 @@ pub fn run(dir: Option<&Path>, args: &RewindArgs) -> CmdResult<ExitCode> {
     };
     let outcome = envgit_store::rewind(&mut store, &mut wt, &opts)?;
     wt.save_cache(&store.stat_cache_path())?;
+    let skipped: Vec<Skipped> = outcome
+        .restore
+        .not_restored
+        .iter()
+        .map(|n| Skipped::new(&n.path, n.reason, n.in_target))
+        .collect();
+    for s in &skipped {
+        s.say(args.step);
+    }
     for (n, r) in &outcome.marks {
         let rule = r.rule.as_deref().unwrap_or("no rule");
         output::warn(&format!(
@@ -67,6 +76,7 @@ pub fn run(dir: Option<&Path>, args: &RewindArgs) -> CmdResult<ExitCode> {
             "kept": outcome.restore.kept,
             "written": outcome.restore.written,
             "removed": outcome.restore.removed,
+            "not_restored": skipped,
         }))?;
     } else {
         if let Some(r) = &outcome.recorded_first {
@@ -117,4 +127,69 @@ fn with_policy_of(dirs: &ProjectDirs, store: &Store, n: u64) -> CmdResult<Projec
         policy_bytes,
         store_dir: dirs.store_dir.clone(),
     })
+}
+
+/// A path a rewind or fork left alone (excluded, or a marker: too large, a socket, too
+/// deep): named on stderr, one line each, and listed in `--json`.
+#[derive(serde::Serialize)]
+pub struct Skipped {
+    pub path: String,
+    /// What kind of path it is (`excluded by snapshot.exclude`, `over snapshot.max_file_size`…).
+    pub reason: &'static str,
+    /// How to bring it back, for the usual regenerable directories.
+    pub hint: Option<&'static str>,
+    /// False when only the current tree has it: it was left in place, not removed.
+    pub in_target: bool,
+    #[serde(skip)]
+    excluded: bool,
+}
+
+impl Skipped {
+    pub fn new(path: &str, reason: MarkerReason, in_target: bool) -> Self {
+        let name = path.rsplit('/').next().unwrap_or(path);
+        let (hint, dir) = match name {
+            "node_modules" => (Some("run npm install"), true),
+            "target" => (Some("run cargo build"), true),
+            ".venv" => (Some("run pip install"), true),
+            "__pycache__" => (None, true),
+            _ => (None, false),
+        };
+        let excluded = reason == MarkerReason::Excluded;
+        Self {
+            path: path.to_string(),
+            reason: reason.describe(),
+            hint: if excluded { hint } else { None },
+            in_target,
+            excluded: excluded && dir,
+        }
+    }
+
+    fn shown(&self) -> String {
+        // Display paths as the user sees them: the known excluded directories with their `/`.
+        let p: String = self
+            .path
+            .chars()
+            .map(|c| if c.is_control() { '?' } else { c })
+            .collect();
+        if self.excluded { format!("{p}/") } else { p }
+    }
+
+    /// `envgit: node_modules/ is excluded and was not restored: run npm install`
+    pub fn say(&self, step: u64) {
+        let what = if self.reason == MarkerReason::Excluded.describe() {
+            format!("{} is excluded and", self.shown())
+        } else {
+            format!("{} ({})", self.shown(), self.reason)
+        };
+        let done = if self.in_target {
+            "was not restored".to_string()
+        } else {
+            format!("was left as it is (step {step} did not have it)")
+        };
+        let hint = match self.hint.filter(|_| self.in_target) {
+            Some(h) => format!(": {h}"),
+            None => String::new(),
+        };
+        eprintln!("envgit: {what} {done}{hint}");
+    }
 }
