@@ -107,6 +107,19 @@ fn a_broken_policy_never_locks_you_out_of_the_history() {
         assert_eq!(r.code, 0, "{args:?}:\n{}\n{}", r.stdout, r.stderr);
         assert!(r.stderr.contains("broken"), "{args:?}: {}", r.stderr);
     }
+    // A fork too: it needs `--restore-policy` to take step 1's policy instead.
+    let r = env.envgit(&["fork", "1", "../nofork"]);
+    assert_eq!(r.code, 2, "{}\n{}", r.stdout, r.stderr);
+    assert!(r.stderr.contains("--restore-policy"), "{}", r.stderr);
+    assert!(!env.tmp.path().join("nofork").exists());
+    let r = env.envgit(&["fork", "1", "../forked", "--restore-policy"]);
+    assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
+    let forked = env.tmp.path().join("forked");
+    assert_eq!(
+        std::fs::read_to_string(forked.join("envgit.yaml")).unwrap(),
+        good
+    );
+    env.envgit_in(&forked, &["record"]).ok();
     // Without --restore-policy a rewind refuses and says what to do.
     let r = env.envgit(&["rewind", "1"]);
     assert_eq!(r.code, 2, "{}\n{}", r.stdout, r.stderr);

@@ -10,11 +10,10 @@ use super::rewind::Skipped;
 use crate::cli::ForkArgs;
 use crate::failure::{CmdResult, Failure};
 use crate::output;
-use crate::project::{POLICY_FILE, Project, store_dir};
+use crate::project::{POLICY_FILE, store_dir};
 
 pub fn run(dir: Option<&Path>, args: &ForkArgs) -> CmdResult<ExitCode> {
-    let project = Project::find(dir)?;
-    let store = project.open_store()?;
+    let (project, store) = super::rewind::load(dir, args.restore_policy, "fork", args.step)?;
     store.step_tree(args.step)?;
     let base = crate::project::start_dir(dir)?;
     let target = resolve(&base.join(&args.target))?;

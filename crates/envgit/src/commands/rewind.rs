@@ -12,29 +12,7 @@ use crate::output;
 use crate::project::{POLICY_FILE, Project, ProjectDirs, broken_policy_then};
 
 pub fn run(dir: Option<&Path>, args: &RewindArgs) -> CmdResult<ExitCode> {
-    let dirs = ProjectDirs::find(dir)?;
-    let (project, mut store) = match dirs.load() {
-        Ok(project) => {
-            let store = project.open_store()?;
-            (project, store)
-        }
-        Err(e) if args.restore_policy => {
-            output::warn(&broken_policy_then(
-                &e,
-                &format!("step {}'s comes back with the rewind", args.step),
-            ));
-            let store = dirs.open_store()?;
-            let project = with_policy_of(&dirs, &store, args.step)?;
-            (project, store)
-        }
-        Err(e) => {
-            return Err(Failure::usage(format!(
-                "{}\nthe current {POLICY_FILE} is broken and a rewind keeps it: fix it, or \
-                 `envgit rewind {} --restore-policy` to bring back step {}'s",
-                e.message, args.step, args.step
-            )));
-        }
-    };
+    let (project, mut store) = load(dir, args.restore_policy, "rewind", args.step)?;
     // Check the target before touching anything.
     store.step_tree(args.step)?;
     let mut wt = project.worktree(&store)?;
@@ -96,6 +74,40 @@ pub fn run(dir: Option<&Path>, args: &RewindArgs) -> CmdResult<ExitCode> {
         );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The project and its store. A broken current policy refuses (`verb` says what keeps it)
+/// unless `restore_policy` is given: then step `n`'s policy stands in for it.
+pub(super) fn load(
+    dir: Option<&Path>,
+    restore_policy: bool,
+    verb: &str,
+    n: u64,
+) -> CmdResult<(Project, Store)> {
+    let dirs = ProjectDirs::find(dir)?;
+    match dirs.load() {
+        Ok(project) => {
+            let store = project.open_store()?;
+            Ok((project, store))
+        }
+        Err(e) if restore_policy => {
+            output::warn(&broken_policy_then(
+                &e,
+                &format!("step {n}'s comes back with the {verb}"),
+            ));
+            let store = dirs.open_store()?;
+            let project = with_policy_of(&dirs, &store, n)?;
+            Ok((project, store))
+        }
+        Err(e) => {
+            let dir_arg = if verb == "fork" { " DIR" } else { "" };
+            Err(Failure::usage(format!(
+                "{}\nthe current {POLICY_FILE} is broken and a {verb} keeps it: fix it, or \
+                 `envgit {verb} {n}{dir_arg} --restore-policy` to bring back step {n}'s",
+                e.message
+            )))
+        }
+    }
 }
 
 /// The project as it will be once step `n`'s policy is back (the current one is broken):
