@@ -21,7 +21,7 @@ use crate::exclude::Excludes;
 use crate::id::ObjectId;
 use crate::pack::random_u64;
 use crate::store::Store;
-use crate::tree::{EntryKind, Tree, TreeEntry};
+use crate::tree::{EntryKind, MarkerReason, Tree, TreeEntry};
 
 pub struct RestoreOptions<'a> {
     pub excludes: &'a Excludes,
@@ -37,6 +37,19 @@ pub struct RestoreReport {
     pub removed: u64,
     /// Paths left alone because they are protected, with the reason.
     pub kept: Vec<String>,
+    /// Paths that differ but were left alone because they are markers (on either side) or
+    /// excluded by the current policy, in walk order.
+    pub not_restored: Vec<NotRestored>,
+}
+
+/// A path a restore did not bring in line, and why.
+#[derive(Debug, Clone)]
+pub struct NotRestored {
+    pub path: String,
+    pub reason: MarkerReason,
+    /// The target has something at this path (a marker, or content now excluded); false
+    /// when only the current tree has it (it was left in place, not removed).
+    pub in_target: bool,
 }
 
 struct Ctx<'a> {
@@ -47,6 +60,7 @@ struct Ctx<'a> {
     opts: &'a RestoreOptions<'a>,
     touched: Mutex<HashSet<Vec<u8>>>,
     kept: Mutex<Vec<String>>,
+    not_restored: Mutex<Vec<NotRestored>>,
     written: AtomicU64,
     removed: AtomicU64,
 }
@@ -66,6 +80,7 @@ pub fn restore(
         opts,
         touched: Mutex::default(),
         kept: Mutex::default(),
+        not_restored: Mutex::default(),
         written: AtomicU64::new(0),
         removed: AtomicU64::new(0),
     };
@@ -81,6 +96,7 @@ pub fn restore(
         written: ctx.written.load(Ordering::Relaxed),
         removed: ctx.removed.load(Ordering::Relaxed),
         kept: ctx.kept.into_inner().unwrap_or_default(),
+        not_restored: ctx.not_restored.into_inner().unwrap_or_default(),
     })
 }
 
@@ -132,6 +148,16 @@ impl Ctx<'_> {
                 let p = p.as_bytes();
                 p.len() > rel.len() && p.starts_with(rel) && p[rel.len()] == b'/'
             })
+    }
+
+    fn not_restored(&self, rel: &[u8], reason: MarkerReason, in_target: bool) {
+        if let Ok(mut n) = self.not_restored.lock() {
+            n.push(NotRestored {
+                path: display_rel(rel),
+                reason,
+                in_target,
+            });
+        }
     }
 
     fn touch(&self, rel: &[u8]) {
@@ -188,7 +214,12 @@ impl Ctx<'_> {
                 continue;
             }
             let child = join_rel(rel, name);
-            if c.is_some_and(|e| e.kind.is_marker()) || t.is_some_and(|e| e.kind.is_marker()) {
+            let marker = |e: Option<&TreeEntry>| match e.map(|e| e.kind) {
+                Some(EntryKind::Marker(r)) => Some(r),
+                _ => None,
+            };
+            if let Some(reason) = marker(t).or(marker(c)) {
+                self.not_restored(&child, reason, t.is_some());
                 continue;
             }
             if self.is_protected(&child) {
@@ -199,6 +230,7 @@ impl Ctx<'_> {
             }
             let t_is_dir = t.is_some_and(|e| e.kind == EntryKind::Dir);
             if c.is_none() && self.opts.excludes.is_excluded(&child, t_is_dir) {
+                self.not_restored(&child, MarkerReason::Excluded, true);
                 continue;
             }
             let cname = beneath::cstr(name).at(&io_at(&child))?;

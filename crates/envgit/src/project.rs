@@ -46,7 +46,16 @@ pub fn store_dir(root: &Path) -> CmdResult<PathBuf> {
     Ok(store_dir_for(&envgit_home()?, root))
 }
 
-impl Project {
+/// The project's root and store, found without reading its policy: what the commands that
+/// only read the history (`log`, `show`, `diff`, `fsck`) and `rewind --restore-policy` need,
+/// so a broken `envgit.yaml` never locks anyone out of the history.
+pub struct ProjectDirs {
+    pub root: PathBuf,
+    pub store_dir: PathBuf,
+}
+
+impl ProjectDirs {
+    /// The nearest directory upward holding `envgit.yaml`, and its store.
     pub fn find(dir: Option<&Path>) -> CmdResult<Self> {
         let start = start_dir(dir)?;
         let mut cur = start.as_path();
@@ -64,18 +73,33 @@ impl Project {
                 }
             }
         };
-        let policy_path = root.join(POLICY_FILE);
+        let store_dir = store_dir(&root)?;
+        Ok(Self { root, store_dir })
+    }
+
+    /// Like [`ProjectDirs::find`] for a command that needs no policy: a broken one is one
+    /// warning line (with its file:line:col), not a refusal.
+    pub fn find_for_reading(dir: Option<&Path>) -> CmdResult<Self> {
+        let dirs = Self::find(dir)?;
+        if let Err(e) = dirs.load() {
+            crate::output::warn(&broken_policy(&e));
+        }
+        Ok(dirs)
+    }
+
+    /// Read and parse the policy: the whole project.
+    pub fn load(&self) -> CmdResult<Project> {
+        let policy_path = self.root.join(POLICY_FILE);
         let policy_bytes = read_nofollow(&policy_path)
             .map_err(|e| Failure::usage(format!("{}: {e}", policy_path.display())))?;
         let text = String::from_utf8_lossy(&policy_bytes);
         let policy = Policy::parse(&policy_path.display().to_string(), &text)
             .map_err(|e| Failure::usage(e.to_string()))?;
-        let store_dir = store_dir(&root)?;
-        Ok(Self {
-            root,
+        Ok(Project {
+            root: self.root.clone(),
             policy,
             policy_bytes,
-            store_dir,
+            store_dir: self.store_dir.clone(),
         })
     }
 
@@ -118,6 +142,42 @@ impl Project {
             ));
         }
         e.into()
+    }
+}
+
+/// One line: what is wrong with the policy, where, and that the history still reads.
+pub fn broken_policy(e: &Failure) -> String {
+    broken_policy_then(
+        e,
+        "the history is read without it: fix it, \
+         or `envgit rewind N --restore-policy` brings back step N's",
+    )
+}
+
+/// `{POLICY_FILE} is broken (file:line:col: what); {then}`, on one line.
+pub fn broken_policy_then(e: &Failure, then: &str) -> String {
+    let what: String = e
+        .message
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
+    format!("{POLICY_FILE} is broken ({what}); {then}")
+}
+
+impl Project {
+    pub fn find(dir: Option<&Path>) -> CmdResult<Self> {
+        ProjectDirs::find(dir)?.load()
+    }
+
+    fn dirs(&self) -> ProjectDirs {
+        ProjectDirs {
+            root: self.root.clone(),
+            store_dir: self.store_dir.clone(),
+        }
+    }
+
+    pub fn open_store(&self) -> CmdResult<Store> {
+        self.dirs().open_store()
     }
 
     pub fn scan_config(&self) -> CmdResult<ScanConfig> {

@@ -10,10 +10,10 @@ use similar::TextDiff;
 use crate::cli::DiffArgs;
 use crate::failure::{CmdResult, Failure};
 use crate::output::{self, Style};
-use crate::project::Project;
+use crate::project::ProjectDirs;
 
 pub fn run(dir: Option<&Path>, args: &DiffArgs) -> CmdResult<ExitCode> {
-    let project = Project::find(dir)?;
+    let project = ProjectDirs::find_for_reading(dir)?;
     let store = project.open_store()?;
     let (old, new) = match args.b {
         Some(b) => (Some(store.step_tree(args.a)?), store.step_tree(b)?),

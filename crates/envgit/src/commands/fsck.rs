@@ -9,10 +9,10 @@ use crate::cli::JsonArg;
 use crate::commands::progress::Ticker;
 use crate::failure::CmdResult;
 use crate::output;
-use crate::project::Project;
+use crate::project::ProjectDirs;
 
 pub fn run(dir: Option<&Path>, args: &JsonArg) -> CmdResult<ExitCode> {
-    let project = Project::find(dir)?;
+    let project = ProjectDirs::find_for_reading(dir)?;
     let store = project.open_store()?;
     let done = Arc::new(AtomicU64::new(0));
     let total = store.index().len();

@@ -8,10 +8,10 @@ use envgit_store::Step;
 use crate::cli::LogArgs;
 use crate::failure::CmdResult;
 use crate::output::{self, Style};
-use crate::project::Project;
+use crate::project::ProjectDirs;
 
 pub fn run(dir: Option<&Path>, args: &LogArgs) -> CmdResult<ExitCode> {
-    let project = Project::find(dir)?;
+    let project = ProjectDirs::find_for_reading(dir)?;
     let store = project.open_store_for_log()?;
     let limit = args.limit.unwrap_or(usize::MAX);
     let steps: Vec<&Step> = store.steps().iter().rev().take(limit).collect();

@@ -3,16 +3,16 @@
 use std::path::Path;
 use std::process::ExitCode;
 
-use envgit_store::RewindOptions;
+use envgit_policy::Policy;
+use envgit_store::{EntryKind, MarkerReason, RewindOptions, Store};
 
 use crate::cli::RewindArgs;
-use crate::failure::CmdResult;
+use crate::failure::{CmdResult, Failure};
 use crate::output;
-use crate::project::Project;
+use crate::project::{POLICY_FILE, Project, ProjectDirs, broken_policy_then};
 
 pub fn run(dir: Option<&Path>, args: &RewindArgs) -> CmdResult<ExitCode> {
-    let project = Project::find(dir)?;
-    let mut store = project.open_store()?;
+    let (project, mut store) = load(dir, args.restore_policy, "rewind", args.step)?;
     // Check the target before touching anything.
     store.step_tree(args.step)?;
     let mut wt = project.worktree(&store)?;
@@ -29,6 +29,15 @@ pub fn run(dir: Option<&Path>, args: &RewindArgs) -> CmdResult<ExitCode> {
     };
     let outcome = envgit_store::rewind(&mut store, &mut wt, &opts)?;
     wt.save_cache(&store.stat_cache_path())?;
+    let skipped: Vec<Skipped> = outcome
+        .restore
+        .not_restored
+        .iter()
+        .map(|n| Skipped::new(&n.path, n.reason, n.in_target))
+        .collect();
+    for s in &skipped {
+        s.say(args.step);
+    }
     for (n, r) in &outcome.marks {
         let rule = r.rule.as_deref().unwrap_or("no rule");
         output::warn(&format!(
@@ -45,6 +54,7 @@ pub fn run(dir: Option<&Path>, args: &RewindArgs) -> CmdResult<ExitCode> {
             "kept": outcome.restore.kept,
             "written": outcome.restore.written,
             "removed": outcome.restore.removed,
+            "not_restored": skipped,
         }))?;
     } else {
         if let Some(r) = &outcome.recorded_first {
@@ -64,4 +74,134 @@ pub fn run(dir: Option<&Path>, args: &RewindArgs) -> CmdResult<ExitCode> {
         );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The project and its store. A broken current policy refuses (`verb` says what keeps it)
+/// unless `restore_policy` is given: then step `n`'s policy stands in for it.
+pub(super) fn load(
+    dir: Option<&Path>,
+    restore_policy: bool,
+    verb: &str,
+    n: u64,
+) -> CmdResult<(Project, Store)> {
+    let dirs = ProjectDirs::find(dir)?;
+    match dirs.load() {
+        Ok(project) => {
+            let store = project.open_store()?;
+            Ok((project, store))
+        }
+        Err(e) if restore_policy => {
+            output::warn(&broken_policy_then(
+                &e,
+                &format!("step {n}'s comes back with the {verb}"),
+            ));
+            let store = dirs.open_store()?;
+            let project = with_policy_of(&dirs, &store, n)?;
+            Ok((project, store))
+        }
+        Err(e) => {
+            let dir_arg = if verb == "fork" { " DIR" } else { "" };
+            Err(Failure::usage(format!(
+                "{}\nthe current {POLICY_FILE} is broken and a {verb} keeps it: fix it, or \
+                 `envgit {verb} {n}{dir_arg} --restore-policy` to bring back step {n}'s",
+                e.message
+            )))
+        }
+    }
+}
+
+/// The project as it will be once step `n`'s policy is back (the current one is broken):
+/// its excludes and size limit scan the tree, its hash marks the steps.
+fn with_policy_of(dirs: &ProjectDirs, store: &Store, n: u64) -> CmdResult<Project> {
+    let tree = store.read_tree(&store.step_tree(n)?)?;
+    let entry = tree
+        .get(POLICY_FILE.as_bytes())
+        .filter(|e| e.kind == EntryKind::File)
+        .ok_or_else(|| {
+            Failure::usage(format!(
+                "step {n} has no {POLICY_FILE} to restore and the current one is broken: \
+                 fix {} by hand",
+                dirs.root.join(POLICY_FILE).display()
+            ))
+        })?;
+    let policy_bytes = store.read_file(&entry.id)?;
+    let label = format!("{POLICY_FILE} of step {n}");
+    let policy = Policy::parse(&label, &String::from_utf8_lossy(&policy_bytes)).map_err(|e| {
+        Failure::usage(format!(
+            "{e}\nstep {n}'s {POLICY_FILE} is broken too: rewind to another step with \
+             `--restore-policy`, or fix {} by hand",
+            dirs.root.join(POLICY_FILE).display()
+        ))
+    })?;
+    Ok(Project {
+        root: dirs.root.clone(),
+        policy,
+        policy_bytes,
+        store_dir: dirs.store_dir.clone(),
+    })
+}
+
+/// A path a rewind or fork left alone (excluded, or a marker: too large, a socket, too
+/// deep): named on stderr, one line each, and listed in `--json`.
+#[derive(serde::Serialize)]
+pub struct Skipped {
+    pub path: String,
+    /// What kind of path it is (`excluded by snapshot.exclude`, `over snapshot.max_file_size`…).
+    pub reason: &'static str,
+    /// How to bring it back, for the usual regenerable directories.
+    pub hint: Option<&'static str>,
+    /// False when only the current tree has it: it was left in place, not removed.
+    pub in_target: bool,
+    #[serde(skip)]
+    excluded: bool,
+}
+
+impl Skipped {
+    pub fn new(path: &str, reason: MarkerReason, in_target: bool) -> Self {
+        let name = path.rsplit('/').next().unwrap_or(path);
+        let (hint, dir) = match name {
+            "node_modules" => (Some("run npm install"), true),
+            "target" => (Some("run cargo build"), true),
+            ".venv" => (Some("run pip install"), true),
+            "__pycache__" => (None, true),
+            _ => (None, false),
+        };
+        let excluded = reason == MarkerReason::Excluded;
+        Self {
+            path: path.to_string(),
+            reason: reason.describe(),
+            hint: if excluded { hint } else { None },
+            in_target,
+            excluded: excluded && dir,
+        }
+    }
+
+    fn shown(&self) -> String {
+        // Display paths as the user sees them: the known excluded directories with their `/`.
+        let p: String = self
+            .path
+            .chars()
+            .map(|c| if c.is_control() { '?' } else { c })
+            .collect();
+        if self.excluded { format!("{p}/") } else { p }
+    }
+
+    /// `envgit: node_modules/ is excluded and was not restored: run npm install`
+    pub fn say(&self, step: u64) {
+        let what = if self.reason == MarkerReason::Excluded.describe() {
+            format!("{} is excluded and", self.shown())
+        } else {
+            format!("{} ({})", self.shown(), self.reason)
+        };
+        let done = if self.in_target {
+            "was not restored".to_string()
+        } else {
+            format!("was left as it is (step {step} did not have it)")
+        };
+        let hint = match self.hint.filter(|_| self.in_target) {
+            Some(h) => format!(": {h}"),
+            None => String::new(),
+        };
+        eprintln!("envgit: {what} {done}{hint}");
+    }
 }

@@ -6,10 +6,10 @@ use std::process::ExitCode;
 use crate::cli::ShowArgs;
 use crate::failure::CmdResult;
 use crate::output::{self, Style};
-use crate::project::Project;
+use crate::project::ProjectDirs;
 
 pub fn run(dir: Option<&Path>, args: &ShowArgs) -> CmdResult<ExitCode> {
-    let project = Project::find(dir)?;
+    let project = ProjectDirs::find_for_reading(dir)?;
     let store = project.open_store()?;
     let mut step = store.step(args.step)?.clone();
     if step.changes_truncated
