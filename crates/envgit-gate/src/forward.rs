@@ -73,6 +73,8 @@ where
                 .preserve_header_case(true)
                 .half_close(true)
                 .keep_alive(keep_alive)
+                // A head over 64 KiB is answered 431 here, as before, never forwarded.
+                .max_buf_size(crate::head::MAX_HEAD)
                 .serve_connection(io, service)
                 .with_upgrades()
                 .await;
