@@ -86,29 +86,29 @@ pub fn decide_connect(policy: &Policy, host: &str, port: u16) -> ConnectDecision
         Host::Ip(ip) if is_special(*ip) => denied(
             RULE_PRIVATE,
             format!(
-                "{} is a loopback, private, link-local or metadata address; it needs an \
-                 explicit `host:port` entry in network.allow",
-                target.display(port)
+                "{} is a loopback, private, link-local or metadata address; {}",
+                target.display(port),
+                fix(&target.display(port))
             ),
         ),
         Host::Ip(_) => denied(
             RULE_IP_LITERAL,
             format!(
-                "{} is an IP literal; it needs an explicit `ip:port` entry in network.allow",
-                target.display(port)
+                "{} is an IP literal; {}",
+                target.display(port),
+                fix(&target.display(port))
             ),
         ),
         Host::Loopback | Host::Name(_) if target.is_private_name() => denied(
             RULE_PRIVATE,
             format!(
-                "{} is a loopback name; it needs an explicit `host:port` entry in network.allow",
-                target.display(port)
+                "{} is a loopback name; {}",
+                target.display(port),
+                fix(&target.display(port))
             ),
         ),
-        _ => denied(
-            RULE_ALLOW,
-            format!("{} is not in network.allow", target.display(port)),
-        ),
+        Host::Name(name) if port == 443 || port == 80 => denied(RULE_ALLOW, fix(name)),
+        _ => denied(RULE_ALLOW, fix(&target.display(port))),
     }
 }
 
@@ -143,6 +143,23 @@ pub fn vet_address(allowed_rule: &str, addr: IpAddr) -> ConnectDecision {
             ),
         )
     }
+}
+
+/// The reason for a refusal by [`vet_address`] of `host:port` (a name) at `addr`: which
+/// address it resolved to and the entry that would reach it.
+pub fn resolved_private_reason(host: &str, port: u16, addr: IpAddr) -> String {
+    let target = Host::parse(host).display(port);
+    let name = target.rsplit_once(':').map_or(target.as_str(), |(h, _)| h);
+    format!(
+        "{name} resolved to {addr}, a loopback, private, link-local or metadata address; {}",
+        fix(&target)
+    )
+}
+
+/// How to allow a refused target: the `network.allow` entry to add (plain ASCII: it travels
+/// in a header too).
+fn fix(entry: &str) -> String {
+    format!("to allow it, add \"{entry}\" to network.allow in envgit.yaml")
 }
 
 /// Is raw TCP (neither TLS nor HTTP) let through for connections `allowed_rule` allowed
@@ -728,5 +745,50 @@ mod tests {
         let p = p.unwrap();
         assert!(decide_connect(&p, "api.github.com", 443).is_allowed());
         assert!(decide_connect(&p, "files.pypi.org", 80).is_allowed());
+    }
+}
+
+#[cfg(test)]
+mod reason_tests {
+    use super::*;
+
+    #[test]
+    fn refusals_name_the_entry_that_would_allow_them() {
+        let p = Policy::default();
+        let rows: &[(&str, u16, &str)] = &[
+            ("example.com", 443, "add \"example.com\" to network.allow"),
+            ("Example.COM.", 80, "add \"example.com\" to network.allow"),
+            (
+                "example.com",
+                8443,
+                "add \"example.com:8443\" to network.allow",
+            ),
+            ("10.0.0.5", 443, "add \"10.0.0.5:443\" to network.allow"),
+            (
+                "93.184.216.34",
+                80,
+                "add \"93.184.216.34:80\" to network.allow",
+            ),
+            ("::1", 3000, "add \"localhost:3000\" to network.allow"),
+            ("fd00::1", 443, "add \"[fd00::1]:443\" to network.allow"),
+        ];
+        for (host, port, want) in rows {
+            let ConnectDecision::Denied { reason, .. } = decide_connect(&p, host, *port) else {
+                panic!("{host}:{port} allowed");
+            };
+            assert!(reason.contains(want), "{host}:{port}: {reason}");
+            assert!(
+                reason.ends_with("to network.allow in envgit.yaml"),
+                "{reason}"
+            );
+            assert!(reason.is_ascii(), "{reason}");
+        }
+        let r = resolved_private_reason("Registry.npmjs.org", 443, "10.1.2.3".parse().unwrap());
+        assert_eq!(
+            r,
+            "registry.npmjs.org resolved to 10.1.2.3, a loopback, private, link-local or \
+             metadata address; to allow it, add \"registry.npmjs.org:443\" to network.allow \
+             in envgit.yaml"
+        );
     }
 }
