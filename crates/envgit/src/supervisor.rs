@@ -619,6 +619,7 @@ pub(crate) fn run_sandboxed(
         dns_port: 53,
         capture_ports: vec![80, 443],
         forwards: envgit_policy::loopback_forwards(&project.policy),
+        allow_names: project.policy.network.allow.clone(),
     };
     let exe = std::env::current_exe()
         .map_err(|e| Failure::failed(format!("cannot find envgit's own binary: {e}")))?;
