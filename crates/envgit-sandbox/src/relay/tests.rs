@@ -241,6 +241,15 @@ fn connect_to_a_denied_port_gets_403_naming_the_rule() {
     assert_eq!(ev[0].rule.as_deref(), Some("network.allow"));
     assert_eq!(ev[0].status, Some(403));
     assert_eq!((ev[0].host.as_str(), ev[0].port), ("example.com", 8443));
+    // The event carries the fix, for the announcement and the step's record.
+    assert_eq!(
+        ev[0].reason.as_deref(),
+        Some("to allow it, add \"example.com:8443\" to network.allow in envgit.yaml")
+    );
+    assert!(
+        reply.contains("X-Envgit-Reason: to allow it, add \"example.com:8443\""),
+        "{reply}"
+    );
 }
 
 #[test]
