@@ -25,6 +25,9 @@ pub struct GateEvent {
     pub decision: String,
     /// The `network.allow` entry that matched, or the rule id that refused.
     pub rule: Option<String>,
+    /// Why a refusal happened and how to allow it, when the rule says (`network.*`): e.g.
+    /// `to allow it, add "example.com" to network.allow in envgit.yaml`.
+    pub reason: Option<String>,
     /// Bytes from the sandbox towards the upstream.
     pub bytes_out: u64,
     /// Bytes from the upstream back to the sandbox.
@@ -116,6 +119,7 @@ impl Recorder {
                 path: String::new(),
                 decision: DENIED.to_owned(),
                 rule: None,
+                reason: None,
                 bytes_out: 0,
                 bytes_in: 0,
                 status: None,
@@ -140,6 +144,14 @@ impl Recorder {
         self.event.rule = Some(rule.to_owned());
         if !allowed && let Some(announce) = &self.events.announce {
             announce(&self.event);
+        }
+    }
+
+    /// Why the coming refusal happens and how to allow it; call before [`Recorder::decide`],
+    /// so the announcement carries it.
+    pub(crate) fn reason(&mut self, reason: &str) {
+        if !reason.is_empty() {
+            self.event.reason = Some(reason.to_owned());
         }
     }
 

@@ -119,6 +119,7 @@ async fn one(mut req: Request<Incoming>, conn: &Conn) -> Response<Out> {
     match decide::connect(&shared.policy, host, port) {
         ConnectDecision::Allowed { rule } => rec.decide(true, &rule),
         ConnectDecision::Denied { rule, reason } => {
+            rec.reason(&reason);
             let reply = decide::forbidden(&what, &rule, &reason);
             return refuse(conn, &mut rec, &rule, req.body_mut(), reply).await;
         }

@@ -118,6 +118,7 @@ async fn refuse(
     rule: &str,
     reason: &str,
 ) {
+    rec.reason(reason);
     rec.decide(false, rule);
     rec.status(403);
     let _ = client

@@ -61,7 +61,8 @@ pub(crate) async fn dial(
     for addr in addrs {
         match envgit_policy::vet_address(allowed_rule, addr.ip()) {
             ConnectDecision::Allowed { .. } => {}
-            ConnectDecision::Denied { rule, reason } => {
+            ConnectDecision::Denied { rule, .. } => {
+                let reason = envgit_policy::resolved_private_reason(host, port, addr.ip());
                 refusal.get_or_insert(DialError::Denied { rule, reason });
                 continue;
             }

@@ -21,7 +21,7 @@ pub use mcp::RULE_MCP_DEFAULT;
 pub use network::{
     ConnectDecision, RULE_ALLOW, RULE_IP_LITERAL, RULE_PORT22, RULE_PRIVATE, decide_connect,
     is_passthrough, is_special, loopback_forwards, raw_tcp_allowed, raw_tcp_allowed_for,
-    vet_address, websocket_allowed,
+    resolved_private_reason, vet_address, websocket_allowed,
 };
 pub use protected::{PROTECTED_PATHS, is_protected};
 pub use request::{

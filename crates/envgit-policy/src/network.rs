@@ -8,7 +8,9 @@
 //! - `*.example.com` matches every subdomain (any depth), never `example.com` itself;
 //! - names compare case-insensitively, a trailing dot ignored;
 //! - IP literals, `localhost`, and names resolving to loopback/private/link-local/metadata
-//!   addresses need an explicit, non-glob `host:port` entry;
+//!   addresses need an explicit, non-glob `host:port` entry; a glob with an explicit port
+//!   (`*.corp.internal:443`) also reaches private-network addresses, never loopback,
+//!   link-local or cloud metadata ones (169.254.0.0/16, fd00:ec2::254);
 //! - `localhost`, `127.0.0.1` and `::1` are one host for matching (`localhost:5432` allows a
 //!   connection to `127.0.0.1:5432` and the other way round);
 //! - port 22 is refused unless an explicit `host:22` entry names a loopback host;
@@ -86,29 +88,29 @@ pub fn decide_connect(policy: &Policy, host: &str, port: u16) -> ConnectDecision
         Host::Ip(ip) if is_special(*ip) => denied(
             RULE_PRIVATE,
             format!(
-                "{} is a loopback, private, link-local or metadata address; it needs an \
-                 explicit `host:port` entry in network.allow",
-                target.display(port)
+                "{} is a loopback, private, link-local or metadata address; {}",
+                target.display(port),
+                fix(&target.display(port))
             ),
         ),
         Host::Ip(_) => denied(
             RULE_IP_LITERAL,
             format!(
-                "{} is an IP literal; it needs an explicit `ip:port` entry in network.allow",
-                target.display(port)
+                "{} is an IP literal; {}",
+                target.display(port),
+                fix(&target.display(port))
             ),
         ),
         Host::Loopback | Host::Name(_) if target.is_private_name() => denied(
             RULE_PRIVATE,
             format!(
-                "{} is a loopback name; it needs an explicit `host:port` entry in network.allow",
-                target.display(port)
+                "{} is a loopback name; {}",
+                target.display(port),
+                fix(&target.display(port))
             ),
         ),
-        _ => denied(
-            RULE_ALLOW,
-            format!("{} is not in network.allow", target.display(port)),
-        ),
+        Host::Name(name) if port == 443 || port == 80 => denied(RULE_ALLOW, fix(name)),
+        _ => denied(RULE_ALLOW, fix(&target.display(port))),
     }
 }
 
@@ -126,13 +128,16 @@ pub fn is_passthrough(policy: &Policy, host: &str, port: u16) -> bool {
 /// After an allowed decision for a *name*, may the gate dial `addr`, one of the addresses the
 /// name resolved to? Loopback/private/link-local/metadata addresses are only dialled for an
 /// explicit, non-glob `host:port` entry (so a public name that resolves to `127.0.0.1`, or a
-/// glob whose subdomains an attacker controls, never reaches the host's own services).
+/// glob whose subdomains an attacker controls, never reaches the host's own services). A glob
+/// with an explicit port (`*.corp.internal:443`) reaches private-network addresses (10/8,
+/// 172.16/12, 192.168/16, 100.64/10, fc00::/7), never loopback, link-local or metadata ones.
 pub fn vet_address(allowed_rule: &str, addr: IpAddr) -> ConnectDecision {
     if !is_special(addr) {
         return allowed(allowed_rule);
     }
-    let explicit = Entry::parse(allowed_rule).is_some_and(|e| e.port.is_some() && !e.glob);
-    if explicit {
+    let reaches = Entry::parse(allowed_rule)
+        .is_some_and(|e| e.port.is_some() && (!e.glob || is_private_range(addr)));
+    if reaches {
         allowed(allowed_rule)
     } else {
         denied(
@@ -143,6 +148,23 @@ pub fn vet_address(allowed_rule: &str, addr: IpAddr) -> ConnectDecision {
             ),
         )
     }
+}
+
+/// The reason for a refusal by [`vet_address`] of `host:port` (a name) at `addr`: which
+/// address it resolved to and the entry that would reach it.
+pub fn resolved_private_reason(host: &str, port: u16, addr: IpAddr) -> String {
+    let target = Host::parse(host).display(port);
+    let name = target.rsplit_once(':').map_or(target.as_str(), |(h, _)| h);
+    format!(
+        "{name} resolved to {addr}, a loopback, private, link-local or metadata address; {}",
+        fix(&target)
+    )
+}
+
+/// How to allow a refused target: the `network.allow` entry to add (plain ASCII: it travels
+/// in a header too).
+fn fix(entry: &str) -> String {
+    format!("to allow it, add \"{entry}\" to network.allow in envgit.yaml")
 }
 
 /// Is raw TCP (neither TLS nor HTTP) let through for connections `allowed_rule` allowed
@@ -215,6 +237,23 @@ pub fn loopback_forwards(policy: &Policy) -> Vec<u16> {
     ports.sort_unstable();
     ports.dedup();
     ports
+}
+
+/// A private-network address a glob with an explicit port may reach: 10/8, 172.16/12,
+/// 192.168/16, CGNAT 100.64/10 and unique-local fc00::/7 (IPv4-mapped forms too). Never
+/// loopback, link-local (169.254/16, fe80::/10), the cloud metadata addresses
+/// (169.254.169.254, fd00:ec2::254), or any other special range.
+fn is_private_range(addr: IpAddr) -> bool {
+    match addr.to_canonical() {
+        IpAddr::V4(v4) => {
+            let [o0, o1, ..] = v4.octets();
+            v4.is_private() || (o0 == 100 && (64..128).contains(&o1))
+        }
+        IpAddr::V6(v6) => {
+            const METADATA: Ipv6Addr = Ipv6Addr::new(0xfd00, 0xec2, 0, 0, 0, 0, 0, 0x254);
+            (v6.segments()[0] & 0xfe00) == 0xfc00 && v6 != METADATA
+        }
+    }
 }
 
 /// Not a public unicast address: loopback, private, CGNAT, link-local (with the cloud metadata
@@ -643,7 +682,31 @@ mod tests {
             ("example.com", "::ffff:192.168.0.1", false),
             ("example.com", "2002:c0a8:1::1", false),
             ("example.com", "2002:0808:0808::1", true),
-            ("*.corp.example:443", "10.0.0.1", false),
+            // a glob with an explicit port reaches private addresses, never loopback,
+            // link-local, metadata or other special ones
+            ("*.corp.example:443", "10.0.0.1", true),
+            ("*.corp.example:443", "192.168.1.1", true),
+            ("*.corp.example:8443", "172.16.5.4", true),
+            ("*.corp.example:443", "100.64.0.1", true),
+            ("*.corp.example:443", "fd12:3456::1", true),
+            ("*.corp.example:443", "::ffff:10.0.0.1", true),
+            ("*.corp.example", "10.0.0.1", false),
+            ("*.corp.example:443", "127.0.0.1", false),
+            ("*.corp.example:443", "::1", false),
+            ("*.corp.example:443", "169.254.169.254", false),
+            ("*.corp.example:443", "169.254.1.1", false),
+            ("*.corp.example:443", "::ffff:169.254.169.254", false),
+            ("*.corp.example:443", "fd00:ec2::254", false),
+            ("*.corp.example:443", "fe80::1", false),
+            ("*.corp.example:443", "0.0.0.0", false),
+            ("*.corp.example:443", "224.0.0.1", false),
+            ("*.corp.example:443", "255.255.255.255", false),
+            ("*.corp.example:443", "2002:a00:1::1", false),
+            ("*.corp.example:443", "::a00:1", false),
+            ("*.corp.example:443", "192.0.2.1", false),
+            ("*.corp.example:443", "93.184.216.34", true),
+            // an explicit name still reaches what it names
+            ("meta.corp.example:80", "169.254.169.254", true),
             ("db.corp.example:5432", "10.0.0.1", true),
             ("localhost:5432", "127.0.0.1", true),
             ("localhost:5432", "::1", true),
@@ -728,5 +791,50 @@ mod tests {
         let p = p.unwrap();
         assert!(decide_connect(&p, "api.github.com", 443).is_allowed());
         assert!(decide_connect(&p, "files.pypi.org", 80).is_allowed());
+    }
+}
+
+#[cfg(test)]
+mod reason_tests {
+    use super::*;
+
+    #[test]
+    fn refusals_name_the_entry_that_would_allow_them() {
+        let p = Policy::default();
+        let rows: &[(&str, u16, &str)] = &[
+            ("example.com", 443, "add \"example.com\" to network.allow"),
+            ("Example.COM.", 80, "add \"example.com\" to network.allow"),
+            (
+                "example.com",
+                8443,
+                "add \"example.com:8443\" to network.allow",
+            ),
+            ("10.0.0.5", 443, "add \"10.0.0.5:443\" to network.allow"),
+            (
+                "93.184.216.34",
+                80,
+                "add \"93.184.216.34:80\" to network.allow",
+            ),
+            ("::1", 3000, "add \"localhost:3000\" to network.allow"),
+            ("fd00::1", 443, "add \"[fd00::1]:443\" to network.allow"),
+        ];
+        for (host, port, want) in rows {
+            let ConnectDecision::Denied { reason, .. } = decide_connect(&p, host, *port) else {
+                panic!("{host}:{port} allowed");
+            };
+            assert!(reason.contains(want), "{host}:{port}: {reason}");
+            assert!(
+                reason.ends_with("to network.allow in envgit.yaml"),
+                "{reason}"
+            );
+            assert!(reason.is_ascii(), "{reason}");
+        }
+        let r = resolved_private_reason("Registry.npmjs.org", 443, "10.1.2.3".parse().unwrap());
+        assert_eq!(
+            r,
+            "registry.npmjs.org resolved to 10.1.2.3, a loopback, private, link-local or \
+             metadata address; to allow it, add \"registry.npmjs.org:443\" to network.allow \
+             in envgit.yaml"
+        );
     }
 }

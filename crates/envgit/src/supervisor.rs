@@ -309,8 +309,70 @@ pub(crate) fn put_back_now(copy: &ProtectedCopy) {
     }
 }
 
+/// The (host, rule) refusals announced in the current step: later ones are only counted.
+static ANNOUNCED: std::sync::Mutex<std::collections::BTreeSet<(String, String)>> =
+    std::sync::Mutex::new(std::collections::BTreeSet::new());
+
+/// `denied CONNECT example.com:443 (rule network.allow) — <reason>`, as printed and recorded.
+fn refusal_line(e: &GateEvent) -> String {
+    let rule = e.rule.as_deref().unwrap_or("gate");
+    let (_, target) = event_target(e);
+    match &e.reason {
+        Some(reason) => format!("denied {} {target} (rule {rule}) — {reason}", e.method),
+        None => format!("denied {} {target} (rule {rule})", e.method),
+    }
+}
+
+/// `CONNECT example.com:443`, with ` — <reason and fix>` when the gate gave one.
+fn refusal_what(e: &GateEvent) -> String {
+    let (_, target) = event_target(e);
+    match &e.reason {
+        Some(reason) => format!("{} {target} — {reason}", e.method),
+        None => format!("{} {target}", e.method),
+    }
+}
+
+/// The step ended: repeated refusals of one host under one rule get a count line, and the
+/// next step announces afresh.
+fn count_repeats(events: &[GateEvent]) {
+    let mut seen: Vec<((&str, &str), &GateEvent, u64, bool)> = Vec::new();
+    for e in events {
+        let Some(rule) = e.rule.as_deref() else {
+            continue;
+        };
+        if e.decision == "allowed" {
+            continue;
+        }
+        match seen
+            .iter_mut()
+            .find(|(key, ..)| *key == (e.host.as_str(), rule))
+        {
+            Some((_, first, n, varied)) => {
+                *n += 1;
+                *varied |= event_target(first).1 != event_target(e).1 || first.method != e.method;
+            }
+            None => seen.push(((e.host.as_str(), rule), e, 1, false)),
+        }
+    }
+    for ((host, rule), first, n, varied) in seen {
+        if n < 2 {
+            continue;
+        }
+        let (_, target) = event_target(first);
+        let what = if varied {
+            format!("{} {target} and other requests to {host}", first.method)
+        } else {
+            format!("{} {target}", first.method)
+        };
+        output::error(&format!("denied {what} (rule {rule}) ({n} times)"));
+    }
+    ANNOUNCED.lock().unwrap_or_else(|p| p.into_inner()).clear();
+}
+
 /// The gate's events as step records: every request, and the refused ones as refusals.
+/// Prints the count of repeated refusals (the step has ended).
 pub(crate) fn requests_of(events: &[GateEvent]) -> (Vec<Request>, Vec<Refusal>, Vec<Approval>) {
+    count_repeats(events);
     let mut requests = Vec::new();
     let mut refusals = Vec::new();
     let mut approvals = Vec::new();
@@ -327,7 +389,7 @@ pub(crate) fn requests_of(events: &[GateEvent]) -> (Vec<Request>, Vec<Refusal>, 
         }
         if e.decision != "allowed" {
             refusals.push(Refusal {
-                what: format!("{} {target}", e.method),
+                what: refusal_what(e),
                 rule: e.rule.clone().unwrap_or_else(|| "gate".into()),
             });
         }
@@ -529,9 +591,16 @@ pub(crate) fn run_sandboxed(
         token: token.clone(),
         policy: Arc::new(project.policy.clone()),
         announce: Some(Box::new(|e: &GateEvent| {
-            let (_, what) = event_target(e);
+            // Once per host and rule per step, at once; the repeats are counted when the
+            // step's events become its records (`requests_of`).
             let rule = e.rule.as_deref().unwrap_or("gate");
-            output::error(&format!("denied {} {what} (rule {rule})", e.method));
+            let first = ANNOUNCED
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert((e.host.clone(), rule.to_owned()));
+            if first {
+                output::error(&refusal_line(e));
+            }
         })),
         ca,
         resolve: upstreams.resolve.clone(),
@@ -550,6 +619,7 @@ pub(crate) fn run_sandboxed(
         dns_port: 53,
         capture_ports: vec![80, 443],
         forwards: envgit_policy::loopback_forwards(&project.policy),
+        allow_names: project.policy.network.allow.clone(),
     };
     let exe = std::env::current_exe()
         .map_err(|e| Failure::failed(format!("cannot find envgit's own binary: {e}")))?;

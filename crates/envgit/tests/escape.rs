@@ -405,7 +405,12 @@ try:
     print('SENT udp')
 except OSError as e:
     print('failed udp')
-print('resolved', socket.getaddrinfo('example.com', 443, socket.AF_INET)[0][4][0])
+try:
+    socket.getaddrinfo('example.com', 443, socket.AF_INET)
+    print('RESOLVED unlisted')
+except socket.gaierror:
+    print('unlisted name unknown')
+print('resolved', socket.getaddrinfo('app.localhost', 443, socket.AF_INET)[0][4][0])
 r = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
 try:
     r.sendto(b'x', ('9.9.9.9', 53))
@@ -428,8 +433,10 @@ PY"#
         r.stdout,
         r.stderr
     );
-    // Names resolve only to the relay's fake loopback addresses; no query leaves.
+    // Names resolve only to the relay's fake loopback addresses, and only names the policy
+    // could allow (or loopback names); no query leaves.
     assert!(r.stdout.contains("resolved 127.1."), "{}", r.stdout);
+    assert!(r.stdout.contains("unlisted name unknown"), "{}", r.stdout);
     assert!(
         server.accept().is_err(),
         "the host's server saw a connection"

@@ -402,6 +402,7 @@ fn main() -> Result<()> {
         dns_port: 0,
         capture_ports: Vec::new(),
         forwards: Vec::new(),
+        allow_names: Vec::new(),
     })?;
     let proxy_port = relay.proxy_port()?;
     std::thread::spawn(move || relay.run());

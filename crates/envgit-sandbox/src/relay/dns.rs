@@ -1,10 +1,13 @@
-//! The DNS stub: every A query gets a fake loopback address from 127.1.0.0/16, one per name
-//! for the whole run (the capture listeners turn it back into the name); AAAA and every other
-//! type get an empty NOERROR answer. Nothing is ever forwarded: query names are an
-//! exfiltration channel. Names are limited to `[A-Za-z0-9._-]` (others: REFUSED), so a name
-//! can never inject a line break into a CONNECT head.
+//! The DNS stub, like an offline network that knows only the names the policy could allow:
+//! a name that a `network.allow` entry (or its glob) could allow, or a loopback name
+//! (`localhost`, `*.localhost`), gets for an A query a fake loopback address from
+//! 127.1.0.0/16, one per name for the whole run (the capture listeners turn it back into the
+//! name), and for AAAA and every other type an empty NOERROR answer. Every other name gets
+//! NXDOMAIN, whatever the type. Nothing is ever forwarded: query names are an exfiltration
+//! channel. Names are limited to `[A-Za-z0-9._-]` (others: REFUSED), so a name can never
+//! inject a line break into a CONNECT head.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::io::{self, Read, Write};
 use std::net::{Ipv4Addr, TcpStream, UdpSocket};
 use std::sync::Mutex;
@@ -23,10 +26,52 @@ const TTL: u32 = 60;
 /// How long a TCP DNS client may stay idle.
 const TCP_IDLE: Duration = Duration::from_secs(10);
 
-/// The name ↔ fake address table of one run.
+/// The name ↔ fake address table of one run, and the names it answers.
 #[derive(Default)]
 pub(crate) struct FakeDns {
     table: Mutex<Table>,
+    names: AllowedNames,
+}
+
+/// The names `network.allow` entries could allow: exact names and glob suffixes, lower-case,
+/// without a trailing dot. Ports do not matter here (the gate judges them).
+#[derive(Default)]
+struct AllowedNames {
+    exact: HashSet<String>,
+    /// `.example.com` for `*.example.com`: subdomains at any depth, not the bare domain.
+    suffixes: Vec<String>,
+}
+
+impl AllowedNames {
+    fn new(entries: &[String]) -> AllowedNames {
+        let mut names = AllowedNames::default();
+        for entry in entries {
+            if entry.starts_with('[') {
+                continue; // an IPv6 literal: no name
+            }
+            let host = entry.split_once(':').map_or(entry.as_str(), |(h, _)| h);
+            let host = host.strip_suffix('.').unwrap_or(host).to_ascii_lowercase();
+            match host.strip_prefix("*.") {
+                Some(domain) if !domain.is_empty() => names.suffixes.push(format!(".{domain}")),
+                Some(_) => {}
+                None => {
+                    names.exact.insert(host);
+                }
+            }
+        }
+        names
+    }
+
+    /// `name` is lower-case without a trailing dot.
+    fn allows(&self, name: &str) -> bool {
+        name == "localhost"
+            || name.ends_with(".localhost")
+            || self.exact.contains(name)
+            || self
+                .suffixes
+                .iter()
+                .any(|s| name.ends_with(s.as_str()) && name.len() > s.len())
+    }
 }
 
 #[derive(Default)]
@@ -36,6 +81,14 @@ struct Table {
 }
 
 impl FakeDns {
+    /// A stub answering the names `allow` (the `network.allow` entries) could allow.
+    pub(crate) fn new(allow: &[String]) -> FakeDns {
+        FakeDns {
+            table: Mutex::default(),
+            names: AllowedNames::new(allow),
+        }
+    }
+
     /// The address of `name` (lower-case, no trailing dot): the same every time within the
     /// run, never another name's. `None` once the pool is exhausted.
     pub(crate) fn address_for(&self, name: &str) -> Option<Ipv4Addr> {
@@ -93,6 +146,9 @@ pub(crate) fn answer(query: &[u8], dns: &FakeDns) -> Option<Vec<u8>> {
     let Some(name) = plain_name(&question.qname) else {
         return error_reply(id, RCODE::Refused, Some(question.clone()));
     };
+    if !dns.names.allows(&name) {
+        return error_reply(id, RCODE::NameError, Some(question.clone()));
+    }
     let mut reply = Packet::new_reply(id);
     reply.set_flags(PacketFlag::RECURSION_AVAILABLE);
     if packet.has_flags(PacketFlag::RECURSION_DESIRED) {

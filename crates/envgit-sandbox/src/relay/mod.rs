@@ -8,7 +8,8 @@
 //! - the explicit HTTP proxy on `127.0.0.1:proxy_port` ([`proxy`]): the client's first request
 //!   head gets the token header, the rest is spliced unchanged;
 //! - the DNS stub on `127.0.0.1:dns_port`, UDP and TCP ([`dns`]): fake loopback addresses
-//!   from 127.1.0.0/16 for A queries, never forwarding anything;
+//!   from 127.1.0.0/16 for A queries of names `network.allow` could allow (and loopback
+//!   names), NXDOMAIN for every other name, never forwarding anything;
 //! - capture listeners on `0.0.0.0:P` ([`capture`]): a connection to a fake address becomes
 //!   `CONNECT name:P` to the gate;
 //! - forwards on `127.0.0.1:P`: `CONNECT 127.0.0.1:P` to the gate, which dials the host's
@@ -63,6 +64,11 @@ pub struct RelayConfig {
     /// For each loopback `host:P` in `network.allow`: listen on 127.0.0.1:P and carry to the
     /// host's 127.0.0.1:P through the gate (see `envgit_policy::loopback_forwards`).
     pub forwards: Vec<u16>,
+    /// The `network.allow` entries as written (`host`, `host:port`, `*.domain[:port]`): the
+    /// DNS stub answers only names one of them could allow, and loopback names; any other
+    /// name gets NXDOMAIN, as on a network without that name.
+    #[serde(default)]
+    pub allow_names: Vec<String>,
 }
 
 /// Binds every listener, writes one byte to `ready`, then serves forever.
@@ -153,7 +159,7 @@ impl Relay {
             shared: Arc::new(Shared {
                 gate_socket: cfg.gate_socket,
                 token: cfg.token,
-                dns: dns::FakeDns::default(),
+                dns: dns::FakeDns::new(&cfg.allow_names),
                 forwards: forward_map,
                 active: AtomicUsize::new(0),
             }),

@@ -80,6 +80,11 @@ fn setup(allow: &[String]) -> Setup {
         dns_port: 0,
         capture_ports: vec![0],
         forwards: Vec::new(),
+        // Placeholders stand for ports only: the names are as the gate gets them.
+        allow_names: allow
+            .iter()
+            .map(|a| a.strip_prefix("raw ").unwrap_or(a).to_owned())
+            .collect(),
     };
     let relay = Relay::bind_with(cfg, &[(0, upstream)]).unwrap();
     let proxy = relay.proxy_port().unwrap();
@@ -236,6 +241,15 @@ fn connect_to_a_denied_port_gets_403_naming_the_rule() {
     assert_eq!(ev[0].rule.as_deref(), Some("network.allow"));
     assert_eq!(ev[0].status, Some(403));
     assert_eq!((ev[0].host.as_str(), ev[0].port), ("example.com", 8443));
+    // The event carries the fix, for the announcement and the step's record.
+    assert_eq!(
+        ev[0].reason.as_deref(),
+        Some("to allow it, add \"example.com:8443\" to network.allow in envgit.yaml")
+    );
+    assert!(
+        reply.contains("X-Envgit-Reason: to allow it, add \"example.com:8443\""),
+        "{reply}"
+    );
 }
 
 #[test]
@@ -332,7 +346,11 @@ fn connect_to_a_localhost_entry_resolves_on_the_host_and_carries_raw_tcp() {
 
 #[test]
 fn dns_answers_a_with_fake_loopback_addresses() {
-    let s = setup(&[]);
+    let s = setup(&[
+        "registry.npmjs.org".into(),
+        "*.pythonhosted.org".into(),
+        "example.com:8443".into(),
+    ]);
     let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
     sock.set_read_timeout(Some(WAIT)).unwrap();
     sock.connect(("127.0.0.1", s.dns)).unwrap();
@@ -435,6 +453,91 @@ fn dns_table_is_one_to_one_and_never_forwards() {
     assert!(answer(&response.build_bytes_vec().unwrap(), &dns).is_none());
 }
 
+/// The rcode and first A answer of `name` (type `ty`) through the stub, over UDP and TCP.
+fn lookup(dns_port: u16, name: &str, ty: TYPE) -> (RCODE, Option<Ipv4Addr>) {
+    let mut q = Packet::new_query(77);
+    q.questions.push(Question::new(
+        Name::new_unchecked(name),
+        ty.into(),
+        CLASS::IN.into(),
+        false,
+    ));
+    let q = q.build_bytes_vec().unwrap();
+    let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
+    sock.set_read_timeout(Some(WAIT)).unwrap();
+    sock.send_to(&q, ("127.0.0.1", dns_port)).unwrap();
+    let mut buf = [0u8; 1500];
+    let n = sock.recv(&mut buf).unwrap();
+    let mut t = connect(dns_port);
+    t.write_all(&u16::try_from(q.len()).unwrap().to_be_bytes())
+        .unwrap();
+    t.write_all(&q).unwrap();
+    let mut len = [0u8; 2];
+    t.read_exact(&mut len).unwrap();
+    let mut tcp = vec![0u8; usize::from(u16::from_be_bytes(len))];
+    t.read_exact(&mut tcp).unwrap();
+    let read = |bytes: &[u8]| {
+        let p = Packet::parse(bytes).unwrap();
+        let a = p.answers.iter().find_map(|rr| match &rr.rdata {
+            RData::A(a) => Some(Ipv4Addr::from(a.address)),
+            _ => None,
+        });
+        (p.rcode(), a)
+    };
+    let (udp, tcp) = (read(&buf[..n]), read(&tcp));
+    assert_eq!(udp, tcp, "{name}: UDP and TCP agree");
+    udp
+}
+
+#[test]
+fn dns_answers_only_names_the_policy_could_allow() {
+    let s = setup(&[
+        "registry.npmjs.org".into(),
+        "*.PythonHosted.org".into(),
+        "db.corp.example:5432".into(),
+        "[2606:4700::1111]:443".into(),
+        "localhost:CAPTURE".into(),
+    ]);
+    for name in [
+        "registry.npmjs.org",
+        "REGISTRY.npmjs.org",
+        "files.pythonhosted.org",
+        "a.b.pythonhosted.org",
+        "db.corp.example",
+        "localhost",
+        "app.localhost",
+    ] {
+        let (rcode, a) = lookup(s.dns, name, TYPE::A);
+        assert_eq!(rcode, RCODE::NoError, "{name}");
+        assert_eq!(
+            a.map(|a| a.octets()[..2].to_vec()),
+            Some(vec![127, 1]),
+            "{name}"
+        );
+        let (rcode, a) = lookup(s.dns, name, TYPE::AAAA);
+        assert_eq!((rcode, a), (RCODE::NoError, None), "{name} AAAA");
+    }
+    for name in [
+        "example.com",
+        "npmjs.org",
+        "evil-registry.npmjs.org",
+        "registry.npmjs.org.evil.com",
+        "pythonhosted.org",
+        "evilpythonhosted.org",
+        "corp.example",
+        "x.db.corp.example",
+        "2606",
+        "exfiltrated-secret.attacker.example",
+    ] {
+        for ty in [TYPE::A, TYPE::AAAA, TYPE::TXT] {
+            let (rcode, a) = lookup(s.dns, name, ty);
+            assert_eq!(rcode, RCODE::NameError, "{name} {ty:?}: NXDOMAIN (rcode 3)");
+            assert_eq!(a, None, "{name}");
+        }
+    }
+    assert!(s.gate.take_events().is_empty(), "the stub answered alone");
+}
+
 /// Resolves `name` through the stub, as a client inside the sandbox would.
 fn resolve(dns_port: u16, name: &str) -> Ipv4Addr {
     let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
@@ -491,7 +594,8 @@ fn captured_connection_to_a_fake_address_becomes_a_connect() {
 
 #[test]
 fn captured_http_to_a_denied_name_shows_the_403() {
-    let s = setup(&[]);
+    // The name resolves (the policy lists it), the capture port is not the one it allows.
+    let s = setup(&["example.com:8443".into()]);
     let ip = resolve(s.dns, "example.com");
     let mut c = connect_to(ip, s.capture);
     write!(c, "GET / HTTP/1.1\r\nHost: example.com\r\n\r\n").unwrap();
