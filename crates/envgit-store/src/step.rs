@@ -54,6 +54,8 @@ pub enum StepFlag {
     Purged,
     /// A REPL step read at least 64 KiB from downstream tools and returned at most 1 % of it.
     LowReturn,
+    /// The changes were made outside the sandbox, between steps (the user's own edits).
+    Outside,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -159,6 +159,7 @@ pub fn flag_names(step: &Step) -> Vec<&'static str> {
             StepFlag::Irreversible => "irreversible",
             StepFlag::Purged => "purged",
             StepFlag::LowReturn => "low-return",
+            StepFlag::Outside => "outside",
         })
         .collect()
 }

@@ -80,9 +80,10 @@ pub fn run_step(
     if let Some(m) = project.policy.check_command(&argv) {
         // `ask` has no approver yet: it fails closed like `deny`.
         output::error(&format!("denied command {line} (rule {})", m.rule));
-        let mut guard = store.begin_step(&line)?;
         let mut wt = project.worktree(&store)?;
         let (tree, _) = wt.full_scan(&store, None)?;
+        crate::outside::record_outside_edits(project, &mut store, &tree)?;
+        let mut guard = store.begin_step(&line)?;
         let draft = StepDraft {
             kind: Some(StepKind::Run),
             started_at_ms: started,
@@ -101,9 +102,11 @@ pub fn run_step(
         store.commit(&mut guard, draft, tree)?;
         return Ok(EXIT_REFUSED);
     }
-    let mut guard = store.begin_step(&line)?;
     let mut wt = project.worktree(&store)?;
     let (before, _) = wt.full_scan(&store, None)?;
+    // The user's edits since the last step are theirs, not this command's.
+    crate::outside::record_outside_edits(project, &mut store, &before)?;
+    let mut guard = store.begin_step(&line)?;
     // Read before the command runs: `core.hooksPath` comes from the trusted .git/config.
     let protected = project.protected_paths();
     let copy = ProtectedCopy::take(store.dir(), &project.root, &protected)?;

@@ -81,13 +81,15 @@ impl<'a> ToolSteps<'a> {
         protected: Vec<String>,
         tap_rx: Receiver<EventTap>,
     ) -> CmdResult<Self> {
-        let store = project.open_store()?;
-        let guard = store.begin_step(&format!("{agent} session"))?;
-        let copy = ProtectedCopy::take(store.dir(), &project.root, &protected)?;
+        let mut store = project.open_store()?;
         let mut live = LiveTree::new(&project.root, project.scan_config()?, Some(store.dir()))?;
         live.tree_mut().load_cache(&store.stat_cache_path());
         // The first snapshot walks everything once and sets up the watches.
         let (last_tree, _, _) = live.snapshot(&store)?;
+        // No sandboxed process of the project is alive yet: what changed is the user's.
+        crate::outside::record_outside_edits(project, &mut store, &last_tree)?;
+        let guard = store.begin_step(&format!("{agent} session"))?;
+        let copy = ProtectedCopy::take(store.dir(), &project.root, &protected)?;
         Ok(ToolSteps {
             project,
             agent,

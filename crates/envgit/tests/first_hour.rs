@@ -225,3 +225,63 @@ fn rewind_names_what_it_did_not_restore() {
         .unwrap();
     assert_eq!(entry["hint"], "run npm install", "{entry}");
 }
+
+/// Changed paths of step `n`, from `show --json`.
+fn changed_paths(env: &Env, n: u64) -> Vec<String> {
+    let r = env.envgit(&["show", &n.to_string(), "--json"]).ok();
+    let v: serde_json::Value = serde_json::from_str(&r.stdout).unwrap();
+    v["changes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["path"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+#[test]
+fn a_hand_edit_between_steps_is_its_own_step_and_survives_rewinding_the_next() {
+    let env = two_steps();
+    // The user edits a file by hand, then the agent runs a command.
+    env.write("README.md", "my own words");
+    let r = env.envgit(&["run", "--", "sh", "-c", "echo agent > agent.txt"]);
+    assert_eq!(r.code, 0, "stdout:\n{}\nstderr:\n{}", r.stdout, r.stderr);
+    assert!(r.stderr.contains("your edits since step 2"), "{}", r.stderr);
+    // Step 3 holds the hand edit, flagged; step 4 only what the command wrote.
+    let log = env.envgit(&["log", "--json"]).ok();
+    let steps: serde_json::Value = serde_json::from_str(&log.stdout).unwrap();
+    let steps = steps.as_array().unwrap();
+    let by_number = |n: u64| {
+        steps
+            .iter()
+            .find(|s| s["number"] == n)
+            .unwrap_or_else(|| panic!("no step {n} in {steps:?}"))
+    };
+    assert_eq!(by_number(3)["kind"], "record");
+    assert!(
+        by_number(3)["flags"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|f| f == "outside"),
+        "{:?}",
+        by_number(3)
+    );
+    assert_eq!(changed_paths(&env, 3), vec!["README.md".to_owned()]);
+    assert_eq!(changed_paths(&env, 4), vec!["agent.txt".to_owned()]);
+    // Rewinding the agent's step keeps the user's edit.
+    env.envgit(&["rewind", "3"]).ok();
+    assert_eq!(
+        std::fs::read_to_string(env.path("README.md")).unwrap(),
+        "my own words"
+    );
+    assert!(!env.path("agent.txt").exists());
+    // No edit since: the next run records no outside step.
+    let before = steps.len();
+    let r = env.envgit(&["run", "--", "true"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(!r.stderr.contains("your edits"), "{}", r.stderr);
+    let log = env.envgit(&["log", "--json"]).ok();
+    let after: serde_json::Value = serde_json::from_str(&log.stdout).unwrap();
+    // rewind (1) + run (1)
+    assert_eq!(after.as_array().unwrap().len(), before + 2);
+}

@@ -42,6 +42,14 @@ pub fn run(dir: Option<&Path>, args: &CodexArgs) -> CmdResult<ExitCode> {
     let project = Project::find(dir)?;
     let cwd = start_dir(dir)?;
     let codex = find_codex()?;
+    {
+        // No command of the session runs yet: what changed since the last step is the user's.
+        let mut store = project.open_store()?;
+        let mut wt = project.worktree(&store)?;
+        let (now, _) = wt.full_scan(&store, None)?;
+        crate::outside::record_outside_edits(&project, &mut store, &now)?;
+        wt.save_cache(&store.stat_cache_path())?;
+    }
     let exe = std::env::current_exe()
         .map_err(|e| Failure::failed(format!("cannot find envgit's own binary: {e}")))?;
     let envgit_home = envgit_store::envgit_home()?;

@@ -21,8 +21,11 @@ pub fn run(dir: Option<&Path>, args: &McpArgs) -> CmdResult<ExitCode> {
     if let Some(name) = &args.downstream {
         return downstream(&project, name, args.events.as_deref());
     }
-    let store = project.open_store()?;
-    let wt = project.worktree(&store)?;
+    let mut store = project.open_store()?;
+    let mut wt = project.worktree(&store)?;
+    // No downstream server runs yet: what changed since the last step is the user's.
+    let (now, _) = wt.full_scan(&store, None)?;
+    crate::outside::record_outside_edits(&project, &mut store, &now)?;
     // Before any downstream server runs: what every step puts protected paths back to.
     let copy =
         envgit_store::ProtectedCopy::take(store.dir(), &project.root, &project.protected_paths())?;
