@@ -229,6 +229,16 @@ impl Fs {
     }
 
     fn check_write(&self, t: &Target, effect: &mut Effect) -> Result<(), RpcError> {
+        // fs/* writes land on the host directly, so nothing may reach a repository's `.git`
+        // (directory or gitdir file, at any depth): git config, hooks and commondir there
+        // would run on the user's next git command. The path is lexical (no link followed).
+        if t.rel.split(|&b| b == b'/').any(|c| c == b".git") {
+            return Err(refusal(
+                effect,
+                format!("write {}", t.show()),
+                "git.data-only",
+            ));
+        }
         let rel = paths::display(&t.rel);
         // A write to a protected path, beneath one, or to a directory holding one.
         let hit = rel.is_empty()

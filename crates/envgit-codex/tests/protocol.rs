@@ -244,15 +244,47 @@ fn initialize_fs_calls_and_refusals() {
             "fs/writeFile",
             json!({"path": uri(&root, ".git/hooks/pre-commit"), "dataBase64": data}),
         ),
-        "filesystem.protected",
+        "git.data-only",
     );
     refused(
         &c.call(
             "fs/remove",
             json!({"path": uri(&root, ".git"), "recursive": true, "force": true}),
         ),
-        "filesystem.protected",
+        "git.data-only",
     );
+    // Anything inside a `.git` (config, commondir, a nested repository's) or a `.git` file:
+    // the host's git receives data through the after-step import only, never through fs/*.
+    for (method, params) in [
+        (
+            "fs/writeFile",
+            json!({"path": uri(&root, ".git/config"), "dataBase64": data}),
+        ),
+        (
+            "fs/writeFile",
+            json!({"path": uri(&root, ".git/commondir"), "dataBase64": data}),
+        ),
+        (
+            "fs/writeFile",
+            json!({"path": uri(&root, "vendor/x/.git/config"), "dataBase64": data}),
+        ),
+        (
+            "fs/writeFile",
+            json!({"path": uri(&root, "sub/.git"), "dataBase64": data}),
+        ),
+        (
+            "fs/createDirectory",
+            json!({"path": uri(&root, "vendor/y/.git/hooks"), "recursive": true}),
+        ),
+        (
+            "fs/copy",
+            json!({"sourcePath": uri(&root, "a.txt"), "destinationPath": uri(&root, ".git/info/x")}),
+        ),
+    ] {
+        refused(&c.call(method, params), "git.data-only");
+    }
+    assert!(!root.join(".git/commondir").exists());
+    assert!(!root.join("vendor").exists());
     refused(
         &c.call(
             "fs/writeFile",

@@ -12,6 +12,7 @@ mod exclude;
 mod fork;
 mod fsck;
 mod gc;
+mod gitlayer;
 mod graft;
 mod guard;
 mod id;
@@ -35,6 +36,7 @@ pub use exclude::Excludes;
 pub use fork::{ForkOptions, fork};
 pub use fsck::{FsckReport, fsck};
 pub use gc::{GcOptions, GcReport, gc};
+pub use gitlayer::{Dropped as GitDropped, GitImport, PreStep as GitPreStep, import as git_import};
 pub use graft::{entry_at, graft};
 pub use guard::{
     GUARD_MAX_BYTES, ProtectedCopy, recover as recover_protected, remove_planted_git_links,

@@ -1,0 +1,104 @@
+//! What a path inside `.git` is to the import: data git reads, or something git would run or
+//! follow. An allow-list: anything not named here is dropped.
+
+/// How the import treats one path of the upper layer (relative to `.git`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Class {
+    /// Content-addressed and immutable (objects, packs): written when absent or different.
+    Object,
+    /// Plain data (logs, the `*_HEAD` files, messages): written as is.
+    Data,
+    /// Refs, `packed-refs`, the index: written compare-and-swap against the pre-step content.
+    Cas,
+    /// `HEAD`: compare-and-swap, and only when it is a symbolic ref or an object id.
+    Head,
+    /// `config`: key by key through the allow-list.
+    Config,
+}
+
+/// Top-level files git writes as data during ordinary work.
+const TOP_DATA: &[&str] = &[
+    "ORIG_HEAD",
+    "FETCH_HEAD",
+    "MERGE_HEAD",
+    "MERGE_MSG",
+    "MERGE_MODE",
+    "SQUASH_MSG",
+    "COMMIT_EDITMSG",
+    "AUTO_MERGE",
+    "CHERRY_PICK_HEAD",
+    "REVERT_HEAD",
+    "shallow",
+    "description",
+];
+
+/// The class of `rel`, or why it is dropped.
+pub fn classify(rel: &str) -> Result<Class, &'static str> {
+    if rel == "HEAD" {
+        return Ok(Class::Head);
+    }
+    if rel == "index" || rel == "packed-refs" || rel.starts_with("refs/") {
+        return Ok(Class::Cas);
+    }
+    if rel == "config" {
+        return Ok(Class::Config);
+    }
+    if rel == "objects/info/alternates" || rel == "objects/info/http-alternates" {
+        return Err("alternates make git read objects from a directory the step chose");
+    }
+    if rel.starts_with("objects/") {
+        return Ok(Class::Object);
+    }
+    if rel.starts_with("logs/") || rel.starts_with("lfs/objects/") || TOP_DATA.contains(&rel) {
+        return Ok(Class::Data);
+    }
+    let top = rel.split('/').next().unwrap_or(rel);
+    Err(match top {
+        "hooks" => "hooks run on the host",
+        "commondir" | "worktrees" => "it points git at another repository directory",
+        "config.worktree" => "it is git configuration outside the allow-list",
+        "info" => "info/ (attributes, exclude, sparse-checkout) is not data the step may change",
+        "rebase-merge" | "rebase-apply" | "sequencer" => {
+            "its todo lines can carry `exec` commands the next `git rebase --continue` runs"
+        }
+        "modules" => "a submodule's git directory carries its own config and hooks",
+        _ => "it is not a git data file",
+    })
+}
+
+/// Whether `HEAD`'s content is a symbolic ref under `refs/` or a bare object id.
+pub fn valid_head(content: &[u8]) -> bool {
+    let Ok(s) = std::str::from_utf8(content) else {
+        return false;
+    };
+    let s = s.strip_suffix('\n').unwrap_or(s);
+    if let Some(r) = s.strip_prefix("ref: refs/") {
+        return !r.is_empty()
+            && !r.contains("..")
+            && r.bytes().all(|b| b.is_ascii_graphic() && b != b'\\');
+    }
+    (s.len() == 40 || s.len() == 64) && s.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn classes() {
+        assert_eq!(classify("refs/heads/main"), Ok(Class::Cas));
+        assert_eq!(classify("objects/ab/cdef"), Ok(Class::Object));
+        assert_eq!(classify("objects/pack/pack-1.pack"), Ok(Class::Object));
+        assert!(classify("objects/info/alternates").is_err());
+        assert!(classify("hooks/pre-commit").is_err());
+        assert!(classify("commondir").is_err());
+        assert!(classify("config.worktree").is_err());
+        assert!(classify("rebase-merge/git-rebase-todo").is_err());
+        assert!(classify("brand-new").is_err());
+        assert_eq!(classify("logs/HEAD"), Ok(Class::Data));
+        assert!(valid_head(b"ref: refs/heads/main\n"));
+        assert!(valid_head(b"0123456789012345678901234567890123456789\n"));
+        assert!(!valid_head(b"ref: ../../etc\n"));
+        assert!(!valid_head(b"gitdir: /tmp/x\n"));
+    }
+}

@@ -1,0 +1,171 @@
+//! `.git/config` crosses key by key through an allow-list: keys git uses for ordinary work
+//! (identity, branches, remotes' addresses) are applied to the host's config; every other
+//! added, changed or removed key (`core.fsmonitor`, `core.hooksPath`, `include.path`,
+//! `remote.*.uploadpack`, `credential.helper`, `alias.*`, ...) is dropped and listed.
+//! Both files are read with `git config --file F --no-includes --list -z`, which never
+//! follows an include and never runs anything.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::Command;
+
+/// Every value of every key, in file order; `None` is a key written without `=`.
+pub type Entries = BTreeMap<String, Vec<Option<String>>>;
+
+/// Whether a change of `key` (as `git config --list` prints it) may reach the host.
+// One arm per family of keys reads as the list it is.
+#[allow(clippy::match_like_matches_macro)]
+pub fn allowed(key: &str) -> bool {
+    let (section, rest) = key.split_once('.').unwrap_or((key, ""));
+    let (sub, name) = match rest.rsplit_once('.') {
+        Some((s, n)) => (Some(s), n),
+        None => (None, rest),
+    };
+    match (section, sub, name) {
+        ("user" | "author" | "committer", None, _) => true,
+        ("branch", Some(_), "remote" | "merge" | "rebase" | "description" | "pushremote") => true,
+        (
+            "remote",
+            Some(_),
+            "url" | "fetch" | "pushurl" | "tagopt" | "prune" | "push" | "mirror",
+        ) => true,
+        (
+            "core",
+            None,
+            "repositoryformatversion"
+            | "bare"
+            | "filemode"
+            | "logallrefupdates"
+            | "ignorecase"
+            | "symlinks"
+            | "precomposeunicode",
+        ) => true,
+        ("submodule", Some(_), "url" | "active" | "branch") => true,
+        ("init", None, "defaultbranch") | ("pull", None, "rebase" | "ff") => true,
+        _ => false,
+    }
+}
+
+fn git() -> Command {
+    let mut c = Command::new("git");
+    // Nothing but the named file is read.
+    c.env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env_remove("GIT_CONFIG")
+        .env_remove("GIT_CONFIG_PARAMETERS")
+        .env_remove("GIT_CONFIG_COUNT");
+    c
+}
+
+/// Parse `file`'s own entries; `Err` names why git could not read it.
+pub fn read(file: &Path) -> Result<Entries, String> {
+    let out = git()
+        .args(["config", "--no-includes", "--list", "-z", "--file"])
+        .arg(file)
+        .output()
+        .map_err(|e| format!("running git: {e}"))?;
+    if !out.status.success() {
+        return Err(String::from_utf8_lossy(&out.stderr).trim().to_string());
+    }
+    Ok(parse(&out.stdout))
+}
+
+/// Parse `git config --list -z` output.
+pub fn parse(text: &[u8]) -> Entries {
+    let mut e = Entries::new();
+    for item in text.split(|&b| b == 0).filter(|i| !i.is_empty()) {
+        let item = String::from_utf8_lossy(item);
+        let (k, v) = match item.split_once('\n') {
+            Some((k, v)) => (k.to_string(), Some(v.to_string())),
+            None => (item.to_string(), None),
+        };
+        e.entry(k).or_default().push(v);
+    }
+    e
+}
+
+/// Keys whose values differ between `before` and `after`.
+pub fn changed(before: &Entries, after: &Entries) -> Vec<String> {
+    let mut keys: Vec<String> = before
+        .keys()
+        .chain(after.keys())
+        .filter(|k| before.get(*k) != after.get(*k))
+        .cloned()
+        .collect();
+    keys.sort();
+    keys.dedup();
+    keys
+}
+
+/// Give `key` in the host's config `values` (none: remove it).
+pub fn apply(host: &Path, key: &str, values: &[Option<String>]) -> Result<(), String> {
+    let run = |args: &[&str]| -> Result<std::process::Output, String> {
+        git()
+            .arg("config")
+            .arg("--file")
+            .arg(host)
+            .args(args)
+            .output()
+            .map_err(|e| format!("running git: {e}"))
+    };
+    let out = run(&["--unset-all", key])?;
+    // 5: the key was not there.
+    if !out.status.success() && out.status.code() != Some(5) {
+        return Err(String::from_utf8_lossy(&out.stderr).trim().to_string());
+    }
+    for v in values {
+        let out = run(&["--add", key, v.as_deref().unwrap_or("true")])?;
+        if !out.status.success() {
+            return Err(String::from_utf8_lossy(&out.stderr).trim().to_string());
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_allow_list() {
+        for k in [
+            "user.name",
+            "branch.main.remote",
+            "remote.origin.url",
+            "remote.a.b.fetch",
+            "core.bare",
+            "submodule.x.url",
+            "init.defaultbranch",
+        ] {
+            assert!(allowed(k), "{k}");
+        }
+        for k in [
+            "core.fsmonitor",
+            "core.hookspath",
+            "core.sshcommand",
+            "core.pager",
+            "include.path",
+            "includeif.gitdir:/x.path",
+            "remote.origin.uploadpack",
+            "remote.origin.receivepack",
+            "remote.origin.vcs",
+            "credential.helper",
+            "alias.st",
+            "submodule.x.update",
+            "extensions.worktreeconfig",
+            "filter.lfs.smudge",
+            "diff.x.textconv",
+            "user.x.name",
+        ] {
+            assert!(!allowed(k), "{k}");
+        }
+    }
+
+    #[test]
+    fn parse_and_diff() {
+        let a = parse(b"user.name\nA\0core.bare\nfalse\0x.flag\0");
+        let b = parse(b"user.name\nB\0core.bare\nfalse\0core.fsmonitor\nsh x\0");
+        assert_eq!(a["x.flag"], vec![None]);
+        assert_eq!(changed(&a, &b), ["core.fsmonitor", "user.name", "x.flag"]);
+    }
+}

@@ -1,0 +1,279 @@
+//! The after-step import: walk the upper layer iteratively without following links, and bring
+//! into the host's `.git` only regular files of a data class (see `classify`), refs
+//! compare-and-swap, config through the allow-list. Whiteouts delete data paths only.
+
+use std::collections::BTreeMap;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::path::Path;
+
+use rustix::fs::{FileType, Mode, OFlags};
+use serde::{Deserialize, Serialize};
+
+use super::classify::{Class, classify, valid_head};
+use super::{config, write};
+use crate::beneath::{lstat, open_dir_rel, open_file, read_names};
+
+/// One path (or config key) not imported, and why.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Dropped {
+    pub path: String,
+    pub why: String,
+}
+
+/// What one import did.
+#[derive(Debug, Default, Clone, Serialize, Deserialize)]
+pub struct GitImport {
+    pub imported: Vec<String>,
+    pub removed: Vec<String>,
+    pub dropped: Vec<Dropped>,
+    /// Refs the host changed since the step began: the host's value was kept.
+    pub conflicts: Vec<Dropped>,
+}
+
+/// The host's `.git` as the step began: a hash of every ref file, `packed-refs`, `HEAD` and
+/// the index (absent = not there), and the config's text. Saved beside the layer so a crash
+/// leaves what the import needs.
+#[derive(Debug, Default, Clone, Serialize, Deserialize)]
+pub struct PreStep {
+    pub hashes: BTreeMap<String, String>,
+    pub config: Vec<u8>,
+}
+
+fn hash(data: &[u8]) -> String {
+    blake3::hash(data).to_hex().to_string()
+}
+
+fn open_git(path: &Path) -> std::io::Result<OwnedFd> {
+    Ok(rustix::fs::open(
+        path,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    )?)
+}
+
+/// Every regular file below `top` ('/'-relative to `root`), iteratively.
+fn files_below(root: BorrowedFd<'_>, top: &str) -> Vec<(String, FileType)> {
+    let mut out = Vec::new();
+    let mut stack = vec![top.to_string()];
+    while let Some(rel) = stack.pop() {
+        let Ok(dir) = open_dir_rel(root, rel.as_bytes()) else {
+            continue;
+        };
+        for name in read_names(dir.as_fd()).unwrap_or_default() {
+            let Ok(st) = lstat(dir.as_fd(), &name) else {
+                continue;
+            };
+            let n = name.to_string_lossy();
+            let child = if rel.is_empty() {
+                n.to_string()
+            } else {
+                format!("{rel}/{n}")
+            };
+            let ft = FileType::from_raw_mode(st.st_mode);
+            if ft == FileType::Directory {
+                stack.push(child);
+            } else {
+                let whiteout = ft == FileType::CharacterDevice && st.st_rdev == 0;
+                out.push((
+                    child,
+                    if whiteout {
+                        FileType::CharacterDevice
+                    } else {
+                        ft
+                    },
+                ));
+            }
+        }
+    }
+    out
+}
+
+impl PreStep {
+    /// Record the host's `.git` before a step.
+    pub fn capture(git_dir: &Path) -> std::io::Result<Self> {
+        let root = open_git(git_dir)?;
+        let mut pre = Self::default();
+        let mut names: Vec<String> = ["HEAD", "index", "packed-refs"].map(String::from).into();
+        names.extend(
+            files_below(root.as_fd(), "refs")
+                .into_iter()
+                .filter(|(_, t)| *t == FileType::RegularFile)
+                .map(|(p, _)| p),
+        );
+        for n in names {
+            if let Ok(Some(data)) = write::read(root.as_fd(), &n) {
+                pre.hashes.insert(n, hash(&data));
+            }
+        }
+        pre.config = write::read(root.as_fd(), "config")?.unwrap_or_default();
+        Ok(pre)
+    }
+}
+
+/// Import `upper` (the overlay's upper directory over `git_dir`) into `git_dir`. `pre` is
+/// updated to what was imported, so a session's next import compares against it.
+pub fn import(git_dir: &Path, upper: &Path, pre: &mut PreStep) -> std::io::Result<GitImport> {
+    let root = open_git(git_dir)?;
+    let up = open_git(upper)?;
+    let mut rep = GitImport::default();
+    let mut work: Vec<(Class, String, bool)> = Vec::new();
+    for (rel, ft) in files_below(up.as_fd(), "") {
+        let whiteout = ft == FileType::CharacterDevice;
+        match classify(&rel) {
+            Ok(c) if ft == FileType::RegularFile || whiteout => work.push((c, rel, whiteout)),
+            Ok(_) => rep.dropped.push(Dropped {
+                path: rel,
+                why: "only regular files are imported (a link or special file is never)".into(),
+            }),
+            Err(why) => {
+                // A file copied up unchanged (a chmod, a rewrite with the same bytes) is no news.
+                if !whiteout && same_as_host(root.as_fd(), up.as_fd(), &rel) {
+                    continue;
+                }
+                rep.dropped.push(Dropped {
+                    path: rel,
+                    why: why.into(),
+                });
+            }
+        }
+    }
+    // Objects first, so no ref ever names an object the host lacks; HEAD last.
+    work.sort();
+    for (class, rel, whiteout) in work {
+        if class == Class::Config {
+            if !whiteout {
+                import_config(git_dir, upper, pre, &mut rep);
+            }
+            continue;
+        }
+        one(
+            root.as_fd(),
+            up.as_fd(),
+            class,
+            &rel,
+            whiteout,
+            pre,
+            &mut rep,
+        );
+    }
+    Ok(rep)
+}
+
+fn same_as_host(root: BorrowedFd<'_>, up: BorrowedFd<'_>, rel: &str) -> bool {
+    matches!((write::read(root, rel), upper_file(up, rel)), (Ok(Some(a)), Ok(b)) if a == b)
+}
+
+/// A regular file of the upper layer with a single link (a hard link into elsewhere is not
+/// imported).
+fn upper_file(up: BorrowedFd<'_>, rel: &str) -> std::io::Result<Vec<u8>> {
+    let dir = write::parent(up, rel, false)?;
+    let name = crate::beneath::cstr(rel.rsplit('/').next().unwrap_or(rel).as_bytes())?;
+    let fd = open_file(dir.as_fd(), &name)?;
+    if rustix::fs::fstat(&fd)?.st_nlink != 1 {
+        return Err(std::io::Error::other("a hard link"));
+    }
+    Ok(write::read_fd(fd)?)
+}
+
+fn one(
+    root: BorrowedFd<'_>,
+    up: BorrowedFd<'_>,
+    class: Class,
+    rel: &str,
+    whiteout: bool,
+    pre: &mut PreStep,
+    rep: &mut GitImport,
+) {
+    let drop = |rep: &mut GitImport, why: String| {
+        rep.dropped.push(Dropped {
+            path: rel.into(),
+            why,
+        })
+    };
+    let new = if whiteout {
+        None
+    } else {
+        match upper_file(up, rel) {
+            Ok(d) => Some(d),
+            Err(e) => return drop(rep, format!("not a plain file: {e}")),
+        }
+    };
+    if class == Class::Head && new.as_deref().is_some_and(|d| !valid_head(d)) {
+        return drop(
+            rep,
+            "HEAD is neither `ref: refs/...` nor an object id".into(),
+        );
+    }
+    let cur = match write::read(root, rel) {
+        Ok(c) => c,
+        Err(e) => return drop(rep, format!("the host's copy is not a plain file: {e}")),
+    };
+    if cur == new {
+        return;
+    }
+    if matches!(class, Class::Cas | Class::Head) {
+        let before = pre.hashes.get(rel);
+        if cur.as_deref().map(hash).as_ref() != before {
+            rep.conflicts.push(Dropped {
+                path: rel.into(),
+                why: "the host changed it during the step; its value was kept".into(),
+            });
+            return;
+        }
+    }
+    let r = match &new {
+        Some(d) => write::write(root, rel, d, class == Class::Object),
+        None => write::remove(root, rel),
+    };
+    match r {
+        Ok(()) => match &new {
+            Some(d) => {
+                pre.hashes.insert(rel.into(), hash(d));
+                rep.imported.push(rel.into());
+            }
+            None => {
+                pre.hashes.remove(rel);
+                rep.removed.push(rel.into());
+            }
+        },
+        Err(e) => drop(rep, format!("writing it failed: {e}")),
+    }
+}
+
+fn import_config(git_dir: &Path, upper: &Path, pre: &mut PreStep, rep: &mut GitImport) {
+    let tmp = git_dir.with_file_name(format!(".envgit-pre-config-{}", std::process::id()));
+    let before = std::fs::write(&tmp, &pre.config)
+        .map_err(|e| e.to_string())
+        .and_then(|()| config::read(&tmp));
+    let _ = std::fs::remove_file(&tmp);
+    let after = config::read(&upper.join("config"));
+    let (before, after) = match (before, after) {
+        (Ok(b), Ok(a)) => (b, a),
+        (_, Err(e)) | (Err(e), _) => {
+            rep.dropped.push(Dropped {
+                path: "config".into(),
+                why: format!("git cannot read it: {e}"),
+            });
+            return;
+        }
+    };
+    let host = git_dir.join("config");
+    for key in config::changed(&before, &after) {
+        let path = format!("config {key}");
+        if !config::allowed(&key) {
+            rep.dropped.push(Dropped {
+                path,
+                why: "the key is outside the config allow-list".into(),
+            });
+            continue;
+        }
+        let values = after.get(&key).cloned().unwrap_or_default();
+        match config::apply(&host, &key, &values) {
+            Ok(()) => rep.imported.push(path),
+            Err(e) => rep.dropped.push(Dropped { path, why: e }),
+        }
+    }
+    if let Ok(text) = std::fs::read(upper.join("config")) {
+        pre.config = text; // the next import reports only new changes
+    }
+}

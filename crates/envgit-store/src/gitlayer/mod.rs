@@ -1,0 +1,12 @@
+//! The host's git receives data, never code. Inside the sandbox the project's `.git` is an
+//! overlay whose writes land in an upper directory envgit owns; after the step this module
+//! imports from that upper directory only data git reads (objects, refs, the index, logs, the
+//! allow-listed config keys) and lists everything else as dropped. Refs, `packed-refs`, `HEAD`
+//! and the index are written compare-and-swap against their pre-step content.
+
+mod classify;
+mod config;
+mod import;
+mod write;
+
+pub use import::{Dropped, GitImport, PreStep, import};

@@ -1,0 +1,112 @@
+//! Writes into the host's `.git`: beneath its directory fd, never through a symlink, atomic
+//! (a temporary file renamed over the target in the same directory), no exec or setuid bits.
+
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+
+use rustix::fs::{AtFlags, Mode, OFlags};
+use rustix::io::Errno;
+
+use crate::beneath::{cstr, lstat, open_file, open_subdir};
+
+/// Open (creating when `create`) the parent directory of `rel` beneath `root`.
+pub fn parent(root: BorrowedFd<'_>, rel: &str, create: bool) -> rustix::io::Result<OwnedFd> {
+    let mut cur = rustix::io::dup(root)?;
+    let parts: Vec<&str> = rel.split('/').collect();
+    for part in &parts[..parts.len() - 1] {
+        if part.is_empty() || *part == "." || *part == ".." {
+            return Err(Errno::INVAL);
+        }
+        let name = cstr(part.as_bytes())?;
+        if create {
+            match rustix::fs::mkdirat(cur.as_fd(), &name, Mode::from_raw_mode(0o755)) {
+                Ok(()) | Err(Errno::EXIST) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        cur = open_subdir(cur.as_fd(), &name)?;
+    }
+    Ok(cur)
+}
+
+fn leaf(rel: &str) -> &str {
+    rel.rsplit('/').next().unwrap_or(rel)
+}
+
+/// The content of `rel` in the host's `.git`: `None` when absent; an error when it is not a
+/// regular file (a symlink is never followed).
+pub fn read(root: BorrowedFd<'_>, rel: &str) -> rustix::io::Result<Option<Vec<u8>>> {
+    let dir = match parent(root, rel, false) {
+        Ok(d) => d,
+        Err(Errno::NOENT) => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let name = cstr(leaf(rel).as_bytes())?;
+    let fd = match open_file(dir.as_fd(), &name) {
+        Ok(fd) => fd,
+        Err(Errno::NOENT) => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    read_fd(fd).map(Some)
+}
+
+/// Read a regular file's whole content from `fd`.
+pub fn read_fd(fd: OwnedFd) -> rustix::io::Result<Vec<u8>> {
+    let st = rustix::fs::fstat(&fd)?;
+    if rustix::fs::FileType::from_raw_mode(st.st_mode) != rustix::fs::FileType::RegularFile {
+        return Err(Errno::INVAL);
+    }
+    let mut f = std::fs::File::from(fd);
+    let mut buf = Vec::new();
+    std::io::Read::read_to_end(&mut f, &mut buf).map_err(|e| {
+        Errno::from_raw_os_error(e.raw_os_error().unwrap_or(Errno::IO.raw_os_error()))
+    })?;
+    Ok(buf)
+}
+
+/// Replace `rel` with `data` (mode 0644, or 0444 for immutable objects).
+pub fn write(
+    root: BorrowedFd<'_>,
+    rel: &str,
+    data: &[u8],
+    readonly: bool,
+) -> rustix::io::Result<()> {
+    let dir = parent(root, rel, true)?;
+    let name = cstr(leaf(rel).as_bytes())?;
+    if let Ok(st) = lstat(dir.as_fd(), &name)
+        && rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::Directory
+    {
+        return Err(Errno::ISDIR);
+    }
+    let tmp = cstr(format!(".envgit-import-{}.tmp", std::process::id()).as_bytes())?;
+    let _ = rustix::fs::unlinkat(dir.as_fd(), &tmp, AtFlags::empty());
+    let mode = if readonly { 0o444 } else { 0o644 };
+    let fd = rustix::fs::openat(
+        dir.as_fd(),
+        &tmp,
+        OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::from_raw_mode(mode),
+    )?;
+    let mut f = std::fs::File::from(fd);
+    let r = std::io::Write::write_all(&mut f, data).and_then(|()| f.sync_data());
+    if let Err(e) = r {
+        let _ = rustix::fs::unlinkat(dir.as_fd(), &tmp, AtFlags::empty());
+        return Err(Errno::from_raw_os_error(
+            e.raw_os_error().unwrap_or(Errno::IO.raw_os_error()),
+        ));
+    }
+    rustix::fs::renameat(dir.as_fd(), &tmp, dir.as_fd(), &name)
+}
+
+/// Remove the file `rel` (absent is fine).
+pub fn remove(root: BorrowedFd<'_>, rel: &str) -> rustix::io::Result<()> {
+    let dir = match parent(root, rel, false) {
+        Ok(d) => d,
+        Err(Errno::NOENT) => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    let name = cstr(leaf(rel).as_bytes())?;
+    match rustix::fs::unlinkat(dir.as_fd(), &name, AtFlags::empty()) {
+        Ok(()) | Err(Errno::NOENT) => Ok(()),
+        Err(e) => Err(e),
+    }
+}

@@ -1,0 +1,168 @@
+//! The data-only import with real git: a copy of the repository stands in for the sandbox's
+//! view, and the files that differ from the host's `.git` for the overlay's upper layer.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::Path;
+use std::process::Command;
+
+fn git(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .current_dir(dir)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("HOME", dir)
+        .args(["-c", "user.name=t", "-c", "user.email=t@t"])
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn sh(cmd: &str) {
+    assert!(
+        Command::new("sh")
+            .arg("-c")
+            .arg(cmd)
+            .status()
+            .unwrap()
+            .success(),
+        "{cmd}"
+    );
+}
+
+/// Files of `view` that differ from `host` (links kept as links), like an overlay's upper.
+fn upper_of(host: &Path, view: &Path, upper: &Path) {
+    sh(&format!(
+        "cd {v} && find . \\( -type f -o -type l \\) | while read f; do \
+         if [ -L \"$f\" ] || ! cmp -s \"$f\" {h}/\"$f\"; then mkdir -p {u}/$(dirname \"$f\"); cp -a \"$f\" {u}/\"$f\"; fi; done",
+        v = view.display(),
+        h = host.display(),
+        u = upper.display()
+    ));
+}
+
+#[test]
+fn commits_and_allowed_config_cross_code_does_not() {
+    let t = tempfile::tempdir().unwrap();
+    let host = t.path().join("host");
+    let marker = t.path().join("marker");
+    std::fs::create_dir(&host).unwrap();
+    git(&host, &["init", "-q", "-b", "main"]);
+    std::fs::write(host.join("a"), "a\n").unwrap();
+    git(&host, &["add", "a"]);
+    git(&host, &["commit", "-qm", "one"]);
+    let pre = envgit_store::GitPreStep::capture(&host.join(".git")).unwrap();
+
+    // The step, in its view of the repository.
+    let view = t.path().join("view");
+    sh(&format!("cp -a {} {}", host.display(), view.display()));
+    std::fs::write(view.join("b"), "b\n").unwrap();
+    git(&view, &["add", "b"]);
+    git(&view, &["commit", "-qm", "from the step"]);
+    git(&view, &["config", "user.name", "Agent Name"]);
+    let m = marker.display();
+    git(
+        &view,
+        &[
+            "config",
+            "core.fsmonitor",
+            &format!("echo pwned >> {m}; false"),
+        ],
+    );
+    git(&view, &["config", "core.hooksPath", "/tmp/evil"]);
+    git(&view, &["config", "include.path", "/tmp/evil.cfg"]);
+    let g = view.join(".git");
+    std::fs::write(
+        g.join("hooks/pre-commit"),
+        format!("#!/bin/sh\necho pwned >> {m}\n"),
+    )
+    .unwrap();
+    sh(&format!("chmod +x {}/hooks/pre-commit", g.display()));
+    std::fs::write(g.join("commondir"), "/tmp/agent\n").unwrap();
+    std::fs::write(g.join("config.worktree"), "[core]\nfsmonitor = x\n").unwrap();
+    std::fs::write(g.join("objects/info/alternates"), "/tmp/agent/objects\n").unwrap();
+    std::fs::create_dir_all(g.join("rebase-merge")).unwrap();
+    std::fs::write(
+        g.join("rebase-merge/git-rebase-todo"),
+        format!("exec echo pwned >> {m}\n"),
+    )
+    .unwrap();
+    std::fs::remove_file(g.join("COMMIT_EDITMSG")).unwrap();
+    std::os::unix::fs::symlink(&marker, g.join("COMMIT_EDITMSG")).unwrap();
+
+    let upper = t.path().join("upper");
+    std::fs::create_dir(&upper).unwrap();
+    upper_of(&host.join(".git"), &g, &upper);
+    let mut pre = pre;
+    let rep = envgit_store::git_import(&host.join(".git"), &upper, &mut pre).unwrap();
+    let dropped: Vec<&str> = rep.dropped.iter().map(|d| d.path.as_str()).collect();
+    for p in [
+        "hooks/pre-commit",
+        "commondir",
+        "config.worktree",
+        "objects/info/alternates",
+        "rebase-merge/git-rebase-todo",
+        "COMMIT_EDITMSG",
+        "config core.fsmonitor",
+        "config core.hookspath",
+        "config include.path",
+    ] {
+        assert!(dropped.contains(&p), "{p} not dropped: {rep:?}");
+    }
+    assert!(
+        rep.imported.iter().any(|p| p == "config user.name"),
+        "{rep:?}"
+    );
+    assert!(rep.conflicts.is_empty(), "{rep:?}");
+
+    // Idempotent: a second import changes nothing.
+    let again = envgit_store::git_import(&host.join(".git"), &upper, &mut pre).unwrap();
+    assert!(
+        again.imported.is_empty() && again.conflicts.is_empty(),
+        "{again:?}"
+    );
+
+    // The host's own git: the commit is there, nothing the step planted runs.
+    assert!(git(&host, &["log", "--format=%s"]).contains("from the step"));
+    git(&host, &["status"]);
+    std::fs::write(host.join("c"), "c\n").unwrap();
+    git(&host, &["add", "c"]);
+    git(&host, &["commit", "-qm", "the user's"]);
+    assert_eq!(
+        git(&host, &["config", "--file", ".git/config", "user.name"]).trim(),
+        "Agent Name"
+    );
+    assert!(!marker.exists(), "code from the step ran on the host");
+    assert!(!host.join(".git/hooks/pre-commit").exists());
+    assert!(!host.join(".git/commondir").exists());
+}
+
+#[test]
+fn a_ref_the_host_moved_during_the_step_keeps_the_hosts_value() {
+    let t = tempfile::tempdir().unwrap();
+    let host = t.path().join("host");
+    std::fs::create_dir(&host).unwrap();
+    git(&host, &["init", "-q", "-b", "main"]);
+    git(&host, &["commit", "-q", "--allow-empty", "-m", "one"]);
+    let mut pre = envgit_store::GitPreStep::capture(&host.join(".git")).unwrap();
+    let view = t.path().join("view");
+    sh(&format!("cp -a {} {}", host.display(), view.display()));
+    git(&view, &["commit", "-q", "--allow-empty", "-m", "step"]);
+    // The user commits on the host meanwhile.
+    git(&host, &["commit", "-q", "--allow-empty", "-m", "user"]);
+    let users = git(&host, &["rev-parse", "main"]);
+    let upper = t.path().join("upper");
+    std::fs::create_dir(&upper).unwrap();
+    upper_of(&host.join(".git"), &view.join(".git"), &upper);
+    let rep = envgit_store::git_import(&host.join(".git"), &upper, &mut pre).unwrap();
+    assert_eq!(git(&host, &["rev-parse", "main"]), users);
+    assert!(
+        rep.conflicts.iter().any(|c| c.path == "refs/heads/main"),
+        "{rep:?}"
+    );
+    git(&host, &["status"]);
+}
