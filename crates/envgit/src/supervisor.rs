@@ -244,6 +244,17 @@ impl AfterStep<'_> {
         if !report.unstable.is_empty() {
             draft.flags.push(StepFlag::UnstableFiles);
         }
+        for p in &report.too_deep {
+            // A marker, like a file over the size limit: rewind and fork leave it alone.
+            output::warn(&format!(
+                "{p} is nested too deep to snapshot (over {} directories or {} bytes of path) and was recorded as a marker",
+                envgit_store::MAX_TREE_DEPTH,
+                envgit_store::MAX_TREE_PATH
+            ));
+            draft
+                .notes
+                .push(format!("{p}: too deep to snapshot, recorded as a marker"));
+        }
         if rescanned {
             draft.flags.push(StepFlag::WatcherFallback);
         }

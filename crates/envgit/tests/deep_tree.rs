@@ -101,6 +101,11 @@ fn a_ten_thousand_deep_tree_never_aborts_envgit_nor_blocks_later_commands() {
         .as_u64()
         .unwrap();
 
+    // A step over the chain says what it recorded as a marker.
+    let (code, out, err) = envgit_256(&env, &project, &["run", "--", "true"]);
+    assert_eq!(code, 0, "run failed:\n{out}\n{err}");
+    assert!(err.contains("nested too deep to snapshot"), "{err}");
+
     env.write("top.txt", "2\n");
     let (code, out, err) = envgit_256(&env, &project, &["record", "--json"]);
     assert_eq!(code, 0, "the next record failed:\n{out}\n{err}");
