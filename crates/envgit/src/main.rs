@@ -6,6 +6,7 @@ mod demo;
 mod failure;
 mod mcp;
 mod output;
+mod pager;
 mod project;
 mod signal_watch;
 mod supervisor;
