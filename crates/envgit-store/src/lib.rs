@@ -49,7 +49,7 @@ pub use restore::{RestoreOptions, RestoreReport, restore};
 pub use rewind::{RewindOptions, RewindOutcome, rewind};
 pub use step::{
     Approval, Change, ChangeCounts, ChangeKind, Origin, Refusal, ReplCall, ReplRecord, Request,
-    Step, StepDraft, StepFlag, StepKind, now_ms,
+    Step, StepDraft, StepFlag, StepKind, is_git_path, now_ms, project_first,
 };
 pub use store::{Store, envgit_home, store_dir_for};
 pub use tree::{EntryKind, MarkerReason, Tree, TreeEntry};

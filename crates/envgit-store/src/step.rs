@@ -208,13 +208,17 @@ pub struct Step {
     pub exit_code: Option<i32>,
     #[serde(default)]
     pub policy_hash: Option<String>,
-    /// The first [`MAX_RECORDED_CHANGES`] changes; `changes_total` counts them all.
+    /// At most [`MAX_RECORDED_CHANGES`] changes, the project's files before `.git/…` (each
+    /// part in path order, see [`project_first`]); `changes_total` counts them all.
     #[serde(default)]
     pub changes: Vec<Change>,
     #[serde(default)]
     pub changes_total: ChangeCounts,
     #[serde(default)]
     pub changes_truncated: bool,
+    /// How many changes the record left out when truncated (0 in older records).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub changes_omitted: u64,
     #[serde(default)]
     pub flags: Vec<StepFlag>,
     #[serde(default)]
@@ -239,6 +243,25 @@ pub struct Step {
 
 /// A step record keeps this many changed paths; `show` and `diff` read the rest from trees.
 pub const MAX_RECORDED_CHANGES: usize = 200;
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+/// `.git` itself or a path inside it.
+pub fn is_git_path(p: &str) -> bool {
+    p == ".git" || p.starts_with(".git/")
+}
+
+/// The order every change list is shown and kept in: the project's own files first, then
+/// `.git/…`, each part in the order given (path order from a tree diff). A stable sort, so a
+/// truncated list keeps the project files a reader looks for.
+pub fn project_first<T>(items: &mut [T], path: impl Fn(&T) -> &[u8]) {
+    items.sort_by_key(|c| {
+        let p = path(c);
+        p == b".git" || p.starts_with(b".git/")
+    });
+}
 
 impl Step {
     pub fn has_flag(&self, flag: StepFlag) -> bool {

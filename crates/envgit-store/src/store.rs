@@ -220,6 +220,7 @@ impl Store {
                 changes: Vec::new(),
                 changes_total: ChangeCounts::default(),
                 changes_truncated: false,
+                changes_omitted: 0,
                 flags,
                 requests: Vec::new(),
                 refusals: Vec::new(),
@@ -498,7 +499,9 @@ impl Store {
             Some(p) => self.step(p)?.tree,
             None => None,
         };
-        let all_changes = diff::diff_trees(self, parent_tree.as_ref(), Some(&tree))?;
+        let mut all_changes = diff::diff_trees(self, parent_tree.as_ref(), Some(&tree))?;
+        // Kept project-first so a truncated record still names the project's files.
+        crate::step::project_first(&mut all_changes, |c| c.path.as_bytes());
         let mut counts = ChangeCounts::default();
         for c in &all_changes {
             match c.change {
@@ -518,6 +521,7 @@ impl Store {
         flags.sort_by_key(|f| *f as u8);
         flags.dedup();
         let truncated = all_changes.len() > MAX_RECORDED_CHANGES;
+        let omitted = all_changes.len().saturating_sub(MAX_RECORDED_CHANGES) as u64;
         let step = Step {
             number,
             kind: draft.kind.unwrap_or(StepKind::Record),
@@ -533,6 +537,7 @@ impl Store {
             changes: all_changes.into_iter().take(MAX_RECORDED_CHANGES).collect(),
             changes_total: counts,
             changes_truncated: truncated,
+            changes_omitted: omitted,
             flags,
             requests: draft.requests,
             refusals: draft.refusals,

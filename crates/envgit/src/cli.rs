@@ -4,6 +4,8 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
+use crate::commands::step_ref::StepRef;
+
 #[derive(Parser, Debug)]
 #[command(
     name = "envgit",
@@ -19,6 +21,13 @@ pub struct Cli {
     /// Run as if envgit was started in DIR.
     #[arg(short = 'C', global = true, value_name = "DIR")]
     pub dir: Option<PathBuf>,
+
+    /// Print `log`, `show` and `diff` straight to stdout instead of through a pager. Without
+    /// it, on a terminal they go through $ENVGIT_PAGER, else $PAGER, else `less` (with
+    /// LESS=FRX when LESS is unset), as git does; never when stdout is not a terminal or with
+    /// --json.
+    #[arg(long, global = true)]
+    pub no_pager: bool,
 
     #[command(subcommand)]
     pub command: Command,
@@ -166,17 +175,26 @@ pub struct LogArgs {
 
 #[derive(Args, Debug)]
 pub struct ShowArgs {
-    /// The step number.
-    pub step: u64,
+    #[arg(help = crate::commands::step_ref::HELP)]
+    pub step: StepRef,
+    /// Only these paths (files or directories), relative to the current directory as in git:
+    /// `envgit show 4 -- src README.md`.
+    #[arg(last = true, value_name = "PATH")]
+    pub paths: Vec<PathBuf>,
     #[command(flatten)]
     pub out: JsonArg,
 }
 
 #[derive(Args, Debug)]
 pub struct DiffArgs {
-    /// With one step: what it did. With two: how B differs from A.
-    pub a: u64,
-    pub b: Option<u64>,
+    /// With one step: what it did. With two: how B differs from A. A step is a number, or
+    /// relative to the newest: @ (the newest), @- (its parent), @--, @~3.
+    pub a: StepRef,
+    pub b: Option<StepRef>,
+    /// Only these paths (files or directories), relative to the current directory as in git:
+    /// `envgit diff @ -- src`.
+    #[arg(last = true, value_name = "PATH")]
+    pub paths: Vec<PathBuf>,
     /// Only the list of changed paths.
     #[arg(long)]
     pub stat: bool,
@@ -186,8 +204,9 @@ pub struct DiffArgs {
 
 #[derive(Args, Debug)]
 pub struct RewindArgs {
-    /// The step to go back (or forward) to.
-    pub step: u64,
+    /// The step to go back (or forward) to: a number, or relative to the newest: @ (the
+    /// newest), @- (its parent), @--, @~3.
+    pub step: StepRef,
     /// Also bring back envgit.yaml and the protected files as they were at step N.
     #[arg(long)]
     pub restore_policy: bool,
@@ -197,8 +216,9 @@ pub struct RewindArgs {
 
 #[derive(Args, Debug)]
 pub struct ForkArgs {
-    /// The step to materialize.
-    pub step: u64,
+    /// The step to materialize: a number, or relative to the newest: @ (the newest), @- (its
+    /// parent), @--, @~3.
+    pub step: StepRef,
     /// The new project's directory: created if missing, refused if not empty.
     pub target: PathBuf,
     /// Give the fork step N's envgit.yaml instead of the current one.

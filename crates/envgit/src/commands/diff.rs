@@ -12,27 +12,33 @@ use crate::failure::{CmdResult, Failure};
 use crate::output::{self, Style};
 use crate::project::ProjectDirs;
 
+use super::path_filter::PathFilter;
+
 pub fn run(dir: Option<&Path>, args: &DiffArgs) -> CmdResult<ExitCode> {
     let project = ProjectDirs::find_for_reading(dir)?;
     let store = project.open_store()?;
+    let filter = PathFilter::new(&project.root, dir, &args.paths)?;
+    let a = args.a.resolve(&store)?;
     let (old, new) = match args.b {
-        Some(b) => (Some(store.step_tree(args.a)?), store.step_tree(b)?),
+        Some(b) => (
+            Some(store.step_tree(a)?),
+            store.step_tree(b.resolve(&store)?)?,
+        ),
         None => {
-            let step = store.step(args.a)?;
-            let new = store.step_tree(args.a)?;
+            let step = store.step(a)?;
+            let new = store.step_tree(a)?;
             let old = match step.parent {
                 Some(p) => Some(store.step_tree(p).map_err(|e| {
-                    Failure::usage(format!(
-                        "cannot show what step {} did: its parent: {e}",
-                        args.a
-                    ))
+                    Failure::usage(format!("cannot show what step {a} did: its parent: {e}"))
                 })?),
                 None => None,
             };
             (old, new)
         }
     };
-    let entries = envgit_store::diff_entries(&store, old.as_ref(), Some(&new))?;
+    let mut entries = envgit_store::diff_entries(&store, old.as_ref(), Some(&new))?;
+    entries.retain(|e| filter.matches(&String::from_utf8_lossy(&e.path)));
+    envgit_store::project_first(&mut entries, |e| e.path.as_slice());
     if args.out.json {
         let changes: Vec<_> = entries.iter().map(EntryDiff::to_change).collect();
         output::json(&changes)?;
@@ -53,7 +59,7 @@ pub fn run(dir: Option<&Path>, args: &DiffArgs) -> CmdResult<ExitCode> {
         }
         out.push_str(&entry_diff(&store, e, &c.path, &style)?);
     }
-    print!("{out}");
+    crate::pager::page(&out)?;
     Ok(ExitCode::SUCCESS)
 }
 

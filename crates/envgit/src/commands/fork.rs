@@ -13,8 +13,8 @@ use crate::output;
 use crate::project::{POLICY_FILE, store_dir};
 
 pub fn run(dir: Option<&Path>, args: &ForkArgs) -> CmdResult<ExitCode> {
-    let (project, store) = super::rewind::load(dir, args.restore_policy, "fork", args.step)?;
-    store.step_tree(args.step)?;
+    let (project, store, n) = super::rewind::load(dir, args.restore_policy, "fork", args.step)?;
+    store.step_tree(n)?;
     let base = crate::project::start_dir(dir)?;
     let target = resolve(&base.join(&args.target))?;
     let home = envgit_store::envgit_home()?;
@@ -37,19 +37,19 @@ pub fn run(dir: Option<&Path>, args: &ForkArgs) -> CmdResult<ExitCode> {
     refuse_inside(&canonical, &project.root, &home)?;
     let new_store = store_dir(&canonical)?;
     let opts = ForkOptions {
-        step: args.step,
+        step: n,
         replace_root_file: (!args.restore_policy)
             .then_some((POLICY_FILE, project.policy_bytes.as_slice())),
         policy_hash: Some(project.policy.hash()),
     };
     let (_, step) = envgit_store::fork(&store, &canonical, &new_store, &opts)?;
-    let mut skipped = markers(&store, args.step)?;
+    let mut skipped = markers(&store, n)?;
     if !args.restore_policy {
         // The current policy was written in its place.
         skipped.retain(|s| s.path != POLICY_FILE);
     }
     for s in &skipped {
-        s.say(args.step);
+        s.say(n);
     }
     if args.out.json {
         let mut v = serde_json::to_value(&step)
@@ -63,7 +63,7 @@ pub fn run(dir: Option<&Path>, args: &ForkArgs) -> CmdResult<ExitCode> {
     } else {
         println!(
             "forked step {} of {} into {} (step {} of its own history)",
-            args.step,
+            n,
             project.root.display(),
             canonical.display(),
             step.number

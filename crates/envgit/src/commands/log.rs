@@ -28,7 +28,7 @@ pub fn run(dir: Option<&Path>, args: &LogArgs) -> CmdResult<ExitCode> {
             out.push_str(&detail(step, &style));
         }
     }
-    output::print(&out)?;
+    crate::pager::page(&out)?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -113,9 +113,8 @@ pub fn detail(step: &Step, style: &Style) -> String {
         ),
     );
     // Paths outside .git first, as in the one-line summary.
-    let is_git = |p: &str| p == ".git" || p.starts_with(".git/");
     let mut changes: Vec<&envgit_store::Change> = step.changes.iter().collect();
-    changes.sort_by_key(|c| is_git(&c.path));
+    envgit_store::project_first(&mut changes, |c| c.path.as_bytes());
     for c in changes {
         let sign = match c.change {
             envgit_store::ChangeKind::Added => style.green("+"),

@@ -15,6 +15,7 @@ mod init;
 mod log;
 mod mcp;
 mod mcp_bridge;
+mod path_filter;
 mod proc;
 mod progress;
 mod record;
@@ -22,6 +23,7 @@ mod rewind;
 mod run;
 pub(crate) mod selftest;
 mod show;
+pub(crate) mod step_ref;
 
 use std::process::ExitCode;
 
@@ -30,6 +32,7 @@ use crate::failure::CmdResult;
 
 pub fn run(cli: Cli) -> CmdResult<ExitCode> {
     let dir = cli.dir.as_deref();
+    crate::pager::disable(cli.no_pager);
     match cli.command {
         Command::Init(a) => init::run(dir, &a),
         Command::Demo(a) => demo::run(dir, &a),

@@ -7,14 +7,15 @@ use envgit_policy::Policy;
 use envgit_store::{EntryKind, MarkerReason, RewindOptions, Store};
 
 use crate::cli::RewindArgs;
+use crate::commands::step_ref::StepRef;
 use crate::failure::{CmdResult, Failure};
 use crate::output;
 use crate::project::{POLICY_FILE, Project, ProjectDirs, broken_policy_then};
 
 pub fn run(dir: Option<&Path>, args: &RewindArgs) -> CmdResult<ExitCode> {
-    let (project, mut store) = load(dir, args.restore_policy, "rewind", args.step)?;
+    let (project, mut store, step) = load(dir, args.restore_policy, "rewind", args.step)?;
     // Check the target before touching anything.
-    store.step_tree(args.step)?;
+    store.step_tree(step)?;
     let mut wt = project.worktree(&store)?;
     let protected = if args.restore_policy {
         Vec::new()
@@ -22,7 +23,7 @@ pub fn run(dir: Option<&Path>, args: &RewindArgs) -> CmdResult<ExitCode> {
         project.protected_paths()
     };
     let opts = RewindOptions {
-        target: args.step,
+        target: step,
         protected: &protected,
         excludes: &project.scan_config()?.excludes,
         policy_hash: Some(project.policy.hash()),
@@ -36,7 +37,7 @@ pub fn run(dir: Option<&Path>, args: &RewindArgs) -> CmdResult<ExitCode> {
         .map(|n| Skipped::new(&n.path, n.reason, n.in_target))
         .collect();
     for s in &skipped {
-        s.say(args.step);
+        s.say(step);
     }
     for (n, r) in &outcome.marks {
         let rule = r.rule.as_deref().unwrap_or("no rule");
@@ -47,7 +48,7 @@ pub fn run(dir: Option<&Path>, args: &RewindArgs) -> CmdResult<ExitCode> {
     }
     if args.out.json {
         output::json(&serde_json::json!({
-            "target": args.step,
+            "target": step,
             "undone": outcome.undone,
             "recorded_first": outcome.recorded_first,
             "step": outcome.step,
@@ -70,7 +71,7 @@ pub fn run(dir: Option<&Path>, args: &RewindArgs) -> CmdResult<ExitCode> {
         }
         println!(
             "rewound to step {} ({} step(s) undone)",
-            args.step, outcome.undone
+            step, outcome.undone
         );
     }
     Ok(ExitCode::SUCCESS)
@@ -82,28 +83,30 @@ pub(super) fn load(
     dir: Option<&Path>,
     restore_policy: bool,
     verb: &str,
-    n: u64,
-) -> CmdResult<(Project, Store)> {
+    step: StepRef,
+) -> CmdResult<(Project, Store, u64)> {
     let dirs = ProjectDirs::find(dir)?;
     match dirs.load() {
         Ok(project) => {
             let store = project.open_store()?;
-            Ok((project, store))
+            let n = step.resolve(&store)?;
+            Ok((project, store, n))
         }
         Err(e) if restore_policy => {
+            let store = dirs.open_store()?;
+            let n = step.resolve(&store)?;
             output::warn(&broken_policy_then(
                 &e,
                 &format!("step {n}'s comes back with the {verb}"),
             ));
-            let store = dirs.open_store()?;
             let project = with_policy_of(&dirs, &store, n)?;
-            Ok((project, store))
+            Ok((project, store, n))
         }
         Err(e) => {
             let dir_arg = if verb == "fork" { " DIR" } else { "" };
             Err(Failure::usage(format!(
                 "{}\nthe current {POLICY_FILE} is broken and a {verb} keeps it: fix it, or \
-                 `envgit {verb} {n}{dir_arg} --restore-policy` to bring back step {n}'s",
+                 `envgit {verb} {step}{dir_arg} --restore-policy` to bring back step {step}'s",
                 e.message
             )))
         }

@@ -1,4 +1,4 @@
-//! `envgit show N`: one step in detail.
+//! `envgit show N [-- PATH…]`: one step in detail.
 
 use std::path::Path;
 use std::process::ExitCode;
@@ -8,10 +8,14 @@ use crate::failure::CmdResult;
 use crate::output::{self, Style};
 use crate::project::ProjectDirs;
 
+use super::path_filter::PathFilter;
+
 pub fn run(dir: Option<&Path>, args: &ShowArgs) -> CmdResult<ExitCode> {
     let project = ProjectDirs::find_for_reading(dir)?;
     let store = project.open_store()?;
-    let mut step = store.step(args.step)?.clone();
+    let filter = PathFilter::new(&project.root, dir, &args.paths)?;
+    let number = args.step.resolve(&store)?;
+    let mut step = store.step(number)?.clone();
     if step.changes_truncated
         && let Some(tree) = step.tree
     {
@@ -23,17 +27,22 @@ pub fn run(dir: Option<&Path>, args: &ShowArgs) -> CmdResult<ExitCode> {
         if let Some(parent) = parent {
             step.changes = envgit_store::diff_trees(&store, parent.as_ref(), Some(&tree))?;
             step.changes_truncated = false;
+            step.changes_omitted = 0;
         }
+    }
+    envgit_store::project_first(&mut step.changes, |c| c.path.as_bytes());
+    if !filter.is_empty() {
+        step.changes.retain(|c| filter.matches(&c.path));
     }
     if args.out.json {
         output::json(&step)?;
         return Ok(ExitCode::SUCCESS);
     }
     let style = Style::stdout();
-    print!(
+    crate::pager::page(&format!(
         "{}\n{}",
         super::log::line(&step, &style),
         super::log::detail(&step, &style)
-    );
+    ))?;
     Ok(ExitCode::SUCCESS)
 }
