@@ -40,8 +40,11 @@ pub fn credential_in(value: &str) -> Option<&'static str> {
     has_userinfo.then_some("its URL carries a user name or password")
 }
 
+/// `(name, value)` pairs of an environment, or `(name, reason)` for a refused one.
+pub type Vars = Vec<(String, String)>;
+
 /// The registry variables of `caller_env` split into passed and refused `(name, reason)`.
-pub fn split(caller_env: &[(String, String)]) -> (Vec<(String, String)>, Vec<(String, String)>) {
+pub fn split(caller_env: &[(String, String)]) -> (Vars, Vars) {
     let mut pass = Vec::new();
     let mut refused = Vec::new();
     for (k, v) in caller_env.iter().filter(|(k, _)| is_registry_var(k)) {
