@@ -10,6 +10,7 @@ mod node;
 mod parse;
 mod protected;
 mod read;
+pub mod registries;
 mod request;
 mod schema;
 mod shell;

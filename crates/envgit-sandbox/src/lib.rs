@@ -18,6 +18,7 @@ pub mod limits;
 mod mounts;
 pub mod plan;
 pub mod probe;
+pub mod registry_env;
 pub mod relay;
 mod seccomp;
 pub mod spec;

@@ -450,6 +450,13 @@ fn environment(input: &PlanInput<'_>) -> Vec<(String, String)> {
         .filter(|(k, _)| SAFE_ENV.contains(&k.as_str()) || k.starts_with("LC_") || pass.contains(k))
         .cloned()
         .collect();
+    // Registry mirrors reach the sandbox unless they carry a credential (the supervisor
+    // prints those refusals).
+    let (registries, _refused) = crate::registry_env::split(&input.caller_env);
+    for (k, v) in registries {
+        env.retain(|(e, _)| *e != k);
+        env.push((k, v));
+    }
     env.retain(|(k, _)| k != "TMPDIR" && k != "PWD");
     env.push(("TMPDIR".into(), "/tmp".into()));
     env.push(("PWD".into(), input.cwd.display().to_string()));

@@ -648,7 +648,16 @@ pub(crate) fn run_sandboxed(
         state_dirs: vec![envgit_home.canonicalize().unwrap_or(envgit_home)],
         staging: staging.clone(),
         home_overlay,
-        caller_env: std::env::vars().collect(),
+        caller_env: {
+            let env: Vec<(String, String)> = std::env::vars().collect();
+            for (name, why) in envgit_sandbox::registry_env::split(&env).1 {
+                crate::output::note(&format!(
+                    "envgit: {name} is not passed into the sandbox: {why}; \
+                     set it without the credential (a token file the registry client reads) to use that registry"
+                ));
+            }
+            env
+        },
         extra_env: {
             let mut env = proxy_env(PROXY_PORT);
             if project.policy.approvers.socket {

@@ -18,7 +18,7 @@ pub struct Run {
 }
 
 impl Run {
-    fn from(o: Output) -> Self {
+    pub fn from(o: Output) -> Self {
         Self {
             code: o.status.code().unwrap_or(-1),
             stdout: String::from_utf8_lossy(&o.stdout).into_owned(),

@@ -1,5 +1,7 @@
 //! `envgit init`: write the commented envgit.yaml, create the store, record step 1 (import).
 
+mod scan;
+
 use std::io::Write;
 use std::path::Path;
 use std::process::ExitCode;
@@ -7,6 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use envgit_policy::INIT_TEMPLATE;
+use envgit_policy::registries::{self, Wanted};
 use envgit_store::{ScanProgress, StepDraft, StepKind, Store, now_ms};
 
 use crate::cli::InitArgs;
@@ -37,7 +40,7 @@ pub fn run(dir: Option<&Path>, args: &InitArgs) -> CmdResult<ExitCode> {
         .create_new(true)
         .open(&policy_path)
         .map_err(|e| Failure::failed(format!("{}: {e}", policy_path.display())))?;
-    f.write_all(policy_text(&args.allow).as_bytes())
+    f.write_all(policy_text(&args.allow, &scan::wanted(&root)).as_bytes())
         .and_then(|()| f.sync_all())
         .map_err(|e| Failure::failed(format!("{}: {e}", policy_path.display())))?;
     match import(dir) {
@@ -94,15 +97,16 @@ fn import(dir: Option<&Path>) -> CmdResult<envgit_store::Step> {
     Ok(step)
 }
 
-/// The commented template, with `--allow` entries as a live `network.allow`.
-fn policy_text(allow: &[String]) -> String {
-    if allow.is_empty() {
+/// The commented template, with `--allow` entries and the registry hosts the project and
+/// the host's package configuration ask for as a live `network.allow`.
+fn policy_text(allow: &[String], wanted: &[Wanted]) -> String {
+    if allow.is_empty() && wanted.is_empty() {
         return INIT_TEMPLATE.to_string();
     }
-    let list: Vec<String> = allow.iter().map(|a| format!("{a:?}")).collect();
+    let block = registries::render(wanted, allow);
     INIT_TEMPLATE.replacen(
         "# network:\n#   allow:",
-        &format!("network:\n  allow: [{}]\n#   allow:", list.join(", ")),
+        &format!("{block}# Example:\n#   allow:"),
         1,
     )
 }
