@@ -28,16 +28,43 @@ pub const PROTECTED_PATHS: &[&str] = &[
     ".cursor",
     ".gemini",
     ".zed",
+    // A pattern (it holds `*`) names entries at the top of the project only: VS Code runs a
+    // workspace file's tasks when it is opened. The guard lists the root to expand it.
+    "*.code-workspace",
 ];
 
 /// Whether a project-relative, `/`-separated, already-normalized path is a protected path or
 /// lies beneath one. (The `core.hooksPath` directory is the caller's to add.)
 pub fn is_protected(rel: &str) -> bool {
     let rel = rel.trim_start_matches("./");
+    let top = rel.split('/').next().unwrap_or(rel);
     PROTECTED_PATHS.iter().any(|p| {
+        if p.contains('*') {
+            return name_matches(p, top);
+        }
         rel.strip_prefix(p)
             .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
     })
+}
+
+/// Whether a single name matches a root-level protected pattern (`*` is any run of characters).
+pub fn name_matches(pattern: &str, name: &str) -> bool {
+    let mut parts = pattern.split('*');
+    let first = parts.next().unwrap_or("");
+    let Some(mut rest) = name.strip_prefix(first) else {
+        return false;
+    };
+    let parts: Vec<&str> = parts.collect();
+    let Some((last, middle)) = parts.split_last() else {
+        return rest.is_empty();
+    };
+    for part in middle {
+        match rest.find(part) {
+            Some(i) => rest = &rest[i + part.len()..],
+            None => return false,
+        }
+    }
+    rest.len() >= last.len() && rest.ends_with(last)
 }
 
 #[cfg(test)]
@@ -62,6 +89,12 @@ mod tests {
             ("./.envrc", true),
             ("src/envgit.yaml", false),
             ("envgit.yaml.bak", false),
+            ("evil.code-workspace", true),
+            (".code-workspace", true),
+            ("sub/evil.code-workspace", false),
+            ("a.code-workspace.txt", false),
+            (".devcontainer.json", true),
+            (".devcontainer/devcontainer.json", true),
         ] {
             assert_eq!(is_protected(path), want, "{path}");
         }

@@ -55,6 +55,10 @@ struct Saved {
     root: PathBuf,
     paths: Vec<String>,
     states: Vec<State>,
+    /// Root-level name patterns (`*.code-workspace`): their matches at step start are in
+    /// `paths`; a match that appears during the step is removed at put-back.
+    #[serde(default)]
+    patterns: Vec<String>,
 }
 
 /// A pre-step copy, held (locked) by the process that took it.
@@ -72,6 +76,17 @@ impl ProtectedCopy {
     /// Copies every path of `paths` (relative to `root`) as it is now into the store.
     pub fn take(store_dir: &Path, root: &Path, paths: &[String]) -> Result<ProtectedCopy> {
         let fd = open_root(root).at(root)?;
+        let (patterns, mut literal): (Vec<String>, Vec<String>) =
+            paths.iter().cloned().partition(|p| is_pattern(p));
+        // One readdir of the root, never a tree walk: patterns name top-level entries only.
+        if !patterns.is_empty() {
+            for name in root_matches(fd.as_fd(), &patterns).at(root)? {
+                if !literal.contains(&name) {
+                    literal.push(name);
+                }
+            }
+        }
+        let paths = &literal;
         let mut budget = GUARD_MAX_BYTES;
         let mut states = Vec::with_capacity(paths.len());
         for p in paths {
@@ -101,6 +116,7 @@ impl ProtectedCopy {
             root: root.to_path_buf(),
             paths: paths.to_vec(),
             states,
+            patterns,
         };
         let file = dir.join("copy.json");
         let mut f = std::fs::File::create(&file).at(&file)?;
@@ -130,6 +146,15 @@ impl ProtectedCopy {
             }
             restore(fd.as_fd(), p.as_bytes(), was.as_deref()).at(&root.join(p))?;
             changed.push(p.clone());
+        }
+        if !self.saved.patterns.is_empty() {
+            for name in root_matches(fd.as_fd(), &self.saved.patterns).at(root)? {
+                if self.saved.paths.contains(&name) {
+                    continue;
+                }
+                restore(fd.as_fd(), name.as_bytes(), None).at(&root.join(&name))?;
+                changed.push(name);
+            }
         }
         changed.extend(remove_planted_git_links(root)?);
         Ok(changed)
@@ -182,6 +207,40 @@ pub fn recover(store_dir: &Path, root: &Path) -> Result<Vec<String>> {
         copy.discard();
     }
     Ok(out)
+}
+
+fn is_pattern(p: &str) -> bool {
+    p.contains('*')
+}
+
+/// Names at the top of the project matching any root-level pattern (`*` is any run of
+/// characters), from one listing of the root.
+fn root_matches(root: BorrowedFd<'_>, patterns: &[String]) -> rustix::io::Result<Vec<String>> {
+    Ok(read_names(root)?
+        .into_iter()
+        .filter_map(|n| n.into_string().ok())
+        .filter(|n| patterns.iter().any(|p| star_match(p, n)))
+        .collect())
+}
+
+/// `*`-only glob over a whole name.
+fn star_match(pattern: &str, name: &str) -> bool {
+    let mut parts = pattern.split('*');
+    let first = parts.next().unwrap_or("");
+    let Some(mut rest) = name.strip_prefix(first) else {
+        return false;
+    };
+    let parts: Vec<&str> = parts.collect();
+    let Some((last, middle)) = parts.split_last() else {
+        return rest.is_empty();
+    };
+    for part in middle {
+        match rest.find(part) {
+            Some(i) => rest = &rest[i + part.len()..],
+            None => return false,
+        }
+    }
+    rest.len() >= last.len() && rest.ends_with(last)
 }
 
 /// Symlinks planted in `.git` where the host's git writes through a path (`git commit`
@@ -460,6 +519,30 @@ mod tests {
         assert_eq!(mode, 0o755);
         assert!(!root.join(".envrc").exists());
         // Nothing else differs now: a second put-back puts nothing back.
+        assert!(copy.put_back().unwrap().is_empty());
+        copy.discard();
+    }
+
+    /// A root-level pattern (`*.code-workspace`): a matching file there before the step is put
+    /// back by content, and one created during the step is removed.
+    #[test]
+    fn root_patterns_cover_existing_and_new_matches() {
+        let (_t, root, store) = project();
+        std::fs::write(root.join("team.code-workspace"), "{}\n").unwrap();
+        let mut ps = paths();
+        ps.push("*.code-workspace".to_owned());
+        let copy = ProtectedCopy::take(&store, &root, &ps).unwrap();
+        std::fs::write(root.join("team.code-workspace"), "{\"tasks\": 1}\n").unwrap();
+        std::fs::write(root.join("evil.code-workspace"), "{\"tasks\": 2}\n").unwrap();
+        std::fs::write(root.join("notes.txt"), "kept\n").unwrap();
+        let back = copy.put_back().unwrap();
+        assert_eq!(back, ["team.code-workspace", "evil.code-workspace"]);
+        assert_eq!(
+            std::fs::read_to_string(root.join("team.code-workspace")).unwrap(),
+            "{}\n"
+        );
+        assert!(!root.join("evil.code-workspace").exists());
+        assert!(root.join("notes.txt").exists());
         assert!(copy.put_back().unwrap().is_empty());
         copy.discard();
     }

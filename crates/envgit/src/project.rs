@@ -196,6 +196,21 @@ impl Project {
     /// `core.hooksPath` names.
     pub fn protected_paths(&self) -> Vec<String> {
         let mut out: Vec<String> = PROTECTED_PATHS.iter().map(|p| p.to_string()).collect();
+        // Root-level patterns' current matches, so the sandbox mounts them read-only too (the
+        // guard keeps the pattern itself to catch new ones). One listing of the root.
+        if let Ok(entries) = std::fs::read_dir(&self.root) {
+            for e in entries.flatten() {
+                let Ok(name) = e.file_name().into_string() else {
+                    continue;
+                };
+                if PROTECTED_PATHS
+                    .iter()
+                    .any(|p| p.contains('*') && envgit_policy::name_matches(p, &name))
+                {
+                    out.push(name);
+                }
+            }
+        }
         if let Some(hooks) = self.hooks_path() {
             out.push(hooks);
         }

@@ -50,10 +50,10 @@ pub(super) fn filesystem(r: &Reader<'_>, node: &Node) -> Result<FilesystemSectio
     let f = r.fields(node, "filesystem", &["deny_read", "allow_write", "preset"])?;
     let mut out = FilesystemSection::default();
     if let Some(n) = f.get("deny_read") {
-        out.deny_read = r.strings(n, "filesystem.deny_read")?;
+        out.deny_read = path_globs(r, n, "filesystem.deny_read")?;
     }
     if let Some(n) = f.get("allow_write") {
-        out.allow_write = r.strings(n, "filesystem.allow_write")?;
+        out.allow_write = path_globs(r, n, "filesystem.allow_write")?;
     }
     if let Some(n) = f.get("preset") {
         out.preset = preset(r, n, "filesystem.preset")?;
@@ -108,7 +108,7 @@ pub(super) fn snapshot(r: &Reader<'_>, node: &Node) -> Result<SnapshotSection, P
     let f = r.fields(node, "snapshot", &["exclude", "max_file_size", "budget"])?;
     let mut out = SnapshotSection::default();
     if let Some(n) = f.get("exclude") {
-        out.exclude = r.strings(n, "snapshot.exclude")?;
+        out.exclude = path_globs(r, n, "snapshot.exclude")?;
     }
     if let Some(n) = f.get("max_file_size") {
         out.max_file_size = size(r, n, "snapshot.max_file_size")?;
@@ -159,7 +159,14 @@ pub(super) fn mcp(r: &Reader<'_>, node: &Node) -> Result<McpSection, PolicyError
     }
     if let Some(n) = f.get("tools") {
         let expected = "a mapping from tool glob to deny, ask or allow";
-        for (glob, _, value) in r.entries(n, "mcp.tools", expected)? {
+        for (glob, key, value) in r.entries(n, "mcp.tools", expected)? {
+            values::star_glob(
+                r,
+                key,
+                "mcp.tools",
+                &glob,
+                "(only `*`, matching any run of characters, is); write one entry per tool name",
+            )?;
             let a = action(r, value, &join("mcp.tools", &glob))?;
             out.tools.insert(glob, a);
         }
@@ -223,4 +230,15 @@ fn mcp_server(r: &Reader<'_>, node: &Node, path: &str) -> Result<McpServer, Poli
         }
     }
     Ok(out)
+}
+
+/// A list of filesystem globs, each checked at load (see [`values::path_glob`]).
+fn path_globs(r: &Reader<'_>, node: &Node, path: &str) -> Result<Vec<String>, PolicyError> {
+    let texts = r.strings(node, path)?;
+    if let Kind::Seq(items) = &node.kind {
+        for (i, (text, item)) in texts.iter().zip(items).enumerate() {
+            values::path_glob(r, item, &format!("{path}[{i}]"), text)?;
+        }
+    }
+    Ok(texts)
 }

@@ -77,21 +77,24 @@ pub(super) fn host(
     Ok(text.to_ascii_lowercase())
 }
 
-/// An HTTP method token, upper-cased so `get` and `GET` are one rule.
+/// An HTTP method, upper-cased so `get` and `GET` are one rule; an unknown one (a typo such as
+/// `PSOT`) would never match, so it is an error.
 pub(super) fn method(
     r: &Reader<'_>,
     node: &Node,
     path: &str,
     text: &str,
 ) -> Result<String, PolicyError> {
-    if text.chars().all(|c| c.is_ascii_alphabetic()) {
-        Ok(text.to_ascii_uppercase())
+    let upper = text.to_ascii_uppercase();
+    if KNOWN_METHODS.contains(&upper.as_str()) {
+        Ok(upper)
     } else {
         Err(r.err(
             node,
             format!(
-                "invalid method `{text}` in {}; write an HTTP method such as GET, POST, PUT, PATCH, DELETE",
-                describe_path(path)
+                "unknown method `{text}` in {}; known methods: {}",
+                describe_path(path),
+                KNOWN_METHODS.join(", ")
             ),
         ))
     }
@@ -104,6 +107,7 @@ pub(super) fn url_path(
     text: &str,
 ) -> Result<String, PolicyError> {
     if text.starts_with('/') {
+        star_glob(r, node, path, text, RULE_GLOB)?;
         Ok(text.to_owned())
     } else {
         Err(r.err(
@@ -137,5 +141,89 @@ pub(super) fn env_name(
                 describe_path(path)
             ),
         ))
+    }
+}
+
+pub(super) const RULE_GLOB: &str =
+    "(only `*` within a segment and `**` across segments are); write one rule per path";
+
+/// The methods a rule may name: HTTP's own and WebDAV's (git over HTTP speaks some of them).
+pub(crate) const KNOWN_METHODS: &[&str] = &[
+    "GET",
+    "HEAD",
+    "POST",
+    "PUT",
+    "PATCH",
+    "DELETE",
+    "OPTIONS",
+    "CONNECT",
+    "TRACE",
+    "PROPFIND",
+    "PROPPATCH",
+    "MKCOL",
+    "COPY",
+    "MOVE",
+    "LOCK",
+    "UNLOCK",
+];
+
+/// A filesystem or gitignore-style glob (`filesystem.*`, `snapshot.exclude`), checked with the
+/// same parser the store's matcher uses, so a typo is an error here rather than a pattern
+/// that silently matches nothing. gitignore's `!` and trailing `/` are not glob syntax.
+pub(super) fn path_glob(
+    r: &Reader<'_>,
+    node: &Node,
+    path: &str,
+    text: &str,
+) -> Result<(), PolicyError> {
+    let pattern = text.strip_prefix('!').unwrap_or(text);
+    let pattern = pattern.strip_suffix('/').unwrap_or(pattern);
+    match globset::Glob::new(pattern) {
+        Ok(_) => Ok(()),
+        Err(e) => {
+            let fix = match e.kind() {
+                globset::ErrorKind::UnclosedClass | globset::ErrorKind::InvalidRange(..) => {
+                    "close the `[` or write `[[]` for a literal `[`"
+                }
+                globset::ErrorKind::UnclosedAlternates
+                | globset::ErrorKind::UnopenedAlternates
+                | globset::ErrorKind::NestedAlternates => {
+                    "close the `{` or write `[{]` for a literal `{`"
+                }
+                _ => "see the glob syntax in the README's policy reference",
+            };
+            Err(r.err(
+                node,
+                format!(
+                    "invalid glob `{text}` in {}: {}; {fix}",
+                    describe_path(path),
+                    e.kind()
+                ),
+            ))
+        }
+    }
+}
+
+/// A request-rule glob (paths, query and body values) knows only `*` and `**`: `?`, `[` and
+/// `{` would be taken literally and match nothing a user meant, so they are refused.
+pub(super) fn star_glob(
+    r: &Reader<'_>,
+    node: &Node,
+    path: &str,
+    text: &str,
+    what: &str,
+) -> Result<(), PolicyError> {
+    match text
+        .chars()
+        .find(|c| matches!(c, '?' | '[' | ']' | '{' | '}'))
+    {
+        None => Ok(()),
+        Some(c) => Err(r.err(
+            node,
+            format!(
+                "invalid glob `{text}` in {}: `{c}` is not glob syntax here {what}",
+                describe_path(path)
+            ),
+        )),
     }
 }

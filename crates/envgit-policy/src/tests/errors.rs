@@ -248,7 +248,7 @@ const CASES: &[(&str, usize, usize, &[&str])] = &[
         "version: 1\nirreversible:\n  - net: { host: a.com, method: [GET, \"PO ST\"] }\n    action: deny\n",
         3,
         39,
-        &["invalid method `PO ST`"],
+        &["unknown method `PO ST`", "known methods: GET, HEAD"],
     ),
     (
         "version: 1\nenv: { pass: [\"GH-HOST\"] }\n",

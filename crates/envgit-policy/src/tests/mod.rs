@@ -3,5 +3,6 @@
 mod allow_options;
 mod design_example;
 mod errors;
+mod globs;
 mod hash;
 mod robustness;
