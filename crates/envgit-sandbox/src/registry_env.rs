@@ -1,19 +1,11 @@
 //! Registry and mirror variables the caller set: passed into the sandbox so package managers
 //! use the same mirror inside, unless the value carries a credential.
 
-/// Names passed through; `CARGO_REGISTRIES_<NAME>_INDEX` is matched by pattern.
-const NAMES: &[&str] = &[
-    "NPM_CONFIG_REGISTRY",
-    "npm_config_registry",
-    "PIP_INDEX_URL",
-    "PIP_EXTRA_INDEX_URL",
-    "PIP_FIND_LINKS",
-    "UV_INDEX_URL",
-    "UV_EXTRA_INDEX_URL",
-    "UV_DEFAULT_INDEX",
-    "UV_INDEX",
+/// Passed through besides the registry variables `init` reads
+/// ([`envgit_policy::registries::REGISTRY_VARS`]): the ones that only steer a client.
+/// `CARGO_REGISTRIES_<NAME>_INDEX` and `npm_config_<scope>:registry` are matched by pattern.
+const STEERING: &[&str] = &[
     "CARGO_REGISTRY_DEFAULT",
-    "GOPROXY",
     "GONOSUMDB",
     "GONOSUMCHECK",
     "GOPRIVATE",
@@ -22,7 +14,8 @@ const NAMES: &[&str] = &[
 ];
 
 pub fn is_registry_var(name: &str) -> bool {
-    NAMES.contains(&name)
+    envgit_policy::registries::REGISTRY_VARS.contains(&name)
+        || STEERING.contains(&name)
         || (name.starts_with("CARGO_REGISTRIES_") && name.ends_with("_INDEX"))
         || (name.starts_with("npm_config_") && name.ends_with(":registry"))
 }
