@@ -116,10 +116,14 @@ pub fn build_root(spec: &Spec) -> R {
     private_tmpfs(&root_fd, Path::new("/run"), "mode=0755")?;
     run_files(&root, &spec.run_files)?;
     if let Some(home) = &spec.home {
-        overlay_home(&root, &root_fd, home)?;
+        overlay(&root, &root_fd, home)?;
     }
     for w in std::iter::once(&spec.project).chain(spec.writable.iter()) {
         bind_rw(&root, &root_fd, w)?;
+    }
+    // Over the project's bind, before the read-only binds that may lie inside it.
+    if let Some(git) = &spec.git {
+        overlay(&root, &root_fd, git)?;
     }
     dev(&root, &root_fd)?;
     proc_(&root_fd)?;
@@ -218,16 +222,19 @@ fn target_dir(root: &Path, root_fd: &OwnedFd, p: &Path) -> R<OwnedFd> {
     }
 }
 
-fn overlay_home(root: &Path, root_fd: &OwnedFd, home: &crate::spec::HomeOverlay) -> R {
-    if !home.path.is_dir() {
+/// `o.path` seen through an overlay whose writes land in `o.upper`. The lower layer is named
+/// by the host path, resolved here before `pivot_root`; a path that resolves elsewhere than
+/// the directory the host side checked fails the mount (`lowerdir` must be a directory).
+fn overlay(root: &Path, root_fd: &OwnedFd, o: &crate::spec::Overlay) -> R {
+    if !o.path.is_dir() {
         return Ok(());
     }
-    let target = target_dir(root, root_fd, &home.path)?;
+    let target = target_dir(root, root_fd, &o.path)?;
     let opts = format!(
         "lowerdir={},upperdir={},workdir={},userxattr",
-        home.path.display(),
-        home.upper.display(),
-        home.work.display()
+        escape_overlay_path(&o.path)?,
+        escape_overlay_path(&o.upper)?,
+        escape_overlay_path(&o.work)?,
     );
     let opts = ctx(CString::new(opts), || "overlay options".into())?;
     ctx(
@@ -235,11 +242,27 @@ fn overlay_home(root: &Path, root_fd: &OwnedFd, home: &crate::spec::HomeOverlay)
             "overlay",
             fd_path(&target).as_str(),
             "overlay",
-            MountFlags::NOSUID,
+            MountFlags::NOSUID | MountFlags::NODEV,
             opts.as_c_str(),
         ),
-        || format!("overlay on {}", home.path.display()),
+        || format!("overlay on {}", o.path.display()),
     )
+}
+
+/// A path as overlayfs's option string needs it: `,` separates options and `:` lower
+/// layers, so both (and the backslash itself) are escaped with a backslash.
+fn escape_overlay_path(p: &Path) -> Result<String, String> {
+    let s = p
+        .to_str()
+        .ok_or_else(|| format!("{}: not UTF-8, cannot name it to overlayfs", p.display()))?;
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        if matches!(c, ',' | ':' | '\\') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    Ok(out)
 }
 
 fn bind_rw(root: &Path, root_fd: &OwnedFd, p: &Path) -> R {

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use envgit_policy::Policy;
 use ignore::gitignore::GitignoreBuilder;
 
-use crate::spec::{HomeOverlay, RelaySpec, Spec};
+use crate::spec::{Overlay, RelaySpec, Spec};
 use crate::trust::{self, TrustFiles};
 
 /// Unreadable in every home (`~` from both `$HOME` and the passwd entry), relative to the
@@ -501,7 +501,7 @@ pub fn plan(input: PlanInput<'_>) -> Spec {
         .filter_map(|p| p.canonicalize().ok())
         .collect();
     let home = match (&input.home_overlay, input.homes.first()) {
-        (Some((upper, work)), Some(h)) => Some(HomeOverlay {
+        (Some((upper, work)), Some(h)) => Some(Overlay {
             path: h.clone(),
             upper: upper.clone(),
             work: work.clone(),
@@ -528,6 +528,7 @@ pub fn plan(input: PlanInput<'_>) -> Spec {
         cgroups: Vec::new(),
         nproc: 0,
         home,
+        git: None,
         writable,
         read_only: protected,
         masks: masks(&input),

@@ -26,7 +26,11 @@ pub struct Spec {
     /// Read-write.
     pub project: PathBuf,
     /// The home directory, writable through an overlay whose upper layer is kept per project.
-    pub home: Option<HomeOverlay>,
+    pub home: Option<Overlay>,
+    /// The project's `.git`, seen through an overlay whose upper layer is the run's: the host's
+    /// `.git` is never written from inside; envgit imports data from the upper after each step.
+    #[serde(default)]
+    pub git: Option<Overlay>,
     /// Extra read-write paths (`filesystem.allow_write`).
     pub writable: Vec<PathBuf>,
     /// Existing paths made read-only (protected paths in the project).
@@ -55,8 +59,9 @@ pub struct Spec {
     pub run_files: Vec<(String, PathBuf)>,
 }
 
+/// A host directory seen through an overlay: `path` is the lower layer and the mount point.
 #[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct HomeOverlay {
+pub struct Overlay {
     pub path: PathBuf,
     pub upper: PathBuf,
     pub work: PathBuf,

@@ -36,7 +36,10 @@ pub use exclude::Excludes;
 pub use fork::{ForkOptions, fork};
 pub use fsck::{FsckReport, fsck};
 pub use gc::{GcOptions, GcReport, gc};
-pub use gitlayer::{Dropped as GitDropped, GitImport, PreStep as GitPreStep, import as git_import};
+pub use gitlayer::{
+    Dropped as GitDropped, GitImport, GitLayer, PreStep as GitPreStep, import as git_import,
+    nested_code_paths as nested_git_code_paths, recover as recover_git_layers,
+};
 pub use graft::{entry_at, graft};
 pub use guard::{
     GUARD_MAX_BYTES, ProtectedCopy, recover as recover_protected, remove_planted_git_links,

@@ -56,6 +56,9 @@ pub enum StepFlag {
     LowReturn,
     /// The changes were made outside the sandbox, between steps (the user's own edits).
     Outside,
+    /// Something the step wrote in `.git` was not data (a hook, a config key outside the
+    /// allow-list, ...) and was not imported into the host's `.git`.
+    GitDropped,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]

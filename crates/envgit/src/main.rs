@@ -4,6 +4,7 @@ mod cli;
 mod commands;
 mod demo;
 mod failure;
+mod git_layer;
 mod mcp;
 mod output;
 mod outside;

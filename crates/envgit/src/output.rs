@@ -153,6 +153,7 @@ pub fn flag_names(step: &Step) -> Vec<&'static str> {
         .map(|f| match f {
             StepFlag::Overlapped => "overlapped",
             StepFlag::ProtectedRestored => "protected-restored",
+            StepFlag::GitDropped => "git-dropped",
             StepFlag::WatcherFallback => "watcher-fallback",
             StepFlag::UnstableFiles => "unstable-files",
             StepFlag::Pruned => "pruned",

@@ -128,6 +128,15 @@ impl ProjectDirs {
             }
             Err(e) => crate::output::error(&format!("putting protected paths back: {e}")),
         }
+        // Its layer over `.git` too: the data it wrote there is imported now, nothing else.
+        match envgit_store::recover_git_layers(&self.store_dir, &self.root) {
+            Ok(reports) => {
+                for r in &reports {
+                    crate::git_layer::report_into(r, &mut envgit_store::StepDraft::default());
+                }
+            }
+            Err(e) => crate::output::error(&format!("importing a killed run's .git writes: {e}")),
+        }
     }
 
     fn no_store(&self, e: envgit_store::StoreError) -> Failure {

@@ -107,8 +107,9 @@ pub fn run_step(
     // The user's edits since the last step are theirs, not this command's.
     crate::outside::record_outside_edits(project, &mut store, &before)?;
     let mut guard = store.begin_step(&line)?;
+    let git = crate::git_layer::open(store.dir(), &project.root)?;
     // Read before the command runs: `core.hooksPath` comes from the trusted .git/config.
-    let protected = project.protected_paths();
+    let protected = crate::git_layer::protected_under(git.as_deref(), project.protected_paths());
     let copy = ProtectedCopy::take(store.dir(), &project.root, &protected)?;
     // From here a crash, a kill or a failed commit leaves the step for the next command to
     // record as interrupted, with its command.
@@ -124,15 +125,18 @@ pub fn run_step(
         upstreams,
         RunExtras {
             limit_notes: Some(notes_tx),
+            git: git.clone(),
             ..RunExtras::default()
         },
     );
     let (code, events) = match ran {
         Ok(ran) => ran,
         Err(f) => {
-            // envgit failed around the command: its protected paths are put back all the same.
+            // envgit failed around the command: its protected paths are put back all the same,
+            // and what it wrote in `.git` is imported as data.
             put_back_now(&copy);
             copy.discard();
+            crate::git_layer::finish(git);
             return Err(f);
         }
     };
@@ -160,9 +164,11 @@ pub fn run_step(
         guard: &mut guard,
         protected: &protected,
         copy: Some(&copy),
+        git: git.as_deref(),
     };
     let committed = after.commit(&before, draft);
     copy.discard();
+    crate::git_layer::finish(git);
     committed?;
     drop(guard);
     wt.save_cache(&store.stat_cache_path())?;
@@ -209,11 +215,16 @@ pub(crate) struct AfterStep<'a> {
     /// The protected paths as they were before the step, put back by content first, before
     /// (and whatever becomes of) the snapshot.
     pub copy: Option<&'a ProtectedCopy>,
+    /// The run's layer over `.git`: what the step wrote there is imported as data first.
+    pub git: Option<&'a envgit_store::GitLayer>,
 }
 
 impl AfterStep<'_> {
     /// Commits `draft` with the tree as it is now; returns the tree committed.
     pub fn commit(&mut self, before: &ObjectId, mut draft: StepDraft) -> CmdResult<ObjectId> {
+        if let Some(git) = self.git {
+            crate::git_layer::import_into(git, &mut draft)?;
+        }
         // By content, from the pre-step copy: never skipped for a marker, and done before the
         // snapshot, which may fail (a tree too deep, a full disk).
         let mut put_back = match self.copy {
@@ -221,22 +232,46 @@ impl AfterStep<'_> {
             None => Vec::new(),
         };
         let (after, report, rescanned) = self.tree.snapshot(self.store)?;
+        // Repositories the step made or changed inside the project: their code goes back too.
+        let nested = envgit_store::nested_git_code_paths(&envgit_store::diff_entries(
+            self.store,
+            Some(before),
+            Some(&after),
+        )?);
+        let mut protected = self.protected.to_vec();
+        protected.extend(nested.iter().cloned());
         let (from_snapshot, tree) = envgit_store::put_back(
             self.store,
             self.tree.work_tree(),
             before,
             &after,
-            self.protected,
+            &protected,
         )?;
         for p in from_snapshot {
             if !put_back.contains(&p) {
                 put_back.push(p);
             }
         }
+        let (nested_back, put_back): (Vec<String>, Vec<String>) =
+            put_back.into_iter().partition(|p| nested.contains(p));
         for p in &put_back {
             output::warn(&format!(
                 "{p} changed during the step and was put back (protected path)"
             ));
+        }
+        for p in &nested_back {
+            output::warn(&format!(
+                "{p} of a repository inside the project changed during the step and was put back: \
+                 git would run or follow it on the host (rule {})",
+                crate::git_layer::RULE
+            ));
+        }
+        draft.refusals.extend(nested_back.iter().map(|p| Refusal {
+            what: format!("write {p}"),
+            rule: crate::git_layer::RULE.into(),
+        }));
+        if !nested_back.is_empty() && !draft.flags.contains(&StepFlag::GitDropped) {
+            draft.flags.push(StepFlag::GitDropped);
         }
         if !put_back.is_empty() {
             draft.flags.push(StepFlag::ProtectedRestored);
@@ -549,6 +584,8 @@ pub(crate) struct RunExtras {
     pub tap: Option<std::sync::mpsc::Sender<EventTap>>,
     /// Gets what the run's limits are ("memory not limited", …), for the step's notes.
     pub limit_notes: Option<std::sync::mpsc::Sender<String>>,
+    /// The run's layer over `.git`, mounted as an overlay inside.
+    pub git: Option<Arc<envgit_store::GitLayer>>,
 }
 
 /// Runs `argv` in the sandbox behind a gate of its own; `state` is the project's store
@@ -690,6 +727,7 @@ pub(crate) fn run_sandboxed(
     spec.run_files.extend(extras.run_files);
     spec.read_only.extend(extras.read_only);
     spec.file_overrides.extend(extras.file_overrides);
+    spec.git = extras.git.as_deref().map(crate::git_layer::overlay);
     let outcome = {
         let _signals = SignalGuard::ignore_terminal_signals();
         if let Some(pty) = &pty {

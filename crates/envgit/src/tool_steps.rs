@@ -15,13 +15,14 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::os::fd::OwnedFd;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::sync::mpsc::Receiver;
 use std::time::Duration;
 
 use envgit_gate::{EventTap, GateEvent};
 use envgit_store::{
-    LiveTree, ObjectId, ProtectedCopy, Refusal, StepDraft, StepFlag, StepGuard, StepKind, Store,
-    now_ms,
+    GitLayer, LiveTree, ObjectId, ProtectedCopy, Refusal, StepDraft, StepFlag, StepGuard, StepKind,
+    Store, now_ms,
 };
 use serde_json::{Value, json};
 
@@ -60,6 +61,8 @@ pub(crate) struct ToolSteps<'a> {
     protected: Vec<String>,
     /// The protected paths as the session found them: each call's put-back restores them.
     copy: ProtectedCopy,
+    /// The session's layer over `.git`: each call's writes there are imported as data.
+    git: Option<Arc<GitLayer>>,
     /// Put back by the sweep since the last step: that step says so.
     swept: Vec<String>,
     /// The tree of the last step committed: protected paths are put back to it.
@@ -89,6 +92,8 @@ impl<'a> ToolSteps<'a> {
         // No sandboxed process of the project is alive yet: what changed is the user's.
         crate::outside::record_outside_edits(project, &mut store, &last_tree)?;
         let guard = store.begin_step(&format!("{agent} session"))?;
+        let git = crate::git_layer::open(store.dir(), &project.root)?;
+        let protected = crate::git_layer::protected_under(git.as_deref(), protected);
         let copy = ProtectedCopy::take(store.dir(), &project.root, &protected)?;
         Ok(ToolSteps {
             project,
@@ -99,6 +104,7 @@ impl<'a> ToolSteps<'a> {
             guard,
             protected,
             copy,
+            git,
             swept: Vec::new(),
             last_tree,
             open: Vec::new(),
@@ -107,6 +113,16 @@ impl<'a> ToolSteps<'a> {
             tap_rx,
             calls: 0,
         })
+    }
+
+    /// The protected paths of the session (under its git layer), for the sandbox's mounts.
+    pub fn protected(&self) -> &[String] {
+        &self.protected
+    }
+
+    /// The session's layer over `.git`, for the sandbox to mount.
+    pub fn git_layer(&self) -> Option<Arc<GitLayer>> {
+        self.git.clone()
     }
 
     /// The project's store directory (the sandbox keeps its home overlay there).
@@ -268,6 +284,7 @@ impl<'a> ToolSteps<'a> {
             guard: &mut self.guard,
             protected: &self.protected,
             copy: Some(&self.copy),
+            git: self.git.as_deref(),
         };
         self.last_tree = after.commit(&before, draft)?;
         Ok(())
@@ -300,7 +317,10 @@ impl<'a> ToolSteps<'a> {
             ..self.draft(String::new(), started)
         };
         self.commit(draft)?;
-        let ToolSteps { store, live, .. } = self;
+        let ToolSteps {
+            store, live, git, ..
+        } = self;
+        crate::git_layer::finish(git);
         live.tree().save_cache(&store.stat_cache_path())?;
         Ok(())
     }

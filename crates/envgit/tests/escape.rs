@@ -217,13 +217,28 @@ fn protected_files_are_read_only() {
     let env = project();
     let yaml = env.read("envgit.yaml");
     let config = env.read(".git/config");
-    let r = run(
+    let r = attack(
         &env,
-        "echo 'version: 2' > envgit.yaml; echo evil > .git/hooks/pre-commit; echo '[core] fsmonitor = evil' >> .git/config",
+        "echo 'version: 2' > envgit.yaml; echo yaml=$?; echo evil > .git/hooks/pre-commit; \
+         echo hook=$?; echo '[core] fsmonitor = evil' >> .git/config; echo config=$?",
+    );
+    // The policy and the hooks are read-only inside; `.git/config` is writable inside (git
+    // works), but only allow-listed keys reach the host's, and `core.fsmonitor` is not one.
+    assert!(
+        r.stdout.contains("yaml=2") && r.stdout.contains("hook=2"),
+        "{}{}",
+        r.stdout,
+        r.stderr
     );
     assert_eq!(
         r.stderr.matches("Read-only file system").count(),
-        3,
+        2,
+        "{}",
+        r.stderr
+    );
+    assert!(r.stdout.contains("config=0"), "{}", r.stdout);
+    assert!(
+        r.stderr.contains("core.fsmonitor") && r.stderr.contains("rule git.data-only"),
         "{}",
         r.stderr
     );
@@ -236,12 +251,25 @@ fn protected_files_are_read_only() {
 fn renaming_a_protected_parent_is_put_back_and_flagged() {
     let env = project();
     let config = env.read(".git/config");
-    let r = run(
+    env.write(".github/hooks/hooks.json", "{}");
+    let r = attack(
         &env,
-        "mv .git .g && mkdir -p .git/hooks && echo evil > .git/hooks/pre-commit && echo '[core] hooksPath = /x' > .git/config && mkdir -p .claude && echo '{\"hooks\":1}' > .claude/settings.json",
+        "mv .git .g; echo mv-git=$?; \
+         mv .github .gh && mkdir -p .github/hooks && echo evil > .github/hooks/hooks.json; \
+         echo mv-github=$?; mkdir -p .claude && echo '{\"hooks\":1}' > .claude/settings.json",
     );
     assert_eq!(r.code, 0, "{}", r.stderr);
+    // `.git` is a mount point inside (its overlay): it cannot be renamed at all.
+    assert!(
+        r.stdout.contains("mv-git=1") && r.stderr.contains("Device or resource busy"),
+        "{}{}",
+        r.stdout,
+        r.stderr
+    );
+    // Any other protected path's parent can be: the put-back brings it back.
+    assert!(r.stdout.contains("mv-github=0"), "{}", r.stdout);
     assert!(r.stderr.contains("put back"), "{}", r.stderr);
+    assert_eq!(env.read(".github/hooks/hooks.json"), "{}");
     assert_eq!(env.read(".git/hooks/pre-commit"), "#!/bin/sh\nexit 0\n");
     assert_eq!(env.read(".git/config"), config);
     assert!(!env.path(".claude/settings.json").exists());

@@ -1,8 +1,11 @@
-//! Nothing the agent writes runs on the host: protected paths (git hooks and config, editor
-//! and agent configuration) are put back by content after every step, from a copy taken before
-//! it — also when the hook is padded past the snapshot's size limit, and when envgit itself is
-//! ended by a signal in the middle of the step. Each attack is run for real inside `envgit run`,
-//! and then the host's own git is run to show the hook it would execute.
+//! Nothing the agent writes runs on the host. The project's `.git` is an overlay inside: the
+//! host's hooks cannot be touched even in the middle of a step (`mv .git` is refused, the hooks
+//! are read-only), so the attacks below try that first and check it failed. Editor and agent
+//! configuration (`.github/hooks/`, `.vscode/`, …) stays list-based: it is put back by content after every step,
+//! from a copy taken before it — also when padded past the snapshot's size limit, and when
+//! envgit itself is ended by a signal or killed in the middle of the step. Each attack is run
+//! for real inside `envgit run`, and then the host's own git is run to show the hook it would
+//! execute.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod support;
@@ -14,6 +17,27 @@ use std::time::{Duration, Instant};
 use support::Env;
 
 const ORIGINAL_HOOK: &str = "#!/bin/sh\nexit 0\n";
+const ORIGINAL_TASKS: &str = "{\"version\": \"2.0.0\", \"tasks\": []}\n";
+
+/// Tries to replace the host's git hook (renaming `.git`, then writing the hook in place),
+/// printing how each try ended, then replaces `.github/hooks/hooks.json` behind a renamed parent
+/// (which works: the put-back is what undoes it). `then` runs last.
+fn tamper(marker: &std::path::Path, then: &str) -> String {
+    format!(
+        "printf '#!/bin/sh\\necho pwned >> {m}\\n' > planted-hook; chmod +x planted-hook; \
+         mv .git .g; echo mv-git=$?; cp planted-hook .git/hooks/pre-commit; echo hook=$?; \
+         mv .github .gh && mkdir -p .github/hooks && cp planted-hook .github/hooks/hooks.json && {then}",
+        m = marker.display()
+    )
+}
+
+/// The tries on `.git` failed inside: it is a mount point and its hooks are read-only.
+fn git_tamper_failed(stdout: &str) {
+    assert!(
+        stdout.contains("mv-git=1") && stdout.contains("hook=1"),
+        "{stdout}"
+    );
+}
 
 /// The hook as the host's git would run it, shown short (a padded one is 101 MiB).
 fn hook_of(env: &Env) -> String {
@@ -34,6 +58,7 @@ fn project() -> Env {
     std::fs::write(&hook, ORIGINAL_HOOK).unwrap();
     std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o755)).unwrap();
     env.write("a.txt", "a\n");
+    env.write(".github/hooks/hooks.json", ORIGINAL_TASKS);
     env.envgit(&["init"]).ok();
     env
 }
@@ -47,15 +72,12 @@ fn host_commit_runs_no_planted_hook(env: &Env, marker: &std::path::Path) {
 }
 
 #[test]
-fn a_hook_padded_past_the_size_limit_behind_a_renamed_git_is_put_back() {
+fn a_file_padded_past_the_size_limit_behind_a_renamed_parent_is_put_back() {
     let env = project();
     let marker = env.tmp.path().join("MARKER");
-    let attack = format!(
-        "mv .git .g && mkdir .git && cp -a .g/. .git/ && \
-         printf '#!/bin/sh\\necho pwned >> {m}\\n' > .git/hooks/pre-commit && \
-         truncate -s 101M .git/hooks/pre-commit && chmod +x .git/hooks/pre-commit && \
-         printf 'export X=1\\n' > .envrc && echo planted",
-        m = marker.display()
+    let attack = tamper(
+        &marker,
+        "truncate -s 101M .github/hooks/hooks.json && printf 'export X=1\\n' > .envrc && echo planted",
     );
     let out = env.envgit(&["run", "sh", "-c", &attack]);
     assert_ne!(out.code, 125, "{}", out.stderr);
@@ -65,13 +87,15 @@ fn a_hook_padded_past_the_size_limit_behind_a_renamed_git_is_put_back() {
         out.stdout,
         out.stderr
     );
+    git_tamper_failed(&out.stdout);
     assert!(
         out.stderr
-            .contains(".git/hooks changed during the step and was put back"),
+            .contains(".github/hooks changed during the step and was put back"),
         "{}",
         out.stderr
     );
     assert_eq!(hook_of(&env), ORIGINAL_HOOK);
+    assert_eq!(env.read(".github/hooks/hooks.json"), ORIGINAL_TASKS);
     assert!(!env.path(".envrc").exists(), "a new .envrc stayed");
     let step = &env.log_json()[0];
     assert!(
@@ -93,10 +117,8 @@ fn ending_envgit_with_a_signal_still_puts_the_hook_back() {
         let env = project();
         let marker = env.tmp.path().join("MARKER");
         let attack = format!(
-            "trap '' TERM HUP INT; printf '#!/bin/sh\\necho pwned >> {m}\\n' > planted-hook; \
-             mv .git .g && mkdir .git && cp -a .g/. .git/ && cp planted-hook .git/hooks/pre-commit && \
-             chmod +x .git/hooks/pre-commit && touch TAMPERED && sleep 600",
-            m = marker.display()
+            "trap '' TERM HUP INT; {}",
+            tamper(&marker, "touch TAMPERED && sleep 600")
         );
         let child = env
             .cmd(&env.project)
@@ -111,11 +133,10 @@ fn ending_envgit_with_a_signal_still_puts_the_hook_back() {
             assert!(Instant::now() < deadline, "the attack never ran");
             std::thread::sleep(Duration::from_millis(20));
         }
-        let hook = std::fs::read_to_string(env.path(".git/hooks/pre-commit")).unwrap();
-        assert!(
-            hook.contains("pwned"),
-            "the hook was not tampered with: {hook}"
-        );
+        // Mid-step: the host's hook was never touched; the editor config was.
+        assert_eq!(hook_of(&env), ORIGINAL_HOOK);
+        let tasks = env.read(".github/hooks/hooks.json");
+        assert!(tasks.contains("pwned"), "not tampered with: {tasks}");
         let kill = Command::new("kill")
             .args([&format!("-{signal}"), &child.id().to_string()])
             .status()
@@ -124,6 +145,11 @@ fn ending_envgit_with_a_signal_still_puts_the_hook_back() {
         let out = child.wait_with_output().unwrap();
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(hook_of(&env), ORIGINAL_HOOK, "SIG{signal}: {stderr}");
+        assert_eq!(
+            env.read(".github/hooks/hooks.json"),
+            ORIGINAL_TASKS,
+            "SIG{signal}"
+        );
         assert!(stderr.contains("put back"), "SIG{signal}: {stderr}");
         let step = &env.log_json()[0];
         assert_eq!(step["kind"], "run", "{step}");
@@ -201,12 +227,7 @@ fn git_files_that_redirect_or_write_through_are_put_back() {
 fn after_a_kill_9_the_next_command_puts_back_and_records_the_step() {
     let env = project();
     let marker = env.tmp.path().join("MARKER");
-    let attack = format!(
-        "printf '#!/bin/sh\\necho pwned >> {m}\\n' > planted-hook; \
-         mv .git .g && mkdir .git && cp -a .g/. .git/ && cp planted-hook .git/hooks/pre-commit && \
-         touch TAMPERED && sleep 600",
-        m = marker.display()
-    );
+    let attack = tamper(&marker, "touch TAMPERED && sleep 600");
     let mut child = env
         .cmd(&env.project)
         .args(["run", "sh", "-c", &attack])
@@ -219,7 +240,8 @@ fn after_a_kill_9_the_next_command_puts_back_and_records_the_step() {
         assert!(Instant::now() < deadline, "the attack never ran");
         std::thread::sleep(Duration::from_millis(20));
     }
-    assert!(hook_of(&env).contains("pwned"));
+    assert_eq!(hook_of(&env), ORIGINAL_HOOK);
+    assert!(env.read(".github/hooks/hooks.json").contains("pwned"));
     child.kill().unwrap();
     child.wait().unwrap();
     let log = env.envgit(&["log", "--json"]);
@@ -230,6 +252,7 @@ fn after_a_kill_9_the_next_command_puts_back_and_records_the_step() {
         log.stderr
     );
     assert_eq!(hook_of(&env), ORIGINAL_HOOK);
+    assert_eq!(env.read(".github/hooks/hooks.json"), ORIGINAL_TASKS);
     let steps = log.json();
     let last = &steps[0];
     assert_eq!(last["kind"], "interrupted", "{last:#}");

@@ -57,12 +57,23 @@ fn git() -> Command {
     c
 }
 
-/// Parse `file`'s own entries; `Err` names why git could not read it.
-pub fn read(file: &Path) -> Result<Entries, String> {
-    let out = git()
-        .args(["config", "--no-includes", "--list", "-z", "--file"])
-        .arg(file)
-        .output()
+/// Parse a config file's own entries from its bytes (given to git on stdin, so no path the
+/// step could have turned into a link is ever opened); `Err` names why git could not read it.
+pub fn read(text: &[u8]) -> Result<Entries, String> {
+    use std::io::Write;
+    let mut child = git()
+        .args(["config", "--no-includes", "--list", "-z", "--file", "-"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("running git: {e}"))?;
+    if let Some(mut stdin) = child.stdin.take() {
+        // A config git rejects may close stdin early; its exit status says why.
+        let _ = stdin.write_all(text);
+    }
+    let out = child
+        .wait_with_output()
         .map_err(|e| format!("running git: {e}"))?;
     if !out.status.success() {
         return Err(String::from_utf8_lossy(&out.stderr).trim().to_string());

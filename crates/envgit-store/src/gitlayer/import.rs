@@ -37,6 +37,11 @@ pub struct GitImport {
 pub struct PreStep {
     pub hashes: BTreeMap<String, String>,
     pub config: Vec<u8>,
+    /// Each upper path as the last import found it (inode, size, mtime, mode): a path whose
+    /// fingerprint has not changed is neither read again nor reported again, so a session's
+    /// imports cost what changed, and a dropped hook is said once.
+    #[serde(default)]
+    pub seen: BTreeMap<String, String>,
 }
 
 fn hash(data: &[u8]) -> String {
@@ -51,8 +56,17 @@ fn open_git(path: &Path) -> std::io::Result<OwnedFd> {
     )?)
 }
 
-/// Every regular file below `top` ('/'-relative to `root`), iteratively.
-fn files_below(root: BorrowedFd<'_>, top: &str) -> Vec<(String, FileType)> {
+/// One non-directory entry of a walk: its path, its type (a whiteout is a character device),
+/// and its fingerprint.
+struct Found {
+    rel: String,
+    ft: FileType,
+    fingerprint: String,
+}
+
+/// Every non-directory entry below `top` ('/'-relative to `root`), iteratively, without
+/// following links.
+fn files_below(root: BorrowedFd<'_>, top: &str) -> Vec<Found> {
     let mut out = Vec::new();
     let mut stack = vec![top.to_string()];
     while let Some(rel) = stack.pop() {
@@ -72,17 +86,21 @@ fn files_below(root: BorrowedFd<'_>, top: &str) -> Vec<(String, FileType)> {
             let ft = FileType::from_raw_mode(st.st_mode);
             if ft == FileType::Directory {
                 stack.push(child);
-            } else {
-                let whiteout = ft == FileType::CharacterDevice && st.st_rdev == 0;
-                out.push((
-                    child,
-                    if whiteout {
-                        FileType::CharacterDevice
-                    } else {
-                        ft
-                    },
-                ));
+                continue;
             }
+            let whiteout = ft == FileType::CharacterDevice && st.st_rdev == 0;
+            out.push(Found {
+                rel: child,
+                ft: if whiteout {
+                    FileType::CharacterDevice
+                } else {
+                    ft
+                },
+                fingerprint: format!(
+                    "{}:{}:{}.{}:{:o}",
+                    st.st_ino, st.st_size, st.st_mtime, st.st_mtime_nsec, st.st_mode
+                ),
+            });
         }
     }
     out
@@ -97,8 +115,8 @@ impl PreStep {
         names.extend(
             files_below(root.as_fd(), "refs")
                 .into_iter()
-                .filter(|(_, t)| *t == FileType::RegularFile)
-                .map(|(p, _)| p),
+                .filter(|f| f.ft == FileType::RegularFile)
+                .map(|f| f.rel),
         );
         for n in names {
             if let Ok(Some(data)) = write::read(root.as_fd(), &n) {
@@ -117,7 +135,17 @@ pub fn import(git_dir: &Path, upper: &Path, pre: &mut PreStep) -> std::io::Resul
     let up = open_git(upper)?;
     let mut rep = GitImport::default();
     let mut work: Vec<(Class, String, bool)> = Vec::new();
-    for (rel, ft) in files_below(up.as_fd(), "") {
+    for Found {
+        rel,
+        ft,
+        fingerprint,
+    } in files_below(up.as_fd(), "")
+    {
+        // Handled by an earlier import and not touched since.
+        if pre.seen.get(&rel) == Some(&fingerprint) {
+            continue;
+        }
+        pre.seen.insert(rel.clone(), fingerprint);
         let whiteout = ft == FileType::CharacterDevice;
         match classify(&rel) {
             Ok(c) if ft == FileType::RegularFile || whiteout => work.push((c, rel, whiteout)),
@@ -142,7 +170,7 @@ pub fn import(git_dir: &Path, upper: &Path, pre: &mut PreStep) -> std::io::Resul
     for (class, rel, whiteout) in work {
         if class == Class::Config {
             if !whiteout {
-                import_config(git_dir, upper, pre, &mut rep);
+                import_config(git_dir, up.as_fd(), pre, &mut rep);
             }
             continue;
         }
@@ -240,14 +268,18 @@ fn one(
     }
 }
 
-fn import_config(git_dir: &Path, upper: &Path, pre: &mut PreStep, rep: &mut GitImport) {
-    let tmp = git_dir.with_file_name(format!(".envgit-pre-config-{}", std::process::id()));
-    let before = std::fs::write(&tmp, &pre.config)
-        .map_err(|e| e.to_string())
-        .and_then(|()| config::read(&tmp));
-    let _ = std::fs::remove_file(&tmp);
-    let after = config::read(&upper.join("config"));
-    let (before, after) = match (before, after) {
+fn import_config(git_dir: &Path, up: BorrowedFd<'_>, pre: &mut PreStep, rep: &mut GitImport) {
+    let after_text = match upper_file(up, "config") {
+        Ok(t) => t,
+        Err(e) => {
+            rep.dropped.push(Dropped {
+                path: "config".into(),
+                why: format!("not a plain file: {e}"),
+            });
+            return;
+        }
+    };
+    let (before, after) = match (config::read(&pre.config), config::read(&after_text)) {
         (Ok(b), Ok(a)) => (b, a),
         (_, Err(e)) | (Err(e), _) => {
             rep.dropped.push(Dropped {
@@ -273,7 +305,5 @@ fn import_config(git_dir: &Path, upper: &Path, pre: &mut PreStep, rep: &mut GitI
             Err(e) => rep.dropped.push(Dropped { path, why: e }),
         }
     }
-    if let Ok(text) = std::fs::read(upper.join("config")) {
-        pre.config = text; // the next import reports only new changes
-    }
+    pre.config = after_text; // the next import reports only new changes
 }

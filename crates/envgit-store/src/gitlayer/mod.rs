@@ -7,6 +7,10 @@
 mod classify;
 mod config;
 mod import;
+mod layer;
+mod nested;
 mod write;
 
 pub use import::{Dropped, GitImport, PreStep, import};
+pub use layer::{GitLayer, recover};
+pub use nested::nested_code_paths;

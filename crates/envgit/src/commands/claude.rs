@@ -150,7 +150,6 @@ pub fn run(dir: Option<&Path>, args: &ClaudeArgs) -> CmdResult<ExitCode> {
     let mut shown = vec!["claude".to_string()];
     shown.extend(args.args.iter().cloned());
     let upstreams = Upstreams::new(&[], None)?;
-    let protected = project.protected_paths();
 
     let (scratch, socket, listener) = hooks_socket()?;
     let (stop_read, stop_write) =
@@ -159,7 +158,8 @@ pub fn run(dir: Option<&Path>, args: &ClaudeArgs) -> CmdResult<ExitCode> {
     let config = config_dir();
     let login = claude_login::prepare(config.as_deref(), &scratch.0)?;
     let (tap_tx, tap_rx) = std::sync::mpsc::channel();
-    let mut steps = ToolSteps::begin(&project, "claude", &cwd, protected.clone(), tap_rx)?;
+    let mut steps = ToolSteps::begin(&project, "claude", &cwd, project.protected_paths(), tap_rx)?;
+    let protected = steps.protected().to_vec();
     let state = steps.state_dir();
     let mut env = vec![(
         HOOKS_SOCKET_ENV.to_string(),
@@ -176,6 +176,7 @@ pub fn run(dir: Option<&Path>, args: &ClaudeArgs) -> CmdResult<ExitCode> {
         credentials: login.gate,
         tap: Some(tap_tx),
         limit_notes: None,
+        git: steps.git_layer(),
     };
     output::note(&format!(
         "Claude Code runs in envgit's sandbox and gate; each tool call is a step; its model \

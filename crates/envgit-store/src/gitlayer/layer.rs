@@ -1,0 +1,173 @@
+//! One run's layer over the project's `.git`: the directories the sandbox mounts as the
+//! overlay's upper and work layers, the host's `.git` as the run began (for compare-and-swap),
+//! and a lock its owner holds. Imports happen after each step; the layer is removed when the
+//! run ends. A layer left by an envgit that was killed is imported, then removed, by the next
+//! command ([`recover`]): the host's `.git` never held anything unsafe, so a crash loses at
+//! most the agent's unimported data, never lets its code in.
+
+use std::io::Write;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use serde::{Deserialize, Serialize};
+
+use super::import::{GitImport, PreStep, import};
+use crate::error::{IoContext, Result, StoreError};
+use crate::lock::Flock;
+
+#[derive(Debug, Serialize, Deserialize)]
+struct Saved {
+    /// The project root; the layer covers `root/.git`.
+    root: PathBuf,
+    pre: PreStep,
+}
+
+/// A run's git layer, held (locked) by the process that made it.
+pub struct GitLayer {
+    dir: PathBuf,
+    root: PathBuf,
+    pre: Mutex<PreStep>,
+    _lock: Flock,
+}
+
+fn layers_root(store_dir: &Path) -> PathBuf {
+    store_dir.join("gitlayer")
+}
+
+impl GitLayer {
+    /// A new layer over `root/.git`, or `None` when `.git` is not a plain directory (absent,
+    /// a `gitdir:` file, a symlink): then there is nothing of the host's to shield this way.
+    pub fn open(store_dir: &Path, root: &Path) -> Result<Option<GitLayer>> {
+        let git_dir = root.join(".git");
+        match std::fs::symlink_metadata(&git_dir) {
+            Ok(m) if m.is_dir() => {}
+            _ => return Ok(None),
+        }
+        let pre = PreStep::capture(&git_dir).at(&git_dir)?;
+        let base = layers_root(store_dir);
+        std::fs::create_dir_all(&base).at(&base)?;
+        let dir = base.join(format!(
+            "{}-{}",
+            std::process::id(),
+            crate::pack::random_u64()
+        ));
+        std::fs::create_dir(&dir).at(&dir)?;
+        let lock = Flock::exclusive(&dir.join("lock"))?;
+        for sub in ["upper", "work"] {
+            std::fs::create_dir(dir.join(sub)).at(&dir.join(sub))?;
+        }
+        let layer = GitLayer {
+            dir,
+            root: root.to_path_buf(),
+            pre: Mutex::new(pre),
+            _lock: lock,
+        };
+        layer.save()?;
+        Ok(Some(layer))
+    }
+
+    /// The host's `.git`, the overlay's lower layer.
+    pub fn git_dir(&self) -> PathBuf {
+        self.root.join(".git")
+    }
+
+    /// The overlay's upper directory: where the sandbox's writes to `.git` land.
+    pub fn upper(&self) -> PathBuf {
+        self.dir.join("upper")
+    }
+
+    /// The overlay's work directory (same filesystem as the upper).
+    pub fn work(&self) -> PathBuf {
+        self.dir.join("work")
+    }
+
+    /// Brings the data the sandbox wrote since the last import into the host's `.git`.
+    pub fn import(&self) -> Result<GitImport> {
+        let mut pre = self.pre.lock().unwrap_or_else(|p| p.into_inner());
+        let git_dir = self.git_dir();
+        let report = import(&git_dir, &self.upper(), &mut pre).at(&git_dir)?;
+        drop(pre);
+        self.save()?;
+        Ok(report)
+    }
+
+    /// The run is over (its sandbox, and so the overlay, is gone): a last import, then the
+    /// layer is removed.
+    pub fn finish(self) -> Result<GitImport> {
+        let report = self.import()?;
+        remove_layer_dir(&self.dir);
+        Ok(report)
+    }
+
+    fn save(&self) -> Result<()> {
+        let pre = self.pre.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let saved = Saved {
+            root: self.root.clone(),
+            pre,
+        };
+        let bytes = serde_json::to_vec(&saved).map_err(|e| StoreError::corrupt(e.to_string()))?;
+        let tmp = self.dir.join("layer.json.tmp");
+        let mut f = std::fs::File::create(&tmp).at(&tmp)?;
+        f.write_all(&bytes).at(&tmp)?;
+        f.sync_data().at(&tmp)?;
+        let file = self.dir.join("layer.json");
+        std::fs::rename(&tmp, &file).at(&file)
+    }
+}
+
+/// Layers left by envgit processes that are gone, for the project at `root`: each imported
+/// now (refs compare-and-swap against the host's `.git` as that run began), then removed.
+pub fn recover(store_dir: &Path, root: &Path) -> Result<Vec<GitImport>> {
+    let base = layers_root(store_dir);
+    let Ok(entries) = std::fs::read_dir(&base) else {
+        return Ok(Vec::new());
+    };
+    let mut out = Vec::new();
+    for entry in entries.flatten() {
+        let dir = entry.path();
+        // Held by a live run: it imports for itself.
+        let Some(lock) = Flock::try_exclusive(&dir.join("lock"))? else {
+            continue;
+        };
+        let saved: Option<Saved> = std::fs::read(dir.join("layer.json"))
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok());
+        let Some(saved) = saved else {
+            // Its owner died before the run began: nothing was mounted.
+            remove_layer_dir(&dir);
+            continue;
+        };
+        if saved.root != root {
+            continue;
+        }
+        let layer = GitLayer {
+            dir,
+            root: saved.root,
+            pre: Mutex::new(saved.pre),
+            _lock: lock,
+        };
+        out.push(layer.finish()?);
+    }
+    Ok(out)
+}
+
+/// Removes a layer directory whatever its modes (overlayfs leaves its work directory with
+/// mode 0; the agent may leave read-only directories in the upper).
+fn remove_layer_dir(dir: &Path) {
+    if std::fs::remove_dir_all(dir).is_ok() {
+        return;
+    }
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let _ = std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o700));
+        if let Ok(entries) = std::fs::read_dir(&d) {
+            for e in entries.flatten() {
+                if e.file_type().is_ok_and(|t| t.is_dir()) {
+                    stack.push(e.path());
+                }
+            }
+        }
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}

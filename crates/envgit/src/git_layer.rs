@@ -1,0 +1,89 @@
+//! The run's layer over the project's `.git` (DESIGN §4, "the host's git receives data, never
+//! code"): opened before the sandbox starts, mounted inside as an overlay, imported at the end
+//! of every step before the put-back and the snapshot, and its report put on the step: what
+//! was not imported (hooks, config keys outside the allow-list, links, ...) is a refusal with
+//! rule `git.data-only` and flags the step `git-dropped`; refs the host moved meanwhile are
+//! noted as conflicts.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use envgit_store::{GitImport, GitLayer, Refusal, StepDraft, StepFlag};
+
+use crate::failure::CmdResult;
+use crate::output;
+
+/// The rule a write into `.git` that was not imported is recorded under.
+pub(crate) const RULE: &str = "git.data-only";
+
+/// A layer over `root/.git` for one run, or `None` when the project has no `.git` directory of
+/// its own (then the protected list alone stands between the agent and git's code paths).
+pub(crate) fn open(store_dir: &Path, root: &Path) -> CmdResult<Option<Arc<GitLayer>>> {
+    Ok(GitLayer::open(store_dir, root)?.map(Arc::new))
+}
+
+/// The protected list under a layer: `.git/config` is imported key by key through the
+/// allow-list, so it is writable inside and never put back wholesale (that would undo the
+/// keys the import let through).
+pub(crate) fn protected_under(layer: Option<&GitLayer>, mut protected: Vec<String>) -> Vec<String> {
+    if layer.is_some() {
+        protected.retain(|p| p != ".git/config");
+    }
+    protected
+}
+
+/// How the sandbox mounts the layer.
+pub(crate) fn overlay(layer: &GitLayer) -> envgit_sandbox::spec::Overlay {
+    envgit_sandbox::spec::Overlay {
+        path: layer.git_dir(),
+        upper: layer.upper(),
+        work: layer.work(),
+    }
+}
+
+/// Imports what the step wrote into `.git` and says so on the step.
+pub(crate) fn import_into(layer: &GitLayer, draft: &mut StepDraft) -> CmdResult<()> {
+    let report = layer.import()?;
+    report_into(&report, draft);
+    Ok(())
+}
+
+/// Prints and records one import's report.
+pub(crate) fn report_into(report: &GitImport, draft: &mut StepDraft) {
+    for d in &report.dropped {
+        output::warn(&format!(
+            ".git/{} was not imported into the host's .git: {} (rule {RULE})",
+            d.path, d.why
+        ));
+        draft.refusals.push(Refusal {
+            what: format!("write .git/{}", d.path),
+            rule: RULE.into(),
+        });
+    }
+    if !report.dropped.is_empty() && !draft.flags.contains(&StepFlag::GitDropped) {
+        draft.flags.push(StepFlag::GitDropped);
+    }
+    for c in &report.conflicts {
+        output::warn(&format!(".git/{}: {}", c.path, c.why));
+        draft.notes.push(format!(".git/{}: {}", c.path, c.why));
+    }
+    for p in report.imported.iter().filter(|p| p.starts_with("config ")) {
+        draft
+            .notes
+            .push(format!("git {p}: imported into the host's .git/config"));
+    }
+}
+
+/// The run is over: the last import (normally empty: every step imported its own), then the
+/// layer is removed. Waits for no one: the caller has dropped every other handle.
+pub(crate) fn finish(layer: Option<Arc<GitLayer>>) {
+    let Some(layer) = layer else { return };
+    let Ok(layer) = Arc::try_unwrap(layer) else {
+        // Still shared: the next command's recovery imports and removes it.
+        return;
+    };
+    match layer.finish() {
+        Ok(report) => report_into(&report, &mut StepDraft::default()),
+        Err(e) => output::error(&format!("importing the run's .git writes: {e}")),
+    }
+}

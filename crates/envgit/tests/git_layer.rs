@@ -1,0 +1,279 @@
+//! The host's git receives data, never code. Inside `envgit run` the project's `.git` is an
+//! overlay; after the step only data crosses into the host's `.git` (objects, refs
+//! compare-and-swap, the index, logs, allow-listed config keys). Each test runs real git
+//! inside the sandbox, then the host's real git, and checks that a marker file outside the
+//! project stays unwritten while the agent's ordinary git work arrives.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use support::Env;
+
+/// A git project with one commit, a user identity and an envgit policy.
+fn project() -> Env {
+    let env = Env::new();
+    env.git(&env.project, &["init", "-q", "-b", "main"]);
+    env.git(&env.project, &["config", "user.name", "Host User"]);
+    env.git(
+        &env.project,
+        &["config", "user.email", "host@example.invalid"],
+    );
+    env.write("a.txt", "a\n");
+    env.git(&env.project, &["add", "a.txt"]);
+    env.git(&env.project, &["commit", "-q", "-m", "first"]);
+    env.envgit(&["init"]).ok();
+    env
+}
+
+/// The host's own git in `dir`, as the user would run it (their home, no system config).
+fn host_git(env: &Env, dir: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .args(args)
+        .current_dir(dir)
+        .env("HOME", env.user_home())
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// `printf` text for a config that runs `echo pwned >> marker` from `git status`.
+fn fsmonitor_config(marker: &Path) -> String {
+    format!(
+        "[core]\\n\\tfsmonitor = echo pwned >> {}\\n",
+        marker.display()
+    )
+}
+
+fn flags(step: &serde_json::Value) -> Vec<String> {
+    step["flags"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f.as_str().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn the_agents_commits_and_identity_arrive_its_code_does_not() {
+    let env = project();
+    let marker = env.tmp.path().join("MARKER");
+    let m = marker.display();
+    // Each try prints how it ended; the commit at the end must work whatever they did.
+    let attack = format!(
+        "echo b > b.txt && git add b.txt && git commit -q -m 'from the agent' && echo committed; \
+         git config user.name Agent; git config core.fsmonitor 'echo pwned >> {m}'; \
+         git config core.hooksPath /tmp/hooks; git config include.path ../evil.cfg; \
+         git remote add origin https://git.example.invalid/app.git; \
+         printf '#!/bin/sh\\necho pwned >> {m}\\n' > .git/hooks/post-commit; echo hook=$?; \
+         printf '{cfg}' > .git/config.worktree; git config extensions.worktreeConfig true; \
+         printf '{cfg}' > evil.cfg; echo '* filter=evil' > .git/info/attributes; \
+         mkdir -p evil && printf '{cfg}' > evil/config && printf '../evil\\n' > .git/commondir",
+        cfg = fsmonitor_config(&marker)
+    );
+    let out = env.envgit(&["run", "sh", "-c", &attack]);
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    assert!(out.stdout.contains("committed"), "{}", out.stdout);
+    assert!(
+        out.stdout.contains("hook=") && !out.stdout.contains("hook=0"),
+        "hooks are read-only inside: {}",
+        out.stdout
+    );
+
+    // The data arrived: the commit, the branch, the identity and the remote.
+    let log = host_git(&env, &env.project, &["log", "--format=%s", "main"]);
+    assert_eq!(log, "from the agent\nfirst\n");
+    assert_eq!(
+        host_git(&env, &env.project, &["config", "user.name"]),
+        "Agent\n"
+    );
+    assert_eq!(
+        host_git(&env, &env.project, &["remote", "get-url", "origin"]),
+        "https://git.example.invalid/app.git\n"
+    );
+    // The code did not: none of these keys or files is in the host's `.git`.
+    let config = std::fs::read_to_string(env.path(".git/config")).unwrap();
+    for key in ["fsmonitor", "hooksPath", "include", "worktreeConfig"] {
+        assert!(!config.contains(key), "{key} reached the host:\n{config}");
+    }
+    for p in [
+        ".git/commondir",
+        ".git/config.worktree",
+        ".git/info/attributes",
+    ] {
+        // (`.git/info` is read-only inside; the others land in the layer and stay there.)
+        assert!(!env.path(p).exists(), "{p} reached the host");
+    }
+    for why in [
+        "core.fsmonitor",
+        "core.hookspath",
+        "include.path",
+        ".git/commondir",
+    ] {
+        assert!(
+            out.stderr.contains(why),
+            "{why} not reported:\n{}",
+            out.stderr
+        );
+    }
+    let step = &env.log_json()[0];
+    assert!(flags(step).contains(&"git_dropped".to_string()), "{step}");
+    assert!(step.to_string().contains("git.data-only"), "{step}");
+
+    // The host's git, as the user runs it next: nothing of the agent's runs.
+    host_git(&env, &env.project, &["status", "--short"]);
+    std::fs::write(env.path("a.txt"), "changed on the host\n").unwrap();
+    host_git(&env, &env.project, &["commit", "-q", "-am", "host commit"]);
+    assert!(!marker.exists(), "the host ran code the agent wrote");
+}
+
+#[test]
+fn a_repository_made_inside_the_project_keeps_its_data_not_its_code() {
+    let env = project();
+    let marker = env.tmp.path().join("MARKER");
+    let m = marker.display();
+    // A nested repository with its own fsmonitor and hook, added to the project as a gitlink
+    // (the host's `git status` then looks inside it), and a `.git` pointer file aimed at a
+    // directory of the agent's.
+    let attack = format!(
+        "git init -q -b main vendor/x && cd vendor/x && \
+         git config core.fsmonitor 'echo pwned >> {m}' && \
+         printf '#!/bin/sh\\necho pwned >> {m}\\n' > .git/hooks/post-checkout && \
+         chmod +x .git/hooks/post-checkout && echo v > v.txt && git add v.txt && \
+         git -c core.fsmonitor=false -c user.name=a -c user.email=a@a commit -q -m vendored && \
+         cd ../.. && git -c core.fsmonitor=false add vendor/x && \
+         git -c core.fsmonitor=false commit -q -m 'add vendor/x' && \
+         mkdir -p pointer && printf 'gitdir: ../vendor/x/.git\\n' > pointer/.git && echo done"
+    );
+    let out = env.envgit(&["run", "sh", "-c", &attack]);
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    assert!(out.stdout.contains("done"), "{}", out.stdout);
+    for p in [
+        "vendor/x/.git/config",
+        "vendor/x/.git/hooks",
+        "pointer/.git",
+    ] {
+        assert!(
+            std::fs::symlink_metadata(env.path(p)).is_err(),
+            "{p} stayed: {}",
+            out.stderr
+        );
+        assert!(out.stderr.contains(p), "{p} not reported: {}", out.stderr);
+    }
+    // Its data stayed: the host's git reads the nested history.
+    assert_eq!(
+        host_git(&env, &env.path("vendor/x"), &["log", "--format=%s"]),
+        "vendored\n"
+    );
+    // The host's `git status` recurses into the gitlink: nothing of the agent's runs.
+    host_git(&env, &env.project, &["status"]);
+    host_git(
+        &env,
+        &env.path("vendor/x"),
+        &["checkout", "-q", "-b", "other"],
+    );
+    assert!(!marker.exists(), "the host ran code the agent wrote");
+    let step = &env.log_json()[0];
+    assert!(flags(step).contains(&"git_dropped".to_string()), "{step}");
+}
+
+/// Blocks inside the step until the test says go: `READY` is touched, `GO` awaited (bounded).
+const WAIT_FOR_GO: &str =
+    "touch READY; i=0; while [ ! -e GO ] && [ $i -lt 1200 ]; do sleep 0.05; i=$((i+1)); done";
+
+fn wait_for(path: &Path) {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !path.exists() {
+        assert!(
+            Instant::now() < deadline,
+            "{} never appeared",
+            path.display()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn a_ref_the_user_moved_during_the_step_keeps_the_users_value() {
+    let env = project();
+    std::fs::write(env.path(".gitignore"), "READY\nGO\n").unwrap();
+    let script = format!(
+        "{WAIT_FOR_GO}; echo b > b.txt && git add b.txt && git commit -q -m agent && echo committed"
+    );
+    let child = env
+        .cmd(&env.project)
+        .args(["run", "sh", "-c", &script])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for(&env.path("READY"));
+    // The user commits on the host while the step runs.
+    std::fs::write(env.path("a.txt"), "the user's\n").unwrap();
+    host_git(&env, &env.project, &["commit", "-q", "-am", "user"]);
+    let users = host_git(&env, &env.project, &["rev-parse", "main"]);
+    std::fs::write(env.path("GO"), "").unwrap();
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("committed"));
+    assert_eq!(
+        host_git(&env, &env.project, &["rev-parse", "main"]),
+        users,
+        "the user's commit was overwritten: {stderr}"
+    );
+    assert!(
+        stderr.contains("refs/heads/main") && stderr.contains("the host changed it"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn after_a_kill_9_the_next_command_imports_the_steps_git_data() {
+    let env = project();
+    let script = format!(
+        "echo b > b.txt && git add b.txt && git commit -q -m 'before the kill' && \
+         git config core.fsmonitor 'echo pwned' && {WAIT_FOR_GO}"
+    );
+    let mut child = env
+        .cmd(&env.project)
+        .args(["run", "sh", "-c", &script])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for(&env.path("READY"));
+    // Nothing reached the host's `.git` while the step ran.
+    assert_eq!(
+        host_git(&env, &env.project, &["log", "--format=%s", "main"]),
+        "first\n"
+    );
+    child.kill().unwrap();
+    child.wait().unwrap();
+    // Whether or not the sandbox outlived envgit, let it end.
+    std::fs::write(env.path("GO"), "").unwrap();
+    let log = env.envgit(&["log", "--json"]);
+    assert_eq!(log.code, 0, "{}", log.stderr);
+    assert_eq!(
+        host_git(&env, &env.project, &["log", "--format=%s", "main"]),
+        "before the kill\nfirst\n",
+        "{}",
+        log.stderr
+    );
+    assert!(log.stderr.contains("core.fsmonitor"), "{}", log.stderr);
+    let config = std::fs::read_to_string(env.path(".git/config")).unwrap();
+    assert!(!config.contains("fsmonitor"), "{config}");
+    let layers = env.store_dir().join("gitlayer");
+    let left: Vec<_> = std::fs::read_dir(&layers)
+        .map(|d| d.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default();
+    assert!(left.is_empty(), "layers left behind: {left:?}");
+}
