@@ -37,7 +37,8 @@ pub use fork::{ForkOptions, fork};
 pub use fsck::{FsckReport, fsck};
 pub use gc::{GcOptions, GcReport, gc};
 pub use gitlayer::{
-    Dropped as GitDropped, GitImport, GitLayer, PreStep as GitPreStep, import as git_import,
+    ConfigSecret, Dropped as GitDropped, GitImport, GitLayer, HiddenConfig, PreStep as GitPreStep,
+    hide_secrets as hide_git_config_secrets, import as git_import,
     nested_code_paths as nested_git_code_paths, recover as recover_git_layers,
 };
 pub use graft::{entry_at, graft};

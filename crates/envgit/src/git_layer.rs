@@ -87,3 +87,82 @@ pub(crate) fn finish(layer: Option<Arc<GitLayer>>) {
         Err(e) => output::error(&format!("importing the run's .git writes: {e}")),
     }
 }
+
+/// What hiding git's credentials gives the run: the gate swaps them back on requests to
+/// their hosts; the sandbox sees configuration files with placeholders.
+#[derive(Default)]
+pub(crate) struct HiddenCredentials {
+    pub credentials: Vec<envgit_gate::Credential>,
+    /// `(sanitized copy, path inside)`: a user's git configuration in the home that holds a
+    /// credential, shown read-only with placeholders.
+    pub file_overrides: Vec<(std::path::PathBuf, std::path::PathBuf)>,
+    pub notes: Vec<String>,
+}
+
+/// Hides the credentials in the project's `.git/config` (through the layer) and in the
+/// home's git configuration (a sanitized copy under `dir`, bound over it). A credential that
+/// cannot be hidden fails the run: the file is never shown with it.
+pub(crate) fn hide_credentials(
+    layer: Option<&GitLayer>,
+    home: Option<&Path>,
+    dir: &Path,
+) -> CmdResult<HiddenCredentials> {
+    let mut out = HiddenCredentials::default();
+    let base = crate::supervisor::random_token()?;
+    let mut n = 0u32;
+    let mut token = || {
+        n += 1;
+        format!("envgit-placeholder-{base}-{n}")
+    };
+    let mut hide = |file: &Path, out: &mut HiddenCredentials| -> CmdResult<Option<Vec<u8>>> {
+        let Ok(text) = crate::project::read_nofollow(file) else {
+            return Ok(None);
+        };
+        let hidden = envgit_store::hide_git_config_secrets(&text, &mut token).map_err(|e| {
+            crate::failure::Failure::failed(format!(
+                "{}: {e}; envgit will not show it to the sandbox: move the credential to a \
+                 credential helper outside the project, or remove it",
+                file.display()
+            ))
+        })?;
+        if hidden.secrets.is_empty() {
+            return Ok(None);
+        }
+        for key in &hidden.keys {
+            out.notes.push(format!(
+                "{}: {key} holds a credential; the sandbox sees a placeholder, the gate sends the real one to its host only",
+                file.display()
+            ));
+        }
+        out.credentials
+            .extend(hidden.secrets.iter().map(|s| envgit_gate::Credential {
+                host: s.host.clone(),
+                port: s.port,
+                placeholder: s.placeholder.clone(),
+                secret: s.secret.clone(),
+            }));
+        if let Some(layer) = layer
+            && file == layer.git_dir().join("config")
+        {
+            layer.hide_config(&hidden)?;
+            return Ok(None);
+        }
+        Ok(Some(hidden.text))
+    };
+    if let Some(layer) = layer {
+        hide(&layer.git_dir().join("config"), &mut out)?;
+    }
+    if let Some(home) = home {
+        for (i, rel) in [".gitconfig", ".config/git/config"].iter().enumerate() {
+            let file = home.join(rel);
+            if let Some(text) = hide(&file, &mut out)? {
+                let copy = dir.join(format!("gitconfig-{i}"));
+                std::fs::write(&copy, text).map_err(|e| {
+                    crate::failure::Failure::failed(format!("{}: {e}", copy.display()))
+                })?;
+                out.file_overrides.push((copy, file));
+            }
+        }
+    }
+    Ok(out)
+}

@@ -637,6 +637,19 @@ pub(crate) fn run_sandboxed(
             .map_err(|e| Failure::failed(e.to_string()))?,
     );
     let trust = write_trust_files(&gate_dir, ca.certificate_pem())?;
+    // Tokens in git's configuration stay outside: placeholders inside, swapped at the gate.
+    let hidden = crate::git_layer::hide_credentials(
+        extras.git.as_deref(),
+        homes.first().map(PathBuf::as_path),
+        &gate_dir,
+    )?;
+    let mut credentials = extras.credentials;
+    credentials.extend(hidden.credentials);
+    if let Some(tx) = &extras.limit_notes {
+        for n in &hidden.notes {
+            let _ = tx.send(n.clone());
+        }
+    }
     let gate = Gate::start(GateConfig {
         socket_path: socket_path.clone(),
         token: token.clone(),
@@ -657,7 +670,7 @@ pub(crate) fn run_sandboxed(
         resolve: upstreams.resolve.clone(),
         upstream_ca_pem: upstreams.extra_ca_pem.clone(),
         approvals: approval_config(project, &gate_dir, pty.as_ref())?,
-        credentials: extras.credentials,
+        credentials,
     })
     .map_err(|e| Failure::failed(format!("cannot start the gate: {e}")))?;
     if let Some(tap) = &extras.tap {
@@ -727,6 +740,7 @@ pub(crate) fn run_sandboxed(
     spec.run_files.extend(extras.run_files);
     spec.read_only.extend(extras.read_only);
     spec.file_overrides.extend(extras.file_overrides);
+    spec.file_overrides.extend(hidden.file_overrides);
     spec.git = extras.git.as_deref().map(crate::git_layer::overlay);
     let outcome = {
         let _signals = SignalGuard::ignore_terminal_signals();

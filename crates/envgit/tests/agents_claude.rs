@@ -359,19 +359,20 @@ fn claude_setup_token_stays_outside() {
 fn a_hook_replanted_between_calls_is_put_back_during_the_session() {
     let (env, server) = project_with_model(vec![
         Turn::Shell(
-            "(sleep 1; mv .git .g && mkdir -p .git/hooks && printf evil > .git/hooks/pre-commit \
-             && touch REPLANTED) > /dev/null 2>&1 &"
+            "(sleep 1; mv .git .g; echo $? > mv-git.txt; mv .github .gh && mkdir -p .github/hooks \
+             && printf evil > .github/hooks/hooks.json && touch REPLANTED) > /dev/null 2>&1 &"
                 .into(),
         ),
         Turn::Shell(
             "i=0; while [ ! -e REPLANTED ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done; \
-             sleep 1.5; cat .git/hooks/pre-commit > seen-hook.txt 2>&1; true"
+             sleep 1.5; cat .github/hooks/hooks.json > seen-hook.txt 2>&1; true"
                 .into(),
         ),
         Turn::Say("done".into()),
     ]);
     env.git(&env.project, &["init", "-q", "-b", "main"]);
     std::fs::write(env.path(".git/hooks/pre-commit"), "#!/bin/sh\nexit 0\n").unwrap();
+    env.write(".github/hooks/hooks.json", "{}");
     let mut cmd = claude(&env, &server, &["-p", "go", "--allowedTools", "Bash"]);
     cmd.env("ANTHROPIC_API_KEY", "sk-ant-test-replant");
     let (stdout, stderr) = run_bounded(cmd, Duration::from_secs(240));
@@ -380,11 +381,14 @@ fn a_hook_replanted_between_calls_is_put_back_during_the_session() {
         env.path("REPLANTED").exists(),
         "the re-planter never ran: {ctx}"
     );
-    // What the second call saw a moment after the re-plant: the user's hook again.
-    assert_eq!(env.read("seen-hook.txt"), "#!/bin/sh\nexit 0\n", "{ctx}");
+    // `.git` is a mount point inside the session: it cannot be renamed at all.
+    assert_eq!(env.read("mv-git.txt"), "1\n", "{ctx}");
+    // What the second call saw a moment after the re-plant: the user's file again.
+    assert_eq!(env.read("seen-hook.txt"), "{}", "{ctx}");
     assert!(
         stderr.contains("changed during the session and was put back"),
         "{ctx}"
     );
     assert_eq!(env.read(".git/hooks/pre-commit"), "#!/bin/sh\nexit 0\n");
+    assert_eq!(env.read(".github/hooks/hooks.json"), "{}");
 }

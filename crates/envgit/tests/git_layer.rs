@@ -277,3 +277,96 @@ fn after_a_kill_9_the_next_command_imports_the_steps_git_data() {
         .unwrap_or_default();
     assert!(left.is_empty(), "layers left behind: {left:?}");
 }
+
+/// A git server stand-in on loopback that asks for Basic auth (401) and logs the
+/// `Authorization` header each request brings to `log`, one per line. Prints its port.
+const AUTH_LOGGER: &str = r#"
+import http.server, sys
+LOG = sys.argv[1]
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        auth = self.headers.get("Authorization")
+        with open(LOG, "a") as f:
+            f.write((auth or "-") + "\n")
+        if not auth:
+            self.send_response(401)
+            self.send_header("WWW-Authenticate", 'Basic realm="git"')
+        else:
+            self.send_response(404)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+    def log_message(self, *a):
+        pass
+s = http.server.HTTPServer(("127.0.0.1", 0), H)
+print(s.server_address[1], flush=True)
+s.serve_forever()
+"#;
+
+#[test]
+fn a_token_in_the_repositorys_config_stays_outside_and_reaches_only_its_host() {
+    use std::io::BufRead;
+    let env = project();
+    let log = env.tmp.path().join("auth.log");
+    let mut server = Command::new("python3")
+        .args(["-c", AUTH_LOGGER])
+        .arg(&log)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(server.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let port: u16 = line.trim().parse().unwrap();
+    let token = "ghp_canaryTOKEN0123456789";
+    let url = format!("http://bot:{token}@127.0.0.1:{port}/app.git");
+    env.git(&env.project, &["remote", "add", "origin", &url]);
+    env.git(
+        &env.project,
+        &[
+            "config",
+            &format!("http.http://127.0.0.1:{port}/.extraheader"),
+            "X-Canary: basic extraheaderCANARY42",
+        ],
+    );
+    let policy = env.read("envgit.yaml").replacen(
+        "# network:\n#   allow:",
+        &format!("network:\n  allow: [\"127.0.0.1:{port}\"]\n#   allow:"),
+        1,
+    );
+    std::fs::write(env.path("envgit.yaml"), policy).unwrap();
+    let out = env.envgit(&[
+        "run",
+        "sh",
+        "-c",
+        "cat .git/config; \
+         GIT_TERMINAL_PROMPT=0 git fetch -q origin; echo fetched",
+    ]);
+    server.kill().ok();
+    server.wait().ok();
+    assert_ne!(out.code, 125, "{}", out.stderr);
+    assert!(
+        out.stdout.contains("fetched"),
+        "{}{}",
+        out.stdout,
+        out.stderr
+    );
+    // Inside: placeholders only.
+    assert!(!out.stdout.contains(token), "{}", out.stdout);
+    assert!(!out.stdout.contains("CANARY42"), "{}", out.stdout);
+    assert!(out.stdout.contains("envgit-placeholder-"), "{}", out.stdout);
+    // At the server: the real credential, put back by the gate.
+    let seen = std::fs::read_to_string(&log).unwrap_or_default();
+    use base64::Engine;
+    let basic = base64::engine::general_purpose::STANDARD.encode(format!("bot:{token}"));
+    assert!(
+        seen.contains(&format!("Basic {basic}")),
+        "the token did not reach its host: {seen}\n{}",
+        out.stderr
+    );
+    // The host's own config is unchanged.
+    assert_eq!(
+        host_git(&env, &env.project, &["remote", "get-url", "origin"]),
+        format!("{url}\n")
+    );
+}

@@ -42,6 +42,10 @@ pub struct PreStep {
     /// imports cost what changed, and a dropped hook is said once.
     #[serde(default)]
     pub seen: BTreeMap<String, String>,
+    /// Placeholders standing in for credentials in the config the sandbox sees: a key set to a
+    /// value holding one is never imported (the host's real value stays).
+    #[serde(default)]
+    pub placeholders: Vec<String>,
 }
 
 fn hash(data: &[u8]) -> String {
@@ -300,6 +304,18 @@ fn import_config(git_dir: &Path, up: BorrowedFd<'_>, pre: &mut PreStep, rep: &mu
             continue;
         }
         let values = after.get(&key).cloned().unwrap_or_default();
+        let holds_placeholder = values
+            .iter()
+            .flatten()
+            .any(|v| pre.placeholders.iter().any(|p| v.contains(p.as_str())));
+        if holds_placeholder {
+            rep.dropped.push(Dropped {
+                path,
+                why: "its value holds a credential placeholder; the host keeps its own value"
+                    .into(),
+            });
+            continue;
+        }
         match config::apply(&host, &key, &values) {
             Ok(()) => rep.imported.push(path),
             Err(e) => rep.dropped.push(Dropped { path, why: e }),

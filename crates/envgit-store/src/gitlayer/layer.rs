@@ -82,6 +82,22 @@ impl GitLayer {
         self.dir.join("work")
     }
 
+    /// Shows the sandbox `hidden.text` as `.git/config` (the host's with its credentials
+    /// replaced by placeholders): written into the upper layer before the overlay is mounted,
+    /// and taken as the config the step began from.
+    pub fn hide_config(&self, hidden: &super::HiddenConfig) -> Result<()> {
+        let file = self.upper().join("config");
+        let mut f = std::fs::File::create(&file).at(&file)?;
+        f.write_all(&hidden.text).at(&file)?;
+        f.sync_data().at(&file)?;
+        {
+            let mut pre = self.pre.lock().unwrap_or_else(|p| p.into_inner());
+            pre.config = hidden.text.clone();
+            pre.placeholders = hidden.placeholders.clone();
+        }
+        self.save()
+    }
+
     /// Brings the data the sandbox wrote since the last import into the host's `.git`.
     pub fn import(&self) -> Result<GitImport> {
         let mut pre = self.pre.lock().unwrap_or_else(|p| p.into_inner());

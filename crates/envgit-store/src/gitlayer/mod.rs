@@ -9,8 +9,10 @@ mod config;
 mod import;
 mod layer;
 mod nested;
+mod secrets;
 mod write;
 
 pub use import::{Dropped, GitImport, PreStep, import};
 pub use layer::{GitLayer, recover};
 pub use nested::nested_code_paths;
+pub use secrets::{ConfigSecret, HiddenConfig, hide_secrets};
