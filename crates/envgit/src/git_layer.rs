@@ -166,3 +166,48 @@ pub(crate) fn hide_credentials(
     }
     Ok(out)
 }
+
+/// Filters the configs of repositories the step made or changed inside the project through
+/// the allow-list (keys outside it get their pre-step values back), saying so on the step.
+/// Returns whether a file was rewritten, and the configs that could not be filtered: those are
+/// put back whole (fail closed).
+pub(crate) fn filter_nested_configs(
+    store: &envgit_store::Store,
+    before: &envgit_store::ObjectId,
+    nested: &envgit_store::NestedGitCode,
+    draft: &mut StepDraft,
+) -> CmdResult<(bool, Vec<String>)> {
+    let mut rewritten = false;
+    let mut unfiltered = Vec::new();
+    for rel in &nested.configs {
+        let was = match envgit_store::entry_at(store, before, rel)? {
+            Some(e) if e.kind == envgit_store::EntryKind::File => store.read_file(&e.id)?,
+            _ => Vec::new(),
+        };
+        let dropped = match envgit_store::filter_nested_git_config(store.project(), rel, &was) {
+            Ok(d) => d,
+            Err(e) => {
+                output::warn(&format!(
+                    "{rel}: cannot filter it through the allow-list ({e}); it is put back whole"
+                ));
+                unfiltered.push(rel.clone());
+                continue;
+            }
+        };
+        rewritten |= !dropped.is_empty();
+        for d in &dropped {
+            output::warn(&format!(
+                "{} was put back in a repository inside the project: {} (rule {RULE})",
+                d.path, d.why
+            ));
+            draft.refusals.push(Refusal {
+                what: format!("write {}", d.path),
+                rule: RULE.into(),
+            });
+        }
+        if !dropped.is_empty() && !draft.flags.contains(&StepFlag::GitDropped) {
+            draft.flags.push(StepFlag::GitDropped);
+        }
+    }
+    Ok((rewritten, unfiltered))
+}

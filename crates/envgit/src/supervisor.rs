@@ -231,13 +231,21 @@ impl AfterStep<'_> {
             Some(copy) => copy.put_back()?,
             None => Vec::new(),
         };
-        let (after, report, rescanned) = self.tree.snapshot(self.store)?;
+        let (mut after, mut report, mut rescanned) = self.tree.snapshot(self.store)?;
         // Repositories the step made or changed inside the project: their code goes back too.
         let nested = envgit_store::nested_git_code_paths(&envgit_store::diff_entries(
             self.store,
             Some(before),
             Some(&after),
         )?);
+        let (rewritten, unfiltered) =
+            crate::git_layer::filter_nested_configs(self.store, before, &nested, &mut draft)?;
+        if rewritten {
+            // A config was rewritten after the snapshot: take it again (stat-cached).
+            (after, report, rescanned) = self.tree.snapshot(self.store)?;
+        }
+        let mut nested = nested.put_back;
+        nested.extend(unfiltered);
         let mut protected = self.protected.to_vec();
         protected.extend(nested.iter().cloned());
         let (from_snapshot, tree) = envgit_store::put_back(

@@ -157,11 +157,16 @@ fn a_repository_made_inside_the_project_keeps_its_data_not_its_code() {
     let out = env.envgit(&["run", "sh", "-c", &attack]);
     assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
     assert!(out.stdout.contains("done"), "{}", out.stdout);
-    for p in [
-        "vendor/x/.git/config",
-        "vendor/x/.git/hooks",
-        "pointer/.git",
-    ] {
+    // Its config keeps what git set for ordinary work, not the fsmonitor.
+    let config = env.read("vendor/x/.git/config");
+    assert!(!config.contains("fsmonitor"), "{config}");
+    assert!(config.contains("repositoryformatversion"), "{config}");
+    assert!(
+        out.stderr.contains("vendor/x/.git/config core.fsmonitor"),
+        "{}",
+        out.stderr
+    );
+    for p in ["vendor/x/.git/hooks", "pointer/.git"] {
         assert!(
             std::fs::symlink_metadata(env.path(p)).is_err(),
             "{p} stayed: {}",

@@ -14,5 +14,5 @@ mod write;
 
 pub use import::{Dropped, GitImport, PreStep, import};
 pub use layer::{GitLayer, recover};
-pub use nested::nested_code_paths;
+pub use nested::{NestedCode, filter_nested_config, nested_code_paths};
 pub use secrets::{ConfigSecret, HiddenConfig, hide_secrets};

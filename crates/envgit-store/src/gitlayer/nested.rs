@@ -1,17 +1,34 @@
 //! Repositories inside the project other than its own `.git` (a clone into `vendor/x`, a
 //! submodule's checkout, a gitlink the step added to the index): no overlay can cover a
 //! directory the step creates, so after the step everything of theirs git would run or follow
-//! is put back to its pre-step state (absent when new): hooks, `config`, `commondir`, `info/`,
-//! rebase state, and a `.git` that is a file (a `gitdir:` pointer) or a link. Their objects,
-//! refs, index and logs stay: data, as for the project's own `.git`.
+//! is put back to its pre-step state (absent when new): hooks, `commondir`, `info/`, rebase
+//! state, and a `.git` that is a file (a `gitdir:` pointer) or a link. Their `config` keeps
+//! the allow-listed keys the step set (a clone keeps its remote) and loses the others. Their
+//! objects, refs, index and logs stay: data, as for the project's own `.git`.
+
+use std::os::fd::AsFd;
+use std::path::Path;
 
 use super::classify::{Class, classify};
+use super::config;
+use super::import::Dropped;
+use super::write;
+use crate::beneath::{open_dir_rel, open_root};
 use crate::diff::EntryDiff;
 use crate::tree::EntryKind;
 
-/// The project-relative paths to put back, from the step's changes.
-pub fn nested_code_paths(changes: &[EntryDiff]) -> Vec<String> {
-    let mut out: Vec<String> = Vec::new();
+/// What of the nested repositories the step touched needs a look.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct NestedCode {
+    /// Project-relative paths to put back to their pre-step state.
+    pub put_back: Vec<String>,
+    /// Project-relative `…/.git/config` files to filter through the allow-list.
+    pub configs: Vec<String>,
+}
+
+/// The project-relative paths to put back and configs to filter, from the step's changes.
+pub fn nested_code_paths(changes: &[EntryDiff]) -> NestedCode {
+    let mut out = NestedCode::default();
     for change in changes {
         let path = String::from_utf8_lossy(&change.path);
         let parts: Vec<&str> = path.split('/').collect();
@@ -37,16 +54,62 @@ pub fn nested_code_paths(changes: &[EntryDiff]) -> Vec<String> {
         } else {
             let rest = parts[i + 1..].join("/");
             match classify(&rest) {
-                Ok(Class::Config) => format!("{git}/config"),
+                Ok(Class::Config) => {
+                    let config = format!("{git}/config");
+                    if !out.configs.contains(&config) {
+                        out.configs.push(config);
+                    }
+                    continue;
+                }
                 Ok(_) => continue,
                 Err(_) => format!("{git}/{}", parts[i + 1]),
             }
         };
-        if !out.contains(&target) {
-            out.push(target);
+        if !out.put_back.contains(&target) {
+            out.put_back.push(target);
         }
     }
     out
+}
+
+/// Filters the config file at `rel` (below `root`, reached without following a link) against
+/// `before` (its pre-step text; empty when new): keys outside the allow-list that the step
+/// added, changed or removed get their pre-step values back; the others stay as the step left
+/// them. Returns the keys put back (none: the file was not touched).
+pub fn filter_nested_config(root: &Path, rel: &str, before: &[u8]) -> Result<Vec<Dropped>, String> {
+    let (dir_rel, name) = rel.rsplit_once('/').unwrap_or(("", rel));
+    let root_fd = open_root(root).map_err(|e| format!("{}: {e}", root.display()))?;
+    let dir =
+        open_dir_rel(root_fd.as_fd(), dir_rel.as_bytes()).map_err(|e| format!("{dir_rel}: {e}"))?;
+    let Some(after_text) = write::read(dir.as_fd(), name).map_err(|e| format!("{rel}: {e}"))?
+    else {
+        return Ok(Vec::new());
+    };
+    let before_entries = config::read(before)?;
+    let after = config::read(&after_text)?;
+    let changed = config::changed(&before_entries, &after);
+    let (allowed, refused): (Vec<String>, Vec<String>) =
+        changed.into_iter().partition(|k| config::allowed(k));
+    if refused.is_empty() {
+        return Ok(Vec::new());
+    }
+    // The pre-step file with the allowed changes applied, built by git itself in a private
+    // temporary file, then written in place beneath the repository's directory.
+    let tmp = tempfile::NamedTempFile::new().map_err(|e| format!("a temporary file: {e}"))?;
+    std::fs::write(tmp.path(), before).map_err(|e| format!("a temporary file: {e}"))?;
+    for key in &allowed {
+        let values = after.get(key).cloned().unwrap_or_default();
+        config::apply(tmp.path(), key, &values)?;
+    }
+    let text = std::fs::read(tmp.path()).map_err(|e| format!("a temporary file: {e}"))?;
+    write::write(dir.as_fd(), name, &text, false).map_err(|e| format!("{rel}: {e}"))?;
+    Ok(refused
+        .into_iter()
+        .map(|k| Dropped {
+            path: format!("{rel} {k}"),
+            why: "the key is outside the config allow-list".into(),
+        })
+        .collect())
 }
 
 #[cfg(test)]
@@ -87,13 +150,17 @@ mod tests {
         ];
         assert_eq!(
             nested_code_paths(&changes),
-            [
-                "vendor/x/.git/hooks",
-                "vendor/x/.git/config",
-                "vendor/x/.git/commondir",
-                "sub/.git",
-                "link/.git",
-            ]
+            NestedCode {
+                put_back: [
+                    "vendor/x/.git/hooks",
+                    "vendor/x/.git/commondir",
+                    "sub/.git",
+                    "link/.git",
+                ]
+                .map(String::from)
+                .into(),
+                configs: vec!["vendor/x/.git/config".to_string()],
+            }
         );
     }
 }
