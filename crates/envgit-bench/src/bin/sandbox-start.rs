@@ -11,6 +11,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 
+#[path = "../bwrap.rs"]
+mod bwrap;
+use bwrap::bwrap_cmd;
+
 fn time_runs(runs: usize, mut f: impl FnMut() -> Result<()>) -> Result<Vec<Duration>> {
     f()?; // warm-up
     let mut out = Vec::with_capacity(runs);
@@ -107,33 +111,4 @@ fn main() -> Result<()> {
         );
     }
     Ok(())
-}
-
-/// bwrap with the namespaces and mounts envgit's sandbox has: user, net, pid, ipc, uts; the host
-/// read-only, the project read-write, private /tmp, /dev and /proc.
-fn bwrap_cmd(project: &Path) -> Command {
-    let mut c = Command::new("bwrap");
-    c.args([
-        "--unshare-user",
-        "--unshare-net",
-        "--unshare-pid",
-        "--unshare-ipc",
-        "--unshare-uts",
-        "--die-with-parent",
-        "--new-session",
-        "--ro-bind",
-        "/",
-        "/",
-        "--tmpfs",
-        "/tmp",
-        "--tmpfs",
-        "/run",
-        "--dev",
-        "/dev",
-        "--proc",
-        "/proc",
-    ]);
-    c.arg("--bind").arg(project).arg(project);
-    c.arg("true");
-    c
 }

@@ -1,0 +1,174 @@
+//! Two envgit binaries, before and after a change, measured in one run with their runs
+//! alternating (so a busy machine slows both alike): `envgit run true` in a git project (the
+//! git layer, the put-back and the snapshot all run), a 10-file step in a project of
+//! `--files` files, and `bwrap` with the same namespaces as the anchor. Prints p50/p90 and the
+//! after/before ratio; never fails on timing.
+//!
+//! `cargo run --release -p envgit-bench --bin step-ab -- --before OLD/envgit --after NEW/envgit
+//!  [--runs 200] [--files 100000]` (`scripts/bench-step-ab BASE` builds BASE and runs it).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+
+#[path = "../bwrap.rs"]
+mod bwrap;
+use bwrap::bwrap_cmd;
+
+fn arg(args: &[String], name: &str) -> Option<String> {
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+        .cloned()
+}
+
+fn run_ok(cmd: &mut Command) -> Result<()> {
+    let out = cmd.stdout(Stdio::null()).stderr(Stdio::piped()).output()?;
+    if !out.status.success() {
+        bail!(
+            "{cmd:?} failed: {}: {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(())
+}
+
+fn pct(sorted: &[Duration], p: f64) -> f64 {
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i.min(sorted.len() - 1)].as_secs_f64() * 1e3
+}
+
+/// A project with `files` files of 4 KiB in directories of 100, committed to git (so the run
+/// has a `.git` to layer), and an envgit store per binary.
+struct Project {
+    dir: PathBuf,
+    homes: [PathBuf; 2],
+}
+
+fn project(root: &Path, name: &str, files: usize, bins: &[PathBuf; 2]) -> Result<Project> {
+    let dir = root.join(name);
+    std::fs::create_dir_all(&dir)?;
+    let block = vec![b'x'; 4096];
+    for i in 0..files {
+        let d = dir.join(format!("d{}", i / 100));
+        if i % 100 == 0 {
+            std::fs::create_dir_all(&d)?;
+        }
+        std::fs::write(d.join(format!("f{i}")), &block)?;
+    }
+    let git = |args: &[&str]| {
+        run_ok(
+            Command::new("git")
+                .args(["-c", "user.name=b", "-c", "user.email=b@b"])
+                .args(args)
+                .current_dir(&dir),
+        )
+    };
+    git(&["init", "-q", "-b", "main"])?;
+    git(&["add", "-A"])?;
+    git(&["commit", "-q", "-m", "tree"])?;
+    let homes = [root.join(format!("{name}-h0")), root.join(format!("{name}-h1"))];
+    for (bin, home) in bins.iter().zip(&homes) {
+        run_ok(
+            Command::new(bin)
+                .arg("init")
+                .current_dir(&dir)
+                .env("ENVGIT_HOME", home),
+        )
+        .with_context(|| format!("{} init", bin.display()))?;
+    }
+    Ok(Project { dir, homes })
+}
+
+/// `runs` alternating runs of `f(0)` and `f(1)` after one warm-up each; sorted times.
+fn alternate(runs: usize, mut f: impl FnMut(usize) -> Result<()>) -> Result<[Vec<Duration>; 2]> {
+    f(0)?;
+    f(1)?;
+    let mut out = [Vec::with_capacity(runs), Vec::with_capacity(runs)];
+    for r in 0..runs {
+        // Alternate which goes first too.
+        for k in [r % 2, 1 - r % 2] {
+            let t = Instant::now();
+            f(k)?;
+            out[k].push(t.elapsed());
+        }
+    }
+    for v in &mut out {
+        v.sort();
+    }
+    Ok(out)
+}
+
+fn report(what: &str, t: &[Vec<Duration>; 2]) {
+    println!(
+        "  {what:<34} before {:7.2} / {:7.2}   after {:7.2} / {:7.2}   after/before p50 {:.2}x",
+        pct(&t[0], 0.5),
+        pct(&t[0], 0.9),
+        pct(&t[1], 0.5),
+        pct(&t[1], 0.9),
+        pct(&t[1], 0.5) / pct(&t[0], 0.5)
+    );
+}
+
+fn main() -> Result<()> {
+    let args: Vec<String> = std::env::args().collect();
+    let (Some(before), Some(after)) = (arg(&args, "--before"), arg(&args, "--after")) else {
+        bail!("usage: step-ab --before BIN --after BIN [--runs 200] [--files 100000]");
+    };
+    let runs: usize = arg(&args, "--runs").map(|v| v.parse()).transpose()?.unwrap_or(200);
+    let files: usize = arg(&args, "--files")
+        .map(|v| v.parse())
+        .transpose()?
+        .unwrap_or(100_000);
+    let bins = [PathBuf::from(before), PathBuf::from(after)];
+    let tmp = tempfile::tempdir()?;
+
+    let small = project(tmp.path(), "small", 1, &bins)?;
+    let eg = |p: &Project, k: usize, argv: &[&str]| {
+        let mut c = Command::new(&bins[k]);
+        c.args(argv)
+            .current_dir(&p.dir)
+            .env("ENVGIT_HOME", &p.homes[k]);
+        c
+    };
+    println!("{runs} alternating runs each (p50 / p90, ms):");
+    let run_true = alternate(runs, |k| run_ok(&mut eg(&small, k, &["run", "true"])))?;
+    report("envgit run true (git project)", &run_true);
+    if Command::new("bwrap").arg("--version").output().is_ok() {
+        let mut bw = Vec::with_capacity(runs);
+        for _ in 0..runs {
+            let t = Instant::now();
+            run_ok(&mut bwrap_cmd(&small.dir))?;
+            bw.push(t.elapsed());
+        }
+        bw.sort();
+        println!(
+            "  bwrap true (same namespaces)       {:7.2} / {:7.2}   envgit after / bwrap p50 {:.2}x",
+            pct(&bw, 0.5),
+            pct(&bw, 0.9),
+            pct(&run_true[1], 0.5) / pct(&bw, 0.5)
+        );
+    } else {
+        println!("  bwrap: not installed (apt-get install bubblewrap)");
+    }
+
+    eprintln!("generating {files} files…");
+    let big = project(tmp.path(), "big", files, &bins)?;
+    let mut n = 0u64;
+    let step = alternate(runs, |k| {
+        n += 1;
+        // Ten files in ten directories, different content every run.
+        let script: String = (0..10)
+            .map(|i| {
+                let f = i * files / 10;
+                format!("echo {n} >> d{}/f{f}; ", f / 100)
+            })
+            .collect();
+        run_ok(&mut eg(&big, k, &["run", "sh", "-c", &script]))
+    })?;
+    report(&format!("10-file step, {files} files"), &step);
+    Ok(())
+}
