@@ -297,9 +297,10 @@ web:
 log: { type: stdout, format: pretty, level: http }
 ";
 
-/// Verdaccio on a loopback port, advertising tarballs under https://registry.npmjs.org/ as a
-/// registry behind a TLS terminator does, with a user whose token can publish: (port, token).
-fn verdaccio(w: &mut World) -> (u16, String) {
+/// Verdaccio on a loopback port, advertising tarballs under `public` (`https://HOST/`) as a
+/// registry behind a TLS terminator does, with a user whose token can publish, and
+/// `envgit-demo-lib@1.0.0` published from the host: (port, token).
+fn verdaccio(w: &mut World, public: &str) -> (u16, String) {
     let dir = w.dir("verdaccio");
     std::fs::write(dir.join("config.yaml"), VERDACCIO_CONFIG).unwrap();
     let port = free_port();
@@ -308,7 +309,7 @@ fn verdaccio(w: &mut World) -> (u16, String) {
         .arg("--config")
         .arg(dir.join("config.yaml"))
         .args(["--listen", &format!("127.0.0.1:{port}")])
-        .env("VERDACCIO_PUBLIC_URL", "https://registry.npmjs.org/")
+        .env("VERDACCIO_PUBLIC_URL", public)
         .current_dir(&dir);
     w.serve("verdaccio", &mut cmd, Some(port));
     let out = host(
@@ -325,8 +326,20 @@ fn verdaccio(w: &mut World) -> (u16, String) {
         &dir,
     );
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
-    (port, v["token"].as_str().unwrap().to_owned())
+    let token = v["token"].as_str().unwrap().to_owned();
+    let lib = w.dir("envgit-demo-lib");
+    std::fs::write(
+        lib.join("package.json"),
+        r#"{"name":"envgit-demo-lib","version":"1.0.0","main":"index.js"}"#,
+    )
+    .unwrap();
+    std::fs::write(lib.join("index.js"), DEMO_LIB).unwrap();
+    npm_publish(w, &lib, port, &token);
+    assert_eq!(status_of(port, "/envgit-demo-lib"), "200");
+    (port, token)
 }
+
+const DEMO_LIB: &str = "module.exports = \"hello from envgit-demo-lib\";\n";
 
 /// `npm publish` of `dir` to the registry on `port`, from the host.
 fn npm_publish(w: &World, dir: &Path, port: u16, token: &str) {
@@ -357,20 +370,7 @@ fn status_of(port: u16, path: &str) -> String {
 #[test]
 fn npm_install_works_after_init_and_publish_is_refused() {
     let mut w = World::new(NPM_HOSTS);
-    let (port, token) = verdaccio(&mut w);
-    let lib = w.dir("envgit-demo-lib");
-    std::fs::write(
-        lib.join("package.json"),
-        r#"{"name":"envgit-demo-lib","version":"1.0.0","main":"index.js"}"#,
-    )
-    .unwrap();
-    std::fs::write(
-        lib.join("index.js"),
-        "module.exports = \"hello from envgit-demo-lib\";\n",
-    )
-    .unwrap();
-    npm_publish(&w, &lib, port, &token);
-    assert_eq!(status_of(port, "/envgit-demo-lib"), "200");
+    let (port, token) = verdaccio(&mut w, "https://registry.npmjs.org/");
     w.front(NPM_HOSTS, port);
 
     w.env.write(
@@ -383,7 +383,7 @@ fn npm_install_works_after_init_and_publish_is_refused() {
     no_refusal(&r);
     assert_eq!(
         w.env.read("node_modules/envgit-demo-lib/index.js"),
-        "module.exports = \"hello from envgit-demo-lib\";\n"
+        DEMO_LIB
     );
     assert!(
         w.env
@@ -414,6 +414,46 @@ fn npm_install_works_after_init_and_publish_is_refused() {
         "{}",
         w.log("verdaccio")
     );
+}
+
+/// The user's own mirror, named in `~/.npmrc` (which the sandbox masks, for its tokens): init
+/// allows it, and npm inside uses it, as it does outside. The public registry leads nowhere
+/// here, so an install that went there instead fails.
+#[test]
+fn npm_install_goes_to_the_mirror_the_users_npmrc_names() {
+    let mirror = "npm.mirror.example";
+    let mut w = World::new(&[mirror]);
+    let (port, _token) = verdaccio(&mut w, &format!("https://{mirror}/"));
+    w.front(&[mirror], port);
+    w.resolve.push("registry.npmjs.org:443=127.0.0.1:1".into());
+    std::fs::write(
+        w.env.user_home().join(".npmrc"),
+        format!("registry=https://{mirror}/\n//{mirror}/:_authToken=MIRROR_SECRET\n"),
+    )
+    .unwrap();
+    w.env.write(
+        "package.json",
+        r#"{"name":"app","version":"1.0.0","private":true,"dependencies":{"envgit-demo-lib":"^1.0.0"}}"#,
+    );
+    w.init(&[mirror, "registry.npmjs.org"]);
+    // No retries: a request sent to the dead public registry fails at once.
+    let r = w.run(&["npm", "install", "--fetch-retries=0"], &[]);
+    assert_eq!(r.code, 0, "npm install:\n{}\n{}", r.stdout, r.stderr);
+    no_refusal(&r);
+    assert_eq!(
+        w.env.read("node_modules/envgit-demo-lib/index.js"),
+        DEMO_LIB
+    );
+    let lock = w.env.read("package-lock.json");
+    assert!(
+        lock.contains(&format!(
+            "https://{mirror}/envgit-demo-lib/-/envgit-demo-lib-1.0.0.tgz"
+        )),
+        "{lock}"
+    );
+    // The token stays behind the mask.
+    let r = w.run(&["sh", "-c", "env; npm config list 2>&1"], &[]);
+    assert!(!r.stdout.contains("MIRROR_SECRET"), "{}", r.stdout);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -476,13 +516,27 @@ fn pip_install_works_after_init_and_upload_is_refused() {
         ),
     );
     w.init(PYPI_HOSTS);
-    // Into a virtual environment, as one installs a project's requirements. (Not pyenv's `pip`
-    // shim with `--target`: it rehashes after an install and exits 1 when the pyenv root is
-    // read-only, as it is here, where the test's $HOME is not the one pyenv lives in.)
-    w.run(&["python3", "-m", "venv", ".venv"], &[]).ok();
+    // Into a virtual environment, as one installs a project's requirements. Its pip is the
+    // interpreter's own (`--system-site-packages`): seeding one with ensurepip takes 15 s here.
+    // (Not pyenv's `pip` shim: it rehashes after an install and exits 1 when the pyenv root
+    // is read-only, as it is here, where the test's $HOME is not the one pyenv lives in.)
+    w.run(
+        &[
+            "python3",
+            "-m",
+            "venv",
+            "--without-pip",
+            "--system-site-packages",
+            ".venv",
+        ],
+        &[],
+    )
+    .ok();
     let r = w.run(
         &[
-            ".venv/bin/pip",
+            ".venv/bin/python",
+            "-m",
+            "pip",
             "install",
             "--disable-pip-version-check",
             "--no-input",
@@ -498,13 +552,19 @@ fn pip_install_works_after_init_and_upload_is_refused() {
             ".venv/bin/python",
             "-c",
             "import envgit_demo_py, envgit_demo_direct; \
-             print(envgit_demo_py.GREETING); print(envgit_demo_direct.GREETING)",
+             print(envgit_demo_py.__file__); print(envgit_demo_direct.GREETING)",
         ],
         &[],
     );
-    assert_eq!(
-        r.stdout, "hello from envgit-demo-py\nhello from envgit-demo-direct\n",
-        "{}",
+    let venv = w.env.project.canonicalize().unwrap().join(".venv/lib/");
+    let lines: Vec<&str> = r.stdout.lines().collect();
+    assert!(
+        lines.len() == 2
+            && lines[0].starts_with(venv.to_str().unwrap())
+            && lines[0].ends_with("/site-packages/envgit_demo_py/__init__.py")
+            && lines[1] == "hello from envgit-demo-direct",
+        "{}\n{}",
+        r.stdout,
         r.stderr
     );
 
