@@ -451,8 +451,13 @@ fn environment(input: &PlanInput<'_>) -> Vec<(String, String)> {
         .cloned()
         .collect();
     // Registry mirrors reach the sandbox unless they carry a credential (the supervisor
-    // prints those refusals).
-    let (registries, _refused) = crate::registry_env::split(&input.caller_env);
+    // prints those refusals); so do those the masked ~/.npmrc, pip.conf and project .npmrc
+    // name, as the same variables.
+    let home = input.homes.first().map(PathBuf::as_path);
+    let mut wanted =
+        crate::registry_env::from_masked_config(home, input.project, &input.caller_env);
+    wanted.extend(input.caller_env.iter().cloned());
+    let (registries, _refused) = crate::registry_env::split(&wanted);
     for (k, v) in registries {
         env.retain(|(e, _)| *e != k);
         env.push((k, v));

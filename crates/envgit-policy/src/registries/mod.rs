@@ -8,7 +8,7 @@ mod host;
 mod project;
 mod url;
 
-pub use host::{HostFile, REGISTRY_VARS, from_host};
+pub use host::{HostFile, REGISTRY_VARS, client_vars, from_host};
 pub use project::from_project;
 
 /// One host the policy should name, and why.

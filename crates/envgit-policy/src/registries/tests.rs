@@ -193,3 +193,46 @@ fn rendered_block_is_a_valid_policy_with_only_active_hosts() {
     );
     assert!(text.contains("\"m.example\"   # ~/.npmrc"), "{text}");
 }
+
+#[test]
+fn masked_configuration_becomes_the_clients_own_variables() {
+    let npmrc = "registry=https://npm.mirror.example/\n\
+                 //npm.mirror.example/:_authToken=npm_SECRET\n\
+                 @corp:registry = \"https://npm.corp.example/\"\n\
+                 @env:registry=${CORP_REGISTRY}\n\
+                 email=me@example.com\n";
+    assert_eq!(
+        client_vars(HostFile::Npmrc, npmrc),
+        [
+            (
+                "npm_config_registry".to_string(),
+                "https://npm.mirror.example/".to_string()
+            ),
+            (
+                "npm_config_@corp:registry".to_string(),
+                "https://npm.corp.example/".to_string()
+            ),
+        ]
+    );
+    let pip = "[global]\nindex-url = https://py.old.example/simple\n\
+               index-url = https://py.mirror.example/simple\n\
+               extra-index-url =\n    https://py2.example/simple\n    https://py3.example:8080/s\n\
+               find-links = /opt/wheels\n\
+               password = hunter2\ncert = /etc/ssl/certs/ca.pem\n";
+    assert_eq!(
+        client_vars(HostFile::PipConf, pip),
+        [
+            (
+                "PIP_INDEX_URL".to_string(),
+                "https://py.mirror.example/simple".to_string()
+            ),
+            (
+                "PIP_EXTRA_INDEX_URL".to_string(),
+                "https://py2.example/simple https://py3.example:8080/s".to_string()
+            ),
+            ("PIP_FIND_LINKS".to_string(), "/opt/wheels".to_string()),
+        ]
+    );
+    let cargo = "[source.m]\nregistry = \"sparse+https://crates.mirror.example/index/\"\n";
+    assert!(client_vars(HostFile::CargoConfig, cargo).is_empty());
+}
