@@ -219,6 +219,9 @@ fn target_dir(root: &Path, root_fd: &OwnedFd, p: &Path) -> R<OwnedFd> {
 }
 
 fn overlay_home(root: &Path, root_fd: &OwnedFd, home: &crate::spec::HomeOverlay) -> R {
+    if home.fresh {
+        return fresh_home(root, root_fd, home);
+    }
     if !home.path.is_dir() {
         return Ok(());
     }
@@ -242,6 +245,22 @@ fn overlay_home(root: &Path, root_fd: &OwnedFd, home: &crate::spec::HomeOverlay)
     )
 }
 
+/// A home with no host directory under it: its per-project directory bound at its path.
+fn fresh_home(root: &Path, root_fd: &OwnedFd, home: &crate::spec::HomeOverlay) -> R {
+    let target = target_dir(root, root_fd, &home.path)?;
+    ctx(
+        rustix::mount::mount_bind(&home.upper, fd_path(&target).as_str()),
+        || format!("binding the home at {}", home.path.display()),
+    )?;
+    let fd = ctx(open_beneath(root_fd, &home.path), || {
+        home.path.display().to_string()
+    })?;
+    ctx(
+        sys::mount_setattr(fd.as_fd(), false, sys::MOUNT_ATTR_NOSUID),
+        || format!("nosuid on {}", home.path.display()),
+    )
+}
+
 fn bind_rw(root: &Path, root_fd: &OwnedFd, p: &Path) -> R {
     // The source is the host's own path, canonical (the plan resolved it); the target is
     // opened beneath the new root without following links.
@@ -252,6 +271,17 @@ fn bind_rw(root: &Path, root_fd: &OwnedFd, p: &Path) -> R {
     ctx(
         rustix::mount::mount_bind_recursive(p, fd_path(&target).as_str()),
         || format!("binding {} read-write", p.display()),
+    )?;
+    nosuid(root_fd, p)
+}
+
+/// A setuid or setgid file the command writes is not one inside (`no_new_privs` already
+/// stops it; this also covers anything started by other means).
+fn nosuid(root_fd: &OwnedFd, p: &Path) -> R {
+    let fd = ctx(open_beneath(root_fd, p), || p.display().to_string())?;
+    ctx(
+        sys::mount_setattr(fd.as_fd(), true, sys::MOUNT_ATTR_NOSUID),
+        || format!("nosuid on {}", p.display()),
     )
 }
 
