@@ -7,6 +7,7 @@ mod failure;
 mod mcp;
 mod output;
 mod outside;
+mod owner;
 mod pager;
 mod project;
 mod signal_watch;

@@ -74,6 +74,7 @@ pub fn run_step(
     notes: Vec<String>,
 ) -> CmdResult<i32> {
     let mut store = project.open_store()?;
+    crate::owner::first_run(&project.root, &store);
     let line = envgit_policy::command_line(&argv);
     let started = now_ms();
     let policy_hash = project.policy.hash();
@@ -221,6 +222,8 @@ impl AfterStep<'_> {
             None => Vec::new(),
         };
         let (after, report, rescanned) = self.tree.snapshot(self.store)?;
+        let started = draft.started_at_ms;
+        crate::owner::clear_setid(self.tree.work_tree(), &report, started, &mut draft.notes);
         let (from_snapshot, tree) = envgit_store::put_back(
             self.store,
             self.tree.work_tree(),
@@ -564,23 +567,14 @@ pub(crate) fn run_sandboxed(
     extras: RunExtras,
 ) -> CmdResult<(i32, Vec<GateEvent>)> {
     let uid = rustix::process::getuid().as_raw();
-    let gid = rustix::process::getgid().as_raw();
     let envgit_home = envgit_store::envgit_home()?;
     let staging = state
         .join("run")
         .join(format!("{}-{}", std::process::id(), now_ms()));
     private_dir(&staging)?;
-    let homes = homes(uid);
-    let home_overlay = match homes.first() {
-        Some(_) => {
-            let base = state.join("home");
-            let (upper, work) = (base.join("upper"), base.join("work"));
-            private_dir(&upper)?;
-            private_dir(&work)?;
-            Some((upper, work))
-        }
-        None => None,
-    };
+    // Who the command runs as (the project's owner when envgit runs as root on a project
+    // another user owns), its home and the home's overlay.
+    let run_as = crate::owner::RunAs::decide(&project.root, state, homes(uid))?;
     // The gate's sockets live in a private directory under envgit's state, which the sandbox
     // never sees (see `runtime_dir`).
     let gate_dir = runtime_dir(uid)?.join(format!("{}-{}", std::process::id(), now_ms()));
@@ -642,12 +636,12 @@ pub(crate) fn run_sandboxed(
         project: &project.root,
         cwd: cwd.to_path_buf(),
         argv: argv.to_vec(),
-        homes,
-        uid,
-        gid,
+        homes: run_as.homes.clone(),
+        uid: run_as.uid,
+        gid: run_as.gid,
         state_dirs: vec![envgit_home.canonicalize().unwrap_or(envgit_home)],
         staging: staging.clone(),
-        home_overlay,
+        home_overlay: run_as.home_overlay.clone(),
         caller_env: {
             let env: Vec<(String, String)> = std::env::vars().collect();
             for (name, why) in envgit_sandbox::registry_env::split(&env).1 {
@@ -660,6 +654,7 @@ pub(crate) fn run_sandboxed(
         },
         extra_env: {
             let mut env = proxy_env(PROXY_PORT);
+            env.extend(run_as.env.iter().cloned());
             if project.policy.approvers.socket {
                 env.extend(client_timeouts(project.policy.approvers.timeout));
             }
@@ -690,6 +685,10 @@ pub(crate) fn run_sandboxed(
     spec.run_files.extend(extras.run_files);
     spec.read_only.extend(extras.read_only);
     spec.file_overrides.extend(extras.file_overrides);
+    run_as.fit(&mut spec, &runtime_dir(uid)?)?;
+    if let (Some(tx), Some(note)) = (&extras.limit_notes, &run_as.note) {
+        let _ = tx.send(note.clone());
+    }
     let outcome = {
         let _signals = SignalGuard::ignore_terminal_signals();
         if let Some(pty) = &pty {
