@@ -164,9 +164,17 @@ fn setuid_is_cleared(env: &Env, owner: u32) {
         r.stdout
     );
     let t = env.path("t");
-    assert_eq!(mode(&t) & 0o6000, 0, "setuid left on the host after the step");
+    assert_eq!(
+        mode(&t) & 0o6000,
+        0,
+        "setuid left on the host after the step"
+    );
     assert_eq!(std::fs::metadata(&t).unwrap().uid(), owner);
-    assert!(r.stderr.contains("setuid"), "the step says so: {}", r.stderr);
+    assert!(
+        r.stderr.contains("setuid"),
+        "the step says so: {}",
+        r.stderr
+    );
     // Inside, the project is mounted nosuid.
     assert!(r.stdout.contains("NOSUID"), "{}", r.stdout);
     let step = newest(env)["number"].as_u64().unwrap();
