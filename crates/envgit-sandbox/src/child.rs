@@ -6,6 +6,7 @@ use std::io::{Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;
 
+use rustix::fs::Mode;
 use rustix::thread::UnshareFlags;
 
 use crate::spec::Spec;
@@ -153,7 +154,13 @@ fn start_relay(r: &crate::spec::RelaySpec) -> Result<rustix::process::Pid, Strin
 /// PID 1: build the root, start the command, supervise it.
 fn pid1(spec: &Spec, err: &mut Option<std::fs::File>) -> Result<i32, String> {
     let _ = rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable);
-    mounts::build_root(spec)?;
+    // Mount points and files made for the view are readable and searchable by the command,
+    // which may not be the user that makes them (a project owner, when envgit runs as root);
+    // the command gets envgit's own umask back.
+    let umask = rustix::process::umask(Mode::from_raw_mode(0o022));
+    let built = mounts::build_root(spec);
+    rustix::process::umask(umask);
+    built?;
     let _ = rustix::system::sethostname(b"envgit");
     match sys::fork().map_err(|e| format!("fork: {e}"))? {
         Forked::Child => {
@@ -203,7 +210,7 @@ fn exec_command(spec: &Spec, keep_fd: Option<i32>) -> Result<std::convert::Infal
     let _ = sys::set_ignored(libc::SIGINT, false);
     let _ = sys::set_ignored(libc::SIGQUIT, false);
     rustix::process::setsid().map_err(|e| format!("setsid: {e}"))?;
-    drop_capabilities()?;
+    drop_capabilities(spec)?;
     rustix::thread::set_no_new_privs(true).map_err(|e| format!("no_new_privs: {e}"))?;
     let mut writable = vec![
         spec.project.clone(),
@@ -240,7 +247,9 @@ fn exec_command(spec: &Spec, keep_fd: Option<i32>) -> Result<std::convert::Infal
     Err(Failed::Exec(format!("{prog}: {what} ({e})"), code))
 }
 
-fn drop_capabilities() -> Result<(), String> {
+/// Empty the bounding set (while the process may still do so), become the command's user
+/// ([`userns::become_user`]), then empty every other set and check that none is left.
+fn drop_capabilities(spec: &Spec) -> Result<(), String> {
     for cap in 0..64u32 {
         // Stop at the first capability this kernel does not know.
         // SAFETY: prctl(PR_CAPBSET_DROP) takes a capability number and touches no memory.
@@ -255,6 +264,7 @@ fn drop_capabilities() -> Result<(), String> {
             ));
         }
     }
+    userns::become_user(spec.uid, spec.gid)?;
     rustix::thread::clear_ambient_capability_set()
         .map_err(|e| format!("ambient capabilities: {e}"))?;
     rustix::thread::set_capabilities(
@@ -265,5 +275,10 @@ fn drop_capabilities() -> Result<(), String> {
             inheritable: rustix::thread::CapabilitySet::empty(),
         },
     )
-    .map_err(|e| format!("dropping capabilities: {e}"))
+    .map_err(|e| format!("dropping capabilities: {e}"))?;
+    let left = rustix::thread::capabilities(None).map_err(|e| format!("capabilities: {e}"))?;
+    if !left.permitted.is_empty() || !left.effective.is_empty() {
+        return Err("capabilities are left after dropping them".into());
+    }
+    Ok(())
 }

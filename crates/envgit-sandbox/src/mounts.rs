@@ -116,7 +116,7 @@ pub fn build_root(spec: &Spec) -> R {
     private_tmpfs(&root_fd, Path::new("/run"), "mode=0755")?;
     run_files(&root, &spec.run_files)?;
     if let Some(home) = &spec.home {
-        overlay(&root, &root_fd, home)?;
+        mount_home(&root, &root_fd, home)?;
     }
     for w in std::iter::once(&spec.project).chain(spec.writable.iter()) {
         bind_rw(&root, &root_fd, w)?;
@@ -222,6 +222,15 @@ fn target_dir(root: &Path, root_fd: &OwnedFd, p: &Path) -> R<OwnedFd> {
     }
 }
 
+/// The home: through its overlay, or, when no host directory lies under it, its per-project
+/// directory bound at its path.
+fn mount_home(root: &Path, root_fd: &OwnedFd, home: &crate::spec::Overlay) -> R {
+    if home.fresh {
+        return fresh_home(root, root_fd, home);
+    }
+    overlay(root, root_fd, home)
+}
+
 /// `o.path` seen through an overlay whose writes land in `o.upper`. The lower layer is named
 /// by the host path, resolved here before `pivot_root`; a path that resolves elsewhere than
 /// the directory the host side checked fails the mount (`lowerdir` must be a directory).
@@ -265,6 +274,22 @@ fn escape_overlay_path(p: &Path) -> Result<String, String> {
     Ok(out)
 }
 
+/// A home with no host directory under it: its per-project directory bound at its path.
+fn fresh_home(root: &Path, root_fd: &OwnedFd, home: &crate::spec::Overlay) -> R {
+    let target = target_dir(root, root_fd, &home.path)?;
+    ctx(
+        rustix::mount::mount_bind(&home.upper, fd_path(&target).as_str()),
+        || format!("binding the home at {}", home.path.display()),
+    )?;
+    let fd = ctx(open_beneath(root_fd, &home.path), || {
+        home.path.display().to_string()
+    })?;
+    ctx(
+        sys::mount_setattr(fd.as_fd(), false, sys::MOUNT_ATTR_NOSUID),
+        || format!("nosuid on {}", home.path.display()),
+    )
+}
+
 fn bind_rw(root: &Path, root_fd: &OwnedFd, p: &Path) -> R {
     // The source is the host's own path, canonical (the plan resolved it); the target is
     // opened beneath the new root without following links.
@@ -275,6 +300,17 @@ fn bind_rw(root: &Path, root_fd: &OwnedFd, p: &Path) -> R {
     ctx(
         rustix::mount::mount_bind_recursive(p, fd_path(&target).as_str()),
         || format!("binding {} read-write", p.display()),
+    )?;
+    nosuid(root_fd, p)
+}
+
+/// A setuid or setgid file the command writes is not one inside (`no_new_privs` already
+/// stops it; this also covers anything started by other means).
+fn nosuid(root_fd: &OwnedFd, p: &Path) -> R {
+    let fd = ctx(open_beneath(root_fd, p), || p.display().to_string())?;
+    ctx(
+        sys::mount_setattr(fd.as_fd(), true, sys::MOUNT_ATTR_NOSUID),
+        || format!("nosuid on {}", p.display()),
     )
 }
 

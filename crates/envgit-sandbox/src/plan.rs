@@ -510,6 +510,7 @@ pub fn plan(input: PlanInput<'_>) -> Spec {
             path: h.clone(),
             upper: upper.clone(),
             work: work.clone(),
+            fresh: false,
         }),
         _ => None,
     };

@@ -12,7 +12,9 @@ pub struct Spec {
     pub cwd: PathBuf,
     /// The command's whole environment.
     pub env: Vec<(String, String)>,
-    /// The invoking user, mapped 1:1 into the user namespace.
+    /// The user the command runs as, mapped 1:1 into the user namespace: the invoking user,
+    /// or, when envgit runs as root on a project another user owns, that owner (root is then
+    /// mapped too, for the set-up only; see `userns`).
     pub uid: u32,
     pub gid: u32,
     /// An empty directory outside the project, private to envgit, where the new root is built.
@@ -65,6 +67,10 @@ pub struct Overlay {
     pub path: PathBuf,
     pub upper: PathBuf,
     pub work: PathBuf,
+    /// No host directory lies under it: `upper` itself is bound read-write at `path` (the
+    /// home of a project owner who has none of their own on this host).
+    #[serde(default)]
+    pub fresh: bool,
 }
 
 /// The relay's configuration, as the sandbox process receives it.

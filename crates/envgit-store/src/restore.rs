@@ -3,6 +3,12 @@
 //! markers on either side, excluded by the current policy, or protected (unless asked) are
 //! never touched. Every operation goes through directory fds without following symlinks, and
 //! files are written to a temporary name and renamed into place.
+//!
+//! Modes are the permission bits only (`& 0o777`): a restore never writes a setuid or setgid
+//! bit, whatever a tree entry says. Root restoring into a directory another user owns (a
+//! rewind of a project bind-mounted from the host) gives what it creates to that directory's
+//! owner and group, so the project stays the owner's, writable by the commands that run as
+//! them.
 
 use std::collections::HashSet;
 use std::ffi::CStr;
@@ -63,6 +69,21 @@ struct Ctx<'a> {
     not_restored: Mutex<Vec<NotRestored>>,
     written: AtomicU64,
     removed: AtomicU64,
+    /// `(uid, gid)` to give what is created: set when envgit runs as root and the root of the
+    /// restore belongs to another user.
+    owner: Option<(u32, u32)>,
+}
+
+/// Permission bits only: never setuid, setgid or sticky from a tree entry.
+const MODE_BITS: u32 = 0o777;
+
+/// The owner of `root` when envgit runs as root and `root` is another user's.
+fn foreign_owner(root: BorrowedFd<'_>) -> Option<(u32, u32)> {
+    if !rustix::process::geteuid().is_root() {
+        return None;
+    }
+    let st = rustix::fs::fstat(root).ok()?;
+    (st.st_uid != 0).then_some((st.st_uid, st.st_gid))
 }
 
 /// Turn the tree at `root` (whose current snapshot is `current`, `None` for an empty
@@ -76,6 +97,7 @@ pub fn restore(
 ) -> Result<RestoreReport> {
     let ctx = Ctx {
         store,
+        owner: foreign_owner(root),
         fresh: current.is_none(),
         opts,
         touched: Mutex::default(),
@@ -294,7 +316,32 @@ impl Ctx<'_> {
             Mode::empty(),
         )
         .at(&io_at(rel))?;
-        rustix::fs::fchmod(&fd, Mode::from_raw_mode(mode)).at(&io_at(rel))
+        rustix::fs::fchmod(&fd, Mode::from_raw_mode(mode & MODE_BITS)).at(&io_at(rel))
+    }
+
+    /// Give the file just created to the project's owner, if set.
+    fn fchown_new(&self, file: &File, rel: &[u8]) -> Result<()> {
+        let Some((uid, gid)) = self.owner else {
+            return Ok(());
+        };
+        let (uid, gid) = (
+            rustix::fs::Uid::from_raw(uid),
+            rustix::fs::Gid::from_raw(gid),
+        );
+        rustix::fs::fchown(file, Some(uid), Some(gid)).at(&io_at(rel))
+    }
+
+    /// Give `name` (just created, not followed if a link) to the project's owner, if set.
+    fn chown_new(&self, dir: BorrowedFd<'_>, name: &CStr, rel: &[u8]) -> Result<()> {
+        let Some((uid, gid)) = self.owner else {
+            return Ok(());
+        };
+        let (uid, gid) = (
+            rustix::fs::Uid::from_raw(uid),
+            rustix::fs::Gid::from_raw(gid),
+        );
+        rustix::fs::chownat(dir, name, Some(uid), Some(gid), AtFlags::SYMLINK_NOFOLLOW)
+            .at(&io_at(rel))
     }
 
     fn create(
@@ -308,7 +355,8 @@ impl Ctx<'_> {
         match t.kind {
             EntryKind::Dir => {
                 match rustix::fs::mkdirat(dir, name, Mode::from_raw_mode(0o700)) {
-                    Ok(()) | Err(Errno::EXIST) => {}
+                    Ok(()) => self.chown_new(dir, name, rel)?,
+                    Err(Errno::EXIST) => {}
                     Err(e) => return Err(e).at(&io_at(rel)),
                 }
                 self.chmod(dir, name, rel, t.mode, true)?;
@@ -319,9 +367,12 @@ impl Ctx<'_> {
                 let target = self.store.read_file(&t.id)?;
                 let tmp = tmp_name();
                 rustix::fs::symlinkat(target.as_slice(), dir, tmp.as_c_str()).at(&io_at(rel))?;
-                if let Err(e) = rustix::fs::renameat(dir, tmp.as_c_str(), dir, name) {
+                let placed = self.chown_new(dir, tmp.as_c_str(), rel).and_then(|()| {
+                    rustix::fs::renameat(dir, tmp.as_c_str(), dir, name).at(&io_at(rel))
+                });
+                if let Err(e) = placed {
                     let _ = rustix::fs::unlinkat(dir, tmp.as_c_str(), AtFlags::empty());
-                    return Err(e).at(&io_at(rel));
+                    return Err(e);
                 }
             }
             EntryKind::Marker(_) => {}
@@ -346,8 +397,10 @@ impl Ctx<'_> {
             )
             .at(&io_at(rel))?;
             let file = File::from(fd);
+            self.fchown_new(&file, rel)?;
             self.fill(&file, rel, t)?;
-            return rustix::fs::fchmod(&file, Mode::from_raw_mode(t.mode)).at(&io_at(rel));
+            return rustix::fs::fchmod(&file, Mode::from_raw_mode(t.mode & MODE_BITS))
+                .at(&io_at(rel));
         }
         let tmp = tmp_name();
         let fd = rustix::fs::openat(
@@ -359,8 +412,9 @@ impl Ctx<'_> {
         .at(&io_at(rel))?;
         let file = File::from(fd);
         let result = (|| {
+            self.fchown_new(&file, rel)?;
             self.fill(&file, rel, t)?;
-            rustix::fs::fchmod(&file, Mode::from_raw_mode(t.mode)).at(&io_at(rel))?;
+            rustix::fs::fchmod(&file, Mode::from_raw_mode(t.mode & MODE_BITS)).at(&io_at(rel))?;
             rustix::fs::renameat(dir, tmp.as_c_str(), dir, name).at(&io_at(rel))
         })();
         if result.is_err() {

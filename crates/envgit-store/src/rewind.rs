@@ -5,6 +5,7 @@
 use crate::error::{Result, StoreError};
 use crate::exclude::Excludes;
 use crate::restore::{self, RestoreOptions, RestoreReport};
+use crate::setid::{Cleared, clear_setid};
 use crate::step::{Request, Step, StepDraft, StepKind, now_ms};
 use crate::store::Store;
 use crate::worktree::WorkTree;
@@ -28,6 +29,9 @@ pub struct RewindOutcome {
     /// Irreversible requests of the steps stepped over: a rewind cannot undo them.
     pub marks: Vec<(u64, Request)>,
     pub restore: RestoreReport,
+    /// Files that had the setuid or setgid bit, cleared (or that failed to be): no snapshot
+    /// holds one, so the tree rewound to has none (protected paths are left as they are).
+    pub setid: Cleared,
 }
 
 pub fn rewind(
@@ -42,7 +46,7 @@ pub fn rewind(
     if !others.is_empty() {
         return Err(StoreError::InFlight(others.join(", ")));
     }
-    let (current, _) = wt.full_scan(store, None)?;
+    let (current, scan) = wt.full_scan(store, None)?;
     let mut recorded_first = None;
     if store.head().and_then(|h| h.tree) != Some(current) {
         let draft = StepDraft {
@@ -69,6 +73,12 @@ pub fn rewind(
         excludes: opts.excludes,
         protected: opts.protected,
     };
+    let setid: Vec<_> = scan
+        .setid
+        .into_iter()
+        .filter(|f| !is_protected(opts.protected, &f.rel))
+        .collect();
+    let setid = clear_setid(wt.root_fd(), &setid);
     let report = restore::restore(
         store,
         wt.root_fd(),
@@ -92,5 +102,14 @@ pub fn rewind(
         undone,
         marks,
         restore: report,
+        setid,
+    })
+}
+
+/// `rel` is a protected path or lies below one.
+fn is_protected(protected: &[String], rel: &[u8]) -> bool {
+    protected.iter().any(|p| {
+        let p = p.as_bytes();
+        rel == p || (rel.len() > p.len() && rel.starts_with(p) && rel[p.len()] == b'/')
     })
 }

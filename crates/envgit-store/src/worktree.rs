@@ -25,6 +25,7 @@ use crate::chunk;
 use crate::error::{IoContext, Result, StoreError};
 use crate::exclude::Excludes;
 use crate::id::{ObjectId, ObjectKind};
+use crate::setid::{SETID_BITS, SetidFile};
 use crate::store::Store;
 use crate::tree::{EntryKind, MarkerReason, Tree, TreeEntry, ZERO_ID};
 
@@ -152,6 +153,10 @@ pub struct ScanReport {
     /// Directories recorded as `too_deep` markers (over [`MAX_TREE_DEPTH`] levels or
     /// [`MAX_TREE_PATH`] bytes): the caller warns about each, naming the limit.
     pub too_deep: Vec<String>,
+    /// Regular files read with the setuid or setgid bit (whatever the stat cache said; the
+    /// bits are not part of the snapshot): the step's end clears those the step made
+    /// ([`crate::clear_setid`]).
+    pub setid: Vec<SetidFile>,
 }
 
 struct Ctx<'a> {
@@ -164,6 +169,7 @@ struct Ctx<'a> {
     out: Mutex<HashMap<Vec<u8>, DirState>>,
     unstable: Mutex<Vec<String>>,
     too_deep: Mutex<Vec<String>>,
+    setid: Mutex<Vec<SetidFile>>,
     hashed: AtomicU64,
     progress: Option<&'a ScanProgress>,
     any_unstable: AtomicBool,
@@ -245,6 +251,7 @@ impl WorkTree {
             out: Mutex::default(),
             unstable: Mutex::default(),
             too_deep: Mutex::default(),
+            setid: Mutex::default(),
             hashed: AtomicU64::new(0),
             progress,
             any_unstable: AtomicBool::new(false),
@@ -267,6 +274,7 @@ impl WorkTree {
             full: true,
             new_dirs: Vec::new(),
             too_deep: ctx.too_deep.into_inner().unwrap_or_default(),
+            setid: ctx.setid.into_inner().unwrap_or_default(),
         };
         let mut out = ctx.out.into_inner().unwrap_or_default();
         out.insert(Vec::new(), state);
@@ -332,6 +340,9 @@ impl WorkTree {
                 report
                     .too_deep
                     .extend(ctx.too_deep.into_inner().unwrap_or_default());
+                report
+                    .setid
+                    .extend(ctx.setid.into_inner().unwrap_or_default());
                 report.hashed += ctx.hashed.load(Ordering::Relaxed);
                 // Drop states of subdirectories that no longer exist.
                 let keep: HashSet<&[u8]> = state
@@ -634,6 +645,14 @@ impl Ctx<'_> {
                     });
                 }
                 FileType::RegularFile => {
+                    if st.st_mode & SETID_BITS != 0
+                        && let Ok(mut s) = self.setid.lock()
+                    {
+                        s.push(SetidFile {
+                            rel: child_rel.clone(),
+                            ctime_ns: st.st_ctime * 1_000_000_000 + st.st_ctime_nsec as i64,
+                        });
+                    }
                     files.push((entries.len(), name.clone(), child_rel, st));
                     entries.push(marker(nb, MarkerReason::Unreadable, 0));
                 }

@@ -38,6 +38,7 @@ pub(crate) fn overlay(layer: &GitLayer) -> envgit_sandbox::spec::Overlay {
         path: layer.git_dir(),
         upper: layer.upper(),
         work: layer.work(),
+        fresh: false,
     }
 }
 

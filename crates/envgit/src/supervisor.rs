@@ -74,6 +74,7 @@ pub fn run_step(
     notes: Vec<String>,
 ) -> CmdResult<i32> {
     let mut store = project.open_store()?;
+    crate::owner::first_run(&project.root, &store);
     let line = envgit_policy::command_line(&argv);
     let started = now_ms();
     let policy_hash = project.policy.hash();
@@ -248,6 +249,12 @@ impl AfterStep<'_> {
         nested.extend(unfiltered);
         let mut protected = self.protected.to_vec();
         protected.extend(nested.iter().cloned());
+        crate::owner::clear_setid(
+            self.tree.work_tree(),
+            &report,
+            draft.started_at_ms,
+            &mut draft.notes,
+        );
         let (from_snapshot, tree) = envgit_store::put_back(
             self.store,
             self.tree.work_tree(),
@@ -609,23 +616,14 @@ pub(crate) fn run_sandboxed(
     extras: RunExtras,
 ) -> CmdResult<(i32, Vec<GateEvent>)> {
     let uid = rustix::process::getuid().as_raw();
-    let gid = rustix::process::getgid().as_raw();
     let envgit_home = envgit_store::envgit_home()?;
     let staging = state
         .join("run")
         .join(format!("{}-{}", std::process::id(), now_ms()));
     private_dir(&staging)?;
-    let homes = homes(uid);
-    let home_overlay = match homes.first() {
-        Some(_) => {
-            let base = state.join("home");
-            let (upper, work) = (base.join("upper"), base.join("work"));
-            private_dir(&upper)?;
-            private_dir(&work)?;
-            Some((upper, work))
-        }
-        None => None,
-    };
+    // Who the command runs as (the project's owner when envgit runs as root on a project
+    // another user owns), its home and the home's overlay.
+    let run_as = crate::owner::RunAs::decide(&project.root, state, homes(uid))?;
     // The gate's sockets live in a private directory under envgit's state, which the sandbox
     // never sees (see `runtime_dir`).
     let gate_dir = runtime_dir(uid)?.join(format!("{}-{}", std::process::id(), now_ms()));
@@ -648,7 +646,7 @@ pub(crate) fn run_sandboxed(
     // Tokens in git's configuration stay outside: placeholders inside, swapped at the gate.
     let hidden = crate::git_layer::hide_credentials(
         extras.git.as_deref(),
-        homes.first().map(PathBuf::as_path),
+        run_as.homes.first().map(PathBuf::as_path),
         &gate_dir,
     )?;
     let mut credentials = extras.credentials;
@@ -700,12 +698,12 @@ pub(crate) fn run_sandboxed(
         project: &project.root,
         cwd: cwd.to_path_buf(),
         argv: argv.to_vec(),
-        homes,
-        uid,
-        gid,
+        homes: run_as.homes.clone(),
+        uid: run_as.uid,
+        gid: run_as.gid,
         state_dirs: vec![envgit_home.canonicalize().unwrap_or(envgit_home)],
         staging: staging.clone(),
-        home_overlay,
+        home_overlay: run_as.home_overlay.clone(),
         caller_env: {
             let env: Vec<(String, String)> = std::env::vars().collect();
             for (name, why) in envgit_sandbox::registry_env::split(&env).1 {
@@ -718,6 +716,7 @@ pub(crate) fn run_sandboxed(
         },
         extra_env: {
             let mut env = proxy_env(PROXY_PORT);
+            env.extend(run_as.env.iter().cloned());
             if project.policy.approvers.socket {
                 env.extend(client_timeouts(project.policy.approvers.timeout));
             }
@@ -750,6 +749,10 @@ pub(crate) fn run_sandboxed(
     spec.file_overrides.extend(extras.file_overrides);
     spec.file_overrides.extend(hidden.file_overrides);
     spec.git = extras.git.as_deref().map(crate::git_layer::overlay);
+    run_as.fit(&mut spec, &runtime_dir(uid)?)?;
+    if let (Some(tx), Some(note)) = (&extras.limit_notes, &run_as.note) {
+        let _ = tx.send(note.clone());
+    }
     let outcome = {
         let _signals = SignalGuard::ignore_terminal_signals();
         if let Some(pty) = &pty {

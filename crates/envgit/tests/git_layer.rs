@@ -375,3 +375,47 @@ fn a_token_in_the_repositorys_config_stays_outside_and_reaches_only_its_host() {
         format!("{url}\n")
     );
 }
+
+/// As root on another user's repository, what the import writes into their `.git` is theirs:
+/// a root-owned object directory would stop their own git from writing there.
+#[test]
+fn imported_git_data_belongs_to_the_repositorys_owner() {
+    use std::os::unix::fs::MetadataExt;
+    if !rustix::process::geteuid().is_root() {
+        eprintln!("skipped: needs root to own a project by another uid");
+        return;
+    }
+    let env = project();
+    let chown = Command::new("chown")
+        .args(["-R", "1001:1001"])
+        .arg(&env.project)
+        .status()
+        .unwrap();
+    assert!(chown.success());
+    let out = env.envgit(&[
+        "run",
+        "sh",
+        "-c",
+        "echo b > b.txt && git add b.txt && git -c user.name=a -c user.email=a@a commit -q -m owned && echo committed",
+    ]);
+    assert!(
+        out.stdout.contains("committed"),
+        "{}{}",
+        out.stdout,
+        out.stderr
+    );
+    let objects = env.path(".git/objects");
+    let mut checked = 0;
+    for dir in std::fs::read_dir(&objects).unwrap().flatten() {
+        for f in std::fs::read_dir(dir.path()).unwrap().flatten() {
+            let m = f.metadata().unwrap();
+            assert_eq!((m.uid(), m.gid()), (1001, 1001), "{}", f.path().display());
+            checked += 1;
+        }
+        let m = dir.metadata().unwrap();
+        assert_eq!(m.uid(), 1001, "{}", dir.path().display());
+    }
+    assert!(checked > 0);
+    let head = std::fs::metadata(env.path(".git/refs/heads/main")).unwrap();
+    assert_eq!(head.uid(), 1001);
+}

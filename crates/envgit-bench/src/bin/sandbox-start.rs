@@ -5,7 +5,7 @@
 //!
 //! `cargo run --release -p envgit-bench --bin sandbox-start -- [--runs 50]`
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 

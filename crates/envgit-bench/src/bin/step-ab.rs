@@ -70,7 +70,10 @@ fn project(root: &Path, name: &str, files: usize, bins: &[PathBuf; 2]) -> Result
     git(&["init", "-q", "-b", "main"])?;
     git(&["add", "-A"])?;
     git(&["commit", "-q", "-m", "tree"])?;
-    let homes = [root.join(format!("{name}-h0")), root.join(format!("{name}-h1"))];
+    let homes = [
+        root.join(format!("{name}-h0")),
+        root.join(format!("{name}-h1")),
+    ];
     for (bin, home) in bins.iter().zip(&homes) {
         run_ok(
             Command::new(bin)
@@ -118,7 +121,10 @@ fn main() -> Result<()> {
     let (Some(before), Some(after)) = (arg(&args, "--before"), arg(&args, "--after")) else {
         bail!("usage: step-ab --before BIN --after BIN [--runs 200] [--files 100000]");
     };
-    let runs: usize = arg(&args, "--runs").map(|v| v.parse()).transpose()?.unwrap_or(200);
+    let runs: usize = arg(&args, "--runs")
+        .map(|v| v.parse())
+        .transpose()?
+        .unwrap_or(200);
     let files: usize = arg(&args, "--files")
         .map(|v| v.parse())
         .transpose()?

@@ -57,6 +57,16 @@ impl GitLayer {
         for sub in ["upper", "work"] {
             std::fs::create_dir(dir.join(sub)).at(&dir.join(sub))?;
         }
+        // The overlay's root takes the upper directory's owner and mode: they must be the
+        // host `.git`'s, or git inside (running as the project's owner) sees a `.git` that
+        // is not theirs.
+        let upper = dir.join("upper");
+        let meta = std::fs::symlink_metadata(&git_dir).at(&git_dir)?;
+        if rustix::process::geteuid().is_root() {
+            use std::os::unix::fs::MetadataExt;
+            std::os::unix::fs::chown(&upper, Some(meta.uid()), Some(meta.gid())).at(&upper)?;
+        }
+        std::fs::set_permissions(&upper, meta.permissions()).at(&upper)?;
         let layer = GitLayer {
             dir,
             root: root.to_path_buf(),

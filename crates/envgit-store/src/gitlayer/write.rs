@@ -8,8 +8,25 @@ use rustix::io::Errno;
 
 use crate::beneath::{cstr, lstat, open_file, open_subdir};
 
+/// Whom what envgit writes into `root` must belong to: its owner, when envgit runs as root on
+/// another user's repository (a root-owned directory in their `.git` would stop their own git
+/// from writing objects there). `None`: keep envgit's own ids.
+fn owner_to_give(root: BorrowedFd<'_>) -> Option<(rustix::fs::Uid, rustix::fs::Gid)> {
+    if !rustix::process::geteuid().is_root() {
+        return None;
+    }
+    let st = rustix::fs::fstat(root).ok()?;
+    (st.st_uid != 0).then(|| {
+        (
+            rustix::fs::Uid::from_raw(st.st_uid),
+            rustix::fs::Gid::from_raw(st.st_gid),
+        )
+    })
+}
+
 /// Open (creating when `create`) the parent directory of `rel` beneath `root`.
 pub fn parent(root: BorrowedFd<'_>, rel: &str, create: bool) -> rustix::io::Result<OwnedFd> {
+    let owner = if create { owner_to_give(root) } else { None };
     let mut cur = rustix::io::dup(root)?;
     let parts: Vec<&str> = rel.split('/').collect();
     for part in &parts[..parts.len() - 1] {
@@ -17,13 +34,18 @@ pub fn parent(root: BorrowedFd<'_>, rel: &str, create: bool) -> rustix::io::Resu
             return Err(Errno::INVAL);
         }
         let name = cstr(part.as_bytes())?;
+        let mut made = false;
         if create {
             match rustix::fs::mkdirat(cur.as_fd(), &name, Mode::from_raw_mode(0o755)) {
-                Ok(()) | Err(Errno::EXIST) => {}
+                Ok(()) => made = true,
+                Err(Errno::EXIST) => {}
                 Err(e) => return Err(e),
             }
         }
         cur = open_subdir(cur.as_fd(), &name)?;
+        if let (true, Some((uid, gid))) = (made, owner) {
+            rustix::fs::fchown(&cur, Some(uid), Some(gid))?;
+        }
     }
     Ok(cur)
 }
@@ -86,6 +108,9 @@ pub fn write(
         OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
         Mode::from_raw_mode(mode),
     )?;
+    if let Some((uid, gid)) = owner_to_give(root) {
+        rustix::fs::fchown(&fd, Some(uid), Some(gid))?;
+    }
     let mut f = std::fs::File::from(fd);
     let r = std::io::Write::write_all(&mut f, data).and_then(|()| f.sync_data());
     if let Err(e) = r {

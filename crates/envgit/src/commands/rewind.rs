@@ -39,6 +39,17 @@ pub fn run(dir: Option<&Path>, args: &RewindArgs) -> CmdResult<ExitCode> {
     for s in &skipped {
         s.say(step);
     }
+    for p in &outcome.setid.cleared {
+        output::warn(&format!(
+            "{p}: setuid/setgid bit cleared (no step records one)"
+        ));
+    }
+    for (p, e) in &outcome.setid.failed {
+        output::error(&format!(
+            "{p} is setuid/setgid (no step records that) and the bit could not be cleared ({e}): \
+             `chmod ug-s {p}`"
+        ));
+    }
     for (n, r) in &outcome.marks {
         let rule = r.rule.as_deref().unwrap_or("no rule");
         output::warn(&format!(

@@ -1,5 +1,5 @@
-//! Inside a project: its policy parses, and its store passes `fsck`. Outside one these are
-//! skipped, and the report says so.
+//! Inside a project: its policy parses, its store passes `fsck`, and sandboxed commands can
+//! write its files. Outside one these are skipped, and the report says so.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -45,7 +45,7 @@ impl Location {
 
 pub fn checks(at: &Location) -> Vec<Check> {
     match at {
-        Location::Inside(root) => vec![policy(root), fsck(root)],
+        Location::Inside(root) => vec![policy(root), fsck(root), writable(root)],
         Location::Outside(start) => vec![Check::skip(
             "project",
             format!(
@@ -59,6 +59,31 @@ pub fn checks(at: &Location) -> Vec<Check> {
             "run `envgit doctor` from (or with -C) an existing directory",
         )],
     }
+}
+
+/// The user sandboxed commands run as (envgit's own, or the project's owner when envgit runs
+/// as root on another user's project) can write the project: its root and a bounded sample
+/// of entries near it ([`crate::owner::sample_unwritable`]), never a walk of the whole tree.
+fn writable(root: &Path) -> Check {
+    const NAME: &str = "project files";
+    let w = crate::owner::sample_unwritable(root);
+    if let Some((detail, fix)) = w.problem(root) {
+        return Check::fail(NAME, detail, fix);
+    }
+    let whom = match crate::owner::project_owner(root) {
+        Some(_) => format!(
+            "uid {} (the project's owner: envgit runs as root, commands run as them)",
+            w.uid
+        ),
+        None => format!("uid {}", w.uid),
+    };
+    Check::pass(
+        NAME,
+        format!(
+            "writable by {whom}, which sandboxed commands run as ({} entries sampled)",
+            w.checked
+        ),
+    )
 }
 
 fn policy(root: &Path) -> Check {

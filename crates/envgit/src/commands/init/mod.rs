@@ -40,7 +40,13 @@ pub fn run(dir: Option<&Path>, args: &InitArgs) -> CmdResult<ExitCode> {
         .create_new(true)
         .open(&policy_path)
         .map_err(|e| Failure::failed(format!("{}: {e}", policy_path.display())))?;
+    // Root initializing another user's project leaves the policy file theirs, like the rest.
+    let owner = crate::owner::project_owner(&root);
     f.write_all(policy_text(&args.allow, &scan::wanted(&root)).as_bytes())
+        .and_then(|()| match owner {
+            Some((uid, gid)) => std::os::unix::fs::fchown(&f, Some(uid), Some(gid)),
+            None => Ok(()),
+        })
         .and_then(|()| f.sync_all())
         .map_err(|e| Failure::failed(format!("{}: {e}", policy_path.display())))?;
     match import(dir) {
