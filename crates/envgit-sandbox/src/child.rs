@@ -161,7 +161,8 @@ fn pid1(spec: &Spec, err: &mut Option<std::fs::File>) -> Result<i32, String> {
     let built = mounts::build_root(spec);
     rustix::process::umask(umask);
     built?;
-    let _ = rustix::system::sethostname(b"envgit");
+    // The UTS namespace keeps the host's name: tools that write it into their lock files
+    // (git's `gc.pid`) and compare it later must see the same host inside and out.
     match sys::fork().map_err(|e| format!("fork: {e}"))? {
         Forked::Child => {
             let keep = err.as_ref().map(|e| e.as_raw_fd());

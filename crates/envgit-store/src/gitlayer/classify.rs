@@ -34,6 +34,11 @@ const TOP_DATA: &[&str] = &[
 
 /// The class of `rel`, or why it is dropped.
 pub fn classify(rel: &str) -> Result<Class, &'static str> {
+    if rel.ends_with(".lock") {
+        // Left by a git process the step's end killed: on the host it would block the user's
+        // own git ("Unable to create ….lock: File exists").
+        return Err("a lock file of a git process that did not finish");
+    }
     if rel == "HEAD" {
         return Ok(Class::Head);
     }
@@ -95,6 +100,9 @@ mod tests {
         assert!(classify("config.worktree").is_err());
         assert!(classify("rebase-merge/git-rebase-todo").is_err());
         assert!(classify("brand-new").is_err());
+        assert!(classify("refs/heads/main.lock").is_err());
+        assert!(classify("index.lock").is_err());
+        assert!(classify("gc.pid").is_err());
         assert_eq!(classify("logs/HEAD"), Ok(Class::Data));
         assert!(valid_head(b"ref: refs/heads/main\n"));
         assert!(valid_head(b"0123456789012345678901234567890123456789\n"));
