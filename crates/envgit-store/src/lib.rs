@@ -21,7 +21,6 @@ mod lock;
 mod pack;
 mod protect;
 mod reach;
-mod record;
 mod restore;
 mod rewind;
 mod setid;
@@ -51,10 +50,11 @@ pub use guard::{
 pub use id::{ObjectId, ObjectKind};
 pub use lock::StepGuard;
 pub use protect::put_back;
-pub use record::{record, setid_notes};
 pub use restore::{RestoreOptions, RestoreReport, restore};
 pub use rewind::{RewindOptions, RewindOutcome, rewind};
-pub use setid::{Cleared as SetidCleared, SETID_BITS, SetidFile, clear_setid, clear_setid_since};
+pub use setid::{
+    Cleared as SetidCleared, SETID_BITS, SetidFile, clear_setid, clear_setid_since, setid_notes,
+};
 pub use step::{
     Approval, Change, ChangeCounts, ChangeKind, Origin, Refusal, ReplCall, ReplRecord, Request,
     Step, StepDraft, StepFlag, StepKind, is_git_path, now_ms, project_first,

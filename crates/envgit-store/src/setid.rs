@@ -106,6 +106,19 @@ fn clear_one(root: BorrowedFd<'_>, rel: &[u8]) -> rustix::io::Result<bool> {
     Ok(true)
 }
 
+/// The step's notes for the setuid/setgid bits its end cleared, or failed to.
+pub fn setid_notes(done: &Cleared) -> Vec<String> {
+    let cleared = done
+        .cleared
+        .iter()
+        .map(|p| format!("{p}: setuid/setgid bit cleared (envgit never keeps one a step made)"));
+    let failed = done
+        .failed
+        .iter()
+        .map(|(p, e)| format!("{p}: made setuid/setgid by the step; clearing the bit failed: {e}"));
+    cleared.chain(failed).collect()
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]

@@ -12,6 +12,7 @@ mod owner;
 mod pager;
 mod project;
 mod signal_watch;
+mod step;
 mod supervisor;
 mod terminal;
 mod tool_steps;

@@ -12,6 +12,7 @@ use envgit_store::{ObjectId, Step, StepDraft, StepFlag, StepKind, Store, now_ms}
 use crate::failure::CmdResult;
 use crate::output;
 use crate::project::Project;
+use crate::step::Snapshot;
 
 /// The summary of such a step.
 pub(crate) const SUMMARY: &str = "edits made outside the sandbox";
@@ -31,7 +32,7 @@ pub(crate) fn record_outside_edits(
     if head_tree.is_none() || head_tree.as_ref() == Some(tree) {
         return Ok(None);
     }
-    let mut guard = store.begin_step(SUMMARY)?;
+    let mut open = crate::step::begin(store, SUMMARY)?;
     let draft = StepDraft {
         kind: Some(StepKind::Record),
         started_at_ms: now_ms(),
@@ -40,7 +41,7 @@ pub(crate) fn record_outside_edits(
         flags: vec![StepFlag::Outside],
         ..Default::default()
     };
-    let step = store.commit(&mut guard, draft, *tree)?;
+    let step = open.finish(store, Snapshot::Tree(*tree), None, draft)?;
     output::note(&format!(
         "step {}: your edits since step {since} ({}), recorded on their own before the next step",
         step.number,

@@ -1,6 +1,5 @@
-//! The step lifecycle, the only place a step begins and ends: begin → run in the sandbox →
-//! snapshot → put protected paths back → commit the record (command, exit code, duration,
-//! files changed, refusals).
+//! A sandboxed run: `envgit run`'s one step (begun and finished through [`crate::step`]), and
+//! the sandbox behind a gate of its own that every agent session runs in.
 
 use std::path::{Path, PathBuf};
 
@@ -13,14 +12,13 @@ use envgit_sandbox::plan::{PlanInput, plan};
 use envgit_sandbox::spec::RelaySpec;
 use envgit_sandbox::trust::{TrustFiles, host_bundle_text};
 use envgit_sandbox::{Outcome, SignalGuard};
-use envgit_store::{
-    Approval, LiveTree, ObjectId, ProtectedCopy, Refusal, Request, ScanReport, SnapshotMode,
-    StepDraft, StepFlag, StepGuard, StepKind, Store, WorkTree, now_ms,
-};
+
+use envgit_store::{Approval, ProtectedCopy, Refusal, Request, StepDraft, StepKind, now_ms};
 
 use crate::failure::{CmdResult, Failure};
 use crate::output;
 use crate::project::Project;
+use crate::step::{Sandboxed, Snapshot};
 use crate::terminal::PtyRelay;
 use crate::upstreams::Upstreams;
 
@@ -84,7 +82,7 @@ pub fn run_step(
         let mut wt = project.worktree(&store)?;
         let (tree, _) = wt.full_scan(&store, None)?;
         crate::outside::record_outside_edits(project, &mut store, &tree)?;
-        let mut guard = store.begin_step(&line)?;
+        let mut step = crate::step::begin(&store, &line)?;
         let draft = StepDraft {
             kind: Some(StepKind::Run),
             started_at_ms: started,
@@ -100,22 +98,23 @@ pub fn run_step(
             notes,
             ..Default::default()
         };
-        store.commit(&mut guard, draft, tree)?;
+        step.finish(&mut store, Snapshot::Tree(tree), None, draft)?;
         return Ok(EXIT_REFUSED);
     }
     let mut wt = project.worktree(&store)?;
     let (before, _) = wt.full_scan(&store, None)?;
     // The user's edits since the last step are theirs, not this command's.
     crate::outside::record_outside_edits(project, &mut store, &before)?;
-    let mut guard = store.begin_step(&line)?;
+    let mut step = crate::step::begin(&store, &line)?;
     let git = crate::git_layer::open(store.dir(), &project.root)?;
     // Read before the command runs: `core.hooksPath` comes from the trusted .git/config.
     let protected = crate::git_layer::protected_under(git.as_deref(), project.protected_paths());
     let copy = ProtectedCopy::take(store.dir(), &project.root, &protected)?;
     // From here a crash, a kill or a failed commit leaves the step for the next command to
     // record as interrupted, with its command.
-    guard.describe(&argv, Some(&cwd.display().to_string()))?;
-    guard.keep_if_uncommitted();
+    step.guard()
+        .describe(&argv, Some(&cwd.display().to_string()))?;
+    step.guard().keep_if_uncommitted();
     let (notes_tx, notes_rx) = std::sync::mpsc::channel();
     let ran = run_sandboxed(
         project,
@@ -159,162 +158,24 @@ pub fn run_step(
         notes,
         ..Default::default()
     };
-    let mut after = AfterStep {
-        store: &mut store,
-        tree: Snapshotter::Scan(&mut wt),
-        guard: &mut guard,
+    let sandboxed = Sandboxed {
         protected: &protected,
         copy: Some(&copy),
         git: git.as_deref(),
+        before: Some(before),
     };
-    let committed = after.commit(&before, draft);
+    let committed = step.finish(
+        &mut store,
+        Snapshot::Scan(&mut wt, None),
+        Some(sandboxed),
+        draft,
+    );
     copy.discard();
     crate::git_layer::finish(git);
     committed?;
-    drop(guard);
+    drop(step);
     wt.save_cache(&store.stat_cache_path())?;
     Ok(code)
-}
-
-/// How a step's snapshot is taken: a walk of the whole tree (with the stat cache), or, for a
-/// long-lived session, an inotify-fed tree that reads only the directories that changed.
-pub(crate) enum Snapshotter<'a> {
-    Scan(&'a mut WorkTree),
-    Live(&'a mut LiveTree),
-}
-
-impl Snapshotter<'_> {
-    /// The tree as it is now; `true` when a watcher had to fall back to a full rescan.
-    fn snapshot(&mut self, store: &Store) -> CmdResult<(ObjectId, ScanReport, bool)> {
-        Ok(match self {
-            Snapshotter::Scan(wt) => {
-                let (id, report) = wt.full_scan(store, None)?;
-                (id, report, false)
-            }
-            Snapshotter::Live(live) => {
-                let (id, report, mode) = live.snapshot(store)?;
-                (id, report, mode == SnapshotMode::FullRescan)
-            }
-        })
-    }
-
-    fn work_tree(&mut self) -> &mut WorkTree {
-        match self {
-            Snapshotter::Scan(wt) => wt,
-            Snapshotter::Live(live) => live.tree_mut(),
-        }
-    }
-}
-
-/// What ends every step that ran something: snapshot the tree, put protected paths back as
-/// they were at `before`, flag what needs flagging, commit.
-pub(crate) struct AfterStep<'a> {
-    pub store: &'a mut Store,
-    pub tree: Snapshotter<'a>,
-    pub guard: &'a mut StepGuard,
-    pub protected: &'a [String],
-    /// The protected paths as they were before the step, put back by content first, before
-    /// (and whatever becomes of) the snapshot.
-    pub copy: Option<&'a ProtectedCopy>,
-    /// The run's layer over `.git`: what the step wrote there is imported as data first.
-    pub git: Option<&'a envgit_store::GitLayer>,
-}
-
-impl AfterStep<'_> {
-    /// Commits `draft` with the tree as it is now; returns the tree committed.
-    pub fn commit(&mut self, before: &ObjectId, mut draft: StepDraft) -> CmdResult<ObjectId> {
-        if let Some(git) = self.git {
-            crate::git_layer::import_into(git, &mut draft)?;
-        }
-        // By content, from the pre-step copy: never skipped for a marker, and done before the
-        // snapshot, which may fail (a tree too deep, a full disk).
-        let mut put_back = match self.copy {
-            Some(copy) => copy.put_back()?,
-            None => Vec::new(),
-        };
-        let (mut after, mut report, mut rescanned) = self.tree.snapshot(self.store)?;
-        // Repositories the step made or changed inside the project: their code goes back too.
-        let nested = envgit_store::nested_git_code_paths(&envgit_store::diff_entries(
-            self.store,
-            Some(before),
-            Some(&after),
-        )?);
-        let (rewritten, unfiltered) =
-            crate::git_layer::filter_nested_configs(self.store, before, &nested, &mut draft)?;
-        if rewritten {
-            // A config was rewritten after the snapshot: take it again (stat-cached).
-            (after, report, rescanned) = self.tree.snapshot(self.store)?;
-        }
-        let mut nested = nested.put_back;
-        nested.extend(unfiltered);
-        let mut protected = self.protected.to_vec();
-        protected.extend(nested.iter().cloned());
-        crate::owner::clear_setid(
-            self.tree.work_tree(),
-            &report,
-            draft.started_at_ms,
-            &mut draft.notes,
-        );
-        let (from_snapshot, tree) = envgit_store::put_back(
-            self.store,
-            self.tree.work_tree(),
-            before,
-            &after,
-            &protected,
-        )?;
-        for p in from_snapshot {
-            if !put_back.contains(&p) {
-                put_back.push(p);
-            }
-        }
-        let (nested_back, put_back): (Vec<String>, Vec<String>) =
-            put_back.into_iter().partition(|p| nested.contains(p));
-        for p in &put_back {
-            output::warn(&format!(
-                "{p} changed during the step and was put back (protected path)"
-            ));
-        }
-        for p in &nested_back {
-            output::warn(&format!(
-                "{p} of a repository inside the project changed during the step and was put back: \
-                 git would run or follow it on the host (rule {})",
-                crate::git_layer::RULE
-            ));
-        }
-        draft.refusals.extend(nested_back.iter().map(|p| Refusal {
-            what: format!("write {p}"),
-            rule: crate::git_layer::RULE.into(),
-        }));
-        if !nested_back.is_empty() && !draft.flags.contains(&StepFlag::GitDropped) {
-            draft.flags.push(StepFlag::GitDropped);
-        }
-        if !put_back.is_empty() {
-            draft.flags.push(StepFlag::ProtectedRestored);
-        }
-        if !report.unstable.is_empty() {
-            draft.flags.push(StepFlag::UnstableFiles);
-        }
-        for p in &report.too_deep {
-            // A marker, like a file over the size limit: rewind and fork leave it alone.
-            output::warn(&format!(
-                "{p} is nested too deep to snapshot (over {} directories or {} bytes of path) and was recorded as a marker",
-                envgit_store::MAX_TREE_DEPTH,
-                envgit_store::MAX_TREE_PATH
-            ));
-            draft
-                .notes
-                .push(format!("{p}: too deep to snapshot, recorded as a marker"));
-        }
-        if rescanned {
-            draft.flags.push(StepFlag::WatcherFallback);
-        }
-        draft.refusals.extend(put_back.iter().map(|p| Refusal {
-            what: format!("write {p}"),
-            rule: "filesystem.protected".into(),
-        }));
-        self.store.commit(self.guard, draft, tree)?;
-        Ok(tree)
-    }
 }
 
 /// Watches for `signals`; the first one kills the sandbox whose PID 1 is `pid` (its whole pid
@@ -337,25 +198,6 @@ fn end_sandbox_on(
             .ok()
         })
         .collect()
-}
-
-/// For steps recorded without [`AfterStep`] (`envgit mcp`'s): puts back, by content, the
-/// protected paths that differ from `copy`, and says so on the step.
-pub(crate) fn put_back_into(copy: &ProtectedCopy, draft: &mut StepDraft) -> CmdResult<()> {
-    let paths = copy.put_back()?;
-    for p in &paths {
-        output::warn(&format!(
-            "{p} changed during the step and was put back (protected path)"
-        ));
-        draft.refusals.push(Refusal {
-            what: format!("write {p}"),
-            rule: "filesystem.protected".into(),
-        });
-    }
-    if !paths.is_empty() {
-        draft.flags.push(StepFlag::ProtectedRestored);
-    }
-    Ok(())
 }
 
 /// Puts protected paths back from `copy` outside the usual path (an error, a signal), saying

@@ -21,8 +21,8 @@ use std::time::Duration;
 
 use envgit_gate::{EventTap, GateEvent};
 use envgit_store::{
-    GitLayer, LiveTree, ObjectId, ProtectedCopy, Refusal, StepDraft, StepFlag, StepGuard, StepKind,
-    Store, now_ms,
+    GitLayer, LiveTree, ObjectId, ProtectedCopy, Refusal, StepDraft, StepFlag, StepKind, Store,
+    now_ms,
 };
 use serde_json::{Value, json};
 
@@ -30,7 +30,8 @@ use crate::commands::hooks::{refusal_of, tool_summary};
 use crate::failure::CmdResult;
 use crate::output;
 use crate::project::Project;
-use crate::supervisor::{AfterStep, EXIT_REFUSED, Snapshotter, requests_of};
+use crate::step::{OpenStep, Sandboxed, Snapshot};
+use crate::supervisor::{EXIT_REFUSED, requests_of};
 
 /// Where the hooks socket is inside the sandbox (a `/run/envgit` file).
 pub(crate) const HOOKS_SOCKET_NAME: &str = "hooks.sock";
@@ -57,7 +58,7 @@ pub(crate) struct ToolSteps<'a> {
     store: Store,
     /// Kept current by inotify: a call's step reads only the directories that changed.
     live: LiveTree,
-    guard: StepGuard,
+    step: OpenStep,
     protected: Vec<String>,
     /// The protected paths as the session found them: each call's put-back restores them.
     copy: ProtectedCopy,
@@ -91,7 +92,7 @@ impl<'a> ToolSteps<'a> {
         let (last_tree, _, _) = live.snapshot(&store)?;
         // No sandboxed process of the project is alive yet: what changed is the user's.
         crate::outside::record_outside_edits(project, &mut store, &last_tree)?;
-        let guard = store.begin_step(&format!("{agent} session"))?;
+        let step = crate::step::begin(&store, &format!("{agent} session"))?;
         let git = crate::git_layer::open(store.dir(), &project.root)?;
         let protected = crate::git_layer::protected_under(git.as_deref(), protected);
         let copy = ProtectedCopy::take(store.dir(), &project.root, &protected)?;
@@ -101,7 +102,7 @@ impl<'a> ToolSteps<'a> {
             cwd: cwd.to_path_buf(),
             store,
             live,
-            guard,
+            step,
             protected,
             copy,
             git,
@@ -172,7 +173,7 @@ impl<'a> ToolSteps<'a> {
                     return json!({"allow": false, "reason": reason});
                 }
                 // A crash during the call leaves it for the next command to record.
-                self.guard.keep_if_uncommitted();
+                self.step.guard().keep_if_uncommitted();
                 self.open.push(OpenCall {
                     id,
                     summary,
@@ -277,16 +278,21 @@ impl<'a> ToolSteps<'a> {
                 draft.flags.push(StepFlag::ProtectedRestored);
             }
         }
-        let before = self.last_tree;
-        let mut after = AfterStep {
-            store: &mut self.store,
-            tree: Snapshotter::Live(&mut self.live),
-            guard: &mut self.guard,
+        let sandboxed = Sandboxed {
             protected: &self.protected,
             copy: Some(&self.copy),
             git: self.git.as_deref(),
+            before: Some(self.last_tree),
         };
-        self.last_tree = after.commit(&before, draft)?;
+        let step = self.step.finish(
+            &mut self.store,
+            Snapshot::Live(&mut self.live),
+            Some(sandboxed),
+            draft,
+        )?;
+        if let Some(tree) = step.tree {
+            self.last_tree = tree;
+        }
         Ok(())
     }
 

@@ -419,3 +419,30 @@ fn imported_git_data_belongs_to_the_repositorys_owner() {
     let head = std::fs::metadata(env.path(".git/refs/heads/main")).unwrap();
     assert_eq!(head.uid(), 1001);
 }
+
+/// A git process the step's end killed leaves its lock files; the host's own git must not
+/// trip over them, and the name git writes into `gc.pid` is the host's own inside too.
+#[test]
+fn locks_left_inside_never_block_the_hosts_git_and_the_hostname_is_the_hosts() {
+    let env = project();
+    let out = env.envgit(&[
+        "run",
+        "sh",
+        "-c",
+        "touch .git/index.lock .git/refs/heads/main.lock && hostname && echo locked",
+    ]);
+    assert!(
+        out.stdout.contains("locked"),
+        "{}{}",
+        out.stdout,
+        out.stderr
+    );
+    let host = rustix::system::uname();
+    let host = host.nodename().to_string_lossy();
+    assert_eq!(out.stdout.lines().next(), Some(&*host), "{}", out.stdout);
+    for p in [".git/index.lock", ".git/refs/heads/main.lock"] {
+        assert!(!env.path(p).exists(), "{p} reached the host");
+    }
+    std::fs::write(env.path("a.txt"), "on the host\n").unwrap();
+    host_git(&env, &env.project, &["commit", "-q", "-am", "host"]);
+}

@@ -19,6 +19,7 @@ use crate::cli::CodexArgs;
 use crate::failure::{CmdResult, Failure};
 use crate::output;
 use crate::project::{Project, start_dir};
+use crate::step::Snapshot;
 
 /// `codex` from `$ENVGIT_CODEX`, else the first on PATH.
 fn find_codex() -> CmdResult<PathBuf> {
@@ -273,7 +274,7 @@ fn record_fs(project: &Project, effect: Effect) -> CmdResult<()> {
     }
     let summary = format!("codex fs: {}", parts.join("; "));
     let started = now_ms();
-    let mut guard = store.begin_step(&summary)?;
+    let mut step = crate::step::begin(&store, &summary)?;
     let mut wt = project.worktree(&store)?;
     let draft = StepDraft {
         kind: Some(StepKind::Tool),
@@ -290,8 +291,7 @@ fn record_fs(project: &Project, effect: Effect) -> CmdResult<()> {
             .collect(),
         ..Default::default()
     };
-    envgit_store::record(&mut store, &mut wt, &mut guard, draft, None)?;
-    drop(guard);
+    step.finish(&mut store, Snapshot::Scan(&mut wt, None), None, draft)?;
     wt.save_cache(&store.stat_cache_path())?;
     Ok(())
 }

@@ -19,6 +19,7 @@ use crate::cli::{HookAgent, HookArgs, HookEvent, HooksAction, HooksArgs, HooksTa
 use crate::failure::{CmdResult, Failure};
 use crate::output;
 use crate::project::{Project, start_dir};
+use crate::step::Snapshot;
 use crate::supervisor::EXIT_REFUSED;
 
 const FILE_NAME: &str = "envgit.json";
@@ -325,7 +326,7 @@ fn record(
     let mut store = project.open_store()?;
     let mut wt = project.worktree(&store)?;
     let started = now_ms();
-    let mut guard = store.begin_step(&summary)?;
+    let mut step = crate::step::begin(&store, &summary)?;
     let draft = StepDraft {
         kind: Some(StepKind::Tool),
         started_at_ms: started,
@@ -336,8 +337,7 @@ fn record(
         refusals,
         ..Default::default()
     };
-    envgit_store::record(&mut store, &mut wt, &mut guard, draft, None)?;
-    drop(guard);
+    step.finish(&mut store, Snapshot::Scan(&mut wt, None), None, draft)?;
     wt.save_cache(&store.stat_cache_path())?;
     Ok(())
 }

@@ -9,6 +9,7 @@ use crate::cli::{RecordArgs, RecordKind};
 use crate::failure::CmdResult;
 use crate::output;
 use crate::project::Project;
+use crate::step::Snapshot;
 
 pub fn run(dir: Option<&Path>, args: &RecordArgs) -> CmdResult<ExitCode> {
     let project = Project::find(dir)?;
@@ -21,7 +22,7 @@ pub fn run(dir: Option<&Path>, args: &RecordArgs) -> CmdResult<ExitCode> {
         RecordKind::Repl => StepKind::Repl,
     };
     let started = now_ms();
-    let mut guard = store.begin_step(kind.as_str())?;
+    let mut step = crate::step::begin(&store, kind.as_str())?;
     let draft = StepDraft {
         kind: Some(kind),
         started_at_ms: started,
@@ -29,8 +30,7 @@ pub fn run(dir: Option<&Path>, args: &RecordArgs) -> CmdResult<ExitCode> {
         policy_hash: Some(project.policy.hash()),
         ..Default::default()
     };
-    let step = envgit_store::record(&mut store, &mut wt, &mut guard, draft, None)?;
-    drop(guard);
+    let step = step.finish(&mut store, Snapshot::Scan(&mut wt, None), None, draft)?;
     wt.save_cache(&store.stat_cache_path())?;
     if args.out.json {
         output::json(&step)?;

@@ -16,7 +16,7 @@ use std::time::Duration;
 use envgit_policy::ApproversSection;
 use envgit_repl::{CellOptions, CellOutcome, CellStatus, Limits, Session};
 use envgit_store::{
-    Approval, ReplCall, ReplRecord, Step, StepDraft, StepFlag, StepGuard, StepKind, Store, WorkTree,
+    Approval, ReplCall, ReplRecord, Step, StepDraft, StepFlag, StepKind, Store, WorkTree,
 };
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
@@ -138,7 +138,7 @@ struct Running {
     session_name: String,
     code: String,
     started: u64,
-    guard: StepGuard,
+    step: crate::step::OpenStep,
     log: Arc<Mutex<Vec<ReplCall>>>,
     approvals: Arc<Mutex<Vec<Approval>>>,
     rewound: Option<String>,
@@ -233,13 +233,10 @@ impl Inner {
                 store, wt, copy, ..
             } = &mut *r;
             store.catch_up().map_err(|e| e.to_string())?;
-            let mut guard = store
-                .begin_step("mcp servers after the last execute")
-                .map_err(|e| e.to_string())?;
-            let mut draft = draft;
-            crate::supervisor::put_back_into(copy, &mut draft).map_err(|e| e.message)?;
-            envgit_store::record(store, wt, &mut guard, draft, None).map_err(|e| e.to_string())?;
-            drop(guard);
+            let mut step = crate::step::begin(store, "mcp servers after the last execute")
+                .map_err(|e| e.message)?;
+            finish_repl_step(&mut step, store, wt, copy, draft).map_err(|e| e.message)?;
+            drop(step);
             let _ = wt.save_cache(&store.stat_cache_path());
             Ok(())
         })
@@ -377,14 +374,14 @@ impl Inner {
                     .iter()
                     .map(|s| (s.number, s.target.filter(|_| s.kind == StepKind::Rewind)))
                     .collect();
-                let guard = r.store.begin_step(&what).map_err(|e| e.to_string())?;
-                Ok::<_, String>((guard, steps))
+                let step = crate::step::begin(&r.store, &what).map_err(|e| e.message)?;
+                Ok::<_, String>((step, steps))
             })
             .await
             .map_err(|e| e.to_string())
             .and_then(|r| r)
         };
-        let (guard, steps) =
+        let (step, steps) =
             guard.map_err(|e| tool_error(format!("envgit could not open a step: {e}")))?;
         let rewound = self.follow_rewinds(&steps).await;
         let client = context
@@ -424,7 +421,7 @@ impl Inner {
             session_name: session_name.clone(),
             code: args.code.clone(),
             started,
-            guard,
+            step,
             log: log.clone(),
             approvals: approvals.clone(),
             rewound,
@@ -595,7 +592,7 @@ impl Inner {
             session_name,
             code,
             started,
-            mut guard,
+            mut step,
             log,
             approvals,
             rewound,
@@ -655,13 +652,11 @@ impl Inner {
             let Recorder {
                 store, wt, copy, ..
             } = &mut *r;
-            let mut draft = draft;
-            crate::supervisor::put_back_into(copy, &mut draft).map_err(|e| e.message)?;
-            let step = envgit_store::record(store, wt, &mut guard, draft, None)
-                .map_err(|e| e.to_string())?;
-            drop(guard);
+            let committed =
+                finish_repl_step(&mut step, store, wt, copy, draft).map_err(|e| e.message)?;
+            drop(step);
             let _ = wt.save_cache(&store.stat_cache_path());
-            Ok(step)
+            Ok(committed)
         })
         .await
         .map_err(|e| e.to_string())
@@ -943,4 +938,28 @@ impl ServerHandler for ExecuteServer {
             Err(e) => Ok(e.into()),
         }
     }
+}
+
+/// Ends an `execute`'s step (or the downstream servers' last one): the downstream servers ran
+/// in the sandbox, so the protected paths are put back from the session's copy, and the tree
+/// is compared with the newest step's (repositories made inside the project).
+fn finish_repl_step(
+    step: &mut crate::step::OpenStep,
+    store: &mut envgit_store::Store,
+    wt: &mut envgit_store::WorkTree,
+    copy: &envgit_store::ProtectedCopy,
+    draft: StepDraft,
+) -> crate::failure::CmdResult<Step> {
+    let before = store.head().and_then(|h| h.tree);
+    step.finish(
+        store,
+        crate::step::Snapshot::Scan(wt, None),
+        Some(crate::step::Sandboxed {
+            protected: &[],
+            copy: Some(copy),
+            git: None,
+            before,
+        }),
+        draft,
+    )
 }

@@ -17,6 +17,7 @@ use crate::commands::progress::Ticker;
 use crate::failure::{CmdResult, Failure};
 use crate::output;
 use crate::project::{POLICY_FILE, Project, start_dir, store_dir};
+use crate::step::Snapshot;
 
 pub fn run(dir: Option<&Path>, args: &InitArgs) -> CmdResult<ExitCode> {
     let root = start_dir(dir)?;
@@ -79,7 +80,7 @@ fn import(dir: Option<&Path>) -> CmdResult<envgit_store::Step> {
     let mut store = Store::create(&project.store_dir, &project.root)?;
     let mut wt = project.worktree(&store)?;
     let started = now_ms();
-    let mut guard = store.begin_step("import")?;
+    let mut step = crate::step::begin(&store, "import")?;
     let progress = Arc::new(ScanProgress::default());
     let draft = StepDraft {
         kind: Some(StepKind::Import),
@@ -97,7 +98,12 @@ fn import(dir: Option<&Path>) -> CmdResult<envgit_store::Step> {
                 output::size(p.bytes.load(Ordering::Relaxed))
             )
         });
-        envgit_store::record(&mut store, &mut wt, &mut guard, draft, Some(&progress))?
+        step.finish(
+            &mut store,
+            Snapshot::Scan(&mut wt, Some(&progress)),
+            None,
+            draft,
+        )?
     };
     wt.save_cache(&store.stat_cache_path())?;
     Ok(step)

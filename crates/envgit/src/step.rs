@@ -1,0 +1,203 @@
+//! The step lifecycle: every kind of step the binary takes — a run, a tool call, a REPL
+//! `execute`, a record, a hook's, Codex's `fs/*`, the import at `init`, the user's edits made
+//! outside — begins with [`begin`] and ends with [`OpenStep::finish`], the one place where a
+//! snapshot becomes a step. A sandboxed step's finish always runs, in this order: the git
+//! layer's import, the put-back of protected paths by content (before the snapshot, which may
+//! fail), the snapshot, the nested repositories' code and the setid bits, the put-back of what
+//! the snapshot shows, the flags, the commit. (`rewind` and `fork` are the store's own
+//! operations on the user's behalf; they take their step inside `envgit-store`.)
+
+use envgit_store::{
+    GitLayer, LiveTree, ObjectId, ProtectedCopy, Refusal, ScanProgress, ScanReport, SnapshotMode,
+    Step, StepDraft, StepFlag, StepGuard, Store, WorkTree,
+};
+
+use crate::failure::CmdResult;
+use crate::output;
+
+/// A step begun and not yet committed. A session keeps one open across its calls, each
+/// [`OpenStep::finish`] committing one step.
+pub(crate) struct OpenStep {
+    guard: StepGuard,
+}
+
+/// Begins a step: from here a crash leaves a record the next command finds.
+pub(crate) fn begin(store: &Store, what: &str) -> CmdResult<OpenStep> {
+    Ok(OpenStep {
+        guard: store.begin_step(what)?,
+    })
+}
+
+/// How a step's tree is found.
+pub(crate) enum Snapshot<'a> {
+    /// A walk of the whole tree (the stat cache keeps unchanged files at one `lstat`).
+    Scan(&'a mut WorkTree, Option<&'a ScanProgress>),
+    /// A long-lived session's inotify-fed tree, which reads only what changed.
+    Live(&'a mut LiveTree),
+    /// Already taken by the caller.
+    Tree(ObjectId),
+}
+
+/// What ends a step that ran in the sandbox, beside its snapshot.
+pub(crate) struct Sandboxed<'a> {
+    /// Protected paths put back to their state in `before` when the snapshot shows a change.
+    pub protected: &'a [String],
+    /// The protected paths as they were before the step, put back by content.
+    pub copy: Option<&'a ProtectedCopy>,
+    /// The run's layer over `.git`: what the step wrote there is imported as data.
+    pub git: Option<&'a GitLayer>,
+    /// The tree the step began from; `None` when unknown (no comparison with a snapshot).
+    pub before: Option<ObjectId>,
+}
+
+impl Snapshot<'_> {
+    /// The tree as it is now, the scan's report, and whether a watcher fell back to a rescan.
+    fn take(&mut self, store: &Store) -> CmdResult<(ObjectId, ScanReport, bool)> {
+        Ok(match self {
+            Snapshot::Scan(wt, progress) => {
+                let (id, report) = wt.full_scan(store, *progress)?;
+                (id, report, false)
+            }
+            Snapshot::Live(live) => {
+                let (id, report, mode) = live.snapshot(store)?;
+                (id, report, mode == SnapshotMode::FullRescan)
+            }
+            Snapshot::Tree(id) => (*id, ScanReport::default(), false),
+        })
+    }
+
+    fn work_tree(&mut self) -> Option<&mut WorkTree> {
+        match self {
+            Snapshot::Scan(wt, _) => Some(wt),
+            Snapshot::Live(live) => Some(live.tree_mut()),
+            Snapshot::Tree(_) => None,
+        }
+    }
+}
+
+impl OpenStep {
+    /// The store's handle on the step in flight (to describe it, or keep it on failure).
+    pub fn guard(&mut self) -> &mut StepGuard {
+        &mut self.guard
+    }
+
+    /// Ends the step: the sandbox's checks when it ran in one, the snapshot, the flags, the
+    /// commit. Returns the step committed.
+    pub fn finish(
+        &mut self,
+        store: &mut Store,
+        mut snapshot: Snapshot<'_>,
+        sandboxed: Option<Sandboxed<'_>>,
+        mut draft: StepDraft,
+    ) -> CmdResult<Step> {
+        let mut put_back = Vec::new();
+        if let Some(s) = &sandboxed {
+            if let Some(git) = s.git {
+                crate::git_layer::import_into(git, &mut draft)?;
+            }
+            // By content, from the pre-step copy: never skipped for a marker, and done before
+            // the snapshot, which may fail (a tree too deep, a full disk).
+            if let Some(copy) = s.copy {
+                put_back = copy.put_back()?;
+            }
+        }
+        let (mut tree, mut report, mut rescanned) = snapshot.take(store)?;
+        if let Some(s) = &sandboxed
+            && let Some(before) = s.before
+            && !matches!(snapshot, Snapshot::Tree(_))
+        {
+            // Repositories the step made or changed inside the project: their code goes back.
+            let nested = envgit_store::nested_git_code_paths(&envgit_store::diff_entries(
+                store,
+                Some(&before),
+                Some(&tree),
+            )?);
+            let (rewritten, unfiltered) =
+                crate::git_layer::filter_nested_configs(store, &before, &nested, &mut draft)?;
+            if rewritten {
+                // A config was rewritten after the snapshot: take it again (stat-cached).
+                (tree, report, rescanned) = snapshot.take(store)?;
+            }
+            let mut nested_paths = nested.put_back;
+            nested_paths.extend(unfiltered);
+            let mut protected = s.protected.to_vec();
+            protected.extend(nested_paths.iter().cloned());
+            if let Some(wt) = snapshot.work_tree() {
+                let (from_snapshot, after) =
+                    envgit_store::put_back(store, wt, &before, &tree, &protected)?;
+                tree = after;
+                for p in from_snapshot {
+                    if !put_back.contains(&p) {
+                        put_back.push(p);
+                    }
+                }
+            }
+            let nested_back;
+            (nested_back, put_back) = put_back.into_iter().partition(|p| nested_paths.contains(p));
+            note_nested_put_back(&nested_back, &mut draft);
+        }
+        if sandboxed.is_some() {
+            note_put_back(&put_back, &mut draft);
+        }
+        if let Some(wt) = snapshot.work_tree() {
+            crate::owner::clear_setid(wt, &report, draft.started_at_ms, &mut draft.notes);
+        }
+        note_scan(&report, rescanned, &mut draft);
+        Ok(store.commit(&mut self.guard, draft, tree)?)
+    }
+}
+
+/// Repositories inside the project whose code was put back: said, refused, flagged.
+fn note_nested_put_back(paths: &[String], draft: &mut StepDraft) {
+    for p in paths {
+        output::warn(&format!(
+            "{p} of a repository inside the project changed during the step and was put back: \
+             git would run or follow it on the host (rule {})",
+            crate::git_layer::RULE
+        ));
+        draft.refusals.push(Refusal {
+            what: format!("write {p}"),
+            rule: crate::git_layer::RULE.into(),
+        });
+    }
+    if !paths.is_empty() && !draft.flags.contains(&StepFlag::GitDropped) {
+        draft.flags.push(StepFlag::GitDropped);
+    }
+}
+
+/// Protected paths put back: said (only what was put back), refused, flagged.
+fn note_put_back(paths: &[String], draft: &mut StepDraft) {
+    for p in paths {
+        output::warn(&format!(
+            "{p} changed during the step and was put back (protected path)"
+        ));
+        draft.refusals.push(Refusal {
+            what: format!("write {p}"),
+            rule: "filesystem.protected".into(),
+        });
+    }
+    if !paths.is_empty() && !draft.flags.contains(&StepFlag::ProtectedRestored) {
+        draft.flags.push(StepFlag::ProtectedRestored);
+    }
+}
+
+/// What the scan itself found: files that kept changing, trees too deep, a watcher fallback.
+fn note_scan(report: &ScanReport, rescanned: bool, draft: &mut StepDraft) {
+    if !report.unstable.is_empty() {
+        draft.flags.push(StepFlag::UnstableFiles);
+    }
+    for p in &report.too_deep {
+        // A marker, like a file over the size limit: rewind and fork leave it alone.
+        output::warn(&format!(
+            "{p} is nested too deep to snapshot (over {} directories or {} bytes of path) and was recorded as a marker",
+            envgit_store::MAX_TREE_DEPTH,
+            envgit_store::MAX_TREE_PATH
+        ));
+        draft
+            .notes
+            .push(format!("{p}: too deep to snapshot, recorded as a marker"));
+    }
+    if rescanned {
+        draft.flags.push(StepFlag::WatcherFallback);
+    }
+}
