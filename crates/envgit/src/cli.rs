@@ -66,6 +66,9 @@ pub enum Command {
     SelftestProbe(SelftestProbeArgs),
     /// Keep the store under its disk budget; remove a captured secret from every snapshot.
     Gc(GcArgs),
+    /// Where the history went on disk: packs, journal, the sandbox's home overlay (where a
+    /// tool's files under ~ inside are on the host), steps in flight.
+    Du(DuArgs),
     /// The requests running steps are holding until a person answers (`ask` rules).
     Status(JsonArg),
     /// Let a held request out: `envgit approve [ID]` (the only one waiting when no ID).
@@ -229,6 +232,15 @@ pub struct ForkArgs {
 }
 
 #[derive(Args, Debug)]
+pub struct DuArgs {
+    /// Every project of this envgit home, not only the current one.
+    #[arg(long)]
+    pub all: bool,
+    #[command(flatten)]
+    pub out: JsonArg,
+}
+
+#[derive(Debug, Args)]
 pub struct GcArgs {
     /// Remove PATH (relative to the project) from every snapshot, e.g. a secret that was captured.
     #[arg(long, value_name = "PATH")]

@@ -327,7 +327,17 @@ fn gc_purge_removes_a_captured_secret_from_every_snapshot() {
     );
     assert!(!contains_secret(), "the secret is still in the store");
     env.envgit(&["fsck"]).ok();
-    env.envgit(&["rewind", "1"]).ok();
+    let r = env.envgit(&["rewind", "1"]).ok();
     assert_eq!(env.read("app.txt"), "app v1");
     assert!(!env.path(".env.local").exists());
+    // Rewind and fork say what gc --purge took away.
+    assert!(
+        r.stderr.contains(".env.local (purged) was not restored"),
+        "{}",
+        r.stderr
+    );
+    let fork_dir = env.tmp.path().join("fork");
+    let r = env.envgit(&["fork", "1", fork_dir.to_str().unwrap()]).ok();
+    assert!(!fork_dir.join(".env.local").exists());
+    assert!(r.stderr.contains(".env.local (purged)"), "{}", r.stderr);
 }

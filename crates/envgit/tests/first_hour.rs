@@ -285,3 +285,32 @@ fn a_hand_edit_between_steps_is_its_own_step_and_survives_rewinding_the_next() {
     // rewind (1) + run (1)
     assert_eq!(after.as_array().unwrap().len(), before + 2);
 }
+
+/// `envgit du` says where the history went, and where a file a tool wrote under `~` inside
+/// the sandbox (npm's logs, say) is on the host.
+#[test]
+fn du_shows_the_store_and_where_the_sandboxs_home_writes_went() {
+    let env = Env::new();
+    env.write("a.txt", "a\n");
+    env.init();
+    let r = env.envgit(&[
+        "run",
+        "sh",
+        "-c",
+        "mkdir -p ~/.npm/_logs && head -c 20000 /dev/urandom > ~/.npm/_logs/debug.log && echo wrote",
+    ]);
+    assert!(r.stdout.contains("wrote"), "{}{}", r.stdout, r.stderr);
+    let text = env.envgit(&["du"]).ok().stdout;
+    let usage = env.envgit(&["du", "--json"]).ok().json();
+    let parts = usage[0]["parts"].as_array().unwrap();
+    let part = |name: &str| parts.iter().find(|p| p["name"] == name).unwrap().clone();
+    assert!(part("packs")["bytes"].as_u64().unwrap() > 0, "{usage:#}");
+    let home = part("home");
+    assert!(home["bytes"].as_u64().unwrap() >= 20000, "{usage:#}");
+    let log = std::path::Path::new(home["path"].as_str().unwrap()).join(".npm/_logs/debug.log");
+    assert_eq!(std::fs::metadata(&log).unwrap().len(), 20000);
+    assert!(
+        text.contains(&log.parent().unwrap().display().to_string()),
+        "{text}"
+    );
+}

@@ -7,6 +7,7 @@ mod codex;
 mod demo;
 mod diff;
 mod doctor;
+mod du;
 mod fork;
 mod fsck;
 mod gc;
@@ -48,6 +49,7 @@ pub fn run(cli: Cli) -> CmdResult<ExitCode> {
         Command::Selftest(a) => selftest::run(&a),
         Command::SelftestProbe(a) => selftest::probe::run(&a.args),
         Command::Gc(a) => gc::run(dir, &a),
+        Command::Du(a) => du::run(dir, &a),
         Command::Status(a) => approve::status(dir, &a),
         Command::Approve(a) => approve::answer(dir, &a, true),
         Command::Deny(a) => approve::answer(dir, &a, false),
