@@ -48,18 +48,36 @@ impl Style {
     }
 }
 
+/// While the pty relay runs, the real terminal does no output processing (the command's pty
+/// already turned its `\n` into `\r\n` once): envgit's own lines then end in `\r\n` itself.
+static TERMINAL_RAW: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Says whether the real terminal is in raw output mode (set by the pty relay).
+pub fn set_terminal_raw(raw: bool) {
+    TERMINAL_RAW.store(raw, std::sync::atomic::Ordering::SeqCst);
+}
+
+/// One line of envgit's own on stderr, ended as the terminal needs it now.
+fn line(text: &str) {
+    if TERMINAL_RAW.load(std::sync::atomic::Ordering::SeqCst) {
+        eprint!("{}\r\n", text.replace('\n', "\r\n"));
+    } else {
+        eprintln!("{text}");
+    }
+}
+
 pub fn error(msg: &str) {
     let s = Style::stderr();
-    eprintln!("{} {msg}", s.red("envgit:"));
+    line(&format!("{} {msg}", s.red("envgit:")));
 }
 
 pub fn warn(msg: &str) {
     let s = Style::stderr();
-    eprintln!("{} {msg}", s.yellow("warning:"));
+    line(&format!("{} {msg}", s.yellow("warning:")));
 }
 
 pub fn note(msg: &str) {
-    eprintln!("{msg}");
+    line(msg);
 }
 
 pub fn json<T: serde::Serialize>(value: &T) -> std::io::Result<()> {

@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex};
 use envgit_gate::{ControlOp, PendingAsk};
 
 use crate::signal_watch::SignalWatch;
-use rustix::termios::{LocalModes, OptionalActions, Termios};
+use rustix::termios::{LocalModes, OptionalActions, OutputModes, Termios};
 
 /// A pseudo-terminal between the real terminal and the sandbox.
 pub struct PtyRelay {
@@ -101,13 +101,17 @@ impl PtyRelay {
         })
     }
 
-    /// Puts the real terminal in character mode (signals kept) and starts copying. Keys typed
-    /// while a question is open answer it over `control_socket` instead of reaching the pty.
+    /// Puts the real terminal in character mode (signals kept) with no output processing (the
+    /// pty's own line discipline already did it: a `\n` shown as `\r\n` once, not `\r\r\n`),
+    /// and starts copying. Keys typed while a question is open answer it over
+    /// `control_socket` instead of reaching the pty.
     pub fn start(&self, control_socket: PathBuf) -> std::io::Result<()> {
         let mut raw = self.saved.clone();
         raw.local_modes
             .remove(LocalModes::ICANON | LocalModes::ECHO | LocalModes::ECHONL);
+        raw.output_modes.remove(OutputModes::OPOST);
         rustix::termios::tcsetattr(std::io::stdin().as_fd(), OptionalActions::Now, &raw)?;
+        crate::output::set_terminal_raw(true);
         let mut to_pty = std::fs::File::from(self.master.try_clone()?);
         let mut from_pty = std::fs::File::from(self.master.try_clone()?);
         let asks = Arc::clone(&self.asks);
@@ -182,6 +186,7 @@ impl PtyRelay {
         }
         let _ =
             rustix::termios::tcsetattr(std::io::stdin().as_fd(), OptionalActions::Now, &self.saved);
+        crate::output::set_terminal_raw(false);
     }
 }
 
