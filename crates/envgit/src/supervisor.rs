@@ -244,6 +244,7 @@ impl AfterStep<'_> {
         if !report.unstable.is_empty() {
             draft.flags.push(StepFlag::UnstableFiles);
         }
+        crate::scan_notes::budget(&report, &mut draft);
         for p in &report.too_deep {
             // A marker, like a file over the size limit: rewind and fork leave it alone.
             output::warn(&format!(

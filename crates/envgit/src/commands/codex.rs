@@ -290,7 +290,14 @@ fn record_fs(project: &Project, effect: Effect) -> CmdResult<()> {
             .collect(),
         ..Default::default()
     };
-    envgit_store::record(&mut store, &mut wt, &mut guard, draft, None)?;
+    envgit_store::record_with(
+        &mut store,
+        &mut wt,
+        &mut guard,
+        draft,
+        None,
+        &mut crate::scan_notes::budget,
+    )?;
     drop(guard);
     wt.save_cache(&store.stat_cache_path())?;
     Ok(())

@@ -29,7 +29,14 @@ pub fn run(dir: Option<&Path>, args: &RecordArgs) -> CmdResult<ExitCode> {
         policy_hash: Some(project.policy.hash()),
         ..Default::default()
     };
-    let step = envgit_store::record(&mut store, &mut wt, &mut guard, draft, None)?;
+    let step = envgit_store::record_with(
+        &mut store,
+        &mut wt,
+        &mut guard,
+        draft,
+        None,
+        &mut crate::scan_notes::budget,
+    )?;
     drop(guard);
     wt.save_cache(&store.stat_cache_path())?;
     if args.out.json {

@@ -238,7 +238,15 @@ impl Inner {
                 .map_err(|e| e.to_string())?;
             let mut draft = draft;
             crate::supervisor::put_back_into(copy, &mut draft).map_err(|e| e.message)?;
-            envgit_store::record(store, wt, &mut guard, draft, None).map_err(|e| e.to_string())?;
+            envgit_store::record_with(
+                store,
+                wt,
+                &mut guard,
+                draft,
+                None,
+                &mut crate::scan_notes::budget,
+            )
+            .map_err(|e| e.to_string())?;
             drop(guard);
             let _ = wt.save_cache(&store.stat_cache_path());
             Ok(())
@@ -657,8 +665,15 @@ impl Inner {
             } = &mut *r;
             let mut draft = draft;
             crate::supervisor::put_back_into(copy, &mut draft).map_err(|e| e.message)?;
-            let step = envgit_store::record(store, wt, &mut guard, draft, None)
-                .map_err(|e| e.to_string())?;
+            let step = envgit_store::record_with(
+                store,
+                wt,
+                &mut guard,
+                draft,
+                None,
+                &mut crate::scan_notes::budget,
+            )
+            .map_err(|e| e.to_string())?;
             drop(guard);
             let _ = wt.save_cache(&store.stat_cache_path());
             Ok(step)

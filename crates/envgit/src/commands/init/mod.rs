@@ -91,7 +91,14 @@ fn import(dir: Option<&Path>) -> CmdResult<envgit_store::Step> {
                 output::size(p.bytes.load(Ordering::Relaxed))
             )
         });
-        envgit_store::record(&mut store, &mut wt, &mut guard, draft, Some(&progress))?
+        envgit_store::record_with(
+            &mut store,
+            &mut wt,
+            &mut guard,
+            draft,
+            Some(&progress),
+            &mut crate::scan_notes::budget,
+        )?
     };
     wt.save_cache(&store.stat_cache_path())?;
     Ok(step)
