@@ -117,6 +117,11 @@ impl StatKey {
     pub fn is_dir(&self) -> bool {
         self.mode & libc_mode::S_IFMT == libc_mode::S_IFDIR
     }
+
+    /// A regular file.
+    pub fn is_file(&self) -> bool {
+        self.mode & libc_mode::S_IFMT == libc_mode::S_IFREG
+    }
     /// A key that never matches: the file is read again next time.
     fn smudged(mut self) -> Self {
         self.size = u64::MAX;
@@ -128,6 +133,7 @@ impl StatKey {
 mod libc_mode {
     pub const S_IFMT: u32 = 0o170_000;
     pub const S_IFDIR: u32 = 0o040_000;
+    pub const S_IFREG: u32 = 0o100_000;
 }
 
 #[derive(Clone, Debug)]

@@ -9,6 +9,7 @@ mod output;
 mod outside;
 mod pager;
 mod project;
+mod project_facts;
 mod scan_notes;
 mod signal_watch;
 mod supervisor;

@@ -104,6 +104,7 @@ pub fn run_step(
     }
     let mut wt = project.worktree(&store)?;
     let (before, _) = wt.full_scan(&store, None)?;
+    let facts = crate::project_facts::of(project, &wt)?;
     // The user's edits since the last step are theirs, not this command's.
     crate::outside::record_outside_edits(project, &mut store, &before)?;
     let mut guard = store.begin_step(&line)?;
@@ -124,6 +125,7 @@ pub fn run_step(
         upstreams,
         RunExtras {
             limit_notes: Some(notes_tx),
+            facts: Some(facts),
             ..RunExtras::default()
         },
     );
@@ -550,6 +552,9 @@ pub(crate) struct RunExtras {
     pub tap: Option<std::sync::mpsc::Sender<EventTap>>,
     /// Gets what the run's limits are ("memory not limited", …), for the step's notes.
     pub limit_notes: Option<std::sync::mpsc::Sender<String>>,
+    /// The project's secrets and hard-linked files, from a scan just made; else from the stat
+    /// cache (`project_facts`).
+    pub facts: Option<envgit_sandbox::plan::ProjectFacts>,
 }
 
 /// Runs `argv` in the sandbox behind a gate of its own; `state` is the project's store
@@ -638,6 +643,7 @@ pub(crate) fn run_sandboxed(
     };
     let exe = std::env::current_exe()
         .map_err(|e| Failure::failed(format!("cannot find envgit's own binary: {e}")))?;
+    let facts = crate::project_facts::given_or_cached(project, state, extras.facts)?;
     let spec = plan(PlanInput {
         policy: &project.policy,
         project: &project.root,
@@ -671,6 +677,7 @@ pub(crate) fn run_sandboxed(
         trust: Some(trust),
         envgit_exe: Some(exe.clone()),
         protected: protected.to_vec(),
+        facts,
     });
     let mut spec = spec;
     let limits = envgit_sandbox::limits::prepare(
