@@ -569,6 +569,7 @@ pub(crate) fn run_sandboxed(
     upstreams: &Upstreams,
     extras: RunExtras,
 ) -> CmdResult<(i32, Vec<GateEvent>)> {
+    let facts = crate::project_facts::given_or_cached(project, state, extras.facts)?;
     let uid = rustix::process::getuid().as_raw();
     let gid = rustix::process::getgid().as_raw();
     let envgit_home = envgit_store::envgit_home()?;
@@ -643,7 +644,6 @@ pub(crate) fn run_sandboxed(
     };
     let exe = std::env::current_exe()
         .map_err(|e| Failure::failed(format!("cannot find envgit's own binary: {e}")))?;
-    let facts = crate::project_facts::given_or_cached(project, state, extras.facts)?;
     let spec = plan(PlanInput {
         policy: &project.policy,
         project: &project.root,
