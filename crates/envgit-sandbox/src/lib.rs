@@ -18,6 +18,7 @@ pub mod limits;
 mod mounts;
 pub mod plan;
 pub mod probe;
+mod project_index;
 pub mod registry_env;
 pub mod relay;
 mod seccomp;

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use envgit_policy::Policy;
 use ignore::gitignore::GitignoreBuilder;
 
+pub use crate::project_index::{ProjectFacts, ProjectIndex, Seen, project_facts};
 use crate::spec::{Overlay, RelaySpec, Spec};
 use crate::trust::{self, TrustFiles};
 
@@ -76,8 +77,8 @@ pub const HOME_DENIES: &[&str] = &[
     ".lesshst",
 ];
 
-/// Unreadable wherever they are in the project (any depth the search reaches, excluded
-/// directories included), besides `.env` files: registry credentials and direnv files.
+/// Unreadable wherever they are in the project (at any depth, excluded directories included:
+/// see [`crate::project_index`]), besides `.env` files: registry credentials and direnv files.
 pub const PROJECT_DENIES: &[&str] = &[".npmrc", ".pypirc", ".envrc"];
 
 /// Readable only by root, and masked when envgit runs as root. Besides these, every file or
@@ -140,10 +141,10 @@ const SAFE_ENV: &[&str] = &[
     "VIRTUAL_ENV",
 ];
 
-/// How deep the search for `.env` files goes: in the project, and in the home (where hidden
-/// directories — caches, toolchains — are skipped). A full walk of a home directory would cost
-/// seconds per step; `.env` files deeper than this are left readable (say so in the docs).
-const PROJECT_SEARCH_DEPTH: usize = 6;
+/// How deep the search for `.env` files goes in the home (where hidden directories — caches,
+/// toolchains — are skipped). A full walk of a home directory would cost seconds per step;
+/// `.env` files deeper than this are left readable (say so in the docs). The project's are
+/// found at any depth, from envgit's stat index ([`ProjectFacts`]).
 const HOME_SEARCH_DEPTH: usize = 3;
 
 pub struct PlanInput<'a> {
@@ -170,6 +171,9 @@ pub struct PlanInput<'a> {
     pub envgit_exe: Option<PathBuf>,
     /// Protected paths relative to the project (the policy's list and `core.hooksPath`).
     pub protected: Vec<String>,
+    /// From envgit's stat index ([`project_facts`]): the project's secrets to mask and its
+    /// files with hard links outside it, made read-only.
+    pub facts: ProjectFacts,
 }
 
 /// Whether `p` lies in one of the system directories (already in the view).
@@ -308,7 +312,7 @@ fn host_sockets(visible: &[PathBuf]) -> Vec<PathBuf> {
         .collect()
 }
 
-fn is_env_file(name: &str) -> bool {
+pub(crate) fn is_env_file(name: &str) -> bool {
     if name == ".env" {
         return true;
     }
@@ -325,8 +329,9 @@ fn expand_home(p: &str, home: &Path) -> Option<PathBuf> {
     p.strip_prefix("~/").map(|rest| home.join(rest))
 }
 
-/// Every path to mask: the defaults, `filesystem.deny_read` and `.env` files, with symlinked
-/// paths masked at their resolved target too.
+/// Every path to mask: the defaults, `filesystem.deny_read` and `.env` files (the project's
+/// from its index, the homes' by a bounded walk), with symlinked paths masked at their
+/// resolved target too.
 fn masks(input: &PlanInput<'_>) -> Vec<PathBuf> {
     let mut out: Vec<PathBuf> = Vec::new();
     let mut globs: Vec<(PathBuf, String)> = Vec::new();
@@ -375,14 +380,13 @@ fn masks(input: &PlanInput<'_>) -> Vec<PathBuf> {
             }
         }
     }
-    // `.env` files and deny_read globs, found by one bounded walk of the project and homes.
-    let mut roots = vec![(input.project.to_path_buf(), PROJECT_SEARCH_DEPTH, false)];
-    roots.extend(
-        input
-            .homes
-            .iter()
-            .map(|h| (h.clone(), HOME_SEARCH_DEPTH, true)),
-    );
+    // The project's `.env` files and deny_read glob matches, at any depth, from the index.
+    out.extend(input.facts.secrets.iter().cloned());
+    // The homes' by one bounded walk of each.
+    let roots = input
+        .homes
+        .iter()
+        .map(|h| (h.clone(), HOME_SEARCH_DEPTH, true));
     for (root, max_depth, skip_hidden) in roots {
         let mut b = GitignoreBuilder::new(&root);
         for (base, pat) in &globs {
@@ -431,9 +435,8 @@ fn walk(dir: &Path, depth_left: usize, skip_hidden: bool, f: &mut dyn FnMut(&Pat
         let p = e.path();
         let name = e.file_name();
         let name = name.to_str().unwrap_or("");
-        // The project's regenerable directories (node_modules/, target/, .venv/) are searched
-        // too: a `.env` there is as secret as anywhere. Only `.git` is skipped (its objects
-        // are data), and in the home the hidden directories (caches, toolchains).
+        // `.git` is skipped (its objects are data), and in the home the hidden directories
+        // (caches, toolchains).
         let skip = name == ".git" || (skip_hidden && name.starts_with('.'));
         f(&p, ft.is_dir());
         if ft.is_dir() && !skip {
@@ -536,7 +539,10 @@ pub fn plan(input: PlanInput<'_>) -> Spec {
         home,
         git: None,
         writable,
-        read_only: protected,
+        read_only: protected
+            .into_iter()
+            .chain(hard_linked(&input.facts))
+            .collect(),
         masks: masks(&input),
         hidden: input.state_dirs.clone(),
         resolv_conf: "nameserver 127.0.0.1\noptions ndots:0 attempts:1\n".into(),
@@ -565,6 +571,14 @@ pub fn plan(input: PlanInput<'_>) -> Spec {
             )
             .collect(),
     }
+}
+
+/// Files with hard links outside the project: bound read-only over themselves, like the
+/// protected paths, so a write through the link cannot change the file outside. (The mount
+/// itself is `mounts::read_only`, which opens each beneath the new root without following a
+/// symlink and skips what is gone.)
+fn hard_linked(facts: &ProjectFacts) -> impl Iterator<Item = PathBuf> + '_ {
+    facts.linked_out.iter().cloned()
 }
 
 #[cfg(test)]

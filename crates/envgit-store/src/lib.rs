@@ -5,6 +5,7 @@
 //! plain struct ([`StepDraft`]) the supervisor fills in.
 
 mod beneath;
+mod budget;
 mod chunk;
 mod diff;
 mod error;
@@ -30,6 +31,7 @@ mod tree;
 mod watch;
 mod worktree;
 
+pub use budget::BudgetLimit;
 pub use diff::{EntryDiff, diff_entries, diff_trees};
 pub use error::{Result, StoreError};
 pub use exclude::Excludes;
@@ -63,6 +65,6 @@ pub use store::{Store, envgit_home, store_dir_for};
 pub use tree::{EntryKind, MarkerReason, Tree, TreeEntry};
 pub use watch::{LiveTree, SnapshotMode};
 pub use worktree::{
-    DEFAULT_MAX_FILE_SIZE, MAX_TREE_DEPTH, MAX_TREE_PATH, ScanConfig, ScanProgress, ScanReport,
-    WorkTree,
+    CachedEntry, DEFAULT_MAX_FILE_SIZE, MAX_TREE_DEPTH, MAX_TREE_PATH, ScanConfig, ScanProgress,
+    ScanReport, StatKey, WorkTree,
 };

@@ -98,6 +98,11 @@ pub struct EncodedObject {
 }
 
 impl EncodedObject {
+    /// Bytes its record takes in a pack.
+    pub fn record_len(&self) -> u64 {
+        HEADER_LEN + self.stored.len() as u64 + 4
+    }
+
     pub fn encode(kind: ObjectKind, id: ObjectId, raw: &[u8]) -> Self {
         let compressed = if raw.len() >= 64 {
             compress(raw)

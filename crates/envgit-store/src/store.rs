@@ -9,6 +9,7 @@ use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
+use crate::budget::Reservation;
 use crate::diff;
 use crate::error::{IoContext, Result, StoreError};
 use crate::id::{ObjectId, ObjectKind};
@@ -404,7 +405,31 @@ impl Store {
         Ok(id)
     }
 
-    fn append(&self, encoded: EncodedObject) -> Result<()> {
+    /// [`Store::put`] within a scan's budget: what is appended is charged to `room`; `None`
+    /// (nothing written) when the object is new and does not fit.
+    pub(crate) fn put_within(
+        &self,
+        kind: ObjectKind,
+        raw: &[u8],
+        room: &Reservation<'_>,
+    ) -> Result<Option<ObjectId>> {
+        let id = ObjectId::of(kind, raw);
+        if self.has(&id) {
+            return Ok(Some(id));
+        }
+        let encoded = EncodedObject::encode(kind, id, raw);
+        let len = encoded.record_len();
+        if !room.charge(len) {
+            return Ok(None);
+        }
+        if !self.append(encoded)? {
+            room.refund(len);
+        }
+        Ok(Some(id))
+    }
+
+    /// Appends unless the object is there already; true if it was appended.
+    fn append(&self, encoded: EncodedObject) -> Result<bool> {
         let mut writer = self
             .writer
             .lock()
@@ -414,7 +439,7 @@ impl Store {
             .lock()
             .map_err(|_| StoreError::corrupt("poisoned"))?;
         if self.index.contains_key(&encoded.id) || pending.contains_key(&encoded.id) {
-            return Ok(()); // another thread stored it meanwhile
+            return Ok(false); // another thread stored it meanwhile
         }
         if writer.is_none() {
             *writer = Some(self.acquire_pack()?);
@@ -423,7 +448,7 @@ impl Store {
             let loc = w.append(&encoded)?;
             pending.insert(encoded.id, loc);
         }
-        Ok(())
+        Ok(true)
     }
 
     /// Copy a record verbatim from another store (fork): no recompression.

@@ -24,6 +24,9 @@ pub enum MarkerReason {
     /// A directory deeper than [`crate::MAX_TREE_DEPTH`] levels, or whose path is longer than
     /// [`crate::MAX_TREE_PATH`] bytes: it and everything below it are not captured.
     TooDeep = 6,
+    /// A file whose new content would have taken the store past `snapshot.budget`, or its
+    /// filesystem below the free-space reserve, when the step was snapshotted.
+    OverBudget = 7,
 }
 
 impl MarkerReason {
@@ -35,6 +38,7 @@ impl MarkerReason {
             4 => Self::Unreadable,
             5 => Self::Purged,
             6 => Self::TooDeep,
+            7 => Self::OverBudget,
             _ => return None,
         })
     }
@@ -48,6 +52,7 @@ impl MarkerReason {
             Self::Purged => "purged",
             // MAX_TREE_DEPTH and MAX_TREE_PATH (a unit test keeps the two in step).
             Self::TooDeep => "deeper than 1024 directories or a path over 16 KiB",
+            Self::OverBudget => "not stored: over snapshot.budget or the disk's free space",
         }
     }
 }

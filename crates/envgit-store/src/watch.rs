@@ -109,6 +109,7 @@ impl LiveTree {
             self.watch_dirs(known, false)?;
             let (id, report) = self.tree.full_scan(store, None)?;
             self.watch_new_dirs()?;
+            self.retry_over_budget(&report);
             return Ok((id, report, SnapshotMode::FullRescan));
         }
         let dirty = std::mem::take(&mut self.dirty);
@@ -127,7 +128,15 @@ impl LiveTree {
             // cost more than the step itself on a large tree.
             self.watch_dirs(report.new_dirs.clone(), true)?;
         }
+        self.retry_over_budget(&report);
         Ok((id, report, SnapshotMode::Incremental))
+    }
+
+    /// Files left out for the budget are tried again at the next snapshot (nothing tells the
+    /// watcher that `envgit gc` made room): their directories are reread, at the cost of one
+    /// `lstat` per file while there is still no room.
+    fn retry_over_budget(&mut self, report: &ScanReport) {
+        self.dirty.extend(report.over_budget_dirs.iter().cloned());
     }
 
     /// Add watches for directories of the tree not yet watched. They were read before their

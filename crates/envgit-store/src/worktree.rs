@@ -21,6 +21,7 @@ use rustix::fs::FileType;
 use rustix::io::Errno;
 
 use crate::beneath::{self, join_rel};
+use crate::budget::{BudgetLimit, Reservation, ScanBudget};
 use crate::chunk;
 use crate::error::{IoContext, Result, StoreError};
 use crate::exclude::Excludes;
@@ -48,6 +49,11 @@ pub struct ScanConfig {
     pub max_file_size: u64,
     /// Part of the stat cache's key: a different config means a cold cache.
     pub fingerprint: String,
+    /// `snapshot.budget`: bytes the store may use. A file whose new content would take it past
+    /// this (or its filesystem below the free-space reserve, which applies even with `None`)
+    /// is recorded as an `over_budget` marker. Not part of the fingerprint: such a marker is
+    /// never taken from the cache, so the file is tried again at every scan.
+    pub budget: Option<u64>,
 }
 
 impl ScanConfig {
@@ -58,7 +64,14 @@ impl ScanConfig {
             excludes: Excludes::new(exclude)?,
             max_file_size,
             fingerprint: format!("{exclude:?}|{max_file_size}"),
+            budget: None,
         })
+    }
+
+    /// With `snapshot.budget`.
+    pub fn with_budget(mut self, budget: Option<u64>) -> Self {
+        self.budget = budget;
+        self
     }
 }
 
@@ -68,6 +81,7 @@ impl Default for ScanConfig {
             excludes: Excludes::none(),
             max_file_size: DEFAULT_MAX_FILE_SIZE,
             fingerprint: String::new(),
+            budget: None,
         }
     }
 }
@@ -79,7 +93,12 @@ pub struct StatKey {
     pub ino: u64,
     pub dev: u64,
     pub size: u64,
+    /// File type and permission bits (`st_mode`).
     pub mode: u32,
+    /// Hard links to the inode (saturating): the sandbox makes a file read-only when some of
+    /// its links are outside the project. A change also changes ctime, so it costs no rehash
+    /// of its own.
+    pub nlink: u32,
 }
 
 impl StatKey {
@@ -91,7 +110,18 @@ impl StatKey {
             dev: st.st_dev,
             size: st.st_size as u64,
             mode: st.st_mode,
+            nlink: u32::try_from(st.st_nlink).unwrap_or(u32::MAX),
         }
+    }
+
+    /// A directory (a marker keeps the `lstat` of what it stands for, or none: mode 0).
+    pub fn is_dir(&self) -> bool {
+        self.mode & libc_mode::S_IFMT == libc_mode::S_IFDIR
+    }
+
+    /// A regular file.
+    pub fn is_file(&self) -> bool {
+        self.mode & libc_mode::S_IFMT == libc_mode::S_IFREG
     }
     /// A key that never matches: the file is read again next time.
     fn smudged(mut self) -> Self {
@@ -100,9 +130,18 @@ impl StatKey {
     }
 }
 
+/// `st_mode`'s file-type bits (the same on every Linux architecture).
+mod libc_mode {
+    pub const S_IFMT: u32 = 0o170_000;
+    pub const S_IFDIR: u32 = 0o040_000;
+    pub const S_IFREG: u32 = 0o100_000;
+}
+
 #[derive(Clone, Debug)]
 pub struct CachedEntry {
     pub entry: TreeEntry,
+    /// The entry's `lstat` when it was read; for a marker, that of the path it stands for
+    /// (mode 0 when there is none: the store's own directory, a path that raced away).
     pub stat: StatKey,
 }
 
@@ -157,11 +196,37 @@ pub struct ScanReport {
     /// bits are not part of the snapshot): the step's end clears those the step made
     /// ([`crate::clear_setid`]).
     pub setid: Vec<SetidFile>,
+    /// Files recorded as `over_budget` markers, with their sizes, in path order: their new
+    /// content would have taken the store past `snapshot.budget` or its disk below the
+    /// free-space reserve. The caller warns and notes them on the step.
+    pub over_budget: Vec<(String, u64)>,
+    /// What bounded the store, when `over_budget` is not empty.
+    pub budget_limit: Option<BudgetLimit>,
+    /// The directories holding `over_budget` files (a watcher rereads them next time, so a
+    /// file is tried again once there is room).
+    pub over_budget_dirs: Vec<Vec<u8>>,
+}
+
+impl ScanReport {
+    fn take_budget(&mut self, budget: &ScanBudget) {
+        let (over, limit) = budget.take_report();
+        for (rel, size) in over {
+            let dir = beneath::parent_rel(&rel).unwrap_or_default().to_vec();
+            if !self.over_budget_dirs.contains(&dir) {
+                self.over_budget_dirs.push(dir);
+            }
+            self.over_budget.push((beneath::display_rel(&rel), size));
+        }
+        if limit.is_some() {
+            self.budget_limit = limit;
+        }
+    }
 }
 
 struct Ctx<'a> {
     store: &'a Store,
     config: &'a ScanConfig,
+    budget: &'a ScanBudget,
     prev: &'a HashMap<Vec<u8>, DirState>,
     /// Stamp of the directory states this scan produces.
     started: i64,
@@ -183,6 +248,12 @@ fn now_ns() -> i64 {
 }
 
 fn marker(name: &[u8], reason: MarkerReason, size: u64) -> CachedEntry {
+    marker_of(name, reason, size, StatKey::default())
+}
+
+/// A marker that keeps the `lstat` of the path it stands for (the sandbox's plan reads link
+/// counts and directory-ness from the index).
+fn marker_of(name: &[u8], reason: MarkerReason, size: u64, stat: StatKey) -> CachedEntry {
     CachedEntry {
         entry: TreeEntry {
             name: name.to_vec(),
@@ -191,7 +262,7 @@ fn marker(name: &[u8], reason: MarkerReason, size: u64) -> CachedEntry {
             size,
             id: ZERO_ID,
         },
-        stat: StatKey::default(),
+        stat,
     }
 }
 
@@ -236,15 +307,31 @@ impl WorkTree {
         self.dirs.values().map(|d| d.entries.len()).sum()
     }
 
+    /// Every entry of every directory the last scan read (or the loaded cache holds), with
+    /// the relative path of its directory: the stat index, for what needs to know the
+    /// project's files without walking it again (the sandbox's plan). Markers are included:
+    /// an excluded or too-deep directory is a marker whose `stat` says it is a directory.
+    pub fn entries(&self) -> impl Iterator<Item = (&[u8], &CachedEntry)> {
+        self.dirs
+            .iter()
+            .flat_map(|(rel, d)| d.entries.iter().map(move |e| (rel.as_slice(), e)))
+    }
+
     /// Forget everything: the next scan reads every file.
     pub fn clear(&mut self) {
         self.dirs.clear();
     }
 
-    fn ctx<'a>(&'a self, store: &'a Store, progress: Option<&'a ScanProgress>) -> Ctx<'a> {
+    fn ctx<'a>(
+        &'a self,
+        store: &'a Store,
+        budget: &'a ScanBudget,
+        progress: Option<&'a ScanProgress>,
+    ) -> Ctx<'a> {
         Ctx {
             store,
             config: &self.config,
+            budget,
             prev: &self.dirs,
             started: now_ns(),
             skip: self.skip,
@@ -264,18 +351,20 @@ impl WorkTree {
         store: &Store,
         progress: Option<&ScanProgress>,
     ) -> Result<(ObjectId, ScanReport)> {
-        let ctx = self.ctx(store, progress);
+        let budget = ScanBudget::new(self.config.budget);
+        let ctx = self.ctx(store, &budget, progress);
         let root = beneath::open_dir_beneath(self.root_fd.as_fd(), b"").at(&self.root)?;
         let state = ctx.walk(root.as_fd(), b"", false)?;
         let id = state.tree;
-        let report = ScanReport {
+        let mut report = ScanReport {
             unstable: ctx.unstable.into_inner().unwrap_or_default(),
             hashed: ctx.hashed.load(Ordering::Relaxed),
             full: true,
-            new_dirs: Vec::new(),
             too_deep: ctx.too_deep.into_inner().unwrap_or_default(),
             setid: ctx.setid.into_inner().unwrap_or_default(),
+            ..ScanReport::default()
         };
+        report.take_budget(&budget);
         let mut out = ctx.out.into_inner().unwrap_or_default();
         out.insert(Vec::new(), state);
         self.dirs = out;
@@ -312,6 +401,7 @@ impl WorkTree {
             std::cmp::Reverse(p.iter().filter(|&&b| b == b'/').count() + usize::from(!p.is_empty()))
         });
         let mut report = ScanReport::default();
+        let budget = ScanBudget::new(self.config.budget);
         for rel in order {
             let is_dirty = dirty.contains(&rel);
             let parent_known = match beneath::parent_rel(&rel) {
@@ -331,7 +421,7 @@ impl WorkTree {
                     }
                     Err(e) => return Err(e).at(&self.root.join(beneath::display_rel(&rel))),
                 };
-                let ctx = self.ctx(store, None);
+                let ctx = self.ctx(store, &budget, None);
                 let state = ctx.walk(fd.as_fd(), &rel, true)?;
                 let mut out = ctx.out.into_inner().unwrap_or_default();
                 report
@@ -382,10 +472,11 @@ impl WorkTree {
                         e.entry.id = child.tree;
                     }
                 }
-                state.tree = put_tree(store, &state.entries)?;
+                state.tree = put_tree(store, &budget, &state.entries)?;
                 self.dirs.insert(rel, state);
             }
         }
+        report.take_budget(&budget);
         let root = self
             .root_tree()
             .ok_or_else(|| StoreError::corrupt("the project root vanished during the scan"))?;
@@ -403,11 +494,22 @@ impl WorkTree {
     }
 }
 
-fn put_tree(store: &Store, entries: &[CachedEntry]) -> Result<ObjectId> {
+/// Trees are written whatever the budget (a snapshot cannot leave one out), and charged to it.
+fn put_tree(store: &Store, budget: &ScanBudget, entries: &[CachedEntry]) -> Result<ObjectId> {
     let tree = Tree {
         entries: entries.iter().map(|e| e.entry.clone()).collect(),
     };
-    store.put(ObjectKind::Tree, &tree.encode())
+    forced_put(store, budget, ObjectKind::Tree, &tree.encode())
+}
+
+fn forced_put(
+    store: &Store,
+    budget: &ScanBudget,
+    kind: ObjectKind,
+    raw: &[u8],
+) -> Result<ObjectId> {
+    let id = store.put_within(kind, raw, &budget.forced())?;
+    id.ok_or_else(|| StoreError::corrupt("a forced write was refused"))
 }
 
 /// At most this many subtrees are walked at once (each holding a bounded number of descriptors).
@@ -503,7 +605,7 @@ impl Ctx<'_> {
                 }
             }
         }
-        let tree = put_tree(self.store, &entries)?;
+        let tree = put_tree(self.store, self.budget, &entries)?;
         Ok(DirState {
             tree,
             stamp_ns: self.started,
@@ -559,7 +661,7 @@ impl Ctx<'_> {
             let Some(done) = frames.pop() else {
                 return Err(StoreError::corrupt("scan stack underflow"));
             };
-            let tree = put_tree(self.store, &done.entries)?;
+            let tree = put_tree(self.store, self.budget, &done.entries)?;
             let state = DirState {
                 tree,
                 stamp_ns: self.started,
@@ -604,7 +706,7 @@ impl Ctx<'_> {
             let ft = beneath::file_type(&st);
             let is_dir = ft == FileType::Directory;
             if self.config.excludes.is_excluded(&child_rel, is_dir) {
-                entries.push(marker(nb, MarkerReason::Excluded, 0));
+                entries.push(marker_of(nb, MarkerReason::Excluded, 0, StatKey::of(&st)));
                 continue;
             }
             match ft {
@@ -614,7 +716,7 @@ impl Ctx<'_> {
                         continue;
                     }
                     if child_depth > MAX_TREE_DEPTH || child_rel.len() > MAX_TREE_PATH {
-                        entries.push(marker(nb, MarkerReason::TooDeep, 0));
+                        entries.push(marker_of(nb, MarkerReason::TooDeep, 0, StatKey::of(&st)));
                         if let Ok(mut d) = self.too_deep.lock() {
                             d.push(beneath::display_rel(&child_rel));
                         }
@@ -665,7 +767,7 @@ impl Ctx<'_> {
                         }
                     };
                     let bytes = target.as_bytes();
-                    let id = self.store.put(ObjectKind::Blob, bytes)?;
+                    let id = forced_put(self.store, self.budget, ObjectKind::Blob, bytes)?;
                     entries.push(CachedEntry {
                         entry: TreeEntry {
                             name: nb.to_vec(),
@@ -677,7 +779,7 @@ impl Ctx<'_> {
                         stat: StatKey::of(&st),
                     });
                 }
-                _ => entries.push(marker(nb, MarkerReason::Special, 0)),
+                _ => entries.push(marker_of(nb, MarkerReason::Special, 0, StatKey::of(&st))),
             }
         }
         // Files in parallel (one descriptor each while being read).
@@ -714,7 +816,7 @@ impl Ctx<'_> {
         let key = StatKey::of(st);
         let mode = st.st_mode & 0o777;
         if key.size > self.config.max_file_size {
-            return Ok(marker(nb, MarkerReason::TooLarge, key.size));
+            return Ok(marker_of(nb, MarkerReason::TooLarge, key.size, key));
         }
         if let Some(p) = prev.and_then(|p| p.get(nb))
             && p.entry.kind == EntryKind::File
@@ -727,13 +829,25 @@ impl Ctx<'_> {
             }
             return Ok(p.clone());
         }
+        // Room for the most reading it could append, known from the lstat: nothing is
+        // measured or read before this, so an unchanged tree never pays for the budget.
+        let room = self.budget.reserve(self.store, key.size);
+        if !room.granted()
+            && let Some(p) = prev.and_then(|p| p.get(nb))
+            && p.entry.kind == EntryKind::Marker(MarkerReason::OverBudget)
+            && p.stat == key
+        {
+            // Left out before and unchanged since: its content is still not in the store.
+            self.budget.left_out(rel, key.size);
+            return Ok(p.clone());
+        }
         let path = || PathBuf::from(beneath::display_rel(rel));
         let mut attempt = 0;
         loop {
             let fd = match beneath::open_file(dir, name) {
                 Ok(fd) => fd,
                 Err(Errno::ACCESS | Errno::PERM) => {
-                    return Ok(marker(nb, MarkerReason::Unreadable, key.size));
+                    return Ok(marker_of(nb, MarkerReason::Unreadable, key.size, key));
                 }
                 Err(Errno::LOOP | Errno::NOENT) => {
                     return Ok(marker(nb, MarkerReason::Unreadable, 0));
@@ -741,23 +855,38 @@ impl Ctx<'_> {
                 Err(e) => return Err(e).at(&path()),
             };
             let before = rustix::fs::fstat(&fd).at(&path())?;
-            if beneath::file_type(&before) != FileType::RegularFile {
-                return Ok(marker(nb, MarkerReason::Special, 0));
-            }
             let before_key = StatKey::of(&before);
+            if beneath::file_type(&before) != FileType::RegularFile {
+                return Ok(marker_of(nb, MarkerReason::Special, 0, before_key));
+            }
             if before_key.size > self.config.max_file_size {
-                return Ok(marker(nb, MarkerReason::TooLarge, before_key.size));
+                return Ok(marker_of(
+                    nb,
+                    MarkerReason::TooLarge,
+                    before_key.size,
+                    before_key,
+                ));
             }
             let mut file = File::from(fd);
-            let (id, size) =
-                self.hash_and_store(&mut file, before_key.size)
-                    .map_err(|e| match e {
-                        StoreError::Io { source, .. } => StoreError::Io {
-                            path: path(),
-                            source,
-                        },
-                        e => e,
-                    })?;
+            let stored = self
+                .hash_and_store(&mut file, before_key.size, &room)
+                .map_err(|e| match e {
+                    StoreError::Io { source, .. } => StoreError::Io {
+                        path: path(),
+                        source,
+                    },
+                    e => e,
+                })?;
+            let Some((id, size)) = stored else {
+                // New content that does not fit: a marker, never a full disk.
+                self.budget.left_out(rel, before_key.size);
+                return Ok(marker_of(
+                    nb,
+                    MarkerReason::OverBudget,
+                    before_key.size,
+                    before_key,
+                ));
+            };
             let after = StatKey::of(&rustix::fs::fstat(&file).at(&path())?);
             self.hashed.fetch_add(1, Ordering::Relaxed);
             if let Some(pr) = self.progress {
@@ -787,11 +916,19 @@ impl Ctx<'_> {
         }
     }
 
-    fn hash_and_store(&self, file: &mut File, size_hint: u64) -> Result<(ObjectId, u64)> {
+    /// The file's id and size, its new content appended within `room`; `None` when that
+    /// content is new and does not fit (nothing of it is then kept, at most what a file that
+    /// grew past its reservation wrote before it ran out).
+    fn hash_and_store(
+        &self,
+        file: &mut File,
+        size_hint: u64,
+        room: &Reservation<'_>,
+    ) -> Result<Option<(ObjectId, u64)>> {
         if size_hint > chunk::CHUNK_THRESHOLD {
             let mut counted = CountingReader { inner: file, n: 0 };
-            let id = chunk::store_chunked(self.store, &mut counted)?;
-            return Ok((id, counted.n));
+            let id = chunk::store_chunked(self.store, &mut counted, room)?;
+            return Ok(id.map(|id| (id, counted.n)));
         }
         // At most the chunking threshold in memory: a file that grew since its stat is
         // streamed through the chunker from what was read on.
@@ -805,11 +942,11 @@ impl Ctx<'_> {
             })?;
         if buf.len() as u64 > chunk::CHUNK_THRESHOLD {
             let mut counted = CountingReader { inner: file, n: 0 };
-            let id = chunk::store_chunked(self.store, buf.as_slice().chain(&mut counted))?;
-            return Ok((id, buf.len() as u64 + counted.n));
+            let id = chunk::store_chunked(self.store, buf.as_slice().chain(&mut counted), room)?;
+            return Ok(id.map(|id| (id, buf.len() as u64 + counted.n)));
         }
-        let id = self.store.put(ObjectKind::Blob, &buf)?;
-        Ok((id, buf.len() as u64))
+        let id = self.store.put_within(ObjectKind::Blob, &buf, room)?;
+        Ok(id.map(|id| (id, buf.len() as u64)))
     }
 }
 
@@ -828,13 +965,16 @@ impl Read for CountingReader<'_> {
 
 // ---- the stat cache on disk ----
 
-const CACHE_MAGIC: &[u8; 8] = b"EGSTAT01";
+/// 02: entries keep their link count, and markers the `lstat` of what they stand for.
+const CACHE_MAGIC: &[u8; 8] = b"EGSTAT02";
 
 impl WorkTree {
     /// Persist the state (tmp file and rename; it is a cache, so no fsync: a torn file fails its
-    /// checksum and is ignored).
+    /// checksum and is ignored). A full disk is not an error: the step it follows is committed
+    /// already, and the previous cache (every entry checked against its `lstat` anyway) or none
+    /// only makes the next scan read more.
     pub fn save_cache(&self, path: &Path) -> Result<()> {
-        let mut out = Vec::with_capacity(self.file_count() * 96 + 64);
+        let mut out = Vec::with_capacity(self.file_count() * 100 + 64);
         out.extend_from_slice(CACHE_MAGIC);
         let fp = self.config.fingerprint.as_bytes();
         out.extend_from_slice(&(fp.len() as u32).to_le_bytes());
@@ -860,12 +1000,16 @@ impl WorkTree {
                 out.extend_from_slice(&s.dev.to_le_bytes());
                 out.extend_from_slice(&s.size.to_le_bytes());
                 out.extend_from_slice(&s.mode.to_le_bytes());
+                out.extend_from_slice(&s.nlink.to_le_bytes());
             }
         }
         let crc = crc32c::crc32c(&out);
         out.extend_from_slice(&crc.to_le_bytes());
         let tmp = path.with_extension(format!("tmp-{:016x}", crate::pack::random_u64()));
-        std::fs::write(&tmp, &out).at(&tmp)?;
+        if let Err(e) = std::fs::write(&tmp, &out).at(&tmp) {
+            let _ = std::fs::remove_file(&tmp);
+            return if e.is_disk_full() { Ok(()) } else { Err(e) };
+        }
         std::fs::rename(&tmp, path).at(path)
     }
 
@@ -911,6 +1055,7 @@ impl WorkTree {
                     dev: r.u64()?,
                     size: r.u64()?,
                     mode: r.u32()?,
+                    nlink: r.u32()?,
                 };
                 entries.push(CachedEntry { entry, stat });
             }

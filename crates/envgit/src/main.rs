@@ -11,6 +11,8 @@ mod outside;
 mod owner;
 mod pager;
 mod project;
+mod project_facts;
+mod scan_notes;
 mod signal_watch;
 mod step;
 mod supervisor;

@@ -191,7 +191,7 @@ impl Project {
 
     pub fn scan_config(&self) -> CmdResult<ScanConfig> {
         let snap = &self.policy.snapshot;
-        Ok(ScanConfig::new(&snap.exclude, snap.max_file_size)?)
+        Ok(ScanConfig::new(&snap.exclude, snap.max_file_size)?.with_budget(Some(snap.budget)))
     }
 
     /// A working tree with the stat cache loaded.

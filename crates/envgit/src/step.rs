@@ -186,6 +186,7 @@ fn note_scan(report: &ScanReport, rescanned: bool, draft: &mut StepDraft) {
     if !report.unstable.is_empty() {
         draft.flags.push(StepFlag::UnstableFiles);
     }
+    crate::scan_notes::budget(report, draft);
     for p in &report.too_deep {
         // A marker, like a file over the size limit: rewind and fork leave it alone.
         output::warn(&format!(

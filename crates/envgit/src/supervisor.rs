@@ -103,6 +103,7 @@ pub fn run_step(
     }
     let mut wt = project.worktree(&store)?;
     let (before, _) = wt.full_scan(&store, None)?;
+    let facts = crate::project_facts::of(project, &wt)?;
     // The user's edits since the last step are theirs, not this command's.
     crate::outside::record_outside_edits(project, &mut store, &before)?;
     let mut step = crate::step::begin(&store, &line)?;
@@ -126,6 +127,7 @@ pub fn run_step(
         RunExtras {
             limit_notes: Some(notes_tx),
             git: git.clone(),
+            facts: Some(facts),
             ..RunExtras::default()
         },
     );
@@ -443,6 +445,9 @@ pub(crate) struct RunExtras {
     pub limit_notes: Option<std::sync::mpsc::Sender<String>>,
     /// The run's layer over `.git`, mounted as an overlay inside.
     pub git: Option<Arc<envgit_store::GitLayer>>,
+    /// The project's secrets and hard-linked files, from a scan just made; else from the stat
+    /// cache (`project_facts`).
+    pub facts: Option<envgit_sandbox::plan::ProjectFacts>,
 }
 
 /// Runs `argv` in the sandbox behind a gate of its own; `state` is the project's store
@@ -457,6 +462,7 @@ pub(crate) fn run_sandboxed(
     upstreams: &Upstreams,
     extras: RunExtras,
 ) -> CmdResult<(i32, Vec<GateEvent>)> {
+    let facts = crate::project_facts::given_or_cached(project, state, extras.facts)?;
     let uid = rustix::process::getuid().as_raw();
     let envgit_home = envgit_store::envgit_home()?;
     let staging = state
@@ -569,6 +575,7 @@ pub(crate) fn run_sandboxed(
         trust: Some(trust),
         envgit_exe: Some(exe.clone()),
         protected: protected.to_vec(),
+        facts,
     });
     let mut spec = spec;
     let limits = envgit_sandbox::limits::prepare(

@@ -126,6 +126,12 @@ impl<'a> ToolSteps<'a> {
         self.git.clone()
     }
 
+    /// The project's secrets and hard-linked files for the sandbox's plan, from the session's
+    /// first snapshot.
+    pub fn project_facts(&self) -> CmdResult<envgit_sandbox::plan::ProjectFacts> {
+        crate::project_facts::of(self.project, self.live.tree())
+    }
+
     /// The project's store directory (the sandbox keeps its home overlay there).
     pub fn state_dir(&self) -> PathBuf {
         self.store.dir().to_path_buf()

@@ -152,7 +152,7 @@ fn fsck_names_a_corrupt_object_and_the_steps_that_need_it() {
 }
 
 #[test]
-fn a_full_disk_fails_the_step_and_leaves_the_store_whole() {
+fn a_small_disk_is_never_filled_and_a_disk_full_anyway_fails_the_step_whole() {
     let env = Env::new();
     env.write("small.txt", "small");
     let big = env.tmp.path().join("big.bin");
@@ -161,6 +161,10 @@ fn a_full_disk_fails_the_step_and_leaves_the_store_whole() {
     let mnt = env.tmp.path().join("tiny");
     std::fs::create_dir_all(&mnt).unwrap();
     // A private mount namespace with a 1 MiB tmpfs as the store: nothing outside is touched.
+    // A 3 MiB file cannot fit: it becomes a marker and the disk keeps its reserve. Then the
+    // disk fills from elsewhere (a filler file leaving 16 KiB), and a step that must write
+    // more than that during its snapshot (300 new directories mean 300 new trees, which are
+    // written whatever the budget) fails whole with the disk-full message, the store intact.
     let script = format!(
         r#"set -u
 mount -t tmpfs -o size=1m tmpfs "{mnt}" || {{ echo MOUNT-FAILED; exit 0; }}
@@ -170,10 +174,18 @@ cd "{proj}"
 cp "{big}" big.bin
 "{bin}" record; echo "RECORD-EXIT=$?"
 "{bin}" log --json | grep -c '"number"' | sed 's/^/STEPS=/'
+stat -f -c 'FREE=%a*%S' "{mnt}"
 "{bin}" fsck >/dev/null 2>&1; echo "FSCK-EXIT=$?"
-rm big.bin
+dd if=/dev/zero of="{mnt}/filler" bs=4096 2>/dev/null
+truncate -s -16384 "{mnt}/filler"
+for i in $(seq 1 300); do mkdir "d$i"; echo "$i" > "d$i/f$i"; done
+"{bin}" record; echo "FULL-EXIT=$?"
+"{bin}" log --json | grep -c '"number"' | sed 's/^/STEPS-FULL=/'
+"{bin}" fsck >/dev/null 2>&1; echo "FSCK-FULL-EXIT=$?"
+rm "{mnt}/filler" big.bin
 "{bin}" record >/dev/null 2>&1; echo "AFTER-EXIT=$?"
 "{bin}" fsck >/dev/null 2>&1; echo "FSCK2-EXIT=$?"
+"{bin}" show @ --json | grep -c '"d300/f300"' | sed 's/^/CAPTURED=/'
 "#,
         mnt = mnt.display(),
         proj = env.project.display(),
@@ -191,17 +203,39 @@ rm big.bin
         "no private tmpfs: {stdout}{stderr}"
     );
     assert!(!stdout.contains("INIT-FAILED"), "{stdout}{stderr}");
-    assert!(stdout.contains("RECORD-EXIT=1"), "{stdout}{stderr}");
-    assert!(stderr.contains("the disk is full"), "{stderr}");
+    // The big file is a marker, the step recorded, the disk not filled.
+    assert!(stdout.contains("RECORD-EXIT=0"), "{stdout}{stderr}");
+    assert!(stdout.contains("STEPS=2"), "{stdout}{stderr}");
     assert!(
-        stdout.contains("STEPS=1"),
-        "a half-written step appeared: {stdout}"
+        stderr.contains("big.bin (3.0 MiB)") && stderr.contains("envgit keeps"),
+        "{stderr}"
+    );
+    let free = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("FREE="))
+        .and_then(|f| {
+            let (a, b) = f.split_once('*')?;
+            Some(a.parse::<u64>().ok()? * b.parse::<u64>().ok()?)
+        })
+        .unwrap_or_else(|| panic!("{stdout}"));
+    assert!(
+        free >= 32 << 10,
+        "the store left {free} bytes free: {stdout}"
     );
     assert!(stdout.contains("FSCK-EXIT=0"), "{stdout}{stderr}");
+    // Full anyway: the step fails, nothing half-written appears.
+    assert!(stdout.contains("FULL-EXIT=1"), "{stdout}{stderr}");
+    assert!(stderr.contains("the disk is full"), "{stderr}");
+    assert!(
+        stdout.contains("STEPS-FULL=2"),
+        "a half-written step appeared: {stdout}{stderr}"
+    );
+    assert!(stdout.contains("FSCK-FULL-EXIT=0"), "{stdout}{stderr}");
     assert!(
         stdout.contains("AFTER-EXIT=0") && stdout.contains("FSCK2-EXIT=0"),
         "{stdout}{stderr}"
     );
+    assert!(stdout.contains("CAPTURED=1"), "{stdout}{stderr}");
 }
 
 #[test]

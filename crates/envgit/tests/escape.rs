@@ -7,6 +7,7 @@ mod support;
 
 use std::io::Read;
 use std::path::Path;
+use std::process::Command;
 
 use support::{Env, Run};
 
@@ -168,6 +169,168 @@ fn links_to_a_secret_do_not_reach_it() {
         "a hard link to the secret was made"
     );
     assert_eq!(std::fs::read_to_string(&canary).unwrap(), CANARY);
+}
+
+#[test]
+fn a_hard_link_to_a_file_outside_the_project_is_read_only_inside() {
+    let env = project();
+    // The user linked a file from outside into the project (`ln ~/somefile project/x`, a
+    // pnpm store, `git clone --local`): same filesystem, outside the project, and not in
+    // the sandbox's view (the test's temporary directory is under the host's /tmp).
+    let outside = env.tmp.path().join("outside.txt");
+    std::fs::write(&outside, "original\n").unwrap();
+    std::fs::hard_link(&outside, env.path("linked.txt")).unwrap();
+    // Two links of one file, both in the project: nothing outside to protect.
+    env.write("pair-a.txt", "pair\n");
+    std::fs::hard_link(env.path("pair-a.txt"), env.path("pair-b.txt")).unwrap();
+    env.write("normal.txt", "normal\n");
+    let r = env.envgit(&["run", "sh", "-c", "echo pwned >> linked.txt; echo ran"]);
+    assert!(r.stdout.contains("ran"), "{}{}", r.stdout, r.stderr);
+    assert!(
+        r.stderr.contains("Read-only file system") || r.stderr.contains("Permission denied"),
+        "{}",
+        r.stderr
+    );
+    assert_eq!(std::fs::read_to_string(&outside).unwrap(), "original\n");
+    // Every other way to write through it fails too; the project's own files stay writable.
+    let r = attack(
+        &env,
+        "echo pwned > linked.txt; echo trunc=$?; chmod 600 linked.txt; echo chmod=$?; \
+         true > linked.txt; echo empty=$?; \
+         echo more >> normal.txt; echo normal=$?; echo more >> pair-b.txt; echo pair=$?",
+    );
+    for what in ["trunc", "empty"] {
+        assert!(
+            r.stdout.contains(&format!("{what}=")) && !r.stdout.contains(&format!("{what}=0\n")),
+            "{what} succeeded: {}{}",
+            r.stdout,
+            r.stderr
+        );
+    }
+    assert!(r.stdout.contains("normal=0\n"), "{}{}", r.stdout, r.stderr);
+    assert!(r.stdout.contains("pair=0\n"), "{}{}", r.stdout, r.stderr);
+    assert_eq!(std::fs::read_to_string(&outside).unwrap(), "original\n");
+    assert_eq!(env.read("normal.txt"), "normal\nmore\n");
+    assert_eq!(env.read("pair-a.txt"), "pair\nmore\n");
+}
+
+#[test]
+fn objects_hard_linked_by_git_clone_local_stay_intact_and_git_still_works() {
+    let env = Env::new();
+    let source = env.tmp.path().join("source");
+    std::fs::create_dir_all(&source).unwrap();
+    env.git(&source, &["init", "-q", "-b", "main"]);
+    std::fs::write(source.join("a.txt"), "a\n").unwrap();
+    env.git(&source, &["add", "-A"]);
+    env.git(&source, &["commit", "-q", "-m", "a"]);
+    std::fs::remove_dir_all(&env.project).unwrap();
+    // `--local` hard-links the source's objects into the clone.
+    env.git(
+        env.tmp.path(),
+        &[
+            "clone",
+            "-q",
+            "--local",
+            source.to_str().unwrap(),
+            "project",
+        ],
+    );
+    env.git(&env.project, &["config", "user.name", "agent"]);
+    env.git(
+        &env.project,
+        &["config", "user.email", "agent@example.invalid"],
+    );
+    env.init();
+    let head = support::head_of(&source);
+    let object = format!(".git/objects/{}/{}", &head[..2], &head[2..]);
+    let source_object = source.join(&object);
+    let before = std::fs::read(&source_object).unwrap();
+    assert_eq!(
+        std::os::unix::fs::MetadataExt::nlink(&std::fs::metadata(&source_object).unwrap()),
+        2,
+        "the clone did not hard-link its objects"
+    );
+    let r = attack(
+        &env,
+        &format!(
+            "chmod u+w {object}; echo chmod=$?; echo junk >> {object}; echo write=$?; \
+             echo b > b.txt && git add b.txt && git commit -qm b && echo commit=$?"
+        ),
+    );
+    // The write lands in the run's layer over `.git` (inside, the object was copied up):
+    // neither the repository it was cloned from nor the project's own object changes.
+    assert!(r.stdout.contains("commit=0\n"), "{}{}", r.stdout, r.stderr);
+    assert_eq!(std::fs::read(&source_object).unwrap(), before);
+    assert_eq!(std::fs::read(env.path(&object)).unwrap(), before);
+    assert!(
+        r.stderr.contains("objects are never rewritten"),
+        "{}",
+        r.stderr
+    );
+    let fsck = Command::new("git")
+        .args(["fsck", "--strict"])
+        .current_dir(&source)
+        .output()
+        .unwrap();
+    assert!(
+        fsck.status.success(),
+        "{}",
+        String::from_utf8_lossy(&fsck.stderr)
+    );
+}
+
+#[test]
+fn more_hard_links_to_outside_than_can_be_bound_refuse_the_run() {
+    let env = project();
+    let outside = env.tmp.path().join("store");
+    std::fs::create_dir_all(&outside).unwrap();
+    std::fs::create_dir_all(env.path("linked")).unwrap();
+    for i in 0..4100 {
+        let o = outside.join(format!("f{i}"));
+        std::fs::write(&o, "x").unwrap();
+        std::fs::hard_link(&o, env.path(&format!("linked/f{i}"))).unwrap();
+    }
+    let r = run(&env, "echo ran");
+    assert_eq!(r.code, 2, "{}{}", r.stdout, r.stderr);
+    assert!(!r.stdout.contains("ran"), "{}", r.stdout);
+    assert!(
+        r.stderr
+            .contains("4100 files in the project are hard links to files outside it"),
+        "{}",
+        r.stderr
+    );
+    assert!(r.stderr.contains("refusing to run"), "{}", r.stderr);
+}
+
+#[test]
+fn env_files_at_any_depth_and_in_excluded_directories_are_unreadable() {
+    let env = project();
+    let deep = "a/b/c/d/e/f/g/h/i/j/.env";
+    env.write(deep, CANARY);
+    env.write("node_modules/x/.env", CANARY);
+    env.write("node_modules/x/y/z/w/.env.production", CANARY);
+    env.write("target/debug/.npmrc", CANARY);
+    env.write("node_modules/x/.env.example", "EXAMPLE=1");
+    let r = attack(
+        &env,
+        &format!(
+            "cat {deep}; echo deep=$?; cat node_modules/x/.env; echo nm=$?; \
+             cat node_modules/x/y/z/w/.env.production; echo nmdeep=$?; \
+             cat target/debug/.npmrc; echo npmrc=$?; grep -r CANARY . 2>/dev/null; \
+             cat node_modules/x/.env.example; echo example=$?"
+        ),
+    );
+    for what in ["deep", "nm", "nmdeep", "npmrc"] {
+        assert!(
+            r.stdout.contains(&format!("{what}=")) && !r.stdout.contains(&format!("{what}=0\n")),
+            "{what} succeeded: {}{}",
+            r.stdout,
+            r.stderr
+        );
+    }
+    assert_no_canary(&r);
+    assert!(r.stdout.contains("EXAMPLE=1"), "{}", r.stdout);
+    assert_eq!(env.read(deep), CANARY);
 }
 
 #[test]

@@ -57,7 +57,7 @@ pub struct ProjectCfg {
     pub protected: Vec<String>,
 }
 
-/// The same scan configuration as the CLI's (`ScanConfig::new`), so the stat cache the CLI
+/// The same scan configuration as the CLI's (`ScanConfig::new`, `snapshot.budget`), so the stat cache the CLI
 /// saved is used.
 pub fn project_config(root: &Path) -> Result<ProjectCfg> {
     let path = root.join("envgit.yaml");
@@ -67,7 +67,7 @@ pub fn project_config(root: &Path) -> Result<ProjectCfg> {
         Policy::parse(&path.display().to_string(), &text).map_err(|e| anyhow::anyhow!("{e}"))?;
     let snap = &policy.snapshot;
     Ok(ProjectCfg {
-        scan: ScanConfig::new(&snap.exclude, snap.max_file_size)?,
+        scan: ScanConfig::new(&snap.exclude, snap.max_file_size)?.with_budget(Some(snap.budget)),
         policy_hash: policy.hash(),
         protected: PROTECTED_PATHS.iter().map(|p| p.to_string()).collect(),
     })

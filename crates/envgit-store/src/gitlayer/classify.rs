@@ -4,7 +4,7 @@
 /// How the import treats one path of the upper layer (relative to `.git`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Class {
-    /// Content-addressed and immutable (objects, packs): written when absent or different.
+    /// Content-addressed and immutable (objects, packs): written only when absent.
     Object,
     /// Plain data (logs, the `*_HEAD` files, messages): written as is.
     Data,

@@ -243,6 +243,14 @@ fn one(
     if cur == new {
         return;
     }
+    if class == Class::Object && cur.is_some() {
+        // An object is named by its content: one the host has is never rewritten (a write
+        // through it inside, say a hard link `clone --local` made, stays in the layer).
+        return drop(
+            rep,
+            "the host already has this object; objects are never rewritten".into(),
+        );
+    }
     if matches!(class, Class::Cas | Class::Head) {
         let before = pre.hashes.get(rel);
         if cur.as_deref().map(hash).as_ref() != before {

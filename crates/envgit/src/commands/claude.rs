@@ -177,6 +177,7 @@ pub fn run(dir: Option<&Path>, args: &ClaudeArgs) -> CmdResult<ExitCode> {
         tap: Some(tap_tx),
         limit_notes: None,
         git: steps.git_layer(),
+        facts: Some(steps.project_facts()?),
     };
     output::note(&format!(
         "Claude Code runs in envgit's sandbox and gate; each tool call is a step; its model \

@@ -297,7 +297,8 @@ fn record_fs(project: &Project, effect: Effect) -> CmdResult<()> {
 }
 
 /// The unreadable paths of the sandbox's mount plan, for `fs/*` calls.
-fn denied_reads(project: &Project, cwd: &Path) -> Vec<PathBuf> {
+fn denied_reads(project: &Project, cwd: &Path) -> CmdResult<Vec<PathBuf>> {
+    let facts = crate::project_facts::from_cache(project, &project.open_store()?)?;
     let uid = rustix::process::getuid().as_raw();
     let spec = envgit_sandbox::plan::plan(envgit_sandbox::plan::PlanInput {
         policy: &project.policy,
@@ -316,8 +317,9 @@ fn denied_reads(project: &Project, cwd: &Path) -> Vec<PathBuf> {
         envgit_exe: None,
         relay: None,
         protected: Vec::new(),
+        facts,
     });
-    spec.masks
+    Ok(spec.masks)
 }
 
 /// `$ENVGIT_CODEX_TRACE=FILE`: append the wire (`> ` in, `< ` out) to FILE.
@@ -370,7 +372,7 @@ pub fn exec_server(dir: Option<&Path>) -> CmdResult<ExitCode> {
         .map_err(|e| Failure::failed(format!("cannot find envgit's own binary: {e}")))?;
     let policy = FsPolicy {
         root: project.root.clone(),
-        deny_read: denied_reads(&project, &cwd),
+        deny_read: denied_reads(&project, &cwd)?,
         protected: project.protected_paths(),
     };
     let host = Arc::new(CodexHost { project, exe, cwd });

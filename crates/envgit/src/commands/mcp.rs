@@ -26,6 +26,8 @@ pub fn run(dir: Option<&Path>, args: &McpArgs) -> CmdResult<ExitCode> {
     // No downstream server runs yet: what changed since the last step is the user's.
     let (now, _) = wt.full_scan(&store, None)?;
     crate::outside::record_outside_edits(&project, &mut store, &now)?;
+    // The downstream servers' sandboxes read the project's secrets and hard links from it.
+    wt.save_cache(&store.stat_cache_path())?;
     // Before any downstream server runs: what every step puts protected paths back to.
     let copy =
         envgit_store::ProtectedCopy::take(store.dir(), &project.root, &project.protected_paths())?;
@@ -123,6 +125,7 @@ fn downstream(project: &Project, name: &str, events: Option<&Path>) -> CmdResult
     });
     let extras = supervisor::RunExtras {
         tap: forwarder.is_some().then_some(tap_tx),
+        facts: Some(crate::project_facts::from_cache(project, &store)?),
         ..Default::default()
     };
     let ran = supervisor::run_sandboxed(

@@ -1,0 +1,354 @@
+//! What the mount plan takes from the project's files, read from envgit's stat index (the
+//! pre-step scan, which already `lstat`s every entry) instead of a walk of its own:
+//!
+//! - the secrets to mask: `.env*` files and [`PROJECT_DENIES`] at any depth, and the paths the
+//!   policy's relative `deny_read` globs match. Directories the scan does not enter (excluded
+//!   by `snapshot.exclude`: `node_modules/`, `target/`, `.venv/`; too deep) are not in the
+//!   index, so they, and only they, are listed here by name: iteratively (any depth, no
+//!   recursion) and bounded ([`MAX_LISTED`] entries per step);
+//! - the regular files with hard links outside the project (`ln ~/file project/x`, a pnpm
+//!   store, `git clone --local`): a write through such a link changes the file outside, so
+//!   each is bound read-only over itself inside the sandbox. A file counts as linked outside
+//!   when the index holds fewer of its links than its `st_nlink` (links in excluded
+//!   directories count as outside: read-only is the safe side). At most [`MAX_LINK_BINDS`];
+//!   more refuses the run (fail closed) with the count and how to turn them into copies.
+//!   Files under the project's own `.git` are left out: inside it is an overlay, so a write
+//!   through one (a chmod + write to an object `clone --local` hard-linked) lands in the
+//!   run's layer, and the import never rewrites an object the host has.
+
+use std::collections::HashMap;
+use std::os::fd::AsFd;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+use envgit_policy::Policy;
+use ignore::gitignore::{Gitignore, GitignoreBuilder};
+
+use crate::plan::{PROJECT_DENIES, is_env_file};
+
+/// Read-only binds for hard-linked files: each is a mount in the sandbox's namespace (the
+/// kernel caps a namespace at `fs.mount-max`, 100,000 by default) and costs its setup time.
+pub const MAX_LINK_BINDS: usize = 4096;
+/// Entries listed in the directories the scan did not enter, per step. A `node_modules/` of a
+/// large monorepo holds a few hundred thousand; past this the rest is not searched (a
+/// warning says so) rather than a step costing seconds.
+pub const MAX_LISTED: usize = 1 << 20;
+
+/// What the pre-step scan saw at one path of the project.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Seen {
+    /// A regular file (captured, or a marker: too large, excluded, left out for the budget).
+    File { dev: u64, ino: u64, nlink: u64 },
+    /// A directory the scan read: its entries are in the index too.
+    Dir,
+    /// A directory the scan did not enter (excluded, too deep): listed by name here.
+    Unwalked,
+    /// Anything else: a symlink, a socket, what could not be read.
+    Other,
+}
+
+/// The project as envgit's pre-step scan saw it.
+pub trait ProjectIndex {
+    /// Calls `f` once per entry with its path relative to the project root.
+    fn visit(&self, f: &mut dyn FnMut(&[u8], Seen));
+}
+
+/// What the plan needs of the project's files.
+#[derive(Clone, Debug, Default)]
+pub struct ProjectFacts {
+    /// Masked (absolute paths).
+    pub secrets: Vec<PathBuf>,
+    /// Regular files with links outside the project: bound read-only (absolute paths).
+    pub linked_out: Vec<PathBuf>,
+    /// What the search could not cover, for a warning.
+    pub notes: Vec<String>,
+}
+
+fn is_secret_name(name: &[u8]) -> bool {
+    // Every such name starts with a dot: most names are out after one byte.
+    name.first() == Some(&b'.')
+        && std::str::from_utf8(name).is_ok_and(|n| is_env_file(n) || PROJECT_DENIES.contains(&n))
+}
+
+/// Below a `.git` directory (its objects are data, never searched for secrets).
+fn under_git(rel: &[u8]) -> bool {
+    let mut parts = rel.split(|&b| b == b'/');
+    parts.next_back();
+    parts.any(|p| p == b".git")
+}
+
+fn last_name(rel: &[u8]) -> &[u8] {
+    rel.rsplit(|&b| b == b'/').next().unwrap_or(rel)
+}
+
+fn abs(project: &Path, rel: &[u8]) -> PathBuf {
+    project.join(std::ffi::OsStr::from_bytes(rel))
+}
+
+/// The policy's `deny_read` globs relative to the project.
+fn project_globs(policy: &Policy, project: &Path) -> Option<Gitignore> {
+    let mut b = GitignoreBuilder::new(project);
+    let mut any = false;
+    for d in &policy.filesystem.deny_read {
+        if d.starts_with("~/") || d.starts_with('/') || !d.contains(['*', '?', '[']) {
+            continue;
+        }
+        any |= b.add_line(None, d).is_ok();
+    }
+    if !any {
+        return None;
+    }
+    b.build().ok()
+}
+
+/// The secrets to mask and the hard-linked files to make read-only, from `index`.
+pub fn project_facts(
+    policy: &Policy,
+    project: &Path,
+    index: &dyn ProjectIndex,
+) -> Result<ProjectFacts, String> {
+    let globs = project_globs(policy, project);
+    let matches = |p: &Path, is_dir: bool| {
+        globs
+            .as_ref()
+            .is_some_and(|g| g.matched(p, is_dir).is_ignore())
+    };
+    let mut facts = ProjectFacts::default();
+    let mut unwalked: Vec<Vec<u8>> = Vec::new();
+    // (dev, ino) -> (st_nlink, the links the index holds)
+    let mut linked: HashMap<(u64, u64), (u64, Vec<PathBuf>)> = HashMap::new();
+    index.visit(&mut |rel, seen| {
+        if let Seen::File { dev, ino, nlink } = seen
+            && nlink > 1
+            && !rel.starts_with(b".git/")
+        {
+            linked
+                .entry((dev, ino))
+                .or_insert_with(|| (nlink, Vec::new()))
+                .1
+                .push(abs(project, rel));
+        }
+        let is_dir = matches!(seen, Seen::Dir | Seen::Unwalked);
+        let secret = !is_dir && is_secret_name(last_name(rel));
+        if (secret || globs.is_some() || seen == Seen::Unwalked) && !under_git(rel) {
+            if secret || (globs.is_some() && matches(&abs(project, rel), is_dir)) {
+                facts.secrets.push(abs(project, rel));
+            }
+            if seen == Seen::Unwalked && last_name(rel) != b".git" {
+                unwalked.push(rel.to_vec());
+            }
+        }
+    });
+    list_unwalked(project, unwalked, globs.is_some(), &matches, &mut facts);
+    let mut out: Vec<PathBuf> = linked
+        .into_values()
+        .filter(|(nlink, paths)| (paths.len() as u64) < *nlink)
+        .flat_map(|(_, paths)| paths)
+        .collect();
+    out.sort();
+    if out.len() > MAX_LINK_BINDS {
+        let some: Vec<String> = out
+            .iter()
+            .take(3)
+            .map(|p| p.strip_prefix(project).unwrap_or(p).display().to_string())
+            .collect();
+        return Err(format!(
+            "{} files in the project are hard links to files outside it ({}, …): a write \
+             through one would change the file outside, and envgit makes each read-only in \
+             the sandbox, but at most {MAX_LINK_BINDS}; refusing to run. Make them copies: \
+             git objects from `git clone --local`: `git repack -a -d` in the project; a pnpm \
+             store: `pnpm config set package-import-method copy` and reinstall; other files: \
+             copy each over itself (`find . -type f -links +1` lists them)",
+            out.len(),
+            some.join(", ")
+        ));
+    }
+    facts.linked_out = out;
+    facts.secrets.sort();
+    facts.secrets.dedup();
+    Ok(facts)
+}
+
+/// Lists the directories the scan did not enter, depth first with an explicit stack, at most
+/// [`MAX_LISTED`] entries. Each is opened beneath the project without following a symlink
+/// (a directory swapped for a link since the scan is skipped), and read with `getdents`:
+/// subdirectories are known from the entry's type, nothing is `stat`ed, and a path is built
+/// only for a subdirectory or a match.
+fn list_unwalked(
+    project: &Path,
+    mut stack: Vec<Vec<u8>>,
+    globs: bool,
+    matches: &dyn Fn(&Path, bool) -> bool,
+    facts: &mut ProjectFacts,
+) {
+    use rustix::fs::{Dir, FileType, Mode, OFlags, ResolveFlags};
+    if stack.is_empty() {
+        return;
+    }
+    let Ok(root) = rustix::fs::open(
+        project,
+        OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    ) else {
+        return;
+    };
+    let mut listed = 0usize;
+    while let Some(rel) = stack.pop() {
+        let Ok(fd) = rustix::fs::openat2(
+            &root,
+            std::ffi::OsStr::from_bytes(&rel),
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+            ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
+        ) else {
+            continue;
+        };
+        let Ok(mut dir) = Dir::new(fd) else { continue };
+        while let Some(Ok(e)) = dir.read() {
+            let name = e.file_name().to_bytes();
+            if name == b"." || name == b".." {
+                continue;
+            }
+            listed += 1;
+            if listed > MAX_LISTED {
+                facts.notes.push(format!(
+                    "the directories snapshot.exclude leaves out hold more than {MAX_LISTED} \
+                     entries: .env files past that (in {} and {} more directories) were not \
+                     searched and are readable inside",
+                    abs(project, &rel).display(),
+                    stack.len()
+                ));
+                return;
+            }
+            let is_dir = match e.file_type() {
+                FileType::Directory => true,
+                FileType::Unknown => rustix::fs::statat(
+                    dir.fd().ok().as_ref().map_or(root.as_fd(), |d| d.as_fd()),
+                    e.file_name(),
+                    rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
+                )
+                .is_ok_and(|st| FileType::from_raw_mode(st.st_mode) == FileType::Directory),
+                _ => false,
+            };
+            let child = || {
+                let mut c = Vec::with_capacity(rel.len() + 1 + name.len());
+                c.extend_from_slice(&rel);
+                c.push(b'/');
+                c.extend_from_slice(name);
+                c
+            };
+            if (!is_dir && is_secret_name(name))
+                || (globs && matches(&abs(project, &child()), is_dir))
+            {
+                facts.secrets.push(abs(project, &child()));
+            }
+            if is_dir && name != b".git" {
+                stack.push(child());
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Fixed(Vec<(&'static str, Seen)>);
+
+    impl ProjectIndex for Fixed {
+        fn visit(&self, f: &mut dyn FnMut(&[u8], Seen)) {
+            for (p, s) in &self.0 {
+                f(p.as_bytes(), *s);
+            }
+        }
+    }
+
+    fn file(ino: u64, nlink: u64) -> Seen {
+        Seen::File { dev: 1, ino, nlink }
+    }
+
+    fn policy(yaml: &str) -> Policy {
+        Policy::parse("envgit.yaml", &format!("version: 1\n{yaml}")).unwrap()
+    }
+
+    #[test]
+    fn secrets_at_any_depth_and_links_to_outside() {
+        let deep = "a/b/c/d/e/f/g/h/i/j/.env";
+        let index = Fixed(vec![
+            (".env", file(1, 1)),
+            (".env.example", file(2, 1)),
+            (deep, file(3, 1)),
+            ("sub/.npmrc", file(4, 1)),
+            (".git/objects/.env", file(5, 1)),
+            ("keys/id.pem", file(6, 1)),
+            // Two links of one inode, both in the project: writable.
+            ("both/a", file(7, 2)),
+            ("both/b", file(7, 2)),
+            // One link of two in the project: the other is outside.
+            ("linked.txt", file(8, 2)),
+            (".git/objects/ab/cdef", file(9, 3)),
+            ("dir", Seen::Dir),
+        ]);
+        let p = policy("filesystem:\n  deny_read: [\"keys/*.pem\"]\n");
+        let root = Path::new("/proj");
+        let facts = project_facts(&p, root, &index).unwrap();
+        let rel: Vec<&Path> = facts
+            .secrets
+            .iter()
+            .map(|s| s.strip_prefix(root).unwrap())
+            .collect();
+        assert_eq!(
+            rel,
+            [
+                Path::new(".env"),
+                Path::new(deep),
+                Path::new("keys/id.pem"),
+                Path::new("sub/.npmrc")
+            ]
+        );
+        assert_eq!(
+            facts.linked_out,
+            [root.join(".git/objects/ab/cdef"), root.join("linked.txt")]
+        );
+    }
+
+    #[test]
+    fn too_many_links_outside_refuse_the_run() {
+        let names: Vec<&'static str> = (0..=MAX_LINK_BINDS)
+            .map(|i| &*Box::leak(format!("f{i}").into_boxed_str()))
+            .collect();
+        let index = Fixed(
+            names
+                .iter()
+                .enumerate()
+                .map(|(i, n)| (*n, file(i as u64, 2)))
+                .collect(),
+        );
+        let e = project_facts(&policy(""), Path::new("/proj"), &index).unwrap_err();
+        assert!(e.contains(&format!("{} files", MAX_LINK_BINDS + 1)), "{e}");
+        assert!(e.contains("git repack -a -d"), "{e}");
+    }
+
+    #[test]
+    fn excluded_directories_are_listed_by_name() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path();
+        std::fs::create_dir_all(root.join("node_modules/x/y")).unwrap();
+        std::fs::write(root.join("node_modules/x/.env"), "S").unwrap();
+        std::fs::write(root.join("node_modules/x/y/.env.local"), "S").unwrap();
+        std::fs::write(root.join("node_modules/x/y/.env.sample"), "S").unwrap();
+        std::fs::create_dir_all(root.join("node_modules/.git")).unwrap();
+        std::fs::write(root.join("node_modules/.git/.env"), "S").unwrap();
+        std::os::unix::fs::symlink("/etc", root.join("node_modules/etc")).unwrap();
+        let index = Fixed(vec![("node_modules", Seen::Unwalked)]);
+        let facts = project_facts(&policy(""), root, &index).unwrap();
+        assert_eq!(
+            facts.secrets,
+            [
+                root.join("node_modules/x/.env"),
+                root.join("node_modules/x/y/.env.local")
+            ]
+        );
+        assert!(facts.notes.is_empty());
+    }
+}

@@ -1,0 +1,78 @@
+//! The sandbox plan's facts about the project's files (secrets to mask, files hard-linked to
+//! outside it), taken from the stat index of the scan a step already made: no walk of its own.
+
+use envgit_sandbox::plan::{ProjectFacts, ProjectIndex, Seen, project_facts};
+use envgit_store::{EntryKind, MarkerReason, Store, WorkTree};
+
+use crate::failure::{CmdResult, Failure};
+use crate::output;
+use crate::project::Project;
+
+/// A scanned [`WorkTree`] as the plan reads it.
+struct Index<'a>(&'a WorkTree);
+
+impl ProjectIndex for Index<'_> {
+    fn visit(&self, f: &mut dyn FnMut(&[u8], Seen)) {
+        let mut rel = Vec::new();
+        for (dir, e) in self.0.entries() {
+            rel.clear();
+            if !dir.is_empty() {
+                rel.extend_from_slice(dir);
+                rel.push(b'/');
+            }
+            rel.extend_from_slice(&e.entry.name);
+            let st = &e.stat;
+            let file = Seen::File {
+                dev: st.dev,
+                ino: st.ino,
+                nlink: u64::from(st.nlink),
+            };
+            let seen = match e.entry.kind {
+                EntryKind::File => file,
+                EntryKind::Dir => Seen::Dir,
+                EntryKind::Symlink => Seen::Other,
+                // A marker keeps the lstat of what it stands for.
+                EntryKind::Marker(MarkerReason::Excluded | MarkerReason::TooDeep)
+                    if st.is_dir() =>
+                {
+                    Seen::Unwalked
+                }
+                EntryKind::Marker(_) if st.is_file() => file,
+                EntryKind::Marker(_) => Seen::Other,
+            };
+            f(&rel, seen);
+        }
+    }
+}
+
+/// From `wt`, just scanned; warns about what the search could not cover.
+pub(crate) fn of(project: &Project, wt: &WorkTree) -> CmdResult<ProjectFacts> {
+    let facts =
+        project_facts(&project.policy, &project.root, &Index(wt)).map_err(Failure::usage)?;
+    for n in &facts.notes {
+        output::warn(n);
+    }
+    Ok(facts)
+}
+
+/// From the stat cache the last step saved (a scan first if there is none), for a sandbox
+/// started without a step's own scan at hand.
+pub(crate) fn from_cache(project: &Project, store: &Store) -> CmdResult<ProjectFacts> {
+    let mut wt = project.worktree(store)?;
+    if wt.root_tree().is_none() {
+        wt.full_scan(store, None)?;
+    }
+    of(project, &wt)
+}
+
+/// `given` (a step's own scan), else [`from_cache`] with the store at `store_dir`.
+pub(crate) fn given_or_cached(
+    project: &Project,
+    store_dir: &std::path::Path,
+    given: Option<ProjectFacts>,
+) -> CmdResult<ProjectFacts> {
+    match given {
+        Some(f) => Ok(f),
+        None => from_cache(project, &Store::open(store_dir)?),
+    }
+}
