@@ -106,12 +106,10 @@ impl OpenStep {
             && let Some(before) = s.before
             && !matches!(snapshot, Snapshot::Tree(_))
         {
+            let changes = envgit_store::diff_entries(store, Some(&before), Some(&tree))?;
+            note_gitmodules(&changes, &mut draft);
             // Repositories the step made or changed inside the project: their code goes back.
-            let nested = envgit_store::nested_git_code_paths(&envgit_store::diff_entries(
-                store,
-                Some(&before),
-                Some(&tree),
-            )?);
+            let nested = envgit_store::nested_git_code_paths(&changes);
             let (rewritten, unfiltered) =
                 crate::git_layer::filter_nested_configs(store, &before, &nested, &mut draft)?;
             if rewritten {
@@ -200,5 +198,16 @@ fn note_scan(report: &ScanReport, rescanned: bool, draft: &mut StepDraft) {
     }
     if rescanned {
         draft.flags.push(StepFlag::WatcherFallback);
+    }
+}
+
+/// `.gitmodules` names where the host's `git submodule update` fetches from: a change to it is
+/// data git keeps, but the user should know before running submodule commands.
+fn note_gitmodules(changes: &[envgit_store::EntryDiff], draft: &mut StepDraft) {
+    if changes.iter().any(|c| c.path == b".gitmodules") {
+        let note = ".gitmodules changed during the step: check its submodule URLs before \
+                    running `git submodule` on the host";
+        output::warn(note);
+        draft.notes.push(note.to_string());
     }
 }

@@ -253,8 +253,8 @@ fn objects_hard_linked_by_git_clone_local_stay_intact_and_git_still_works() {
     let r = attack(
         &env,
         &format!(
-            "chmod u+w {object}; echo chmod=$?; echo junk >> {object}; echo write=$?; \
-             echo b > b.txt && git add b.txt && git commit -qm b && echo commit=$?"
+            "echo b > b.txt && git add b.txt && git commit -qm b && echo commit=$?; \
+             chmod u+w {object}; echo chmod=$?; echo junk >> {object}; echo write=$?"
         ),
     );
     // The write lands in the run's layer over `.git` (inside, the object was copied up):

@@ -446,3 +446,20 @@ fn locks_left_inside_never_block_the_hosts_git_and_the_hostname_is_the_hosts() {
     std::fs::write(env.path("a.txt"), "on the host\n").unwrap();
     host_git(&env, &env.project, &["commit", "-q", "-am", "host"]);
 }
+
+/// A change to `.gitmodules` (where the host's `git submodule update` fetches from) is said
+/// on the step.
+#[test]
+fn a_changed_gitmodules_is_said_on_the_step() {
+    let env = project();
+    let out = env.envgit(&[
+        "run",
+        "sh",
+        "-c",
+        "printf '[submodule \"x\"]\\n\\tpath = x\\n\\turl = https://evil.example/x.git\\n' > .gitmodules && echo wrote",
+    ]);
+    assert!(out.stdout.contains("wrote"), "{}{}", out.stdout, out.stderr);
+    assert!(out.stderr.contains(".gitmodules changed"), "{}", out.stderr);
+    let step = &env.log_json()[0];
+    assert!(step.to_string().contains(".gitmodules changed"), "{step}");
+}

@@ -109,7 +109,10 @@ fn downstream(project: &Project, name: &str, events: Option<&Path>) -> CmdResult
             argv
         }
     };
-    let protected = project.protected_paths();
+    // The server's writes into `.git` land in a layer of its own, imported as data when it
+    // ends (or by the next command, if this process is killed).
+    let git = crate::git_layer::open(store.dir(), &project.root)?;
+    let protected = crate::git_layer::protected_under(git.as_deref(), project.protected_paths());
     let upstreams = Upstreams::new(&[], None)?;
     let (tap_tx, tap_rx) = std::sync::mpsc::channel();
     let forwarder = events.and_then(|path| match Forwarder::start(path, tap_rx) {
@@ -126,6 +129,7 @@ fn downstream(project: &Project, name: &str, events: Option<&Path>) -> CmdResult
     let extras = supervisor::RunExtras {
         tap: forwarder.is_some().then_some(tap_tx),
         facts: Some(crate::project_facts::from_cache(project, &store)?),
+        git: git.clone(),
         ..Default::default()
     };
     let ran = supervisor::run_sandboxed(
@@ -137,6 +141,7 @@ fn downstream(project: &Project, name: &str, events: Option<&Path>) -> CmdResult
         &upstreams,
         extras,
     );
+    crate::git_layer::finish(git);
     // Whatever happened, what the gate recorded goes to envgit mcp first.
     let (code, rest) = match ran {
         Ok((code, rest)) => (Ok(code), rest),
