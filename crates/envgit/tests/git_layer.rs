@@ -29,23 +29,6 @@ fn project() -> Env {
     env
 }
 
-/// The host's own git in `dir`, as the user would run it (their home, no system config).
-fn host_git(env: &Env, dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .args(args)
-        .current_dir(dir)
-        .env("HOME", env.user_home())
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
 /// `printf` text for a config that runs `echo pwned >> marker` from `git status`.
 fn fsmonitor_config(marker: &Path) -> String {
     format!(
@@ -90,14 +73,11 @@ fn the_agents_commits_and_identity_arrive_its_code_does_not() {
     );
 
     // The data arrived: the commit, the branch, the identity and the remote.
-    let log = host_git(&env, &env.project, &["log", "--format=%s", "main"]);
+    let log = env.git(&env.project, &["log", "--format=%s", "main"]);
     assert_eq!(log, "from the agent\nfirst\n");
+    assert_eq!(env.git(&env.project, &["config", "user.name"]), "Agent\n");
     assert_eq!(
-        host_git(&env, &env.project, &["config", "user.name"]),
-        "Agent\n"
-    );
-    assert_eq!(
-        host_git(&env, &env.project, &["remote", "get-url", "origin"]),
+        env.git(&env.project, &["remote", "get-url", "origin"]),
         "https://git.example.invalid/app.git\n"
     );
     // The code did not: none of these keys or files is in the host's `.git`.
@@ -130,9 +110,9 @@ fn the_agents_commits_and_identity_arrive_its_code_does_not() {
     assert!(step.to_string().contains("git.data-only"), "{step}");
 
     // The host's git, as the user runs it next: nothing of the agent's runs.
-    host_git(&env, &env.project, &["status", "--short"]);
+    env.git(&env.project, &["status", "--short"]);
     std::fs::write(env.path("a.txt"), "changed on the host\n").unwrap();
-    host_git(&env, &env.project, &["commit", "-q", "-am", "host commit"]);
+    env.git(&env.project, &["commit", "-q", "-am", "host commit"]);
     assert!(!marker.exists(), "the host ran code the agent wrote");
 }
 
@@ -176,16 +156,12 @@ fn a_repository_made_inside_the_project_keeps_its_data_not_its_code() {
     }
     // Its data stayed: the host's git reads the nested history.
     assert_eq!(
-        host_git(&env, &env.path("vendor/x"), &["log", "--format=%s"]),
+        env.git(&env.path("vendor/x"), &["log", "--format=%s"]),
         "vendored\n"
     );
     // The host's `git status` recurses into the gitlink: nothing of the agent's runs.
-    host_git(&env, &env.project, &["status"]);
-    host_git(
-        &env,
-        &env.path("vendor/x"),
-        &["checkout", "-q", "-b", "other"],
-    );
+    env.git(&env.project, &["status"]);
+    env.git(&env.path("vendor/x"), &["checkout", "-q", "-b", "other"]);
     assert!(!marker.exists(), "the host ran code the agent wrote");
     let step = &env.log_json()[0];
     assert!(flags(step).contains(&"git_dropped".to_string()), "{step}");
@@ -224,14 +200,14 @@ fn a_ref_the_user_moved_during_the_step_keeps_the_users_value() {
     wait_for(&env.path("READY"));
     // The user commits on the host while the step runs.
     std::fs::write(env.path("a.txt"), "the user's\n").unwrap();
-    host_git(&env, &env.project, &["commit", "-q", "-am", "user"]);
-    let users = host_git(&env, &env.project, &["rev-parse", "main"]);
+    env.git(&env.project, &["commit", "-q", "-am", "user"]);
+    let users = env.git(&env.project, &["rev-parse", "main"]);
     std::fs::write(env.path("GO"), "").unwrap();
     let out = child.wait_with_output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(String::from_utf8_lossy(&out.stdout).contains("committed"));
     assert_eq!(
-        host_git(&env, &env.project, &["rev-parse", "main"]),
+        env.git(&env.project, &["rev-parse", "main"]),
         users,
         "the user's commit was overwritten: {stderr}"
     );
@@ -258,7 +234,7 @@ fn after_a_kill_9_the_next_command_imports_the_steps_git_data() {
     wait_for(&env.path("READY"));
     // Nothing reached the host's `.git` while the step ran.
     assert_eq!(
-        host_git(&env, &env.project, &["log", "--format=%s", "main"]),
+        env.git(&env.project, &["log", "--format=%s", "main"]),
         "first\n"
     );
     child.kill().unwrap();
@@ -268,7 +244,7 @@ fn after_a_kill_9_the_next_command_imports_the_steps_git_data() {
     let log = env.envgit(&["log", "--json"]);
     assert_eq!(log.code, 0, "{}", log.stderr);
     assert_eq!(
-        host_git(&env, &env.project, &["log", "--format=%s", "main"]),
+        env.git(&env.project, &["log", "--format=%s", "main"]),
         "before the kill\nfirst\n",
         "{}",
         log.stderr
@@ -371,7 +347,7 @@ fn a_token_in_the_repositorys_config_stays_outside_and_reaches_only_its_host() {
     );
     // The host's own config is unchanged.
     assert_eq!(
-        host_git(&env, &env.project, &["remote", "get-url", "origin"]),
+        env.git(&env.project, &["remote", "get-url", "origin"]),
         format!("{url}\n")
     );
 }
@@ -444,7 +420,7 @@ fn locks_left_inside_never_block_the_hosts_git_and_the_hostname_is_the_hosts() {
         assert!(!env.path(p).exists(), "{p} reached the host");
     }
     std::fs::write(env.path("a.txt"), "on the host\n").unwrap();
-    host_git(&env, &env.project, &["commit", "-q", "-am", "host"]);
+    env.git(&env.project, &["commit", "-q", "-am", "host"]);
 }
 
 /// A change to `.gitmodules` (where the host's `git submodule update` fetches from) is said

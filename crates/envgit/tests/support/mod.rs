@@ -140,7 +140,7 @@ impl Env {
         );
     }
 
-    pub fn git(&self, dir: &Path, args: &[&str]) {
+    pub fn git(&self, dir: &Path, args: &[&str]) -> String {
         let out = Command::new("git")
             .args(args)
             .current_dir(dir)
@@ -157,6 +157,7 @@ impl Env {
             "git {args:?}: {}",
             String::from_utf8_lossy(&out.stderr)
         );
+        String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
     /// `envgit init` in the project.
