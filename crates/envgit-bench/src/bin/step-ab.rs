@@ -42,9 +42,9 @@ fn pct(sorted: &[Duration], p: f64) -> f64 {
 }
 
 /// A project with `files` files of 4 KiB in directories of 100, committed to git (so the run
-/// has a `.git` to layer), and an envgit store per binary.
+/// has a `.git` to layer), in two identical copies, one per binary.
 struct Project {
-    dir: PathBuf,
+    dirs: [PathBuf; 2],
     homes: [PathBuf; 2],
 }
 
@@ -70,20 +70,24 @@ fn project(root: &Path, name: &str, files: usize, bins: &[PathBuf; 2]) -> Result
     git(&["init", "-q", "-b", "main"])?;
     git(&["add", "-A"])?;
     git(&["commit", "-q", "-m", "tree"])?;
+    // One copy per binary: each has its own envgit.yaml and store.
+    let copy = root.join(format!("{name}-1"));
+    run_ok(Command::new("cp").arg("-a").arg(&dir).arg(&copy))?;
+    let dirs = [dir, copy];
     let homes = [
         root.join(format!("{name}-h0")),
         root.join(format!("{name}-h1")),
     ];
-    for (bin, home) in bins.iter().zip(&homes) {
+    for ((bin, home), dir) in bins.iter().zip(&homes).zip(&dirs) {
         run_ok(
             Command::new(bin)
                 .arg("init")
-                .current_dir(&dir)
+                .current_dir(dir)
                 .env("ENVGIT_HOME", home),
         )
         .with_context(|| format!("{} init", bin.display()))?;
     }
-    Ok(Project { dir, homes })
+    Ok(Project { dirs, homes })
 }
 
 /// `runs` alternating runs of `f(0)` and `f(1)` after one warm-up each; sorted times.
@@ -129,14 +133,18 @@ fn main() -> Result<()> {
         .map(|v| v.parse())
         .transpose()?
         .unwrap_or(100_000);
-    let bins = [PathBuf::from(before), PathBuf::from(after)];
+    // Absolute: each binary runs in the projects' own directories.
+    let bins = [
+        std::fs::canonicalize(&before).with_context(|| before.clone())?,
+        std::fs::canonicalize(&after).with_context(|| after.clone())?,
+    ];
     let tmp = tempfile::tempdir()?;
 
     let small = project(tmp.path(), "small", 1, &bins)?;
     let eg = |p: &Project, k: usize, argv: &[&str]| {
         let mut c = Command::new(&bins[k]);
         c.args(argv)
-            .current_dir(&p.dir)
+            .current_dir(&p.dirs[k])
             .env("ENVGIT_HOME", &p.homes[k]);
         c
     };
@@ -147,7 +155,7 @@ fn main() -> Result<()> {
         let mut bw = Vec::with_capacity(runs);
         for _ in 0..runs {
             let t = Instant::now();
-            run_ok(&mut bwrap_cmd(&small.dir))?;
+            run_ok(&mut bwrap_cmd(&small.dirs[1]))?;
             bw.push(t.elapsed());
         }
         bw.sort();

@@ -5,7 +5,6 @@
 //! command ([`recover`]): the host's `.git` never held anything unsafe, so a crash loses at
 //! most the agent's unimported data, never lets its code in.
 
-use std::io::Write;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -97,9 +96,7 @@ impl GitLayer {
     /// and taken as the config the step began from.
     pub fn hide_config(&self, hidden: &super::HiddenConfig) -> Result<()> {
         let file = self.upper().join("config");
-        let mut f = std::fs::File::create(&file).at(&file)?;
-        f.write_all(&hidden.text).at(&file)?;
-        f.sync_data().at(&file)?;
+        std::fs::write(&file, &hidden.text).at(&file)?;
         {
             let mut pre = self.pre.lock().unwrap_or_else(|p| p.into_inner());
             pre.config = hidden.text.clone();
@@ -110,18 +107,21 @@ impl GitLayer {
 
     /// Brings the data the sandbox wrote since the last import into the host's `.git`.
     pub fn import(&self) -> Result<GitImport> {
-        let mut pre = self.pre.lock().unwrap_or_else(|p| p.into_inner());
-        let git_dir = self.git_dir();
-        let report = import(&git_dir, &self.upper(), &mut pre).at(&git_dir)?;
-        drop(pre);
+        let report = self.import_unsaved()?;
         self.save()?;
         Ok(report)
     }
 
+    fn import_unsaved(&self) -> Result<GitImport> {
+        let mut pre = self.pre.lock().unwrap_or_else(|p| p.into_inner());
+        let git_dir = self.git_dir();
+        Ok(import(&git_dir, &self.upper(), &mut pre).at(&git_dir)?)
+    }
+
     /// The run is over (its sandbox, and so the overlay, is gone): a last import, then the
-    /// layer is removed.
+    /// layer is removed (its state is not saved again: nothing will read it).
     pub fn finish(self) -> Result<GitImport> {
-        let report = self.import()?;
+        let report = self.import_unsaved()?;
         remove_layer_dir(&self.dir);
         Ok(report)
     }
@@ -134,9 +134,10 @@ impl GitLayer {
         };
         let bytes = serde_json::to_vec(&saved).map_err(|e| StoreError::corrupt(e.to_string()))?;
         let tmp = self.dir.join("layer.json.tmp");
-        let mut f = std::fs::File::create(&tmp).at(&tmp)?;
-        f.write_all(&bytes).at(&tmp)?;
-        f.sync_data().at(&tmp)?;
+        // No fsync: the file is for a later command after this process is killed (the page
+        // cache survives that); after a power loss the layer is only not imported, which
+        // loses the step's git data, never lets code in.
+        std::fs::write(&tmp, &bytes).at(&tmp)?;
         let file = self.dir.join("layer.json");
         std::fs::rename(&tmp, &file).at(&file)
     }

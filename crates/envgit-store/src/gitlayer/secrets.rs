@@ -50,6 +50,13 @@ pub fn hide_secrets(
     text: &[u8],
     mut token: impl FnMut() -> String,
 ) -> Result<HiddenConfig, String> {
+    if !may_hold_secret(text) {
+        // The common case, and every step pays it: no git process to spawn.
+        return Ok(HiddenConfig {
+            text: text.to_vec(),
+            ..HiddenConfig::default()
+        });
+    }
     let entries = config::read(text)?;
     let mut out = HiddenConfig {
         text: text.to_vec(),
@@ -88,6 +95,14 @@ pub fn hide_secrets(
     out.placeholders.sort();
     out.placeholders.dedup();
     Ok(out)
+}
+
+/// Whether `text` could hold a credential this module hides: userinfo in a URL (`@` after
+/// `://`) or an extra header. A superset, checked on the raw bytes (case-insensitively).
+fn may_hold_secret(text: &[u8]) -> bool {
+    let lower = text.to_ascii_lowercase();
+    let has = |needle: &[u8]| lower.windows(needle.len()).any(|w| w == needle);
+    has(b"extraheader") || (has(b"://") && has(b"@"))
 }
 
 fn is_url_key(key: &str) -> bool {
