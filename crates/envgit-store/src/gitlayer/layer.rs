@@ -115,7 +115,7 @@ impl GitLayer {
     fn import_unsaved(&self) -> Result<GitImport> {
         let mut pre = self.pre.lock().unwrap_or_else(|p| p.into_inner());
         let git_dir = self.git_dir();
-        Ok(import(&git_dir, &self.upper(), &mut pre).at(&git_dir)?)
+        import(&git_dir, &self.upper(), &mut pre).at(&git_dir)
     }
 
     /// The run is over (its sandbox, and so the overlay, is gone): a last import, then the
