@@ -10,7 +10,7 @@ use crate::exclude::Excludes;
 use crate::id::{ObjectId, ObjectKind};
 use crate::reach;
 use crate::restore::{self, RestoreOptions};
-use crate::step::{Origin, Step, StepDraft, StepKind, now_ms};
+use crate::step::{Origin, StepDraft, StepKind, now_ms};
 use crate::store::Store;
 use crate::tree::{EntryKind, Tree, TreeEntry};
 
@@ -22,12 +22,14 @@ pub struct ForkOptions<'a> {
     pub policy_hash: Option<String>,
 }
 
+/// Materializes step N into `dir` with a new store of its own; returns that store, the tree
+/// and the draft of its first step, which the caller's step lifecycle commits.
 pub fn fork(
     origin: &Store,
     dir: &Path,
     new_store_dir: &Path,
     opts: &ForkOptions<'_>,
-) -> Result<(Store, Step)> {
+) -> Result<(Store, ObjectId, StepDraft)> {
     let mut tree = origin.step_tree(opts.step)?;
     let started = now_ms();
     std::fs::create_dir_all(dir).at(dir)?;
@@ -38,7 +40,7 @@ pub fn fork(
         )));
     }
     let canonical = dir.canonicalize().at(dir)?;
-    let mut store = Store::create(new_store_dir, &canonical)?;
+    let store = Store::create(new_store_dir, &canonical)?;
     let mut needed = HashSet::new();
     reach::collect(origin, &tree, &mut needed)?;
     let mut ids: Vec<ObjectId> = needed.into_iter().collect();
@@ -56,7 +58,6 @@ pub fn fork(
     };
     use std::os::fd::AsFd;
     restore::restore(&store, root.as_fd(), None, &tree, &restore_opts)?;
-    let mut guard = store.begin_step("fork")?;
     let draft = StepDraft {
         kind: Some(StepKind::Fork),
         started_at_ms: started,
@@ -72,8 +73,7 @@ pub fn fork(
         }),
         ..Default::default()
     };
-    let step = store.commit(&mut guard, draft, tree)?;
-    Ok((store, step))
+    Ok((store, tree, draft))
 }
 
 fn replace_root_file(

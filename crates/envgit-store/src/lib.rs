@@ -53,7 +53,7 @@ pub use id::{ObjectId, ObjectKind};
 pub use lock::StepGuard;
 pub use protect::put_back;
 pub use restore::{RestoreOptions, RestoreReport, restore};
-pub use rewind::{RewindOptions, RewindOutcome, rewind};
+pub use rewind::{RewindDone, RewindOptions, RewindStart, rewind_apply, rewind_start};
 pub use setid::{
     Cleared as SetidCleared, SETID_BITS, SetidFile, clear_setid, clear_setid_since, setid_notes,
 };

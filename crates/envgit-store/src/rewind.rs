@@ -1,12 +1,15 @@
 //! `rewind N`: record the current state if it changed since the last step, make the working
 //! tree match step N (writing only what differs), and commit that as a step of its own, so a
-//! rewind can itself be rewound.
+//! rewind can itself be rewound. The file work is here; the steps are begun and committed by
+//! the caller's step lifecycle ([`rewind_start`], then [`rewind_apply`]).
 
 use crate::error::{Result, StoreError};
 use crate::exclude::Excludes;
+use crate::id::ObjectId;
+use crate::lock::StepGuard;
 use crate::restore::{self, RestoreOptions, RestoreReport};
 use crate::setid::{Cleared, clear_setid};
-use crate::step::{Request, Step, StepDraft, StepKind, now_ms};
+use crate::step::{Request, StepDraft, StepKind, now_ms};
 use crate::store::Store;
 use crate::worktree::WorkTree;
 
@@ -19,89 +22,112 @@ pub struct RewindOptions<'a> {
     pub policy_hash: Option<String>,
 }
 
-#[derive(Debug)]
-pub struct RewindOutcome {
-    /// The step that recorded the state before the rewind, if it had changed.
-    pub recorded_first: Option<Step>,
-    pub step: Step,
-    /// Steps numbered above the target when the rewind began.
+/// A rewind, begun: what it found before touching the working tree. Nothing is written yet.
+pub struct RewindStart {
+    /// The working tree as it is now.
+    pub current: ObjectId,
+    /// The current state differs from the newest step: the caller records it first, as a
+    /// step of this draft with the tree `current`, so the rewind can itself be undone.
+    pub record_first: Option<StepDraft>,
+    /// Steps numbered above the target (counting the record-first step).
     pub undone: u64,
     /// Irreversible requests of the steps stepped over: a rewind cannot undo them.
     pub marks: Vec<(u64, Request)>,
+    target_tree: ObjectId,
+    started: u64,
+    setid: Vec<crate::setid::SetidFile>,
+}
+
+/// What a rewind did to the working tree, and the step that records it (the caller commits
+/// `draft` with `tree`).
+pub struct RewindDone {
+    pub draft: StepDraft,
+    pub tree: ObjectId,
     pub restore: RestoreReport,
     /// Files that had the setuid or setgid bit, cleared (or that failed to be): no snapshot
     /// holds one, so the tree rewound to has none (protected paths are left as they are).
     pub setid: Cleared,
 }
 
-pub fn rewind(
-    store: &mut Store,
+/// Begins `rewind N` under the caller's step (`guard`): refuses while another step of the
+/// project is in flight, scans the working tree, and says whether its state must be recorded
+/// first. The step lifecycle (begin, commit) is the caller's.
+pub fn rewind_start(
+    store: &Store,
     wt: &mut WorkTree,
+    guard: &StepGuard,
     opts: &RewindOptions<'_>,
-) -> Result<RewindOutcome> {
+) -> Result<RewindStart> {
     let target_tree = store.step_tree(opts.target)?;
     let started = now_ms();
-    let mut guard = store.begin_step(&format!("rewind to step {}", opts.target))?;
-    let others = store.steps_in_flight(Some(&guard))?;
+    let others = store.steps_in_flight(Some(guard))?;
     if !others.is_empty() {
         return Err(StoreError::InFlight(others.join(", ")));
     }
     let (current, scan) = wt.full_scan(store, None)?;
-    let mut recorded_first = None;
-    if store.head().and_then(|h| h.tree) != Some(current) {
-        let draft = StepDraft {
-            kind: Some(StepKind::Record),
-            started_at_ms: started,
-            summary: format!("state before rewind to step {}", opts.target),
-            policy_hash: opts.policy_hash.clone(),
-            ..Default::default()
-        };
-        recorded_first = Some(store.commit(&mut guard, draft, current)?);
-    }
-    let head = store.head().map(|h| h.number).unwrap_or(0);
-    let undone = head.saturating_sub(opts.target);
+    let record_first = (store.head().and_then(|h| h.tree) != Some(current)).then(|| StepDraft {
+        kind: Some(StepKind::Record),
+        started_at_ms: started,
+        summary: format!("state before rewind to step {}", opts.target),
+        policy_hash: opts.policy_hash.clone(),
+        ..Default::default()
+    });
+    let head = store.head().map(|h| h.number).unwrap_or(0) + u64::from(record_first.is_some());
     let marks = store
         .steps()
         .iter()
         .filter(|s| s.number > opts.target)
         .flat_map(|s| s.marks().map(move |r| (s.number, r.clone())))
         .collect();
-    // From here on the working tree changes: a rewind that dies or fails before its commit is
-    // recorded as interrupted by the next command.
-    guard.keep_if_uncommitted();
+    Ok(RewindStart {
+        current,
+        record_first,
+        undone: head.saturating_sub(opts.target),
+        marks,
+        target_tree,
+        started,
+        setid: scan.setid,
+    })
+}
+
+/// Makes the working tree step N's (writing only what differs, protected paths kept), after
+/// [`rewind_start`] and the record-first step. The caller commits the returned draft.
+pub fn rewind_apply(
+    store: &Store,
+    wt: &mut WorkTree,
+    start: RewindStart,
+    opts: &RewindOptions<'_>,
+) -> Result<RewindDone> {
     let restore_opts = RestoreOptions {
         excludes: opts.excludes,
         protected: opts.protected,
     };
-    let setid: Vec<_> = scan
+    let setid: Vec<_> = start
         .setid
         .into_iter()
         .filter(|f| !is_protected(opts.protected, &f.rel))
         .collect();
     let setid = clear_setid(wt.root_fd(), &setid);
-    let report = restore::restore(
+    let restore = restore::restore(
         store,
         wt.root_fd(),
-        Some(&current),
-        &target_tree,
+        Some(&start.current),
+        &start.target_tree,
         &restore_opts,
     )?;
-    let (after, _) = wt.rescan(store, &report.touched_dirs)?;
+    let (tree, _) = wt.rescan(store, &restore.touched_dirs)?;
     let draft = StepDraft {
         kind: Some(StepKind::Rewind),
-        started_at_ms: started,
+        started_at_ms: start.started,
         summary: format!("rewind to step {}", opts.target),
         policy_hash: opts.policy_hash.clone(),
         target: Some(opts.target),
         ..Default::default()
     };
-    let step = store.commit(&mut guard, draft, after)?;
-    Ok(RewindOutcome {
-        recorded_first,
-        step,
-        undone,
-        marks,
-        restore: report,
+    Ok(RewindDone {
+        draft,
+        tree,
+        restore,
         setid,
     })
 }

@@ -11,7 +11,7 @@ use std::path::Path;
 
 use envgit_store::{
     EntryKind, Excludes, ForkOptions, MarkerReason, RewindOptions, ScanConfig, StepDraft, Store,
-    WorkTree, fork, rewind,
+    WorkTree, fork, rewind_apply, rewind_start,
 };
 use rustix::fs::{AtFlags, Mode, OFlags};
 use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
@@ -171,17 +171,20 @@ fn a_ten_thousand_deep_tree_is_recorded_restored_and_later_steps_work() {
     store.commit(&mut g, StepDraft::default(), tree2).unwrap();
     drop(g);
     let t0 = std::time::Instant::now();
-    rewind(
-        &mut store,
-        &mut wt,
-        &RewindOptions {
-            target: 1,
-            protected: &[],
-            excludes: &Excludes::none(),
-            policy_hash: None,
-        },
-    )
-    .unwrap();
+    let opts = RewindOptions {
+        target: 1,
+        protected: &[],
+        excludes: &Excludes::none(),
+        policy_hash: None,
+    };
+    let mut g = store.begin_step("rewind").unwrap();
+    let start = rewind_start(&store, &mut wt, &g, &opts).unwrap();
+    if let Some(d) = start.record_first.clone() {
+        store.commit(&mut g, d, start.current).unwrap();
+    }
+    let done = rewind_apply(&store, &mut wt, start, &opts).unwrap();
+    store.commit(&mut g, done.draft, done.tree).unwrap();
+    drop(g);
     eprintln!("rewind of {limit} levels: {:?}", t0.elapsed());
     assert_eq!(chain_depth(&project), limit);
     assert_eq!(std::fs::read_to_string(project.join("top")).unwrap(), "1");

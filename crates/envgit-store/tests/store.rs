@@ -202,17 +202,20 @@ fn sparse_files_stay_sparse_through_fork_and_rewind() {
     let mut g = s.begin_step("y").unwrap();
     s.commit(&mut g, StepDraft::default(), tree2).unwrap();
     drop(g);
-    envgit_store::rewind(
-        &mut s,
-        &mut wt,
-        &envgit_store::RewindOptions {
-            target: 1,
-            protected: &[],
-            excludes: &envgit_store::Excludes::none(),
-            policy_hash: None,
-        },
-    )
-    .unwrap();
+    let opts = envgit_store::RewindOptions {
+        target: 1,
+        protected: &[],
+        excludes: &envgit_store::Excludes::none(),
+        policy_hash: None,
+    };
+    let mut g = s.begin_step("rewind").unwrap();
+    let start = envgit_store::rewind_start(&s, &mut wt, &g, &opts).unwrap();
+    if let Some(draft) = start.record_first.clone() {
+        s.commit(&mut g, draft, start.current).unwrap();
+    }
+    let done = envgit_store::rewind_apply(&s, &mut wt, start, &opts).unwrap();
+    s.commit(&mut g, done.draft, done.tree).unwrap();
+    drop(g);
     let rewound_blocks = allocated(&root.join("sparse.img"));
     eprintln!("rewound: {rewound_blocks} allocated");
     assert_eq!(std::fs::read(root.join("sparse.img")).unwrap(), original);

@@ -10,7 +10,10 @@
 use anyhow::{Result, bail};
 use std::path::Path;
 
-use envgit_store::{LiveTree, RestoreOptions, RewindOptions, StepKind, Store, restore, rewind};
+use envgit_store::{
+    LiveTree, RestoreOptions, RewindOptions, StepKind, Store, WorkTree, restore, rewind_apply,
+    rewind_start,
+};
 
 use super::steps::Session;
 use super::{Envgit, cli_phases, draft};
@@ -67,10 +70,10 @@ pub fn measure(
             excludes: &s.cfg.scan.excludes,
             policy_hash: Some(s.cfg.policy_hash.clone()),
         };
-        let (outcome, ms) = timed(|| Ok(rewind(&mut s.store, &mut s.wt, &o)?))?;
+        let (written_now, ms) = timed(|| rewind(&mut s.store, &mut s.wt, &o))?;
         if i > 0 {
             inproc.push(ms);
-            written.push(outcome.restore.written as f64);
+            written.push(written_now as f64);
         }
     }
     let ((_, scan), scan_ms) = timed(|| Ok(s.wt.full_scan(&s.store, None)?))?;
@@ -157,4 +160,17 @@ pub fn measure(
     s.wt.full_scan(&s.store, None)?;
     s.wt.save_cache(&s.store.stat_cache_path())?;
     Ok(())
+}
+
+/// A whole rewind in-process, as `envgit rewind` takes it (its steps begun and committed
+/// around the store's file work); returns how many files it wrote.
+fn rewind(store: &mut Store, wt: &mut WorkTree, o: &RewindOptions<'_>) -> Result<u64> {
+    let mut g = store.begin_step("rewind")?;
+    let start = rewind_start(store, wt, &g, o)?;
+    if let Some(d) = start.record_first.clone() {
+        store.commit(&mut g, d, start.current)?;
+    }
+    let done = rewind_apply(store, wt, start, o)?;
+    store.commit(&mut g, done.draft, done.tree)?;
+    Ok(done.restore.written)
 }

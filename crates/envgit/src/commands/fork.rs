@@ -42,7 +42,13 @@ pub fn run(dir: Option<&Path>, args: &ForkArgs) -> CmdResult<ExitCode> {
             .then_some((POLICY_FILE, project.policy_bytes.as_slice())),
         policy_hash: Some(project.policy.hash()),
     };
-    let (_, step) = envgit_store::fork(&store, &canonical, &new_store, &opts)?;
+    let (mut forked, tree, draft) = envgit_store::fork(&store, &canonical, &new_store, &opts)?;
+    let step = crate::step::begin(&forked, "fork")?.finish(
+        &mut forked,
+        crate::step::Snapshot::Tree(tree),
+        None,
+        draft,
+    )?;
     let mut skipped = markers(&store, n)?;
     if !args.restore_policy {
         // The current policy was written in its place.

@@ -4,13 +4,56 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use envgit_policy::Policy;
-use envgit_store::{EntryKind, MarkerReason, RewindOptions, Store};
+use envgit_store::{
+    EntryKind, MarkerReason, Request, RestoreReport, RewindOptions, SetidCleared, Step, Store,
+    WorkTree,
+};
 
 use crate::cli::RewindArgs;
 use crate::commands::step_ref::StepRef;
 use crate::failure::{CmdResult, Failure};
 use crate::output;
 use crate::project::{POLICY_FILE, Project, ProjectDirs, broken_policy_then};
+use crate::step::Snapshot;
+
+/// What a rewind did: the step that recorded the state first (when it had changed), the
+/// rewind's own step, and what the file work reported.
+struct RewindOutcome {
+    recorded_first: Option<Step>,
+    step: Step,
+    undone: u64,
+    marks: Vec<(u64, Request)>,
+    restore: RestoreReport,
+    setid: SetidCleared,
+}
+
+/// The rewind's steps through the step lifecycle; the store does the file work between.
+fn rewind(
+    store: &mut Store,
+    wt: &mut WorkTree,
+    opts: &RewindOptions<'_>,
+) -> CmdResult<RewindOutcome> {
+    let mut step = crate::step::begin(store, &format!("rewind to step {}", opts.target))?;
+    let start = envgit_store::rewind_start(store, wt, step.guard(), opts)?;
+    let recorded_first = match start.record_first.clone() {
+        Some(draft) => Some(step.finish(store, Snapshot::Tree(start.current), None, draft)?),
+        None => None,
+    };
+    let (undone, marks) = (start.undone, start.marks.clone());
+    // From here on the working tree changes: a rewind that dies or fails before its commit is
+    // recorded as interrupted by the next command.
+    step.guard().keep_if_uncommitted();
+    let done = envgit_store::rewind_apply(store, wt, start, opts)?;
+    let committed = step.finish(store, Snapshot::Tree(done.tree), None, done.draft)?;
+    Ok(RewindOutcome {
+        recorded_first,
+        step: committed,
+        undone,
+        marks,
+        restore: done.restore,
+        setid: done.setid,
+    })
+}
 
 pub fn run(dir: Option<&Path>, args: &RewindArgs) -> CmdResult<ExitCode> {
     let (project, mut store, step) = load(dir, args.restore_policy, "rewind", args.step)?;
@@ -28,7 +71,7 @@ pub fn run(dir: Option<&Path>, args: &RewindArgs) -> CmdResult<ExitCode> {
         excludes: &project.scan_config()?.excludes,
         policy_hash: Some(project.policy.hash()),
     };
-    let outcome = envgit_store::rewind(&mut store, &mut wt, &opts)?;
+    let outcome = rewind(&mut store, &mut wt, &opts)?;
     wt.save_cache(&store.stat_cache_path())?;
     let skipped: Vec<Skipped> = outcome
         .restore
