@@ -1,11 +1,11 @@
 //! The step lifecycle: every kind of step the binary takes — a run, a tool call, a REPL
 //! `execute`, a record, a hook's, Codex's `fs/*`, the import at `init`, the user's edits made
-//! outside — begins with [`begin`] and ends with [`OpenStep::finish`], the one place where a
-//! snapshot becomes a step. A sandboxed step's finish always runs, in this order: the git
-//! layer's import, the put-back of protected paths by content (before the snapshot, which may
-//! fail), the snapshot, the nested repositories' code and the setid bits, the put-back of what
-//! the snapshot shows, the flags, the commit. (`rewind` and `fork` are the store's own
-//! operations on the user's behalf; they take their step inside `envgit-store`.)
+//! outside, a rewind, a fork — begins with [`begin`] and ends with [`OpenStep::finish`], the
+//! one place where a snapshot becomes a step (the store does the file work in between, never a
+//! step of its own). A sandboxed step's finish always runs, in this order: the git layer's
+//! import, the put-back of protected paths by content (before the snapshot, which may fail),
+//! the snapshot, the nested repositories' code and the setid bits, the put-back of what the
+//! snapshot shows, the flags, the commit.
 
 use envgit_store::{
     GitLayer, LiveTree, ObjectId, ProtectedCopy, Refusal, ScanProgress, ScanReport, SnapshotMode,
