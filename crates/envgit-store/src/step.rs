@@ -193,6 +193,15 @@ pub struct StepDraft {
     pub notes: Vec<String>,
 }
 
+impl StepDraft {
+    /// Flags the step with `flag`, once.
+    pub fn flag(&mut self, flag: StepFlag) {
+        if !self.flags.contains(&flag) {
+            self.flags.push(flag);
+        }
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Step {
     pub number: u64,

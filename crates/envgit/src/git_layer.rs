@@ -8,7 +8,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use envgit_store::{GitImport, GitLayer, Refusal, StepDraft, StepFlag};
+use envgit_store::{GitImport, GitLayer, HiddenConfig, Refusal, StepDraft, StepFlag};
 
 use crate::failure::CmdResult;
 use crate::output;
@@ -61,8 +61,8 @@ pub(crate) fn report_into(report: &GitImport, draft: &mut StepDraft) {
             rule: RULE.into(),
         });
     }
-    if !report.dropped.is_empty() && !draft.flags.contains(&StepFlag::GitDropped) {
-        draft.flags.push(StepFlag::GitDropped);
+    if !report.dropped.is_empty() {
+        draft.flag(StepFlag::GitDropped);
     }
     for c in &report.conflicts {
         output::warn(&format!(".git/{}: {}", c.path, c.why));
@@ -115,7 +115,8 @@ pub(crate) fn hide_credentials(
         n += 1;
         format!("envgit-placeholder-{base}-{n}")
     };
-    let mut hide = |file: &Path, out: &mut HiddenCredentials| -> CmdResult<Option<Vec<u8>>> {
+    // The file with its credentials replaced; `None` when it has none (or is not there).
+    let mut hide = |file: &Path, out: &mut HiddenCredentials| -> CmdResult<Option<HiddenConfig>> {
         let Ok(text) = crate::project::read_nofollow(file) else {
             return Ok(None);
         };
@@ -142,23 +143,21 @@ pub(crate) fn hide_credentials(
                 placeholder: s.placeholder.clone(),
                 secret: s.secret.clone(),
             }));
-        if let Some(layer) = layer
-            && file == layer.git_dir().join("config")
-        {
-            layer.hide_config(&hidden)?;
-            return Ok(None);
-        }
-        Ok(Some(hidden.text))
+        Ok(Some(hidden))
     };
-    if let Some(layer) = layer {
-        hide(&layer.git_dir().join("config"), &mut out)?;
+    // The project's through the layer's upper config.
+    if let Some(layer) = layer
+        && let Some(hidden) = hide(&layer.git_dir().join("config"), &mut out)?
+    {
+        layer.hide_config(&hidden)?;
     }
+    // The home's as a copy bound over it.
     if let Some(home) = home {
         for (i, rel) in [".gitconfig", ".config/git/config"].iter().enumerate() {
             let file = home.join(rel);
-            if let Some(text) = hide(&file, &mut out)? {
+            if let Some(hidden) = hide(&file, &mut out)? {
                 let copy = dir.join(format!("gitconfig-{i}"));
-                std::fs::write(&copy, text).map_err(|e| {
+                std::fs::write(&copy, &hidden.text).map_err(|e| {
                     crate::failure::Failure::failed(format!("{}: {e}", copy.display()))
                 })?;
                 out.file_overrides.push((copy, file));
@@ -206,8 +205,8 @@ pub(crate) fn filter_nested_configs(
                 rule: RULE.into(),
             });
         }
-        if !dropped.is_empty() && !draft.flags.contains(&StepFlag::GitDropped) {
-            draft.flags.push(StepFlag::GitDropped);
+        if !dropped.is_empty() {
+            draft.flag(StepFlag::GitDropped);
         }
     }
     Ok((rewritten, unfiltered))

@@ -158,8 +158,8 @@ fn note_nested_put_back(paths: &[String], draft: &mut StepDraft) {
             rule: crate::git_layer::RULE.into(),
         });
     }
-    if !paths.is_empty() && !draft.flags.contains(&StepFlag::GitDropped) {
-        draft.flags.push(StepFlag::GitDropped);
+    if !paths.is_empty() {
+        draft.flag(StepFlag::GitDropped);
     }
 }
 
@@ -174,8 +174,8 @@ fn note_put_back(paths: &[String], draft: &mut StepDraft) {
             rule: "filesystem.protected".into(),
         });
     }
-    if !paths.is_empty() && !draft.flags.contains(&StepFlag::ProtectedRestored) {
-        draft.flags.push(StepFlag::ProtectedRestored);
+    if !paths.is_empty() {
+        draft.flag(StepFlag::ProtectedRestored);
     }
 }
 

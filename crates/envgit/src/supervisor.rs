@@ -125,7 +125,7 @@ pub fn run_step(
         &protected,
         upstreams,
         RunExtras {
-            limit_notes: Some(notes_tx),
+            step_notes: Some(notes_tx),
             git: git.clone(),
             facts: Some(facts),
             ..RunExtras::default()
@@ -441,8 +441,9 @@ pub(crate) struct RunExtras {
     pub credentials: Vec<Credential>,
     /// Gets a tap on the gate's events once it runs, before the command starts.
     pub tap: Option<std::sync::mpsc::Sender<EventTap>>,
-    /// Gets what the run's limits are ("memory not limited", …), for the step's notes.
-    pub limit_notes: Option<std::sync::mpsc::Sender<String>>,
+    /// Gets what the step's record should say about its run: the limits ("memory not
+    /// limited", …), who the command ran as, which git credentials were hidden.
+    pub step_notes: Option<std::sync::mpsc::Sender<String>>,
     /// The run's layer over `.git`, mounted as an overlay inside.
     pub git: Option<Arc<envgit_store::GitLayer>>,
     /// The project's secrets and hard-linked files, from a scan just made; else from the stat
@@ -499,7 +500,7 @@ pub(crate) fn run_sandboxed(
     )?;
     let mut credentials = extras.credentials;
     credentials.extend(hidden.credentials);
-    if let Some(tx) = &extras.limit_notes {
+    if let Some(tx) = &extras.step_notes {
         for n in &hidden.notes {
             let _ = tx.send(n.clone());
         }
@@ -587,7 +588,7 @@ pub(crate) fn run_sandboxed(
             .unwrap_or("envgit-run"),
     );
     spec.cgroups = limits.cgroups.clone();
-    if let Some(tx) = &extras.limit_notes {
+    if let Some(tx) = &extras.step_notes {
         for n in &limits.notes {
             let _ = tx.send(n.clone());
         }
@@ -599,7 +600,7 @@ pub(crate) fn run_sandboxed(
     spec.file_overrides.extend(hidden.file_overrides);
     spec.git = extras.git.as_deref().map(crate::git_layer::overlay);
     run_as.fit(&mut spec, &runtime_dir(uid)?)?;
-    if let (Some(tx), Some(note)) = (&extras.limit_notes, &run_as.note) {
+    if let (Some(tx), Some(note)) = (&extras.step_notes, &run_as.note) {
         let _ = tx.send(note.clone());
     }
     let outcome = {

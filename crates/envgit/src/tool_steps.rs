@@ -280,9 +280,7 @@ impl<'a> ToolSteps<'a> {
                 what: format!("write {p}"),
                 rule: "filesystem.protected".into(),
             });
-            if !draft.flags.contains(&StepFlag::ProtectedRestored) {
-                draft.flags.push(StepFlag::ProtectedRestored);
-            }
+            draft.flag(StepFlag::ProtectedRestored);
         }
         let sandboxed = Sandboxed {
             protected: &self.protected,

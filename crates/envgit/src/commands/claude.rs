@@ -175,7 +175,7 @@ pub fn run(dir: Option<&Path>, args: &ClaudeArgs) -> CmdResult<ExitCode> {
         file_overrides: login.files,
         credentials: login.gate,
         tap: Some(tap_tx),
-        limit_notes: None,
+        step_notes: None,
         git: steps.git_layer(),
         facts: Some(steps.project_facts()?),
     };
