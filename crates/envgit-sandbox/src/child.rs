@@ -9,9 +9,10 @@ use std::os::unix::process::CommandExt;
 use rustix::fs::Mode;
 use rustix::thread::UnshareFlags;
 
+use crate::console::{CONSOLE_FD_ENV, Console};
 use crate::spec::Spec;
 use crate::sys::{self, Forked};
-use crate::{init, landlock_rules, mounts, seccomp, userns};
+use crate::{console, init, landlock_rules, mounts, seccomp, userns};
 
 pub const SPEC_FD_ENV: &str = "ENVGIT_SANDBOX_SPEC_FD";
 pub const ERR_FD_ENV: &str = "ENVGIT_SANDBOX_ERR_FD";
@@ -55,6 +56,11 @@ fn read_spec() -> Result<Spec, String> {
 
 fn run(err: &mut Option<std::fs::File>) -> Result<i32, String> {
     let spec = read_spec()?;
+    // Present when envgit wants the command on a terminal: PID 1 makes one inside.
+    let console = fd_from_env(CONSOLE_FD_ENV);
+    if let Some(c) = &console {
+        let _ = rustix::io::fcntl_setfd(c, rustix::io::FdFlags::CLOEXEC);
+    }
     let die_with_parent = || {
         let _ =
             rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL));
@@ -84,7 +90,7 @@ fn run(err: &mut Option<std::fs::File>) -> Result<i32, String> {
     let code = match sys::fork().map_err(|e| format!("fork: {e}"))? {
         Forked::Child => {
             die_with_parent();
-            let code = match pid1(&spec, err) {
+            let code = match pid1(&spec, err, console) {
                 Ok(code) => code,
                 Err(msg) => {
                     if let Some(e) = err.as_mut() {
@@ -95,7 +101,11 @@ fn run(err: &mut Option<std::fs::File>) -> Result<i32, String> {
             };
             std::process::exit(code);
         }
-        Forked::Parent(pid1) => wait_exit(pid1),
+        Forked::Parent(pid1) => {
+            // Only PID 1 talks on the console socket: when it ends, envgit must see the end.
+            drop(console);
+            wait_exit(pid1)
+        }
     };
     if let Some(r) = relay {
         let _ = rustix::process::kill_process(r, rustix::process::Signal::KILL);
@@ -132,6 +142,9 @@ fn start_relay(r: &crate::spec::RelaySpec) -> Result<rustix::process::Pid, Strin
             let _ = rustix::process::set_parent_process_death_signal(Some(
                 rustix::process::Signal::KILL,
             ));
+            // The relay holds nothing of the sandbox process's but its own pipe: a console
+            // socket or error pipe kept open here would hide the sandbox's end from envgit.
+            sys::close_fds_except(&[ready_w.as_raw_fd()]);
             let e = match crate::relay::serve(r.clone(), ready_w) {
                 Ok(never) => match never {},
                 Err(e) => e,
@@ -152,7 +165,11 @@ fn start_relay(r: &crate::spec::RelaySpec) -> Result<rustix::process::Pid, Strin
 }
 
 /// PID 1: build the root, start the command, supervise it.
-fn pid1(spec: &Spec, err: &mut Option<std::fs::File>) -> Result<i32, String> {
+fn pid1(
+    spec: &Spec,
+    err: &mut Option<std::fs::File>,
+    console: Option<OwnedFd>,
+) -> Result<i32, String> {
     let _ = rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable);
     // Mount points and files made for the view are readable and searchable by the command,
     // which may not be the user that makes them (a project owner, when envgit runs as root);
@@ -161,12 +178,17 @@ fn pid1(spec: &Spec, err: &mut Option<std::fs::File>) -> Result<i32, String> {
     let built = mounts::build_root(spec);
     rustix::process::umask(umask);
     built?;
+    // The command's terminal, on the view's own devpts (see `console`).
+    let terminal = match console {
+        Some(socket) => Some(Console::open(spec.uid, spec.gid)?.hand_over(socket)?),
+        None => None,
+    };
     // The UTS namespace keeps the host's name: tools that write it into their lock files
     // (git's `gc.pid`) and compare it later must see the same host inside and out.
     match sys::fork().map_err(|e| format!("fork: {e}"))? {
         Forked::Child => {
             let keep = err.as_ref().map(|e| e.as_raw_fd());
-            let msg = match exec_command(spec, keep) {
+            let msg = match exec_command(spec, keep, terminal) {
                 Ok(never) => match never {},
                 Err(Failed::Setup(m)) => m,
                 Err(Failed::Exec(m, code)) => {
@@ -181,6 +203,8 @@ fn pid1(spec: &Spec, err: &mut Option<std::fs::File>) -> Result<i32, String> {
             std::process::exit(125);
         }
         Forked::Parent(worker) => {
+            // The worker's copy is the terminal's last: the pty ends when the command does.
+            drop(terminal);
             // Only the worker reports setup errors from here on; PID 1 keeps the pipe closed
             // so envgit sees EOF as soon as the command has started.
             *err = None;
@@ -207,10 +231,17 @@ impl From<&str> for Failed {
 }
 
 /// The worker: new session, no capabilities, Landlock, seccomp, exec.
-fn exec_command(spec: &Spec, keep_fd: Option<i32>) -> Result<std::convert::Infallible, Failed> {
+fn exec_command(
+    spec: &Spec,
+    keep_fd: Option<i32>,
+    terminal: Option<OwnedFd>,
+) -> Result<std::convert::Infallible, Failed> {
     let _ = sys::set_ignored(libc::SIGINT, false);
     let _ = sys::set_ignored(libc::SIGQUIT, false);
     rustix::process::setsid().map_err(|e| format!("setsid: {e}"))?;
+    if let Some(slave) = terminal {
+        console::take_as_controlling(slave)?;
+    }
     drop_capabilities(spec)?;
     rustix::thread::set_no_new_privs(true).map_err(|e| format!("no_new_privs: {e}"))?;
     let mut writable = vec![

@@ -7,6 +7,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 
 use crate::child::{ERR_FD_ENV, SPEC_FD_ENV};
+use crate::console::{self, CONSOLE_FD_ENV};
 use crate::spec::Spec;
 
 /// The hidden subcommand the binary must route to [`crate::sandbox_main`].
@@ -15,6 +16,8 @@ pub const HIDDEN_SUBCOMMAND: &str = "__sandbox";
 pub struct SandboxChild {
     child: Child,
     err: std::fs::File,
+    /// envgit's end of the console socket, when the command gets a terminal.
+    console: Option<OwnedFd>,
 }
 
 /// How the sandboxed command ended.
@@ -42,45 +45,46 @@ fn inheritable(fd: &OwnedFd, yes: bool) -> std::io::Result<()> {
 
 /// Start `spec` in a sandbox; stdio is inherited from envgit.
 pub fn spawn(exe: &Path, spec: &Spec) -> std::io::Result<SandboxChild> {
-    spawn_on(exe, spec, None)
+    spawn_on(exe, spec, false)
 }
 
-/// [`spawn`] with the command's standard input, output and error on `terminal` (a pty's
-/// slave end) instead of envgit's own.
-pub fn spawn_on(
-    exe: &Path,
-    spec: &Spec,
-    terminal: Option<&std::os::fd::OwnedFd>,
-) -> std::io::Result<SandboxChild> {
-    let stdio = |t: Option<&std::os::fd::OwnedFd>| -> std::io::Result<Stdio> {
-        Ok(match t {
-            Some(fd) => Stdio::from(fd.try_clone()?),
-            None => Stdio::inherit(),
-        })
-    };
+/// [`spawn`]; with `terminal`, the command runs on a pty the sandbox makes on its own devpts
+/// instead of envgit's standard streams: take its master with
+/// [`SandboxChild::take_terminal`], set it up, then [`SandboxChild::start_command`].
+pub fn spawn_on(exe: &Path, spec: &Spec, terminal: bool) -> std::io::Result<SandboxChild> {
     let (spec_r, spec_w) = pipe()?;
     let (err_r, err_w) = pipe()?;
     inheritable(&spec_r, true)?;
     inheritable(&err_w, true)?;
+    let console = terminal.then(console::socket_pair).transpose()?;
     // Nothing of envgit's environment reaches the sandbox process: the command's environment
     // travels in the spec.
-    let child = Command::new(exe)
+    let mut command = Command::new(exe);
+    command
         .arg(HIDDEN_SUBCOMMAND)
         .env_clear()
         .env(SPEC_FD_ENV, spec_r.as_raw_fd().to_string())
-        .env(ERR_FD_ENV, err_w.as_raw_fd().to_string())
-        .stdin(stdio(terminal)?)
-        .stdout(stdio(terminal)?)
-        .stderr(stdio(terminal)?)
-        .spawn();
+        .env(ERR_FD_ENV, err_w.as_raw_fd().to_string());
+    if let Some((_, theirs)) = &console {
+        inheritable(theirs, true)?;
+        // The sandbox never holds envgit's real terminal, not even before the command starts.
+        command
+            .env(CONSOLE_FD_ENV, theirs.as_raw_fd().to_string())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+    }
+    let child = command.spawn();
     drop(spec_r);
     drop(err_w);
+    let console = console.map(|(ours, _theirs)| ours);
     let child = child?;
     let bytes = serde_json::to_vec(spec).map_err(std::io::Error::other)?;
     std::fs::File::from(spec_w).write_all(&bytes)?;
     Ok(SandboxChild {
         child,
         err: std::fs::File::from(err_r),
+        console,
     })
 }
 
@@ -89,7 +93,26 @@ impl SandboxChild {
         self.child.id()
     }
 
+    /// The master of the command's pty, once the sandbox has made it; `None` when no terminal
+    /// was asked for, or when the sandbox ended first (then [`SandboxChild::wait`] says why).
+    pub fn take_terminal(&mut self) -> std::io::Result<Option<OwnedFd>> {
+        match &self.console {
+            Some(socket) => console::receive_master(socket),
+            None => Ok(None),
+        }
+    }
+
+    /// The pty has its modes and size: the command may start.
+    pub fn start_command(&mut self) -> std::io::Result<()> {
+        match self.console.take() {
+            Some(socket) => console::release(socket),
+            None => Ok(()),
+        }
+    }
+
     pub fn wait(mut self) -> std::io::Result<Outcome> {
+        // A sandbox still waiting for its go gets an end instead, and says so.
+        self.console = None;
         let status = self.child.wait()?;
         let mut msg = String::new();
         let _ = self.err.read_to_string(&mut msg);

@@ -11,6 +11,7 @@
 #![allow(unsafe_code)]
 
 mod child;
+pub mod console;
 mod init;
 mod landlock_rules;
 pub mod launch;

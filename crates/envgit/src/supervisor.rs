@@ -481,12 +481,7 @@ pub(crate) fn run_sandboxed(
     let socket_path = gate_dir.join("gate.sock");
     // The command gets a pty of its own when envgit runs on a terminal (DESIGN §5): it never
     // holds the real one, and envgit can ask the person there.
-    let mut pty = project
-        .policy
-        .approvers
-        .terminal
-        .then(PtyRelay::open_if_terminal)
-        .flatten();
+    let mut pty = PtyRelay::open_if_terminal();
     let ca = Arc::new(
         RunCa::generate(&format!("step on {}", project.root.display()))
             .map_err(|e| Failure::failed(e.to_string()))?,
@@ -524,7 +519,11 @@ pub(crate) fn run_sandboxed(
         ca,
         resolve: upstreams.resolve.clone(),
         upstream_ca_pem: upstreams.extra_ca_pem.clone(),
-        approvals: approval_config(project, &gate_dir, pty.as_ref())?,
+        approvals: approval_config(
+            project,
+            &gate_dir,
+            pty.as_ref().filter(|_| project.policy.approvers.terminal),
+        )?,
         credentials,
     })
     .map_err(|e| Failure::failed(format!("cannot start the gate: {e}")))?;
@@ -605,16 +604,8 @@ pub(crate) fn run_sandboxed(
     }
     let outcome = {
         let _signals = SignalGuard::ignore_terminal_signals();
-        if let Some(pty) = &pty {
-            pty.start(gate_dir.join(CONTROL_SOCKET))
-                .map_err(|e| Failure::failed(format!("cannot set up the terminal: {e}")))?;
-        }
-        let child = envgit_sandbox::spawn_on(&exe, &spec, pty.as_ref().and_then(PtyRelay::slave))
-            .map_err(|e| Failure::failed(format!("cannot start the sandbox: {e}")));
-        if let Some(pty) = &mut pty {
-            pty.release_slave();
-        }
-        let child = child?;
+        let mut child = envgit_sandbox::spawn_on(&exe, &spec, pty.is_some())
+            .map_err(|e| Failure::failed(format!("cannot start the sandbox: {e}")))?;
         // SIGTERM or SIGHUP to envgit (a `kill`, a closed terminal) ends the sandbox first,
         // then the step ends as any other: its protected paths put back, its record written.
         let ended_by = Arc::new(std::sync::atomic::AtomicI32::new(0));
@@ -623,6 +614,17 @@ pub(crate) fn run_sandboxed(
             &ended_by,
             &[signal_hook::consts::SIGTERM, signal_hook::consts::SIGHUP],
         );
+        // The sandbox makes the command's pty on its own devpts and hands over the master;
+        // none comes when its set-up failed (then `wait` says why).
+        if let Some(pty) = &mut pty
+            && let Some(master) = child
+                .take_terminal()
+                .map_err(|e| Failure::failed(format!("cannot set up the terminal: {e}")))?
+        {
+            pty.start(master, gate_dir.join(CONTROL_SOCKET))
+                .and_then(|()| child.start_command())
+                .map_err(|e| Failure::failed(format!("cannot set up the terminal: {e}")))?;
+        }
         let outcome = child.wait();
         let signalled = ended_by.load(std::sync::atomic::Ordering::SeqCst);
         let outcome = match outcome {

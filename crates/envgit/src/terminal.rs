@@ -1,12 +1,16 @@
 //! The pty relay (DESIGN §5): when `envgit run` is started from a terminal, the sandboxed
-//! command gets a fresh pseudo-terminal, never the real one, and envgit copies bytes between
-//! the two. That lets envgit itself ask the person on its own terminal when a request is held
-//! (`ask`): the question is printed there and the next key answers it (`y` lets the request
-//! out, anything else refuses it), through the same control socket `envgit approve` uses.
+//! command gets a pseudo-terminal of its own, never the real one, and envgit copies bytes
+//! between the two. The sandbox makes that pty on its own devpts and hands envgit the master
+//! (`envgit_sandbox::console`), so inside, `tty` names it and it is the command's controlling
+//! terminal. The relay also lets envgit itself ask the person on its own terminal when a
+//! request is held (`ask`): the question is printed there and the next key answers it (`y`
+//! lets the request out, anything else refuses it), through the same control socket
+//! `envgit approve` uses.
 //!
-//! The real terminal keeps generating signals (Ctrl-C, Ctrl-Z reach the command as before);
-//! only line editing and echo move to the pty. When the real terminal is resized (SIGWINCH),
-//! the pty gets the new size, and the kernel tells the command.
+//! The real terminal is put in raw mode while the command runs, as `ssh -t` does: Ctrl-C and
+//! Ctrl-Z travel as bytes to the command's pty, whose line discipline signals the command's
+//! foreground job (a shell's job control works inside). When the real terminal is resized
+//! (SIGWINCH), the pty gets the new size, and the kernel tells the command.
 
 use std::io::{Read, Write};
 use std::os::fd::{AsFd, OwnedFd};
@@ -17,13 +21,13 @@ use std::sync::{Arc, Mutex};
 use envgit_gate::{ControlOp, PendingAsk};
 
 use crate::signal_watch::SignalWatch;
-use rustix::termios::{LocalModes, OptionalActions, OutputModes, Termios};
+use rustix::termios::{OptionalActions, Termios};
 
 /// A pseudo-terminal between the real terminal and the sandbox.
 pub struct PtyRelay {
-    master: OwnedFd,
-    /// Dropped once the sandbox has its copy, so the output copy ends when the sandbox does.
-    slave: Option<OwnedFd>,
+    /// The pty's master, once the sandbox has handed it over ([`PtyRelay::start`]).
+    master: Option<OwnedFd>,
+    /// The real terminal's modes: the pty starts with them, and they are put back at the end.
     saved: Termios,
     asks: Arc<Mutex<Vec<PendingAsk>>>,
     stop: Arc<AtomicBool>,
@@ -41,46 +45,14 @@ impl PtyRelay {
             return None;
         }
         let saved = rustix::termios::tcgetattr(stdin.as_fd()).ok()?;
-        let master = rustix::pty::openpt(
-            rustix::pty::OpenptFlags::RDWR
-                | rustix::pty::OpenptFlags::NOCTTY
-                | rustix::pty::OpenptFlags::CLOEXEC,
-        )
-        .ok()?;
-        rustix::pty::grantpt(&master).ok()?;
-        rustix::pty::unlockpt(&master).ok()?;
-        let name = rustix::pty::ptsname(&master, Vec::new()).ok()?;
-        let slave = rustix::fs::open(
-            PathBuf::from(name.to_string_lossy().into_owned()),
-            rustix::fs::OFlags::RDWR | rustix::fs::OFlags::NOCTTY | rustix::fs::OFlags::CLOEXEC,
-            rustix::fs::Mode::empty(),
-        )
-        .ok()?;
-        // The pty starts as the real terminal is: same modes, same size.
-        let _ = rustix::termios::tcsetattr(&slave, OptionalActions::Now, &saved);
-        if let Ok(size) = rustix::termios::tcgetwinsize(stdout.as_fd()) {
-            let _ = rustix::termios::tcsetwinsize(&slave, size);
-        }
         Some(PtyRelay {
-            master,
-            slave: Some(slave),
+            master: None,
             saved,
             asks: Arc::default(),
             stop: Arc::default(),
             output: Mutex::default(),
             resize: Mutex::default(),
         })
-    }
-
-    /// The sandbox's end (until [`PtyRelay::release_slave`]).
-    pub fn slave(&self) -> Option<&OwnedFd> {
-        self.slave.as_ref()
-    }
-
-    /// The sandbox holds its own copy now: closing ours lets the output copy end (the pty
-    /// reports end of input) when the sandbox's last process is gone.
-    pub fn release_slave(&mut self) {
-        self.slave = None;
     }
 
     /// Called by the gate when a request starts waiting: the question goes on the terminal.
@@ -101,19 +73,22 @@ impl PtyRelay {
         })
     }
 
-    /// Puts the real terminal in character mode (signals kept) with no output processing (the
-    /// pty's own line discipline already did it: a `\n` shown as `\r\n` once, not `\r\r\n`),
-    /// and starts copying. Keys typed while a question is open answer it over
-    /// `control_socket` instead of reaching the pty.
-    pub fn start(&self, control_socket: PathBuf) -> std::io::Result<()> {
+    /// Takes the sandbox's pty `master`, gives the pty the real terminal's modes and size,
+    /// puts the real terminal in raw mode (the pty's own line discipline does the rest: a
+    /// `\n` shown as `\r\n` once, not `\r\r\n`) and starts copying. Keys typed while a
+    /// question is open answer it over `control_socket` instead of reaching the pty.
+    pub fn start(&mut self, master: OwnedFd, control_socket: PathBuf) -> std::io::Result<()> {
+        rustix::termios::tcsetattr(&master, OptionalActions::Now, &self.saved)?;
+        if let Ok(size) = rustix::termios::tcgetwinsize(std::io::stdout().as_fd()) {
+            let _ = rustix::termios::tcsetwinsize(&master, size);
+        }
         let mut raw = self.saved.clone();
-        raw.local_modes
-            .remove(LocalModes::ICANON | LocalModes::ECHO | LocalModes::ECHONL);
-        raw.output_modes.remove(OutputModes::OPOST);
+        raw.make_raw();
         rustix::termios::tcsetattr(std::io::stdin().as_fd(), OptionalActions::Now, &raw)?;
         crate::output::set_terminal_raw(true);
-        let mut to_pty = std::fs::File::from(self.master.try_clone()?);
-        let mut from_pty = std::fs::File::from(self.master.try_clone()?);
+        let mut to_pty = std::fs::File::from(master.try_clone()?);
+        let mut from_pty = std::fs::File::from(master.try_clone()?);
+        self.master = Some(master);
         let asks = Arc::clone(&self.asks);
         let stop = Arc::clone(&self.stop);
         std::thread::Builder::new()
@@ -161,7 +136,10 @@ impl PtyRelay {
 
     /// Gives the pty the real terminal's size each time it changes.
     fn pass_resizes_on(&self) -> std::io::Result<()> {
-        let master = self.master.try_clone()?;
+        let Some(master) = &self.master else {
+            return Ok(());
+        };
+        let master = master.try_clone()?;
         let watch = SignalWatch::start(
             signal_hook::consts::SIGWINCH,
             "envgit-pty-resize",
@@ -179,9 +157,7 @@ impl PtyRelay {
     pub fn finish(&self) {
         self.stop.store(true, Ordering::Relaxed);
         drop(self.resize.lock().unwrap_or_else(|p| p.into_inner()).take());
-        if self.slave.is_none()
-            && let Some(output) = self.output.lock().unwrap_or_else(|p| p.into_inner()).take()
-        {
+        if let Some(output) = self.output.lock().unwrap_or_else(|p| p.into_inner()).take() {
             let _ = output.join();
         }
         let _ =

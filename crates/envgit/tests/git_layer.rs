@@ -396,8 +396,10 @@ fn imported_git_data_belongs_to_the_repositorys_owner() {
     assert_eq!(head.uid(), 1001);
 }
 
-/// A git process the step's end killed leaves its lock files; the host's own git must not
-/// trip over them, and the name git writes into `gc.pid` is the host's own inside too.
+/// A git process the step's end killed leaves its lock files, and a detached `gc --auto` its
+/// `gc.pid` and `gc.log`; the host's own git must not trip over them (nor refuse to gc for a
+/// day), the name git writes into `gc.pid` is the host's own inside too, and such leftovers
+/// are git's own bookkeeping, not something the step tried: no warning, no `git-dropped`.
 #[test]
 fn locks_left_inside_never_block_the_hosts_git_and_the_hostname_is_the_hosts() {
     let env = project();
@@ -405,7 +407,9 @@ fn locks_left_inside_never_block_the_hosts_git_and_the_hostname_is_the_hosts() {
         "run",
         "sh",
         "-c",
-        "touch .git/index.lock .git/refs/heads/main.lock && hostname && echo locked",
+        "touch .git/index.lock .git/refs/heads/main.lock && hostname && \
+         echo \"4242 $(hostname)\" > .git/gc.pid && echo 'warning: gc failed' > .git/gc.log && \
+         echo locked",
     ]);
     assert!(
         out.stdout.contains("locked"),
@@ -416,9 +420,18 @@ fn locks_left_inside_never_block_the_hosts_git_and_the_hostname_is_the_hosts() {
     let host = rustix::system::uname();
     let host = host.nodename().to_string_lossy();
     assert_eq!(out.stdout.lines().next(), Some(&*host), "{}", out.stdout);
-    for p in [".git/index.lock", ".git/refs/heads/main.lock"] {
+    for p in [
+        ".git/index.lock",
+        ".git/refs/heads/main.lock",
+        ".git/gc.pid",
+        ".git/gc.log",
+    ] {
         assert!(!env.path(p).exists(), "{p} reached the host");
     }
+    assert!(!out.stderr.contains("not imported"), "{}", out.stderr);
+    let step = env.log_json().first().unwrap().clone();
+    assert!(!flags(&step).contains(&"git_dropped".to_string()), "{step}");
+    assert!(step["refusals"].as_array().unwrap().is_empty(), "{step}");
     std::fs::write(env.path("a.txt"), "on the host\n").unwrap();
     env.git(&env.project, &["commit", "-q", "-am", "host"]);
 }

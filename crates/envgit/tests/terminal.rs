@@ -59,3 +59,105 @@ fn lines_reach_the_terminal_with_single_line_ends() {
     assert!(shown.contains("(rule network.allow)"), "{shown:?}");
     assert!(!shown.contains("\r\r\n"), "{shown:?}");
 }
+
+/// What a command prints about its terminal, run by `envgit run` on a terminal in `env`.
+fn terminal_facts(env: &Env) -> String {
+    let script = "printf 'TTY=%s\\n' \"$(tty)\"; \
+                  (: </dev/tty) 2>/dev/null && echo CTTY=yes || echo CTTY=no; \
+                  printf 'OWNER=%s\\n' \"$(stat -c %u \"$(tty)\")\"; \
+                  printf 'ME=%s\\n' \"$(id -u)\"";
+    let out = Command::new("python3")
+        .arg(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/pty_run.py"))
+        .args(["never-asked", "", "--", support::envgit_bin(), "run", "--"])
+        .args(["sh", "-c", script])
+        .current_dir(&env.project)
+        .env("ENVGIT_HOME", &env.home)
+        .env("HOME", env.user_home())
+        .env("NO_COLOR", "1")
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn fact(shown: &str, key: &str) -> String {
+    shown
+        .lines()
+        .find_map(|l| {
+            l.trim_end_matches('\r')
+                .strip_prefix(key)
+                .map(str::to_owned)
+        })
+        .unwrap_or_else(|| panic!("no {key} in {shown:?}"))
+}
+
+/// The command's terminal is a real one inside its own view: `tty` names it (a pty of the
+/// sandbox's own devpts, not a node it cannot see), it is the controlling terminal (`/dev/tty`
+/// opens, so shells get job control), the command's user owns it, and nothing was typed into
+/// it before the command started (no stray `^@`).
+fn assert_own_controlling_terminal(shown: &str) {
+    let tty = fact(shown, "TTY=");
+    assert!(
+        tty.strip_prefix("/dev/pts/")
+            .is_some_and(|n| n.parse::<u32>().is_ok()),
+        "tty inside names no pty: {tty:?} in {shown:?}"
+    );
+    assert_eq!(fact(shown, "CTTY="), "yes", "{shown:?}");
+    assert_eq!(fact(shown, "OWNER="), fact(shown, "ME="), "{shown:?}");
+    assert!(!shown.contains("^@") && !shown.contains('\0'), "{shown:?}");
+    assert!(shown.contains("EXIT=0"), "{shown:?}");
+}
+
+#[test]
+fn the_command_has_a_named_controlling_terminal() {
+    let env = Env::new();
+    env.init();
+    assert_own_controlling_terminal(&terminal_facts(&env));
+}
+
+/// As root on a project another user owns, the command runs as that owner (see
+/// `foreign_owner.rs`), and its terminal is theirs too.
+#[test]
+fn the_terminal_belongs_to_the_projects_owner() {
+    if rustix::process::geteuid().as_raw() != 0 {
+        eprintln!("SKIPPED: needs root (to own a project as another uid)");
+        return;
+    }
+    let env = Env::new();
+    env.write("README", "hello\n");
+    let ok = Command::new("chown")
+        .args(["-R", "1001:1001"])
+        .arg(&env.project)
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok);
+    env.init();
+    let shown = terminal_facts(&env);
+    assert_own_controlling_terminal(&shown);
+    assert_eq!(fact(&shown, "ME="), "1001", "{shown:?}");
+}
+
+/// Ctrl-C typed at the real terminal reaches the command's foreground job through its own
+/// pty, as at any terminal: the running `sleep` is interrupted, and the shell, which traps
+/// the signal, carries on (a signal sent only to the shell would leave `sleep` running).
+#[test]
+fn ctrl_c_interrupts_the_commands_foreground_job() {
+    let env = Env::new();
+    env.init();
+    // The subshell says READY and becomes `sleep`: whichever it is when Ctrl-C arrives, the
+    // signal ends it (a subshell does not keep the parent's trap).
+    let script = "trap 'echo SHELL-GOT-INT' INT; (echo READY; exec sleep 60); echo \"SLEEP=$?\"";
+    let out = Command::new("python3")
+        .arg(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/pty_run.py"))
+        .args(["READY", "\u{3}", "--", support::envgit_bin(), "run", "--"])
+        .args(["sh", "-c", script])
+        .current_dir(&env.project)
+        .env("ENVGIT_HOME", &env.home)
+        .env("HOME", env.user_home())
+        .env("NO_COLOR", "1")
+        .output()
+        .unwrap();
+    let shown = String::from_utf8_lossy(&out.stdout);
+    assert!(shown.contains("SLEEP=130"), "{shown:?}");
+    assert!(shown.contains("EXIT=0"), "{shown:?}");
+}

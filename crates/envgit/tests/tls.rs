@@ -576,7 +576,10 @@ fn on_a_terminal_envgit_asks_there_and_the_command_never_holds_the_real_terminal
     let before = w.remote_head();
     let shown = w.run_on_terminal(
         "y",
-        &format!("readlink /proc/self/fd/0; {COMMIT} && git push -q origin HEAD:main"),
+        &format!(
+            "echo \"INNER_TTY_ID=$(stat -L -c %d:%i /proc/self/fd/0)\"; \
+             {COMMIT} && git push -q origin HEAD:main"
+        ),
     );
     assert!(shown.contains("EXIT=0"), "{shown}");
     assert!(shown.contains("(rule git.push)"), "{shown}");
@@ -586,18 +589,15 @@ fn on_a_terminal_envgit_asks_there_and_the_command_never_holds_the_real_terminal
         before,
         "the approved push did not land: {shown}"
     );
-    let outer = shown
-        .lines()
-        .find_map(|l| l.strip_prefix("OUTER_TTY="))
-        .unwrap()
-        .trim()
-        .to_owned();
-    let inner = shown
-        .lines()
-        .find(|l| l.trim_start().starts_with("/dev/pts/"))
-        .unwrap_or_else(|| panic!("no tty inside: {shown}"))
-        .trim()
-        .to_owned();
+    let id = |key: &str| {
+        shown
+            .lines()
+            .find_map(|l| l.trim().strip_prefix(key))
+            .unwrap_or_else(|| panic!("no {key}: {shown}"))
+            .trim()
+            .to_owned()
+    };
+    let (inner, outer) = (id("INNER_TTY_ID="), id("OUTER_TTY_ID="));
     assert_ne!(inner, outer, "the command held the real terminal");
     let step = w.env.log_json().into_iter().next().unwrap();
     assert_eq!(

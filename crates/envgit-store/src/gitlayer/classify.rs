@@ -32,12 +32,19 @@ const TOP_DATA: &[&str] = &[
     "description",
 ];
 
+/// Whether `rel` is git's own run-time bookkeeping, left by a git process the step's end
+/// killed: a `*.lock` (on the host it would block the user's own git: "Unable to create
+/// ….lock: File exists"), a detached `gc --auto`'s `gc.pid` (it would hold off the host's gc)
+/// and `gc.log` (git refuses to auto-gc for a day while it exists). Never imported, and not
+/// news either: no warning, no refusal.
+pub fn is_leftover(rel: &str) -> bool {
+    rel.ends_with(".lock") || rel == "gc.pid" || rel == "gc.log"
+}
+
 /// The class of `rel`, or why it is dropped.
 pub fn classify(rel: &str) -> Result<Class, &'static str> {
-    if rel.ends_with(".lock") {
-        // Left by a git process the step's end killed: on the host it would block the user's
-        // own git ("Unable to create ….lock: File exists").
-        return Err("a lock file of a git process that did not finish");
+    if is_leftover(rel) {
+        return Err("git's run-time bookkeeping of a process that did not finish");
     }
     if rel == "HEAD" {
         return Ok(Class::Head);
@@ -103,6 +110,9 @@ mod tests {
         assert!(classify("refs/heads/main.lock").is_err());
         assert!(classify("index.lock").is_err());
         assert!(classify("gc.pid").is_err());
+        assert!(is_leftover("gc.pid") && is_leftover("gc.log"));
+        assert!(is_leftover("refs/heads/main.lock") && is_leftover("index.lock"));
+        assert!(!is_leftover("hooks/pre-commit") && !is_leftover("gc.pid.sh"));
         assert_eq!(classify("logs/HEAD"), Ok(Class::Data));
         assert!(valid_head(b"ref: refs/heads/main\n"));
         assert!(valid_head(b"0123456789012345678901234567890123456789\n"));

@@ -9,7 +9,7 @@ use std::path::Path;
 use rustix::fs::{FileType, Mode, OFlags};
 use serde::{Deserialize, Serialize};
 
-use super::classify::{Class, classify, valid_head};
+use super::classify::{Class, classify, is_leftover, valid_head};
 use super::{config, write};
 use crate::beneath::{lstat, open_dir_rel, open_file, read_names};
 
@@ -150,6 +150,9 @@ pub fn import(git_dir: &Path, upper: &Path, pre: &mut PreStep) -> std::io::Resul
             continue;
         }
         pre.seen.insert(rel.clone(), fingerprint);
+        if is_leftover(&rel) {
+            continue;
+        }
         let whiteout = ft == FileType::CharacterDevice;
         match classify(&rel) {
             Ok(c) if ft == FileType::RegularFile || whiteout => work.push((c, rel, whiteout)),

@@ -1,6 +1,8 @@
 """Runs a command on a fresh pseudo-terminal, as a person at a terminal would, for envgit's
 tests: when EXPECT appears in what the terminal shows, types ANSWER. Prints the terminal's
-name, everything shown, and the exit code. Bounded to 120 s. With PTY_RESIZE=MARK:ROWS:COLS,
+name and identity (`st_dev:st_ino`, which a command can compare with `stat -L -c %d:%i
+/proc/self/fd/0`: names repeat across devpts instances, identities do not), everything shown,
+and the exit code. Bounded to 120 s. With PTY_RESIZE=MARK:ROWS:COLS,
 resizes the terminal (as a person dragging the window) once MARK appears.
 Usage: pty_run.py EXPECT ANSWER -- CMD ARGS..."""
 import fcntl
@@ -16,6 +18,7 @@ expect, answer = sys.argv[1].encode(), sys.argv[2].encode()
 cmd = sys.argv[4:]
 master, slave = pty.openpty()
 name = os.ttyname(slave)
+ident = "%d:%d" % (os.fstat(slave).st_dev, os.fstat(slave).st_ino)
 pid = os.fork()
 if pid == 0:
     os.setsid()
@@ -52,5 +55,6 @@ while time.time() < deadline:
             resize = None
 _, status = os.waitpid(pid, 0)
 sys.stdout.write("OUTER_TTY=%s\n" % name)
+sys.stdout.write("OUTER_TTY_ID=%s\n" % ident)
 sys.stdout.write(shown.decode(errors="replace"))
 sys.stdout.write("\nEXIT=%d\n" % os.waitstatus_to_exitcode(status))
