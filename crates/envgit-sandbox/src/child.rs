@@ -1,9 +1,10 @@
-//! The sandbox process: the hidden subcommand the host side re-executes. Single-threaded until
+//! The sandbox process: a zygote forked at envgit's start (`zygote`), or the hidden subcommand
+//! the host side re-executes. Single-threaded until
 //! its last fork. Any failure before the command starts is written to the error pipe and ends
 //! the process with 125, so envgit can tell its own failure from the command's exit code.
 
 use std::io::{Read, Write};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;
 
 use rustix::fs::Mode;
@@ -23,14 +24,40 @@ fn fd_from_env(name: &str) -> Option<OwnedFd> {
     Some(unsafe { OwnedFd::from_raw_fd(n) })
 }
 
-/// Entry point of the hidden subcommand. Never returns.
+/// The sandbox process's channels to envgit: the spec to read, the pipe for envgit's own
+/// set-up errors, and the console socket when the command gets a terminal.
+pub(crate) struct Channels {
+    pub spec: OwnedFd,
+    pub err: Option<OwnedFd>,
+    pub console: Option<OwnedFd>,
+}
+
+/// Entry point of the hidden subcommand (a re-executed envgit). Never returns.
 pub fn sandbox_main() -> ! {
-    let mut err = fd_from_env(ERR_FD_ENV).map(std::fs::File::from);
-    if let Some(e) = &err {
-        // The command must never inherit (and write into) envgit's error channel.
-        let _ = rustix::io::fcntl_setfd(e, rustix::io::FdFlags::CLOEXEC);
+    let err = fd_from_env(ERR_FD_ENV);
+    let Some(spec) = fd_from_env(SPEC_FD_ENV) else {
+        eprintln!("envgit: sandbox: no sandbox spec (this subcommand is internal to envgit)");
+        std::process::exit(125);
+    };
+    sandbox_main_with(Channels {
+        spec,
+        err,
+        console: fd_from_env(CONSOLE_FD_ENV),
+    })
+}
+
+/// The sandbox process, from a re-execution or a zygote (`crate::zygote`). Never returns.
+pub(crate) fn sandbox_main_with(channels: Channels) -> ! {
+    let mut err = channels.err.map(std::fs::File::from);
+    for fd in err
+        .iter()
+        .map(AsFd::as_fd)
+        .chain(channels.console.iter().map(AsFd::as_fd))
+    {
+        // The command must never inherit (and write into) envgit's channels.
+        let _ = rustix::io::fcntl_setfd(fd, rustix::io::FdFlags::CLOEXEC);
     }
-    let code = match run(&mut err) {
+    let code = match run(channels.spec, channels.console, &mut err) {
         Ok(code) => code,
         Err(msg) => {
             if let Some(e) = err.as_mut() {
@@ -44,9 +71,7 @@ pub fn sandbox_main() -> ! {
     std::process::exit(code)
 }
 
-fn read_spec() -> Result<Spec, String> {
-    let fd = fd_from_env(SPEC_FD_ENV)
-        .ok_or("no sandbox spec (this subcommand is internal to envgit)")?;
+fn read_spec(fd: OwnedFd) -> Result<Spec, String> {
     let mut bytes = Vec::new();
     std::fs::File::from(fd)
         .read_to_end(&mut bytes)
@@ -54,13 +79,13 @@ fn read_spec() -> Result<Spec, String> {
     serde_json::from_slice(&bytes).map_err(|e| format!("bad sandbox spec: {e}"))
 }
 
-fn run(err: &mut Option<std::fs::File>) -> Result<i32, String> {
-    let spec = read_spec()?;
-    // Present when envgit wants the command on a terminal: PID 1 makes one inside.
-    let console = fd_from_env(CONSOLE_FD_ENV);
-    if let Some(c) = &console {
-        let _ = rustix::io::fcntl_setfd(c, rustix::io::FdFlags::CLOEXEC);
-    }
+/// `console`: present when envgit wants the command on a terminal; PID 1 makes one inside.
+fn run(
+    spec: OwnedFd,
+    console: Option<OwnedFd>,
+    err: &mut Option<std::fs::File>,
+) -> Result<i32, String> {
+    let spec = read_spec(spec)?;
     let die_with_parent = || {
         let _ =
             rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL));

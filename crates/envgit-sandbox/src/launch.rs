@@ -1,5 +1,5 @@
-//! The host side: start the sandbox process (a re-execution of this binary) with the spec on a
-//! pipe, and learn whether envgit itself failed (exit 125 with a message) or the command ran.
+//! The host side: start the sandbox process (the zygote forked at envgit's start, else a
+//! re-execution of this binary) with the spec on a pipe, and learn whether envgit itself failed (exit 125 with a message) or the command ran.
 
 use std::io::{Read, Write};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
@@ -14,10 +14,16 @@ use crate::spec::Spec;
 pub const HIDDEN_SUBCOMMAND: &str = "__sandbox";
 
 pub struct SandboxChild {
-    child: Child,
+    process: Process,
     err: std::fs::File,
     /// envgit's end of the console socket, when the command gets a terminal.
     console: Option<OwnedFd>,
+}
+
+/// The sandbox process: a re-executed envgit, or the zygote forked at envgit's start.
+enum Process {
+    Spawned(Child),
+    Forked(i32),
 }
 
 /// How the sandboxed command ended.
@@ -57,6 +63,25 @@ pub fn spawn_on(exe: &Path, spec: &Spec, terminal: bool) -> std::io::Result<Sand
     inheritable(&spec_r, true)?;
     inheritable(&err_w, true)?;
     let console = terminal.then(console::socket_pair).transpose()?;
+    if let Some(zygote) = crate::zygote::take() {
+        let started = zygote.start(
+            spec_r.as_fd(),
+            err_w.as_fd(),
+            console.as_ref().map(|(_, theirs)| theirs.as_fd()),
+        );
+        // A zygote that is gone (a signal took it) leaves the re-execution below.
+        if let Ok(pid) = started {
+            drop(spec_r);
+            drop(err_w);
+            let bytes = serde_json::to_vec(spec).map_err(std::io::Error::other)?;
+            std::fs::File::from(spec_w).write_all(&bytes)?;
+            return Ok(SandboxChild {
+                process: Process::Forked(pid),
+                err: std::fs::File::from(err_r),
+                console: console.map(|(ours, _theirs)| ours),
+            });
+        }
+    }
     // Nothing of envgit's environment reaches the sandbox process: the command's environment
     // travels in the spec.
     let mut command = Command::new(exe);
@@ -82,7 +107,7 @@ pub fn spawn_on(exe: &Path, spec: &Spec, terminal: bool) -> std::io::Result<Sand
     let bytes = serde_json::to_vec(spec).map_err(std::io::Error::other)?;
     std::fs::File::from(spec_w).write_all(&bytes)?;
     Ok(SandboxChild {
-        child,
+        process: Process::Spawned(child),
         err: std::fs::File::from(err_r),
         console,
     })
@@ -90,7 +115,10 @@ pub fn spawn_on(exe: &Path, spec: &Spec, terminal: bool) -> std::io::Result<Sand
 
 impl SandboxChild {
     pub fn id(&self) -> u32 {
-        self.child.id()
+        match &self.process {
+            Process::Spawned(child) => child.id(),
+            Process::Forked(pid) => *pid as u32,
+        }
     }
 
     /// The master of the command's pty, once the sandbox has made it; `None` when no terminal
@@ -113,19 +141,41 @@ impl SandboxChild {
     pub fn wait(mut self) -> std::io::Result<Outcome> {
         // A sandbox still waiting for its go gets an end instead, and says so.
         self.console = None;
-        let status = self.child.wait()?;
+        let code = match &mut self.process {
+            Process::Spawned(child) => {
+                use std::os::unix::process::ExitStatusExt;
+                let status = child.wait()?;
+                status
+                    .code()
+                    .or_else(|| status.signal().map(|s| 128 + s))
+                    .unwrap_or(125)
+            }
+            Process::Forked(pid) => wait_forked(*pid)?,
+        };
         let mut msg = String::new();
         let _ = self.err.read_to_string(&mut msg);
         if !msg.is_empty() {
             return Ok(Outcome::SetupFailed(msg));
         }
-        use std::os::unix::process::ExitStatusExt;
-        Ok(Outcome::Exited(
-            status
-                .code()
-                .or_else(|| status.signal().map(|s| 128 + s))
-                .unwrap_or(125),
-        ))
+        Ok(Outcome::Exited(code))
+    }
+}
+
+/// The exit code of the forked sandbox process `pid` (128 + signal when a signal ended it).
+fn wait_forked(pid: i32) -> std::io::Result<i32> {
+    let pid = rustix::process::Pid::from_raw(pid)
+        .ok_or_else(|| std::io::Error::other("the sandbox process has no pid"))?;
+    loop {
+        match rustix::process::waitpid(Some(pid), rustix::process::WaitOptions::empty()) {
+            Ok(Some((_, status))) => {
+                return Ok(status
+                    .exit_status()
+                    .or_else(|| status.terminating_signal().map(|s| 128 + s))
+                    .unwrap_or(125));
+            }
+            Ok(None) | Err(rustix::io::Errno::INTR) => continue,
+            Err(e) => return Err(e.into()),
+        }
     }
 }
 

@@ -27,7 +27,9 @@ pub mod spec;
 mod sys;
 pub mod trust;
 mod userns;
+mod zygote;
 
 pub use child::sandbox_main;
 pub use launch::{HIDDEN_SUBCOMMAND, Outcome, SandboxChild, SignalGuard, spawn, spawn_on};
 pub use spec::Spec;
+pub use zygote::prefork;

@@ -174,6 +174,9 @@ pub struct PlanInput<'a> {
     /// From envgit's stat index ([`project_facts`]): the project's secrets to mask and its
     /// files with hard links outside it, made read-only.
     pub facts: ProjectFacts,
+    /// [`etc_private`], when the caller walked `/etc` already (on another thread, while it
+    /// set the rest of the run up: the walk is the plan's largest cost); `None`: walked here.
+    pub etc_private: Option<Vec<PathBuf>>,
 }
 
 /// Whether `p` lies in one of the system directories (already in the view).
@@ -359,7 +362,10 @@ fn masks(input: &PlanInput<'_>) -> Vec<PathBuf> {
             }
         }
     }
-    out.extend(etc_private());
+    match &input.etc_private {
+        Some(private) => out.extend(private.iter().cloned()),
+        None => out.extend(etc_private()),
+    }
     let mut visible: Vec<PathBuf> = SYSTEM_DIRS.iter().map(PathBuf::from).collect();
     visible.push(input.project.to_path_buf());
     visible.extend(input.homes.iter().cloned());

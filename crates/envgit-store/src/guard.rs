@@ -66,7 +66,13 @@ pub struct ProtectedCopy {
     dir: PathBuf,
     saved: Saved,
     _lock: Flock,
+    /// The copy's `fdatasync`, running on its own thread while the run is set up; it must
+    /// be done before the command starts ([`ProtectedCopy::durable`]).
+    syncing: std::sync::Mutex<Option<std::thread::JoinHandle<std::io::Result<()>>>>,
 }
+
+/// Waits until a copy is on disk; see [`ProtectedCopy::durable`].
+pub type Durable = Box<dyn FnOnce() -> Result<()> + Send>;
 
 fn guard_root(store_dir: &Path) -> PathBuf {
     store_dir.join("guard")
@@ -122,12 +128,46 @@ impl ProtectedCopy {
         let mut f = std::fs::File::create(&file).at(&file)?;
         let bytes = serde_json::to_vec(&saved).map_err(|e| StoreError::corrupt(e.to_string()))?;
         f.write_all(&bytes).at(&file)?;
-        f.sync_data().at(&file)?;
+        // A kill leaves the copy in the page cache, where the next command finds it; only a
+        // power loss needs it on disk, and then only before the command can change anything.
+        // So the sync runs beside the run's set-up instead of before it (under a busy disk an
+        // fdatasync takes tens of milliseconds).
+        let syncing = std::thread::Builder::new()
+            .name("envgit-guard-sync".into())
+            .spawn(move || f.sync_data())
+            .map_err(|e| StoreError::Io {
+                path: file.clone(),
+                source: e,
+            })?;
         Ok(ProtectedCopy {
             dir,
             saved,
             _lock: lock,
+            syncing: std::sync::Mutex::new(Some(syncing)),
         })
+    }
+
+    /// Waits until the copy is on disk: call it before the step's command starts (once;
+    /// later calls return at once).
+    pub fn wait_durable(&self) -> Result<()> {
+        let syncing = self
+            .syncing
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        durable(syncing, &self.dir)
+    }
+
+    /// [`ProtectedCopy::wait_durable`] as a value the run's set-up can carry to the moment
+    /// just before its command starts.
+    pub fn durable(&self) -> Durable {
+        let syncing = self
+            .syncing
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        let dir = self.dir.clone();
+        Box::new(move || durable(syncing, &dir))
     }
 
     /// Puts back every protected path that differs from its copy, by content, and removes
@@ -163,6 +203,23 @@ impl ProtectedCopy {
     /// The copy is no longer needed (the step's put-back ran).
     pub fn discard(self) {
         let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn durable(
+    syncing: Option<std::thread::JoinHandle<std::io::Result<()>>>,
+    dir: &Path,
+) -> Result<()> {
+    let Some(syncing) = syncing else {
+        return Ok(());
+    };
+    let file = dir.join("copy.json");
+    match syncing.join() {
+        Ok(synced) => synced.at(&file),
+        Err(_) => Err(StoreError::Io {
+            path: file,
+            source: std::io::Error::other("the thread syncing it panicked"),
+        }),
     }
 }
 
@@ -202,6 +259,7 @@ pub fn recover(store_dir: &Path, root: &Path) -> Result<Vec<String>> {
             dir,
             saved,
             _lock: lock,
+            syncing: std::sync::Mutex::new(None),
         };
         out.extend(copy.put_back()?);
         copy.discard();

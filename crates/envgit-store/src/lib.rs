@@ -47,7 +47,7 @@ pub use gitlayer::{
 };
 pub use graft::{entry_at, graft};
 pub use guard::{
-    GUARD_MAX_BYTES, ProtectedCopy, recover as recover_protected, remove_planted_git_links,
+    Durable, GUARD_MAX_BYTES, ProtectedCopy, recover as recover_protected, remove_planted_git_links,
 };
 pub use id::{ObjectId, ObjectKind};
 pub use lock::StepGuard;

@@ -17,6 +17,7 @@ mod signal_watch;
 mod step;
 mod supervisor;
 mod terminal;
+mod timings;
 mod tool_steps;
 mod upstreams;
 
@@ -33,13 +34,22 @@ fn main() -> ExitCode {
     {
         envgit_sandbox::sandbox_main();
     }
+    timings::init();
     output::quiet_on_broken_pipe();
     let cli = cli::Cli::parse();
-    match commands::run(cli) {
+    if matches!(cli.command, cli::Command::Run(_)) {
+        // While envgit is single-threaded: its sandbox then starts as a fork, not a
+        // re-execution of this binary.
+        envgit_sandbox::prefork();
+    }
+    timings::mark("parse arguments");
+    let code = match commands::run(cli) {
         Ok(code) => code,
         Err(f) => {
             output::error(&f.message);
             ExitCode::from(f.code)
         }
-    }
+    };
+    timings::report();
+    code
 }

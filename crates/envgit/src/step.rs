@@ -101,7 +101,9 @@ impl OpenStep {
                 put_back = copy.put_back()?;
             }
         }
+        crate::timings::mark("  git import, put back");
         let (mut tree, mut report, mut rescanned) = snapshot.take(store)?;
+        crate::timings::mark("  snapshot");
         if let Some(s) = &sandboxed
             && let Some(before) = s.before
             && !matches!(snapshot, Snapshot::Tree(_))
@@ -134,6 +136,7 @@ impl OpenStep {
             (nested_back, put_back) = put_back.into_iter().partition(|p| nested_paths.contains(p));
             note_nested_put_back(&nested_back, &mut draft);
         }
+        crate::timings::mark("  diff, nested, put back");
         if sandboxed.is_some() {
             note_put_back(&put_back, &mut draft);
         }
@@ -141,7 +144,9 @@ impl OpenStep {
             crate::owner::clear_setid(wt, &report, draft.started_at_ms, &mut draft.notes);
         }
         note_scan(&report, rescanned, &mut draft);
-        Ok(store.commit(&mut self.guard, draft, tree)?)
+        let step = store.commit(&mut self.guard, draft, tree)?;
+        crate::timings::mark("  commit");
+        Ok(step)
     }
 }
 

@@ -72,6 +72,7 @@ pub fn run_step(
     notes: Vec<String>,
 ) -> CmdResult<i32> {
     let mut store = project.open_store()?;
+    crate::timings::mark("open store");
     crate::owner::first_run(&project.root, &store);
     let line = envgit_policy::command_line(&argv);
     let started = now_ms();
@@ -103,14 +104,19 @@ pub fn run_step(
     }
     let mut wt = project.worktree(&store)?;
     let (before, _) = wt.full_scan(&store, None)?;
+    crate::timings::mark("scan before");
     let facts = crate::project_facts::of(project, &wt)?;
+    crate::timings::mark("project facts");
     // The user's edits since the last step are theirs, not this command's.
     crate::outside::record_outside_edits(project, &mut store, &before)?;
+    crate::timings::mark("outside edits");
     let mut step = crate::step::begin(&store, &line)?;
     let git = crate::git_layer::open(store.dir(), &project.root)?;
+    crate::timings::mark("git layer open");
     // Read before the command runs: `core.hooksPath` comes from the trusted .git/config.
     let protected = crate::git_layer::protected_under(git.as_deref(), project.protected_paths());
     let copy = ProtectedCopy::take(store.dir(), &project.root, &protected)?;
+    crate::timings::mark("git layer, protected copy");
     // From here a crash, a kill or a failed commit leaves the step for the next command to
     // record as interrupted, with its command.
     step.guard()
@@ -128,6 +134,7 @@ pub fn run_step(
             step_notes: Some(notes_tx),
             git: git.clone(),
             facts: Some(facts),
+            before_start: Some(copy.durable()),
             ..RunExtras::default()
         },
     );
@@ -174,9 +181,11 @@ pub fn run_step(
     );
     copy.discard();
     crate::git_layer::finish(git);
+    crate::timings::mark("finish step (import, snapshot, commit)");
     committed?;
     drop(step);
     wt.save_cache(&store.stat_cache_path())?;
+    crate::timings::mark("save stat cache");
     Ok(code)
 }
 
@@ -449,6 +458,9 @@ pub(crate) struct RunExtras {
     /// The project's secrets and hard-linked files, from a scan just made; else from the stat
     /// cache (`project_facts`).
     pub facts: Option<envgit_sandbox::plan::ProjectFacts>,
+    /// Called just before the command starts: the step's protected copy is on disk by then
+    /// (its sync ran beside the set-up).
+    pub before_start: Option<envgit_store::Durable>,
 }
 
 /// Runs `argv` in the sandbox behind a gate of its own; `state` is the project's store
@@ -463,6 +475,12 @@ pub(crate) fn run_sandboxed(
     upstreams: &Upstreams,
     extras: RunExtras,
 ) -> CmdResult<(i32, Vec<GateEvent>)> {
+    // The walk of /etc for what only root may read is the plan's largest cost: it runs on
+    // its own thread while the rest of the run is set up.
+    let etc_private = std::thread::Builder::new()
+        .name("envgit-etc-walk".into())
+        .spawn(envgit_sandbox::plan::etc_private)
+        .ok();
     let facts = crate::project_facts::given_or_cached(project, state, extras.facts)?;
     let uid = rustix::process::getuid().as_raw();
     let envgit_home = envgit_store::envgit_home()?;
@@ -473,6 +491,7 @@ pub(crate) fn run_sandboxed(
     // Who the command runs as (the project's owner when envgit runs as root on a project
     // another user owns), its home and the home's overlay.
     let run_as = crate::owner::RunAs::decide(&project.root, state, homes(uid))?;
+    crate::timings::mark("staging, run as");
     // The gate's sockets live in a private directory under envgit's state, which the sandbox
     // never sees (see `runtime_dir`).
     let gate_dir = runtime_dir(uid)?.join(format!("{}-{}", std::process::id(), now_ms()));
@@ -482,11 +501,14 @@ pub(crate) fn run_sandboxed(
     // The command gets a pty of its own when envgit runs on a terminal (DESIGN §5): it never
     // holds the real one, and envgit can ask the person there.
     let mut pty = PtyRelay::open_if_terminal();
+    crate::timings::mark("gate dir, token");
     let ca = Arc::new(
         RunCa::generate(&format!("step on {}", project.root.display()))
             .map_err(|e| Failure::failed(e.to_string()))?,
     );
+    crate::timings::mark("run CA");
     let trust = write_trust_files(&gate_dir, ca.certificate_pem())?;
+    crate::timings::mark("trust bundle");
     // Tokens in git's configuration stay outside: placeholders inside, swapped at the gate.
     let hidden = crate::git_layer::hide_credentials(
         extras.git.as_deref(),
@@ -495,6 +517,7 @@ pub(crate) fn run_sandboxed(
     )?;
     let mut credentials = extras.credentials;
     credentials.extend(hidden.credentials);
+    crate::timings::mark("hide git credentials");
     if let Some(tx) = &extras.step_notes {
         for n in &hidden.notes {
             let _ = tx.send(n.clone());
@@ -527,6 +550,7 @@ pub(crate) fn run_sandboxed(
         credentials,
     })
     .map_err(|e| Failure::failed(format!("cannot start the gate: {e}")))?;
+    crate::timings::mark("gate start");
     if let Some(tap) = &extras.tap {
         let _ = tap.send(gate.tap());
     }
@@ -576,8 +600,10 @@ pub(crate) fn run_sandboxed(
         envgit_exe: Some(exe.clone()),
         protected: protected.to_vec(),
         facts,
+        etc_private: etc_private.and_then(|walk| walk.join().ok()),
     });
     let mut spec = spec;
+    crate::timings::mark("plan");
     let limits = envgit_sandbox::limits::prepare(
         gate_dir
             .file_name()
@@ -593,6 +619,7 @@ pub(crate) fn run_sandboxed(
         }
     }
     spec.nproc = limits.pids_max;
+    crate::timings::mark("limits");
     spec.run_files.extend(extras.run_files);
     spec.read_only.extend(extras.read_only);
     spec.file_overrides.extend(extras.file_overrides);
@@ -602,10 +629,15 @@ pub(crate) fn run_sandboxed(
     if let (Some(tx), Some(note)) = (&extras.step_notes, &run_as.note) {
         let _ = tx.send(note.clone());
     }
+    if let Some(wait) = extras.before_start {
+        wait()?;
+    }
+    crate::timings::mark("protected copy on disk");
     let outcome = {
         let _signals = SignalGuard::ignore_terminal_signals();
         let mut child = envgit_sandbox::spawn_on(&exe, &spec, pty.is_some())
             .map_err(|e| Failure::failed(format!("cannot start the sandbox: {e}")))?;
+        crate::timings::mark("spawn");
         // SIGTERM or SIGHUP to envgit (a `kill`, a closed terminal) ends the sandbox first,
         // then the step ends as any other: its protected paths put back, its record written.
         let ended_by = Arc::new(std::sync::atomic::AtomicI32::new(0));
@@ -626,6 +658,7 @@ pub(crate) fn run_sandboxed(
                 .map_err(|e| Failure::failed(format!("cannot set up the terminal: {e}")))?;
         }
         let outcome = child.wait();
+        crate::timings::mark("sandbox ran");
         let signalled = ended_by.load(std::sync::atomic::Ordering::SeqCst);
         let outcome = match outcome {
             Ok(Outcome::Exited(_)) if signalled != 0 => Ok(Outcome::Exited(128 + signalled)),
@@ -638,7 +671,9 @@ pub(crate) fn run_sandboxed(
     };
     let _ = std::fs::remove_dir(&staging);
     limits.remove();
+    crate::timings::mark("limits removed");
     let events = gate.stop();
+    crate::timings::mark("gate stop");
     let _ = std::fs::remove_dir_all(&gate_dir);
     match outcome {
         Ok(Outcome::Exited(code)) => Ok((code, events)),

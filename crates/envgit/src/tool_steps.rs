@@ -96,6 +96,7 @@ impl<'a> ToolSteps<'a> {
         let git = crate::git_layer::open(store.dir(), &project.root)?;
         let protected = crate::git_layer::protected_under(git.as_deref(), protected);
         let copy = ProtectedCopy::take(store.dir(), &project.root, &protected)?;
+        copy.wait_durable()?;
         Ok(ToolSteps {
             project,
             agent,

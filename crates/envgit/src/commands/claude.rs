@@ -178,6 +178,7 @@ pub fn run(dir: Option<&Path>, args: &ClaudeArgs) -> CmdResult<ExitCode> {
         step_notes: None,
         git: steps.git_layer(),
         facts: Some(steps.project_facts()?),
+        before_start: None,
     };
     output::note(&format!(
         "Claude Code runs in envgit's sandbox and gate; each tool call is a step; its model \

@@ -318,6 +318,7 @@ fn denied_reads(project: &Project, cwd: &Path) -> CmdResult<Vec<PathBuf>> {
         relay: None,
         protected: Vec::new(),
         facts,
+        etc_private: None,
     });
     Ok(spec.masks)
 }

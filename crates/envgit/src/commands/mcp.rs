@@ -31,6 +31,7 @@ pub fn run(dir: Option<&Path>, args: &McpArgs) -> CmdResult<ExitCode> {
     // Before any downstream server runs: what every step puts protected paths back to.
     let copy =
         envgit_store::ProtectedCopy::take(store.dir(), &project.root, &project.protected_paths())?;
+    copy.wait_durable()?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
