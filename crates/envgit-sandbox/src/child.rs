@@ -1,7 +1,7 @@
 //! The sandbox process: a zygote forked at envgit's start (`zygote`), or the hidden subcommand
-//! the host side re-executes. Single-threaded until
-//! its last fork. Any failure before the command starts is written to the error pipe and ends
-//! the process with 125, so envgit can tell its own failure from the command's exit code.
+//! the host side re-executes. Single-threaded until its last fork. Any failure before the
+//! command starts is written to the error pipe and ends the process with 125, so envgit can
+//! tell its own failure from the command's exit code.
 
 use std::io::{Read, Write};
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};

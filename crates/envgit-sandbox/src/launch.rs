@@ -1,5 +1,6 @@
 //! The host side: start the sandbox process (the zygote forked at envgit's start, else a
-//! re-execution of this binary) with the spec on a pipe, and learn whether envgit itself failed (exit 125 with a message) or the command ran.
+//! re-execution of this binary) with the spec on a pipe, and learn whether envgit itself
+//! failed (exit 125 with a message) or the command ran.
 
 use std::io::{Read, Write};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
