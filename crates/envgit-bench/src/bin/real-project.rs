@@ -1,0 +1,197 @@
+//! What envgit adds to a step on a real project: a 10,000-file project made of a real
+//! npm-installed tree (`node_modules`, excluded from snapshots as `envgit init` writes it) and
+//! generated sources under git, then `true`, `git status` and `node -e 0`, each bare and
+//! through `envgit run`, alternating (so a busy machine slows both alike). Prints p50/p90 of
+//! both and the overhead (envgit p50 − bare p50) against the goal of 20 ms; never fails on
+//! timing.
+//!
+//! `cargo run --release -p envgit-bench --bin real-project -- [--envgit BIN] [--runs 50]
+//!  [--node-modules DIR] [--sources 3200]`. The default tree is verdaccio's, which
+//! `scripts/install-deps-registries` installs under /opt/envgit-test-deps/registries.
+
+#[path = "../percentile.rs"]
+mod percentile;
+use percentile::percentile;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+
+const DEFAULT_NODE_MODULES: &str = "/opt/envgit-test-deps/registries/node_modules";
+const GOAL_MS: f64 = 20.0;
+
+fn arg(args: &[String], name: &str) -> Option<String> {
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+        .cloned()
+}
+
+fn run_ok(cmd: &mut Command) -> Result<()> {
+    let out = cmd.stdout(Stdio::null()).stderr(Stdio::piped()).output()?;
+    if !out.status.success() {
+        bail!(
+            "{cmd:?} failed: {}: {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(())
+}
+
+fn ms(sorted: &[Duration], q: f64) -> f64 {
+    percentile(sorted, q).as_secs_f64() * 1e3
+}
+
+/// Files below `dir`, links and directories not counted.
+fn count_files(dir: &Path) -> usize {
+    let mut n = 0;
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            match e.file_type() {
+                Ok(t) if t.is_dir() => stack.push(e.path()),
+                Ok(t) if t.is_file() => n += 1,
+                _ => {}
+            }
+        }
+    }
+    n
+}
+
+/// The project: the npm tree copied in, `sources` small JavaScript files in directories of
+/// 40, a git repository of the sources, and `envgit init`.
+fn project(root: &Path, node_modules: &Path, sources: usize, envgit: &Path) -> Result<PathBuf> {
+    let dir = root.join("app");
+    std::fs::create_dir_all(&dir)?;
+    run_ok(
+        Command::new("cp")
+            .arg("-a")
+            .arg(node_modules)
+            .arg(dir.join("node_modules")),
+    )?;
+    for i in 0..sources {
+        let d = dir.join(format!("src/m{}", i / 40));
+        if i % 40 == 0 {
+            std::fs::create_dir_all(&d)?;
+        }
+        std::fs::write(
+            d.join(format!("f{i}.js")),
+            format!("export const v{i} = {i};\nexport function f{i}(x) {{ return x + {i}; }}\n"),
+        )?;
+    }
+    std::fs::write(
+        dir.join("package.json"),
+        "{\"name\":\"app\",\"version\":\"1.0.0\"}\n",
+    )?;
+    std::fs::write(dir.join(".gitignore"), "node_modules/\n")?;
+    let git = |args: &[&str]| {
+        run_ok(
+            Command::new("git")
+                .args(["-c", "user.name=b", "-c", "user.email=b@b"])
+                .args(args)
+                .current_dir(&dir),
+        )
+    };
+    git(&["init", "-q", "-b", "main"])?;
+    git(&["add", "-A"])?;
+    git(&["commit", "-q", "-m", "sources"])?;
+    run_ok(
+        Command::new(envgit)
+            .arg("init")
+            .current_dir(&dir)
+            .env("ENVGIT_HOME", root.join("home")),
+    )
+    .context("envgit init")?;
+    Ok(dir)
+}
+
+fn main() -> Result<()> {
+    let args: Vec<String> = std::env::args().collect();
+    let envgit = arg(&args, "--envgit").unwrap_or_else(|| "target/release/envgit".into());
+    let envgit = std::fs::canonicalize(&envgit)
+        .with_context(|| format!("{envgit} (build it: cargo build --release -p envgit)"))?;
+    let runs: usize = arg(&args, "--runs")
+        .map(|v| v.parse())
+        .transpose()?
+        .unwrap_or(50);
+    let sources: usize = arg(&args, "--sources")
+        .map(|v| v.parse())
+        .transpose()?
+        .unwrap_or(3200);
+    let node_modules =
+        PathBuf::from(arg(&args, "--node-modules").unwrap_or_else(|| DEFAULT_NODE_MODULES.into()));
+    if !node_modules.is_dir() {
+        bail!(
+            "{}: no npm-installed tree there (scripts/install-deps-registries installs one, or pass --node-modules DIR)",
+            node_modules.display()
+        );
+    }
+    let tmp = tempfile::tempdir()?;
+    let dir = project(tmp.path(), &node_modules, sources, &envgit)?;
+    println!(
+        "real project: {} files ({} in node_modules, excluded), {runs} alternating runs each; load {}",
+        count_files(&dir) - count_files(&dir.join(".git")),
+        count_files(&dir.join("node_modules")),
+        std::fs::read_to_string("/proc/loadavg")
+            .unwrap_or_default()
+            .split_whitespace()
+            .take(3)
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
+    println!(
+        "  {:<14} {:>16} {:>22} {:>10}  goal ≤ {GOAL_MS} ms",
+        "command", "bare p50 / p90", "envgit run p50 / p90", "overhead"
+    );
+    let commands: [&[&str]; 3] = [&["true"], &["git", "status", "--short"], &["node", "-e", "0"]];
+    for argv in commands {
+        let bare = |c: &mut Command| {
+            c.args(&argv[1..]).current_dir(&dir);
+        };
+        let mut times = [Vec::with_capacity(runs), Vec::with_capacity(runs)];
+        for r in 0..=runs {
+            for k in [r % 2, 1 - r % 2] {
+                let mut c = if k == 0 {
+                    let mut c = Command::new(argv[0]);
+                    bare(&mut c);
+                    c
+                } else {
+                    let mut c = Command::new(&envgit);
+                    c.arg("run")
+                        .arg("--")
+                        .args(argv)
+                        .current_dir(&dir)
+                        .env("ENVGIT_HOME", tmp.path().join("home"));
+                    c
+                };
+                let t = Instant::now();
+                run_ok(&mut c).with_context(|| argv.join(" "))?;
+                // The first round warms both up.
+                if r > 0 {
+                    times[k].push(t.elapsed());
+                }
+            }
+        }
+        for v in &mut times {
+            v.sort();
+        }
+        let overhead = ms(&times[1], 0.5) - ms(&times[0], 0.5);
+        println!(
+            "  {:<14} {:>7.2} / {:>6.2} {:>12.2} / {:>7.2} {:>8.2} ms  {}",
+            argv.join(" "),
+            ms(&times[0], 0.5),
+            ms(&times[0], 0.9),
+            ms(&times[1], 0.5),
+            ms(&times[1], 0.9),
+            overhead,
+            if overhead <= GOAL_MS { "met" } else { "NOT met" }
+        );
+    }
+    Ok(())
+}
