@@ -57,7 +57,11 @@ const SEGMENT: &[(&str, &str, bool)] = &[
 #[test]
 fn segment_globs_match_exactly_these() {
     for (pattern, text, want) in SEGMENT {
-        assert_eq!(glob(pattern, text), *want, "segment {pattern:?} vs {text:?}");
+        assert_eq!(
+            glob(pattern, text),
+            *want,
+            "segment {pattern:?} vs {text:?}"
+        );
     }
 }
 
