@@ -1,3 +1,6 @@
+use proptest::prelude::*;
+use proptest::test_runner::{Config, TestRunner};
+
 use crate::GraphqlOperation::{self, Mutation, Query, Subscription};
 use crate::request::body::Body;
 use crate::request::graphql::{document, operations};
@@ -297,18 +300,18 @@ fn arbitrary_documents_never_panic() {
         "\u{feff}",
         " ",
     ];
-    let mut seed: u64 = 0x2545_f491_4f6c_dd1d;
-    for _ in 0..5_000 {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        let mut s = seed;
-        let text: String = (0..(s % 24))
-            .map(|_| {
-                s = s.rotate_left(5) ^ 0x9e37_79b9;
-                pieces[(s as usize) % pieces.len()]
-            })
-            .collect();
+    let text = proptest::collection::vec(proptest::sample::select(pieces.to_vec()), 0..24)
+        .prop_map(|v| v.concat());
+    let config = Config {
+        cases: 5_000,
+        failure_persistence: None,
+        ..Config::default()
+    };
+    let outcome = TestRunner::new(config).run(&text, |text| {
         let _ = document(&text);
+        Ok(())
+    });
+    if let Err(e) = outcome {
+        panic!("{e}");
     }
 }
