@@ -56,7 +56,7 @@ pub use approvals::{AskAnnounce, PendingAsk};
 pub use ca::{CaError, RunCa, trust_bundle};
 pub use control::{CONTROL_TOKEN_FILE, ControlAnswer, ControlOp, ControlRequest};
 pub use credentials::Credential;
-pub use events::{Announce, EventApproval, GateEvent};
+pub use events::{Announce, ApprovalAnswer, Decision, EventApproval, GateEvent};
 pub use resolve::{Resolve, parse_list as parse_resolve_list};
 
 /// Header carrying the per-run secret on the first request head of every connection.

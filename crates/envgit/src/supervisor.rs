@@ -6,14 +6,17 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use envgit_gate::{
-    ApprovalConfig, Credential, EventTap, Gate, GateConfig, GateEvent, PendingAsk, RunCa,
+    ApprovalConfig, Credential, Decision, EventTap, Gate, GateConfig, GateEvent, PendingAsk, RunCa,
 };
 use envgit_sandbox::plan::{PlanInput, plan};
 use envgit_sandbox::spec::RelaySpec;
 use envgit_sandbox::trust::{TrustFiles, host_bundle_text};
 use envgit_sandbox::{Outcome, SignalGuard};
 
-use envgit_store::{Approval, ProtectedCopy, Refusal, Request, StepDraft, StepKind, now_ms};
+use envgit_store::{
+    Approval, ApprovalAnswer, ProtectedCopy, Refusal, Request, RequestOutcome, StepDraft, StepKind,
+    now_ms,
+};
 
 use crate::failure::{CmdResult, Failure};
 use crate::output;
@@ -248,7 +251,7 @@ fn count_repeats(events: &[GateEvent]) {
         let Some(rule) = e.rule.as_deref() else {
             continue;
         };
-        if e.decision == "allowed" {
+        if e.decision == Decision::Allowed {
             continue;
         }
         match seen
@@ -291,11 +294,14 @@ pub(crate) fn requests_of(events: &[GateEvent]) -> (Vec<Request>, Vec<Refusal>, 
                 what: format!("{} {target}: {}", e.method, a.summary),
                 rule: e.rule.clone().unwrap_or_default(),
                 approver: a.by.clone(),
-                answer: a.answer.clone(),
+                answer: match a.answer {
+                    envgit_gate::ApprovalAnswer::Approved => ApprovalAnswer::Approved,
+                    envgit_gate::ApprovalAnswer::Refused => ApprovalAnswer::Refused,
+                },
                 at_ms: a.at_ms,
             });
         }
-        if e.decision != "allowed" {
+        if e.decision != Decision::Allowed {
             refusals.push(Refusal {
                 what: refusal_what(e),
                 rule: e.rule.clone().unwrap_or_else(|| "gate".into()),
@@ -308,10 +314,14 @@ pub(crate) fn requests_of(events: &[GateEvent]) -> (Vec<Request>, Vec<Refusal>, 
             status: e.status,
             bytes_out: e.bytes_out,
             bytes_in: e.bytes_in,
-            decision: match (&e.approval, e.uninspected) {
-                (Some(a), _) => a.answer.clone(),
-                (None, true) if e.decision == "allowed" => "uninspected".to_owned(),
-                _ => e.decision.clone(),
+            decision: match (&e.approval, e.uninspected, e.decision) {
+                (Some(a), ..) => match a.answer {
+                    envgit_gate::ApprovalAnswer::Approved => RequestOutcome::Approved,
+                    envgit_gate::ApprovalAnswer::Refused => RequestOutcome::Refused,
+                },
+                (None, true, Decision::Allowed) => RequestOutcome::Uninspected,
+                (None, _, Decision::Allowed) => RequestOutcome::Allowed,
+                (None, _, Decision::Denied) => RequestOutcome::Denied,
             },
             rule: e.rule.clone(),
             irreversible: e.irreversible,

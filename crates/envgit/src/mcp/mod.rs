@@ -16,7 +16,8 @@ use std::time::Duration;
 use envgit_policy::ApproversSection;
 use envgit_repl::{CellOptions, CellOutcome, CellStatus, Limits, Session};
 use envgit_store::{
-    Approval, ReplCall, ReplRecord, Step, StepDraft, StepFlag, StepKind, Store, WorkTree,
+    Approval, ReplCall, ReplRecord, Step, StepDraft, StepFlag, StepKind, Store, ToolDecision,
+    WorkTree,
 };
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
@@ -605,7 +606,7 @@ impl Inner {
         // this cell called are flushed first, so what they requested for it is here.
         let called: BTreeSet<&str> = calls
             .iter()
-            .filter(|c| c.decision != "deny")
+            .filter(|c| c.decision != ToolDecision::Deny)
             .map(|c| c.server.as_str())
             .collect();
         let events = self.downstreams.gate_events(&called).await;
