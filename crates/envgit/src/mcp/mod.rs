@@ -5,6 +5,7 @@
 mod approve;
 pub mod bridge;
 mod downstream;
+mod error;
 pub(crate) mod feed;
 mod typescript;
 
@@ -31,6 +32,7 @@ use tokio::sync::mpsc;
 
 use approve::{Answer, Approver, PendingAsk};
 pub use downstream::Downstreams;
+use error::ExecuteError;
 
 use crate::project::Project;
 
@@ -113,11 +115,11 @@ impl Live {
         code: &str,
         opts: &CellOptions,
         host: Arc<dyn envgit_repl::Host>,
-    ) -> Result<CellOutcome, String> {
+    ) -> Result<CellOutcome, ExecuteError> {
         self.set_running(id);
         let r = self.session.execute(code, opts, host).await;
         self.set_running(0);
-        r.map_err(|e| e.to_string())
+        Ok(r?)
     }
 
     fn set_running(&self, id: u64) {
@@ -143,9 +145,9 @@ struct Running {
     log: Arc<Mutex<Vec<ReplCall>>>,
     approvals: Arc<Mutex<Vec<Approval>>>,
     rewound: Option<String>,
-    task: Option<tokio::task::JoinHandle<Result<CellOutcome, String>>>,
+    task: Option<tokio::task::JoinHandle<Result<CellOutcome, ExecuteError>>>,
     /// Why the cell could not start.
-    early: Option<String>,
+    early: Option<ExecuteError>,
     asks: mpsc::UnboundedReceiver<PendingAsk>,
     session: Option<Arc<Live>>,
     /// The session's turn, from before the cell starts until the step is committed.
@@ -205,7 +207,7 @@ impl ExecuteServer {
 
 impl Inner {
     /// The step of what the downstream servers requested after the last `execute`.
-    async fn record_rest(&self, events: Vec<envgit_gate::GateEvent>) -> Result<(), String> {
+    async fn record_rest(&self, events: Vec<envgit_gate::GateEvent>) -> Result<(), ExecuteError> {
         let started = events
             .iter()
             .map(|e| e.at_ms)
@@ -226,23 +228,22 @@ impl Inner {
             ..Default::default()
         };
         let recorder = self.recorder.clone();
-        tokio::task::spawn_blocking(move || -> Result<(), String> {
+        tokio::task::spawn_blocking(move || -> Result<(), ExecuteError> {
             let mut r = recorder
                 .lock()
-                .map_err(|_| "the recorder is poisoned".to_string())?;
+                .map_err(|_| ExecuteError::RecorderPoisoned)?;
             let Recorder {
                 store, wt, copy, ..
             } = &mut *r;
-            store.catch_up().map_err(|e| e.to_string())?;
-            let mut step = crate::step::begin(store, "mcp servers after the last execute")
-                .map_err(|e| e.message)?;
-            finish_repl_step(&mut step, store, wt, copy, draft).map_err(|e| e.message)?;
+            store.catch_up()?;
+            let mut step = crate::step::begin(store, "mcp servers after the last execute")?;
+            finish_repl_step(&mut step, store, wt, copy, draft)?;
             drop(step);
             let _ = wt.save_cache(&store.stat_cache_path());
             Ok(())
         })
         .await
-        .map_err(|e| e.to_string())?
+        .map_err(ExecuteError::task("recording"))?
     }
 
     fn new(recorder: Recorder, downstreams: Downstreams, limits: Limits) -> Self {
@@ -267,23 +268,20 @@ impl Inner {
         }
     }
 
-    async fn session(&self, name: &str) -> Result<Arc<Live>, String> {
+    async fn session(&self, name: &str) -> Result<Arc<Live>, ExecuteError> {
         let mut sessions = self.sessions.lock().await;
         if let Some(s) = sessions.get(name) {
             return Ok(s.clone());
         }
         if sessions.len() >= MAX_SESSIONS {
-            return Err(format!(
-                "there are already {MAX_SESSIONS} sessions ({}): reuse one of them",
-                sessions.keys().cloned().collect::<Vec<_>>().join(", ")
-            ));
+            return Err(ExecuteError::TooManySessions {
+                max: MAX_SESSIONS,
+                names: sessions.keys().cloned().collect::<Vec<_>>().join(", "),
+            });
         }
         let seed = self.seeds.fetch_add(0x9e37_79b9, Ordering::Relaxed);
-        let s = Live::new(
-            Session::new(&self.downstreams.catalog, self.limits.clone(), seed)
-                .await
-                .map_err(|e| e.to_string())?,
-        );
+        let s =
+            Live::new(Session::new(&self.downstreams.catalog, self.limits.clone(), seed).await?);
         sessions.insert(name.to_string(), s.clone());
         Ok(s)
     }
@@ -367,19 +365,19 @@ impl Inner {
             tokio::task::spawn_blocking(move || {
                 let mut r = recorder
                     .lock()
-                    .map_err(|_| "the recorder is poisoned".to_string())?;
-                r.store.catch_up().map_err(|e| e.to_string())?;
+                    .map_err(|_| ExecuteError::RecorderPoisoned)?;
+                r.store.catch_up()?;
                 let steps: Vec<(u64, Option<u64>)> = r
                     .store
                     .steps()
                     .iter()
                     .map(|s| (s.number, s.target.filter(|_| s.kind == StepKind::Rewind)))
                     .collect();
-                let step = crate::step::begin(&r.store, &what).map_err(|e| e.message)?;
-                Ok::<_, String>((step, steps))
+                let step = crate::step::begin(&r.store, &what)?;
+                Ok::<_, ExecuteError>((step, steps))
             })
             .await
-            .map_err(|e| e.to_string())
+            .map_err(ExecuteError::task("step opening"))
             .and_then(|r| r)
         };
         let (step, steps) =
@@ -468,7 +466,7 @@ impl Inner {
         context: Option<&RequestContext<RoleServer>>,
     ) -> CallToolResponse {
         let outcome = match run.task.take() {
-            None => Err(run.early.take().unwrap_or_default()),
+            None => Err(run.early.take().unwrap_or(ExecuteError::NotStarted)),
             Some(mut task) => {
                 let mut armed = context.is_some();
                 // Cancelled: interrupt now and again until the cell has ended (see `Live`).
@@ -486,7 +484,7 @@ impl Inner {
                         biased;
                         r = &mut task => {
                             break r
-                                .map_err(|e| format!("the cell's task failed: {e}"))
+                                .map_err(ExecuteError::task("cell"))
                                 .and_then(|r| r);
                         }
                         Some(ask) = run.asks.recv() => {
@@ -588,7 +586,11 @@ impl Inner {
     }
 
     /// Record the step and build the result.
-    async fn finish(&self, run: Running, outcome: Result<CellOutcome, String>) -> CallToolResult {
+    async fn finish(
+        &self,
+        run: Running,
+        outcome: Result<CellOutcome, ExecuteError>,
+    ) -> CallToolResult {
         let Running {
             session_name,
             code,
@@ -626,7 +628,7 @@ impl Inner {
             error: outcome
                 .as_ref()
                 .err()
-                .cloned()
+                .map(ExecuteError::to_string)
                 .or_else(|| outcome.as_ref().ok().and_then(|o| o.error.clone())),
             bytes_in,
             bytes_out,
@@ -646,21 +648,20 @@ impl Inner {
             ..Default::default()
         };
         let recorder = self.recorder.clone();
-        let step = tokio::task::spawn_blocking(move || -> Result<Step, String> {
+        let step = tokio::task::spawn_blocking(move || -> Result<Step, ExecuteError> {
             let mut r = recorder
                 .lock()
-                .map_err(|_| "the recorder is poisoned".to_string())?;
+                .map_err(|_| ExecuteError::RecorderPoisoned)?;
             let Recorder {
                 store, wt, copy, ..
             } = &mut *r;
-            let committed =
-                finish_repl_step(&mut step, store, wt, copy, draft).map_err(|e| e.message)?;
+            let committed = finish_repl_step(&mut step, store, wt, copy, draft)?;
             drop(step);
             let _ = wt.save_cache(&store.stat_cache_path());
             Ok(committed)
         })
         .await
-        .map_err(|e| e.to_string())
+        .map_err(ExecuteError::task("recording"))
         .and_then(|r| r);
         if let Ok(s) = &step {
             self.seen.fetch_max(s.number, Ordering::SeqCst);
@@ -735,7 +736,7 @@ pub fn low_return(bytes_in: u64, bytes_out: u64) -> bool {
 }
 
 /// `(status, text, is_error, characters cut)`.
-fn render(outcome: &Result<CellOutcome, String>) -> (&'static str, String, bool, u64) {
+fn render(outcome: &Result<CellOutcome, ExecuteError>) -> (&'static str, String, bool, u64) {
     match outcome {
         Err(e) => ("error", format!("envgit: {e}"), true, 0),
         Ok(o) => {
