@@ -25,7 +25,7 @@ use envgit_store::{StepKind, Store, WorkTree};
 
 use crate::failure::{CmdResult, Failure};
 use crate::output;
-use crate::supervisor::private_dir;
+use crate::runtime::private_dir;
 
 /// The group used when neither the project root's group nor the owner's passwd entry gives
 /// one other than root's.

@@ -182,7 +182,7 @@ fn expire(
 
 /// 128 random bits, hex: an unguessable handle (the supervisor's getrandom helper).
 pub(crate) fn random_token() -> crate::failure::CmdResult<String> {
-    crate::supervisor::random_token()
+    crate::runtime::random_token()
 }
 
 impl ExecuteServer {
