@@ -11,9 +11,9 @@ use apollo_parser::cst;
 
 use crate::GraphqlOperation;
 
-use super::body::{Body, form_fields};
 use super::content_type::{FORM, MULTIPART, media_type};
 use super::json::{Doc, entries, parse_doc};
+use super::payload::{Body, form_fields};
 
 /// Nesting deeper than this (selection sets, values, types) is refused, not parsed.
 const RECURSION_LIMIT: usize = 128;

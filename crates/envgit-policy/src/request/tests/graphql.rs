@@ -2,9 +2,9 @@ use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 
 use crate::GraphqlOperation::{self, Mutation, Query, Subscription};
-use crate::request::body::Body;
 use crate::request::graphql::{document, operations};
 use crate::request::matchers::parse_query;
+use crate::request::payload::Body;
 
 /// The operation kinds of `?query` + JSON `body` (no content type).
 fn kinds_of(
