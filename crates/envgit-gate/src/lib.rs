@@ -27,6 +27,7 @@
 //! Plain HTTP is served one request per client connection (the response carries
 //! `Connection: close`), so a second request on the connection can never pass undecided.
 
+mod answer;
 mod approvals;
 mod body;
 mod ca;
@@ -53,6 +54,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+pub use answer::Answer;
 pub use approvals::{AskAnnounce, PendingAsk};
 pub use ca::{CaError, RunCa, trust_bundle};
 pub use control::{CONTROL_TOKEN_FILE, ControlAnswer, ControlOp, ControlRequest};

@@ -20,7 +20,7 @@ use rmcp::service::RunningService;
 use rmcp::transport::TokioChildProcess;
 use rmcp::{Peer, RoleClient, ServiceExt};
 
-use super::approve::Approver;
+use super::approver::Approver;
 use super::feed::{Feed, Feeds, flush_deadline};
 use super::typescript;
 
@@ -205,8 +205,8 @@ impl Downstreams {
                     a.push(Approval {
                         what: format!("tool {what}"),
                         rule: rule.clone(),
-                        approver: answer.approver.clone(),
-                        answer: if answer.approved {
+                        approver: answer.by().to_owned(),
+                        answer: if answer.is_approved() {
                             ApprovalAnswer::Approved
                         } else {
                             ApprovalAnswer::Refused
@@ -214,13 +214,13 @@ impl Downstreams {
                         at_ms: envgit_store::now_ms(),
                     });
                 }
-                if answer.approved {
+                if answer.is_approved() {
                     self.send(&call, &mut rec).await
                 } else {
                     Err(format!(
                         "envgit: tool {what} needs a person's approval (rule {rule}) and did not \
                          get it: {}",
-                        answer.approver
+                        answer.by()
                     ))
                 }
             }

@@ -2,7 +2,7 @@
 //! envgit-repl session (DESIGN §7). Every call is a step of kind `repl`: its code, downstream
 //! calls with their decisions, bytes in and out, and status, with a snapshot of the project.
 
-mod approve;
+mod approver;
 pub mod bridge;
 mod downstream;
 mod error;
@@ -30,8 +30,9 @@ use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
-use approve::{Answer, Approver, PendingAsk};
+use approver::{Approver, ParkedAsk};
 pub use downstream::Downstreams;
+use envgit_gate::Answer;
 use error::ExecuteError;
 
 use crate::project::Project;
@@ -148,14 +149,14 @@ struct Running {
     task: Option<tokio::task::JoinHandle<Result<CellOutcome, ExecuteError>>>,
     /// Why the cell could not start.
     early: Option<ExecuteError>,
-    asks: mpsc::UnboundedReceiver<PendingAsk>,
+    asks: mpsc::UnboundedReceiver<ParkedAsk>,
     session: Option<Arc<Live>>,
     /// The session's turn, from before the cell starts until the step is committed.
     turn: Option<tokio::sync::OwnedMutexGuard<()>>,
     /// The cell's number (for [`Live::interrupt`]).
     cell: u64,
     /// The question the parked cell waits on.
-    pending: Option<PendingAsk>,
+    pending: Option<ParkedAsk>,
     client: String,
 }
 
@@ -170,10 +171,10 @@ fn expire(
         let run = inner.parked.lock().await.remove(&token);
         if let Some(mut run) = run {
             if let Some(p) = run.pending.take() {
-                let _ = p.reply.send(Answer {
-                    approved: false,
-                    approver: format!("no answer within {} s", after.as_secs()),
-                });
+                let _ = p.reply.send(Answer::refused(format!(
+                    "no answer within {} s",
+                    after.as_secs()
+                )));
             }
             let _ = inner.drive(run, None).await;
         }
@@ -490,10 +491,9 @@ impl Inner {
                         Some(ask) = run.asks.recv() => {
                             if context.is_none() {
                                 // Expired while parked: nobody can be asked any more.
-                                let _ = ask.reply.send(Answer {
-                                    approved: false,
-                                    approver: "the client never answered the earlier question".into(),
-                                });
+                                let _ = ask.reply.send(Answer::refused(
+                                    "the client never answered the earlier question",
+                                ));
                                 continue;
                             }
                             run.task = Some(task);
@@ -513,21 +513,17 @@ impl Inner {
         self.finish(run, outcome).await.into()
     }
 
-    async fn park(self: &Arc<Self>, mut run: Running, ask: PendingAsk) -> CallToolResponse {
-        let Some(request) = approve::input_request(&ask.what, &ask.rule) else {
-            let _ = ask.reply.send(Answer {
-                approved: false,
-                approver: "the approval form could not be built".into(),
-            });
+    async fn park(self: &Arc<Self>, mut run: Running, ask: ParkedAsk) -> CallToolResponse {
+        let Some(request) = approver::input_request(&ask.what, &ask.rule) else {
+            let _ = ask
+                .reply
+                .send(Answer::refused("the approval form could not be built"));
             return Box::pin(self.drive(run, None)).await;
         };
         let token = match crate::mcp::random_token() {
             Ok(t) => t,
             Err(e) => {
-                let _ = ask.reply.send(Answer {
-                    approved: false,
-                    approver: e.message,
-                });
+                let _ = ask.reply.send(Answer::refused(e.message));
                 return Box::pin(self.drive(run, None)).await;
             }
         };
@@ -539,7 +535,7 @@ impl Inner {
             Duration::from_secs(self.approvers.timeout.max(1)),
         ));
         let mut requests = std::collections::BTreeMap::new();
-        requests.insert(approve::FIELD.to_string(), request);
+        requests.insert(approver::FIELD.to_string(), request);
         CallToolResponse::InputRequired(InputRequiredResult::new(Some(requests), Some(token)))
     }
 
@@ -567,7 +563,7 @@ impl Inner {
             )
             .into();
         }
-        match responses.and_then(|r| r.get(approve::FIELD)) {
+        match responses.and_then(|r| r.get(approver::FIELD)) {
             None => {
                 // No answer: ask again.
                 let Some(ask) = run.pending.take() else {
@@ -576,7 +572,7 @@ impl Inner {
                 self.park(run, ask).await
             }
             Some(v) => {
-                let answer = approve::read_answer(v, &run.client);
+                let answer = approver::read_answer(v, &run.client);
                 if let Some(p) = run.pending.take() {
                     let _ = p.reply.send(answer);
                 }
