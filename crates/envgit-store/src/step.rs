@@ -314,7 +314,7 @@ pub struct Step {
     pub exit_code: Option<i32>,
     #[serde(default)]
     pub policy_hash: Option<String>,
-    /// At most [`MAX_RECORDED_CHANGES`] changes, the project's files before `.git/…` (each
+    /// At most `MAX_RECORDED_CHANGES` (200) changes, the project's files before `.git/…` (each
     /// part in path order, see [`project_first`]); `changes_total` counts them all.
     #[serde(default)]
     pub changes: Vec<Change>,

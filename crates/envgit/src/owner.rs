@@ -98,7 +98,7 @@ pub(crate) struct RunAs {
     pub homes: Vec<PathBuf>,
     /// `(upper, work)` of the home's overlay.
     pub home_overlay: Option<(PathBuf, PathBuf)>,
-    /// The home has no host directory under it (see [`envgit_sandbox::spec::HomeOverlay`]).
+    /// The home has no host directory under it (see [`envgit_sandbox::spec::Overlay`]).
     fresh_home: bool,
     /// Variables set inside: `HOME`, `USER`, `LOGNAME` (and `RUSTUP_HOME`) of the owner.
     pub env: Vec<(String, String)>,
