@@ -69,7 +69,34 @@ pub fn name_matches(pattern: &str, name: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::is_protected;
+    use super::{is_protected, name_matches};
+
+    /// What a protected-name pattern matches: `*` is any run (possibly empty), everything
+    /// else literal and case-sensitive.
+    #[test]
+    fn name_patterns_match_exactly_these() {
+        for (pattern, name, want) in [
+            ("*.code-workspace", "a.code-workspace", true),
+            ("*.code-workspace", ".code-workspace", true),
+            ("*.code-workspace", "a.CODE-workspace", false),
+            ("*.code-workspace", "a.code-workspace.txt", false),
+            ("*", "", true),
+            ("*", "anything", true),
+            ("a*a", "a", false),
+            ("a*a", "aa", true),
+            ("a*b*b", "abb", true),
+            ("a*b*c", "acb", false),
+            ("a**b", "ab", true),
+            ("x", "x", true),
+            ("x", "xx", false),
+            ("?", "a", false),
+            ("[a]", "a", false),
+            ("[a]", "[a]", true),
+            ("a\\*", "a\\b", true),
+        ] {
+            assert_eq!(name_matches(pattern, name), want, "{pattern:?} vs {name:?}");
+        }
+    }
 
     #[test]
     fn protected_paths_and_their_contents() {
