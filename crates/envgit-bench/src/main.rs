@@ -16,6 +16,7 @@
 mod anchors;
 mod r#gen;
 mod measures;
+mod percentile;
 mod report;
 mod util;
 

@@ -115,8 +115,7 @@ impl Samples {
         }
         let mut v = self.0.clone();
         v.sort_by(f64::total_cmp);
-        let rank = ((q * v.len() as f64).ceil() as usize).clamp(1, v.len());
-        v[rank - 1]
+        crate::percentile::percentile(&v, q)
     }
 
     pub fn p50(&self) -> f64 {

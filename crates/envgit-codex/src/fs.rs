@@ -11,10 +11,14 @@ use std::path::{Path, PathBuf};
 
 use rustix::fs::{AtFlags, Dir, FileType, Mode, OFlags, ResolveFlags};
 use rustix::io::Errno;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use crate::b64;
 use crate::paths;
+use crate::protocol::{
+    CanonicalPath, CopyParams, CreateDirectoryParams, DirectoryEntry, Empty, Metadata, PathParams,
+    ReadDirectoryResult, ReadFileResult, RemoveParams, WriteFileParams, params, result,
+};
 use crate::rpc::{NOT_FOUND, RpcError, RpcResult};
 
 /// Largest file `fs/readFile` returns.
@@ -165,16 +169,6 @@ fn names(dir: BorrowedFd<'_>) -> rustix::io::Result<Vec<CString>> {
     Ok(out)
 }
 
-fn str_param<'a>(p: &'a Value, key: &str) -> Result<&'a str, RpcError> {
-    p.get(key)
-        .and_then(Value::as_str)
-        .ok_or_else(|| RpcError::params(format!("missing string parameter {key:?}")))
-}
-
-fn bool_param(p: &Value, key: &str) -> bool {
-    p.get(key).and_then(Value::as_bool).unwrap_or(false)
-}
-
 impl Fs {
     pub fn new(policy: FsPolicy) -> std::io::Result<Self> {
         let root = rustix::fs::open(
@@ -273,20 +267,22 @@ impl Fs {
     /// Answer one `fs/*` method; `None` when the method is not an fs method.
     pub fn call(&self, method: &str, p: &Value, effect: &mut Effect) -> Option<RpcResult> {
         Some(match method {
-            "fs/getMetadata" => self.metadata(p, effect),
-            "fs/readFile" => self.read_file(p, effect),
-            "fs/writeFile" => self.write_file(p, effect),
-            "fs/createDirectory" => self.create_directory(p, effect),
-            "fs/remove" => self.remove(p, effect),
-            "fs/copy" => self.copy(p, effect),
-            "fs/readDirectory" => self.read_directory(p, effect),
-            "fs/canonicalize" => self.canonicalize(p, effect),
+            "fs/getMetadata" => params(method, p).and_then(|p| self.metadata(&p, effect)),
+            "fs/readFile" => params(method, p).and_then(|p| self.read_file(&p, effect)),
+            "fs/writeFile" => params(method, p).and_then(|p| self.write_file(&p, effect)),
+            "fs/createDirectory" => {
+                params(method, p).and_then(|p| self.create_directory(&p, effect))
+            }
+            "fs/remove" => params(method, p).and_then(|p| self.remove(&p, effect)),
+            "fs/copy" => params(method, p).and_then(|p| self.copy(&p, effect)),
+            "fs/readDirectory" => params(method, p).and_then(|p| self.read_directory(&p, effect)),
+            "fs/canonicalize" => params(method, p).and_then(|p| self.canonicalize(&p, effect)),
             _ => return None,
         })
     }
 
-    fn metadata(&self, p: &Value, effect: &mut Effect) -> RpcResult {
-        let t = self.target(str_param(p, "path")?, "stat", effect)?;
+    fn metadata(&self, p: &PathParams, effect: &mut Effect) -> RpcResult {
+        let t = self.target(&p.path, "stat", effect)?;
         let (parent, name) = split(&t.rel);
         let st = if t.rel.is_empty() {
             rustix::fs::fstat(&self.root)
@@ -298,14 +294,14 @@ impl Fs {
         .map_err(|e| map_errno(e, &t, effect, "stat"))?;
         let ft = FileType::from_raw_mode(st.st_mode);
         let ms = |s: i64, ns: i64| s.saturating_mul(1000).saturating_add(ns / 1_000_000);
-        Ok(json!({
-            "isDirectory": ft == FileType::Directory,
-            "isFile": ft == FileType::RegularFile,
-            "isSymlink": ft == FileType::Symlink,
-            "size": st.st_size,
-            "createdAtMs": 0,
-            "modifiedAtMs": ms(st.st_mtime as i64, st.st_mtime_nsec as i64),
-        }))
+        result(&Metadata {
+            is_directory: ft == FileType::Directory,
+            is_file: ft == FileType::RegularFile,
+            is_symlink: ft == FileType::Symlink,
+            size: st.st_size as u64,
+            created_at_ms: 0,
+            modified_at_ms: ms(st.st_mtime as i64, st.st_mtime_nsec as i64),
+        })
     }
 
     fn read_bytes(&self, t: &Target, effect: &mut Effect) -> Result<Vec<u8>, RpcError> {
@@ -339,10 +335,12 @@ impl Fs {
         Ok(data)
     }
 
-    fn read_file(&self, p: &Value, effect: &mut Effect) -> RpcResult {
-        let t = self.target(str_param(p, "path")?, "read", effect)?;
+    fn read_file(&self, p: &PathParams, effect: &mut Effect) -> RpcResult {
+        let t = self.target(&p.path, "read", effect)?;
         let data = self.read_bytes(&t, effect)?;
-        Ok(json!({"dataBase64": b64::encode(&data)}))
+        result(&ReadFileResult {
+            data_base64: b64::encode(&data),
+        })
     }
 
     /// Create the directories of `rel` (not following links); returns the fd of the last.
@@ -400,18 +398,18 @@ impl Fs {
         Ok(())
     }
 
-    fn write_file(&self, p: &Value, effect: &mut Effect) -> RpcResult {
-        let t = self.target(str_param(p, "path")?, "write", effect)?;
-        let data = b64::decode(str_param(p, "dataBase64")?)
+    fn write_file(&self, p: &WriteFileParams, effect: &mut Effect) -> RpcResult {
+        let t = self.target(&p.path, "write", effect)?;
+        let data = b64::decode(&p.data_base64)
             .ok_or_else(|| RpcError::params("dataBase64 is not base64"))?;
         self.write_bytes(&t, &data, effect)?;
-        Ok(json!({}))
+        result(&Empty {})
     }
 
-    fn create_directory(&self, p: &Value, effect: &mut Effect) -> RpcResult {
-        let t = self.target(str_param(p, "path")?, "write", effect)?;
+    fn create_directory(&self, p: &CreateDirectoryParams, effect: &mut Effect) -> RpcResult {
+        let t = self.target(&p.path, "write", effect)?;
         self.check_write(&t, effect)?;
-        if bool_param(p, "recursive") {
+        if p.recursive {
             self.mkdirs(&t.rel)
                 .map_err(|e| map_errno(e, &t, effect, "write"))?;
         } else {
@@ -423,31 +421,31 @@ impl Fs {
                 .map_err(|e| map_errno(e, &t, effect, "write"))?;
         }
         effect.wrote.push(t.show());
-        Ok(json!({}))
+        result(&Empty {})
     }
 
-    fn remove(&self, p: &Value, effect: &mut Effect) -> RpcResult {
-        let t = self.target(str_param(p, "path")?, "write", effect)?;
+    fn remove(&self, p: &RemoveParams, effect: &mut Effect) -> RpcResult {
+        let t = self.target(&p.path, "write", effect)?;
         self.check_write(&t, effect)?;
         let (parent, name) = split(&t.rel);
         let dir = match open_dir(self.root.as_fd(), parent) {
             Ok(d) => d,
-            Err(Errno::NOENT) if bool_param(p, "force") => return Ok(json!({})),
+            Err(Errno::NOENT) if p.force => return result(&Empty {}),
             Err(e) => return Err(map_errno(e, &t, effect, "write")),
         };
         let n = cname(name).map_err(RpcError::errno)?;
-        match remove_at(dir.as_fd(), &n, bool_param(p, "recursive")) {
+        match remove_at(dir.as_fd(), &n, p.recursive) {
             Ok(()) => {}
-            Err(Errno::NOENT) if bool_param(p, "force") => return Ok(json!({})),
+            Err(Errno::NOENT) if p.force => return result(&Empty {}),
             Err(e) => return Err(map_errno(e, &t, effect, "write")),
         }
         effect.wrote.push(t.show());
-        Ok(json!({}))
+        result(&Empty {})
     }
 
-    fn copy(&self, p: &Value, effect: &mut Effect) -> RpcResult {
-        let src = self.target(str_param(p, "sourcePath")?, "read", effect)?;
-        let dst = self.target(str_param(p, "destinationPath")?, "write", effect)?;
+    fn copy(&self, p: &CopyParams, effect: &mut Effect) -> RpcResult {
+        let src = self.target(&p.source_path, "read", effect)?;
+        let dst = self.target(&p.destination_path, "write", effect)?;
         self.check_write(&dst, effect)?;
         if dst.rel == src.rel || dst.rel.starts_with(&[src.rel.as_slice(), b"/"].concat()) {
             return Err(RpcError::params(format!(
@@ -456,8 +454,8 @@ impl Fs {
                 dst.show()
             )));
         }
-        self.copy_tree(&src, &dst, bool_param(p, "recursive"), effect)?;
-        Ok(json!({}))
+        self.copy_tree(&src, &dst, p.recursive, effect)?;
+        result(&Empty {})
     }
 
     fn copy_tree(
@@ -534,8 +532,8 @@ impl Fs {
         }
     }
 
-    fn read_directory(&self, p: &Value, effect: &mut Effect) -> RpcResult {
-        let t = self.target(str_param(p, "path")?, "read", effect)?;
+    fn read_directory(&self, p: &PathParams, effect: &mut Effect) -> RpcResult {
+        let t = self.target(&p.path, "read", effect)?;
         self.check_read(&t, effect)?;
         let d =
             open_dir(self.root.as_fd(), &t.rel).map_err(|e| map_errno(e, &t, effect, "read"))?;
@@ -543,19 +541,19 @@ impl Fs {
         for n in names(d.as_fd()).map_err(RpcError::errno)? {
             let st = rustix::fs::statat(&d, n.as_c_str(), AtFlags::SYMLINK_NOFOLLOW);
             let ft = st.map(|s| FileType::from_raw_mode(s.st_mode)).ok();
-            entries.push(json!({
-                "fileName": String::from_utf8_lossy(n.to_bytes()),
-                "isDirectory": ft == Some(FileType::Directory),
-                "isFile": ft == Some(FileType::RegularFile),
-            }));
+            entries.push(DirectoryEntry {
+                file_name: String::from_utf8_lossy(n.to_bytes()).into_owned(),
+                is_directory: ft == Some(FileType::Directory),
+                is_file: ft == Some(FileType::RegularFile),
+            });
         }
-        Ok(json!({"entries": entries}))
+        result(&ReadDirectoryResult { entries })
     }
 
     /// Links inside the project are resolved (by the kernel, beneath the project root); a link
     /// leading out of it is refused.
-    fn canonicalize(&self, p: &Value, effect: &mut Effect) -> RpcResult {
-        let t = self.target(str_param(p, "path")?, "read", effect)?;
+    fn canonicalize(&self, p: &PathParams, effect: &mut Effect) -> RpcResult {
+        let t = self.target(&p.path, "read", effect)?;
         let fd = rustix::fs::openat2(
             &self.root,
             os(&t.rel),
@@ -566,7 +564,9 @@ impl Fs {
         .map_err(|e| map_errno(e, &t, effect, "read"))?;
         let link = format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&fd));
         let real = std::fs::read_link(&link).map_err(|e| RpcError::io(&e))?;
-        Ok(json!({"path": paths::to_uri(&real)}))
+        result(&CanonicalPath {
+            path: paths::to_uri(&real),
+        })
     }
 }
 

@@ -18,6 +18,7 @@ pub mod config;
 pub mod fs;
 pub mod paths;
 pub mod process;
+pub mod protocol;
 pub mod rpc;
 
 use std::io::BufRead;
@@ -25,10 +26,11 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use serde_json::{Value, json};
+use serde_json::Value;
 
 pub use fs::{Effect, FsPolicy, Refusal};
 pub use process::StepIntent;
+use protocol::{EnvironmentInfo, Incoming, InitializeResult, Shell};
 pub use rpc::Trace;
 use rpc::{METHOD_NOT_FOUND, Out, RpcError};
 
@@ -109,24 +111,36 @@ impl Server {
 
     fn request(&self, id: Value, method: &str, params: Value) {
         let result = match method {
-            "initialize" => Ok(json!({
-                "sessionId": self.session,
-                "environmentInfo": {
-                    "shell": {"name": "bash", "path": "/bin/bash"},
-                    "cwd": paths::to_uri(&self.host.default_cwd()),
+            "initialize" => protocol::result(&InitializeResult {
+                session_id: self.session.clone(),
+                environment_info: EnvironmentInfo {
+                    shell: Shell {
+                        name: "bash".into(),
+                        path: "/bin/bash".into(),
+                    },
+                    cwd: paths::to_uri(&self.host.default_cwd()),
                 },
-            })),
+            }),
             "process/start" => {
                 // The fs writes before this command are their own step.
                 flush(&*self.host, &self.pending, false);
-                self.procs.start(&*self.host, &params, &self.out)
+                protocol::params(method, &params)
+                    .and_then(|p| self.procs.start(&*self.host, p, &self.out))
             }
-            "process/write" => self.procs.write(&params),
-            "process/signal" => self.procs.signal(&params),
-            "process/terminate" => self.procs.terminate(&params),
+            "process/write" => protocol::params(method, &params).and_then(|p| self.procs.write(&p)),
+            "process/signal" => {
+                protocol::params(method, &params).and_then(|p| self.procs.signal(&p))
+            }
+            "process/terminate" => {
+                protocol::params(method, &params).and_then(|p| self.procs.terminate(&p))
+            }
             "process/read" => {
+                let p = match protocol::params(method, &params) {
+                    Ok(p) => p,
+                    Err(e) => return self.out.answer(&id, Err(e)),
+                };
                 let (procs, out) = (self.procs.clone(), self.out.clone());
-                std::thread::spawn(move || out.answer(&id, procs.read(&params)));
+                std::thread::spawn(move || out.answer(&id, procs.read(&p)));
                 return;
             }
             m if m.starts_with("fs/") => {
@@ -177,7 +191,7 @@ pub fn serve(
             continue;
         }
         server.out.trace().line("> ", line.as_bytes());
-        let msg: Value = match serde_json::from_str(&line) {
+        let msg: Incoming = match serde_json::from_str(&line) {
             Ok(v) => v,
             Err(e) => {
                 server.out.answer(
@@ -187,12 +201,8 @@ pub fn serve(
                 continue;
             }
         };
-        let method = msg
-            .get("method")
-            .and_then(Value::as_str)
-            .map(str::to_string);
-        let params = msg.get("params").cloned().unwrap_or(Value::Null);
-        match (msg.get("id").cloned(), method) {
+        let params = msg.params;
+        match (msg.id, msg.method) {
             (Some(id), Some(m)) => server.request(id, &m, params),
             // `initialized` and any other notification need no answer.
             (None, Some(_)) => {}

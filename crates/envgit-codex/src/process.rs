@@ -14,6 +14,11 @@ use rustix::process::{Pid, Signal};
 use serde_json::{Value, json};
 
 use crate::b64;
+use crate::protocol::{
+    self, ClosedNotification, Empty, ExitedNotification, OutputNotification, ProcessRef,
+    ReadParams, ReadResult, SignalParams, StartParams, StartResult, TerminateResult, WriteParams,
+    WriteResult, WriteStatus, notification, result,
+};
 use crate::rpc::{INTERNAL, INVALID_REQUEST, Out, RpcError, RpcResult};
 use crate::{Host, paths};
 
@@ -74,13 +79,6 @@ pub struct Table {
     procs: Arc<Mutex<HashMap<String, Arc<Proc>>>>,
 }
 
-fn get(p: &Value, key: &str) -> Result<String, RpcError> {
-    p.get(key)
-        .and_then(Value::as_str)
-        .map(str::to_string)
-        .ok_or_else(|| RpcError::params(format!("missing string parameter {key:?}")))
-}
-
 fn open_pty() -> std::io::Result<(OwnedFd, OwnedFd)> {
     use rustix::pty::{OpenptFlags, grantpt, openpt, ptsname, unlockpt};
     let master = openpt(OpenptFlags::RDWR | OpenptFlags::NOCTTY | OpenptFlags::CLOEXEC)?;
@@ -107,8 +105,13 @@ fn reader(proc_: Arc<Proc>, out: Out, mut src: std::fs::File, stream: &'static s
         };
         let data = buf[..n].to_vec();
         proc_.event(&out, |s, seq| {
-            let params = json!({
-                "processId": proc_.id, "seq": seq, "stream": stream, "chunk": b64::encode(&data)
+            let params = notification(&OutputNotification {
+                process_id: proc_.id.clone(),
+                chunk: protocol::Chunk {
+                    seq,
+                    stream,
+                    chunk: b64::encode(&data),
+                },
             });
             s.kept += data.len();
             s.chunks.push_back(Chunk { seq, stream, data });
@@ -124,35 +127,18 @@ fn reader(proc_: Arc<Proc>, out: Out, mut src: std::fs::File, stream: &'static s
 }
 
 impl Table {
-    pub fn start(&self, host: &dyn Host, p: &Value, out: &Out) -> RpcResult {
-        let id = get(p, "processId")?;
-        let argv: Vec<String> = p
-            .get("argv")
-            .and_then(Value::as_array)
-            .map(|a| {
-                a.iter()
-                    .filter_map(|v| v.as_str().map(str::to_string))
-                    .collect()
-            })
-            .unwrap_or_default();
+    pub fn start(&self, host: &dyn Host, p: StartParams, out: &Out) -> RpcResult {
+        let id = p.process_id;
+        let argv = p.argv;
         if argv.is_empty() {
             return Err(RpcError::params("argv must name a command"));
         }
-        let cwd: PathBuf = match p.get("cwd").and_then(Value::as_str) {
+        let cwd: PathBuf = match p.cwd.as_deref() {
             Some(c) => paths::parse(c)?,
             None => host.default_cwd(),
         };
-        let env: Vec<(String, String)> = p
-            .get("env")
-            .and_then(Value::as_object)
-            .map(|m| {
-                m.iter()
-                    .filter_map(|(k, v)| v.as_str().map(|v| (k.clone(), v.to_string())))
-                    .collect()
-            })
-            .unwrap_or_default();
-        let tty = p.get("tty").and_then(Value::as_bool).unwrap_or(false);
-        let pipe_stdin = p.get("pipeStdin").and_then(Value::as_bool).unwrap_or(false);
+        let env: Vec<(String, String)> = p.env.into_iter().collect();
+        let (tty, pipe_stdin) = (p.tty, p.pipe_stdin);
         {
             let procs = self
                 .procs
@@ -169,12 +155,9 @@ impl Table {
             cwd,
             argv,
             env,
-            tool_call: p
-                .pointer("/metadata/toolCallId")
-                .and_then(Value::as_str)
-                .map(str::to_string),
-            sandbox: p.get("sandbox").filter(|v| !v.is_null()).cloned(),
-            managed_network: p.get("managedNetwork").filter(|v| !v.is_null()).cloned(),
+            tool_call: p.metadata.and_then(|m| m.tool_call_id),
+            sandbox: p.sandbox.filter(|v| !v.is_null()),
+            managed_network: p.managed_network.filter(|v| !v.is_null()),
         };
         let mut cmd = host
             .step_command(&intent)
@@ -262,88 +245,89 @@ impl Table {
                 s.exit_code = Some(code);
                 (
                     "process/exited",
-                    json!({"processId": p2.id, "seq": seq, "exitCode": code, "sandboxDenied": false}),
+                    notification(&ExitedNotification {
+                        process_id: p2.id.clone(),
+                        seq,
+                        exit_code: code,
+                        sandbox_denied: false,
+                    }),
                 )
             });
             p2.event(&o2, |s, seq| {
                 s.closed = true;
-                ("process/closed", json!({"processId": p2.id, "seq": seq}))
+                (
+                    "process/closed",
+                    notification(&ClosedNotification {
+                        process_id: p2.id.clone(),
+                        seq,
+                    }),
+                )
             });
         });
-        Ok(json!({"processId": id, "sandboxType": "none"}))
+        result(&StartResult {
+            process_id: id,
+            sandbox_type: "none",
+        })
     }
 
-    fn find(&self, p: &Value) -> Result<Option<Arc<Proc>>, RpcError> {
-        let id = get(p, "processId")?;
-        Ok(self.procs.lock().ok().and_then(|m| m.get(&id).cloned()))
+    fn find(&self, id: &str) -> Option<Arc<Proc>> {
+        self.procs.lock().ok().and_then(|m| m.get(id).cloned())
     }
 
-    pub fn write(&self, p: &Value) -> RpcResult {
-        let Some(proc_) = self.find(p)? else {
-            return Ok(json!({"status": "unknownProcess"}));
+    pub fn write(&self, p: &WriteParams) -> RpcResult {
+        let status = |status| result(&WriteResult { status });
+        let Some(proc_) = self.find(&p.process_id) else {
+            return status(WriteStatus::UnknownProcess);
         };
-        let data = b64::decode(&get(p, "chunk")?)
-            .ok_or_else(|| RpcError::params("chunk is not base64"))?;
+        let data = b64::decode(&p.chunk).ok_or_else(|| RpcError::params("chunk is not base64"))?;
         let Ok(mut stdin) = proc_.stdin.lock() else {
-            return Ok(json!({"status": "stdinClosed"}));
+            return status(WriteStatus::StdinClosed);
         };
-        let status = match stdin.as_mut() {
+        status(match stdin.as_mut() {
             Some(w) => match w.write_all(&data).and_then(|()| w.flush()) {
-                Ok(()) => "accepted",
-                Err(_) => "stdinClosed",
+                Ok(()) => WriteStatus::Accepted,
+                Err(_) => WriteStatus::StdinClosed,
             },
-            None => "stdinClosed",
-        };
-        Ok(json!({"status": status}))
+            None => WriteStatus::StdinClosed,
+        })
     }
 
-    pub fn signal(&self, p: &Value) -> RpcResult {
-        let sig = match p.get("signal") {
-            Some(Value::String(s)) => match s.to_ascii_lowercase().trim_start_matches("sig") {
-                "interrupt" | "int" => Signal::INT,
-                "terminate" | "term" => Signal::TERM,
-                "kill" => Signal::KILL,
-                "hangup" | "hup" => Signal::HUP,
-                "quit" => Signal::QUIT,
-                other => return Err(RpcError::params(format!("unknown signal {other:?}"))),
-            },
-            _ => return Err(RpcError::params("missing parameter \"signal\"")),
+    pub fn signal(&self, p: &SignalParams) -> RpcResult {
+        let sig = match p.signal.to_ascii_lowercase().trim_start_matches("sig") {
+            "interrupt" | "int" => Signal::INT,
+            "terminate" | "term" => Signal::TERM,
+            "kill" => Signal::KILL,
+            "hangup" | "hup" => Signal::HUP,
+            "quit" => Signal::QUIT,
+            other => return Err(RpcError::params(format!("unknown signal {other:?}"))),
         };
-        if let Some(proc_) = self.find(p)?
+        if let Some(proc_) = self.find(&p.process_id)
             && !proc_.exited()
         {
             proc_.kill(sig);
         }
-        Ok(json!({}))
+        result(&Empty {})
     }
 
-    pub fn terminate(&self, p: &Value) -> RpcResult {
-        let running = match self.find(p)? {
+    pub fn terminate(&self, p: &ProcessRef) -> RpcResult {
+        let running = match self.find(&p.process_id) {
             Some(proc_) if !proc_.exited() => {
                 proc_.kill(Signal::KILL);
                 true
             }
             _ => false,
         };
-        Ok(json!({"running": running}))
+        result(&TerminateResult { running })
     }
 
     /// `process/read`: a long poll; call it off the read loop.
-    pub fn read(&self, p: &Value) -> RpcResult {
-        let Some(proc_) = self.find(p)? else {
+    pub fn read(&self, p: &ReadParams) -> RpcResult {
+        let Some(proc_) = self.find(&p.process_id) else {
             return Err(RpcError::params("unknown process"));
         };
-        let after = p.get("afterSeq").and_then(Value::as_u64).unwrap_or(0);
-        let max = p
-            .get("maxBytes")
-            .and_then(Value::as_u64)
-            .unwrap_or(u64::MAX) as usize;
-        let wait = Duration::from_millis(
-            p.get("waitMs")
-                .and_then(Value::as_u64)
-                .unwrap_or(0)
-                .min(60_000),
-        );
+        let after = p.after_seq.unwrap_or(0);
+        let max = p.max_bytes.unwrap_or(u64::MAX) as usize;
+        let wait = Duration::from_millis(p.wait_ms.unwrap_or(0).min(60_000));
         let deadline = Instant::now() + wait;
         let mut s = proc_
             .state
@@ -370,20 +354,24 @@ impl Table {
             }
             bytes += c.data.len();
             next = c.seq + 1;
-            chunks.push(json!({"seq": c.seq, "stream": c.stream, "chunk": b64::encode(&c.data)}));
+            chunks.push(protocol::Chunk {
+                seq: c.seq,
+                stream: c.stream,
+                chunk: b64::encode(&c.data),
+            });
         }
         if chunks.is_empty() {
             next = next.max(s.seq + 1);
         }
-        Ok(json!({
-            "chunks": chunks,
-            "nextSeq": next,
-            "exited": s.exit_code.is_some(),
-            "exitCode": s.exit_code,
-            "closed": s.closed,
-            "failure": null,
-            "sandboxDenied": false,
-        }))
+        result(&ReadResult {
+            chunks,
+            next_seq: next,
+            exited: s.exit_code.is_some(),
+            exit_code: s.exit_code,
+            closed: s.closed,
+            failure: None,
+            sandbox_denied: false,
+        })
     }
 
     /// The connection closed: kill whatever still runs.

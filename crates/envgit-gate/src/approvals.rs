@@ -14,6 +14,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use tokio::sync::oneshot;
 
+use crate::answer::Answer;
 use crate::events::now_ms;
 
 /// A held request, as `envgit status` shows it.
@@ -34,14 +35,6 @@ pub struct PendingAsk {
     pub body_preview: String,
     pub asked_at_ms: u64,
     pub expires_at_ms: u64,
-}
-
-/// How an ask ended.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Answer {
-    Approved { by: String },
-    Refused { by: String },
-    TimedOut,
 }
 
 /// Told when a request starts waiting (envgit prints how to answer it).

@@ -21,8 +21,7 @@ pub struct GateEvent {
     pub port: u16,
     /// Origin-form path without the query; `""` for CONNECT.
     pub path: String,
-    /// `allowed` or `denied`.
-    pub decision: String,
+    pub decision: Decision,
     /// The `network.allow` entry that matched, or the rule id that refused.
     pub rule: Option<String>,
     /// Why a refusal happened and how to allow it, when the rule says (`network.*`): e.g.
@@ -48,8 +47,7 @@ pub struct GateEvent {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct EventApproval {
-    /// `approved` or `refused`.
-    pub answer: String,
+    pub answer: ApprovalAnswer,
     /// Who answered (`envgit approve` from a terminal, `timeout`, an earlier approval).
     pub by: String,
     /// Exactly what was approved: the rule's summary of the request.
@@ -65,8 +63,69 @@ pub(crate) fn now_ms() -> u64 {
         .unwrap_or(0)
 }
 
-pub const ALLOWED: &str = "allowed";
-pub const DENIED: &str = "denied";
+/// What the gate did with a CONNECT or request. The serde names are the strings stored in
+/// step records before this was an enum.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Decision {
+    Allowed,
+    /// Also what an event says until the gate decides (fail closed).
+    #[default]
+    Denied,
+}
+
+/// How a person (or the timeout) answered an `ask`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ApprovalAnswer {
+    Approved,
+    #[default]
+    Refused,
+}
+
+impl Decision {
+    /// The wire name (`allowed`, `denied`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Decision::Allowed => "allowed",
+            Decision::Denied => "denied",
+        }
+    }
+}
+
+impl ApprovalAnswer {
+    /// The wire name (`approved`, `refused`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ApprovalAnswer::Approved => "approved",
+            ApprovalAnswer::Refused => "refused",
+        }
+    }
+}
+
+/// Display as the wire name, and compare with it (`event.decision == "allowed"`), so records
+/// and tests read the same as when these were strings.
+macro_rules! wire_name {
+    ($t:ty) => {
+        impl std::fmt::Display for $t {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+        impl PartialEq<str> for $t {
+            fn eq(&self, other: &str) -> bool {
+                self.as_str() == other
+            }
+        }
+        impl PartialEq<&str> for $t {
+            fn eq(&self, other: &&str) -> bool {
+                self.as_str() == *other
+            }
+        }
+    };
+}
+wire_name!(Decision);
+wire_name!(ApprovalAnswer);
 
 /// Told about every refusal as it happens (envgit prints it on its terminal at once, above the
 /// client's own error).
@@ -117,7 +176,7 @@ impl Recorder {
                 host: String::new(),
                 port: 0,
                 path: String::new(),
-                decision: DENIED.to_owned(),
+                decision: Decision::Denied,
                 rule: None,
                 reason: None,
                 bytes_out: 0,
@@ -140,7 +199,11 @@ impl Recorder {
     }
 
     pub(crate) fn decide(&mut self, allowed: bool, rule: &str) {
-        self.event.decision = if allowed { ALLOWED } else { DENIED }.to_owned();
+        self.event.decision = if allowed {
+            Decision::Allowed
+        } else {
+            Decision::Denied
+        };
         self.event.rule = Some(rule.to_owned());
         if !allowed && let Some(announce) = &self.events.announce {
             announce(&self.event);
@@ -161,9 +224,9 @@ impl Recorder {
         self.event.irreversible = true;
     }
 
-    pub(crate) fn approval(&mut self, answer: &str, by: &str, summary: &str) {
+    pub(crate) fn approval(&mut self, answer: ApprovalAnswer, by: &str, summary: &str) {
         self.event.approval = Some(EventApproval {
-            answer: answer.to_owned(),
+            answer,
             by: by.to_owned(),
             summary: summary.to_owned(),
             at_ms: now_ms(),
@@ -193,5 +256,30 @@ impl Drop for Recorder {
         event.bytes_out = self.bytes_out.load(Ordering::Relaxed);
         event.bytes_in = self.bytes_in.load(Ordering::Relaxed);
         self.events.push(event);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    /// Events cross processes as JSON (`envgit mcp` collects its servers'), so the names on
+    /// the wire are the strings they were before these were enums.
+    #[test]
+    fn decisions_travel_as_the_old_strings() {
+        for d in [Decision::Allowed, Decision::Denied] {
+            assert_eq!(serde_json::to_value(d).unwrap(), d.as_str());
+        }
+        for a in [ApprovalAnswer::Approved, ApprovalAnswer::Refused] {
+            assert_eq!(serde_json::to_value(a).unwrap(), a.as_str());
+        }
+        let old = r#"{"method":"GET","host":"h","port":443,"decision":"allowed",
+            "approval":{"answer":"refused","by":"timeout","summary":"s","at_ms":1}}"#;
+        let e: GateEvent = serde_json::from_str(old).unwrap();
+        assert_eq!(e.decision, Decision::Allowed);
+        assert_eq!(e.approval.unwrap().answer, ApprovalAnswer::Refused);
+        // An event that never reached a decision is denied.
+        assert_eq!(GateEvent::default().decision, Decision::Denied);
     }
 }

@@ -2,8 +2,9 @@
 //! judgement itself is the policy's: `l7`, then the `irreversible` rules, for the request's
 //! method and every method an override names.)
 
-use crate::approvals::{self, Answer, PendingAsk};
-use crate::events::Recorder;
+use crate::answer::Answer;
+use crate::approvals::{self, PendingAsk};
+use crate::events::{ApprovalAnswer, Recorder};
 use crate::listener::Shared;
 
 /// A request an `ask` rule matched.
@@ -43,7 +44,7 @@ pub(crate) async fn settle_ask(
     };
     if approvals.granted(&identity) {
         rec.approval(
-            "approved",
+            ApprovalAnswer::Approved,
             "an earlier approval of the same request",
             summary,
         );
@@ -64,16 +65,16 @@ pub(crate) async fn settle_ask(
     };
     match approvals.ask(ask, identity).await {
         Answer::Approved { by } => {
-            rec.approval("approved", &by, summary);
+            rec.approval(ApprovalAnswer::Approved, &by, summary);
             rec.mark(a.rule);
             Ok(())
         }
         Answer::Refused { by } => {
-            rec.approval("refused", &by, summary);
+            rec.approval(ApprovalAnswer::Refused, &by, summary);
             Err(format!("{summary}: refused by {by}"))
         }
         Answer::TimedOut => {
-            rec.approval("refused", "timeout", summary);
+            rec.approval(ApprovalAnswer::Refused, "timeout", summary);
             Err(format!("{summary}: nobody answered in time"))
         }
     }

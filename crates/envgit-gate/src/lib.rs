@@ -27,12 +27,14 @@
 //! Plain HTTP is served one request per client connection (the response carries
 //! `Connection: close`), so a second request on the connection can never pass undecided.
 
+mod answer;
 mod approvals;
 mod body;
 mod ca;
 mod canonical;
 mod conn;
 mod control;
+mod control_client;
 mod credentials;
 mod decide;
 mod encoding;
@@ -52,11 +54,13 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+pub use answer::Answer;
 pub use approvals::{AskAnnounce, PendingAsk};
 pub use ca::{CaError, RunCa, trust_bundle};
 pub use control::{CONTROL_TOKEN_FILE, ControlAnswer, ControlOp, ControlRequest};
+pub use control_client::control_request;
 pub use credentials::Credential;
-pub use events::{Announce, EventApproval, GateEvent};
+pub use events::{Announce, ApprovalAnswer, Decision, EventApproval, GateEvent};
 pub use resolve::{Resolve, parse_list as parse_resolve_list};
 
 /// Header carrying the per-run secret on the first request head of every connection.

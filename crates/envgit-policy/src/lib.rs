@@ -3,6 +3,7 @@
 //! Pure: no file or network I/O. Callers read the file and hand the text to [`Policy::parse`].
 
 mod error;
+mod glob;
 mod hash;
 mod mcp;
 mod network;

@@ -1,5 +1,6 @@
 //! `mcp.tools`: which downstream tool (`server.tool`) the `execute` REPL may call.
 
+use crate::glob::{Case, star_match};
 use crate::schema::{Action, McpSection};
 
 /// The rule id recorded when no `mcp.tools` glob matches a tool.
@@ -16,7 +17,7 @@ impl McpSection {
         let name = format!("{server}.{tool}");
         let mut best: Option<(usize, u8, &str, Action)> = None;
         for (glob, action) in &self.tools {
-            if !glob_match(glob.as_bytes(), name.as_bytes()) {
+            if !star_match(glob, &name, Case::Exact) {
                 continue;
             }
             let specificity = glob.chars().filter(|c| *c != '*').count();
@@ -58,28 +59,6 @@ pub(crate) fn is_server_url(url: &str) -> bool {
         && !host.is_empty()
         && !host.starts_with(':')
         && !url.chars().any(char::is_whitespace)
-}
-
-fn glob_match(pat: &[u8], s: &[u8]) -> bool {
-    // Iterative wildcard match with backtracking to the last `*`.
-    let (mut p, mut i) = (0, 0);
-    let mut star: Option<(usize, usize)> = None;
-    while i < s.len() {
-        if p < pat.len() && pat[p] == b'*' {
-            star = Some((p, i));
-            p += 1;
-        } else if p < pat.len() && pat[p] == s[i] {
-            p += 1;
-            i += 1;
-        } else if let Some((sp, si)) = star {
-            p = sp + 1;
-            i = si + 1;
-            star = Some((sp, si + 1));
-        } else {
-            return false;
-        }
-    }
-    pat[p..].iter().all(|c| *c == b'*')
 }
 
 #[cfg(test)]
@@ -130,9 +109,10 @@ mod tests {
 
     #[test]
     fn glob() {
-        assert!(glob_match(b"a*c", b"abbbc"));
-        assert!(glob_match(b"*", b""));
-        assert!(!glob_match(b"a*c", b"abcd"));
-        assert!(glob_match(b"a.*.c", b"a.x.y.c"));
+        let glob_match = |p: &str, s: &str| star_match(p, s, Case::Exact);
+        assert!(glob_match("a*c", "abbbc"));
+        assert!(glob_match("*", ""));
+        assert!(!glob_match("a*c", "abcd"));
+        assert!(glob_match("a.*.c", "a.x.y.c"));
     }
 }

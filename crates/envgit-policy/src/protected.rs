@@ -1,5 +1,7 @@
 //! Paths inside the project that the agent may not change (DESIGN §4).
 
+use crate::glob::{Case, star_match};
+
 /// Relative, `/`-separated. Read-only in the sandbox; `rewind` keeps their current version
 /// unless `--restore-policy` is given. Directories protect everything beneath them.
 pub const PROTECTED_PATHS: &[&str] = &[
@@ -49,27 +51,39 @@ pub fn is_protected(rel: &str) -> bool {
 
 /// Whether a single name matches a root-level protected pattern (`*` is any run of characters).
 pub fn name_matches(pattern: &str, name: &str) -> bool {
-    let mut parts = pattern.split('*');
-    let first = parts.next().unwrap_or("");
-    let Some(mut rest) = name.strip_prefix(first) else {
-        return false;
-    };
-    let parts: Vec<&str> = parts.collect();
-    let Some((last, middle)) = parts.split_last() else {
-        return rest.is_empty();
-    };
-    for part in middle {
-        match rest.find(part) {
-            Some(i) => rest = &rest[i + part.len()..],
-            None => return false,
-        }
-    }
-    rest.len() >= last.len() && rest.ends_with(last)
+    star_match(pattern, name, Case::Exact)
 }
 
 #[cfg(test)]
 mod tests {
-    use super::is_protected;
+    use super::{is_protected, name_matches};
+
+    /// What a protected-name pattern matches: `*` is any run (possibly empty), everything
+    /// else literal and case-sensitive.
+    #[test]
+    fn name_patterns_match_exactly_these() {
+        for (pattern, name, want) in [
+            ("*.code-workspace", "a.code-workspace", true),
+            ("*.code-workspace", ".code-workspace", true),
+            ("*.code-workspace", "a.CODE-workspace", false),
+            ("*.code-workspace", "a.code-workspace.txt", false),
+            ("*", "", true),
+            ("*", "anything", true),
+            ("a*a", "a", false),
+            ("a*a", "aa", true),
+            ("a*b*b", "abb", true),
+            ("a*b*c", "acb", false),
+            ("a**b", "ab", true),
+            ("x", "x", true),
+            ("x", "xx", false),
+            ("?", "a", false),
+            ("[a]", "a", false),
+            ("[a]", "[a]", true),
+            ("a\\*", "a\\b", true),
+        ] {
+            assert_eq!(name_matches(pattern, name), want, "{pattern:?} vs {name:?}");
+        }
+    }
 
     #[test]
     fn protected_paths_and_their_contents() {

@@ -78,7 +78,7 @@ pub const HOME_DENIES: &[&str] = &[
 ];
 
 /// Unreadable wherever they are in the project (at any depth, excluded directories included:
-/// see [`crate::project_index`]), besides `.env` files: registry credentials and direnv files.
+/// see `project_index`), besides `.env` files: registry credentials and direnv files.
 pub const PROJECT_DENIES: &[&str] = &[".npmrc", ".pypirc", ".envrc"];
 
 /// Readable only by root, and masked when envgit runs as root. Besides these, every file or

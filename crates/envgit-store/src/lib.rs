@@ -58,8 +58,9 @@ pub use setid::{
     Cleared as SetidCleared, SETID_BITS, SetidFile, clear_setid, clear_setid_since, setid_notes,
 };
 pub use step::{
-    Approval, Change, ChangeCounts, ChangeKind, Origin, Refusal, ReplCall, ReplRecord, Request,
-    Step, StepDraft, StepFlag, StepKind, is_git_path, now_ms, project_first,
+    Approval, ApprovalAnswer, Change, ChangeCounts, ChangeKind, Origin, Refusal, ReplCall,
+    ReplRecord, Request, RequestOutcome, Step, StepDraft, StepFlag, StepKind, ToolDecision,
+    is_git_path, now_ms, project_first,
 };
 pub use store::{Store, envgit_home, store_dir_for};
 pub use tree::{EntryKind, MarkerReason, Tree, TreeEntry};

@@ -102,14 +102,110 @@ pub struct Request {
     pub bytes_out: u64,
     #[serde(default)]
     pub bytes_in: u64,
-    /// `allowed`, `denied`, `approved`, `refused`, `uninspected`.
-    pub decision: String,
+    pub decision: RequestOutcome,
     #[serde(default)]
     pub rule: Option<String>,
     /// The request was irreversible and left the machine.
     #[serde(default)]
     pub irreversible: bool,
 }
+
+/// What became of a request. The serde names are the strings older records hold; a name
+/// this version does not know (a newer envgit's) reads as `Unrecognized` rather than making
+/// the whole journal unreadable.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RequestOutcome {
+    Allowed,
+    #[default]
+    Denied,
+    /// Asked about, and a person approved it.
+    Approved,
+    /// Asked about, and refused (or nobody answered in time).
+    Refused,
+    /// Let through a tunnel without looking inside (`network.passthrough`).
+    Uninspected,
+    #[serde(other)]
+    Unrecognized,
+}
+
+/// How an `ask` was answered.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ApprovalAnswer {
+    Approved,
+    #[default]
+    Refused,
+    #[serde(other)]
+    Unrecognized,
+}
+
+/// What the policy said about a downstream tool call.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolDecision {
+    Allow,
+    Deny,
+    Ask,
+    /// No such tool (and any name this version does not know).
+    #[default]
+    #[serde(other)]
+    Unknown,
+}
+
+impl RequestOutcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Allowed => "allowed",
+            Self::Denied => "denied",
+            Self::Approved => "approved",
+            Self::Refused => "refused",
+            Self::Uninspected => "uninspected",
+            Self::Unrecognized => "unrecognized",
+        }
+    }
+}
+
+impl ApprovalAnswer {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Approved => "approved",
+            Self::Refused => "refused",
+            Self::Unrecognized => "unrecognized",
+        }
+    }
+}
+
+impl ToolDecision {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Allow => "allow",
+            Self::Deny => "deny",
+            Self::Ask => "ask",
+            Self::Unknown => "unknown",
+        }
+    }
+}
+
+/// Display as the wire name, and compare with it, so the log and tests read as when these
+/// were strings.
+macro_rules! wire_name {
+    ($t:ty) => {
+        impl std::fmt::Display for $t {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+        impl PartialEq<&str> for $t {
+            fn eq(&self, other: &&str) -> bool {
+                self.as_str() == *other
+            }
+        }
+    };
+}
+wire_name!(RequestOutcome);
+wire_name!(ApprovalAnswer);
+wire_name!(ToolDecision);
 
 /// Something envgit refused: `what` is `POST host/path`, `read PATH`, `write PATH` or
 /// `command LINE`.
@@ -124,8 +220,7 @@ pub struct Approval {
     pub what: String,
     pub rule: String,
     pub approver: String,
-    /// `approved` or `refused`.
-    pub answer: String,
+    pub answer: ApprovalAnswer,
     pub at_ms: u64,
 }
 
@@ -154,8 +249,7 @@ pub struct ReplRecord {
 pub struct ReplCall {
     pub server: String,
     pub tool: String,
-    /// `allow`, `deny`, `ask`, or `unknown` (no such tool).
-    pub decision: String,
+    pub decision: ToolDecision,
     #[serde(default)]
     pub is_error: bool,
     pub bytes_in: u64,
@@ -220,7 +314,7 @@ pub struct Step {
     pub exit_code: Option<i32>,
     #[serde(default)]
     pub policy_hash: Option<String>,
-    /// At most [`MAX_RECORDED_CHANGES`] changes, the project's files before `.git/…` (each
+    /// At most `MAX_RECORDED_CHANGES` (200) changes, the project's files before `.git/…` (each
     /// part in path order, see [`project_first`]); `changes_total` counts them all.
     #[serde(default)]
     pub changes: Vec<Change>,

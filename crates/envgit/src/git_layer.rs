@@ -109,7 +109,7 @@ pub(crate) fn hide_credentials(
     dir: &Path,
 ) -> CmdResult<HiddenCredentials> {
     let mut out = HiddenCredentials::default();
-    let base = crate::supervisor::random_token()?;
+    let base = crate::runtime::random_token()?;
     let mut n = 0u32;
     let mut token = || {
         n += 1;
@@ -117,7 +117,7 @@ pub(crate) fn hide_credentials(
     };
     // The file with its credentials replaced; `None` when it has none (or is not there).
     let mut hide = |file: &Path, out: &mut HiddenCredentials| -> CmdResult<Option<HiddenConfig>> {
-        let Ok(text) = crate::project::read_nofollow(file) else {
+        let Ok(text) = crate::nofollow::read_nofollow(file) else {
             return Ok(None);
         };
         let hidden = envgit_store::hide_git_config_secrets(&text, &mut token).map_err(|e| {

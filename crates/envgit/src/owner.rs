@@ -25,7 +25,7 @@ use envgit_store::{StepKind, Store, WorkTree};
 
 use crate::failure::{CmdResult, Failure};
 use crate::output;
-use crate::supervisor::private_dir;
+use crate::runtime::private_dir;
 
 /// The group used when neither the project root's group nor the owner's passwd entry gives
 /// one other than root's.
@@ -98,7 +98,7 @@ pub(crate) struct RunAs {
     pub homes: Vec<PathBuf>,
     /// `(upper, work)` of the home's overlay.
     pub home_overlay: Option<(PathBuf, PathBuf)>,
-    /// The home has no host directory under it (see [`envgit_sandbox::spec::HomeOverlay`]).
+    /// The home has no host directory under it (see [`envgit_sandbox::spec::Overlay`]).
     fresh_home: bool,
     /// Variables set inside: `HOME`, `USER`, `LOGNAME` (and `RUSTUP_HOME`) of the owner.
     pub env: Vec<(String, String)>,

@@ -1,13 +1,13 @@
 //! Finding the project (the nearest directory upward holding `envgit.yaml`), reading its policy
 //! and opening its store.
 
-use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use envgit_policy::{PROTECTED_PATHS, Policy};
 use envgit_store::{ScanConfig, Store, WorkTree, envgit_home, store_dir_for};
 
 use crate::failure::{CmdResult, Failure};
+use crate::nofollow::read_nofollow;
 
 pub const POLICY_FILE: &str = "envgit.yaml";
 
@@ -26,20 +26,6 @@ pub fn start_dir(dir: Option<&Path>) -> CmdResult<PathBuf> {
     };
     d.canonicalize()
         .map_err(|e| Failure::usage(format!("{}: {e}", d.display())))
-}
-
-/// Read a file of the project without following a symlink: the agent may have planted one.
-pub fn read_nofollow(path: &Path) -> std::io::Result<Vec<u8>> {
-    use rustix::fs::{Mode, OFlags};
-    let fd = rustix::fs::open(
-        path,
-        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-        Mode::empty(),
-    )?;
-    let mut f = std::fs::File::from(fd);
-    let mut out = Vec::new();
-    f.read_to_end(&mut out)?;
-    Ok(out)
 }
 
 pub fn store_dir(root: &Path) -> CmdResult<PathBuf> {

@@ -6,18 +6,22 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use envgit_gate::{
-    ApprovalConfig, Credential, EventTap, Gate, GateConfig, GateEvent, PendingAsk, RunCa,
+    ApprovalConfig, Credential, Decision, EventTap, Gate, GateConfig, GateEvent, PendingAsk, RunCa,
 };
 use envgit_sandbox::plan::{PlanInput, plan};
 use envgit_sandbox::spec::RelaySpec;
 use envgit_sandbox::trust::{TrustFiles, host_bundle_text};
 use envgit_sandbox::{Outcome, SignalGuard};
 
-use envgit_store::{Approval, ProtectedCopy, Refusal, Request, StepDraft, StepKind, now_ms};
+use envgit_store::{
+    Approval, ApprovalAnswer, ProtectedCopy, Refusal, Request, RequestOutcome, StepDraft, StepKind,
+    now_ms,
+};
 
 use crate::failure::{CmdResult, Failure};
 use crate::output;
 use crate::project::Project;
+use crate::runtime::{CONTROL_SOCKET, private_dir, random_token, runtime_dir};
 use crate::step::{Sandboxed, Snapshot};
 use crate::terminal::PtyRelay;
 use crate::upstreams::Upstreams;
@@ -51,16 +55,6 @@ pub(crate) fn homes(uid: u32) -> Vec<PathBuf> {
         }
     }
     out
-}
-
-/// A directory only this user can enter (created with its parents).
-pub(crate) fn private_dir(p: &Path) -> CmdResult<()> {
-    use std::os::unix::fs::DirBuilderExt;
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(p)
-        .map_err(|e| Failure::failed(format!("{}: {e}", p.display())))
 }
 
 /// Run `argv` as one step; returns the exit code envgit exits with.
@@ -257,7 +251,7 @@ fn count_repeats(events: &[GateEvent]) {
         let Some(rule) = e.rule.as_deref() else {
             continue;
         };
-        if e.decision == "allowed" {
+        if e.decision == Decision::Allowed {
             continue;
         }
         match seen
@@ -300,11 +294,14 @@ pub(crate) fn requests_of(events: &[GateEvent]) -> (Vec<Request>, Vec<Refusal>, 
                 what: format!("{} {target}: {}", e.method, a.summary),
                 rule: e.rule.clone().unwrap_or_default(),
                 approver: a.by.clone(),
-                answer: a.answer.clone(),
+                answer: match a.answer {
+                    envgit_gate::ApprovalAnswer::Approved => ApprovalAnswer::Approved,
+                    envgit_gate::ApprovalAnswer::Refused => ApprovalAnswer::Refused,
+                },
                 at_ms: a.at_ms,
             });
         }
-        if e.decision != "allowed" {
+        if e.decision != Decision::Allowed {
             refusals.push(Refusal {
                 what: refusal_what(e),
                 rule: e.rule.clone().unwrap_or_else(|| "gate".into()),
@@ -317,10 +314,14 @@ pub(crate) fn requests_of(events: &[GateEvent]) -> (Vec<Request>, Vec<Refusal>, 
             status: e.status,
             bytes_out: e.bytes_out,
             bytes_in: e.bytes_in,
-            decision: match (&e.approval, e.uninspected) {
-                (Some(a), _) => a.answer.clone(),
-                (None, true) if e.decision == "allowed" => "uninspected".to_owned(),
-                _ => e.decision.clone(),
+            decision: match (&e.approval, e.uninspected, e.decision) {
+                (Some(a), ..) => match a.answer {
+                    envgit_gate::ApprovalAnswer::Approved => RequestOutcome::Approved,
+                    envgit_gate::ApprovalAnswer::Refused => RequestOutcome::Refused,
+                },
+                (None, true, Decision::Allowed) => RequestOutcome::Uninspected,
+                (None, _, Decision::Allowed) => RequestOutcome::Allowed,
+                (None, _, Decision::Denied) => RequestOutcome::Denied,
             },
             rule: e.rule.clone(),
             irreversible: e.irreversible,
@@ -369,8 +370,6 @@ fn proxy_env(port: u16) -> Vec<(String, String)> {
 }
 
 const PROXY_PORT: u16 = 3128;
-/// The gate's control socket, beside its relay socket in the run's private directory.
-pub(crate) const CONTROL_SOCKET: &str = "control.sock";
 
 /// Who can answer an `ask`: the person at envgit's own terminal when `approvers.terminal` and
 /// envgit runs on one (through the pty relay), and `envgit approve/deny` over the control
@@ -685,57 +684,5 @@ pub(crate) fn run_sandboxed(
             code: EXIT_ENVGIT_FAILED as u8,
             message: format!("sandbox: {e}"),
         }),
-    }
-}
-
-/// 128 random bits from the operating system (getrandom), hex: an unguessable handle or
-/// placeholder. No randomness is an error, never a predictable token.
-pub(crate) fn random_token() -> CmdResult<String> {
-    let mut bytes = [0u8; 16];
-    getrandom::fill(&mut bytes).map_err(|e| {
-        Failure::failed(format!(
-            "cannot get random bytes from the operating system ({e}): envgit needs them for \
-             unguessable tokens; check that getrandom(2) or /dev/urandom works here"
-        ))
-    })?;
-    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
-}
-
-/// `$ENVGIT_HOME/rt-UID`: where the running steps keep their sockets (gate, control, hooks,
-/// MCP feeds) and run files. A directory this user owns, mode 0700, never a symlink. It is
-/// under envgit's own state, which the sandbox never sees (hidden, DESIGN §4), whatever
-/// `TMPDIR` or `XDG_RUNTIME_DIR` point at — a runtime directory inside the project would
-/// hand the sandbox the control socket. A unix socket path must stay under 108 bytes, so a
-/// very long `$ENVGIT_HOME` makes binding fail with that path in the message.
-pub(crate) fn runtime_dir(uid: u32) -> CmdResult<PathBuf> {
-    use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
-    let home = envgit_store::envgit_home()?;
-    let _ = std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(&home);
-    let dir = home.join(format!("rt-{uid}"));
-    let _ = std::fs::DirBuilder::new().mode(0o700).create(&dir);
-    let meta = std::fs::symlink_metadata(&dir)
-        .map_err(|e| Failure::failed(format!("{}: {e}", dir.display())))?;
-    if !meta.is_dir() || meta.uid() != uid || meta.permissions().mode() & 0o077 != 0 {
-        return Err(Failure::failed(format!(
-            "{} is not a private directory of this user (mode 0700, owner {uid}); remove it and try again",
-            dir.display()
-        )));
-    }
-    Ok(dir)
-}
-
-#[cfg(test)]
-mod token_tests {
-    #[test]
-    fn tokens_are_128_random_bits_in_hex() {
-        let (a, b) = (super::random_token(), super::random_token());
-        let (a, b) = (a.map_err(|e| e.message), b.map_err(|e| e.message));
-        assert!(matches!((&a, &b), (Ok(x), Ok(y)) if x != y), "{a:?} {b:?}");
-        let a = a.unwrap_or_default();
-        assert_eq!(a.len(), 32);
-        assert!(a.bytes().all(|c| c.is_ascii_hexdigit()) && a != "0".repeat(32));
     }
 }

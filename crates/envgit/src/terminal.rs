@@ -180,7 +180,7 @@ fn answer(control_socket: &std::path::Path, ask: &PendingAsk, yes: bool) {
         ControlOp::Deny { id: Some(ask.id) }
     };
     let said = if yes { "y: let out" } else { "n: refused" };
-    let sent = crate::commands::approve::talk(control_socket, req);
+    let sent = envgit_gate::control_request(control_socket, req);
     let mut out = std::io::stdout().lock();
     let _ = match sent {
         Ok(_) => write!(out, "{said}\r\n"),

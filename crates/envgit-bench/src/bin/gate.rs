@@ -5,6 +5,10 @@
 //!
 //! `scripts/bench-gate` installs mitmproxy into target/bench-py and runs this.
 
+#[path = "../percentile.rs"]
+mod percentile;
+use percentile::percentile;
+
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -243,9 +247,9 @@ struct Figures {
     download_mb_s: f64,
 }
 
-fn percentile(sorted: &[Duration], p: f64) -> f64 {
-    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted.get(i).map_or(0.0, |d| d.as_secs_f64() * 1e6)
+/// A percentile in microseconds.
+fn percentile_us(sorted: &[Duration], p: f64) -> f64 {
+    percentile(sorted, p).as_secs_f64() * 1e6
 }
 
 async fn measure(client: &Client, args: &Args, download: bool) -> Result<Figures> {
@@ -264,8 +268,8 @@ async fn measure(client: &Client, args: &Args, download: bool) -> Result<Figures
     }
     f.rps1 = args.requests as f64 / start.elapsed().as_secs_f64();
     lat.sort();
-    f.p50_us = percentile(&lat, 0.5);
-    f.p99_us = percentile(&lat, 0.99);
+    f.p50_us = percentile_us(&lat, 0.5);
+    f.p99_us = percentile_us(&lat, 0.99);
     // Keep-alive, 8 connections at once.
     let mut conns = Vec::new();
     for _ in 0..8 {
@@ -295,7 +299,7 @@ async fn measure(client: &Client, args: &Args, download: bool) -> Result<Figures
         lat.push(t.elapsed());
     }
     lat.sort();
-    f.new_p50_us = percentile(&lat, 0.5);
+    f.new_p50_us = percentile_us(&lat, 0.5);
     if download {
         let mut c = client.connect().await?;
         let t = Instant::now();

@@ -7,6 +7,10 @@
 //!
 //! `cargo build --release -p envgit && cargo run --release -p envgit-bench --bin mcp-execute -- [--runs 30]`
 
+#[path = "../percentile.rs"]
+mod percentile;
+use percentile::percentile;
+
 use std::path::PathBuf;
 use std::process::Command;
 use std::sync::Arc;
@@ -30,17 +34,12 @@ const HUNDRED_CALLS: &str =
 const HUNDRED_SEQUENTIAL: &str =
     "var t = 0; for (let i = 0; i < 100; i++) t += (await fx.add({a: i, b: 1})).sum; t";
 
-fn pct(sorted: &[Duration], p: f64) -> Duration {
-    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[i.min(sorted.len() - 1)]
-}
-
 fn line(name: &str, mut d: Vec<Duration>) {
     d.sort();
     println!(
         "{name:<52} p50 {:>9.2} ms   p90 {:>9.2} ms   (n={})",
-        pct(&d, 0.5).as_secs_f64() * 1e3,
-        pct(&d, 0.9).as_secs_f64() * 1e3,
+        percentile(&d, 0.5).as_secs_f64() * 1e3,
+        percentile(&d, 0.9).as_secs_f64() * 1e3,
         d.len()
     );
 }

@@ -5,6 +5,10 @@
 //!
 //! `cargo run --release -p envgit-bench --bin sandbox-start -- [--runs 50]`
 
+#[path = "../percentile.rs"]
+mod percentile;
+use percentile::percentile;
+
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -25,11 +29,6 @@ fn time_runs(runs: usize, mut f: impl FnMut() -> Result<()>) -> Result<Vec<Durat
     }
     out.sort();
     Ok(out)
-}
-
-fn pct(sorted: &[Duration], p: f64) -> Duration {
-    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[i.min(sorted.len() - 1)]
 }
 
 fn run_ok(cmd: &mut Command) -> Result<()> {
@@ -86,25 +85,25 @@ fn main() -> Result<()> {
     println!("sandbox start-up, {runs} runs each (p50 / p90, ms):");
     println!(
         "  bare true            {:8.2} / {:8.2}",
-        ms(pct(&bare, 0.5)),
-        ms(pct(&bare, 0.9))
+        ms(percentile(&bare, 0.5)),
+        ms(percentile(&bare, 0.9))
     );
     if let Some(b) = &bwrap {
         println!(
             "  bwrap (equivalent)   {:8.2} / {:8.2}",
-            ms(pct(b, 0.5)),
-            ms(pct(b, 0.9))
+            ms(percentile(b, 0.5)),
+            ms(percentile(b, 0.9))
         );
     } else {
         println!("  bwrap                not installed (apt-get install bubblewrap)");
     }
     println!(
         "  envgit run true      {:8.2} / {:8.2}   (a whole step: two snapshots, gate, relay, commit)",
-        ms(pct(&envgit_run, 0.5)),
-        ms(pct(&envgit_run, 0.9))
+        ms(percentile(&envgit_run, 0.5)),
+        ms(percentile(&envgit_run, 0.9))
     );
     if let Some(b) = &bwrap {
-        let ratio = ms(pct(&envgit_run, 0.5)) / ms(pct(b, 0.5));
+        let ratio = ms(percentile(&envgit_run, 0.5)) / ms(percentile(b, 0.5));
         println!(
             "  ratio envgit run / bwrap (p50): {ratio:.2}x   goal <= 1.5x: {}",
             if ratio <= 1.5 { "met" } else { "not met" }

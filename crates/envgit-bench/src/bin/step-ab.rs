@@ -7,6 +7,10 @@
 //! `cargo run --release -p envgit-bench --bin step-ab -- --before OLD/envgit --after NEW/envgit
 //!  [--runs 200] [--files 100000]` (`scripts/bench-step-ab BASE` builds BASE and runs it).
 
+#[path = "../percentile.rs"]
+mod percentile;
+use percentile::percentile;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -36,9 +40,9 @@ fn run_ok(cmd: &mut Command) -> Result<()> {
     Ok(())
 }
 
+/// A percentile in milliseconds.
 fn pct(sorted: &[Duration], p: f64) -> f64 {
-    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[i.min(sorted.len() - 1)].as_secs_f64() * 1e3
+    percentile(sorted, p).as_secs_f64() * 1e3
 }
 
 /// A project with `files` files of 4 KiB in directories of 100, committed to git (so the run

@@ -6,12 +6,13 @@ use std::borrow::Cow;
 use crate::network::rule_host_matches;
 use crate::{Action, IrreversibleEntry, L7Rule, Policy, Preset};
 
-use super::body::Body;
 use super::matchers::{Tri, parse_query, path_tri, pattern_segments};
 use super::method::{MethodSet, body_may_name_method};
 use super::normalize::{normalize_path, path_views};
+use super::payload::Body;
+use super::prepared::Prepared;
 use super::preset::default_rules;
-use super::rule::{Prepared, Rule, decides, from_net};
+use super::rule::{Rule, decides, from_net};
 use super::summary::clean;
 use super::{RequestDecision, RequestInfo};
 

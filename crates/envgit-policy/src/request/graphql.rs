@@ -11,9 +11,9 @@ use apollo_parser::cst;
 
 use crate::GraphqlOperation;
 
-use super::body::{Body, form_fields};
 use super::content_type::{FORM, MULTIPART, media_type};
 use super::json::{Doc, entries, parse_doc};
+use super::payload::{Body, form_fields};
 
 /// Nesting deeper than this (selection sets, values, types) is refused, not parsed.
 const RECURSION_LIMIT: usize = 128;
@@ -28,6 +28,37 @@ pub(crate) struct Operation {
     /// The top-level fields of its selection set (aliases resolved; `...F` for a spread),
     /// for summaries.
     pub root_fields: Vec<String>,
+}
+
+/// Why a request's GraphQL operations cannot be told. The caller turns any of these into
+/// "cannot evaluate" (fail closed) with this text as the reason.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum GraphqlError {
+    #[error("query string: {0}")]
+    QueryString(String),
+    /// The body is missing, cut short, or not the JSON it claims to be.
+    #[error("{0}")]
+    Body(String),
+    #[error("body is not UTF-8")]
+    NotUtf8,
+    #[error("form: {0}")]
+    Form(String),
+    #[error("a GraphQL request is a JSON object")]
+    NotAnObject,
+    #[error("`query` is not a string")]
+    QueryNotAString,
+    #[error("`operationName` is not a string")]
+    NameNotAString,
+    #[error("a persisted query (a hash or id instead of the text) cannot be classified")]
+    Persisted,
+    #[error("no `query` in the query string or the body")]
+    NoQuery,
+    #[error("the document has no operation")]
+    NoOperation,
+    #[error("not a GraphQL document ({message} at byte {at})")]
+    Syntax { message: String, at: usize },
+    #[error("not an executable GraphQL definition")]
+    NotExecutable,
 }
 
 /// What one source (the query string, or one body request) carries.
@@ -50,17 +81,15 @@ pub(crate) fn operations(
     query: &Result<Vec<(String, String)>, String>,
     body: Body<'_>,
     content_type: Option<&str>,
-) -> Result<Vec<Operation>, String> {
+) -> Result<Vec<Operation>, GraphqlError> {
     let query = match query {
         Ok(pairs) => from_pairs(pairs),
-        Err(why) => return Err(format!("query string: {why}")),
+        Err(why) => return Err(GraphqlError::QueryString(why.clone())),
     };
     let bodies = body_requests(body, content_type)?;
     let sources: Vec<&Params> = std::iter::once(&query).chain(&bodies).collect();
     if sources.iter().any(|p| p.persisted) {
-        return Err(
-            "a persisted query (a hash or id instead of the text) cannot be classified".to_owned(),
-        );
+        return Err(GraphqlError::Persisted);
     }
     // A server that merges query string and body may pair any text with any name.
     let all_names: Vec<&str> = sources
@@ -74,7 +103,7 @@ pub(crate) fn operations(
             texts += 1;
             let ops = document(text)?;
             if ops.is_empty() {
-                return Err("the document has no operation".to_owned());
+                return Err(GraphqlError::NoOperation);
             }
             let mut names: Vec<Option<&str>> = all_names.iter().map(|n| Some(*n)).collect();
             if source.names.is_empty() {
@@ -90,7 +119,7 @@ pub(crate) fn operations(
         }
     }
     if texts == 0 {
-        return Err("no `query` in the query string or the body".to_owned());
+        return Err(GraphqlError::NoQuery);
     }
     Ok(out)
 }
@@ -126,19 +155,19 @@ fn from_pairs(pairs: &[(String, String)]) -> Params {
 }
 
 /// A JSON request object. Duplicate keys: every value counts (servers differ on which wins).
-fn from_json(fields: &[(String, serde_json::Value)]) -> Result<Params, String> {
+fn from_json(fields: &[(String, serde_json::Value)]) -> Result<Params, GraphqlError> {
     let mut out = Params::default();
     for v in entries(fields, "query") {
         match v {
             serde_json::Value::String(s) => out.queries.push(s.clone()),
-            _ => return Err("`query` is not a string".to_owned()),
+            _ => return Err(GraphqlError::QueryNotAString),
         }
     }
     for v in entries(fields, "operationName") {
         match v {
             serde_json::Value::Null => {}
             serde_json::Value::String(s) => out.names.push(s.clone()),
-            _ => return Err("`operationName` is not a string".to_owned()),
+            _ => return Err(GraphqlError::NameNotAString),
         }
     }
     out.persisted = entries(fields, "extensions").any(|e| e.get("persistedQuery").is_some())
@@ -149,21 +178,21 @@ fn from_json(fields: &[(String, serde_json::Value)]) -> Result<Params, String> {
 }
 
 /// The requests the body carries (none for an empty body).
-fn body_requests(body: Body<'_>, content_type: Option<&str>) -> Result<Vec<Params>, String> {
-    let bytes = body.whole()?;
+fn body_requests(body: Body<'_>, content_type: Option<&str>) -> Result<Vec<Params>, GraphqlError> {
+    let bytes = body.whole().map_err(GraphqlError::Body)?;
     if bytes.iter().all(u8::is_ascii_whitespace) {
         return Ok(Vec::new());
     }
     match media_type(content_type).as_deref() {
         Some("application/graphql") => {
-            let text = std::str::from_utf8(bytes).map_err(|_| "body is not UTF-8".to_owned())?;
+            let text = std::str::from_utf8(bytes).map_err(|_| GraphqlError::NotUtf8)?;
             Ok(vec![Params {
                 queries: vec![text.to_owned()],
                 ..Params::default()
             }])
         }
         Some(FORM | MULTIPART) => {
-            let (fields, _) = form_fields(bytes, true).map_err(|why| format!("form: {why}"))?;
+            let (fields, _) = form_fields(bytes, true).map_err(GraphqlError::Form)?;
             // The GraphQL multipart request spec puts the JSON request in `operations`.
             let mut out = Vec::new();
             for (_, json) in fields.iter().filter(|(k, _)| k == "operations") {
@@ -177,42 +206,40 @@ fn body_requests(body: Body<'_>, content_type: Option<&str>) -> Result<Vec<Param
 }
 
 /// A JSON object, or a batch (an array of objects).
-fn json_requests(bytes: &[u8]) -> Result<Vec<Params>, String> {
-    let not_object = || "a GraphQL request is a JSON object".to_owned();
-    match parse_doc(bytes)? {
+fn json_requests(bytes: &[u8]) -> Result<Vec<Params>, GraphqlError> {
+    match parse_doc(bytes).map_err(GraphqlError::Body)? {
         Doc::Object(fields) => Ok(vec![from_json(&fields)?]),
         Doc::Array(items) => items
             .iter()
             .map(|item| match item {
                 Doc::Object(fields) => from_json(fields),
-                _ => Err(not_object()),
+                _ => Err(GraphqlError::NotAnObject),
             })
             .collect(),
-        Doc::Other => Err(not_object()),
+        Doc::Other => Err(GraphqlError::NotAnObject),
     }
 }
 
 /// The operations of a GraphQL document, in order. A document with any syntax error, or one
 /// holding type-system definitions, is refused (servers would not execute it either, but a
 /// reader that guesses could be led to the wrong operation).
-pub(crate) fn document(text: &str) -> Result<Vec<Operation>, String> {
+pub(crate) fn document(text: &str) -> Result<Vec<Operation>, GraphqlError> {
     let tree = Parser::new(text)
         .recursion_limit(RECURSION_LIMIT)
         .token_limit(TOKEN_LIMIT)
         .parse();
     if let Some(e) = tree.errors().next() {
-        return Err(format!(
-            "not a GraphQL document ({} at byte {})",
-            e.message(),
-            e.index()
-        ));
+        return Err(GraphqlError::Syntax {
+            message: e.message().to_owned(),
+            at: e.index(),
+        });
     }
     let mut ops = Vec::new();
     for definition in tree.document().definitions() {
         match definition {
             cst::Definition::OperationDefinition(op) => ops.push(operation(&op)),
             cst::Definition::FragmentDefinition(_) => {}
-            _ => return Err("not an executable GraphQL definition".to_owned()),
+            _ => return Err(GraphqlError::NotExecutable),
         }
     }
     Ok(ops)

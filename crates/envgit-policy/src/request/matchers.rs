@@ -1,6 +1,8 @@
 //! The pieces a rule is made of: methods, path globs, query parameters. Each answers with a
 //! [`Tri`], so that "cannot tell" is never silently read as "no".
 
+use crate::glob::{Case, star_match};
+
 /// The answer of one matcher.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Tri {
@@ -64,29 +66,7 @@ impl Methods {
 
 /// `*` within a segment (any run of characters, possibly empty), ASCII case-insensitive.
 pub(crate) fn glob(pattern: &str, text: &str) -> bool {
-    glob_with(pattern, text, |a, b| a.eq_ignore_ascii_case(&b))
-}
-
-fn glob_with(pattern: &str, text: &str, same: impl Fn(u8, u8) -> bool) -> bool {
-    let (p, t) = (pattern.as_bytes(), text.as_bytes());
-    let (mut pi, mut ti) = (0, 0);
-    let mut star: Option<(usize, usize)> = None;
-    while ti < t.len() {
-        if pi < p.len() && p[pi] == b'*' {
-            star = Some((pi, ti));
-            pi += 1;
-        } else if pi < p.len() && same(p[pi], t[ti]) {
-            pi += 1;
-            ti += 1;
-        } else if let Some((sp, st)) = star {
-            pi = sp + 1;
-            ti = st + 1;
-            star = Some((sp, st + 1));
-        } else {
-            return false;
-        }
-    }
-    p[pi..].iter().all(|&b| b == b'*')
+    star_match(pattern, text, Case::AsciiFold)
 }
 
 /// A path pattern split into segments: `**` is any number of segments (zero included), other
@@ -206,5 +186,5 @@ pub(crate) fn query_tri(
 
 /// [`glob`], but case-sensitive.
 pub(crate) fn glob_exact(pattern: &str, text: &str) -> bool {
-    glob_with(pattern, text, |a, b| a == b)
+    star_match(pattern, text, Case::Exact)
 }

@@ -5,9 +5,9 @@
 //! not read or cut short, an undecodable query) may name any method.
 
 use super::RequestInfo;
-use super::body::form_fields;
 use super::content_type::{FORM, MULTIPART, media_type};
 use super::matchers::{Methods, Tri, form_decode};
+use super::payload::form_fields;
 
 /// Every method the request names.
 #[derive(Debug, Clone)]

@@ -2,9 +2,9 @@
 //! path; on other hosts a `PUT` to a package-shaped path is only an npm write when its body
 //! says so, so that other services' `PUT`s are not refused.
 
-use super::body::Body;
 use super::json::{Doc, entries, parse_doc};
 use super::matchers::Tri;
+use super::payload::Body;
 
 /// `attachments`: a publish (a non-empty `_attachments`); otherwise any packument write
 /// (`versions` with `name` or `_id`: a deprecation, or a publish).

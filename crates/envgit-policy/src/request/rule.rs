@@ -3,9 +3,9 @@
 
 use crate::{Action, NetRule};
 
-use super::body::{self, Body, Matcher};
+use super::body::{self, Matcher};
 use super::matchers::{Methods, Tri, path_tri, pattern_segments, query_tri};
-use super::method::MethodSet;
+use super::prepared::Prepared;
 use super::summary::Summary;
 use crate::network::rule_host_matches;
 
@@ -28,18 +28,6 @@ pub(crate) struct Rule {
     pub shapes: Vec<Shape>,
     pub except: Vec<Shape>,
     pub summary: Summary,
-}
-
-/// The request as matchers see it, prepared once.
-pub(crate) struct Prepared<'a> {
-    pub methods: MethodSet,
-    pub host: &'a str,
-    pub port: u16,
-    pub views: Result<Vec<Vec<String>>, String>,
-    pub query: Result<Vec<(String, String)>, String>,
-    pub body: Body<'a>,
-    /// The `Content-Type` header, as sent.
-    pub content_type: Option<&'a str>,
 }
 
 impl Shape {

@@ -3,10 +3,10 @@
 //! of the path and the body prefix; never fails (falls back to `METHOD host/path`).
 
 use super::RequestInfo;
-use super::body::{Body, form_fields, multipart_parts};
 use super::graphql;
 use super::json::{Doc, entries, parse_doc, value_text};
 use super::matchers::parse_query;
+use super::payload::{Body, form_fields, multipart_parts};
 use super::pktline;
 
 /// Longest summary, in characters.

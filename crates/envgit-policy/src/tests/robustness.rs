@@ -1,5 +1,8 @@
 //! No input makes the parser panic; every failure is a `PolicyError` with a position.
 
+use proptest::prelude::*;
+use proptest::test_runner::{Config, TestRunner};
+
 use crate::Policy;
 
 fn check(text: &str) {
@@ -80,22 +83,23 @@ fn garbage_never_panics() {
 
 #[test]
 fn arbitrary_bytes_never_panic() {
-    // A small deterministic generator over YAML-significant characters.
+    // Texts over YAML-significant characters.
     let alphabet: Vec<char> = "version: 1\n\t -[]{}:,&*!|>'\"#%@`?~.0x\u{0}é"
         .chars()
         .collect();
-    let mut state: u64 = 0x9e37_79b9_7f4a_7c15;
-    for _ in 0..3_000 {
-        let len = (state % 64) as usize;
-        let text: String = (0..len)
-            .map(|_| {
-                state ^= state << 13;
-                state ^= state >> 7;
-                state ^= state << 17;
-                alphabet[(state % alphabet.len() as u64) as usize]
-            })
-            .collect();
+    let text = proptest::collection::vec(proptest::sample::select(alphabet), 0..64)
+        .prop_map(|v| v.into_iter().collect::<String>());
+    let config = Config {
+        cases: 3_000,
+        failure_persistence: None,
+        ..Config::default()
+    };
+    let outcome = TestRunner::new(config).run(&text, |text| {
         check(&text);
         check(&format!("version: 1\n{text}"));
+        Ok(())
+    });
+    if let Err(e) = outcome {
+        panic!("{e}");
     }
 }

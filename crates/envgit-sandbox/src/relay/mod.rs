@@ -5,12 +5,12 @@
 //! Threads, no fork, blocking std sockets, bounded heads, no panics.
 //!
 //! Listeners:
-//! - the explicit HTTP proxy on `127.0.0.1:proxy_port` ([`proxy`]): the client's first request
+//! - the explicit HTTP proxy on `127.0.0.1:proxy_port` (`proxy`): the client's first request
 //!   head gets the token header, the rest is spliced unchanged;
-//! - the DNS stub on `127.0.0.1:dns_port`, UDP and TCP ([`dns`]): fake loopback addresses
+//! - the DNS stub on `127.0.0.1:dns_port`, UDP and TCP (`dns`): fake loopback addresses
 //!   from 127.1.0.0/16 for A queries of names `network.allow` could allow (and loopback
 //!   names), NXDOMAIN for every other name, never forwarding anything;
-//! - capture listeners on `0.0.0.0:P` ([`capture`]): a connection to a fake address becomes
+//! - capture listeners on `0.0.0.0:P` (`capture`): a connection to a fake address becomes
 //!   `CONNECT name:P` to the gate;
 //! - forwards on `127.0.0.1:P`: `CONNECT 127.0.0.1:P` to the gate, which dials the host's
 //!   loopback (when `network.allow` lists that port).

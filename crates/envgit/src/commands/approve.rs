@@ -3,22 +3,17 @@
 //! control socket and a control token (0600) in a private directory under envgit's state
 //! (which the sandbox cannot see); the gate records who answered from the connection itself.
 
-use std::io::{BufRead, BufReader, Write};
-use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::time::Duration;
 
-use envgit_gate::{CONTROL_TOKEN_FILE, ControlAnswer, ControlOp, ControlRequest, PendingAsk};
+use envgit_gate::{ControlOp, PendingAsk, control_request};
 use serde::Serialize;
 
 use crate::cli::{AnswerArgs, JsonArg};
 use crate::failure::{CmdResult, Failure};
 use crate::output;
 use crate::project::Project;
-use crate::supervisor::{CONTROL_SOCKET, runtime_dir};
-
-const TALK_TIMEOUT: Duration = Duration::from_secs(5);
+use crate::runtime::{CONTROL_SOCKET, runtime_dir};
 
 #[derive(Serialize)]
 struct Waiting {
@@ -27,25 +22,6 @@ struct Waiting {
     ask: PendingAsk,
     #[serde(skip)]
     socket: PathBuf,
-}
-
-/// One request to a running gate's control socket, one answer. The run's control token is
-/// read from the file beside the socket.
-pub(crate) fn talk(socket: &Path, op: ControlOp) -> std::io::Result<ControlAnswer> {
-    let token = std::fs::read_to_string(socket.with_file_name(CONTROL_TOKEN_FILE))?;
-    let req = ControlRequest {
-        token: token.trim().to_owned(),
-        op,
-    };
-    let mut stream = UnixStream::connect(socket)?;
-    stream.set_read_timeout(Some(TALK_TIMEOUT))?;
-    stream.set_write_timeout(Some(TALK_TIMEOUT))?;
-    let mut line = serde_json::to_vec(&req).map_err(std::io::Error::other)?;
-    line.push(b'\n');
-    stream.write_all(&line)?;
-    let mut answer = String::new();
-    BufReader::new(stream).read_line(&mut answer)?;
-    serde_json::from_str(&answer).map_err(std::io::Error::other)
 }
 
 /// Every request waiting in a running step of this user, in this project when there is one.
@@ -62,7 +38,7 @@ fn waiting(dir: Option<&Path>) -> CmdResult<Vec<Waiting>> {
     for entry in entries.flatten() {
         let socket = entry.path().join(CONTROL_SOCKET);
         // A socket left by a run that died refuses the connection: nothing waits there.
-        let Ok(answer) = talk(&socket, ControlOp::List) else {
+        let Ok(answer) = control_request(&socket, ControlOp::List) else {
             continue;
         };
         let run_project = answer.project.unwrap_or_default();
@@ -136,7 +112,7 @@ pub fn answer(dir: Option<&Path>, args: &AnswerArgs, approve: bool) -> CmdResult
     } else {
         ControlOp::Deny { id }
     };
-    let answer = talk(&target.socket, op)
+    let answer = control_request(&target.socket, op)
         .map_err(|e| Failure::failed(format!("cannot reach the running step: {e}")))?;
     if let Some(e) = answer.error {
         return Err(Failure::usage(e));

@@ -116,9 +116,12 @@ impl Drop for Scratch {
 /// (the sandbox sees only the socket, bound at `/run/envgit/hooks.sock`).
 fn hooks_socket() -> CmdResult<(Scratch, PathBuf, UnixListener)> {
     let uid = rustix::process::getuid().as_raw();
-    let dir =
-        supervisor::runtime_dir(uid)?.join(format!("hooks-{}-{}", std::process::id(), now_ms()));
-    supervisor::private_dir(&dir)?;
+    let dir = crate::runtime::runtime_dir(uid)?.join(format!(
+        "hooks-{}-{}",
+        std::process::id(),
+        now_ms()
+    ));
+    crate::runtime::private_dir(&dir)?;
     let scratch = Scratch(dir);
     let socket = scratch.0.join(HOOKS_SOCKET_NAME);
     let listener = UnixListener::bind(&socket)

@@ -15,8 +15,7 @@ use envgit_store::now_ms;
 use serde_json::Value;
 
 use crate::failure::{CmdResult, Failure};
-use crate::project::read_nofollow;
-use crate::supervisor;
+use crate::nofollow::read_nofollow;
 
 /// Claude Code's credential variables: a placeholder inside, the real value put on by the gate.
 /// (`CLAUDE_CODE_OAUTH_TOKEN` is the long-lived token of `claude setup-token`.)
@@ -47,7 +46,7 @@ pub(crate) struct Login {
 fn placeholder() -> CmdResult<String> {
     Ok(format!(
         "envgit-placeholder-{}",
-        supervisor::random_token()?
+        crate::runtime::random_token()?
     ))
 }
 

@@ -57,7 +57,7 @@ pub fn run(dir: Option<&Path>, args: &CodexArgs) -> CmdResult<ExitCode> {
     let homes_dir = project.store_dir.join("codex");
     remove_stale_homes(&homes_dir);
     let home_dir = homes_dir.join(format!("{}-{}", std::process::id(), now_ms()));
-    crate::supervisor::private_dir(&home_dir)?;
+    crate::runtime::private_dir(&home_dir)?;
     let user_home = user_codex_home(
         std::env::var_os("CODEX_HOME").map(PathBuf::from),
         std::env::var_os("HOME").map(PathBuf::from),

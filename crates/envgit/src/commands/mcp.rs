@@ -153,7 +153,10 @@ fn downstream(project: &Project, name: &str, events: Option<&Path>) -> CmdResult
         None => rest,
     };
     let code = code?;
-    let refused = events.iter().filter(|e| e.decision != "allowed").count();
+    let refused = events
+        .iter()
+        .filter(|e| e.decision != envgit_gate::Decision::Allowed)
+        .count();
     if !events.is_empty() {
         output::note(&format!(
             "mcp server {name}: {} request(s) through the gate not recorded on a step, \

@@ -14,13 +14,13 @@ use envgit_repl::{
     Catalog, Host, HostCall, HostFuture, HostReply, Namespace, TAKEN_GLOBALS, ToolEntry,
     is_identifier, sanitize_identifier,
 };
-use envgit_store::{Approval, ReplCall};
+use envgit_store::{Approval, ApprovalAnswer, ReplCall, ToolDecision};
 use rmcp::model::{CallToolRequestParams, CallToolResult, Tool};
 use rmcp::service::RunningService;
 use rmcp::transport::TokioChildProcess;
 use rmcp::{Peer, RoleClient, ServiceExt};
 
-use super::approve::Approver;
+use super::approver::Approver;
 use super::feed::{Feed, Feeds, flush_deadline};
 use super::typescript;
 
@@ -184,7 +184,7 @@ impl Downstreams {
         let mut rec = ReplCall {
             server: call.server.clone(),
             tool: call.tool.clone(),
-            decision: "unknown".into(),
+            decision: ToolDecision::Unknown,
             bytes_out,
             ..ReplCall::default()
         };
@@ -195,38 +195,37 @@ impl Downstreams {
         let what = format!("{}.{}", call.server, call.tool);
         let reply = match action {
             Action::Deny => {
-                rec.decision = "deny".into();
+                rec.decision = ToolDecision::Deny;
                 Err(format!("envgit: denied tool {what} (rule {rule})"))
             }
             Action::Ask => {
-                rec.decision = "ask".into();
+                rec.decision = ToolDecision::Ask;
                 let answer = approver.ask(&what, &rule).await;
                 if let Ok(mut a) = approvals.lock() {
                     a.push(Approval {
                         what: format!("tool {what}"),
                         rule: rule.clone(),
-                        approver: answer.approver.clone(),
-                        answer: if answer.approved {
-                            "approved"
+                        approver: answer.by().to_owned(),
+                        answer: if answer.is_approved() {
+                            ApprovalAnswer::Approved
                         } else {
-                            "refused"
-                        }
-                        .into(),
+                            ApprovalAnswer::Refused
+                        },
                         at_ms: envgit_store::now_ms(),
                     });
                 }
-                if answer.approved {
+                if answer.is_approved() {
                     self.send(&call, &mut rec).await
                 } else {
                     Err(format!(
                         "envgit: tool {what} needs a person's approval (rule {rule}) and did not \
                          get it: {}",
-                        answer.approver
+                        answer.by()
                     ))
                 }
             }
             Action::Allow => {
-                rec.decision = "allow".into();
+                rec.decision = ToolDecision::Allow;
                 self.send(&call, &mut rec).await
             }
         };

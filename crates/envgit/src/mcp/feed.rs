@@ -193,13 +193,13 @@ impl Feeds {
             Some(d) => d.clone(),
             None => {
                 let uid = rustix::process::getuid().as_raw();
-                let base = crate::supervisor::runtime_dir(uid).map_err(|f| f.message)?;
+                let base = crate::runtime::runtime_dir(uid).map_err(|f| f.message)?;
                 let d = base.join(format!(
                     "mcp-{}-{}",
                     std::process::id(),
                     envgit_store::now_ms()
                 ));
-                crate::supervisor::private_dir(&d).map_err(|f| f.message)?;
+                crate::runtime::private_dir(&d).map_err(|f| f.message)?;
                 self.dir = Some(d.clone());
                 d
             }

@@ -2,9 +2,10 @@
 //! envgit-repl session (DESIGN §7). Every call is a step of kind `repl`: its code, downstream
 //! calls with their decisions, bytes in and out, and status, with a snapshot of the project.
 
-mod approve;
+mod approver;
 pub mod bridge;
 mod downstream;
+mod error;
 pub(crate) mod feed;
 mod typescript;
 
@@ -16,7 +17,8 @@ use std::time::Duration;
 use envgit_policy::ApproversSection;
 use envgit_repl::{CellOptions, CellOutcome, CellStatus, Limits, Session};
 use envgit_store::{
-    Approval, ReplCall, ReplRecord, Step, StepDraft, StepFlag, StepKind, Store, WorkTree,
+    Approval, ReplCall, ReplRecord, Step, StepDraft, StepFlag, StepKind, Store, ToolDecision,
+    WorkTree,
 };
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
@@ -28,8 +30,10 @@ use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
-use approve::{Answer, Approver, PendingAsk};
+use approver::{Approver, ParkedAsk};
 pub use downstream::Downstreams;
+use envgit_gate::Answer;
+use error::ExecuteError;
 
 use crate::project::Project;
 
@@ -112,11 +116,11 @@ impl Live {
         code: &str,
         opts: &CellOptions,
         host: Arc<dyn envgit_repl::Host>,
-    ) -> Result<CellOutcome, String> {
+    ) -> Result<CellOutcome, ExecuteError> {
         self.set_running(id);
         let r = self.session.execute(code, opts, host).await;
         self.set_running(0);
-        r.map_err(|e| e.to_string())
+        Ok(r?)
     }
 
     fn set_running(&self, id: u64) {
@@ -142,17 +146,17 @@ struct Running {
     log: Arc<Mutex<Vec<ReplCall>>>,
     approvals: Arc<Mutex<Vec<Approval>>>,
     rewound: Option<String>,
-    task: Option<tokio::task::JoinHandle<Result<CellOutcome, String>>>,
+    task: Option<tokio::task::JoinHandle<Result<CellOutcome, ExecuteError>>>,
     /// Why the cell could not start.
-    early: Option<String>,
-    asks: mpsc::UnboundedReceiver<PendingAsk>,
+    early: Option<ExecuteError>,
+    asks: mpsc::UnboundedReceiver<ParkedAsk>,
     session: Option<Arc<Live>>,
     /// The session's turn, from before the cell starts until the step is committed.
     turn: Option<tokio::sync::OwnedMutexGuard<()>>,
     /// The cell's number (for [`Live::interrupt`]).
     cell: u64,
     /// The question the parked cell waits on.
-    pending: Option<PendingAsk>,
+    pending: Option<ParkedAsk>,
     client: String,
 }
 
@@ -167,10 +171,10 @@ fn expire(
         let run = inner.parked.lock().await.remove(&token);
         if let Some(mut run) = run {
             if let Some(p) = run.pending.take() {
-                let _ = p.reply.send(Answer {
-                    approved: false,
-                    approver: format!("no answer within {} s", after.as_secs()),
-                });
+                let _ = p.reply.send(Answer::refused(format!(
+                    "no answer within {} s",
+                    after.as_secs()
+                )));
             }
             let _ = inner.drive(run, None).await;
         }
@@ -179,7 +183,7 @@ fn expire(
 
 /// 128 random bits, hex: an unguessable handle (the supervisor's getrandom helper).
 pub(crate) fn random_token() -> crate::failure::CmdResult<String> {
-    crate::supervisor::random_token()
+    crate::runtime::random_token()
 }
 
 impl ExecuteServer {
@@ -204,7 +208,7 @@ impl ExecuteServer {
 
 impl Inner {
     /// The step of what the downstream servers requested after the last `execute`.
-    async fn record_rest(&self, events: Vec<envgit_gate::GateEvent>) -> Result<(), String> {
+    async fn record_rest(&self, events: Vec<envgit_gate::GateEvent>) -> Result<(), ExecuteError> {
         let started = events
             .iter()
             .map(|e| e.at_ms)
@@ -225,23 +229,22 @@ impl Inner {
             ..Default::default()
         };
         let recorder = self.recorder.clone();
-        tokio::task::spawn_blocking(move || -> Result<(), String> {
+        tokio::task::spawn_blocking(move || -> Result<(), ExecuteError> {
             let mut r = recorder
                 .lock()
-                .map_err(|_| "the recorder is poisoned".to_string())?;
+                .map_err(|_| ExecuteError::RecorderPoisoned)?;
             let Recorder {
                 store, wt, copy, ..
             } = &mut *r;
-            store.catch_up().map_err(|e| e.to_string())?;
-            let mut step = crate::step::begin(store, "mcp servers after the last execute")
-                .map_err(|e| e.message)?;
-            finish_repl_step(&mut step, store, wt, copy, draft).map_err(|e| e.message)?;
+            store.catch_up()?;
+            let mut step = crate::step::begin(store, "mcp servers after the last execute")?;
+            finish_repl_step(&mut step, store, wt, copy, draft)?;
             drop(step);
             let _ = wt.save_cache(&store.stat_cache_path());
             Ok(())
         })
         .await
-        .map_err(|e| e.to_string())?
+        .map_err(ExecuteError::task("recording"))?
     }
 
     fn new(recorder: Recorder, downstreams: Downstreams, limits: Limits) -> Self {
@@ -266,23 +269,20 @@ impl Inner {
         }
     }
 
-    async fn session(&self, name: &str) -> Result<Arc<Live>, String> {
+    async fn session(&self, name: &str) -> Result<Arc<Live>, ExecuteError> {
         let mut sessions = self.sessions.lock().await;
         if let Some(s) = sessions.get(name) {
             return Ok(s.clone());
         }
         if sessions.len() >= MAX_SESSIONS {
-            return Err(format!(
-                "there are already {MAX_SESSIONS} sessions ({}): reuse one of them",
-                sessions.keys().cloned().collect::<Vec<_>>().join(", ")
-            ));
+            return Err(ExecuteError::TooManySessions {
+                max: MAX_SESSIONS,
+                names: sessions.keys().cloned().collect::<Vec<_>>().join(", "),
+            });
         }
         let seed = self.seeds.fetch_add(0x9e37_79b9, Ordering::Relaxed);
-        let s = Live::new(
-            Session::new(&self.downstreams.catalog, self.limits.clone(), seed)
-                .await
-                .map_err(|e| e.to_string())?,
-        );
+        let s =
+            Live::new(Session::new(&self.downstreams.catalog, self.limits.clone(), seed).await?);
         sessions.insert(name.to_string(), s.clone());
         Ok(s)
     }
@@ -366,19 +366,19 @@ impl Inner {
             tokio::task::spawn_blocking(move || {
                 let mut r = recorder
                     .lock()
-                    .map_err(|_| "the recorder is poisoned".to_string())?;
-                r.store.catch_up().map_err(|e| e.to_string())?;
+                    .map_err(|_| ExecuteError::RecorderPoisoned)?;
+                r.store.catch_up()?;
                 let steps: Vec<(u64, Option<u64>)> = r
                     .store
                     .steps()
                     .iter()
                     .map(|s| (s.number, s.target.filter(|_| s.kind == StepKind::Rewind)))
                     .collect();
-                let step = crate::step::begin(&r.store, &what).map_err(|e| e.message)?;
-                Ok::<_, String>((step, steps))
+                let step = crate::step::begin(&r.store, &what)?;
+                Ok::<_, ExecuteError>((step, steps))
             })
             .await
-            .map_err(|e| e.to_string())
+            .map_err(ExecuteError::task("step opening"))
             .and_then(|r| r)
         };
         let (step, steps) =
@@ -467,7 +467,7 @@ impl Inner {
         context: Option<&RequestContext<RoleServer>>,
     ) -> CallToolResponse {
         let outcome = match run.task.take() {
-            None => Err(run.early.take().unwrap_or_default()),
+            None => Err(run.early.take().unwrap_or(ExecuteError::NotStarted)),
             Some(mut task) => {
                 let mut armed = context.is_some();
                 // Cancelled: interrupt now and again until the cell has ended (see `Live`).
@@ -485,16 +485,15 @@ impl Inner {
                         biased;
                         r = &mut task => {
                             break r
-                                .map_err(|e| format!("the cell's task failed: {e}"))
+                                .map_err(ExecuteError::task("cell"))
                                 .and_then(|r| r);
                         }
                         Some(ask) = run.asks.recv() => {
                             if context.is_none() {
                                 // Expired while parked: nobody can be asked any more.
-                                let _ = ask.reply.send(Answer {
-                                    approved: false,
-                                    approver: "the client never answered the earlier question".into(),
-                                });
+                                let _ = ask.reply.send(Answer::refused(
+                                    "the client never answered the earlier question",
+                                ));
                                 continue;
                             }
                             run.task = Some(task);
@@ -514,21 +513,17 @@ impl Inner {
         self.finish(run, outcome).await.into()
     }
 
-    async fn park(self: &Arc<Self>, mut run: Running, ask: PendingAsk) -> CallToolResponse {
-        let Some(request) = approve::input_request(&ask.what, &ask.rule) else {
-            let _ = ask.reply.send(Answer {
-                approved: false,
-                approver: "the approval form could not be built".into(),
-            });
+    async fn park(self: &Arc<Self>, mut run: Running, ask: ParkedAsk) -> CallToolResponse {
+        let Some(request) = approver::input_request(&ask.what, &ask.rule) else {
+            let _ = ask
+                .reply
+                .send(Answer::refused("the approval form could not be built"));
             return Box::pin(self.drive(run, None)).await;
         };
         let token = match crate::mcp::random_token() {
             Ok(t) => t,
             Err(e) => {
-                let _ = ask.reply.send(Answer {
-                    approved: false,
-                    approver: e.message,
-                });
+                let _ = ask.reply.send(Answer::refused(e.message));
                 return Box::pin(self.drive(run, None)).await;
             }
         };
@@ -540,7 +535,7 @@ impl Inner {
             Duration::from_secs(self.approvers.timeout.max(1)),
         ));
         let mut requests = std::collections::BTreeMap::new();
-        requests.insert(approve::FIELD.to_string(), request);
+        requests.insert(approver::FIELD.to_string(), request);
         CallToolResponse::InputRequired(InputRequiredResult::new(Some(requests), Some(token)))
     }
 
@@ -568,7 +563,7 @@ impl Inner {
             )
             .into();
         }
-        match responses.and_then(|r| r.get(approve::FIELD)) {
+        match responses.and_then(|r| r.get(approver::FIELD)) {
             None => {
                 // No answer: ask again.
                 let Some(ask) = run.pending.take() else {
@@ -577,7 +572,7 @@ impl Inner {
                 self.park(run, ask).await
             }
             Some(v) => {
-                let answer = approve::read_answer(v, &run.client);
+                let answer = approver::read_answer(v, &run.client);
                 if let Some(p) = run.pending.take() {
                     let _ = p.reply.send(answer);
                 }
@@ -587,7 +582,11 @@ impl Inner {
     }
 
     /// Record the step and build the result.
-    async fn finish(&self, run: Running, outcome: Result<CellOutcome, String>) -> CallToolResult {
+    async fn finish(
+        &self,
+        run: Running,
+        outcome: Result<CellOutcome, ExecuteError>,
+    ) -> CallToolResult {
         let Running {
             session_name,
             code,
@@ -605,7 +604,7 @@ impl Inner {
         // this cell called are flushed first, so what they requested for it is here.
         let called: BTreeSet<&str> = calls
             .iter()
-            .filter(|c| c.decision != "deny")
+            .filter(|c| c.decision != ToolDecision::Deny)
             .map(|c| c.server.as_str())
             .collect();
         let events = self.downstreams.gate_events(&called).await;
@@ -625,7 +624,7 @@ impl Inner {
             error: outcome
                 .as_ref()
                 .err()
-                .cloned()
+                .map(ExecuteError::to_string)
                 .or_else(|| outcome.as_ref().ok().and_then(|o| o.error.clone())),
             bytes_in,
             bytes_out,
@@ -645,21 +644,20 @@ impl Inner {
             ..Default::default()
         };
         let recorder = self.recorder.clone();
-        let step = tokio::task::spawn_blocking(move || -> Result<Step, String> {
+        let step = tokio::task::spawn_blocking(move || -> Result<Step, ExecuteError> {
             let mut r = recorder
                 .lock()
-                .map_err(|_| "the recorder is poisoned".to_string())?;
+                .map_err(|_| ExecuteError::RecorderPoisoned)?;
             let Recorder {
                 store, wt, copy, ..
             } = &mut *r;
-            let committed =
-                finish_repl_step(&mut step, store, wt, copy, draft).map_err(|e| e.message)?;
+            let committed = finish_repl_step(&mut step, store, wt, copy, draft)?;
             drop(step);
             let _ = wt.save_cache(&store.stat_cache_path());
             Ok(committed)
         })
         .await
-        .map_err(|e| e.to_string())
+        .map_err(ExecuteError::task("recording"))
         .and_then(|r| r);
         if let Ok(s) = &step {
             self.seen.fetch_max(s.number, Ordering::SeqCst);
@@ -734,7 +732,7 @@ pub fn low_return(bytes_in: u64, bytes_out: u64) -> bool {
 }
 
 /// `(status, text, is_error, characters cut)`.
-fn render(outcome: &Result<CellOutcome, String>) -> (&'static str, String, bool, u64) {
+fn render(outcome: &Result<CellOutcome, ExecuteError>) -> (&'static str, String, bool, u64) {
     match outcome {
         Err(e) => ("error", format!("envgit: {e}"), true, 0),
         Ok(o) => {

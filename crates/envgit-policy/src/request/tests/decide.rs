@@ -1,5 +1,8 @@
 //! Order of judgement: `l7`, then `irreversible` in order with presets expanded in place.
 
+use proptest::prelude::*;
+use proptest::test_runner::{Config, TestRunner};
+
 use crate::{Policy, RequestDecision, RequestInfo};
 
 use super::{policy, push_body, req};
@@ -325,13 +328,6 @@ fn needs_body() {
 #[test]
 fn arbitrary_requests_never_panic() {
     let p = Policy::default();
-    let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
-    let mut next = move || {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        seed
-    };
     let pieces: &[&str] = &[
         "/",
         "//",
@@ -395,31 +391,44 @@ fn arbitrary_requests_never_panic() {
         "huggingface.co",
         "h",
     ];
-    for _ in 0..3_000 {
-        let pick = |n: u64, len: usize| (n as usize) % len;
-        let path: String = (0..pick(next(), 8))
-            .map(|_| pieces[pick(next(), pieces.len())])
-            .collect();
-        let body: Vec<u8> = (0..pick(next(), 64)).map(|_| next() as u8).collect();
-        let text_body: String = (0..pick(next(), 8))
-            .map(|_| pieces[pick(next(), pieces.len())])
-            .collect();
-        for b in [&body[..], text_body.as_bytes()] {
-            let mut r = req(
-                methods[pick(next(), methods.len())],
-                hosts[pick(next(), hosts.len())],
-                &path,
-                Some(b),
-            );
-            r.body_complete = next() % 2 == 0;
-            r.content_type = content_types[pick(next(), content_types.len())];
-            r.method_overrides = overrides[pick(next(), overrides.len())];
-            let (path, query) = path.split_once('?').unwrap_or((&path, ""));
-            r.path = path;
-            r.query = query;
-            let _ = p.decide_request(&r);
-            let _ = p.needs_body(&r);
-            let _ = crate::normalize_path(path);
-        }
+    let joined = |max: usize| {
+        proptest::collection::vec(proptest::sample::select(pieces.to_vec()), 0..max)
+            .prop_map(|v| v.concat())
+    };
+    let request = (
+        joined(8),
+        proptest::collection::vec(any::<u8>(), 0..64),
+        joined(8),
+        proptest::sample::select(methods.to_vec()),
+        proptest::sample::select(hosts.to_vec()),
+        any::<bool>(),
+        proptest::sample::select(content_types.to_vec()),
+        proptest::sample::select(overrides.to_vec()),
+    );
+    let config = Config {
+        cases: 3_000,
+        failure_persistence: None,
+        ..Config::default()
+    };
+    let outcome = TestRunner::new(config).run(
+        &request,
+        |(path, body, text_body, method, host, complete, content_type, overrides)| {
+            for b in [&body[..], text_body.as_bytes()] {
+                let mut r = req(method, host, &path, Some(b));
+                r.body_complete = complete;
+                r.content_type = content_type;
+                r.method_overrides = overrides;
+                let (path, query) = path.split_once('?').unwrap_or((&path, ""));
+                r.path = path;
+                r.query = query;
+                let _ = p.decide_request(&r);
+                let _ = p.needs_body(&r);
+                let _ = crate::normalize_path(path);
+            }
+            Ok(())
+        },
+    );
+    if let Err(e) = outcome {
+        panic!("{e}");
     }
 }

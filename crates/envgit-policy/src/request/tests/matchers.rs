@@ -1,12 +1,13 @@
 use crate::GraphqlOperation;
 use crate::network::rule_host_matches;
-use crate::request::body::{Body, Matcher};
+use crate::request::body::Matcher;
 use crate::request::matchers::{
     Methods, Tri, glob, parse_query, path_matches, path_tri, pattern_segments, query_tri,
 };
 use crate::request::method::MethodSet;
 use crate::request::normalize::path_views;
-use crate::request::rule::Prepared;
+use crate::request::payload::Body;
+use crate::request::prepared::Prepared;
 
 use super::{NEW, OLD, ZERO, pkt, push_body};
 

@@ -1,6 +1,7 @@
 //! Table tests of request-level judgement.
 
 mod decide;
+mod glob_semantics;
 mod graphql;
 mod identity;
 mod matchers;

@@ -10,7 +10,8 @@ use envgit_store::{Store, envgit_home, store_dir_for};
 
 use super::Check;
 use crate::commands::progress::Ticker;
-use crate::project::{POLICY_FILE, read_nofollow, start_dir};
+use crate::nofollow::read_nofollow;
+use crate::project::{POLICY_FILE, start_dir};
 
 /// The nearest directory from `start` upward that holds `envgit.yaml`, as other commands find
 /// the project (but without parsing the policy, which is one of the checks).

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use envgit_policy::registries::{self, HostFile, Wanted};
 
-use crate::project::read_nofollow;
+use crate::nofollow::read_nofollow;
 
 /// Larger files are skipped: no manifest or lockfile a registry serves is this big.
 const MAX_BYTES: u64 = 64 << 20;

@@ -6,21 +6,15 @@
 
 use std::time::Duration;
 
+use envgit_gate::Answer;
 use rmcp::model::{ElicitRequestParams, ElicitationAction, ElicitationSchema, InputRequest};
 use rmcp::{Peer, RoleServer};
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, oneshot};
 
-/// The answer to one `ask`.
-#[derive(Clone, Debug)]
-pub struct Answer {
-    pub approved: bool,
-    /// How it was answered, for the step: `mcp-elicitation (client 1.2)`, or why it was refused.
-    pub approver: String,
-}
-
-/// An `ask` waiting for the person, handed to the `execute` handler (2026-07-28 clients).
-pub struct PendingAsk {
+/// An `ask` parked until a 2026-07-28 client retries its call with the answer (handed to the
+/// `execute` handler, which returns an input-required result meanwhile).
+pub struct ParkedAsk {
     pub what: String,
     pub rule: String,
     pub reply: oneshot::Sender<Answer>,
@@ -39,7 +33,7 @@ pub enum Approver {
     },
     /// A 2026-07-28 client: the handler returns an input-required result.
     Park {
-        tx: mpsc::UnboundedSender<PendingAsk>,
+        tx: mpsc::UnboundedSender<ParkedAsk>,
         timeout: Duration,
     },
 }
@@ -86,26 +80,30 @@ pub fn read_answer(result: &Value, client: &str) -> Answer {
         .and_then(|c| c.get(FIELD))
         .and_then(Value::as_str)
         .unwrap_or("");
-    Answer {
-        approved: action == "accept" && decision == "approve",
-        approver: format!("mcp-elicitation ({client})"),
+    elicited(action == "accept" && decision == "approve", client)
+}
+
+/// The person answered through the client's form.
+fn elicited(approved: bool, client: &str) -> Answer {
+    let by = format!("mcp-elicitation ({client})");
+    if approved {
+        Answer::Approved { by }
+    } else {
+        Answer::Refused { by }
     }
 }
 
 impl Approver {
     pub async fn ask(&self, what: &str, rule: &str) -> Answer {
         match self {
-            Approver::Refuse(reason) => Answer {
-                approved: false,
-                approver: reason.clone(),
-            },
+            Approver::Refuse(reason) => Answer::refused(reason.clone()),
             Approver::Legacy {
                 peer,
                 client,
                 timeout,
             } => {
                 let Some(schema) = form_schema() else {
-                    return refused("the approval form could not be built");
+                    return Answer::refused("the approval form could not be built");
                 };
                 let params = ElicitRequestParams::FormElicitationParams {
                     meta: None,
@@ -116,38 +114,34 @@ impl Approver {
                     .create_elicitation_with_timeout(params, Some(*timeout))
                     .await
                 {
-                    Ok(r) => Answer {
-                        approved: r.action == ElicitationAction::Accept
+                    Ok(r) => elicited(
+                        r.action == ElicitationAction::Accept
                             && r.content.as_ref().and_then(|c| c.get(FIELD))
                                 == Some(&json!("approve")),
-                        approver: format!("mcp-elicitation ({client})"),
-                    },
-                    Err(e) => refused(&format!("the elicitation failed: {e}")),
+                        client,
+                    ),
+                    Err(e) => Answer::refused(format!("the elicitation failed: {e}")),
                 }
             }
             Approver::Park { tx, timeout } => {
                 let (reply, rx) = oneshot::channel();
-                let ask = PendingAsk {
+                let ask = ParkedAsk {
                     what: what.to_string(),
                     rule: rule.to_string(),
                     reply,
                 };
                 if tx.send(ask).is_err() {
-                    return refused("the call that asked has ended");
+                    return Answer::refused("the call that asked has ended");
                 }
                 match tokio::time::timeout(*timeout, rx).await {
                     Ok(Ok(a)) => a,
-                    Ok(Err(_)) => refused("the question was abandoned (no answer came back)"),
-                    Err(_) => refused(&format!("no answer within {} s", timeout.as_secs())),
+                    Ok(Err(_)) => {
+                        Answer::refused("the question was abandoned (no answer came back)")
+                    }
+                    // Said in seconds rather than as `timeout`, as steps recorded it before.
+                    Err(_) => Answer::refused(format!("no answer within {} s", timeout.as_secs())),
                 }
             }
         }
-    }
-}
-
-fn refused(why: &str) -> Answer {
-    Answer {
-        approved: false,
-        approver: why.to_string(),
     }
 }

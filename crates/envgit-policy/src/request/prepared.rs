@@ -1,0 +1,16 @@
+//! The request as rules and matchers see it, prepared once per decision.
+
+use super::method::MethodSet;
+use super::payload::Body;
+
+/// The request as matchers see it, prepared once.
+pub(crate) struct Prepared<'a> {
+    pub methods: MethodSet,
+    pub host: &'a str,
+    pub port: u16,
+    pub views: Result<Vec<Vec<String>>, String>,
+    pub query: Result<Vec<(String, String)>, String>,
+    pub body: Body<'a>,
+    /// The `Content-Type` header, as sent.
+    pub content_type: Option<&'a str>,
+}
