@@ -8,6 +8,7 @@ mod beneath;
 mod budget;
 mod chunk;
 mod diff;
+mod dirty;
 mod error;
 mod exclude;
 mod fork;

@@ -7,8 +7,8 @@
 //! start of the scan that recorded it, minus a margin for coarse filesystem clocks. Otherwise
 //! the file is read again.
 
-use std::collections::{HashMap, HashSet};
-use std::ffi::CStr;
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::ffi::{CStr, CString};
 use std::fs::File;
 use std::io::Read;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -23,6 +23,7 @@ use rustix::io::Errno;
 use crate::beneath::{self, join_rel};
 use crate::budget::{BudgetLimit, Reservation, ScanBudget};
 use crate::chunk;
+use crate::dirty::{DirChange, Dirty};
 use crate::error::{IoContext, Result, StoreError};
 use crate::exclude::Excludes;
 use crate::id::{ObjectId, ObjectKind};
@@ -303,6 +304,11 @@ impl WorkTree {
         self.dirs.keys()
     }
 
+    /// `rel` is a directory of the tree as last read.
+    pub fn has_dir(&self, rel: &[u8]) -> bool {
+        self.dirs.contains_key(rel)
+    }
+
     pub fn file_count(&self) -> usize {
         self.dirs.values().map(|d| d.entries.len()).sum()
     }
@@ -378,13 +384,26 @@ impl WorkTree {
         store: &Store,
         dirty: &HashSet<Vec<u8>>,
     ) -> Result<(ObjectId, ScanReport)> {
+        let mut changes = Dirty::default();
+        changes.extend_whole(dirty.iter().cloned());
+        self.update(store, &changes)
+    }
+
+    /// Bring the state up to date with `dirty`: a directory noted whole is listed again; one
+    /// with names re-reads only those and keeps its other entries; the trees above are rebuilt.
+    /// Falls back to a full scan when the state cannot be trusted.
+    pub(crate) fn update(
+        &mut self,
+        store: &Store,
+        dirty: &Dirty,
+    ) -> Result<(ObjectId, ScanReport)> {
         if self.dirs.is_empty() || !self.root_tree().is_some_and(|t| store.has(&t)) {
             return self.full_scan(store, None);
         }
         // Every dirty directory and its ancestors, deepest first, so children are done before
         // the trees that name them.
         let mut todo: HashSet<Vec<u8>> = HashSet::new();
-        for d in dirty {
+        for d in dirty.dirs() {
             let mut cur: &[u8] = d;
             loop {
                 if !todo.insert(cur.to_vec()) {
@@ -403,64 +422,16 @@ impl WorkTree {
         let mut report = ScanReport::default();
         let budget = ScanBudget::new(self.config.budget);
         for rel in order {
-            let is_dirty = dirty.contains(&rel);
             let parent_known = match beneath::parent_rel(&rel) {
                 Some(p) => self.dirs.contains_key(p),
                 None => true,
             };
-            if !parent_known {
-                continue; // its parent is new or gone: the parent's own scan covers it
+            if !parent_known || dirty.under_fresh(&rel) {
+                continue; // its parent is new or gone, or walks it anew: that covers it
             }
-            if is_dirty || !self.dirs.contains_key(&rel) {
-                let fd = match beneath::open_dir_rel(self.root_fd.as_fd(), &rel) {
-                    Ok(fd) => fd,
-                    // Gone, or no longer a directory: the parent's scan records what is there.
-                    Err(Errno::NOENT | Errno::NOTDIR | Errno::LOOP | Errno::XDEV) => {
-                        self.remove_subtree(&rel);
-                        continue;
-                    }
-                    Err(e) => return Err(e).at(&self.root.join(beneath::display_rel(&rel))),
-                };
-                let ctx = self.ctx(store, &budget, None);
-                let state = ctx.walk(fd.as_fd(), &rel, true)?;
-                let mut out = ctx.out.into_inner().unwrap_or_default();
-                report
-                    .unstable
-                    .extend(ctx.unstable.into_inner().unwrap_or_default());
-                report
-                    .too_deep
-                    .extend(ctx.too_deep.into_inner().unwrap_or_default());
-                report
-                    .setid
-                    .extend(ctx.setid.into_inner().unwrap_or_default());
-                report.hashed += ctx.hashed.load(Ordering::Relaxed);
-                // Drop states of subdirectories that no longer exist.
-                let keep: HashSet<&[u8]> = state
-                    .entries
-                    .iter()
-                    .filter(|e| e.entry.kind == EntryKind::Dir)
-                    .map(|e| e.entry.name.as_slice())
-                    .collect();
-                if let Some(old) = self.dirs.get(&rel) {
-                    let gone: Vec<Vec<u8>> = old
-                        .entries
-                        .iter()
-                        .filter(|e| {
-                            e.entry.kind == EntryKind::Dir
-                                && !keep.contains(e.entry.name.as_slice())
-                        })
-                        .map(|e| join_rel(&rel, &e.entry.name))
-                        .collect();
-                    for g in gone {
-                        self.remove_subtree(&g);
-                    }
-                }
-                out.insert(rel.clone(), state);
-                report
-                    .new_dirs
-                    .extend(out.keys().filter(|k| !self.dirs.contains_key(*k)).cloned());
-                self.dirs.extend(out);
-            } else {
+            let change = dirty.get(&rel);
+            let known = self.dirs.contains_key(&rel);
+            if change.is_none() && known {
                 // Not dirty itself: only the ids of its subdirectories changed.
                 let Some(mut state) = self.dirs.get(&rel).cloned() else {
                     continue;
@@ -474,7 +445,68 @@ impl WorkTree {
                 }
                 state.tree = put_tree(store, &budget, &state.entries)?;
                 self.dirs.insert(rel, state);
+                continue;
             }
+            let names = match change {
+                Some(DirChange::Names { names, fresh }) if known => {
+                    // What was known below a directory that came or went is walked anew.
+                    for f in fresh {
+                        self.remove_subtree(&join_rel(&rel, f));
+                    }
+                    Some(names)
+                }
+                _ => None,
+            };
+            let fd = match beneath::open_dir_rel(self.root_fd.as_fd(), &rel) {
+                Ok(fd) => fd,
+                // Gone, or no longer a directory: the parent's scan records what is there.
+                Err(Errno::NOENT | Errno::NOTDIR | Errno::LOOP | Errno::XDEV) => {
+                    self.remove_subtree(&rel);
+                    continue;
+                }
+                Err(e) => return Err(e).at(&self.root.join(beneath::display_rel(&rel))),
+            };
+            let ctx = self.ctx(store, &budget, None);
+            let state = match names.zip(self.dirs.get(&rel)) {
+                Some((names, prev)) => ctx.update_names(fd.as_fd(), &rel, prev, names)?,
+                None => ctx.walk(fd.as_fd(), &rel, true)?,
+            };
+            let mut out = ctx.out.into_inner().unwrap_or_default();
+            report
+                .unstable
+                .extend(ctx.unstable.into_inner().unwrap_or_default());
+            report
+                .too_deep
+                .extend(ctx.too_deep.into_inner().unwrap_or_default());
+            report
+                .setid
+                .extend(ctx.setid.into_inner().unwrap_or_default());
+            report.hashed += ctx.hashed.load(Ordering::Relaxed);
+            // Drop states of subdirectories that no longer exist.
+            let keep: HashSet<&[u8]> = state
+                .entries
+                .iter()
+                .filter(|e| e.entry.kind == EntryKind::Dir)
+                .map(|e| e.entry.name.as_slice())
+                .collect();
+            if let Some(old) = self.dirs.get(&rel) {
+                let gone: Vec<Vec<u8>> = old
+                    .entries
+                    .iter()
+                    .filter(|e| {
+                        e.entry.kind == EntryKind::Dir && !keep.contains(e.entry.name.as_slice())
+                    })
+                    .map(|e| join_rel(&rel, &e.entry.name))
+                    .collect();
+                for g in gone {
+                    self.remove_subtree(&g);
+                }
+            }
+            out.insert(rel.clone(), state);
+            report
+                .new_dirs
+                .extend(out.keys().filter(|k| !self.dirs.contains_key(*k)).cloned());
+            self.dirs.extend(out);
         }
         report.take_budget(&budget);
         let root = self
@@ -549,7 +581,71 @@ impl Ctx<'_> {
     /// `dir` already known keep their tree id (the watcher says they did not change). The
     /// states of the directories below go to `out`; that of `dir` is returned.
     fn walk(&self, dir: BorrowedFd<'_>, rel: &[u8], reuse_top: bool) -> Result<DirState> {
-        let (mut entries, subdirs) = self.read_entries(dir, rel, reuse_top)?;
+        let (entries, subdirs) = self.read_entries(dir, rel, reuse_top)?;
+        self.walk_subdirs(dir, rel, entries, subdirs)
+    }
+
+    /// The directory `dir` (at `rel`, known as `prev`) where only `names` changed: those are
+    /// read again (a new subdirectory walked whole), the other entries kept from `prev`.
+    /// Entries kept whose mtime was too recent to trust at `prev`'s scan are smudged, so that
+    /// a later full scan re-reads them (the new stamp would otherwise vouch for them).
+    fn update_names(
+        &self,
+        dir: BorrowedFd<'_>,
+        rel: &[u8],
+        prev: &DirState,
+        names: &BTreeSet<Vec<u8>>,
+    ) -> Result<DirState> {
+        let cnames: Vec<CString> = names
+            .iter()
+            .filter_map(|n| CString::new(n.as_slice()).ok())
+            .collect();
+        let (fresh, subdirs) = self.read_named(dir, rel, cnames, true)?;
+        let racy_before = prev.stamp_ns - RACY_MARGIN_NS;
+        let mut entries: Vec<CachedEntry> = Vec::with_capacity(prev.entries.len() + fresh.len());
+        entries.extend(
+            prev.entries
+                .iter()
+                .filter(|e| !names.contains(&e.entry.name))
+                .map(|e| {
+                    let mut e = e.clone();
+                    match e.entry.kind {
+                        EntryKind::File if e.stat.mtime_ns >= racy_before => {
+                            e.stat = e.stat.smudged();
+                        }
+                        // Rescanned before this one (deeper first): its id may be new.
+                        EntryKind::Dir => {
+                            if let Some(child) = self.prev.get(&join_rel(rel, &e.entry.name)) {
+                                e.entry.id = child.tree;
+                            }
+                        }
+                        _ => {}
+                    }
+                    e
+                }),
+        );
+        entries.extend(fresh);
+        entries.sort_unstable_by(|a, b| a.entry.name.cmp(&b.entry.name));
+        let subdirs = subdirs
+            .into_iter()
+            .filter_map(|(_, name)| {
+                entries
+                    .binary_search_by(|e| e.entry.name.as_slice().cmp(name.to_bytes()))
+                    .ok()
+                    .map(|slot| (slot, name))
+            })
+            .collect();
+        self.walk_subdirs(dir, rel, entries, subdirs)
+    }
+
+    /// Walk the `subdirs` of `dir` (whose entries were just read) and build its tree.
+    fn walk_subdirs(
+        &self,
+        dir: BorrowedFd<'_>,
+        rel: &[u8],
+        mut entries: Vec<CachedEntry>,
+        subdirs: Vec<Subdir>,
+    ) -> Result<DirState> {
         if subdirs.len() < 2 {
             return self.walk_from(dir, rel, entries, subdirs);
         }
@@ -688,8 +784,19 @@ impl Ctx<'_> {
         rel: &[u8],
         reuse_subdirs: bool,
     ) -> Result<(Vec<CachedEntry>, Vec<Subdir>)> {
-        let dir_path = || PathBuf::from(beneath::display_rel(rel));
-        let names = beneath::read_names(dir).at(&dir_path())?;
+        let names = beneath::read_names(dir).at(&PathBuf::from(beneath::display_rel(rel)))?;
+        self.read_named(dir, rel, names, reuse_subdirs)
+    }
+
+    /// [`Ctx::read_entries`] for the given names only (sorted); a name no longer there is left
+    /// out.
+    fn read_named(
+        &self,
+        dir: BorrowedFd<'_>,
+        rel: &[u8],
+        names: Vec<CString>,
+        reuse_subdirs: bool,
+    ) -> Result<(Vec<CachedEntry>, Vec<Subdir>)> {
         let prev = self.prev.get(rel);
         let child_depth = beneath::depth_of(rel) + 1;
         let mut entries: Vec<CachedEntry> = Vec::with_capacity(names.len());
@@ -730,7 +837,15 @@ impl Ctx<'_> {
                         size: 0,
                         id: ZERO_ID,
                     };
-                    if reuse_subdirs && let Some(k) = known {
+                    // The same directory as before (not one moved or made in its place).
+                    let same = prev.and_then(|p| p.get(nb)).is_some_and(|p| {
+                        p.entry.kind == EntryKind::Dir
+                            && (p.stat.dev, p.stat.ino) == (st.st_dev, st.st_ino)
+                    });
+                    if reuse_subdirs
+                        && same
+                        && let Some(k) = known
+                    {
                         entries.push(CachedEntry {
                             entry: TreeEntry {
                                 id: k.tree,

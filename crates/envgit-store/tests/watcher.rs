@@ -144,7 +144,10 @@ fn watcher_and_rescan_give_identical_trees() {
         // A cold full rescan, no stat cache: the ground truth.
         let mut fresh = WorkTree::new(&root, config(), Some(&store_dir)).unwrap();
         let (fresh_id, _) = fresh.full_scan(&store, None).unwrap();
-        assert_eq!(live_id, fresh_id, "step {step} after {did:?} ({mode:?})");
+        if live_id != fresh_id {
+            let diff = envgit_store::diff_trees(&store, Some(&fresh_id), Some(&live_id)).unwrap();
+            panic!("step {step} after {did:?} ({mode:?}): differs at {diff:#?}");
+        }
     }
     assert!(
         modes.contains(&SnapshotMode::Incremental),
