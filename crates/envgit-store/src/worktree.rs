@@ -1208,3 +1208,47 @@ impl<'a> Cursor<'a> {
         Some(i64::from_le_bytes(self.take(8)?.try_into().ok()?))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn forge_current_stat(wt: &mut WorkTree, name: &[u8], stamp_ns: Option<i64>) {
+        let st = rustix::fs::lstat(wt.root().join(String::from_utf8_lossy(name).as_ref()))
+            .expect("lstat");
+        let root = wt.dirs.get_mut(b"".as_slice()).expect("root state");
+        if let Some(s) = stamp_ns {
+            root.stamp_ns = s;
+        }
+        let e = root
+            .entries
+            .iter_mut()
+            .find(|e| e.entry.name == name)
+            .expect("entry");
+        e.stat = StatKey::of(&st);
+    }
+
+    /// git's racy-timestamp rule: an entry whose `lstat` matches, ctime included (an edit in
+    /// the same clock tick as the scan that read it), is still read again while its mtime is
+    /// not older than that scan.
+    #[test]
+    fn a_racy_entry_is_read_again_even_when_its_stat_matches() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let root = tmp.path().join("p");
+        std::fs::create_dir_all(&root).expect("mkdir");
+        std::fs::write(root.join("f.txt"), "aaaa").expect("write");
+        let store = Store::create(&tmp.path().join("s"), &root).expect("store");
+        let mut wt = WorkTree::new(&root, ScanConfig::default(), None).expect("worktree");
+        let (t1, _) = wt.full_scan(&store, None).expect("scan");
+        std::fs::write(root.join("f.txt"), "bbbb").expect("write");
+        forge_current_stat(&mut wt, b"f.txt", None);
+        let (t2, r) = wt.full_scan(&store, None).expect("scan");
+        assert_ne!(t1, t2, "a racy entry was trusted");
+        assert_eq!(r.hashed, 1);
+        // The rule is what catches it: a stamp far past the mtime trusts the forged stat.
+        std::fs::write(root.join("f.txt"), "cccc").expect("write");
+        forge_current_stat(&mut wt, b"f.txt", Some(now_ns() + 3_600_000_000_000));
+        let (t3, r) = wt.full_scan(&store, None).expect("scan");
+        assert_eq!((t3, r.hashed), (t2, 0));
+    }
+}
