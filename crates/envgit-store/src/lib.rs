@@ -26,6 +26,7 @@ mod reach;
 mod restore;
 mod rewind;
 mod setid;
+mod stat_index;
 mod step;
 mod store;
 mod tree;

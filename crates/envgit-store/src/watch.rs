@@ -59,7 +59,7 @@ const MASK: WatchFlags = WatchFlags::CREATE
 
 impl LiveTree {
     /// Start watching `root`. The first `snapshot` is a full scan (warm it with
-    /// `tree_mut().load_cache(…)` first).
+    /// `tree_mut().load_index(…)` first).
     pub fn new(root: &Path, config: ScanConfig, store_dir: Option<&Path>) -> Result<Self> {
         let inotify = inotify::init(CreateFlags::CLOEXEC | CreateFlags::NONBLOCK).at(root)?;
         Ok(Self {

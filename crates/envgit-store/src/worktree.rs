@@ -103,7 +103,7 @@ pub struct StatKey {
 }
 
 impl StatKey {
-    fn of(st: &rustix::fs::Stat) -> Self {
+    pub(crate) fn of(st: &rustix::fs::Stat) -> Self {
         Self {
             mtime_ns: st.st_mtime * 1_000_000_000 + st.st_mtime_nsec as i64,
             ctime_ns: st.st_ctime * 1_000_000_000 + st.st_ctime_nsec as i64,
@@ -125,7 +125,7 @@ impl StatKey {
         self.mode & libc_mode::S_IFMT == libc_mode::S_IFREG
     }
     /// A key that never matches: the file is read again next time.
-    fn smudged(mut self) -> Self {
+    pub(crate) fn smudged(mut self) -> Self {
         self.size = u64::MAX;
         self
     }
@@ -169,7 +169,7 @@ pub struct WorkTree {
     root: PathBuf,
     root_fd: OwnedFd,
     config: ScanConfig,
-    dirs: HashMap<Vec<u8>, DirState>,
+    pub(crate) dirs: HashMap<Vec<u8>, DirState>,
     /// The store's directory, if it sits inside the project: never captured.
     skip: Option<(u64, u64)>,
 }
@@ -1075,137 +1075,6 @@ impl Read for CountingReader<'_> {
         let n = self.inner.read(buf)?;
         self.n += n as u64;
         Ok(n)
-    }
-}
-
-// ---- the stat cache on disk ----
-
-/// 02: entries keep their link count, and markers the `lstat` of what they stand for.
-const CACHE_MAGIC: &[u8; 8] = b"EGSTAT02";
-
-impl WorkTree {
-    /// Persist the state (tmp file and rename; it is a cache, so no fsync: a torn file fails its
-    /// checksum and is ignored). A full disk is not an error: the step it follows is committed
-    /// already, and the previous cache (every entry checked against its `lstat` anyway) or none
-    /// only makes the next scan read more.
-    pub fn save_cache(&self, path: &Path) -> Result<()> {
-        let mut out = Vec::with_capacity(self.file_count() * 100 + 64);
-        out.extend_from_slice(CACHE_MAGIC);
-        let fp = self.config.fingerprint.as_bytes();
-        out.extend_from_slice(&(fp.len() as u32).to_le_bytes());
-        out.extend_from_slice(fp);
-        out.extend_from_slice(&(self.dirs.len() as u32).to_le_bytes());
-        for (rel, d) in &self.dirs {
-            out.extend_from_slice(&(rel.len() as u32).to_le_bytes());
-            out.extend_from_slice(rel);
-            out.extend_from_slice(&d.tree.0);
-            out.extend_from_slice(&d.stamp_ns.to_le_bytes());
-            out.extend_from_slice(&(d.entries.len() as u32).to_le_bytes());
-            let tree = Tree {
-                entries: d.entries.iter().map(|e| e.entry.clone()).collect(),
-            };
-            let enc = tree.encode();
-            out.extend_from_slice(&(enc.len() as u32).to_le_bytes());
-            out.extend_from_slice(&enc);
-            for e in &d.entries {
-                let s = &e.stat;
-                out.extend_from_slice(&s.mtime_ns.to_le_bytes());
-                out.extend_from_slice(&s.ctime_ns.to_le_bytes());
-                out.extend_from_slice(&s.ino.to_le_bytes());
-                out.extend_from_slice(&s.dev.to_le_bytes());
-                out.extend_from_slice(&s.size.to_le_bytes());
-                out.extend_from_slice(&s.mode.to_le_bytes());
-                out.extend_from_slice(&s.nlink.to_le_bytes());
-            }
-        }
-        let crc = crc32c::crc32c(&out);
-        out.extend_from_slice(&crc.to_le_bytes());
-        let tmp = path.with_extension(format!("tmp-{:016x}", crate::pack::random_u64()));
-        if let Err(e) = std::fs::write(&tmp, &out).at(&tmp) {
-            let _ = std::fs::remove_file(&tmp);
-            return if e.is_disk_full() { Ok(()) } else { Err(e) };
-        }
-        std::fs::rename(&tmp, path).at(path)
-    }
-
-    /// Load a saved state; a missing, torn or foreign cache just means a cold scan.
-    pub fn load_cache(&mut self, path: &Path) {
-        if let Some(dirs) = std::fs::read(path).ok().and_then(|b| self.decode_cache(&b)) {
-            self.dirs = dirs;
-        }
-    }
-
-    fn decode_cache(&self, b: &[u8]) -> Option<HashMap<Vec<u8>, DirState>> {
-        if b.len() < 12 || &b[..8] != CACHE_MAGIC {
-            return None;
-        }
-        let (body, crc) = b.split_at(b.len() - 4);
-        if crc32c::crc32c(body) != u32::from_le_bytes(crc.try_into().ok()?) {
-            return None;
-        }
-        let mut r = Cursor { b: body, pos: 8 };
-        let fp_len = r.u32()? as usize;
-        if r.take(fp_len)? != self.config.fingerprint.as_bytes() {
-            return None;
-        }
-        let ndirs = r.u32()? as usize;
-        let mut dirs = HashMap::with_capacity(ndirs);
-        for _ in 0..ndirs {
-            let rel_len = r.u32()? as usize;
-            let rel = r.take(rel_len)?.to_vec();
-            let tree = ObjectId(r.take(32)?.try_into().ok()?);
-            let stamp_ns = r.i64()?;
-            let n = r.u32()? as usize;
-            let enc_len = r.u32()? as usize;
-            let t = Tree::decode(r.take(enc_len)?).ok()?;
-            if t.entries.len() != n {
-                return None;
-            }
-            let mut entries = Vec::with_capacity(n);
-            for entry in t.entries {
-                let stat = StatKey {
-                    mtime_ns: r.i64()?,
-                    ctime_ns: r.i64()?,
-                    ino: r.u64()?,
-                    dev: r.u64()?,
-                    size: r.u64()?,
-                    mode: r.u32()?,
-                    nlink: r.u32()?,
-                };
-                entries.push(CachedEntry { entry, stat });
-            }
-            dirs.insert(
-                rel,
-                DirState {
-                    tree,
-                    stamp_ns,
-                    entries,
-                },
-            );
-        }
-        Some(dirs)
-    }
-}
-
-struct Cursor<'a> {
-    b: &'a [u8],
-    pos: usize,
-}
-
-impl<'a> Cursor<'a> {
-    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
-        let s = self.b.get(self.pos..self.pos.checked_add(n)?)?;
-        self.pos += n;
-        Some(s)
-    }
-    fn u32(&mut self) -> Option<u32> {
-        Some(u32::from_le_bytes(self.take(4)?.try_into().ok()?))
-    }
-    fn u64(&mut self) -> Option<u64> {
-        Some(u64::from_le_bytes(self.take(8)?.try_into().ok()?))
-    }
-    fn i64(&mut self) -> Option<i64> {
-        Some(i64::from_le_bytes(self.take(8)?.try_into().ok()?))
     }
 }
 

@@ -176,7 +176,7 @@ pub fn run_step(
     crate::git_layer::finish(git);
     committed?;
     drop(step);
-    wt.save_cache(&store.stat_cache_path())?;
+    wt.save_index(&store)?;
     Ok(code)
 }
 

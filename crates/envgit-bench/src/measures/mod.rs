@@ -99,7 +99,7 @@ pub fn cli_phases(root: &Path, store_dir: &Path, scratch: &Path, reps: usize) ->
         open.push(ms);
         let (mut wt, ms) = timed(|| {
             let mut wt = WorkTree::new(root, cfg.scan.clone(), Some(store_dir))?;
-            wt.load_cache(&store.stat_cache_path());
+            wt.load_index(&store);
             Ok(wt)
         })?;
         load.push(ms);

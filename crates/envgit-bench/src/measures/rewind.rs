@@ -96,7 +96,7 @@ pub fn measure(
         "rewind: {reps} × LiveTree + restore (composed, not an API)"
     ));
     let mut live = LiveTree::new(&s.root, s.cfg.scan.clone(), Some(&s.store_dir))?;
-    live.tree_mut().load_cache(&s.store.stat_cache_path());
+    live.tree_mut().load_index(&s.store);
     live.snapshot(&s.store)?;
     let ropts = RestoreOptions {
         excludes: &s.cfg.scan.excludes,
@@ -158,7 +158,7 @@ pub fn measure(
     );
     // Leave the on-disk stat cache current for the phases after this one.
     s.wt.full_scan(&s.store, None)?;
-    s.wt.save_cache(&s.store.stat_cache_path())?;
+    s.wt.save_index(&s.store)?;
     Ok(())
 }
 

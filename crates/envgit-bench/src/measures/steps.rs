@@ -131,7 +131,7 @@ pub fn measure(
     progress("watcher mode: LiveTree::new + first snapshot");
     let ((mut live, hashed, mode), startup) = timed(|| {
         let mut live = LiveTree::new(&root, cfg.scan.clone(), Some(&store_dir))?;
-        live.tree_mut().load_cache(&store.stat_cache_path());
+        live.tree_mut().load_index(&store);
         let (_, scan, mode) = live.snapshot(&store)?;
         Ok((live, scan.hashed, mode))
     })?;
@@ -232,7 +232,7 @@ pub fn measure(
     // ---- rescan mode ----
     progress("rescan mode: WorkTree + warm-up scans");
     let mut wt = WorkTree::new(&root, cfg.scan.clone(), Some(&store_dir))?;
-    wt.load_cache(&store.stat_cache_path());
+    wt.load_index(&store);
     for i in 0..WARMUP {
         tree.touch(&mut rng, 10, &format!("rescan warm-up {i}"))?;
         rescan_step(&mut store, &mut wt, &cfg)?;
@@ -269,7 +269,7 @@ pub fn measure(
             .anchor(git_anchor, git.step.p90()),
     );
     // Later one-shot CLI commands start from this state, as after a supervisor's last step.
-    wt.save_cache(&store.stat_cache_path())?;
+    wt.save_index(&store)?;
     Ok(Session {
         root,
         files: tree.files.len(),
