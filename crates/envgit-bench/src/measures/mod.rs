@@ -8,6 +8,7 @@ pub mod memory;
 pub mod record;
 pub mod rewind;
 pub mod steps;
+pub mod walk;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
