@@ -248,6 +248,11 @@ fn now_ns() -> i64 {
         .unwrap_or(0)
 }
 
+/// Where a file still to be read goes (replaced before the entries are used).
+fn placeholder() -> CachedEntry {
+    marker(b"", MarkerReason::Unreadable, 0)
+}
+
 fn marker(name: &[u8], reason: MarkerReason, size: u64) -> CachedEntry {
     marker_of(name, reason, size, StatKey::default())
 }
@@ -801,23 +806,47 @@ impl Ctx<'_> {
         let child_depth = beneath::depth_of(rel) + 1;
         let mut entries: Vec<CachedEntry> = Vec::with_capacity(names.len());
         let mut subdirs: Vec<Subdir> = Vec::new();
-        let mut files: Vec<(usize, std::ffi::CString, Vec<u8>, rustix::fs::Stat)> = Vec::new();
+        // Regular files the stat cache cannot vouch for: read after the listing.
+        let mut files: Vec<(usize, CString, rustix::fs::Stat)> = Vec::new();
+        let excludes = &self.config.excludes;
         for name in names {
             let nb = name.to_bytes();
-            let child_rel = join_rel(rel, nb);
             let st = match beneath::lstat(dir, &name) {
                 Ok(st) => st,
                 Err(Errno::NOENT) => continue, // removed since readdir
-                Err(e) => return Err(e).at(&PathBuf::from(beneath::display_rel(&child_rel))),
+                Err(e) => {
+                    return Err(e).at(&PathBuf::from(beneath::display_rel(&join_rel(rel, nb))));
+                }
             };
             let ft = beneath::file_type(&st);
             let is_dir = ft == FileType::Directory;
-            if self.config.excludes.is_excluded(&child_rel, is_dir) {
+            // Most patterns can only match directories: a file then costs no path and no
+            // matcher.
+            if excludes.may_exclude(is_dir) && excludes.is_excluded(&join_rel(rel, nb), is_dir) {
                 entries.push(marker_of(nb, MarkerReason::Excluded, 0, StatKey::of(&st)));
                 continue;
             }
             match ft {
+                FileType::RegularFile => {
+                    if st.st_mode & SETID_BITS != 0
+                        && let Ok(mut s) = self.setid.lock()
+                    {
+                        s.push(SetidFile {
+                            rel: join_rel(rel, nb),
+                            ctime_ns: st.st_ctime * 1_000_000_000 + st.st_ctime_nsec as i64,
+                        });
+                    }
+                    // An unchanged file the cache vouches for costs nothing more.
+                    match self.cached_file(nb, &st, prev) {
+                        Some(hit) => entries.push(hit),
+                        None => {
+                            files.push((entries.len(), name, st));
+                            entries.push(placeholder());
+                        }
+                    }
+                }
                 FileType::Directory => {
+                    let child_rel = join_rel(rel, nb);
                     if self.skip == Some((st.st_dev, st.st_ino)) {
                         entries.push(marker(nb, MarkerReason::Excluded, 0));
                         continue;
@@ -855,29 +884,18 @@ impl Ctx<'_> {
                         });
                         continue;
                     }
-                    subdirs.push((entries.len(), name.clone()));
                     entries.push(CachedEntry {
                         entry,
                         stat: StatKey::of(&st),
                     });
-                }
-                FileType::RegularFile => {
-                    if st.st_mode & SETID_BITS != 0
-                        && let Ok(mut s) = self.setid.lock()
-                    {
-                        s.push(SetidFile {
-                            rel: child_rel.clone(),
-                            ctime_ns: st.st_ctime * 1_000_000_000 + st.st_ctime_nsec as i64,
-                        });
-                    }
-                    files.push((entries.len(), name.clone(), child_rel, st));
-                    entries.push(marker(nb, MarkerReason::Unreadable, 0));
+                    subdirs.push((entries.len() - 1, name));
                 }
                 FileType::Symlink => {
                     let target = match rustix::fs::readlinkat(dir, &name, Vec::new()) {
                         Ok(t) => t,
                         Err(Errno::NOENT) => continue,
                         Err(e) => {
+                            let child_rel = join_rel(rel, nb);
                             return Err(e).at(&PathBuf::from(beneath::display_rel(&child_rel)));
                         }
                     };
@@ -897,26 +915,47 @@ impl Ctx<'_> {
                 _ => entries.push(marker_of(nb, MarkerReason::Special, 0, StatKey::of(&st))),
             }
         }
-        // Files in parallel (one descriptor each while being read).
+        // Files to read, in parallel when there are several (one descriptor each while being
+        // read); what the cache vouched for is already in place.
+        let read = |(i, name, st): (usize, CString, rustix::fs::Stat)| {
+            let child_rel = join_rel(rel, name.to_bytes());
+            (i, self.file_entry(dir, &name, &child_rel, &st, prev))
+        };
         let results: Vec<(usize, Result<CachedEntry>)> = if files.len() > 1 {
-            files
-                .into_par_iter()
-                .map(|(i, name, child_rel, st)| {
-                    (i, self.file_entry(dir, &name, &child_rel, &st, prev))
-                })
-                .collect()
+            files.into_par_iter().map(read).collect()
         } else {
-            files
-                .into_iter()
-                .map(|(i, name, child_rel, st)| {
-                    (i, self.file_entry(dir, &name, &child_rel, &st, prev))
-                })
-                .collect()
+            files.into_iter().map(read).collect()
         };
         for (i, r) in results {
             entries[i] = r?;
         }
         Ok((entries, subdirs))
+    }
+
+    /// The cached entry of an unchanged file: its `lstat` matches the one recorded, its mtime
+    /// is older than the scan that recorded it (the racy-timestamp rule), its content is in
+    /// the store, and it is not over `snapshot.max_file_size`.
+    fn cached_file(
+        &self,
+        name: &[u8],
+        st: &rustix::fs::Stat,
+        prev: Option<&DirState>,
+    ) -> Option<CachedEntry> {
+        let d = prev?;
+        let p = d.get(name)?;
+        let key = StatKey::of(st);
+        let hit = p.entry.kind == EntryKind::File
+            && p.stat == key
+            && key.size <= self.config.max_file_size
+            && p.stat.mtime_ns < d.stamp_ns - RACY_MARGIN_NS
+            && self.store.has(&p.entry.id);
+        if !hit {
+            return None;
+        }
+        if let Some(pr) = self.progress {
+            pr.files.fetch_add(1, Ordering::Relaxed);
+        }
+        Some(p.clone())
     }
 
     fn file_entry(
@@ -933,16 +972,8 @@ impl Ctx<'_> {
         if key.size > self.config.max_file_size {
             return Ok(marker_of(nb, MarkerReason::TooLarge, key.size, key));
         }
-        if let Some(p) = prev.and_then(|p| p.get(nb))
-            && p.entry.kind == EntryKind::File
-            && p.stat == key
-            && prev.is_some_and(|d| p.stat.mtime_ns < d.stamp_ns - RACY_MARGIN_NS)
-            && self.store.has(&p.entry.id)
-        {
-            if let Some(pr) = self.progress {
-                pr.files.fetch_add(1, Ordering::Relaxed);
-            }
-            return Ok(p.clone());
+        if let Some(hit) = self.cached_file(nb, st, prev) {
+            return Ok(hit);
         }
         // Room for the most reading it could append, known from the lstat: nothing is
         // measured or read before this, so an unchanged tree never pays for the budget.

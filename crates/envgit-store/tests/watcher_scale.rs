@@ -250,7 +250,11 @@ fn overflow_burst(root: &Path) -> usize {
     let mut round = 0u32;
     while made <= limit + 1024 {
         for f in &files {
-            let mode = if round.is_multiple_of(2) { 0o640 } else { 0o644 };
+            let mode = if round.is_multiple_of(2) {
+                0o640
+            } else {
+                0o644
+            };
             std::fs::set_permissions(f, std::fs::Permissions::from_mode(mode)).unwrap();
             made += 1;
         }
