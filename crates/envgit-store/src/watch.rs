@@ -295,11 +295,14 @@ impl LiveTree {
                 ReadFlags::CREATE | ReadFlags::DELETE | ReadFlags::MOVED_FROM | ReadFlags::MOVED_TO,
             );
         if fresh {
-            // A directory came or went: what is known below that path is walked anew, and
-            // the watches there (naming paths that are no longer right) are given up.
+            // A directory came or went: what is known below that path is dropped now (so
+            // that whatever is there at the snapshot is walked anew, even if its directory is
+            // read whole and the same inode came back), and the watches there (naming paths
+            // that are no longer right) are given up.
             let path = join_rel(&rel, name);
             self.forget_watches(&path);
             self.dirty.forget_below(&path);
+            self.tree.forget_dir(&path);
         }
         self.dirty.name(&rel, name, fresh);
     }

@@ -520,6 +520,14 @@ impl WorkTree {
         Ok((root, report))
     }
 
+    /// Forget what is known at `rel` and below (not the root): the next scan that meets a
+    /// directory there walks it as a new one.
+    pub(crate) fn forget_dir(&mut self, rel: &[u8]) {
+        if !rel.is_empty() && self.dirs.contains_key(rel) {
+            self.remove_subtree(rel);
+        }
+    }
+
     fn remove_subtree(&mut self, rel: &[u8]) {
         if rel.is_empty() {
             self.dirs.clear();

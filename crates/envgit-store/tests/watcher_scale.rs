@@ -2,8 +2,9 @@
 //! rescan gives, on a large tree, after every kind of edit an agent makes: edits (also of the
 //! same size with the mtime set back), renames of files and of directories within and across
 //! directories, deletions, new nested directories, mode changes, symlinks, files and
-//! directories replacing each other, moves in from and out to outside the project, and a real
-//! queue overflow (a burst of more events than `fs.inotify.max_queued_events`).
+//! directories replacing each other, moves in from and out to outside the project, a directory
+//! moved away, written in and moved back, and a real queue overflow (a burst of more events
+//! than `fs.inotify.max_queued_events`).
 //!
 //! The normal suite runs it at 15,000 files; a release run (`cargo test --release`) at 100,000.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -102,7 +103,7 @@ fn some_subdir(root: &Path, rng: &mut Rng) -> Option<PathBuf> {
 
 /// One random edit; returns what it did.
 fn mutate(root: &Path, outside: &Path, rng: &mut Rng, n: usize) -> &'static str {
-    match rng.below(18) {
+    match rng.below(19) {
         0 => {
             if let Some(f) = some_file(root, rng) {
                 std::fs::write(&f, format!("edited {n} with a different length\n")).unwrap();
@@ -224,6 +225,15 @@ fn mutate(root: &Path, outside: &Path, rng: &mut Rng, n: usize) -> &'static str 
             std::fs::write(from.join("sub/f"), format!("from outside {n}")).unwrap();
             let _ = std::fs::rename(&from, some_dir(root, rng).join(format!("in{n}")));
             "mv dir in from outside"
+        }
+        17 => {
+            if let Some(d) = some_subdir(root, rng) {
+                let away = d.with_file_name(format!("away{n}"));
+                std::fs::rename(&d, &away).unwrap();
+                std::fs::write(away.join(format!("while-away{n}")), "x").unwrap();
+                std::fs::rename(&away, &d).unwrap();
+            }
+            "mv dir away, write in it, mv it back"
         }
         _ => {
             std::fs::create_dir_all(some_dir(root, rng).join(format!("empty{n}"))).unwrap();
