@@ -197,7 +197,7 @@ impl Project {
     /// A working tree with the stat cache loaded.
     pub fn worktree(&self, store: &Store) -> CmdResult<WorkTree> {
         let mut wt = WorkTree::new(&self.root, self.scan_config()?, Some(store.dir()))?;
-        wt.load_index(&store);
+        wt.load_index(store);
         Ok(wt)
     }
 

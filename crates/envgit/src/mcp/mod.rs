@@ -237,7 +237,7 @@ impl Inner {
                 .map_err(|e| e.message)?;
             finish_repl_step(&mut step, store, wt, copy, draft).map_err(|e| e.message)?;
             drop(step);
-            let _ = wt.save_index(&store);
+            let _ = wt.save_index(store);
             Ok(())
         })
         .await
@@ -655,7 +655,7 @@ impl Inner {
             let committed =
                 finish_repl_step(&mut step, store, wt, copy, draft).map_err(|e| e.message)?;
             drop(step);
-            let _ = wt.save_index(&store);
+            let _ = wt.save_index(store);
             Ok(committed)
         })
         .await
