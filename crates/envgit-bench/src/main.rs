@@ -52,6 +52,9 @@ struct Args {
     /// Measured steps per per-step figure (p50/p90 over these).
     #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..))]
     steps: u64,
+    /// Watcher steps measured (p50/p90/p99 over these; each step is cheap).
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..))]
+    watcher_steps: u64,
     /// Files in the tree the one-shot `envgit record` is measured on.
     #[arg(long, default_value_t = 20_000)]
     record_files: usize,
@@ -233,6 +236,7 @@ fn run(args: &Args, report: &mut Report) -> Result<()> {
         "files": args.files,
         "dirs": args.dirs,
         "steps": steps,
+        "watcher_steps": args.watcher_steps,
         "record_files": args.record_files,
         "log_steps": args.log_steps,
         "reps": reps,
@@ -278,7 +282,15 @@ fn run(args: &Args, report: &mut Report) -> Result<()> {
     let git_figs = anchors::git_figures(&mut git, &big, args.seed, steps)?;
 
     measures::first::measure(&envgit, &big, &git_figs, report)?;
-    let mut session = measures::steps::measure(&envgit, &big, &git_figs, steps, args.seed, report)?;
+    let mut session = measures::steps::measure(
+        &envgit,
+        &big,
+        &git_figs,
+        steps,
+        args.watcher_steps as usize,
+        args.seed,
+        report,
+    )?;
     measures::memory::measure(&session, report)?;
     measures::rewind::measure(&envgit, &mut session, reps, w, report)?;
     measures::fork::measure(&envgit, &mut session, w, report)?;

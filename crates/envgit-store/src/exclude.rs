@@ -12,11 +12,18 @@ use crate::error::{Result, StoreError};
 #[derive(Clone)]
 pub struct Excludes {
     matcher: Option<Gitignore>,
+    /// Every pattern ends with `/`, so it matches directories only (gitignore semantics): a
+    /// file is never excluded, and the scan skips the matcher for every file (the default
+    /// `target/`, `node_modules/`… are such; matching costs more than the file's `lstat`).
+    dirs_only: bool,
 }
 
 impl Excludes {
     pub fn none() -> Self {
-        Self { matcher: None }
+        Self {
+            matcher: None,
+            dirs_only: true,
+        }
     }
 
     pub fn new(patterns: &[String]) -> Result<Self> {
@@ -34,11 +41,21 @@ impl Excludes {
             .map_err(|e| StoreError::Refused(format!("snapshot.exclude: {e}")))?;
         Ok(Self {
             matcher: Some(matcher),
+            dirs_only: patterns.iter().all(|p| p.ends_with('/')),
         })
+    }
+
+    /// Whether some pattern could match an entry of this kind (else `is_excluded` is false
+    /// without being asked).
+    pub fn may_exclude(&self, is_dir: bool) -> bool {
+        self.matcher.is_some() && (is_dir || !self.dirs_only)
     }
 
     /// `rel` is '/'-separated and relative to the project root.
     pub fn is_excluded(&self, rel: &[u8], is_dir: bool) -> bool {
+        if !is_dir && self.dirs_only {
+            return false;
+        }
         match &self.matcher {
             None => false,
             Some(m) => {
@@ -68,5 +85,40 @@ mod tests {
         assert!(!e.is_excluded(b"node_modules/y", false));
         assert!(e.is_excluded(b"a/b.log", false));
         assert!(!Excludes::none().is_excluded(b"target", true));
+    }
+
+    /// The shortcut for directory-only patterns gives the matcher's answers.
+    #[test]
+    fn directory_only_patterns_never_exclude_a_file() {
+        let pats: Vec<String> = ["target/", "node_modules/", "!keep/", "a/**/b/"]
+            .iter()
+            .map(|p| p.to_string())
+            .collect();
+        let e = Excludes::new(&pats).unwrap();
+        assert!(e.dirs_only);
+        let full = Excludes {
+            dirs_only: false,
+            ..e.clone()
+        };
+        for rel in [
+            &b"target"[..],
+            b"x/target",
+            b"node_modules",
+            b"a/c/b",
+            b"keep",
+            b"f.txt",
+        ] {
+            for is_dir in [true, false] {
+                assert_eq!(
+                    e.is_excluded(rel, is_dir),
+                    full.is_excluded(rel, is_dir),
+                    "{} {is_dir}",
+                    String::from_utf8_lossy(rel)
+                );
+            }
+        }
+        assert!(e.is_excluded(b"x/target", true) && !e.is_excluded(b"x/target", false));
+        let mixed = Excludes::new(&["target/".into(), "*.log".into()]).unwrap();
+        assert!(!mixed.dirs_only && mixed.is_excluded(b"a.log", false));
     }
 }

@@ -75,9 +75,17 @@ pub struct Store {
     journal_pos: u64,
     journal_ident: (u64, u64),
     objects_loaded: bool,
+    /// Per pack, the end of its last committed object as of `journal_pos` (every location
+    /// read, duplicates included): where a writer may append.
+    pack_ends: HashMap<u64, u64>,
     reader: PackReader,
     writer: Mutex<Option<PackWriter>>,
     pending: Mutex<HashMap<ObjectId, Location>>,
+}
+
+fn note_end(ends: &mut HashMap<u64, u64>, loc: &Location) {
+    let e = ends.entry(loc.pack).or_default();
+    *e = (*e).max(loc.end());
 }
 
 fn mkdir_private(path: &Path) -> Result<()> {
@@ -155,6 +163,7 @@ impl Store {
             journal_pos: 0,
             journal_ident: (0, 0),
             objects_loaded: objects,
+            pack_ends: HashMap::new(),
             reader: PackReader::new(&dir.join("packs")),
             writer: Mutex::new(None),
             pending: Mutex::default(),
@@ -313,9 +322,11 @@ impl Store {
             for pack in self.known_packs() {
                 self.reader.forget(pack);
             }
+            self.pack_ends.clear();
         }
         let read = journal::read(&path, self.journal_pos, self.objects_loaded)?;
         for (id, loc) in read.objects {
+            note_end(&mut self.pack_ends, &loc);
             self.index.entry(id).or_insert(loc);
         }
         self.steps.extend(read.steps);
@@ -478,12 +489,23 @@ impl Store {
     }
 
     fn acquire_pack(&self) -> Result<PackWriter> {
-        let mut ends: HashMap<u64, u64> = HashMap::new();
-        // Committed ends as of the journal now: re-read it, another writer may have committed.
-        let read = journal::read(&self.journal_path(), 0, true)?;
-        for (_, loc) in read.objects {
-            let e = ends.entry(loc.pack).or_default();
-            *e = (*e).max(loc.end());
+        // Committed ends as of the journal now: another writer may have committed since it
+        // was read, so what came after is read too (all of it if gc replaced the journal, or
+        // if this store was opened without its objects).
+        let path = self.journal_path();
+        let ident = match std::fs::metadata(&path) {
+            Ok(m) => (m.dev(), m.ino()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => (0, 0),
+            Err(e) => return Err(e).at(&path),
+        };
+        let current = self.objects_loaded && ident == self.journal_ident;
+        let (mut ends, from) = if current {
+            (self.pack_ends.clone(), self.journal_pos)
+        } else {
+            (HashMap::new(), 0)
+        };
+        for (_, loc) in journal::read(&path, from, true)?.objects {
+            note_end(&mut ends, &loc);
         }
         PackWriter::acquire(&self.packs_dir(), &|p| ends.get(&p).copied().unwrap_or(0))
     }
@@ -590,6 +612,7 @@ impl Store {
             p.clear();
         }
         for (id, loc) in pending {
+            note_end(&mut self.pack_ends, &loc);
             self.index.entry(id).or_insert(loc);
         }
         self.steps.push(step.clone());

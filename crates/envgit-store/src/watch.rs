@@ -1,10 +1,12 @@
 //! A working tree kept current by inotify, for a long-lived supervisor: a step then costs
-//! O(changed directories) instead of a walk of the whole project. When the kernel drops events
-//! (queue overflow), a directory is moved (its watches would name the wrong paths), or a watch
-//! cannot be added (out of watches), the next snapshot is a full rescan, which gives the same
-//! tree (a test proves it).
+//! O(changed names) instead of a walk of the whole project. Each event names a directory and an
+//! entry in it; only those entries are read again (a directory that came or went is walked
+//! anew), the rest of each directory is kept from the last tree. When the kernel drops events
+//! (queue overflow), the project root itself moves, or a watch cannot be added (out of
+//! watches), the next snapshot is a full rescan. Either way the tree is the one a full rescan
+//! gives (a test proves it).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::Path;
@@ -12,7 +14,8 @@ use std::path::Path;
 use rustix::fs::inotify::{self, CreateFlags, ReadFlags, WatchFlags};
 use rustix::io::Errno;
 
-use crate::beneath;
+use crate::beneath::{self, join_rel};
+use crate::dirty::Dirty;
 use crate::error::{IoContext, Result};
 use crate::id::ObjectId;
 use crate::store::Store;
@@ -23,8 +26,10 @@ pub struct LiveTree {
     inotify: OwnedFd,
     /// watch descriptor -> directory (relative path)
     wds: HashMap<i32, Vec<u8>>,
-    watched: HashSet<Vec<u8>>,
-    dirty: HashSet<Vec<u8>>,
+    /// directory -> its watch descriptor; ordered, so a moved or removed subtree's watches are
+    /// one range.
+    watched: BTreeMap<Vec<u8>, i32>,
+    dirty: Dirty,
     lost: bool,
     /// Watches could not be added (out of watches): every snapshot is a full rescan.
     degraded: bool,
@@ -54,15 +59,15 @@ const MASK: WatchFlags = WatchFlags::CREATE
 
 impl LiveTree {
     /// Start watching `root`. The first `snapshot` is a full scan (warm it with
-    /// `tree_mut().load_cache(…)` first).
+    /// `tree_mut().load_index(…)` first).
     pub fn new(root: &Path, config: ScanConfig, store_dir: Option<&Path>) -> Result<Self> {
         let inotify = inotify::init(CreateFlags::CLOEXEC | CreateFlags::NONBLOCK).at(root)?;
         Ok(Self {
             tree: WorkTree::new(root, config, store_dir)?,
             inotify,
             wds: HashMap::new(),
-            watched: HashSet::new(),
-            dirty: HashSet::new(),
+            watched: BTreeMap::new(),
+            dirty: Dirty::default(),
             lost: true,
             degraded: false,
             buf: vec![MaybeUninit::uninit(); 256 << 10],
@@ -85,7 +90,7 @@ impl LiveTree {
 
     /// Mark directories dirty by hand (a restore says what it wrote).
     pub fn mark_dirty(&mut self, dirs: impl IntoIterator<Item = Vec<u8>>) {
-        self.dirty.extend(dirs);
+        self.dirty.extend_whole(dirs);
     }
 
     /// Whether the watcher gave up (out of inotify watches) and every step rescans.
@@ -104,7 +109,7 @@ impl LiveTree {
             // Watches first, then the scan: a change between the two is seen by both or by
             // the scan, never by neither.
             self.lost = false;
-            self.dirty.clear();
+            self.dirty = Dirty::default();
             let known: Vec<Vec<u8>> = self.tree.dir_paths().cloned().collect();
             self.watch_dirs(known, false)?;
             let (id, report) = self.tree.full_scan(store, None)?;
@@ -112,21 +117,29 @@ impl LiveTree {
             self.retry_over_budget(&report);
             return Ok((id, report, SnapshotMode::FullRescan));
         }
-        let dirty = std::mem::take(&mut self.dirty);
+        let dirty = self.dirty.take();
         let (id, report) = if dirty.is_empty() {
             match self.tree.root_tree() {
                 Some(id) if store.has(&id) => (id, ScanReport::default()),
                 _ => self.tree.full_scan(store, None)?,
             }
         } else {
-            self.tree.rescan(store, &dirty)?
+            self.tree.update(store, &dirty)?
         };
         if report.full {
             self.watch_new_dirs()?;
         } else {
-            // Only what the rescan found new: walking every known directory per step would
-            // cost more than the step itself on a large tree.
-            self.watch_dirs(report.new_dirs.clone(), true)?;
+            // Only what the rescan found new, and dirty directories still without a watch (a
+            // failed attempt is retried): walking every known directory per step would cost
+            // more than the step itself on a large tree.
+            let mut new = report.new_dirs.clone();
+            new.extend(
+                dirty
+                    .dirs()
+                    .filter(|d| !self.watched.contains_key(*d) && self.tree.has_dir(d))
+                    .cloned(),
+            );
+            self.watch_dirs(new, true)?;
         }
         self.retry_over_budget(&report);
         Ok((id, report, SnapshotMode::Incremental))
@@ -136,7 +149,8 @@ impl LiveTree {
     /// watcher that `envgit gc` made room): their directories are reread, at the cost of one
     /// `lstat` per file while there is still no room.
     fn retry_over_budget(&mut self, report: &ScanReport) {
-        self.dirty.extend(report.over_budget_dirs.iter().cloned());
+        self.dirty
+            .extend_whole(report.over_budget_dirs.iter().cloned());
     }
 
     /// Add watches for directories of the tree not yet watched. They were read before their
@@ -145,7 +159,7 @@ impl LiveTree {
         let new: Vec<Vec<u8>> = self
             .tree
             .dir_paths()
-            .filter(|d| !self.watched.contains(*d))
+            .filter(|d| !self.watched.contains_key(*d))
             .cloned()
             .collect();
         self.watch_dirs(new, true)
@@ -153,13 +167,13 @@ impl LiveTree {
 
     fn watch_dirs(&mut self, dirs: Vec<Vec<u8>>, after_scan: bool) -> Result<()> {
         for rel in dirs {
-            if self.watched.contains(&rel) {
+            if self.watched.contains_key(&rel) {
                 continue;
             }
             let fd = match beneath::open_dir_rel(self.tree.root_fd(), &rel) {
                 Ok(fd) => fd,
                 Err(_) => {
-                    self.dirty.insert(rel); // raced away: its parent's rescan says what is there
+                    self.dirty.whole(rel); // raced away: its parent's rescan says what is there
                     continue;
                 }
             };
@@ -167,10 +181,16 @@ impl LiveTree {
             let proc_path = format!("/proc/self/fd/{}", fd.as_fd().as_raw_fd());
             match inotify::add_watch(&self.inotify, proc_path.as_str(), MASK) {
                 Ok(wd) => {
-                    self.wds.insert(wd, rel.clone());
-                    self.watched.insert(rel.clone());
+                    // The same inode watched under another path (a hard-linked or moved
+                    // directory): the path it is at now wins.
+                    if let Some(old) = self.wds.insert(wd, rel.clone())
+                        && self.watched.get(&old) == Some(&wd)
+                    {
+                        self.watched.remove(&old);
+                    }
+                    self.watched.insert(rel.clone(), wd);
                     if after_scan {
-                        self.dirty.insert(rel);
+                        self.dirty.whole(rel);
                     }
                 }
                 Err(Errno::NOSPC | Errno::NOMEM) => {
@@ -183,7 +203,7 @@ impl LiveTree {
                     return Ok(());
                 }
                 Err(_) => {
-                    self.dirty.insert(rel);
+                    self.dirty.whole(rel);
                 }
             }
         }
@@ -193,35 +213,17 @@ impl LiveTree {
     /// Read every queued event.
     fn drain(&mut self) -> Result<()> {
         loop {
+            let mut events: Vec<(i32, ReadFlags, Option<Vec<u8>>)> = Vec::new();
             let mut reader = inotify::Reader::new(&self.inotify, &mut self.buf);
-            let mut any = false;
             loop {
                 match reader.next() {
-                    Ok(ev) => {
-                        any = true;
-                        let flags = ev.events();
-                        if flags.contains(ReadFlags::QUEUE_OVERFLOW) {
-                            self.lost = true;
-                            continue;
-                        }
-                        let Some(rel) = self.wds.get(&ev.wd()).cloned() else {
-                            continue;
-                        };
-                        if flags.contains(ReadFlags::IGNORED) {
-                            self.wds.remove(&ev.wd());
-                            self.watched.remove(&rel);
-                            continue;
-                        }
-                        if flags.contains(ReadFlags::MOVE_SELF)
-                            || (flags.contains(ReadFlags::ISDIR)
-                                && flags.intersects(ReadFlags::MOVED_FROM | ReadFlags::MOVED_TO))
-                        {
-                            // A moved directory keeps its watches under its old path.
-                            self.lost = true;
-                            continue;
-                        }
-                        self.dirty.insert(rel);
-                    }
+                    Ok(ev) => events.push((
+                        ev.wd(),
+                        ev.events(),
+                        ev.file_name()
+                            .map(|n| n.to_bytes().to_vec())
+                            .filter(|n| !n.is_empty()),
+                    )),
                     Err(Errno::AGAIN) => break,
                     Err(Errno::INTR) => continue,
                     Err(e) => return Err(e).at(self.tree.root()),
@@ -230,16 +232,100 @@ impl LiveTree {
                     break;
                 }
             }
-            if !any {
+            if events.is_empty() {
                 return Ok(());
             }
+            for (wd, flags, name) in events {
+                self.note(wd, flags, name.as_deref());
+                if self.lost {
+                    break;
+                }
+            }
             if self.lost {
-                // Drain the rest without bookkeeping: everything is rescanned anyway.
+                // Drop the rest without bookkeeping: everything is rescanned anyway.
                 self.wds.clear();
                 self.watched.clear();
                 let _ = self.recreate();
                 return Ok(());
             }
+        }
+    }
+
+    /// What one event says changed.
+    fn note(&mut self, wd: i32, flags: ReadFlags, name: Option<&[u8]>) {
+        if flags.contains(ReadFlags::QUEUE_OVERFLOW) {
+            self.lost = true; // events were dropped: nothing can be vouched for
+            return;
+        }
+        let Some(rel) = self.wds.get(&wd).cloned() else {
+            return; // a watch given up (its directory moved or removed): covered then
+        };
+        if flags.contains(ReadFlags::IGNORED) {
+            self.wds.remove(&wd);
+            if self.watched.get(&rel) == Some(&wd) {
+                self.watched.remove(&rel);
+            }
+            if rel.is_empty() {
+                self.lost = true;
+            }
+            return;
+        }
+        let Some(name) = name else {
+            // About the watched directory itself. Its parent's watch reports a move, removal
+            // or chmod of it by name; the project root has no parent watched.
+            if rel.is_empty() {
+                if flags.intersects(ReadFlags::MOVE_SELF | ReadFlags::DELETE_SELF) {
+                    self.lost = true;
+                }
+            } else if let Some(parent) = beneath::parent_rel(&rel)
+                && !flags.intersects(ReadFlags::MOVE_SELF | ReadFlags::DELETE_SELF)
+            {
+                let base = rel[if parent.is_empty() {
+                    0
+                } else {
+                    parent.len() + 1
+                }..]
+                    .to_vec();
+                self.dirty.name(parent, &base, false);
+            }
+            return;
+        };
+        let fresh = flags.contains(ReadFlags::ISDIR)
+            && flags.intersects(
+                ReadFlags::CREATE | ReadFlags::DELETE | ReadFlags::MOVED_FROM | ReadFlags::MOVED_TO,
+            );
+        if fresh {
+            // A directory came or went: what is known below that path is dropped now (so
+            // that whatever is there at the snapshot is walked anew, even if its directory is
+            // read whole and the same inode came back), and the watches there (naming paths
+            // that are no longer right) are given up.
+            let path = join_rel(&rel, name);
+            self.forget_watches(&path);
+            self.dirty.forget_below(&path);
+            self.tree.forget_dir(&path);
+        }
+        self.dirty.name(&rel, name, fresh);
+    }
+
+    /// Give up the watches at `rel` and below (a moved directory keeps its watches, which
+    /// would report its old paths; a removed one's are going anyway).
+    fn forget_watches(&mut self, rel: &[u8]) {
+        let prefix = join_rel(rel, b"");
+        let below: Vec<(Vec<u8>, i32)> = self
+            .watched
+            .get_key_value(rel)
+            .into_iter()
+            .chain(
+                self.watched
+                    .range(prefix.clone()..)
+                    .take_while(|(k, _)| k.starts_with(&prefix)),
+            )
+            .map(|(k, wd)| (k.clone(), *wd))
+            .collect();
+        for (k, wd) in below {
+            self.watched.remove(&k);
+            self.wds.remove(&wd);
+            let _ = inotify::remove_watch(&self.inotify, wd);
         }
     }
 

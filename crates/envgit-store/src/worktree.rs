@@ -7,8 +7,8 @@
 //! start of the scan that recorded it, minus a margin for coarse filesystem clocks. Otherwise
 //! the file is read again.
 
-use std::collections::{HashMap, HashSet};
-use std::ffi::CStr;
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::ffi::{CStr, CString};
 use std::fs::File;
 use std::io::Read;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -23,6 +23,7 @@ use rustix::io::Errno;
 use crate::beneath::{self, join_rel};
 use crate::budget::{BudgetLimit, Reservation, ScanBudget};
 use crate::chunk;
+use crate::dirty::{DirChange, Dirty};
 use crate::error::{IoContext, Result, StoreError};
 use crate::exclude::Excludes;
 use crate::id::{ObjectId, ObjectKind};
@@ -102,7 +103,7 @@ pub struct StatKey {
 }
 
 impl StatKey {
-    fn of(st: &rustix::fs::Stat) -> Self {
+    pub(crate) fn of(st: &rustix::fs::Stat) -> Self {
         Self {
             mtime_ns: st.st_mtime * 1_000_000_000 + st.st_mtime_nsec as i64,
             ctime_ns: st.st_ctime * 1_000_000_000 + st.st_ctime_nsec as i64,
@@ -124,7 +125,7 @@ impl StatKey {
         self.mode & libc_mode::S_IFMT == libc_mode::S_IFREG
     }
     /// A key that never matches: the file is read again next time.
-    fn smudged(mut self) -> Self {
+    pub(crate) fn smudged(mut self) -> Self {
         self.size = u64::MAX;
         self
     }
@@ -168,7 +169,7 @@ pub struct WorkTree {
     root: PathBuf,
     root_fd: OwnedFd,
     config: ScanConfig,
-    dirs: HashMap<Vec<u8>, DirState>,
+    pub(crate) dirs: HashMap<Vec<u8>, DirState>,
     /// The store's directory, if it sits inside the project: never captured.
     skip: Option<(u64, u64)>,
 }
@@ -247,6 +248,11 @@ fn now_ns() -> i64 {
         .unwrap_or(0)
 }
 
+/// Where a file still to be read goes (replaced before the entries are used).
+fn placeholder() -> CachedEntry {
+    marker(b"", MarkerReason::Unreadable, 0)
+}
+
 fn marker(name: &[u8], reason: MarkerReason, size: u64) -> CachedEntry {
     marker_of(name, reason, size, StatKey::default())
 }
@@ -301,6 +307,11 @@ impl WorkTree {
     /// Relative paths of every directory captured (for the watcher).
     pub fn dir_paths(&self) -> impl Iterator<Item = &Vec<u8>> {
         self.dirs.keys()
+    }
+
+    /// `rel` is a directory of the tree as last read.
+    pub fn has_dir(&self, rel: &[u8]) -> bool {
+        self.dirs.contains_key(rel)
     }
 
     pub fn file_count(&self) -> usize {
@@ -378,13 +389,26 @@ impl WorkTree {
         store: &Store,
         dirty: &HashSet<Vec<u8>>,
     ) -> Result<(ObjectId, ScanReport)> {
+        let mut changes = Dirty::default();
+        changes.extend_whole(dirty.iter().cloned());
+        self.update(store, &changes)
+    }
+
+    /// Bring the state up to date with `dirty`: a directory noted whole is listed again; one
+    /// with names re-reads only those and keeps its other entries; the trees above are rebuilt.
+    /// Falls back to a full scan when the state cannot be trusted.
+    pub(crate) fn update(
+        &mut self,
+        store: &Store,
+        dirty: &Dirty,
+    ) -> Result<(ObjectId, ScanReport)> {
         if self.dirs.is_empty() || !self.root_tree().is_some_and(|t| store.has(&t)) {
             return self.full_scan(store, None);
         }
         // Every dirty directory and its ancestors, deepest first, so children are done before
         // the trees that name them.
         let mut todo: HashSet<Vec<u8>> = HashSet::new();
-        for d in dirty {
+        for d in dirty.dirs() {
             let mut cur: &[u8] = d;
             loop {
                 if !todo.insert(cur.to_vec()) {
@@ -403,64 +427,16 @@ impl WorkTree {
         let mut report = ScanReport::default();
         let budget = ScanBudget::new(self.config.budget);
         for rel in order {
-            let is_dirty = dirty.contains(&rel);
             let parent_known = match beneath::parent_rel(&rel) {
                 Some(p) => self.dirs.contains_key(p),
                 None => true,
             };
-            if !parent_known {
-                continue; // its parent is new or gone: the parent's own scan covers it
+            if !parent_known || dirty.under_fresh(&rel) {
+                continue; // its parent is new or gone, or walks it anew: that covers it
             }
-            if is_dirty || !self.dirs.contains_key(&rel) {
-                let fd = match beneath::open_dir_rel(self.root_fd.as_fd(), &rel) {
-                    Ok(fd) => fd,
-                    // Gone, or no longer a directory: the parent's scan records what is there.
-                    Err(Errno::NOENT | Errno::NOTDIR | Errno::LOOP | Errno::XDEV) => {
-                        self.remove_subtree(&rel);
-                        continue;
-                    }
-                    Err(e) => return Err(e).at(&self.root.join(beneath::display_rel(&rel))),
-                };
-                let ctx = self.ctx(store, &budget, None);
-                let state = ctx.walk(fd.as_fd(), &rel, true)?;
-                let mut out = ctx.out.into_inner().unwrap_or_default();
-                report
-                    .unstable
-                    .extend(ctx.unstable.into_inner().unwrap_or_default());
-                report
-                    .too_deep
-                    .extend(ctx.too_deep.into_inner().unwrap_or_default());
-                report
-                    .setid
-                    .extend(ctx.setid.into_inner().unwrap_or_default());
-                report.hashed += ctx.hashed.load(Ordering::Relaxed);
-                // Drop states of subdirectories that no longer exist.
-                let keep: HashSet<&[u8]> = state
-                    .entries
-                    .iter()
-                    .filter(|e| e.entry.kind == EntryKind::Dir)
-                    .map(|e| e.entry.name.as_slice())
-                    .collect();
-                if let Some(old) = self.dirs.get(&rel) {
-                    let gone: Vec<Vec<u8>> = old
-                        .entries
-                        .iter()
-                        .filter(|e| {
-                            e.entry.kind == EntryKind::Dir
-                                && !keep.contains(e.entry.name.as_slice())
-                        })
-                        .map(|e| join_rel(&rel, &e.entry.name))
-                        .collect();
-                    for g in gone {
-                        self.remove_subtree(&g);
-                    }
-                }
-                out.insert(rel.clone(), state);
-                report
-                    .new_dirs
-                    .extend(out.keys().filter(|k| !self.dirs.contains_key(*k)).cloned());
-                self.dirs.extend(out);
-            } else {
+            let change = dirty.get(&rel);
+            let known = self.dirs.contains_key(&rel);
+            if change.is_none() && known {
                 // Not dirty itself: only the ids of its subdirectories changed.
                 let Some(mut state) = self.dirs.get(&rel).cloned() else {
                     continue;
@@ -474,13 +450,82 @@ impl WorkTree {
                 }
                 state.tree = put_tree(store, &budget, &state.entries)?;
                 self.dirs.insert(rel, state);
+                continue;
             }
+            let names = match change {
+                Some(DirChange::Names { names, fresh }) if known => {
+                    // What was known below a directory that came or went is walked anew.
+                    for f in fresh {
+                        self.remove_subtree(&join_rel(&rel, f));
+                    }
+                    Some(names)
+                }
+                _ => None,
+            };
+            let fd = match beneath::open_dir_rel(self.root_fd.as_fd(), &rel) {
+                Ok(fd) => fd,
+                // Gone, or no longer a directory: the parent's scan records what is there.
+                Err(Errno::NOENT | Errno::NOTDIR | Errno::LOOP | Errno::XDEV) => {
+                    self.remove_subtree(&rel);
+                    continue;
+                }
+                Err(e) => return Err(e).at(&self.root.join(beneath::display_rel(&rel))),
+            };
+            let ctx = self.ctx(store, &budget, None);
+            let state = match names.zip(self.dirs.get(&rel)) {
+                Some((names, prev)) => ctx.update_names(fd.as_fd(), &rel, prev, names)?,
+                None => ctx.walk(fd.as_fd(), &rel, true)?,
+            };
+            let mut out = ctx.out.into_inner().unwrap_or_default();
+            report
+                .unstable
+                .extend(ctx.unstable.into_inner().unwrap_or_default());
+            report
+                .too_deep
+                .extend(ctx.too_deep.into_inner().unwrap_or_default());
+            report
+                .setid
+                .extend(ctx.setid.into_inner().unwrap_or_default());
+            report.hashed += ctx.hashed.load(Ordering::Relaxed);
+            // Drop states of subdirectories that no longer exist.
+            let keep: HashSet<&[u8]> = state
+                .entries
+                .iter()
+                .filter(|e| e.entry.kind == EntryKind::Dir)
+                .map(|e| e.entry.name.as_slice())
+                .collect();
+            if let Some(old) = self.dirs.get(&rel) {
+                let gone: Vec<Vec<u8>> = old
+                    .entries
+                    .iter()
+                    .filter(|e| {
+                        e.entry.kind == EntryKind::Dir && !keep.contains(e.entry.name.as_slice())
+                    })
+                    .map(|e| join_rel(&rel, &e.entry.name))
+                    .collect();
+                for g in gone {
+                    self.remove_subtree(&g);
+                }
+            }
+            out.insert(rel.clone(), state);
+            report
+                .new_dirs
+                .extend(out.keys().filter(|k| !self.dirs.contains_key(*k)).cloned());
+            self.dirs.extend(out);
         }
         report.take_budget(&budget);
         let root = self
             .root_tree()
             .ok_or_else(|| StoreError::corrupt("the project root vanished during the scan"))?;
         Ok((root, report))
+    }
+
+    /// Forget what is known at `rel` and below (not the root): the next scan that meets a
+    /// directory there walks it as a new one.
+    pub(crate) fn forget_dir(&mut self, rel: &[u8]) {
+        if !rel.is_empty() && self.dirs.contains_key(rel) {
+            self.remove_subtree(rel);
+        }
     }
 
     fn remove_subtree(&mut self, rel: &[u8]) {
@@ -549,7 +594,71 @@ impl Ctx<'_> {
     /// `dir` already known keep their tree id (the watcher says they did not change). The
     /// states of the directories below go to `out`; that of `dir` is returned.
     fn walk(&self, dir: BorrowedFd<'_>, rel: &[u8], reuse_top: bool) -> Result<DirState> {
-        let (mut entries, subdirs) = self.read_entries(dir, rel, reuse_top)?;
+        let (entries, subdirs) = self.read_entries(dir, rel, reuse_top)?;
+        self.walk_subdirs(dir, rel, entries, subdirs)
+    }
+
+    /// The directory `dir` (at `rel`, known as `prev`) where only `names` changed: those are
+    /// read again (a new subdirectory walked whole), the other entries kept from `prev`.
+    /// Entries kept whose mtime was too recent to trust at `prev`'s scan are smudged, so that
+    /// a later full scan re-reads them (the new stamp would otherwise vouch for them).
+    fn update_names(
+        &self,
+        dir: BorrowedFd<'_>,
+        rel: &[u8],
+        prev: &DirState,
+        names: &BTreeSet<Vec<u8>>,
+    ) -> Result<DirState> {
+        let cnames: Vec<CString> = names
+            .iter()
+            .filter_map(|n| CString::new(n.as_slice()).ok())
+            .collect();
+        let (fresh, subdirs) = self.read_named(dir, rel, cnames, true)?;
+        let racy_before = prev.stamp_ns - RACY_MARGIN_NS;
+        let mut entries: Vec<CachedEntry> = Vec::with_capacity(prev.entries.len() + fresh.len());
+        entries.extend(
+            prev.entries
+                .iter()
+                .filter(|e| !names.contains(&e.entry.name))
+                .map(|e| {
+                    let mut e = e.clone();
+                    match e.entry.kind {
+                        EntryKind::File if e.stat.mtime_ns >= racy_before => {
+                            e.stat = e.stat.smudged();
+                        }
+                        // Rescanned before this one (deeper first): its id may be new.
+                        EntryKind::Dir => {
+                            if let Some(child) = self.prev.get(&join_rel(rel, &e.entry.name)) {
+                                e.entry.id = child.tree;
+                            }
+                        }
+                        _ => {}
+                    }
+                    e
+                }),
+        );
+        entries.extend(fresh);
+        entries.sort_unstable_by(|a, b| a.entry.name.cmp(&b.entry.name));
+        let subdirs = subdirs
+            .into_iter()
+            .filter_map(|(_, name)| {
+                entries
+                    .binary_search_by(|e| e.entry.name.as_slice().cmp(name.to_bytes()))
+                    .ok()
+                    .map(|slot| (slot, name))
+            })
+            .collect();
+        self.walk_subdirs(dir, rel, entries, subdirs)
+    }
+
+    /// Walk the `subdirs` of `dir` (whose entries were just read) and build its tree.
+    fn walk_subdirs(
+        &self,
+        dir: BorrowedFd<'_>,
+        rel: &[u8],
+        mut entries: Vec<CachedEntry>,
+        subdirs: Vec<Subdir>,
+    ) -> Result<DirState> {
         if subdirs.len() < 2 {
             return self.walk_from(dir, rel, entries, subdirs);
         }
@@ -688,29 +797,64 @@ impl Ctx<'_> {
         rel: &[u8],
         reuse_subdirs: bool,
     ) -> Result<(Vec<CachedEntry>, Vec<Subdir>)> {
-        let dir_path = || PathBuf::from(beneath::display_rel(rel));
-        let names = beneath::read_names(dir).at(&dir_path())?;
+        let names = beneath::read_names(dir).at(&PathBuf::from(beneath::display_rel(rel)))?;
+        self.read_named(dir, rel, names, reuse_subdirs)
+    }
+
+    /// [`Ctx::read_entries`] for the given names only (sorted); a name no longer there is left
+    /// out.
+    fn read_named(
+        &self,
+        dir: BorrowedFd<'_>,
+        rel: &[u8],
+        names: Vec<CString>,
+        reuse_subdirs: bool,
+    ) -> Result<(Vec<CachedEntry>, Vec<Subdir>)> {
         let prev = self.prev.get(rel);
         let child_depth = beneath::depth_of(rel) + 1;
         let mut entries: Vec<CachedEntry> = Vec::with_capacity(names.len());
         let mut subdirs: Vec<Subdir> = Vec::new();
-        let mut files: Vec<(usize, std::ffi::CString, Vec<u8>, rustix::fs::Stat)> = Vec::new();
+        // Regular files the stat cache cannot vouch for: read after the listing.
+        let mut files: Vec<(usize, CString, rustix::fs::Stat)> = Vec::new();
+        let excludes = &self.config.excludes;
         for name in names {
             let nb = name.to_bytes();
-            let child_rel = join_rel(rel, nb);
             let st = match beneath::lstat(dir, &name) {
                 Ok(st) => st,
                 Err(Errno::NOENT) => continue, // removed since readdir
-                Err(e) => return Err(e).at(&PathBuf::from(beneath::display_rel(&child_rel))),
+                Err(e) => {
+                    return Err(e).at(&PathBuf::from(beneath::display_rel(&join_rel(rel, nb))));
+                }
             };
             let ft = beneath::file_type(&st);
             let is_dir = ft == FileType::Directory;
-            if self.config.excludes.is_excluded(&child_rel, is_dir) {
+            // Most patterns can only match directories: a file then costs no path and no
+            // matcher.
+            if excludes.may_exclude(is_dir) && excludes.is_excluded(&join_rel(rel, nb), is_dir) {
                 entries.push(marker_of(nb, MarkerReason::Excluded, 0, StatKey::of(&st)));
                 continue;
             }
             match ft {
+                FileType::RegularFile => {
+                    if st.st_mode & SETID_BITS != 0
+                        && let Ok(mut s) = self.setid.lock()
+                    {
+                        s.push(SetidFile {
+                            rel: join_rel(rel, nb),
+                            ctime_ns: st.st_ctime * 1_000_000_000 + st.st_ctime_nsec as i64,
+                        });
+                    }
+                    // An unchanged file the cache vouches for costs nothing more.
+                    match self.cached_file(nb, &st, prev) {
+                        Some(hit) => entries.push(hit),
+                        None => {
+                            files.push((entries.len(), name, st));
+                            entries.push(placeholder());
+                        }
+                    }
+                }
                 FileType::Directory => {
+                    let child_rel = join_rel(rel, nb);
                     if self.skip == Some((st.st_dev, st.st_ino)) {
                         entries.push(marker(nb, MarkerReason::Excluded, 0));
                         continue;
@@ -730,7 +874,15 @@ impl Ctx<'_> {
                         size: 0,
                         id: ZERO_ID,
                     };
-                    if reuse_subdirs && let Some(k) = known {
+                    // The same directory as before (not one moved or made in its place).
+                    let same = prev.and_then(|p| p.get(nb)).is_some_and(|p| {
+                        p.entry.kind == EntryKind::Dir
+                            && (p.stat.dev, p.stat.ino) == (st.st_dev, st.st_ino)
+                    });
+                    if reuse_subdirs
+                        && same
+                        && let Some(k) = known
+                    {
                         entries.push(CachedEntry {
                             entry: TreeEntry {
                                 id: k.tree,
@@ -740,29 +892,18 @@ impl Ctx<'_> {
                         });
                         continue;
                     }
-                    subdirs.push((entries.len(), name.clone()));
                     entries.push(CachedEntry {
                         entry,
                         stat: StatKey::of(&st),
                     });
-                }
-                FileType::RegularFile => {
-                    if st.st_mode & SETID_BITS != 0
-                        && let Ok(mut s) = self.setid.lock()
-                    {
-                        s.push(SetidFile {
-                            rel: child_rel.clone(),
-                            ctime_ns: st.st_ctime * 1_000_000_000 + st.st_ctime_nsec as i64,
-                        });
-                    }
-                    files.push((entries.len(), name.clone(), child_rel, st));
-                    entries.push(marker(nb, MarkerReason::Unreadable, 0));
+                    subdirs.push((entries.len() - 1, name));
                 }
                 FileType::Symlink => {
                     let target = match rustix::fs::readlinkat(dir, &name, Vec::new()) {
                         Ok(t) => t,
                         Err(Errno::NOENT) => continue,
                         Err(e) => {
+                            let child_rel = join_rel(rel, nb);
                             return Err(e).at(&PathBuf::from(beneath::display_rel(&child_rel)));
                         }
                     };
@@ -782,26 +923,47 @@ impl Ctx<'_> {
                 _ => entries.push(marker_of(nb, MarkerReason::Special, 0, StatKey::of(&st))),
             }
         }
-        // Files in parallel (one descriptor each while being read).
+        // Files to read, in parallel when there are several (one descriptor each while being
+        // read); what the cache vouched for is already in place.
+        let read = |(i, name, st): (usize, CString, rustix::fs::Stat)| {
+            let child_rel = join_rel(rel, name.to_bytes());
+            (i, self.file_entry(dir, &name, &child_rel, &st, prev))
+        };
         let results: Vec<(usize, Result<CachedEntry>)> = if files.len() > 1 {
-            files
-                .into_par_iter()
-                .map(|(i, name, child_rel, st)| {
-                    (i, self.file_entry(dir, &name, &child_rel, &st, prev))
-                })
-                .collect()
+            files.into_par_iter().map(read).collect()
         } else {
-            files
-                .into_iter()
-                .map(|(i, name, child_rel, st)| {
-                    (i, self.file_entry(dir, &name, &child_rel, &st, prev))
-                })
-                .collect()
+            files.into_iter().map(read).collect()
         };
         for (i, r) in results {
             entries[i] = r?;
         }
         Ok((entries, subdirs))
+    }
+
+    /// The cached entry of an unchanged file: its `lstat` matches the one recorded, its mtime
+    /// is older than the scan that recorded it (the racy-timestamp rule), its content is in
+    /// the store, and it is not over `snapshot.max_file_size`.
+    fn cached_file(
+        &self,
+        name: &[u8],
+        st: &rustix::fs::Stat,
+        prev: Option<&DirState>,
+    ) -> Option<CachedEntry> {
+        let d = prev?;
+        let p = d.get(name)?;
+        let key = StatKey::of(st);
+        let hit = p.entry.kind == EntryKind::File
+            && p.stat == key
+            && key.size <= self.config.max_file_size
+            && p.stat.mtime_ns < d.stamp_ns - RACY_MARGIN_NS
+            && self.store.has(&p.entry.id);
+        if !hit {
+            return None;
+        }
+        if let Some(pr) = self.progress {
+            pr.files.fetch_add(1, Ordering::Relaxed);
+        }
+        Some(p.clone())
     }
 
     fn file_entry(
@@ -818,16 +980,8 @@ impl Ctx<'_> {
         if key.size > self.config.max_file_size {
             return Ok(marker_of(nb, MarkerReason::TooLarge, key.size, key));
         }
-        if let Some(p) = prev.and_then(|p| p.get(nb))
-            && p.entry.kind == EntryKind::File
-            && p.stat == key
-            && prev.is_some_and(|d| p.stat.mtime_ns < d.stamp_ns - RACY_MARGIN_NS)
-            && self.store.has(&p.entry.id)
-        {
-            if let Some(pr) = self.progress {
-                pr.files.fetch_add(1, Ordering::Relaxed);
-            }
-            return Ok(p.clone());
+        if let Some(hit) = self.cached_file(nb, st, prev) {
+            return Ok(hit);
         }
         // Room for the most reading it could append, known from the lstat: nothing is
         // measured or read before this, so an unchanged tree never pays for the budget.
@@ -963,133 +1117,46 @@ impl Read for CountingReader<'_> {
     }
 }
 
-// ---- the stat cache on disk ----
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-/// 02: entries keep their link count, and markers the `lstat` of what they stand for.
-const CACHE_MAGIC: &[u8; 8] = b"EGSTAT02";
-
-impl WorkTree {
-    /// Persist the state (tmp file and rename; it is a cache, so no fsync: a torn file fails its
-    /// checksum and is ignored). A full disk is not an error: the step it follows is committed
-    /// already, and the previous cache (every entry checked against its `lstat` anyway) or none
-    /// only makes the next scan read more.
-    pub fn save_cache(&self, path: &Path) -> Result<()> {
-        let mut out = Vec::with_capacity(self.file_count() * 100 + 64);
-        out.extend_from_slice(CACHE_MAGIC);
-        let fp = self.config.fingerprint.as_bytes();
-        out.extend_from_slice(&(fp.len() as u32).to_le_bytes());
-        out.extend_from_slice(fp);
-        out.extend_from_slice(&(self.dirs.len() as u32).to_le_bytes());
-        for (rel, d) in &self.dirs {
-            out.extend_from_slice(&(rel.len() as u32).to_le_bytes());
-            out.extend_from_slice(rel);
-            out.extend_from_slice(&d.tree.0);
-            out.extend_from_slice(&d.stamp_ns.to_le_bytes());
-            out.extend_from_slice(&(d.entries.len() as u32).to_le_bytes());
-            let tree = Tree {
-                entries: d.entries.iter().map(|e| e.entry.clone()).collect(),
-            };
-            let enc = tree.encode();
-            out.extend_from_slice(&(enc.len() as u32).to_le_bytes());
-            out.extend_from_slice(&enc);
-            for e in &d.entries {
-                let s = &e.stat;
-                out.extend_from_slice(&s.mtime_ns.to_le_bytes());
-                out.extend_from_slice(&s.ctime_ns.to_le_bytes());
-                out.extend_from_slice(&s.ino.to_le_bytes());
-                out.extend_from_slice(&s.dev.to_le_bytes());
-                out.extend_from_slice(&s.size.to_le_bytes());
-                out.extend_from_slice(&s.mode.to_le_bytes());
-                out.extend_from_slice(&s.nlink.to_le_bytes());
-            }
+    fn forge_current_stat(wt: &mut WorkTree, name: &[u8], stamp_ns: Option<i64>) {
+        let st = rustix::fs::lstat(wt.root().join(String::from_utf8_lossy(name).as_ref()))
+            .expect("lstat");
+        let root = wt.dirs.get_mut(b"".as_slice()).expect("root state");
+        if let Some(s) = stamp_ns {
+            root.stamp_ns = s;
         }
-        let crc = crc32c::crc32c(&out);
-        out.extend_from_slice(&crc.to_le_bytes());
-        let tmp = path.with_extension(format!("tmp-{:016x}", crate::pack::random_u64()));
-        if let Err(e) = std::fs::write(&tmp, &out).at(&tmp) {
-            let _ = std::fs::remove_file(&tmp);
-            return if e.is_disk_full() { Ok(()) } else { Err(e) };
-        }
-        std::fs::rename(&tmp, path).at(path)
+        let e = root
+            .entries
+            .iter_mut()
+            .find(|e| e.entry.name == name)
+            .expect("entry");
+        e.stat = StatKey::of(&st);
     }
 
-    /// Load a saved state; a missing, torn or foreign cache just means a cold scan.
-    pub fn load_cache(&mut self, path: &Path) {
-        if let Some(dirs) = std::fs::read(path).ok().and_then(|b| self.decode_cache(&b)) {
-            self.dirs = dirs;
-        }
-    }
-
-    fn decode_cache(&self, b: &[u8]) -> Option<HashMap<Vec<u8>, DirState>> {
-        if b.len() < 12 || &b[..8] != CACHE_MAGIC {
-            return None;
-        }
-        let (body, crc) = b.split_at(b.len() - 4);
-        if crc32c::crc32c(body) != u32::from_le_bytes(crc.try_into().ok()?) {
-            return None;
-        }
-        let mut r = Cursor { b: body, pos: 8 };
-        let fp_len = r.u32()? as usize;
-        if r.take(fp_len)? != self.config.fingerprint.as_bytes() {
-            return None;
-        }
-        let ndirs = r.u32()? as usize;
-        let mut dirs = HashMap::with_capacity(ndirs);
-        for _ in 0..ndirs {
-            let rel_len = r.u32()? as usize;
-            let rel = r.take(rel_len)?.to_vec();
-            let tree = ObjectId(r.take(32)?.try_into().ok()?);
-            let stamp_ns = r.i64()?;
-            let n = r.u32()? as usize;
-            let enc_len = r.u32()? as usize;
-            let t = Tree::decode(r.take(enc_len)?).ok()?;
-            if t.entries.len() != n {
-                return None;
-            }
-            let mut entries = Vec::with_capacity(n);
-            for entry in t.entries {
-                let stat = StatKey {
-                    mtime_ns: r.i64()?,
-                    ctime_ns: r.i64()?,
-                    ino: r.u64()?,
-                    dev: r.u64()?,
-                    size: r.u64()?,
-                    mode: r.u32()?,
-                    nlink: r.u32()?,
-                };
-                entries.push(CachedEntry { entry, stat });
-            }
-            dirs.insert(
-                rel,
-                DirState {
-                    tree,
-                    stamp_ns,
-                    entries,
-                },
-            );
-        }
-        Some(dirs)
-    }
-}
-
-struct Cursor<'a> {
-    b: &'a [u8],
-    pos: usize,
-}
-
-impl<'a> Cursor<'a> {
-    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
-        let s = self.b.get(self.pos..self.pos.checked_add(n)?)?;
-        self.pos += n;
-        Some(s)
-    }
-    fn u32(&mut self) -> Option<u32> {
-        Some(u32::from_le_bytes(self.take(4)?.try_into().ok()?))
-    }
-    fn u64(&mut self) -> Option<u64> {
-        Some(u64::from_le_bytes(self.take(8)?.try_into().ok()?))
-    }
-    fn i64(&mut self) -> Option<i64> {
-        Some(i64::from_le_bytes(self.take(8)?.try_into().ok()?))
+    /// git's racy-timestamp rule: an entry whose `lstat` matches, ctime included (an edit in
+    /// the same clock tick as the scan that read it), is still read again while its mtime is
+    /// not older than that scan.
+    #[test]
+    fn a_racy_entry_is_read_again_even_when_its_stat_matches() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let root = tmp.path().join("p");
+        std::fs::create_dir_all(&root).expect("mkdir");
+        std::fs::write(root.join("f.txt"), "aaaa").expect("write");
+        let store = Store::create(&tmp.path().join("s"), &root).expect("store");
+        let mut wt = WorkTree::new(&root, ScanConfig::default(), None).expect("worktree");
+        let (t1, _) = wt.full_scan(&store, None).expect("scan");
+        std::fs::write(root.join("f.txt"), "bbbb").expect("write");
+        forge_current_stat(&mut wt, b"f.txt", None);
+        let (t2, r) = wt.full_scan(&store, None).expect("scan");
+        assert_ne!(t1, t2, "a racy entry was trusted");
+        assert_eq!(r.hashed, 1);
+        // The rule is what catches it: a stamp far past the mtime trusts the forged stat.
+        std::fs::write(root.join("f.txt"), "cccc").expect("write");
+        forge_current_stat(&mut wt, b"f.txt", Some(now_ns() + 3_600_000_000_000));
+        let (t3, r) = wt.full_scan(&store, None).expect("scan");
+        assert_eq!((t3, r.hashed), (t2, 0));
     }
 }

@@ -183,7 +183,7 @@ impl Project {
     /// A working tree with the stat cache loaded.
     pub fn worktree(&self, store: &Store) -> CmdResult<WorkTree> {
         let mut wt = WorkTree::new(&self.root, self.scan_config()?, Some(store.dir()))?;
-        wt.load_cache(&store.stat_cache_path());
+        wt.load_index(store);
         Ok(wt)
     }
 

@@ -178,8 +178,8 @@ pub fn run_step(
     crate::timings::mark("finish step (import, snapshot, commit)");
     committed?;
     drop(step);
-    wt.save_cache(&store.stat_cache_path())?;
-    crate::timings::mark("save stat cache");
+    wt.save_index(&store)?;
+    crate::timings::mark("save stat index");
     Ok(code)
 }
 

@@ -87,7 +87,7 @@ impl<'a> ToolSteps<'a> {
     ) -> CmdResult<Self> {
         let mut store = project.open_store()?;
         let mut live = LiveTree::new(&project.root, project.scan_config()?, Some(store.dir()))?;
-        live.tree_mut().load_cache(&store.stat_cache_path());
+        live.tree_mut().load_index(&store);
         // The first snapshot walks everything once and sets up the watches.
         let (last_tree, _, _) = live.snapshot(&store)?;
         // No sandboxed process of the project is alive yet: what changed is the user's.
@@ -332,7 +332,7 @@ impl<'a> ToolSteps<'a> {
             store, live, git, ..
         } = self;
         crate::git_layer::finish(git);
-        live.tree().save_cache(&store.stat_cache_path())?;
+        live.tree().save_index(&store)?;
         Ok(())
     }
 

@@ -25,7 +25,7 @@ pub fn measure(
     let ((), make_ms) = timed(|| {
         let mut store = Store::open(&store_dir)?;
         let mut wt = WorkTree::new(&tree.root, cfg.scan.clone(), Some(&store_dir))?;
-        wt.load_cache(&store.stat_cache_path());
+        wt.load_index(&store);
         let mut rng = Rng::new(seed ^ 0x44);
         for i in 0..steps {
             tree.touch(&mut rng, 10, &format!("log step {i}"))?;
@@ -34,7 +34,7 @@ pub fn measure(
             let summary = format!("python3 -m pytest tests/test_{i}.py -q");
             store.commit(&mut guard, draft(StepKind::Tool, &summary, &cfg), t)?;
         }
-        wt.save_cache(&store.stat_cache_path())?;
+        wt.save_index(&store)?;
         Ok(())
     })?;
     let journal = std::fs::metadata(store_dir.join("journal"))

@@ -35,7 +35,7 @@ pub fn hold_live(root: &Path, store_dir: &Path) -> Result<()> {
     let (_, rss_store) = vm_kib()?;
     let cfg = project_config(root)?;
     let mut live = LiveTree::new(root, cfg.scan, Some(store_dir))?;
-    live.tree_mut().load_cache(&store.stat_cache_path());
+    live.tree_mut().load_index(&store);
     let (_, scan, mode) = live.snapshot(&store)?;
     let (hwm, rss) = vm_kib()?;
     println!(

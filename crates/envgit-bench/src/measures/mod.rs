@@ -8,6 +8,7 @@ pub mod memory;
 pub mod record;
 pub mod rewind;
 pub mod steps;
+pub mod walk;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -99,7 +100,7 @@ pub fn cli_phases(root: &Path, store_dir: &Path, scratch: &Path, reps: usize) ->
         open.push(ms);
         let (mut wt, ms) = timed(|| {
             let mut wt = WorkTree::new(root, cfg.scan.clone(), Some(store_dir))?;
-            wt.load_cache(&store.stat_cache_path());
+            wt.load_index(&store);
             Ok(wt)
         })?;
         load.push(ms);

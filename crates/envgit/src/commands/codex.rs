@@ -49,7 +49,7 @@ pub fn run(dir: Option<&Path>, args: &CodexArgs) -> CmdResult<ExitCode> {
         let mut wt = project.worktree(&store)?;
         let (now, _) = wt.full_scan(&store, None)?;
         crate::outside::record_outside_edits(&project, &mut store, &now)?;
-        wt.save_cache(&store.stat_cache_path())?;
+        wt.save_index(&store)?;
     }
     let exe = std::env::current_exe()
         .map_err(|e| Failure::failed(format!("cannot find envgit's own binary: {e}")))?;
@@ -292,7 +292,7 @@ fn record_fs(project: &Project, effect: Effect) -> CmdResult<()> {
         ..Default::default()
     };
     step.finish(&mut store, Snapshot::Scan(&mut wt, None), None, draft)?;
-    wt.save_cache(&store.stat_cache_path())?;
+    wt.save_index(&store)?;
     Ok(())
 }
 

@@ -338,7 +338,7 @@ fn record(
         ..Default::default()
     };
     step.finish(&mut store, Snapshot::Scan(&mut wt, None), None, draft)?;
-    wt.save_cache(&store.stat_cache_path())?;
+    wt.save_index(&store)?;
     Ok(())
 }
 

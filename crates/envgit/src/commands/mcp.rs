@@ -27,7 +27,7 @@ pub fn run(dir: Option<&Path>, args: &McpArgs) -> CmdResult<ExitCode> {
     let (now, _) = wt.full_scan(&store, None)?;
     crate::outside::record_outside_edits(&project, &mut store, &now)?;
     // The downstream servers' sandboxes read the project's secrets and hard links from it.
-    wt.save_cache(&store.stat_cache_path())?;
+    wt.save_index(&store)?;
     // Before any downstream server runs: what every step puts protected paths back to.
     let copy =
         envgit_store::ProtectedCopy::take(store.dir(), &project.root, &project.protected_paths())?;

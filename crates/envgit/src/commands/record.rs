@@ -31,7 +31,7 @@ pub fn run(dir: Option<&Path>, args: &RecordArgs) -> CmdResult<ExitCode> {
         ..Default::default()
     };
     let step = step.finish(&mut store, Snapshot::Scan(&mut wt, None), None, draft)?;
-    wt.save_cache(&store.stat_cache_path())?;
+    wt.save_index(&store)?;
     if args.out.json {
         output::json(&step)?;
     } else {

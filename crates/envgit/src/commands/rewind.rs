@@ -72,7 +72,7 @@ pub fn run(dir: Option<&Path>, args: &RewindArgs) -> CmdResult<ExitCode> {
         policy_hash: Some(project.policy.hash()),
     };
     let outcome = rewind(&mut store, &mut wt, &opts)?;
-    wt.save_cache(&store.stat_cache_path())?;
+    wt.save_index(&store)?;
     let skipped: Vec<Skipped> = outcome
         .restore
         .not_restored

@@ -240,7 +240,7 @@ impl Inner {
             let mut step = crate::step::begin(store, "mcp servers after the last execute")?;
             finish_repl_step(&mut step, store, wt, copy, draft)?;
             drop(step);
-            let _ = wt.save_cache(&store.stat_cache_path());
+            let _ = wt.save_index(store);
             Ok(())
         })
         .await
@@ -653,7 +653,7 @@ impl Inner {
             } = &mut *r;
             let committed = finish_repl_step(&mut step, store, wt, copy, draft)?;
             drop(step);
-            let _ = wt.save_cache(&store.stat_cache_path());
+            let _ = wt.save_index(store);
             Ok(committed)
         })
         .await

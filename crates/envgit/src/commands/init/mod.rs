@@ -105,7 +105,7 @@ fn import(dir: Option<&Path>) -> CmdResult<envgit_store::Step> {
             draft,
         )?
     };
-    wt.save_cache(&store.stat_cache_path())?;
+    wt.save_index(&store)?;
     Ok(step)
 }
 
