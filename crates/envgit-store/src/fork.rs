@@ -43,6 +43,7 @@ pub fn fork(
     let store = Store::create(new_store_dir, &canonical)?;
     let mut needed = HashSet::new();
     reach::collect(origin, &tree, &mut needed)?;
+    reach::add_delta_bases(origin, &mut needed)?;
     let mut ids: Vec<ObjectId> = needed.into_iter().collect();
     ids.sort_by_key(|id| origin.index().get(id).map(|l| (l.pack, l.offset)));
     for id in &ids {

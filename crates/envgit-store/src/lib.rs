@@ -7,6 +7,7 @@
 mod beneath;
 mod budget;
 mod chunk;
+mod delta;
 mod diff;
 mod error;
 mod exclude;
@@ -28,6 +29,7 @@ mod setid;
 mod step;
 mod store;
 mod tree;
+mod tree_cache;
 mod watch;
 mod worktree;
 

@@ -3,7 +3,8 @@
 //! interleave and a crashed writer's lock is released by the kernel.
 //!
 //! Record: `magic u32 | kind u8 | codec u8 | 0u16 | stored_len u32 | raw_len u64 | id [32] |
-//! stored bytes | crc32c u32` (the CRC covers header and bytes).
+//! stored bytes | crc32c u32` (the CRC covers header and bytes). Codecs: raw, zstd, and (trees
+//! only, store format 2) a zstd delta against another tree ([`crate::delta`]).
 
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
@@ -26,6 +27,8 @@ const ZSTD_LEVEL: i32 = 1;
 
 const CODEC_RAW: u8 = 0;
 const CODEC_ZSTD: u8 = 1;
+/// A tree stored as a delta against another tree: the store resolves it ([`crate::delta`]).
+pub const CODEC_DELTA: u8 = 2;
 
 /// Where an object lives.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -101,6 +104,22 @@ impl EncodedObject {
     /// Bytes its record takes in a pack.
     pub fn record_len(&self) -> u64 {
         HEADER_LEN + self.stored.len() as u64 + 4
+    }
+
+    /// Bytes its content takes in a pack (compressed, or the delta).
+    pub fn stored_len(&self) -> usize {
+        self.stored.len()
+    }
+
+    /// A tree stored as a delta: `stored` is what [`crate::delta::encode`] made.
+    pub fn delta(id: ObjectId, raw_len: usize, stored: Vec<u8>) -> Self {
+        Self {
+            id,
+            kind: ObjectKind::Tree,
+            raw_len: raw_len as u64,
+            codec: CODEC_DELTA,
+            stored,
+        }
     }
 
     pub fn encode(kind: ObjectKind, id: ObjectId, raw: &[u8]) -> Self {
@@ -264,6 +283,14 @@ impl PackWriter {
     }
 }
 
+/// What a record holds, once its checksum and header are checked.
+pub enum Stored {
+    /// The object's bytes, checked against its id.
+    Whole(Vec<u8>),
+    /// The stored bytes of a tree delta ([`crate::delta::Delta::parse`]), not yet resolved.
+    Delta(Vec<u8>),
+}
+
 /// Reads records by location, keeping pack files open.
 #[derive(Default)]
 pub struct PackReader {
@@ -293,20 +320,32 @@ impl PackReader {
         Ok(f)
     }
 
-    /// Read, check (CRC, kind, and BLAKE3 of the content against `id`) and decompress.
+    /// Read, check (CRC, kind, and BLAKE3 of the content against `id`) and decompress an
+    /// object that is not a delta (a delta is [`Stored::Delta`], resolved by the store).
     pub fn read(&self, id: &ObjectId, loc: &Location) -> Result<Vec<u8>> {
+        match self.read_stored(id, loc)? {
+            Stored::Whole(raw) => Ok(raw),
+            Stored::Delta(_) => Err(self.bad(id, loc, "is a delta, read without its base")),
+        }
+    }
+
+    fn bad(&self, id: &ObjectId, loc: &Location, why: &str) -> StoreError {
+        StoreError::corrupt(format!(
+            "object {} in pack {:016x} at offset {}: {why}",
+            id.hex(),
+            loc.pack,
+            loc.offset
+        ))
+    }
+
+    /// Read and check a record (CRC, header against the index); a whole object is
+    /// decompressed and checked against `id`, a delta is returned as stored.
+    pub fn read_stored(&self, id: &ObjectId, loc: &Location) -> Result<Stored> {
         let file = self.file(loc.pack)?;
         let mut rec = vec![0u8; loc.record_len() as usize];
         file.read_exact_at(&mut rec, loc.offset)
             .at(&pack_path(&self.dir, loc.pack))?;
-        let bad = |why: &str| {
-            StoreError::corrupt(format!(
-                "object {} in pack {:016x} at offset {}: {why}",
-                id.hex(),
-                loc.pack,
-                loc.offset
-            ))
-        };
+        let bad = |why: &str| self.bad(id, loc, why);
         let body_end = rec.len() - 4;
         let crc = u32::from_le_bytes(rec[body_end..].try_into().map_err(|_| bad("short"))?);
         if crc32c::crc32c(&rec[..body_end]) != crc {
@@ -318,18 +357,21 @@ impl PackReader {
         {
             return Err(bad("record header does not match the index"));
         }
-        let stored = &rec[HEADER_LEN as usize..body_end];
-        let raw = match rec[5] {
-            CODEC_RAW => stored.to_vec(),
+        let codec = rec[5];
+        rec.truncate(body_end);
+        let stored = rec.split_off(HEADER_LEN as usize);
+        let raw = match codec {
+            CODEC_RAW => stored,
             CODEC_ZSTD => {
-                decompress(stored, loc.raw_len as usize).map_err(|_| bad("does not decompress"))?
+                decompress(&stored, loc.raw_len as usize).map_err(|_| bad("does not decompress"))?
             }
+            CODEC_DELTA if loc.kind == ObjectKind::Tree => return Ok(Stored::Delta(stored)),
             _ => return Err(bad("unknown codec")),
         };
         if raw.len() as u64 != loc.raw_len || ObjectId::of(loc.kind, &raw) != *id {
             return Err(bad("content does not match its id"));
         }
-        Ok(raw)
+        Ok(Stored::Whole(raw))
     }
 
     /// The raw record bytes, for copying an object into another store without recompressing.
