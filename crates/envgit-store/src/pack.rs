@@ -383,6 +383,15 @@ impl PackReader {
         Ok(rec)
     }
 
+    /// `len` bytes of a pack from `offset`: a run of whole records (fork copies runs).
+    pub fn read_range(&self, pack: u64, offset: u64, len: u64) -> Result<Vec<u8>> {
+        let file = self.file(pack)?;
+        let mut buf = vec![0u8; len as usize];
+        file.read_exact_at(&mut buf, offset)
+            .at(&pack_path(&self.dir, pack))?;
+        Ok(buf)
+    }
+
     pub fn forget(&self, pack: u64) {
         if let Ok(mut open) = self.open.lock() {
             open.remove(&pack);
@@ -390,7 +399,46 @@ impl PackReader {
     }
 }
 
+/// Check a record copied verbatim: its checksum and that it is the object the index says.
+pub fn check_record(rec: &[u8], id: &ObjectId) -> Result<()> {
+    let bad = |why: &str| StoreError::corrupt(format!("object {}: {why}", id.hex()));
+    let body_end = rec
+        .len()
+        .checked_sub(4)
+        .ok_or_else(|| bad("short record"))?;
+    if body_end < HEADER_LEN as usize {
+        return Err(bad("short record"));
+    }
+    let crc = u32::from_le_bytes(rec[body_end..].try_into().map_err(|_| bad("short"))?);
+    if crc32c::crc32c(&rec[..body_end]) != crc {
+        return Err(bad("checksum mismatch in its pack record"));
+    }
+    if u32::from_le_bytes(rec[0..4].try_into().map_err(|_| bad("short"))?) != MAGIC
+        || rec[20..52] != id.0
+    {
+        return Err(bad("pack record header does not match the index"));
+    }
+    Ok(())
+}
+
 impl PackWriter {
+    /// Append a run of whole records read from another pack verbatim; returns where the run
+    /// starts. A run is never split across packs.
+    pub fn append_run(&mut self, run: &[u8]) -> Result<(u64, u64)> {
+        if self.end >= PACK_TARGET_SIZE {
+            self.sync()?;
+            *self = Self::create(&self.dir)?;
+        }
+        let offset = self.end;
+        if let Err(e) = self.file.write_all_at(run, offset) {
+            let _ = self.file.set_len(offset);
+            return Err(e).at(&self.path);
+        }
+        self.end += run.len() as u64;
+        self.dirty = true;
+        Ok((self.pack, offset))
+    }
+
     /// Append a record read from another pack verbatim (fork, gc compaction).
     pub fn append_record(&mut self, rec: &[u8], template: &Location) -> Result<Location> {
         if self.end >= PACK_TARGET_SIZE {

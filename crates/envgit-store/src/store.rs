@@ -676,15 +676,23 @@ impl Store {
         Ok(true)
     }
 
-    /// Copy a record verbatim from another store (fork): no recompression.
-    pub fn put_record_from(&self, other: &Store, id: &ObjectId) -> Result<()> {
-        if self.has(id) {
-            return Ok(());
+    /// Copy the records of `ids` from another store verbatim (fork): records adjacent in its
+    /// packs are copied as runs, one read and one write each, every record's checksum and id
+    /// checked on the way.
+    pub(crate) fn copy_records_from(&self, other: &Store, ids: &[ObjectId]) -> Result<()> {
+        /// A run is copied through a buffer this big at most.
+        const RUN_MAX: u64 = 8 << 20;
+        let mut locs = Vec::with_capacity(ids.len());
+        for id in ids {
+            if self.has(id) {
+                continue;
+            }
+            let loc = other
+                .location(id)
+                .ok_or_else(|| StoreError::corrupt(format!("object {} is missing", id.hex())))?;
+            locs.push((*id, loc));
         }
-        let loc = other
-            .location(id)
-            .ok_or_else(|| StoreError::corrupt(format!("object {} is missing", id.hex())))?;
-        let rec = other.reader.read_record(&loc)?;
+        locs.sort_unstable_by_key(|(_, l)| (l.pack, l.offset));
         let mut writer = self
             .writer
             .lock()
@@ -692,12 +700,56 @@ impl Store {
         if writer.is_none() {
             *writer = Some(self.acquire_pack()?);
         }
-        if let Some(w) = writer.as_mut() {
-            let new_loc = w.append_record(&rec, &loc)?;
-            self.pending
-                .lock()
-                .map_err(|_| StoreError::corrupt("poisoned"))?
-                .insert(*id, new_loc);
+        let Some(w) = writer.as_mut() else {
+            return Err(StoreError::corrupt("no pack writer"));
+        };
+        let mut pending = self
+            .pending
+            .lock()
+            .map_err(|_| StoreError::corrupt("poisoned"))?;
+        let mut i = 0;
+        while i < locs.len() {
+            let (start, first) = (i, locs[i].1);
+            let mut end = first.end();
+            i += 1;
+            while i < locs.len()
+                && locs[i].1.pack == first.pack
+                && locs[i].1.offset == end
+                && locs[i].1.end() - first.offset <= RUN_MAX
+            {
+                end = locs[i].1.end();
+                i += 1;
+            }
+            let run = other
+                .reader
+                .read_range(first.pack, first.offset, end - first.offset)?;
+            for (id, l) in &locs[start..i] {
+                let at = (l.offset - first.offset) as usize;
+                pack::check_record(&run[at..at + l.record_len() as usize], id)?;
+            }
+            let (pack, offset) = w.append_run(&run)?;
+            for (id, l) in &locs[start..i] {
+                let loc = Location {
+                    pack,
+                    offset: offset + (l.offset - first.offset),
+                    ..*l
+                };
+                pending.insert(*id, loc);
+            }
+        }
+        Ok(())
+    }
+
+    /// Make the objects added so far durable (the commit does it too; fork does it early,
+    /// while it writes files).
+    pub(crate) fn sync_objects(&self) -> Result<()> {
+        if let Some(w) = self
+            .writer
+            .lock()
+            .map_err(|_| StoreError::corrupt("poisoned"))?
+            .as_mut()
+        {
+            w.sync()?;
         }
         Ok(())
     }
