@@ -38,6 +38,9 @@ pub struct Location {
     pub stored_len: u32,
     pub raw_len: u64,
     pub kind: ObjectKind,
+    /// Stored as a delta against another object ([`CODEC_DELTA`]); the journal says so, so
+    /// finding the bases live deltas need reads only the deltas' records.
+    pub delta: bool,
 }
 
 impl Location {
@@ -266,6 +269,7 @@ impl PackWriter {
             stored_len: obj.stored.len() as u32,
             raw_len: obj.raw_len,
             kind: obj.kind,
+            delta: obj.codec == CODEC_DELTA,
         })
     }
 

@@ -45,14 +45,14 @@ pub fn collect(store: &Store, tree: &ObjectId, seen: &mut HashSet<ObjectId>) -> 
 /// stored whole), as records only: what a base tree names is not made live by it. gc keeps
 /// these records, fork copies them.
 pub fn add_delta_bases(store: &Store, live: &mut HashSet<ObjectId>) -> Result<()> {
-    let trees: Vec<ObjectId> = live
+    let deltas: Vec<ObjectId> = live
         .iter()
-        .filter(|id| store.location(id).map(|l| l.kind) == Some(ObjectKind::Tree))
+        .filter(|id| store.location(id).is_some_and(|l| l.delta))
         .copied()
         .collect();
     let mut bases: HashSet<ObjectId> = HashSet::new();
-    for tree in trees {
-        let mut cur = tree;
+    for delta in deltas {
+        let mut cur = delta;
         // Chains are bounded (delta::MAX_CHAIN); `bases` stops a walk where another began.
         while let Some(base) = store.delta_base(&cur)? {
             if live.contains(&base) {

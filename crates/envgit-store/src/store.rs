@@ -468,7 +468,7 @@ impl Store {
         let Some(loc) = self.location(id) else {
             return Ok(None);
         };
-        if loc.kind != ObjectKind::Tree {
+        if !loc.delta {
             return Ok(None);
         }
         match self.reader.read_stored(id, &loc)? {
