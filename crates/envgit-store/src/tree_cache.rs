@@ -8,8 +8,9 @@ use std::sync::{Arc, Mutex};
 
 use crate::id::ObjectId;
 
-/// Bytes of trees kept: the trees on ~1,000 steps' worth of edited paths at 100,000 files.
-const BUDGET: usize = 32 << 20;
+/// Bytes of trees kept: the edited paths of a few hundred steps at 100,000 files, and small
+/// beside the supervisor's memory goal (64 MiB at 100,000 files).
+const BUDGET: usize = 8 << 20;
 
 #[derive(Default)]
 pub struct TreeCache {
