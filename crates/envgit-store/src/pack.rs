@@ -362,8 +362,10 @@ impl PackReader {
             return Err(bad("record header does not match the index"));
         }
         let codec = rec[5];
-        rec.truncate(body_end);
-        let stored = rec.split_off(HEADER_LEN as usize);
+        // The stored bytes, moved to the front of the buffer they were read into.
+        rec.copy_within(HEADER_LEN as usize..body_end, 0);
+        rec.truncate(body_end - HEADER_LEN as usize);
+        let stored = rec;
         let raw = match codec {
             CODEC_RAW => stored,
             CODEC_ZSTD => {

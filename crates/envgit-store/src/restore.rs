@@ -72,6 +72,8 @@ struct Ctx<'a> {
     /// `(uid, gid)` to give what is created: set when envgit runs as root and the root of the
     /// restore belongs to another user.
     owner: Option<(u32, u32)>,
+    /// The umask when a fresh restore began: files whose mode it leaves alone need no chmod.
+    umask: Option<u32>,
 }
 
 /// Permission bits only: never setuid, setgid or sticky from a tree entry.
@@ -116,6 +118,7 @@ pub(crate) fn restore_trees(
         store,
         owner: foreign_owner(root),
         fresh: current.is_none(),
+        umask: if current.is_none() { umask() } else { None },
         opts,
         touched: Mutex::default(),
         kept: Mutex::default(),
@@ -456,18 +459,23 @@ impl Ctx<'_> {
         t: &TreeEntry,
     ) -> Result<()> {
         if self.fresh {
+            // Created with its final mode (a new directory: nothing to hide while it is
+            // written), so the umask alone decides whether a chmod is needed.
+            let mode = t.mode & MODE_BITS;
             let fd = rustix::fs::openat(
                 dir,
                 name,
                 OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-                Mode::from_raw_mode(0o600),
+                Mode::from_raw_mode(mode),
             )
             .at(&io_at(rel))?;
             let file = File::from(fd);
             self.fchown_new(&file, rel)?;
             self.fill(&file, rel, t)?;
-            return rustix::fs::fchmod(&file, Mode::from_raw_mode(t.mode & MODE_BITS))
-                .at(&io_at(rel));
+            if self.umask.is_none_or(|u| mode & u != 0) {
+                rustix::fs::fchmod(&file, Mode::from_raw_mode(mode)).at(&io_at(rel))?;
+            }
+            return Ok(());
         }
         let tmp = tmp_name();
         let fd = rustix::fs::openat(
@@ -548,6 +556,14 @@ fn write_sparse(file: &File, offset: u64, buf: &[u8]) -> std::io::Result<Option<
         last_end = Some(offset + buf.len() as u64);
     }
     Ok(last_end)
+}
+
+/// The process's umask, from `/proc/self/status` (reading it with `umask(2)` means setting
+/// it, which races with other threads); `None` if it cannot be read.
+fn umask() -> Option<u32> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find_map(|l| l.strip_prefix("Umask:"))?;
+    u32::from_str_radix(line.trim(), 8).ok()
 }
 
 fn tmp_name() -> std::ffi::CString {

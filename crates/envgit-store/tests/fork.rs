@@ -40,6 +40,11 @@ fn project(root: &Path) {
     std::fs::write(root.join("owner-exec"), "x").unwrap();
     set_mode(&root.join("owner-exec"), 0o700);
     std::fs::write(root.join("empty-file"), "").unwrap();
+    // Modes the umask would narrow at creation.
+    std::fs::write(root.join("world-writable"), "w").unwrap();
+    set_mode(&root.join("world-writable"), 0o666);
+    std::fs::write(root.join("group-exec"), "g").unwrap();
+    set_mode(&root.join("group-exec"), 0o775);
     symlink("run.sh", root.join("link-to-file")).unwrap();
     symlink("d00", root.join("link-to-dir")).unwrap();
     symlink("/nonexistent/target", root.join("dangling")).unwrap();
