@@ -43,13 +43,15 @@ pub fn fork(
     let store = Store::create(new_store_dir, &canonical)?;
     let mut needed = HashSet::new();
     reach::collect(origin, &tree, &mut needed)?;
-    let mut ids: Vec<ObjectId> = needed.into_iter().collect();
-    ids.sort_by_key(|id| origin.index().get(id).map(|l| (l.pack, l.offset)));
-    for id in &ids {
-        store.put_record_from(origin, id)?;
-    }
-    if let Some((name, content)) = opts.replace_root_file {
-        tree = replace_root_file(&store, &tree, name, content)?;
+    reach::add_delta_bases(origin, &mut needed)?;
+    let ids: Vec<ObjectId> = needed.into_iter().collect();
+    // The files are written from the origin's store while its objects are copied into the new
+    // one (and made durable): the two overlap. A root file that is replaced is left out and
+    // written once the new store has its content.
+    let origin_root = origin.read_tree(&tree)?;
+    let mut first_pass = origin_root.clone();
+    if let Some((name, _)) = opts.replace_root_file {
+        first_pass.entries.retain(|e| e.name != name.as_bytes());
     }
     let root = crate::beneath::open_root(&canonical).at(&canonical)?;
     let restore_opts = RestoreOptions {
@@ -57,7 +59,30 @@ pub fn fork(
         protected: &[],
     };
     use std::os::fd::AsFd;
-    restore::restore(&store, root.as_fd(), None, &tree, &restore_opts)?;
+    let (copied, written) = rayon::join(
+        || -> Result<ObjectId> {
+            store.copy_records_from(origin, &ids)?;
+            let tree = match opts.replace_root_file {
+                Some((name, content)) => replace_root_file(&store, &tree, name, content)?,
+                None => tree,
+            };
+            store.sync_objects()?;
+            Ok(tree)
+        },
+        || restore::restore_trees(origin, root.as_fd(), None, &first_pass, &restore_opts),
+    );
+    written?;
+    tree = copied?;
+    if opts.replace_root_file.is_some() {
+        let new_root = store.read_tree(&tree)?;
+        restore::restore_trees(
+            &store,
+            root.as_fd(),
+            Some(&first_pass),
+            &new_root,
+            &restore_opts,
+        )?;
+    }
     let draft = StepDraft {
         kind: Some(StepKind::Fork),
         started_at_ms: started,

@@ -183,6 +183,9 @@ fn live_set(store: &Store, steps: &[crate::step::Step]) -> Result<HashSet<Object
             reach::collect(store, &t, &mut live)?;
         }
     }
+    // Delta bases stay (never their contents): gc keeps every base a live delta needs rather
+    // than rewriting deltas whole, so compaction still copies records verbatim.
+    reach::add_delta_bases(store, &mut live)?;
     Ok(live)
 }
 

@@ -90,5 +90,6 @@ fn graft_in(
         (Err(i), Some(e)) => t.entries.insert(i, e),
         (Err(_), None) => {}
     }
-    store.put(ObjectKind::Tree, &t.encode())
+    // The step's own tree is the grafted one's previous version: store only the difference.
+    store.put_tree(&t, tree)
 }

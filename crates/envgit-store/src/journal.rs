@@ -19,6 +19,8 @@ use crate::step::Step;
 const MAGIC: u32 = 0x4547_4a31; // "EGJ1"
 const FRAME_OVERHEAD: u64 = 4 + 1 + 4 + 4;
 const ENTRY_LEN: usize = 32 + 1 + 8 + 8 + 4 + 8;
+/// Set in an entry's kind byte when the object is stored as a delta (store format 2).
+const DELTA_BIT: u8 = 0x80;
 /// A frame this large is garbage, not a record.
 const MAX_FRAME: u32 = 1 << 30;
 
@@ -33,7 +35,7 @@ pub fn encode_objects(entries: &[(ObjectId, Location)]) -> Vec<u8> {
     let mut payload = Vec::with_capacity(entries.len() * ENTRY_LEN);
     for (id, loc) in entries {
         payload.extend_from_slice(&id.0);
-        payload.push(loc.kind as u8);
+        payload.push(loc.kind as u8 | if loc.delta { DELTA_BIT } else { 0 });
         payload.extend_from_slice(&loc.pack.to_le_bytes());
         payload.extend_from_slice(&loc.offset.to_le_bytes());
         payload.extend_from_slice(&loc.stored_len.to_le_bytes());
@@ -69,7 +71,7 @@ fn decode_objects(payload: &[u8]) -> Result<Vec<(ObjectId, Location)>> {
     for e in payload.chunks_exact(ENTRY_LEN) {
         let mut id = [0u8; 32];
         id.copy_from_slice(&e[..32]);
-        let kind = ObjectKind::from_byte(e[32])
+        let kind = ObjectKind::from_byte(e[32] & !DELTA_BIT)
             .ok_or_else(|| StoreError::corrupt("journal names an unknown object kind"))?;
         let u64_at = |i: usize| {
             let mut b = [0u8; 8];
@@ -86,6 +88,7 @@ fn decode_objects(payload: &[u8]) -> Result<Vec<(ObjectId, Location)>> {
                 offset: u64_at(41),
                 stored_len: u32::from_le_bytes(len),
                 raw_len: u64_at(53),
+                delta: e[32] & DELTA_BIT != 0,
             },
         ));
     }

@@ -7,6 +7,7 @@
 mod beneath;
 mod budget;
 mod chunk;
+mod delta;
 mod diff;
 mod dirty;
 mod error;
@@ -30,6 +31,7 @@ mod stat_index;
 mod step;
 mod store;
 mod tree;
+mod tree_cache;
 mod watch;
 mod worktree;
 

@@ -3,7 +3,8 @@
 //! interleave and a crashed writer's lock is released by the kernel.
 //!
 //! Record: `magic u32 | kind u8 | codec u8 | 0u16 | stored_len u32 | raw_len u64 | id [32] |
-//! stored bytes | crc32c u32` (the CRC covers header and bytes).
+//! stored bytes | crc32c u32` (the CRC covers header and bytes). Codecs: raw, zstd, and (trees
+//! only, store format 2) a zstd delta against another tree ([`crate::delta`]).
 
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
@@ -26,6 +27,8 @@ const ZSTD_LEVEL: i32 = 1;
 
 const CODEC_RAW: u8 = 0;
 const CODEC_ZSTD: u8 = 1;
+/// A tree stored as a delta against another tree: the store resolves it ([`crate::delta`]).
+pub const CODEC_DELTA: u8 = 2;
 
 /// Where an object lives.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -35,6 +38,9 @@ pub struct Location {
     pub stored_len: u32,
     pub raw_len: u64,
     pub kind: ObjectKind,
+    /// Stored as a delta against another object ([`CODEC_DELTA`]); the journal says so, so
+    /// finding the bases live deltas need reads only the deltas' records.
+    pub delta: bool,
 }
 
 impl Location {
@@ -101,6 +107,22 @@ impl EncodedObject {
     /// Bytes its record takes in a pack.
     pub fn record_len(&self) -> u64 {
         HEADER_LEN + self.stored.len() as u64 + 4
+    }
+
+    /// Bytes its content takes in a pack (compressed, or the delta).
+    pub fn stored_len(&self) -> usize {
+        self.stored.len()
+    }
+
+    /// A tree stored as a delta: `stored` is what [`crate::delta::encode`] made.
+    pub fn delta(id: ObjectId, raw_len: usize, stored: Vec<u8>) -> Self {
+        Self {
+            id,
+            kind: ObjectKind::Tree,
+            raw_len: raw_len as u64,
+            codec: CODEC_DELTA,
+            stored,
+        }
     }
 
     pub fn encode(kind: ObjectKind, id: ObjectId, raw: &[u8]) -> Self {
@@ -247,6 +269,7 @@ impl PackWriter {
             stored_len: obj.stored.len() as u32,
             raw_len: obj.raw_len,
             kind: obj.kind,
+            delta: obj.codec == CODEC_DELTA,
         })
     }
 
@@ -262,6 +285,14 @@ impl PackWriter {
     pub fn pack(&self) -> u64 {
         self.pack
     }
+}
+
+/// What a record holds, once its checksum and header are checked.
+pub enum Stored {
+    /// The object's bytes, checked against its id.
+    Whole(Vec<u8>),
+    /// The stored bytes of a tree delta ([`crate::delta::Delta::parse`]), not yet resolved.
+    Delta(Vec<u8>),
 }
 
 /// Reads records by location, keeping pack files open.
@@ -293,20 +324,32 @@ impl PackReader {
         Ok(f)
     }
 
-    /// Read, check (CRC, kind, and BLAKE3 of the content against `id`) and decompress.
+    /// Read, check (CRC, kind, and BLAKE3 of the content against `id`) and decompress an
+    /// object that is not a delta (a delta is [`Stored::Delta`], resolved by the store).
     pub fn read(&self, id: &ObjectId, loc: &Location) -> Result<Vec<u8>> {
+        match self.read_stored(id, loc)? {
+            Stored::Whole(raw) => Ok(raw),
+            Stored::Delta(_) => Err(self.bad(id, loc, "is a delta, read without its base")),
+        }
+    }
+
+    fn bad(&self, id: &ObjectId, loc: &Location, why: &str) -> StoreError {
+        StoreError::corrupt(format!(
+            "object {} in pack {:016x} at offset {}: {why}",
+            id.hex(),
+            loc.pack,
+            loc.offset
+        ))
+    }
+
+    /// Read and check a record (CRC, header against the index); a whole object is
+    /// decompressed and checked against `id`, a delta is returned as stored.
+    pub fn read_stored(&self, id: &ObjectId, loc: &Location) -> Result<Stored> {
         let file = self.file(loc.pack)?;
         let mut rec = vec![0u8; loc.record_len() as usize];
         file.read_exact_at(&mut rec, loc.offset)
             .at(&pack_path(&self.dir, loc.pack))?;
-        let bad = |why: &str| {
-            StoreError::corrupt(format!(
-                "object {} in pack {:016x} at offset {}: {why}",
-                id.hex(),
-                loc.pack,
-                loc.offset
-            ))
-        };
+        let bad = |why: &str| self.bad(id, loc, why);
         let body_end = rec.len() - 4;
         let crc = u32::from_le_bytes(rec[body_end..].try_into().map_err(|_| bad("short"))?);
         if crc32c::crc32c(&rec[..body_end]) != crc {
@@ -318,18 +361,23 @@ impl PackReader {
         {
             return Err(bad("record header does not match the index"));
         }
-        let stored = &rec[HEADER_LEN as usize..body_end];
-        let raw = match rec[5] {
-            CODEC_RAW => stored.to_vec(),
+        let codec = rec[5];
+        // The stored bytes, moved to the front of the buffer they were read into.
+        rec.copy_within(HEADER_LEN as usize..body_end, 0);
+        rec.truncate(body_end - HEADER_LEN as usize);
+        let stored = rec;
+        let raw = match codec {
+            CODEC_RAW => stored,
             CODEC_ZSTD => {
-                decompress(stored, loc.raw_len as usize).map_err(|_| bad("does not decompress"))?
+                decompress(&stored, loc.raw_len as usize).map_err(|_| bad("does not decompress"))?
             }
+            CODEC_DELTA if loc.kind == ObjectKind::Tree => return Ok(Stored::Delta(stored)),
             _ => return Err(bad("unknown codec")),
         };
         if raw.len() as u64 != loc.raw_len || ObjectId::of(loc.kind, &raw) != *id {
             return Err(bad("content does not match its id"));
         }
-        Ok(raw)
+        Ok(Stored::Whole(raw))
     }
 
     /// The raw record bytes, for copying an object into another store without recompressing.
@@ -341,6 +389,15 @@ impl PackReader {
         Ok(rec)
     }
 
+    /// `len` bytes of a pack from `offset`: a run of whole records (fork copies runs).
+    pub fn read_range(&self, pack: u64, offset: u64, len: u64) -> Result<Vec<u8>> {
+        let file = self.file(pack)?;
+        let mut buf = vec![0u8; len as usize];
+        file.read_exact_at(&mut buf, offset)
+            .at(&pack_path(&self.dir, pack))?;
+        Ok(buf)
+    }
+
     pub fn forget(&self, pack: u64) {
         if let Ok(mut open) = self.open.lock() {
             open.remove(&pack);
@@ -348,7 +405,46 @@ impl PackReader {
     }
 }
 
+/// Check a record copied verbatim: its checksum and that it is the object the index says.
+pub fn check_record(rec: &[u8], id: &ObjectId) -> Result<()> {
+    let bad = |why: &str| StoreError::corrupt(format!("object {}: {why}", id.hex()));
+    let body_end = rec
+        .len()
+        .checked_sub(4)
+        .ok_or_else(|| bad("short record"))?;
+    if body_end < HEADER_LEN as usize {
+        return Err(bad("short record"));
+    }
+    let crc = u32::from_le_bytes(rec[body_end..].try_into().map_err(|_| bad("short"))?);
+    if crc32c::crc32c(&rec[..body_end]) != crc {
+        return Err(bad("checksum mismatch in its pack record"));
+    }
+    if u32::from_le_bytes(rec[0..4].try_into().map_err(|_| bad("short"))?) != MAGIC
+        || rec[20..52] != id.0
+    {
+        return Err(bad("pack record header does not match the index"));
+    }
+    Ok(())
+}
+
 impl PackWriter {
+    /// Append a run of whole records read from another pack verbatim; returns where the run
+    /// starts. A run is never split across packs.
+    pub fn append_run(&mut self, run: &[u8]) -> Result<(u64, u64)> {
+        if self.end >= PACK_TARGET_SIZE {
+            self.sync()?;
+            *self = Self::create(&self.dir)?;
+        }
+        let offset = self.end;
+        if let Err(e) = self.file.write_all_at(run, offset) {
+            let _ = self.file.set_len(offset);
+            return Err(e).at(&self.path);
+        }
+        self.end += run.len() as u64;
+        self.dirty = true;
+        Ok((self.pack, offset))
+    }
+
     /// Append a record read from another pack verbatim (fork, gc compaction).
     pub fn append_record(&mut self, rec: &[u8], template: &Location) -> Result<Location> {
         if self.end >= PACK_TARGET_SIZE {

@@ -40,3 +40,31 @@ pub fn collect(store: &Store, tree: &ObjectId, seen: &mut HashSet<ObjectId>) -> 
     }
     Ok(())
 }
+
+/// Add to `live` the delta bases its trees need to be read (each base's chain down to a tree
+/// stored whole), as records only: what a base tree names is not made live by it. gc keeps
+/// these records, fork copies them.
+pub fn add_delta_bases(store: &Store, live: &mut HashSet<ObjectId>) -> Result<()> {
+    let deltas: Vec<ObjectId> = live
+        .iter()
+        .filter(|id| store.location(id).is_some_and(|l| l.delta))
+        .copied()
+        .collect();
+    let mut bases: HashSet<ObjectId> = HashSet::new();
+    for delta in deltas {
+        let mut cur = delta;
+        // Chains are bounded (delta::MAX_CHAIN); `bases` stops a walk where another began.
+        while let Some(base) = store.delta_base(&cur)? {
+            if live.contains(&base) {
+                // A live tree: its own walk (in this loop) covers its chain.
+                break;
+            }
+            if !bases.insert(base) {
+                break;
+            }
+            cur = base;
+        }
+    }
+    live.extend(bases);
+    Ok(())
+}

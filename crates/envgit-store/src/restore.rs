@@ -72,6 +72,8 @@ struct Ctx<'a> {
     /// `(uid, gid)` to give what is created: set when envgit runs as root and the root of the
     /// restore belongs to another user.
     owner: Option<(u32, u32)>,
+    /// The umask when a fresh restore began: files whose mode it leaves alone need no chmod.
+    umask: Option<u32>,
 }
 
 /// Permission bits only: never setuid, setgid or sticky from a tree entry.
@@ -95,10 +97,28 @@ pub fn restore(
     target: &ObjectId,
     opts: &RestoreOptions<'_>,
 ) -> Result<RestoreReport> {
+    let cur = match current {
+        Some(id) => Some(store.read_tree(id)?),
+        None => None,
+    };
+    let tgt = store.read_tree(target)?;
+    restore_trees(store, root, cur.as_ref(), &tgt, opts)
+}
+
+/// [`restore`] with the root trees given: `current` `None` writes `target` into an empty
+/// directory (fork), one directory per task, in parallel.
+pub(crate) fn restore_trees(
+    store: &Store,
+    root: BorrowedFd<'_>,
+    current: Option<&Tree>,
+    target: &Tree,
+    opts: &RestoreOptions<'_>,
+) -> Result<RestoreReport> {
     let ctx = Ctx {
         store,
         owner: foreign_owner(root),
         fresh: current.is_none(),
+        umask: if current.is_none() { umask() } else { None },
         opts,
         touched: Mutex::default(),
         kept: Mutex::default(),
@@ -106,13 +126,11 @@ pub fn restore(
         written: AtomicU64::new(0),
         removed: AtomicU64::new(0),
     };
-    let cur = match current {
-        Some(id) => store.read_tree(id)?,
-        None => Tree::default(),
-    };
-    let tgt = store.read_tree(target)?;
     let dir = beneath::open_dir_beneath(root, b"").at(&PathBuf::from("."))?;
-    ctx.walk(dir.as_fd(), &cur, &tgt)?;
+    match current {
+        Some(cur) => ctx.walk(dir.as_fd(), cur, target)?,
+        None => ctx.walk_fresh(dir.as_fd(), target)?,
+    }
     Ok(RestoreReport {
         touched_dirs: ctx.touched.into_inner().unwrap_or_default(),
         written: ctx.written.load(Ordering::Relaxed),
@@ -216,6 +234,58 @@ impl Ctx<'_> {
             frames.push((sub, 0));
         }
         Ok(())
+    }
+
+    /// Write `tgt` into the empty directory `root`: each directory is one task, which creates
+    /// its entries and hands its subdirectories to new tasks, so directories are written in
+    /// parallel. A task opens its directory from `root` beneath-only (no symlink followed) and
+    /// holds that one descriptor while it runs; tasks wait in a queue, not on a stack, so any
+    /// depth costs neither stack nor descriptors. The first error stops the rest.
+    fn walk_fresh(&self, root: BorrowedFd<'_>, tgt: &Tree) -> Result<()> {
+        let first = self.dir(root, b"", &Tree::default(), tgt)?;
+        let failed: Mutex<Option<StoreError>> = Mutex::new(None);
+        rayon::scope(|s| {
+            for (rel, _, id) in first {
+                self.spawn_fresh(s, root, rel, id, &failed);
+            }
+        });
+        match failed.into_inner() {
+            Ok(None) => Ok(()),
+            Ok(Some(e)) => Err(e),
+            Err(_) => Err(StoreError::corrupt("poisoned")),
+        }
+    }
+
+    fn spawn_fresh<'s>(
+        &'s self,
+        s: &rayon::Scope<'s>,
+        root: BorrowedFd<'s>,
+        rel: Vec<u8>,
+        id: ObjectId,
+        failed: &'s Mutex<Option<StoreError>>,
+    ) {
+        s.spawn(move |s| {
+            if failed.lock().map_or(true, |f| f.is_some()) {
+                return;
+            }
+            let written = (|| {
+                let fd = beneath::open_dir_rel(root, &rel).map_err(|e| stale(e, &rel))?;
+                let tree = self.store.read_tree(&id)?;
+                self.dir(fd.as_fd(), &rel, &Tree::default(), &tree)
+            })();
+            match written {
+                Ok(subdirs) => {
+                    for (rel, _, id) in subdirs {
+                        self.spawn_fresh(s, root, rel, id, failed);
+                    }
+                }
+                Err(e) => {
+                    if let Ok(mut f) = failed.lock() {
+                        f.get_or_insert(e);
+                    }
+                }
+            }
+        });
     }
 
     /// Bring one directory's entries in line; returns the subdirectories to descend into.
@@ -389,18 +459,23 @@ impl Ctx<'_> {
         t: &TreeEntry,
     ) -> Result<()> {
         if self.fresh {
+            // Created with its final mode (a new directory: nothing to hide while it is
+            // written), so the umask alone decides whether a chmod is needed.
+            let mode = t.mode & MODE_BITS;
             let fd = rustix::fs::openat(
                 dir,
                 name,
                 OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-                Mode::from_raw_mode(0o600),
+                Mode::from_raw_mode(mode),
             )
             .at(&io_at(rel))?;
             let file = File::from(fd);
             self.fchown_new(&file, rel)?;
             self.fill(&file, rel, t)?;
-            return rustix::fs::fchmod(&file, Mode::from_raw_mode(t.mode & MODE_BITS))
-                .at(&io_at(rel));
+            if self.umask.is_none_or(|u| mode & u != 0) {
+                rustix::fs::fchmod(&file, Mode::from_raw_mode(mode)).at(&io_at(rel))?;
+            }
+            return Ok(());
         }
         let tmp = tmp_name();
         let fd = rustix::fs::openat(
@@ -430,13 +505,19 @@ impl Ctx<'_> {
     /// (a 96 MiB disk image with a few KiB of data costs a few KiB, not 96 MiB).
     fn fill(&self, file: &File, rel: &[u8], t: &TreeEntry) -> Result<()> {
         let mut pos: u64 = 0;
+        let mut written_end: u64 = 0;
         self.store.read_file_into(&t.id, &mut |b| {
-            write_sparse(file, pos, b).at(&io_at(rel))?;
+            if let Some(end) = write_sparse(file, pos, b).at(&io_at(rel))? {
+                written_end = end;
+            }
             pos += b.len() as u64;
             Ok(())
         })?;
         // Trailing zeros were skipped: the length makes them a hole at the end.
-        file.set_len(pos).at(&io_at(rel))
+        if written_end < pos {
+            file.set_len(pos).at(&io_at(rel))?;
+        }
+        Ok(())
     }
 }
 
@@ -445,10 +526,12 @@ const HOLE_BLOCK: usize = 4096;
 static ZEROS: [u8; HOLE_BLOCK] = [0; HOLE_BLOCK];
 
 /// Write `buf` at `offset` of a file that is all hole beyond what was written: blocks of
-/// zeros are skipped, runs of other blocks are written with one call each.
-fn write_sparse(file: &File, offset: u64, buf: &[u8]) -> std::io::Result<()> {
+/// zeros are skipped, runs of other blocks are written with one call each. Returns the end
+/// of the last run written, if any.
+fn write_sparse(file: &File, offset: u64, buf: &[u8]) -> std::io::Result<Option<u64>> {
     use std::os::unix::fs::FileExt;
     let mut run_start: Option<usize> = None;
+    let mut last_end = None;
     let mut i = 0;
     while i < buf.len() {
         // Blocks aligned to the file offset, so a skipped block is a whole filesystem block.
@@ -460,6 +543,7 @@ fn write_sparse(file: &File, offset: u64, buf: &[u8]) -> std::io::Result<()> {
         match (zero, run_start) {
             (true, Some(s)) => {
                 file.write_all_at(&buf[s..i], offset + s as u64)?;
+                last_end = Some(offset + i as u64);
                 run_start = None;
             }
             (false, None) => run_start = Some(i),
@@ -469,8 +553,17 @@ fn write_sparse(file: &File, offset: u64, buf: &[u8]) -> std::io::Result<()> {
     }
     if let Some(s) = run_start {
         file.write_all_at(&buf[s..], offset + s as u64)?;
+        last_end = Some(offset + buf.len() as u64);
     }
-    Ok(())
+    Ok(last_end)
+}
+
+/// The process's umask, from `/proc/self/status` (reading it with `umask(2)` means setting
+/// it, which races with other threads); `None` if it cannot be read.
+fn umask() -> Option<u32> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find_map(|l| l.strip_prefix("Umask:"))?;
+    u32::from_str_radix(line.trim(), 8).ok()
 }
 
 fn tmp_name() -> std::ffi::CString {

@@ -7,21 +7,30 @@ use std::fs::{DirBuilder, OpenOptions};
 use std::io::Write;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU32, Ordering};
 
 use crate::budget::Reservation;
+use crate::delta::{self, Delta};
 use crate::diff;
 use crate::error::{IoContext, Result, StoreError};
 use crate::id::{ObjectId, ObjectKind};
 use crate::journal;
 use crate::lock::{Flock, StepGuard};
-use crate::pack::{self, EncodedObject, Location, PackReader, PackWriter};
+use crate::pack::{self, EncodedObject, Location, PackReader, PackWriter, Stored};
 use crate::step::{
     ChangeCounts, MAX_RECORDED_CHANGES, Step, StepDraft, StepFlag, StepKind, now_ms,
 };
 use crate::tree::Tree;
+use crate::tree_cache::TreeCache;
 
-const FORMAT: u32 = 1;
+/// Format 2 adds trees stored as deltas ([`crate::delta`]); everything else is as in format 1,
+/// so a format-1 store opens as it is and becomes format 2 when its first delta is written
+/// (an older envgit then refuses it by its format instead of misreading it).
+const FORMAT: u32 = 2;
+const OLDEST_FORMAT: u32 = 1;
+const FIRST_DELTA_FORMAT: u32 = 2;
 
 /// `$ENVGIT_HOME`, else `$XDG_DATA_HOME/envgit`, else `~/.local/share/envgit`.
 pub fn envgit_home() -> Result<PathBuf> {
@@ -70,6 +79,10 @@ struct StoreMeta {
 pub struct Store {
     dir: PathBuf,
     project: PathBuf,
+    created_ms: u64,
+    /// The format in store.json (raised to [`FIRST_DELTA_FORMAT`] by the first delta written).
+    format: AtomicU32,
+    trees: TreeCache,
     index: HashMap<ObjectId, Location>,
     steps: Vec<Step>,
     journal_pos: u64,
@@ -148,9 +161,10 @@ impl Store {
         };
         let meta: StoreMeta = serde_json::from_slice(&bytes)
             .map_err(|e| StoreError::corrupt(format!("{}: {e}", meta_path.display())))?;
-        if meta.format != FORMAT {
+        if !(OLDEST_FORMAT..=FORMAT).contains(&meta.format) {
             return Err(StoreError::Refused(format!(
-                "{}: store format {} is not supported by this envgit (format {FORMAT})",
+                "{}: store format {} is not supported by this envgit (formats \
+                 {OLDEST_FORMAT} to {FORMAT}): use a newer envgit",
                 meta_path.display(),
                 meta.format
             )));
@@ -158,6 +172,9 @@ impl Store {
         let mut store = Self {
             dir: dir.to_path_buf(),
             project: meta.project,
+            created_ms: meta.created_ms,
+            format: AtomicU32::new(meta.format),
+            trees: TreeCache::default(),
             index: HashMap::new(),
             steps: Vec::new(),
             journal_pos: 0,
@@ -357,7 +374,118 @@ impl Store {
         let loc = self
             .location(id)
             .ok_or_else(|| StoreError::corrupt(format!("object {} is missing", id.hex())))?;
+        if loc.kind == ObjectKind::Tree {
+            return Ok((loc.kind, self.tree_bytes(id, &loc)?.0.to_vec()));
+        }
         Ok((loc.kind, self.reader.read(id, &loc)?))
+    }
+
+    /// A tree's bytes and its delta depth: from the cache, or read and, if it is a delta,
+    /// resolved down its chain (at most [`delta::MAX_CHAIN`] records) and checked by its id.
+    fn tree_bytes(&self, id: &ObjectId, loc: &Location) -> Result<(Arc<[u8]>, u8)> {
+        if let Some(hit) = self.trees.get(id) {
+            return Ok(hit);
+        }
+        // Down the chain to a tree we have (cached or stored whole), then back up.
+        let mut chain: Vec<(ObjectId, Location, Vec<u8>)> = Vec::new();
+        let (mut id_at, mut loc_at) = (*id, *loc);
+        let (mut raw, mut depth): (Arc<[u8]>, u8) = loop {
+            match self.reader.read_stored(&id_at, &loc_at)? {
+                Stored::Whole(raw) => {
+                    let raw: Arc<[u8]> = raw.into();
+                    self.trees.insert(id_at, raw.clone(), 0);
+                    break (raw, 0);
+                }
+                Stored::Delta(stored) => {
+                    let bad = |why: String| {
+                        StoreError::corrupt(format!(
+                            "tree {} (a delta in pack {:016x} at offset {}): {why}",
+                            id_at.hex(),
+                            loc_at.pack,
+                            loc_at.offset
+                        ))
+                    };
+                    let d = Delta::parse(&stored)
+                        .ok_or_else(|| bad("its delta header does not decode".into()))?;
+                    let expected = chain.last().map(|(_, _, s)| s[32] - 1);
+                    if expected.is_some_and(|e| e != d.depth) {
+                        return Err(bad(format!(
+                            "its depth {} does not follow its successor's",
+                            d.depth
+                        )));
+                    }
+                    let base = d.base;
+                    let depth = d.depth;
+                    chain.push((id_at, loc_at, stored));
+                    if let Some((raw, base_depth)) = self.trees.get(&base) {
+                        if base_depth + 1 != depth {
+                            return Err(bad(format!(
+                                "its depth {depth} does not follow its base's ({base_depth})"
+                            )));
+                        }
+                        break (raw, base_depth);
+                    }
+                    let base_loc = self
+                        .location(&base)
+                        .ok_or_else(|| bad(format!("its delta base {} is missing", base.hex())))?;
+                    if base_loc.kind != ObjectKind::Tree {
+                        return Err(bad(format!("its delta base {} is not a tree", base.hex())));
+                    }
+                    (id_at, loc_at) = (base, base_loc);
+                }
+            }
+        };
+        if chain.last().is_some_and(|(_, _, s)| s[32] != depth + 1) {
+            return Err(StoreError::corrupt(format!(
+                "tree {}: its delta chain does not end at the depth it names",
+                id.hex()
+            )));
+        }
+        while let Some((id_at, loc_at, stored)) = chain.pop() {
+            let bad = |why: &str| {
+                StoreError::corrupt(format!(
+                    "tree {} (a delta in pack {:016x} at offset {}): {why}",
+                    id_at.hex(),
+                    loc_at.pack,
+                    loc_at.offset
+                ))
+            };
+            let d = Delta::parse(&stored).ok_or_else(|| bad("its delta header does not decode"))?;
+            let out = delta::decode(d.frame, &raw, loc_at.raw_len as usize)
+                .map_err(|_| bad("does not decompress against its base"))?;
+            if out.len() as u64 != loc_at.raw_len || ObjectId::of(ObjectKind::Tree, &out) != id_at {
+                return Err(bad("content does not match its id"));
+            }
+            (raw, depth) = (out.into(), d.depth);
+            self.trees.insert(id_at, raw.clone(), depth);
+        }
+        Ok((raw, depth))
+    }
+
+    /// How many deltas deep a tree is stored (0: whole); at most [`delta::MAX_CHAIN`].
+    pub fn tree_depth(&self, id: &ObjectId) -> Result<u8> {
+        let loc = self
+            .location(id)
+            .filter(|l| l.kind == ObjectKind::Tree)
+            .ok_or_else(|| StoreError::corrupt(format!("tree {} is missing", id.hex())))?;
+        Ok(self.tree_bytes(id, &loc)?.1)
+    }
+
+    /// The longest chain of deltas a tree is stored on.
+    pub const MAX_DELTA_CHAIN: u8 = delta::MAX_CHAIN;
+
+    /// The tree `id` is stored as a delta against, if it is a stored delta.
+    pub(crate) fn delta_base(&self, id: &ObjectId) -> Result<Option<ObjectId>> {
+        let Some(loc) = self.location(id) else {
+            return Ok(None);
+        };
+        if !loc.delta {
+            return Ok(None);
+        }
+        match self.reader.read_stored(id, &loc)? {
+            Stored::Whole(_) => Ok(None),
+            Stored::Delta(stored) => Ok(Delta::parse(&stored).map(|d| d.base)),
+        }
     }
 
     pub fn read_tree(&self, id: &ObjectId) -> Result<Tree> {
@@ -439,6 +567,103 @@ impl Store {
         Ok(Some(id))
     }
 
+    /// A directory's tree within a scan's budget, as [`Store::put_within`], stored as a delta
+    /// against `base` (the same directory's previous tree) when that is smaller and the chain
+    /// below `base` is short enough; otherwise whole. A base that is missing or unreadable is
+    /// not used: the tree is stored whole.
+    pub(crate) fn put_tree_within(
+        &self,
+        raw: &[u8],
+        base: Option<&ObjectId>,
+        room: &Reservation<'_>,
+    ) -> Result<Option<ObjectId>> {
+        let id = ObjectId::of(ObjectKind::Tree, raw);
+        if self.has(&id) {
+            return Ok(Some(id));
+        }
+        let (encoded, depth) = self.encode_tree(&id, raw, base)?;
+        let len = encoded.record_len();
+        if !room.charge(len) {
+            return Ok(None);
+        }
+        if !self.append(encoded)? {
+            room.refund(len);
+        }
+        self.trees.insert(id, raw.into(), depth);
+        Ok(Some(id))
+    }
+
+    /// Add a directory's tree, as a delta against `previous` (that directory's last tree)
+    /// when that is smaller; see [`Store::put`].
+    pub fn put_tree(&self, tree: &Tree, previous: Option<&ObjectId>) -> Result<ObjectId> {
+        let raw = tree.encode();
+        let id = ObjectId::of(ObjectKind::Tree, &raw);
+        if self.has(&id) {
+            return Ok(id);
+        }
+        let (encoded, depth) = self.encode_tree(&id, &raw, previous)?;
+        self.append(encoded)?;
+        self.trees.insert(id, raw.into(), depth);
+        Ok(id)
+    }
+
+    /// `raw` encoded as a delta against `base` if that is worth it, else whole; with its depth.
+    fn encode_tree(
+        &self,
+        id: &ObjectId,
+        raw: &[u8],
+        base: Option<&ObjectId>,
+    ) -> Result<(EncodedObject, u8)> {
+        let whole = || (EncodedObject::encode(ObjectKind::Tree, *id, raw), 0);
+        let Some(base) = base.filter(|b| *b != id) else {
+            return Ok(whole());
+        };
+        let Some(base_loc) = self.location(base).filter(|l| l.kind == ObjectKind::Tree) else {
+            return Ok(whole());
+        };
+        let Ok((base_raw, base_depth)) = self.tree_bytes(base, &base_loc) else {
+            return Ok(whole()); // a damaged base: do not build on it
+        };
+        if base_depth >= delta::MAX_CHAIN || !delta::usable_as_base(&base_raw) {
+            return Ok(whole());
+        }
+        let Ok(Some(stored)) = delta::encode(base, base_depth + 1, &base_raw, raw) else {
+            return Ok(whole());
+        };
+        // Most deltas are a few percent of the tree; only compare with the whole encoding
+        // when this one is not.
+        if stored.len() > raw.len() / 4 {
+            let (w, d) = whole();
+            if w.stored_len() <= stored.len() {
+                return Ok((w, d));
+            }
+        }
+        self.allow_deltas()?;
+        Ok((EncodedObject::delta(*id, raw.len(), stored), base_depth + 1))
+    }
+
+    /// Raise a format-1 store to the format that has deltas, once, before its first delta.
+    fn allow_deltas(&self) -> Result<()> {
+        if self.format.load(Ordering::Acquire) >= FIRST_DELTA_FORMAT {
+            return Ok(());
+        }
+        let meta = StoreMeta {
+            format: FIRST_DELTA_FORMAT,
+            project: self.project.clone(),
+            created_ms: self.created_ms,
+        };
+        let bytes =
+            serde_json::to_vec_pretty(&meta).map_err(|e| StoreError::corrupt(e.to_string()))?;
+        pack::write_file_atomic(&self.dir.join("store.json"), &bytes)?;
+        self.format.store(FIRST_DELTA_FORMAT, Ordering::Release);
+        Ok(())
+    }
+
+    /// The format in the store's `store.json`.
+    pub fn format(&self) -> u32 {
+        self.format.load(Ordering::Acquire)
+    }
+
     /// Appends unless the object is there already; true if it was appended.
     fn append(&self, encoded: EncodedObject) -> Result<bool> {
         let mut writer = self
@@ -462,15 +687,23 @@ impl Store {
         Ok(true)
     }
 
-    /// Copy a record verbatim from another store (fork): no recompression.
-    pub fn put_record_from(&self, other: &Store, id: &ObjectId) -> Result<()> {
-        if self.has(id) {
-            return Ok(());
+    /// Copy the records of `ids` from another store verbatim (fork): records adjacent in its
+    /// packs are copied as runs, one read and one write each, every record's checksum and id
+    /// checked on the way.
+    pub(crate) fn copy_records_from(&self, other: &Store, ids: &[ObjectId]) -> Result<()> {
+        /// A run is copied through a buffer this big at most.
+        const RUN_MAX: u64 = 8 << 20;
+        let mut locs = Vec::with_capacity(ids.len());
+        for id in ids {
+            if self.has(id) {
+                continue;
+            }
+            let loc = other
+                .location(id)
+                .ok_or_else(|| StoreError::corrupt(format!("object {} is missing", id.hex())))?;
+            locs.push((*id, loc));
         }
-        let loc = other
-            .location(id)
-            .ok_or_else(|| StoreError::corrupt(format!("object {} is missing", id.hex())))?;
-        let rec = other.reader.read_record(&loc)?;
+        locs.sort_unstable_by_key(|(_, l)| (l.pack, l.offset));
         let mut writer = self
             .writer
             .lock()
@@ -478,12 +711,56 @@ impl Store {
         if writer.is_none() {
             *writer = Some(self.acquire_pack()?);
         }
-        if let Some(w) = writer.as_mut() {
-            let new_loc = w.append_record(&rec, &loc)?;
-            self.pending
-                .lock()
-                .map_err(|_| StoreError::corrupt("poisoned"))?
-                .insert(*id, new_loc);
+        let Some(w) = writer.as_mut() else {
+            return Err(StoreError::corrupt("no pack writer"));
+        };
+        let mut pending = self
+            .pending
+            .lock()
+            .map_err(|_| StoreError::corrupt("poisoned"))?;
+        let mut i = 0;
+        while i < locs.len() {
+            let (start, first) = (i, locs[i].1);
+            let mut end = first.end();
+            i += 1;
+            while i < locs.len()
+                && locs[i].1.pack == first.pack
+                && locs[i].1.offset == end
+                && locs[i].1.end() - first.offset <= RUN_MAX
+            {
+                end = locs[i].1.end();
+                i += 1;
+            }
+            let run = other
+                .reader
+                .read_range(first.pack, first.offset, end - first.offset)?;
+            for (id, l) in &locs[start..i] {
+                let at = (l.offset - first.offset) as usize;
+                pack::check_record(&run[at..at + l.record_len() as usize], id)?;
+            }
+            let (pack, offset) = w.append_run(&run)?;
+            for (id, l) in &locs[start..i] {
+                let loc = Location {
+                    pack,
+                    offset: offset + (l.offset - first.offset),
+                    ..*l
+                };
+                pending.insert(*id, loc);
+            }
+        }
+        Ok(())
+    }
+
+    /// Make the objects added so far durable (the commit does it too; fork does it early,
+    /// while it writes files).
+    pub(crate) fn sync_objects(&self) -> Result<()> {
+        if let Some(w) = self
+            .writer
+            .lock()
+            .map_err(|_| StoreError::corrupt("poisoned"))?
+            .as_mut()
+        {
+            w.sync()?;
         }
         Ok(())
     }

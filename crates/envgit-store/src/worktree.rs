@@ -448,7 +448,7 @@ impl WorkTree {
                         e.entry.id = child.tree;
                     }
                 }
-                state.tree = put_tree(store, &budget, &state.entries)?;
+                state.tree = put_tree(store, &budget, &state.entries, Some(&state.tree))?;
                 self.dirs.insert(rel, state);
                 continue;
             }
@@ -539,12 +539,19 @@ impl WorkTree {
     }
 }
 
-/// Trees are written whatever the budget (a snapshot cannot leave one out), and charged to it.
-fn put_tree(store: &Store, budget: &ScanBudget, entries: &[CachedEntry]) -> Result<ObjectId> {
+/// Trees are written whatever the budget (a snapshot cannot leave one out), and charged to it;
+/// as a delta against `previous`, the directory's last tree, when that is smaller.
+fn put_tree(
+    store: &Store,
+    budget: &ScanBudget,
+    entries: &[CachedEntry],
+    previous: Option<&ObjectId>,
+) -> Result<ObjectId> {
     let tree = Tree {
         entries: entries.iter().map(|e| e.entry.clone()).collect(),
     };
-    forced_put(store, budget, ObjectKind::Tree, &tree.encode())
+    let id = store.put_tree_within(&tree.encode(), previous, &budget.forced())?;
+    id.ok_or_else(|| StoreError::corrupt("a forced write was refused"))
 }
 
 fn forced_put(
@@ -714,7 +721,8 @@ impl Ctx<'_> {
                 }
             }
         }
-        let tree = put_tree(self.store, self.budget, &entries)?;
+        let previous = self.prev.get(rel).map(|d| d.tree);
+        let tree = put_tree(self.store, self.budget, &entries, previous.as_ref())?;
         Ok(DirState {
             tree,
             stamp_ns: self.started,
@@ -770,7 +778,8 @@ impl Ctx<'_> {
             let Some(done) = frames.pop() else {
                 return Err(StoreError::corrupt("scan stack underflow"));
             };
-            let tree = put_tree(self.store, self.budget, &done.entries)?;
+            let previous = self.prev.get(&done.rel).map(|d| d.tree);
+            let tree = put_tree(self.store, self.budget, &done.entries, previous.as_ref())?;
             let state = DirState {
                 tree,
                 stamp_ns: self.started,

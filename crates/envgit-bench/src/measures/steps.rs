@@ -248,9 +248,10 @@ pub fn measure(
             .goal(Goal::AtMost(60.0 * 1024.0))
             .note(format!(
                 "per step: trees {:.1} KiB + file content {:.1} KiB stored (compressed) + \
-                 journal {:.1} KiB, over the {} watcher steps (G10: trees ≤ 35 KB); trees are \
-                 large because whole directories are rewritten (see the shape note); git's \
-                 figure is loose zlib objects, before any git gc",
+                 journal {:.1} KiB, over the {} watcher steps (G10: trees ≤ 35 KB); an edited \
+                 directory's tree is stored as a zstd delta against its previous version, a \
+                 whole tree every 49th version; git's figure is loose zlib objects, before any \
+                 git gc",
                 tree_bytes / watcher_steps as f64 / 1024.0,
                 content_bytes / watcher_steps as f64 / 1024.0,
                 journal_growth / 1024.0,

@@ -1,0 +1,233 @@
+//! `fork` writes a snapshot into a new directory (in parallel, one task per directory): the
+//! result is the snapshot byte for byte, with its modes, symlinks, empty directories and
+//! executable bits, sparse files still sparse, no hard links, and the replaced root file.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeMap;
+use std::os::unix::fs::{FileExt, MetadataExt, PermissionsExt, symlink};
+use std::path::{Path, PathBuf};
+
+use envgit_store::{ForkOptions, ScanConfig, StepDraft, Store, WorkTree};
+
+fn set_mode(path: &Path, mode: u32) {
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+}
+
+/// A file of `len` bytes that is a hole except for `data` written at each offset.
+fn sparse(path: &Path, len: u64, data: &[(u64, &[u8])]) {
+    let f = std::fs::File::create(path).unwrap();
+    f.set_len(len).unwrap();
+    for (at, bytes) in data {
+        f.write_all_at(bytes, *at).unwrap();
+    }
+}
+
+/// A project with every kind of entry a fork must reproduce.
+fn project(root: &Path) {
+    std::fs::create_dir_all(root).unwrap();
+    for d in 0..60 {
+        let dir = root.join(format!("d{d:02}/sub{}", d % 3));
+        std::fs::create_dir_all(&dir).unwrap();
+        for f in 0..8 {
+            let text = format!("dir {d} file {f}\n").repeat(1 + d * f);
+            std::fs::write(dir.join(format!("f{f}.c")), text).unwrap();
+        }
+    }
+    std::fs::write(root.join("run.sh"), "#!/bin/sh\necho run\n").unwrap();
+    set_mode(&root.join("run.sh"), 0o755);
+    std::fs::write(root.join("private"), "mine").unwrap();
+    set_mode(&root.join("private"), 0o600);
+    std::fs::write(root.join("owner-exec"), "x").unwrap();
+    set_mode(&root.join("owner-exec"), 0o700);
+    std::fs::write(root.join("empty-file"), "").unwrap();
+    // Modes the umask would narrow at creation.
+    std::fs::write(root.join("world-writable"), "w").unwrap();
+    set_mode(&root.join("world-writable"), 0o666);
+    std::fs::write(root.join("group-exec"), "g").unwrap();
+    set_mode(&root.join("group-exec"), 0o775);
+    symlink("run.sh", root.join("link-to-file")).unwrap();
+    symlink("d00", root.join("link-to-dir")).unwrap();
+    symlink("/nonexistent/target", root.join("dangling")).unwrap();
+    std::fs::create_dir_all(root.join("empty/nested/deeper")).unwrap();
+    std::fs::create_dir(root.join("closed")).unwrap();
+    std::fs::write(root.join("closed/inside"), "in").unwrap();
+    set_mode(&root.join("closed"), 0o750);
+    // Holes: in the middle, at the end, and a chunked (over 1 MiB) file with holes.
+    sparse(
+        &root.join("holes.img"),
+        8 << 20,
+        &[(0, b"head"), (3 << 20, b"middle")],
+    );
+    sparse(
+        &root.join("tail-hole.img"),
+        1 << 20,
+        &[(0, b"only at the start")],
+    );
+    let pattern: Vec<u8> = (0..(300u32 << 10)).map(|i| (i % 251) as u8).collect();
+    sparse(
+        &root.join("big-sparse.img"),
+        40 << 20,
+        &[
+            (0, &pattern),
+            (20 << 20, &pattern),
+            ((40 << 20) - 5, b"tail!"),
+        ],
+    );
+    // Two names for one file in the source: the fork gets two independent files.
+    std::fs::write(root.join("linked-a"), "shared content").unwrap();
+    std::fs::hard_link(root.join("linked-a"), root.join("linked-b")).unwrap();
+}
+
+struct Seen {
+    what: String,
+    blocks: u64,
+    nlink: u64,
+    ino: u64,
+}
+
+/// Every path below `root`: its kind, permission bits and content (or link target).
+fn walk(root: &Path) -> BTreeMap<String, Seen> {
+    let mut out = BTreeMap::new();
+    let mut todo = vec![PathBuf::new()];
+    while let Some(rel) = todo.pop() {
+        for e in std::fs::read_dir(root.join(&rel)).unwrap() {
+            let rel = rel.join(e.unwrap().file_name());
+            let path = root.join(&rel);
+            let m = std::fs::symlink_metadata(&path).unwrap();
+            let what = if m.file_type().is_symlink() {
+                format!("link -> {}", std::fs::read_link(&path).unwrap().display())
+            } else if m.is_dir() {
+                todo.push(rel.clone());
+                format!("dir {:o}", m.mode() & 0o7777)
+            } else {
+                let bytes = std::fs::read(&path).unwrap();
+                format!(
+                    "file {:o} {} bytes blake3 {}",
+                    m.mode() & 0o7777,
+                    bytes.len(),
+                    blake3::hash(&bytes).to_hex()
+                )
+            };
+            out.insert(
+                rel.display().to_string(),
+                Seen {
+                    what,
+                    blocks: m.blocks(),
+                    nlink: m.nlink(),
+                    ino: m.ino(),
+                },
+            );
+        }
+    }
+    out
+}
+
+#[test]
+fn a_fork_is_the_snapshot_byte_for_byte() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("p");
+    project(&root);
+    std::fs::write(root.join("envgit.yaml"), "old policy\n").unwrap();
+    let mut store = Store::create(&tmp.path().join("s"), &root).unwrap();
+    let mut wt = WorkTree::new(&root, ScanConfig::default(), None).unwrap();
+    let (tree, _) = wt.full_scan(&store, None).unwrap();
+    let mut g = store.begin_step("x").unwrap();
+    store.commit(&mut g, StepDraft::default(), tree).unwrap();
+    drop(g);
+
+    let forked = tmp.path().join("fork");
+    let (new_store, fork_tree, _) = envgit_store::fork(
+        &store,
+        &forked,
+        &tmp.path().join("fs"),
+        &ForkOptions {
+            step: 1,
+            replace_root_file: Some(("envgit.yaml", b"new policy\n")),
+            policy_hash: None,
+        },
+    )
+    .unwrap();
+
+    let src = walk(&root);
+    let dst = walk(&forked);
+    let names = |m: &BTreeMap<String, Seen>| m.keys().cloned().collect::<Vec<_>>();
+    assert_eq!(names(&src), names(&dst));
+    for (path, s) in &src {
+        let d = &dst[path];
+        if path == "envgit.yaml" {
+            assert_eq!(
+                std::fs::read(forked.join(path)).unwrap(),
+                b"new policy\n",
+                "the root file given replaces the snapshot's"
+            );
+            continue;
+        }
+        assert_eq!(s.what, d.what, "{path}");
+        if d.what.starts_with("file") {
+            assert_eq!(d.nlink, 1, "{path} is hard-linked in the fork");
+            // Never denser than the source (a sparse file stays sparse).
+            assert!(
+                d.blocks <= s.blocks + 8,
+                "{path}: {} blocks in the fork, {} in the source",
+                d.blocks,
+                s.blocks
+            );
+        }
+    }
+    assert_ne!(dst["linked-a"].ino, dst["linked-b"].ino);
+    assert!(dst["holes.img"].blocks * 512 < 64 << 10);
+    assert!(dst["big-sparse.img"].blocks * 512 < 2 << 20);
+    assert!(dst["tail-hole.img"].blocks * 512 < 64 << 10);
+
+    // The fork's own store holds everything its first step needs, and reads it back.
+    let report = envgit_store::fsck(&new_store, None).unwrap();
+    assert!(report.bad_objects.is_empty(), "{:?}", report.bad_objects);
+    let yaml = new_store
+        .read_tree(&fork_tree)
+        .unwrap()
+        .get(b"envgit.yaml")
+        .unwrap()
+        .id;
+    assert_eq!(new_store.read_file(&yaml).unwrap(), b"new policy\n");
+}
+
+#[test]
+fn a_fork_of_a_step_on_tree_deltas_copies_their_bases() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("p");
+    project(&root);
+    let mut store = Store::create(&tmp.path().join("s"), &root).unwrap();
+    let mut wt = WorkTree::new(&root, ScanConfig::default(), None).unwrap();
+    for step in 0..6 {
+        std::fs::write(root.join("d07/sub1/f3.c"), format!("version {step}\n")).unwrap();
+        let (tree, _) = wt.full_scan(&store, None).unwrap();
+        let mut g = store.begin_step("x").unwrap();
+        store.commit(&mut g, StepDraft::default(), tree).unwrap();
+    }
+    let head = store.step_tree(6).unwrap();
+    assert!(store.tree_depth(&head).unwrap() >= 5, "the root is a delta");
+    let forked = tmp.path().join("fork");
+    let (new_store, tree, draft) = envgit_store::fork(
+        &store,
+        &forked,
+        &tmp.path().join("fs"),
+        &ForkOptions {
+            step: 6,
+            replace_root_file: None,
+            policy_hash: None,
+        },
+    )
+    .unwrap();
+    assert_eq!(tree, head);
+    let mut new_store = new_store;
+    let mut g = new_store.begin_step("fork").unwrap();
+    new_store.commit(&mut g, draft, tree).unwrap();
+    drop(g);
+    let cold = Store::open(new_store.dir()).unwrap();
+    let report = envgit_store::fsck(&cold, None).unwrap();
+    assert!(report.is_clean(), "{:?}", report.bad_objects);
+    assert_eq!(
+        std::fs::read(forked.join("d07/sub1/f3.c")).unwrap(),
+        b"version 5\n"
+    );
+}
