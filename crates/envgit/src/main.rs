@@ -8,6 +8,7 @@ mod git_layer;
 mod mcp;
 mod output;
 mod outside;
+mod own_exe;
 mod owner;
 mod pager;
 mod project;
