@@ -374,8 +374,10 @@ fn wait_bounded(child: &mut Child) -> std::process::ExitStatus {
     }
 }
 
+/// The platform package is a 24 MB binary (10 MB gzipped): over verdaccio's default 10 MB body.
 const VERDACCIO_CONFIG: &str = "\
 storage: ./storage
+max_body_size: 200mb
 auth:
   htpasswd:
     file: ./htpasswd
