@@ -561,7 +561,7 @@ fn version_names_the_commit() {
         .current_dir(workspace())
         .output()
         .unwrap();
-    let v = ok(&mut Command::new(envgit_bin()).arg("--version")).stdout;
+    let v = ok(Command::new(envgit_bin()).arg("--version")).stdout;
     if !head.status.success() {
         // A source tarball: the plain version.
         assert_eq!(v.trim(), concat!("envgit ", env!("CARGO_PKG_VERSION")));
