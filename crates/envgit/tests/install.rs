@@ -50,14 +50,17 @@ fn dist_bin() -> Option<PathBuf> {
 }
 
 /// Variables of the runner that would point npm or cargo elsewhere (a mirror, a cache, a
-/// target directory), and cargo's own for this test binary: removed from every command here.
+/// target directory), and those `cargo test` sets for this test binary (`CARGO_PKG_*`,
+/// `OUT_DIR`, …; build scripts such as ring's watch some, so `cargo install` would otherwise
+/// rebuild what scripts/build-dist built): removed from every command here.
 fn hermetic(c: &mut Command) -> &mut Command {
     for (k, _) in std::env::vars_os() {
         let Some(k) = k.to_str() else { continue };
         let steering = k.starts_with("NPM_CONFIG_")
             || k.starts_with("npm_config_")
             || (k.starts_with("CARGO") && k != "CARGO_HOME")
-            || k.starts_with("RUSTC");
+            || k.starts_with("RUSTC")
+            || k == "OUT_DIR";
         if steering {
             c.env_remove(k);
         }
@@ -646,4 +649,46 @@ fn an_executable_inside_the_project_refuses_to_supervise_it() {
 
     // The binary outside the project supervises it as ever.
     env.envgit(&["run", "--", "true"]).ok();
+}
+
+/// Every crate the binary is built from packs for crates.io (`cargo package`, not published):
+/// description, license, repository, readme, keywords, categories, versioned path
+/// dependencies, and no warning.
+#[test]
+fn crates_are_publish_ready() {
+    let tmp = tempfile::tempdir().unwrap();
+    let r = ok(Command::new("cargo")
+        .args([
+            "package",
+            "--workspace",
+            "--exclude",
+            "envgit-bench",
+            "--no-verify",
+            "--offline",
+            "--allow-dirty",
+            "--target-dir",
+        ])
+        .arg(tmp.path())
+        .current_dir(workspace()));
+    assert!(!r.stderr.contains("warning"), "{}", r.stderr);
+    for krate in [
+        "envgit",
+        "envgit-store",
+        "envgit-sandbox",
+        "envgit-gate",
+        "envgit-policy",
+        "envgit-codex",
+        "envgit-repl",
+    ] {
+        let file = tmp.path().join(format!(
+            "package/{krate}-{}.crate",
+            env!("CARGO_PKG_VERSION")
+        ));
+        assert!(
+            file.is_file(),
+            "{} was not packed:\n{}",
+            file.display(),
+            r.stderr
+        );
+    }
 }
