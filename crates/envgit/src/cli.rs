@@ -9,7 +9,7 @@ use crate::commands::step_ref::StepRef;
 #[derive(Parser, Debug)]
 #[command(
     name = "envgit",
-    version,
+    version = env!("ENVGIT_VERSION"),
     about = "Version control for the environment a coding agent works in",
     long_about = "Version control for the environment a coding agent works in.\n\n\
         After every step envgit keeps a content-addressed snapshot of the project and a record \
@@ -95,6 +95,23 @@ pub enum Command {
     /// What an installed hook runs (reads the agent's hook payload on stdin).
     #[command(hide = true)]
     Hook(HookArgs),
+    /// Print a shell completion script: `envgit completions bash > ~/.local/share/bash-completion/completions/envgit`.
+    Completions(CompletionsArgs),
+    /// Write the man pages (envgit.1 and one per command) into a directory.
+    Man(ManArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct CompletionsArgs {
+    /// The shell to complete in.
+    pub shell: clap_complete::Shell,
+}
+
+#[derive(Args, Debug)]
+pub struct ManArgs {
+    /// The directory to write the pages into (created if missing), e.g. ~/.local/share/man/man1.
+    #[arg(long, value_name = "DIR")]
+    pub out: PathBuf,
 }
 
 #[derive(Args, Debug)]

@@ -9,6 +9,7 @@ mod mcp;
 mod nofollow;
 mod output;
 mod outside;
+mod own_exe;
 mod owner;
 mod pager;
 mod project;

@@ -40,25 +40,26 @@ pub struct ProjectDirs {
     pub store_dir: PathBuf,
 }
 
+/// The nearest directory from `start` upward holding `envgit.yaml`.
+pub fn project_root(start: &Path) -> Option<PathBuf> {
+    start
+        .ancestors()
+        .find(|d| d.join(POLICY_FILE).symlink_metadata().is_ok())
+        .map(Path::to_path_buf)
+}
+
 impl ProjectDirs {
-    /// The nearest directory upward holding `envgit.yaml`, and its store.
+    /// The nearest directory upward holding `envgit.yaml`, and its store; refused when envgit's
+    /// own executable lies inside it (`own_exe`).
     pub fn find(dir: Option<&Path>) -> CmdResult<Self> {
         let start = start_dir(dir)?;
-        let mut cur = start.as_path();
-        let root = loop {
-            if cur.join(POLICY_FILE).symlink_metadata().is_ok() {
-                break cur.to_path_buf();
-            }
-            match cur.parent() {
-                Some(p) => cur = p,
-                None => {
-                    return Err(Failure::usage(format!(
-                        "{} is not in an envgit project (no {POLICY_FILE} here or above): run `envgit init`",
-                        start.display()
-                    )));
-                }
-            }
-        };
+        let root = project_root(&start).ok_or_else(|| {
+            Failure::usage(format!(
+                "{} is not in an envgit project (no {POLICY_FILE} here or above): run `envgit init`",
+                start.display()
+            ))
+        })?;
+        crate::own_exe::refuse_inside(&root)?;
         let store_dir = store_dir(&root)?;
         Ok(Self { root, store_dir })
     }

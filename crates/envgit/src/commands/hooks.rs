@@ -18,7 +18,7 @@ use serde_json::{Value, json};
 use crate::cli::{HookAgent, HookArgs, HookEvent, HooksAction, HooksArgs, HooksTarget};
 use crate::failure::{CmdResult, Failure};
 use crate::output;
-use crate::project::{Project, start_dir};
+use crate::project::{Project, project_root, start_dir};
 use crate::step::Snapshot;
 use crate::supervisor::EXIT_REFUSED;
 
@@ -218,6 +218,20 @@ pub fn hook(dir: Option<&Path>, args: &HookArgs) -> CmdResult<ExitCode> {
         Some(c) if !c.is_empty() => PathBuf::from(c),
         _ => start_dir(dir)?,
     };
+    // A project holding this very executable is one envgit refuses to supervise (`own_exe`):
+    // every call there is denied rather than let through unrecorded.
+    if let Some(root) = start_dir(Some(&cwd)).ok().and_then(|d| project_root(&d))
+        && let Err(f) = crate::own_exe::refuse_inside(&root)
+    {
+        if matches!(args.event, HookEvent::Pre) {
+            println!(
+                "{}",
+                json!({"permissionDecision": "deny", "permissionDecisionReason": format!("envgit: {}", f.message)})
+            );
+        }
+        output::error(&format!("copilot hook: {}", f.message));
+        return Ok(ExitCode::SUCCESS);
+    }
     // Outside an envgit project: nothing to do.
     let Ok(project) = Project::find(Some(&cwd)) else {
         return Ok(ExitCode::SUCCESS);

@@ -4,6 +4,7 @@ pub(crate) mod approve;
 mod claude;
 mod claude_login;
 mod codex;
+mod completions;
 mod demo;
 mod diff;
 mod doctor;
@@ -14,6 +15,7 @@ mod gc;
 pub(crate) mod hooks;
 mod init;
 mod log;
+mod man;
 mod mcp;
 mod mcp_bridge;
 mod path_filter;
@@ -60,5 +62,7 @@ pub fn run(cli: Cli) -> CmdResult<ExitCode> {
         Command::Claude(a) => claude::run(dir, &a),
         Command::Hooks(a) => hooks::run(dir, &a),
         Command::Hook(a) => hooks::hook(dir, &a),
+        Command::Completions(a) => completions::run(&a),
+        Command::Man(a) => man::run(&a),
     }
 }

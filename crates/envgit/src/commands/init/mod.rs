@@ -21,6 +21,7 @@ use crate::step::Snapshot;
 
 pub fn run(dir: Option<&Path>, args: &InitArgs) -> CmdResult<ExitCode> {
     let root = start_dir(dir)?;
+    crate::own_exe::refuse_inside(&root)?;
     let policy_path = root.join(POLICY_FILE);
     if policy_path.symlink_metadata().is_ok() {
         return Err(Failure::usage(format!(
