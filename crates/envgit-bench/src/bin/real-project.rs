@@ -149,7 +149,11 @@ fn main() -> Result<()> {
         "  {:<14} {:>16} {:>22} {:>10}  goal ≤ {GOAL_MS} ms",
         "command", "bare p50 / p90", "envgit run p50 / p90", "overhead"
     );
-    let commands: [&[&str]; 3] = [&["true"], &["git", "status", "--short"], &["node", "-e", "0"]];
+    let commands: [&[&str]; 3] = [
+        &["true"],
+        &["git", "status", "--short"],
+        &["node", "-e", "0"],
+    ];
     for argv in commands {
         let bare = |c: &mut Command| {
             c.args(&argv[1..]).current_dir(&dir);
@@ -190,7 +194,11 @@ fn main() -> Result<()> {
             ms(&times[1], 0.5),
             ms(&times[1], 0.9),
             overhead,
-            if overhead <= GOAL_MS { "met" } else { "NOT met" }
+            if overhead <= GOAL_MS {
+                "met"
+            } else {
+                "NOT met"
+            }
         );
     }
     Ok(())
