@@ -1,4 +1,4 @@
-//! `envgit-bench`: the snapshot store's performance figures (snapshots.md §8), each printed
+//! `envgit-bench`: the snapshot store's performance figures, each printed
 //! beside an anchor measured in the same run on the same generated tree. It never fails on
 //! timing, and touches nothing but the local disk.
 //!
@@ -6,7 +6,7 @@
 //! this one:
 //!
 //! ```sh
-//! export CARGO_TARGET_DIR=/work/target-bench
+//! export CARGO_TARGET_DIR=target
 //! cargo build --release -p envgit
 //! cargo run --release -p envgit-bench -- [--files 100000] [--dirs 7000] [--steps 20] [--work DIR]
 //! ```

@@ -1,5 +1,5 @@
-//! Codex's exec-server protocol (as Codex 0.171.0 speaks it, see
-//! `/work/shared/reference/traces/`), served by envgit: JSON-RPC-shaped objects without a
+//! Codex's exec-server protocol (as Codex 0.171.0 speaks it; `protocol.rs` types every
+//! message envgit handles), served by envgit: JSON-RPC-shaped objects without a
 //! `"jsonrpc"` field, one per line over stdio.
 //!
 //! - `initialize` (answered with a session id) → `initialized` → calls, answered by id; a long

@@ -1,7 +1,11 @@
 //! The egress gate: every connection out of the sandbox ends here and is decided.
 //!
-//! v0 applies `network.allow` only (DESIGN §5, first step of the order of judgement). What is
-//! not allowed is refused; nothing is tunnelled undecided.
+//! The order of judgement: `network.allow` for the host and port (every resolved address
+//! vetted), then, inside the tunnel (TLS terminated with the run's CA), each request by
+//! method, host, path and, where a rule needs it, its decoded body (`l7` rules, then the
+//! `irreversible` preset); `ask` holds a request until a person answers. What is not allowed
+//! is refused; nothing is tunnelled undecided. ARCHITECTURE.md follows a request through the
+//! modules.
 //!
 //! # Wire protocol (relay → gate)
 //!
@@ -24,8 +28,9 @@
 //! - A refusal is `403 Forbidden` with `X-Envgit-Decision: deny; rule=<id>` and the body
 //!   `envgit: denied CONNECT host:port (rule <id>)` / `envgit: denied GET host/path (rule <id>)`.
 //!
-//! Plain HTTP is served one request per client connection (the response carries
-//! `Connection: close`), so a second request on the connection can never pass undecided.
+//! Every request on a connection, HTTP/1 or HTTP/2, is parsed once by hyper and judged on
+//! its own (`forward.rs`), so a second request on a kept-alive connection never passes
+//! undecided.
 
 mod answer;
 mod approvals;
