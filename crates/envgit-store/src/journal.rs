@@ -5,7 +5,9 @@
 //!
 //! An `Objects` frame lists the locations of objects a step added; the `Step` frame that
 //! follows commits them. Anything after the last valid `Step` frame belongs to a step that never
-//! committed: readers ignore it and the next writer cuts it off (borg's COMMIT rule).
+//! committed: readers ignore it and the next writer cuts it off (borg's COMMIT rule). Only the
+//! end can be torn: a damaged frame with an intact one after it is damage inside committed
+//! history, and is reported (never read past, never cut off).
 
 use std::fs::File;
 use std::io::{BufReader, Read, Seek, SeekFrom};
@@ -122,6 +124,7 @@ pub fn read(path: &Path, from: u64, want_objects: bool) -> Result<JournalRead> {
     };
     let mut pending: Vec<(ObjectId, Location)> = Vec::new();
     let mut pos = from;
+    let mut damage = None;
     loop {
         let mut head = [0u8; 9];
         if pos + FRAME_OVERHEAD > file_len || r.read_exact(&mut head).is_err() {
@@ -131,8 +134,10 @@ pub fn read(path: &Path, from: u64, want_objects: bool) -> Result<JournalRead> {
         let ty = head[4];
         let len = u32::from_le_bytes([head[5], head[6], head[7], head[8]]);
         if magic != MAGIC || len > MAX_FRAME || pos + FRAME_OVERHEAD + u64::from(len) > file_len {
+            damage = Some("its header is not a frame header");
             break;
         }
+        let frame_start = pos;
         let frame_end = pos + FRAME_OVERHEAD + u64::from(len);
         if ty == FrameType::Objects as u8 && !want_objects {
             // Committing frames are only trusted once their Step frame verifies; skipping is
@@ -145,11 +150,13 @@ pub fn read(path: &Path, from: u64, want_objects: bool) -> Result<JournalRead> {
         let mut payload = vec![0u8; len as usize];
         let mut crc = [0u8; 4];
         if r.read_exact(&mut payload).is_err() || r.read_exact(&mut crc).is_err() {
+            damage = Some("it ends before its length says");
             break;
         }
         let mut h = crc32c::crc32c(&head[4..]);
         h = crc32c::crc32c_append(h, &payload);
         if h != u32::from_le_bytes(crc) {
+            damage = Some("its checksum does not match");
             break;
         }
         pos = frame_end;
@@ -163,8 +170,59 @@ pub fn read(path: &Path, from: u64, want_objects: bool) -> Result<JournalRead> {
             out.steps.push(step);
             out.committed_end = pos;
         } else {
-            break;
+            // Checksummed, so written on purpose: by a newer envgit. Ending the journal here
+            // would let the next commit cut off whatever that version wrote after it.
+            return Err(StoreError::corrupt(format!(
+                "{}: the frame at byte {frame_start} has type {ty}, which this envgit does not \
+                 know (was the store written by a newer envgit?); nothing was changed: use the \
+                 envgit that wrote it",
+                path.display()
+            )));
         }
     }
+    if let Some(reason) = damage
+        && let Some(next) = next_valid_frame(path, pos + 1)?
+    {
+        // A torn write only ever damages the end. Intact frames after a damaged one mean the
+        // damage is inside committed history: reading on would skip steps, and treating it as
+        // a tail would let the next commit cut them all off.
+        return Err(StoreError::corrupt(format!(
+            "{}: the frame at byte {pos} is damaged ({reason}), but an intact frame follows at \
+             byte {next}: committed history is damaged, not an interrupted write. Nothing was \
+             cut off or changed; copy the store aside before any repair, and restore the \
+             journal from a backup if you have one",
+            path.display()
+        )));
+    }
     Ok(out)
+}
+
+/// Where the first intact frame (magic, sane length, matching checksum) at or after `from`
+/// begins, if any.
+fn next_valid_frame(path: &Path, from: u64) -> Result<Option<u64>> {
+    let mut file = File::open(path).at(path)?;
+    file.seek(SeekFrom::Start(from)).at(path)?;
+    let mut rest = Vec::new();
+    file.read_to_end(&mut rest).at(path)?;
+    let magic = MAGIC.to_le_bytes();
+    let overhead = FRAME_OVERHEAD as usize;
+    let mut at = 0;
+    while at + overhead <= rest.len() {
+        let Some(found) = rest[at..].windows(4).position(|w| w == magic) else {
+            return Ok(None);
+        };
+        let start = at + found;
+        if let Some(head) = rest.get(start + 4..start + 9) {
+            let len = u32::from_le_bytes([head[1], head[2], head[3], head[4]]) as usize;
+            let end = start + 9 + len;
+            if let Some(crc) = rest.get(end..end + 4) {
+                let body = &rest[start + 4..end];
+                if crc32c::crc32c(body) == u32::from_le_bytes([crc[0], crc[1], crc[2], crc[3]]) {
+                    return Ok(Some(from + start as u64));
+                }
+            }
+        }
+        at = start + 1;
+    }
+    Ok(None)
 }

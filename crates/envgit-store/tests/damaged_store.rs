@@ -107,21 +107,82 @@ fn a_journal_cut_at_any_byte_of_the_last_commit_reads_as_the_commit_before() {
 }
 
 #[test]
-fn a_flipped_byte_in_the_last_commit_reads_as_not_committed() {
+fn a_flipped_byte_in_the_last_commit_reads_as_not_committed_or_is_reported() {
     let p = project();
     let one = step(&p, "one");
     let two = step(&p, "two");
     // Every byte of the second commit's frames: magic, type, length, payload or CRC. (A
     // reader of step records only skips objects frames unread, so the full open is the one
-    // that checks them all.)
+    // that checks them all.) Damage in its last frame may be a torn write: not committed.
+    // Damage in its objects frame, with its step frame intact after it, cannot be a torn
+    // write and must be reported.
+    let full = std::fs::read(journal(&p)).unwrap();
+    let last_frame = last_frame_start(&full, one);
     for at in one..two {
-        let before = std::fs::read(journal(&p)).unwrap();
         flip(&journal(&p), at);
-        let s = Store::open(&p.store).unwrap_or_else(|e| panic!("flip at {at}: {e}"));
-        assert_eq!(s.steps().len(), 1, "flip at {at}");
-        std::fs::write(journal(&p), before).unwrap();
+        match Store::open(&p.store) {
+            Ok(s) if at >= last_frame => assert_eq!(s.steps().len(), 1, "flip at {at}"),
+            Ok(s) => panic!("flip at {at}: read {} steps, no error", s.steps().len()),
+            Err(e) if at < last_frame => assert!(e.to_string().contains("intact frame"), "{e}"),
+            Err(e) => panic!("flip at {at}: {e}"),
+        }
+        std::fs::write(journal(&p), &full).unwrap();
     }
     assert_eq!(Store::open(&p.store).unwrap().steps().len(), 2);
+}
+
+/// Where the last frame at or after `from` starts (frames are walked by their lengths).
+fn last_frame_start(journal: &[u8], from: u64) -> u64 {
+    let mut at = from as usize;
+    loop {
+        let len = u32::from_le_bytes(journal[at + 5..at + 9].try_into().unwrap()) as usize;
+        let next = at + 13 + len;
+        if next >= journal.len() {
+            return at as u64;
+        }
+        at = next;
+    }
+}
+
+/// A flipped byte anywhere in an old commit: the bug was that the reader took it for a torn
+/// tail, so every later step vanished from `log`, and the next commit cut them off for good.
+#[test]
+fn a_flipped_byte_in_an_old_commit_is_reported_and_never_cut_off() {
+    let p = project();
+    let one = step(&p, "one");
+    step(&p, "two");
+    step(&p, "three");
+    let full = std::fs::read(journal(&p)).unwrap();
+    for at in 0..one {
+        flip(&journal(&p), at);
+        let err = match Store::open(&p.store) {
+            Ok(s) => panic!("flip at {at}: read {} steps, no error", s.steps().len()),
+            Err(e) => e.to_string(),
+        };
+        assert!(
+            err.contains("committed history is damaged"),
+            "flip at {at}: {err}"
+        );
+        assert!(err.contains("journal"), "names the file: {err}");
+        // The steps-only reader skips objects frames unread, so it may not see every flip;
+        // what it reads must never be a shortened history.
+        if let Ok(s) = Store::open_steps_only(&p.store) {
+            assert_eq!(s.steps().len(), 3, "flip at {at}");
+        }
+        // Nothing may write past the damage: a new step is refused, the journal untouched.
+        std::fs::write(p.root.join("f"), "four").unwrap();
+        assert!(Store::open(&p.store).is_err());
+        let now = std::fs::read(journal(&p)).unwrap();
+        assert_eq!(
+            now.len(),
+            full.len(),
+            "flip at {at}: the journal changed length"
+        );
+        std::fs::write(journal(&p), &full).unwrap();
+    }
+    let s = Store::open(&p.store).unwrap();
+    let summaries: Vec<&str> = s.steps().iter().map(|s| s.summary.as_str()).collect();
+    assert_eq!(summaries, ["one", "two", "three"]);
 }
 
 #[test]
@@ -154,12 +215,19 @@ fn a_step_record_with_a_good_checksum_but_bad_content_is_reported_as_corrupt() {
 }
 
 #[test]
-fn an_unknown_frame_type_ends_the_committed_journal() {
+fn an_unknown_frame_type_is_reported_and_never_cut_off() {
     let p = project();
-    step(&p, "one");
+    let good = step(&p, "one");
+    // Checksummed, so written on purpose (by a newer envgit): ending the journal there would
+    // let this envgit's next commit cut off whatever the newer one wrote.
     append(&journal(&p), &frame(9, b"from a newer envgit"));
-    let s = Store::open(&p.store).unwrap();
-    assert_eq!(s.steps().len(), 1);
+    let err = match Store::open(&p.store) {
+        Ok(_) => panic!("an unknown frame was read past"),
+        Err(e) => e.to_string(),
+    };
+    assert!(err.contains(&format!("byte {good}")), "{err}");
+    assert!(err.contains("newer envgit"), "{err}");
+    assert!(std::fs::metadata(journal(&p)).unwrap().len() > good);
 }
 
 /// The pack file and offset of the object holding `content`.
