@@ -4,8 +4,6 @@
 
 mod support;
 
-use std::process::Command;
-
 use support::Env;
 
 /// Steps 1 (import, a=1), 2 (a=2), 3 (a=3, b=1).
@@ -109,14 +107,8 @@ fn on_pty(env: &Env, args: &[&str]) -> (String, bool) {
     let mark = env.tmp.path().join("pager-called");
     let _ = std::fs::remove_file(&mark);
     let pager = format!("touch {} && cat", mark.display());
-    let out = Command::new("python3")
-        .arg(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/pty_run.py"))
-        .args(["never-asked", "", "--", support::envgit_bin()])
-        .args(args)
-        .current_dir(&env.project)
-        .env("ENVGIT_HOME", &env.home)
-        .env("HOME", env.user_home())
-        .env("NO_COLOR", "1")
+    let out = env
+        .on_terminal("never-asked", "", args)
         .env_remove("ENVGIT_PAGER")
         .env("PAGER", pager)
         .output()

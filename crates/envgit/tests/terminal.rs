@@ -15,14 +15,9 @@ fn resizing_the_real_terminal_resizes_the_commands() {
     // The command waits (bounded) until its terminal is 33x111, then says what it sees.
     let script = "echo READY; i=0; while [ $i -lt 100 ]; do s=$(stty size); \
                   [ \"$s\" = '33 111' ] && break; i=$((i+1)); sleep 0.1; done; echo SIZE=$s";
-    let out = Command::new("python3")
-        .arg(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/pty_run.py"))
-        .args(["never-asked", "", "--", support::envgit_bin(), "run", "--"])
+    let out = env
+        .on_terminal("never-asked", "", &["run", "--"])
         .args(["sh", "-c", script])
-        .current_dir(&env.project)
-        .env("ENVGIT_HOME", &env.home)
-        .env("HOME", env.user_home())
-        .env("NO_COLOR", "1")
         .env("PTY_RESIZE", "READY:33:111")
         .output()
         .unwrap();
@@ -38,18 +33,13 @@ fn resizing_the_real_terminal_resizes_the_commands() {
 fn lines_reach_the_terminal_with_single_line_ends() {
     let env = Env::new();
     env.init();
-    let out = Command::new("python3")
-        .arg(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/pty_run.py"))
-        .args(["never-asked", "", "--", support::envgit_bin(), "run", "--"])
+    let out = env
+        .on_terminal("never-asked", "", &["run", "--"])
         .args([
             "sh",
             "-c",
             "echo first; echo second; curl -s -m 5 http://example.invalid/ >/dev/null; echo third",
         ])
-        .current_dir(&env.project)
-        .env("ENVGIT_HOME", &env.home)
-        .env("HOME", env.user_home())
-        .env("NO_COLOR", "1")
         .output()
         .unwrap();
     let shown = String::from_utf8_lossy(&out.stdout);
@@ -66,14 +56,9 @@ fn terminal_facts(env: &Env) -> String {
                   (: </dev/tty) 2>/dev/null && echo CTTY=yes || echo CTTY=no; \
                   printf 'OWNER=%s\\n' \"$(stat -c %u \"$(tty)\")\"; \
                   printf 'ME=%s\\n' \"$(id -u)\"";
-    let out = Command::new("python3")
-        .arg(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/pty_run.py"))
-        .args(["never-asked", "", "--", support::envgit_bin(), "run", "--"])
+    let out = env
+        .on_terminal("never-asked", "", &["run", "--"])
         .args(["sh", "-c", script])
-        .current_dir(&env.project)
-        .env("ENVGIT_HOME", &env.home)
-        .env("HOME", env.user_home())
-        .env("NO_COLOR", "1")
         .output()
         .unwrap();
     String::from_utf8_lossy(&out.stdout).into_owned()
@@ -147,14 +132,9 @@ fn ctrl_c_interrupts_the_commands_foreground_job() {
     // The subshell says READY and becomes `sleep`: whichever it is when Ctrl-C arrives, the
     // signal ends it (a subshell does not keep the parent's trap).
     let script = "trap 'echo SHELL-GOT-INT' INT; (echo READY; exec sleep 60); echo \"SLEEP=$?\"";
-    let out = Command::new("python3")
-        .arg(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/pty_run.py"))
-        .args(["READY", "\u{3}", "--", support::envgit_bin(), "run", "--"])
+    let out = env
+        .on_terminal("READY", "\u{3}", &["run", "--"])
         .args(["sh", "-c", script])
-        .current_dir(&env.project)
-        .env("ENVGIT_HOME", &env.home)
-        .env("HOME", env.user_home())
-        .env("NO_COLOR", "1")
         .output()
         .unwrap();
     let shown = String::from_utf8_lossy(&out.stdout);

@@ -9,41 +9,20 @@
 //!  [--node-modules DIR] [--sources 3200]`. The default tree is verdaccio's, which
 //! `scripts/install-deps-registries` installs under /opt/envgit-test-deps/registries.
 
+#[path = "../bin_common.rs"]
+mod bin_common;
 #[path = "../percentile.rs"]
 mod percentile;
-use percentile::percentile;
+use bin_common::{arg, ms, run_ok};
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 
 const DEFAULT_NODE_MODULES: &str = "/opt/envgit-test-deps/registries/node_modules";
 const GOAL_MS: f64 = 20.0;
-
-fn arg(args: &[String], name: &str) -> Option<String> {
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
-        .cloned()
-}
-
-fn run_ok(cmd: &mut Command) -> Result<()> {
-    let out = cmd.stdout(Stdio::null()).stderr(Stdio::piped()).output()?;
-    if !out.status.success() {
-        bail!(
-            "{cmd:?} failed: {}: {}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    Ok(())
-}
-
-fn ms(sorted: &[Duration], q: f64) -> f64 {
-    percentile(sorted, q).as_secs_f64() * 1e3
-}
 
 /// Files below `dir`, links and directories not counted.
 fn count_files(dir: &Path) -> usize {

@@ -7,12 +7,14 @@
 //! `cargo run --release -p envgit-bench --bin step-ab -- --before OLD/envgit --after NEW/envgit
 //!  [--runs 200] [--files 100000]` (`scripts/bench-step-ab BASE` builds BASE and runs it).
 
+#[path = "../bin_common.rs"]
+mod bin_common;
 #[path = "../percentile.rs"]
 mod percentile;
-use percentile::percentile;
+use bin_common::{arg, ms, run_ok};
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
@@ -20,30 +22,6 @@ use anyhow::{Context, Result, bail};
 #[path = "../bwrap.rs"]
 mod bwrap;
 use bwrap::bwrap_cmd;
-
-fn arg(args: &[String], name: &str) -> Option<String> {
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
-        .cloned()
-}
-
-fn run_ok(cmd: &mut Command) -> Result<()> {
-    let out = cmd.stdout(Stdio::null()).stderr(Stdio::piped()).output()?;
-    if !out.status.success() {
-        bail!(
-            "{cmd:?} failed: {}: {}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    Ok(())
-}
-
-/// A percentile in milliseconds.
-fn pct(sorted: &[Duration], p: f64) -> f64 {
-    percentile(sorted, p).as_secs_f64() * 1e3
-}
 
 /// A project with `files` files of 4 KiB in directories of 100, committed to git (so the run
 /// has a `.git` to layer), in two identical copies, one per binary.
@@ -116,11 +94,11 @@ fn alternate(runs: usize, mut f: impl FnMut(usize) -> Result<()>) -> Result<[Vec
 fn report(what: &str, t: &[Vec<Duration>; 2]) {
     println!(
         "  {what:<34} before {:7.2} / {:7.2}   after {:7.2} / {:7.2}   after/before p50 {:.2}x",
-        pct(&t[0], 0.5),
-        pct(&t[0], 0.9),
-        pct(&t[1], 0.5),
-        pct(&t[1], 0.9),
-        pct(&t[1], 0.5) / pct(&t[0], 0.5)
+        ms(&t[0], 0.5),
+        ms(&t[0], 0.9),
+        ms(&t[1], 0.5),
+        ms(&t[1], 0.9),
+        ms(&t[1], 0.5) / ms(&t[0], 0.5)
     );
 }
 
@@ -165,9 +143,9 @@ fn main() -> Result<()> {
         bw.sort();
         println!(
             "  bwrap true (same namespaces)       {:7.2} / {:7.2}   envgit after / bwrap p50 {:.2}x",
-            pct(&bw, 0.5),
-            pct(&bw, 0.9),
-            pct(&run_true[1], 0.5) / pct(&bw, 0.5)
+            ms(&bw, 0.5),
+            ms(&bw, 0.9),
+            ms(&run_true[1], 0.5) / ms(&bw, 0.5)
         );
     } else {
         println!("  bwrap: not installed (apt-get install bubblewrap)");

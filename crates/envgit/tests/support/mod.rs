@@ -65,6 +65,23 @@ impl Env {
         c
     }
 
+    /// `envgit ARGS` in the project on a real pseudo-terminal (`support/pty_run.py`), as from a
+    /// person's terminal: when the output shows `expect`, the terminal types `answer`. The
+    /// terminal's transcript is the command's stdout; add arguments or variables before
+    /// `.output()`.
+    pub fn on_terminal(&self, expect: &str, answer: &str, args: &[&str]) -> Command {
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/pty_run.py");
+        let mut c = Command::new("python3");
+        c.arg(script)
+            .args([expect, answer, "--", envgit_bin()])
+            .args(args)
+            .current_dir(&self.project)
+            .env("ENVGIT_HOME", &self.home)
+            .env("HOME", self.user_home())
+            .env("NO_COLOR", "1");
+        c
+    }
+
     pub fn envgit_in(&self, dir: &Path, args: &[&str]) -> Run {
         Run::from(self.cmd(dir).args(args).output().unwrap())
     }

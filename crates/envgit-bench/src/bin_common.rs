@@ -1,0 +1,34 @@
+//! What the A/B benchmark binaries under `src/bin/` share (each includes this file by path,
+//! as it does `percentile.rs`): an option's value, a command that must succeed, and a
+//! percentile in milliseconds.
+
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use anyhow::{Result, bail};
+
+use crate::percentile::percentile;
+
+/// The value after `--name` in `args`, if given.
+pub fn arg(args: &[String], name: &str) -> Option<String> {
+    let i = args.iter().position(|a| a == name)?;
+    args.get(i + 1).cloned()
+}
+
+/// Runs `cmd` with its output discarded; an error with its stderr when it fails.
+pub fn run_ok(cmd: &mut Command) -> Result<()> {
+    let out = cmd.stdout(Stdio::null()).stderr(Stdio::piped()).output()?;
+    if !out.status.success() {
+        bail!(
+            "{cmd:?} failed: {}: {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(())
+}
+
+/// The `q` percentile of sorted samples, in milliseconds.
+pub fn ms(sorted: &[Duration], q: f64) -> f64 {
+    percentile(sorted, q).as_secs_f64() * 1e3
+}
