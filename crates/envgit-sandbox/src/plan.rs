@@ -268,15 +268,26 @@ pub fn toolchain_dirs(
 /// Everything under `/etc` that others may not read (`shadow`, `ssh_host_*_key`,
 /// `ssl/private`, …): masked, so the sandbox never reads what only root may.
 pub fn etc_private() -> Vec<PathBuf> {
+    private_below(Path::new("/etc"))
+}
+
+/// Files and directories below `top` that others may not read (not descending into them);
+/// symbolic links are never followed nor listed.
+fn private_below(top: &Path) -> Vec<PathBuf> {
     use std::os::unix::fs::MetadataExt;
     let mut out = Vec::new();
-    let mut stack = vec![PathBuf::from("/etc")];
+    let mut stack = vec![top.to_path_buf()];
     while let Some(dir) = stack.pop() {
         let Ok(entries) = std::fs::read_dir(&dir) else {
             continue;
         };
         for e in entries.flatten() {
-            let Ok(meta) = e.path().symlink_metadata() else {
+            // The entry's type comes with the listing, and its mode from a stat relative to the
+            // open directory: no path is resolved again from `/` (this walk runs every step).
+            if e.file_type().is_ok_and(|t| t.is_symlink()) {
+                continue;
+            }
+            let Ok(meta) = e.metadata() else {
                 continue;
             };
             if meta.file_type().is_symlink() {
@@ -590,6 +601,31 @@ fn hard_linked(facts: &ProjectFacts) -> impl Iterator<Item = PathBuf> + '_ {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn private_below_lists_what_others_cannot_read_and_never_follows_links() {
+        use std::os::unix::fs::PermissionsExt;
+        let set = |p: &Path, mode: u32| {
+            std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap();
+        };
+        let tmp = tempfile::tempdir().unwrap();
+        let top = tmp.path();
+        std::fs::create_dir_all(top.join("ssl/private")).unwrap();
+        std::fs::write(top.join("ssl/private/key.pem"), "k").unwrap();
+        std::fs::write(top.join("ssl/cert.pem"), "c").unwrap();
+        std::fs::write(top.join("shadow"), "s").unwrap();
+        std::fs::write(top.join("hosts"), "h").unwrap();
+        set(&top.join("ssl/private"), 0o700);
+        set(&top.join("shadow"), 0o640);
+        set(&top.join("hosts"), 0o644);
+        set(&top.join("ssl/cert.pem"), 0o644);
+        // A link to a private file is not the file: the file itself is listed where it is.
+        std::os::unix::fs::symlink(top.join("shadow"), top.join("shadow-link")).unwrap();
+        std::os::unix::fs::symlink("/root", top.join("root-link")).unwrap();
+        let mut found = private_below(top);
+        found.sort();
+        assert_eq!(found, vec![top.join("shadow"), top.join("ssl/private")]);
+    }
 
     #[test]
     fn toolchains_path_names_and_nothing_broader() {
