@@ -7,7 +7,9 @@
 use std::time::Duration;
 
 use envgit_gate::Answer;
+use envgit_policy::ApproversSection;
 use rmcp::model::{ElicitRequestParams, ElicitationAction, ElicitationSchema, InputRequest};
+use rmcp::service::RequestContext;
 use rmcp::{Peer, RoleServer};
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, oneshot};
@@ -94,6 +96,42 @@ fn elicited(approved: bool, client: &str) -> Answer {
 }
 
 impl Approver {
+    /// How this call's asks are put: refused when `approvers.mcp_elicitation` is off or the
+    /// client cannot elicit, parked for a 2026-07-28 client, a server-sent request otherwise.
+    pub fn choose(
+        approvers: &ApproversSection,
+        context: &RequestContext<RoleServer>,
+        client: &str,
+        tx: mpsc::UnboundedSender<ParkedAsk>,
+    ) -> Approver {
+        let timeout = Duration::from_secs(approvers.timeout.max(1));
+        let elicits = context
+            .client_capabilities()
+            .is_some_and(|c| c.elicitation.is_some());
+        let modern = context
+            .protocol_version()
+            .is_some_and(|v| !v.has_initialize());
+        if !approvers.mcp_elicitation {
+            Approver::Refuse(
+                "approvers.mcp_elicitation is false in envgit.yaml, so envgit does not ask \
+                 through the MCP client (set it to true to be asked there)"
+                    .into(),
+            )
+        } else if !elicits {
+            Approver::Refuse(format!(
+                "the MCP client ({client}) does not support elicitation, so nobody could be asked"
+            ))
+        } else if modern {
+            Approver::Park { tx, timeout }
+        } else {
+            Approver::Legacy {
+                peer: context.peer.clone(),
+                client: client.to_string(),
+                timeout,
+            }
+        }
+    }
+
     pub async fn ask(&self, what: &str, rule: &str) -> Answer {
         match self {
             Approver::Refuse(reason) => Answer::refused(reason.clone()),
