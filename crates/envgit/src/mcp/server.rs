@@ -126,7 +126,7 @@ impl ServerHandler for ExecuteServer {
         }
         let args = match parse_args(request.arguments.as_ref()) {
             Ok(a) => a,
-            Err(e) => return Ok(tool_error(e).into()),
+            Err(e) => return Ok(tool_error(e.to_string()).into()),
         };
         if let Some(token) = request.request_state.as_deref() {
             return Ok(self

@@ -7,6 +7,8 @@ use envgit_repl::Limits;
 use rmcp::model::{CallToolResult, ContentBlock, Tool, ToolAnnotations};
 use serde_json::{Value, json};
 
+use super::error::ArgsError;
+
 pub(super) fn tool_error(message: String) -> CallToolResult {
     CallToolResult::error(vec![ContentBlock::text(message)])
 }
@@ -19,20 +21,18 @@ pub(super) struct ExecuteArgs {
 
 pub(super) fn parse_args(
     args: Option<&serde_json::Map<String, Value>>,
-) -> Result<ExecuteArgs, String> {
+) -> Result<ExecuteArgs, ArgsError> {
     let empty = serde_json::Map::new();
     let args = args.unwrap_or(&empty);
     for k in args.keys() {
         if !["code", "session", "timeout_ms"].contains(&k.as_str()) {
-            return Err(format!(
-                "unknown argument `{k}`; execute takes code, session, timeout_ms"
-            ));
+            return Err(ArgsError::Unknown(k.clone()));
         }
     }
     let code = match args.get("code") {
         Some(Value::String(s)) => s.clone(),
-        Some(_) => return Err("`code` must be a string of JavaScript".into()),
-        None => return Err("`code` is required: the JavaScript to run".into()),
+        Some(_) => return Err(ArgsError::CodeNotText),
+        None => return Err(ArgsError::CodeMissing),
     };
     let session = match args.get("session") {
         None | Some(Value::Null) => None,
@@ -45,14 +45,14 @@ pub(super) fn parse_args(
             Some(s.clone())
         }
         Some(_) => {
-            return Err("`session` must be a name of 1-64 letters, digits, `-` or `_`".into());
+            return Err(ArgsError::BadSession);
         }
     };
     let timeout_ms = match args.get("timeout_ms") {
         None | Some(Value::Null) => None,
         Some(v) => match v.as_u64() {
             Some(n) if n > 0 => Some(n),
-            _ => return Err("`timeout_ms` must be a positive integer (milliseconds)".into()),
+            _ => return Err(ArgsError::BadTimeout),
         },
     };
     Ok(ExecuteArgs {
@@ -109,4 +109,40 @@ pub(super) fn execute_tool(description: &str) -> Tool {
     ann.open_world_hint = Some(true);
     tool.annotations = Some(ann);
     tool
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn parse(v: Value) -> Result<ExecuteArgs, ArgsError> {
+        parse_args(v.as_object())
+    }
+
+    #[test]
+    fn arguments_are_checked_and_each_refusal_says_what_to_send() {
+        let ok = parse(json!({"code": "1+1", "session": "a-1", "timeout_ms": 5})).unwrap();
+        assert_eq!(
+            (ok.code.as_str(), ok.session.as_deref(), ok.timeout_ms),
+            ("1+1", Some("a-1"), Some(5))
+        );
+        let refused = |v: Value| parse(v).err().map(|e| (e.to_string(), e));
+        let (msg, e) = refused(json!({"code": "1", "cwd": "/"})).unwrap();
+        assert_eq!(e, ArgsError::Unknown("cwd".into()));
+        assert!(msg.contains("`cwd`") && msg.contains("execute takes code, session, timeout_ms"));
+        assert_eq!(refused(json!({})).unwrap().1, ArgsError::CodeMissing);
+        assert_eq!(
+            refused(json!({"code": 1})).unwrap().1,
+            ArgsError::CodeNotText
+        );
+        assert_eq!(
+            refused(json!({"code": "1", "session": "a b"})).unwrap().1,
+            ArgsError::BadSession
+        );
+        assert_eq!(
+            refused(json!({"code": "1", "timeout_ms": 0})).unwrap().1,
+            ArgsError::BadTimeout
+        );
+    }
 }
