@@ -1,5 +1,6 @@
 //! `envgit`: parse arguments, run one command, map its error to an exit code.
 
+mod agents;
 mod cli;
 mod commands;
 mod demo;
@@ -21,7 +22,6 @@ mod step;
 mod supervisor;
 mod terminal;
 mod timings;
-mod tool_steps;
 mod upstreams;
 
 use std::process::ExitCode;
