@@ -3,7 +3,8 @@
 //! method and every method an override names.)
 
 use crate::answer::Answer;
-use crate::approvals::{self, PendingAsk};
+use crate::approvals;
+use crate::approver::PendingAsk;
 use crate::events::{ApprovalAnswer, Recorder};
 use crate::listener::Shared;
 

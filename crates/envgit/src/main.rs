@@ -1,6 +1,7 @@
 //! `envgit`: parse arguments, run one command, map its error to an exit code.
 
 mod agents;
+mod approvers;
 mod cli;
 mod commands;
 mod demo;

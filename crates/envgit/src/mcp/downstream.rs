@@ -8,7 +8,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use envgit_gate::GateEvent;
+use envgit_gate::{Approver, GateEvent};
 use envgit_policy::{Action, McpSection, McpServer};
 use envgit_repl::{
     Catalog, Host, HostCall, HostFuture, HostReply, Namespace, TAKEN_GLOBALS, ToolEntry,
@@ -20,7 +20,7 @@ use rmcp::service::RunningService;
 use rmcp::transport::TokioChildProcess;
 use rmcp::{Peer, RoleClient, ServiceExt};
 
-use super::approver::Approver;
+use super::approver::tool_ask;
 use super::error::DownstreamError;
 use super::feed::{Feed, Feeds, flush_deadline};
 use super::typescript;
@@ -178,7 +178,7 @@ impl Downstreams {
     async fn call(
         &self,
         call: HostCall,
-        approver: &Approver,
+        approver: &dyn Approver,
         approvals: &Mutex<Vec<Approval>>,
     ) -> (HostReply, ReplCall) {
         let started = Instant::now();
@@ -202,7 +202,9 @@ impl Downstreams {
             }
             Action::Ask => {
                 rec.decision = ToolDecision::Ask;
-                let answer = approver.ask(&what, &rule).await;
+                let answer = approver
+                    .ask(&tool_ask(&call.server, &call.tool, &rule))
+                    .await;
                 if let Ok(mut a) = approvals.lock() {
                     a.push(Approval {
                         what: format!("tool {what}"),
@@ -363,7 +365,7 @@ pub struct CellHost {
     pub downstreams: Arc<Downstreams>,
     pub log: Arc<Mutex<Vec<ReplCall>>>,
     pub approvals: Arc<Mutex<Vec<Approval>>>,
-    pub approver: Approver,
+    pub approver: Arc<dyn Approver>,
 }
 
 impl Host for CellHost {
@@ -373,7 +375,7 @@ impl Host for CellHost {
         let approvals = self.approvals.clone();
         let approver = self.approver.clone();
         Box::pin(async move {
-            let (reply, rec) = downstreams.call(call, &approver, &approvals).await;
+            let (reply, rec) = downstreams.call(call, approver.as_ref(), &approvals).await;
             if let Ok(mut l) = log.lock() {
                 l.push(rec);
             }
@@ -396,7 +398,7 @@ mod tests {
         policy.tools.insert("fx.create_*".into(), Action::Ask);
         let d = Downstreams::none(policy);
         let approvals = Mutex::new(Vec::new());
-        let refuse = Approver::Refuse("no approver in this test".into());
+        let refuse = super::super::approver::Elicitation::Refuse("no approver in this test".into());
         let call = |tool: &str| HostCall {
             server: "fx".into(),
             tool: tool.into(),

@@ -7,7 +7,7 @@ use envgit_repl::CellOutcome;
 use envgit_store::{Approval, ReplCall};
 use tokio::sync::mpsc;
 
-use super::approver::ParkedAsk;
+use super::approver::Parked;
 use super::error::ExecuteError;
 use super::session::Live;
 
@@ -23,13 +23,13 @@ pub(super) struct Running {
     pub(super) task: Option<tokio::task::JoinHandle<Result<CellOutcome, ExecuteError>>>,
     /// Why the cell could not start.
     pub(super) early: Option<ExecuteError>,
-    pub(super) asks: mpsc::UnboundedReceiver<ParkedAsk>,
+    pub(super) asks: mpsc::UnboundedReceiver<Parked>,
     pub(super) session: Option<Arc<Live>>,
     /// The session's turn, from before the cell starts until the step is committed.
     pub(super) turn: Option<tokio::sync::OwnedMutexGuard<()>>,
     /// The cell's number (for [`Live::interrupt`]).
     pub(super) cell: u64,
     /// The question the parked cell waits on.
-    pub(super) pending: Option<ParkedAsk>,
+    pub(super) pending: Option<Parked>,
     pub(super) client: String,
 }

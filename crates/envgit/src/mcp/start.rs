@@ -12,7 +12,7 @@ use rmcp::model::CallToolResult;
 use rmcp::service::RequestContext;
 use tokio::sync::mpsc;
 
-use super::approver::Approver;
+use super::approver::Elicitation;
 use super::downstream;
 use super::error::ExecuteError;
 use super::running::Running;
@@ -59,7 +59,7 @@ impl Inner {
             .map(|i| format!("{} {}", i.name, i.version))
             .unwrap_or_else(|| "unnamed client".into());
         let (tx, asks) = mpsc::unbounded_channel();
-        let approver = Approver::choose(&self.approvers, context, &client, tx);
+        let approver = Elicitation::choose(&self.approvers, context, &client, tx);
         let log = Arc::new(Mutex::new(Vec::new()));
         let approvals = Arc::new(Mutex::new(Vec::new()));
         let mut run = Running {
@@ -91,7 +91,7 @@ impl Inner {
                     downstreams: self.downstreams.clone(),
                     log,
                     approvals,
-                    approver,
+                    approver: Arc::new(approver),
                 });
                 let opts = CellOptions {
                     timeout: args.timeout_ms.map(Duration::from_millis),

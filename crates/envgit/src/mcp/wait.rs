@@ -11,7 +11,7 @@ use rmcp::RoleServer;
 use rmcp::model::{CallToolResponse, InputRequiredResult};
 use rmcp::service::RequestContext;
 
-use super::approver::{self, ParkedAsk};
+use super::approver::{self, Parked};
 use super::error::ExecuteError;
 use super::running::Running;
 use super::server::Inner;
@@ -95,12 +95,8 @@ impl Inner {
         self.finish(run, outcome).await.into()
     }
 
-    pub(super) async fn park(
-        self: &Arc<Self>,
-        mut run: Running,
-        ask: ParkedAsk,
-    ) -> CallToolResponse {
-        let Some(request) = approver::input_request(&ask.what, &ask.rule) else {
+    pub(super) async fn park(self: &Arc<Self>, mut run: Running, ask: Parked) -> CallToolResponse {
+        let Some(request) = approver::input_request(&ask.ask.summary, &ask.ask.rule) else {
             let _ = ask
                 .reply
                 .send(Answer::refused("the approval form could not be built"));
