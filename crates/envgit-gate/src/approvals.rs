@@ -13,8 +13,7 @@ use std::time::Duration;
 
 use tokio::sync::oneshot;
 
-use crate::answer::Answer;
-use crate::approver::{Approver, PendingAsk};
+use crate::approver::{Answer, Approver, PendingAsk};
 use crate::events::now_ms;
 
 pub(crate) struct Approvals {

@@ -1,7 +1,8 @@
 //! `Approver`: the one way envgit puts an `ask` to a person, whoever asks (the gate holding a
 //! request, the MCP REPL holding a downstream tool call) and however the person is reached:
 //! the question at envgit's own terminal, a note naming `envgit approve ID`, an MCP client's
-//! form. Every ask is a [`PendingAsk`] and ends as an [`Answer`].
+//! form. Every ask is a [`PendingAsk`] and ends as an [`Answer`]: one type for every asker and
+//! every way of answering.
 //!
 //! Two ways an answer comes back. Over the gate's control channel (a key at envgit's terminal,
 //! `envgit approve`/`deny`, the web page): the gate takes who answered from that connection,
@@ -13,8 +14,6 @@ use std::future::Future;
 use std::pin::Pin;
 
 use serde::{Deserialize, Serialize};
-
-use crate::answer::Answer;
 
 /// A question to a person: a held request as `envgit status` shows it (and as the control
 /// channel lists it), or a downstream tool call of the MCP REPL.
@@ -35,6 +34,37 @@ pub struct PendingAsk {
     pub body_preview: String,
     pub asked_at_ms: u64,
     pub expires_at_ms: u64,
+}
+
+/// How an ask ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Answer {
+    /// Approved by `by` (the person's user and terminal, `mcp-elicitation (client 1.2)`, …).
+    Approved { by: String },
+    /// Refused by `by`, or for want of a way to ask: then `by` says why (no approver, the
+    /// form could not be built, the client went away).
+    Refused { by: String },
+    /// Nobody answered in time.
+    TimedOut,
+}
+
+impl Answer {
+    /// Refused for a reason rather than by a person.
+    pub fn refused(why: impl Into<String>) -> Answer {
+        Answer::Refused { by: why.into() }
+    }
+
+    pub fn is_approved(&self) -> bool {
+        matches!(self, Answer::Approved { .. })
+    }
+
+    /// Who answered, or why nobody could, as a step records it.
+    pub fn by(&self) -> &str {
+        match self {
+            Answer::Approved { by } | Answer::Refused { by } => by,
+            Answer::TimedOut => "timeout",
+        }
+    }
 }
 
 /// What [`Approver::ask`] returns: the answer, when this approver receives it itself.

@@ -32,7 +32,6 @@
 //! its own (`forward.rs`), so a second request on a kept-alive connection never passes
 //! undecided.
 
-mod answer;
 mod approvals;
 mod approver;
 mod body;
@@ -60,8 +59,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-pub use answer::Answer;
-pub use approver::{Approver, AskFuture, PendingAsk, answered_over_control};
+pub use approver::{Answer, Approver, AskFuture, PendingAsk, answered_over_control};
 pub use ca::{CaError, RunCa, trust_bundle};
 pub use control::{CONTROL_TOKEN_FILE, ControlAnswer, ControlOp, ControlRequest};
 pub use control_client::control_request;
