@@ -398,7 +398,7 @@ mod tests {
         policy.tools.insert("fx.create_*".into(), Action::Ask);
         let d = Downstreams::none(policy);
         let approvals = Mutex::new(Vec::new());
-        let refuse = super::super::approver::Elicitation::Refuse("no approver in this test".into());
+        let refuse = crate::mcp::approver::Elicitation::Refuse("no approver in this test".into());
         let call = |tool: &str| HostCall {
             server: "fx".into(),
             tool: tool.into(),

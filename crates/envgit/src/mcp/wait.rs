@@ -21,7 +21,7 @@ use super::tool::{ExecuteArgs, tool_error};
 const REINTERRUPT: Duration = Duration::from_millis(20);
 
 /// Drop a parked cell nobody answered: refuse its question, let it end, record the step.
-pub(super) fn expire(
+fn expire(
     inner: Arc<Inner>,
     token: String,
     after: Duration,
@@ -40,6 +40,7 @@ pub(super) fn expire(
         }
     })
 }
+
 impl Inner {
     /// Wait for the cell; park it when it asks a 2026-07-28 client (the client retries with the
     /// answer); record the step when it ends.
@@ -95,7 +96,7 @@ impl Inner {
         self.finish(run, outcome).await.into()
     }
 
-    pub(super) async fn park(self: &Arc<Self>, mut run: Running, ask: Parked) -> CallToolResponse {
+    async fn park(self: &Arc<Self>, mut run: Running, ask: Parked) -> CallToolResponse {
         let Some(request) = approver::input_request(&ask.ask.summary, &ask.ask.rule) else {
             let _ = ask
                 .reply
