@@ -1,5 +1,5 @@
 //! The `execute` server: the state every call shares, and the MCP handler that hands each
-//! call to a cell ([`super::cell`]) or to the parked cell it answers ([`super::parked`]).
+//! call to a new cell ([`super::start`], then [`super::wait`]) or to the parked cell it answers.
 
 use std::collections::HashMap;
 use std::sync::atomic::AtomicU64;
