@@ -11,51 +11,28 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
 use tokio::sync::oneshot;
 
-use crate::answer::Answer;
+use crate::approver::{Answer, Approver, PendingAsk};
 use crate::events::now_ms;
-
-/// A held request, as `envgit status` shows it.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
-pub struct PendingAsk {
-    pub id: u64,
-    pub method: String,
-    pub host: String,
-    pub path: String,
-    pub rule: String,
-    pub summary: String,
-    /// BLAKE3 of the body, hex (what exactly is being approved): the whole body when the
-    /// summary says no more than `METHOD host/path`, else the prefix the rule read.
-    pub body_hash: String,
-    /// The body's first bytes with control bytes escaped, so the person sees what they
-    /// approve.
-    #[serde(default)]
-    pub body_preview: String,
-    pub asked_at_ms: u64,
-    pub expires_at_ms: u64,
-}
-
-/// Told when a request starts waiting (envgit prints how to answer it).
-pub type AskAnnounce = Box<dyn Fn(&PendingAsk) + Send + Sync>;
 
 pub(crate) struct Approvals {
     next_id: AtomicU64,
     pending: Mutex<BTreeMap<u64, (PendingAsk, oneshot::Sender<Answer>)>>,
     granted: Mutex<HashSet<String>>,
     timeout: Duration,
-    announce: Option<AskAnnounce>,
+    /// Puts each ask to a person (envgit's terminal, a note naming `envgit approve`).
+    approver: Option<Box<dyn Approver>>,
 }
 
 impl Approvals {
-    pub(crate) fn new(timeout: Duration, announce: Option<AskAnnounce>) -> Approvals {
+    pub(crate) fn new(timeout: Duration, approver: Option<Box<dyn Approver>>) -> Approvals {
         Approvals {
             next_id: AtomicU64::new(1),
             pending: Mutex::default(),
             granted: Mutex::default(),
             timeout,
-            announce,
+            approver,
         }
     }
 
@@ -64,7 +41,8 @@ impl Approvals {
         lock(&self.granted).contains(identity)
     }
 
-    /// Holds until someone answers or the timeout passes.
+    /// Holds until someone answers (over the control channel, or the approver itself) or the
+    /// timeout passes.
     pub(crate) async fn ask(&self, mut ask: PendingAsk, identity: String) -> Answer {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let now = now_ms();
@@ -72,18 +50,20 @@ impl Approvals {
         ask.asked_at_ms = now;
         ask.expires_at_ms = now + u64::try_from(self.timeout.as_millis()).unwrap_or(u64::MAX);
         let (tx, rx) = oneshot::channel();
+        // Open before it is shown: an answer may come the moment the question appears.
         lock(&self.pending).insert(id, (ask.clone(), tx));
-        if let Some(announce) = &self.announce {
-            announce(&ask);
-        }
-        let answer = match tokio::time::timeout(self.timeout, rx).await {
-            Ok(Ok(answer)) => answer,
-            // Timed out (or the sender vanished): nobody may answer it any more.
-            _ => {
-                lock(&self.pending).remove(&id);
-                Answer::TimedOut
-            }
+        let asked = match &self.approver {
+            Some(approver) => approver.ask(&ask),
+            None => crate::approver::answered_over_control(),
         };
+        let answer = tokio::select! {
+            over_control = rx => over_control.ok(),
+            itself = asked => Some(itself),
+            () = tokio::time::sleep(self.timeout) => None,
+        };
+        // However it ended, nobody may answer it any more (the sender vanished: timed out).
+        lock(&self.pending).remove(&id);
+        let answer = answer.unwrap_or(Answer::TimedOut);
         if let Answer::Approved { .. } = answer {
             lock(&self.granted).insert(identity);
         }
@@ -212,6 +192,71 @@ mod tests {
         let answer = a.ask(ask("x"), "id".into()).await;
         assert_eq!(answer, Answer::TimedOut);
         assert!(!a.granted("id"));
+        assert!(a.list().is_empty());
+    }
+
+    /// Asked through the approver first, answered over the control channel.
+    struct Announced(std::sync::Arc<std::sync::Mutex<Vec<u64>>>);
+
+    impl Approver for Announced {
+        fn ask<'a>(&'a self, ask: &'a PendingAsk) -> crate::approver::AskFuture<'a> {
+            self.0.lock().unwrap().push(ask.id);
+            crate::approver::answered_over_control()
+        }
+    }
+
+    /// Answers the ask itself, as an MCP client's form does.
+    struct AnswersItself;
+
+    impl Approver for AnswersItself {
+        fn ask<'a>(&'a self, _: &'a PendingAsk) -> crate::approver::AskFuture<'a> {
+            Box::pin(async {
+                Answer::Approved {
+                    by: "a form".into(),
+                }
+            })
+        }
+    }
+
+    #[tokio::test]
+    async fn the_approver_is_told_of_an_open_ask_and_the_control_channel_answers_it() {
+        let announced = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let a = std::sync::Arc::new(Approvals::new(
+            Duration::from_secs(5),
+            Some(Box::new(Announced(announced.clone()))),
+        ));
+        let waiter = {
+            let a = std::sync::Arc::clone(&a);
+            tokio::spawn(async move { a.ask(ask("push a->b"), "id-1".into()).await })
+        };
+        while announced.lock().unwrap().is_empty() {
+            tokio::task::yield_now().await;
+        }
+        // Told once it is open: an answer at once finds it.
+        let id = announced.lock().unwrap()[0];
+        assert_eq!(a.list()[0].id, id);
+        a.answer(Some(id), false, "the control peer").unwrap();
+        assert_eq!(
+            waiter.await.unwrap(),
+            Answer::Refused {
+                by: "the control peer".into()
+            }
+        );
+        assert!(a.list().is_empty());
+    }
+
+    #[tokio::test]
+    async fn an_approver_that_answers_itself_ends_the_ask() {
+        let a = Approvals::new(Duration::from_secs(5), Some(Box::new(AnswersItself)));
+        let answer = a.ask(ask("npm publish a@1"), "id".into()).await;
+        assert_eq!(
+            answer,
+            Answer::Approved {
+                by: "a form".into()
+            }
+        );
+        assert!(a.granted("id"));
+        // Nobody may answer it over the control channel any more.
         assert!(a.list().is_empty());
     }
 

@@ -23,7 +23,8 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::Notify;
 
-use crate::approvals::{Approvals, PendingAsk};
+use crate::approvals::Approvals;
+use crate::approver::PendingAsk;
 
 /// Longest request line accepted.
 const MAX_LINE: u64 = 4096;

@@ -2,8 +2,8 @@
 //! judgement itself is the policy's: `l7`, then the `irreversible` rules, for the request's
 //! method and every method an override names.)
 
-use crate::answer::Answer;
-use crate::approvals::{self, PendingAsk};
+use crate::approvals;
+use crate::approver::{Answer, PendingAsk};
 use crate::events::{ApprovalAnswer, Recorder};
 use crate::listener::Shared;
 

@@ -32,8 +32,8 @@
 //! its own (`forward.rs`), so a second request on a kept-alive connection never passes
 //! undecided.
 
-mod answer;
 mod approvals;
+mod approver;
 mod body;
 mod ca;
 mod canonical;
@@ -59,8 +59,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-pub use answer::Answer;
-pub use approvals::{AskAnnounce, PendingAsk};
+pub use approver::{Answer, Approver, AskFuture, PendingAsk, answered_over_control};
 pub use ca::{CaError, RunCa, trust_bundle};
 pub use control::{CONTROL_TOKEN_FILE, ControlAnswer, ControlOp, ControlRequest};
 pub use control_client::control_request;
@@ -107,8 +106,9 @@ pub struct ApprovalConfig {
     pub timeout: Duration,
     /// What `envgit status` shows as the run's project.
     pub label: String,
-    /// Told when a request starts waiting.
-    pub announce: Option<AskAnnounce>,
+    /// Puts each held request's question to a person; answers come over the control channel
+    /// (or from the approver itself). `None`: only `envgit status`/`approve` can see it.
+    pub approver: Option<Box<dyn Approver>>,
 }
 
 /// Takes a running gate's events; see [`Gate::tap`].
@@ -166,7 +166,7 @@ impl Gate {
                 ));
             }
             Some(a) => {
-                let approvals = Arc::new(approvals::Approvals::new(a.timeout, a.announce));
+                let approvals = Arc::new(approvals::Approvals::new(a.timeout, a.approver));
                 let listener = {
                     let _enter = runtime.enter();
                     control::bind(&a.control_socket)?

@@ -1,5 +1,7 @@
 //! `envgit`: parse arguments, run one command, map its error to an exit code.
 
+mod agents;
+mod approvers;
 mod cli;
 mod commands;
 mod demo;
@@ -21,7 +23,6 @@ mod step;
 mod supervisor;
 mod terminal;
 mod timings;
-mod tool_steps;
 mod upstreams;
 
 use std::process::ExitCode;

@@ -5,9 +5,7 @@ use std::path::{Path, PathBuf};
 
 use std::sync::Arc;
 
-use envgit_gate::{
-    ApprovalConfig, Credential, Decision, EventTap, Gate, GateConfig, GateEvent, PendingAsk, RunCa,
-};
+use envgit_gate::{Credential, Decision, EventTap, Gate, GateConfig, GateEvent, RunCa};
 use envgit_sandbox::plan::{PlanInput, plan};
 use envgit_sandbox::spec::RelaySpec;
 use envgit_sandbox::trust::{TrustFiles, host_bundle_text};
@@ -371,53 +369,6 @@ fn proxy_env(port: u16) -> Vec<(String, String)> {
 
 const PROXY_PORT: u16 = 3128;
 
-/// Who can answer an `ask`: the person at envgit's own terminal when `approvers.terminal` and
-/// envgit runs on one (through the pty relay), and `envgit approve/deny` over the control
-/// socket when `approvers.socket` (the relay answers through that socket too). With neither,
-/// an `ask` is refused at once.
-fn approval_config(
-    project: &Project,
-    gate_dir: &Path,
-    pty: Option<&PtyRelay>,
-) -> CmdResult<Option<ApprovalConfig>> {
-    let approvers = &project.policy.approvers;
-    if !approvers.socket && pty.is_none() {
-        return Ok(None);
-    }
-    // The control token, readable by this user only, beside the socket; clients read it
-    // from there (the sandbox sees neither).
-    let control_token = random_token()?;
-    let token_file = gate_dir.join(envgit_gate::CONTROL_TOKEN_FILE);
-    {
-        use std::io::Write;
-        use std::os::unix::fs::OpenOptionsExt;
-        std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&token_file)
-            .and_then(|mut f| f.write_all(control_token.as_bytes()))
-            .map_err(|e| Failure::failed(format!("{}: {e}", token_file.display())))?;
-    }
-    let timeout = approvers.timeout;
-    let announce: Box<dyn Fn(&PendingAsk) + Send + Sync> = match pty {
-        Some(pty) => pty.announcer(),
-        None => Box::new(move |ask: &PendingAsk| {
-            output::warn(&format!(
-                "holding {} {}{} (rule {}): {}\n  answer within {timeout} s: `envgit approve {}` or `envgit deny {}` from another terminal",
-                ask.method, ask.host, ask.path, ask.rule, ask.summary, ask.id, ask.id
-            ));
-        }),
-    };
-    Ok(Some(ApprovalConfig {
-        control_socket: gate_dir.join(CONTROL_SOCKET),
-        control_token,
-        timeout: std::time::Duration::from_secs(timeout),
-        label: project.root.display().to_string(),
-        announce: Some(announce),
-    }))
-}
-
 /// The run CA and the merged bundle (run CA + the host's roots), world-readable files in the
 /// run's private directory; the sandbox mounts them read-only.
 fn write_trust_files(dir: &Path, ca_pem: &str) -> CmdResult<TrustFiles> {
@@ -541,7 +492,7 @@ pub(crate) fn run_sandboxed(
         ca,
         resolve: upstreams.resolve.clone(),
         upstream_ca_pem: upstreams.extra_ca_pem.clone(),
-        approvals: approval_config(
+        approvals: crate::approvers::approval_config(
             project,
             &gate_dir,
             pty.as_ref().filter(|_| project.policy.approvers.terminal),

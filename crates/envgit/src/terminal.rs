@@ -18,7 +18,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-use envgit_gate::{ControlOp, PendingAsk};
+use envgit_gate::{Approver, AskFuture, ControlOp, PendingAsk, answered_over_control};
 
 use crate::signal_watch::SignalWatch;
 use rustix::termios::{OptionalActions, Termios};
@@ -55,22 +55,11 @@ impl PtyRelay {
         })
     }
 
-    /// Called by the gate when a request starts waiting: the question goes on the terminal.
-    pub fn announcer(&self) -> Box<dyn Fn(&PendingAsk) + Send + Sync> {
-        let asks = Arc::clone(&self.asks);
-        Box::new(move |ask: &PendingAsk| {
-            // Open before it is shown: a key pressed the moment the question appears answers it.
-            asks.lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .push(ask.clone());
-            let mut out = std::io::stdout().lock();
-            let _ = write!(
-                out,
-                "\r\nenvgit: let {} {}{} out? (rule {}) {}\r\n  [y/N] ",
-                ask.method, ask.host, ask.path, ask.rule, ask.summary
-            );
-            let _ = out.flush();
-        })
+    /// The approver that asks on this terminal (the gate's requests while the command runs).
+    pub fn prompt(&self) -> TerminalPrompt {
+        TerminalPrompt {
+            asks: Arc::clone(&self.asks),
+        }
     }
 
     /// Takes the sandbox's pty `master`, gives the pty the real terminal's modes and size,
@@ -163,6 +152,30 @@ impl PtyRelay {
         let _ =
             rustix::termios::tcsetattr(std::io::stdin().as_fd(), OptionalActions::Now, &self.saved);
         crate::output::set_terminal_raw(false);
+    }
+}
+
+/// Asks on envgit's own terminal: the question is printed there and the next key answers it,
+/// over the control socket (see [`PtyRelay::start`]).
+pub struct TerminalPrompt {
+    asks: Arc<Mutex<Vec<PendingAsk>>>,
+}
+
+impl Approver for TerminalPrompt {
+    fn ask<'a>(&'a self, ask: &'a PendingAsk) -> AskFuture<'a> {
+        // Open before it is shown: a key pressed the moment the question appears answers it.
+        self.asks
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(ask.clone());
+        let mut out = std::io::stdout().lock();
+        let _ = write!(
+            out,
+            "\r\nenvgit: let {} {}{} out? (rule {}) {}\r\n  [y/N] ",
+            ask.method, ask.host, ask.path, ask.rule, ask.summary
+        );
+        let _ = out.flush();
+        answered_over_control()
     }
 }
 

@@ -13,7 +13,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::oneshot;
 
 use super::*;
-use crate::approvals::PendingAsk;
+use crate::approver::PendingAsk;
 use crate::pool::{Opened, Redial};
 
 const PH: &str = "envgit-placeholder-7f3a";

@@ -12,6 +12,6 @@ pub fn run(args: &McpBridgeArgs) -> CmdResult<ExitCode> {
         .build()
         .map_err(|e| Failure::failed(format!("cannot start the async runtime: {e}")))?;
     rt.block_on(crate::mcp::bridge::run(&args.url))
-        .map_err(Failure::failed)?;
+        .map_err(|e| Failure::failed(e.to_string()))?;
     Ok(ExitCode::SUCCESS)
 }

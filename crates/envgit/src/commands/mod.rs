@@ -1,9 +1,7 @@
-//! One file per subcommand.
+//! One file per subcommand; the agents' commands (`claude`, `codex`, `hooks`, `hook`) are in
+//! `crate::agents`.
 
 pub(crate) mod approve;
-mod claude;
-mod claude_login;
-mod codex;
 mod completions;
 mod demo;
 mod diff;
@@ -12,7 +10,6 @@ mod du;
 mod fork;
 mod fsck;
 mod gc;
-pub(crate) mod hooks;
 mod init;
 mod log;
 mod man;
@@ -30,6 +27,7 @@ pub(crate) mod step_ref;
 
 use std::process::ExitCode;
 
+use crate::agents;
 use crate::cli::{Cli, Command};
 use crate::failure::CmdResult;
 
@@ -57,11 +55,11 @@ pub fn run(cli: Cli) -> CmdResult<ExitCode> {
         Command::Deny(a) => approve::answer(dir, &a, false),
         Command::Mcp(a) => mcp::run(dir, &a),
         Command::McpBridge(a) => mcp_bridge::run(&a),
-        Command::Codex(a) => codex::run(dir, &a),
-        Command::CodexExecServer => codex::exec_server(dir),
-        Command::Claude(a) => claude::run(dir, &a),
-        Command::Hooks(a) => hooks::run(dir, &a),
-        Command::Hook(a) => hooks::hook(dir, &a),
+        Command::Codex(a) => agents::codex::run(dir, &a),
+        Command::CodexExecServer => agents::codex::exec_server(dir),
+        Command::Claude(a) => agents::claude::run(dir, &a),
+        Command::Hooks(a) => agents::copilot::run(dir, &a),
+        Command::Hook(a) => agents::hook(dir, &a),
         Command::Completions(a) => completions::run(&a),
         Command::Man(a) => man::run(&a),
     }

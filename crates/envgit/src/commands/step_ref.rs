@@ -20,15 +20,16 @@ pub enum StepRef {
     Newest(u64),
 }
 
-impl FromStr for StepRef {
-    type Err = String;
+/// A step argument that names no step (clap shows it with the argument's name).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("`{0}` is not a step: give a number (7), @ (the newest), @- (its parent) or @~N")]
+pub struct NotAStep(String);
 
-    fn from_str(s: &str) -> Result<Self, String> {
-        let bad = || {
-            format!(
-                "`{s}` is not a step: give a number (7), @ (the newest), @- (its parent) or @~N"
-            )
-        };
+impl FromStr for StepRef {
+    type Err = NotAStep;
+
+    fn from_str(s: &str) -> Result<Self, NotAStep> {
+        let bad = || NotAStep(s.to_string());
         if let Some(rest) = s.strip_prefix('@') {
             if rest.chars().all(|c| c == '-') {
                 return Ok(Self::Newest(rest.len() as u64));
@@ -93,7 +94,12 @@ mod tests {
         assert_eq!("@--".parse(), Ok(StepRef::Newest(2)));
         assert_eq!("@~3".parse(), Ok(StepRef::Newest(3)));
         for bad in ["", "@~", "@~x", "@+", "-1", "x"] {
-            assert!(bad.parse::<StepRef>().is_err(), "{bad}");
+            let e = bad.parse::<StepRef>().unwrap_err();
+            assert!(
+                e.to_string()
+                    .starts_with(&format!("`{bad}` is not a step: give a number")),
+                "{e}"
+            );
         }
     }
 }

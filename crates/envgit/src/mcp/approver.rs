@@ -1,28 +1,47 @@
-//! `ask` for a downstream tool: a question to the person through MCP elicitation, in whichever
-//! form the client speaks: a server-sent `elicitation/create` (2025-11-25 and before), or an
+//! `ask` for a downstream tool: the MCP client's [`Approver`], a question to the person through
+//! MCP elicitation, in whichever form the client speaks: a server-sent `elicitation/create` (2025-11-25 and before), or an
 //! input-required result the client answers by retrying the call (2026-07-28, "MRTR"). The form
 //! has one required field, approve or deny, with no default: an empty form, which some clients
 //! accept by themselves, cannot say yes.
 
 use std::time::Duration;
 
-use envgit_gate::Answer;
+use envgit_gate::{Answer, Approver, AskFuture, PendingAsk};
+use envgit_policy::ApproversSection;
 use rmcp::model::{ElicitRequestParams, ElicitationAction, ElicitationSchema, InputRequest};
+use rmcp::service::RequestContext;
 use rmcp::{Peer, RoleServer};
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, oneshot};
 
 /// An `ask` parked until a 2026-07-28 client retries its call with the answer (handed to the
-/// `execute` handler, which returns an input-required result meanwhile).
-pub struct ParkedAsk {
-    pub what: String,
-    pub rule: String,
+/// `execute` handler, which returns an input-required result meanwhile), and where the answer
+/// goes.
+pub struct Parked {
+    pub ask: PendingAsk,
     pub reply: oneshot::Sender<Answer>,
+}
+
+/// A downstream tool call as a question: `CALL server/tool`, summarised `server.tool`. It has
+/// no body, and no control channel lists it (the client's form is the only way to answer).
+pub fn tool_ask(server: &str, tool: &str, rule: &str) -> PendingAsk {
+    PendingAsk {
+        id: 0,
+        method: "CALL".into(),
+        host: server.into(),
+        path: format!("/{tool}"),
+        rule: rule.into(),
+        summary: format!("{server}.{tool}"),
+        body_hash: String::new(),
+        body_preview: String::new(),
+        asked_at_ms: envgit_store::now_ms(),
+        expires_at_ms: 0,
+    }
 }
 
 /// How a cell's `ask` is put to the person.
 #[derive(Clone)]
-pub enum Approver {
+pub enum Elicitation {
     /// No way to ask: refused, with the reason.
     Refuse(String),
     /// A legacy client: a server-sent `elicitation/create`.
@@ -33,7 +52,7 @@ pub enum Approver {
     },
     /// A 2026-07-28 client: the handler returns an input-required result.
     Park {
-        tx: mpsc::UnboundedSender<ParkedAsk>,
+        tx: mpsc::UnboundedSender<Parked>,
         timeout: Duration,
     },
 }
@@ -93,11 +112,48 @@ fn elicited(approved: bool, client: &str) -> Answer {
     }
 }
 
-impl Approver {
-    pub async fn ask(&self, what: &str, rule: &str) -> Answer {
+impl Elicitation {
+    /// How this call's asks are put: refused when `approvers.mcp_elicitation` is off or the
+    /// client cannot elicit, parked for a 2026-07-28 client, a server-sent request otherwise.
+    pub fn choose(
+        approvers: &ApproversSection,
+        context: &RequestContext<RoleServer>,
+        client: &str,
+        tx: mpsc::UnboundedSender<Parked>,
+    ) -> Elicitation {
+        let timeout = Duration::from_secs(approvers.timeout.max(1));
+        let elicits = context
+            .client_capabilities()
+            .is_some_and(|c| c.elicitation.is_some());
+        let modern = context
+            .protocol_version()
+            .is_some_and(|v| !v.has_initialize());
+        if !approvers.mcp_elicitation {
+            Elicitation::Refuse(
+                "approvers.mcp_elicitation is false in envgit.yaml, so envgit does not ask \
+                 through the MCP client (set it to true to be asked there)"
+                    .into(),
+            )
+        } else if !elicits {
+            Elicitation::Refuse(format!(
+                "the MCP client ({client}) does not support elicitation, so nobody could be asked"
+            ))
+        } else if modern {
+            Elicitation::Park { tx, timeout }
+        } else {
+            Elicitation::Legacy {
+                peer: context.peer.clone(),
+                client: client.to_string(),
+                timeout,
+            }
+        }
+    }
+
+    async fn answer(&self, ask: &PendingAsk) -> Answer {
+        let (what, rule) = (ask.summary.as_str(), ask.rule.as_str());
         match self {
-            Approver::Refuse(reason) => Answer::refused(reason.clone()),
-            Approver::Legacy {
+            Elicitation::Refuse(reason) => Answer::refused(reason.clone()),
+            Elicitation::Legacy {
                 peer,
                 client,
                 timeout,
@@ -123,14 +179,13 @@ impl Approver {
                     Err(e) => Answer::refused(format!("the elicitation failed: {e}")),
                 }
             }
-            Approver::Park { tx, timeout } => {
+            Elicitation::Park { tx, timeout } => {
                 let (reply, rx) = oneshot::channel();
-                let ask = ParkedAsk {
-                    what: what.to_string(),
-                    rule: rule.to_string(),
+                let parked = Parked {
+                    ask: ask.clone(),
                     reply,
                 };
-                if tx.send(ask).is_err() {
+                if tx.send(parked).is_err() {
                     return Answer::refused("the call that asked has ended");
                 }
                 match tokio::time::timeout(*timeout, rx).await {
@@ -143,5 +198,13 @@ impl Approver {
                 }
             }
         }
+    }
+}
+
+/// The client's form answers the call that asked, so the answer comes from here (naming the
+/// client), not over a control channel.
+impl Approver for Elicitation {
+    fn ask<'a>(&'a self, ask: &'a PendingAsk) -> AskFuture<'a> {
+        Box::pin(self.answer(ask))
     }
 }

@@ -13,6 +13,8 @@ use rmcp::service::{RequestContext, RunningService};
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::{ErrorData as McpError, Peer, RoleClient, RoleServer, ServerHandler, ServiceExt};
 
+use super::error::BridgeError;
+
 struct Bridge {
     remote: Peer<RoleClient>,
     info: ServerConfig,
@@ -54,13 +56,16 @@ impl ServerHandler for Bridge {
 }
 
 /// Connects to `url`, then serves MCP on stdin/stdout until `envgit mcp` closes it.
-pub async fn run(url: &str) -> Result<(), String> {
+pub async fn run(url: &str) -> Result<(), BridgeError> {
     // reqwest is built without a TLS provider of its own: use the one the gate uses (ring).
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let remote: RunningService<RoleClient, ()> = ()
-        .serve(StreamableHttpClientTransport::from_uri(url))
-        .await
-        .map_err(|e| format!("cannot reach the MCP server at {url}: {e}"))?;
+    let remote: RunningService<RoleClient, ()> =
+        ().serve(StreamableHttpClientTransport::from_uri(url))
+            .await
+            .map_err(|source| BridgeError::Unreachable {
+                url: url.to_string(),
+                source: Box::new(source),
+            })?;
     let mut info = ServerConfig::new(ServerCapabilities::builder().enable_tools().build());
     if let Some(peer) = remote.peer_info() {
         if let Some(server) = peer.server_info.clone() {
@@ -75,7 +80,7 @@ pub async fn run(url: &str) -> Result<(), String> {
     let served = bridge
         .serve(rmcp::transport::stdio())
         .await
-        .map_err(|e| format!("MCP handshake on stdin/stdout failed: {e}"))?;
+        .map_err(|e| BridgeError::Handshake(Box::new(e)))?;
     let _ = served.waiting().await;
     let _ = remote.cancel().await;
     Ok(())

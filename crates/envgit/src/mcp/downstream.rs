@@ -8,7 +8,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use envgit_gate::GateEvent;
+use envgit_gate::{Approver, GateEvent};
 use envgit_policy::{Action, McpSection, McpServer};
 use envgit_repl::{
     Catalog, Host, HostCall, HostFuture, HostReply, Namespace, TAKEN_GLOBALS, ToolEntry,
@@ -20,7 +20,8 @@ use rmcp::service::RunningService;
 use rmcp::transport::TokioChildProcess;
 use rmcp::{Peer, RoleClient, ServiceExt};
 
-use super::approver::Approver;
+use super::approver::tool_ask;
+use super::error::DownstreamError;
 use super::feed::{Feed, Feeds, flush_deadline};
 use super::typescript;
 
@@ -58,23 +59,21 @@ impl Downstreams {
 
     /// Start every server of `mcp.servers` (in `project`) and build the catalog. A server that
     /// cannot start is an error naming it: the policy asked for it.
-    pub async fn start(policy: &McpSection, project: &Path) -> Result<Self, String> {
+    pub async fn start(policy: &McpSection, project: &Path) -> Result<Self, DownstreamError> {
         let mut out = Downstreams::none(policy.clone());
         for (name, spec) in &policy.servers {
             let ns = namespace_name(name)?;
-            let (events, feed) = out
-                .feeds
-                .open()
-                .map_err(|e| format!("mcp.servers.{name}: {e}"))?;
+            let (events, feed) = out.feeds.open().map_err(|source| DownstreamError::Feed {
+                name: name.clone(),
+                source,
+            })?;
             let server =
                 tokio::time::timeout(START_TIMEOUT, start_one(name, spec, project, &events))
                     .await
-                    .map_err(|_| {
-                        format!(
-                            "mcp.servers.{name}: `{}` did not answer within {} s",
-                            spec.describe(),
-                            START_TIMEOUT.as_secs()
-                        )
+                    .map_err(|_| DownstreamError::StartTimeout {
+                        name: name.clone(),
+                        command: spec.describe().to_string(),
+                        secs: START_TIMEOUT.as_secs(),
                     })??;
             let mut tools = BTreeMap::new();
             let mut entries = Vec::new();
@@ -87,9 +86,12 @@ impl Downstreams {
                 }
                 let js = sanitize_identifier(&wire);
                 if let Some(other) = taken.insert(js.clone(), wire.clone()) {
-                    return Err(format!(
-                        "mcp.servers.{name}: tools `{other}` and `{wire}` both become `{ns}.{js}` in JavaScript"
-                    ));
+                    return Err(DownstreamError::ToolClash {
+                        name: name.clone(),
+                        other,
+                        wire,
+                        js: format!("{ns}.{js}"),
+                    });
                 }
                 let description = tool.description.as_deref().unwrap_or("").to_string();
                 let ts = typescript::declaration(
@@ -176,7 +178,7 @@ impl Downstreams {
     async fn call(
         &self,
         call: HostCall,
-        approver: &Approver,
+        approver: &dyn Approver,
         approvals: &Mutex<Vec<Approval>>,
     ) -> (HostReply, ReplCall) {
         let started = Instant::now();
@@ -200,7 +202,9 @@ impl Downstreams {
             }
             Action::Ask => {
                 rec.decision = ToolDecision::Ask;
-                let answer = approver.ask(&what, &rule).await;
+                let answer = approver
+                    .ask(&tool_ask(&call.server, &call.tool, &rule))
+                    .await;
                 if let Ok(mut a) = approvals.lock() {
                     a.push(Approval {
                         what: format!("tool {what}"),
@@ -299,13 +303,12 @@ fn unwrap_result(result: CallToolResult) -> HostReply {
     }
 }
 
-fn namespace_name(name: &str) -> Result<String, String> {
+fn namespace_name(name: &str) -> Result<String, DownstreamError> {
     if !is_identifier(name) || TAKEN_GLOBALS.contains(&name) {
-        return Err(format!(
-            "mcp.servers.{name}: a server name must be a JavaScript identifier that is not \
-             a built-in global (letters, digits, `_`; not {}): rename it",
-            TAKEN_GLOBALS.join(", ")
-        ));
+        return Err(DownstreamError::BadName {
+            name: name.to_string(),
+            taken: TAKEN_GLOBALS.join(", "),
+        });
     }
     Ok(name.to_string())
 }
@@ -315,10 +318,9 @@ async fn start_one(
     spec: &McpServer,
     project: &Path,
     events: &Path,
-) -> Result<(RunningService<RoleClient, ()>, Vec<Tool>), String> {
+) -> Result<(RunningService<RoleClient, ()>, Vec<Tool>), DownstreamError> {
     // Through `envgit mcp --downstream NAME`, which runs it in the sandbox behind the gate.
-    let exe =
-        std::env::current_exe().map_err(|e| format!("cannot find envgit's own binary: {e}"))?;
+    let exe = std::env::current_exe().map_err(DownstreamError::OwnBinary)?;
     let mut cmd = tokio::process::Command::new(exe);
     cmd.arg("mcp")
         .arg("--project")
@@ -328,27 +330,33 @@ async fn start_one(
         .arg("--events")
         .arg(events)
         .current_dir(project);
-    let transport = TokioChildProcess::new(cmd).map_err(|e| {
-        format!(
-            "mcp.servers.{name}: cannot start the sandbox for `{}`: {e}",
-            spec.describe()
-        )
+    let transport = TokioChildProcess::new(cmd).map_err(|source| DownstreamError::Spawn {
+        name: name.to_string(),
+        command: spec.describe().to_string(),
+        source,
     })?;
-    let client = ().serve(transport).await.map_err(|e| match &spec.url {
-        Some(url) => format!(
-            "mcp.servers.{name}: {url} could not be reached from the sandbox \
-                 (the gate's and the bridge's messages are above): {e}"
-        ),
-        None => format!(
-            "mcp.servers.{name}: `{}` did not speak MCP on stdin/stdout in the sandbox \
-                 (its messages are above): {e}",
-            spec.command
-        ),
-    })?;
+    let client =
+        ().serve(transport)
+            .await
+            .map_err(|source| match &spec.url {
+                Some(url) => DownstreamError::Unreachable {
+                    name: name.to_string(),
+                    url: url.clone(),
+                    source: Box::new(source),
+                },
+                None => DownstreamError::NotMcp {
+                    name: name.to_string(),
+                    command: spec.command.to_string(),
+                    source: Box::new(source),
+                },
+            })?;
     let tools = client
         .list_all_tools()
         .await
-        .map_err(|e| format!("mcp.servers.{name}: listing its tools failed: {e}"))?;
+        .map_err(|source| DownstreamError::ListTools {
+            name: name.to_string(),
+            source,
+        })?;
     Ok((client, tools))
 }
 
@@ -357,7 +365,7 @@ pub struct CellHost {
     pub downstreams: Arc<Downstreams>,
     pub log: Arc<Mutex<Vec<ReplCall>>>,
     pub approvals: Arc<Mutex<Vec<Approval>>>,
-    pub approver: Approver,
+    pub approver: Arc<dyn Approver>,
 }
 
 impl Host for CellHost {
@@ -367,7 +375,7 @@ impl Host for CellHost {
         let approvals = self.approvals.clone();
         let approver = self.approver.clone();
         Box::pin(async move {
-            let (reply, rec) = downstreams.call(call, &approver, &approvals).await;
+            let (reply, rec) = downstreams.call(call, approver.as_ref(), &approvals).await;
             if let Ok(mut l) = log.lock() {
                 l.push(rec);
             }
@@ -390,7 +398,7 @@ mod tests {
         policy.tools.insert("fx.create_*".into(), Action::Ask);
         let d = Downstreams::none(policy);
         let approvals = Mutex::new(Vec::new());
-        let refuse = Approver::Refuse("no approver in this test".into());
+        let refuse = crate::mcp::approver::Elicitation::Refuse("no approver in this test".into());
         let call = |tool: &str| HostCall {
             server: "fx".into(),
             tool: tool.into(),
@@ -410,5 +418,16 @@ mod tests {
         let (reply, rec) = d.call(call("read"), &refuse, &approvals).await;
         assert_eq!(rec.decision, "allow");
         assert!(reply.unwrap_err().contains("no MCP server `fx`"));
+    }
+
+    #[test]
+    fn a_server_name_that_is_not_a_javascript_name_is_refused_naming_its_entry() {
+        let e = namespace_name("my-server").unwrap_err();
+        assert!(matches!(e, DownstreamError::BadName { .. }));
+        let msg = e.to_string();
+        assert!(msg.starts_with("mcp.servers.my-server: "), "{msg}");
+        assert!(msg.ends_with("rename it"), "{msg}");
+        assert!(namespace_name("console").is_err());
+        assert_eq!(namespace_name("github").unwrap(), "github");
     }
 }

@@ -35,6 +35,8 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::unix::OwnedWriteHalf;
 use tokio::sync::watch;
 
+use super::error::FeedError;
+
 /// How often the downstream process looks at its gate's events when nobody asks.
 const POLL: Duration = Duration::from_millis(50);
 /// A write to the other side that takes longer than this ends the feed (that side is stuck).
@@ -188,26 +190,29 @@ impl Feeds {
 
     /// A feed for one more downstream server: the socket path to pass with `--events`, and the
     /// feed (it accepts one connection, then reads it until it closes).
-    pub fn open(&mut self) -> Result<(PathBuf, Feed), String> {
+    pub fn open(&mut self) -> Result<(PathBuf, Feed), FeedError> {
         let dir = match &self.dir {
             Some(d) => d.clone(),
             None => {
                 let uid = rustix::process::getuid().as_raw();
-                let base = crate::runtime::runtime_dir(uid).map_err(|f| f.message)?;
+                let base = crate::runtime::runtime_dir(uid)
+                    .map_err(|f| FeedError::RuntimeDir(f.message))?;
                 let d = base.join(format!(
                     "mcp-{}-{}",
                     std::process::id(),
                     envgit_store::now_ms()
                 ));
-                crate::runtime::private_dir(&d).map_err(|f| f.message)?;
+                crate::runtime::private_dir(&d).map_err(|f| FeedError::RuntimeDir(f.message))?;
                 self.dir = Some(d.clone());
                 d
             }
         };
         self.opened += 1;
         let path = dir.join(format!("{}.sock", self.opened));
-        let listener = tokio::net::UnixListener::bind(&path)
-            .map_err(|e| format!("{}: {e}", path.display()))?;
+        let listener = tokio::net::UnixListener::bind(&path).map_err(|source| FeedError::Bind {
+            path: path.clone(),
+            source,
+        })?;
         let writer = Arc::new(tokio::sync::Mutex::new(None));
         let (tx, flushed) = watch::channel(0u64);
         let task = tokio::spawn(read_feed(

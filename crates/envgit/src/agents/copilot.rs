@@ -1,5 +1,5 @@
-//! `envgit hooks install|uninstall copilot [--user | --repo]`, and `envgit hook copilot
-//! pre|post`, what the installed hooks run.
+//! Copilot CLI: `envgit hooks install|uninstall copilot [--user | --repo]`, and `envgit hook
+//! copilot pre|post`, what the installed hooks run.
 //!
 //! Copilot CLI has no seam for handing its commands to envgit, so what it does is recorded, not
 //! enforced at the request: each tool call becomes a step (taken after the call, by
@@ -15,7 +15,8 @@ use std::process::ExitCode;
 use envgit_store::{Refusal, StepDraft, StepKind, now_ms};
 use serde_json::{Value, json};
 
-use crate::cli::{HookAgent, HookArgs, HookEvent, HooksAction, HooksArgs, HooksTarget};
+use super::tool_call::{refusal_of, tool_summary};
+use crate::cli::{HookArgs, HookEvent, HooksAction, HooksArgs, HooksTarget};
 use crate::failure::{CmdResult, Failure};
 use crate::output;
 use crate::project::{Project, project_root, start_dir};
@@ -169,51 +170,12 @@ fn tool_args(payload: &Value) -> Value {
     }
 }
 
-fn shell_command(tool: &str, args: &Value) -> Option<String> {
-    matches!(tool, "bash" | "shell" | "Bash" | "powershell")
-        .then(|| {
-            args.get("command")
-                .and_then(Value::as_str)
-                .map(str::to_string)
-        })
-        .flatten()
-}
-
-fn clip(s: &str, n: usize) -> String {
-    let one_line: String = s.split_whitespace().collect::<Vec<_>>().join(" ");
-    if one_line.chars().count() <= n {
-        return one_line;
-    }
-    one_line.chars().take(n).collect::<String>() + "…"
-}
-
-/// How a tool call reads in `envgit log`: `AGENT TOOL: command line or path`.
-pub(crate) fn tool_summary(agent: &str, tool: &str, args: &Value) -> String {
-    if let Some(cmd) = shell_command(tool, args) {
-        return format!("{agent} {tool}: {}", clip(&cmd, 200));
-    }
-    match path_arg(args) {
-        Some(p) => format!("{agent} {tool}: {p}"),
-        None => format!("{agent} {tool}: {}", clip(&args.to_string(), 120)),
-    }
-}
-
-/// The path a file tool names (`path` for Copilot, `file_path` for Claude Code).
-fn path_arg(args: &Value) -> Option<&str> {
-    args.get("path")
-        .or_else(|| args.get("file_path"))
-        .and_then(Value::as_str)
-}
-
 /// `envgit hook copilot pre|post`: never fails the agent for envgit's own trouble (a hook
 /// error would deny the call); problems go to stderr.
 pub fn hook(dir: Option<&Path>, args: &HookArgs) -> CmdResult<ExitCode> {
     let mut input = String::new();
     let _ = std::io::stdin().read_to_string(&mut input);
     let payload: Value = serde_json::from_str(&input).unwrap_or(Value::Null);
-    if matches!(args.agent, HookAgent::Claude) {
-        return Ok(claude_hook(dir, &args.event, payload));
-    }
     let cwd = match payload.get("cwd").and_then(Value::as_str) {
         Some(c) if !c.is_empty() => PathBuf::from(c),
         _ => start_dir(dir)?,
@@ -257,57 +219,6 @@ pub fn hook(dir: Option<&Path>, args: &HookArgs) -> CmdResult<ExitCode> {
         output::error(&format!("copilot hook: {}", f.message));
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// Copilot's file tools that write, and those that read.
-const WRITERS: &[&str] = &[
-    "create",
-    "edit",
-    "str_replace",
-    "write",
-    "insert",
-    "apply_patch",
-];
-const READERS: &[&str] = &["view", "read", "cat"];
-
-/// What envgit refuses in a call, as (`what`, rule): a shell-rule command line, a write to a
-/// protected path, a read of a `.env` file. Copilot's own tools run on the host, so for Copilot
-/// this is the only place these are refused; inside `envgit claude`'s sandbox it gives the model
-/// a clear reason before the sandbox would refuse.
-pub(crate) fn refusal_of(
-    project: &Project,
-    cwd: &Path,
-    tool: &str,
-    args: &Value,
-) -> Option<(String, String)> {
-    if let Some(cmd) = shell_command(tool, args) {
-        let argv = vec!["sh".to_string(), "-c".to_string(), cmd.clone()];
-        return project
-            .policy
-            .check_command(&argv)
-            .map(|m| (format!("command {cmd}"), m.rule.to_string()));
-    }
-    let path = path_arg(args)?;
-    let abs = envgit_codex::paths::normalize(&cwd.join(path));
-    let rel = abs
-        .strip_prefix(&project.root)
-        .ok()?
-        .to_string_lossy()
-        .into_owned();
-    let under = |base: &str| {
-        rel.strip_prefix(base)
-            .is_some_and(|r| r.is_empty() || r.starts_with('/'))
-    };
-    if WRITERS.contains(&tool) && project.protected_paths().iter().any(|p| under(p)) {
-        return Some((format!("write {rel}"), "filesystem.protected".into()));
-    }
-    let env_file = rel
-        .split('/')
-        .any(|c| envgit_codex::fs::is_env_file(c.as_bytes()));
-    if (READERS.contains(&tool) || WRITERS.contains(&tool)) && env_file {
-        return Some((format!("read {rel}"), "filesystem.deny_read".into()));
-    }
-    None
 }
 
 fn pre(project: &Project, cwd: &Path, tool: &str, args: &Value) -> CmdResult<()> {
@@ -354,84 +265,4 @@ fn record(
     step.finish(&mut store, Snapshot::Scan(&mut wt, None), None, draft)?;
     wt.save_index(&store)?;
     Ok(())
-}
-
-/// Set inside `envgit claude`'s sandbox: where the supervisor answers hooks.
-pub(crate) const HOOKS_SOCKET_ENV: &str = "ENVGIT_HOOKS_SOCKET";
-
-/// Claude Code's hooks, run inside `envgit claude`'s sandbox: each tells the supervisor where
-/// a tool call starts or ends (see `tool_steps.rs`). A refused PreToolUse exits 2 with the
-/// reason on stderr, which Claude shows the model; a PreToolUse that cannot reach the
-/// supervisor refuses too (fail closed). Without the socket, PreToolUse only judges.
-fn claude_hook(dir: Option<&Path>, event: &HookEvent, payload: Value) -> ExitCode {
-    let pre = matches!(event, HookEvent::Pre);
-    let Some(socket) = std::env::var_os(HOOKS_SOCKET_ENV).filter(|s| !s.is_empty()) else {
-        return if pre {
-            claude_pre(dir, &payload)
-        } else {
-            ExitCode::SUCCESS
-        };
-    };
-    let name = match event {
-        HookEvent::Pre => "pre",
-        HookEvent::Post => "post",
-        HookEvent::PostFailure => "post_failure",
-        HookEvent::Stop => "stop",
-    };
-    let refused = |reason: &str| {
-        eprintln!("{reason}");
-        if pre {
-            ExitCode::from(2)
-        } else {
-            ExitCode::SUCCESS
-        }
-    };
-    match ask_supervisor(
-        Path::new(&socket),
-        &json!({"event": name, "payload": payload}),
-    ) {
-        Ok(reply) if reply["allow"] == true => ExitCode::SUCCESS,
-        Ok(reply) => refused(reply["reason"].as_str().unwrap_or("envgit: refused")),
-        Err(e) => refused(&format!(
-            "envgit: cannot reach envgit's supervisor ({e}); the call is refused"
-        )),
-    }
-}
-
-fn ask_supervisor(socket: &Path, message: &Value) -> std::io::Result<Value> {
-    use std::io::{BufRead, Write};
-    let stream = std::os::unix::net::UnixStream::connect(socket)?;
-    // Committing a step takes milliseconds; a minute means the supervisor is stuck.
-    stream.set_read_timeout(Some(std::time::Duration::from_secs(60)))?;
-    writeln!(&stream, "{message}")?;
-    let mut line = String::new();
-    std::io::BufReader::new(&stream).read_line(&mut line)?;
-    serde_json::from_str(&line).map_err(std::io::Error::other)
-}
-
-/// Claude Code's PreToolUse without a supervisor to ask (the store is not visible inside, so
-/// it only judges).
-fn claude_pre(dir: Option<&Path>, payload: &Value) -> ExitCode {
-    let cwd = match payload.get("cwd").and_then(Value::as_str) {
-        Some(c) if !c.is_empty() => PathBuf::from(c),
-        _ => match start_dir(dir) {
-            Ok(d) => d,
-            Err(_) => return ExitCode::SUCCESS,
-        },
-    };
-    let Ok(project) = Project::find(Some(&cwd)) else {
-        return ExitCode::SUCCESS;
-    };
-    let tool = payload
-        .get("tool_name")
-        .and_then(Value::as_str)
-        .unwrap_or("tool");
-    let input = payload.get("tool_input").cloned().unwrap_or(Value::Null);
-    match refusal_of(&project, &cwd, tool, &input) {
-        Some((what, rule)) => {
-            eprintln!("envgit: denied {what} (rule {rule})");
-            ExitCode::from(2)
-        }
-        None => ExitCode::SUCCESS,
-    }
 }

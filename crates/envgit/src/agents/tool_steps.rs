@@ -26,7 +26,7 @@ use envgit_store::{
 };
 use serde_json::{Value, json};
 
-use crate::commands::hooks::{refusal_of, tool_summary};
+use super::tool_call::{refusal_of, tool_summary};
 use crate::failure::CmdResult;
 use crate::output;
 use crate::project::Project;

@@ -13,14 +13,14 @@ use std::process::ExitCode;
 use envgit_store::now_ms;
 use serde_json::json;
 
+use super::claude_hook::HOOKS_SOCKET_ENV;
+use super::claude_login::{self, CREDENTIAL_VARS, WITHHELD_VARS};
+use super::tool_steps::{HOOKS_SOCKET_NAME, ToolSteps};
 use crate::cli::ClaudeArgs;
-use crate::commands::claude_login::{self, CREDENTIAL_VARS, WITHHELD_VARS};
-use crate::commands::hooks::HOOKS_SOCKET_ENV;
 use crate::failure::{CmdResult, Failure};
 use crate::output;
 use crate::project::{Project, start_dir};
 use crate::supervisor::{self, EXIT_ENVGIT_FAILED, RunExtras};
-use crate::tool_steps::{HOOKS_SOCKET_NAME, ToolSteps};
 use crate::upstreams::Upstreams;
 
 /// What in Claude Code's configuration directory changes what Claude does later (settings,

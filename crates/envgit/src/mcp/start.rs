@@ -1,0 +1,110 @@
+//! Starting an `execute`: its step opened, a rewind followed, its session and approver
+//! chosen, and its cell started on the session.
+
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use envgit_repl::CellOptions;
+use envgit_store::StepKind;
+use rmcp::RoleServer;
+use rmcp::model::CallToolResult;
+use rmcp::service::RequestContext;
+use tokio::sync::mpsc;
+
+use super::approver::Elicitation;
+use super::downstream;
+use super::error::ExecuteError;
+use super::running::Running;
+use super::server::Inner;
+use super::session::DEFAULT_SESSION;
+use super::tool::{ExecuteArgs, tool_error};
+
+impl Inner {
+    /// Open the step, follow a rewind, pick the session and the approver, and start the cell.
+    pub(super) async fn start(
+        self: &Arc<Self>,
+        args: ExecuteArgs,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<Running, CallToolResult> {
+        let session_name = args.session.unwrap_or_else(|| DEFAULT_SESSION.to_string());
+        let started = envgit_store::now_ms();
+        // The step is open from here: `rewind` refuses meanwhile, concurrent steps are flagged.
+        let guard = {
+            let recorder = self.recorder.clone();
+            let what = format!("repl {session_name}");
+            tokio::task::spawn_blocking(move || {
+                let mut r = recorder
+                    .lock()
+                    .map_err(|_| ExecuteError::RecorderPoisoned)?;
+                r.store.catch_up()?;
+                let steps: Vec<(u64, Option<u64>)> = r
+                    .store
+                    .steps()
+                    .iter()
+                    .map(|s| (s.number, s.target.filter(|_| s.kind == StepKind::Rewind)))
+                    .collect();
+                let step = crate::step::begin(&r.store, &what)?;
+                Ok::<_, ExecuteError>((step, steps))
+            })
+            .await
+            .map_err(ExecuteError::task("step opening"))
+            .and_then(|r| r)
+        };
+        let (step, steps) =
+            guard.map_err(|e| tool_error(format!("envgit could not open a step: {e}")))?;
+        let rewound = self.sessions.follow_rewinds(&steps).await;
+        let client = context
+            .client_info()
+            .map(|i| format!("{} {}", i.name, i.version))
+            .unwrap_or_else(|| "unnamed client".into());
+        let (tx, asks) = mpsc::unbounded_channel();
+        let approver = Elicitation::choose(&self.approvers, context, &client, tx);
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let approvals = Arc::new(Mutex::new(Vec::new()));
+        let mut run = Running {
+            session_name: session_name.clone(),
+            code: args.code.clone(),
+            started,
+            step,
+            log: log.clone(),
+            approvals: approvals.clone(),
+            rewound,
+            task: None,
+            early: None,
+            asks,
+            session: None,
+            turn: None,
+            cell: self.cells.fetch_add(1, Ordering::Relaxed) + 1,
+            pending: None,
+            client,
+        };
+        match self
+            .sessions
+            .get(&session_name, &self.downstreams.catalog)
+            .await
+        {
+            Err(e) => run.early = Some(e),
+            Ok(session) => {
+                run.turn = Some(session.turn.clone().lock_owned().await);
+                let host = Arc::new(downstream::CellHost {
+                    downstreams: self.downstreams.clone(),
+                    log,
+                    approvals,
+                    approver: Arc::new(approver),
+                });
+                let opts = CellOptions {
+                    timeout: args.timeout_ms.map(Duration::from_millis),
+                };
+                let s = session.clone();
+                let code = args.code;
+                let cell = run.cell;
+                run.task = Some(tokio::spawn(async move {
+                    s.execute(cell, &code, &opts, host).await
+                }));
+                run.session = Some(session);
+            }
+        }
+        Ok(run)
+    }
+}
