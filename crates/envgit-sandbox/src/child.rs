@@ -13,7 +13,8 @@ use rustix::thread::UnshareFlags;
 use crate::console::{CONSOLE_FD_ENV, Console};
 use crate::spec::Spec;
 use crate::sys::{self, Forked};
-use crate::{console, init, landlock_rules, mounts, seccomp, userns};
+use crate::timing::mark;
+use crate::{console, init, landlock_rules, mounts, seccomp, timing, userns};
 
 pub const SPEC_FD_ENV: &str = "ENVGIT_SANDBOX_SPEC_FD";
 pub const ERR_FD_ENV: &str = "ENVGIT_SANDBOX_ERR_FD";
@@ -48,6 +49,7 @@ pub fn sandbox_main() -> ! {
 
 /// The sandbox process, from a re-execution or a zygote (`crate::zygote`). Never returns.
 pub(crate) fn sandbox_main_with(channels: Channels) -> ! {
+    timing::start();
     let mut err = channels.err.map(std::fs::File::from);
     for fd in err
         .iter()
@@ -86,6 +88,7 @@ fn run(
     err: &mut Option<std::fs::File>,
 ) -> Result<i32, String> {
     let spec = read_spec(spec)?;
+    mark("read spec");
     let die_with_parent = || {
         let _ =
             rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL));
@@ -93,15 +96,19 @@ fn run(
     die_with_parent();
     // Into the run's cgroups first, so every process the sandbox ever makes is counted.
     crate::limits::join(&spec.cgroups)?;
+    mark("join cgroups");
     // The terminal's Ctrl-C reaches PID 1 (same process group), which forwards it.
     let _ = sys::set_ignored(libc::SIGINT, true);
     let _ = sys::set_ignored(libc::SIGQUIT, true);
     userns::enter(spec.uid, spec.gid)?;
+    mark("user, net namespaces");
     sys::loopback_up().map_err(|e| format!("bringing up loopback: {e}"))?;
+    mark("loopback up");
     let relay = match &spec.relay {
         Some(r) => Some(start_relay(r)?),
         None => None,
     };
+    mark("relay ready");
     // SAFETY: single-threaded here, so no other thread shares the fs state unshare changes.
     unsafe {
         rustix::thread::unshare_unsafe(
@@ -112,6 +119,7 @@ fn run(
         )
     }
     .map_err(|e| format!("creating mount/pid namespaces: {e}"))?;
+    mark("mount, pid namespaces");
     let code = match sys::fork().map_err(|e| format!("fork: {e}"))? {
         Forked::Child => {
             die_with_parent();
@@ -203,11 +211,13 @@ fn pid1(
     let built = mounts::build_root(spec);
     rustix::process::umask(umask);
     built?;
+    mark("pid 1: root built");
     // The command's terminal, on the view's own devpts (see `console`).
     let terminal = match console {
         Some(socket) => Some(Console::open(spec.uid, spec.gid)?.hand_over(socket)?),
         None => None,
     };
+    mark("pid 1: console");
     // The UTS namespace keeps the host's name: tools that write it into their lock files
     // (git's `gc.pid`) and compare it later must see the same host inside and out.
     match sys::fork().map_err(|e| format!("fork: {e}"))? {
@@ -280,14 +290,17 @@ fn exec_command(
         writable.push(h.path.clone());
     }
     writable.retain(|p| p.exists());
+    mark("worker: session, caps");
     sys::close_fds_except(&keep_fd.into_iter().collect::<Vec<_>>());
     landlock_rules::restrict(&writable)?;
+    mark("worker: landlock");
     crate::limits::set_nproc(if spec.nproc == 0 {
         crate::limits::DEFAULT_PIDS_MAX
     } else {
         spec.nproc
     })?;
     seccomp::apply()?;
+    mark("worker: seccomp");
     let (prog, args) = spec.argv.split_first().ok_or("empty command")?;
     std::env::set_current_dir(&spec.cwd)
         .map_err(|e| Failed::Setup(format!("cd {}: {e}", spec.cwd.display())))?;

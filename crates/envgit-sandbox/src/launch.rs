@@ -64,7 +64,13 @@ pub fn spawn_on(exe: &Path, spec: &Spec, terminal: bool) -> std::io::Result<Sand
     inheritable(&spec_r, true)?;
     inheritable(&err_w, true)?;
     let console = terminal.then(console::socket_pair).transpose()?;
-    if let Some(zygote) = crate::zygote::take() {
+    if let Some(mut zygote) = crate::zygote::take() {
+        // What the zygote was moved into already it must not join again: a move costs a
+        // grace period even when the process is there.
+        let moved = zygote.moved_into();
+        let mut spec = spec.clone();
+        spec.cgroups.retain(|c| !moved.contains(c));
+        let spec = &spec;
         let started = zygote.start(
             spec_r.as_fd(),
             err_w.as_fd(),

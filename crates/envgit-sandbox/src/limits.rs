@@ -51,6 +51,40 @@ impl RunLimits {
     }
 }
 
+/// The run's limits made at envgit's start ([`prepare_early`]), until the run takes them.
+static EARLY: std::sync::Mutex<Option<RunLimits>> = std::sync::Mutex::new(None);
+
+/// Makes the run's cgroups first thing (after [`crate::prefork`]) and starts moving the
+/// zygote into them ([`crate::move_into_cgroups`]): the move waits for a kernel grace period,
+/// which then passes while envgit opens the store and scans the project. The run takes them
+/// with [`take_early`]; [`discard_early`] removes them when it never came to that.
+pub fn prepare_early() {
+    let since_epoch = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    let limits = prepare(&format!(
+        "envgit-{}-{}",
+        std::process::id(),
+        since_epoch.as_millis()
+    ));
+    crate::move_into_cgroups(&limits.cgroups);
+    *EARLY.lock().unwrap_or_else(|p| p.into_inner()) = Some(limits);
+}
+
+/// The limits [`prepare_early`] made, once.
+pub fn take_early() -> Option<RunLimits> {
+    EARLY.lock().unwrap_or_else(|p| p.into_inner()).take()
+}
+
+/// Ends the unused zygote and removes the early cgroups, if the run never took them (a
+/// command that failed before its sandbox).
+pub fn discard_early() {
+    if let Some(limits) = take_early() {
+        crate::discard_zygote();
+        limits.remove();
+    }
+}
+
 fn env_u64(name: &str) -> Option<u64> {
     std::env::var(name).ok()?.trim().parse().ok()
 }

@@ -11,7 +11,9 @@
 use std::io::{IoSlice, IoSliceMut};
 use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::path::PathBuf;
 use std::sync::Mutex;
+use std::thread::JoinHandle;
 
 use rustix::net::{
     AddressFamily, RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, SendAncillaryBuffer,
@@ -27,6 +29,9 @@ static PREFORKED: Mutex<Option<Zygote>> = Mutex::new(None);
 pub(crate) struct Zygote {
     pid: i32,
     socket: OwnedFd,
+    /// The move into the run's cgroups, when envgit started it early ([`move_into_cgroups`]):
+    /// it ends with the cgroups the zygote is in.
+    moving: Option<JoinHandle<Vec<PathBuf>>>,
 }
 
 /// Forks the zygote. Call it first thing in `main`, before any thread exists: a process
@@ -52,8 +57,11 @@ pub fn prefork() {
         }
         Ok(Forked::Parent(pid)) => {
             drop(theirs);
-            *PREFORKED.lock().unwrap_or_else(|p| p.into_inner()) =
-                Some(Zygote { pid, socket: ours });
+            *PREFORKED.lock().unwrap_or_else(|p| p.into_inner()) = Some(Zygote {
+                pid,
+                socket: ours,
+                moving: None,
+            });
         }
         Err(_) => {}
     }
@@ -64,11 +72,60 @@ pub(crate) fn take() -> Option<Zygote> {
     PREFORKED.lock().unwrap_or_else(|p| p.into_inner()).take()
 }
 
+/// Starts moving the zygote into the run's cgroups on a thread, while envgit sets up the rest
+/// of the step. Moving a process between cgroups waits for the kernel's RCU grace period
+/// (`cgroup_threadgroup_rwsem`): 11 ms of every step here when the sandbox process joined
+/// them itself, first thing after it was given its channels. The sandbox process then joins
+/// only the cgroups this did not move it into ([`Zygote::start`] waits for the move, so
+/// nothing the sandbox forks is ever outside them). No zygote: nothing to do, the sandbox
+/// process joins them itself as before.
+pub fn move_into_cgroups(cgroups: &[PathBuf]) {
+    let mut preforked = PREFORKED.lock().unwrap_or_else(|p| p.into_inner());
+    let Some(zygote) = preforked.as_mut() else {
+        return;
+    };
+    if zygote.moving.is_some() || cgroups.is_empty() {
+        return;
+    }
+    let pid = zygote.pid.to_string();
+    let cgroups = cgroups.to_vec();
+    zygote.moving = std::thread::Builder::new()
+        .name("envgit-cgroup-move".into())
+        .spawn(move || {
+            cgroups
+                .into_iter()
+                .filter(|dir| std::fs::write(dir.join("cgroup.procs"), &pid).is_ok())
+                .collect()
+        })
+        .ok();
+}
+
 fn single_threaded() -> bool {
     std::fs::read_dir("/proc/self/task").is_ok_and(|tasks| tasks.count() == 1)
 }
 
+/// Ends the zygote unused (the step failed before its sandbox started), waiting until it is
+/// gone: the run's cgroups it was moved into can then be removed.
+pub fn discard_zygote() {
+    let Some(mut zygote) = take() else {
+        return;
+    };
+    zygote.moved_into();
+    if let Some(pid) = rustix::process::Pid::from_raw(zygote.pid) {
+        let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+        let _ = rustix::process::waitpid(Some(pid), rustix::process::WaitOptions::empty());
+    }
+}
+
 impl Zygote {
+    /// The cgroups the zygote was moved into early, once the move is over.
+    pub(crate) fn moved_into(&mut self) -> Vec<PathBuf> {
+        self.moving
+            .take()
+            .and_then(|m| m.join().ok())
+            .unwrap_or_default()
+    }
+
     /// Gives the zygote its channels; it is the sandbox process from here. Returns its pid.
     pub(crate) fn start(
         self,

@@ -45,6 +45,7 @@ fn main() -> ExitCode {
         // While envgit is single-threaded: its sandbox then starts as a fork, not a
         // re-execution of this binary.
         envgit_sandbox::prefork();
+        envgit_sandbox::limits::prepare_early();
     }
     timings::mark("parse arguments");
     let code = match commands::run(cli) {
@@ -54,6 +55,7 @@ fn main() -> ExitCode {
             ExitCode::from(f.code)
         }
     };
+    envgit_sandbox::limits::discard_early();
     timings::report();
     code
 }

@@ -425,6 +425,16 @@ pub(crate) fn run_sandboxed(
     upstreams: &Upstreams,
     extras: RunExtras,
 ) -> CmdResult<(i32, Vec<GateEvent>)> {
+    // The run's cgroups, made at envgit's start for `envgit run`, else now: the sandbox
+    // process-to-be (the zygote) is moved into them on a thread while the rest of the run is
+    // set up, since a move waits for a kernel grace period (`move_into_cgroups`).
+    let limits = envgit_sandbox::limits::take_early().unwrap_or_else(|| {
+        let limits =
+            envgit_sandbox::limits::prepare(&format!("envgit-{}-{}", std::process::id(), now_ms()));
+        envgit_sandbox::move_into_cgroups(&limits.cgroups);
+        limits
+    });
+    let mut unused_limits = UnusedLimits(Some(&limits));
     // The walk of /etc for what only root may read is the plan's largest cost: it runs on
     // its own thread while the rest of the run is set up.
     let etc_private = std::thread::Builder::new()
@@ -554,14 +564,6 @@ pub(crate) fn run_sandboxed(
     });
     let mut spec = spec;
     crate::timings::mark("plan");
-    let limits = envgit_sandbox::limits::prepare(
-        gate_dir
-            .file_name()
-            .and_then(|n| n.to_str())
-            .map(|n| format!("envgit-{n}"))
-            .as_deref()
-            .unwrap_or("envgit-run"),
-    );
     spec.cgroups = limits.cgroups.clone();
     if let Some(tx) = &extras.step_notes {
         for n in &limits.notes {
@@ -587,6 +589,7 @@ pub(crate) fn run_sandboxed(
         let _signals = SignalGuard::ignore_terminal_signals();
         let mut child = envgit_sandbox::spawn_on(&exe, &spec, pty.is_some())
             .map_err(|e| Failure::failed(format!("cannot start the sandbox: {e}")))?;
+        unused_limits.0 = None;
         crate::timings::mark("spawn");
         // SIGTERM or SIGHUP to envgit (a `kill`, a closed terminal) ends the sandbox first,
         // then the step ends as any other: its protected paths put back, its record written.
@@ -635,5 +638,18 @@ pub(crate) fn run_sandboxed(
             code: EXIT_ENVGIT_FAILED as u8,
             message: format!("sandbox: {e}"),
         }),
+    }
+}
+
+/// The run's cgroups while the step may still fail before its sandbox starts: on such a
+/// failure the zygote moved into them is ended and they are removed, never left behind.
+struct UnusedLimits<'a>(Option<&'a envgit_sandbox::limits::RunLimits>);
+
+impl Drop for UnusedLimits<'_> {
+    fn drop(&mut self) {
+        if let Some(limits) = self.0 {
+            envgit_sandbox::discard_zygote();
+            limits.remove();
+        }
     }
 }
