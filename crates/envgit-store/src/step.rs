@@ -380,6 +380,79 @@ impl Step {
     }
 }
 
+impl ChangeCounts {
+    /// Counts of `changes` by kind, and the bytes they wrote.
+    pub fn of(changes: &[Change]) -> Self {
+        let mut counts = Self::default();
+        for c in changes {
+            match c.change {
+                ChangeKind::Added => counts.added += 1,
+                ChangeKind::Modified => counts.modified += 1,
+                ChangeKind::Deleted => counts.deleted += 1,
+            }
+            counts.bytes_written += c.new_size.unwrap_or(0);
+        }
+        counts
+    }
+}
+
+/// Where a step sits when it is committed: its number, its parent, its snapshot, and whether
+/// other steps ran while it did.
+pub(crate) struct Placement {
+    pub number: u64,
+    pub parent: Option<u64>,
+    pub tree: ObjectId,
+    pub overlapped: bool,
+}
+
+impl StepDraft {
+    /// The record committed for this draft: `changes` (the diff from the parent's snapshot)
+    /// kept project-first and cut to [`MAX_RECORDED_CHANGES`] with their totals; the draft's
+    /// flags, plus `overlapped` and `irreversible` where they apply, once each, in order.
+    pub(crate) fn into_step(self, at: Placement, mut changes: Vec<Change>) -> Step {
+        // Kept project-first so a truncated record still names the project's files.
+        project_first(&mut changes, |c| c.path.as_bytes());
+        let counts = ChangeCounts::of(&changes);
+        let mut flags = self.flags;
+        if at.overlapped {
+            flags.push(StepFlag::Overlapped);
+        }
+        if self.requests.iter().any(|r| r.irreversible) {
+            flags.push(StepFlag::Irreversible);
+        }
+        flags.sort_by_key(|f| *f as u8);
+        flags.dedup();
+        let truncated = changes.len() > MAX_RECORDED_CHANGES;
+        let omitted = changes.len().saturating_sub(MAX_RECORDED_CHANGES) as u64;
+        changes.truncate(MAX_RECORDED_CHANGES);
+        Step {
+            number: at.number,
+            kind: self.kind.unwrap_or(StepKind::Record),
+            parent: at.parent,
+            started_at_ms: self.started_at_ms,
+            ended_at_ms: now_ms(),
+            tree: Some(at.tree),
+            summary: self.summary,
+            command: self.command,
+            cwd: self.cwd,
+            exit_code: self.exit_code,
+            policy_hash: self.policy_hash,
+            changes,
+            changes_total: counts,
+            changes_truncated: truncated,
+            changes_omitted: omitted,
+            flags,
+            requests: self.requests,
+            refusals: self.refusals,
+            approvals: self.approvals,
+            target: self.target,
+            origin: self.origin,
+            repl: self.repl,
+            notes: self.notes,
+        }
+    }
+}
+
 pub fn now_ms() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)

@@ -1090,7 +1090,9 @@ impl Ctx<'_> {
     ) -> Result<Option<(ObjectId, u64)>> {
         if size_hint > chunk::CHUNK_THRESHOLD {
             let mut counted = CountingReader { inner: file, n: 0 };
-            let id = chunk::store_chunked(self.store, &mut counted, room)?;
+            let id = chunk::store_chunked(&mut counted, |kind, bytes| {
+                self.store.put_within(kind, bytes, room)
+            })?;
             return Ok(id.map(|id| (id, counted.n)));
         }
         // At most the chunking threshold in memory: a file that grew since its stat is
@@ -1105,7 +1107,9 @@ impl Ctx<'_> {
             })?;
         if buf.len() as u64 > chunk::CHUNK_THRESHOLD {
             let mut counted = CountingReader { inner: file, n: 0 };
-            let id = chunk::store_chunked(self.store, buf.as_slice().chain(&mut counted), room)?;
+            let id = chunk::store_chunked(buf.as_slice().chain(&mut counted), |kind, bytes| {
+                self.store.put_within(kind, bytes, room)
+            })?;
             return Ok(id.map(|id| (id, buf.len() as u64 + counted.n)));
         }
         let id = self.store.put_within(ObjectKind::Blob, &buf, room)?;

@@ -116,7 +116,7 @@ fn identical_content_is_stored_once() {
     let tree = snapshot(&s, &root);
     s.commit(&mut g, StepDraft::default(), tree).unwrap();
     // root tree, "1" and one copy of the repeated content
-    assert_eq!(s.index().len(), 3);
+    assert_eq!(s.object_count(), 3);
 }
 
 #[test]

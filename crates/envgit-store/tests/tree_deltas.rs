@@ -48,7 +48,7 @@ fn commit(store: &mut Store, tree: ObjectId) -> u64 {
 }
 
 fn stored_len(store: &Store, id: &ObjectId) -> u32 {
-    store.index()[id].stored_len
+    store.object_info(id).unwrap().stored_len
 }
 
 #[test]
@@ -165,7 +165,7 @@ fn fsck_finds_a_delta_that_resolves_to_the_wrong_bytes() {
     // and hashing the result can tell.
     let victim = ids[2];
     assert_eq!(store.tree_depth(&victim).unwrap(), 2);
-    let loc = store.index()[&victim];
+    let loc = store.packs().unwrap().index()[&victim];
     let pack = store.packs_dir().join(format!("{:016x}.pack", loc.pack));
     let f = std::fs::OpenOptions::new()
         .read(true)
