@@ -1,11 +1,12 @@
 //! Objects kept in memory, encoded as the packs would store them and checked against their id
 //! on every read: the second implementation of [`ObjectBackend`], which the store's tests run
-//! against beside the packs. It keeps its own index, so it adds nothing to the journal; a
-//! store using it lasts as long as the process (its steps are in the journal, its objects not).
+//! against beside the packs. It keeps its own index, so it adds nothing to the journal. Like a
+//! remote object store, its committed objects can be shared by several handles (one per
+//! opened store), while what a handle put and has not committed is its own.
 
 use std::any::Any;
 use std::collections::HashMap;
-use std::sync::RwLock;
+use std::sync::{Arc, PoisonError, RwLock};
 
 use crate::backend::{ObjectBackend, ObjectInfo, missing};
 use crate::error::{Result, StoreError};
@@ -13,20 +14,29 @@ use crate::id::{ObjectId, ObjectKind};
 use crate::journal_file::JournalMark;
 use crate::pack::{EncodedObject, Location, Stored};
 
+type Objects = HashMap<ObjectId, Arc<EncodedObject>>;
+
 #[derive(Default)]
 pub struct MemoryBackend {
-    objects: RwLock<Objects>,
+    committed: Arc<RwLock<Objects>>,
+    pending: RwLock<Objects>,
 }
 
-#[derive(Default)]
-struct Objects {
-    committed: HashMap<ObjectId, EncodedObject>,
-    pending: HashMap<ObjectId, EncodedObject>,
-}
+impl MemoryBackend {
+    /// Another handle on the same committed objects, with nothing pending: what a second
+    /// process opening the same store sees.
+    pub fn another_handle(&self) -> Self {
+        Self {
+            committed: self.committed.clone(),
+            pending: RwLock::default(),
+        }
+    }
 
-impl Objects {
-    fn find(&self, id: &ObjectId) -> Option<&EncodedObject> {
-        self.committed.get(id).or_else(|| self.pending.get(id))
+    fn find(&self, id: &ObjectId) -> Result<Option<Arc<EncodedObject>>> {
+        if let Some(o) = self.committed.read().map_err(poisoned)?.get(id) {
+            return Ok(Some(o.clone()));
+        }
+        Ok(self.pending.read().map_err(poisoned)?.get(id).cloned())
     }
 }
 
@@ -45,29 +55,34 @@ fn poisoned<T>(_: T) -> StoreError {
 
 impl ObjectBackend for MemoryBackend {
     fn info(&self, id: &ObjectId) -> Option<ObjectInfo> {
-        self.objects.read().ok()?.find(id).map(info_of)
+        self.find(id).ok()?.as_deref().map(info_of)
     }
 
     fn get(&self, id: &ObjectId) -> Result<Stored> {
-        let objects = self.objects.read().map_err(poisoned)?;
-        objects.find(id).ok_or_else(|| missing(id))?.decode()
+        self.find(id)?.ok_or_else(|| missing(id))?.decode()
     }
 
     fn put(&self, object: EncodedObject) -> Result<bool> {
-        let mut objects = self.objects.write().map_err(poisoned)?;
-        if objects.find(&object.id).is_some() {
+        // The pending lock is held across the check, so two threads never both add one object.
+        let mut pending = self.pending.write().map_err(poisoned)?;
+        if pending.contains_key(&object.id)
+            || self
+                .committed
+                .read()
+                .map_err(poisoned)?
+                .contains_key(&object.id)
+        {
             return Ok(false);
         }
-        objects.pending.insert(object.id, object);
+        pending.insert(object.id, Arc::new(object));
         Ok(true)
     }
 
     fn list(&self, kind: ObjectKind) -> Vec<ObjectId> {
-        let Ok(objects) = self.objects.read() else {
+        let Ok(committed) = self.committed.read() else {
             return Vec::new();
         };
-        objects
-            .committed
+        committed
             .values()
             .filter(|o| o.kind == kind)
             .map(|o| o.id)
@@ -75,7 +90,7 @@ impl ObjectBackend for MemoryBackend {
     }
 
     fn count(&self) -> usize {
-        self.objects.read().map_or(0, |o| o.committed.len())
+        self.committed.read().map_or(0, |c| c.len())
     }
 
     fn sync(&self) -> Result<()> {
@@ -87,10 +102,17 @@ impl ObjectBackend for MemoryBackend {
     }
 
     fn commit_pending(&mut self, _: JournalMark) {
-        if let Ok(objects) = self.objects.get_mut() {
-            let pending = std::mem::take(&mut objects.pending);
-            objects.committed.extend(pending);
-        }
+        // The step's record is in the journal: its objects are committed even if a thread
+        // panicked while holding a lock.
+        let pending = std::mem::take(
+            self.pending
+                .get_mut()
+                .unwrap_or_else(PoisonError::into_inner),
+        );
+        self.committed
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .extend(pending);
     }
 
     fn load(&mut self, _: Vec<(ObjectId, Location)>, _: JournalMark, _: bool) {

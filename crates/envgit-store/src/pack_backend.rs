@@ -5,7 +5,7 @@
 use std::any::Any;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Mutex, PoisonError};
 
 use crate::backend::{ObjectBackend, ObjectInfo, copy_each, missing};
 use crate::error::{Result, StoreError};
@@ -233,10 +233,12 @@ impl ObjectBackend for PackBackend {
     }
 
     fn commit_pending(&mut self, mark: JournalMark) {
-        let pending = match self.pending.get_mut() {
-            Ok(p) => std::mem::take(p),
-            Err(_) => HashMap::new(),
-        };
+        // The journal names them now: committed even if a thread panicked holding the lock.
+        let pending = std::mem::take(
+            self.pending
+                .get_mut()
+                .unwrap_or_else(PoisonError::into_inner),
+        );
         for (id, loc) in pending {
             note_end(&mut self.pack_ends, &loc);
             self.index.entry(id).or_insert(loc);

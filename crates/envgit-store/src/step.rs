@@ -469,6 +469,69 @@ mod tests {
     /// A record as journals held it before `notes` existed.
     const OLD_RECORD: &str = r#"{"number":3,"kind":"run","parent":2,"started_at_ms":1,"ended_at_ms":2,"tree":null,"summary":"echo hi","command":["echo","hi"],"exit_code":0,"policy_hash":null,"changes":[],"changes_total":{"added":0,"modified":0,"deleted":0,"bytes_written":0},"changes_truncated":false,"flags":[],"requests":[],"refusals":[],"approvals":[]}"#;
 
+    fn change(path: &str, change: ChangeKind, new_size: Option<u64>) -> Change {
+        Change {
+            path: path.into(),
+            change,
+            entry: "file".into(),
+            old_size: None,
+            new_size,
+        }
+    }
+
+    #[test]
+    fn a_record_counts_every_change_keeps_the_projects_first_and_flags_once() {
+        // 150 changes in .git listed first (path order), then 100 of the project's.
+        let mut changes: Vec<Change> = (0..150)
+            .map(|i| change(&format!(".git/objects/{i:03}"), ChangeKind::Added, Some(10)))
+            .collect();
+        changes.extend(
+            (0..100).map(|i| change(&format!("src/{i:03}"), ChangeKind::Modified, Some(1))),
+        );
+        changes.push(change("gone", ChangeKind::Deleted, None));
+        let draft = StepDraft {
+            flags: vec![StepFlag::Overlapped, StepFlag::UnstableFiles],
+            requests: vec![Request {
+                irreversible: true,
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        let at = Placement {
+            number: 4,
+            parent: Some(3),
+            tree: ObjectId([7; 32]),
+            overlapped: true,
+        };
+        let step = draft.into_step(at, changes);
+        assert_eq!((step.number, step.parent), (4, Some(3)));
+        assert_eq!(step.kind, StepKind::Record);
+        assert_eq!(
+            step.changes_total,
+            ChangeCounts {
+                added: 150,
+                modified: 100,
+                deleted: 1,
+                bytes_written: 1600,
+            }
+        );
+        assert_eq!(step.changes.len(), MAX_RECORDED_CHANGES);
+        assert!(step.changes_truncated);
+        assert_eq!(step.changes_omitted, 51);
+        // Every project change is kept, in the order given; .git's fill the rest.
+        assert_eq!(step.changes[0].path, "src/000");
+        assert_eq!(step.changes[100].path, "gone");
+        assert!(step.changes[101].path.starts_with(".git/"));
+        assert_eq!(
+            step.flags,
+            [
+                StepFlag::Overlapped,
+                StepFlag::UnstableFiles,
+                StepFlag::Irreversible
+            ]
+        );
+    }
+
     #[test]
     fn a_step_without_notes_still_decodes_and_encodes_as_before() {
         let step: Step = serde_json::from_str(OLD_RECORD).unwrap();

@@ -102,15 +102,20 @@ impl Store {
     }
 
     /// Create the store for `project` at `dir` with its objects in `objects` (its steps are in
-    /// `dir`'s journal as always). A store whose objects are not in packs opens only through
-    /// the value returned: [`Store::open`] reads packs.
+    /// `dir`'s journal as always). Such a store is opened again with [`Store::open_with`] and
+    /// the same objects: [`Store::open`] reads packs.
     pub fn create_with(
         dir: &Path,
         project: &Path,
         objects: Box<dyn ObjectBackend>,
     ) -> Result<Self> {
         Self::create_files(dir, project)?;
-        Self::open_with(dir, objects, true)
+        Self::open_inner(dir, objects, true)
+    }
+
+    /// Open the store at `dir` with its objects in `objects`.
+    pub fn open_with(dir: &Path, objects: Box<dyn ObjectBackend>) -> Result<Self> {
+        Self::open_inner(dir, objects, true)
     }
 
     fn create_files(dir: &Path, project: &Path) -> Result<()> {
@@ -140,15 +145,15 @@ impl Store {
 
     /// Open with the object index loaded (everything but `log` needs it).
     pub fn open(dir: &Path) -> Result<Self> {
-        Self::open_with(dir, Box::new(PackBackend::new(dir, true)), true)
+        Self::open_inner(dir, Box::new(PackBackend::new(dir, true)), true)
     }
 
     /// Open for reading step records only: objects frames are skipped.
     pub fn open_steps_only(dir: &Path) -> Result<Self> {
-        Self::open_with(dir, Box::new(PackBackend::new(dir, false)), false)
+        Self::open_inner(dir, Box::new(PackBackend::new(dir, false)), false)
     }
 
-    fn open_with(dir: &Path, objects: Box<dyn ObjectBackend>, loaded: bool) -> Result<Self> {
+    fn open_inner(dir: &Path, objects: Box<dyn ObjectBackend>, loaded: bool) -> Result<Self> {
         let meta_path = dir.join("store.json");
         let bytes = match std::fs::read(&meta_path) {
             Ok(b) => b,
