@@ -28,7 +28,7 @@ impl Store {
     }
 
     /// A tree's bytes and its delta depth: from the cache, or read and, if it is a delta,
-    /// resolved down its chain (at most [`delta::MAX_CHAIN`] records) and checked by its id.
+    /// resolved down its chain (at most [`Store::MAX_DELTA_CHAIN`].records) and checked by its id.
     pub(crate) fn tree_bytes(&self, id: &ObjectId) -> Result<(Arc<[u8]>, u8)> {
         if let Some(hit) = self.trees.get(id) {
             return Ok(hit);
@@ -107,7 +107,7 @@ impl Store {
             .ok_or_else(|| StoreError::corrupt(format!("tree {} is missing", id.hex())))
     }
 
-    /// How many deltas deep a tree is stored (0: whole); at most [`delta::MAX_CHAIN`].
+    /// How many deltas deep a tree is stored (0: whole); at most [`Store::MAX_DELTA_CHAIN`].
     pub fn tree_depth(&self, id: &ObjectId) -> Result<u8> {
         self.tree_info(id)?;
         Ok(self.tree_bytes(id)?.1)

@@ -22,8 +22,8 @@ pub struct ScanReport {
     pub full: bool,
     /// Directories seen for the first time by a partial rescan (the watcher adds watches).
     pub new_dirs: Vec<Vec<u8>>,
-    /// Directories recorded as `too_deep` markers (over [`MAX_TREE_DEPTH`] levels or
-    /// [`MAX_TREE_PATH`] bytes): the caller warns about each, naming the limit.
+    /// Directories recorded as `too_deep` markers (over [`crate::MAX_TREE_DEPTH`] levels or
+    /// [`crate::MAX_TREE_PATH`] bytes): the caller warns about each, naming the limit.
     pub too_deep: Vec<String>,
     /// Regular files read with the setuid or setgid bit (whatever the stat cache said; the
     /// bits are not part of the snapshot): the step's end clears those the step made
