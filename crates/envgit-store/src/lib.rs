@@ -3,6 +3,10 @@
 //!
 //! The store knows files, trees and steps, and nothing of HTTP or sandboxes: a step record is a
 //! plain struct ([`StepDraft`]) the supervisor fills in.
+//!
+//! Objects live behind [`ObjectBackend`]: the local packs ([`PackBackend`]) by default, or
+//! [`MemoryBackend`]; trees, diffs, rewind, restore, fork and fsck reach them only through
+//! [`Store`]'s reads and writes.
 
 mod backend;
 mod beneath;
