@@ -3,10 +3,8 @@
 
 use std::io::Read;
 
-use crate::budget::Reservation;
 use crate::error::{Result, StoreError};
 use crate::id::{ObjectId, ObjectKind};
-use crate::store::Store;
 
 /// Files above this size are chunked; smaller ones are one blob.
 pub const CHUNK_THRESHOLD: u64 = 1 << 20;
@@ -16,13 +14,12 @@ const MAX_CHUNK: usize = 4 << 20;
 /// Bytes per chunk in a chunk list: its id and its length.
 pub(crate) const LIST_ENTRY: u64 = 40;
 
-/// Store a large file's chunks and its chunk list, charging what is appended to `room`;
-/// returns the list's id, or `None` (at the first chunk that does not fit) when the file's new
-/// content does not fit in `room`.
+/// Store a large file's chunks and its chunk list through `put` (which stores an object and
+/// returns its id, or `None` when it does not fit); returns the list's id, or `None` at the
+/// first chunk that does not fit.
 pub(crate) fn store_chunked(
-    store: &Store,
     reader: impl Read,
-    room: &Reservation<'_>,
+    put: impl Fn(ObjectKind, &[u8]) -> Result<Option<ObjectId>>,
 ) -> Result<Option<ObjectId>> {
     let mut list = Vec::new();
     for chunk in fastcdc::v2020::StreamCDC::new(reader, MIN_CHUNK, AVG_CHUNK, MAX_CHUNK) {
@@ -30,13 +27,13 @@ pub(crate) fn store_chunked(
             path: "<chunking>".into(),
             source: std::io::Error::other(e.to_string()),
         })?;
-        let Some(id) = store.put_within(ObjectKind::Blob, &chunk.data, room)? else {
+        let Some(id) = put(ObjectKind::Blob, &chunk.data)? else {
             return Ok(None);
         };
         list.extend_from_slice(&id.0);
         list.extend_from_slice(&(chunk.length as u64).to_le_bytes());
     }
-    store.put_within(ObjectKind::ChunkList, &list, room)
+    put(ObjectKind::ChunkList, &list)
 }
 
 pub fn decode_list(bytes: &[u8]) -> Result<Vec<ObjectId>> {

@@ -61,7 +61,7 @@ pub fn fork(
     use std::os::fd::AsFd;
     let (copied, written) = rayon::join(
         || -> Result<ObjectId> {
-            store.copy_records_from(origin, &ids)?;
+            store.copy_objects_from(origin, &ids)?;
             let tree = match opts.replace_root_file {
                 Some((name, content)) => replace_root_file(&store, &tree, name, content)?,
                 None => tree,

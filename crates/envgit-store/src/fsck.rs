@@ -31,14 +31,17 @@ impl FsckReport {
 }
 
 pub fn fsck(store: &Store, progress: Option<&AtomicU64>) -> Result<FsckReport> {
-    let entries: Vec<_> = store.index().iter().collect();
+    let entries: Vec<ObjectId> = ObjectKind::ALL
+        .into_iter()
+        .flat_map(|kind| store.list_objects(kind))
+        .collect();
     let bad: Vec<(ObjectId, String)> = entries
         .par_iter()
-        .filter_map(|(id, _)| {
+        .filter_map(|id| {
             if let Some(p) = progress {
                 p.fetch_add(1, Ordering::Relaxed);
             }
-            store.read_object(id).err().map(|e| (**id, e.to_string()))
+            store.read_object(id).err().map(|e| (*id, e.to_string()))
         })
         .collect();
     let mut report = FsckReport {
@@ -148,11 +151,11 @@ fn file_damaged(
     if bad.contains(id) {
         return Ok(true);
     }
-    let Some(loc) = store.index().get(id) else {
+    let Some(info) = store.object_info(id) else {
         bad_objects.insert(id.hex(), "missing".into());
         return Ok(true);
     };
-    if loc.kind == ObjectKind::ChunkList {
+    if info.kind == ObjectKind::ChunkList {
         let (_, list) = store.read_object(id)?;
         for c in chunk::decode_list(&list)? {
             if bad.contains(&c) || !store.has(&c) {

@@ -15,6 +15,7 @@ use crate::error::{IoContext, Result, StoreError};
 use crate::id::{ObjectId, ObjectKind};
 use crate::lock::{Flock, gc_exclusive};
 use crate::pack::{self, Location, PackWriter};
+use crate::pack_backend::PackBackend;
 use crate::reach;
 use crate::step::StepFlag;
 use crate::store::Store;
@@ -41,7 +42,7 @@ pub struct GcReport {
 
 pub fn gc(store: &mut Store, opts: &GcOptions) -> Result<GcReport> {
     let _gc = gc_exclusive(store.dir())?;
-    store.switch_to_new_pack()?;
+    store.packs_for("gc")?.switch_to_new_pack()?;
     let _commit = Flock::exclusive(&store.dir().join("lock"))?;
     store.catch_up()?;
     let mut report = GcReport {
@@ -81,7 +82,7 @@ pub fn gc(store: &mut Store, opts: &GcOptions) -> Result<GcReport> {
         let journal = std::fs::metadata(store.journal_path())
             .map(|m| m.len())
             .unwrap_or(0);
-        let live_bytes = live_bytes(store, &live) + journal;
+        let live_bytes = live_bytes(store.packs_for("gc")?, &live) + journal;
         if live_bytes <= opts.budget {
             break;
         }
@@ -106,13 +107,14 @@ pub fn gc(store: &mut Store, opts: &GcOptions) -> Result<GcReport> {
     // Current locations of every live object, including trees purge just wrote.
     let mut locs: HashMap<ObjectId, Location> = HashMap::new();
     for id in &live {
-        if let Some(l) = store.location(id) {
+        if let Some(l) = store.packs_for("gc")?.location(id) {
             locs.insert(*id, l);
         }
     }
-    report.objects_dropped = store.index().keys().filter(|id| !live.contains(id)).count() as u64;
+    let packs = store.packs_for("gc")?;
+    report.objects_dropped = packs.index().keys().filter(|id| !live.contains(id)).count() as u64;
     // Trees that purge wrote must be durable before the journal names them.
-    store.take_pending_synced()?;
+    packs.take_pending_synced()?;
     publish(store, &locs, &steps)?;
 
     // Compact packs one at a time.
@@ -149,14 +151,14 @@ pub fn gc(store: &mut Store, opts: &GcOptions) -> Result<GcReport> {
                 None => writer.insert(PackWriter::acquire_new(&packs_dir)?),
             };
             for (id, l) in &live_in_pack {
-                let rec = store.reader().read_record(l)?;
+                let rec = store.packs_for("gc")?.reader().read_record(l)?;
                 let new = w.append_record(&rec, l)?;
                 locs.insert(*id, new);
             }
             w.sync()?;
             publish(store, &locs, &steps)?;
         }
-        store.reader().forget(pack_id);
+        store.packs_for("gc")?.reader().forget(pack_id);
         std::fs::remove_file(&path).at(&path)?;
         report.packs_compacted += 1;
     }
@@ -189,9 +191,9 @@ fn live_set(store: &Store, steps: &[crate::step::Step]) -> Result<HashSet<Object
     Ok(live)
 }
 
-fn live_bytes(store: &Store, live: &HashSet<ObjectId>) -> u64 {
+fn live_bytes(packs: &PackBackend, live: &HashSet<ObjectId>) -> u64 {
     live.iter()
-        .filter_map(|id| store.location(id))
+        .filter_map(|id| packs.location(id))
         .map(|l| l.record_len())
         .sum()
 }

@@ -18,6 +18,8 @@ pub enum ObjectKind {
 }
 
 impl ObjectKind {
+    pub const ALL: [Self; 3] = [Self::Blob, Self::ChunkList, Self::Tree];
+
     pub fn from_byte(b: u8) -> Option<Self> {
         match b {
             1 => Some(Self::Blob),

@@ -3,10 +3,16 @@
 //!
 //! The store knows files, trees and steps, and nothing of HTTP or sandboxes: a step record is a
 //! plain struct ([`StepDraft`]) the supervisor fills in.
+//!
+//! Objects live behind [`ObjectBackend`]: the local packs ([`PackBackend`]) by default, or
+//! [`MemoryBackend`]; trees, diffs, rewind, restore, fork and fsck reach them only through
+//! [`Store`]'s reads and writes.
 
+mod backend;
 mod beneath;
 mod budget;
 mod chunk;
+mod commit;
 mod delta;
 mod diff;
 mod dirty;
@@ -19,11 +25,16 @@ mod gitlayer;
 mod graft;
 mod guard;
 mod id;
+mod interrupted;
 mod journal;
+mod journal_file;
 mod lock;
+mod memory_backend;
 mod pack;
+mod pack_backend;
 mod protect;
 mod reach;
+mod read;
 mod restore;
 mod rewind;
 mod setid;
@@ -34,7 +45,9 @@ mod tree;
 mod tree_cache;
 mod watch;
 mod worktree;
+mod write;
 
+pub use backend::{ObjectBackend, ObjectInfo};
 pub use budget::BudgetLimit;
 pub use diff::{EntryDiff, diff_entries, diff_trees};
 pub use error::{Result, StoreError};
@@ -55,6 +68,8 @@ pub use guard::{
 };
 pub use id::{ObjectId, ObjectKind};
 pub use lock::StepGuard;
+pub use memory_backend::MemoryBackend;
+pub use pack_backend::PackBackend;
 pub use protect::put_back;
 pub use restore::{RestoreOptions, RestoreReport, restore};
 pub use rewind::{RewindDone, RewindOptions, RewindStart, rewind_apply, rewind_start};

@@ -147,6 +147,31 @@ impl EncodedObject {
     }
 }
 
+impl EncodedObject {
+    /// Its content back, as a pack read gives it: a whole object decompressed and checked
+    /// against its id, a delta as stored (for backends that keep objects encoded elsewhere).
+    pub fn decode(&self) -> Result<Stored> {
+        let bad = |why: &str| StoreError::corrupt(format!("object {}: {why}", self.id.hex()));
+        let raw = match self.codec {
+            CODEC_RAW => self.stored.clone(),
+            CODEC_ZSTD => decompress(&self.stored, self.raw_len as usize)
+                .map_err(|_| bad("does not decompress"))?,
+            CODEC_DELTA if self.kind == ObjectKind::Tree => {
+                return Ok(Stored::Delta(self.stored.clone()));
+            }
+            _ => return Err(bad("unknown codec")),
+        };
+        if raw.len() as u64 != self.raw_len || ObjectId::of(self.kind, &raw) != self.id {
+            return Err(bad("content does not match its id"));
+        }
+        Ok(Stored::Whole(raw))
+    }
+
+    pub fn is_delta(&self) -> bool {
+        self.codec == CODEC_DELTA
+    }
+}
+
 fn record_bytes(obj: &EncodedObject) -> Result<Vec<u8>> {
     let stored_len = u32::try_from(obj.stored.len())
         .map_err(|_| StoreError::Refused("object too large for a pack record".into()))?;
@@ -322,15 +347,6 @@ impl PackReader {
         let f = Arc::new(File::open(&path).at(&path)?);
         open.insert(pack, f.clone());
         Ok(f)
-    }
-
-    /// Read, check (CRC, kind, and BLAKE3 of the content against `id`) and decompress an
-    /// object that is not a delta (a delta is [`Stored::Delta`], resolved by the store).
-    pub fn read(&self, id: &ObjectId, loc: &Location) -> Result<Vec<u8>> {
-        match self.read_stored(id, loc)? {
-            Stored::Whole(raw) => Ok(raw),
-            Stored::Delta(_) => Err(self.bad(id, loc, "is a delta, read without its base")),
-        }
     }
 
     fn bad(&self, id: &ObjectId, loc: &Location, why: &str) -> StoreError {

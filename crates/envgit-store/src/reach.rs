@@ -27,7 +27,7 @@ pub fn collect(store: &Store, tree: &ObjectId, seen: &mut HashSet<ObjectId>) -> 
                 }
                 EntryKind::File | EntryKind::Symlink => {
                     if seen.insert(e.id) {
-                        let kind = store.index().get(&e.id).map(|l| l.kind);
+                        let kind = store.object_info(&e.id).map(|i| i.kind);
                         if kind == Some(ObjectKind::ChunkList) {
                             let (_, list) = store.read_object(&e.id)?;
                             seen.extend(chunk::decode_list(&list)?);
@@ -47,7 +47,7 @@ pub fn collect(store: &Store, tree: &ObjectId, seen: &mut HashSet<ObjectId>) -> 
 pub fn add_delta_bases(store: &Store, live: &mut HashSet<ObjectId>) -> Result<()> {
     let deltas: Vec<ObjectId> = live
         .iter()
-        .filter(|id| store.location(id).is_some_and(|l| l.delta))
+        .filter(|id| store.object_info(id).is_some_and(|i| i.delta))
         .copied()
         .collect();
     let mut bases: HashSet<ObjectId> = HashSet::new();

@@ -380,6 +380,79 @@ impl Step {
     }
 }
 
+impl ChangeCounts {
+    /// Counts of `changes` by kind, and the bytes they wrote.
+    pub fn of(changes: &[Change]) -> Self {
+        let mut counts = Self::default();
+        for c in changes {
+            match c.change {
+                ChangeKind::Added => counts.added += 1,
+                ChangeKind::Modified => counts.modified += 1,
+                ChangeKind::Deleted => counts.deleted += 1,
+            }
+            counts.bytes_written += c.new_size.unwrap_or(0);
+        }
+        counts
+    }
+}
+
+/// Where a step sits when it is committed: its number, its parent, its snapshot, and whether
+/// other steps ran while it did.
+pub(crate) struct Placement {
+    pub number: u64,
+    pub parent: Option<u64>,
+    pub tree: ObjectId,
+    pub overlapped: bool,
+}
+
+impl StepDraft {
+    /// The record committed for this draft: `changes` (the diff from the parent's snapshot)
+    /// kept project-first and cut to [`MAX_RECORDED_CHANGES`] with their totals; the draft's
+    /// flags, plus `overlapped` and `irreversible` where they apply, once each, in order.
+    pub(crate) fn into_step(self, at: Placement, mut changes: Vec<Change>) -> Step {
+        // Kept project-first so a truncated record still names the project's files.
+        project_first(&mut changes, |c| c.path.as_bytes());
+        let counts = ChangeCounts::of(&changes);
+        let mut flags = self.flags;
+        if at.overlapped {
+            flags.push(StepFlag::Overlapped);
+        }
+        if self.requests.iter().any(|r| r.irreversible) {
+            flags.push(StepFlag::Irreversible);
+        }
+        flags.sort_by_key(|f| *f as u8);
+        flags.dedup();
+        let truncated = changes.len() > MAX_RECORDED_CHANGES;
+        let omitted = changes.len().saturating_sub(MAX_RECORDED_CHANGES) as u64;
+        changes.truncate(MAX_RECORDED_CHANGES);
+        Step {
+            number: at.number,
+            kind: self.kind.unwrap_or(StepKind::Record),
+            parent: at.parent,
+            started_at_ms: self.started_at_ms,
+            ended_at_ms: now_ms(),
+            tree: Some(at.tree),
+            summary: self.summary,
+            command: self.command,
+            cwd: self.cwd,
+            exit_code: self.exit_code,
+            policy_hash: self.policy_hash,
+            changes,
+            changes_total: counts,
+            changes_truncated: truncated,
+            changes_omitted: omitted,
+            flags,
+            requests: self.requests,
+            refusals: self.refusals,
+            approvals: self.approvals,
+            target: self.target,
+            origin: self.origin,
+            repl: self.repl,
+            notes: self.notes,
+        }
+    }
+}
+
 pub fn now_ms() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -395,6 +468,69 @@ mod tests {
 
     /// A record as journals held it before `notes` existed.
     const OLD_RECORD: &str = r#"{"number":3,"kind":"run","parent":2,"started_at_ms":1,"ended_at_ms":2,"tree":null,"summary":"echo hi","command":["echo","hi"],"exit_code":0,"policy_hash":null,"changes":[],"changes_total":{"added":0,"modified":0,"deleted":0,"bytes_written":0},"changes_truncated":false,"flags":[],"requests":[],"refusals":[],"approvals":[]}"#;
+
+    fn change(path: &str, change: ChangeKind, new_size: Option<u64>) -> Change {
+        Change {
+            path: path.into(),
+            change,
+            entry: "file".into(),
+            old_size: None,
+            new_size,
+        }
+    }
+
+    #[test]
+    fn a_record_counts_every_change_keeps_the_projects_first_and_flags_once() {
+        // 150 changes in .git listed first (path order), then 100 of the project's.
+        let mut changes: Vec<Change> = (0..150)
+            .map(|i| change(&format!(".git/objects/{i:03}"), ChangeKind::Added, Some(10)))
+            .collect();
+        changes.extend(
+            (0..100).map(|i| change(&format!("src/{i:03}"), ChangeKind::Modified, Some(1))),
+        );
+        changes.push(change("gone", ChangeKind::Deleted, None));
+        let draft = StepDraft {
+            flags: vec![StepFlag::Overlapped, StepFlag::UnstableFiles],
+            requests: vec![Request {
+                irreversible: true,
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        let at = Placement {
+            number: 4,
+            parent: Some(3),
+            tree: ObjectId([7; 32]),
+            overlapped: true,
+        };
+        let step = draft.into_step(at, changes);
+        assert_eq!((step.number, step.parent), (4, Some(3)));
+        assert_eq!(step.kind, StepKind::Record);
+        assert_eq!(
+            step.changes_total,
+            ChangeCounts {
+                added: 150,
+                modified: 100,
+                deleted: 1,
+                bytes_written: 1600,
+            }
+        );
+        assert_eq!(step.changes.len(), MAX_RECORDED_CHANGES);
+        assert!(step.changes_truncated);
+        assert_eq!(step.changes_omitted, 51);
+        // Every project change is kept, in the order given; .git's fill the rest.
+        assert_eq!(step.changes[0].path, "src/000");
+        assert_eq!(step.changes[100].path, "gone");
+        assert!(step.changes[101].path.starts_with(".git/"));
+        assert_eq!(
+            step.flags,
+            [
+                StepFlag::Overlapped,
+                StepFlag::UnstableFiles,
+                StepFlag::Irreversible
+            ]
+        );
+    }
 
     #[test]
     fn a_step_without_notes_still_decodes_and_encodes_as_before() {

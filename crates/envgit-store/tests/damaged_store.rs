@@ -233,7 +233,12 @@ fn an_unknown_frame_type_is_reported_and_never_cut_off() {
 /// The pack file and offset of the object holding `content`.
 fn object_place(store: &Store, content: &[u8]) -> (PathBuf, u64, u64) {
     let id = envgit_store::ObjectId::of(ObjectKind::Blob, content);
-    let loc = store.index().get(&id).expect("the object is in the store");
+    let loc = store
+        .packs()
+        .unwrap()
+        .index()
+        .get(&id)
+        .expect("the object is in the store");
     let path = store.packs_dir().join(format!("{:016x}.pack", loc.pack));
     (path, loc.offset, loc.record_len())
 }

@@ -10,8 +10,8 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::path::Path;
 
 use envgit_store::{
-    EntryKind, Excludes, ForkOptions, MarkerReason, RewindOptions, ScanConfig, StepDraft, Store,
-    WorkTree, fork, rewind_apply, rewind_start,
+    EntryKind, Excludes, ForkOptions, MarkerReason, RewindOptions, ScanConfig, StepDraft, WorkTree,
+    fork, rewind_apply, rewind_start,
 };
 use rustix::fs::{AtFlags, Mode, OFlags};
 use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
@@ -97,8 +97,13 @@ fn remove_chain(root: &Path) {
     }
 }
 
-#[test]
-fn a_ten_thousand_deep_tree_is_recorded_restored_and_later_steps_work() {
+#[macro_use]
+mod support;
+use support::backends::Backend;
+
+on_every_backend!(a_ten_thousand_deep_tree_is_recorded_restored_and_later_steps_work);
+
+fn a_ten_thousand_deep_tree_is_recorded_restored_and_later_steps_work(backend: Backend) {
     if std::env::var_os("ENVGIT_TEST_KEEP_NOFILE").is_none() {
         let lim = getrlimit(Resource::Nofile);
         setrlimit(
@@ -116,7 +121,7 @@ fn a_ten_thousand_deep_tree_is_recorded_restored_and_later_steps_work() {
     std::fs::write(project.join("top"), "1").unwrap();
     make_chain(&project, DEPTH);
     let store_dir = tmp.path().join("s");
-    let mut store = Store::create(&store_dir, &project).unwrap();
+    let mut store = backend.create(&store_dir, &project);
     let mut wt = WorkTree::new(&project, ScanConfig::default(), None).unwrap();
 
     let t0 = std::time::Instant::now();

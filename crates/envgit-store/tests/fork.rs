@@ -9,6 +9,16 @@ use std::path::{Path, PathBuf};
 
 use envgit_store::{ForkOptions, ScanConfig, StepDraft, Store, WorkTree};
 
+#[macro_use]
+mod support;
+use support::backends::Backend;
+
+// The origin's objects in either backend; a fork's own store is in packs.
+on_every_backend!(
+    a_fork_is_the_snapshot_byte_for_byte,
+    a_fork_of_a_step_on_tree_deltas_copies_their_bases
+);
+
 fn set_mode(path: &Path, mode: u32) {
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
 }
@@ -122,13 +132,12 @@ fn walk(root: &Path) -> BTreeMap<String, Seen> {
     out
 }
 
-#[test]
-fn a_fork_is_the_snapshot_byte_for_byte() {
+fn a_fork_is_the_snapshot_byte_for_byte(backend: Backend) {
     let tmp = tempfile::tempdir().unwrap();
     let root = tmp.path().join("p");
     project(&root);
     std::fs::write(root.join("envgit.yaml"), "old policy\n").unwrap();
-    let mut store = Store::create(&tmp.path().join("s"), &root).unwrap();
+    let mut store = backend.create(&tmp.path().join("s"), &root);
     let mut wt = WorkTree::new(&root, ScanConfig::default(), None).unwrap();
     let (tree, _) = wt.full_scan(&store, None).unwrap();
     let mut g = store.begin_step("x").unwrap();
@@ -191,12 +200,11 @@ fn a_fork_is_the_snapshot_byte_for_byte() {
     assert_eq!(new_store.read_file(&yaml).unwrap(), b"new policy\n");
 }
 
-#[test]
-fn a_fork_of_a_step_on_tree_deltas_copies_their_bases() {
+fn a_fork_of_a_step_on_tree_deltas_copies_their_bases(backend: Backend) {
     let tmp = tempfile::tempdir().unwrap();
     let root = tmp.path().join("p");
     project(&root);
-    let mut store = Store::create(&tmp.path().join("s"), &root).unwrap();
+    let mut store = backend.create(&tmp.path().join("s"), &root);
     let mut wt = WorkTree::new(&root, ScanConfig::default(), None).unwrap();
     for step in 0..6 {
         std::fs::write(root.join("d07/sub1/f3.c"), format!("version {step}\n")).unwrap();

@@ -105,6 +105,30 @@ fn gc_drops_an_object_no_step_reaches_and_keeps_every_snapshot() {
 }
 
 #[test]
+fn gc_refuses_a_store_whose_objects_are_not_in_packs_and_leaves_it_whole() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("p");
+    std::fs::create_dir_all(&root).unwrap();
+    std::fs::write(root.join("f"), "kept").unwrap();
+    let memory = Box::new(envgit_store::MemoryBackend::default());
+    let mut s = Store::create_with(&tmp.path().join("s"), &root, memory).unwrap();
+    let tree = snapshot(&s, &root);
+    let mut g = s.begin_step("x").unwrap();
+    s.commit(&mut g, StepDraft::default(), tree).unwrap();
+    drop(g);
+    let err = gc(&mut s, &keep_everything()).unwrap_err();
+    assert!(matches!(err, StoreError::Refused(_)), "{err}");
+    assert!(err.to_string().contains("packs"), "{err}");
+    assert_eq!(s.steps().len(), 1);
+    assert!(fsck(&s, None).unwrap().is_clean());
+    assert_eq!(
+        s.read_file(&s.read_tree(&tree).unwrap().get(b"f").unwrap().id)
+            .unwrap(),
+        b"kept"
+    );
+}
+
+#[test]
 fn gc_over_budget_prunes_old_steps_and_keeps_the_recent_ones() {
     let p = project();
     for i in 0..6u64 {

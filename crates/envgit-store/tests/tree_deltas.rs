@@ -35,10 +35,14 @@ fn directory(store: &Store, n: usize) -> Tree {
     }
 }
 
-fn new_store(tmp: &Path) -> Store {
+#[macro_use]
+mod support;
+use support::backends::{Backend, reopen};
+
+fn new_store(tmp: &Path, backend: Backend) -> Store {
     let root = tmp.join("p");
     std::fs::create_dir_all(&root).unwrap();
-    Store::create(&tmp.join("s"), &root).unwrap()
+    backend.create(&tmp.join("s"), &root)
 }
 
 fn commit(store: &mut Store, tree: ObjectId) -> u64 {
@@ -48,13 +52,17 @@ fn commit(store: &mut Store, tree: ObjectId) -> u64 {
 }
 
 fn stored_len(store: &Store, id: &ObjectId) -> u32 {
-    store.index()[id].stored_len
+    store.object_info(id).unwrap().stored_len
 }
 
-#[test]
-fn a_huge_directory_edited_stores_small_deltas_and_reads_back_cold() {
+on_every_backend!(
+    a_huge_directory_edited_stores_small_deltas_and_reads_back_cold,
+    chains_are_bounded_and_every_version_reads_back
+);
+
+fn a_huge_directory_edited_stores_small_deltas_and_reads_back_cold(backend: Backend) {
     let tmp = tempfile::tempdir().unwrap();
-    let mut store = new_store(tmp.path());
+    let mut store = new_store(tmp.path(), backend);
     let mut tree = directory(&store, 50_000);
     let first = store.put_tree(&tree, None).unwrap();
     commit(&mut store, first);
@@ -76,18 +84,17 @@ fn a_huge_directory_edited_stores_small_deltas_and_reads_back_cold() {
             "a one-entry edit of a 50,000-entry directory stored {len} bytes (whole: {whole})"
         );
     }
-    // A fresh open has nothing cached: every version is resolved from the packs.
-    let cold = Store::open(store.dir()).unwrap();
+    // A fresh open has nothing cached: every version is resolved from the backend.
+    let cold = reopen(&store);
     for (depth, (id, t)) in versions.iter().enumerate().rev() {
         assert_eq!(&cold.read_tree(id).unwrap(), t);
         assert_eq!(usize::from(cold.tree_depth(id).unwrap()), depth);
     }
 }
 
-#[test]
-fn chains_are_bounded_and_every_version_reads_back() {
+fn chains_are_bounded_and_every_version_reads_back(backend: Backend) {
     let tmp = tempfile::tempdir().unwrap();
-    let mut store = new_store(tmp.path());
+    let mut store = new_store(tmp.path(), backend);
     let max = usize::from(Store::MAX_DELTA_CHAIN);
     let mut tree = directory(&store, 300);
     let mut ids: Vec<ObjectId> = Vec::new();
@@ -112,7 +119,7 @@ fn chains_are_bounded_and_every_version_reads_back() {
         }
     }
     commit(&mut store, *ids.last().unwrap());
-    let cold = Store::open(store.dir()).unwrap();
+    let cold = reopen(&store);
     let depths: Vec<usize> = ids
         .iter()
         .map(|id| usize::from(cold.tree_depth(id).unwrap()))
@@ -126,8 +133,8 @@ fn chains_are_bounded_and_every_version_reads_back() {
         depths.iter().filter(|&&d| d == 0).count(),
         depths.len().div_ceil(max + 1)
     );
-    // Read newest first on a cold store: the longest chains resolve from the packs.
-    let cold = Store::open(store.dir()).unwrap();
+    // Read newest first on a cold store: the longest chains resolve from the backend.
+    let cold = reopen(&store);
     for (id, t) in ids.iter().zip(&trees).rev() {
         assert_eq!(&cold.read_tree(id).unwrap(), t);
     }
@@ -142,7 +149,7 @@ const RECORD_HEADER: u64 = 52;
 fn fsck_finds_a_delta_that_resolves_to_the_wrong_bytes() {
     use std::os::unix::fs::FileExt;
     let tmp = tempfile::tempdir().unwrap();
-    let mut store = new_store(tmp.path());
+    let mut store = new_store(tmp.path(), Backend::Packs);
     let mut tree = directory(&store, 200);
     let mut ids = Vec::new();
     let mut trees = Vec::new();
@@ -165,7 +172,7 @@ fn fsck_finds_a_delta_that_resolves_to_the_wrong_bytes() {
     // and hashing the result can tell.
     let victim = ids[2];
     assert_eq!(store.tree_depth(&victim).unwrap(), 2);
-    let loc = store.index()[&victim];
+    let loc = store.packs().unwrap().index()[&victim];
     let pack = store.packs_dir().join(format!("{:016x}.pack", loc.pack));
     let f = std::fs::OpenOptions::new()
         .read(true)

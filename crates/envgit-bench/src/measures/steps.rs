@@ -101,11 +101,14 @@ fn journal_len(store: &Store) -> f64 {
 /// Stored (compressed) bytes of objects not in `known`, as (trees, file content).
 fn new_object_bytes(store: &Store, known: &HashSet<ObjectId>) -> (f64, f64) {
     let (mut trees, mut content) = (0.0, 0.0);
-    for (id, loc) in store.index() {
-        if !known.contains(id) {
-            match loc.kind {
-                ObjectKind::Tree => trees += f64::from(loc.stored_len),
-                _ => content += f64::from(loc.stored_len),
+    for kind in ObjectKind::ALL {
+        for id in store.list_objects(kind) {
+            let stored = store.object_info(&id).map_or(0, |i| i.stored_len);
+            if !known.contains(&id) {
+                match kind {
+                    ObjectKind::Tree => trees += f64::from(stored),
+                    _ => content += f64::from(stored),
+                }
             }
         }
     }
@@ -157,7 +160,10 @@ pub fn measure(
     ));
     let size_before = dir_size(&store_dir)?;
     let journal_before = journal_len(&store);
-    let known: HashSet<ObjectId> = store.index().keys().copied().collect();
+    let known: HashSet<ObjectId> = ObjectKind::ALL
+        .into_iter()
+        .flat_map(|kind| store.list_objects(kind))
+        .collect();
     let mut watcher = Series::default();
     let mut walks = Samples::default();
     let mut watcher_cpu = 0.0;

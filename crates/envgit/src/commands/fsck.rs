@@ -15,7 +15,7 @@ pub fn run(dir: Option<&Path>, args: &JsonArg) -> CmdResult<ExitCode> {
     let project = ProjectDirs::find_for_reading(dir)?;
     let store = project.open_store()?;
     let done = Arc::new(AtomicU64::new(0));
-    let total = store.index().len();
+    let total = store.object_count();
     let report = {
         let d = done.clone();
         let _t = Ticker::start(move || {

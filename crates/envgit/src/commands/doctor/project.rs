@@ -156,7 +156,7 @@ fn fsck(root: &Path) -> Check {
         }
     };
     let done = Arc::new(AtomicU64::new(0));
-    let total = store.index().len();
+    let total = store.object_count();
     let report = {
         let d = done.clone();
         let _t = Ticker::start(move || {

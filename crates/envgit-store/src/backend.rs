@@ -1,0 +1,107 @@
+//! The object database behind a small trait, in the style of jj's `Backend`: objects go in
+//! encoded (compressed, or a tree delta) and come out as stored, checked against their id.
+//! Trees, diff, rewind, restore, fork and fsck reach objects only through [`crate::Store`]'s
+//! reads and writes, which reach them only through this trait; the local packs
+//! ([`crate::PackBackend`]) are the default, [`crate::MemoryBackend`] keeps them in memory
+//! (tests, and the shape a remote object store takes).
+//!
+//! A step's objects become part of the store when its record is committed: what was put since
+//! the last commit is pending until then, readable by this process only. The local packs
+//! publish their index in the journal, so committing is two calls around the journal append
+//! ([`ObjectBackend::pending_frames`], then [`ObjectBackend::commit_pending`]).
+
+use std::any::Any;
+
+use crate::error::{Result, StoreError};
+use crate::id::{ObjectId, ObjectKind};
+use crate::journal_file::JournalMark;
+use crate::pack::{EncodedObject, Location, Stored};
+
+/// What is known of an object without reading it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ObjectInfo {
+    pub kind: ObjectKind,
+    /// Its canonical bytes.
+    pub raw_len: u64,
+    /// Bytes its content takes as stored (compressed, or the delta).
+    pub stored_len: u32,
+    /// Stored as a delta against another tree.
+    pub delta: bool,
+}
+
+impl From<&Location> for ObjectInfo {
+    fn from(loc: &Location) -> Self {
+        Self {
+            kind: loc.kind,
+            raw_len: loc.raw_len,
+            stored_len: loc.stored_len,
+            delta: loc.delta,
+        }
+    }
+}
+
+pub trait ObjectBackend: Send + Sync + 'static {
+    /// What is known of `id`: committed, or put by this process since its last commit.
+    fn info(&self, id: &ObjectId) -> Option<ObjectInfo>;
+
+    /// The object as stored, its integrity checked: a whole object is checked against its
+    /// BLAKE3 id, a tree delta is returned for the store to resolve (and check).
+    fn get(&self, id: &ObjectId) -> Result<Stored>;
+
+    /// Add an object unless it is there already (committed or pending); true if it was added.
+    fn put(&self, object: EncodedObject) -> Result<bool>;
+
+    /// The committed objects of one kind.
+    fn list(&self, kind: ObjectKind) -> Vec<ObjectId>;
+
+    /// How many objects are committed.
+    fn count(&self) -> usize;
+
+    /// Make everything put so far durable.
+    fn sync(&self) -> Result<()>;
+
+    /// Synced, the journal frames that publish what was put since the last commit, to be
+    /// appended before the step's record (empty for a backend that keeps its own index).
+    fn pending_frames(&self) -> Result<Vec<u8>>;
+
+    /// The journal now holds those frames up to `mark`: what was pending is committed.
+    fn commit_pending(&mut self, mark: JournalMark);
+
+    /// Objects the journal records, read from it up to `mark` (committed by this or another
+    /// process); `replaced` when the journal was rewritten (gc) and what it said before is void.
+    fn load(&mut self, objects: Vec<(ObjectId, Location)>, mark: JournalMark, replaced: bool);
+
+    /// Copy `ids` from `source` (fork), every object checked on the way. By default each is
+    /// read and encoded again (a delta stays a delta); the packs copy records verbatim from
+    /// other packs.
+    fn copy_from(&self, source: &dyn ObjectBackend, ids: &[ObjectId]) -> Result<()> {
+        copy_each(self, source, ids)
+    }
+
+    /// For copying between backends of one kind ([`ObjectBackend::copy_from`]).
+    fn as_any(&self) -> &dyn Any;
+}
+
+/// Copy `ids` one object at a time: read from `source`, encoded again, put into `dest`.
+pub(crate) fn copy_each(
+    dest: &(impl ObjectBackend + ?Sized),
+    source: &dyn ObjectBackend,
+    ids: &[ObjectId],
+) -> Result<()> {
+    for id in ids {
+        if dest.info(id).is_some() {
+            continue;
+        }
+        let info = source.info(id).ok_or_else(|| missing(id))?;
+        let encoded = match source.get(id)? {
+            Stored::Whole(raw) => EncodedObject::encode(info.kind, *id, &raw),
+            Stored::Delta(stored) => EncodedObject::delta(*id, info.raw_len as usize, stored),
+        };
+        dest.put(encoded)?;
+    }
+    Ok(())
+}
+
+pub(crate) fn missing(id: &ObjectId) -> StoreError {
+    StoreError::corrupt(format!("object {} is missing", id.hex()))
+}

@@ -1,0 +1,110 @@
+//! The journal file as one process sees it: how far it has read (the committed end), which
+//! file that was (gc replaces it), appending a commit, replacing it whole. The frames and
+//! their reading are [`crate::journal`]'s.
+
+use std::fs::OpenOptions;
+use std::io::{Seek, SeekFrom, Write};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+use crate::error::{IoContext, Result};
+use crate::journal::{self, JournalRead};
+use crate::pack;
+
+/// How far a journal was read: which file (device, inode; zeros for none) and its committed
+/// end. The local packs use it to know where each pack's committed records end.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct JournalMark {
+    pub ident: (u64, u64),
+    pub pos: u64,
+}
+
+impl JournalMark {
+    /// The journal at `path` as it is now, read from the start.
+    pub fn of_file(path: &Path) -> Result<(u64, u64)> {
+        match std::fs::metadata(path) {
+            Ok(m) => Ok((m.dev(), m.ino())),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok((0, 0)),
+            Err(e) => Err(e).at(path),
+        }
+    }
+}
+
+pub(crate) struct JournalFile {
+    dir: PathBuf,
+    path: PathBuf,
+    mark: JournalMark,
+}
+
+impl JournalFile {
+    pub fn new(store_dir: &Path) -> Self {
+        Self {
+            dir: store_dir.to_path_buf(),
+            path: store_dir.join("journal"),
+            mark: JournalMark::default(),
+        }
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub fn mark(&self) -> JournalMark {
+        self.mark
+    }
+
+    /// Committed frames since the last read; `true` with them if the journal was replaced
+    /// (gc rewrites it) and was read again from the start.
+    pub fn read_new(&mut self, objects: bool) -> Result<(JournalRead, bool)> {
+        let ident = JournalMark::of_file(&self.path)?;
+        let replaced = ident != self.mark.ident;
+        if replaced {
+            self.mark = JournalMark { ident, pos: 0 };
+        }
+        let read = journal::read(&self.path, self.mark.pos, objects)?;
+        self.mark.pos = read.committed_end;
+        Ok((read, replaced))
+    }
+
+    /// Append committed bytes at the committed end (cutting off a crashed writer's tail first)
+    /// and fdatasync. On failure the journal is cut back: no half-written step.
+    pub fn append(&mut self, bytes: &[u8]) -> Result<()> {
+        let path = &self.path;
+        let mut f = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .read(true)
+            .write(true)
+            .open(path)
+            .at(path)?;
+        let len = f.metadata().at(path)?.len();
+        if len > self.mark.pos {
+            f.set_len(self.mark.pos).at(path)?;
+        }
+        let m = f.metadata().at(path)?;
+        let new_file = self.mark.ident == (0, 0);
+        self.mark.ident = (m.dev(), m.ino());
+        let result = (|| {
+            f.seek(SeekFrom::Start(self.mark.pos)).at(path)?;
+            f.write_all(bytes).at(path)?;
+            rustix::fs::fdatasync(&f).at(path)
+        })();
+        if result.is_err() {
+            let _ = f.set_len(self.mark.pos);
+            return result;
+        }
+        if new_file {
+            pack::sync_dir(&self.dir)?;
+        }
+        self.mark.pos += bytes.len() as u64;
+        Ok(())
+    }
+
+    /// Replace the journal with `bytes` (gc): tmp file, fdatasync, rename. The next read
+    /// starts from the beginning of the new file.
+    pub fn replace(&mut self, bytes: &[u8]) -> Result<()> {
+        pack::write_file_atomic(&self.path, bytes)?;
+        self.mark = JournalMark::default();
+        Ok(())
+    }
+}

@@ -1,0 +1,274 @@
+//! The local object database: append-only packs ([`crate::pack`]) indexed by the journal.
+//! A process appends to a pack it holds the flock of; what it appended is pending (readable by
+//! it alone) until a step's record follows the objects frame that lists it in the journal.
+
+use std::any::Any;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, PoisonError};
+
+use crate::backend::{ObjectBackend, ObjectInfo, copy_each, missing};
+use crate::error::{Result, StoreError};
+use crate::id::{ObjectId, ObjectKind};
+use crate::journal;
+use crate::journal_file::JournalMark;
+use crate::pack::{self, EncodedObject, Location, PackReader, PackWriter, Stored};
+
+pub struct PackBackend {
+    packs_dir: PathBuf,
+    journal_path: PathBuf,
+    /// False for a store opened for its step records only: the journal's objects frames were
+    /// skipped, so nothing is indexed.
+    loaded: bool,
+    index: HashMap<ObjectId, Location>,
+    /// The journal as last read or written.
+    mark: JournalMark,
+    /// Per pack, the end of its last committed object as of `mark` (every location read,
+    /// duplicates included): where a writer may append.
+    pack_ends: HashMap<u64, u64>,
+    reader: PackReader,
+    writer: Mutex<Option<PackWriter>>,
+    pending: Mutex<HashMap<ObjectId, Location>>,
+}
+
+fn note_end(ends: &mut HashMap<u64, u64>, loc: &Location) {
+    let e = ends.entry(loc.pack).or_default();
+    *e = (*e).max(loc.end());
+}
+
+fn poisoned<T>(_: T) -> StoreError {
+    StoreError::corrupt("poisoned")
+}
+
+impl PackBackend {
+    /// The packs of the store at `store_dir`, indexed by its journal as it is read.
+    pub(crate) fn new(store_dir: &Path, loaded: bool) -> Self {
+        let packs_dir = store_dir.join("packs");
+        Self {
+            reader: PackReader::new(&packs_dir),
+            packs_dir,
+            journal_path: store_dir.join("journal"),
+            loaded,
+            index: HashMap::new(),
+            mark: JournalMark::default(),
+            pack_ends: HashMap::new(),
+            writer: Mutex::new(None),
+            pending: Mutex::default(),
+        }
+    }
+
+    /// Every committed object and where it is.
+    pub fn index(&self) -> &HashMap<ObjectId, Location> {
+        &self.index
+    }
+
+    /// Where an object is: committed, or added by this process since its last commit.
+    pub(crate) fn location(&self, id: &ObjectId) -> Option<Location> {
+        if let Some(loc) = self.index.get(id) {
+            return Some(*loc);
+        }
+        self.pending.lock().ok()?.get(id).copied()
+    }
+
+    pub(crate) fn reader(&self) -> &PackReader {
+        &self.reader
+    }
+
+    /// Sync and hand over the objects added since the last commit (gc publishes them itself).
+    pub(crate) fn take_pending_synced(&self) -> Result<HashMap<ObjectId, Location>> {
+        self.sync()?;
+        let mut p = self.pending.lock().map_err(poisoned)?;
+        Ok(std::mem::take(&mut *p))
+    }
+
+    /// Write from now on into a brand-new pack (releasing the flock on the old one), so gc
+    /// can compact every existing pack.
+    pub(crate) fn switch_to_new_pack(&self) -> Result<()> {
+        let mut w = self.writer.lock().map_err(poisoned)?;
+        if let Some(old) = w.as_mut() {
+            old.sync()?;
+        }
+        *w = Some(PackWriter::acquire_new(&self.packs_dir)?);
+        Ok(())
+    }
+
+    fn acquire_pack(&self) -> Result<PackWriter> {
+        // Committed ends as of the journal now: another writer may have committed since it
+        // was read, so what came after is read too (all of it if gc replaced the journal, or
+        // if this store was opened without its objects).
+        let ident = JournalMark::of_file(&self.journal_path)?;
+        let current = self.loaded && ident == self.mark.ident;
+        let (mut ends, from) = if current {
+            (self.pack_ends.clone(), self.mark.pos)
+        } else {
+            (HashMap::new(), 0)
+        };
+        for (_, loc) in journal::read(&self.journal_path, from, true)?.objects {
+            note_end(&mut ends, &loc);
+        }
+        PackWriter::acquire(&self.packs_dir, &|p| ends.get(&p).copied().unwrap_or(0))
+    }
+
+    fn known_packs(&self) -> Vec<u64> {
+        let mut packs: Vec<u64> = self.index.values().map(|l| l.pack).collect();
+        packs.sort_unstable();
+        packs.dedup();
+        packs
+    }
+
+    /// Records adjacent in `source`'s packs are copied as runs, one read and one write each,
+    /// every record's checksum and id checked on the way.
+    fn copy_runs_from(&self, source: &PackBackend, ids: &[ObjectId]) -> Result<()> {
+        /// A run is copied through a buffer this big at most.
+        const RUN_MAX: u64 = 8 << 20;
+        let mut locs = Vec::with_capacity(ids.len());
+        for id in ids {
+            if self.location(id).is_some() {
+                continue;
+            }
+            let loc = source.location(id).ok_or_else(|| missing(id))?;
+            locs.push((*id, loc));
+        }
+        locs.sort_unstable_by_key(|(_, l)| (l.pack, l.offset));
+        let mut writer = self.writer.lock().map_err(poisoned)?;
+        if writer.is_none() {
+            *writer = Some(self.acquire_pack()?);
+        }
+        let Some(w) = writer.as_mut() else {
+            return Err(StoreError::corrupt("no pack writer"));
+        };
+        let mut pending = self.pending.lock().map_err(poisoned)?;
+        let mut i = 0;
+        while i < locs.len() {
+            let (start, first) = (i, locs[i].1);
+            let mut end = first.end();
+            i += 1;
+            while i < locs.len()
+                && locs[i].1.pack == first.pack
+                && locs[i].1.offset == end
+                && locs[i].1.end() - first.offset <= RUN_MAX
+            {
+                end = locs[i].1.end();
+                i += 1;
+            }
+            let run = source
+                .reader
+                .read_range(first.pack, first.offset, end - first.offset)?;
+            for (id, l) in &locs[start..i] {
+                let at = (l.offset - first.offset) as usize;
+                pack::check_record(&run[at..at + l.record_len() as usize], id)?;
+            }
+            let (pack, offset) = w.append_run(&run)?;
+            for (id, l) in &locs[start..i] {
+                let loc = Location {
+                    pack,
+                    offset: offset + (l.offset - first.offset),
+                    ..*l
+                };
+                pending.insert(*id, loc);
+            }
+        }
+        Ok(())
+    }
+}
+
+impl ObjectBackend for PackBackend {
+    fn info(&self, id: &ObjectId) -> Option<ObjectInfo> {
+        self.location(id).as_ref().map(ObjectInfo::from)
+    }
+
+    fn get(&self, id: &ObjectId) -> Result<Stored> {
+        let loc = self.location(id).ok_or_else(|| missing(id))?;
+        self.reader.read_stored(id, &loc)
+    }
+
+    fn put(&self, object: EncodedObject) -> Result<bool> {
+        let mut writer = self.writer.lock().map_err(poisoned)?;
+        let mut pending = self.pending.lock().map_err(poisoned)?;
+        if self.index.contains_key(&object.id) || pending.contains_key(&object.id) {
+            return Ok(false); // another thread stored it meanwhile
+        }
+        if writer.is_none() {
+            *writer = Some(self.acquire_pack()?);
+        }
+        if let Some(w) = writer.as_mut() {
+            let loc = w.append(&object)?;
+            pending.insert(object.id, loc);
+        }
+        Ok(true)
+    }
+
+    fn list(&self, kind: ObjectKind) -> Vec<ObjectId> {
+        self.index
+            .iter()
+            .filter(|(_, l)| l.kind == kind)
+            .map(|(id, _)| *id)
+            .collect()
+    }
+
+    fn count(&self) -> usize {
+        self.index.len()
+    }
+
+    fn sync(&self) -> Result<()> {
+        if let Some(w) = self.writer.lock().map_err(poisoned)?.as_mut() {
+            w.sync()?;
+        }
+        Ok(())
+    }
+
+    fn pending_frames(&self) -> Result<Vec<u8>> {
+        self.sync()?;
+        let pending: Vec<(ObjectId, Location)> = self
+            .pending
+            .lock()
+            .map_err(poisoned)?
+            .iter()
+            .map(|(id, loc)| (*id, *loc))
+            .collect();
+        if pending.is_empty() {
+            return Ok(Vec::new());
+        }
+        Ok(journal::encode_objects(&pending))
+    }
+
+    fn commit_pending(&mut self, mark: JournalMark) {
+        // The journal names them now: committed even if a thread panicked holding the lock.
+        let pending = std::mem::take(
+            self.pending
+                .get_mut()
+                .unwrap_or_else(PoisonError::into_inner),
+        );
+        for (id, loc) in pending {
+            note_end(&mut self.pack_ends, &loc);
+            self.index.entry(id).or_insert(loc);
+        }
+        self.mark = mark;
+    }
+
+    fn load(&mut self, objects: Vec<(ObjectId, Location)>, mark: JournalMark, replaced: bool) {
+        if replaced {
+            for pack in self.known_packs() {
+                self.reader.forget(pack);
+            }
+            self.index.clear();
+            self.pack_ends.clear();
+        }
+        for (id, loc) in objects {
+            note_end(&mut self.pack_ends, &loc);
+            self.index.entry(id).or_insert(loc);
+        }
+        self.mark = mark;
+    }
+
+    fn copy_from(&self, source: &dyn ObjectBackend, ids: &[ObjectId]) -> Result<()> {
+        match source.as_any().downcast_ref::<PackBackend>() {
+            Some(packs) => self.copy_runs_from(packs, ids),
+            None => copy_each(self, source, ids),
+        }
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}

@@ -1,0 +1,336 @@
+//! The working tree as the store last saw it: per directory, its entries with their stat data
+//! and content ids, and its tree id. A full scan visits every entry (an unchanged file costs
+//! one `lstat`, thanks to the stat cache); a rescan of a set of dirty directories (from the
+//! watcher, or from a restore that knows what it wrote) costs O(changed).
+//!
+//! Racy timestamps (git's rule): a cached entry is trusted only if its mtime is older than the
+//! start of the scan that recorded it, minus a margin for coarse filesystem clocks. Otherwise
+//! the file is read again.
+//!
+//! `config` is what a scan captures, `entry` what is remembered per entry, `walk` the reading
+//! of directories, `capture` the reading of files into the store, `report` what a scan tells.
+
+mod capture;
+mod config;
+mod entry;
+mod report;
+mod walk;
+
+pub use config::{DEFAULT_MAX_FILE_SIZE, MAX_TREE_DEPTH, MAX_TREE_PATH, ScanConfig};
+pub use entry::{CachedEntry, DirState, StatKey};
+pub use report::{ScanProgress, ScanReport};
+
+use std::collections::{HashMap, HashSet};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+
+use rustix::io::Errno;
+
+use crate::beneath::{self, join_rel};
+use crate::budget::ScanBudget;
+use crate::dirty::{DirChange, Dirty};
+use crate::error::{IoContext, Result, StoreError};
+use crate::id::ObjectId;
+use crate::store::Store;
+use crate::tree::EntryKind;
+
+use walk::{Ctx, put_tree};
+
+pub struct WorkTree {
+    root: PathBuf,
+    root_fd: OwnedFd,
+    config: ScanConfig,
+    pub(crate) dirs: HashMap<Vec<u8>, DirState>,
+    /// The store's directory, if it sits inside the project: never captured.
+    skip: Option<(u64, u64)>,
+}
+
+impl WorkTree {
+    pub fn new(root: &Path, config: ScanConfig, store_dir: Option<&Path>) -> Result<Self> {
+        let root_fd = beneath::open_root(root).at(root)?;
+        let skip = store_dir.and_then(|d| std::fs::metadata(d).ok()).map(|m| {
+            use std::os::unix::fs::MetadataExt;
+            (m.dev(), m.ino())
+        });
+        Ok(Self {
+            root: root.to_path_buf(),
+            root_fd,
+            config,
+            dirs: HashMap::new(),
+            skip,
+        })
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    pub fn root_fd(&self) -> BorrowedFd<'_> {
+        self.root_fd.as_fd()
+    }
+
+    pub fn config(&self) -> &ScanConfig {
+        &self.config
+    }
+
+    pub fn root_tree(&self) -> Option<ObjectId> {
+        self.dirs.get(b"".as_slice()).map(|d| d.tree)
+    }
+
+    /// Relative paths of every directory captured (for the watcher).
+    pub fn dir_paths(&self) -> impl Iterator<Item = &Vec<u8>> {
+        self.dirs.keys()
+    }
+
+    /// `rel` is a directory of the tree as last read.
+    pub fn has_dir(&self, rel: &[u8]) -> bool {
+        self.dirs.contains_key(rel)
+    }
+
+    pub fn file_count(&self) -> usize {
+        self.dirs.values().map(|d| d.entries.len()).sum()
+    }
+
+    /// Every entry of every directory the last scan read (or the loaded cache holds), with
+    /// the relative path of its directory: the stat index, for what needs to know the
+    /// project's files without walking it again (the sandbox's plan). Markers are included:
+    /// an excluded or too-deep directory is a marker whose `stat` says it is a directory.
+    pub fn entries(&self) -> impl Iterator<Item = (&[u8], &CachedEntry)> {
+        self.dirs
+            .iter()
+            .flat_map(|(rel, d)| d.entries.iter().map(move |e| (rel.as_slice(), e)))
+    }
+
+    /// Forget everything: the next scan reads every file.
+    pub fn clear(&mut self) {
+        self.dirs.clear();
+    }
+
+    /// Visit the whole tree; store what is new; return the root tree id.
+    pub fn full_scan(
+        &mut self,
+        store: &Store,
+        progress: Option<&ScanProgress>,
+    ) -> Result<(ObjectId, ScanReport)> {
+        let budget = ScanBudget::new(self.config.budget);
+        let ctx = Ctx::new(self, store, &budget, progress);
+        let root = beneath::open_dir_beneath(self.root_fd.as_fd(), b"").at(&self.root)?;
+        let state = ctx.walk(root.as_fd(), b"", false)?;
+        let id = state.tree;
+        let mut report = ScanReport {
+            unstable: ctx.unstable.into_inner().unwrap_or_default(),
+            hashed: ctx.hashed.load(Ordering::Relaxed),
+            full: true,
+            too_deep: ctx.too_deep.into_inner().unwrap_or_default(),
+            setid: ctx.setid.into_inner().unwrap_or_default(),
+            ..ScanReport::default()
+        };
+        report.take_budget(&budget);
+        let mut out = ctx.out.into_inner().unwrap_or_default();
+        out.insert(Vec::new(), state);
+        self.dirs = out;
+        Ok((id, report))
+    }
+
+    /// Re-read only `dirty` directories (and rebuild the trees above them). A dirty directory
+    /// that is new is scanned whole. Falls back to a full scan when the state cannot be trusted.
+    pub fn rescan(
+        &mut self,
+        store: &Store,
+        dirty: &HashSet<Vec<u8>>,
+    ) -> Result<(ObjectId, ScanReport)> {
+        let mut changes = Dirty::default();
+        changes.extend_whole(dirty.iter().cloned());
+        self.update(store, &changes)
+    }
+
+    /// Bring the state up to date with `dirty`: a directory noted whole is listed again; one
+    /// with names re-reads only those and keeps its other entries; the trees above are rebuilt.
+    /// Falls back to a full scan when the state cannot be trusted.
+    pub(crate) fn update(
+        &mut self,
+        store: &Store,
+        dirty: &Dirty,
+    ) -> Result<(ObjectId, ScanReport)> {
+        if self.dirs.is_empty() || !self.root_tree().is_some_and(|t| store.has(&t)) {
+            return self.full_scan(store, None);
+        }
+        // Every dirty directory and its ancestors, deepest first, so children are done before
+        // the trees that name them.
+        let mut todo: HashSet<Vec<u8>> = HashSet::new();
+        for d in dirty.dirs() {
+            let mut cur: &[u8] = d;
+            loop {
+                if !todo.insert(cur.to_vec()) {
+                    break;
+                }
+                match beneath::parent_rel(cur) {
+                    Some(p) => cur = p,
+                    None => break,
+                }
+            }
+        }
+        let mut order: Vec<Vec<u8>> = todo.into_iter().collect();
+        order.sort_by_key(|p| {
+            std::cmp::Reverse(p.iter().filter(|&&b| b == b'/').count() + usize::from(!p.is_empty()))
+        });
+        let mut report = ScanReport::default();
+        let budget = ScanBudget::new(self.config.budget);
+        for rel in order {
+            let parent_known = match beneath::parent_rel(&rel) {
+                Some(p) => self.dirs.contains_key(p),
+                None => true,
+            };
+            if !parent_known || dirty.under_fresh(&rel) {
+                continue; // its parent is new or gone, or walks it anew: that covers it
+            }
+            let change = dirty.get(&rel);
+            let known = self.dirs.contains_key(&rel);
+            if change.is_none() && known {
+                // Not dirty itself: only the ids of its subdirectories changed.
+                let Some(mut state) = self.dirs.get(&rel).cloned() else {
+                    continue;
+                };
+                for e in state.entries.iter_mut() {
+                    if e.entry.kind == EntryKind::Dir
+                        && let Some(child) = self.dirs.get(&join_rel(&rel, &e.entry.name))
+                    {
+                        e.entry.id = child.tree;
+                    }
+                }
+                state.tree = put_tree(store, &budget, &state.entries, Some(&state.tree))?;
+                self.dirs.insert(rel, state);
+                continue;
+            }
+            let names = match change {
+                Some(DirChange::Names { names, fresh }) if known => {
+                    // What was known below a directory that came or went is walked anew.
+                    for f in fresh {
+                        self.remove_subtree(&join_rel(&rel, f));
+                    }
+                    Some(names)
+                }
+                _ => None,
+            };
+            let fd = match beneath::open_dir_rel(self.root_fd.as_fd(), &rel) {
+                Ok(fd) => fd,
+                // Gone, or no longer a directory: the parent's scan records what is there.
+                Err(Errno::NOENT | Errno::NOTDIR | Errno::LOOP | Errno::XDEV) => {
+                    self.remove_subtree(&rel);
+                    continue;
+                }
+                Err(e) => return Err(e).at(&self.root.join(beneath::display_rel(&rel))),
+            };
+            let ctx = Ctx::new(self, store, &budget, None);
+            let state = match names.zip(self.dirs.get(&rel)) {
+                Some((names, prev)) => ctx.update_names(fd.as_fd(), &rel, prev, names)?,
+                None => ctx.walk(fd.as_fd(), &rel, true)?,
+            };
+            let mut out = ctx.out.into_inner().unwrap_or_default();
+            report
+                .unstable
+                .extend(ctx.unstable.into_inner().unwrap_or_default());
+            report
+                .too_deep
+                .extend(ctx.too_deep.into_inner().unwrap_or_default());
+            report
+                .setid
+                .extend(ctx.setid.into_inner().unwrap_or_default());
+            report.hashed += ctx.hashed.load(Ordering::Relaxed);
+            // Drop states of subdirectories that no longer exist.
+            let keep: HashSet<&[u8]> = state
+                .entries
+                .iter()
+                .filter(|e| e.entry.kind == EntryKind::Dir)
+                .map(|e| e.entry.name.as_slice())
+                .collect();
+            if let Some(old) = self.dirs.get(&rel) {
+                let gone: Vec<Vec<u8>> = old
+                    .entries
+                    .iter()
+                    .filter(|e| {
+                        e.entry.kind == EntryKind::Dir && !keep.contains(e.entry.name.as_slice())
+                    })
+                    .map(|e| join_rel(&rel, &e.entry.name))
+                    .collect();
+                for g in gone {
+                    self.remove_subtree(&g);
+                }
+            }
+            out.insert(rel.clone(), state);
+            report
+                .new_dirs
+                .extend(out.keys().filter(|k| !self.dirs.contains_key(*k)).cloned());
+            self.dirs.extend(out);
+        }
+        report.take_budget(&budget);
+        let root = self
+            .root_tree()
+            .ok_or_else(|| StoreError::corrupt("the project root vanished during the scan"))?;
+        Ok((root, report))
+    }
+
+    /// Forget what is known at `rel` and below (not the root): the next scan that meets a
+    /// directory there walks it as a new one.
+    pub(crate) fn forget_dir(&mut self, rel: &[u8]) {
+        if !rel.is_empty() && self.dirs.contains_key(rel) {
+            self.remove_subtree(rel);
+        }
+    }
+
+    fn remove_subtree(&mut self, rel: &[u8]) {
+        if rel.is_empty() {
+            self.dirs.clear();
+            return;
+        }
+        let prefix = join_rel(rel, b"");
+        self.dirs
+            .retain(|k, _| k.as_slice() != rel && !k.starts_with(&prefix));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::walk::now_ns;
+    use super::*;
+
+    fn forge_current_stat(wt: &mut WorkTree, name: &[u8], stamp_ns: Option<i64>) {
+        let st = rustix::fs::lstat(wt.root().join(String::from_utf8_lossy(name).as_ref()))
+            .expect("lstat");
+        let root = wt.dirs.get_mut(b"".as_slice()).expect("root state");
+        if let Some(s) = stamp_ns {
+            root.stamp_ns = s;
+        }
+        let e = root
+            .entries
+            .iter_mut()
+            .find(|e| e.entry.name == name)
+            .expect("entry");
+        e.stat = StatKey::of(&st);
+    }
+
+    /// git's racy-timestamp rule: an entry whose `lstat` matches, ctime included (an edit in
+    /// the same clock tick as the scan that read it), is still read again while its mtime is
+    /// not older than that scan.
+    #[test]
+    fn a_racy_entry_is_read_again_even_when_its_stat_matches() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let root = tmp.path().join("p");
+        std::fs::create_dir_all(&root).expect("mkdir");
+        std::fs::write(root.join("f.txt"), "aaaa").expect("write");
+        let store = Store::create(&tmp.path().join("s"), &root).expect("store");
+        let mut wt = WorkTree::new(&root, ScanConfig::default(), None).expect("worktree");
+        let (t1, _) = wt.full_scan(&store, None).expect("scan");
+        std::fs::write(root.join("f.txt"), "bbbb").expect("write");
+        forge_current_stat(&mut wt, b"f.txt", None);
+        let (t2, r) = wt.full_scan(&store, None).expect("scan");
+        assert_ne!(t1, t2, "a racy entry was trusted");
+        assert_eq!(r.hashed, 1);
+        // The rule is what catches it: a stamp far past the mtime trusts the forged stat.
+        std::fs::write(root.join("f.txt"), "cccc").expect("write");
+        forge_current_stat(&mut wt, b"f.txt", Some(now_ns() + 3_600_000_000_000));
+        let (t3, r) = wt.full_scan(&store, None).expect("scan");
+        assert_eq!((t3, r.hashed), (t2, 0));
+    }
+}

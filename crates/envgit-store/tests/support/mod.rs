@@ -1,0 +1,2 @@
+#[macro_use]
+pub mod backends;
