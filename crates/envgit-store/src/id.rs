@@ -91,6 +91,12 @@ impl<'de> Deserialize<'de> for ObjectId {
     }
 }
 
+/// A map keyed by object id, hashed with foldhash instead of SipHash: ids are BLAKE3 outputs
+/// of content, which nobody can choose, so a keyed hash buys no protection here, and the
+/// store's index is probed for every object of every open (SipHash over 32 bytes was the
+/// largest single cost of opening a 100,000-object store).
+pub type IdMap<V> = std::collections::HashMap<ObjectId, V, foldhash::fast::RandomState>;
+
 #[cfg(test)]
 mod tests {
     use super::*;

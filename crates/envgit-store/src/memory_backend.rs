@@ -5,16 +5,15 @@
 //! opened store), while what a handle put and has not committed is its own.
 
 use std::any::Any;
-use std::collections::HashMap;
 use std::sync::{Arc, PoisonError, RwLock};
 
 use crate::backend::{ObjectBackend, ObjectInfo, missing};
 use crate::error::{Result, StoreError};
-use crate::id::{ObjectId, ObjectKind};
+use crate::id::{IdMap, ObjectId, ObjectKind};
 use crate::journal_file::JournalMark;
 use crate::pack::{EncodedObject, Location, Stored};
 
-type Objects = HashMap<ObjectId, Arc<EncodedObject>>;
+type Objects = IdMap<Arc<EncodedObject>>;
 
 #[derive(Default)]
 pub struct MemoryBackend {

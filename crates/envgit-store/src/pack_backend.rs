@@ -9,7 +9,7 @@ use std::sync::{Mutex, PoisonError};
 
 use crate::backend::{ObjectBackend, ObjectInfo, copy_each, missing};
 use crate::error::{Result, StoreError};
-use crate::id::{ObjectId, ObjectKind};
+use crate::id::{IdMap, ObjectId, ObjectKind};
 use crate::journal;
 use crate::journal_file::JournalMark;
 use crate::pack::{self, EncodedObject, Location, PackReader, PackWriter, Stored};
@@ -20,7 +20,7 @@ pub struct PackBackend {
     /// False for a store opened for its step records only: the journal's objects frames were
     /// skipped, so nothing is indexed.
     loaded: bool,
-    index: HashMap<ObjectId, Location>,
+    index: IdMap<Location>,
     /// The journal as last read or written.
     mark: JournalMark,
     /// Per pack, the end of its last committed object as of `mark` (every location read,
@@ -28,7 +28,7 @@ pub struct PackBackend {
     pack_ends: HashMap<u64, u64>,
     reader: PackReader,
     writer: Mutex<Option<PackWriter>>,
-    pending: Mutex<HashMap<ObjectId, Location>>,
+    pending: Mutex<IdMap<Location>>,
 }
 
 fn note_end(ends: &mut HashMap<u64, u64>, loc: &Location) {
@@ -49,7 +49,7 @@ impl PackBackend {
             packs_dir,
             journal_path: store_dir.join("journal"),
             loaded,
-            index: HashMap::new(),
+            index: IdMap::default(),
             mark: JournalMark::default(),
             pack_ends: HashMap::new(),
             writer: Mutex::new(None),
@@ -58,7 +58,7 @@ impl PackBackend {
     }
 
     /// Every committed object and where it is.
-    pub fn index(&self) -> &HashMap<ObjectId, Location> {
+    pub fn index(&self) -> &IdMap<Location> {
         &self.index
     }
 
@@ -75,7 +75,7 @@ impl PackBackend {
     }
 
     /// Sync and hand over the objects added since the last commit (gc publishes them itself).
-    pub(crate) fn take_pending_synced(&self) -> Result<HashMap<ObjectId, Location>> {
+    pub(crate) fn take_pending_synced(&self) -> Result<IdMap<Location>> {
         self.sync()?;
         let mut p = self.pending.lock().map_err(poisoned)?;
         Ok(std::mem::take(&mut *p))

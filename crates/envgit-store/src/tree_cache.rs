@@ -3,10 +3,9 @@
 //! so the trees a step touches are the ones the next step needs. Bounded in bytes; when full it
 //! starts over (the next reads refill it), which keeps it simple and its memory fixed.
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use crate::id::ObjectId;
+use crate::id::{IdMap, ObjectId};
 
 /// Bytes of trees kept: the edited paths of a few hundred steps at 100,000 files, and small
 /// beside the supervisor's memory goal (64 MiB at 100,000 files).
@@ -19,7 +18,7 @@ pub struct TreeCache {
 
 #[derive(Default)]
 struct Inner {
-    trees: HashMap<ObjectId, (Arc<[u8]>, u8)>,
+    trees: IdMap<(Arc<[u8]>, u8)>,
     bytes: usize,
 }
 

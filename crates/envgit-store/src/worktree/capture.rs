@@ -25,12 +25,15 @@ use super::walk::Ctx;
 impl Ctx<'_> {
     /// The cached entry of an unchanged file: its `lstat` matches the one recorded, its mtime
     /// is older than the scan that recorded it (the racy-timestamp rule), its content is in
-    /// the store, and it is not over `snapshot.max_file_size`.
+    /// the store, and it is not over `snapshot.max_file_size`. `vouched`: the caller found
+    /// `prev`'s tree in the store, which vouches for every object it names (see
+    /// `Ctx::read_named`); else each file's object is looked up.
     pub(super) fn cached_file(
         &self,
         name: &[u8],
         st: &rustix::fs::Stat,
         prev: Option<&DirState>,
+        vouched: bool,
     ) -> Option<CachedEntry> {
         let d = prev?;
         let p = d.get(name)?;
@@ -39,7 +42,7 @@ impl Ctx<'_> {
             && p.stat == key
             && key.size <= self.config.max_file_size
             && p.stat.mtime_ns < d.stamp_ns - RACY_MARGIN_NS
-            && self.store.has(&p.entry.id);
+            && (vouched || self.store.has(&p.entry.id));
         if !hit {
             return None;
         }
@@ -63,7 +66,7 @@ impl Ctx<'_> {
         if key.size > self.config.max_file_size {
             return Ok(marker_of(nb, MarkerReason::TooLarge, key.size, key));
         }
-        if let Some(hit) = self.cached_file(nb, st, prev) {
+        if let Some(hit) = self.cached_file(nb, st, prev, false) {
             return Ok(hit);
         }
         // Room for the most reading it could append, known from the lstat: nothing is

@@ -339,6 +339,11 @@ impl Ctx<'_> {
         reuse_subdirs: bool,
     ) -> Result<(Vec<CachedEntry>, Vec<Subdir>)> {
         let prev = self.prev.get(rel);
+        // The directory's last tree, when the store has it, vouches for every file object it
+        // names: a tree is committed with or after what it names, and gc keeps what a live
+        // tree names. One lookup per directory instead of one per file (a random probe of the
+        // whole store's index: 12% of a full rescan's CPU at 100,000 files).
+        let vouched = prev.is_some_and(|d| self.store.has(&d.tree));
         let child_depth = beneath::depth_of(rel) + 1;
         let mut entries: Vec<CachedEntry> = Vec::with_capacity(names.len());
         let mut subdirs: Vec<Subdir> = Vec::new();
@@ -373,7 +378,7 @@ impl Ctx<'_> {
                         });
                     }
                     // An unchanged file the cache vouches for costs nothing more.
-                    match self.cached_file(nb, &st, prev) {
+                    match self.cached_file(nb, &st, prev, vouched) {
                         Some(hit) => entries.push(hit),
                         None => {
                             files.push((entries.len(), name, st));
