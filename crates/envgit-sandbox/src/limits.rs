@@ -145,11 +145,36 @@ fn write(dir: &Path, file: &str, value: &str) -> bool {
     std::fs::write(dir.join(file), value).is_ok()
 }
 
-/// A new cgroup `name` under `base`; `None` when it cannot be made here.
+/// A new cgroup `name` under `base`; `None` when it cannot be made here. Run cgroups an
+/// envgit left behind (it was killed with `-9`, or the machine lost power) are removed first.
 fn make(base: &Path, name: &str) -> Option<PathBuf> {
+    sweep_left_behind(base);
     let dir = base.join(name);
     std::fs::create_dir(&dir).ok()?;
     Some(dir)
+}
+
+/// Removes `envgit-PID-…` cgroups under `base` whose envgit is gone. Only an empty cgroup
+/// can be removed (the kernel refuses one with a process in it), so a run still going, even
+/// one whose envgit died while its sandbox lives on, is never touched.
+fn sweep_left_behind(base: &Path) {
+    let Ok(entries) = std::fs::read_dir(base) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix("envgit-"))
+            .and_then(|rest| rest.split('-').next())
+            .and_then(|pid| pid.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if !Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = std::fs::remove_dir(e.path());
+        }
+    }
 }
 
 /// Make the run's cgroups (best available) and say what is limited.

@@ -1,6 +1,6 @@
 //! The sandbox process, forked from envgit at its start while envgit is still single-threaded,
 //! and waiting for its channels: starting a step's sandbox then costs a fork instead of a
-//! re-execution of the whole envgit binary (the dynamic loader's relocations, page faults,
+//! re-execution of the whole envgit binary (mapping it and faulting its pages in,
 //! libc's and Rust's start-up: about 2.4 ms of a step, measured). Used by one-shot commands
 //! that run one sandbox (`envgit run`); anything else, or a zygote that is gone, falls back to
 //! re-executing the binary ([`crate::launch`]).

@@ -71,3 +71,35 @@ fn a_run_leaves_no_cgroup_behind_whether_it_ran_or_failed_first() {
     let pid = run_and_wait(&env, elsewhere.path(), &["run", "--", "true"]);
     assert_eq!(cgroups_of(pid), Vec::<PathBuf>::new(), "after a failed run");
 }
+
+/// A run cgroup left by an envgit killed with `-9` (nothing could remove it) is removed by
+/// the next run: only when empty, and only when its envgit is gone.
+#[test]
+fn a_cgroup_left_by_a_killed_envgit_is_removed_by_the_next_run() {
+    let env = Env::new();
+    if !cgroups_available(&env) {
+        eprintln!("SKIPPED: no cgroup envgit can limit a run with on this machine");
+        return;
+    }
+    // Where the run's cgroup is made: the pids hierarchy's path the command sees itself in.
+    let out = env.envgit(&["run", "--", "cat", "/proc/self/cgroup"]);
+    let line = out
+        .stdout
+        .lines()
+        .find(|l| l.contains(":pids:") || l.starts_with("0::"))
+        .unwrap_or_else(|| panic!("no cgroup line in {}{}", out.stdout, out.stderr))
+        .to_owned();
+    let rel = line.splitn(3, ':').nth(2).unwrap().trim_start_matches('/');
+    let mount = if line.contains(":pids:") {
+        "/sys/fs/cgroup/pids"
+    } else {
+        "/sys/fs/cgroup"
+    };
+    let run_dir = Path::new(mount).join(rel);
+    let parent = run_dir.parent().unwrap();
+    // A pid above any pid_max (2^22) cannot be alive.
+    let left = parent.join("envgit-4194999-1");
+    std::fs::create_dir(&left).unwrap();
+    env.envgit(&["run", "--", "true"]);
+    assert!(!left.exists(), "{} is still there", left.display());
+}
