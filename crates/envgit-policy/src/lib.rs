@@ -13,6 +13,7 @@ mod protected;
 mod read;
 pub mod registries;
 mod request;
+mod reserved;
 mod schema;
 mod shell;
 mod size;
@@ -25,6 +26,7 @@ pub use network::{
     is_passthrough, is_special, loopback_forwards, raw_tcp_allowed, raw_tcp_allowed_for,
     resolved_private_reason, vet_address, websocket_allowed,
 };
+pub use reserved::{RULE_UI_PORT, is_this_machine, names_this_machine, refuse_reserved};
 pub use protected::{PROTECTED_PATHS, is_protected, name_matches};
 pub use request::{
     BODY_PREFIX_MAX, RequestDecision, RequestInfo, default_preset_ids, normalize_path,

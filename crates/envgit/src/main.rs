@@ -22,6 +22,7 @@ mod supervisor;
 mod terminal;
 mod timings;
 mod tool_steps;
+mod ui;
 mod upstreams;
 
 use std::process::ExitCode;

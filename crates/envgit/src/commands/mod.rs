@@ -6,7 +6,7 @@ mod claude_login;
 mod codex;
 mod completions;
 mod demo;
-mod diff;
+pub(crate) mod diff;
 mod doctor;
 mod du;
 mod fork;
@@ -25,7 +25,7 @@ mod record;
 mod rewind;
 mod run;
 pub(crate) mod selftest;
-mod show;
+pub(crate) mod show;
 pub(crate) mod step_ref;
 
 use std::process::ExitCode;
@@ -64,5 +64,6 @@ pub fn run(cli: Cli) -> CmdResult<ExitCode> {
         Command::Hook(a) => hooks::hook(dir, &a),
         Command::Completions(a) => completions::run(&a),
         Command::Man(a) => man::run(&a),
+        Command::Ui(a) => crate::ui::run(dir, &a),
     }
 }
