@@ -137,11 +137,7 @@ fn answerer(peer: &Peer, via: Option<&str>) -> String {
     }
     let user = user_name(peer.uid);
     if let Some(via) = via.filter(|_| runs_own_binary(peer.pid)) {
-        let via: String = via
-            .chars()
-            .filter(|c| !c.is_control())
-            .take(40)
-            .collect();
+        let via: String = via.chars().filter(|c| !c.is_control()).take(40).collect();
         return format!("{user} from the {via} (envgit ui)");
     }
     let tty = std::fs::read_link(format!("/proc/{}/fd/0", peer.pid))

@@ -27,12 +27,12 @@ pub(crate) fn connect(
     port: u16,
 ) -> ConnectDecision {
     let is_reserved = |port: u16| {
-        reserved.is_some_and(|dir| {
-            match std::fs::symlink_metadata(dir.join(port.to_string())) {
+        reserved.is_some_and(
+            |dir| match std::fs::symlink_metadata(dir.join(port.to_string())) {
                 Ok(_) => true,
                 Err(e) => e.kind() != std::io::ErrorKind::NotFound,
-            }
-        })
+            },
+        )
     };
     if let Some(refusal) = envgit_policy::refuse_reserved(host, port, is_reserved) {
         return refusal;

@@ -26,11 +26,11 @@ pub use network::{
     is_passthrough, is_special, loopback_forwards, raw_tcp_allowed, raw_tcp_allowed_for,
     resolved_private_reason, vet_address, websocket_allowed,
 };
-pub use reserved::{RULE_UI_PORT, is_this_machine, names_this_machine, refuse_reserved};
 pub use protected::{PROTECTED_PATHS, is_protected, name_matches};
 pub use request::{
     BODY_PREFIX_MAX, RequestDecision, RequestInfo, default_preset_ids, normalize_path,
 };
+pub use reserved::{RULE_UI_PORT, is_this_machine, names_this_machine, refuse_reserved};
 pub use schema::{
     Action, AllowOptions, ApproversSection, BodyMatch, EnvSection, FilesystemSection,
     GraphqlOperation, IrreversibleEntry, L7Rule, McpSection, McpServer, NetRule, NetworkSection,

@@ -74,7 +74,12 @@ mod tests {
             );
             assert_eq!(refuse_reserved(host, 4001, |p| p == 4000), None, "{host}");
         }
-        for host in ["example.com", "10.0.0.1", "192.168.1.1", "localhost.example"] {
+        for host in [
+            "example.com",
+            "10.0.0.1",
+            "192.168.1.1",
+            "localhost.example",
+        ] {
             assert_eq!(refuse_reserved(host, 4000, |_| true), None, "{host}");
         }
     }

@@ -34,7 +34,10 @@ pub fn run(dir: Option<&Path>, args: &ShowArgs) -> CmdResult<ExitCode> {
 
 /// Step `number` with every change listed (a record keeps 200; the rest come from its trees),
 /// the project's files first. `envgit ui`'s step page shows the same.
-pub(crate) fn whole_step(store: &envgit_store::Store, number: u64) -> CmdResult<envgit_store::Step> {
+pub(crate) fn whole_step(
+    store: &envgit_store::Store,
+    number: u64,
+) -> CmdResult<envgit_store::Step> {
     let mut step = store.step(number)?.clone();
     if step.changes_truncated
         && let Some(tree) = step.tree

@@ -6,7 +6,11 @@
 pub(crate) const ASSETS: &[(&str, &str, &[u8])] = &[
     ("/", HTML, include_bytes!("assets/index.html")),
     ("/step", HTML, include_bytes!("assets/step.html")),
-    ("/ui.css", "text/css; charset=utf-8", include_bytes!("assets/ui.css")),
+    (
+        "/ui.css",
+        "text/css; charset=utf-8",
+        include_bytes!("assets/ui.css"),
+    ),
     ("/mode.js", JS, include_bytes!("assets/mode.js")),
     ("/common.js", JS, include_bytes!("assets/common.js")),
     ("/timeline.js", JS, include_bytes!("assets/timeline.js")),

@@ -27,7 +27,8 @@ pub(crate) fn write(store: &Store, masks: &Masks, root: &Path, out: &Path) -> Cm
             std::fs::create_dir_all(parent)
                 .map_err(|e| Failure::failed(format!("{}: {e}", parent.display())))?;
         }
-        std::fs::write(&path, bytes).map_err(|e| Failure::failed(format!("{}: {e}", path.display())))
+        std::fs::write(&path, bytes)
+            .map_err(|e| Failure::failed(format!("{}: {e}", path.display())))
     };
     for (path, _, bytes) in ASSETS {
         let name = match *path {
@@ -37,7 +38,10 @@ pub(crate) fn write(store: &Store, masks: &Masks, root: &Path, out: &Path) -> Cm
         };
         put(name, bytes)?;
     }
-    put("mode.js", b"// Written by `envgit ui --export`.\nwindow.ENVGIT_EXPORT = true;\n")?;
+    put(
+        "mode.js",
+        b"// Written by `envgit ui --export`.\nwindow.ENVGIT_EXPORT = true;\n",
+    )?;
     put(
         "api/project.json",
         &to_json(&serde_json::json!({ "root": root.display().to_string(), "export": true }))?,
@@ -49,7 +53,10 @@ pub(crate) fn write(store: &Store, masks: &Masks, root: &Path, out: &Path) -> Cm
     )?;
     for s in steps {
         let n = s.number;
-        put(&format!("api/steps/{n}.json"), &to_json(&detail(store, n)?)?)?;
+        put(
+            &format!("api/steps/{n}.json"),
+            &to_json(&detail(store, n)?)?,
+        )?;
         // Pruned steps have no tree: their page says so, with no diff.
         if s.tree.is_none() {
             continue;
@@ -57,7 +64,10 @@ pub(crate) fn write(store: &Store, masks: &Masks, root: &Path, out: &Path) -> Cm
         let mut offset = 0;
         loop {
             let diff = diff_page(store, masks, n, offset, None, 0)?;
-            put(&format!("api/steps/{n}/diff-{offset}.json"), &to_json(&diff)?)?;
+            put(
+                &format!("api/steps/{n}/diff-{offset}.json"),
+                &to_json(&diff)?,
+            )?;
             offset += FILES_PER_PAGE;
             if offset >= diff.total_files() {
                 break;

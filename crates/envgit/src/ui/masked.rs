@@ -42,7 +42,9 @@ impl Masks {
         {
             return true;
         }
-        self.project_patterns.iter().any(|p| pattern_covers(p, &names))
+        self.project_patterns
+            .iter()
+            .any(|p| pattern_covers(p, &names))
     }
 }
 
@@ -90,7 +92,13 @@ mod tests {
         ] {
             assert!(m.is_masked(p), "{p}");
         }
-        for p in [".env.example", "src/main.rs", "secretsx", "keys/a.txt", "x.pem.txt"] {
+        for p in [
+            ".env.example",
+            "src/main.rs",
+            "secretsx",
+            "keys/a.txt",
+            "x.pem.txt",
+        ] {
             assert!(!m.is_masked(p), "{p}");
         }
     }

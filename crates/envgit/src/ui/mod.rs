@@ -74,7 +74,11 @@ pub fn run(dir: Option<&Path>, args: &UiArgs) -> CmdResult<ExitCode> {
     if let Some(out) = &args.export {
         export::write(&store, &masks, &project.root, out)?;
         if !args.json {
-            println!("wrote the history of {} to {}", project.root.display(), out.display());
+            println!(
+                "wrote the history of {} to {}",
+                project.root.display(),
+                out.display()
+            );
         }
         return Ok(ExitCode::SUCCESS);
     }

@@ -30,7 +30,10 @@ pub(crate) async fn handle(
 fn secure(mut resp: Response<UiBody>) -> Response<UiBody> {
     let h = resp.headers_mut();
     h.insert("content-security-policy", HeaderValue::from_static(CSP));
-    h.insert("x-content-type-options", HeaderValue::from_static("nosniff"));
+    h.insert(
+        "x-content-type-options",
+        HeaderValue::from_static("nosniff"),
+    );
     h.insert("referrer-policy", HeaderValue::from_static("no-referrer"));
     h.insert("x-frame-options", HeaderValue::from_static("DENY"));
     h.entry("cache-control")
@@ -52,10 +55,8 @@ pub(crate) fn json<T: Serialize>(value: &T) -> Response<UiBody> {
     match serde_json::to_vec(value) {
         Ok(bytes) => {
             let mut resp = Response::new(UiBody::whole(bytes));
-            resp.headers_mut().insert(
-                "content-type",
-                HeaderValue::from_static("application/json"),
-            );
+            resp.headers_mut()
+                .insert("content-type", HeaderValue::from_static("application/json"));
             resp
         }
         Err(e) => plain(500, &format!("cannot encode the answer: {e}")),
@@ -207,10 +208,9 @@ async fn post(ui: Arc<Ui>, path: &str) -> Response<UiBody> {
     }
     let label = ui.project_label.clone();
     let run = run.clone();
-    let done = tokio::task::spawn_blocking(move || {
-        super::held::answer(&label, &run, id, asked, approve)
-    })
-    .await;
+    let done =
+        tokio::task::spawn_blocking(move || super::held::answer(&label, &run, id, asked, approve))
+            .await;
     match done {
         Ok(Ok(ask)) => json(&ask),
         Ok(Err(why)) => error(409, why),

@@ -28,7 +28,10 @@ pub(crate) fn events(ui: Arc<Ui>) -> Response<UiBody> {
         loop {
             let ui2 = Arc::clone(&ui);
             let Ok((head, held)) = tokio::task::spawn_blocking(move || {
-                let head = ui2.store().ok().map(|s| s.steps().last().map_or(0, |s| s.number));
+                let head = ui2
+                    .store()
+                    .ok()
+                    .map(|s| s.steps().last().map_or(0, |s| s.number));
                 let held = serde_json::to_string(&super::held::list(&ui2.project_label)).ok();
                 (head, held)
             })
@@ -66,7 +69,10 @@ pub(crate) fn events(ui: Arc<Ui>) -> Response<UiBody> {
     });
     let mut resp = Response::new(UiBody::Stream(rx));
     let h = resp.headers_mut();
-    h.insert("content-type", HeaderValue::from_static("text/event-stream"));
+    h.insert(
+        "content-type",
+        HeaderValue::from_static("text/event-stream"),
+    );
     h.insert("cache-control", HeaderValue::from_static("no-store"));
     resp
 }

@@ -67,7 +67,9 @@ fn entries(store: &Store, number: u64) -> CmdResult<Vec<EntryDiff>> {
     let new = store.step_tree(number)?;
     let old = match step.parent {
         Some(p) => Some(store.step_tree(p).map_err(|e| {
-            Failure::usage(format!("cannot show what step {number} did: its parent: {e}"))
+            Failure::usage(format!(
+                "cannot show what step {number} did: its parent: {e}"
+            ))
         })?),
         None => None,
     };

@@ -206,3 +206,4 @@ pub fn head_of(repo: &Path) -> String {
         .unwrap();
     String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
+pub mod ui_client;
