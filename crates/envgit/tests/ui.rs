@@ -429,3 +429,143 @@ fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     }
     out
 }
+
+/// Where the screenshots go: `target/ui-artefacts/`.
+fn artefacts() -> std::path::PathBuf {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/ui-artefacts");
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+#[test]
+fn in_a_real_browser_the_timeline_shows_each_mark_a_held_push_is_approved_and_a_live_step_appears()
+{
+    if let Err(why) = support::webdriver::available() {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "CI must run the browser test: {why}"
+        );
+        eprintln!("SKIPPED the browser test: {why}");
+        return;
+    }
+    let env = Env::new();
+    let (remotes, bare) = env.bare_remote();
+    let server = git_server::GitServer::start(&remotes).unwrap();
+    let gport = server.port;
+    env.clone_project_from(&format!("http://127.0.0.1:{gport}/app.git"));
+    env.write(MARKUP_NAME, "hello\n");
+    env.envgit(&["init", "--allow", &format!("127.0.0.1:{gport}")])
+        .ok();
+    let refused = env.envgit(&[
+        "run",
+        "sh",
+        "-c",
+        &format!("{COMMIT} && git push -q origin HEAD:main"),
+    ]);
+    assert_ne!(refused.code, 0, "{}", refused.stderr);
+    let refused_step = env.log_json()[0]["number"].as_u64().unwrap();
+    // A protected path written inside, put back after the step.
+    env.envgit(&[
+        "run",
+        "sh",
+        "-c",
+        "printf 'export X=1\\n' > .envrc; echo b > b.txt",
+    ]);
+    let put_back_step = env.log_json()[0]["number"].as_u64().unwrap();
+    let yaml = env.read("envgit.yaml").replace(
+        "irreversible:\n",
+        "irreversible:\n  - net: { host: \"127.0.0.1\", method: POST, path: \"/**/git-receive-pack\" }\n    action: ask\n    id: local.push\n",
+    );
+    env.write("envgit.yaml", &yaml);
+
+    let ui = Ui::start(&env);
+    let driver = support::webdriver::Driver::start();
+    let browser = driver.session();
+    browser.goto(&ui.url);
+    // The code was traded for the cookie and is gone from the address bar.
+    let url = browser.run("return location.href", serde_json::json!([]));
+    assert_eq!(url, format!("http://127.0.0.1:{}/", ui.port));
+    for (n, mark) in [(refused_step, "refused"), (put_back_step, "put-back")] {
+        let e = browser.wait_for(&format!("#step-{n} .mark.{mark}"));
+        assert_eq!(browser.text(&e), mark);
+    }
+    // The markup-named file's row is text: no element was made from it.
+    let imgs = browser.run(
+        "return document.querySelectorAll('img').length",
+        serde_json::json!([]),
+    );
+    assert_eq!(imgs, 0);
+    std::fs::write(artefacts().join("timeline.png"), browser.screenshot()).unwrap();
+    if std::env::var_os("ENVGIT_UI_DOCS_SCREENSHOT").is_some() {
+        let docs =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/ui-timeline.png");
+        std::fs::write(docs, browser.screenshot()).unwrap();
+    }
+
+    // A held push: shown with its body's first bytes, approved with the page's button.
+    let before = support::head_of(&bare);
+    let child = env
+        .cmd(&env.project)
+        .args([
+            "run",
+            "sh",
+            "-c",
+            &format!("{COMMIT} && git push -q origin HEAD:main"),
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let item = browser.wait_for("#held-list .held-item");
+    let shown = browser.text(&item);
+    assert!(shown.contains("POST 127.0.0.1"), "{shown}");
+    assert!(shown.contains("git-receive-pack"), "{shown}");
+    std::fs::write(artefacts().join("held.png"), browser.screenshot()).unwrap();
+    let approve = browser.wait_for("#held-list .held-item button.approve");
+    browser.click(&approve);
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_ne!(
+        support::head_of(&bare),
+        before,
+        "the approved push did not land"
+    );
+    let pushed = env.log_json()[0]["number"].as_u64().unwrap();
+    // The new step appears without a reload, marked irreversible.
+    browser.wait_for(&format!("#step-{pushed} .mark.irreversible"));
+    let reloaded = browser.run(
+        "return performance.getEntriesByType('navigation').length",
+        serde_json::json!([]),
+    );
+    assert_eq!(reloaded, 1, "the page was reloaded");
+
+    // The step page: its requests and its diff.
+    browser.goto(&format!("http://127.0.0.1:{}/step?n={pushed}", ui.port));
+    browser.wait_for("#requests tbody tr");
+    let text = browser.text(&browser.wait_for("#requests"));
+    assert!(
+        text.contains("git-receive-pack") && text.contains("approved"),
+        "{text}"
+    );
+    let approvals = browser.text(&browser.wait_for("#approvals li"));
+    assert!(
+        approvals.contains("from the web page (envgit ui)"),
+        "{approvals}"
+    );
+    let file = browser.text(&browser.wait_for(".file"));
+    assert!(file.contains("a.txt") && file.contains("+change"), "{file}");
+    std::fs::write(artefacts().join("step.png"), browser.screenshot()).unwrap();
+    browser.goto(&format!("http://127.0.0.1:{}/step?n=1", ui.port));
+    let files = browser.wait_for(".file h3");
+    assert!(!browser.text(&files).is_empty());
+
+    // Another name for the server, or no cookie: refused.
+    browser.goto(&format!("http://localhost:{}/api/steps", ui.port));
+    let body = browser.text(&browser.wait_for("body"));
+    assert!(body.contains("no session"), "{body}");
+    ui.stop();
+}

@@ -207,3 +207,4 @@ pub fn head_of(repo: &Path) -> String {
     String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 pub mod ui_client;
+pub mod webdriver;

@@ -4,14 +4,12 @@
 //! without an async runtime.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
-use std::io::{Read, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-
-const ELEMENT: &str = "element-6066-11e4-a5e6-4a4a-9b7a-2b2d9b9b1c3b";
 
 /// chromium and chromedriver, if this machine has them (`None` says why not).
 pub fn available() -> Result<(), String> {
@@ -61,7 +59,10 @@ impl Driver {
             {
                 return driver;
             }
-            assert!(Instant::now() < deadline, "chromedriver did not become ready");
+            assert!(
+                Instant::now() < deadline,
+                "chromedriver did not become ready"
+            );
             std::thread::sleep(Duration::from_millis(50));
         }
     }
@@ -76,11 +77,29 @@ impl Driver {
             body.len()
         );
         s.write_all(req.as_bytes()).map_err(|e| e.to_string())?;
-        let mut raw = Vec::new();
-        s.read_to_end(&mut raw).map_err(|e| e.to_string())?;
-        let raw = String::from_utf8_lossy(&raw);
-        let (_, body) = raw.split_once("\r\n\r\n").ok_or("no HTTP answer")?;
-        serde_json::from_str(body).map_err(|e| format!("{e}: {body}"))
+        // chromedriver keeps the connection open whatever the request says: read the head,
+        // then exactly Content-Length bytes.
+        let mut reader = BufReader::new(s);
+        let mut length = 0usize;
+        loop {
+            let mut line = String::new();
+            if reader.read_line(&mut line).map_err(|e| e.to_string())? == 0 {
+                return Err("the connection closed in the head".into());
+            }
+            let line = line.trim_end();
+            if line.is_empty() {
+                break;
+            }
+            if let Some((name, value)) = line.split_once(':')
+                && name.eq_ignore_ascii_case("content-length")
+            {
+                length = value.trim().parse().map_err(|_| "bad Content-Length")?;
+            }
+        }
+        let mut body = vec![0u8; length];
+        reader.read_exact(&mut body).map_err(|e| e.to_string())?;
+        serde_json::from_slice(&body)
+            .map_err(|e| format!("{e}: {}", String::from_utf8_lossy(&body)))
     }
 
     /// A headless chromium session with a fixed window size.
@@ -114,10 +133,19 @@ impl Session<'_> {
         let path = format!("/session/{}{path}", self.id);
         let v = self
             .driver
-            .call(method, &path, body.as_ref().or(Some(&json!({}))).filter(|_| method == "POST"))
+            .call(
+                method,
+                &path,
+                body.as_ref()
+                    .or(Some(&json!({})))
+                    .filter(|_| method == "POST"),
+            )
             .unwrap();
         if let Some(err) = v["value"]["error"].as_str() {
-            panic!("webdriver {method} {path}: {err}: {}", v["value"]["message"]);
+            panic!(
+                "webdriver {method} {path}: {err}: {}",
+                v["value"]["message"]
+            );
         }
         v["value"].clone()
     }
@@ -128,7 +156,11 @@ impl Session<'_> {
 
     /// Runs `script` (a function body; `arguments` are `args`) and returns its value.
     pub fn run(&self, script: &str, args: Value) -> Value {
-        self.call("POST", "/execute/sync", Some(json!({ "script": script, "args": args })))
+        self.call(
+            "POST",
+            "/execute/sync",
+            Some(json!({ "script": script, "args": args })),
+        )
     }
 
     /// Waits until `css` matches an element, and returns its id.
@@ -141,7 +173,14 @@ impl Session<'_> {
                 Some(json!({ "using": "css selector", "value": css })),
             );
             if let Some(e) = v.as_array().and_then(|a| a.first()) {
-                return e[ELEMENT].as_str().unwrap().to_owned();
+                // The W3C reference is an object with one key (the web element identifier).
+                let id = e
+                    .as_object()
+                    .and_then(|o| o.values().next())
+                    .and_then(Value::as_str);
+                return id
+                    .unwrap_or_else(|| panic!("not an element: {e}"))
+                    .to_owned();
             }
             assert!(Instant::now() < deadline, "no element matches {css}");
             std::thread::sleep(Duration::from_millis(50));
