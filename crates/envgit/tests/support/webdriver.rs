@@ -163,6 +163,15 @@ impl Session<'_> {
         )
     }
 
+    /// Runs `script` asynchronously: it ends by calling its last argument with the value.
+    pub fn run_async(&self, script: &str, args: Value) -> Value {
+        self.call(
+            "POST",
+            "/execute/async",
+            Some(json!({ "script": script, "args": args })),
+        )
+    }
+
     /// Waits until `css` matches an element, and returns its id.
     pub fn wait_for(&self, css: &str) -> String {
         let deadline = Instant::now() + Duration::from_secs(60);

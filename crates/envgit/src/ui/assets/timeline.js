@@ -97,8 +97,11 @@
         q.set("limit", limit);
         if (nextBefore !== null) q.set("before", nextBefore);
         const page = await envgit.get("/api/steps?" + q);
-        if (rows.childElementCount === 0) head = page.head;
+        const first = rows.childElementCount === 0;
+        if (first) head = page.head;
         append(page.rows);
+        // When the first rows reach the screen (the paint benchmark reads this mark).
+        if (first) requestAnimationFrame(() => performance.mark("envgit:first-rows"));
         nextBefore = page.next_before;
       }
       more.textContent = nextBefore === null ? "" : "scroll for older steps";
