@@ -9,7 +9,6 @@
 //! `envgit` binary beside this one: `cargo build -p envgit` first). Needs chromium and
 //! chromedriver (`apt-get install chromium chromium-driver`).
 
-#[allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 #[path = "../../../envgit/tests/support/webdriver.rs"]
 mod webdriver;
 
