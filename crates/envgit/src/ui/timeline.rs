@@ -206,3 +206,46 @@ pub(crate) fn page(
         next_before,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn step(number: u64, kind: &str, target: Option<u64>) -> Step {
+        serde_json::from_value(serde_json::json!({
+            "number": number, "kind": kind, "parent": number.checked_sub(1).filter(|p| *p > 0),
+            "started_at_ms": 0, "ended_at_ms": 0, "tree": null, "summary": "", "target": target,
+        }))
+        .unwrap()
+    }
+
+    /// 1 2 3 4 | 5 rewinds to 2 (3, 4 rewound over) | 6 | 7 rewinds to 6 (nothing between).
+    #[test]
+    fn steps_between_a_rewind_and_its_target_are_rewound_over() {
+        let steps = vec![
+            step(1, "import", None),
+            step(2, "run", None),
+            step(3, "run", None),
+            step(4, "run", None),
+            step(5, "rewind", Some(2)),
+            step(6, "run", None),
+            step(7, "rewind", Some(6)),
+        ];
+        let over = rewound_over(&steps);
+        let mut got: Vec<(u64, u64)> = over.into_iter().collect();
+        got.sort();
+        assert_eq!(got, [(3, 5), (4, 5)]);
+        let page = page(&steps, None, None, 50, &Filter::default());
+        let json = serde_json::to_value(&page).unwrap();
+        let row3 = &json["rows"][4];
+        assert_eq!(row3["number"], 3);
+        assert!(
+            row3["marks"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|m| m == "rewound-over")
+        );
+    }
+}
