@@ -45,6 +45,11 @@ pub struct ControlRequest {
     pub token: String,
     #[serde(flatten)]
     pub op: ControlOp,
+    /// The channel the answer came through (`"web page"` from `envgit ui`). Recorded only when
+    /// the peer runs envgit's own binary, and then beside the user the gate derived from the
+    /// peer; from any other peer it is ignored.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub via: Option<String>,
 }
 
 #[derive(Debug, Default, Serialize, Deserialize)]
@@ -124,13 +129,18 @@ fn user_name(uid: u32) -> String {
         .unwrap_or_else(|| format!("uid {uid}"))
 }
 
-/// Who answered, as the step records it: derived from the peer, never from the message.
-fn answerer(peer: &Peer) -> String {
+/// Who answered, as the step records it: derived from the peer, never from the message. A
+/// `via` channel label is kept only when the peer runs the gate's own binary (`envgit ui`).
+fn answerer(peer: &Peer, via: Option<&str>) -> String {
     if peer.pid as u32 == std::process::id() {
         // envgit answering its own prompt (the pty relay): the person at its terminal.
         return "the terminal that started envgit run".to_owned();
     }
     let user = user_name(peer.uid);
+    if let Some(via) = via.filter(|_| runs_own_binary(peer.pid)) {
+        let via: String = via.chars().filter(|c| !c.is_control()).take(40).collect();
+        return format!("{user} from the {via} (envgit ui)");
+    }
     let tty = std::fs::read_link(format!("/proc/{}/fd/0", peer.pid))
         .ok()
         .map(|p| p.display().to_string())
@@ -138,6 +148,17 @@ fn answerer(peer: &Peer) -> String {
     match tty {
         Some(tty) => format!("{user} with envgit approve/deny on {tty}"),
         None => format!("{user} with envgit approve/deny (no terminal)"),
+    }
+}
+
+/// Does `pid` run the very file this process runs (same device and inode)?
+fn runs_own_binary(pid: i32) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let theirs = std::fs::metadata(format!("/proc/{pid}/exe"));
+    let ours = std::fs::metadata("/proc/self/exe");
+    match (theirs, ours) {
+        (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
+        _ => false,
     }
 }
 
@@ -223,12 +244,14 @@ async fn handle(
             },
             Ok(ControlRequest {
                 op: ControlOp::Approve { id },
+                via,
                 ..
-            }) => reply(approvals.answer(id, true, &answerer(&peer))),
+            }) => reply(approvals.answer(id, true, &answerer(&peer, via.as_deref()))),
             Ok(ControlRequest {
                 op: ControlOp::Deny { id },
+                via,
                 ..
-            }) => reply(approvals.answer(id, false, &answerer(&peer))),
+            }) => reply(approvals.answer(id, false, &answerer(&peer, via.as_deref()))),
             Err(e) => ControlAnswer {
                 error: Some(format!("bad request: {e}")),
                 ..ControlAnswer::default()

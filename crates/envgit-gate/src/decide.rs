@@ -2,6 +2,8 @@
 //!
 //! Issue 4 adds the request-level steps (`l7`, `irreversible`) after [`connect`].
 
+use std::path::Path;
+
 use envgit_policy::{ConnectDecision, Policy};
 
 /// Rule id for a tunnel whose first bytes were neither TLS nor HTTP.
@@ -15,7 +17,26 @@ pub(crate) const RULE_SNI: &str = "gate.sni-mismatch";
 /// A request to a credential's host carrying a credential other than envgit's placeholder.
 pub(crate) const RULE_CREDENTIAL: &str = "gate.credential";
 
-pub(crate) fn connect(policy: &Policy, host: &str, port: u16) -> ConnectDecision {
+/// May a connection to `host:port` be opened? A port of this machine that a running `envgit
+/// ui` registered in `reserved` (a file named by the port) is refused before the policy is
+/// asked; a registry that cannot be read refuses too (fail closed).
+pub(crate) fn connect(
+    policy: &Policy,
+    reserved: Option<&Path>,
+    host: &str,
+    port: u16,
+) -> ConnectDecision {
+    let is_reserved = |port: u16| {
+        reserved.is_some_and(
+            |dir| match std::fs::symlink_metadata(dir.join(port.to_string())) {
+                Ok(_) => true,
+                Err(e) => e.kind() != std::io::ErrorKind::NotFound,
+            },
+        )
+    };
+    if let Some(refusal) = envgit_policy::refuse_reserved(host, port, is_reserved) {
+        return refusal;
+    }
     envgit_policy::decide_connect(policy, host, port)
 }
 

@@ -116,7 +116,7 @@ async fn one(mut req: Request<Incoming>, conn: &Conn) -> Response<Out> {
     let origin = accepted.origin.clone();
     let (path, query) = origin.split_once('?').unwrap_or((origin.as_str(), ""));
     let what = decide::http_what(&method, host, port, path);
-    match decide::connect(&shared.policy, host, port) {
+    match decide::connect(&shared.policy, shared.reserved_ports.as_deref(), host, port) {
         ConnectDecision::Allowed { rule } => rec.decide(true, &rule),
         ConnectDecision::Denied { rule, reason } => {
             rec.reason(&reason);

@@ -62,7 +62,7 @@ use std::time::Duration;
 pub use approver::{Answer, Approver, AskFuture, PendingAsk, answered_over_control};
 pub use ca::{CaError, RunCa, trust_bundle};
 pub use control::{CONTROL_TOKEN_FILE, ControlAnswer, ControlOp, ControlRequest};
-pub use control_client::control_request;
+pub use control_client::{control_request, control_request_via};
 pub use credentials::Credential;
 pub use events::{Announce, ApprovalAnswer, Decision, EventApproval, GateEvent};
 pub use resolve::{Resolve, parse_list as parse_resolve_list};
@@ -93,6 +93,10 @@ pub struct GateConfig {
     /// sandbox holds only the placeholder); requests there with a credential of their own are
     /// refused.
     pub credentials: Vec<Credential>,
+    /// A directory of files named by port numbers: ports of this machine a running `envgit
+    /// ui` serves, refused to the sandbox whatever the policy says (rule `ui.port`). Read on
+    /// every connection to this machine, so a UI started after the run is refused too.
+    pub reserved_ports: Option<PathBuf>,
 }
 
 pub struct ApprovalConfig {
@@ -192,6 +196,7 @@ impl Gate {
             upstream_trust: tls::UpstreamTrust::new(cfg.upstream_ca_pem),
             approvals,
             credentials: cfg.credentials,
+            reserved_ports: cfg.reserved_ports,
         });
         runtime.spawn(listener::serve(listener, shared, Arc::clone(&shutdown)));
         Ok(Gate {

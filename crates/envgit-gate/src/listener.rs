@@ -41,6 +41,8 @@ pub(crate) struct Shared {
     pub(crate) approvals: Option<Arc<Approvals>>,
     /// Secrets put on requests to their hosts in place of the sandbox's placeholders.
     pub(crate) credentials: Vec<Credential>,
+    /// See [`crate::GateConfig::reserved_ports`].
+    pub(crate) reserved_ports: Option<std::path::PathBuf>,
 }
 
 #[cfg(test)]
@@ -58,6 +60,7 @@ impl Shared {
             upstream_trust: UpstreamTrust::new(Vec::new()),
             approvals: None,
             credentials: Vec::new(),
+            reserved_ports: None,
         }
     }
 }

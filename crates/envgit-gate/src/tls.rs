@@ -199,7 +199,12 @@ pub(crate) fn redialer(shared: &Arc<Shared>, host: &str, port: u16, plain: bool)
         let shared = Arc::clone(&shared);
         let host = host.clone();
         Box::pin(async move {
-            let rule = match decide::connect(&shared.policy, &host, port) {
+            let rule = match decide::connect(
+                &shared.policy,
+                shared.reserved_ports.as_deref(),
+                &host,
+                port,
+            ) {
                 envgit_policy::ConnectDecision::Allowed { rule } => rule,
                 envgit_policy::ConnectDecision::Denied { reason, .. } => return Err(reason),
             };

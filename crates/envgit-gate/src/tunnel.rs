@@ -46,7 +46,12 @@ pub(crate) async fn connect(
     };
     rec.target(&host, port, "");
     let what = format!("CONNECT {}", head::authority(&host, port));
-    let rule = match decide::connect(&shared.policy, &host, port) {
+    let rule = match decide::connect(
+        &shared.policy,
+        shared.reserved_ports.as_deref(),
+        &host,
+        port,
+    ) {
         ConnectDecision::Allowed { rule } => rule,
         ConnectDecision::Denied { rule, reason } => {
             refuse(&mut client, &mut rec, &what, &rule, &reason).await;

@@ -13,6 +13,7 @@ mod protected;
 mod read;
 pub mod registries;
 mod request;
+mod reserved;
 mod schema;
 mod shell;
 mod size;
@@ -29,6 +30,7 @@ pub use protected::{PROTECTED_PATHS, is_protected, name_matches};
 pub use request::{
     BODY_PREFIX_MAX, RequestDecision, RequestInfo, default_preset_ids, normalize_path,
 };
+pub use reserved::{RULE_UI_PORT, is_this_machine, names_this_machine, refuse_reserved};
 pub use schema::{
     Action, AllowOptions, ApproversSection, BodyMatch, EnvSection, FilesystemSection,
     GraphqlOperation, IrreversibleEntry, L7Rule, McpSection, McpServer, NetRule, NetworkSection,

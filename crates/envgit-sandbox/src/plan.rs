@@ -326,7 +326,9 @@ fn host_sockets(visible: &[PathBuf]) -> Vec<PathBuf> {
         .collect()
 }
 
-pub(crate) fn is_env_file(name: &str) -> bool {
+/// `.env` and `.env.*` (not `.example`, `.sample`, `.template`): masked in the sandbox, and
+/// never shown by `envgit ui`.
+pub fn is_env_file(name: &str) -> bool {
     if name == ".env" {
         return true;
     }

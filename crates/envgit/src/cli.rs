@@ -99,6 +99,27 @@ pub enum Command {
     Completions(CompletionsArgs),
     /// Write the man pages (envgit.1 and one per command) into a directory.
     Man(ManArgs),
+    /// The history as a local web page: a timeline, each step's diff and requests, and
+    /// Approve / Deny for held requests, live while a run goes on (`--export DIR` writes it
+    /// as static files instead).
+    Ui(UiArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct UiArgs {
+    /// Listen on this port of 127.0.0.1 (a free one when not given).
+    #[arg(long, value_name = "P")]
+    pub port: Option<u16>,
+    /// Open the link in the browser ($BROWSER, else xdg-open).
+    #[arg(long)]
+    pub open: bool,
+    /// Print the link as JSON (`{"url":…,"port":…}`).
+    #[arg(long)]
+    pub json: bool,
+    /// Write the pages and their data as static files into DIR (no server; masked files'
+    /// content and request bodies are never included).
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["port", "open"])]
+    pub export: Option<PathBuf>,
 }
 
 #[derive(Args, Debug)]

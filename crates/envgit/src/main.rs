@@ -23,6 +23,7 @@ mod step;
 mod supervisor;
 mod terminal;
 mod timings;
+mod ui;
 mod upstreams;
 
 use std::process::ExitCode;

@@ -14,6 +14,10 @@ pub struct Style {
 }
 
 impl Style {
+    /// No colour whatever the terminal (text that goes into JSON).
+    pub fn plain() -> Self {
+        Self { on: false }
+    }
     pub fn stdout() -> Self {
         Self {
             on: colour_on(std::io::stdout().is_terminal()),

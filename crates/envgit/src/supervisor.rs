@@ -508,6 +508,7 @@ pub(crate) fn run_sandboxed(
             pty.as_ref().filter(|_| project.policy.approvers.terminal),
         )?,
         credentials,
+        reserved_ports: Some(crate::ui::port_registry::dir()?),
     })
     .map_err(|e| Failure::failed(format!("cannot start the gate: {e}")))?;
     crate::timings::mark("gate start");

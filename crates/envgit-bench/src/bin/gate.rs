@@ -398,6 +398,7 @@ fn main() -> Result<()> {
         upstream_ca_pem: upstream_ca.as_bytes().to_vec(),
         approvals: None,
         credentials: Vec::new(),
+        reserved_ports: None,
     })?;
     let relay = Relay::bind(RelayConfig {
         gate_socket: socket,

@@ -119,6 +119,7 @@ fn setup(allow: &[String]) -> Setup {
         upstream_ca_pem: Vec::new(),
         approvals: None,
         credentials: Vec::new(),
+        reserved_ports: None,
     })
     .unwrap();
     std::thread::spawn(move || relay.run());

@@ -97,7 +97,12 @@ fn describe(e: Option<&envgit_store::TreeEntry>) -> String {
     }
 }
 
-fn entry_diff(store: &Store, e: &EntryDiff, path: &str, style: &Style) -> CmdResult<String> {
+pub(crate) fn entry_diff(
+    store: &Store,
+    e: &EntryDiff,
+    path: &str,
+    style: &Style,
+) -> CmdResult<String> {
     let (o, n) = (e.old.as_ref(), e.new.as_ref());
     let mut out = style.bold(&format!("diff {path}\n"));
     let same_kind = o.map(|x| x.kind) == n.map(|x| x.kind) || o.is_none() || n.is_none();

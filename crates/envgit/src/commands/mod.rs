@@ -4,7 +4,7 @@
 pub(crate) mod approve;
 mod completions;
 mod demo;
-mod diff;
+pub(crate) mod diff;
 mod doctor;
 mod du;
 mod fork;
@@ -22,7 +22,7 @@ mod record;
 mod rewind;
 mod run;
 pub(crate) mod selftest;
-mod show;
+pub(crate) mod show;
 pub(crate) mod step_ref;
 
 use std::process::ExitCode;
@@ -62,5 +62,6 @@ pub fn run(cli: Cli) -> CmdResult<ExitCode> {
         Command::Hook(a) => agents::hook(dir, &a),
         Command::Completions(a) => completions::run(&a),
         Command::Man(a) => man::run(&a),
+        Command::Ui(a) => crate::ui::run(dir, &a),
     }
 }

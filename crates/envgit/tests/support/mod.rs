@@ -223,3 +223,5 @@ pub fn head_of(repo: &Path) -> String {
         .unwrap();
     String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
+pub mod ui_client;
+pub mod webdriver;
