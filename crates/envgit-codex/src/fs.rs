@@ -9,6 +9,7 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
+use envgit_policy::is_secret_name;
 use rustix::fs::{AtFlags, Dir, FileType, Mode, OFlags, ResolveFlags};
 use rustix::io::Errno;
 use serde_json::Value;
@@ -48,17 +49,6 @@ pub struct Effect {
     /// Project-relative paths written, created or removed.
     pub wrote: Vec<String>,
     pub refused: Vec<Refusal>,
-}
-
-/// `.env` and `.env.*`, except the example/sample/template files (as the sandbox masks them).
-pub fn is_env_file(name: &[u8]) -> bool {
-    if name == b".env" {
-        return true;
-    }
-    match name.strip_prefix(b".env.") {
-        Some(rest) => !matches!(rest, b"example" | b"sample" | b"template"),
-        None => false,
-    }
 }
 
 fn under(rel: &str, base: &str) -> bool {
@@ -210,8 +200,8 @@ impl Fs {
     fn check_read(&self, t: &Target, effect: &mut Effect) -> Result<(), RpcError> {
         let (_, name) = split(&t.rel);
         let denied = self.policy.deny_read.iter().any(|d| t.abs.starts_with(d))
-            || t.rel.split(|&b| b == b'/').any(is_env_file)
-            || is_env_file(name);
+            || t.rel.split(|&b| b == b'/').any(is_secret_name)
+            || is_secret_name(name);
         if denied {
             return Err(refusal(
                 effect,
@@ -253,7 +243,7 @@ impl Fs {
             .deny_read
             .iter()
             .any(|d| t.abs.starts_with(d) || d.starts_with(&t.abs))
-            || t.rel.split(|&b| b == b'/').any(is_env_file)
+            || t.rel.split(|&b| b == b'/').any(is_secret_name)
         {
             return Err(refusal(
                 effect,

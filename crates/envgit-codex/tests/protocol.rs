@@ -195,6 +195,27 @@ fn initialize_fs_calls_and_refusals() {
         &c.call("fs/readFile", json!({"path": uri(&root, ".env")})),
         "denied read .env",
     );
+    // Registry and direnv credentials (`.npmrc`, `.pypirc`, `.envrc`) made after the session
+    // started, at any depth: the sandbox masks them at its next step by name, so fs/* must
+    // refuse them by name too, not only those its mask list held at the start.
+    for name in ["sub/.npmrc", ".pypirc", "sub/.envrc", "sub/.env.local"] {
+        std::fs::write(
+            root.join(name),
+            "//registry.example/:_authToken=npm_secret\n",
+        )
+        .unwrap();
+        refused(
+            &c.call("fs/readFile", json!({"path": uri(&root, name)})),
+            &format!("denied read {name}"),
+        );
+        refused(
+            &c.call(
+                "fs/writeFile",
+                json!({"path": uri(&root, name), "dataBase64": "eA=="}),
+            ),
+            &format!("denied write {name}"),
+        );
+    }
     std::fs::create_dir(root.join("secrets")).unwrap();
     refused(
         &c.call("fs/readDirectory", json!({"path": uri(&root, "secrets")})),

@@ -15,6 +15,7 @@ pub mod registries;
 mod request;
 mod reserved;
 mod schema;
+mod secrets;
 mod shell;
 mod size;
 mod template;
@@ -36,6 +37,7 @@ pub use schema::{
     GraphqlOperation, IrreversibleEntry, L7Rule, McpSection, McpServer, NetRule, NetworkSection,
     Policy, Preset, ShellAction, ShellRule, SnapshotSection,
 };
+pub use secrets::{PROJECT_DENIES, is_env_file, is_secret_name};
 pub use shell::{ShellMatch, command_line};
 pub use size::parse_size;
 pub use template::INIT_TEMPLATE;

@@ -77,10 +77,6 @@ pub const HOME_DENIES: &[&str] = &[
     ".lesshst",
 ];
 
-/// Unreadable wherever they are in the project (at any depth, excluded directories included:
-/// see `project_index`), besides `.env` files: registry credentials and direnv files.
-pub const PROJECT_DENIES: &[&str] = &[".npmrc", ".pypirc", ".envrc"];
-
 /// Readable only by root, and masked when envgit runs as root. Besides these, every file or
 /// directory under `/etc` that others may not read is masked (see [`etc_private`]).
 const ROOT_DENIES: &[&str] = &[
@@ -326,18 +322,6 @@ fn host_sockets(visible: &[PathBuf]) -> Vec<PathBuf> {
         .collect()
 }
 
-/// `.env` and `.env.*` (not `.example`, `.sample`, `.template`): masked in the sandbox, and
-/// never shown by `envgit ui`.
-pub fn is_env_file(name: &str) -> bool {
-    if name == ".env" {
-        return true;
-    }
-    match name.strip_prefix(".env.") {
-        Some(rest) => !matches!(rest, "example" | "sample" | "template"),
-        None => false,
-    }
-}
-
 fn expand_home(p: &str, home: &Path) -> Option<PathBuf> {
     if p == "~" {
         return Some(home.to_path_buf());
@@ -415,9 +399,14 @@ fn masks(input: &PlanInput<'_>) -> Vec<PathBuf> {
         }
         let matcher = b.build().ok();
         walk(&root, max_depth, skip_hidden, &mut |p, is_dir| {
-            let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
+            // Bytes: a name that is not UTF-8 (`.env.\xff`) is still a `.env` file.
+            let name = p
+                .file_name()
+                .map(std::os::unix::ffi::OsStrExt::as_bytes)
+                .unwrap_or_default();
             let hit = (!is_dir
-                && (is_env_file(name) || (!skip_hidden && PROJECT_DENIES.contains(&name))))
+                && (envgit_policy::is_env_file(name)
+                    || (!skip_hidden && envgit_policy::is_secret_name(name))))
                 || matcher
                     .as_ref()
                     .is_some_and(|m| m.matched(p, is_dir).is_ignore());
@@ -666,12 +655,12 @@ mod tests {
 
     #[test]
     fn env_files() {
-        assert!(is_env_file(".env"));
-        assert!(is_env_file(".env.local"));
-        assert!(is_env_file(".env.production"));
-        assert!(!is_env_file(".env.example"));
-        assert!(!is_env_file(".env.sample"));
-        assert!(!is_env_file(".envrc"));
-        assert!(!is_env_file("env"));
+        assert!(envgit_policy::is_env_file(b".env"));
+        assert!(envgit_policy::is_env_file(b".env.local"));
+        assert!(envgit_policy::is_env_file(b".env.production"));
+        assert!(!envgit_policy::is_env_file(b".env.example"));
+        assert!(!envgit_policy::is_env_file(b".env.sample"));
+        assert!(!envgit_policy::is_env_file(b".envrc"));
+        assert!(!envgit_policy::is_env_file(b"env"));
     }
 }

@@ -1,7 +1,7 @@
 //! What the mount plan takes from the project's files, read from envgit's stat index (the
 //! pre-step scan, which already `lstat`s every entry) instead of a walk of its own:
 //!
-//! - the secrets to mask: `.env*` files and [`PROJECT_DENIES`] at any depth, and the paths the
+//! - the secrets to mask: `.env*` files and [`envgit_policy::PROJECT_DENIES`] at any depth, and the paths the
 //!   policy's relative `deny_read` globs match. Directories the scan does not enter (excluded
 //!   by `snapshot.exclude`: `node_modules/`, `target/`, `.venv/`; too deep) are not in the
 //!   index, so they, and only they, are listed here by name: iteratively (any depth, no
@@ -23,8 +23,6 @@ use std::path::{Path, PathBuf};
 
 use envgit_policy::Policy;
 use ignore::gitignore::{Gitignore, GitignoreBuilder};
-
-use crate::plan::{PROJECT_DENIES, is_env_file};
 
 /// Read-only binds for hard-linked files: each is a mount in the sandbox's namespace (the
 /// kernel caps a namespace at `fs.mount-max`, 100,000 by default) and costs its setup time.
@@ -66,8 +64,7 @@ pub struct ProjectFacts {
 
 fn is_secret_name(name: &[u8]) -> bool {
     // Every such name starts with a dot: most names are out after one byte.
-    name.first() == Some(&b'.')
-        && std::str::from_utf8(name).is_ok_and(|n| is_env_file(n) || PROJECT_DENIES.contains(&n))
+    name.first() == Some(&b'.') && envgit_policy::is_secret_name(name)
 }
 
 /// Below a `.git` directory (its objects are data, never searched for secrets).

@@ -42,7 +42,7 @@ pub fn credential_in(value: &str) -> Option<&'static str> {
 pub type Vars = Vec<(String, String)>;
 
 /// Configuration files the sandbox masks for the tokens they hold ([`crate::plan::HOME_DENIES`],
-/// [`crate::plan::PROJECT_DENIES`]) that also say which registry to use, lowest precedence
+/// [`envgit_policy::PROJECT_DENIES`]) that also say which registry to use, lowest precedence
 /// first: pip's legacy then current user file, the user's `.npmrc`, then the project's.
 const MASKED_CONFIG: &[(HostFile, bool, &str)] = &[
     (HostFile::PipConf, false, ".pip/pip.conf"),

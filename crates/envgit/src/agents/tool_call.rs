@@ -88,7 +88,7 @@ pub(crate) fn refusal_of(
     }
     let env_file = rel
         .split('/')
-        .any(|c| envgit_codex::fs::is_env_file(c.as_bytes()));
+        .any(|c| envgit_policy::is_secret_name(c.as_bytes()));
     if (READERS.contains(&tool) || WRITERS.contains(&tool)) && env_file {
         return Some((format!("read {rel}"), "filesystem.deny_read".into()));
     }

@@ -3,8 +3,8 @@
 //! `filesystem.deny_read` entries that name project paths. Their names still appear in change
 //! lists; their diffs say "masked" instead.
 
+use envgit_policy::is_secret_name;
 use envgit_policy::{Policy, name_matches};
-use envgit_sandbox::plan::{PROJECT_DENIES, is_env_file};
 
 pub(crate) struct Masks {
     /// `deny_read` entries relative to the project, `/`-separated.
@@ -36,10 +36,7 @@ impl Masks {
     /// Is the content of this project-relative path never to be shown?
     pub(crate) fn is_masked(&self, path: &str) -> bool {
         let names: Vec<&str> = path.split('/').collect();
-        if names
-            .iter()
-            .any(|n| is_env_file(n) || PROJECT_DENIES.contains(n))
-        {
+        if names.iter().any(|n| is_secret_name(n.as_bytes())) {
             return true;
         }
         self.project_patterns
