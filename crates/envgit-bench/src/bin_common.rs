@@ -2,6 +2,7 @@
 //! as it does `percentile.rs`): an option's value, a command that must succeed, and a
 //! percentile in milliseconds.
 
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -31,4 +32,19 @@ pub fn run_ok(cmd: &mut Command) -> Result<()> {
 /// The `q` percentile of sorted samples, in milliseconds.
 pub fn ms(sorted: &[Duration], q: f64) -> f64 {
     percentile(sorted, q).as_secs_f64() * 1e3
+}
+
+/// `git init` in `dir` and one commit of everything in it, with `message`.
+pub fn git_commit_all(dir: &Path, message: &str) -> Result<()> {
+    let git = |args: &[&str]| {
+        run_ok(
+            Command::new("git")
+                .args(["-c", "user.name=b", "-c", "user.email=b@b"])
+                .args(args)
+                .current_dir(dir),
+        )
+    };
+    git(&["init", "-q", "-b", "main"])?;
+    git(&["add", "-A"])?;
+    git(&["commit", "-q", "-m", message])
 }

@@ -21,6 +21,22 @@ const SECRET: &str = "sk-live-ui-test-4f1d9c";
 const MARKUP_NAME: &str = "<img src=x onerror=alert(1)>.txt";
 const COMMIT: &str = "echo change >> a.txt && git commit -qam change";
 
+/// `envgit run` of a commit and a push to the test's remote, started in the background (an
+/// `ask` rule may hold the push until the page answers).
+fn start_push(env: &Env) -> std::process::Child {
+    env.cmd(&env.project)
+        .args([
+            "run",
+            "sh",
+            "-c",
+            &format!("{COMMIT} && git push -q origin HEAD:main"),
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
 fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(90);
     while !f() {
@@ -254,18 +270,7 @@ fn the_page_is_guarded_shows_the_history_as_data_and_answers_a_held_request() {
     env.write("envgit.yaml", &yaml);
     let mut stream = events(port, &cookie);
     let before = support::head_of(&bare);
-    let child = env
-        .cmd(&env.project)
-        .args([
-            "run",
-            "sh",
-            "-c",
-            &format!("{COMMIT} && git push -q origin HEAD:main"),
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let child = start_push(&env);
     let mut held = serde_json::Value::Null;
     wait_for("the push to be held", || {
         held = request(port, "GET", "/api/held", &with(&[])).json();
@@ -504,18 +509,7 @@ fn in_a_real_browser_the_timeline_shows_each_mark_a_held_push_is_approved_and_a_
 
     // A held push: shown with its body's first bytes, approved with the page's button.
     let before = support::head_of(&bare);
-    let child = env
-        .cmd(&env.project)
-        .args([
-            "run",
-            "sh",
-            "-c",
-            &format!("{COMMIT} && git push -q origin HEAD:main"),
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let child = start_push(&env);
     let item = browser.wait_for("#held-list .held-item");
     let shown = browser.text(&item);
     assert!(shown.contains("POST 127.0.0.1"), "{shown}");

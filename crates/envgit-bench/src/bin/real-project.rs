@@ -13,7 +13,7 @@
 mod bin_common;
 #[path = "../percentile.rs"]
 mod percentile;
-use bin_common::{arg, ms, run_ok};
+use bin_common::{arg, git_commit_all, ms, run_ok};
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -69,17 +69,7 @@ fn project(root: &Path, node_modules: &Path, sources: usize, envgit: &Path) -> R
         "{\"name\":\"app\",\"version\":\"1.0.0\"}\n",
     )?;
     std::fs::write(dir.join(".gitignore"), "node_modules/\n")?;
-    let git = |args: &[&str]| {
-        run_ok(
-            Command::new("git")
-                .args(["-c", "user.name=b", "-c", "user.email=b@b"])
-                .args(args)
-                .current_dir(&dir),
-        )
-    };
-    git(&["init", "-q", "-b", "main"])?;
-    git(&["add", "-A"])?;
-    git(&["commit", "-q", "-m", "sources"])?;
+    git_commit_all(&dir, "sources")?;
     run_ok(
         Command::new(envgit)
             .arg("init")

@@ -11,7 +11,7 @@
 mod bin_common;
 #[path = "../percentile.rs"]
 mod percentile;
-use bin_common::{arg, ms, run_ok};
+use bin_common::{arg, git_commit_all, ms, run_ok};
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -41,17 +41,7 @@ fn project(root: &Path, name: &str, files: usize, bins: &[PathBuf; 2]) -> Result
         }
         std::fs::write(d.join(format!("f{i}")), &block)?;
     }
-    let git = |args: &[&str]| {
-        run_ok(
-            Command::new("git")
-                .args(["-c", "user.name=b", "-c", "user.email=b@b"])
-                .args(args)
-                .current_dir(&dir),
-        )
-    };
-    git(&["init", "-q", "-b", "main"])?;
-    git(&["add", "-A"])?;
-    git(&["commit", "-q", "-m", "tree"])?;
+    git_commit_all(&dir, "tree")?;
     // One copy per binary: each has its own envgit.yaml and store.
     let copy = root.join(format!("{name}-1"));
     run_ok(Command::new("cp").arg("-a").arg(&dir).arg(&copy))?;
