@@ -16,6 +16,7 @@ mod init;
 mod landlock_rules;
 pub mod launch;
 pub mod limits;
+mod listing_cache;
 mod mounts;
 pub mod plan;
 pub mod probe;

@@ -24,6 +24,8 @@ use std::path::{Path, PathBuf};
 use envgit_policy::Policy;
 use ignore::gitignore::{Gitignore, GitignoreBuilder};
 
+use crate::listing_cache::{Listed, ListingCache};
+
 /// Read-only binds for hard-linked files: each is a mount in the sandbox's namespace (the
 /// kernel caps a namespace at `fs.mount-max`, 100,000 by default) and costs its setup time.
 pub const MAX_LINK_BINDS: usize = 4096;
@@ -83,28 +85,36 @@ fn abs(project: &Path, rel: &[u8]) -> PathBuf {
 }
 
 /// The policy's `deny_read` globs relative to the project.
-fn project_globs(policy: &Policy, project: &Path) -> Option<Gitignore> {
+/// The policy's relative `deny_read` globs as one matcher, and their lines (what a listing
+/// cache was matched against).
+fn project_globs(policy: &Policy, project: &Path) -> (Option<Gitignore>, Vec<u8>) {
     let mut b = GitignoreBuilder::new(project);
-    let mut any = false;
+    let mut lines = Vec::new();
     for d in &policy.filesystem.deny_read {
         if d.starts_with("~/") || d.starts_with('/') || !d.contains(['*', '?', '[']) {
             continue;
         }
-        any |= b.add_line(None, d).is_ok();
+        if b.add_line(None, d).is_ok() {
+            lines.extend_from_slice(d.as_bytes());
+            lines.push(b'\n');
+        }
     }
-    if !any {
-        return None;
+    if lines.is_empty() {
+        return (None, lines);
     }
-    b.build().ok()
+    (b.build().ok(), lines)
 }
 
-/// The secrets to mask and the hard-linked files to make read-only, from `index`.
+/// The secrets to mask and the hard-linked files to make read-only, from `index`. The
+/// directories the index does not cover are listed again only where they changed since the
+/// listing kept at `listing_cache` (a file in the store), which is then replaced.
 pub fn project_facts(
     policy: &Policy,
     project: &Path,
     index: &dyn ProjectIndex,
+    listing_cache: Option<&Path>,
 ) -> Result<ProjectFacts, String> {
-    let globs = project_globs(policy, project);
+    let (globs, glob_lines) = project_globs(policy, project);
     let matches = |p: &Path, is_dir: bool| {
         globs
             .as_ref()
@@ -136,7 +146,20 @@ pub fn project_facts(
             }
         }
     });
-    list_unwalked(project, unwalked, globs.is_some(), &matches, &mut facts);
+    if !unwalked.is_empty() {
+        let mut cache = listing_cache.map(|p| ListingCache::load(p, &glob_lines));
+        list_unwalked(
+            project,
+            unwalked,
+            globs.is_some(),
+            &matches,
+            &mut facts,
+            cache.as_mut(),
+        );
+        if let (Some(cache), Some(path)) = (cache, listing_cache) {
+            cache.save(path);
+        }
+    }
     let mut out: Vec<PathBuf> = linked
         .into_values()
         .filter(|(nlink, paths)| (paths.len() as u64) < *nlink)
@@ -168,20 +191,19 @@ pub fn project_facts(
 
 /// Lists the directories the scan did not enter, depth first with an explicit stack, at most
 /// [`MAX_LISTED`] entries. Each is opened beneath the project without following a symlink
-/// (a directory swapped for a link since the scan is skipped), and read with `getdents`:
+/// (a directory swapped for a link since the scan is skipped); one whose inode and ctime are
+/// those `cache` holds for it is taken from the cache, the others are read with `getdents`:
 /// subdirectories are known from the entry's type, nothing is `stat`ed, and a path is built
-/// only for a subdirectory or a match.
+/// only for a subdirectory or a match. `cache` is left holding this step's listings.
 fn list_unwalked(
     project: &Path,
     mut stack: Vec<Vec<u8>>,
     globs: bool,
     matches: &dyn Fn(&Path, bool) -> bool,
     facts: &mut ProjectFacts,
+    mut cache: Option<&mut ListingCache>,
 ) {
     use rustix::fs::{Dir, FileType, Mode, OFlags, ResolveFlags};
-    if stack.is_empty() {
-        return;
-    }
     let Ok(root) = rustix::fs::open(
         project,
         OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
@@ -189,8 +211,20 @@ fn list_unwalked(
     ) else {
         return;
     };
+    let mut old = cache
+        .as_deref_mut()
+        .map(|c| std::mem::take(&mut c.dirs))
+        .unwrap_or_default();
+    let mut new: HashMap<Vec<u8>, Listed> = HashMap::new();
+    let child = |rel: &[u8], name: &[u8]| {
+        let mut c = Vec::with_capacity(rel.len() + 1 + name.len());
+        c.extend_from_slice(rel);
+        c.push(b'/');
+        c.extend_from_slice(name);
+        c
+    };
     let mut listed = 0usize;
-    while let Some(rel) = stack.pop() {
+    'dirs: while let Some(rel) = stack.pop() {
         let Ok(fd) = rustix::fs::openat2(
             &root,
             std::ffi::OsStr::from_bytes(&rel),
@@ -200,8 +234,31 @@ fn list_unwalked(
         ) else {
             continue;
         };
+        let Ok(st) = rustix::fs::fstat(&fd) else {
+            continue;
+        };
+        let ctime_ns = st.st_ctime.saturating_mul(1_000_000_000) + st.st_ctime_nsec as i64;
+        if let Some(l) = old.remove(&rel)
+            && l.holds_for(st.st_ino, ctime_ns)
+        {
+            facts
+                .secrets
+                .extend(l.secrets.iter().map(|n| abs(project, &child(&rel, n))));
+            stack.extend(l.subdirs.iter().map(|n| child(&rel, n)));
+            new.insert(rel, l);
+            continue;
+        }
+        let mut here = Listed {
+            ino: st.st_ino,
+            ctime_ns,
+            listed_ns: now_ns(),
+            subdirs: Vec::new(),
+            secrets: Vec::new(),
+        };
         let Ok(mut dir) = Dir::new(fd) else { continue };
-        while let Some(Ok(e)) = dir.read() {
+        while let Some(entry) = dir.read() {
+            // A read error leaves this directory unlisted, and out of the cache.
+            let Ok(e) = entry else { continue 'dirs };
             let name = e.file_name().to_bytes();
             if name == b"." || name == b".." {
                 continue;
@@ -215,7 +272,7 @@ fn list_unwalked(
                     abs(project, &rel).display(),
                     stack.len()
                 ));
-                return;
+                break 'dirs;
             }
             let is_dir = match e.file_type() {
                 FileType::Directory => true,
@@ -227,23 +284,28 @@ fn list_unwalked(
                 .is_ok_and(|st| FileType::from_raw_mode(st.st_mode) == FileType::Directory),
                 _ => false,
             };
-            let child = || {
-                let mut c = Vec::with_capacity(rel.len() + 1 + name.len());
-                c.extend_from_slice(&rel);
-                c.push(b'/');
-                c.extend_from_slice(name);
-                c
-            };
             if (!is_dir && is_secret_name(name))
-                || (globs && matches(&abs(project, &child()), is_dir))
+                || (globs && matches(&abs(project, &child(&rel, name)), is_dir))
             {
-                facts.secrets.push(abs(project, &child()));
+                facts.secrets.push(abs(project, &child(&rel, name)));
+                here.secrets.push(name.to_vec());
             }
             if is_dir && name != b".git" {
-                stack.push(child());
+                stack.push(child(&rel, name));
+                here.subdirs.push(name.to_vec());
             }
         }
+        new.insert(rel, here);
     }
+    if let Some(cache) = cache {
+        cache.dirs = new;
+    }
+}
+
+fn now_ns() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as i64)
 }
 
 #[cfg(test)]
@@ -288,7 +350,7 @@ mod tests {
         ]);
         let p = policy("filesystem:\n  deny_read: [\"keys/*.pem\"]\n");
         let root = Path::new("/proj");
-        let facts = project_facts(&p, root, &index).unwrap();
+        let facts = project_facts(&p, root, &index, None).unwrap();
         let rel: Vec<&Path> = facts
             .secrets
             .iter()
@@ -319,7 +381,7 @@ mod tests {
                 .map(|(i, n)| (*n, file(i as u64, 2)))
                 .collect(),
         );
-        let e = project_facts(&policy(""), Path::new("/proj"), &index).unwrap_err();
+        let e = project_facts(&policy(""), Path::new("/proj"), &index, None).unwrap_err();
         assert!(e.contains(&format!("{} files", MAX_LINK_BINDS + 1)), "{e}");
         assert!(e.contains("git repack -a -d"), "{e}");
     }
@@ -336,7 +398,7 @@ mod tests {
         std::fs::write(root.join("node_modules/.git/.env"), "S").unwrap();
         std::os::unix::fs::symlink("/etc", root.join("node_modules/etc")).unwrap();
         let index = Fixed(vec![("node_modules", Seen::Unwalked)]);
-        let facts = project_facts(&policy(""), root, &index).unwrap();
+        let facts = project_facts(&policy(""), root, &index, None).unwrap();
         assert_eq!(
             facts.secrets,
             [
@@ -345,5 +407,66 @@ mod tests {
             ]
         );
         assert!(facts.notes.is_empty());
+    }
+
+    #[test]
+    fn a_cached_listing_is_used_only_for_directories_unchanged_since() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().join("p");
+        std::fs::create_dir_all(root.join("node_modules/x/y")).unwrap();
+        std::fs::write(root.join("node_modules/x/.env"), "S").unwrap();
+        let cache_path = tmp.path().join("listing.cache");
+        let index = Fixed(vec![("node_modules", Seen::Unwalked)]);
+        let facts = |p: &Policy| project_facts(p, &root, &index, Some(&cache_path)).unwrap();
+        let first = facts(&policy(""));
+        assert_eq!(first.secrets, [root.join("node_modules/x/.env")]);
+        assert_eq!(
+            ListingCache::load(&cache_path, b"").dirs.len(),
+            3,
+            "node_modules, x, y"
+        );
+        // Made just now: every listing is within the racy margin of its directory's change.
+        // Age them, and plant a name only the cache holds, to see which directories it served.
+        let age = |plant: bool| {
+            let mut c = ListingCache::load(&cache_path, b"");
+            assert!(!c.dirs.is_empty(), "the listing was saved");
+            for l in c.dirs.values_mut() {
+                l.listed_ns += 10 * crate::listing_cache::RACY_MARGIN_NS;
+                if plant && !l.secrets.iter().any(|s| s == b"ghost") {
+                    l.secrets.push(b"ghost".to_vec());
+                }
+            }
+            c.save(&cache_path);
+        };
+        age(true);
+        let cached = facts(&policy(""));
+        assert!(
+            cached
+                .secrets
+                .contains(&root.join("node_modules/x/y/ghost")),
+            "an unchanged directory comes from the cache: {:?}",
+            cached.secrets
+        );
+        // A secret made deep down changes only its directory: that one is read again.
+        std::fs::write(root.join("node_modules/x/y/.env.local"), "S").unwrap();
+        age(false);
+        let after = facts(&policy(""));
+        assert!(
+            after
+                .secrets
+                .contains(&root.join("node_modules/x/y/.env.local"))
+        );
+        assert!(!after.secrets.contains(&root.join("node_modules/x/y/ghost")));
+        assert!(after.secrets.contains(&root.join("node_modules/x/ghost")));
+        // A directory replaced by another (a new inode) is read again, whatever its ctime.
+        std::fs::remove_dir_all(root.join("node_modules/x")).unwrap();
+        std::fs::create_dir_all(root.join("node_modules/x")).unwrap();
+        std::fs::write(root.join("node_modules/x/.npmrc"), "S").unwrap();
+        let replaced = facts(&policy(""));
+        assert_eq!(replaced.secrets, [root.join("node_modules/x/.npmrc")]);
+        // Other deny_read globs: the cache is not used.
+        age(true);
+        let p = policy("filesystem:\n  deny_read: [\"**/*.pem\"]\n");
+        assert!(!facts(&p).secrets.iter().any(|s| s.ends_with("ghost")));
     }
 }

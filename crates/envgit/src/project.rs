@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use envgit_policy::{PROTECTED_PATHS, Policy};
-use envgit_store::{ScanConfig, Store, WorkTree, envgit_home, store_dir_for};
+use envgit_store::{LiveTree, ScanConfig, Store, WorkTree, envgit_home, store_dir_for};
 
 use crate::failure::{CmdResult, Failure};
 use crate::nofollow::read_nofollow;
@@ -186,6 +186,14 @@ impl Project {
         let mut wt = WorkTree::new(&self.root, self.scan_config()?, Some(store.dir()))?;
         wt.load_index(store);
         Ok(wt)
+    }
+
+    /// A working tree kept current by inotify, with the stat cache loaded: its first snapshot
+    /// walks everything once (watches first), later ones read only what changed.
+    pub fn live_tree(&self, store: &Store) -> CmdResult<LiveTree> {
+        let mut live = LiveTree::new(&self.root, self.scan_config()?, Some(store.dir()))?;
+        live.tree_mut().load_index(store);
+        Ok(live)
     }
 
     /// Paths rewind keeps as they are now: DESIGN §4's protected list plus the directory

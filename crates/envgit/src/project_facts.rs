@@ -1,6 +1,8 @@
 //! The sandbox plan's facts about the project's files (secrets to mask, files hard-linked to
 //! outside it), taken from the stat index of the scan a step already made: no walk of its own.
 
+use std::path::Path;
+
 use envgit_sandbox::plan::{ProjectFacts, ProjectIndex, Seen, project_facts};
 use envgit_store::{EntryKind, MarkerReason, Store, WorkTree};
 
@@ -45,10 +47,15 @@ impl ProjectIndex for Index<'_> {
     }
 }
 
-/// From `wt`, just scanned; warns about what the search could not cover.
-pub(crate) fn of(project: &Project, wt: &WorkTree) -> CmdResult<ProjectFacts> {
-    let facts =
-        project_facts(&project.policy, &project.root, &Index(wt)).map_err(Failure::usage)?;
+/// The store's cache of what the excluded directories held when last listed.
+const LISTING_CACHE: &str = "listing.cache";
+
+/// From `wt`, just scanned; warns about what the search could not cover. The listing of the
+/// directories the scan does not enter is cached in the store at `store_dir`.
+pub(crate) fn of(project: &Project, store_dir: &Path, wt: &WorkTree) -> CmdResult<ProjectFacts> {
+    let cache = store_dir.join(LISTING_CACHE);
+    let facts = project_facts(&project.policy, &project.root, &Index(wt), Some(&cache))
+        .map_err(Failure::usage)?;
     for n in &facts.notes {
         output::warn(n);
     }
@@ -62,7 +69,7 @@ pub(crate) fn from_cache(project: &Project, store: &Store) -> CmdResult<ProjectF
     if wt.root_tree().is_none() {
         wt.full_scan(store, None)?;
     }
-    of(project, &wt)
+    of(project, store.dir(), &wt)
 }
 
 /// `given` (a step's own scan), else [`from_cache`] with the store at `store_dir`.

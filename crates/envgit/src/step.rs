@@ -48,6 +48,9 @@ pub(crate) struct Sandboxed<'a> {
     pub git: Option<&'a GitLayer>,
     /// The tree the step began from; `None` when unknown (no comparison with a snapshot).
     pub before: Option<ObjectId>,
+    /// What the walk before the step recorded as too deep: a watcher's snapshot after it
+    /// reads only what changed, and the step still says what it keeps as a marker.
+    pub too_deep_before: &'a [String],
 }
 
 impl Snapshot<'_> {
@@ -103,6 +106,15 @@ impl OpenStep {
         }
         crate::timings::mark("  git import, put back");
         let (mut tree, mut report, mut rescanned) = snapshot.take(store)?;
+        if !report.full
+            && let Some(s) = &sandboxed
+        {
+            for p in s.too_deep_before {
+                if !report.too_deep.contains(p) {
+                    report.too_deep.push(p.clone());
+                }
+            }
+        }
         crate::timings::mark("  snapshot");
         if let Some(s) = &sandboxed
             && let Some(before) = s.before

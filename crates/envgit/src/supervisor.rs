@@ -94,10 +94,14 @@ pub fn run_step(
         step.finish(&mut store, Snapshot::Tree(tree), None, draft)?;
         return Ok(EXIT_REFUSED);
     }
-    let mut wt = project.worktree(&store)?;
-    let (before, _) = wt.full_scan(&store, None)?;
+    // Watched from before the walk, so the snapshot after the command reads only the
+    // directories written during the step (inotify is told of writes from inside the sandbox:
+    // the project is the same inodes there). A write inotify does not report (through a
+    // shared mmap) is caught by the next step's walk, as an outside edit.
+    let mut live = project.live_tree(&store)?;
+    let (before, walked, _) = live.snapshot(&store)?;
     crate::timings::mark("scan before");
-    let facts = crate::project_facts::of(project, &wt)?;
+    let facts = crate::project_facts::of(project, store.dir(), live.tree())?;
     crate::timings::mark("project facts");
     // The user's edits since the last step are theirs, not this command's.
     crate::outside::record_outside_edits(project, &mut store, &before)?;
@@ -164,10 +168,11 @@ pub fn run_step(
         copy: Some(&copy),
         git: git.as_deref(),
         before: Some(before),
+        too_deep_before: &walked.too_deep,
     };
     let committed = step.finish(
         &mut store,
-        Snapshot::Scan(&mut wt, None),
+        Snapshot::Live(&mut live),
         Some(sandboxed),
         draft,
     );
@@ -176,7 +181,7 @@ pub fn run_step(
     crate::timings::mark("finish step (import, snapshot, commit)");
     committed?;
     drop(step);
-    wt.save_index(&store)?;
+    live.tree().save_index(&store)?;
     crate::timings::mark("save stat index");
     Ok(code)
 }

@@ -210,6 +210,7 @@ fn main() -> Result<()> {
                     wt: &wt,
                     unwalked: false,
                 },
+                None,
             )
             .map_err(anyhow::Error::msg)?;
             Ok(f.secrets.len())
@@ -225,6 +226,7 @@ fn main() -> Result<()> {
                     wt: &wt,
                     unwalked: true,
                 },
+                None,
             )
             .map_err(anyhow::Error::msg)?;
             Ok(f.secrets.len())

@@ -86,8 +86,7 @@ impl<'a> ToolSteps<'a> {
         tap_rx: Receiver<EventTap>,
     ) -> CmdResult<Self> {
         let mut store = project.open_store()?;
-        let mut live = LiveTree::new(&project.root, project.scan_config()?, Some(store.dir()))?;
-        live.tree_mut().load_index(&store);
+        let mut live = project.live_tree(&store)?;
         // The first snapshot walks everything once and sets up the watches.
         let (last_tree, _, _) = live.snapshot(&store)?;
         // No sandboxed process of the project is alive yet: what changed is the user's.
@@ -130,7 +129,7 @@ impl<'a> ToolSteps<'a> {
     /// The project's secrets and hard-linked files for the sandbox's plan, from the session's
     /// first snapshot.
     pub fn project_facts(&self) -> CmdResult<envgit_sandbox::plan::ProjectFacts> {
-        crate::project_facts::of(self.project, self.live.tree())
+        crate::project_facts::of(self.project, self.store.dir(), self.live.tree())
     }
 
     /// The project's store directory (the sandbox keeps its home overlay there).
@@ -288,6 +287,7 @@ impl<'a> ToolSteps<'a> {
             copy: Some(&self.copy),
             git: self.git.as_deref(),
             before: Some(self.last_tree),
+            too_deep_before: &[],
         };
         let step = self.step.finish(
             &mut self.store,

@@ -174,6 +174,7 @@ fn finish_repl_step(
             copy: Some(copy),
             git: None,
             before,
+            too_deep_before: &[],
         }),
         draft,
     )

@@ -1,0 +1,233 @@
+//! What the last listing of the directories the scan does not enter (`node_modules/`,
+//! `target/`, …) found in each of them: its subdirectories and the names to mask. A step then
+//! reads again only the directories that changed since, instead of every one of them (on a
+//! real npm project ~1,000 directories, most of a step's set-up).
+//!
+//! A directory's ctime moves whenever a name in it is added, removed or renamed, and no
+//! program can set it back, so a directory with the inode and ctime it had when it was listed
+//! holds the same names. Timestamps are coarse (a clock tick), so a listing made less than
+//! [`RACY_MARGIN_NS`] after the directory's ctime is not trusted the next time (git's
+//! racy-index rule). Each directory is checked on its own, parents first, so a change at any
+//! depth is read again.
+//!
+//! It is a cache kept in the store (outside every sandbox): written to a temporary file and
+//! renamed into place, and a missing, torn, foreign (other `deny_read` globs) or other-version
+//! file is ignored — everything is listed — never trusted.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+const MAGIC: &[u8; 8] = b"EGLIST01";
+const END: &[u8; 8] = b"EGLISTOK";
+/// As the store's stat index: a change within this of a listing makes the listing untrusted.
+pub(crate) const RACY_MARGIN_NS: i64 = 2_000_000_000;
+
+/// One directory as it was listed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Listed {
+    pub ino: u64,
+    pub ctime_ns: i64,
+    /// When the listing began (before its first read).
+    pub listed_ns: i64,
+    /// Names of its subdirectories (the listing goes on into each).
+    pub subdirs: Vec<Vec<u8>>,
+    /// Names in it to mask.
+    pub secrets: Vec<Vec<u8>>,
+}
+
+impl Listed {
+    /// Whether this listing still holds for a directory now at (`ino`, `ctime_ns`).
+    pub(crate) fn holds_for(&self, ino: u64, ctime_ns: i64) -> bool {
+        self.ino == ino
+            && self.ctime_ns == ctime_ns
+            && self.listed_ns.saturating_sub(ctime_ns) >= RACY_MARGIN_NS
+    }
+}
+
+/// The listings of one step, by directory (relative to the project), and the globs they were
+/// matched against.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(crate) struct ListingCache {
+    pub globs: Vec<u8>,
+    pub dirs: HashMap<Vec<u8>, Listed>,
+}
+
+impl ListingCache {
+    /// The cache at `path` if it is sound and was made with `globs`; empty otherwise.
+    pub(crate) fn load(path: &Path, globs: &[u8]) -> Self {
+        std::fs::read(path)
+            .ok()
+            .and_then(|b| decode(&b))
+            .filter(|c| c.globs == globs)
+            .unwrap_or_else(|| ListingCache {
+                globs: globs.to_vec(),
+                dirs: HashMap::new(),
+            })
+    }
+
+    /// Replaces the file at `path`; a failure (a full disk, a read-only store) only makes the
+    /// next step list everything again, so it is not an error.
+    pub(crate) fn save(&self, path: &Path) {
+        let tmp = path.with_extension(format!("tmp-{}", std::process::id()));
+        if std::fs::write(&tmp, encode(self)).is_err() || std::fs::rename(&tmp, path).is_err() {
+            let _ = std::fs::remove_file(&tmp);
+        }
+    }
+}
+
+fn put_bytes(out: &mut Vec<u8>, b: &[u8]) {
+    out.extend_from_slice(&(b.len() as u32).to_le_bytes());
+    out.extend_from_slice(b);
+}
+
+fn put_names(out: &mut Vec<u8>, names: &[Vec<u8>]) {
+    out.extend_from_slice(&(names.len() as u32).to_le_bytes());
+    for n in names {
+        put_bytes(out, n);
+    }
+}
+
+fn encode(cache: &ListingCache) -> Vec<u8> {
+    let mut out = Vec::with_capacity(64 + cache.dirs.len() * 96);
+    out.extend_from_slice(MAGIC);
+    put_bytes(&mut out, &cache.globs);
+    out.extend_from_slice(&(cache.dirs.len() as u32).to_le_bytes());
+    for (rel, d) in &cache.dirs {
+        put_bytes(&mut out, rel);
+        out.extend_from_slice(&d.ino.to_le_bytes());
+        out.extend_from_slice(&d.ctime_ns.to_le_bytes());
+        out.extend_from_slice(&d.listed_ns.to_le_bytes());
+        put_names(&mut out, &d.subdirs);
+        put_names(&mut out, &d.secrets);
+    }
+    let len = out.len() as u64;
+    out.extend_from_slice(&len.to_le_bytes());
+    out.extend_from_slice(END);
+    out
+}
+
+/// A reader that fails (None) on any read past the end.
+struct Reader<'a>(&'a [u8]);
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
+        if self.0.len() < n {
+            return None;
+        }
+        let (head, rest) = self.0.split_at(n);
+        self.0 = rest;
+        Some(head)
+    }
+    fn u32(&mut self) -> Option<u32> {
+        Some(u32::from_le_bytes(self.take(4)?.try_into().ok()?))
+    }
+    fn u64(&mut self) -> Option<u64> {
+        Some(u64::from_le_bytes(self.take(8)?.try_into().ok()?))
+    }
+    fn bytes(&mut self) -> Option<Vec<u8>> {
+        let n = self.u32()? as usize;
+        Some(self.take(n)?.to_vec())
+    }
+    fn names(&mut self) -> Option<Vec<Vec<u8>>> {
+        let n = self.u32()? as usize;
+        // Each name takes at least its 4-byte length: a count past that is damage.
+        if n > self.0.len() / 4 {
+            return None;
+        }
+        (0..n).map(|_| self.bytes()).collect()
+    }
+}
+
+fn decode(b: &[u8]) -> Option<ListingCache> {
+    // The trailer (length, end mark) is written last: a torn or truncated file lacks it.
+    let body_len = b.len().checked_sub(16)?;
+    let (body, trailer) = b.split_at(body_len);
+    if &trailer[8..] != END || u64::from_le_bytes(trailer[..8].try_into().ok()?) != body_len as u64
+    {
+        return None;
+    }
+    let mut r = Reader(body);
+    if r.take(8)? != MAGIC {
+        return None;
+    }
+    let globs = r.bytes()?;
+    let n = r.u32()? as usize;
+    let mut dirs = HashMap::with_capacity(n.min(body.len() / 32));
+    for _ in 0..n {
+        let rel = r.bytes()?;
+        let listed = Listed {
+            ino: r.u64()?,
+            ctime_ns: r.u64()? as i64,
+            listed_ns: r.u64()? as i64,
+            subdirs: r.names()?,
+            secrets: r.names()?,
+        };
+        dirs.insert(rel, listed);
+    }
+    r.0.is_empty().then_some(ListingCache { globs, dirs })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> ListingCache {
+        let mut dirs = HashMap::new();
+        dirs.insert(
+            b"node_modules".to_vec(),
+            Listed {
+                ino: 7,
+                ctime_ns: 1_000,
+                listed_ns: 5_000_000_000,
+                subdirs: vec![b"a".to_vec(), b"\xffb".to_vec()],
+                secrets: vec![b".env".to_vec()],
+            },
+        );
+        ListingCache {
+            globs: b"keys/*.pem".to_vec(),
+            dirs,
+        }
+    }
+
+    #[test]
+    fn round_trips_and_refuses_damage() {
+        let c = sample();
+        let bytes = encode(&c);
+        assert_eq!(decode(&bytes), Some(sample()));
+        for cut in [0, 1, 8, bytes.len() / 2, bytes.len() - 1] {
+            assert_eq!(decode(&bytes[..cut]), None, "cut at {cut}");
+        }
+        let mut zeroed = bytes.clone();
+        zeroed[8..24].fill(0);
+        assert_eq!(decode(&zeroed), None, "a damaged body");
+        assert_eq!(decode(&vec![0; bytes.len()]), None, "a file of zeros");
+    }
+
+    #[test]
+    fn a_foreign_or_missing_cache_is_empty() {
+        let dir = std::env::temp_dir().join(format!("envgit-listing-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("listing.cache");
+        assert!(ListingCache::load(&path, b"").dirs.is_empty(), "missing");
+        sample().save(&path);
+        assert_eq!(ListingCache::load(&path, b"keys/*.pem"), sample());
+        assert!(
+            ListingCache::load(&path, b"other").dirs.is_empty(),
+            "other globs"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_listing_holds_only_for_the_same_directory_changed_well_before_it() {
+        let l = &sample().dirs[&b"node_modules".to_vec()];
+        assert!(l.holds_for(7, 1_000));
+        assert!(!l.holds_for(8, 1_000), "another inode");
+        assert!(!l.holds_for(7, 1_001), "changed since");
+        let racy = Listed {
+            listed_ns: 1_000 + RACY_MARGIN_NS - 1,
+            ..l.clone()
+        };
+        assert!(!racy.holds_for(7, 1_000), "listed within the margin");
+    }
+}
