@@ -57,6 +57,9 @@ const MASK: WatchFlags = WatchFlags::CREATE
     .union(WatchFlags::ONLYDIR)
     .union(WatchFlags::EXCL_UNLINK);
 
+/// A directory's watch descriptor, or why inotify refused it.
+type WatchAdded = std::result::Result<i32, Errno>;
+
 impl LiveTree {
     /// Start watching `root`. The first `snapshot` is a full scan (warm it with
     /// `tree_mut().load_index(…)` first).
@@ -166,21 +169,33 @@ impl LiveTree {
     }
 
     fn watch_dirs(&mut self, dirs: Vec<Vec<u8>>, after_scan: bool) -> Result<()> {
-        for rel in dirs {
-            if self.watched.contains_key(&rel) {
-                continue;
-            }
-            let fd = match beneath::open_dir_rel(self.tree.root_fd(), &rel) {
-                Ok(fd) => fd,
-                Err(_) => {
-                    self.dirty.whole(rel); // raced away: its parent's rescan says what is there
-                    continue;
-                }
-            };
-            // Through the opened fd, so a directory swapped for a symlink is never watched.
-            let proc_path = format!("/proc/self/fd/{}", fd.as_fd().as_raw_fd());
-            match inotify::add_watch(&self.inotify, proc_path.as_str(), MASK) {
-                Ok(wd) => {
+        use rayon::prelude::*;
+        let dirs: Vec<Vec<u8>> = dirs
+            .into_iter()
+            .filter(|rel| !self.watched.contains_key(rel))
+            .collect();
+        // Opening each directory and adding its watch is two path walks in the kernel: done
+        // on every core (a one-shot `envgit run` watches the whole project before its walk).
+        // The maps are updated after, in order, as if one by one.
+        let root = self.tree.root_fd();
+        let inotify = &self.inotify;
+        let added: Vec<(Vec<u8>, Option<WatchAdded>)> = dirs
+            .into_par_iter()
+            .map(|rel| {
+                let Ok(fd) = beneath::open_dir_rel(root, &rel) else {
+                    return (rel, None);
+                };
+                // Through the opened fd, so a directory swapped for a symlink is never watched.
+                let proc_path = format!("/proc/self/fd/{}", fd.as_fd().as_raw_fd());
+                let wd = inotify::add_watch(inotify, proc_path.as_str(), MASK);
+                (rel, Some(wd))
+            })
+            .collect();
+        for (rel, wd) in added {
+            match wd {
+                // Raced away: its parent's rescan says what is there.
+                None => self.dirty.whole(rel),
+                Some(Ok(wd)) => {
                     // The same inode watched under another path (a hard-linked or moved
                     // directory): the path it is at now wins.
                     if let Some(old) = self.wds.insert(wd, rel.clone())
@@ -193,7 +208,7 @@ impl LiveTree {
                         self.dirty.whole(rel);
                     }
                 }
-                Err(Errno::NOSPC | Errno::NOMEM) => {
+                Some(Err(Errno::NOSPC | Errno::NOMEM)) => {
                     // Out of watches (fs.inotify.max_user_watches): stay correct by rescanning
                     // every time, and give the watches back.
                     self.degraded = true;
@@ -202,9 +217,7 @@ impl LiveTree {
                     self.recreate()?;
                     return Ok(());
                 }
-                Err(_) => {
-                    self.dirty.whole(rel);
-                }
+                Some(Err(_)) => self.dirty.whole(rel),
             }
         }
         Ok(())
