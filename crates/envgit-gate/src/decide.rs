@@ -19,7 +19,8 @@ pub(crate) const RULE_CREDENTIAL: &str = "gate.credential";
 
 /// May a connection to `host:port` be opened? A port of this machine that a running `envgit
 /// ui` registered in `reserved` (a file named by the port) is refused before the policy is
-/// asked; a registry that cannot be read refuses too (fail closed).
+/// asked, unless its entry is stale (`reserved_ports.rs`); an entry that cannot be read
+/// refuses too (fail closed).
 pub(crate) fn connect(
     policy: &Policy,
     reserved: Option<&Path>,
@@ -27,12 +28,8 @@ pub(crate) fn connect(
     port: u16,
 ) -> ConnectDecision {
     let is_reserved = |port: u16| {
-        reserved.is_some_and(
-            |dir| match std::fs::symlink_metadata(dir.join(port.to_string())) {
-                Ok(_) => true,
-                Err(e) => e.kind() != std::io::ErrorKind::NotFound,
-            },
-        )
+        reserved
+            .is_some_and(|dir| crate::reserved_ports::entry_is_live(&dir.join(port.to_string())))
     };
     if let Some(refusal) = envgit_policy::refuse_reserved(host, port, is_reserved) {
         return refusal;

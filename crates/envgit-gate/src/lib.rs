@@ -49,6 +49,7 @@ mod head;
 mod judge;
 mod listener;
 mod pool;
+mod reserved_ports;
 mod resolve;
 mod splice;
 mod tls;
@@ -65,6 +66,7 @@ pub use control::{CONTROL_TOKEN_FILE, ControlAnswer, ControlOp, ControlRequest};
 pub use control_client::{control_request, control_request_via};
 pub use credentials::Credential;
 pub use events::{Announce, ApprovalAnswer, Decision, EventApproval, GateEvent};
+pub use reserved_ports::entry_is_live as reserved_port_entry_is_live;
 pub use resolve::{Resolve, parse_list as parse_resolve_list};
 
 /// Header carrying the per-run secret on the first request head of every connection.

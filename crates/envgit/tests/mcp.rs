@@ -8,46 +8,10 @@ mod support;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::OnceLock;
 
 use serde_json::{Value, json};
 use support::Env;
-
-/// Seconds one client run may take, start to finish.
-const CLIENT_TIMEOUT: &str = "120";
-
-fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-/// The folder holding the `mcp` package: `$ENVGIT_PYDEPS`, else /opt/envgit-test-deps/pydeps
-/// (where the sandbox sees it; the checkout's target/ is not in its view) after running
-/// scripts/install-deps-mcp (idempotent; fast when already there).
-fn pydeps() -> &'static Path {
-    static DIR: OnceLock<PathBuf> = OnceLock::new();
-    DIR.get_or_init(|| {
-        let dir = std::env::var_os("ENVGIT_PYDEPS")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| PathBuf::from("/opt/envgit-test-deps/pydeps"));
-        let out = Command::new(workspace().join("scripts/install-deps-mcp"))
-            .env("ENVGIT_PYDEPS", &dir)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "scripts/install-deps-mcp failed:\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        dir.canonicalize().unwrap()
-    })
-}
-
-const DRIVER: &str = include_str!("support/mcp_driver.py");
-
-/// A downstream MCP server: typed tools, one that returns 300 KB, one that fails, two the
-/// policy denies or asks about (they leave a marker file if they ever run), and two that make
-/// HTTP requests of their own (through the sandbox's gate).
-const FX_SERVER: &str = include_str!("support/mcp_fx_server.py");
+use support::mcp_client::{add_fx_server, drive, pydeps};
 
 struct Mcp {
     env: Env,
@@ -73,36 +37,7 @@ impl Mcp {
     /// `mode`: the Python client's `auto` (2026-07-28 if the server speaks it) or `legacy`
     /// (initialize); `answer`: what it answers elicitations with (none: it cannot elicit).
     fn run_with(&self, calls: Value, mode: &str, answer: Option<&str>) -> Value {
-        let dir = self.env.tmp.path();
-        std::fs::write(dir.join("driver.py"), DRIVER).unwrap();
-        let spec = json!({
-            "envgit": support::envgit_bin(),
-            "project": self.env.project,
-            // What an MCP client passes: nothing but the store's home (README).
-            "env": {"ENVGIT_HOME": self.env.home},
-            "calls": calls,
-            "mode": mode,
-            "answer": answer,
-        });
-        std::fs::write(dir.join("spec.json"), spec.to_string()).unwrap();
-        // The client itself starts with a stripped environment too.
-        let out = Command::new("timeout")
-            .args([CLIENT_TIMEOUT, "python3", "driver.py", "spec.json"])
-            .current_dir(dir)
-            .env_clear()
-            .env("PATH", std::env::var_os("PATH").unwrap())
-            .env("HOME", self.env.user_home())
-            .env("PYTHONPATH", pydeps())
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "client failed ({:?})\nstdout:\n{}\nstderr:\n{}",
-            out.status,
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        serde_json::from_slice(&out.stdout).unwrap()
+        drive(&self.env, calls, mode, answer)
     }
 
     /// The steps of `execute` calls, oldest first.
@@ -214,18 +149,7 @@ fn execute_without_a_project_says_what_to_do() {
 /// project, which it can see), denies `fx.delete_*` and asks for `fx.create_issue`.
 fn with_fx(extra: &str) -> (Mcp, PathBuf) {
     let m = Mcp::new("");
-    let markers = m.env.path("markers");
-    std::fs::create_dir_all(&markers).unwrap();
-    m.env.write("fx_server.py", FX_SERVER);
-    let policy = format!(
-        "mcp:\n  servers:\n    fx:\n      command: /usr/bin/python3\n      args: [fx_server.py, {:?}]\n      env: {{ PYTHONPATH: {:?} }}\n  tools:\n    \"fx.delete_*\": deny\n    \"fx.create_issue\": ask\n{extra}",
-        markers.to_str().unwrap(),
-        pydeps().to_str().unwrap(),
-    );
-    let mut text_policy = m.env.read("envgit.yaml");
-    assert!(!text_policy.lines().any(|l| l.starts_with("mcp:")));
-    text_policy.push_str(&policy);
-    m.env.write("envgit.yaml", &text_policy);
+    let markers = add_fx_server(&m.env, extra);
     (m, markers)
 }
 

@@ -1,7 +1,9 @@
 //! `envgit ui` over real HTTP against a real history: a refused push, a masked `.env`, a file
 //! named like markup, a held `ask` approved from the page (the gate lets exactly that push
 //! out and records the web page as the channel), a live step announced by server-sent events,
-//! the export, and the UI's port refused to the sandbox whatever `network.allow` says.
+//! the export, and the UI's port refused to the sandbox whatever `network.allow` says (and no
+//! longer once the UI is gone, even killed). In a real browser: every step kind and mark on
+//! the timeline and found by the filters, and the export opened from disk with no server.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod support;
@@ -394,8 +396,8 @@ fn the_page_is_guarded_shows_the_history_as_data_and_answers_a_held_request() {
     let out = env.tmp.path().join("export");
     env.envgit(&["ui", "--export", out.to_str().unwrap()]).ok();
     assert!(out.join("index.html").exists());
-    assert!(out.join("api/steps.json").exists());
-    assert!(out.join(format!("api/steps/{n}.json")).exists());
+    assert!(out.join("data/steps.js").exists());
+    assert!(out.join(format!("data/steps/{n}.js")).exists());
     let mut files = 0;
     for entry in walk(&out) {
         let text = String::from_utf8_lossy(&std::fs::read(&entry).unwrap()).into_owned();
@@ -442,9 +444,103 @@ fn artefacts() -> std::path::PathBuf {
     dir
 }
 
+/// A Copilot tool call as its installed hook reports it: the call wrote `path` (on the host,
+/// as Copilot's tools do), then `envgit hook copilot post` gets the payload Copilot sends.
+fn copilot_tool_call(env: &Env, path: &str) {
+    use std::io::Write;
+    env.write(path, "written by a tool call\n");
+    let mut child = env
+        .cmd(&env.project)
+        .args(["hook", "copilot", "post"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let payload = serde_json::json!({
+        "cwd": env.project,
+        "toolName": "create",
+        "toolArgs": {"path": path, "file_text": "written by a tool call\n"},
+    });
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(payload.to_string().as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The newest step of the log that `pick` chooses.
+fn newest(env: &Env, what: &str, pick: impl Fn(&serde_json::Value) -> bool) -> u64 {
+    let log = env.log_json();
+    let step = log
+        .iter()
+        .find(|s| pick(s))
+        .unwrap_or_else(|| panic!("no {what} step in {log:#?}"));
+    step["number"].as_u64().unwrap()
+}
+
+fn has_flag(step: &serde_json::Value, flag: &str) -> bool {
+    step["flags"]
+        .as_array()
+        .is_some_and(|f| f.iter().any(|x| x == flag))
+}
+
+/// Every row the timeline in `browser` shows, as (number, kind, marks).
+fn shown_rows(browser: &support::webdriver::Session<'_>) -> Vec<(u64, String, String)> {
+    let rows = browser.run(
+        "return [...document.querySelectorAll('#rows tr')].map((tr) => \
+         [Number(tr.id.slice(5)), tr.querySelector('td.kind').textContent, tr.dataset.marks])",
+        serde_json::json!([]),
+    );
+    rows.as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r[0].as_u64().unwrap(),
+                r[1].as_str().unwrap().to_owned(),
+                r[2].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect()
+}
+
+/// Opens the timeline at `url` (a filter in its query) and checks that it shows step `n` and
+/// only rows that pass: `kind` or `mark`.
+fn filter_finds(
+    browser: &support::webdriver::Session<'_>,
+    url: &str,
+    n: u64,
+    kind: Option<&str>,
+    mark: Option<&str>,
+) {
+    browser.goto(url);
+    browser.wait_for(&format!("#step-{n}"));
+    let rows = shown_rows(browser);
+    assert!(!rows.is_empty());
+    for (number, k, marks) in &rows {
+        if let Some(kind) = kind {
+            assert_eq!(k, kind, "{url}: step {number} passed the filter");
+        }
+        if let Some(mark) = mark {
+            assert!(
+                marks.split(' ').any(|m| m == mark),
+                "{url}: step {number} ({marks}) passed the filter"
+            );
+        }
+    }
+}
+
 #[test]
-fn in_a_real_browser_the_timeline_shows_each_mark_a_held_push_is_approved_and_a_live_step_appears()
-{
+fn in_a_real_browser_the_timeline_shows_each_kind_and_mark_a_held_push_is_approved_and_a_live_step_appears()
+ {
     if let Err(why) = support::webdriver::available() {
         assert!(
             std::env::var("CI").as_deref() != Ok("true"),
@@ -459,6 +555,7 @@ fn in_a_real_browser_the_timeline_shows_each_mark_a_held_push_is_approved_and_a_
     let gport = server.port;
     env.clone_project_from(&format!("http://127.0.0.1:{gport}/app.git"));
     env.write(MARKUP_NAME, "hello\n");
+    env.write(".env", &format!("API_KEY={SECRET}\n"));
     env.envgit(&["init", "--allow", &format!("127.0.0.1:{gport}")])
         .ok();
     let refused = env.envgit(&[
@@ -477,6 +574,36 @@ fn in_a_real_browser_the_timeline_shows_each_mark_a_held_push_is_approved_and_a_
         "printf 'export X=1\\n' > .envrc; echo b > b.txt",
     ]);
     let put_back_step = env.log_json()[0]["number"].as_u64().unwrap();
+    // A tool call of an agent, reported by its hook.
+    copilot_tool_call(&env, "made-by-tool.txt");
+    let tool_step = newest(&env, "tool", |s| s["kind"] == "tool");
+    // The secret changes in a recorded step, so a diff of it exists.
+    env.write(".env", &format!("API_KEY={SECRET}-2\n"));
+    let secret_step = env.record();
+    // Edits on the host, then a REPL cell that reads 300 KB from a tool and returns a number:
+    // the session first records the edits on their own (outside), then the cell (low-return).
+    support::mcp_client::add_fx_server(&env, "");
+    env.write("edited-outside.txt", "by hand\n");
+    let out = support::mcp_client::drive(
+        &env,
+        serde_json::json!([{"code": "const big = await fx.big(); big.length"}]),
+        "auto",
+        None,
+    );
+    assert!(!out["results"][0]["is_error"].as_bool().unwrap(), "{out}");
+    let outside_step = newest(&env, "outside", |s| has_flag(s, "outside"));
+    let repl_step = newest(&env, "low-return repl", |s| {
+        s["kind"] == "repl" && has_flag(s, "low_return")
+    });
+    // A record, then a rewind past it (it stays in the history, rewound over).
+    env.write("recorded.txt", "kept by record\n");
+    let record_step = env.record();
+    env.envgit(&["rewind", &repl_step.to_string()]).ok();
+    let rewind_step = newest(&env, "rewind", |s| s["kind"] == "rewind");
+    // A fork: the first step of a new project's history.
+    let fork_dir = env.tmp.path().join("fork");
+    env.envgit(&["fork", &tool_step.to_string(), fork_dir.to_str().unwrap()])
+        .ok();
     let yaml = env.read("envgit.yaml").replace(
         "irreversible:\n",
         "irreversible:\n  - net: { host: \"127.0.0.1\", method: POST, path: \"/**/git-receive-pack\" }\n    action: ask\n    id: local.push\n",
@@ -490,9 +617,25 @@ fn in_a_real_browser_the_timeline_shows_each_mark_a_held_push_is_approved_and_a_
     // The code was traded for the cookie and is gone from the address bar.
     let url = browser.run("return location.href", serde_json::json!([]));
     assert_eq!(url, format!("http://127.0.0.1:{}/", ui.port));
-    for (n, mark) in [(refused_step, "refused"), (put_back_step, "put-back")] {
-        let e = browser.wait_for(&format!("#step-{n} .mark.{mark}"));
-        assert_eq!(browser.text(&e), mark);
+    // Every kind, with its mark where it has one.
+    let expected: [(u64, &str, Option<&str>); 9] = [
+        (1, "import", None),
+        (refused_step, "run", Some("refused")),
+        (put_back_step, "run", Some("put-back")),
+        (tool_step, "tool", None),
+        (secret_step, "record", None),
+        (outside_step, "record", Some("outside")),
+        (repl_step, "repl", Some("low-return")),
+        (record_step, "record", Some("rewound-over")),
+        (rewind_step, "rewind", None),
+    ];
+    for (n, kind, mark) in expected {
+        let row = browser.wait_for(&format!("#step-{n} td.kind"));
+        assert_eq!(browser.text(&row), kind, "step {n}");
+        if let Some(mark) = mark {
+            let e = browser.wait_for(&format!("#step-{n} .mark.{mark}"));
+            assert_eq!(browser.text(&e), mark, "step {n}");
+        }
     }
     // The markup-named file's row is text: no element was made from it.
     let imgs = browser.run(
@@ -506,6 +649,28 @@ fn in_a_real_browser_the_timeline_shows_each_mark_a_held_push_is_approved_and_a_
             std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/ui-timeline.png");
         std::fs::write(docs, browser.screenshot()).unwrap();
     }
+    // The filters find each by kind and by mark (a link holds the filter).
+    let base = format!("http://127.0.0.1:{}/", ui.port);
+    for (n, kind, mark) in expected {
+        filter_finds(
+            &browser,
+            &format!("{base}?kind={kind}"),
+            n,
+            Some(kind),
+            None,
+        );
+        if let Some(mark) = mark {
+            filter_finds(
+                &browser,
+                &format!("{base}?mark={mark}"),
+                n,
+                None,
+                Some(mark),
+            );
+        }
+    }
+    browser.goto(&base);
+    browser.wait_for(&format!("#step-{rewind_step}"));
 
     // A held push: shown with its body's first bytes, approved with the page's button.
     let before = support::head_of(&bare);
@@ -562,4 +727,157 @@ fn in_a_real_browser_the_timeline_shows_each_mark_a_held_push_is_approved_and_a_
     let body = browser.text(&browser.wait_for("body"));
     assert!(body.contains("no session"), "{body}");
     ui.stop();
+
+    // The fork's own history starts with its fork step.
+    let fork_ui = Ui::start_in(&env, &fork_dir);
+    browser.goto(&fork_ui.url);
+    let row = browser.wait_for("#step-1 td.kind");
+    assert_eq!(browser.text(&row), "fork");
+    let fork_base = format!("http://127.0.0.1:{}/", fork_ui.port);
+    filter_finds(
+        &browser,
+        &format!("{fork_base}?kind=fork"),
+        1,
+        Some("fork"),
+        None,
+    );
+    fork_ui.stop();
+
+    // The export, opened from disk with no server: the timeline, its filters and a step page.
+    let export = env.tmp.path().join("export");
+    env.envgit(&["ui", "--export", export.to_str().unwrap()])
+        .ok();
+    for file in walk(&export) {
+        let bytes = std::fs::read(&file).unwrap();
+        assert!(
+            !String::from_utf8_lossy(&bytes).contains(SECRET),
+            "{} holds the secret",
+            file.display()
+        );
+    }
+    let index = format!("file://{}/index.html", export.display());
+    browser.goto(&index);
+    for (n, kind, mark) in expected {
+        let row = browser.wait_for(&format!("#step-{n} td.kind"));
+        assert_eq!(browser.text(&row), kind, "exported step {n}");
+        if let Some(mark) = mark {
+            browser.wait_for(&format!("#step-{n} .mark.{mark}"));
+        }
+    }
+    browser.wait_for(&format!("#step-{pushed} .mark.irreversible"));
+    let csp = browser.run(
+        "const m = document.querySelector('meta[http-equiv=\"Content-Security-Policy\"]'); \
+         return m ? m.content : ''",
+        serde_json::json!([]),
+    );
+    let csp = csp.as_str().unwrap();
+    assert!(csp.contains("script-src 'self'"), "{csp}");
+    assert!(!csp.contains("unsafe-inline"), "{csp}");
+    let imgs = browser.run(
+        "return document.querySelectorAll('img').length",
+        serde_json::json!([]),
+    );
+    assert_eq!(imgs, 0);
+    std::fs::write(
+        artefacts().join("export-timeline.png"),
+        browser.screenshot(),
+    )
+    .unwrap();
+    for (n, kind, mark) in expected {
+        filter_finds(
+            &browser,
+            &format!("{index}?kind={kind}"),
+            n,
+            Some(kind),
+            None,
+        );
+        if let Some(mark) = mark {
+            filter_finds(
+                &browser,
+                &format!("{index}?mark={mark}"),
+                n,
+                None,
+                Some(mark),
+            );
+        }
+    }
+    // By path: the tool's file, and no step that did not change it.
+    browser.goto(&format!("{index}?path=made-by-tool"));
+    browser.wait_for(&format!("#step-{tool_step}"));
+    let numbers: Vec<u64> = shown_rows(&browser).iter().map(|r| r.0).collect();
+    assert!(!numbers.contains(&put_back_step), "{numbers:?}");
+    // The link from a row leads to the step's page, with its diff, requests and approvals.
+    browser.goto(&index);
+    let link = browser.wait_for(&format!("#step-{pushed} a"));
+    browser.click(&link);
+    browser.wait_for("#requests tbody tr");
+    let text = browser.text(&browser.wait_for("#requests"));
+    assert!(
+        text.contains("git-receive-pack") && text.contains("approved"),
+        "{text}"
+    );
+    let approvals = browser.text(&browser.wait_for("#approvals li"));
+    assert!(
+        approvals.contains("from the web page (envgit ui)"),
+        "{approvals}"
+    );
+    let file = browser.text(&browser.wait_for(".file"));
+    assert!(file.contains("a.txt") && file.contains("+change"), "{file}");
+    std::fs::write(artefacts().join("export-step.png"), browser.screenshot()).unwrap();
+    // The secret's step: the file is named, its content masked.
+    browser.goto(&format!(
+        "file://{}/step.html?n={secret_step}",
+        export.display()
+    ));
+    let masked = browser.text(&browser.wait_for(".file"));
+    assert!(masked.contains(".env (masked)"), "{masked}");
+}
+
+/// A UI killed with SIGKILL cannot remove its port's entry: the entry must stop refusing
+/// that port (something else may serve it next) and the next `envgit ui` removes it.
+#[test]
+fn a_ui_killed_with_sigkill_leaves_an_entry_that_refuses_nothing_and_the_next_ui_removes_it() {
+    let env = Env::new();
+    env.envgit(&["init", "--allow", "127.0.0.1:1"]).ok();
+    let ui = Ui::start(&env);
+    let port = ui.port;
+    let registry = env
+        .home
+        .join(format!("rt-{}", rustix_uid()))
+        .join("ui-ports");
+    let entry = registry.join(port.to_string());
+    assert!(entry.exists(), "{}", entry.display());
+    ui.kill();
+    assert!(entry.exists(), "the killed UI removed its entry after all");
+    // Another server on that port, which the policy allows: the sandbox reaches it.
+    let listener = std::net::TcpListener::bind(("127.0.0.1", port)).unwrap();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            use std::io::{Read, Write};
+            let mut stream = stream.unwrap();
+            let mut head = [0u8; 4096];
+            let _ = stream.read(&mut head);
+            let _ = stream.write_all(
+                b"HTTP/1.1 200 OK\r\nContent-Length: 13\r\nConnection: close\r\n\r\nnot the UI ok",
+            );
+        }
+    });
+    let yaml = env.read("envgit.yaml").replace(
+        "  allow:\n",
+        &format!("  allow:\n    - \"127.0.0.1:{port}\"\n"),
+    );
+    env.write("envgit.yaml", &yaml);
+    let out = env.envgit(&[
+        "run",
+        "sh",
+        "-c",
+        &format!("curl -s http://127.0.0.1:{port}/ > got.txt; true"),
+    ]);
+    assert!(!out.stderr.contains("rule ui.port"), "{}", out.stderr);
+    assert_eq!(env.read("got.txt"), "not the UI ok", "{}", out.stderr);
+    // The next UI cleans the stale entry up and registers its own.
+    let next = Ui::start(&env);
+    assert!(!entry.exists(), "the stale entry is still there");
+    assert!(registry.join(next.port.to_string()).exists());
+    next.stop();
 }

@@ -15,22 +15,31 @@ use crate::output;
 use crate::project::Project;
 use crate::runtime::{CONTROL_SOCKET, runtime_dir};
 
+/// A request held by a running step, and where to answer it.
 #[derive(Serialize)]
-struct Waiting {
-    project: String,
+pub(crate) struct Waiting {
+    /// The run's private directory name: which gate holds it.
+    pub(crate) run: String,
+    pub(crate) project: String,
     #[serde(flatten)]
-    ask: PendingAsk,
+    pub(crate) ask: PendingAsk,
     #[serde(skip)]
-    socket: PathBuf,
+    pub(crate) socket: PathBuf,
 }
 
 /// Every request waiting in a running step of this user, in this project when there is one.
 fn waiting(dir: Option<&Path>) -> CmdResult<Vec<Waiting>> {
-    let uid = rustix::process::getuid().as_raw();
-    let runtime = runtime_dir(uid)?;
     let project = Project::find(dir)
         .ok()
         .map(|p| p.root.display().to_string());
+    waiting_in(project.as_deref())
+}
+
+/// Every request waiting in a running step of this user, of `project` (its root as the gate
+/// labels it) when given; oldest first. `envgit status` and the web page both list these.
+pub(crate) fn waiting_in(project: Option<&str>) -> CmdResult<Vec<Waiting>> {
+    let uid = rustix::process::getuid().as_raw();
+    let runtime = runtime_dir(uid)?;
     let mut out = Vec::new();
     let Ok(entries) = std::fs::read_dir(&runtime) else {
         return Ok(out);
@@ -42,11 +51,12 @@ fn waiting(dir: Option<&Path>) -> CmdResult<Vec<Waiting>> {
             continue;
         };
         let run_project = answer.project.unwrap_or_default();
-        if project.as_ref().is_some_and(|p| *p != run_project) {
+        if project.is_some_and(|p| p != run_project) {
             continue;
         }
         for ask in answer.pending.unwrap_or_default() {
             out.push(Waiting {
+                run: entry.file_name().to_string_lossy().into_owned(),
                 project: run_project.clone(),
                 ask,
                 socket: socket.clone(),

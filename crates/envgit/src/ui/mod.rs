@@ -1,11 +1,12 @@
 //! `envgit ui`: the project's history as a local web page — a timeline of steps, each step's
 //! diff and requests, requests held by `ask` rules with Approve / Deny buttons, live while a
 //! run goes on — served on 127.0.0.1 to the browser that opened the printed link
-//! (`auth.rs`), or written as static files with `--export` (`export.rs`).
+//! (`auth.rs`), or written as static files that open from disk with `--export` (`export.rs`).
 
 mod assets;
 mod auth;
 mod body;
+mod csp;
 mod export;
 mod held;
 mod masked;
@@ -25,6 +26,7 @@ use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use serde::Serialize;
+use signal_hook::consts::{SIGINT, SIGTERM};
 
 use crate::cli::UiArgs;
 use crate::failure::{CmdResult, Failure};
@@ -97,6 +99,9 @@ pub fn run(dir: Option<&Path>, args: &UiArgs) -> CmdResult<ExitCode> {
         masks,
         project_label: project.root.display().to_string(),
     });
+    // Watched before the link is printed: a Ctrl-C as soon as it shows still unregisters.
+    let signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM])
+        .map_err(|e| Failure::failed(format!("cannot watch for Ctrl-C: {e}")))?;
     let url = format!("http://127.0.0.1:{port}/?code={code}");
     if args.json {
         crate::output::json(&Started { url: &url, port })?;
@@ -107,7 +112,7 @@ pub fn run(dir: Option<&Path>, args: &UiArgs) -> CmdResult<ExitCode> {
     if args.open {
         open_browser(&url);
     }
-    serve(listener, ui)?;
+    serve(listener, ui, signals)?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -130,8 +135,11 @@ fn open_browser(url: &str) {
 }
 
 /// Serves until SIGINT or SIGTERM (then returns, so the port's registration is removed).
-fn serve(listener: std::net::TcpListener, ui: Arc<Ui>) -> CmdResult<()> {
-    use signal_hook::consts::{SIGINT, SIGTERM};
+fn serve(
+    listener: std::net::TcpListener,
+    ui: Arc<Ui>,
+    mut signals: signal_hook::iterator::Signals,
+) -> CmdResult<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .thread_name("envgit-ui")
@@ -139,8 +147,6 @@ fn serve(listener: std::net::TcpListener, ui: Arc<Ui>) -> CmdResult<()> {
         .build()
         .map_err(|e| Failure::failed(format!("cannot start the UI's runtime: {e}")))?;
     let stop = Arc::new(tokio::sync::Notify::new());
-    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM])
-        .map_err(|e| Failure::failed(format!("cannot watch for Ctrl-C: {e}")))?;
     {
         let stop = Arc::clone(&stop);
         std::thread::spawn(move || {

@@ -14,11 +14,9 @@ use super::Ui;
 use super::assets;
 use super::auth::COOKIE_NAME;
 use super::body::UiBody;
+use super::csp::SERVED as CSP;
 use super::query;
 use super::timeline::{self, Filter};
-
-const CSP: &str = "default-src 'self'; script-src 'self'; style-src 'self'; \
-                   img-src 'self' data:; connect-src 'self'; frame-ancestors 'none'";
 
 pub(crate) async fn handle(
     ui: Arc<Ui>,

@@ -223,5 +223,6 @@ pub fn head_of(repo: &Path) -> String {
         .unwrap();
     String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
+pub mod mcp_client;
 pub mod ui_client;
 pub mod webdriver;

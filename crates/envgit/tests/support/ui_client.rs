@@ -16,8 +16,13 @@ pub struct Ui {
 
 impl Ui {
     pub fn start(env: &Env) -> Ui {
+        Ui::start_in(env, &env.project)
+    }
+
+    /// `envgit ui` for the project at `dir` (another than `env`'s own, as a fork).
+    pub fn start_in(env: &Env, dir: &std::path::Path) -> Ui {
         let mut child = env
-            .cmd(&env.project)
+            .cmd(dir)
             .args(["ui", "--json"])
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -49,6 +54,12 @@ impl Ui {
 
     pub fn host(&self) -> String {
         format!("127.0.0.1:{}", self.port)
+    }
+
+    /// Kills it with SIGKILL (no unwinding, as the OOM killer would) and reaps it.
+    pub fn kill(mut self) {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
     }
 
     /// Stops it as Ctrl-C would (SIGTERM), so it removes its port's registration.

@@ -5,17 +5,34 @@
 const envgit = {
   exported: window.ENVGIT_EXPORT === true,
 
-  // `path` is the server's (`/api/steps/4`); an export holds the same answer as a file.
-  async get(path, exportPath) {
-    const url = envgit.exported ? exportPath : path;
-    if (url === null) return null;
-    const resp = await fetch(url, { credentials: "same-origin" });
+  // `path` is the server's (`/api/steps/4`); an export holds the same answer under `key`
+  // (`steps/4`), in `data/KEY.js`: a script that sets `ENVGIT_DATA[KEY]`, since a page opened
+  // from disk (file://) may load scripts beside it but not fetch files.
+  async get(path, key) {
+    if (envgit.exported) return key === null ? null : envgit.load(key);
+    const resp = await fetch(path, { credentials: "same-origin" });
     if (!resp.ok) {
       let why = resp.status + " " + resp.statusText;
       try { why = (await resp.json()).error || why; } catch (_) { /* not JSON */ }
       throw new Error(why);
     }
     return resp.json();
+  },
+
+  // An export's `data/KEY.js`, loaded once by a script element.
+  load(key) {
+    const data = window.ENVGIT_DATA || (window.ENVGIT_DATA = {});
+    if (key in data) return Promise.resolve(data[key]);
+    return new Promise((resolve, reject) => {
+      const file = "data/" + key + ".js";
+      const s = document.createElement("script");
+      s.src = file;
+      s.addEventListener("load", () => {
+        if (key in data) resolve(data[key]); else reject(new Error(file + " does not hold " + key));
+      });
+      s.addEventListener("error", () => reject(new Error(file + " is not in this export")));
+      document.head.appendChild(s);
+    });
   },
 
   // A state-changing request: the CSRF header (the browser adds Origin).
@@ -39,7 +56,7 @@ const envgit = {
   },
 
   stepLink(n) {
-    return (envgit.exported ? "/step.html?n=" : "/step?n=") + encodeURIComponent(n);
+    return (envgit.exported ? "step.html?n=" : "step?n=") + encodeURIComponent(n);
   },
 
   duration(ms) {

@@ -58,7 +58,7 @@
 
   async function loadDiff() {
     const page = await envgit.get("/api/steps/" + n + "/diff?offset=" + nextOffset,
-      "/api/steps/" + n + "/diff-" + nextOffset + ".json");
+      "steps/" + n + "/diff-" + nextOffset);
     document.getElementById("diff-summary").textContent = page.total_files + " file(s) changed";
     const first = diffBox.childElementCount === 0;
     for (const f of page.files) diffBox.appendChild(fileElement(f));
@@ -71,14 +71,16 @@
   async function start() {
     let d;
     try {
-      d = await envgit.get("/api/steps/" + n, "/api/steps/" + n + ".json");
+      // Only a number names a step (in an export it becomes part of a script's path).
+      if (!/^[0-9]+$/.test(n || "")) throw new Error("the address names no step (?n=NUMBER)");
+      d = await envgit.get("/api/steps/" + n, "steps/" + n);
     } catch (e) {
       document.getElementById("title").textContent = "cannot load step " + n + ": " + e.message;
       return;
     }
     const r = d.record;
     document.title = "envgit: step " + r.number;
-    document.getElementById("back").href = envgit.exported ? "/index.html" : "/";
+    if (envgit.exported) document.getElementById("back").href = "index.html";
     const title = document.getElementById("title");
     title.textContent = "step " + r.number + " (" + r.kind + "): " + r.summary;
     fact("command", r.command ? r.command.join(" ") : null);

@@ -34,10 +34,12 @@
     return q;
   }
 
+  // An export filters here what the server filters (its rows carry their changed paths).
   function keeps(r) {
     const p = (k) => params.get(k);
     return (!p("kind") || r.kind === p("kind"))
       && (!p("mark") || r.marks.includes(p("mark")))
+      && (!p("path") || r.paths.some((x) => x.includes(p("path"))))
       && (!p("host") || r.hosts.some((h) => h.includes(p("host"))))
       && (!p("from") || r.number >= Number(p("from")))
       && (!p("to") || r.number <= Number(p("to")));
@@ -53,7 +55,7 @@
     a.href = envgit.stepLink(r.number);
     num.appendChild(a);
     tr.appendChild(num);
-    tr.appendChild(envgit.el("td", r.kind));
+    tr.appendChild(envgit.el("td", r.kind, "kind"));
     const what = envgit.el("td", r.summary, "what");
     what.title = r.command || r.summary;
     tr.appendChild(what);
@@ -85,7 +87,7 @@
     try {
       if (envgit.exported) {
         if (allRows === null) {
-          const page = await envgit.get(null, "/api/steps.json");
+          const page = await envgit.get(null, "steps");
           allRows = page.rows.filter(keeps);
           head = page.head;
           nextBefore = 0;
@@ -162,7 +164,7 @@
 
   async function start() {
     try {
-      const project = await envgit.get("/api/project", "/api/project.json");
+      const project = await envgit.get("/api/project", "project");
       document.getElementById("project").textContent = project.root;
     } catch (_) { /* the rows say what failed */ }
     await loadOlder(50);

@@ -1,0 +1,103 @@
+//! Driving `envgit mcp` with the official Python MCP SDK (installed by
+//! `scripts/install-deps-mcp`) as a real client over stdio with a stripped environment, and
+//! the `fx` downstream server the tests give a project (`mcp_fx_server.py`).
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+use serde_json::{Value, json};
+
+use super::{Env, envgit_bin};
+
+/// Seconds one client run may take, start to finish.
+const CLIENT_TIMEOUT: &str = "120";
+
+const DRIVER: &str = include_str!("mcp_driver.py");
+
+/// A downstream MCP server: typed tools, one that returns 300 KB, one that fails, two the
+/// policy denies or asks about (they leave a marker file if they ever run), and two that make
+/// HTTP requests of their own (through the sandbox's gate).
+pub const FX_SERVER: &str = include_str!("mcp_fx_server.py");
+
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// The folder holding the `mcp` package: `$ENVGIT_PYDEPS`, else /opt/envgit-test-deps/pydeps
+/// (where the sandbox sees it; the checkout's target/ is not in its view) after running
+/// scripts/install-deps-mcp (idempotent; fast when already there).
+pub fn pydeps() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let dir = std::env::var_os("ENVGIT_PYDEPS")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from("/opt/envgit-test-deps/pydeps"));
+        let out = Command::new(workspace().join("scripts/install-deps-mcp"))
+            .env("ENVGIT_PYDEPS", &dir)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "scripts/install-deps-mcp failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        dir.canonicalize().unwrap()
+    })
+}
+
+/// Runs the client against `envgit mcp` in `env`'s project with `calls` (arguments of
+/// `execute`). `mode`: the Python client's `auto` (2026-07-28 if the server speaks it) or
+/// `legacy` (initialize); `answer`: what it answers elicitations with (none: it cannot elicit).
+pub fn drive(env: &Env, calls: Value, mode: &str, answer: Option<&str>) -> Value {
+    let dir = env.tmp.path();
+    std::fs::write(dir.join("driver.py"), DRIVER).unwrap();
+    let spec = json!({
+        "envgit": envgit_bin(),
+        "project": env.project,
+        // What an MCP client passes: nothing but the store's home (README).
+        "env": {"ENVGIT_HOME": env.home},
+        "calls": calls,
+        "mode": mode,
+        "answer": answer,
+    });
+    std::fs::write(dir.join("spec.json"), spec.to_string()).unwrap();
+    // The client itself starts with a stripped environment too.
+    let out = Command::new("timeout")
+        .args([CLIENT_TIMEOUT, "python3", "driver.py", "spec.json"])
+        .current_dir(dir)
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap())
+        .env("HOME", env.user_home())
+        .env("PYTHONPATH", pydeps())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "client failed ({:?})\nstdout:\n{}\nstderr:\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// Gives `env`'s project the fx server (in the sandbox: its script lives in the project, which
+/// it can see), denies `fx.delete_*` and asks for `fx.create_issue`, then `extra`; returns
+/// the folder its marker files go to.
+pub fn add_fx_server(env: &Env, extra: &str) -> PathBuf {
+    let markers = env.path("markers");
+    std::fs::create_dir_all(&markers).unwrap();
+    env.write("fx_server.py", FX_SERVER);
+    let policy = format!(
+        "mcp:\n  servers:\n    fx:\n      command: /usr/bin/python3\n      args: [fx_server.py, {:?}]\n      env: {{ PYTHONPATH: {:?} }}\n  tools:\n    \"fx.delete_*\": deny\n    \"fx.create_issue\": ask\n{extra}",
+        markers.to_str().unwrap(),
+        pydeps().to_str().unwrap(),
+    );
+    let mut text_policy = env.read("envgit.yaml");
+    assert!(!text_policy.lines().any(|l| l.starts_with("mcp:")));
+    text_policy.push_str(&policy);
+    env.write("envgit.yaml", &text_policy);
+    markers
+}
