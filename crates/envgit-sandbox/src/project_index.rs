@@ -191,8 +191,9 @@ pub fn project_facts(
 
 /// Lists the directories the scan did not enter, depth first with an explicit stack, at most
 /// [`MAX_LISTED`] entries. Each is opened beneath the project without following a symlink
-/// (a directory swapped for a link since the scan is skipped); one whose inode and ctime are
-/// those `cache` holds for it is taken from the cache, the others are read with `getdents`:
+/// (a directory swapped for a link since the scan is skipped); one whose inode and ctime (by
+/// `lstat`) are those `cache` holds for it is taken from the cache, the others are read with
+/// `getdents`:
 /// subdirectories are known from the entry's type, nothing is `stat`ed, and a path is built
 /// only for a subdirectory or a match. `cache` is left holding this step's listings.
 fn list_unwalked(
@@ -224,7 +225,28 @@ fn list_unwalked(
         c
     };
     let mut listed = 0usize;
+    let ctime_ns =
+        |st: &rustix::fs::Stat| st.st_ctime.saturating_mul(1_000_000_000) + st.st_ctime_nsec as i64;
     'dirs: while let Some(rel) = stack.pop() {
+        // The cache is checked with one `lstat` of the path: it reads nothing through it, and
+        // a component swapped for a symlink since its parent was checked leads to another
+        // inode, which the cache does not hold, and the listing below refuses to follow.
+        if let Some(l) = old.remove(&rel)
+            && let Ok(st) = rustix::fs::statat(
+                &root,
+                std::ffi::OsStr::from_bytes(&rel),
+                rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
+            )
+            && FileType::from_raw_mode(st.st_mode) == FileType::Directory
+            && l.holds_for(st.st_ino, ctime_ns(&st))
+        {
+            facts
+                .secrets
+                .extend(l.secrets.iter().map(|n| abs(project, &child(&rel, n))));
+            stack.extend(l.subdirs.iter().map(|n| child(&rel, n)));
+            new.insert(rel, l);
+            continue;
+        }
         let Ok(fd) = rustix::fs::openat2(
             &root,
             std::ffi::OsStr::from_bytes(&rel),
@@ -237,20 +259,9 @@ fn list_unwalked(
         let Ok(st) = rustix::fs::fstat(&fd) else {
             continue;
         };
-        let ctime_ns = st.st_ctime.saturating_mul(1_000_000_000) + st.st_ctime_nsec as i64;
-        if let Some(l) = old.remove(&rel)
-            && l.holds_for(st.st_ino, ctime_ns)
-        {
-            facts
-                .secrets
-                .extend(l.secrets.iter().map(|n| abs(project, &child(&rel, n))));
-            stack.extend(l.subdirs.iter().map(|n| child(&rel, n)));
-            new.insert(rel, l);
-            continue;
-        }
         let mut here = Listed {
             ino: st.st_ino,
-            ctime_ns,
+            ctime_ns: ctime_ns(&st),
             listed_ns: now_ns(),
             subdirs: Vec::new(),
             secrets: Vec::new(),
@@ -464,6 +475,21 @@ mod tests {
         std::fs::write(root.join("node_modules/x/.npmrc"), "S").unwrap();
         let replaced = facts(&policy(""));
         assert_eq!(replaced.secrets, [root.join("node_modules/x/.npmrc")]);
+        // A cached directory swapped for a symlink to one outside: nothing is read through it.
+        age(false);
+        let outside = tmp.path().join("outside");
+        std::fs::create_dir_all(outside.join("y")).unwrap();
+        std::fs::write(outside.join(".env"), "S").unwrap();
+        std::fs::rename(root.join("node_modules/x"), tmp.path().join("old-x")).unwrap();
+        std::os::unix::fs::symlink(&outside, root.join("node_modules/x")).unwrap();
+        let swapped = facts(&policy(""));
+        assert!(
+            swapped.secrets.is_empty(),
+            "through the link: {:?}",
+            swapped.secrets
+        );
+        std::fs::remove_file(root.join("node_modules/x")).unwrap();
+        std::fs::rename(tmp.path().join("old-x"), root.join("node_modules/x")).unwrap();
         // Other deny_read globs: the cache is not used.
         age(true);
         let p = policy("filesystem:\n  deny_read: [\"**/*.pem\"]\n");
