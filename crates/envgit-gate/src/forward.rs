@@ -21,10 +21,10 @@ use crate::credentials;
 use crate::decide::{self, RULE_CREDENTIAL, RULE_MISDIRECTED, Reply};
 use crate::encoding;
 use crate::events::Recorder;
-use crate::head;
+use crate::head::{self, HEAD_TIMEOUT};
 use crate::judge::{self, Asked};
-use crate::listener::{HEAD_TIMEOUT, Shared};
 use crate::pool::Pool;
+use crate::shared::Shared;
 use crate::splice;
 
 /// How long the upstream may take to answer.

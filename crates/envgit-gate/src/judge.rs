@@ -5,7 +5,7 @@
 use crate::approvals;
 use crate::approver::{Answer, PendingAsk};
 use crate::events::{ApprovalAnswer, Recorder};
-use crate::listener::Shared;
+use crate::shared::Shared;
 
 /// A request an `ask` rule matched.
 pub(crate) struct Asked<'a> {

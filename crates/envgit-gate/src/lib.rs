@@ -49,11 +49,15 @@ mod head;
 mod judge;
 mod listener;
 mod pool;
+mod redial;
 mod resolve;
+mod shared;
+mod socket;
 mod splice;
 mod tls;
 mod tunnel;
 mod upstream;
+mod upstream_tls;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -159,7 +163,7 @@ impl Gate {
         let shutdown = Arc::new(tokio::sync::Notify::new());
         let listener = {
             let _enter = runtime.enter();
-            listener::bind(&cfg.socket_path)?
+            socket::bind(&cfg.socket_path)?
         };
         let mut control = None;
         let approvals = match cfg.approvals {
@@ -173,7 +177,7 @@ impl Gate {
                 let approvals = Arc::new(approvals::Approvals::new(a.timeout, a.approver));
                 let listener = {
                     let _enter = runtime.enter();
-                    control::bind(&a.control_socket)?
+                    socket::bind(&a.control_socket)?
                 };
                 runtime.spawn(control::serve(
                     listener,
@@ -187,13 +191,13 @@ impl Gate {
             }
             None => None,
         };
-        let shared = Arc::new(listener::Shared {
+        let shared = Arc::new(shared::Shared {
             token: cfg.token,
             policy: cfg.policy,
             events: Arc::clone(&events),
             ca: cfg.ca,
             resolve: cfg.resolve,
-            upstream_trust: tls::UpstreamTrust::new(cfg.upstream_ca_pem),
+            upstream_trust: upstream_tls::UpstreamTrust::new(cfg.upstream_ca_pem),
             approvals,
             credentials: cfg.credentials,
             reserved_ports: cfg.reserved_ports,

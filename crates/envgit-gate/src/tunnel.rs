@@ -19,8 +19,9 @@ use crate::decide::{self, RULE_OPAQUE};
 use crate::events::Recorder;
 use crate::forward;
 use crate::head::{self, RequestHead};
-use crate::listener::Shared;
 use crate::pool::Pool;
+use crate::redial::redialer;
+use crate::shared::Shared;
 use crate::splice::splice;
 use crate::tls;
 use crate::upstream::{self, DialError};
@@ -97,7 +98,7 @@ pub(crate) async fn connect(
             drop(rec);
             let pool = Pool::new(
                 Some(Ok((Box::new(upstream), false))),
-                tls::redialer(shared, &host, port, true),
+                redialer(shared, &host, port, true),
             );
             let conn = forward::Conn {
                 shared: Arc::clone(shared),
