@@ -8,13 +8,14 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::{Notify, Semaphore};
 
+use crate::buffered::{Buffered, HeadError};
 use crate::canonical::Proto;
-use crate::conn::{HeadError, Prefixed};
-use crate::decide::{self, RULE_TOKEN};
 use crate::events::Recorder;
 use crate::head::{self, HEAD_TIMEOUT, MAX_HEAD, RequestHead};
 use crate::pool::Pool;
 use crate::redial::redialer;
+use crate::reply;
+use crate::rules::RULE_TOKEN;
 use crate::shared::Shared;
 use crate::{TOKEN_HEADER, forward, tunnel};
 
@@ -45,11 +46,11 @@ pub(crate) async fn serve(listener: UnixListener, shared: Arc<Shared>, shutdown:
 }
 
 async fn handle(stream: UnixStream, shared: &Arc<Shared>) {
-    let mut client = Prefixed::new(stream);
+    let mut client = Buffered::new(stream);
     let head = match tokio::time::timeout(HEAD_TIMEOUT, client.read_head(MAX_HEAD)).await {
         Ok(Ok(head)) => head,
         Ok(Err(HeadError::TooLarge)) => {
-            let answer = decide::plain(
+            let answer = reply::plain(
                 431,
                 "Request Header Fields Too Large",
                 "envgit: head too large\n",
@@ -63,7 +64,7 @@ async fn handle(stream: UnixStream, shared: &Arc<Shared>) {
     let Some(req) = RequestHead::parse(&head) else {
         let _ = client
             .write_all(
-                &decide::plain(400, "Bad Request", "envgit: malformed request head\n").to_http1(),
+                &reply::plain(400, "Bad Request", "envgit: malformed request head\n").to_http1(),
             )
             .await;
         return;
@@ -77,7 +78,7 @@ async fn handle(stream: UnixStream, shared: &Arc<Shared>) {
         }
         rec.decide(false, RULE_TOKEN);
         rec.status(403);
-        let answer = decide::forbidden(
+        let answer = reply::forbidden(
             "a connection without the run's token",
             RULE_TOKEN,
             "every connection to the gate must come through envgit's relay",
@@ -97,7 +98,7 @@ async fn handle(stream: UnixStream, shared: &Arc<Shared>) {
 /// request names, every request on it judged like any other and required to name that host;
 /// the upstream is dialled only once a request passed.
 async fn proxy(
-    mut client: Prefixed<UnixStream>,
+    mut client: Buffered<UnixStream>,
     head: Vec<u8>,
     req: &RequestHead,
     shared: &Arc<Shared>,
@@ -107,7 +108,7 @@ async fn proxy(
         rec.status(400);
         let body = "envgit: expected `CONNECT host:port` or an absolute `http://` URL\n";
         let _ = client
-            .write_all(&decide::plain(400, "Bad Request", body).to_http1())
+            .write_all(&reply::plain(400, "Bad Request", body).to_http1())
             .await;
         return;
     };

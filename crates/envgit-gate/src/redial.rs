@@ -4,11 +4,11 @@
 
 use std::sync::Arc;
 
-use crate::decide;
 use crate::pool::{self as h2};
 use crate::shared::Shared;
 use crate::upstream::{self, DialError};
 use crate::upstream_tls::{connect_upstream, upstream_h2};
+use crate::verdict;
 
 /// A new upstream connection when the upstream closed the last one (HTTP/1.1 servers may
 /// close after any response): decided and dialled exactly as the first.
@@ -19,7 +19,7 @@ pub(crate) fn redialer(shared: &Arc<Shared>, host: &str, port: u16, plain: bool)
         let shared = Arc::clone(&shared);
         let host = host.clone();
         Box::pin(async move {
-            let rule = match decide::connect(
+            let rule = match verdict::connect(
                 &shared.policy,
                 shared.reserved_ports.as_deref(),
                 &host,

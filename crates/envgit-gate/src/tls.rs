@@ -9,14 +9,14 @@ use std::sync::Arc;
 use tokio::net::{TcpStream, UnixStream};
 use tokio_rustls::LazyConfigAcceptor;
 
+use crate::buffered::Buffered;
 use crate::canonical::Proto;
-use crate::conn::Prefixed;
-use crate::decide::{self, RULE_SNI};
 use crate::events::Recorder;
 use crate::forward;
 use crate::pool::{self as h2, Pool};
 use crate::redial::redialer;
 use crate::resolve;
+use crate::rules::{RULE_OPAQUE, RULE_SNI};
 use crate::shared::Shared;
 use crate::upstream_tls::{HANDSHAKE_TIMEOUT, connect_upstream, upstream_h2};
 
@@ -28,7 +28,7 @@ fn same_host(sni: &str, host: &str) -> bool {
 
 /// Terminates the client's TLS for `host:port` and judges every request inside.
 pub(crate) async fn terminate(
-    client: Prefixed<UnixStream>,
+    client: Buffered<UnixStream>,
     upstream: TcpStream,
     host: &str,
     port: u16,
@@ -40,7 +40,7 @@ pub(crate) async fn terminate(
         Ok(Ok(start)) => start,
         // Not TLS after all, or too slow: nothing to answer in.
         _ => {
-            rec.decide(false, decide::RULE_OPAQUE);
+            rec.decide(false, RULE_OPAQUE);
             return;
         }
     };

@@ -1,6 +1,11 @@
-//! `envgit.yaml`: schema, strict parsing with `file:line:col` errors, and the policy hash.
+//! `envgit.yaml`: schema, strict parsing with `file:line:col` errors, the policy hash, and
+//! every decision made from it: may a connection be opened ([`decide_connect`], an address
+//! vetted with [`vet_address`]), what a request is ([`RequestDecision`]: `l7`, then the
+//! `irreversible` rules), what a shell command or an MCP tool call matches, which paths are
+//! secret or protected; and which registry hosts a project needs ([`registries`]).
 //!
-//! Pure: no file or network I/O. Callers read the file and hand the text to [`Policy::parse`].
+//! Pure: no file or network I/O. Callers read the file and hand the text to [`Policy::parse`];
+//! the gate, the sandbox and the agents' hooks ask the same functions, so they agree.
 
 mod error;
 mod glob;

@@ -30,7 +30,7 @@ pub(crate) fn identity_needs_body(method: &str, host: &str, summary: &str) -> bo
 
 /// Holds an asked request until it is answered: `Ok` lets it out (the step marked, the
 /// answer recorded), `Err` carries the reason it is refused.
-pub(crate) async fn settle_ask(
+pub(crate) async fn settle(
     shared: &Shared,
     rec: &mut Recorder,
     a: Asked<'_>,
