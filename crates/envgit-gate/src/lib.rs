@@ -75,7 +75,8 @@ pub use ca::{CaError, RunCa, trust_bundle};
 pub use control::{CONTROL_TOKEN_FILE, ControlAnswer, ControlOp, ControlRequest};
 pub use control_client::{control_request, control_request_via};
 pub use credentials::Credential;
-pub use events::{Announce, ApprovalAnswer, Decision, EventApproval, GateEvent};
+pub use envgit_store::ApprovalAnswer;
+pub use events::{Announce, Decision, EventApproval, GateEvent};
 pub use resolve::{Resolve, parse_list as parse_resolve_list};
 
 /// Header carrying the per-run secret on the first request head of every connection.
