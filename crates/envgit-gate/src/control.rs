@@ -22,7 +22,7 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::Notify;
 
-use crate::approvals::Approvals;
+use crate::approvals::{AnswerError, Approvals};
 use crate::approver::PendingAsk;
 
 /// Longest request line accepted.
@@ -259,14 +259,14 @@ async fn handle(
     Ok(())
 }
 
-fn reply(result: Result<PendingAsk, String>) -> ControlAnswer {
+fn reply(result: Result<PendingAsk, AnswerError>) -> ControlAnswer {
     match result {
         Ok(ask) => ControlAnswer {
             answered: Some(ask),
             ..ControlAnswer::default()
         },
         Err(e) => ControlAnswer {
-            error: Some(e),
+            error: Some(e.to_string()),
             ..ControlAnswer::default()
         },
     }

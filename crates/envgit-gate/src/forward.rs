@@ -195,7 +195,7 @@ async fn one(mut req: Request<Incoming>, conn: &Conn) -> Response<Out> {
                     match encoding::decode(coding, prefix, info.body_complete, BODY_PREFIX_MAX) {
                         Ok(d) => d,
                         Err(why) => {
-                            let reply = reply::malformed(&why);
+                            let reply = reply::malformed(&why.to_string());
                             return refuse(conn, &mut rec, RULE_MALFORMED, &mut body, reply).await;
                         }
                     };
@@ -252,7 +252,8 @@ async fn one(mut req: Request<Incoming>, conn: &Conn) -> Response<Out> {
                 body_hash: blake3::hash(hashed).to_hex().to_string(),
                 body_preview: body::preview(&read.bytes, PREVIEW_MAX),
             };
-            if let Err(reason) = ask::settle(shared, &mut rec, asked).await {
+            if let Err(refused) = ask::settle(shared, &mut rec, asked).await {
+                let reason = refused.to_string();
                 let reply = reply::forbidden_for_client(&what, &rule, &reason, refusal_shape);
                 return refuse(conn, &mut rec, &rule, &mut body, reply).await;
             }

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use crate::pool::{self as h2};
+use crate::pool::{self as h2, UpstreamError};
 use crate::shared::Shared;
 use crate::upstream::{self, DialError};
 use crate::upstream_tls::{connect_upstream, upstream_h2};
@@ -26,13 +26,15 @@ pub(crate) fn redialer(shared: &Arc<Shared>, host: &str, port: u16, plain: bool)
                 port,
             ) {
                 envgit_policy::ConnectDecision::Allowed { rule } => rule,
-                envgit_policy::ConnectDecision::Denied { reason, .. } => return Err(reason),
+                envgit_policy::ConnectDecision::Denied { reason, .. } => {
+                    return Err(UpstreamError::Refused(reason));
+                }
             };
             let tcp = upstream::dial(&host, port, &rule, &shared.resolve)
                 .await
                 .map_err(|e| match e {
-                    DialError::Denied { reason, .. } => reason,
-                    DialError::Failed(msg) => msg,
+                    DialError::Denied { reason, .. } => UpstreamError::Refused(reason),
+                    DialError::Failed(msg) => UpstreamError::Unreachable(msg),
                 })?;
             if plain {
                 return Ok((Box::new(tcp) as Box<dyn h2::Io>, false));
@@ -43,7 +45,7 @@ pub(crate) fn redialer(shared: &Arc<Shared>, host: &str, port: u16, plain: bool)
                     let h2 = upstream_h2(&s);
                     (Box::new(s) as Box<dyn h2::Io>, h2)
                 })
-                .map_err(|msg| format!("TLS to {host}:{port} failed: {msg}"))
+                .map_err(|error| UpstreamError::Tls { host, port, error })
         })
     })
 }

@@ -13,7 +13,7 @@ use crate::buffered::Buffered;
 use crate::canonical::Proto;
 use crate::events::Recorder;
 use crate::forward;
-use crate::pool::{self as h2, Pool};
+use crate::pool::{self as h2, Pool, UpstreamError};
 use crate::redial::redialer;
 use crate::resolve;
 use crate::rules::{RULE_OPAQUE, RULE_SNI};
@@ -71,7 +71,7 @@ pub(crate) async fn terminate(
         } else {
             Proto::Http1
         };
-        let first: Result<h2::Opened, String> = Ok((Box::new(upstream), false));
+        let first: Result<h2::Opened, UpstreamError> = Ok((Box::new(upstream), false));
         let pool = Pool::new(Some(first), redialer(shared, host, port, true));
         forward::serve(client, conn(shared, host, port, proto, true, pool)).await;
         return;
@@ -101,7 +101,11 @@ pub(crate) async fn terminate(
             let h2 = upstream_h2(&s);
             (Box::new(s) as Box<dyn h2::Io>, h2)
         })
-        .map_err(|msg| format!("TLS to {host}:{port} failed: {msg}"));
+        .map_err(|error| UpstreamError::Tls {
+            host: host.to_owned(),
+            port,
+            error,
+        });
     if first.is_err() {
         rec.status(502);
     }

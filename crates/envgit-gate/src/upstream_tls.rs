@@ -13,6 +13,20 @@ use tokio_rustls::TlsConnector;
 /// How long a TLS handshake may take (the client's with the gate, the gate's with upstream).
 pub(crate) const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// Why TLS to an upstream could not be had.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum UpstreamTlsError {
+    /// The roots could not be built (the extra CA file), as a sentence.
+    #[error("{0}")]
+    Roots(String),
+    #[error("{0}")]
+    Name(rustls::pki_types::InvalidDnsNameError),
+    #[error("{0}")]
+    Handshake(std::io::Error),
+    #[error("the handshake timed out")]
+    TimedOut,
+}
+
 /// Roots the gate verifies upstreams against, built on first use (reading the host's store
 /// costs milliseconds a run without TLS should not pay).
 pub(crate) struct UpstreamTrust {
@@ -76,9 +90,9 @@ pub(crate) async fn connect_upstream(
     host: &str,
     trust: &UpstreamTrust,
     offer_h2: bool,
-) -> Result<tokio_rustls::client::TlsStream<TcpStream>, String> {
-    let config = trust.config(offer_h2)?;
-    let name = ServerName::try_from(host.to_owned()).map_err(|e| e.to_string())?;
+) -> Result<tokio_rustls::client::TlsStream<TcpStream>, UpstreamTlsError> {
+    let config = trust.config(offer_h2).map_err(UpstreamTlsError::Roots)?;
+    let name = ServerName::try_from(host.to_owned()).map_err(UpstreamTlsError::Name)?;
     match tokio::time::timeout(
         HANDSHAKE_TIMEOUT,
         TlsConnector::from(config).connect(name, upstream),
@@ -86,8 +100,8 @@ pub(crate) async fn connect_upstream(
     .await
     {
         Ok(Ok(stream)) => Ok(stream),
-        Ok(Err(e)) => Err(e.to_string()),
-        Err(_) => Err("the handshake timed out".into()),
+        Ok(Err(e)) => Err(UpstreamTlsError::Handshake(e)),
+        Err(_) => Err(UpstreamTlsError::TimedOut),
     }
 }
 
