@@ -34,7 +34,7 @@ pub use network::{
 };
 pub use protected::{PROTECTED_PATHS, is_protected, name_matches};
 pub use request::{
-    BODY_PREFIX_MAX, RequestDecision, RequestInfo, default_preset_ids, normalize_path,
+    BODY_PREFIX_MAX, PathError, RequestDecision, RequestInfo, default_preset_ids, normalize_path,
 };
 pub use reserved::{RULE_UI_PORT, is_this_machine, names_this_machine, refuse_reserved};
 pub use schema::{
@@ -44,7 +44,7 @@ pub use schema::{
 };
 pub use secrets::{PROJECT_DENIES, is_env_file, is_secret_name};
 pub use shell::{ShellMatch, command_line};
-pub use size::parse_size;
+pub use size::{SizeError, parse_size};
 pub use template::INIT_TEMPLATE;
 
 #[cfg(test)]
