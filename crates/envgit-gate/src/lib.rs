@@ -77,7 +77,7 @@ pub use control_client::{control_request, control_request_via};
 pub use credentials::Credential;
 pub use envgit_store::ApprovalAnswer;
 pub use events::{Announce, Decision, EventApproval, GateEvent};
-pub use resolve::{Resolve, parse_list as parse_resolve_list};
+pub use resolve::{Resolve, ResolveError, parse_list as parse_resolve_list};
 
 /// Header carrying the per-run secret on the first request head of every connection.
 pub const TOKEN_HEADER: &str = "X-Envgit-Token";
