@@ -83,28 +83,17 @@ impl Approvals {
         id: Option<u64>,
         approve: bool,
         by: &str,
-    ) -> Result<PendingAsk, String> {
+    ) -> Result<PendingAsk, AnswerError> {
         let mut pending = lock(&self.pending);
         let id = match id {
             Some(id) => id,
             None => match pending.keys().copied().collect::<Vec<_>>().as_slice() {
                 [only] => *only,
-                [] => return Err("nothing is waiting for an answer".into()),
-                many => {
-                    return Err(format!(
-                        "{} requests are waiting ({}); name one",
-                        many.len(),
-                        many.iter()
-                            .map(u64::to_string)
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    ));
-                }
+                [] => return Err(AnswerError::NothingWaiting),
+                many => return Err(AnswerError::WhichOne(many.to_vec())),
             },
         };
-        let (ask, tx) = pending
-            .remove(&id)
-            .ok_or_else(|| format!("no request #{id} is waiting (answered, or timed out)"))?;
+        let (ask, tx) = pending.remove(&id).ok_or(AnswerError::NotWaiting(id))?;
         let by = by.to_owned();
         let _ = tx.send(if approve {
             Answer::Approved { by }
@@ -113,6 +102,26 @@ impl Approvals {
         });
         Ok(ask)
     }
+}
+
+/// Why an answer from `envgit approve`/`deny` reached no held request (the text is what the
+/// person is shown).
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum AnswerError {
+    #[error("nothing is waiting for an answer")]
+    NothingWaiting,
+    #[error("{} requests are waiting ({}); name one", .0.len(), list(.0))]
+    WhichOne(Vec<u64>),
+    #[error("no request #{0} is waiting (answered, or timed out)")]
+    NotWaiting(u64),
+}
+
+/// `3, 5, 8`.
+fn list(ids: &[u64]) -> String {
+    ids.iter()
+        .map(u64::to_string)
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -183,7 +192,12 @@ mod tests {
         assert!(a.granted("id-1"));
         assert!(!a.granted("id-2"));
         assert!(a.list().is_empty());
-        assert!(a.answer(None, false, "t").unwrap_err().contains("nothing"));
+        assert!(
+            a.answer(None, false, "t")
+                .unwrap_err()
+                .to_string()
+                .contains("nothing")
+        );
     }
 
     #[tokio::test]

@@ -9,9 +9,6 @@ use hyper::{Method, Uri, Version};
 
 use crate::head;
 
-/// Rule id for a request whose framing, target or headers could be read two ways.
-pub(crate) const RULE_MALFORMED: &str = "gate.malformed";
-
 /// Hop-by-hop headers (RFC 9110 §7.6.1, RFC 9113 §8.2.2) and the old proxy ones: the gate's
 /// own business on each leg, never forwarded either way. The one list, for both protocols
 /// and both directions.
@@ -44,7 +41,7 @@ pub(crate) enum Proto {
 }
 
 /// Why a request is refused as malformed (shown to the client, recorded with
-/// [`RULE_MALFORMED`]).
+/// [`crate::rules::RULE_MALFORMED`]).
 #[derive(Debug)]
 pub(crate) struct Malformed {
     pub(crate) why: String,

@@ -14,7 +14,6 @@
 //! from the peer (its user name and its terminal, or "the terminal that started envgit run"
 //! when the peer is envgit itself answering its own prompt).
 
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -23,7 +22,7 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::Notify;
 
-use crate::approvals::Approvals;
+use crate::approvals::{AnswerError, Approvals};
 use crate::approver::PendingAsk;
 
 /// Longest request line accepted.
@@ -171,10 +170,6 @@ fn same_token(a: &str, b: &str) -> bool {
             == 0
 }
 
-pub(crate) fn bind(path: &Path) -> std::io::Result<UnixListener> {
-    crate::listener::bind(path)
-}
-
 pub(crate) async fn serve(
     listener: UnixListener,
     approvals: Arc<Approvals>,
@@ -264,14 +259,14 @@ async fn handle(
     Ok(())
 }
 
-fn reply(result: Result<PendingAsk, String>) -> ControlAnswer {
+fn reply(result: Result<PendingAsk, AnswerError>) -> ControlAnswer {
     match result {
         Ok(ask) => ControlAnswer {
             answered: Some(ask),
             ..ControlAnswer::default()
         },
         Err(e) => ControlAnswer {
-            error: Some(e),
+            error: Some(e.to_string()),
             ..ControlAnswer::default()
         },
     }
@@ -281,13 +276,14 @@ fn reply(result: Result<PendingAsk, String>) -> ControlAnswer {
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
+    use std::path::Path;
 
     /// A control server on a temporary socket; returns the socket's path.
     fn server(rt: &tokio::runtime::Runtime, dir: &Path) -> std::path::PathBuf {
         let path = dir.join("control.sock");
         let listener = {
             let _enter = rt.enter();
-            bind(&path).unwrap()
+            crate::socket::bind(&path).unwrap()
         };
         let approvals = Arc::new(Approvals::new(Duration::from_secs(5), None));
         rt.spawn(serve(

@@ -160,24 +160,31 @@ fn replace_all(haystack: &[u8], from: &[u8], to: &[u8]) -> Option<Vec<u8>> {
 
 /// Refuses credentials the gate could not use safely: an empty field would match everything
 /// or nothing, and a control character in a secret could end a header line upstream.
-pub(crate) fn validate(credentials: &[Credential]) -> Result<(), String> {
+pub(crate) fn validate(credentials: &[Credential]) -> Result<(), CredentialError> {
     let printable = |s: &str| s.bytes().all(|b| b == b'\t' || (0x20..0x7f).contains(&b));
     for c in credentials {
         if c.host.is_empty() || c.port == 0 {
-            return Err(format!("a credential needs a host and a port: {c:?}"));
+            return Err(CredentialError::NoHostOrPort(c.clone()));
         }
         if c.placeholder.is_empty() || c.secret.is_empty() {
-            return Err(format!(
-                "a credential needs a placeholder and a secret: {c:?}"
-            ));
+            return Err(CredentialError::Empty(c.clone()));
         }
         if !printable(&c.placeholder) || !printable(&c.secret) {
-            return Err(format!(
-                "a credential's placeholder and secret must be printable ASCII: {c:?}"
-            ));
+            return Err(CredentialError::NotPrintable(c.clone()));
         }
     }
     Ok(())
+}
+
+/// A credential [`validate`] refuses; shown with the secret hidden (its `Debug`).
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum CredentialError {
+    #[error("a credential needs a host and a port: {0:?}")]
+    NoHostOrPort(Credential),
+    #[error("a credential needs a placeholder and a secret: {0:?}")]
+    Empty(Credential),
+    #[error("a credential's placeholder and secret must be printable ASCII: {0:?}")]
+    NotPrintable(Credential),
 }
 
 #[cfg(test)]
@@ -365,7 +372,7 @@ mod tests {
         assert!(validate(&creds()).is_ok());
         let mut bad = creds();
         bad[0].secret = "a\r\nX-Injected: 1".into();
-        let err = validate(&bad).unwrap_err();
+        let err = validate(&bad).unwrap_err().to_string();
         assert!(!err.contains("Injected"), "{err}");
         let mut bad = creds();
         bad[0].placeholder.clear();

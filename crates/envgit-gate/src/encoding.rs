@@ -4,6 +4,19 @@
 
 use std::io::Read;
 
+/// Why a body could not be read as the server would read it (the text is what the client is
+/// shown in the `400`).
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum DecodeError {
+    #[error("the Content-Encoding {0:?} is not one envgit decodes")]
+    UnknownCoding(String),
+    #[error("the {coding} body does not decode: {error}")]
+    Broken {
+        coding: String,
+        error: std::io::Error,
+    },
+}
+
 /// The decoded prefix, and whether it is all of the body.
 pub(crate) struct Decoded {
     pub(crate) bytes: Vec<u8>,
@@ -18,7 +31,7 @@ pub(crate) fn decode(
     raw: &[u8],
     raw_complete: bool,
     max: usize,
-) -> Result<Decoded, String> {
+) -> Result<Decoded, DecodeError> {
     let codings: Vec<String> = encoding
         .split(',')
         .map(|c| c.trim().to_ascii_lowercase())
@@ -34,7 +47,7 @@ pub(crate) fn decode(
     Ok(Decoded { bytes, complete })
 }
 
-fn undo(coding: &str, input: &[u8], complete: bool, max: usize) -> Result<Decoded, String> {
+fn undo(coding: &str, input: &[u8], complete: bool, max: usize) -> Result<Decoded, DecodeError> {
     let reader: Box<dyn Read + '_> = match coding {
         "gzip" | "x-gzip" => Box::new(flate2::read::MultiGzDecoder::new(input)),
         // RFC 9110 says zlib; some clients send raw deflate: the zlib header tells them apart.
@@ -43,11 +56,7 @@ fn undo(coding: &str, input: &[u8], complete: bool, max: usize) -> Result<Decode
         }
         "deflate" => Box::new(flate2::read::DeflateDecoder::new(input)),
         "br" => Box::new(brotli_decompressor::Decompressor::new(input, 4096)),
-        other => {
-            return Err(format!(
-                "the Content-Encoding {other:?} is not one envgit decodes"
-            ));
-        }
+        other => return Err(DecodeError::UnknownCoding(other.to_owned())),
     };
     let mut out = Vec::new();
     let limit = u64::try_from(max).unwrap_or(u64::MAX) + 1;
@@ -56,7 +65,12 @@ fn undo(coding: &str, input: &[u8], complete: bool, max: usize) -> Result<Decode
         // A prefix ends in the middle of the stream: what came out so far is what is known.
         Err(_) if !complete && !out.is_empty() => {}
         Err(e) if !complete && e.kind() == std::io::ErrorKind::UnexpectedEof => {}
-        Err(e) => return Err(format!("the {coding} body does not decode: {e}")),
+        Err(error) => {
+            return Err(DecodeError::Broken {
+                coding: coding.to_owned(),
+                error,
+            });
+        }
     }
     let over = out.len() > max;
     out.truncate(max);

@@ -15,24 +15,24 @@ use hyper::{Request, Response, StatusCode, Uri, Version};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncWrite};
 
+use crate::ask::{self, Asked};
 use crate::body::{self, BodyError, Out, Read};
-use crate::canonical::{self, Accepted, Proto, RULE_MALFORMED};
+use crate::canonical::{self, Accepted, Proto};
 use crate::credentials;
-use crate::decide::{self, RULE_CREDENTIAL, RULE_MISDIRECTED, Reply};
 use crate::encoding;
 use crate::events::Recorder;
-use crate::head;
-use crate::judge::{self, Asked};
-use crate::listener::{HEAD_TIMEOUT, Shared};
+use crate::head::{self, HEAD_TIMEOUT};
 use crate::pool::Pool;
+use crate::reply::{self, Reply};
+use crate::rules::{
+    RULE_CREDENTIAL, RULE_MALFORMED, RULE_MISDIRECTED, RULE_TIMEOUT, RULE_WEBSOCKET,
+};
+use crate::shared::Shared;
 use crate::splice;
+use crate::verdict;
 
 /// How long the upstream may take to answer.
 const RESPONSE_TIMEOUT: Duration = Duration::from_secs(300);
-/// A WebSocket request the policy did not mark `websocket: true` for its host.
-pub(crate) const RULE_WEBSOCKET: &str = "gate.websocket";
-/// A body that did not arrive in time for the rule that reads it.
-pub(crate) const RULE_TIMEOUT: &str = "gate.timeout";
 /// How much of a held request's body the person is shown.
 const PREVIEW_MAX: usize = 480;
 
@@ -104,23 +104,23 @@ async fn one(mut req: Request<Incoming>, conn: &Conn) -> Response<Out> {
     ) {
         Ok(a) => a,
         Err(m) if m.misdirected => {
-            let reply = decide::plain(421, "Misdirected Request", &format!("envgit: {}\n", m.why));
+            let reply = reply::plain(421, "Misdirected Request", &format!("envgit: {}\n", m.why));
             return refuse(conn, &mut rec, RULE_MISDIRECTED, req.body_mut(), reply).await;
         }
         Err(m) => {
-            let reply = decide::malformed(&m.why);
+            let reply = reply::malformed(&m.why);
             return refuse(conn, &mut rec, RULE_MALFORMED, req.body_mut(), reply).await;
         }
     };
     let method = req.method().as_str().to_owned();
     let origin = accepted.origin.clone();
     let (path, query) = origin.split_once('?').unwrap_or((origin.as_str(), ""));
-    let what = decide::http_what(&method, host, port, path);
-    match decide::connect(&shared.policy, shared.reserved_ports.as_deref(), host, port) {
+    let what = reply::http_what(&method, host, port, path);
+    match verdict::connect(&shared.policy, shared.reserved_ports.as_deref(), host, port) {
         ConnectDecision::Allowed { rule } => rec.decide(true, &rule),
         ConnectDecision::Denied { rule, reason } => {
             rec.reason(&reason);
-            let reply = decide::forbidden(&what, &rule, &reason);
+            let reply = reply::forbidden(&what, &rule, &reason);
             return refuse(conn, &mut rec, &rule, req.body_mut(), reply).await;
         }
     }
@@ -131,7 +131,7 @@ async fn one(mut req: Request<Incoming>, conn: &Conn) -> Response<Out> {
                 head::authority(host, port),
                 head::authority(host, port)
             );
-            let reply = decide::forbidden(&what, RULE_WEBSOCKET, &reason);
+            let reply = reply::forbidden(&what, RULE_WEBSOCKET, &reason);
             return refuse(conn, &mut rec, RULE_WEBSOCKET, req.body_mut(), reply).await;
         }
         Some(hyper::upgrade::on(&mut req))
@@ -143,7 +143,7 @@ async fn one(mut req: Request<Incoming>, conn: &Conn) -> Response<Out> {
     // a request refused here); the rewritten map is what goes upstream.
     let headers = parts.headers.iter_mut().map(|(n, v)| (n.as_str(), v));
     if let Err(refused) = credentials::apply(&shared.credentials, host, port, headers) {
-        let reply = decide::forbidden(&what, RULE_CREDENTIAL, &refused.reason(host));
+        let reply = reply::forbidden(&what, RULE_CREDENTIAL, &refused.reason(host));
         return refuse(conn, &mut rec, RULE_CREDENTIAL, &mut body, reply).await;
     }
     let content_type = parts
@@ -195,7 +195,7 @@ async fn one(mut req: Request<Incoming>, conn: &Conn) -> Response<Out> {
                     match encoding::decode(coding, prefix, info.body_complete, BODY_PREFIX_MAX) {
                         Ok(d) => d,
                         Err(why) => {
-                            let reply = decide::malformed(&why);
+                            let reply = reply::malformed(&why.to_string());
                             return refuse(conn, &mut rec, RULE_MALFORMED, &mut body, reply).await;
                         }
                     };
@@ -205,17 +205,17 @@ async fn one(mut req: Request<Incoming>, conn: &Conn) -> Response<Out> {
         }
         shared.policy.decide_request(&info)
     };
-    let refusal_shape = decide::Shape::of(path, content_type.as_deref());
+    let refusal_shape = reply::Shape::of(path, content_type.as_deref());
     match decision {
         RequestDecision::Allow => {}
         RequestDecision::Marked { rule, .. } => rec.mark(&rule),
         RequestDecision::Deny { rule, summary } => {
-            let reply = decide::forbidden_for_client(&what, &rule, &summary, refusal_shape);
+            let reply = reply::forbidden_for_client(&what, &rule, &summary, refusal_shape);
             return refuse(conn, &mut rec, &rule, &mut body, reply).await;
         }
         RequestDecision::Ask { rule, summary } => {
             let whole = shared.policy.identity_needs_whole_body(&rule)
-                || judge::identity_needs_body(&method, host, &summary);
+                || ask::identity_needs_body(&method, host, &summary);
             if whole && !read.ended {
                 read = match body::read_whole(
                     &mut body,
@@ -232,7 +232,7 @@ async fn one(mut req: Request<Incoming>, conn: &Conn) -> Response<Out> {
                             body::WHOLE_BODY_MAX >> 20
                         );
                         let reply =
-                            decide::forbidden_for_client(&what, &rule, &reason, refusal_shape);
+                            reply::forbidden_for_client(&what, &rule, &reason, refusal_shape);
                         return refuse(conn, &mut rec, &rule, &mut body, reply).await;
                     }
                     Err(e) => return body_failed(conn, &mut rec, &mut body, e).await,
@@ -252,8 +252,9 @@ async fn one(mut req: Request<Incoming>, conn: &Conn) -> Response<Out> {
                 body_hash: blake3::hash(hashed).to_hex().to_string(),
                 body_preview: body::preview(&read.bytes, PREVIEW_MAX),
             };
-            if let Err(reason) = judge::settle_ask(shared, &mut rec, asked).await {
-                let reply = decide::forbidden_for_client(&what, &rule, &reason, refusal_shape);
+            if let Err(refused) = ask::settle(shared, &mut rec, asked).await {
+                let reason = refused.to_string();
+                let reply = reply::forbidden_for_client(&what, &rule, &reason, refusal_shape);
                 return refuse(conn, &mut rec, &rule, &mut body, reply).await;
             }
         }
@@ -326,7 +327,7 @@ async fn send_upstream(
             rec.status(502);
             return answer(
                 conn,
-                &decide::plain(502, "Bad Gateway", &format!("envgit: {e}\n")),
+                &reply::plain(502, "Bad Gateway", &format!("envgit: {e}\n")),
             );
         }
     };
@@ -336,17 +337,17 @@ async fn send_upstream(
         Ok(Err(e)) if e.is_user() => {
             rec.decide(false, RULE_MALFORMED);
             rec.status(400);
-            return answer(conn, &decide::malformed("the body's framing is broken"));
+            return answer(conn, &reply::malformed("the body's framing is broken"));
         }
         Ok(Err(e)) => {
             rec.status(502);
             let msg = format!("envgit: the upstream sent no valid response: {e}\n");
-            return answer(conn, &decide::plain(502, "Bad Gateway", &msg));
+            return answer(conn, &reply::plain(502, "Bad Gateway", &msg));
         }
         Err(_) => {
             rec.status(504);
             let msg = "envgit: the upstream did not answer in time\n";
-            return answer(conn, &decide::plain(504, "Gateway Timeout", msg));
+            return answer(conn, &reply::plain(504, "Gateway Timeout", msg));
         }
     };
     rec.status(resp.status().as_u16());
@@ -400,7 +401,7 @@ async fn body_failed(
     let (rule, reply) = match e {
         BodyError::TimedOut => (
             RULE_TIMEOUT,
-            decide::plain(
+            reply::plain(
                 408,
                 "Request Timeout",
                 "envgit: the body did not arrive in time for the rule that reads it\n",
@@ -408,7 +409,7 @@ async fn body_failed(
         ),
         _ => (
             RULE_MALFORMED,
-            decide::malformed("the body's framing is broken"),
+            reply::malformed("the body's framing is broken"),
         ),
     };
     refuse(conn, rec, rule, body, reply).await

@@ -1,8 +1,12 @@
 //! The first request head of a relay connection (parsed with httparse, for the token and the
 //! CONNECT or absolute-form target), and authorities.
 
+use std::time::Duration;
+
 /// Upper bound of one request or response head.
 pub(crate) const MAX_HEAD: usize = 64 * 1024;
+/// How long a client may take to send a request head.
+pub(crate) const HEAD_TIMEOUT: Duration = Duration::from_secs(30);
 const MAX_HEADERS: usize = 128;
 
 #[derive(Debug, Clone)]

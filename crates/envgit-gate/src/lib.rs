@@ -16,45 +16,56 @@
 //! sees the token. Optionally `X-Envgit-Capture: tls|http|forward|proxy` says where the
 //! connection came from (logging only: it grants nothing).
 //!
-//! - `CONNECT host:port HTTP/1.1` → decided with [`envgit_policy::decide_connect`]; the name
-//!   is resolved on the host and every address vetted ([`envgit_policy::vet_address`]); on
-//!   success `HTTP/1.1 200 Connection established`, then the first client bytes are sniffed:
-//!   TLS is spliced (issue 4 terminates it here, see `tunnel.rs`), plain HTTP is forwarded
-//!   request by request (each re-decided, `Host` must name the CONNECT target, else 421),
-//!   anything else is closed (rule `network.opaque`) — except for an explicit loopback
-//!   `host:port` entry, where raw TCP is spliced unsniffed.
-//! - `GET http://host[:port]/path HTTP/1.1` (absolute form) → decided on host:port (default
-//!   80) and, if allowed, forwarded in origin form with `Connection: close`.
-//! - A refusal is `403 Forbidden` with `X-Envgit-Decision: deny; rule=<id>` and the body
-//!   `envgit: denied CONNECT host:port (rule <id>)` / `envgit: denied GET host/path (rule <id>)`.
+//! - `CONNECT host:port HTTP/1.1` → decided by `verdict.rs` (ports a running `envgit ui`
+//!   reserved, then [`envgit_policy::decide_connect`]); the name is resolved on the host and
+//!   every address vetted ([`envgit_policy::vet_address`]); on success `HTTP/1.1 200 Connection
+//!   established`, then the first client bytes are sniffed (`tunnel.rs`): TLS is terminated
+//!   with a leaf of the run CA (`tls.rs`; spliced uninspected for a host under
+//!   `network.passthrough`), plain HTTP is judged request by request (`Host` must name the
+//!   CONNECT target, else 421), anything else is closed (rule `network.opaque`) — except on a
+//!   loopback or private `host:port` entry the policy marks `raw: true`, where raw TCP is
+//!   spliced unsniffed.
+//! - `GET http://host[:port]/path HTTP/1.1` (absolute form) → the connection is bound to that
+//!   host:port (default 80); each request on it is judged like any other, must name the same
+//!   host, and is answered with `Connection: close`.
+//! - A refusal is `403 Forbidden` with `X-Envgit-Decision: deny; rule=<id>` and the sentence
+//!   `envgit: denied CONNECT host:port (rule <id>)` / `envgit: denied GET host/path (rule <id>)`,
+//!   in the body shape the client shows a person (`reply.rs`).
 //!
 //! Every request on a connection, HTTP/1 or HTTP/2, is parsed once by hyper and judged on
 //! its own (`forward.rs`), so a second request on a kept-alive connection never passes
-//! undecided.
+//! undecided. The modules serving a connection call only downward (`listener` → `tunnel` →
+//! `tls` → `forward` → `ask`) and share what the run set up through `shared.rs`.
 
 mod approvals;
 mod approver;
+mod ask;
 mod body;
+mod buffered;
 mod ca;
 mod canonical;
-mod conn;
 mod control;
 mod control_client;
 mod credentials;
-mod decide;
 mod encoding;
 mod events;
 mod forward;
 mod head;
-mod judge;
 mod listener;
 mod pool;
+mod redial;
+mod reply;
 mod reserved_ports;
 mod resolve;
+mod rules;
+mod shared;
+mod socket;
 mod splice;
 mod tls;
 mod tunnel;
 mod upstream;
+mod upstream_tls;
+mod verdict;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -65,9 +76,10 @@ pub use ca::{CaError, RunCa, trust_bundle};
 pub use control::{CONTROL_TOKEN_FILE, ControlAnswer, ControlOp, ControlRequest};
 pub use control_client::{control_request, control_request_via};
 pub use credentials::Credential;
-pub use events::{Announce, ApprovalAnswer, Decision, EventApproval, GateEvent};
+pub use envgit_store::ApprovalAnswer;
+pub use events::{Announce, Decision, EventApproval, GateEvent};
 pub use reserved_ports::entry_is_live as reserved_port_entry_is_live;
-pub use resolve::{Resolve, parse_list as parse_resolve_list};
+pub use resolve::{Resolve, ResolveError, parse_list as parse_resolve_list};
 
 /// Header carrying the per-run secret on the first request head of every connection.
 pub const TOKEN_HEADER: &str = "X-Envgit-Token";
@@ -161,7 +173,7 @@ impl Gate {
         let shutdown = Arc::new(tokio::sync::Notify::new());
         let listener = {
             let _enter = runtime.enter();
-            listener::bind(&cfg.socket_path)?
+            socket::bind(&cfg.socket_path)?
         };
         let mut control = None;
         let approvals = match cfg.approvals {
@@ -175,7 +187,7 @@ impl Gate {
                 let approvals = Arc::new(approvals::Approvals::new(a.timeout, a.approver));
                 let listener = {
                     let _enter = runtime.enter();
-                    control::bind(&a.control_socket)?
+                    socket::bind(&a.control_socket)?
                 };
                 runtime.spawn(control::serve(
                     listener,
@@ -189,13 +201,13 @@ impl Gate {
             }
             None => None,
         };
-        let shared = Arc::new(listener::Shared {
+        let shared = Arc::new(shared::Shared {
             token: cfg.token,
             policy: cfg.policy,
             events: Arc::clone(&events),
             ca: cfg.ca,
             resolve: cfg.resolve,
-            upstream_trust: tls::UpstreamTrust::new(cfg.upstream_ca_pem),
+            upstream_trust: upstream_tls::UpstreamTrust::new(cfg.upstream_ca_pem),
             approvals,
             credentials: cfg.credentials,
             reserved_ports: cfg.reserved_ports,

@@ -1,76 +1,26 @@
 //! The unix listener: accept, read the first request head, check the token, dispatch to the
 //! CONNECT tunnel or to plain-HTTP forwarding.
 
-use std::io;
-use std::os::unix::fs::PermissionsExt;
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use envgit_policy::Policy;
 use tokio::io::AsyncWriteExt;
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::{Notify, Semaphore};
 
-use crate::approvals::Approvals;
-use crate::ca::RunCa;
+use crate::buffered::{Buffered, HeadError};
 use crate::canonical::Proto;
-use crate::conn::{HeadError, Prefixed};
-use crate::credentials::Credential;
-use crate::decide::{self, RULE_TOKEN};
-use crate::events::{Events, Recorder};
-use crate::head::{self, MAX_HEAD, RequestHead};
+use crate::events::Recorder;
+use crate::head::{self, HEAD_TIMEOUT, MAX_HEAD, RequestHead};
 use crate::pool::Pool;
-use crate::resolve::Resolve;
-use crate::tls::{self, UpstreamTrust};
+use crate::redial::redialer;
+use crate::reply;
+use crate::rules::RULE_TOKEN;
+use crate::shared::Shared;
 use crate::{TOKEN_HEADER, forward, tunnel};
 
 /// Connections handled at once; more are closed at accept.
 const MAX_CONNECTIONS: usize = 1024;
-/// How long a client may take to send a request head.
-pub(crate) const HEAD_TIMEOUT: Duration = Duration::from_secs(30);
-
-pub(crate) struct Shared {
-    pub(crate) token: String,
-    pub(crate) policy: Arc<Policy>,
-    pub(crate) events: Arc<Events>,
-    pub(crate) ca: Arc<RunCa>,
-    pub(crate) resolve: Vec<Resolve>,
-    pub(crate) upstream_trust: UpstreamTrust,
-    /// `None`: nobody can answer an `ask`, which then fails closed at once.
-    pub(crate) approvals: Option<Arc<Approvals>>,
-    /// Secrets put on requests to their hosts in place of the sandbox's placeholders.
-    pub(crate) credentials: Vec<Credential>,
-    /// See [`crate::GateConfig::reserved_ports`].
-    pub(crate) reserved_ports: Option<std::path::PathBuf>,
-}
-
-#[cfg(test)]
-impl Shared {
-    /// What the unit tests judge with: `allow` under `network.allow`, nothing else set.
-    pub(crate) fn for_tests(allow: &[&str]) -> Shared {
-        let mut policy = Policy::default();
-        policy.network.allow = allow.iter().map(|s| (*s).to_owned()).collect();
-        Shared {
-            token: "t".into(),
-            policy: Arc::new(policy),
-            events: Arc::new(Events::default()),
-            ca: Arc::new(RunCa::generate("test").unwrap()),
-            resolve: Vec::new(),
-            upstream_trust: UpstreamTrust::new(Vec::new()),
-            approvals: None,
-            credentials: Vec::new(),
-            reserved_ports: None,
-        }
-    }
-}
-
-pub(crate) fn bind(path: &Path) -> io::Result<UnixListener> {
-    let listener = std::os::unix::net::UnixListener::bind(path)?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
-    listener.set_nonblocking(true)?;
-    UnixListener::from_std(listener)
-}
 
 pub(crate) async fn serve(listener: UnixListener, shared: Arc<Shared>, shutdown: Arc<Notify>) {
     let limit = Arc::new(Semaphore::new(MAX_CONNECTIONS));
@@ -96,11 +46,11 @@ pub(crate) async fn serve(listener: UnixListener, shared: Arc<Shared>, shutdown:
 }
 
 async fn handle(stream: UnixStream, shared: &Arc<Shared>) {
-    let mut client = Prefixed::new(stream);
+    let mut client = Buffered::new(stream);
     let head = match tokio::time::timeout(HEAD_TIMEOUT, client.read_head(MAX_HEAD)).await {
         Ok(Ok(head)) => head,
         Ok(Err(HeadError::TooLarge)) => {
-            let answer = decide::plain(
+            let answer = reply::plain(
                 431,
                 "Request Header Fields Too Large",
                 "envgit: head too large\n",
@@ -114,7 +64,7 @@ async fn handle(stream: UnixStream, shared: &Arc<Shared>) {
     let Some(req) = RequestHead::parse(&head) else {
         let _ = client
             .write_all(
-                &decide::plain(400, "Bad Request", "envgit: malformed request head\n").to_http1(),
+                &reply::plain(400, "Bad Request", "envgit: malformed request head\n").to_http1(),
             )
             .await;
         return;
@@ -128,7 +78,7 @@ async fn handle(stream: UnixStream, shared: &Arc<Shared>) {
         }
         rec.decide(false, RULE_TOKEN);
         rec.status(403);
-        let answer = decide::forbidden(
+        let answer = reply::forbidden(
             "a connection without the run's token",
             RULE_TOKEN,
             "every connection to the gate must come through envgit's relay",
@@ -148,7 +98,7 @@ async fn handle(stream: UnixStream, shared: &Arc<Shared>) {
 /// request names, every request on it judged like any other and required to name that host;
 /// the upstream is dialled only once a request passed.
 async fn proxy(
-    mut client: Prefixed<UnixStream>,
+    mut client: Buffered<UnixStream>,
     head: Vec<u8>,
     req: &RequestHead,
     shared: &Arc<Shared>,
@@ -158,7 +108,7 @@ async fn proxy(
         rec.status(400);
         let body = "envgit: expected `CONNECT host:port` or an absolute `http://` URL\n";
         let _ = client
-            .write_all(&decide::plain(400, "Bad Request", body).to_http1())
+            .write_all(&reply::plain(400, "Bad Request", body).to_http1())
             .await;
         return;
     };
@@ -166,7 +116,7 @@ async fn proxy(
     client.unread(&head);
     let conn = forward::Conn {
         shared: Arc::clone(shared),
-        pool: Pool::new(None, tls::redialer(shared, &host, port, true)),
+        pool: Pool::new(None, redialer(shared, &host, port, true)),
         host,
         port,
         forwarded_https: false,

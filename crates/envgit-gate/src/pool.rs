@@ -13,6 +13,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::Mutex;
 
 use crate::body::Out;
+use crate::upstream_tls::UpstreamTlsError;
 
 /// An upstream connection (TLS or plain).
 pub(crate) trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
@@ -22,8 +23,31 @@ impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
 pub(crate) type Opened = (Box<dyn Io>, bool);
 
 /// Opens a new upstream connection (decided and dialled like the first), or says why not.
-pub(crate) type Redial =
-    Arc<dyn Fn() -> Pin<Box<dyn Future<Output = Result<Opened, String>> + Send>> + Send + Sync>;
+pub(crate) type Redial = Arc<
+    dyn Fn() -> Pin<Box<dyn Future<Output = Result<Opened, UpstreamError>> + Send>> + Send + Sync,
+>;
+
+/// Why a request could not go upstream; the text follows `envgit: ` in the client's `502`.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum UpstreamError {
+    /// Decided again for a new connection, and refused: the reason the verdict gave.
+    #[error("{0}")]
+    Refused(String),
+    /// Resolving or connecting failed.
+    #[error("{0}")]
+    Unreachable(String),
+    #[error("TLS to {host}:{port} failed: {error}")]
+    Tls {
+        host: String,
+        port: u16,
+        error: UpstreamTlsError,
+    },
+    /// The HTTP/1 or HTTP/2 handshake on a new connection.
+    #[error("{0}")]
+    Handshake(hyper::Error),
+    #[error("no upstream connection")]
+    NoConnection,
+}
 
 enum Sender {
     H1(hyper::client::conn::http1::SendRequest<Out>),
@@ -45,16 +69,16 @@ pub(crate) type Sent = Pin<Box<dyn Future<Output = hyper::Result<Response<Incomi
 pub(crate) struct Pool {
     sender: Mutex<Option<Sender>>,
     /// The first connection, not yet handshaken (handshakes happen on first use).
-    first: std::sync::Mutex<Option<Result<Opened, String>>>,
+    first: std::sync::Mutex<Option<Result<Opened, UpstreamError>>>,
     redial: Redial,
 }
 
-async fn handshake((io, h2): Opened) -> Result<Sender, String> {
+async fn handshake((io, h2): Opened) -> Result<Sender, UpstreamError> {
     if h2 {
         let (send, conn) =
             hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(io))
                 .await
-                .map_err(|e| e.to_string())?;
+                .map_err(UpstreamError::Handshake)?;
         tokio::spawn(conn);
         return Ok(Sender::H2(send));
     }
@@ -62,7 +86,7 @@ async fn handshake((io, h2): Opened) -> Result<Sender, String> {
         .preserve_header_case(true)
         .handshake(TokioIo::new(io))
         .await
-        .map_err(|e| e.to_string())?;
+        .map_err(UpstreamError::Handshake)?;
     // Upgrades (WebSocket after a judged `101`) take the connection over.
     tokio::spawn(conn.with_upgrades());
     Ok(Sender::H1(send))
@@ -70,7 +94,7 @@ async fn handshake((io, h2): Opened) -> Result<Sender, String> {
 
 impl Pool {
     /// `first`: the connection opened with the tunnel (`None`: dial on the first request).
-    pub(crate) fn new(first: Option<Result<Opened, String>>, redial: Redial) -> Pool {
+    pub(crate) fn new(first: Option<Result<Opened, UpstreamError>>, redial: Redial) -> Pool {
         Pool {
             sender: Mutex::new(None),
             first: std::sync::Mutex::new(first),
@@ -83,7 +107,7 @@ impl Pool {
     pub(crate) async fn send(
         &self,
         build: impl FnOnce(bool) -> Request<Out>,
-    ) -> Result<Sent, String> {
+    ) -> Result<Sent, UpstreamError> {
         let mut sender = self.sender.lock().await;
         let usable = match sender.as_mut() {
             Some(s) => s.ready().await,
@@ -101,7 +125,7 @@ impl Pool {
         match sender.as_mut() {
             Some(Sender::H1(s)) => Ok(Box::pin(s.send_request(build(false)))),
             Some(Sender::H2(s)) => Ok(Box::pin(s.send_request(build(true)))),
-            None => Err("no upstream connection".to_owned()),
+            None => Err(UpstreamError::NoConnection),
         }
     }
 }

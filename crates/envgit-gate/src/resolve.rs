@@ -16,27 +16,46 @@ pub struct Resolve {
     pub plain: bool,
 }
 
-impl FromStr for Resolve {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Resolve, String> {
-        let shape = "expected HOST:PORT=ADDR:PORT or HOST:PORT=http://ADDR:PORT \
+/// What every refusal of an entry ends with.
+const SHAPE: &str = "expected HOST:PORT=ADDR:PORT or HOST:PORT=http://ADDR:PORT \
                      (for example registry.example:443=127.0.0.1:8443)";
-        let (from, to) = s
-            .split_once('=')
-            .ok_or_else(|| format!("--resolve {s:?}: no '='; {shape}"))?;
+
+/// A `--resolve` entry that is not `HOST:PORT=ADDR:PORT` or `HOST:PORT=http://ADDR:PORT`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ResolveError {
+    #[error("--resolve {entry:?}: no '='; {SHAPE}")]
+    NoEquals { entry: String },
+    #[error("--resolve {entry:?}: {from:?} is not HOST:PORT; {SHAPE}")]
+    NotHostPort { entry: String, from: String },
+    #[error("--resolve {entry:?}: {addr:?} is not ADDR:PORT; {SHAPE}")]
+    NotAddress { entry: String, addr: String },
+}
+
+impl FromStr for Resolve {
+    type Err = ResolveError;
+
+    fn from_str(s: &str) -> Result<Resolve, ResolveError> {
+        let (from, to) = s.split_once('=').ok_or_else(|| ResolveError::NoEquals {
+            entry: s.to_owned(),
+        })?;
         let (host, port) = from
             .rsplit_once(':')
             .and_then(|(h, p)| Some((h, p.parse::<u16>().ok()?)))
             .filter(|(h, p)| !h.is_empty() && *p != 0)
-            .ok_or_else(|| format!("--resolve {s:?}: {from:?} is not HOST:PORT; {shape}"))?;
+            .ok_or_else(|| ResolveError::NotHostPort {
+                entry: s.to_owned(),
+                from: from.to_owned(),
+            })?;
         let (plain, addr) = match to.strip_prefix("http://") {
             Some(rest) => (true, rest.trim_end_matches('/')),
             None => (false, to),
         };
         let to = addr
             .parse::<SocketAddr>()
-            .map_err(|_| format!("--resolve {s:?}: {addr:?} is not ADDR:PORT; {shape}"))?;
+            .map_err(|_| ResolveError::NotAddress {
+                entry: s.to_owned(),
+                addr: addr.to_owned(),
+            })?;
         Ok(Resolve {
             host: host.trim_end_matches('.').to_ascii_lowercase(),
             port,
@@ -47,7 +66,7 @@ impl FromStr for Resolve {
 }
 
 /// A list as `ENVGIT_RESOLVE` holds it: entries separated by commas or whitespace.
-pub fn parse_list(s: &str) -> Result<Vec<Resolve>, String> {
+pub fn parse_list(s: &str) -> Result<Vec<Resolve>, ResolveError> {
     s.split(|c: char| c == ',' || c.is_whitespace())
         .filter(|e| !e.is_empty())
         .map(str::parse)
@@ -89,7 +108,7 @@ mod tests {
             "a:0=1.2.3.4:5",
             "a:1=x",
         ] {
-            let e = bad.parse::<Resolve>().unwrap_err();
+            let e = bad.parse::<Resolve>().unwrap_err().to_string();
             assert!(e.contains("expected HOST:PORT=ADDR:PORT"), "{e}");
         }
     }

@@ -13,17 +13,20 @@ use envgit_policy::ConnectDecision;
 use tokio::io::AsyncWriteExt;
 use tokio::net::UnixStream;
 
+use crate::buffered::Buffered;
 use crate::canonical::Proto;
-use crate::conn::Prefixed;
-use crate::decide::{self, RULE_OPAQUE};
 use crate::events::Recorder;
 use crate::forward;
 use crate::head::{self, RequestHead};
-use crate::listener::Shared;
 use crate::pool::Pool;
+use crate::redial::redialer;
+use crate::reply;
+use crate::rules::RULE_OPAQUE;
+use crate::shared::Shared;
 use crate::splice::splice;
 use crate::tls;
 use crate::upstream::{self, DialError};
+use crate::verdict;
 
 /// How long a client may stay silent after `200` before its tunnel is closed.
 const SNIFF_TIMEOUT: Duration = Duration::from_secs(30);
@@ -32,7 +35,7 @@ const SNIFF_TIMEOUT: Duration = Duration::from_secs(30);
 const MAX_LEADING_EMPTY_LINES: usize = 8;
 
 pub(crate) async fn connect(
-    mut client: Prefixed<UnixStream>,
+    mut client: Buffered<UnixStream>,
     req: RequestHead,
     shared: &Arc<Shared>,
 ) {
@@ -40,13 +43,13 @@ pub(crate) async fn connect(
     let Some((host, port)) = head::parse_authority(&req.target, None) else {
         rec.status(400);
         let answer =
-            decide::plain(400, "Bad Request", "envgit: CONNECT needs host:port\n").to_http1();
+            reply::plain(400, "Bad Request", "envgit: CONNECT needs host:port\n").to_http1();
         let _ = client.write_all(&answer).await;
         return;
     };
     rec.target(&host, port, "");
     let what = format!("CONNECT {}", head::authority(&host, port));
-    let rule = match decide::connect(
+    let rule = match verdict::connect(
         &shared.policy,
         shared.reserved_ports.as_deref(),
         &host,
@@ -67,7 +70,7 @@ pub(crate) async fn connect(
         Err(DialError::Failed(msg)) => {
             rec.decide(true, &rule);
             rec.status(502);
-            let answer = decide::plain(502, "Bad Gateway", &format!("envgit: {msg}\n")).to_http1();
+            let answer = reply::plain(502, "Bad Gateway", &format!("envgit: {msg}\n")).to_http1();
             let _ = client.write_all(&answer).await;
             return;
         }
@@ -97,7 +100,7 @@ pub(crate) async fn connect(
             drop(rec);
             let pool = Pool::new(
                 Some(Ok((Box::new(upstream), false))),
-                tls::redialer(shared, &host, port, true),
+                redialer(shared, &host, port, true),
             );
             let conn = forward::Conn {
                 shared: Arc::clone(shared),
@@ -117,7 +120,7 @@ pub(crate) async fn connect(
 
 /// A refused CONNECT: 403 with the rule, recorded.
 async fn refuse(
-    client: &mut Prefixed<UnixStream>,
+    client: &mut Buffered<UnixStream>,
     rec: &mut Recorder,
     what: &str,
     rule: &str,
@@ -127,7 +130,7 @@ async fn refuse(
     rec.decide(false, rule);
     rec.status(403);
     let _ = client
-        .write_all(&decide::forbidden(what, rule, reason).to_http1())
+        .write_all(&reply::forbidden(what, rule, reason).to_http1())
         .await;
 }
 
@@ -146,7 +149,7 @@ pub(crate) enum Sniffed {
     Other,
 }
 
-pub(crate) async fn sniff<S>(client: &mut Prefixed<S>) -> Sniffed
+pub(crate) async fn sniff<S>(client: &mut Buffered<S>) -> Sniffed
 where
     S: tokio::io::AsyncRead + Unpin,
 {
@@ -200,7 +203,7 @@ mod tests {
         let (mut a, b) = tokio::io::duplex(1024);
         a.write_all(bytes).await.unwrap();
         drop(a);
-        sniff(&mut Prefixed::new(b)).await
+        sniff(&mut Buffered::new(b)).await
     }
 
     #[tokio::test]

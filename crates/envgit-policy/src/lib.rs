@@ -1,6 +1,11 @@
-//! `envgit.yaml`: schema, strict parsing with `file:line:col` errors, and the policy hash.
+//! `envgit.yaml`: schema, strict parsing with `file:line:col` errors, the policy hash, and
+//! every decision made from it: may a connection be opened ([`decide_connect`], an address
+//! vetted with [`vet_address`]), what a request is ([`RequestDecision`]: `l7`, then the
+//! `irreversible` rules), what a shell command or an MCP tool call matches, which paths are
+//! secret or protected; and which registry hosts a project needs ([`registries`]).
 //!
-//! Pure: no file or network I/O. Callers read the file and hand the text to [`Policy::parse`].
+//! Pure: no file or network I/O. Callers read the file and hand the text to [`Policy::parse`];
+//! the gate, the sandbox and the agents' hooks ask the same functions, so they agree.
 
 mod error;
 mod glob;
@@ -29,7 +34,7 @@ pub use network::{
 };
 pub use protected::{PROTECTED_PATHS, is_protected, name_matches};
 pub use request::{
-    BODY_PREFIX_MAX, RequestDecision, RequestInfo, default_preset_ids, normalize_path,
+    BODY_PREFIX_MAX, PathError, RequestDecision, RequestInfo, default_preset_ids, normalize_path,
 };
 pub use reserved::{RULE_UI_PORT, is_this_machine, names_this_machine, refuse_reserved};
 pub use schema::{
@@ -39,7 +44,7 @@ pub use schema::{
 };
 pub use secrets::{PROJECT_DENIES, is_env_file, is_secret_name};
 pub use shell::{ShellMatch, command_line};
-pub use size::parse_size;
+pub use size::{SizeError, parse_size};
 pub use template::INIT_TEMPLATE;
 
 #[cfg(test)]

@@ -23,16 +23,31 @@ const UNITS: &[(&str, u64)] = &[
 const HINT: &str = "write a size like `4096`, `100MB`, `512MiB` or `1.5GiB` \
                     (units B, KB, MB, GB, TB = powers of 1000; KiB, MiB, GiB, TiB = powers of 1024)";
 
+/// A size [`parse_size`] cannot read; the text says what is valid.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SizeError {
+    #[error("invalid size `{input}`: {HINT}")]
+    Invalid { input: String },
+    #[error("invalid size `{input}`: unknown unit `{unit}`; {HINT}")]
+    UnknownUnit { input: String, unit: String },
+    #[error("invalid size `{input}`: not a whole number of bytes; {HINT}")]
+    Fraction { input: String },
+    #[error("invalid size `{input}`: larger than {} bytes", u64::MAX)]
+    TooLarge { input: String },
+}
+
 /// Parses a size in bytes. Units are case-insensitive; a space before the unit is allowed; a
 /// fraction must come out to a whole number of bytes (`1.5GiB` does, `1.3B` does not).
-pub fn parse_size(s: &str) -> Result<u64, String> {
+pub fn parse_size(s: &str) -> Result<u64, SizeError> {
     let t = s.trim();
     let split = t
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
         .unwrap_or(t.len());
     let (number, unit) = t.split_at(split);
     let unit = unit.trim_start();
-    let bad = || format!("invalid size `{s}`: {HINT}");
+    let bad = || SizeError::Invalid {
+        input: s.to_owned(),
+    };
 
     let multiplier = if unit.is_empty() {
         1
@@ -42,7 +57,10 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
             .iter()
             .find(|(name, _)| *name == lower)
             .map(|(_, m)| *m)
-            .ok_or_else(|| format!("invalid size `{s}`: unknown unit `{unit}`; {HINT}"))?
+            .ok_or_else(|| SizeError::UnknownUnit {
+                input: s.to_owned(),
+                unit: unit.to_owned(),
+            })?
     };
 
     let (whole, frac) = match number.split_once('.') {
@@ -57,7 +75,9 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
     if frac.len() > 18 {
         return Err(bad());
     }
-    let too_big = || format!("invalid size `{s}`: larger than {} bytes", u64::MAX);
+    let too_big = || SizeError::TooLarge {
+        input: s.to_owned(),
+    };
     let whole: u128 = whole.parse().map_err(|_| too_big())?;
     let frac_value: u128 = if frac.is_empty() {
         0
@@ -68,9 +88,9 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
     let m = u128::from(multiplier);
     let frac_bytes = frac_value * m;
     if !frac_bytes.is_multiple_of(scale) {
-        return Err(format!(
-            "invalid size `{s}`: not a whole number of bytes; {HINT}"
-        ));
+        return Err(SizeError::Fraction {
+            input: s.to_owned(),
+        });
     }
     let total = whole
         .checked_mul(m)
@@ -119,10 +139,10 @@ mod tests {
 
     #[test]
     fn errors_say_what_is_valid() {
-        let e = parse_size("12 parsecs").unwrap_err();
+        let e = parse_size("12 parsecs").unwrap_err().to_string();
         assert!(e.contains("unknown unit `parsecs`"), "{e}");
         assert!(e.contains("512MiB"), "{e}");
-        let e = parse_size("1.3B").unwrap_err();
+        let e = parse_size("1.3B").unwrap_err().to_string();
         assert!(e.contains("whole number of bytes"), "{e}");
     }
 }

@@ -1,4 +1,4 @@
-//! The code-mode JavaScript REPL behind `envgit mcp` (DESIGN §7, issue 7).
+//! The code-mode JavaScript REPL behind `envgit mcp`.
 //!
 //! One [`Session`] is one QuickJS-ng runtime and context living on its own OS thread (QuickJS
 //! objects never leave it). Cells are evaluated as global code with top-level await, so

@@ -1,9 +1,11 @@
 //! Runs one command in a masked view of the host whose only way out is envgit's gate.
 //! Knows nothing of steps.
 //!
-//! The host side ([`launch`]) re-executes the current binary into a hidden subcommand that
-//! calls [`child::sandbox_main`]; that single-threaded process builds the sandbox in DESIGN §4's
-//! order (user + network namespace → relay → mount, pid, ipc, uts namespaces → the root →
+//! The host side ([`launch`]) starts the sandbox process: `envgit run` uses the zygote envgit
+//! forked first thing, while it was still single-threaded ([`prefork`], `zygote.rs`); other
+//! commands re-execute the current binary into a hidden subcommand that calls
+//! [`child::sandbox_main`]. That single-threaded process builds the sandbox in this order
+//! (user + network namespace → relay → mount, pid, ipc, uts namespaces → the root →
 //! pivot_root → capabilities dropped → Landlock → seccomp) and execs the command.
 
 // Namespaces, fork, mounts and seccomp need system calls no safe wrapper offers; each unsafe

@@ -76,7 +76,7 @@ pub(crate) fn take() -> Option<Zygote> {
 /// of the step. Moving a process between cgroups waits for the kernel's RCU grace period
 /// (`cgroup_threadgroup_rwsem`): 11 ms of every step here when the sandbox process joined
 /// them itself, first thing after it was given its channels. The sandbox process then joins
-/// only the cgroups this did not move it into ([`Zygote::start`] waits for the move, so
+/// only the cgroups this did not move it into (starting the zygote waits for the move, so
 /// nothing the sandbox forks is ever outside them). No zygote: nothing to do, the sandbox
 /// process joins them itself as before.
 pub fn move_into_cgroups(cgroups: &[PathBuf]) {

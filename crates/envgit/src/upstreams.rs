@@ -26,7 +26,9 @@ impl Upstreams {
                 .map_err(|e| Failure::usage(format!("ENVGIT_RESOLVE: {e}")))?;
         }
         for arg in resolve_args {
-            let r: Resolve = arg.parse().map_err(Failure::usage)?;
+            let r: Resolve = arg
+                .parse()
+                .map_err(|e: envgit_gate::ResolveError| Failure::usage(e.to_string()))?;
             out.resolve
                 .retain(|e| (e.host.as_str(), e.port) != (r.host.as_str(), r.port));
             out.resolve.push(r);

@@ -14,7 +14,7 @@ use tokio::sync::oneshot;
 
 use super::*;
 use crate::approver::PendingAsk;
-use crate::pool::{Opened, Redial};
+use crate::pool::{Opened, Redial, UpstreamError};
 
 const PH: &str = "envgit-placeholder-7f3a";
 const SECRET: &str = "sk-ant-real-secret";
@@ -49,7 +49,13 @@ async fn upstream(body_len: usize) -> (TcpStream, oneshot::Receiver<Vec<u8>>) {
 }
 
 fn no_redial() -> Redial {
-    Arc::new(|| Box::pin(async { Err::<Opened, _>("no second upstream in tests".to_owned()) }))
+    Arc::new(|| {
+        Box::pin(async {
+            Err::<Opened, _>(UpstreamError::Unreachable(
+                "no second upstream in tests".to_owned(),
+            ))
+        })
+    })
 }
 
 fn conn(shared: &Arc<Shared>, proto: Proto, port: u16, up: TcpStream) -> Conn {

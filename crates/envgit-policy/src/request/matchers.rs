@@ -2,6 +2,7 @@
 //! [`Tri`], so that "cannot tell" is never silently read as "no".
 
 use crate::glob::{Case, star_match};
+use crate::request::normalize::PathError;
 
 /// The answer of one matcher.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -111,10 +112,13 @@ pub(crate) fn path_matches(pattern: &[String], path: &[String]) -> bool {
 /// Path patterns (any may match) against every reading of the request path: `Match` when
 /// all readings match, `NoMatch` when none does, `Unknown` otherwise (and for an unreadable
 /// path).
-pub(crate) fn path_tri(patterns: &[Vec<String>], views: &Result<Vec<Vec<String>>, String>) -> Tri {
+pub(crate) fn path_tri(
+    patterns: &[Vec<String>],
+    views: &Result<Vec<Vec<String>>, PathError>,
+) -> Tri {
     let views = match views {
         Ok(views) => views,
-        Err(why) => return Tri::Unknown(why.clone()),
+        Err(why) => return Tri::Unknown(why.to_string()),
     };
     let hits = views
         .iter()

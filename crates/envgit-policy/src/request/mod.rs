@@ -25,7 +25,7 @@ mod summary;
 #[cfg(test)]
 mod tests;
 
-pub use normalize::normalize_path;
+pub use normalize::{PathError, normalize_path};
 pub use preset::default_preset_ids;
 
 /// The most body the gate buffers for a decision (1 MiB). A body longer than this is passed

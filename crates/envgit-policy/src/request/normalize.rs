@@ -7,17 +7,43 @@
 //! returns every reading a server might make, so a rule can still be decided when all readings
 //! agree (`/api/v4/projects/group%2Fproject/issues` is not a git push however it is read).
 
+/// Why a request path is refused (it cannot be judged, or servers may read it more than one
+/// way); the text is the reason recorded and shown.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum PathError {
+    #[error("the path does not start with `/`")]
+    NotAbsolute,
+    #[error("the path contains a control character or NUL")]
+    ControlCharacter,
+    #[error("the path contains an encoded NUL (`%00`)")]
+    EncodedNul,
+    #[error("the path contains an invalid `%` escape")]
+    BadEscape,
+    #[error("the path is not valid UTF-8")]
+    NotUtf8,
+    #[error("path longer than {MAX_PATH} bytes")]
+    TooLong,
+    #[error("ambiguous path: a double percent-encoding (`%25xx`)")]
+    DoubleEncoding,
+    #[error("ambiguous path: an encoded `/` or a `\\`")]
+    EncodedSlash,
+    #[error("ambiguous path: a dot segment written with `%2e`")]
+    EncodedDot,
+    #[error("ambiguous path: `..` above the root")]
+    AboveRoot,
+}
+
 /// Normalized path: percent-decoding of unreserved characters only (other escapes kept,
 /// upper-cased), dot segments resolved, repeated slashes collapsed, a trailing `/` kept.
 /// `Err` (with the reason) for a path that is not absolute, contains a control character or
 /// NUL, an invalid `%` escape, or is ambiguous (see the module docs); callers fail closed.
-pub fn normalize_path(raw: &str) -> Result<String, String> {
+pub fn normalize_path(raw: &str) -> Result<String, PathError> {
     let found = scan(raw)?;
     if found.double {
-        return Err("ambiguous path: a double percent-encoding (`%25xx`)".to_owned());
+        return Err(PathError::DoubleEncoding);
     }
     if found.slash {
-        return Err("ambiguous path: an encoded `/` or a `\\`".to_owned());
+        return Err(PathError::EncodedSlash);
     }
     let plain = read(raw, Reading::default())?;
     if found.dots
@@ -31,10 +57,10 @@ pub fn normalize_path(raw: &str) -> Result<String, String> {
         .segments
             != plain.segments
     {
-        return Err("ambiguous path: a dot segment written with `%2e`".to_owned());
+        return Err(PathError::EncodedDot);
     }
     if plain.above_root {
-        return Err("ambiguous path: `..` above the root".to_owned());
+        return Err(PathError::AboveRoot);
     }
     let mut out = String::with_capacity(raw.len().max(1));
     for segment in &plain.segments {
@@ -54,9 +80,9 @@ const MAX_PATH: usize = 64 * 1024;
 /// Every way a server might split `raw` into segments (at most 16, deduplicated; one for an
 /// unambiguous path). A trailing `/` is not a segment. `Err` as for [`normalize_path`], except
 /// that ambiguity is not an error here.
-pub(crate) fn path_views(raw: &str) -> Result<Vec<Vec<String>>, String> {
+pub(crate) fn path_views(raw: &str) -> Result<Vec<Vec<String>>, PathError> {
     if raw.len() > MAX_PATH {
-        return Err(format!("path longer than {MAX_PATH} bytes"));
+        return Err(PathError::TooLong);
     }
     let found = scan(raw)?;
     let mut views: Vec<Vec<String>> = Vec::new();
@@ -128,7 +154,7 @@ fn is_unreserved(b: u8) -> bool {
 }
 
 /// Hard errors, and which readings the path admits (also after one level of decoding `%25`).
-fn scan(raw: &str) -> Result<Found, String> {
+fn scan(raw: &str) -> Result<Found, PathError> {
     let mut found = scan_once(raw)?;
     if found.double {
         let again = scan_once(&undouble(raw))?;
@@ -139,9 +165,9 @@ fn scan(raw: &str) -> Result<Found, String> {
     Ok(found)
 }
 
-fn scan_once(raw: &str) -> Result<Found, String> {
+fn scan_once(raw: &str) -> Result<Found, PathError> {
     if !raw.is_empty() && !raw.starts_with('/') {
-        return Err("the path does not start with `/`".to_owned());
+        return Err(PathError::NotAbsolute);
     }
     let bytes = raw.as_bytes();
     let mut found = Found::default();
@@ -149,14 +175,14 @@ fn scan_once(raw: &str) -> Result<Found, String> {
     while i < bytes.len() {
         match bytes[i] {
             b if b < 0x20 || b == 0x7f => {
-                return Err("the path contains a control character or NUL".to_owned());
+                return Err(PathError::ControlCharacter);
             }
             b'\\' => found.slash = true,
             b';' => found.params = true,
             b'%' => {
                 let byte = escape_at(bytes, i)?;
                 match byte {
-                    0 => return Err("the path contains an encoded NUL (`%00`)".to_owned()),
+                    0 => return Err(PathError::EncodedNul),
                     b'/' | b'\\' => found.slash = true,
                     b'%' if hex2(bytes, i + 3) => found.double = true,
                     b'.' => found.dots = true,
@@ -177,13 +203,13 @@ fn hex2(bytes: &[u8], i: usize) -> bool {
 }
 
 /// The byte a `%xx` escape at `i` stands for.
-fn escape_at(bytes: &[u8], i: usize) -> Result<u8, String> {
+fn escape_at(bytes: &[u8], i: usize) -> Result<u8, PathError> {
     match (bytes.get(i), bytes.get(i + 1), bytes.get(i + 2)) {
         (Some(b'%'), Some(&h), Some(&l)) => match (hex(h), hex(l)) {
             (Some(h), Some(l)) => Ok(h << 4 | l),
-            _ => Err("the path contains an invalid `%` escape".to_owned()),
+            _ => Err(PathError::BadEscape),
         },
-        _ => Err("the path contains an invalid `%` escape".to_owned()),
+        _ => Err(PathError::BadEscape),
     }
 }
 
@@ -208,7 +234,7 @@ fn decode_dots(seg: &[u8]) -> Option<usize> {
     Some(n)
 }
 
-fn read(raw: &str, reading: Reading) -> Result<Read, String> {
+fn read(raw: &str, reading: Reading) -> Result<Read, PathError> {
     let undoubled;
     let text = if reading.double {
         undoubled = undouble(raw);
@@ -286,7 +312,7 @@ fn undouble(raw: &str) -> String {
 }
 
 /// Decodes escapes of unreserved characters; keeps every other escape, upper-cased.
-fn decode_segment(seg: &[u8]) -> Result<String, String> {
+fn decode_segment(seg: &[u8]) -> Result<String, PathError> {
     let mut out = Vec::with_capacity(seg.len());
     let mut i = 0;
     while i < seg.len() {
@@ -303,5 +329,5 @@ fn decode_segment(seg: &[u8]) -> Result<String, String> {
             i += 1;
         }
     }
-    String::from_utf8(out).map_err(|_| "the path is not valid UTF-8".to_owned())
+    String::from_utf8(out).map_err(|_| PathError::NotUtf8)
 }

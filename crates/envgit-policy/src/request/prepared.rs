@@ -1,6 +1,7 @@
 //! The request as rules and matchers see it, prepared once per decision.
 
 use super::method::MethodSet;
+use super::normalize::PathError;
 use super::payload::Body;
 
 /// The request as matchers see it, prepared once.
@@ -8,7 +9,7 @@ pub(crate) struct Prepared<'a> {
     pub methods: MethodSet,
     pub host: &'a str,
     pub port: u16,
-    pub views: Result<Vec<Vec<String>>, String>,
+    pub views: Result<Vec<Vec<String>>, PathError>,
     pub query: Result<Vec<(String, String)>, String>,
     pub body: Body<'a>,
     /// The `Content-Type` header, as sent.

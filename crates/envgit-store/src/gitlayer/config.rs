@@ -57,9 +57,25 @@ fn git() -> Command {
     c
 }
 
+/// Why git could not read or write a config file: git's own words, or why it did not run.
+#[derive(Debug, thiserror::Error)]
+pub enum GitConfigError {
+    #[error("running git: {0}")]
+    Spawn(std::io::Error),
+    /// git refused (its stderr, trimmed).
+    #[error("{0}")]
+    Git(String),
+}
+
+impl GitConfigError {
+    fn from_stderr(stderr: &[u8]) -> GitConfigError {
+        GitConfigError::Git(String::from_utf8_lossy(stderr).trim().to_string())
+    }
+}
+
 /// Parse a config file's own entries from its bytes (given to git on stdin, so no path the
 /// step could have turned into a link is ever opened); `Err` names why git could not read it.
-pub fn read(text: &[u8]) -> Result<Entries, String> {
+pub fn read(text: &[u8]) -> Result<Entries, GitConfigError> {
     use std::io::Write;
     let mut child = git()
         .args(["config", "--no-includes", "--list", "-z", "--file", "-"])
@@ -67,16 +83,14 @@ pub fn read(text: &[u8]) -> Result<Entries, String> {
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
-        .map_err(|e| format!("running git: {e}"))?;
+        .map_err(GitConfigError::Spawn)?;
     if let Some(mut stdin) = child.stdin.take() {
         // A config git rejects may close stdin early; its exit status says why.
         let _ = stdin.write_all(text);
     }
-    let out = child
-        .wait_with_output()
-        .map_err(|e| format!("running git: {e}"))?;
+    let out = child.wait_with_output().map_err(GitConfigError::Spawn)?;
     if !out.status.success() {
-        return Err(String::from_utf8_lossy(&out.stderr).trim().to_string());
+        return Err(GitConfigError::from_stderr(&out.stderr));
     }
     Ok(parse(&out.stdout))
 }
@@ -109,25 +123,25 @@ pub fn changed(before: &Entries, after: &Entries) -> Vec<String> {
 }
 
 /// Give `key` in the host's config `values` (none: remove it).
-pub fn apply(host: &Path, key: &str, values: &[Option<String>]) -> Result<(), String> {
-    let run = |args: &[&str]| -> Result<std::process::Output, String> {
+pub fn apply(host: &Path, key: &str, values: &[Option<String>]) -> Result<(), GitConfigError> {
+    let run = |args: &[&str]| -> Result<std::process::Output, GitConfigError> {
         git()
             .arg("config")
             .arg("--file")
             .arg(host)
             .args(args)
             .output()
-            .map_err(|e| format!("running git: {e}"))
+            .map_err(GitConfigError::Spawn)
     };
     let out = run(&["--unset-all", key])?;
     // 5: the key was not there.
     if !out.status.success() && out.status.code() != Some(5) {
-        return Err(String::from_utf8_lossy(&out.stderr).trim().to_string());
+        return Err(GitConfigError::from_stderr(&out.stderr));
     }
     for v in values {
         let out = run(&["--add", key, v.as_deref().unwrap_or("true")])?;
         if !out.status.success() {
-            return Err(String::from_utf8_lossy(&out.stderr).trim().to_string());
+            return Err(GitConfigError::from_stderr(&out.stderr));
         }
     }
     Ok(())

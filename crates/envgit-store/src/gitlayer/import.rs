@@ -329,7 +329,10 @@ fn import_config(git_dir: &Path, up: BorrowedFd<'_>, pre: &mut PreStep, rep: &mu
         }
         match config::apply(&host, &key, &values) {
             Ok(()) => rep.imported.push(path),
-            Err(e) => rep.dropped.push(Dropped { path, why: e }),
+            Err(e) => rep.dropped.push(Dropped {
+                path,
+                why: e.to_string(),
+            }),
         }
     }
     pre.config = after_text; // the next import reports only new changes

@@ -85,8 +85,8 @@ pub fn filter_nested_config(root: &Path, rel: &str, before: &[u8]) -> Result<Vec
     else {
         return Ok(Vec::new());
     };
-    let before_entries = config::read(before)?;
-    let after = config::read(&after_text)?;
+    let before_entries = config::read(before).map_err(|e| e.to_string())?;
+    let after = config::read(&after_text).map_err(|e| e.to_string())?;
     let changed = config::changed(&before_entries, &after);
     let (allowed, refused): (Vec<String>, Vec<String>) =
         changed.into_iter().partition(|k| config::allowed(k));
@@ -99,7 +99,7 @@ pub fn filter_nested_config(root: &Path, rel: &str, before: &[u8]) -> Result<Vec
     std::fs::write(tmp.path(), before).map_err(|e| format!("a temporary file: {e}"))?;
     for key in &allowed {
         let values = after.get(key).cloned().unwrap_or_default();
-        config::apply(tmp.path(), key, &values)?;
+        config::apply(tmp.path(), key, &values).map_err(|e| e.to_string())?;
     }
     let text = std::fs::read(tmp.path()).map_err(|e| format!("a temporary file: {e}"))?;
     write::write(dir.as_fd(), name, &text, false).map_err(|e| format!("{rel}: {e}"))?;

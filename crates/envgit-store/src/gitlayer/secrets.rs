@@ -57,7 +57,7 @@ pub fn hide_secrets(
             ..HiddenConfig::default()
         });
     }
-    let entries = config::read(text)?;
+    let entries = config::read(text).map_err(|e| e.to_string())?;
     let mut out = HiddenConfig {
         text: text.to_vec(),
         ..HiddenConfig::default()

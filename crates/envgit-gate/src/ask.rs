@@ -2,10 +2,12 @@
 //! judgement itself is the policy's: `l7`, then the `irreversible` rules, for the request's
 //! method and every method an override names.)
 
+use envgit_store::ApprovalAnswer;
+
 use crate::approvals;
 use crate::approver::{Answer, PendingAsk};
-use crate::events::{ApprovalAnswer, Recorder};
-use crate::listener::Shared;
+use crate::events::Recorder;
+use crate::shared::Shared;
 
 /// A request an `ask` rule matched.
 pub(crate) struct Asked<'a> {
@@ -28,19 +30,30 @@ pub(crate) fn identity_needs_body(method: &str, host: &str, summary: &str) -> bo
     approvals::is_generic(summary, method, host)
 }
 
+/// Why an asked request is refused (the text is the reason the client is shown).
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum AskRefused {
+    #[error("{summary}: the rule says ask and no approver can answer")]
+    NoApprover { summary: String },
+    #[error("{summary}: refused by {by}")]
+    By { summary: String, by: String },
+    #[error("{summary}: nobody answered in time")]
+    TimedOut { summary: String },
+}
+
 /// Holds an asked request until it is answered: `Ok` lets it out (the step marked, the
-/// answer recorded), `Err` carries the reason it is refused.
-pub(crate) async fn settle_ask(
+/// answer recorded), `Err` says why it is refused.
+pub(crate) async fn settle(
     shared: &Shared,
     rec: &mut Recorder,
     a: Asked<'_>,
-) -> Result<(), String> {
+) -> Result<(), AskRefused> {
     let summary = a.summary;
     let identity = approvals::identity(a.rule, summary, a.method, a.host, &a.body_hash);
     let Some(approvals) = &shared.approvals else {
-        return Err(format!(
-            "{summary}: the rule says ask and no approver can answer"
-        ));
+        return Err(AskRefused::NoApprover {
+            summary: summary.to_owned(),
+        });
     };
     if approvals.granted(&identity) {
         rec.approval(
@@ -71,11 +84,16 @@ pub(crate) async fn settle_ask(
         }
         Answer::Refused { by } => {
             rec.approval(ApprovalAnswer::Refused, &by, summary);
-            Err(format!("{summary}: refused by {by}"))
+            Err(AskRefused::By {
+                summary: summary.to_owned(),
+                by,
+            })
         }
         Answer::TimedOut => {
             rec.approval(ApprovalAnswer::Refused, "timeout", summary);
-            Err(format!("{summary}: nobody answered in time"))
+            Err(AskRefused::TimedOut {
+                summary: summary.to_owned(),
+            })
         }
     }
 }

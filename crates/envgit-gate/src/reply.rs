@@ -1,41 +1,8 @@
-//! The v0 judgement (`network.allow` only) and the refusals the client is shown.
-//!
-//! Issue 4 adds the request-level steps (`l7`, `irreversible`) after [`connect`].
+//! envgit's own answers to a client: a refusal (`403` naming the rule, in the shape the
+//! client shows a person), or a `400`/`408`/`421`/`431`/`502`/`504` the gate writes itself.
+//! What is refused is decided elsewhere (`verdict.rs`, the policy, `canonical.rs`).
 
-use std::path::Path;
-
-use envgit_policy::{ConnectDecision, Policy};
-
-/// Rule id for a tunnel whose first bytes were neither TLS nor HTTP.
-pub(crate) const RULE_OPAQUE: &str = "network.opaque";
-/// Rule id for a connection without the run's token.
-pub(crate) const RULE_TOKEN: &str = "gate.token";
-/// Rule id for a request whose `Host` does not name the connection's target.
-pub(crate) const RULE_MISDIRECTED: &str = "gate.host-mismatch";
-/// A TLS handshake whose SNI names another host than the CONNECT it came through.
-pub(crate) const RULE_SNI: &str = "gate.sni-mismatch";
-/// A request to a credential's host carrying a credential other than envgit's placeholder.
-pub(crate) const RULE_CREDENTIAL: &str = "gate.credential";
-
-/// May a connection to `host:port` be opened? A port of this machine that a running `envgit
-/// ui` registered in `reserved` (a file named by the port) is refused before the policy is
-/// asked, unless its entry is stale (`reserved_ports.rs`); an entry that cannot be read
-/// refuses too (fail closed).
-pub(crate) fn connect(
-    policy: &Policy,
-    reserved: Option<&Path>,
-    host: &str,
-    port: u16,
-) -> ConnectDecision {
-    let is_reserved = |port: u16| {
-        reserved
-            .is_some_and(|dir| crate::reserved_ports::entry_is_live(&dir.join(port.to_string())))
-    };
-    if let Some(refusal) = envgit_policy::refuse_reserved(host, port, is_reserved) {
-        return refusal;
-    }
-    envgit_policy::decide_connect(policy, host, port)
-}
+use crate::rules::RULE_MALFORMED;
 
 /// An answer of envgit's own: a refusal, or a 400/421/431/502. HTTP/1 connections get it as
 /// bytes ([`Reply::to_http1`]); HTTP/2 streams build a response from its parts.
@@ -168,12 +135,9 @@ pub(crate) fn malformed(why: &str) -> Reply {
     Reply {
         status: 400,
         phrase: "Bad Request".into(),
-        headers: decision_headers(crate::canonical::RULE_MALFORMED, why),
+        headers: decision_headers(RULE_MALFORMED, why),
         content_type: TEXT,
-        body: format!(
-            "envgit: refused a malformed request: {why} (rule {})\n",
-            crate::canonical::RULE_MALFORMED
-        ),
+        body: format!("envgit: refused a malformed request: {why} (rule {RULE_MALFORMED})\n"),
     }
 }
 

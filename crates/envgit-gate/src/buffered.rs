@@ -1,6 +1,7 @@
-//! A stream with a read buffer in front: heads and chunk-size lines are read into the buffer,
-//! and whatever came after them is served first by `AsyncRead`, so a head can be parsed and
-//! the rest of the stream handed on (to a splice, or to a TLS acceptor in issue 4) intact.
+//! A stream with a read buffer in front ([`Buffered`]): the first request head is read into
+//! the buffer, the first bytes of a tunnel are peeked at there, and whatever came after them
+//! is served first by `AsyncRead`, so the stream can be handed on intact (to a splice, to the
+//! TLS acceptor, or to hyper with the head put back).
 
 use std::io;
 use std::pin::Pin;
@@ -8,7 +9,8 @@ use std::task::{Context, Poll};
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, ReadBuf};
 
-pub(crate) struct Prefixed<S> {
+/// `inner`, with `buf[pos..]` read from it and not yet consumed.
+pub(crate) struct Buffered<S> {
     inner: S,
     buf: Vec<u8>,
     pos: usize,
@@ -24,9 +26,9 @@ pub(crate) enum HeadError {
     Broken,
 }
 
-impl<S: AsyncRead + Unpin> Prefixed<S> {
-    pub(crate) fn new(inner: S) -> Prefixed<S> {
-        Prefixed {
+impl<S: AsyncRead + Unpin> Buffered<S> {
+    pub(crate) fn new(inner: S) -> Buffered<S> {
+        Buffered {
             inner,
             buf: Vec::new(),
             pos: 0,
@@ -97,7 +99,7 @@ fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
     hay.windows(needle.len()).position(|w| w == needle)
 }
 
-impl<S: AsyncRead + Unpin> AsyncRead for Prefixed<S> {
+impl<S: AsyncRead + Unpin> AsyncRead for Buffered<S> {
     fn poll_read(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -114,7 +116,7 @@ impl<S: AsyncRead + Unpin> AsyncRead for Prefixed<S> {
     }
 }
 
-impl<S: AsyncWrite + Unpin> AsyncWrite for Prefixed<S> {
+impl<S: AsyncWrite + Unpin> AsyncWrite for Buffered<S> {
     fn poll_write(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -150,7 +152,7 @@ mod tests {
                 a.write_all(part).await.unwrap();
             }
         });
-        let mut p = Prefixed::new(b);
+        let mut p = Buffered::new(b);
         let head = p.read_head(1024).await.unwrap();
         assert_eq!(head, b"GET / HTTP/1.1\r\nHost: x\r\n\r\n");
         let mut rest = Vec::new();
@@ -164,12 +166,12 @@ mod tests {
         tokio::spawn(async move {
             a.write_all(&[b'x'; 300]).await.unwrap();
         });
-        let mut p = Prefixed::new(b);
+        let mut p = Buffered::new(b);
         assert!(matches!(p.read_head(100).await, Err(HeadError::TooLarge)));
         let (a, b) = tokio::io::duplex(64);
         drop(a);
         assert!(matches!(
-            Prefixed::new(b).read_head(100).await,
+            Buffered::new(b).read_head(100).await,
             Err(HeadError::Closed)
         ));
     }

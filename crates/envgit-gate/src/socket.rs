@@ -1,0 +1,16 @@
+//! The unix sockets the gate listens on (the relay's and the control channel's): mode 0600,
+//! in a directory the caller made 0700.
+
+use std::io;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+
+use tokio::net::UnixListener;
+
+/// Binds `path`, readable and writable by its owner only.
+pub(crate) fn bind(path: &Path) -> io::Result<UnixListener> {
+    let listener = std::os::unix::net::UnixListener::bind(path)?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+    listener.set_nonblocking(true)?;
+    UnixListener::from_std(listener)
+}
