@@ -2,11 +2,9 @@
 //! judgement itself is the policy's: `l7`, then the `irreversible` rules, for the request's
 //! method and every method an override names.)
 
-use envgit_store::ApprovalAnswer;
-
 use crate::approvals;
 use crate::approver::{Answer, PendingAsk};
-use crate::events::Recorder;
+use crate::events::{ApprovalAnswer, Recorder};
 use crate::shared::Shared;
 
 /// A request an `ask` rule matched.

@@ -8,7 +8,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use envgit_store::ApprovalAnswer;
 use serde::{Deserialize, Serialize};
 
 /// One CONNECT or request and what became of it. Serializable, so the process running a gate
@@ -44,8 +43,7 @@ pub struct GateEvent {
     pub approval: Option<EventApproval>,
 }
 
-/// How an `ask` was answered. The answer is the step record's own type ([`ApprovalAnswer`],
-/// defined once in envgit-store), so an event and the record made of it say the same words.
+/// How an `ask` was answered.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct EventApproval {
@@ -76,12 +74,34 @@ pub enum Decision {
     Denied,
 }
 
+/// How a person (or the timeout) answered an `ask`. The step record has its own
+/// (`envgit_store::ApprovalAnswer`, which also reads answers it does not know); the binary
+/// converts one to the other in `supervisor::requests_of`, so the gate, the security-critical
+/// proxy, never depends on the store for a word.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ApprovalAnswer {
+    Approved,
+    #[default]
+    Refused,
+}
+
 impl Decision {
     /// The wire name (`allowed`, `denied`).
     pub fn as_str(self) -> &'static str {
         match self {
             Decision::Allowed => "allowed",
             Decision::Denied => "denied",
+        }
+    }
+}
+
+impl ApprovalAnswer {
+    /// The wire name (`approved`, `refused`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ApprovalAnswer::Approved => "approved",
+            ApprovalAnswer::Refused => "refused",
         }
     }
 }
@@ -108,6 +128,7 @@ macro_rules! wire_name {
     };
 }
 wire_name!(Decision);
+wire_name!(ApprovalAnswer);
 
 /// Told about every refusal as it happens (envgit prints it on its terminal at once, above the
 /// client's own error).

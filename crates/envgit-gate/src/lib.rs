@@ -76,8 +76,7 @@ pub use ca::{CaError, RunCa, trust_bundle};
 pub use control::{CONTROL_TOKEN_FILE, ControlAnswer, ControlOp, ControlRequest};
 pub use control_client::{control_request, control_request_via};
 pub use credentials::Credential;
-pub use envgit_store::ApprovalAnswer;
-pub use events::{Announce, Decision, EventApproval, GateEvent};
+pub use events::{Announce, ApprovalAnswer, Decision, EventApproval, GateEvent};
 pub use reserved_ports::entry_is_live as reserved_port_entry_is_live;
 pub use resolve::{Resolve, ResolveError, parse_list as parse_resolve_list};
 

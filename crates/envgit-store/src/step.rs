@@ -129,16 +129,13 @@ pub enum RequestOutcome {
     Unrecognized,
 }
 
-/// How an `ask` was answered (by a person, or refused when nobody answered in time). The one
-/// definition: the gate's events carry it too (`envgit_gate::EventApproval`), and it is
-/// stored as these snake_case names.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+/// How an `ask` was answered.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ApprovalAnswer {
     Approved,
     #[default]
     Refused,
-    /// A name this version does not know (written by a newer envgit).
     #[serde(other)]
     Unrecognized,
 }
@@ -197,11 +194,6 @@ macro_rules! wire_name {
         impl std::fmt::Display for $t {
             fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
                 f.write_str(self.as_str())
-            }
-        }
-        impl PartialEq<str> for $t {
-            fn eq(&self, other: &str) -> bool {
-                self.as_str() == other
             }
         }
         impl PartialEq<&str> for $t {

@@ -297,7 +297,10 @@ pub(crate) fn requests_of(events: &[GateEvent]) -> (Vec<Request>, Vec<Refusal>, 
                 what: format!("{} {target}: {}", e.method, a.summary),
                 rule: e.rule.clone().unwrap_or_default(),
                 approver: a.by.clone(),
-                answer: a.answer,
+                answer: match a.answer {
+                    envgit_gate::ApprovalAnswer::Approved => ApprovalAnswer::Approved,
+                    envgit_gate::ApprovalAnswer::Refused => ApprovalAnswer::Refused,
+                },
                 at_ms: a.at_ms,
             });
         }
@@ -316,9 +319,8 @@ pub(crate) fn requests_of(events: &[GateEvent]) -> (Vec<Request>, Vec<Refusal>, 
             bytes_in: e.bytes_in,
             decision: match (&e.approval, e.uninspected, e.decision) {
                 (Some(a), ..) => match a.answer {
-                    ApprovalAnswer::Approved => RequestOutcome::Approved,
-                    ApprovalAnswer::Refused => RequestOutcome::Refused,
-                    ApprovalAnswer::Unrecognized => RequestOutcome::Unrecognized,
+                    envgit_gate::ApprovalAnswer::Approved => RequestOutcome::Approved,
+                    envgit_gate::ApprovalAnswer::Refused => RequestOutcome::Refused,
                 },
                 (None, true, Decision::Allowed) => RequestOutcome::Uninspected,
                 (None, _, Decision::Allowed) => RequestOutcome::Allowed,
