@@ -514,6 +514,24 @@ fn shown_rows(browser: &support::webdriver::Session<'_>) -> Vec<(u64, String, St
 
 /// Opens the timeline at `url` (a filter in its query) and checks that it shows step `n` and
 /// only rows that pass: `kind` or `mark`.
+/// The page of the step whose push was approved from the web page: its request, who approved
+/// it, and its diff.
+fn assert_pushed_step_page(browser: &support::webdriver::Session<'_>) {
+    browser.wait_for("#requests tbody tr");
+    let text = browser.text(&browser.wait_for("#requests"));
+    assert!(
+        text.contains("git-receive-pack") && text.contains("approved"),
+        "{text}"
+    );
+    let approvals = browser.text(&browser.wait_for("#approvals li"));
+    assert!(
+        approvals.contains("from the web page (envgit ui)"),
+        "{approvals}"
+    );
+    let file = browser.text(&browser.wait_for(".file"));
+    assert!(file.contains("a.txt") && file.contains("+change"), "{file}");
+}
+
 fn filter_finds(
     browser: &support::webdriver::Session<'_>,
     url: &str,
@@ -704,19 +722,7 @@ fn in_a_real_browser_the_timeline_shows_each_kind_and_mark_a_held_push_is_approv
 
     // The step page: its requests and its diff.
     browser.goto(&format!("http://127.0.0.1:{}/step?n={pushed}", ui.port));
-    browser.wait_for("#requests tbody tr");
-    let text = browser.text(&browser.wait_for("#requests"));
-    assert!(
-        text.contains("git-receive-pack") && text.contains("approved"),
-        "{text}"
-    );
-    let approvals = browser.text(&browser.wait_for("#approvals li"));
-    assert!(
-        approvals.contains("from the web page (envgit ui)"),
-        "{approvals}"
-    );
-    let file = browser.text(&browser.wait_for(".file"));
-    assert!(file.contains("a.txt") && file.contains("+change"), "{file}");
+    assert_pushed_step_page(&browser);
     std::fs::write(artefacts().join("step.png"), browser.screenshot()).unwrap();
     browser.goto(&format!("http://127.0.0.1:{}/step?n=1", ui.port));
     let files = browser.wait_for(".file h3");
@@ -810,19 +816,7 @@ fn in_a_real_browser_the_timeline_shows_each_kind_and_mark_a_held_push_is_approv
     browser.goto(&index);
     let link = browser.wait_for(&format!("#step-{pushed} a"));
     browser.click(&link);
-    browser.wait_for("#requests tbody tr");
-    let text = browser.text(&browser.wait_for("#requests"));
-    assert!(
-        text.contains("git-receive-pack") && text.contains("approved"),
-        "{text}"
-    );
-    let approvals = browser.text(&browser.wait_for("#approvals li"));
-    assert!(
-        approvals.contains("from the web page (envgit ui)"),
-        "{approvals}"
-    );
-    let file = browser.text(&browser.wait_for(".file"));
-    assert!(file.contains("a.txt") && file.contains("+change"), "{file}");
+    assert_pushed_step_page(&browser);
     std::fs::write(artefacts().join("export-step.png"), browser.screenshot()).unwrap();
     // The secret's step: the file is named, its content masked.
     browser.goto(&format!(
