@@ -1,4 +1,4 @@
-//! `ask`: a request held while a person decides (DESIGN §5). Each held request gets a small
+//! `ask`: a request held while a person decides. Each held request gets a small
 //! id; `envgit approve ID` / `envgit deny ID` answer it over the control socket
 //! ([`crate::control`]); past the timeout it is denied. An approval covers that request and
 //! later requests of the same *identity* in this run — the same rule and the same summary

@@ -1,4 +1,4 @@
-//! The per-run certificate authority (DESIGN §5): a fresh ECDSA P-256 key that lives only in
+//! The per-run certificate authority: a fresh ECDSA P-256 key that lives only in
 //! this process's memory, a self-signed CA certificate that only the sandbox trusts, and one
 //! leaf per host (exactly one SAN, Authority Key Identifier present, EKU serverAuth), minted on
 //! first use and cached. All leaves share one key, so minting costs a signature, not a keygen.

@@ -1,4 +1,4 @@
-//! Credentials the sandbox never holds (DESIGN §5): it is given a placeholder, and the gate
+//! Credentials the sandbox never holds: it is given a placeholder, and the gate
 //! puts the real secret in its place on requests to the one host it belongs to. A request to
 //! that host carrying a credential of its own (not the placeholder) is refused, so a key
 //! brought from inside cannot leave through the host the agent is trusted to reach.

@@ -1,4 +1,4 @@
-//! `network.allow` decisions (DESIGN §5–6): may a connection to `host:port` be opened at all?
+//! `network.allow` decisions: may a connection to `host:port` be opened at all?
 //!
 //! Pure: the gate asks [`decide_connect`] with the name or literal the client named, and, after
 //! resolving a name on the host, [`vet_address`] with each address it would dial.
@@ -169,7 +169,7 @@ fn fix(entry: &str) -> String {
 
 /// Is raw TCP (neither TLS nor HTTP) let through for connections `allowed_rule` allowed
 /// (the entry [`decide_connect`] returned)? Only when the policy writes that entry with
-/// `raw: true` (DESIGN §5: a connection is raw only where the policy says raw). A bare
+/// `raw: true` (a connection is raw only where the policy says raw). A bare
 /// loopback `host:port` string is HTTP or TLS, judged per request.
 pub fn raw_tcp_allowed(policy: &Policy, allowed_rule: &str) -> bool {
     policy

@@ -1,4 +1,4 @@
-//! Paths inside the project that the agent may not change (DESIGN §4).
+//! Paths inside the project that the agent may not change.
 
 use crate::glob::{Case, star_match};
 

@@ -186,7 +186,7 @@ pub struct FilesystemSection {
     pub deny_read: Vec<String>,
     /// Extra writable paths outside the project.
     pub allow_write: Vec<String>,
-    /// The built-in masks (DESIGN §4); only `default` exists.
+    /// The built-in masks; only `default` exists.
     pub preset: Preset,
 }
 

@@ -1,5 +1,5 @@
 //! From policy to mount plan: which paths the command may write, which it may not read, what
-//! is protected, and which environment variables enter (DESIGN §4).
+//! is protected, and which environment variables enter.
 
 use std::path::{Path, PathBuf};
 

@@ -1,4 +1,4 @@
-//! The seccomp filter of DESIGN §4: io_uring, ptrace, process_vm_*, bpf, keys, the mount
+//! The seccomp filter: io_uring, ptrace, process_vm_*, bpf, keys, the mount
 //! family, setns, nested user namespaces, TIOCSTI/TIOCLINUX, socket families other than unix,
 //! inet, inet6 and netlink, and x32 (whose syscall numbers would slip past the per-number rules).
 

@@ -1,4 +1,4 @@
-//! The command line (DESIGN §8). Every command has `--help`; those that print data have `--json`.
+//! The command line. Every command has `--help`; those that print data have `--json`.
 
 use std::path::PathBuf;
 

@@ -1,4 +1,4 @@
-//! How a command fails: a message for stderr and the exit code (DESIGN §8): 1 failed (including
+//! How a command fails: a message for stderr and the exit code: 1 failed (including
 //! fsck finding corruption, a full disk), 2 usage or policy error.
 
 use envgit_store::StoreError;

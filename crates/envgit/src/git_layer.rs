@@ -1,4 +1,4 @@
-//! The run's layer over the project's `.git` (DESIGN §4, "the host's git receives data, never
+//! The run's layer over the project's `.git` ("the host's git receives data, never
 //! code"): opened before the sandbox starts, mounted inside as an overlay, imported at the end
 //! of every step before the put-back and the snapshot, and its report put on the step: what
 //! was not imported (hooks, config keys outside the allow-list, links, ...) is a refusal with

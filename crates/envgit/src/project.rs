@@ -196,8 +196,8 @@ impl Project {
         Ok(live)
     }
 
-    /// Paths rewind keeps as they are now: DESIGN §4's protected list plus the directory
-    /// `core.hooksPath` names.
+    /// Paths rewind keeps as they are now: the protected list (`PROTECTED_PATHS`) plus the
+    /// directory `core.hooksPath` names.
     pub fn protected_paths(&self) -> Vec<String> {
         let mut out: Vec<String> = PROTECTED_PATHS.iter().map(|p| p.to_string()).collect();
         // Root-level patterns' current matches, so the sandbox mounts them read-only too (the

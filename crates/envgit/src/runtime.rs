@@ -34,7 +34,7 @@ pub(crate) fn random_token() -> CmdResult<String> {
 
 /// `$ENVGIT_HOME/rt-UID`: where the running steps keep their sockets (gate, control, hooks,
 /// MCP feeds) and run files. A directory this user owns, mode 0700, never a symlink. It is
-/// under envgit's own state, which the sandbox never sees (hidden, DESIGN §4), whatever
+/// under envgit's own state, which the sandbox never sees (hidden), whatever
 /// `TMPDIR` or `XDG_RUNTIME_DIR` point at — a runtime directory inside the project would
 /// hand the sandbox the control socket. A unix socket path must stay under 108 bytes, so a
 /// very long `$ENVGIT_HOME` makes binding fail with that path in the message.

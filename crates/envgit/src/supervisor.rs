@@ -24,7 +24,7 @@ use crate::step::{Sandboxed, Snapshot};
 use crate::terminal::PtyRelay;
 use crate::upstreams::Upstreams;
 
-/// envgit itself failed: the exit code of `envgit run` then (DESIGN §8).
+/// envgit itself failed: the exit code of `envgit run` then.
 pub const EXIT_ENVGIT_FAILED: i32 = 125;
 /// envgit refused to start the command (a shell rule).
 pub const EXIT_REFUSED: i32 = 126;
@@ -463,7 +463,7 @@ pub(crate) fn run_sandboxed(
     private_dir(&gate_dir)?;
     let token = random_token()?;
     let socket_path = gate_dir.join("gate.sock");
-    // The command gets a pty of its own when envgit runs on a terminal (DESIGN §5): it never
+    // The command gets a pty of its own when envgit runs on a terminal: it never
     // holds the real one, and envgit can ask the person there.
     let mut pty = PtyRelay::open_if_terminal();
     crate::timings::mark("gate dir, token");

@@ -1,4 +1,4 @@
-//! The pty relay (DESIGN §5): when `envgit run` is started from a terminal, the sandboxed
+//! The pty relay: when `envgit run` is started from a terminal, the sandboxed
 //! command gets a pseudo-terminal of its own, never the real one, and envgit copies bytes
 //! between the two. The sandbox makes that pty on its own devpts and hands envgit the master
 //! (`envgit_sandbox::console`), so inside, `tty` names it and it is the command's controlling

@@ -1,4 +1,4 @@
-//! What an approval covers (DESIGN §5): one request, or the follow-up requests of the same
+//! What an approval covers: one request, or the follow-up requests of the same
 //! identity. Where the deciding rule's summary names the effect exactly (ref updates old→new,
 //! `name@version`, the PyPI file and its sha256, the OCI repository and tag), the summary is
 //! the identity, so the parts of one approved action share it. Elsewhere the gate adds the

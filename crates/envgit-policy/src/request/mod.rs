@@ -1,4 +1,4 @@
-//! Request-level judgement (DESIGN §5–6): `l7`, then the `irreversible` rules in order with
+//! Request-level judgement: `l7`, then the `irreversible` rules in order with
 //! presets expanded in place; the first rule that matches decides.
 //!
 //! Pure: the gate hands over what it knows about one request ([`RequestInfo`]) and gets a

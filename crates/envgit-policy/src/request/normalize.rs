@@ -1,4 +1,4 @@
-//! Request paths as rules see them (DESIGN §6): percent-decoding of unreserved characters,
+//! Request paths as rules see them: percent-decoding of unreserved characters,
 //! dot segments resolved, repeated slashes collapsed.
 //!
 //! A path that servers may read in more than one way is *ambiguous*: an encoded `/` or `\`

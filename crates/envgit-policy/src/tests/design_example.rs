@@ -1,7 +1,7 @@
 use crate::{Action, GraphqlOperation, IrreversibleEntry, Policy, Preset, ShellAction};
 
-/// The example file of DESIGN §6, verbatim.
-pub(super) const DESIGN_EXAMPLE: &str = r#"version: 1
+/// A policy that uses every section of the schema.
+pub(super) const EXAMPLE_POLICY: &str = r#"version: 1
 env:
   pass: ["GH_HOST"]             # variables let into the sandbox beside the safe defaults
 network:
@@ -30,7 +30,7 @@ mcp:
 
 #[test]
 fn design_example_parses() {
-    let p = Policy::parse("envgit.yaml", DESIGN_EXAMPLE).unwrap();
+    let p = Policy::parse("envgit.yaml", EXAMPLE_POLICY).unwrap();
     assert_eq!(p.version, 1);
     assert_eq!(p.env.pass, ["GH_HOST"]);
     assert_eq!(

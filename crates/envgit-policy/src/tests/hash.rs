@@ -1,4 +1,4 @@
-use super::design_example::DESIGN_EXAMPLE;
+use super::design_example::EXAMPLE_POLICY;
 use crate::Policy;
 
 fn hash(text: &str) -> String {
@@ -7,7 +7,7 @@ fn hash(text: &str) -> String {
 
 #[test]
 fn hash_ignores_comments_layout_key_order_and_spelled_out_defaults() {
-    let base = hash(DESIGN_EXAMPLE);
+    let base = hash(EXAMPLE_POLICY);
     assert_eq!(base.len(), 64);
     assert!(base.chars().all(|c| c.is_ascii_hexdigit()));
 
@@ -38,7 +38,7 @@ approvers: { terminal: true, socket: true, mcp_elicitation: false, timeout: 120 
 
 #[test]
 fn hash_changes_with_meaning() {
-    let base = hash(DESIGN_EXAMPLE);
+    let base = hash(EXAMPLE_POLICY);
     for (from, to) in [
         ("action: ask", "action: deny"),
         ("methods: [GET]", "methods: [GET, HEAD]"),
@@ -47,8 +47,8 @@ fn hash_changes_with_meaning() {
         ("\"github.list_*\": allow", "\"github.list_*\": ask"),
         ("- preset: default ", "- preset: default\n    action: ask "),
     ] {
-        assert!(DESIGN_EXAMPLE.contains(from), "{from}");
-        let changed = DESIGN_EXAMPLE.replace(from, to);
+        assert!(EXAMPLE_POLICY.contains(from), "{from}");
+        let changed = EXAMPLE_POLICY.replace(from, to);
         assert_ne!(hash(&changed), base, "{from} -> {to}");
     }
     // Rule order is meaning: the first match decides.

@@ -3,7 +3,7 @@
 //! hooks that tell the supervisor where each tool call starts and ends, so every call is a
 //! step (`tool_steps.rs`); the session's own traffic is the last step.
 //!
-//! The model credential stays outside (DESIGN §5, `claude_login.rs`): the sandbox holds
+//! The model credential stays outside (`claude_login.rs`): the sandbox holds
 //! placeholders and the gate puts the real key or token on requests to the model host only.
 
 use std::os::unix::net::UnixListener;

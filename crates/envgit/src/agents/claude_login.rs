@@ -1,4 +1,4 @@
-//! Claude Code's model credential, kept out of `envgit claude`'s sandbox (DESIGN §5). The
+//! Claude Code's model credential, kept out of `envgit claude`'s sandbox. The
 //! sandbox holds placeholders: `ANTHROPIC_API_KEY` / `ANTHROPIC_AUTH_TOKEN` /
 //! `CLAUDE_CODE_OAUTH_TOKEN` set to one, or, for
 //! a Claude.ai login, a copy of `.credentials.json` whose tokens are placeholders, bound

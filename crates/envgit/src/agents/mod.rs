@@ -1,4 +1,4 @@
-//! The agents envgit attaches to (DESIGN §7), one file each: they only decide where steps
+//! The agents envgit attaches to, one file each: they only decide where steps
 //! begin and end; every step goes through `crate::step` and every request through the gate.
 //!
 //! - `claude`: `envgit claude`, the whole `claude` process in the sandbox and gate, a step per

@@ -1,5 +1,5 @@
 //! Steps an agent's hooks open and close while the agent's whole process runs in one sandbox
-//! (`envgit claude`, DESIGN §7): PreToolUse opens a step (or refuses the call),
+//! (`envgit claude`): PreToolUse opens a step (or refuses the call),
 //! PostToolUse/PostToolUseFailure close it, Stop/SessionEnd close whatever is left, and when
 //! the agent exits the rest of the session (its model requests, files changed between calls)
 //! becomes one last step.

@@ -1,6 +1,6 @@
 //! A downstream server's own network requests, carried from the `envgit mcp --downstream NAME`
 //! process (which runs the server's sandbox and gate) to the `envgit mcp` that records the REPL
-//! steps, so each request lands on a step (DESIGN §5: every request is recorded on its step).
+//! steps, so each request lands on a step (every request is recorded on its step).
 //!
 //! `envgit mcp` listens on a unix socket in a private runtime directory of its own (mode 0700;
 //! the sandbox never sees the runtime directory) and passes its path with `--events`; the

@@ -1,5 +1,5 @@
 //! `envgit mcp`: a stdio MCP server with one tool, `execute`, running JavaScript cells in an
-//! envgit-repl session (DESIGN §7). Every call is a step of kind `repl`: its code, downstream
+//! envgit-repl session. Every call is a step of kind `repl`: its code, downstream
 //! calls with their decisions, bytes in and out, and status, with a snapshot of the project.
 //!
 //! The life of a call, file by file:

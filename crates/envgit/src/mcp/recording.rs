@@ -77,7 +77,7 @@ impl Inner {
         } = run;
         let calls: Vec<ReplCall> = log.lock().map(|l| l.clone()).unwrap_or_default();
         let mut approvals: Vec<Approval> = approvals.lock().map(|l| l.clone()).unwrap_or_default();
-        // The downstream servers' own requests since the last step (DESIGN §5): the servers
+        // The downstream servers' own requests since the last step: the servers
         // this cell called are flushed first, so what they requested for it is here.
         let called: BTreeSet<&str> = calls
             .iter()

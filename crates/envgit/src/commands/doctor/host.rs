@@ -1,4 +1,4 @@
-//! The kernel and what it lets the sandbox use (DESIGN §4): the version, user namespaces,
+//! The kernel and what it lets the sandbox use: the version, user namespaces,
 //! Landlock, seccomp; and git.
 
 use std::process::Command;

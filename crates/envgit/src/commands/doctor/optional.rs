@@ -1,5 +1,5 @@
 //! Informational checks that never change the exit code: the agent CLIs envgit attaches to
-//! (DESIGN §7) against the versions it was tested with, inotify watches for agent sessions, and
+//! against the versions it was tested with, inotify watches for agent sessions, and
 //! /dev/kvm for the VM backend.
 
 use std::process::Command;

@@ -1,4 +1,4 @@
-//! The store (DESIGN §3): where it is, that envgit can use it, and room to grow.
+//! The store: where it is, that envgit can use it, and room to grow.
 
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
