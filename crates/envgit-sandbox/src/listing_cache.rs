@@ -50,6 +50,9 @@ impl Listed {
 pub(crate) struct ListingCache {
     pub globs: Vec<u8>,
     pub dirs: HashMap<Vec<u8>, Listed>,
+    /// Whether `dirs` differs from the file it was loaded from (not stored): an unchanged cache
+    /// is not written again.
+    pub changed: bool,
 }
 
 impl ListingCache {
@@ -62,6 +65,7 @@ impl ListingCache {
             .unwrap_or_else(|| ListingCache {
                 globs: globs.to_vec(),
                 dirs: HashMap::new(),
+                changed: true,
             })
     }
 
@@ -164,7 +168,11 @@ fn decode(b: &[u8]) -> Option<ListingCache> {
         };
         dirs.insert(rel, listed);
     }
-    r.0.is_empty().then_some(ListingCache { globs, dirs })
+    r.0.is_empty().then_some(ListingCache {
+        globs,
+        dirs,
+        changed: false,
+    })
 }
 
 #[cfg(test)]
@@ -186,6 +194,7 @@ mod tests {
         ListingCache {
             globs: b"keys/*.pem".to_vec(),
             dirs,
+            changed: false,
         }
     }
 

@@ -156,7 +156,9 @@ pub fn project_facts(
             &mut facts,
             cache.as_mut(),
         );
-        if let (Some(cache), Some(path)) = (cache, listing_cache) {
+        if let (Some(cache), Some(path)) = (cache, listing_cache)
+            && cache.changed
+        {
             cache.save(path);
         }
     }
@@ -225,6 +227,7 @@ fn list_unwalked(
         c
     };
     let mut listed = 0usize;
+    let mut listed_anew = false;
     let ctime_ns =
         |st: &rustix::fs::Stat| st.st_ctime.saturating_mul(1_000_000_000) + st.st_ctime_nsec as i64;
     'dirs: while let Some(rel) = stack.pop() {
@@ -247,6 +250,8 @@ fn list_unwalked(
             new.insert(rel, l);
             continue;
         }
+        // Not served from the cache: whatever happens below, the cache changes.
+        listed_anew = true;
         let Ok(fd) = rustix::fs::openat2(
             &root,
             std::ffi::OsStr::from_bytes(&rel),
@@ -309,6 +314,8 @@ fn list_unwalked(
         new.insert(rel, here);
     }
     if let Some(cache) = cache {
+        // Something was listed anew, or a directory listed last time is gone.
+        cache.changed |= listed_anew || !old.is_empty();
         cache.dirs = new;
     }
 }
@@ -450,7 +457,14 @@ mod tests {
             c.save(&cache_path);
         };
         age(true);
+        let inode = |p: &Path| std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(p).unwrap());
+        let saved = inode(&cache_path);
         let cached = facts(&policy(""));
+        assert_eq!(
+            inode(&cache_path),
+            saved,
+            "an unchanged cache is not written again"
+        );
         assert!(
             cached
                 .secrets
