@@ -277,7 +277,6 @@ fn claude_login_keeps_working_with_its_tokens_outside() {
 /// closed); a PostToolUse that cannot never fails the agent.
 #[test]
 fn a_hook_that_cannot_reach_the_supervisor_refuses() {
-    use std::io::Write;
     let env = Env::new();
     env.init();
     let payload = json!({
@@ -286,22 +285,12 @@ fn a_hook_that_cannot_reach_the_supervisor_refuses() {
         "cwd": env.project.display().to_string(),
     });
     let hook = |event: &str| {
-        let mut child = env
-            .cmd(&env.project)
-            .args(["hook", "claude", event])
-            .env("ENVGIT_HOOKS_SOCKET", env.tmp.path().join("no-such.sock"))
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(payload.to_string().as_bytes())
-            .unwrap();
-        child.wait_with_output().unwrap()
+        support::output_with_stdin(
+            env.cmd(&env.project)
+                .args(["hook", "claude", event])
+                .env("ENVGIT_HOOKS_SOCKET", env.tmp.path().join("no-such.sock")),
+            payload.to_string().as_bytes(),
+        )
     };
     let pre = hook("pre");
     let stderr = String::from_utf8_lossy(&pre.stderr);

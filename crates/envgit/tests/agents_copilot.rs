@@ -217,21 +217,12 @@ fn hooks_do_nothing_outside_a_project_and_uninstall_keeps_a_changed_file() {
             .success()
     );
     // The hook itself, outside any project: no answer, no failure.
-    let mut hook = env.cmd(env.tmp.path());
-    hook.args(["hook", "copilot", "pre"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped());
-    let mut child = hook.spawn().unwrap();
-    use std::io::Write;
     let payload =
         json!({"cwd": env.tmp.path(), "toolName": "bash", "toolArgs": {"command": "npm publish"}});
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(payload.to_string().as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
+    let out = support::output_with_stdin(
+        env.cmd(env.tmp.path()).args(["hook", "copilot", "pre"]),
+        payload.to_string().as_bytes(),
+    );
     assert!(out.status.success());
     assert!(
         out.stdout.is_empty(),

@@ -621,24 +621,15 @@ fn an_executable_inside_the_project_refuses_to_supervise_it() {
     refused(&run(local_in(&env.path("src")).arg("log")));
 
     // The Copilot hook (installed with this path in ~/.copilot) denies.
-    let mut hook = local_in(&env.project);
-    hook.args(["hook", "copilot", "pre"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let mut child = hook.spawn().unwrap();
     let payload = serde_json::json!({
         "cwd": env.project.display().to_string(),
         "toolName": "bash",
         "toolArgs": "{\"command\":\"echo hi\"}",
     });
-    std::io::Write::write_all(
-        child.stdin.as_mut().unwrap(),
+    let out = Run::from(support::output_with_stdin(
+        local_in(&env.project).args(["hook", "copilot", "pre"]),
         payload.to_string().as_bytes(),
-    )
-    .unwrap();
-    drop(child.stdin.take());
-    let out = Run::from(child.wait_with_output().unwrap());
+    ));
     assert!(
         out.stdout.contains("\"permissionDecision\":\"deny\"")
             && out.stdout.contains("inside the project"),

@@ -447,28 +447,16 @@ fn artefacts() -> std::path::PathBuf {
 /// A Copilot tool call as its installed hook reports it: the call wrote `path` (on the host,
 /// as Copilot's tools do), then `envgit hook copilot post` gets the payload Copilot sends.
 fn copilot_tool_call(env: &Env, path: &str) {
-    use std::io::Write;
     env.write(path, "written by a tool call\n");
-    let mut child = env
-        .cmd(&env.project)
-        .args(["hook", "copilot", "post"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
     let payload = serde_json::json!({
         "cwd": env.project,
         "toolName": "create",
         "toolArgs": {"path": path, "file_text": "written by a tool call\n"},
     });
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(payload.to_string().as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
+    let out = support::output_with_stdin(
+        env.cmd(&env.project).args(["hook", "copilot", "post"]),
+        payload.to_string().as_bytes(),
+    );
     assert!(
         out.status.success(),
         "{}",

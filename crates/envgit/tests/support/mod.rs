@@ -214,6 +214,21 @@ impl Env {
     }
 }
 
+/// Run `cmd` with `stdin` written to its standard input (then closed), its output captured: how
+/// an agent runs a hook with the tool call's JSON payload.
+pub fn output_with_stdin(cmd: &mut Command, stdin: &[u8]) -> Output {
+    use std::io::Write;
+    use std::process::Stdio;
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(stdin).unwrap();
+    child.wait_with_output().unwrap()
+}
+
 /// `refs/heads/main` of a (bare) repository.
 pub fn head_of(repo: &Path) -> String {
     let out = Command::new("git")
