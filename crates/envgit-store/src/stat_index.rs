@@ -36,6 +36,11 @@ impl WorkTree {
         self.load_cache(&store.stat_cache_path());
     }
 
+    /// [`WorkTree::load_index`] for the store at `store_dir`, before (or while) it is opened.
+    pub fn load_index_of(&mut self, store_dir: &Path) {
+        self.load_cache(&crate::store::stat_cache_path(store_dir));
+    }
+
     /// Save the state to `path` (a copy: no store lock is taken).
     pub fn save_cache(&self, path: &Path) -> Result<()> {
         self.save_with_lock(path, None)

@@ -63,6 +63,11 @@ pub fn store_dir_for(home: &Path, project: &Path) -> PathBuf {
         .join(format!("{name}-{}", &hash[..16]))
 }
 
+/// The stat index of the store at `store_dir` ([`crate::WorkTree::save_index`]).
+pub(crate) fn stat_cache_path(store_dir: &Path) -> PathBuf {
+    store_dir.join("stat.cache")
+}
+
 #[derive(serde::Serialize, serde::Deserialize)]
 struct StoreMeta {
     format: u32,
@@ -202,7 +207,7 @@ impl Store {
     }
 
     pub fn stat_cache_path(&self) -> PathBuf {
-        self.dir.join("stat.cache")
+        stat_cache_path(&self.dir)
     }
 
     pub fn journal_path(&self) -> PathBuf {

@@ -63,8 +63,8 @@ pub fn run_step(
     upstreams: &Upstreams,
     notes: Vec<String>,
 ) -> CmdResult<i32> {
-    let mut store = project.open_store()?;
-    crate::timings::mark("open store");
+    let (mut store, mut live) = project.open_store_and_live_tree()?;
+    crate::timings::mark("open store, stat index");
     crate::owner::first_run(&project.root, &store);
     let line = envgit_policy::command_line(&argv);
     let started = now_ms();
@@ -72,8 +72,7 @@ pub fn run_step(
     if let Some(m) = project.policy.check_command(&argv) {
         // `ask` has no approver yet: it fails closed like `deny`.
         output::error(&format!("denied command {line} (rule {})", m.rule));
-        let mut wt = project.worktree(&store)?;
-        let (tree, _) = wt.full_scan(&store, None)?;
+        let (tree, _) = live.tree_mut().full_scan(&store, None)?;
         crate::outside::record_outside_edits(project, &mut store, &tree)?;
         let mut step = crate::step::begin(&store, &line)?;
         let draft = StepDraft {
@@ -98,7 +97,6 @@ pub fn run_step(
     // directories written during the step (inotify is told of writes from inside the sandbox:
     // the project is the same inodes there). A write inotify does not report (through a
     // shared mmap) is caught by the next step's walk, as an outside edit.
-    let mut live = project.live_tree(&store)?;
     let (before, walked, _) = live.snapshot(&store)?;
     crate::timings::mark("scan before");
     let facts = crate::project_facts::of(project, store.dir(), live.tree())?;
@@ -183,6 +181,7 @@ pub fn run_step(
     drop(step);
     live.tree().save_index(&store)?;
     crate::timings::mark("save stat index");
+    crate::leave_to_exit::leave_to_exit((store, live));
     Ok(code)
 }
 

@@ -7,14 +7,14 @@ use envgit_store::{StepDraft, StepKind, now_ms};
 
 use crate::cli::{RecordArgs, RecordKind};
 use crate::failure::CmdResult;
+use crate::leave_to_exit::leave_to_exit;
 use crate::output;
 use crate::project::Project;
 use crate::step::Snapshot;
 
 pub fn run(dir: Option<&Path>, args: &RecordArgs) -> CmdResult<ExitCode> {
     let project = Project::find(dir)?;
-    let mut store = project.open_store()?;
-    let mut wt = project.worktree(&store)?;
+    let (mut store, mut wt) = project.open_store_and_worktree()?;
     let kind = match args.kind {
         RecordKind::Record => StepKind::Record,
         RecordKind::Tool => StepKind::Tool,
@@ -32,6 +32,7 @@ pub fn run(dir: Option<&Path>, args: &RecordArgs) -> CmdResult<ExitCode> {
     };
     let step = step.finish(&mut store, Snapshot::Scan(&mut wt, None), None, draft)?;
     wt.save_index(&store)?;
+    leave_to_exit((store, wt));
     if args.out.json {
         output::json(&step)?;
     } else {

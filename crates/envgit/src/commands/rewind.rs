@@ -12,6 +12,7 @@ use envgit_store::{
 use crate::cli::RewindArgs;
 use crate::commands::step_ref::StepRef;
 use crate::failure::{CmdResult, Failure};
+use crate::leave_to_exit::leave_to_exit;
 use crate::output;
 use crate::project::{POLICY_FILE, Project, ProjectDirs, broken_policy_then};
 use crate::step::Snapshot;
@@ -35,6 +36,7 @@ fn rewind(
 ) -> CmdResult<RewindOutcome> {
     let mut step = crate::step::begin(store, &format!("rewind to step {}", opts.target))?;
     let start = envgit_store::rewind_start(store, wt, step.guard(), opts)?;
+    crate::timings::mark("scan, diff with the target");
     let recorded_first = match start.record_first.clone() {
         Some(draft) => Some(step.finish(store, Snapshot::Tree(start.current), None, draft)?),
         None => None,
@@ -44,6 +46,7 @@ fn rewind(
     // recorded as interrupted by the next command.
     step.guard().keep_if_uncommitted();
     let done = envgit_store::rewind_apply(store, wt, start, opts)?;
+    crate::timings::mark("restore");
     let committed = step.finish(store, Snapshot::Tree(done.tree), None, done.draft)?;
     Ok(RewindOutcome {
         recorded_first,
@@ -56,10 +59,11 @@ fn rewind(
 }
 
 pub fn run(dir: Option<&Path>, args: &RewindArgs) -> CmdResult<ExitCode> {
-    let (project, mut store, step) = load(dir, args.restore_policy, "rewind", args.step)?;
+    let (project, mut store, step, mut wt) =
+        load_with_worktree(dir, args.restore_policy, "rewind", args.step)?;
+    crate::timings::mark("open store, stat index");
     // Check the target before touching anything.
     store.step_tree(step)?;
-    let mut wt = project.worktree(&store)?;
     let protected = if args.restore_policy {
         Vec::new()
     } else {
@@ -73,6 +77,8 @@ pub fn run(dir: Option<&Path>, args: &RewindArgs) -> CmdResult<ExitCode> {
     };
     let outcome = rewind(&mut store, &mut wt, &opts)?;
     wt.save_index(&store)?;
+    crate::timings::mark("save stat index");
+    leave_to_exit((store, wt));
     let skipped: Vec<Skipped> = outcome
         .restore
         .not_restored
@@ -129,6 +135,24 @@ pub fn run(dir: Option<&Path>, args: &RewindArgs) -> CmdResult<ExitCode> {
         );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// [`load`] and the project's working tree with its stat index, read beside the store's open
+/// when the policy is sound.
+fn load_with_worktree(
+    dir: Option<&Path>,
+    restore_policy: bool,
+    verb: &str,
+    step: StepRef,
+) -> CmdResult<(Project, Store, u64, WorkTree)> {
+    if let Ok(project) = ProjectDirs::find(dir)?.load() {
+        let (store, wt) = project.open_store_and_worktree()?;
+        let n = step.resolve(&store)?;
+        return Ok((project, store, n, wt));
+    }
+    let (project, store, n) = load(dir, restore_policy, verb, step)?;
+    let wt = project.worktree(&store)?;
+    Ok((project, store, n, wt))
 }
 
 /// The project and its store. A broken current policy refuses (`verb` says what keeps it)
