@@ -16,9 +16,10 @@ pub(crate) const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(30);
 /// Why TLS to an upstream could not be had.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum UpstreamTlsError {
-    /// The roots could not be built (the extra CA file), as a sentence.
+    /// The roots could not be built (the extra CA file); shared by every connection of the
+    /// run, as the roots are built once.
     #[error("{0}")]
-    Roots(String),
+    Roots(Arc<RootsError>),
     #[error("{0}")]
     Name(rustls::pki_types::InvalidDnsNameError),
     #[error("{0}")]
@@ -27,11 +28,23 @@ pub(crate) enum UpstreamTlsError {
     TimedOut,
 }
 
+/// Why the roots or the client configuration could not be built.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum RootsError {
+    #[error("the extra upstream CA file is not PEM: {0}")]
+    NotPem(#[source] rustls::pki_types::pem::Error),
+    #[error("the extra upstream CA is not usable: {0}")]
+    Unusable(#[source] rustls::Error),
+    /// The crypto provider offers none of the default protocol versions.
+    #[error("{0}")]
+    Protocols(#[source] rustls::Error),
+}
+
 /// Roots the gate verifies upstreams against, built on first use (reading the host's store
 /// costs milliseconds a run without TLS should not pay).
 pub(crate) struct UpstreamTrust {
     extra_pem: Vec<u8>,
-    config: OnceLock<Result<UpstreamConfigs, String>>,
+    config: OnceLock<Result<UpstreamConfigs, Arc<RootsError>>>,
 }
 
 /// Offering `http/1.1`, and offering `h2` first (for clients that speak HTTP/2).
@@ -46,11 +59,11 @@ impl UpstreamTrust {
         }
     }
 
-    fn config(&self, offer_h2: bool) -> Result<Arc<ClientConfig>, String> {
+    fn config(&self, offer_h2: bool) -> Result<Arc<ClientConfig>, Arc<RootsError>> {
         let (h1, h2) = self
             .config
             .get_or_init(|| {
-                let h1 = build_client_config(&self.extra_pem)?;
+                let h1 = build_client_config(&self.extra_pem).map_err(Arc::new)?;
                 let mut h2 = (*h1).clone();
                 h2.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
                 Ok((h1, Arc::new(h2)))
@@ -60,7 +73,7 @@ impl UpstreamTrust {
     }
 }
 
-fn build_client_config(extra_pem: &[u8]) -> Result<Arc<ClientConfig>, String> {
+fn build_client_config(extra_pem: &[u8]) -> Result<Arc<ClientConfig>, RootsError> {
     let mut roots = rustls::RootCertStore::empty();
     let native = rustls_native_certs::load_native_certs();
     let (added, _) = roots.add_parsable_certificates(native.certs);
@@ -68,16 +81,13 @@ fn build_client_config(extra_pem: &[u8]) -> Result<Arc<ClientConfig>, String> {
         roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
     }
     for cert in rustls::pki_types::pem::PemObject::pem_slice_iter(extra_pem) {
-        let cert: CertificateDer<'static> =
-            cert.map_err(|e| format!("the extra upstream CA file is not PEM: {e}"))?;
-        roots
-            .add(cert)
-            .map_err(|e| format!("the extra upstream CA is not usable: {e}"))?;
+        let cert: CertificateDer<'static> = cert.map_err(RootsError::NotPem)?;
+        roots.add(cert).map_err(RootsError::Unusable)?;
     }
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut config = ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
-        .map_err(|e| e.to_string())?
+        .map_err(RootsError::Protocols)?
         .with_root_certificates(roots)
         .with_no_client_auth();
     config.alpn_protocols = vec![b"http/1.1".to_vec()];

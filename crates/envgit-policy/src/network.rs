@@ -201,13 +201,13 @@ pub fn websocket_allowed(policy: &Policy, host: &str, port: u16) -> bool {
 
 /// Why `raw: true` is not valid on this `network.allow` host, if it is not: it must be a
 /// loopback or private address (or `localhost`) with an explicit port, never a glob.
-pub(crate) fn raw_entry(text: &str) -> Result<(), String> {
-    let entry = Entry::parse(text).ok_or_else(|| "not a host".to_owned())?;
+pub(crate) fn raw_entry(text: &str) -> Result<(), RawEntryError> {
+    let entry = Entry::parse(text).ok_or(RawEntryError::NotAHost)?;
     if entry.glob {
-        return Err("a glob names hosts the policy cannot vet".to_owned());
+        return Err(RawEntryError::Glob);
     }
     if entry.port.is_none() {
-        return Err("it has no explicit port".to_owned());
+        return Err(RawEntryError::NoPort);
     }
     let private = match Host::parse(entry.host) {
         Host::Loopback => true,
@@ -218,8 +218,21 @@ pub(crate) fn raw_entry(text: &str) -> Result<(), String> {
     if private {
         Ok(())
     } else {
-        Err("it is not a loopback or private address".to_owned())
+        Err(RawEntryError::NotPrivate)
     }
+}
+
+/// Why a `network.allow` entry cannot carry `raw: true`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum RawEntryError {
+    #[error("not a host")]
+    NotAHost,
+    #[error("a glob names hosts the policy cannot vet")]
+    Glob,
+    #[error("it has no explicit port")]
+    NoPort,
+    #[error("it is not a loopback or private address")]
+    NotPrivate,
 }
 
 /// The ports of every loopback `host:port` entry (`localhost`, `127.0.0.1`, `[::1]`): the

@@ -11,6 +11,7 @@ use rustix::fs::Mode;
 use rustix::thread::UnshareFlags;
 
 use crate::console::{CONSOLE_FD_ENV, Console};
+use crate::setup_error::{SetupError, call};
 use crate::spec::Spec;
 use crate::sys::{self, Forked};
 use crate::timing::mark;
@@ -61,11 +62,11 @@ pub(crate) fn sandbox_main_with(channels: Channels) -> ! {
     }
     let code = match run(channels.spec, channels.console, &mut err) {
         Ok(code) => code,
-        Err(msg) => {
+        Err(failure) => {
             if let Some(e) = err.as_mut() {
-                let _ = e.write_all(msg.as_bytes());
+                let _ = e.write_all(failure.to_string().as_bytes());
             } else {
-                eprintln!("envgit: sandbox: {msg}");
+                eprintln!("envgit: sandbox: {failure}");
             }
             125
         }
@@ -73,12 +74,12 @@ pub(crate) fn sandbox_main_with(channels: Channels) -> ! {
     std::process::exit(code)
 }
 
-fn read_spec(fd: OwnedFd) -> Result<Spec, String> {
+fn read_spec(fd: OwnedFd) -> Result<Spec, SetupError> {
     let mut bytes = Vec::new();
     std::fs::File::from(fd)
         .read_to_end(&mut bytes)
-        .map_err(|e| format!("reading the sandbox spec: {e}"))?;
-    serde_json::from_slice(&bytes).map_err(|e| format!("bad sandbox spec: {e}"))
+        .map_err(SetupError::ReadSpec)?;
+    serde_json::from_slice(&bytes).map_err(SetupError::BadSpec)
 }
 
 /// `console`: present when envgit wants the command on a terminal; PID 1 makes one inside.
@@ -86,7 +87,7 @@ fn run(
     spec: OwnedFd,
     console: Option<OwnedFd>,
     err: &mut Option<std::fs::File>,
-) -> Result<i32, String> {
+) -> Result<i32, SetupError> {
     let spec = read_spec(spec)?;
     mark("read spec");
     let die_with_parent = || {
@@ -102,7 +103,7 @@ fn run(
     let _ = sys::set_ignored(libc::SIGQUIT, true);
     userns::enter(spec.uid, spec.gid)?;
     mark("user, net namespaces");
-    sys::loopback_up().map_err(|e| format!("bringing up loopback: {e}"))?;
+    sys::loopback_up().map_err(call("bringing up loopback"))?;
     mark("loopback up");
     let relay = match &spec.relay {
         Some(r) => Some(start_relay(r)?),
@@ -118,16 +119,16 @@ fn run(
                 | UnshareFlags::NEWUTS,
         )
     }
-    .map_err(|e| format!("creating mount/pid namespaces: {e}"))?;
+    .map_err(call("creating mount/pid namespaces"))?;
     mark("mount, pid namespaces");
-    let code = match sys::fork().map_err(|e| format!("fork: {e}"))? {
+    let code = match sys::fork().map_err(call("fork"))? {
         Forked::Child => {
             die_with_parent();
             let code = match pid1(&spec, err, console) {
                 Ok(code) => code,
-                Err(msg) => {
+                Err(failure) => {
                     if let Some(e) = err.as_mut() {
-                        let _ = e.write_all(msg.as_bytes());
+                        let _ = e.write_all(failure.to_string().as_bytes());
                     }
                     125
                 }
@@ -166,10 +167,10 @@ fn wait_exit(pid: i32) -> i32 {
 
 /// The relay lives in the sandbox's network namespace but the host's mount and pid
 /// namespaces: the command can neither see nor signal it.
-fn start_relay(r: &crate::spec::RelaySpec) -> Result<rustix::process::Pid, String> {
-    let (ready_r, ready_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
-        .map_err(|e| format!("pipe: {e}"))?;
-    match sys::fork().map_err(|e| format!("fork: {e}"))? {
+fn start_relay(r: &crate::spec::RelaySpec) -> Result<rustix::process::Pid, SetupError> {
+    let (ready_r, ready_w) =
+        rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(call("pipe"))?;
+    match sys::fork().map_err(call("fork"))? {
         Forked::Child => {
             drop(ready_r);
             let _ = rustix::process::set_parent_process_death_signal(Some(
@@ -190,9 +191,9 @@ fn start_relay(r: &crate::spec::RelaySpec) -> Result<rustix::process::Pid, Strin
             let mut b = [0u8; 1];
             let n = std::fs::File::from(ready_r).read(&mut b).unwrap_or(0);
             if n != 1 {
-                return Err("the network relay failed to start".into());
+                return Err(SetupError::RelayNotStarted);
             }
-            rustix::process::Pid::from_raw(pid).ok_or_else(|| "bad relay pid".into())
+            rustix::process::Pid::from_raw(pid).ok_or(SetupError::RelayPid)
         }
     }
 }
@@ -202,7 +203,7 @@ fn pid1(
     spec: &Spec,
     err: &mut Option<std::fs::File>,
     console: Option<OwnedFd>,
-) -> Result<i32, String> {
+) -> Result<i32, SetupError> {
     let _ = rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable);
     // Mount points and files made for the view are readable and searchable by the command,
     // which may not be the user that makes them (a project owner, when envgit runs as root);
@@ -220,12 +221,12 @@ fn pid1(
     mark("pid 1: console");
     // The UTS namespace keeps the host's name: tools that write it into their lock files
     // (git's `gc.pid`) and compare it later must see the same host inside and out.
-    match sys::fork().map_err(|e| format!("fork: {e}"))? {
+    match sys::fork().map_err(call("fork"))? {
         Forked::Child => {
             let keep = err.as_ref().map(|e| e.as_raw_fd());
-            let msg = match exec_command(spec, keep, terminal) {
+            let failure = match exec_command(spec, keep, terminal) {
                 Ok(never) => match never {},
-                Err(Failed::Setup(m)) => m,
+                Err(Failed::Setup(e)) => e,
                 Err(Failed::Exec(m, code)) => {
                     // The command's own failure (like a shell's 127), not envgit's.
                     eprintln!("envgit: {m}");
@@ -233,7 +234,7 @@ fn pid1(
                 }
             };
             if let Some(e) = err.as_mut() {
-                let _ = e.write_all(msg.as_bytes());
+                let _ = e.write_all(failure.to_string().as_bytes());
             }
             std::process::exit(125);
         }
@@ -248,20 +249,15 @@ fn pid1(
     }
 }
 
+/// The worker's failure: envgit's own before the exec, or the command's (its exit code).
 enum Failed {
-    Setup(String),
+    Setup(SetupError),
     Exec(String, i32),
 }
 
-impl From<String> for Failed {
-    fn from(m: String) -> Self {
-        Failed::Setup(m)
-    }
-}
-
-impl From<&str> for Failed {
-    fn from(m: &str) -> Self {
-        Failed::Setup(m.into())
+impl<E: Into<SetupError>> From<E> for Failed {
+    fn from(e: E) -> Self {
+        Failed::Setup(e.into())
     }
 }
 
@@ -273,12 +269,12 @@ fn exec_command(
 ) -> Result<std::convert::Infallible, Failed> {
     let _ = sys::set_ignored(libc::SIGINT, false);
     let _ = sys::set_ignored(libc::SIGQUIT, false);
-    rustix::process::setsid().map_err(|e| format!("setsid: {e}"))?;
+    rustix::process::setsid().map_err(call("setsid"))?;
     if let Some(slave) = terminal {
         console::take_as_controlling(slave)?;
     }
     drop_capabilities(spec)?;
-    rustix::thread::set_no_new_privs(true).map_err(|e| format!("no_new_privs: {e}"))?;
+    rustix::thread::set_no_new_privs(true).map_err(call("no_new_privs"))?;
     let mut writable = vec![
         spec.project.clone(),
         "/tmp".into(),
@@ -301,9 +297,11 @@ fn exec_command(
     })?;
     seccomp::apply()?;
     mark("worker: seccomp");
-    let (prog, args) = spec.argv.split_first().ok_or("empty command")?;
-    std::env::set_current_dir(&spec.cwd)
-        .map_err(|e| Failed::Setup(format!("cd {}: {e}", spec.cwd.display())))?;
+    let (prog, args) = spec.argv.split_first().ok_or(SetupError::EmptyCommand)?;
+    std::env::set_current_dir(&spec.cwd).map_err(|source| SetupError::Cwd {
+        dir: spec.cwd.clone(),
+        source,
+    })?;
     let e = std::process::Command::new(prog)
         .args(args)
         .env_clear()
@@ -319,7 +317,7 @@ fn exec_command(
 
 /// Empty the bounding set (while the process may still do so), become the command's user
 /// ([`userns::become_user`]), then empty every other set and check that none is left.
-fn drop_capabilities(spec: &Spec) -> Result<(), String> {
+fn drop_capabilities(spec: &Spec) -> Result<(), SetupError> {
     for cap in 0..64u32 {
         // Stop at the first capability this kernel does not know.
         // SAFETY: prctl(PR_CAPBSET_DROP) takes a capability number and touches no memory.
@@ -328,15 +326,14 @@ fn drop_capabilities(spec: &Spec) -> Result<(), String> {
             if std::io::Error::last_os_error().raw_os_error() == Some(libc::EINVAL) {
                 break;
             }
-            return Err(format!(
-                "dropping capability {cap}: {}",
-                std::io::Error::last_os_error()
-            ));
+            return Err(SetupError::DropCapability {
+                cap,
+                source: std::io::Error::last_os_error(),
+            });
         }
     }
     userns::become_user(spec.uid, spec.gid)?;
-    rustix::thread::clear_ambient_capability_set()
-        .map_err(|e| format!("ambient capabilities: {e}"))?;
+    rustix::thread::clear_ambient_capability_set().map_err(call("ambient capabilities"))?;
     rustix::thread::set_capabilities(
         None,
         rustix::thread::CapabilitySets {
@@ -345,10 +342,10 @@ fn drop_capabilities(spec: &Spec) -> Result<(), String> {
             inheritable: rustix::thread::CapabilitySet::empty(),
         },
     )
-    .map_err(|e| format!("dropping capabilities: {e}"))?;
-    let left = rustix::thread::capabilities(None).map_err(|e| format!("capabilities: {e}"))?;
+    .map_err(call("dropping capabilities"))?;
+    let left = rustix::thread::capabilities(None).map_err(call("capabilities"))?;
     if !left.permitted.is_empty() || !left.effective.is_empty() {
-        return Err("capabilities are left after dropping them".into());
+        return Err(SetupError::CapabilitiesLeft);
     }
     Ok(())
 }

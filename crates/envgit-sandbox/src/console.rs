@@ -66,6 +66,31 @@ pub fn release(socket: OwnedFd) -> std::io::Result<()> {
     std::fs::File::from(socket).write_all(b"g")
 }
 
+/// Why PID 1 could not make the command's terminal or hand it to envgit.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ConsoleError {
+    /// A pty call failed; `what` names the step (`unlockpt`, `opening /dev/pts/3`, …).
+    #[error("{what}: {source}")]
+    Pty {
+        what: String,
+        #[source]
+        source: rustix::io::Errno,
+    },
+    #[error("console message: no room for the terminal")]
+    NoRoom,
+    #[error("handing the terminal to envgit: {0}")]
+    Send(#[source] rustix::io::Errno),
+    #[error("envgit went away before the command started")]
+    EnvgitGone,
+    #[error("waiting for envgit to set the terminal up: {0}")]
+    Wait(#[source] std::io::Error),
+}
+
+fn pty(what: impl Into<String>) -> impl FnOnce(rustix::io::Errno) -> ConsoleError {
+    let what = what.into();
+    move |source| ConsoleError::Pty { what, source }
+}
+
 /// A pty of the sandbox's devpts (PID 1, after `pivot_root`): the slave belongs to the
 /// command's user, as `login` gives a user their terminal.
 pub(crate) struct Console {
@@ -74,39 +99,41 @@ pub(crate) struct Console {
 }
 
 impl Console {
-    pub(crate) fn open(uid: u32, gid: u32) -> Result<Console, String> {
+    pub(crate) fn open(uid: u32, gid: u32) -> Result<Console, ConsoleError> {
         let master = rustix::pty::openpt(
             rustix::pty::OpenptFlags::RDWR
                 | rustix::pty::OpenptFlags::NOCTTY
                 | rustix::pty::OpenptFlags::CLOEXEC,
         )
-        .map_err(|e| format!("opening /dev/ptmx inside: {e}"))?;
-        rustix::pty::unlockpt(&master).map_err(|e| format!("unlockpt: {e}"))?;
-        let name =
-            rustix::pty::ptsname(&master, Vec::new()).map_err(|e| format!("ptsname: {e}"))?;
+        .map_err(pty("opening /dev/ptmx inside"))?;
+        rustix::pty::unlockpt(&master).map_err(pty("unlockpt"))?;
+        let name = rustix::pty::ptsname(&master, Vec::new()).map_err(pty("ptsname"))?;
         let slave = rustix::fs::open(
             name.as_c_str(),
             rustix::fs::OFlags::RDWR | rustix::fs::OFlags::NOCTTY | rustix::fs::OFlags::CLOEXEC,
             rustix::fs::Mode::empty(),
         )
-        .map_err(|e| format!("opening {}: {e}", name.to_string_lossy()))?;
+        .map_err(pty(format!("opening {}", name.to_string_lossy())))?;
         rustix::fs::fchown(
             &slave,
             Some(rustix::process::Uid::from_raw(uid)),
             Some(rustix::process::Gid::from_raw(gid)),
         )
-        .map_err(|e| format!("giving {} to uid {uid}: {e}", name.to_string_lossy()))?;
+        .map_err(pty(format!(
+            "giving {} to uid {uid}",
+            name.to_string_lossy()
+        )))?;
         Ok(Console { master, slave })
     }
 
     /// Hands the master to envgit and waits for its go. Returns the slave; PID 1 keeps no
     /// copy of the master, so the pty ends for envgit when the command's last process does.
-    pub(crate) fn hand_over(self, socket: OwnedFd) -> Result<OwnedFd, String> {
+    pub(crate) fn hand_over(self, socket: OwnedFd) -> Result<OwnedFd, ConsoleError> {
         let fds = [self.master.as_fd()];
         let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
         let mut control = SendAncillaryBuffer::new(&mut space);
         if !control.push(SendAncillaryMessage::ScmRights(&fds)) {
-            return Err("console message: no room for the terminal".into());
+            return Err(ConsoleError::NoRoom);
         }
         rustix::net::sendmsg(
             &socket,
@@ -114,24 +141,24 @@ impl Console {
             &mut control,
             SendFlags::empty(),
         )
-        .map_err(|e| format!("handing the terminal to envgit: {e}"))?;
+        .map_err(ConsoleError::Send)?;
         drop(self.master);
         let mut go = [0u8; 1];
         let mut socket = std::fs::File::from(socket);
         match socket.read(&mut go) {
             Ok(1) => Ok(self.slave),
-            Ok(_) => Err("envgit went away before the command started".into()),
-            Err(e) => Err(format!("waiting for envgit to set the terminal up: {e}")),
+            Ok(_) => Err(ConsoleError::EnvgitGone),
+            Err(e) => Err(ConsoleError::Wait(e)),
         }
     }
 }
 
 /// The worker, a session leader with no terminal yet: the slave becomes its controlling
 /// terminal and its standard input, output and error.
-pub(crate) fn take_as_controlling(slave: OwnedFd) -> Result<(), String> {
-    rustix::process::ioctl_tiocsctty(&slave).map_err(|e| format!("TIOCSCTTY: {e}"))?;
-    rustix::stdio::dup2_stdin(&slave).map_err(|e| format!("terminal as stdin: {e}"))?;
-    rustix::stdio::dup2_stdout(&slave).map_err(|e| format!("terminal as stdout: {e}"))?;
-    rustix::stdio::dup2_stderr(&slave).map_err(|e| format!("terminal as stderr: {e}"))?;
+pub(crate) fn take_as_controlling(slave: OwnedFd) -> Result<(), ConsoleError> {
+    rustix::process::ioctl_tiocsctty(&slave).map_err(pty("TIOCSCTTY"))?;
+    rustix::stdio::dup2_stdin(&slave).map_err(pty("terminal as stdin"))?;
+    rustix::stdio::dup2_stdout(&slave).map_err(pty("terminal as stdout"))?;
+    rustix::stdio::dup2_stderr(&slave).map_err(pty("terminal as stderr"))?;
     Ok(())
 }

@@ -14,12 +14,16 @@ use landlock::{
 /// under `/run/envgit` — never the project or the home, where a host service may listen.
 const UNIX_CONNECT_ROOTS: &[&str] = &["/tmp", "/var/tmp", "/run/envgit"];
 
+/// The ruleset could not be built or applied (the command must not start without it).
+#[derive(Debug, thiserror::Error)]
+#[error("landlock: {0}")]
+pub struct LandlockError(#[from] landlock::RulesetError);
+
 /// Apply the ruleset; returns a line describing what is enforced.
-pub fn restrict(write_roots: &[PathBuf]) -> Result<String, String> {
+pub fn restrict(write_roots: &[PathBuf]) -> Result<String, LandlockError> {
     let abi = ABI::V6;
     let read = AccessFs::from_read(abi);
     let all = AccessFs::from_all(abi);
-    let err = |e: landlock::RulesetError| format!("landlock: {e}");
     let unix_roots: Vec<&str> = UNIX_CONNECT_ROOTS
         .iter()
         .copied()
@@ -28,20 +32,13 @@ pub fn restrict(write_roots: &[PathBuf]) -> Result<String, String> {
     let status = Ruleset::default()
         .set_compatibility(CompatLevel::BestEffort)
         // ABI 9 adds connecting to pathname unix sockets; older kernels drop it (best effort).
-        .handle_access(all | AccessFs::ResolveUnix)
-        .map_err(err)?
-        .scope(Scope::AbstractUnixSocket | Scope::Signal)
-        .map_err(err)?
-        .create()
-        .map_err(err)?
-        .add_rules(path_beneath_rules(["/"], read))
-        .map_err(err)?
-        .add_rules(path_beneath_rules(write_roots, all))
-        .map_err(err)?
-        .add_rules(path_beneath_rules(unix_roots, AccessFs::ResolveUnix))
-        .map_err(err)?
-        .restrict_self()
-        .map_err(err)?;
+        .handle_access(all | AccessFs::ResolveUnix)?
+        .scope(Scope::AbstractUnixSocket | Scope::Signal)?
+        .create()?
+        .add_rules(path_beneath_rules(["/"], read))?
+        .add_rules(path_beneath_rules(write_roots, all))?
+        .add_rules(path_beneath_rules(unix_roots, AccessFs::ResolveUnix))?
+        .restrict_self()?;
     Ok(match status.ruleset {
         RulesetStatus::FullyEnforced => format!("landlock: enforced (ABI {})", abi as i32),
         RulesetStatus::PartiallyEnforced => "landlock: partially enforced (older kernel)".into(),

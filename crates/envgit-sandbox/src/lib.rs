@@ -26,6 +26,7 @@ mod project_index;
 pub mod registry_env;
 pub mod relay;
 mod seccomp;
+mod setup_error;
 pub mod spec;
 mod sys;
 mod timing;

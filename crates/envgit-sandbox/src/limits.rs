@@ -235,22 +235,36 @@ pub fn prepare(name: &str) -> RunLimits {
     out
 }
 
+/// A limit the sandbox could not put on itself; the command does not start without it.
+#[derive(Debug, thiserror::Error)]
+pub enum LimitError {
+    #[error("joining the run's cgroup {}: {source}", dir.display())]
+    JoinCgroup {
+        dir: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("RLIMIT_NPROC: {0}")]
+    Nproc(#[source] rustix::io::Errno),
+}
+
 /// In the sandbox process, before any namespace: join the run's cgroups. Fails closed: a
 /// cgroup the host made but the sandbox cannot join is an error, never a silent no-limit.
-pub fn join(cgroups: &[PathBuf]) -> Result<(), String> {
+pub fn join(cgroups: &[PathBuf]) -> Result<(), LimitError> {
     for dir in cgroups {
-        std::fs::write(dir.join("cgroup.procs"), "0")
-            .map_err(|e| format!("joining the run's cgroup {}: {e}", dir.display()))?;
+        std::fs::write(dir.join("cgroup.procs"), "0").map_err(|source| LimitError::JoinCgroup {
+            dir: dir.clone(),
+            source,
+        })?;
     }
     Ok(())
 }
 
 /// In the worker, just before exec: the per-run process limit.
-pub fn set_nproc(max: u64) -> Result<(), String> {
+pub fn set_nproc(max: u64) -> Result<(), LimitError> {
     let lim = rustix::process::Rlimit {
         current: Some(max),
         maximum: Some(max),
     };
-    rustix::process::setrlimit(rustix::process::Resource::Nproc, lim)
-        .map_err(|e| format!("RLIMIT_NPROC: {e}"))
+    rustix::process::setrlimit(rustix::process::Resource::Nproc, lim).map_err(LimitError::Nproc)
 }

@@ -15,10 +15,29 @@ use rustix::mount::{MountFlags, MountPropagationFlags};
 use crate::spec::Spec;
 use crate::sys;
 
-type R<T = ()> = Result<T, String>;
+/// Why the sandbox's view could not be built; the command does not start.
+#[derive(Debug, thiserror::Error)]
+pub enum MountError {
+    /// A call on the way failed; `what` names the step and the path it was for.
+    #[error("{what}: {source}")]
+    Step {
+        what: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{}: not UTF-8, cannot name it to overlayfs", .0.display())]
+    NotUtf8(PathBuf),
+    #[error("bad /run/envgit file name {0:?}")]
+    BadRunFileName(String),
+}
 
-fn ctx<T, E: std::fmt::Display>(r: Result<T, E>, what: impl FnOnce() -> String) -> R<T> {
-    r.map_err(|e| format!("{}: {e}", what()))
+type R<T = ()> = Result<T, MountError>;
+
+fn ctx<T, E: Into<std::io::Error>>(r: Result<T, E>, what: impl FnOnce() -> String) -> R<T> {
+    r.map_err(|e| MountError::Step {
+        what: what(),
+        source: e.into(),
+    })
 }
 
 /// `root` + absolute `p`.
@@ -218,7 +237,7 @@ fn target_dir(root: &Path, root_fd: &OwnedFd, p: &Path) -> R<OwnedFd> {
                 format!("{} in the sandbox", p.display())
             })
         }
-        Err(e) => Err(format!("{} in the sandbox: {e}", p.display())),
+        Err(e) => ctx(Err(e), || format!("{} in the sandbox", p.display())),
     }
 }
 
@@ -260,10 +279,10 @@ fn overlay(root: &Path, root_fd: &OwnedFd, o: &crate::spec::Overlay) -> R {
 
 /// A path as overlayfs's option string needs it: `,` separates options and `:` lower
 /// layers, so both (and the backslash itself) are escaped with a backslash.
-fn escape_overlay_path(p: &Path) -> Result<String, String> {
+fn escape_overlay_path(p: &Path) -> R<String> {
     let s = p
         .to_str()
-        .ok_or_else(|| format!("{}: not UTF-8, cannot name it to overlayfs", p.display()))?;
+        .ok_or_else(|| MountError::NotUtf8(p.to_owned()))?;
     let mut out = String::with_capacity(s.len());
     for c in s.chars() {
         if matches!(c, ',' | ':' | '\\') {
@@ -425,7 +444,7 @@ fn mask(root_fd: &OwnedFd, p: &Path, masked_file: &Path) -> R {
         Err(rustix::io::Errno::NOENT) => return Ok(()),
         // A symlink on the way: the plan also masks the link's resolved target.
         Err(rustix::io::Errno::LOOP | rustix::io::Errno::XDEV) => return Ok(()),
-        Err(e) => return Err(format!("masking {}: {e}", p.display())),
+        Err(e) => return ctx(Err(e), || format!("masking {}", p.display())),
     };
     let st = ctx(rustix::fs::fstat(&target), || p.display().to_string())?;
     let path = fd_path(&target);
@@ -463,7 +482,7 @@ fn run_files(root: &Path, files: &[(String, PathBuf)]) -> R {
     ctx(std::fs::create_dir_all(&dir), || "mkdir /run/envgit".into())?;
     for (name, src) in files {
         if name.is_empty() || name.contains('/') || name.starts_with('.') {
-            return Err(format!("bad /run/envgit file name {name:?}"));
+            return Err(MountError::BadRunFileName(name.clone()));
         }
         let dst = dir.join(name);
         ctx(std::fs::write(&dst, b""), || format!("/run/envgit/{name}"))?;

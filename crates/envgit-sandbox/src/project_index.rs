@@ -105,6 +105,25 @@ fn project_globs(policy: &Policy, project: &Path) -> (Option<Gitignore>, Vec<u8>
     (b.build().ok(), lines)
 }
 
+/// More files in the project are hard links to files outside it than the sandbox can make
+/// read-only one by one: the step is refused (a write through one would change the outside).
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "{count} files in the project are hard links to files outside it ({}, …): a write \
+     through one would change the file outside, and envgit makes each read-only in \
+     the sandbox, but at most {MAX_LINK_BINDS}; refusing to run. Make them copies: \
+     git objects from `git clone --local`: `git repack -a -d` in the project; a pnpm \
+     store: `pnpm config set package-import-method copy` and reinstall; other files: \
+     copy each over itself (`find . -type f -links +1` lists them)",
+    examples.join(", ")
+)]
+pub struct TooManyHardLinks {
+    /// How many files are linked out.
+    pub count: usize,
+    /// The first few, relative to the project.
+    pub examples: Vec<String>,
+}
+
 /// The secrets to mask and the hard-linked files to make read-only, from `index`. The
 /// directories the index does not cover are listed again only where they changed since the
 /// listing kept at `listing_cache` (a file in the store), which is then replaced.
@@ -113,7 +132,7 @@ pub fn project_facts(
     project: &Path,
     index: &dyn ProjectIndex,
     listing_cache: Option<&Path>,
-) -> Result<ProjectFacts, String> {
+) -> Result<ProjectFacts, TooManyHardLinks> {
     let (globs, glob_lines) = project_globs(policy, project);
     let matches = |p: &Path, is_dir: bool| {
         globs
@@ -174,16 +193,10 @@ pub fn project_facts(
             .take(3)
             .map(|p| p.strip_prefix(project).unwrap_or(p).display().to_string())
             .collect();
-        return Err(format!(
-            "{} files in the project are hard links to files outside it ({}, …): a write \
-             through one would change the file outside, and envgit makes each read-only in \
-             the sandbox, but at most {MAX_LINK_BINDS}; refusing to run. Make them copies: \
-             git objects from `git clone --local`: `git repack -a -d` in the project; a pnpm \
-             store: `pnpm config set package-import-method copy` and reinstall; other files: \
-             copy each over itself (`find . -type f -links +1` lists them)",
-            out.len(),
-            some.join(", ")
-        ));
+        return Err(TooManyHardLinks {
+            count: out.len(),
+            examples: some,
+        });
     }
     facts.linked_out = out;
     facts.secrets.sort();
@@ -399,7 +412,9 @@ mod tests {
                 .map(|(i, n)| (*n, file(i as u64, 2)))
                 .collect(),
         );
-        let e = project_facts(&policy(""), Path::new("/proj"), &index, None).unwrap_err();
+        let e = project_facts(&policy(""), Path::new("/proj"), &index, None)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains(&format!("{} files", MAX_LINK_BINDS + 1)), "{e}");
         assert!(e.contains("git repack -a -d"), "{e}");
     }

@@ -9,23 +9,33 @@ use seccompiler::{
     SeccompRule, TargetArch, sock_filter,
 };
 
-type R<T> = Result<T, String>;
+/// Why the filters could not be built or installed.
+#[derive(Debug, thiserror::Error)]
+pub enum SeccompError {
+    #[error("seccomp: unsupported architecture {0}")]
+    UnsupportedArch(&'static str),
+    /// A condition, rule or filter seccompiler refused to compile.
+    #[error("seccomp: {0}")]
+    Build(#[from] seccompiler::BackendError),
+    /// The kernel refused the compiled filter.
+    #[error("seccomp: {0}")]
+    Install(#[source] seccompiler::Error),
+}
+
+type R<T> = Result<T, SeccompError>;
 
 fn cond(arg: u8, len: SeccompCmpArgLen, op: SeccompCmpOp, v: u64) -> R<SeccompCondition> {
-    SeccompCondition::new(arg, len, op, v).map_err(|e| format!("seccomp: {e}"))
+    Ok(SeccompCondition::new(arg, len, op, v)?)
 }
 
 fn rule(conds: Vec<SeccompCondition>) -> R<SeccompRule> {
-    SeccompRule::new(conds).map_err(|e| format!("seccomp: {e}"))
+    Ok(SeccompRule::new(conds)?)
 }
 
 fn arch() -> R<TargetArch> {
-    std::env::consts::ARCH.try_into().map_err(|_| {
-        format!(
-            "seccomp: unsupported architecture {}",
-            std::env::consts::ARCH
-        )
-    })
+    std::env::consts::ARCH
+        .try_into()
+        .map_err(|_| SeccompError::UnsupportedArch(std::env::consts::ARCH))
 }
 
 /// Syscalls refused outright with EPERM.
@@ -108,9 +118,8 @@ fn eperm_filter() -> R<BpfProgram> {
         SeccompAction::Allow,
         SeccompAction::Errno(libc::EPERM as u32),
         arch()?,
-    )
-    .map_err(|e| format!("seccomp: {e}"))?;
-    let mut prog: BpfProgram = filter.try_into().map_err(|e| format!("seccomp: {e:?}"))?;
+    )?;
+    let mut prog: BpfProgram = filter.try_into()?;
     // Before anything else: any syscall number with the x32 bit set kills the process.
     let prefix = vec![
         sock_filter {
@@ -145,14 +154,13 @@ fn clone3_filter() -> R<BpfProgram> {
         SeccompAction::Allow,
         SeccompAction::Errno(libc::ENOSYS as u32),
         arch()?,
-    )
-    .map_err(|e| format!("seccomp: {e}"))?;
-    filter.try_into().map_err(|e| format!("seccomp: {e:?}"))
+    )?;
+    Ok(filter.try_into()?)
 }
 
 pub fn apply() -> R<()> {
     for prog in [eperm_filter()?, clone3_filter()?] {
-        seccompiler::apply_filter(&prog).map_err(|e| format!("seccomp: {e}"))?;
+        seccompiler::apply_filter(&prog).map_err(SeccompError::Install)?;
     }
     Ok(())
 }

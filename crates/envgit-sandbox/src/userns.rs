@@ -29,33 +29,84 @@ use rustix::thread::UnshareFlags;
 
 use crate::sys::{self, Forked};
 
+/// Why the sandbox could not enter its user namespace or become the command's user.
+#[derive(Debug, thiserror::Error)]
+pub enum UsernsError {
+    #[error(
+        "cannot run the command as uid {uid}: envgit runs as uid {own}, and only root can \
+         map another user into the sandbox"
+    )]
+    NotRoot { uid: u32, own: u32 },
+    /// `unshare` refused; `hint` names the host setting that forbids it and the fix.
+    #[error("cannot create a user namespace for the sandbox ({source}){hint}")]
+    Unshare {
+        #[source]
+        source: io::Error,
+        hint: &'static str,
+    },
+    #[error("cannot write {path}: {source}")]
+    WriteMap {
+        path: String,
+        #[source]
+        source: io::Error,
+    },
+    #[error("dropping root's supplementary groups: {0}")]
+    DropGroups(#[source] io::Error),
+    /// `pipe` or `fork` for the helper that writes the maps.
+    #[error("{call}: {source}")]
+    Helper {
+        call: &'static str,
+        #[source]
+        source: io::Error,
+    },
+    /// The helper's own report, read back from its pipe.
+    #[error("mapping uid {uid} into the sandbox: {report}")]
+    HelperReported { uid: u32, report: String },
+    #[error("mapping uid {uid} into the sandbox: the helper failed")]
+    HelperFailed { uid: u32 },
+    #[error("becoming uid {uid} gid {gid}: {source}")]
+    BecomeUser {
+        uid: u32,
+        gid: u32,
+        #[source]
+        source: io::Error,
+    },
+    #[error("becoming uid {uid} gid {gid}: the ids did not change")]
+    IdsUnchanged { uid: u32, gid: u32 },
+}
+
 /// Enter a new user and network namespace in which `uid`/`gid`, the ids the command runs as,
 /// are mapped to themselves (see the module's comment for who writes the maps).
-pub fn enter(uid: u32, gid: u32) -> Result<(), String> {
+pub fn enter(uid: u32, gid: u32) -> Result<(), UsernsError> {
     let own = rustix::process::geteuid().as_raw();
     if uid == own {
         return enter_as_self(uid, gid);
     }
     if own != 0 {
-        return Err(format!(
-            "cannot run the command as uid {uid}: envgit runs as uid {own}, and only root can \
-             map another user into the sandbox"
-        ));
+        return Err(UsernsError::NotRoot { uid, own });
     }
     enter_as_root_for(uid, gid)
 }
 
-fn unshare_user_and_net() -> Result<(), String> {
+fn unshare_user_and_net() -> Result<(), UsernsError> {
     // SAFETY: called while the sandbox process is single-threaded.
-    unsafe { rustix::thread::unshare_unsafe(UnshareFlags::NEWUSER | UnshareFlags::NEWNET) }
-        .map_err(|e| explain_userns_failure(e.into()))
+    unsafe { rustix::thread::unshare_unsafe(UnshareFlags::NEWUSER | UnshareFlags::NEWNET) }.map_err(
+        |e| {
+            let source = io::Error::from(e);
+            let hint = userns_hint(&source);
+            UsernsError::Unshare { source, hint }
+        },
+    )
 }
 
-fn write(path: &str, content: &str) -> Result<(), String> {
-    std::fs::write(path, content).map_err(|e| format!("cannot write {path}: {e}"))
+fn write(path: &str, content: &str) -> Result<(), UsernsError> {
+    std::fs::write(path, content).map_err(|source| UsernsError::WriteMap {
+        path: path.to_owned(),
+        source,
+    })
 }
 
-fn enter_as_self(uid: u32, gid: u32) -> Result<(), String> {
+fn enter_as_self(uid: u32, gid: u32) -> Result<(), UsernsError> {
     unshare_user_and_net()?;
     write("/proc/self/setgroups", "deny")?;
     write("/proc/self/uid_map", &format!("{uid} {uid} 1\n"))?;
@@ -74,21 +125,24 @@ fn root_and(id: u32) -> String {
 
 /// Root, mapping root and the project's owner: the maps are written by a helper that stays
 /// in the parent namespace, where root holds CAP_SETUID/CAP_SETGID.
-fn enter_as_root_for(uid: u32, gid: u32) -> Result<(), String> {
+fn enter_as_root_for(uid: u32, gid: u32) -> Result<(), UsernsError> {
     // SAFETY: setgroups(0, NULL) reads no memory; the process is single-threaded.
     if unsafe { libc::setgroups(0, std::ptr::null()) } == -1 {
-        return Err(format!(
-            "dropping root's supplementary groups: {}",
-            io::Error::last_os_error()
-        ));
+        return Err(UsernsError::DropGroups(io::Error::last_os_error()));
     }
     let me = rustix::process::getpid().as_raw_nonzero().get();
     let pipe = || {
-        rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(|e| format!("pipe: {e}"))
+        rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(|e| UsernsError::Helper {
+            call: "pipe",
+            source: e.into(),
+        })
     };
     let (go_r, go_w) = pipe()?;
     let (res_r, res_w) = pipe()?;
-    match sys::fork().map_err(|e| format!("fork: {e}"))? {
+    match sys::fork().map_err(|source| UsernsError::Helper {
+        call: "fork",
+        source,
+    })? {
         Forked::Child => {
             drop(go_w);
             drop(res_r);
@@ -100,7 +154,7 @@ fn enter_as_root_for(uid: u32, gid: u32) -> Result<(), String> {
                 Ok(1) => match write_maps(me, uid, gid) {
                     Ok(()) => 0,
                     Err(m) => {
-                        let _ = std::fs::File::from(res_w).write_all(m.as_bytes());
+                        let _ = std::fs::File::from(res_w).write_all(m.to_string().as_bytes());
                         1
                     }
                 },
@@ -124,19 +178,17 @@ fn enter_as_root_for(uid: u32, gid: u32) -> Result<(), String> {
             let status = wait(helper);
             unshared?;
             if !msg.is_empty() {
-                return Err(format!("mapping uid {uid} into the sandbox: {msg}"));
+                return Err(UsernsError::HelperReported { uid, report: msg });
             }
             if status != Some(0) {
-                return Err(format!(
-                    "mapping uid {uid} into the sandbox: the helper failed"
-                ));
+                return Err(UsernsError::HelperFailed { uid });
             }
             Ok(())
         }
     }
 }
 
-fn write_maps(pid: i32, uid: u32, gid: u32) -> Result<(), String> {
+fn write_maps(pid: i32, uid: u32, gid: u32) -> Result<(), UsernsError> {
     write(&format!("/proc/{pid}/setgroups"), "deny")?;
     write(&format!("/proc/{pid}/uid_map"), &root_and(uid))?;
     write(&format!("/proc/{pid}/gid_map"), &root_and(gid))
@@ -158,7 +210,7 @@ fn wait(pid: i32) -> Option<i32> {
 /// ids, when envgit runs as root on a project another user owns). Leaving uid 0 clears the
 /// permitted, effective and ambient capabilities (the caller empties them again, and
 /// checks); the ids are checked here.
-pub fn become_user(uid: u32, gid: u32) -> Result<(), String> {
+pub fn become_user(uid: u32, gid: u32) -> Result<(), UsernsError> {
     if rustix::process::geteuid().as_raw() == uid && rustix::process::getegid().as_raw() == gid {
         return Ok(());
     }
@@ -171,18 +223,17 @@ pub fn become_user(uid: u32, gid: u32) -> Result<(), String> {
         }
     };
     if r == -1 {
-        return Err(format!(
-            "becoming uid {uid} gid {gid}: {}",
-            io::Error::last_os_error()
-        ));
+        return Err(UsernsError::BecomeUser {
+            uid,
+            gid,
+            source: io::Error::last_os_error(),
+        });
     }
     let (mut ru, mut eu, mut su) = (0, 0, 0);
     // SAFETY: getresuid writes the three ids into the locals passed.
     unsafe { libc::getresuid(&mut ru, &mut eu, &mut su) };
     if [ru, eu, su] != [uid; 3] || rustix::process::getgid().as_raw() != gid {
-        return Err(format!(
-            "becoming uid {uid} gid {gid}: the ids did not change"
-        ));
+        return Err(UsernsError::IdsUnchanged { uid, gid });
     }
     Ok(())
 }
@@ -195,31 +246,27 @@ fn read_sysctl(path: &str) -> Option<String> {
 
 /// Say which host setting forbids user namespaces and how to allow them.
 pub fn explain_userns_failure(e: io::Error) -> String {
-    let mut msg = format!("cannot create a user namespace for the sandbox ({e})");
+    let hint = userns_hint(&e);
+    UsernsError::Unshare { source: e, hint }.to_string()
+}
+
+/// The host setting that forbids creating a user namespace, and how to allow it (`: …`).
+fn userns_hint(e: &io::Error) -> &'static str {
     if read_sysctl("/proc/sys/user/max_user_namespaces").as_deref() == Some("0")
         || e.raw_os_error() == Some(libc::ENOSPC)
     {
-        msg.push_str(
-            ": user namespaces are disabled or exhausted here (sysctl user.max_user_namespaces); \
-             fix: `sudo sysctl -w user.max_user_namespaces=15000`",
-        );
+        ": user namespaces are disabled or exhausted here (sysctl user.max_user_namespaces); \
+         fix: `sudo sysctl -w user.max_user_namespaces=15000`"
     } else if read_sysctl("/proc/sys/kernel/apparmor_restrict_unprivileged_userns").as_deref()
         == Some("1")
     {
-        msg.push_str(
-            ": AppArmor restricts unprivileged user namespaces \
-             (sysctl kernel.apparmor_restrict_unprivileged_userns=1); fix: add an AppArmor profile \
-             allowing `userns` for envgit, or `sudo sysctl -w kernel.apparmor_restrict_unprivileged_userns=0`",
-        );
+        ": AppArmor restricts unprivileged user namespaces \
+         (sysctl kernel.apparmor_restrict_unprivileged_userns=1); fix: add an AppArmor profile \
+         allowing `userns` for envgit, or `sudo sysctl -w kernel.apparmor_restrict_unprivileged_userns=0`"
     } else if read_sysctl("/proc/sys/kernel/unprivileged_userns_clone").as_deref() == Some("0") {
-        msg.push_str(
-            ": unprivileged user namespaces are disabled (sysctl kernel.unprivileged_userns_clone=0); \
-             fix: `sudo sysctl -w kernel.unprivileged_userns_clone=1`",
-        );
+        ": unprivileged user namespaces are disabled (sysctl kernel.unprivileged_userns_clone=0); \
+         fix: `sudo sysctl -w kernel.unprivileged_userns_clone=1`"
     } else {
-        msg.push_str(
-            ": this host (or a container around it) does not allow creating user namespaces",
-        );
+        ": this host (or a container around it) does not allow creating user namespaces"
     }
-    msg
 }

@@ -55,7 +55,7 @@ const LISTING_CACHE: &str = "listing.cache";
 pub(crate) fn of(project: &Project, store_dir: &Path, wt: &WorkTree) -> CmdResult<ProjectFacts> {
     let cache = store_dir.join(LISTING_CACHE);
     let facts = project_facts(&project.policy, &project.root, &Index(wt), Some(&cache))
-        .map_err(Failure::usage)?;
+        .map_err(|e| Failure::usage(e.to_string()))?;
     for n in &facts.notes {
         output::warn(n);
     }

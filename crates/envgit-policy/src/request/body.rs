@@ -109,7 +109,11 @@ fn json_any(body: Body<'_>, test: &dyn Fn(&Fields) -> bool) -> Tri {
             Doc::Other => false,
         }
     }
-    match body.whole().and_then(parse_doc) {
+    let doc = match body.whole() {
+        Ok(bytes) => parse_doc(bytes),
+        Err(why) => return Tri::Unknown(format!("JSON: {why}")),
+    };
+    match doc {
         Ok(doc) => Tri::from_bool(walk(&doc, test)),
         Err(why) => Tri::Unknown(format!("JSON: {why}")),
     }

@@ -12,8 +12,9 @@ use apollo_parser::cst;
 use crate::GraphqlOperation;
 
 use super::content_type::{FORM, MULTIPART, media_type};
-use super::json::{Doc, entries, parse_doc};
-use super::payload::{Body, form_fields};
+use super::form_error::FormError;
+use super::json::{Doc, NotJson, entries, parse_doc};
+use super::payload::{Body, Unavailable, form_fields};
 
 /// Nesting deeper than this (selection sets, values, types) is refused, not parsed.
 const RECURSION_LIMIT: usize = 128;
@@ -35,14 +36,16 @@ pub(crate) struct Operation {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub(crate) enum GraphqlError {
     #[error("query string: {0}")]
-    QueryString(String),
-    /// The body is missing, cut short, or not the JSON it claims to be.
+    QueryString(FormError),
+    /// The body is missing or cut short.
     #[error("{0}")]
-    Body(String),
+    Body(Unavailable),
+    #[error("{0}")]
+    Json(NotJson),
     #[error("body is not UTF-8")]
     NotUtf8,
     #[error("form: {0}")]
-    Form(String),
+    Form(FormError),
     #[error("a GraphQL request is a JSON object")]
     NotAnObject,
     #[error("`query` is not a string")]
@@ -78,13 +81,13 @@ const PERSISTED_KEYS: &[&str] = &["id", "documentId", "queryId", "doc_id"];
 /// body; every element of a batch; duplicates included) with each `operationName` any source
 /// gives, or all of its operations when no name is given or the name is not in it.
 pub(crate) fn operations(
-    query: &Result<Vec<(String, String)>, String>,
+    query: &Result<Vec<(String, String)>, FormError>,
     body: Body<'_>,
     content_type: Option<&str>,
 ) -> Result<Vec<Operation>, GraphqlError> {
     let query = match query {
         Ok(pairs) => from_pairs(pairs),
-        Err(why) => return Err(GraphqlError::QueryString(why.clone())),
+        Err(why) => return Err(GraphqlError::QueryString(*why)),
     };
     let bodies = body_requests(body, content_type)?;
     let sources: Vec<&Params> = std::iter::once(&query).chain(&bodies).collect();
@@ -207,7 +210,7 @@ fn body_requests(body: Body<'_>, content_type: Option<&str>) -> Result<Vec<Param
 
 /// A JSON object, or a batch (an array of objects).
 fn json_requests(bytes: &[u8]) -> Result<Vec<Params>, GraphqlError> {
-    match parse_doc(bytes).map_err(GraphqlError::Body)? {
+    match parse_doc(bytes).map_err(GraphqlError::Json)? {
         Doc::Object(fields) => Ok(vec![from_json(&fields)?]),
         Doc::Array(items) => items
             .iter()

@@ -17,9 +17,19 @@ pub(crate) enum Doc {
     Other,
 }
 
+/// A body that is not JSON; `category` is serde_json's short name for why (`syntax error`,
+/// `cut short`, …), enough for a reason without echoing the body.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("not JSON ({category})")]
+pub(crate) struct NotJson {
+    pub category: &'static str,
+}
+
 /// Parses a complete JSON body; `Err` with a short reason otherwise.
-pub(crate) fn parse_doc(body: &[u8]) -> Result<Doc, String> {
-    serde_json::from_slice(body).map_err(|e| format!("not JSON ({})", e.classify_name()))
+pub(crate) fn parse_doc(body: &[u8]) -> Result<Doc, NotJson> {
+    serde_json::from_slice(body).map_err(|e: serde_json::Error| NotJson {
+        category: e.classify_name(),
+    })
 }
 
 /// The values of every `key` entry, in order.

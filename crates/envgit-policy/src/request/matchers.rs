@@ -2,6 +2,7 @@
 //! [`Tri`], so that "cannot tell" is never silently read as "no".
 
 use crate::glob::{Case, star_match};
+use crate::request::form_error::FormError;
 use crate::request::normalize::PathError;
 
 /// The answer of one matcher.
@@ -134,7 +135,7 @@ pub(crate) fn path_tri(
 }
 
 /// `a=1&b=2` decoded (`+` is a space); `Err` for an invalid `%` escape.
-pub(crate) fn parse_query(raw: &str) -> Result<Vec<(String, String)>, String> {
+pub(crate) fn parse_query(raw: &str) -> Result<Vec<(String, String)>, FormError> {
     raw.split('&')
         .filter(|pair| !pair.is_empty())
         .map(|pair| {
@@ -145,7 +146,7 @@ pub(crate) fn parse_query(raw: &str) -> Result<Vec<(String, String)>, String> {
 }
 
 /// Percent-decoding with `+` as a space (`application/x-www-form-urlencoded`).
-pub(crate) fn form_decode(text: &str) -> Result<String, String> {
+pub(crate) fn form_decode(text: &str) -> Result<String, FormError> {
     let bytes = text.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
@@ -157,7 +158,7 @@ pub(crate) fn form_decode(text: &str) -> Result<String, String> {
                     .get(i + 1..i + 3)
                     .and_then(|h| std::str::from_utf8(h).ok())
                     .and_then(|h| u8::from_str_radix(h, 16).ok())
-                    .ok_or_else(|| "an invalid `%` escape".to_owned())?;
+                    .ok_or(FormError::InvalidEscape)?;
                 out.push(byte);
                 i += 2;
             }
@@ -172,7 +173,7 @@ pub(crate) fn form_decode(text: &str) -> Result<String, String> {
 /// Names and values compare exactly (values may hold `*`).
 pub(crate) fn query_tri(
     wanted: &[(String, String)],
-    query: &Result<Vec<(String, String)>, String>,
+    query: &Result<Vec<(String, String)>, FormError>,
 ) -> Tri {
     if wanted.is_empty() {
         return Tri::Match;

@@ -6,6 +6,7 @@
 
 use super::RequestInfo;
 use super::content_type::{FORM, MULTIPART, media_type};
+use super::form_error::FormError;
 use super::matchers::{Methods, Tri, form_decode};
 use super::payload::form_fields;
 
@@ -42,7 +43,10 @@ pub(crate) fn body_may_name_method(req: &RequestInfo<'_>) -> bool {
 }
 
 impl MethodSet {
-    pub fn of(req: &RequestInfo<'_>, query: &Result<Vec<(String, String)>, String>) -> MethodSet {
+    pub fn of(
+        req: &RequestInfo<'_>,
+        query: &Result<Vec<(String, String)>, FormError>,
+    ) -> MethodSet {
         let mut set = MethodSet {
             known: Vec::new(),
             any: None,

@@ -8,6 +8,7 @@
 mod body;
 mod content_type;
 mod decide;
+mod form_error;
 mod graphql;
 mod identity;
 mod json;

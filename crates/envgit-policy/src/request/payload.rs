@@ -2,6 +2,7 @@
 //! encodings read from it (`application/x-www-form-urlencoded`, `multipart/form-data`), which
 //! the body matchers, the GraphQL reader, method overrides and summaries all need.
 
+use super::form_error::FormError;
 use super::matchers::form_decode;
 
 /// The body as the caller has it.
@@ -13,20 +14,29 @@ pub(crate) struct Body<'a> {
 
 impl<'a> Body<'a> {
     /// The whole body, or why it is not available.
-    pub(crate) fn whole(&self) -> Result<&'a [u8], String> {
+    pub(crate) fn whole(&self) -> Result<&'a [u8], Unavailable> {
         match self.bytes {
-            None => Err("body not read".to_owned()),
-            Some(_) if !self.complete => Err("body larger than the inspected prefix".to_owned()),
+            None => Err(Unavailable::NotRead),
+            Some(_) if !self.complete => Err(Unavailable::Partial),
             Some(b) => Ok(b),
         }
     }
+}
+
+/// Why a matcher that needs the whole body does not have it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum Unavailable {
+    #[error("body not read")]
+    NotRead,
+    #[error("body larger than the inspected prefix")]
+    Partial,
 }
 
 /// The fields readable from the prefix, and whether that is all of them.
 pub(crate) fn form_fields(
     bytes: &[u8],
     complete: bool,
-) -> Result<(Vec<(String, String)>, bool), String> {
+) -> Result<(Vec<(String, String)>, bool), FormError> {
     if bytes.starts_with(b"--") {
         multipart_fields(bytes, complete)
     } else {
@@ -37,8 +47,8 @@ pub(crate) fn form_fields(
 fn urlencoded_fields(
     bytes: &[u8],
     complete: bool,
-) -> Result<(Vec<(String, String)>, bool), String> {
-    let text = std::str::from_utf8(bytes).map_err(|_| "not text".to_owned())?;
+) -> Result<(Vec<(String, String)>, bool), FormError> {
+    let text = std::str::from_utf8(bytes).map_err(|_| FormError::NotText)?;
     let mut pairs: Vec<&str> = text.split('&').collect();
     if !complete {
         pairs.pop(); // the last pair may be cut short
@@ -64,7 +74,10 @@ pub(crate) struct Part {
 }
 
 /// The fields readable from the prefix (complete values only), and whether that is all.
-fn multipart_fields(bytes: &[u8], complete: bool) -> Result<(Vec<(String, String)>, bool), String> {
+fn multipart_fields(
+    bytes: &[u8],
+    complete: bool,
+) -> Result<(Vec<(String, String)>, bool), FormError> {
     let (parts, all) = multipart_parts(bytes, complete)?;
     let fields = parts
         .into_iter()
@@ -77,11 +90,14 @@ fn multipart_fields(bytes: &[u8], complete: bool) -> Result<(Vec<(String, String
 /// `--boundary\r\n` headers `\r\n\r\n` value `\r\n--boundary` … `--boundary--`. A part
 /// whose headers are in the prefix but whose value is cut short is returned with
 /// `whole: false` (its file name is known before its bytes).
-pub(crate) fn multipart_parts(bytes: &[u8], complete: bool) -> Result<(Vec<Part>, bool), String> {
-    let first_end = find(bytes, b"\r\n").ok_or("no boundary line")?;
+pub(crate) fn multipart_parts(
+    bytes: &[u8],
+    complete: bool,
+) -> Result<(Vec<Part>, bool), FormError> {
+    let first_end = find(bytes, b"\r\n").ok_or(FormError::NoBoundaryLine)?;
     let boundary = &bytes[..first_end];
     if boundary.len() < 3 || boundary.len() > 72 {
-        return Err("bad boundary".to_owned());
+        return Err(FormError::BadBoundary);
     }
     let mut delimiter = b"\r\n".to_vec();
     delimiter.extend_from_slice(boundary);
@@ -92,7 +108,7 @@ pub(crate) fn multipart_parts(bytes: &[u8], complete: bool) -> Result<(Vec<Part>
             return cut(out, complete);
         };
         let headers = std::str::from_utf8(&bytes[pos..pos + head_end])
-            .map_err(|_| "bad part headers".to_owned())?;
+            .map_err(|_| FormError::BadPartHeaders)?;
         let value_start = pos + head_end + 4;
         let (name, filename) = (part_name(headers), part_filename(headers));
         let Some(value_len) = find(&bytes[value_start..], &delimiter) else {
@@ -115,15 +131,15 @@ pub(crate) fn multipart_parts(bytes: &[u8], complete: bool) -> Result<(Vec<Part>
         match bytes.get(pos..pos + 2) {
             Some(b"--") => return Ok((out, true)),
             Some(b"\r\n") => pos += 2,
-            Some(_) => return Err("bad part delimiter".to_owned()),
+            Some(_) => return Err(FormError::BadPartDelimiter),
             None => return cut(out, complete),
         }
     }
 }
 
-fn cut(out: Vec<Part>, complete: bool) -> Result<(Vec<Part>, bool), String> {
+fn cut(out: Vec<Part>, complete: bool) -> Result<(Vec<Part>, bool), FormError> {
     if complete {
-        Err("multipart body ends early".to_owned())
+        Err(FormError::EndsEarly)
     } else {
         Ok((out, false))
     }

@@ -31,10 +31,21 @@ impl Head {
 
 const MAX_PKT: usize = 65520;
 
+/// Why a body is not read as a `git push`'s command list; a matcher on it cannot decide.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum PktLineError {
+    #[error("not a pkt-line (bad length)")]
+    BadLength,
+    #[error("not a receive-pack command list (special or oversized packet)")]
+    SpecialOrOversized,
+    #[error("a pkt-line that is not a receive-pack command")]
+    NotACommand,
+}
+
 /// Reads pkt-lines from the start of `body` until the first flush or the end of the prefix.
 /// `Err` for anything that is not a receive-pack command list (gzip, garbage, a v2 delimiter,
 /// a line that is neither `shallow`, `push-cert…` nor `old new ref`).
-pub(crate) fn read_head(body: &[u8]) -> Result<Head, String> {
+pub(crate) fn read_head(body: &[u8]) -> Result<Head, PktLineError> {
     let mut head = Head {
         commands: Vec::new(),
         signed: false,
@@ -48,23 +59,21 @@ pub(crate) fn read_head(body: &[u8]) -> Result<Head, String> {
             .ok()
             .filter(|h| h.bytes().all(|b| b.is_ascii_hexdigit()))
             .and_then(|h| usize::from_str_radix(h, 16).ok())
-            .ok_or("not a pkt-line (bad length)")?;
+            .ok_or(PktLineError::BadLength)?;
         if len == 0 {
             head.ended = true;
             head.trailing = body.len() - (pos + 4);
             return Ok(head);
         }
         if !(4..=MAX_PKT).contains(&len) {
-            return Err("not a receive-pack command list (special or oversized packet)".to_owned());
+            return Err(PktLineError::SpecialOrOversized);
         }
         let Some(payload) = body.get(pos + 4..pos + len) else {
             // Cut short inside a packet: the command is whole if its capabilities have begun.
             let partial = body.get(pos + 4..).unwrap_or_default();
             if !in_cert && let Some(nul) = partial.iter().position(|&b| b == 0) {
-                head.commands.push(
-                    command(&partial[..nul])
-                        .ok_or("a pkt-line that is not a receive-pack command")?,
-                );
+                head.commands
+                    .push(command(&partial[..nul]).ok_or(PktLineError::NotACommand)?);
             }
             break;
         };
@@ -88,7 +97,7 @@ pub(crate) fn read_head(body: &[u8]) -> Result<Head, String> {
             continue;
         }
         head.commands
-            .push(command(line).ok_or("a pkt-line that is not a receive-pack command")?);
+            .push(command(line).ok_or(PktLineError::NotACommand)?);
     }
     Ok(head)
 }
