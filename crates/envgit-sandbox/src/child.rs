@@ -105,11 +105,16 @@ fn run(
     mark("user, net namespaces");
     sys::loopback_up().map_err(call("bringing up loopback"))?;
     mark("loopback up");
-    let relay = match &spec.relay {
-        Some(r) => Some(start_relay(r)?),
-        None => None,
+    // The relay binds its listeners while PID 1 builds the root; PID 1 waits for it only
+    // before it starts the command.
+    let (relay, relay_ready) = match &spec.relay {
+        Some(r) => {
+            let (pid, ready) = start_relay(r)?;
+            (Some(pid), Some(ready))
+        }
+        None => (None, None),
     };
-    mark("relay ready");
+    mark("relay started");
     // SAFETY: single-threaded here, so no other thread shares the fs state unshare changes.
     unsafe {
         rustix::thread::unshare_unsafe(
@@ -124,7 +129,7 @@ fn run(
     let code = match sys::fork().map_err(call("fork"))? {
         Forked::Child => {
             die_with_parent();
-            let code = match pid1(&spec, err, console) {
+            let code = match pid1(&spec, err, console, relay_ready) {
                 Ok(code) => code,
                 Err(failure) => {
                     if let Some(e) = err.as_mut() {
@@ -138,6 +143,7 @@ fn run(
         Forked::Parent(pid1) => {
             // Only PID 1 talks on the console socket: when it ends, envgit must see the end.
             drop(console);
+            drop(relay_ready);
             wait_exit(pid1)
         }
     };
@@ -166,8 +172,9 @@ fn wait_exit(pid: i32) -> i32 {
 }
 
 /// The relay lives in the sandbox's network namespace but the host's mount and pid
-/// namespaces: the command can neither see nor signal it.
-fn start_relay(r: &crate::spec::RelaySpec) -> Result<rustix::process::Pid, SetupError> {
+/// namespaces: the command can neither see nor signal it. Returns its pid and the pipe it
+/// writes one byte to once its listeners are bound ([`wait_for_relay`]).
+fn start_relay(r: &crate::spec::RelaySpec) -> Result<(rustix::process::Pid, OwnedFd), SetupError> {
     let (ready_r, ready_w) =
         rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(call("pipe"))?;
     match sys::fork().map_err(call("fork"))? {
@@ -188,13 +195,19 @@ fn start_relay(r: &crate::spec::RelaySpec) -> Result<rustix::process::Pid, Setup
         }
         Forked::Parent(pid) => {
             drop(ready_w);
-            let mut b = [0u8; 1];
-            let n = std::fs::File::from(ready_r).read(&mut b).unwrap_or(0);
-            if n != 1 {
-                return Err(SetupError::RelayNotStarted);
-            }
-            rustix::process::Pid::from_raw(pid).ok_or(SetupError::RelayPid)
+            let pid = rustix::process::Pid::from_raw(pid).ok_or(SetupError::RelayPid)?;
+            Ok((pid, ready_r))
         }
+    }
+}
+
+/// Wait until the relay's listeners are bound: its byte, or the end of the pipe if it died
+/// first (then nothing inside could reach the network, so the step fails).
+fn wait_for_relay(ready: OwnedFd) -> Result<(), SetupError> {
+    let mut b = [0u8; 1];
+    match std::fs::File::from(ready).read(&mut b) {
+        Ok(1) => Ok(()),
+        _ => Err(SetupError::RelayNotStarted),
     }
 }
 
@@ -203,6 +216,7 @@ fn pid1(
     spec: &Spec,
     err: &mut Option<std::fs::File>,
     console: Option<OwnedFd>,
+    relay_ready: Option<OwnedFd>,
 ) -> Result<i32, SetupError> {
     let _ = rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable);
     // Mount points and files made for the view are readable and searchable by the command,
@@ -219,6 +233,10 @@ fn pid1(
         None => None,
     };
     mark("pid 1: console");
+    if let Some(ready) = relay_ready {
+        wait_for_relay(ready)?;
+        mark("pid 1: relay ready");
+    }
     // The UTS namespace keeps the host's name: tools that write it into their lock files
     // (git's `gc.pid`) and compare it later must see the same host inside and out.
     match sys::fork().map_err(call("fork"))? {
