@@ -188,4 +188,16 @@ mod tests {
             }
         );
     }
+
+    #[test]
+    fn a_config_whose_directory_is_gone_is_an_error_naming_that_directory() {
+        let tmp = tempfile::tempdir().unwrap();
+        let e = filter_nested_config(tmp.path(), "vendor/x/.git/config", b"").unwrap_err();
+        assert!(
+            matches!(&e, NestedConfigError::Access { path, source }
+                if path == "vendor/x/.git" && *source == rustix::io::Errno::NOENT),
+            "{e:?}"
+        );
+        assert!(e.to_string().starts_with("vendor/x/.git: "), "{e}");
+    }
 }

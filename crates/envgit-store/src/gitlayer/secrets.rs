@@ -289,4 +289,16 @@ mod tests {
         assert_eq!(h.text, plain);
         assert!(h.secrets.is_empty());
     }
+
+    #[test]
+    fn a_credential_split_across_a_continued_line_is_refused_naming_its_key() {
+        // git joins the two lines, so the password it reads is nowhere in the file as written.
+        let text = b"[remote \"origin\"]\n\turl = https://bot:tok\\\nen@git.example.com/r.git\n";
+        let e = hide_secrets(text, tokens()).unwrap_err();
+        assert!(
+            matches!(&e, HideSecretsError::NotVerbatim { key } if key == "remote.origin.url"),
+            "{e:?}"
+        );
+        assert!(e.to_string().contains("remote.origin.url"), "{e}");
+    }
 }
