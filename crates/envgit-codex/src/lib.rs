@@ -20,6 +20,7 @@ pub mod paths;
 pub mod process;
 pub mod protocol;
 pub mod rpc;
+mod step_error;
 
 use std::io::BufRead;
 use std::path::{Path, PathBuf};
@@ -33,6 +34,7 @@ pub use process::StepIntent;
 use protocol::{EnvironmentInfo, Incoming, InitializeResult, Shell};
 pub use rpc::Trace;
 use rpc::{METHOD_NOT_FOUND, Out, RpcError};
+pub use step_error::StepCommandError;
 
 /// A burst of `fs/*` writes ends after this much quiet, or when a process starts.
 const FS_GROUP_QUIET: Duration = Duration::from_millis(300);
@@ -42,7 +44,7 @@ const FS_GROUP_QUIET: Duration = Duration::from_millis(300);
 pub trait Host: Send + Sync {
     /// A command that runs `intent.argv` in `intent.cwd` as one envgit step in the sandbox.
     /// The server sets its stdio and process group.
-    fn step_command(&self, intent: &StepIntent) -> Result<std::process::Command, String>;
+    fn step_command(&self, intent: &StepIntent) -> Result<std::process::Command, StepCommandError>;
     /// Record what a burst of `fs/*` calls wrote or was refused, as one step.
     fn record_fs(&self, effect: Effect);
     /// The directory processes start in when Codex names none.

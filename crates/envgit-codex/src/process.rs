@@ -161,7 +161,7 @@ impl Table {
         };
         let mut cmd = host
             .step_command(&intent)
-            .map_err(|m| RpcError::new(INTERNAL, m))?;
+            .map_err(|e| RpcError::new(INTERNAL, e.to_string()))?;
         cmd.process_group(0);
         let mut sources: Vec<(std::fs::File, &'static str)> = Vec::new();
         let mut stdin_w: Option<std::fs::File> = None;

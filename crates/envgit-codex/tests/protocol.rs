@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::Duration;
 
-use envgit_codex::{Effect, FsPolicy, Host, StepIntent, Trace, b64};
+use envgit_codex::{Effect, FsPolicy, Host, StepCommandError, StepIntent, Trace, b64};
 use serde_json::{Value, json};
 
 #[derive(Default)]
@@ -19,7 +19,7 @@ struct Direct {
 }
 
 impl Host for Direct {
-    fn step_command(&self, i: &StepIntent) -> Result<std::process::Command, String> {
+    fn step_command(&self, i: &StepIntent) -> Result<std::process::Command, StepCommandError> {
         let mut c = std::process::Command::new(&i.argv[0]);
         c.args(&i.argv[1..]).current_dir(&i.cwd);
         Ok(c)

@@ -119,3 +119,39 @@ pub(crate) async fn connect_upstream(
 pub(crate) fn upstream_h2<S>(upstream: &tokio_rustls::client::TlsStream<S>) -> bool {
     upstream.get_ref().1.alpn_protocol() == Some(b"h2")
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_extra_ca_that_is_not_pem_or_not_a_certificate_is_refused_saying_which() {
+        let not_base64 = b"-----BEGIN CERTIFICATE-----\n!!!!\n-----END CERTIFICATE-----\n";
+        let e = build_client_config(not_base64).unwrap_err();
+        assert!(matches!(e, RootsError::NotPem(_)), "{e:?}");
+        assert!(
+            e.to_string()
+                .starts_with("the extra upstream CA file is not PEM: "),
+            "{e}"
+        );
+
+        let not_a_certificate = b"-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n";
+        let e = build_client_config(not_a_certificate).unwrap_err();
+        assert!(matches!(e, RootsError::Unusable(_)), "{e:?}");
+        assert!(
+            e.to_string()
+                .starts_with("the extra upstream CA is not usable: "),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_roots_error_is_kept_for_every_later_connection() {
+        let trust = UpstreamTrust::new(
+            b"-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n".to_vec(),
+        );
+        let first = trust.config(false).unwrap_err();
+        let second = trust.config(true).unwrap_err();
+        assert!(Arc::ptr_eq(&first, &second));
+    }
+}

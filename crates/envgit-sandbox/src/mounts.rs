@@ -556,3 +556,25 @@ fn pivot(root: &Path) -> R {
     )?;
     ctx(std::env::set_current_dir("/"), || "chdir /".into())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::ffi::OsStrExt;
+
+    #[test]
+    fn an_overlay_path_is_escaped_and_one_not_utf8_is_refused_by_name() {
+        assert_eq!(
+            escape_overlay_path(Path::new("/h/a,b:c\\d")).unwrap(),
+            "/h/a\\,b\\:c\\\\d"
+        );
+        let bad = Path::new(std::ffi::OsStr::from_bytes(b"/home/\xff"));
+        let e = escape_overlay_path(bad).unwrap_err();
+        assert!(matches!(&e, MountError::NotUtf8(p) if p == bad), "{e:?}");
+        assert!(
+            e.to_string()
+                .contains("not UTF-8, cannot name it to overlayfs"),
+            "{e}"
+        );
+    }
+}

@@ -56,8 +56,8 @@ pub use fork::{ForkOptions, fork};
 pub use fsck::{FsckReport, fsck};
 pub use gc::{GcOptions, GcReport, gc};
 pub use gitlayer::{
-    ConfigSecret, Dropped as GitDropped, GitImport, GitLayer, HiddenConfig,
-    NestedCode as NestedGitCode, PreStep as GitPreStep,
+    ConfigSecret, Dropped as GitDropped, GitConfigError, GitImport, GitLayer, HiddenConfig,
+    HideSecretsError, NestedCode as NestedGitCode, NestedConfigError, PreStep as GitPreStep,
     filter_nested_config as filter_nested_git_config, hide_secrets as hide_git_config_secrets,
     import as git_import, nested_code_paths as nested_git_code_paths,
     recover as recover_git_layers,

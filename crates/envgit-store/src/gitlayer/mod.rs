@@ -12,7 +12,8 @@ mod nested;
 mod secrets;
 mod write;
 
+pub use config::GitConfigError;
 pub use import::{Dropped, GitImport, PreStep, import};
 pub use layer::{GitLayer, recover};
-pub use nested::{NestedCode, filter_nested_config, nested_code_paths};
-pub use secrets::{ConfigSecret, HiddenConfig, hide_secrets};
+pub use nested::{NestedCode, NestedConfigError, filter_nested_config, nested_code_paths};
+pub use secrets::{ConfigSecret, HiddenConfig, HideSecretsError, hide_secrets};

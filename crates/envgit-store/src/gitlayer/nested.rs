@@ -72,21 +72,46 @@ pub fn nested_code_paths(changes: &[EntryDiff]) -> NestedCode {
     out
 }
 
+/// Why a nested repository's config could not be filtered (it is then put back whole).
+#[derive(Debug, thiserror::Error)]
+pub enum NestedConfigError {
+    /// Opening, reading or writing `path` beneath the project, never through a link.
+    #[error("{path}: {source}")]
+    Access {
+        path: String,
+        #[source]
+        source: rustix::io::Errno,
+    },
+    /// git could not read the file or apply a key to the filtered copy.
+    #[error(transparent)]
+    Config(#[from] config::GitConfigError),
+    /// The private copy git builds the filtered file in.
+    #[error("a temporary file: {0}")]
+    TempFile(#[source] std::io::Error),
+}
+
+fn access(path: impl Into<String>) -> impl FnOnce(rustix::io::Errno) -> NestedConfigError {
+    let path = path.into();
+    move |source| NestedConfigError::Access { path, source }
+}
+
 /// Filters the config file at `rel` (below `root`, reached without following a link) against
 /// `before` (its pre-step text; empty when new): keys outside the allow-list that the step
 /// added, changed or removed get their pre-step values back; the others stay as the step left
 /// them. Returns the keys put back (none: the file was not touched).
-pub fn filter_nested_config(root: &Path, rel: &str, before: &[u8]) -> Result<Vec<Dropped>, String> {
+pub fn filter_nested_config(
+    root: &Path,
+    rel: &str,
+    before: &[u8],
+) -> Result<Vec<Dropped>, NestedConfigError> {
     let (dir_rel, name) = rel.rsplit_once('/').unwrap_or(("", rel));
-    let root_fd = open_root(root).map_err(|e| format!("{}: {e}", root.display()))?;
-    let dir =
-        open_dir_rel(root_fd.as_fd(), dir_rel.as_bytes()).map_err(|e| format!("{dir_rel}: {e}"))?;
-    let Some(after_text) = write::read(dir.as_fd(), name).map_err(|e| format!("{rel}: {e}"))?
-    else {
+    let root_fd = open_root(root).map_err(access(root.display().to_string()))?;
+    let dir = open_dir_rel(root_fd.as_fd(), dir_rel.as_bytes()).map_err(access(dir_rel))?;
+    let Some(after_text) = write::read(dir.as_fd(), name).map_err(access(rel))? else {
         return Ok(Vec::new());
     };
-    let before_entries = config::read(before).map_err(|e| e.to_string())?;
-    let after = config::read(&after_text).map_err(|e| e.to_string())?;
+    let before_entries = config::read(before)?;
+    let after = config::read(&after_text)?;
     let changed = config::changed(&before_entries, &after);
     let (allowed, refused): (Vec<String>, Vec<String>) =
         changed.into_iter().partition(|k| config::allowed(k));
@@ -95,14 +120,14 @@ pub fn filter_nested_config(root: &Path, rel: &str, before: &[u8]) -> Result<Vec
     }
     // The pre-step file with the allowed changes applied, built by git itself in a private
     // temporary file, then written in place beneath the repository's directory.
-    let tmp = tempfile::NamedTempFile::new().map_err(|e| format!("a temporary file: {e}"))?;
-    std::fs::write(tmp.path(), before).map_err(|e| format!("a temporary file: {e}"))?;
+    let tmp = tempfile::NamedTempFile::new().map_err(NestedConfigError::TempFile)?;
+    std::fs::write(tmp.path(), before).map_err(NestedConfigError::TempFile)?;
     for key in &allowed {
         let values = after.get(key).cloned().unwrap_or_default();
-        config::apply(tmp.path(), key, &values).map_err(|e| e.to_string())?;
+        config::apply(tmp.path(), key, &values)?;
     }
-    let text = std::fs::read(tmp.path()).map_err(|e| format!("a temporary file: {e}"))?;
-    write::write(dir.as_fd(), name, &text, false).map_err(|e| format!("{rel}: {e}"))?;
+    let text = std::fs::read(tmp.path()).map_err(NestedConfigError::TempFile)?;
+    write::write(dir.as_fd(), name, &text, false).map_err(access(rel))?;
     Ok(refused
         .into_iter()
         .map(|k| Dropped {
@@ -162,5 +187,17 @@ mod tests {
                 configs: vec!["vendor/x/.git/config".to_string()],
             }
         );
+    }
+
+    #[test]
+    fn a_config_whose_directory_is_gone_is_an_error_naming_that_directory() {
+        let tmp = tempfile::tempdir().unwrap();
+        let e = filter_nested_config(tmp.path(), "vendor/x/.git/config", b"").unwrap_err();
+        assert!(
+            matches!(&e, NestedConfigError::Access { path, source }
+                if path == "vendor/x/.git" && *source == rustix::io::Errno::NOENT),
+            "{e:?}"
+        );
+        assert!(e.to_string().starts_with("vendor/x/.git: "), "{e}");
     }
 }

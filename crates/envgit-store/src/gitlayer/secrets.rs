@@ -43,13 +43,25 @@ pub struct HiddenConfig {
     pub keys: Vec<String>,
 }
 
+/// Why a configuration's credentials cannot be hidden: then the file must not be shown at all.
+#[derive(Debug, thiserror::Error)]
+pub enum HideSecretsError {
+    /// git could not read the file.
+    #[error(transparent)]
+    Config(#[from] config::GitConfigError),
+    #[error(
+        "the value of {key} holds a credential envgit cannot find as written in the file, so it cannot hide it"
+    )]
+    NotVerbatim { key: String },
+}
+
 /// `text` (a git config file) with every credential replaced by a placeholder from `token`;
 /// `Err` when a credential cannot be found verbatim in the text (then the file must not be
 /// shown at all) or git cannot read the file.
 pub fn hide_secrets(
     text: &[u8],
     mut token: impl FnMut() -> String,
-) -> Result<HiddenConfig, String> {
+) -> Result<HiddenConfig, HideSecretsError> {
     if !may_hold_secret(text) {
         // The common case, and every step pays it: no git process to spawn.
         return Ok(HiddenConfig {
@@ -57,7 +69,7 @@ pub fn hide_secrets(
             ..HiddenConfig::default()
         });
     }
-    let entries = config::read(text).map_err(|e| e.to_string())?;
+    let entries = config::read(text)?;
     let mut out = HiddenConfig {
         text: text.to_vec(),
         ..HiddenConfig::default()
@@ -79,9 +91,7 @@ pub fn hide_secrets(
             };
             let Some(replaced) = replace_all(&out.text, verbatim.as_bytes(), shown.as_bytes())
             else {
-                return Err(format!(
-                    "the value of {key} holds a credential envgit cannot find as written in the file, so it cannot hide it"
-                ));
+                return Err(HideSecretsError::NotVerbatim { key: key.clone() });
             };
             out.text = replaced;
             out.placeholders
@@ -278,5 +288,17 @@ mod tests {
         let h = hide_secrets(plain, tokens()).unwrap();
         assert_eq!(h.text, plain);
         assert!(h.secrets.is_empty());
+    }
+
+    #[test]
+    fn a_credential_split_across_a_continued_line_is_refused_naming_its_key() {
+        // git joins the two lines, so the password it reads is nowhere in the file as written.
+        let text = b"[remote \"origin\"]\n\turl = https://bot:tok\\\nen@git.example.com/r.git\n";
+        let e = hide_secrets(text, tokens()).unwrap_err();
+        assert!(
+            matches!(&e, HideSecretsError::NotVerbatim { key } if key == "remote.origin.url"),
+            "{e:?}"
+        );
+        assert!(e.to_string().contains("remote.origin.url"), "{e}");
     }
 }

@@ -12,7 +12,7 @@ use std::process::{Command, ExitCode};
 use std::sync::Arc;
 
 use envgit_codex::config::{COPIED, HomeSpec, user_codex_home, write_home};
-use envgit_codex::{Effect, FsPolicy, Host, StepIntent};
+use envgit_codex::{Effect, FsPolicy, Host, StepCommandError, StepIntent};
 use envgit_store::{Refusal, StepDraft, StepKind, now_ms};
 
 use crate::cli::CodexArgs;
@@ -199,17 +199,16 @@ struct CodexHost {
 }
 
 impl Host for CodexHost {
-    fn step_command(&self, intent: &StepIntent) -> Result<Command, String> {
+    fn step_command(&self, intent: &StepIntent) -> Result<Command, StepCommandError> {
         let cwd = intent
             .cwd
             .canonicalize()
             .unwrap_or_else(|_| intent.cwd.clone());
         if !cwd.starts_with(&self.project.root) {
-            return Err(format!(
-                "envgit: the working directory {} is outside the project {}",
-                cwd.display(),
-                self.project.root.display()
-            ));
+            return Err(StepCommandError::CwdOutsideProject {
+                cwd,
+                project: self.project.root.clone(),
+            });
         }
         if intent.sandbox.is_some() || intent.managed_network.is_some() {
             output::note(

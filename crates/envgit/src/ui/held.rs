@@ -10,6 +10,20 @@ use crate::commands::approve::{Waiting, waiting_in};
 /// The channel the gate records beside the user (`… from the web page (envgit ui)`).
 const VIA: &str = "web page";
 
+/// Why the page's answer did not reach a held request.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum AnswerError {
+    #[error(
+        "request #{id} is no longer waiting (answered elsewhere, timed out, or its step ended)"
+    )]
+    NoLongerWaiting { id: u64 },
+    #[error("cannot reach the running step: {0}")]
+    Unreachable(#[source] std::io::Error),
+    /// The gate's own refusal (a wrong token, `approvers:` not naming this user, …).
+    #[error("{0}")]
+    Refused(String),
+}
+
 /// Every request held in a running step of `project` (its root as the gate labels it).
 pub(crate) fn list(project: &str) -> Vec<Waiting> {
     waiting_in(Some(project)).unwrap_or_default()
@@ -23,24 +37,22 @@ pub(crate) fn answer(
     id: u64,
     asked_at_ms: u64,
     approve: bool,
-) -> Result<PendingAsk, String> {
+) -> Result<PendingAsk, AnswerError> {
     let Some(held) = list(project)
         .into_iter()
         .find(|w| w.run == run && w.ask.id == id && w.ask.asked_at_ms == asked_at_ms)
     else {
-        return Err(format!(
-            "request #{id} is no longer waiting (answered elsewhere, timed out, or its step ended)"
-        ));
+        return Err(AnswerError::NoLongerWaiting { id });
     };
     let op = if approve {
         ControlOp::Approve { id: Some(id) }
     } else {
         ControlOp::Deny { id: Some(id) }
     };
-    let answer = control_request_via(&held.socket, op, Some(VIA))
-        .map_err(|e| format!("cannot reach the running step: {e}"))?;
+    let answer =
+        control_request_via(&held.socket, op, Some(VIA)).map_err(AnswerError::Unreachable)?;
     if let Some(e) = answer.error {
-        return Err(e);
+        return Err(AnswerError::Refused(e));
     }
     Ok(answer.answered.unwrap_or(held.ask))
 }

@@ -211,7 +211,7 @@ async fn post(ui: Arc<Ui>, path: &str) -> Response<UiBody> {
             .await;
     match done {
         Ok(Ok(ask)) => json(&ask),
-        Ok(Err(why)) => error(409, why),
+        Ok(Err(why)) => error(409, why.to_string()),
         Err(e) => error(500, e.to_string()),
     }
 }
