@@ -5,12 +5,15 @@
 //! re-reads any entry whose mtime is not older than its directory's scan.
 //!
 //! It is a cache: written to a temporary file and renamed into place (no fsync; a torn file
-//! fails its checksum), and a missing, torn, corrupt, foreign (another scan configuration) or
+//! fails its checksum), and not written at all when its bytes would be those on disk (a
+//! directory whose entries did not change keeps its stamp, so an unchanged project encodes
+//! the same), and a missing, torn, corrupt, foreign (another scan configuration) or
 //! other-version index is ignored — the scan then reads every file — never trusted. Its
 //! encoding is its own, not the tree objects'.
 
 use std::collections::HashMap;
 use std::path::Path;
+use std::sync::atomic::Ordering;
 
 use crate::error::{IoContext, Result};
 use crate::id::ObjectId;
@@ -28,7 +31,19 @@ impl WorkTree {
     /// follows is committed already, and an older index or none only makes the next scan read
     /// more.
     pub fn save_index(&self, store: &Store) -> Result<()> {
-        self.save_with_lock(&store.stat_cache_path(), Some(&store.dir().join("lock")))
+        let out = encode(self);
+        let summary = summary_of(&out);
+        if self.index_on_disk.load(Ordering::Relaxed) == summary {
+            // What is on disk already (a step that changed nothing): not written again.
+            return Ok(());
+        }
+        self.write_with_lock(
+            &store.stat_cache_path(),
+            &out,
+            Some(&store.dir().join("lock")),
+        )?;
+        self.index_on_disk.store(summary, Ordering::Relaxed);
+        Ok(())
     }
 
     /// Load the store's stat index if it is sound and made with this scan configuration.
@@ -43,23 +58,24 @@ impl WorkTree {
 
     /// Save the state to `path` (a copy: no store lock is taken).
     pub fn save_cache(&self, path: &Path) -> Result<()> {
-        self.save_with_lock(path, None)
+        self.write_with_lock(path, &encode(self), None)
     }
 
     /// Load a state saved with [`WorkTree::save_cache`]; anything unsound is ignored.
     pub fn load_cache(&mut self, path: &Path) {
-        if let Some(dirs) = std::fs::read(path)
-            .ok()
-            .and_then(|b| decode(&b, &self.config().fingerprint))
-        {
+        let Ok(bytes) = std::fs::read(path) else {
+            return;
+        };
+        if let Some(dirs) = decode(&bytes, &self.config().fingerprint) {
             self.dirs = dirs;
+            self.index_on_disk
+                .store(summary_of(&bytes), Ordering::Relaxed);
         }
     }
 
-    fn save_with_lock(&self, path: &Path, lock: Option<&Path>) -> Result<()> {
-        let out = encode(self);
+    fn write_with_lock(&self, path: &Path, out: &[u8], lock: Option<&Path>) -> Result<()> {
         let tmp = path.with_extension(format!("tmp-{:016x}", crate::pack::random_u64()));
-        if let Err(e) = std::fs::write(&tmp, &out).at(&tmp) {
+        if let Err(e) = std::fs::write(&tmp, out).at(&tmp) {
             let _ = std::fs::remove_file(&tmp);
             return if e.is_disk_full() { Ok(()) } else { Err(e) };
         }
@@ -79,6 +95,22 @@ impl WorkTree {
         }
         renamed
     }
+}
+
+/// [`WorkTree::index_on_disk`] before any index is loaded or saved.
+pub(crate) const NOT_ON_DISK: u64 = u64::MAX;
+
+/// An encoded index's checksum (its last 4 bytes) and length, in one word: equal summaries of
+/// two encodings of the same scan configuration mean the same bytes. A collision would only
+/// leave an older index on disk, which the next scan checks against `lstat` like any other.
+fn summary_of(encoded: &[u8]) -> u64 {
+    let crc = encoded
+        .len()
+        .checked_sub(4)
+        .and_then(|at| encoded.get(at..))
+        .and_then(|b| <[u8; 4]>::try_from(b).ok())
+        .map_or(0, u32::from_le_bytes);
+    ((encoded.len() as u64 & 0xffff_ffff) << 32) | u64::from(crc)
 }
 
 fn kind_byte(kind: EntryKind) -> u8 {
@@ -119,7 +151,10 @@ fn encode(wt: &WorkTree) -> Vec<u8> {
     out.extend_from_slice(&(fp.len() as u32).to_le_bytes());
     out.extend_from_slice(fp);
     out.extend_from_slice(&(wt.dirs.len() as u32).to_le_bytes());
-    for (rel, d) in &wt.dirs {
+    // In path order: the same state always encodes to the same bytes (see `summary_of`).
+    let mut dirs: Vec<(&Vec<u8>, &DirState)> = wt.dirs.iter().collect();
+    dirs.sort_unstable_by(|a, b| a.0.cmp(b.0));
+    for (rel, d) in dirs {
         out.extend_from_slice(&(rel.len() as u32).to_le_bytes());
         out.extend_from_slice(rel);
         out.extend_from_slice(&d.tree.0);
@@ -288,5 +323,89 @@ mod tests {
             assert!(decode(&bad, "").is_none(), "byte {i} flipped");
             assert!(decode(&bytes[..i], "").is_none(), "cut at {i}");
         }
+    }
+
+    /// Every file of `root`, its mtime set an hour back: older than any racy margin.
+    fn age_files(root: &Path) {
+        let old = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
+        for e in walk_files(root) {
+            std::fs::File::options()
+                .write(true)
+                .open(&e)
+                .unwrap()
+                .set_modified(old)
+                .unwrap();
+        }
+    }
+
+    fn walk_files(dir: &Path) -> Vec<std::path::PathBuf> {
+        let mut out = Vec::new();
+        for e in std::fs::read_dir(dir).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                out.extend(walk_files(&p));
+            } else {
+                out.push(p);
+            }
+        }
+        out
+    }
+
+    fn inode(path: &Path) -> u64 {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata(path).unwrap().ino()
+    }
+
+    /// A scan that finds nothing changed keeps every directory's stamp, so the index it would
+    /// save is the one on disk: not written again. An edit that keeps size and mtime is still
+    /// found (its ctime moved), and the index is written.
+    #[test]
+    fn an_unchanged_project_does_not_rewrite_the_index() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().join("p");
+        std::fs::create_dir_all(root.join("d/e")).unwrap();
+        std::fs::write(root.join("d/e/f"), "ffff").unwrap();
+        std::fs::write(root.join("g"), "gggg").unwrap();
+        age_files(&root);
+        let store = Store::create(&tmp.path().join("s"), &root).unwrap();
+        let index = store.stat_cache_path();
+        let scan = |store: &Store| {
+            let mut wt = WorkTree::new(&root, ScanConfig::default(), None).unwrap();
+            wt.load_index(store);
+            let (tree, _) = wt.full_scan(store, None).unwrap();
+            wt.save_index(store).unwrap();
+            tree
+        };
+        let first = scan(&store);
+        let written = inode(&index);
+        // Twice: the first reload may settle what the first scan found too recent (the
+        // directories' own stamps), after that nothing moves.
+        scan(&store);
+        let settled = inode(&index);
+        assert_eq!(scan(&store), first);
+        assert_eq!(
+            inode(&index),
+            settled,
+            "an unchanged scan rewrote the index"
+        );
+        let _ = written;
+
+        let f = root.join("d/e/f");
+        let mtime = std::fs::metadata(&f).unwrap().modified().unwrap();
+        std::fs::write(&f, "FFFF").unwrap();
+        std::fs::File::options()
+            .write(true)
+            .open(&f)
+            .unwrap()
+            .set_modified(mtime)
+            .unwrap();
+        let edited = scan(&store);
+        assert_ne!(edited, first, "an edit keeping size and mtime was missed");
+        assert_ne!(
+            inode(&index),
+            settled,
+            "the index of a changed tree was not written"
+        );
+        assert_eq!(scan(&store), edited);
     }
 }

@@ -58,7 +58,7 @@ mod libc_mode {
     pub const S_IFREG: u32 = 0o100_000;
 }
 
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CachedEntry {
     pub entry: TreeEntry,
     /// The entry's `lstat` when it was read; for a marker, that of the path it stands for

@@ -44,6 +44,9 @@ pub struct WorkTree {
     pub(crate) dirs: HashMap<Vec<u8>, DirState>,
     /// The store's directory, if it sits inside the project: never captured.
     skip: Option<(u64, u64)>,
+    /// The stat index as loaded or last saved ([`crate::stat_index`]): saving the same bytes
+    /// again is skipped.
+    pub(crate) index_on_disk: std::sync::atomic::AtomicU64,
 }
 
 impl WorkTree {
@@ -59,6 +62,7 @@ impl WorkTree {
             config,
             dirs: HashMap::new(),
             skip,
+            index_on_disk: std::sync::atomic::AtomicU64::new(crate::stat_index::NOT_ON_DISK),
         })
     }
 

@@ -244,9 +244,28 @@ impl Ctx<'_> {
         let tree = put_tree(self.store, self.budget, &entries, previous.as_ref())?;
         Ok(DirState {
             tree,
-            stamp_ns: self.started,
+            stamp_ns: self.stamp_for(rel, &entries),
             entries,
         })
+    }
+
+    /// The stamp a directory's new state carries: its last one when its entries are exactly
+    /// as then and none of its files was too recent to trust at that scan (so an unchanged
+    /// project keeps an unchanged stat index, which is then not written again), else this
+    /// scan's start. The older stamp vouches for less than this scan's would, never more.
+    fn stamp_for(&self, rel: &[u8], entries: &[CachedEntry]) -> i64 {
+        match self.prev.get(rel) {
+            Some(prev)
+                if prev.entries == entries
+                    && !entries.iter().any(|e| {
+                        e.entry.kind == EntryKind::File
+                            && e.stat.mtime_ns >= prev.stamp_ns - RACY_MARGIN_NS
+                    }) =>
+            {
+                prev.stamp_ns
+            }
+            _ => self.started,
+        }
     }
 
     /// The sequential walk below `dir`, whose entries were just read.
@@ -301,7 +320,7 @@ impl Ctx<'_> {
             let tree = put_tree(self.store, self.budget, &done.entries, previous.as_ref())?;
             let state = DirState {
                 tree,
-                stamp_ns: self.started,
+                stamp_ns: self.stamp_for(&done.rel, &done.entries),
                 entries: done.entries,
             };
             let Some(parent) = frames.last_mut() else {
