@@ -226,3 +226,267 @@ fn next_valid_frame(path: &Path, from: u64) -> Result<Option<u64>> {
     }
     Ok(None)
 }
+
+#[cfg(test)]
+mod tests {
+    //! Frames read straight from files a crash, a bad sector or a newer envgit would leave.
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use std::path::PathBuf;
+
+    use super::*;
+    use crate::journal_file::JournalFile;
+    use crate::lock::Flock;
+    use crate::step::{Placement, StepDraft};
+
+    fn step(number: u64) -> Step {
+        let draft = StepDraft {
+            summary: format!("step {number}"),
+            ..StepDraft::default()
+        };
+        let placement = Placement {
+            number,
+            parent: number.checked_sub(1).filter(|&p| p > 0),
+            tree: ObjectId::of(ObjectKind::Tree, &number.to_le_bytes()),
+            overlapped: false,
+        };
+        let mut step = draft.into_step(placement, Vec::new());
+        // Fixed, so a step encoded twice is the same record.
+        step.ended_at_ms = 1_000 + number;
+        step
+    }
+
+    fn location(kind: ObjectKind, n: u64, delta: bool) -> Location {
+        Location {
+            pack: 0x1234_5678_9abc_def0 ^ n,
+            offset: n * 1000,
+            stored_len: 70_000 + n as u32,
+            raw_len: u64::MAX - n,
+            kind,
+            delta,
+        }
+    }
+
+    /// An objects frame naming every kind (and a delta), then the step committing them.
+    fn commit(number: u64) -> (Vec<(ObjectId, Location)>, Vec<u8>) {
+        let objects: Vec<(ObjectId, Location)> = ObjectKind::ALL
+            .iter()
+            .enumerate()
+            .map(|(i, k)| {
+                let n = number * 10 + i as u64;
+                (ObjectId::of(*k, &n.to_le_bytes()), location(*k, n, false))
+            })
+            .chain([(
+                ObjectId::of(ObjectKind::Tree, b"delta"),
+                location(ObjectKind::Tree, number * 10 + 9, true),
+            )])
+            .collect();
+        let mut bytes = encode_objects(&objects);
+        bytes.extend(encode_step(&step(number)).unwrap());
+        (objects, bytes)
+    }
+
+    fn journal_with(bytes: &[u8]) -> (tempfile::TempDir, PathBuf) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("journal");
+        std::fs::write(&path, bytes).unwrap();
+        (dir, path)
+    }
+
+    fn message(e: StoreError) -> String {
+        e.to_string()
+    }
+
+    #[test]
+    fn frames_read_back_as_written() {
+        let (objects1, mut bytes) = commit(1);
+        let (objects2, second) = commit(2);
+        bytes.extend(&second);
+        let (_dir, path) = journal_with(&bytes);
+
+        let read = read(&path, 0, true).unwrap();
+        assert_eq!(read.steps, vec![step(1), step(2)]);
+        assert_eq!(read.objects, [objects1, objects2].concat());
+        assert_eq!(read.committed_end, bytes.len() as u64);
+
+        // Skipping the objects frames gives the same steps and end.
+        let steps_only = super::read(&path, 0, false).unwrap();
+        assert_eq!(steps_only.steps, read.steps);
+        assert!(steps_only.objects.is_empty());
+        assert_eq!(steps_only.committed_end, read.committed_end);
+
+        // Reading on from a committed end gives only what follows it.
+        let first_end = (bytes.len() - second.len()) as u64;
+        let later = super::read(&path, first_end, true).unwrap();
+        assert_eq!(later.steps, vec![step(2)]);
+        assert_eq!(later.committed_end, bytes.len() as u64);
+    }
+
+    #[test]
+    fn a_missing_an_empty_and_a_header_only_journal_hold_no_steps() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = read(&dir.path().join("journal"), 0, true).unwrap();
+        assert!(missing.steps.is_empty() && missing.committed_end == 0);
+
+        let (_d, empty) = journal_with(b"");
+        let read_empty = read(&empty, 0, true).unwrap();
+        assert!(read_empty.steps.is_empty() && read_empty.committed_end == 0);
+
+        // A frame's header alone (the write stopped right after it), with no step before it
+        // and after one.
+        let header = encode_step(&step(1)).unwrap()[..9].to_vec();
+        let (_d, only_header) = journal_with(&header);
+        let r = read(&only_header, 0, true).unwrap();
+        assert!(r.steps.is_empty() && r.committed_end == 0);
+
+        let (_, mut bytes) = commit(1);
+        let end = bytes.len() as u64;
+        bytes.extend(&header);
+        let (_d, after_step) = journal_with(&bytes);
+        let r = read(&after_step, 0, true).unwrap();
+        assert_eq!(r.steps, vec![step(1)]);
+        assert_eq!(r.committed_end, end);
+    }
+
+    #[test]
+    fn a_torn_last_commit_at_every_byte_is_not_committed_and_is_cut_only_there() {
+        let (_, first) = commit(1);
+        let (_, second) = commit(2);
+        // Shorter than the torn commit, so a tail left in place would show after it.
+        let third = encode_step(&step(3)).unwrap();
+        let whole = [first.clone(), second].concat();
+        for cut in first.len()..whole.len() {
+            let (_dir, path) = journal_with(&whole[..cut]);
+            let r = read(&path, 0, true).unwrap_or_else(|e| panic!("cut at {cut}: {e}"));
+            assert_eq!(r.steps, vec![step(1)], "cut at {cut}");
+            assert_eq!(r.committed_end, first.len() as u64, "cut at {cut}");
+
+            // The next writer cuts the torn tail off at the committed end, and nowhere else.
+            let mut file = JournalFile::new(path.parent().unwrap());
+            file.read_new(true).unwrap();
+            file.append(&third).unwrap();
+            assert_eq!(
+                std::fs::read(&path).unwrap(),
+                [first.clone(), third.clone()].concat(),
+                "cut at {cut}"
+            );
+            assert_eq!(read(&path, 0, true).unwrap().steps, vec![step(1), step(3)]);
+        }
+    }
+
+    #[test]
+    fn a_damaged_frame_before_an_intact_one_is_an_error_naming_file_and_offset() {
+        let (_, first) = commit(1);
+        let (_, second) = commit(2);
+        let whole = [first.clone(), second].concat();
+        let objects_len = encode_objects(&commit(1).0).len();
+        // A byte inside the first commit's objects frame, and one inside its step frame.
+        // The next intact frame: the step frame after a damaged objects frame, the second
+        // commit after a damaged step frame.
+        for (at, frame_start, next) in [
+            (20, 0, objects_len),
+            (objects_len + 30, objects_len, first.len()),
+        ] {
+            let mut damaged = whole.clone();
+            damaged[at] ^= 0x40;
+            let (_dir, path) = journal_with(&damaged);
+            let e = message(read(&path, 0, true).err().expect("damage is reported"));
+            assert!(e.contains(&path.display().to_string()), "{e}");
+            assert!(
+                e.contains(&format!("at byte {frame_start} is damaged")),
+                "{e}"
+            );
+            assert!(e.contains(&format!("follows at byte {next}")), "{e}");
+
+            // The writer refuses too, and leaves every byte where it was.
+            let mut file = JournalFile::new(path.parent().unwrap());
+            assert!(file.read_new(true).is_err());
+            assert_eq!(std::fs::read(&path).unwrap(), damaged);
+        }
+    }
+
+    #[test]
+    fn an_unknown_frame_type_is_reported_with_its_offset() {
+        let (_, first) = commit(1);
+        let mut bytes = first.clone();
+        let mut unknown = frame(FrameType::Step, b"from a newer envgit");
+        unknown[4] = 9;
+        let crc = crc32c::crc32c(&unknown[4..unknown.len() - 4]);
+        let n = unknown.len();
+        unknown[n - 4..].copy_from_slice(&crc.to_le_bytes());
+        bytes.extend(&unknown);
+        let (_dir, path) = journal_with(&bytes);
+        let e = message(
+            read(&path, 0, true)
+                .err()
+                .expect("unknown type is reported"),
+        );
+        assert!(
+            e.contains(&format!("at byte {} has type 9", first.len())),
+            "{e}"
+        );
+        assert!(e.contains(&path.display().to_string()), "{e}");
+    }
+
+    #[test]
+    fn an_objects_frame_with_an_unknown_kind_is_corrupt() {
+        let (objects, _) = commit(1);
+        let mut bytes = encode_objects(&objects[..1]);
+        // The kind byte of the first entry, after the 9-byte header and the 32-byte id.
+        bytes[9 + 32] = 7;
+        let n = bytes.len();
+        let crc = crc32c::crc32c(&bytes[4..n - 4]);
+        bytes[n - 4..].copy_from_slice(&crc.to_le_bytes());
+        bytes.extend(encode_step(&step(1)).unwrap());
+        let (_dir, path) = journal_with(&bytes);
+        let e = message(
+            read(&path, 0, true)
+                .err()
+                .expect("unknown kind is reported"),
+        );
+        assert!(e.contains("unknown object kind"), "{e}");
+    }
+
+    #[test]
+    fn appends_from_two_threads_under_the_lock_never_interleave() {
+        const EACH: u64 = 40;
+        let dir = tempfile::tempdir().unwrap();
+        let store = dir.path().to_path_buf();
+        let writers: Vec<_> = [0u64, 1]
+            .into_iter()
+            .map(|w| {
+                let store = store.clone();
+                std::thread::spawn(move || {
+                    let mut file = JournalFile::new(&store);
+                    for i in 0..EACH {
+                        let _lock = Flock::exclusive(&store.join("lock")).unwrap();
+                        file.read_new(false).unwrap();
+                        let (_, bytes) = commit(1 + w * 1000 + i);
+                        file.append(&bytes).unwrap();
+                    }
+                })
+            })
+            .collect();
+        for w in writers {
+            w.join().unwrap();
+        }
+        let r = read(&store.join("journal"), 0, true).unwrap();
+        assert_eq!(r.steps.len() as u64, 2 * EACH);
+        assert_eq!(r.objects.len() as u64, 2 * EACH * 4);
+        assert_eq!(
+            r.committed_end,
+            std::fs::metadata(store.join("journal")).unwrap().len()
+        );
+        // Each writer's steps are all there, in its own order.
+        for w in [0u64, 1] {
+            let mine: Vec<u64> = r
+                .steps
+                .iter()
+                .map(|s| s.number)
+                .filter(|n| (n - 1) / 1000 == w)
+                .collect();
+            let want: Vec<u64> = (0..EACH).map(|i| 1 + w * 1000 + i).collect();
+            assert_eq!(mine, want);
+        }
+    }
+}

@@ -289,3 +289,136 @@ impl ObjectBackend for PackBackend {
         self
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! The packs as two processes see them: each writes its own pack, what one put is
+    //! invisible to the other until the journal names it, and an id nobody stored is missing.
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use std::path::Path;
+
+    use super::*;
+    use crate::journal_file::JournalFile;
+    use crate::lock::Flock;
+    use crate::step::{Placement, StepDraft};
+
+    fn store_dir() -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("packs")).unwrap();
+        dir
+    }
+
+    fn put(backend: &PackBackend, raw: &[u8]) -> ObjectId {
+        let id = ObjectId::of(ObjectKind::Blob, raw);
+        assert!(
+            backend
+                .put(EncodedObject::encode(ObjectKind::Blob, id, raw))
+                .unwrap()
+        );
+        id
+    }
+
+    fn bytes(backend: &PackBackend, id: &ObjectId) -> Vec<u8> {
+        match backend.get(id).unwrap() {
+            Stored::Whole(raw) => raw,
+            Stored::Delta(_) => panic!("a blob read as a delta"),
+        }
+    }
+
+    /// What `Store::commit` does: the pending objects' frame and a step, under the lock.
+    fn commit(dir: &Path, journal: &mut JournalFile, backend: &mut PackBackend, number: u64) {
+        let _lock = Flock::exclusive(&dir.join("lock")).unwrap();
+        let (read, replaced) = journal.read_new(true).unwrap();
+        backend.load(read.objects, journal.mark(), replaced);
+        let mut frames = backend.pending_frames().unwrap();
+        let step = StepDraft::default().into_step(
+            Placement {
+                number,
+                parent: None,
+                tree: ObjectId::of(ObjectKind::Tree, b""),
+                overlapped: false,
+            },
+            Vec::new(),
+        );
+        frames.extend(journal::encode_step(&step).unwrap());
+        journal.append(&frames).unwrap();
+        backend.commit_pending(journal.mark());
+    }
+
+    /// Another process opening the store now.
+    fn reopened(dir: &Path) -> PackBackend {
+        let mut backend = PackBackend::new(dir, true);
+        let mut journal = JournalFile::new(dir);
+        let (read, replaced) = journal.read_new(true).unwrap();
+        backend.load(read.objects, journal.mark(), replaced);
+        backend
+    }
+
+    #[test]
+    fn an_id_nobody_stored_is_missing_not_an_empty_object() {
+        let dir = store_dir();
+        let backend = reopened(dir.path());
+        let absent = ObjectId::of(ObjectKind::Blob, b"never stored");
+        assert!(backend.info(&absent).is_none());
+        assert!(backend.location(&absent).is_none());
+        let e = backend.get(&absent).err().expect("missing").to_string();
+        assert!(e.contains(&absent.hex()) && e.contains("missing"), "{e}");
+        assert_eq!(backend.count(), 0);
+        assert!(backend.list(ObjectKind::Blob).is_empty());
+
+        // Still missing beside objects that are there.
+        let mut backend = backend;
+        let mut journal = JournalFile::new(dir.path());
+        put(&backend, b"present");
+        commit(dir.path(), &mut journal, &mut backend, 1);
+        let backend = reopened(dir.path());
+        assert_eq!(backend.count(), 1);
+        assert!(backend.get(&absent).is_err());
+    }
+
+    #[test]
+    fn what_one_writer_put_is_invisible_to_others_until_the_journal_names_it() {
+        let dir = store_dir();
+        let mut writer = reopened(dir.path());
+        let mut journal = JournalFile::new(dir.path());
+        let id = put(&writer, b"pending");
+        assert_eq!(bytes(&writer, &id), b"pending", "its writer reads it");
+        assert!(reopened(dir.path()).info(&id).is_none(), "no one else does");
+        // Put again, it is not stored twice.
+        let again = EncodedObject::encode(ObjectKind::Blob, id, b"pending");
+        assert!(!writer.put(again).unwrap());
+        commit(dir.path(), &mut journal, &mut writer, 1);
+        assert_eq!(bytes(&reopened(dir.path()), &id), b"pending");
+    }
+
+    #[test]
+    fn two_writers_fill_their_own_packs_and_a_reader_sees_both() {
+        let dir = store_dir();
+        let mut one = reopened(dir.path());
+        let mut two = reopened(dir.path());
+        let mut one_journal = JournalFile::new(dir.path());
+        let mut two_journal = JournalFile::new(dir.path());
+        let mut ids = Vec::new();
+        for round in 0..3u64 {
+            for (w, backend) in [&one, &two].into_iter().enumerate() {
+                let raw = format!("writer {w} round {round}").into_bytes();
+                ids.push((put(backend, &raw), raw));
+            }
+            commit(dir.path(), &mut one_journal, &mut one, round * 2 + 1);
+            commit(dir.path(), &mut two_journal, &mut two, round * 2 + 2);
+        }
+        let (one_pack, two_pack) = (
+            one.location(&ids[0].0).unwrap().pack,
+            two.location(&ids[1].0).unwrap().pack,
+        );
+        assert_ne!(one_pack, two_pack);
+        let reader = reopened(dir.path());
+        assert_eq!(reader.count(), ids.len());
+        for (i, (id, raw)) in ids.iter().enumerate() {
+            assert_eq!(&bytes(&reader, id), raw);
+            let want = if i % 2 == 0 { one_pack } else { two_pack };
+            assert_eq!(reader.location(id).unwrap().pack, want);
+        }
+    }
+}

@@ -569,3 +569,6 @@ fn umask() -> Option<u32> {
 fn tmp_name() -> std::ffi::CString {
     std::ffi::CString::new(format!(".envgit-tmp-{:016x}", random_u64())).unwrap_or_default()
 }
+
+#[cfg(test)]
+mod tests;
