@@ -97,9 +97,6 @@ impl WorkTree {
     }
 }
 
-/// [`WorkTree::index_on_disk`] before any index is loaded or saved.
-pub(crate) const NOT_ON_DISK: u64 = u64::MAX;
-
 /// An encoded index's checksum (its last 4 bytes) and length, in one word: equal summaries of
 /// two encodings of the same scan configuration mean the same bytes. A collision would only
 /// leave an older index on disk, which the next scan checks against `lstat` like any other.

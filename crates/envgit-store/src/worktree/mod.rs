@@ -37,6 +37,9 @@ use crate::tree::EntryKind;
 
 use walk::{Ctx, put_tree};
 
+/// [`WorkTree::index_on_disk`] before any stat index is loaded or saved.
+pub(crate) const INDEX_NOT_ON_DISK: u64 = u64::MAX;
+
 pub struct WorkTree {
     root: PathBuf,
     root_fd: OwnedFd,
@@ -62,7 +65,7 @@ impl WorkTree {
             config,
             dirs: HashMap::new(),
             skip,
-            index_on_disk: std::sync::atomic::AtomicU64::new(crate::stat_index::NOT_ON_DISK),
+            index_on_disk: std::sync::atomic::AtomicU64::new(INDEX_NOT_ON_DISK),
         })
     }
 
