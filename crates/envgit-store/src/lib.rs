@@ -38,6 +38,7 @@ mod read;
 mod restore;
 mod rewind;
 mod setid;
+mod stale_temporaries;
 mod stat_index;
 mod step;
 mod store;

@@ -195,6 +195,7 @@ impl Store {
         // Best effort, and never waiting: a store that cannot be written now (full disk, a
         // commit in progress) records them at a later open.
         let _ = store.recover_interrupted();
+        crate::stale_temporaries::sweep(dir);
         Ok(store)
     }
 
