@@ -20,7 +20,7 @@ use crate::id::ObjectId;
 use crate::lock::Flock;
 use crate::store::Store;
 use crate::tree::{EntryKind, MarkerReason, TreeEntry};
-use crate::worktree::{CachedEntry, DirState, StatKey, WorkTree};
+use crate::worktree::{CachedEntry, DirState, INDEX_NOT_ON_DISK, StatKey, WorkTree};
 
 /// 03: its own entry encoding (02 embedded tree objects).
 const MAGIC: &[u8; 8] = b"EGSTAT03";
@@ -48,12 +48,14 @@ impl WorkTree {
 
     /// Load the store's stat index if it is sound and made with this scan configuration.
     pub fn load_index(&mut self, store: &Store) {
-        self.load_cache(&store.stat_cache_path());
+        self.load_index_of(store.dir());
     }
 
     /// [`WorkTree::load_index`] for the store at `store_dir`, before (or while) it is opened.
     pub fn load_index_of(&mut self, store_dir: &Path) {
-        self.load_cache(&crate::store::stat_cache_path(store_dir));
+        let summary = self.load_from(&crate::store::stat_cache_path(store_dir));
+        self.index_on_disk
+            .store(summary.unwrap_or(INDEX_NOT_ON_DISK), Ordering::Relaxed);
     }
 
     /// Save the state to `path` (a copy: no store lock is taken).
@@ -63,14 +65,18 @@ impl WorkTree {
 
     /// Load a state saved with [`WorkTree::save_cache`]; anything unsound is ignored.
     pub fn load_cache(&mut self, path: &Path) {
-        let Ok(bytes) = std::fs::read(path) else {
-            return;
-        };
-        if let Some(dirs) = decode(&bytes, &self.config().fingerprint) {
-            self.dirs = dirs;
-            self.index_on_disk
-                .store(summary_of(&bytes), Ordering::Relaxed);
-        }
+        self.load_from(path);
+        // Not the store's index: the next save_index writes it whatever it holds.
+        self.index_on_disk
+            .store(INDEX_NOT_ON_DISK, Ordering::Relaxed);
+    }
+
+    /// The state at `path` if it is sound; its summary when it was taken.
+    fn load_from(&mut self, path: &Path) -> Option<u64> {
+        let bytes = std::fs::read(path).ok()?;
+        let dirs = decode(&bytes, &self.config().fingerprint)?;
+        self.dirs = dirs;
+        Some(summary_of(&bytes))
     }
 
     fn write_with_lock(&self, path: &Path, out: &[u8], lock: Option<&Path>) -> Result<()> {
