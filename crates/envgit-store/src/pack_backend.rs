@@ -32,12 +32,8 @@ pub struct PackBackend {
 }
 
 fn note_end(ends: &mut HashMap<u64, u64>, loc: &Location) {
-    note_pack_end(ends, loc.pack, loc.end());
-}
-
-fn note_pack_end(ends: &mut HashMap<u64, u64>, pack: u64, end: u64) {
-    let e = ends.entry(pack).or_default();
-    *e = (*e).max(end);
+    let e = ends.entry(loc.pack).or_default();
+    *e = (*e).max(loc.end());
 }
 
 fn poisoned<T>(_: T) -> StoreError {
@@ -259,21 +255,9 @@ impl ObjectBackend for PackBackend {
             self.pack_ends.clear();
         }
         self.index.reserve(objects.len());
-        // Objects come in runs from one pack: one map update per run, not per object.
-        let mut run: Option<(u64, u64)> = None;
         for (id, loc) in objects {
-            match &mut run {
-                Some((pack, end)) if *pack == loc.pack => *end = (*end).max(loc.end()),
-                _ => {
-                    if let Some((pack, end)) = run.replace((loc.pack, loc.end())) {
-                        note_pack_end(&mut self.pack_ends, pack, end);
-                    }
-                }
-            }
+            note_end(&mut self.pack_ends, &loc);
             self.index.entry(id).or_insert(loc);
-        }
-        if let Some((pack, end)) = run {
-            note_pack_end(&mut self.pack_ends, pack, end);
         }
         self.mark = mark;
     }

@@ -183,8 +183,13 @@ impl Project {
 
     /// A working tree with the stat cache loaded.
     pub fn worktree(&self, store: &Store) -> CmdResult<WorkTree> {
-        let mut wt = WorkTree::new(&self.root, self.scan_config()?, Some(store.dir()))?;
-        wt.load_index(store);
+        self.worktree_of(store.dir())
+    }
+
+    /// [`Project::worktree`] for the store at `store_dir`, open or not.
+    fn worktree_of(&self, store_dir: &Path) -> CmdResult<WorkTree> {
+        let mut wt = WorkTree::new(&self.root, self.scan_config()?, Some(store_dir))?;
+        wt.load_index_of(store_dir);
         Ok(wt)
     }
 
@@ -192,20 +197,12 @@ impl Project {
     /// each takes tens of milliseconds (the journal's object index, the stat index) and neither
     /// needs the other.
     pub fn open_store_and_worktree(&self) -> CmdResult<(Store, WorkTree)> {
-        self.open_store_beside(|| {
-            let mut wt = WorkTree::new(&self.root, self.scan_config()?, Some(&self.store_dir))?;
-            wt.load_index_of(&self.store_dir);
-            Ok(wt)
-        })
+        self.open_store_beside(|| self.worktree_of(&self.store_dir))
     }
 
     /// [`Project::open_store_and_worktree`] with a [`LiveTree`].
     pub fn open_store_and_live_tree(&self) -> CmdResult<(Store, LiveTree)> {
-        self.open_store_beside(|| {
-            let mut live = LiveTree::new(&self.root, self.scan_config()?, Some(&self.store_dir))?;
-            live.tree_mut().load_index_of(&self.store_dir);
-            Ok(live)
-        })
+        self.open_store_beside(|| self.live_tree_of(&self.store_dir))
     }
 
     /// The store, opened on this thread while `beside` runs on another.
@@ -226,8 +223,13 @@ impl Project {
     /// A working tree kept current by inotify, with the stat cache loaded: its first snapshot
     /// walks everything once (watches first), later ones read only what changed.
     pub fn live_tree(&self, store: &Store) -> CmdResult<LiveTree> {
-        let mut live = LiveTree::new(&self.root, self.scan_config()?, Some(store.dir()))?;
-        live.tree_mut().load_index(store);
+        self.live_tree_of(store.dir())
+    }
+
+    /// [`Project::live_tree`] for the store at `store_dir`, open or not.
+    fn live_tree_of(&self, store_dir: &Path) -> CmdResult<LiveTree> {
+        let mut live = LiveTree::new(&self.root, self.scan_config()?, Some(store_dir))?;
+        live.tree_mut().load_index_of(store_dir);
         Ok(live)
     }
 

@@ -145,12 +145,13 @@ fn load_with_worktree(
     verb: &str,
     step: StepRef,
 ) -> CmdResult<(Project, Store, u64, WorkTree)> {
-    if let Ok(project) = ProjectDirs::find(dir)?.load() {
+    let dirs = ProjectDirs::find(dir)?;
+    if let Ok(project) = dirs.load() {
         let (store, wt) = project.open_store_and_worktree()?;
         let n = step.resolve(&store)?;
         return Ok((project, store, n, wt));
     }
-    let (project, store, n) = load(dir, restore_policy, verb, step)?;
+    let (project, store, n) = load_in(dirs, restore_policy, verb, step)?;
     let wt = project.worktree(&store)?;
     Ok((project, store, n, wt))
 }
@@ -163,7 +164,16 @@ pub(super) fn load(
     verb: &str,
     step: StepRef,
 ) -> CmdResult<(Project, Store, u64)> {
-    let dirs = ProjectDirs::find(dir)?;
+    load_in(ProjectDirs::find(dir)?, restore_policy, verb, step)
+}
+
+/// [`load`] in the project at `dirs`.
+fn load_in(
+    dirs: ProjectDirs,
+    restore_policy: bool,
+    verb: &str,
+    step: StepRef,
+) -> CmdResult<(Project, Store, u64)> {
     match dirs.load() {
         Ok(project) => {
             let store = project.open_store()?;
