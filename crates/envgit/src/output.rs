@@ -140,11 +140,20 @@ pub fn changed_files(step: &Step) -> String {
         .map(|c| c.path.as_str())
         .filter(|p| !is_git(p))
         .collect();
+    let kept_git = step.changes.iter().filter(|c| is_git(&c.path)).count() as u64;
     let total = step.changes_total.added + step.changes_total.modified + step.changes_total.deleted;
-    let git_count = if step.changes_truncated {
-        total.saturating_sub(outside.len() as u64)
+    // Older records say that they were cut, not by how much.
+    let omitted = match (step.changes_truncated, step.changes_omitted) {
+        (true, 0) => total.saturating_sub(step.changes.len() as u64),
+        (_, n) => n,
+    };
+    // A record keeps the project's changes before `.git`'s: once a kept one is under `.git`,
+    // every change cut off is too. Otherwise the cut-off ones could be either, and are counted
+    // with the project's as "more".
+    let (git_count, unnamed) = if kept_git > 0 {
+        (kept_git + omitted, 0)
     } else {
-        step.changes.iter().filter(|c| is_git(&c.path)).count() as u64
+        (0, omitted)
     };
     let mut parts: Vec<String> = Vec::new();
     let shown = outside.len().min(if git_count > 0 { MAX - 1 } else { MAX });
@@ -156,7 +165,7 @@ pub fn changed_files(step: &Step) -> String {
         };
         parts.push(format!("{sign}{}", c.path));
     }
-    let rest = outside.len() - shown;
+    let rest = (outside.len() - shown) as u64 + unnamed;
     if rest > 0 {
         parts.push(format!("(+{rest} more)"));
     }
@@ -209,5 +218,66 @@ pub fn size(bytes: u64) -> String {
         format!("{bytes} B")
     } else {
         format!("{v:.1} {}", UNITS[u])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::changed_files;
+    use envgit_store::Step;
+
+    /// A step record with `kept` project files and `kept_git` files under `.git` kept, of
+    /// `total` changes in all.
+    fn step(kept: usize, kept_git: usize, total: u64, omitted: Option<u64>) -> Step {
+        let mut changes: Vec<serde_json::Value> = (0..kept)
+            .map(|i| serde_json::json!({"path": format!("src/f{i}"), "change": "modified", "entry": "file"}))
+            .collect();
+        changes.extend((0..kept_git).map(|i| {
+            serde_json::json!({"path": format!(".git/objects/o{i}"), "change": "modified", "entry": "file"})
+        }));
+        let shown = (kept + kept_git) as u64;
+        let mut record = serde_json::json!({
+            "number": 2, "kind": "record", "parent": 1, "started_at_ms": 0, "ended_at_ms": 0,
+            "tree": null, "summary": "", "changes": changes,
+            "changes_total": {"added": total, "modified": 0, "deleted": 0, "bytes_written": 0},
+            "changes_truncated": total > shown,
+        });
+        if let Some(n) = omitted {
+            record["changes_omitted"] = n.into();
+        }
+        serde_json::from_value(record).expect("a step record")
+    }
+
+    #[test]
+    fn changes_cut_off_after_project_files_are_not_called_git() {
+        // 200 project files kept of 100,001: what was cut off is not known to be under .git.
+        let line = changed_files(&step(200, 0, 100_001, Some(99_801)));
+        assert_eq!(
+            line, "src/f0, src/f1, src/f2, src/f3, src/f4, (+99996 more)",
+            "{line}"
+        );
+    }
+
+    #[test]
+    fn changes_cut_off_after_git_files_are_git() {
+        let line = changed_files(&step(3, 197, 1_000, Some(800)));
+        assert_eq!(line, "src/f0, src/f1, src/f2, .git (+997)", "{line}");
+    }
+
+    #[test]
+    fn an_older_record_without_the_omitted_count_is_counted_from_the_totals() {
+        let line = changed_files(&step(200, 0, 250, None));
+        assert_eq!(
+            line, "src/f0, src/f1, src/f2, src/f3, src/f4, (+245 more)",
+            "{line}"
+        );
+        let line = changed_files(&step(1, 199, 250, None));
+        assert_eq!(line, "src/f0, .git (+249)", "{line}");
+    }
+
+    #[test]
+    fn a_whole_record_names_its_git_files_apart() {
+        let line = changed_files(&step(2, 3, 5, None));
+        assert_eq!(line, "src/f0, src/f1, .git (+3)", "{line}");
     }
 }
