@@ -63,9 +63,14 @@ pub fn store_dir_for(home: &Path, project: &Path) -> PathBuf {
         .join(format!("{name}-{}", &hash[..16]))
 }
 
-/// The stat index of the store at `store_dir` ([`crate::WorkTree::save_index`]).
+/// The stat index's base in the store at `store_dir` ([`crate::WorkTree::save_index`]).
 pub(crate) fn stat_cache_path(store_dir: &Path) -> PathBuf {
     store_dir.join("stat.cache")
+}
+
+/// The stat index's tail: the directories that differ from its base.
+pub(crate) fn stat_tail_path(store_dir: &Path) -> PathBuf {
+    store_dir.join("stat.tail")
 }
 
 #[derive(serde::Serialize, serde::Deserialize)]
@@ -209,6 +214,17 @@ impl Store {
 
     pub fn stat_cache_path(&self) -> PathBuf {
         stat_cache_path(&self.dir)
+    }
+
+    pub fn stat_tail_path(&self) -> PathBuf {
+        stat_tail_path(&self.dir)
+    }
+
+    /// Removes the stat index, base and tail (after a purge it would vouch for what is gone):
+    /// the next scan reads every file.
+    pub fn forget_stat_index(&self) {
+        let _ = std::fs::remove_file(self.stat_cache_path());
+        let _ = std::fs::remove_file(self.stat_tail_path());
     }
 
     pub fn journal_path(&self) -> PathBuf {

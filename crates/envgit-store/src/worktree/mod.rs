@@ -37,8 +37,16 @@ use crate::tree::EntryKind;
 
 use walk::{Ctx, put_tree};
 
-/// [`WorkTree::index_on_disk`] before any stat index is loaded or saved.
-pub(crate) const INDEX_NOT_ON_DISK: u64 = u64::MAX;
+/// Each directory's record checksum in a stat index's base, by relative path.
+pub(crate) type RecordSums = HashMap<Vec<u8>, u32>;
+
+/// What the store's stat index on disk holds, as this state last loaded or saved it
+/// ([`crate::stat_index`]): its base's id and record checksums, and its tail's summary.
+pub(crate) struct IndexOnDisk {
+    pub base_id: u64,
+    pub record_sums: RecordSums,
+    pub tail: Option<u64>,
+}
 
 pub struct WorkTree {
     root: PathBuf,
@@ -47,9 +55,9 @@ pub struct WorkTree {
     pub(crate) dirs: HashMap<Vec<u8>, DirState>,
     /// The store's directory, if it sits inside the project: never captured.
     skip: Option<(u64, u64)>,
-    /// The stat index as loaded or last saved ([`crate::stat_index`]): saving the same bytes
-    /// again is skipped.
-    pub(crate) index_on_disk: std::sync::atomic::AtomicU64,
+    /// The store's stat index as loaded or last saved; `None` when neither happened (or the
+    /// state came from another file), and the next save writes a whole base.
+    pub(crate) index_on_disk: std::sync::Mutex<Option<IndexOnDisk>>,
 }
 
 impl WorkTree {
@@ -65,7 +73,7 @@ impl WorkTree {
             config,
             dirs: HashMap::new(),
             skip,
-            index_on_disk: std::sync::atomic::AtomicU64::new(INDEX_NOT_ON_DISK),
+            index_on_disk: std::sync::Mutex::new(None),
         })
     }
 

@@ -29,7 +29,7 @@ pub fn run(dir: Option<&Path>, args: &GcArgs) -> CmdResult<ExitCode> {
     let report = envgit_store::gc(&mut store, &opts)?;
     if !args.purge.is_empty() {
         // The stat cache would otherwise vouch for the purged content.
-        let _ = std::fs::remove_file(store.stat_cache_path());
+        store.forget_stat_index();
     }
     if args.out.json {
         output::json(&report)?;

@@ -1,0 +1,329 @@
+//! The stat index's byte format. Both files share one record per directory (its path, tree
+//! id, scan stamp and entries with their `lstat` data); a header names the format, the scan
+//! configuration and the base the tail belongs to, and a CRC-32C of everything before it
+//! ends each file.
+//!
+//! - base (`stat.cache`): `EGSTAT04`, configuration, base id, every directory's record in
+//!   path order.
+//! - tail (`stat.tail`): `EGSTTL04`, configuration, the base id it applies to, the paths of
+//!   the base's directories that are gone, then the records that replace or add to the base's.
+
+use std::collections::HashMap;
+use std::ops::Range;
+
+use crate::id::ObjectId;
+use crate::tree::{EntryKind, MarkerReason, TreeEntry};
+use crate::worktree::{CachedEntry, DirState, StatKey};
+
+/// 04: a base with an id, and tails (03 was one file).
+pub(super) const BASE_MAGIC: &[u8; 8] = b"EGSTAT04";
+pub(super) const TAIL_MAGIC: &[u8; 8] = b"EGSTTL04";
+
+/// Bytes of one entry besides its name.
+const ENTRY_FIXED: usize = 1 + 4 + 8 + 32 + 2 + 8 * 5 + 4 + 4;
+
+/// Directories' states by relative path, and each one's record checksum.
+pub(super) type Dirs = HashMap<Vec<u8>, DirState>;
+pub(super) use crate::worktree::RecordSums;
+
+/// A base as encoded: the file's bytes (checksum included) and where each directory's
+/// record lies in them, in path order.
+pub(super) struct EncodedBase<'a> {
+    pub bytes: Vec<u8>,
+    pub records: Vec<(&'a [u8], Range<usize>, u32)>,
+}
+
+fn header(out: &mut Vec<u8>, magic: &[u8; 8], fingerprint: &str, base_id: u64) {
+    out.extend_from_slice(magic);
+    out.extend_from_slice(&(fingerprint.len() as u32).to_le_bytes());
+    out.extend_from_slice(fingerprint.as_bytes());
+    out.extend_from_slice(&base_id.to_le_bytes());
+}
+
+fn seal(mut out: Vec<u8>) -> Vec<u8> {
+    let crc = crc32c::crc32c(&out);
+    out.extend_from_slice(&crc.to_le_bytes());
+    out
+}
+
+pub(super) fn encode_base<'a>(dirs: &'a Dirs, fingerprint: &str, base_id: u64) -> EncodedBase<'a> {
+    let entries: usize = dirs.values().map(|d| d.entries.len()).sum();
+    let mut out = Vec::with_capacity(entries * (ENTRY_FIXED + 16) + dirs.len() * 64 + 64);
+    header(&mut out, BASE_MAGIC, fingerprint, base_id);
+    out.extend_from_slice(&(dirs.len() as u32).to_le_bytes());
+    // In path order: the same state always gives the same records.
+    let mut sorted: Vec<(&Vec<u8>, &DirState)> = dirs.iter().collect();
+    sorted.sort_unstable_by(|a, b| a.0.cmp(b.0));
+    let mut records = Vec::with_capacity(sorted.len());
+    for (rel, d) in sorted {
+        let start = out.len();
+        encode_record(&mut out, rel, d);
+        let crc = crc32c::crc32c(&out[start..]);
+        records.push((rel.as_slice(), start..out.len(), crc));
+    }
+    EncodedBase {
+        bytes: seal(out),
+        records,
+    }
+}
+
+/// A tail over base `base_id`: `removed` are the base's directories that are gone, `changed`
+/// the records (bytes of an encoded base) that replace or add to the base's.
+pub(super) fn encode_tail(
+    fingerprint: &str,
+    base_id: u64,
+    removed: &[&[u8]],
+    changed: &[&[u8]],
+) -> Vec<u8> {
+    let size: usize = removed.iter().map(|r| r.len() + 4).sum::<usize>()
+        + changed.iter().map(|r| r.len()).sum::<usize>();
+    let mut out = Vec::with_capacity(size + fingerprint.len() + 64);
+    header(&mut out, TAIL_MAGIC, fingerprint, base_id);
+    out.extend_from_slice(&(removed.len() as u32).to_le_bytes());
+    for rel in removed {
+        out.extend_from_slice(&(rel.len() as u32).to_le_bytes());
+        out.extend_from_slice(rel);
+    }
+    out.extend_from_slice(&(changed.len() as u32).to_le_bytes());
+    for record in changed {
+        out.extend_from_slice(record);
+    }
+    seal(out)
+}
+
+fn encode_record(out: &mut Vec<u8>, rel: &[u8], d: &DirState) {
+    out.extend_from_slice(&(rel.len() as u32).to_le_bytes());
+    out.extend_from_slice(rel);
+    out.extend_from_slice(&d.tree.0);
+    out.extend_from_slice(&d.stamp_ns.to_le_bytes());
+    out.extend_from_slice(&(d.entries.len() as u32).to_le_bytes());
+    for CachedEntry { entry: e, stat: s } in &d.entries {
+        // Names come from readdir: at most 255 bytes.
+        let len = u16::try_from(e.name.len()).unwrap_or(u16::MAX);
+        out.push(kind_byte(e.kind));
+        out.extend_from_slice(&e.mode.to_le_bytes());
+        out.extend_from_slice(&e.size.to_le_bytes());
+        out.extend_from_slice(&e.id.0);
+        out.extend_from_slice(&len.to_le_bytes());
+        out.extend_from_slice(&e.name[..usize::from(len)]);
+        out.extend_from_slice(&s.mtime_ns.to_le_bytes());
+        out.extend_from_slice(&s.ctime_ns.to_le_bytes());
+        out.extend_from_slice(&s.ino.to_le_bytes());
+        out.extend_from_slice(&s.dev.to_le_bytes());
+        out.extend_from_slice(&s.size.to_le_bytes());
+        out.extend_from_slice(&s.mode.to_le_bytes());
+        out.extend_from_slice(&s.nlink.to_le_bytes());
+    }
+}
+
+/// An encoded file's checksum (its last 4 bytes) and length, in one word: equal summaries of
+/// two encodings mean the same bytes. A collision would only leave an older index on disk,
+/// which the next scan checks against `lstat` like any other.
+pub(super) fn summary_of(encoded: &[u8]) -> u64 {
+    let crc = encoded
+        .len()
+        .checked_sub(4)
+        .and_then(|at| encoded.get(at..))
+        .and_then(|b| <[u8; 4]>::try_from(b).ok())
+        .map_or(0, u32::from_le_bytes);
+    ((encoded.len() as u64 & 0xffff_ffff) << 32) | u64::from(crc)
+}
+
+/// The body of a sound file of this format and configuration, after its header, and the base
+/// id the header names.
+fn open<'a>(b: &'a [u8], magic: &[u8; 8], fingerprint: &str) -> Option<(Cursor<'a>, u64)> {
+    if b.len() < 12 || &b[..8] != magic {
+        return None;
+    }
+    let (body, crc) = b.split_at(b.len() - 4);
+    if crc32c::crc32c(body) != u32::from_le_bytes(crc.try_into().ok()?) {
+        return None;
+    }
+    let mut r = Cursor { b: body, pos: 8 };
+    let fp_len = r.u32()? as usize;
+    if r.take(fp_len)? != fingerprint.as_bytes() {
+        return None;
+    }
+    let base_id = r.u64()?;
+    Some((r, base_id))
+}
+
+/// A base: its id, its directories and their record checksums.
+pub(super) fn decode_base(b: &[u8], fingerprint: &str) -> Option<(u64, Dirs, RecordSums)> {
+    let (mut r, base_id) = open(b, BASE_MAGIC, fingerprint)?;
+    let ndirs = r.u32()? as usize;
+    let mut dirs = HashMap::with_capacity(ndirs.min(b.len() / 48));
+    let mut sums = HashMap::with_capacity(ndirs.min(b.len() / 48));
+    for _ in 0..ndirs {
+        let start = r.pos;
+        let (rel, state) = decode_record(&mut r, b.len())?;
+        sums.insert(rel.clone(), crc32c::crc32c(&r.b[start..r.pos]));
+        if dirs.insert(rel, state).is_some() {
+            return None;
+        }
+    }
+    r.at_end().then_some((base_id, dirs, sums))
+}
+
+/// Applies a tail to the base `base_id` it was written for; `None` (and `dirs` untouched) if
+/// it is unsound, of another configuration or of another base.
+pub(super) fn apply_tail(b: &[u8], fingerprint: &str, base_id: u64, dirs: &mut Dirs) -> Option<()> {
+    let (mut r, of) = open(b, TAIL_MAGIC, fingerprint)?;
+    if of != base_id {
+        return None;
+    }
+    let nremoved = r.u32()? as usize;
+    let mut removed = Vec::with_capacity(nremoved.min(b.len() / 4));
+    for _ in 0..nremoved {
+        let len = r.u32()? as usize;
+        let rel = r.take(len)?;
+        if !sound_rel(rel) {
+            return None;
+        }
+        removed.push(rel);
+    }
+    let nchanged = r.u32()? as usize;
+    let mut changed = Vec::with_capacity(nchanged.min(b.len() / 48));
+    for _ in 0..nchanged {
+        changed.push(decode_record(&mut r, b.len())?);
+    }
+    if !r.at_end() {
+        return None;
+    }
+    for rel in removed {
+        dirs.remove(rel);
+    }
+    dirs.extend(changed);
+    Some(())
+}
+
+fn decode_record(r: &mut Cursor<'_>, file_len: usize) -> Option<(Vec<u8>, DirState)> {
+    let rel_len = r.u32()? as usize;
+    let rel = r.take(rel_len)?.to_vec();
+    if !sound_rel(&rel) {
+        return None;
+    }
+    let tree = ObjectId(r.take(32)?.try_into().ok()?);
+    let stamp_ns = r.i64()?;
+    let n = r.u32()? as usize;
+    let mut entries: Vec<CachedEntry> = Vec::with_capacity(n.min(file_len / ENTRY_FIXED));
+    for _ in 0..n {
+        let kind = kind_of(r.take(1)?[0])?;
+        let mode = r.u32()?;
+        let size = r.u64()?;
+        let id = ObjectId(r.take(32)?.try_into().ok()?);
+        let len = usize::from(u16::from_le_bytes(r.take(2)?.try_into().ok()?));
+        let name = r.take(len)?;
+        if !sound_name(name)
+            || entries
+                .last()
+                .is_some_and(|p| p.entry.name.as_slice() >= name)
+        {
+            return None;
+        }
+        let entry = TreeEntry {
+            name: name.to_vec(),
+            kind,
+            mode,
+            size,
+            id,
+        };
+        let stat = StatKey {
+            mtime_ns: r.i64()?,
+            ctime_ns: r.i64()?,
+            ino: r.u64()?,
+            dev: r.u64()?,
+            size: r.u64()?,
+            mode: r.u32()?,
+            nlink: r.u32()?,
+        };
+        entries.push(CachedEntry { entry, stat });
+    }
+    Some((
+        rel,
+        DirState {
+            tree,
+            stamp_ns,
+            entries,
+        },
+    ))
+}
+
+/// The base id a base file's header names, read without decoding the rest.
+pub(super) fn base_id_in_header(head: &[u8], fingerprint: &str) -> Option<u64> {
+    if head.get(..8)? != BASE_MAGIC {
+        return None;
+    }
+    let mut r = Cursor { b: head, pos: 8 };
+    let fp_len = r.u32()? as usize;
+    if r.take(fp_len)? != fingerprint.as_bytes() {
+        return None;
+    }
+    r.u64()
+}
+
+/// Bytes a base's header takes for this configuration.
+pub(super) fn header_len(fingerprint: &str) -> usize {
+    8 + 4 + fingerprint.len() + 8
+}
+
+fn kind_byte(kind: EntryKind) -> u8 {
+    match kind {
+        EntryKind::File => 1,
+        EntryKind::Symlink => 2,
+        EntryKind::Dir => 3,
+        EntryKind::Marker(r) => 0x80 | r as u8,
+    }
+}
+
+fn kind_of(b: u8) -> Option<EntryKind> {
+    Some(match b {
+        1 => EntryKind::File,
+        2 => EntryKind::Symlink,
+        3 => EntryKind::Dir,
+        _ => EntryKind::Marker(match b ^ 0x80 {
+            1 => MarkerReason::Excluded,
+            2 => MarkerReason::TooLarge,
+            3 => MarkerReason::Special,
+            4 => MarkerReason::Unreadable,
+            5 => MarkerReason::Purged,
+            6 => MarkerReason::TooDeep,
+            7 => MarkerReason::OverBudget,
+            _ => return None,
+        }),
+    })
+}
+
+/// A relative directory path as the scan makes them: empty (the root) or `/`-joined names.
+fn sound_rel(rel: &[u8]) -> bool {
+    rel.is_empty() || rel.split(|&b| b == b'/').all(sound_name)
+}
+
+fn sound_name(name: &[u8]) -> bool {
+    !name.is_empty() && name != b"." && name != b".." && !name.contains(&b'/') && !name.contains(&0)
+}
+
+struct Cursor<'a> {
+    b: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> Cursor<'a> {
+    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
+        let s = self.b.get(self.pos..self.pos.checked_add(n)?)?;
+        self.pos += n;
+        Some(s)
+    }
+    fn u32(&mut self) -> Option<u32> {
+        Some(u32::from_le_bytes(self.take(4)?.try_into().ok()?))
+    }
+    fn u64(&mut self) -> Option<u64> {
+        Some(u64::from_le_bytes(self.take(8)?.try_into().ok()?))
+    }
+    fn i64(&mut self) -> Option<i64> {
+        Some(i64::from_le_bytes(self.take(8)?.try_into().ok()?))
+    }
+    fn at_end(&self) -> bool {
+        self.pos == self.b.len()
+    }
+}
