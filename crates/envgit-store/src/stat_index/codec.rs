@@ -51,11 +51,8 @@ pub(super) fn encode_base<'a>(dirs: &'a Dirs, fingerprint: &str, base_id: u64) -
     let mut out = Vec::with_capacity(entries * (ENTRY_FIXED + 16) + dirs.len() * 64 + 64);
     header(&mut out, BASE_MAGIC, fingerprint, base_id);
     out.extend_from_slice(&(dirs.len() as u32).to_le_bytes());
-    // In path order: the same state always gives the same records.
-    let mut sorted: Vec<(&Vec<u8>, &DirState)> = dirs.iter().collect();
-    sorted.sort_unstable_by(|a, b| a.0.cmp(b.0));
-    let mut records = Vec::with_capacity(sorted.len());
-    for (rel, d) in sorted {
+    let mut records = Vec::with_capacity(dirs.len());
+    for (rel, d) in in_path_order(dirs) {
         let start = out.len();
         encode_record(&mut out, rel, d);
         let crc = crc32c::crc32c(&out[start..]);
@@ -67,16 +64,30 @@ pub(super) fn encode_base<'a>(dirs: &'a Dirs, fingerprint: &str, base_id: u64) -
     }
 }
 
+/// The directories in path order: the same state always gives the same records.
+pub(super) fn in_path_order(dirs: &Dirs) -> Vec<(&Vec<u8>, &DirState)> {
+    let mut sorted: Vec<(&Vec<u8>, &DirState)> = dirs.iter().collect();
+    sorted.sort_unstable_by(|a, b| a.0.cmp(b.0));
+    sorted
+}
+
+/// One directory's record, appended to `out`; its checksum.
+pub(super) fn append_record(out: &mut Vec<u8>, rel: &[u8], d: &DirState) -> u32 {
+    let start = out.len();
+    encode_record(out, rel, d);
+    crc32c::crc32c(&out[start..])
+}
+
 /// A tail over base `base_id`: `removed` are the base's directories that are gone, `changed`
-/// the records (bytes of an encoded base) that replace or add to the base's.
+/// the `count` records (as [`append_record`] wrote them) that replace or add to the base's.
 pub(super) fn encode_tail(
     fingerprint: &str,
     base_id: u64,
     removed: &[&[u8]],
-    changed: &[&[u8]],
+    count: usize,
+    changed: &[u8],
 ) -> Vec<u8> {
-    let size: usize = removed.iter().map(|r| r.len() + 4).sum::<usize>()
-        + changed.iter().map(|r| r.len()).sum::<usize>();
+    let size: usize = removed.iter().map(|r| r.len() + 4).sum::<usize>() + changed.len();
     let mut out = Vec::with_capacity(size + fingerprint.len() + 64);
     header(&mut out, TAIL_MAGIC, fingerprint, base_id);
     out.extend_from_slice(&(removed.len() as u32).to_le_bytes());
@@ -84,10 +95,8 @@ pub(super) fn encode_tail(
         out.extend_from_slice(&(rel.len() as u32).to_le_bytes());
         out.extend_from_slice(rel);
     }
-    out.extend_from_slice(&(changed.len() as u32).to_le_bytes());
-    for record in changed {
-        out.extend_from_slice(record);
-    }
+    out.extend_from_slice(&(count as u32).to_le_bytes());
+    out.extend_from_slice(changed);
     seal(out)
 }
 

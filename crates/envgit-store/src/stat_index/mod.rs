@@ -28,7 +28,10 @@ use crate::lock::Flock;
 use crate::store::Store;
 use crate::worktree::{IndexOnDisk, WorkTree};
 
-use codec::{EncodedBase, apply_tail, decode_base, encode_base, encode_tail, summary_of};
+use codec::{
+    Dirs, EncodedBase, append_record, apply_tail, decode_base, encode_base, encode_tail,
+    in_path_order, summary_of,
+};
 
 /// A tail larger than this share of its base's bytes is folded into a new base.
 const TAIL_SHARE: usize = 4;
@@ -49,11 +52,9 @@ impl WorkTree {
     pub fn save_index(&self, store: &Store) -> Result<()> {
         let fingerprint = &self.config().fingerprint;
         let mut on_disk = self.on_disk();
-        let base_id = crate::pack::random_u64();
-        let base = encode_base(&self.dirs, fingerprint, base_id);
         let lock = store.dir().join("lock");
         if let Some(known) = on_disk.as_mut() {
-            match plan(known, &base, fingerprint) {
+            match plan(known, &self.dirs, fingerprint) {
                 Plan::Nothing => return Ok(()),
                 Plan::Tail(tail) => {
                     let tail_path = store.stat_tail_path();
@@ -74,6 +75,8 @@ impl WorkTree {
                 Plan::Base => {}
             }
         }
+        let base_id = crate::pack::random_u64();
+        let base = encode_base(&self.dirs, fingerprint, base_id);
         let base_path = store.stat_cache_path();
         let Some(tmp) = write_temp(&base_path, &base.bytes)? else {
             return Ok(());
@@ -85,6 +88,7 @@ impl WorkTree {
         remove(&store.stat_tail_path());
         *on_disk = Some(IndexOnDisk {
             base_id,
+            base_len: base.bytes.len(),
             record_sums: record_sums(&base),
             tail: None,
         });
@@ -137,6 +141,7 @@ impl WorkTree {
         self.dirs = dirs;
         Some(IndexOnDisk {
             base_id,
+            base_len: bytes.len(),
             record_sums,
             tail: None,
         })
@@ -149,24 +154,29 @@ impl WorkTree {
     }
 }
 
-/// Compares the state, encoded as a base, with the base and tail on disk: the directories
-/// whose records differ from the base's go to a tail, unless the tail would be what is on disk
-/// already, or too large to be worth it.
-fn plan(known: &IndexOnDisk, base: &EncodedBase<'_>, fingerprint: &str) -> Plan {
-    let mut changed: Vec<&[u8]> = Vec::new();
-    let mut size = 0;
-    for (rel, range, crc) in &base.records {
-        if known.record_sums.get(*rel) != Some(crc) {
-            size += range.len();
-            if size > base.bytes.len() / TAIL_SHARE {
+/// Compares the state with the base and tail on disk, a directory's record at a time (at
+/// 100,000 files encoding a whole base costs more than writing a tail): the directories whose
+/// records differ from the base's go to a tail, unless the tail would be what is on disk
+/// already, or more than a quarter of the base.
+fn plan(known: &IndexOnDisk, dirs: &Dirs, fingerprint: &str) -> Plan {
+    let mut scratch = Vec::new();
+    let mut changed = Vec::new();
+    let mut count = 0;
+    let sorted = in_path_order(dirs);
+    for (rel, d) in &sorted {
+        scratch.clear();
+        let crc = append_record(&mut scratch, rel, d);
+        if known.record_sums.get(*rel) != Some(&crc) {
+            changed.extend_from_slice(&scratch);
+            count += 1;
+            if changed.len() > known.base_len / TAIL_SHARE {
                 return Plan::Base;
             }
-            changed.push(&base.bytes[range.clone()]);
         }
     }
-    let mut removed: Vec<&[u8]> = if known.record_sums.len() + changed.len() > base.records.len() {
+    let mut removed: Vec<&[u8]> = if known.record_sums.len() + count > sorted.len() {
         let now: std::collections::HashSet<&[u8]> =
-            base.records.iter().map(|(rel, _, _)| *rel).collect();
+            sorted.iter().map(|(rel, _)| rel.as_slice()).collect();
         known
             .record_sums
             .keys()
@@ -177,10 +187,10 @@ fn plan(known: &IndexOnDisk, base: &EncodedBase<'_>, fingerprint: &str) -> Plan 
         Vec::new()
     };
     removed.sort_unstable();
-    if changed.is_empty() && removed.is_empty() && known.tail.is_none() {
+    if count == 0 && removed.is_empty() && known.tail.is_none() {
         return Plan::Nothing;
     }
-    let tail = encode_tail(fingerprint, known.base_id, &removed, &changed);
+    let tail = encode_tail(fingerprint, known.base_id, &removed, count, &changed);
     if known.tail == Some(summary_of(&tail)) {
         return Plan::Nothing;
     }

@@ -44,6 +44,8 @@ pub(crate) type RecordSums = HashMap<Vec<u8>, u32>;
 /// ([`crate::stat_index`]): its base's id and record checksums, and its tail's summary.
 pub(crate) struct IndexOnDisk {
     pub base_id: u64,
+    /// The base file's bytes.
+    pub base_len: usize,
     pub record_sums: RecordSums,
     pub tail: Option<u64>,
 }
