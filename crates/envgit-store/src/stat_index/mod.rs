@@ -29,8 +29,8 @@ use crate::store::Store;
 use crate::worktree::{IndexOnDisk, WorkTree};
 
 use codec::{
-    Dirs, EncodedBase, append_record, apply_tail, decode_base, encode_base, encode_tail,
-    in_path_order, summary_of,
+    Dirs, EncodedBase, append_record, apply_tail, encode_base, encode_tail, in_path_order,
+    read_base, summary_of,
 };
 
 /// A tail larger than this share of its base's bytes is folded into a new base.
@@ -136,12 +136,13 @@ impl WorkTree {
 
     /// The base at `path` if it is sound, as the state's directories; what it is on disk.
     fn load_base(&mut self, path: &Path) -> Option<IndexOnDisk> {
-        let bytes = std::fs::read(path).ok()?;
-        let (base_id, dirs, record_sums) = decode_base(&bytes, &self.config().fingerprint)?;
+        let file = std::fs::File::open(path).ok()?;
+        let len = file.metadata().ok()?.len();
+        let (base_id, dirs, record_sums) = read_base(file, len, &self.config().fingerprint)?;
         self.dirs = dirs;
         Some(IndexOnDisk {
             base_id,
-            base_len: bytes.len(),
+            base_len: usize::try_from(len).ok()?,
             record_sums,
             tail: None,
         })
