@@ -195,7 +195,7 @@ pub(super) fn read_base(
     let ndirs = r.u32()? as usize;
     let bound = usize::try_from(file_len).unwrap_or(usize::MAX);
     let mut dirs = HashMap::with_capacity(ndirs.min(bound / 48));
-    let mut sums = HashMap::with_capacity(ndirs.min(bound / 48));
+    let mut sums = RecordSums::with_capacity_and_hasher(ndirs.min(bound / 48), Default::default());
     for _ in 0..ndirs {
         let len = r.u32()? as usize;
         if len > bound {

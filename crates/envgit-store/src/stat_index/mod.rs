@@ -163,11 +163,15 @@ fn plan(known: &IndexOnDisk, dirs: &Dirs, fingerprint: &str) -> Plan {
     let mut scratch = Vec::new();
     let mut changed = Vec::new();
     let mut count = 0;
+    // How many of the base's directories are still here: all of them, usually.
+    let mut kept = 0;
     let sorted = in_path_order(dirs);
     for (rel, d) in &sorted {
         scratch.clear();
         let crc = append_record(&mut scratch, rel, d);
-        if known.record_sums.get(*rel) != Some(&crc) {
+        let in_base = known.record_sums.get(*rel);
+        kept += usize::from(in_base.is_some());
+        if in_base != Some(&crc) {
             changed.extend_from_slice(&scratch);
             count += 1;
             if changed.len() > known.base_len / TAIL_SHARE {
@@ -175,7 +179,7 @@ fn plan(known: &IndexOnDisk, dirs: &Dirs, fingerprint: &str) -> Plan {
             }
         }
     }
-    let mut removed: Vec<&[u8]> = if known.record_sums.len() + count > sorted.len() {
+    let mut removed: Vec<&[u8]> = if kept < known.record_sums.len() {
         let now: std::collections::HashSet<&[u8]> =
             sorted.iter().map(|(rel, _)| rel.as_slice()).collect();
         known

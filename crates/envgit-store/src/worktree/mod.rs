@@ -38,7 +38,7 @@ use crate::tree::EntryKind;
 use walk::{Ctx, put_tree};
 
 /// Each directory's record checksum in a stat index's base, by relative path.
-pub(crate) type RecordSums = HashMap<Vec<u8>, u32>;
+pub(crate) type RecordSums = HashMap<Vec<u8>, u32, foldhash::fast::RandomState>;
 
 /// What the store's stat index on disk holds, as this state last loaded or saved it
 /// ([`crate::stat_index`]): its base's id and record checksums, and its tail's summary.
