@@ -1,6 +1,5 @@
 //! What the A/B benchmark binaries under `src/bin/` share (each includes this file by path,
-//! as it does `percentile.rs`): an option's value, a command that must succeed, and a
-//! percentile in milliseconds.
+//! as it does `percentile.rs`): a command that must succeed, and a percentile in milliseconds.
 
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -9,12 +8,6 @@ use std::time::Duration;
 use anyhow::{Result, bail};
 
 use crate::percentile::percentile;
-
-/// The value after `--name` in `args`, if given.
-pub fn arg(args: &[String], name: &str) -> Option<String> {
-    let i = args.iter().position(|a| a == name)?;
-    args.get(i + 1).cloned()
-}
 
 /// Runs `cmd` with its output discarded; an error with its stderr when it fails.
 pub fn run_ok(cmd: &mut Command) -> Result<()> {

@@ -19,11 +19,6 @@ use anyhow::{Context, Result, bail};
 
 const HELLO: &str = "fn main() { println!(\"hello\"); }\n";
 
-fn arg(args: &[String], name: &str) -> Option<String> {
-    let i = args.iter().position(|a| a == name)?;
-    args.get(i + 1).cloned()
-}
-
 fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
@@ -122,14 +117,21 @@ impl Subject {
     }
 }
 
+/// The installed binary's size and `envgit --version` start time, beside a static hello-world
+/// and the pinned Codex CLI, runs alternating; never fails on timing.
+#[derive(clap::Parser)]
+struct Args {
+    /// The envgit binary (default: $ENVGIT_DIST_BIN, else target/dist/envgit).
+    #[arg(long, value_name = "PATH")]
+    envgit: Option<PathBuf>,
+    /// Runs of each program.
+    #[arg(long, default_value_t = 200)]
+    runs: usize,
+}
+
 fn main() -> Result<()> {
-    let args: Vec<String> = std::env::args().collect();
-    let runs: usize = arg(&args, "--runs")
-        .map(|v| v.parse())
-        .transpose()?
-        .unwrap_or(200);
-    let envgit = arg(&args, "--envgit")
-        .map(PathBuf::from)
+    let Args { envgit, runs } = clap::Parser::parse();
+    let envgit = envgit
         .or_else(|| std::env::var_os("ENVGIT_DIST_BIN").map(PathBuf::from))
         .unwrap_or_else(|| workspace().join("target/dist/envgit"));
     if !envgit.is_file() {

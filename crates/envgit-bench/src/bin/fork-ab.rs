@@ -16,13 +16,13 @@ mod r#gen;
 #[path = "../percentile.rs"]
 #[allow(dead_code)]
 mod percentile;
-use bin_common::{arg, run_ok};
+use bin_common::run_ok;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 
 fn loadavg() -> String {
     std::fs::read_to_string("/proc/loadavg")
@@ -37,30 +37,44 @@ fn timed(cmd: &mut Command) -> Result<Duration> {
     Ok(t.elapsed())
 }
 
+/// `envgit fork` of a generated tree by two envgit binaries, before and after a change,
+/// against `cp -a` of the same tree, in one run with the three alternating; never fails on
+/// timing.
+#[derive(clap::Parser)]
+struct Args {
+    /// The envgit binary before the change.
+    #[arg(long, value_name = "BIN")]
+    before: PathBuf,
+    /// The envgit binary after the change.
+    #[arg(long, value_name = "BIN")]
+    after: PathBuf,
+    /// Rounds of the three.
+    #[arg(long, default_value_t = 3)]
+    rounds: usize,
+    /// Files in the generated tree.
+    #[arg(long, default_value_t = 100_000)]
+    files: usize,
+    /// Directories in the generated tree.
+    #[arg(long, default_value_t = 7_000)]
+    dirs: usize,
+    /// Where the tree and the forks go (kept; a tree already there is reused).
+    #[arg(long, value_name = "DIR")]
+    work: Option<PathBuf>,
+}
+
 fn main() -> Result<()> {
-    let args: Vec<String> = std::env::args().collect();
-    let (Some(before), Some(after)) = (arg(&args, "--before"), arg(&args, "--after")) else {
-        bail!(
-            "usage: fork-ab --before BIN --after BIN [--rounds 3] [--files N] [--dirs N] [--work DIR]"
-        );
-    };
-    let num = |name: &str, default: usize| -> Result<usize> {
-        Ok(arg(&args, name)
-            .map(|v| v.parse())
-            .transpose()?
-            .unwrap_or(default))
-    };
-    let (rounds, files, dirs) = (
-        num("--rounds", 3)?,
-        num("--files", 100_000)?,
-        num("--dirs", 7_000)?,
-    );
-    let bins = [
-        std::fs::canonicalize(&before).with_context(|| before.clone())?,
-        std::fs::canonicalize(&after).with_context(|| after.clone())?,
-    ];
+    let Args {
+        before,
+        after,
+        rounds,
+        files,
+        dirs,
+        work,
+    } = clap::Parser::parse();
+    let absolute = |p: &Path| std::fs::canonicalize(p).with_context(|| p.display().to_string());
+    let bins = [absolute(&before)?, absolute(&after)?];
     let _tmp;
-    let work: PathBuf = match arg(&args, "--work") {
+    let work: PathBuf = match work {
         Some(w) => {
             std::fs::create_dir_all(&w)?;
             std::fs::canonicalize(&w)?

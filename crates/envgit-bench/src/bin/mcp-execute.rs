@@ -262,18 +262,26 @@ fn serve_fixture() -> Result<()> {
     })
 }
 
+/// `envgit mcp`'s `execute` round trip from a real MCP client, beside the same cells on
+/// envgit-repl in-process; never fails on timing.
+#[derive(clap::Parser)]
+struct Args {
+    /// Runs of each figure.
+    #[arg(long, default_value_t = 30)]
+    runs: usize,
+    /// Serve the one-tool downstream MCP server on stdio (what envgit starts in its sandbox).
+    #[arg(long, hide = true)]
+    serve_fixture: bool,
+}
+
 fn main() -> Result<()> {
-    let args: Vec<String> = std::env::args().collect();
-    if args.iter().any(|a| a == "--serve-fixture") {
+    let Args {
+        runs,
+        serve_fixture: serve,
+    } = clap::Parser::parse();
+    if serve {
         return serve_fixture();
     }
-    let runs: usize = args
-        .iter()
-        .position(|a| a == "--runs")
-        .and_then(|i| args.get(i + 1))
-        .map(|v| v.parse())
-        .transpose()?
-        .unwrap_or(30);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

@@ -13,7 +13,7 @@
 mod bin_common;
 #[path = "../percentile.rs"]
 mod percentile;
-use bin_common::{arg, git_commit_all, ms, run_ok};
+use bin_common::{git_commit_all, ms, run_ok};
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -80,21 +80,38 @@ fn project(root: &Path, node_modules: &Path, sources: usize, envgit: &Path) -> R
     Ok(dir)
 }
 
+/// What envgit adds to a step on a real project (a real npm-installed tree and generated
+/// sources under git): `true`, `git status` and `node -e 0`, bare and through `envgit run`,
+/// alternating; never fails on timing.
+#[derive(clap::Parser)]
+struct Args {
+    /// The envgit binary.
+    #[arg(long, value_name = "BIN", default_value = "target/release/envgit")]
+    envgit: PathBuf,
+    /// Runs of each command, bare and through envgit.
+    #[arg(long, default_value_t = 50)]
+    runs: usize,
+    /// An npm-installed `node_modules` to copy into the project.
+    #[arg(long, value_name = "DIR", default_value = DEFAULT_NODE_MODULES)]
+    node_modules: PathBuf,
+    /// Generated source files, committed to git.
+    #[arg(long, default_value_t = 3200)]
+    sources: usize,
+}
+
 fn main() -> Result<()> {
-    let args: Vec<String> = std::env::args().collect();
-    let envgit = arg(&args, "--envgit").unwrap_or_else(|| "target/release/envgit".into());
-    let envgit = std::fs::canonicalize(&envgit)
-        .with_context(|| format!("{envgit} (build it: cargo build --release -p envgit)"))?;
-    let runs: usize = arg(&args, "--runs")
-        .map(|v| v.parse())
-        .transpose()?
-        .unwrap_or(50);
-    let sources: usize = arg(&args, "--sources")
-        .map(|v| v.parse())
-        .transpose()?
-        .unwrap_or(3200);
-    let node_modules =
-        PathBuf::from(arg(&args, "--node-modules").unwrap_or_else(|| DEFAULT_NODE_MODULES.into()));
+    let Args {
+        envgit,
+        runs,
+        node_modules,
+        sources,
+    } = clap::Parser::parse();
+    let envgit = std::fs::canonicalize(&envgit).with_context(|| {
+        format!(
+            "{} (build it: cargo build --release -p envgit)",
+            envgit.display()
+        )
+    })?;
     if !node_modules.is_dir() {
         bail!(
             "{}: no npm-installed tree there (scripts/install-deps-registries installs one, or pass --node-modules DIR)",

@@ -16,18 +16,26 @@ mod r#gen;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use envgit_sandbox::plan::{ProjectIndex, Seen, project_facts};
 use envgit_store::{EntryKind, MarkerReason, ScanConfig, Store, WorkTree};
 
-fn arg(args: &[String], name: &str, default: usize) -> Result<usize> {
-    match args.iter().position(|a| a == name) {
-        Some(i) => Ok(args
-            .get(i + 1)
-            .with_context(|| format!("{name} needs a value"))?
-            .parse()?),
-        None => Ok(default),
-    }
+/// What finding the project's secrets costs the sandbox's plan, on a generated tree with a
+/// `node_modules/` beside it, hot cache, in process.
+#[derive(clap::Parser)]
+struct Args {
+    /// Files in the generated tree.
+    #[arg(long, default_value_t = 100_000)]
+    files: usize,
+    /// Directories in the generated tree.
+    #[arg(long, default_value_t = 7_000)]
+    dirs: usize,
+    /// Files in its `node_modules/`.
+    #[arg(long, default_value_t = 30_000)]
+    nm_files: usize,
+    /// Repetitions of each figure.
+    #[arg(long, default_value_t = 15)]
+    reps: usize,
 }
 
 fn p50(mut f: impl FnMut() -> Result<usize>, reps: usize) -> Result<(Duration, usize)> {
@@ -152,11 +160,13 @@ fn node_modules(root: &Path, nm_files: usize) -> Result<()> {
 }
 
 fn main() -> Result<()> {
-    let args: Vec<String> = std::env::args().collect();
-    let files = arg(&args, "--files", 100_000)?;
-    let dirs = arg(&args, "--dirs", 7_000)?;
-    let nm_files = arg(&args, "--nm-files", 30_000)?;
-    let reps = arg(&args, "--reps", 15)?.max(1);
+    let Args {
+        files,
+        dirs,
+        nm_files,
+        reps,
+    } = clap::Parser::parse();
+    let reps = reps.max(1);
     let tmp = tempfile::Builder::new()
         .prefix("envgit-secret-search-")
         .tempdir()?;

@@ -11,13 +11,13 @@
 mod bin_common;
 #[path = "../percentile.rs"]
 mod percentile;
-use bin_common::{arg, git_commit_all, ms, run_ok};
+use bin_common::{git_commit_all, ms, run_ok};
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 
 #[path = "../bwrap.rs"]
 mod bwrap;
@@ -92,24 +92,35 @@ fn report(what: &str, t: &[Vec<Duration>; 2]) {
     );
 }
 
+/// Two envgit binaries, before and after a change, in one run with their runs alternating:
+/// `envgit run true` in a git project and a 10-file step in a project of `--files` files, with
+/// `bwrap` as the anchor; never fails on timing.
+#[derive(clap::Parser)]
+struct Args {
+    /// The envgit binary before the change.
+    #[arg(long, value_name = "BIN")]
+    before: PathBuf,
+    /// The envgit binary after the change.
+    #[arg(long, value_name = "BIN")]
+    after: PathBuf,
+    /// Runs of each figure with each binary.
+    #[arg(long, default_value_t = 200)]
+    runs: usize,
+    /// Files in the project of the 10-file step.
+    #[arg(long, default_value_t = 100_000)]
+    files: usize,
+}
+
 fn main() -> Result<()> {
-    let args: Vec<String> = std::env::args().collect();
-    let (Some(before), Some(after)) = (arg(&args, "--before"), arg(&args, "--after")) else {
-        bail!("usage: step-ab --before BIN --after BIN [--runs 200] [--files 100000]");
-    };
-    let runs: usize = arg(&args, "--runs")
-        .map(|v| v.parse())
-        .transpose()?
-        .unwrap_or(200);
-    let files: usize = arg(&args, "--files")
-        .map(|v| v.parse())
-        .transpose()?
-        .unwrap_or(100_000);
+    let Args {
+        before,
+        after,
+        runs,
+        files,
+    } = clap::Parser::parse();
     // Absolute: each binary runs in the projects' own directories.
-    let bins = [
-        std::fs::canonicalize(&before).with_context(|| before.clone())?,
-        std::fs::canonicalize(&after).with_context(|| after.clone())?,
-    ];
+    let absolute = |p: &Path| std::fs::canonicalize(p).with_context(|| p.display().to_string());
+    let bins = [absolute(&before)?, absolute(&after)?];
     let tmp = tempfile::tempdir()?;
 
     let small = project(tmp.path(), "small", 1, &bins)?;
