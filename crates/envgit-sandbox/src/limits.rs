@@ -250,14 +250,31 @@ pub enum LimitError {
 
 /// In the sandbox process, before any namespace: join the run's cgroups. Fails closed: a
 /// cgroup the host made but the sandbox cannot join is an error, never a silent no-limit.
+///
+/// A process with one thread joins a cgroup v1 hierarchy through its `tasks` file, as "0"
+/// (itself): the kernel moves that one thread without taking the lock that makes moving a
+/// whole process wait for an RCU grace period (14 ms of every step on this project's
+/// machines). Its children are born where it is. A process with more threads must move them
+/// all, through `cgroup.procs`.
 pub fn join(cgroups: &[PathBuf]) -> Result<(), LimitError> {
+    let alone = crate::zygote::single_threaded();
     for dir in cgroups {
-        std::fs::write(dir.join("cgroup.procs"), "0").map_err(|source| LimitError::JoinCgroup {
+        let file = match joins_by_thread(dir) {
+            true if alone => dir.join("tasks"),
+            _ => dir.join("cgroup.procs"),
+        };
+        std::fs::write(&file, "0").map_err(|source| LimitError::JoinCgroup {
             dir: dir.clone(),
             source,
         })?;
     }
     Ok(())
+}
+
+/// A cgroup v1 directory (it has a `tasks` file, v2 has none): a single-threaded process
+/// joins it at no cost by itself, so moving it there early gains nothing.
+pub(crate) fn joins_by_thread(dir: &Path) -> bool {
+    std::fs::symlink_metadata(dir.join("tasks")).is_ok_and(|m| m.is_file())
 }
 
 /// In the worker, just before exec: the per-run process limit.

@@ -72,13 +72,14 @@ pub(crate) fn take() -> Option<Zygote> {
     PREFORKED.lock().unwrap_or_else(|p| p.into_inner()).take()
 }
 
-/// Starts moving the zygote into the run's cgroups on a thread, while envgit sets up the rest
-/// of the step. Moving a process between cgroups waits for the kernel's RCU grace period
-/// (`cgroup_threadgroup_rwsem`): 11 ms of every step here when the sandbox process joined
-/// them itself, first thing after it was given its channels. The sandbox process then joins
-/// only the cgroups this did not move it into (starting the zygote waits for the move, so
-/// nothing the sandbox forks is ever outside them). No zygote: nothing to do, the sandbox
-/// process joins them itself as before.
+/// Starts moving the zygote into the run's cgroup v2 directories on a thread, while envgit
+/// sets up the rest of the step. Moving a whole process between cgroups waits for the
+/// kernel's RCU grace period (`cgroup_threadgroup_rwsem`): 11 ms of a step when the sandbox
+/// process did it itself, first thing after it was given its channels. A cgroup v1 directory
+/// is left to the sandbox process, which joins it one thread at a time at no cost
+/// ([`crate::limits::join`]). The sandbox process then joins only the cgroups this did not
+/// move it into (starting the zygote waits for the move, so nothing the sandbox forks is ever
+/// outside them). No zygote: nothing to do, the sandbox process joins them itself.
 pub fn move_into_cgroups(cgroups: &[PathBuf]) {
     let mut preforked = PREFORKED.lock().unwrap_or_else(|p| p.into_inner());
     let Some(zygote) = preforked.as_mut() else {
@@ -87,8 +88,17 @@ pub fn move_into_cgroups(cgroups: &[PathBuf]) {
     if zygote.moving.is_some() || cgroups.is_empty() {
         return;
     }
+    // A cgroup v1 the sandbox process joins by itself when it starts, in no time
+    // ([`crate::limits::join`]).
+    let cgroups: Vec<PathBuf> = cgroups
+        .iter()
+        .filter(|dir| !crate::limits::joins_by_thread(dir))
+        .cloned()
+        .collect();
+    if cgroups.is_empty() {
+        return;
+    }
     let pid = zygote.pid.to_string();
-    let cgroups = cgroups.to_vec();
     zygote.moving = std::thread::Builder::new()
         .name("envgit-cgroup-move".into())
         .spawn(move || {
@@ -100,7 +110,7 @@ pub fn move_into_cgroups(cgroups: &[PathBuf]) {
         .ok();
 }
 
-fn single_threaded() -> bool {
+pub(crate) fn single_threaded() -> bool {
     std::fs::read_dir("/proc/self/task").is_ok_and(|tasks| tasks.count() == 1)
 }
 
