@@ -430,8 +430,9 @@ pub(crate) fn run_sandboxed(
     extras: RunExtras,
 ) -> CmdResult<(i32, Vec<GateEvent>)> {
     // The run's cgroups, made at envgit's start for `envgit run`, else now: the sandbox
-    // process-to-be (the zygote) is moved into them on a thread while the rest of the run is
-    // set up, since a move waits for a kernel grace period (`move_into_cgroups`).
+    // process-to-be (the zygote) is moved into the v2 ones on a thread while the rest of the
+    // run is set up, since moving a whole process waits for a kernel grace period
+    // (`move_into_cgroups`); it joins v1 ones itself, one thread, at no cost.
     let limits = envgit_sandbox::limits::take_early().unwrap_or_else(|| {
         let limits =
             envgit_sandbox::limits::prepare(&format!("envgit-{}-{}", std::process::id(), now_ms()));
