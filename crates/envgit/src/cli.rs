@@ -33,7 +33,10 @@ pub struct Cli {
     pub command: Command,
 }
 
+// `defer`: each command's arguments are built only when that command is parsed, so a start
+// does not build the whole tree (cheaper start of every `envgit` a hook or agent runs).
 #[derive(Subcommand, Debug)]
+#[command(defer = true)]
 pub enum Command {
     /// Make the current directory an envgit project: write a commented envgit.yaml and record
     /// step 1 (import).
