@@ -1,6 +1,9 @@
 //! Names the commit the binary was built from in `envgit --version` (`ENVGIT_VERSION`):
 //! `0.1.0 (3f2a9c1d07be 2026-11-29)` from a git checkout of the envgit repository, plain
-//! `0.1.0` where there is none (a crates.io tarball, a source archive, no git installed).
+//! `0.1.0` where there is none (a crates.io tarball, a source archive, no git installed), and
+//! links the unwinder statically (`static_unwinder.rs`).
+
+mod static_unwinder;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -62,4 +65,7 @@ fn main() {
         None => version,
     };
     println!("cargo:rustc-env=ENVGIT_VERSION={full}");
+    if let Some(out_dir) = std::env::var_os("OUT_DIR") {
+        static_unwinder::link(Path::new(&out_dir));
+    }
 }
