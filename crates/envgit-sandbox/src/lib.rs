@@ -14,6 +14,7 @@
 
 mod child;
 pub mod console;
+mod detached_close;
 mod init;
 mod landlock_rules;
 pub mod launch;
@@ -35,6 +36,7 @@ mod userns;
 mod zygote;
 
 pub use child::sandbox_main;
+pub use detached_close::close_detached;
 pub use launch::{HIDDEN_SUBCOMMAND, Outcome, SandboxChild, SignalGuard, spawn, spawn_on};
 pub use spec::Spec;
 pub use zygote::{discard_zygote, move_into_cgroups, prefork};

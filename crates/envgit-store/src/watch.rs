@@ -85,6 +85,12 @@ impl LiveTree {
         &mut self.tree
     }
 
+    /// The tree, and the inotify instance that holds the watches: its last close waits in the
+    /// kernel for an SRCU grace period, which a caller about to exit may hand to someone else.
+    pub fn into_tree_and_watches(self) -> (WorkTree, OwnedFd) {
+        (self.tree, self.inotify)
+    }
+
     /// Forget what the watcher knows: the next snapshot rescans everything (e.g. after another
     /// process rewound the project).
     pub fn invalidate(&mut self) {
