@@ -56,6 +56,7 @@ fn commit(manifest_dir: &Path) -> Option<String> {
 
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
+    println!("cargo:rerun-if-changed=static_unwinder.rs");
     let version = std::env::var("CARGO_PKG_VERSION").unwrap_or_default();
     let full = match std::env::var_os("CARGO_MANIFEST_DIR")
         .map(PathBuf::from)
