@@ -3,7 +3,9 @@
 //! `libgcc_s.a`, found first on the search path, answers that request with the static archive
 //! gcc ships beside it. Panics still unwind (the gate relies on a task's panic staying in its
 //! task): libgcc_eh is the same unwinder, linked in. What it saves: one library fewer for the
-//! loader to find, map and relocate before `main` (measured ~0.5 ms of `envgit --version`).
+//! loader to find, map and relocate before `main`, and its CPU probe at load (together with
+//! clap's `defer`, `envgit --version` went from 2.67 to 2.51 ms p50 in 800 alternating runs),
+//! and glibc is then the only run-time library.
 //!
 //! Nothing changes where the archive is missing, the target is not linux-gnu, or the C
 //! runtime is already static: the build then links libgcc_s as before.
