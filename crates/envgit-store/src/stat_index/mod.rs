@@ -1,8 +1,8 @@
 //! The stat index on disk (git's index idea): per directory of the last tree, its tree id,
 //! the start of the scan that read it, and its entries with their `lstat` data (mtime and
 //! ctime in ns, size, inode, device, mode, links). A one-shot command loads it so that an
-//! unchanged file costs one `lstat`; the racy-timestamp rule (in the scan) re-reads any entry
-//! whose mtime is not older than its directory's scan.
+//! unchanged file costs one `lstat`; the racy-timestamp rule (in the scan, `worktree::racy`)
+//! re-reads any entry that changed too close to its directory's scan.
 //!
 //! It is two files (git's split index idea): a base (`stat.cache`) with every directory, and a
 //! tail (`stat.tail`) with only the directories that differ from that base. A step that

@@ -35,7 +35,8 @@ fn round_trip_and_every_damage_is_refused() {
     }
 }
 
-/// Every file of `root`, its mtime set an hour back: older than any racy margin.
+/// Every file of `root`, its mtime set an hour back; then a wait until the ctime that set
+/// moved is older than the racy margin too, so a scan trusts what it records.
 fn age_files(root: &Path) {
     let old = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
     for e in walk_files(root) {
@@ -46,6 +47,7 @@ fn age_files(root: &Path) {
             .set_modified(old)
             .unwrap();
     }
+    std::thread::sleep(crate::worktree::racy_settle_time(root));
 }
 
 fn walk_files(dir: &Path) -> Vec<std::path::PathBuf> {
@@ -186,6 +188,8 @@ fn assert_same_state(a: &WorkTree, b: &WorkTree, what: &str) {
 }
 
 /// An edit that keeps the file's size and sets its mtime back an hour: only the ctime moved.
+/// Then a wait until that ctime is older than the racy margin, so the scan that finds the edit
+/// also vouches for it.
 fn aged_edit(path: &Path, content: &str) {
     std::fs::write(path, content).unwrap();
     let old = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
@@ -195,6 +199,7 @@ fn aged_edit(path: &Path, content: &str) {
         .unwrap()
         .set_modified(old)
         .unwrap();
+    std::thread::sleep(crate::worktree::racy_settle_time(path.parent().unwrap()));
 }
 
 /// A step that changes one directory of many writes a tail with that directory, and leaves

@@ -19,12 +19,12 @@ use crate::error::{IoContext, Result, StoreError};
 use crate::id::{ObjectId, ObjectKind};
 use crate::tree::{EntryKind, MarkerReason, TreeEntry};
 
-use super::entry::{CachedEntry, DirState, RACY_MARGIN_NS, StatKey, marker, marker_of};
+use super::entry::{CachedEntry, DirState, StatKey, marker, marker_of};
 use super::walk::Ctx;
 
 impl Ctx<'_> {
-    /// The cached entry of an unchanged file: its `lstat` matches the one recorded, its mtime
-    /// is older than the scan that recorded it (the racy-timestamp rule), its content is in
+    /// The cached entry of an unchanged file: its `lstat` matches the one recorded, it last
+    /// changed clearly before the scan that recorded it (the racy-timestamp rule), its content is in
     /// the store, and it is not over `snapshot.max_file_size`. `vouched`: the caller found
     /// `prev`'s tree in the store, which vouches for every object it names (see
     /// `Ctx::read_named`); else each file's object is looked up.
@@ -41,7 +41,7 @@ impl Ctx<'_> {
         let hit = p.entry.kind == EntryKind::File
             && p.stat == key
             && key.size <= self.config.max_file_size
-            && p.stat.mtime_ns < d.stamp_ns - RACY_MARGIN_NS
+            && !self.racy.is_racy(&p.stat, d.stamp_ns)
             && (vouched || self.store.has(&p.entry.id));
         if !hit {
             return None;

@@ -4,9 +4,6 @@
 use crate::id::ObjectId;
 use crate::tree::{EntryKind, MarkerReason, TreeEntry, ZERO_ID};
 
-/// Files whose mtime is this close to the scan that hashed them are hashed again next time.
-pub(super) const RACY_MARGIN_NS: i64 = 2_000_000_000;
-
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub struct StatKey {
     pub mtime_ns: i64,

@@ -3,9 +3,8 @@
 //! one `lstat`, thanks to the stat cache); a rescan of a set of dirty directories (from the
 //! watcher, or from a restore that knows what it wrote) costs O(changed).
 //!
-//! Racy timestamps (git's rule): a cached entry is trusted only if its mtime is older than the
-//! start of the scan that recorded it, minus a margin for coarse filesystem clocks. Otherwise
-//! the file is read again.
+//! Racy timestamps (git's rule, `racy`): a cached entry is trusted only if it last changed
+//! clearly before the start of the scan that recorded it. Otherwise the file is read again.
 //!
 //! `config` is what a scan captures, `entry` what is remembered per entry, `walk` the reading
 //! of directories, `capture` the reading of files into the store, `report` what a scan tells.
@@ -13,6 +12,9 @@
 mod capture;
 mod config;
 mod entry;
+mod racy;
+#[cfg(test)]
+pub(crate) use racy::settle_time as racy_settle_time;
 mod report;
 mod walk;
 
@@ -57,6 +59,8 @@ pub struct WorkTree {
     pub(crate) dirs: HashMap<Vec<u8>, DirState>,
     /// The store's directory, if it sits inside the project: never captured.
     skip: Option<(u64, u64)>,
+    /// How recent a file may be before its recorded `lstat` no longer vouches for it.
+    racy: racy::RacyRule,
     /// The store's stat index as loaded or last saved; `None` when neither happened (or the
     /// state came from another file), and the next save writes a whole base.
     pub(crate) index_on_disk: std::sync::Mutex<Option<IndexOnDisk>>,
@@ -69,12 +73,14 @@ impl WorkTree {
             use std::os::unix::fs::MetadataExt;
             (m.dev(), m.ino())
         });
+        let racy = racy::RacyRule::for_root(root_fd.as_fd());
         Ok(Self {
             root: root.to_path_buf(),
             root_fd,
             config,
             dirs: HashMap::new(),
             skip,
+            racy,
             index_on_disk: std::sync::Mutex::new(None),
         })
     }
@@ -349,5 +355,30 @@ mod tests {
         forge_current_stat(&mut wt, b"f.txt", Some(now_ns() + 3_600_000_000_000));
         let (t3, r) = wt.full_scan(&store, None).expect("scan");
         assert_eq!((t3, r.hashed), (t2, 0));
+    }
+
+    /// The rule compares ctime too: an edit whose mtime is set back at once (`rsync -t`,
+    /// `tar -x`, `touch -d`) in the tick of the scan keeps an identical `lstat` and an old
+    /// mtime, but its ctime is recent, so it is read again.
+    #[test]
+    fn an_edit_with_its_mtime_set_back_is_read_again() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let root = tmp.path().join("p");
+        std::fs::create_dir_all(&root).expect("mkdir");
+        std::fs::write(root.join("f.txt"), "aaaa").expect("write");
+        let store = Store::create(&tmp.path().join("s"), &root).expect("store");
+        let mut wt = WorkTree::new(&root, ScanConfig::default(), None).expect("worktree");
+        let (t1, _) = wt.full_scan(&store, None).expect("scan");
+        std::fs::write(root.join("f.txt"), "bbbb").expect("write");
+        let hour_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
+        std::fs::File::options()
+            .write(true)
+            .open(root.join("f.txt"))
+            .and_then(|f| f.set_modified(hour_ago))
+            .expect("set mtime");
+        forge_current_stat(&mut wt, b"f.txt", None);
+        let (t2, r) = wt.full_scan(&store, None).expect("scan");
+        assert_ne!(t1, t2, "an edit with an old mtime and a fresh ctime was trusted");
+        assert_eq!(r.hashed, 1);
     }
 }

@@ -23,9 +23,7 @@ use crate::tree::{EntryKind, MarkerReason, Tree, TreeEntry, ZERO_ID};
 
 use super::WorkTree;
 use super::config::{MAX_TREE_DEPTH, MAX_TREE_PATH, ScanConfig};
-use super::entry::{
-    CachedEntry, DirState, RACY_MARGIN_NS, StatKey, marker, marker_of, placeholder,
-};
+use super::entry::{CachedEntry, DirState, StatKey, marker, marker_of, placeholder};
 use super::report::ScanProgress;
 
 pub(super) struct Ctx<'a> {
@@ -36,6 +34,7 @@ pub(super) struct Ctx<'a> {
     /// Stamp of the directory states this scan produces.
     pub(super) started: i64,
     pub(super) skip: Option<(u64, u64)>,
+    pub(super) racy: super::racy::RacyRule,
     pub(super) out: Mutex<HashMap<Vec<u8>, DirState>>,
     pub(super) unstable: Mutex<Vec<String>>,
     pub(super) too_deep: Mutex<Vec<String>>,
@@ -60,6 +59,7 @@ impl<'a> Ctx<'a> {
             prev: &tree.dirs,
             started: now_ns(),
             skip: tree.skip,
+            racy: tree.racy,
             out: Mutex::default(),
             unstable: Mutex::default(),
             too_deep: Mutex::default(),
@@ -140,7 +140,6 @@ impl Ctx<'_> {
             .filter_map(|n| CString::new(n.as_slice()).ok())
             .collect();
         let (fresh, subdirs) = self.read_named(dir, rel, cnames, true)?;
-        let racy_before = prev.stamp_ns - RACY_MARGIN_NS;
         let mut entries: Vec<CachedEntry> = Vec::with_capacity(prev.entries.len() + fresh.len());
         entries.extend(
             prev.entries
@@ -149,7 +148,7 @@ impl Ctx<'_> {
                 .map(|e| {
                     let mut e = e.clone();
                     match e.entry.kind {
-                        EntryKind::File if e.stat.mtime_ns >= racy_before => {
+                        EntryKind::File if self.racy.is_racy(&e.stat, prev.stamp_ns) => {
                             e.stat = e.stat.smudged();
                         }
                         // Rescanned before this one (deeper first): its id may be new.
@@ -258,8 +257,7 @@ impl Ctx<'_> {
             Some(prev)
                 if prev.entries == entries
                     && !entries.iter().any(|e| {
-                        e.entry.kind == EntryKind::File
-                            && e.stat.mtime_ns >= prev.stamp_ns - RACY_MARGIN_NS
+                        e.entry.kind == EntryKind::File && self.racy.is_racy(&e.stat, prev.stamp_ns)
                     }) =>
             {
                 prev.stamp_ns
