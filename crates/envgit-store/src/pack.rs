@@ -225,7 +225,13 @@ impl PackWriter {
             if end >= PACK_TARGET_SIZE {
                 continue;
             }
-            let len = file.metadata().at(&path)?.len();
+            let meta = file.metadata().at(&path)?;
+            if std::os::unix::fs::MetadataExt::nlink(&meta) > 1 {
+                // Shared with a fork's store (or its origin's): past this store's committed
+                // end are the other store's objects, which a take-over would cut off.
+                continue;
+            }
+            let len = meta.len();
             if len > end {
                 file.set_len(end).at(&path)?;
             }
@@ -749,5 +755,33 @@ mod tests {
             .unwrap()
             .len();
         assert_eq!(len, first_end);
+    }
+
+    /// A pack hard-linked into another store (a fork shares its origin's packs) is never taken
+    /// over: past this store's committed end are the other store's objects, which a take-over
+    /// would cut off and then overwrite.
+    #[test]
+    fn a_pack_shared_with_another_store_is_never_taken_over() {
+        let dir = packs();
+        let other = packs();
+        let mut w = PackWriter::acquire(dir.path(), &|_| 0).unwrap();
+        let obj = object(ObjectKind::Blob, b"the other store's object");
+        let loc = w.append(&obj).unwrap();
+        w.sync().unwrap();
+        drop(w);
+        let path = pack_path(dir.path(), loc.pack);
+        std::fs::hard_link(&path, pack_path(other.path(), loc.pack)).unwrap();
+        // This store has committed nothing in that pack.
+        let mut taker = PackWriter::acquire(dir.path(), &|_| 0).unwrap();
+        assert_ne!(taker.pack(), loc.pack, "a shared pack was taken over");
+        taker
+            .append(&object(ObjectKind::Blob, b"this store's object"))
+            .unwrap();
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), loc.end());
+        let r = PackReader::new(other.path());
+        assert_eq!(
+            whole(r.read_stored(&obj.id, &loc).unwrap()),
+            b"the other store's object"
+        );
     }
 }

@@ -239,3 +239,163 @@ fn a_fork_of_a_step_on_tree_deltas_copies_their_bases(backend: Backend) {
         b"version 5\n"
     );
 }
+
+/// The pack files of the store at `dir`, by inode.
+fn packs_by_inode(dir: &Path) -> BTreeMap<u64, PathBuf> {
+    std::fs::read_dir(dir.join("packs"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .map(|p| (std::fs::metadata(&p).unwrap().ino(), p))
+        .collect()
+}
+
+/// A step of `root` as it is now, committed to `store`.
+fn commit_now(store: &mut Store, root: &Path) {
+    let mut wt = WorkTree::new(root, ScanConfig::default(), None).unwrap();
+    let (tree, _) = wt.full_scan(store, None).unwrap();
+    let mut g = store.begin_step("x").unwrap();
+    store.commit(&mut g, StepDraft::default(), tree).unwrap();
+}
+
+/// Bytes that do not compress.
+fn noise(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+/// A fork does not write its origin's packs again: it hard-links them. Neither store writes
+/// over a shared pack's bytes afterwards (two writers in one pack would also show in `fsck`,
+/// which checks every object by its id), and the fork keeps everything once the origin is
+/// gone.
+#[test]
+fn a_fork_shares_the_origins_packs_and_neither_writes_into_them() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("p");
+    project(&root);
+    let origin_dir = tmp.path().join("s");
+    let mut store = Store::create(&origin_dir, &root).unwrap();
+    commit_now(&mut store, &root);
+
+    let forked = tmp.path().join("fork");
+    let (mut fork_store, tree, draft) = envgit_store::fork(
+        &store,
+        &forked,
+        &tmp.path().join("fs"),
+        &ForkOptions {
+            step: 1,
+            replace_root_file: None,
+            policy_hash: None,
+        },
+    )
+    .unwrap();
+    let mut g = fork_store.begin_step("fork").unwrap();
+    fork_store.commit(&mut g, draft, tree).unwrap();
+    drop(g);
+
+    let origin_packs = packs_by_inode(&origin_dir);
+    let fork_packs = packs_by_inode(fork_store.dir());
+    let shared: Vec<(PathBuf, Vec<u8>)> = fork_packs
+        .iter()
+        .filter(|(ino, _)| origin_packs.contains_key(ino))
+        .map(|(_, p)| (p.clone(), std::fs::read(p).unwrap()))
+        .collect();
+    assert!(!shared.is_empty(), "no pack shared: {fork_packs:?}");
+
+    // New objects on both sides, from more than one process's view of each store. The
+    // origin's first writer lets go of its pack, so a later writer could take it over.
+    std::fs::write(root.join("new-in-origin"), noise(200 << 10, 1)).unwrap();
+    commit_now(&mut store, &root);
+    drop(store);
+    std::fs::write(forked.join("new-in-fork"), noise(200 << 10, 2)).unwrap();
+    let mut fork_again = Store::open(fork_store.dir()).unwrap();
+    commit_now(&mut fork_again, &forked);
+    let mut origin_again = Store::open(&origin_dir).unwrap();
+    std::fs::write(root.join("more-in-origin"), noise(100 << 10, 3)).unwrap();
+    commit_now(&mut origin_again, &root);
+    // What was shared is as it was. (The origin's writer of this process held one of those
+    // packs before the fork and appends past it: bytes the fork's journal never names.)
+    for (path, bytes) in &shared {
+        assert!(
+            std::fs::read(path).unwrap().starts_with(bytes),
+            "{} was written into",
+            path.display()
+        );
+    }
+    for dir in [&origin_dir, fork_store.dir()] {
+        let report = envgit_store::fsck(&Store::open(dir).unwrap(), None).unwrap();
+        assert!(
+            report.is_clean(),
+            "{}: {:?}",
+            dir.display(),
+            report.bad_objects
+        );
+    }
+
+    // The origin gone, the fork still has every object of both its steps.
+    drop(origin_again);
+    std::fs::remove_dir_all(&origin_dir).unwrap();
+    let cold = Store::open(fork_store.dir()).unwrap();
+    let report = envgit_store::fsck(&cold, None).unwrap();
+    assert!(report.is_clean(), "{:?}", report.bad_objects);
+    let head = cold.step_tree(2).unwrap();
+    let id = cold
+        .read_tree(&head)
+        .unwrap()
+        .get(b"new-in-fork")
+        .unwrap()
+        .id;
+    assert_eq!(cold.read_file(&id).unwrap(), noise(200 << 10, 2));
+}
+
+/// A pack mostly made of other steps' objects is not shared: the objects the forked step
+/// needs are copied out of it, checked on the way, and the fork's store stands alone.
+#[test]
+fn a_fork_that_needs_little_of_a_pack_copies_from_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("p");
+    std::fs::create_dir_all(root.join("src")).unwrap();
+    std::fs::write(root.join("src/main.c"), "int main() { return 0; }\n").unwrap();
+    std::fs::write(root.join("big.bin"), noise(4 << 20, 4)).unwrap();
+    let origin_dir = tmp.path().join("s");
+    let mut store = Store::create(&origin_dir, &root).unwrap();
+    commit_now(&mut store, &root);
+    std::fs::remove_file(root.join("big.bin")).unwrap();
+    commit_now(&mut store, &root);
+
+    let forked = tmp.path().join("fork");
+    let (mut fork_store, tree, draft) = envgit_store::fork(
+        &store,
+        &forked,
+        &tmp.path().join("fs"),
+        &ForkOptions {
+            step: 2,
+            replace_root_file: None,
+            policy_hash: None,
+        },
+    )
+    .unwrap();
+    let mut g = fork_store.begin_step("fork").unwrap();
+    fork_store.commit(&mut g, draft, tree).unwrap();
+    drop(g);
+    let origin_packs = packs_by_inode(&origin_dir);
+    let fork_packs = packs_by_inode(fork_store.dir());
+    assert!(
+        fork_packs.keys().all(|ino| !origin_packs.contains_key(ino)),
+        "a pack of 4 MiB the step does not need was shared"
+    );
+    drop(store);
+    std::fs::remove_dir_all(&origin_dir).unwrap();
+    let cold = Store::open(fork_store.dir()).unwrap();
+    assert!(envgit_store::fsck(&cold, None).unwrap().is_clean());
+    assert_eq!(
+        std::fs::read(forked.join("src/main.c")).unwrap(),
+        b"int main() { return 0; }\n"
+    );
+}

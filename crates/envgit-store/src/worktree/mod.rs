@@ -378,7 +378,10 @@ mod tests {
             .expect("set mtime");
         forge_current_stat(&mut wt, b"f.txt", None);
         let (t2, r) = wt.full_scan(&store, None).expect("scan");
-        assert_ne!(t1, t2, "an edit with an old mtime and a fresh ctime was trusted");
+        assert_ne!(
+            t1, t2,
+            "an edit with an old mtime and a fresh ctime was trusted"
+        );
         assert_eq!(r.hashed, 1);
     }
 }
