@@ -1,7 +1,11 @@
 //! `envgit fork` of the benchmark's kernel-shaped tree by two envgit binaries, before and after
 //! a change, against `cp -a` of the same tree, in one run with the three alternating (so a
 //! busy machine slows all alike). Each figure is printed with the 1-minute load average taken
-//! just before it; none syncs its copy. Never fails on timing.
+//! just before it; none syncs its copy, but everything is synced before each one starts (so
+//! one copy's write-back does not land on the next). The copies are removed only at the end:
+//! ext4 skips inodes deleted in the last seconds when it allocates (`recently_deleted`), and
+//! with 100,000 just freed that search led the profile and tripled the next copy's time.
+//! Never fails on timing.
 //!
 //! `cargo run --release -p envgit-bench --bin fork-ab -- --before OLD/envgit --after NEW/envgit
 //!  [--rounds 3] [--files 100000] [--dirs 7000] [--work DIR]`
@@ -126,10 +130,12 @@ fn main() -> Result<()> {
     };
     println!("{rounds} rounds, before / after / cp -a alternating (s, load average before each):");
     let mut sums = [0.0f64; 3];
+    let mut copies = Vec::new();
     for r in 0..rounds {
         let order = if r % 2 == 0 { [0, 1, 2] } else { [2, 1, 0] };
         for k in order {
-            let dir = work.join(format!("copy-{k}"));
+            let dir = work.join(format!("copy-{r}-{k}"));
+            run_ok(&mut Command::new("sync"))?;
             let load = loadavg();
             let took = match k {
                 2 => timed(Command::new("cp").arg("-a").arg(&tree).arg(&dir))?,
@@ -141,11 +147,15 @@ fn main() -> Result<()> {
                 took.as_secs_f64()
             );
             sums[k] += took.as_secs_f64();
-            if k == 2 {
-                std::fs::remove_dir_all(&dir)?;
-            } else {
-                remove(&dir)?;
-            }
+            copies.push((k, dir));
+        }
+    }
+    eprintln!("removing the copies…");
+    for (k, dir) in copies {
+        if k == 2 {
+            std::fs::remove_dir_all(&dir)?;
+        } else {
+            remove(&dir)?;
         }
     }
     let n = rounds.max(1) as f64;
