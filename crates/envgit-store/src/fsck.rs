@@ -54,7 +54,7 @@ pub fn fsck(store: &Store, progress: Option<&AtomicU64>) -> Result<FsckReport> {
     }
     // Per tree: the damaged paths below it (memoized, so shared subtrees are walked once).
     let mut memo: HashMap<ObjectId, Vec<String>> = HashMap::new();
-    for step in store.steps() {
+    for step in store.steps()? {
         report.steps_checked += 1;
         let Some(tree) = step.tree else { continue };
         let damaged = damaged_paths(store, &tree, &bad_set, &mut memo, &mut report.bad_objects)?;

@@ -49,7 +49,7 @@ pub fn gc(store: &mut Store, opts: &GcOptions) -> Result<GcReport> {
         bytes_before: store.disk_usage()?,
         ..Default::default()
     };
-    let mut steps = store.steps().to_vec();
+    let mut steps = store.steps()?.to_vec();
 
     for path in &opts.purge {
         let parts: Vec<&[u8]> = path

@@ -27,22 +27,24 @@ impl Store {
         for d in dead.iter().filter(|d| d.begun.open) {
             let note = format!("begun as inflight/{} by pid {}", d.id, d.begun.pid);
             // Recorded before, by an open that died before it removed the marker.
-            if self
-                .steps
-                .iter()
-                .rev()
-                .take(256)
-                .any(|s| s.notes.contains(&note))
-            {
+            let mut seen = false;
+            for s in self.steps.newest_first().take(256) {
+                seen |= s?.notes.contains(&note);
+            }
+            if seen {
                 continue;
             }
-            let prev = recorded.last().or(self.steps.last());
+            let prev = recorded.last().or(self.steps.head());
             let parent = prev.map(|s| s.number);
-            let tree = recorded
-                .iter()
-                .rev()
-                .chain(self.steps.iter().rev())
-                .find_map(|s| s.tree);
+            let mut tree = recorded.iter().rev().find_map(|s| s.tree);
+            if tree.is_none() {
+                for s in self.steps.newest_first() {
+                    tree = s?.tree;
+                    if tree.is_some() {
+                        break;
+                    }
+                }
+            }
             let mut flags = Vec::new();
             if parent != d.begun.head {
                 flags.push(StepFlag::Overlapped);
@@ -85,7 +87,9 @@ impl Store {
             self.journal.append(&bytes)?;
         }
         let numbers = recorded.iter().map(|s| s.number).collect();
-        self.steps.extend(recorded);
+        for step in recorded {
+            self.steps.push(step);
+        }
         for d in &dead {
             let _ = std::fs::remove_file(&d.path);
         }

@@ -17,6 +17,7 @@ use crate::error::{IoContext, Result, StoreError};
 use crate::id::{ObjectId, ObjectKind};
 use crate::pack::Location;
 use crate::step::Step;
+use crate::step_log::StepRecord;
 
 const MAGIC: u32 = 0x4547_4a31; // "EGJ1"
 const FRAME_OVERHEAD: u64 = 4 + 1 + 4 + 4;
@@ -103,7 +104,8 @@ fn decode_objects(payload: &[u8], out: &mut Vec<(ObjectId, Location)>) -> Result
 pub struct JournalRead {
     /// Committed objects, in journal order.
     pub objects: Vec<(ObjectId, Location)>,
-    pub steps: Vec<Step>,
+    /// Step records, decoded when asked for ([`crate::step_log`]).
+    pub steps: Vec<StepRecord>,
     /// End of the last committed frame: everything after it is an uncommitted tail.
     pub committed_end: u64,
 }
@@ -168,9 +170,7 @@ pub fn read(path: &Path, from: u64, want_objects: bool) -> Result<JournalRead> {
         if ty == FrameType::Objects as u8 {
             decode_objects(&payload, &mut pending)?;
         } else if ty == FrameType::Step as u8 {
-            let step: Step = serde_json::from_slice(&payload).map_err(|e| {
-                StoreError::corrupt(format!("journal step record at byte {pos}: {e}"))
-            })?;
+            let step = StepRecord::read(payload.clone(), pos)?;
             if out.objects.is_empty() {
                 // Moved, not copied (the usual case: one step's objects or a whole import).
                 std::mem::swap(&mut out.objects, &mut pending);
@@ -246,6 +246,13 @@ mod tests {
 
     use super::*;
     use crate::journal_file::JournalFile;
+
+    fn decoded(read: &JournalRead) -> Vec<Step> {
+        read.steps
+            .iter()
+            .map(|r| r.get().unwrap().clone())
+            .collect()
+    }
     use crate::lock::Flock;
     use crate::step::{Placement, StepDraft};
 
@@ -315,20 +322,20 @@ mod tests {
         let (_dir, path) = journal_with(&bytes);
 
         let read = read(&path, 0, true).unwrap();
-        assert_eq!(read.steps, vec![step(1), step(2)]);
+        assert_eq!(decoded(&read), vec![step(1), step(2)]);
         assert_eq!(read.objects, [objects1, objects2].concat());
         assert_eq!(read.committed_end, bytes.len() as u64);
 
         // Skipping the objects frames gives the same steps and end.
         let steps_only = super::read(&path, 0, false).unwrap();
-        assert_eq!(steps_only.steps, read.steps);
+        assert_eq!(decoded(&steps_only), decoded(&read));
         assert!(steps_only.objects.is_empty());
         assert_eq!(steps_only.committed_end, read.committed_end);
 
         // Reading on from a committed end gives only what follows it.
         let first_end = (bytes.len() - second.len()) as u64;
         let later = super::read(&path, first_end, true).unwrap();
-        assert_eq!(later.steps, vec![step(2)]);
+        assert_eq!(decoded(&later), vec![step(2)]);
         assert_eq!(later.committed_end, bytes.len() as u64);
     }
 
@@ -354,7 +361,7 @@ mod tests {
         bytes.extend(&header);
         let (_d, after_step) = journal_with(&bytes);
         let r = read(&after_step, 0, true).unwrap();
-        assert_eq!(r.steps, vec![step(1)]);
+        assert_eq!(decoded(&r), vec![step(1)]);
         assert_eq!(r.committed_end, end);
     }
 
@@ -368,7 +375,7 @@ mod tests {
         for cut in first.len()..whole.len() {
             let (_dir, path) = journal_with(&whole[..cut]);
             let r = read(&path, 0, true).unwrap_or_else(|e| panic!("cut at {cut}: {e}"));
-            assert_eq!(r.steps, vec![step(1)], "cut at {cut}");
+            assert_eq!(decoded(&r), vec![step(1)], "cut at {cut}");
             assert_eq!(r.committed_end, first.len() as u64, "cut at {cut}");
 
             // The next writer cuts the torn tail off at the committed end, and nowhere else.
@@ -380,7 +387,10 @@ mod tests {
                 [first.clone(), third.clone()].concat(),
                 "cut at {cut}"
             );
-            assert_eq!(read(&path, 0, true).unwrap().steps, vec![step(1), step(3)]);
+            assert_eq!(
+                decoded(&read(&path, 0, true).unwrap()),
+                vec![step(1), step(3)]
+            );
         }
     }
 
@@ -492,7 +502,7 @@ mod tests {
             let mine: Vec<u64> = r
                 .steps
                 .iter()
-                .map(|s| s.number)
+                .map(|s| s.number())
                 .filter(|n| (n - 1) / 1000 == w)
                 .collect();
             let want: Vec<u64> = (0..EACH).map(|i| 1 + w * 1000 + i).collect();

@@ -41,6 +41,7 @@ mod setid;
 mod stale_temporaries;
 mod stat_index;
 mod step;
+mod step_log;
 mod store;
 mod tree;
 mod tree_cache;

@@ -73,10 +73,18 @@ pub fn rewind_start(
         ..Default::default()
     });
     let head = store.head().map(|h| h.number).unwrap_or(0) + u64::from(record_first.is_some());
-    let marks = store
-        .steps()
-        .iter()
-        .filter(|s| s.number > opts.target)
+    // Only the steps after the target are decoded: newest first, then put in order.
+    let mut undone_steps = Vec::new();
+    for s in store.steps_newest_first() {
+        let s = s?;
+        if s.number <= opts.target {
+            break;
+        }
+        undone_steps.push(s);
+    }
+    let marks = undone_steps
+        .into_iter()
+        .rev()
         .flat_map(|s| s.marks().map(move |r| (s.number, r.clone())))
         .collect();
     Ok(RewindStart {

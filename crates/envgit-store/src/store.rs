@@ -17,6 +17,7 @@ use crate::journal_file::JournalFile;
 use crate::pack;
 use crate::pack_backend::PackBackend;
 use crate::step::{Step, now_ms};
+use crate::step_log::StepLog;
 use crate::tree_cache::TreeCache;
 
 /// Format 2 adds trees stored as deltas ([`crate::delta`]); everything else is as in format 1,
@@ -90,7 +91,7 @@ pub struct Store {
     pub(crate) trees: TreeCache,
     pub(crate) objects: Box<dyn ObjectBackend>,
     pub(crate) journal: JournalFile,
-    pub(crate) steps: Vec<Step>,
+    pub(crate) steps: StepLog,
     /// False when opened for step records only: the journal's objects frames are skipped.
     objects_loaded: bool,
 }
@@ -193,7 +194,7 @@ impl Store {
             trees: TreeCache::default(),
             objects,
             journal: JournalFile::new(dir),
-            steps: Vec::new(),
+            steps: StepLog::default(),
             objects_loaded: loaded,
         };
         store.catch_up()?;
@@ -235,19 +236,30 @@ impl Store {
         self.dir.join("packs")
     }
 
-    pub fn steps(&self) -> &[Step] {
-        &self.steps
+    /// Every step, oldest first (each record is decoded the first time any caller needs it:
+    /// a corrupt one is an error here).
+    pub fn steps(&self) -> Result<&[Step]> {
+        self.steps.all()
+    }
+
+    /// How many steps the journal holds.
+    pub fn step_count(&self) -> usize {
+        self.steps.len()
+    }
+
+    /// Steps from the newest back, each decoded as it is reached.
+    pub fn steps_newest_first(&self) -> impl Iterator<Item = Result<&Step>> {
+        self.steps.newest_first()
     }
 
     pub fn head(&self) -> Option<&Step> {
-        self.steps.last()
+        self.steps.head()
     }
 
     pub fn step(&self, number: u64) -> Result<&Step> {
         self.steps
-            .iter()
-            .find(|s| s.number == number)
-            .ok_or(StoreError::NoSuchStep(number))
+            .by_number(number)
+            .unwrap_or(Err(StoreError::NoSuchStep(number)))
     }
 
     /// The tree of a step that can be restored.
@@ -305,8 +317,7 @@ impl Store {
         }
         self.objects
             .load(read.objects, self.journal.mark(), replaced);
-        self.steps.extend(read.steps);
-        Ok(())
+        self.steps.extend(read.steps)
     }
 
     /// Raise a format-1 store to the format that has deltas, once, before its first delta.

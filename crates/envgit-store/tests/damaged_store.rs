@@ -93,7 +93,7 @@ fn a_journal_cut_at_any_byte_of_the_last_commit_reads_as_the_commit_before() {
     for len in one..two {
         std::fs::write(journal(&p), &full[..len as usize]).unwrap();
         let s = Store::open_steps_only(&p.store).unwrap_or_else(|e| panic!("cut at {len}: {e}"));
-        assert_eq!(s.steps().len(), 1, "cut at {len} of {two}");
+        assert_eq!(s.step_count(), 1, "cut at {len} of {two}");
         let s = Store::open(&p.store).unwrap_or_else(|e| panic!("cut at {len}: {e}"));
         assert_eq!(s.head().map(|h| h.summary.as_str()), Some("one"));
     }
@@ -101,7 +101,12 @@ fn a_journal_cut_at_any_byte_of_the_last_commit_reads_as_the_commit_before() {
     std::fs::write(journal(&p), &full[..(one + (two - one) / 2) as usize]).unwrap();
     step(&p, "three");
     let s = Store::open(&p.store).unwrap();
-    let summaries: Vec<&str> = s.steps().iter().map(|s| s.summary.as_str()).collect();
+    let summaries: Vec<&str> = s
+        .steps()
+        .unwrap()
+        .iter()
+        .map(|s| s.summary.as_str())
+        .collect();
     assert_eq!(summaries, ["one", "three"]);
     assert!(fsck(&s, None).unwrap().is_clean());
 }
@@ -121,14 +126,14 @@ fn a_flipped_byte_in_the_last_commit_reads_as_not_committed_or_is_reported() {
     for at in one..two {
         flip(&journal(&p), at);
         match Store::open(&p.store) {
-            Ok(s) if at >= last_frame => assert_eq!(s.steps().len(), 1, "flip at {at}"),
-            Ok(s) => panic!("flip at {at}: read {} steps, no error", s.steps().len()),
+            Ok(s) if at >= last_frame => assert_eq!(s.step_count(), 1, "flip at {at}"),
+            Ok(s) => panic!("flip at {at}: read {} steps, no error", s.step_count()),
             Err(e) if at < last_frame => assert!(e.to_string().contains("intact frame"), "{e}"),
             Err(e) => panic!("flip at {at}: {e}"),
         }
         std::fs::write(journal(&p), &full).unwrap();
     }
-    assert_eq!(Store::open(&p.store).unwrap().steps().len(), 2);
+    assert_eq!(Store::open(&p.store).unwrap().step_count(), 2);
 }
 
 /// Where the last frame at or after `from` starts (frames are walked by their lengths).
@@ -156,7 +161,7 @@ fn a_flipped_byte_in_an_old_commit_is_reported_and_never_cut_off() {
     for at in 0..one {
         flip(&journal(&p), at);
         let err = match Store::open(&p.store) {
-            Ok(s) => panic!("flip at {at}: read {} steps, no error", s.steps().len()),
+            Ok(s) => panic!("flip at {at}: read {} steps, no error", s.step_count()),
             Err(e) => e.to_string(),
         };
         assert!(
@@ -167,7 +172,7 @@ fn a_flipped_byte_in_an_old_commit_is_reported_and_never_cut_off() {
         // The steps-only reader skips objects frames unread, so it may not see every flip;
         // what it reads must never be a shortened history.
         if let Ok(s) = Store::open_steps_only(&p.store) {
-            assert_eq!(s.steps().len(), 3, "flip at {at}");
+            assert_eq!(s.step_count(), 3, "flip at {at}");
         }
         // Nothing may write past the damage: a new step is refused, the journal untouched.
         std::fs::write(p.root.join("f"), "four").unwrap();
@@ -181,7 +186,12 @@ fn a_flipped_byte_in_an_old_commit_is_reported_and_never_cut_off() {
         std::fs::write(journal(&p), &full).unwrap();
     }
     let s = Store::open(&p.store).unwrap();
-    let summaries: Vec<&str> = s.steps().iter().map(|s| s.summary.as_str()).collect();
+    let summaries: Vec<&str> = s
+        .steps()
+        .unwrap()
+        .iter()
+        .map(|s| s.summary.as_str())
+        .collect();
     assert_eq!(summaries, ["one", "two", "three"]);
 }
 
@@ -195,7 +205,7 @@ fn a_frame_claiming_a_huge_length_is_a_torn_tail() {
     head.extend_from_slice(b"{\"number\":");
     append(&journal(&p), &head);
     let s = Store::open(&p.store).unwrap();
-    assert_eq!(s.steps().len(), 1);
+    assert_eq!(s.step_count(), 1);
 }
 
 #[test]
@@ -212,6 +222,45 @@ fn a_step_record_with_a_good_checksum_but_bad_content_is_reported_as_corrupt() {
     assert!(err.contains("corrupt"), "{err}");
     assert!(err.contains("journal step record"), "{err}");
     assert!(std::fs::metadata(journal(&p)).unwrap().len() > good);
+}
+
+/// Records are decoded when asked for. One inside the history whose start is sound but whose
+/// content is not opens the store (its newest step is sound), and is reported, as corrupt
+/// and by its byte, to whatever reads it: `step(2)`, every step at once. It is never skipped
+/// and never cut off by the next commit.
+#[test]
+fn a_bad_record_inside_the_history_is_reported_when_read() {
+    let p = project();
+    step(&p, "one");
+    append(
+        &journal(&p),
+        &frame(2, b"{\"number\":2,\"kind\":\"no such kind\"}"),
+    );
+    append(
+        &journal(&p),
+        &frame(
+            2,
+            b"{\"number\":3,\"kind\":\"run\",\"parent\":2,\"started_at_ms\":0,\
+              \"ended_at_ms\":0,\"tree\":null,\"summary\":\"three\"}",
+        ),
+    );
+
+    let s = Store::open(&p.store).unwrap();
+    assert_eq!(s.step_count(), 3);
+    assert_eq!(s.head().map(|h| h.number), Some(3));
+    assert_eq!(s.step(1).unwrap().summary, "one");
+    for err in [
+        s.step(2).map(|_| ()).unwrap_err().to_string(),
+        s.steps().map(|_| ()).unwrap_err().to_string(),
+    ] {
+        assert!(err.contains("corrupt"), "{err}");
+        assert!(err.contains("journal step record at byte"), "{err}");
+    }
+    drop(s);
+    step(&p, "four");
+    let s = Store::open(&p.store).unwrap();
+    assert_eq!(s.step_count(), 4);
+    assert!(s.step(2).is_err() && s.step(3).is_ok());
 }
 
 #[test]

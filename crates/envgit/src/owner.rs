@@ -374,7 +374,11 @@ pub(crate) fn sample_unwritable(root: &Path) -> Writability {
 /// when that is not envgit's own user, and warn when sampled project files are not writable
 /// by it, naming one and the fix.
 pub(crate) fn first_run(root: &Path, store: &Store) {
-    if store.steps().iter().any(|s| s.kind == StepKind::Run) {
+    // Newest first: once a project has run steps, the newest few settle it.
+    if store
+        .steps_newest_first()
+        .any(|s| s.is_ok_and(|s| s.kind == StepKind::Run))
+    {
         return;
     }
     if let Some((uid, gid)) = project_owner(root) {

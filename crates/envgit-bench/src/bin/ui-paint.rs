@@ -163,7 +163,7 @@ fn main() -> Result<()> {
     let t = Instant::now();
     let mut store = Store::open(&store_dir(&home, &project)?)?;
     let tree = store.step_tree(diff_step)?;
-    let from = store.steps().len() as u64;
+    let from = store.step_count() as u64;
     for i in from..args.steps {
         let mut guard = store.begin_step("bench")?;
         let mut draft = StepDraft {
@@ -213,7 +213,7 @@ fn main() -> Result<()> {
 
     // The anchors: the same first 50 rows, the same first screen of the diff, as static HTML.
     let css = include_str!("../../../envgit/src/ui/assets/ui.css");
-    let steps = store.steps();
+    let steps = store.steps()?;
     let rows: String = steps
         .iter()
         .rev()

@@ -14,7 +14,11 @@ pub fn run(dir: Option<&Path>, args: &LogArgs) -> CmdResult<ExitCode> {
     let project = ProjectDirs::find_for_reading(dir)?;
     let store = project.open_store_for_log()?;
     let limit = args.limit.unwrap_or(usize::MAX);
-    let steps: Vec<&Step> = store.steps().iter().rev().take(limit).collect();
+    // Only the steps shown are decoded.
+    let steps: Vec<&Step> = store
+        .steps_newest_first()
+        .take(limit)
+        .collect::<Result<_, _>>()?;
     if args.out.json {
         output::json(&steps)?;
         return Ok(ExitCode::SUCCESS);

@@ -61,7 +61,7 @@ impl StepRef {
             Self::Number(n) => return Ok(n),
             Self::Newest(k) => k,
         };
-        let count = store.steps().len();
+        let count = store.step_count();
         let Some(mut step) = store.head() else {
             return Err(Failure::usage(format!(
                 "{self}: there are no steps yet; `envgit record` makes the first"

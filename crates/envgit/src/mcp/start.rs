@@ -40,7 +40,7 @@ impl Inner {
                 r.store.catch_up()?;
                 let steps: Vec<(u64, Option<u64>)> = r
                     .store
-                    .steps()
+                    .steps()?
                     .iter()
                     .map(|s| (s.number, s.target.filter(|_| s.kind == StepKind::Rewind)))
                     .collect();

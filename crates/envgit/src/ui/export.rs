@@ -43,7 +43,7 @@ pub(crate) fn write(store: &Store, masks: &Masks, root: &Path, out: &Path) -> Cm
         "project",
         &serde_json::json!({ "root": root.display().to_string(), "export": true }),
     )?;
-    let steps = store.steps();
+    let steps = store.steps()?;
     put_data(out, "steps", &timeline(steps))?;
     for s in steps {
         let n = s.number;

@@ -137,7 +137,7 @@ async fn get_api(
             blocking(ui, move |ui| {
                 let store = ui.store()?;
                 Ok(json(&timeline::page(
-                    store.steps(),
+                    store.steps()?,
                     before,
                     after,
                     limit,

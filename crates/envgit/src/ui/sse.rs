@@ -28,10 +28,7 @@ pub(crate) fn events(ui: Arc<Ui>) -> Response<UiBody> {
         loop {
             let ui2 = Arc::clone(&ui);
             let Ok((head, held)) = tokio::task::spawn_blocking(move || {
-                let head = ui2
-                    .store()
-                    .ok()
-                    .map(|s| s.steps().last().map_or(0, |s| s.number));
+                let head = ui2.store().ok().map(|s| s.head().map_or(0, |s| s.number));
                 let held = serde_json::to_string(&super::held::list(&ui2.project_label)).ok();
                 (head, held)
             })

@@ -27,7 +27,7 @@ pub(crate) struct Detail {
 
 pub(crate) fn detail(store: &Store, number: u64) -> CmdResult<Detail> {
     let record = whole_step(store, number)?;
-    let by = rewound_over(store.steps()).get(&number).copied();
+    let by = rewound_over(store.steps()?).get(&number).copied();
     Ok(Detail {
         row: row(&record, by),
         rewind_command: format!("envgit rewind {number}"),
