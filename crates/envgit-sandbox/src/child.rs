@@ -126,8 +126,15 @@ fn run(
     }
     .map_err(call("creating mount/pid namespaces"))?;
     mark("mount, pid namespaces");
+    // PID 1 tells the command's exit code on `verdict` once nothing else runs in the sandbox,
+    // and stays until this process has exited (`release` ends): see `init::report_and_linger`.
+    let (verdict_r, verdict_w) =
+        rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(call("pipe"))?;
+    let (release_r, release_w) =
+        rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(call("pipe"))?;
     let code = match sys::fork().map_err(call("fork"))? {
         Forked::Child => {
+            drop((verdict_r, release_w));
             die_with_parent();
             let code = match pid1(&spec, err, console, relay_ready) {
                 Ok(code) => code,
@@ -138,13 +145,21 @@ fn run(
                     125
                 }
             };
-            std::process::exit(code);
+            init::report_and_linger(code, verdict_w, release_r);
         }
         Forked::Parent(pid1) => {
             // Only PID 1 talks on the console socket: when it ends, envgit must see the end.
             drop(console);
             drop(relay_ready);
-            wait_exit(pid1)
+            drop((verdict_w, release_r));
+            // Closed by the kernel as this process exits, which is what lets PID 1 go: the
+            // namespaces are then torn down in PID 1's exit, after envgit has the code.
+            std::mem::forget(release_w);
+            match init::read_verdict(verdict_r) {
+                Some(code) => code,
+                // PID 1 died without a word (killed from outside): its own status says it.
+                None => wait_exit(pid1),
+            }
         }
     };
     if let Some(r) = relay {

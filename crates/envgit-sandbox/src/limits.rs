@@ -39,15 +39,51 @@ impl RunLimits {
     /// Remove the run's cgroups (after the sandbox ended; its PID 1 killed every process).
     pub fn remove(&self) {
         for dir in self.cgroups.iter().rev() {
-            for _ in 0..50 {
+            for _ in 0..500 {
                 if std::fs::remove_dir(dir).is_ok() || !dir.exists() {
                     break;
                 }
-                // Tasks just killed are still being reaped.
+                // Tasks just killed, or the sandbox's PID 1, are still exiting.
                 std::thread::yield_now();
-                std::thread::sleep(std::time::Duration::from_millis(10));
+                std::thread::sleep(std::time::Duration::from_millis(1));
             }
         }
+    }
+
+    /// [`RunLimits::remove`] on a thread of its own: the sandbox's PID 1 leaves the cgroups
+    /// only as it exits, after envgit already has the command's code
+    /// (`init::report_and_linger`), and the step need not wait for that. [`finish_removals`]
+    /// waits for every such thread.
+    pub fn remove_when_empty(self) {
+        if self.cgroups.is_empty() {
+            return;
+        }
+        let limits = std::sync::Arc::new(self);
+        let on_thread = std::sync::Arc::clone(&limits);
+        match std::thread::Builder::new()
+            .name("envgit-cgroup-rm".into())
+            .spawn(move || on_thread.remove())
+        {
+            Ok(handle) => PENDING
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(handle),
+            Err(_) => limits.remove(),
+        }
+    }
+}
+
+/// Removals started by [`RunLimits::remove_when_empty`] and not yet waited for.
+static PENDING: std::sync::Mutex<Vec<std::thread::JoinHandle<()>>> =
+    std::sync::Mutex::new(Vec::new());
+
+/// Wait until every run's cgroups handed to [`RunLimits::remove_when_empty`] are removed (or
+/// given up on after half a second each): before envgit exits, and before a long-lived
+/// session starts its next sandbox.
+pub fn finish_removals() {
+    let pending = std::mem::take(&mut *PENDING.lock().unwrap_or_else(|p| p.into_inner()));
+    for handle in pending {
+        let _ = handle.join();
     }
 }
 

@@ -58,6 +58,8 @@ fn main() -> ExitCode {
         }
     };
     envgit_sandbox::limits::discard_early();
+    // The last sandbox's cgroups, removed once its PID 1 is gone (after the step's record).
+    envgit_sandbox::limits::finish_removals();
     timings::report();
     code
 }

@@ -436,6 +436,8 @@ pub(crate) fn run_sandboxed(
     // process-to-be (the zygote) is moved into the v2 ones on a thread while the rest of the
     // run is set up, since moving a whole process waits for a kernel grace period
     // (`move_into_cgroups`); it joins v1 ones itself, one thread, at no cost.
+    // The last step's cgroups, if a long-lived session ran one, are gone first.
+    envgit_sandbox::limits::finish_removals();
     let limits = envgit_sandbox::limits::take_early().unwrap_or_else(|| {
         let limits =
             envgit_sandbox::limits::prepare(&format!("envgit-{}-{}", std::process::id(), now_ms()));
@@ -632,7 +634,9 @@ pub(crate) fn run_sandboxed(
         outcome
     };
     let _ = std::fs::remove_dir(&staging);
-    limits.remove();
+    // Disarmed once the sandbox started: the limits are the sandbox's now.
+    drop(unused_limits);
+    limits.remove_when_empty();
     crate::timings::mark("limits removed");
     let events = gate.stop();
     crate::timings::mark("gate stop");

@@ -723,6 +723,29 @@ fn exit_codes_and_signals_propagate() {
     assert!(!env.path("late.txt").exists());
 }
 
+/// No process of a step outlives it: a background writer appending without pause is killed
+/// with the step (PID 1 kills and reaps the whole namespace before it reports the exit code,
+/// and only then may the sandbox's namespaces be torn down off the step's path), so the next
+/// step finds busy.txt as the last one recorded it, with no edit made outside the steps.
+#[test]
+fn nothing_of_a_step_writes_after_its_record() {
+    let env = project();
+    let r = run(
+        &env,
+        "(while :; do echo x >> busy.txt; done) & \
+         while [ ! -s busy.txt ]; do :; done; echo started",
+    );
+    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    assert!(r.stdout.contains("started"), "{}", r.stdout);
+    let r = env.envgit(&["run", "true"]);
+    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    assert!(
+        !r.stderr.contains("your edits since"),
+        "busy.txt was written after its step was recorded: {}",
+        r.stderr
+    );
+}
+
 #[test]
 fn a_shell_rule_refuses_before_anything_runs() {
     let env = project();
