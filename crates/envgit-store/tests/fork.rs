@@ -399,3 +399,91 @@ fn a_fork_that_needs_little_of_a_pack_copies_from_it() {
         b"int main() { return 0; }\n"
     );
 }
+
+/// gc on either side of a fork: the fork's gc copies out what it needs of a shared pack (the
+/// rest is the origin's) and lets go of its link; the origin's pack stays as it was, and
+/// both stores check clean and read their files.
+#[test]
+fn gc_on_either_side_of_a_fork_leaves_the_other_whole() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("p");
+    project(&root);
+    let origin_dir = tmp.path().join("s");
+    let mut store = Store::create(&origin_dir, &root).unwrap();
+    // Step 1's version of `second` is in the shared pack but not in the step forked.
+    std::fs::write(root.join("second"), noise(300 << 10, 5)).unwrap();
+    commit_now(&mut store, &root);
+    std::fs::write(root.join("second"), noise(300 << 10, 6)).unwrap();
+    commit_now(&mut store, &root);
+    drop(store);
+    let store = Store::open(&origin_dir).unwrap();
+
+    let forked = tmp.path().join("fork");
+    let (mut fork_store, tree, draft) = envgit_store::fork(
+        &store,
+        &forked,
+        &tmp.path().join("fs"),
+        &ForkOptions {
+            step: 2,
+            replace_root_file: None,
+            policy_hash: None,
+        },
+    )
+    .unwrap();
+    let mut g = fork_store.begin_step("fork").unwrap();
+    fork_store.commit(&mut g, draft, tree).unwrap();
+    drop((g, store));
+    let origin_packs = packs_by_inode(&origin_dir);
+    let before: Vec<(PathBuf, Vec<u8>)> = origin_packs
+        .values()
+        .map(|p| (p.clone(), std::fs::read(p).unwrap()))
+        .collect();
+    assert!(
+        packs_by_inode(fork_store.dir())
+            .keys()
+            .any(|ino| origin_packs.contains_key(ino)),
+        "nothing shared to begin with"
+    );
+
+    let keep = envgit_store::GcOptions {
+        budget: u64::MAX,
+        keep_recent: usize::MAX,
+        purge: Vec::new(),
+    };
+    let mut fork_again = Store::open(fork_store.dir()).unwrap();
+    let report = envgit_store::gc(&mut fork_again, &keep).unwrap();
+    assert!(report.packs_compacted > 0, "{report:?}");
+    assert!(
+        packs_by_inode(fork_store.dir())
+            .keys()
+            .all(|ino| !origin_packs.contains_key(ino)),
+        "the fork's gc kept its link to a pack with the origin's records"
+    );
+    let mut origin = Store::open(&origin_dir).unwrap();
+    envgit_store::gc(&mut origin, &keep).unwrap();
+    for (path, bytes) in &before {
+        if let Ok(now) = std::fs::read(path) {
+            assert!(now == *bytes, "{} changed", path.display());
+        }
+    }
+    for (dir, file, want) in [
+        (&origin_dir, "second", noise(300 << 10, 6)),
+        (
+            &fork_store.dir().to_path_buf(),
+            "second",
+            noise(300 << 10, 6),
+        ),
+    ] {
+        let s = Store::open(dir).unwrap();
+        let report = envgit_store::fsck(&s, None).unwrap();
+        assert!(
+            report.is_clean(),
+            "{}: {:?}",
+            dir.display(),
+            report.bad_objects
+        );
+        let head = s.head().unwrap().tree.unwrap();
+        let id = s.read_tree(&head).unwrap().get(file.as_bytes()).unwrap().id;
+        assert_eq!(s.read_file(&id).unwrap(), want);
+    }
+}
