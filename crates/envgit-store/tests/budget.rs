@@ -10,17 +10,9 @@ use envgit_store::{
     BudgetLimit, EntryKind, MarkerReason, ScanConfig, StepDraft, Store, WorkTree, fsck,
 };
 
-fn noise(seed: u64, len: usize) -> Vec<u8> {
-    let mut x = seed | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
+#[path = "support/bytes.rs"]
+mod bytes;
+use bytes::noise;
 
 fn config(budget: u64) -> ScanConfig {
     ScanConfig::default().with_budget(Some(budget))

@@ -12,6 +12,7 @@ use envgit_store::{ForkOptions, ScanConfig, StepDraft, Store, WorkTree};
 #[macro_use]
 mod support;
 use support::backends::Backend;
+use support::bytes::noise;
 
 // The origin's objects in either backend; a fork's own store is in packs.
 on_every_backend!(
@@ -257,17 +258,25 @@ fn commit_now(store: &mut Store, root: &Path) {
     store.commit(&mut g, StepDraft::default(), tree).unwrap();
 }
 
-/// Bytes that do not compress.
-fn noise(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
+/// `envgit fork` of step `step` into `tmp/fork` (its store in `tmp/fs`), its first step
+/// committed; the fork's store and directory.
+fn fork_and_commit(origin: &Store, tmp: &Path, step: u64) -> (Store, PathBuf) {
+    let forked = tmp.join("fork");
+    let (mut fork_store, tree, draft) = envgit_store::fork(
+        origin,
+        &forked,
+        &tmp.join("fs"),
+        &ForkOptions {
+            step,
+            replace_root_file: None,
+            policy_hash: None,
+        },
+    )
+    .unwrap();
+    let mut g = fork_store.begin_step("fork").unwrap();
+    fork_store.commit(&mut g, draft, tree).unwrap();
+    drop(g);
+    (fork_store, forked)
 }
 
 /// A fork does not write its origin's packs again: it hard-links them. Neither store writes
@@ -283,21 +292,7 @@ fn a_fork_shares_the_origins_packs_and_neither_writes_into_them() {
     let mut store = Store::create(&origin_dir, &root).unwrap();
     commit_now(&mut store, &root);
 
-    let forked = tmp.path().join("fork");
-    let (mut fork_store, tree, draft) = envgit_store::fork(
-        &store,
-        &forked,
-        &tmp.path().join("fs"),
-        &ForkOptions {
-            step: 1,
-            replace_root_file: None,
-            policy_hash: None,
-        },
-    )
-    .unwrap();
-    let mut g = fork_store.begin_step("fork").unwrap();
-    fork_store.commit(&mut g, draft, tree).unwrap();
-    drop(g);
+    let (fork_store, forked) = fork_and_commit(&store, tmp.path(), 1);
 
     let origin_packs = packs_by_inode(&origin_dir);
     let fork_packs = packs_by_inode(fork_store.dir());
@@ -310,14 +305,14 @@ fn a_fork_shares_the_origins_packs_and_neither_writes_into_them() {
 
     // New objects on both sides, from more than one process's view of each store. The
     // origin's first writer lets go of its pack, so a later writer could take it over.
-    std::fs::write(root.join("new-in-origin"), noise(200 << 10, 1)).unwrap();
+    std::fs::write(root.join("new-in-origin"), noise(1, 200 << 10)).unwrap();
     commit_now(&mut store, &root);
     drop(store);
-    std::fs::write(forked.join("new-in-fork"), noise(200 << 10, 2)).unwrap();
+    std::fs::write(forked.join("new-in-fork"), noise(2, 200 << 10)).unwrap();
     let mut fork_again = Store::open(fork_store.dir()).unwrap();
     commit_now(&mut fork_again, &forked);
     let mut origin_again = Store::open(&origin_dir).unwrap();
-    std::fs::write(root.join("more-in-origin"), noise(100 << 10, 3)).unwrap();
+    std::fs::write(root.join("more-in-origin"), noise(3, 100 << 10)).unwrap();
     commit_now(&mut origin_again, &root);
     // What was shared is as it was. (The origin's writer of this process held one of those
     // packs before the fork and appends past it: bytes the fork's journal never names.)
@@ -351,7 +346,7 @@ fn a_fork_shares_the_origins_packs_and_neither_writes_into_them() {
         .get(b"new-in-fork")
         .unwrap()
         .id;
-    assert_eq!(cold.read_file(&id).unwrap(), noise(200 << 10, 2));
+    assert_eq!(cold.read_file(&id).unwrap(), noise(2, 200 << 10));
 }
 
 /// A pack mostly made of other steps' objects is not shared: the objects the forked step
@@ -362,28 +357,14 @@ fn a_fork_that_needs_little_of_a_pack_copies_from_it() {
     let root = tmp.path().join("p");
     std::fs::create_dir_all(root.join("src")).unwrap();
     std::fs::write(root.join("src/main.c"), "int main() { return 0; }\n").unwrap();
-    std::fs::write(root.join("big.bin"), noise(4 << 20, 4)).unwrap();
+    std::fs::write(root.join("big.bin"), noise(4, 4 << 20)).unwrap();
     let origin_dir = tmp.path().join("s");
     let mut store = Store::create(&origin_dir, &root).unwrap();
     commit_now(&mut store, &root);
     std::fs::remove_file(root.join("big.bin")).unwrap();
     commit_now(&mut store, &root);
 
-    let forked = tmp.path().join("fork");
-    let (mut fork_store, tree, draft) = envgit_store::fork(
-        &store,
-        &forked,
-        &tmp.path().join("fs"),
-        &ForkOptions {
-            step: 2,
-            replace_root_file: None,
-            policy_hash: None,
-        },
-    )
-    .unwrap();
-    let mut g = fork_store.begin_step("fork").unwrap();
-    fork_store.commit(&mut g, draft, tree).unwrap();
-    drop(g);
+    let (fork_store, forked) = fork_and_commit(&store, tmp.path(), 2);
     let origin_packs = packs_by_inode(&origin_dir);
     let fork_packs = packs_by_inode(fork_store.dir());
     assert!(
@@ -411,28 +392,15 @@ fn gc_on_either_side_of_a_fork_leaves_the_other_whole() {
     let origin_dir = tmp.path().join("s");
     let mut store = Store::create(&origin_dir, &root).unwrap();
     // Step 1's version of `second` is in the shared pack but not in the step forked.
-    std::fs::write(root.join("second"), noise(300 << 10, 5)).unwrap();
+    std::fs::write(root.join("second"), noise(5, 300 << 10)).unwrap();
     commit_now(&mut store, &root);
-    std::fs::write(root.join("second"), noise(300 << 10, 6)).unwrap();
+    std::fs::write(root.join("second"), noise(6, 300 << 10)).unwrap();
     commit_now(&mut store, &root);
     drop(store);
     let store = Store::open(&origin_dir).unwrap();
 
-    let forked = tmp.path().join("fork");
-    let (mut fork_store, tree, draft) = envgit_store::fork(
-        &store,
-        &forked,
-        &tmp.path().join("fs"),
-        &ForkOptions {
-            step: 2,
-            replace_root_file: None,
-            policy_hash: None,
-        },
-    )
-    .unwrap();
-    let mut g = fork_store.begin_step("fork").unwrap();
-    fork_store.commit(&mut g, draft, tree).unwrap();
-    drop((g, store));
+    let (fork_store, _) = fork_and_commit(&store, tmp.path(), 2);
+    drop(store);
     let origin_packs = packs_by_inode(&origin_dir);
     let before: Vec<(PathBuf, Vec<u8>)> = origin_packs
         .values()
@@ -467,11 +435,11 @@ fn gc_on_either_side_of_a_fork_leaves_the_other_whole() {
         }
     }
     for (dir, file, want) in [
-        (&origin_dir, "second", noise(300 << 10, 6)),
+        (&origin_dir, "second", noise(6, 300 << 10)),
         (
             &fork_store.dir().to_path_buf(),
             "second",
-            noise(300 << 10, 6),
+            noise(6, 300 << 10),
         ),
     ] {
         let s = Store::open(dir).unwrap();

@@ -49,18 +49,9 @@ fn commit(p: &Project) -> u64 {
     commit_with(p, |_| {})
 }
 
-/// Bytes that do not compress, so sizes on disk follow sizes written.
-fn noise(seed: u64, len: usize) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
+#[path = "support/bytes.rs"]
+mod bytes;
+use bytes::noise;
 
 fn file_at(store: &Store, step: u64, name: &str) -> Vec<u8> {
     let tree = store.read_tree(&store.step_tree(step).unwrap()).unwrap();

@@ -333,11 +333,9 @@ mod tests {
         e.stat = StatKey::of(&st);
     }
 
-    /// git's racy-timestamp rule: an entry whose `lstat` matches, ctime included (an edit in
-    /// the same clock tick as the scan that read it), is still read again while its mtime is
-    /// not older than that scan.
-    #[test]
-    fn a_racy_entry_is_read_again_even_when_its_stat_matches() {
+    /// A project of one file `f.txt` ("aaaa") scanned once: its directory, store, tree state
+    /// and first tree.
+    fn one_file_scanned() -> (tempfile::TempDir, Store, WorkTree, ObjectId) {
         let tmp = tempfile::tempdir().expect("tempdir");
         let root = tmp.path().join("p");
         std::fs::create_dir_all(&root).expect("mkdir");
@@ -345,6 +343,16 @@ mod tests {
         let store = Store::create(&tmp.path().join("s"), &root).expect("store");
         let mut wt = WorkTree::new(&root, ScanConfig::default(), None).expect("worktree");
         let (t1, _) = wt.full_scan(&store, None).expect("scan");
+        (tmp, store, wt, t1)
+    }
+
+    /// git's racy-timestamp rule: an entry whose `lstat` matches, ctime included (an edit in
+    /// the same clock tick as the scan that read it), is still read again while its mtime is
+    /// not older than that scan.
+    #[test]
+    fn a_racy_entry_is_read_again_even_when_its_stat_matches() {
+        let (tmp, store, mut wt, t1) = one_file_scanned();
+        let root = tmp.path().join("p");
         std::fs::write(root.join("f.txt"), "bbbb").expect("write");
         forge_current_stat(&mut wt, b"f.txt", None);
         let (t2, r) = wt.full_scan(&store, None).expect("scan");
@@ -362,13 +370,8 @@ mod tests {
     /// mtime, but its ctime is recent, so it is read again.
     #[test]
     fn an_edit_with_its_mtime_set_back_is_read_again() {
-        let tmp = tempfile::tempdir().expect("tempdir");
+        let (tmp, store, mut wt, t1) = one_file_scanned();
         let root = tmp.path().join("p");
-        std::fs::create_dir_all(&root).expect("mkdir");
-        std::fs::write(root.join("f.txt"), "aaaa").expect("write");
-        let store = Store::create(&tmp.path().join("s"), &root).expect("store");
-        let mut wt = WorkTree::new(&root, ScanConfig::default(), None).expect("worktree");
-        let (t1, _) = wt.full_scan(&store, None).expect("scan");
         std::fs::write(root.join("f.txt"), "bbbb").expect("write");
         let hour_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
         std::fs::File::options()

@@ -1,2 +1,3 @@
 #[macro_use]
 pub mod backends;
+pub mod bytes;
