@@ -432,12 +432,12 @@ pub(crate) fn run_sandboxed(
     upstreams: &Upstreams,
     extras: RunExtras,
 ) -> CmdResult<(i32, Vec<GateEvent>)> {
+    // The last step's cgroups, if a long-lived session ran one, are gone first.
+    envgit_sandbox::limits::finish_removals();
     // The run's cgroups, made at envgit's start for `envgit run`, else now: the sandbox
     // process-to-be (the zygote) is moved into the v2 ones on a thread while the rest of the
     // run is set up, since moving a whole process waits for a kernel grace period
     // (`move_into_cgroups`); it joins v1 ones itself, one thread, at no cost.
-    // The last step's cgroups, if a long-lived session ran one, are gone first.
-    envgit_sandbox::limits::finish_removals();
     let limits = envgit_sandbox::limits::take_early().unwrap_or_else(|| {
         let limits =
             envgit_sandbox::limits::prepare(&format!("envgit-{}-{}", std::process::id(), now_ms()));
