@@ -26,12 +26,12 @@ pub(super) const FINE_MARGIN_NS: i64 = 50_000_000;
 /// Local filesystems whose inodes keep nanoseconds (`s_time_gran` 1) stamped by this
 /// kernel's clock. ext2/3 share ext4's magic and keep whole seconds in small inodes: a file
 /// whose mtime and ctime both have no nanoseconds gets the coarse margin.
-const FINE_FILESYSTEMS: [u64; 5] = [
-    0xEF53,      // ext4
-    0x5846_5342, // xfs
-    0x9123_683E, // btrfs
-    0x0102_1994, // tmpfs
-    0xF2F5_2010, // f2fs
+const FINE_FILESYSTEMS: [libc::c_long; 5] = [
+    libc::EXT4_SUPER_MAGIC,
+    libc::XFS_SUPER_MAGIC,
+    libc::BTRFS_SUPER_MAGIC,
+    libc::TMPFS_MAGIC,
+    libc::F2FS_SUPER_MAGIC,
 ];
 
 #[derive(Clone, Copy, Debug, Default)]
@@ -44,8 +44,7 @@ pub(crate) struct RacyRule {
 impl RacyRule {
     /// The rule for a tree rooted at `root`.
     pub(crate) fn for_root(root: BorrowedFd<'_>) -> Self {
-        let fine = rustix::fs::fstatfs(root)
-            .is_ok_and(|fs| FINE_FILESYSTEMS.contains(&(fs.f_type as u64)));
+        let fine = rustix::fs::fstatfs(root).is_ok_and(|fs| FINE_FILESYSTEMS.contains(&fs.f_type));
         let dev = rustix::fs::fstat(root).ok().map(|st| st.st_dev);
         Self {
             fine_dev: dev.filter(|_| fine),
@@ -142,16 +141,28 @@ mod tests {
         assert!(RacyRule::coarse().is_racy(&stat(year_2000, NOW - 1_000, 7), NOW));
     }
 
-    #[test]
-    fn the_root_of_a_temporary_directory_is_classified() {
-        let tmp = tempfile::tempdir().expect("tempdir");
-        let dir = std::fs::File::open(tmp.path()).expect("open");
+    fn rule_of(path: &str) -> Option<RacyRule> {
+        let dir = std::fs::File::open(path).ok()?;
         use std::os::fd::AsFd;
-        let rule = RacyRule::for_root(dir.as_fd());
-        let fs = rustix::fs::fstatfs(dir.as_fd()).expect("fstatfs");
-        assert_eq!(
-            rule.fine_dev.is_some(),
-            FINE_FILESYSTEMS.contains(&(fs.f_type as u64))
-        );
+        Some(RacyRule::for_root(dir.as_fd()))
+    }
+
+    /// procfs is not among the fine filesystems: everything there gets the coarse margin.
+    /// tmpfs is: `/dev/shm`, where it is a tmpfs, gets the fine margin on its own device.
+    #[test]
+    fn roots_are_classified_by_their_filesystem() {
+        let proc_rule = rule_of("/proc").expect("/proc");
+        assert_eq!(proc_rule.fine_dev, None);
+        let shm_is_tmpfs = std::fs::File::open("/dev/shm")
+            .ok()
+            .and_then(|f| rustix::fs::fstatfs(&f).ok())
+            .is_some_and(|fs| fs.f_type == libc::TMPFS_MAGIC);
+        if !shm_is_tmpfs {
+            eprintln!("SKIPPED: /dev/shm is not a tmpfs here");
+            return;
+        }
+        use std::os::unix::fs::MetadataExt;
+        let dev = std::fs::metadata("/dev/shm").expect("/dev/shm").dev();
+        assert_eq!(rule_of("/dev/shm").expect("/dev/shm").fine_dev, Some(dev));
     }
 }
