@@ -11,6 +11,8 @@
 mod backend;
 mod beneath;
 mod budget;
+mod change_log;
+mod change_note;
 mod chunk;
 mod commit;
 mod delta;
@@ -51,6 +53,8 @@ mod write;
 
 pub use backend::{ObjectBackend, ObjectInfo};
 pub use budget::BudgetLimit;
+pub use change_log::{ChangeLog, ChangeToken, RootGone, Since};
+pub use change_note::ChangeNote;
 pub use diff::{EntryDiff, diff_entries, diff_trees};
 pub use error::{Result, StoreError};
 pub use exclude::Excludes;

@@ -15,6 +15,7 @@ use rustix::fs::inotify::{self, CreateFlags, ReadFlags, WatchFlags};
 use rustix::io::Errno;
 
 use crate::beneath::{self, join_rel};
+use crate::change_note::{ChangeNote, Meaning, meaning};
 use crate::dirty::Dirty;
 use crate::error::{IoContext, Result};
 use crate::id::ObjectId;
@@ -34,6 +35,8 @@ pub struct LiveTree {
     /// Watches could not be added (out of watches): every snapshot is a full rescan.
     degraded: bool,
     buf: Vec<MaybeUninit<u8>>,
+    /// Changes come from another process's watcher ([`LiveTree::feed`]), not this inotify.
+    fed: bool,
 }
 
 /// How a snapshot was taken.
@@ -45,7 +48,7 @@ pub enum SnapshotMode {
     FullRescan,
 }
 
-const MASK: WatchFlags = WatchFlags::CREATE
+pub(crate) const WATCH_MASK: WatchFlags = WatchFlags::CREATE
     .union(WatchFlags::DELETE)
     .union(WatchFlags::MODIFY)
     .union(WatchFlags::ATTRIB)
@@ -74,6 +77,7 @@ impl LiveTree {
             lost: true,
             degraded: false,
             buf: vec![MaybeUninit::uninit(); 256 << 10],
+            fed: false,
         })
     }
 
@@ -112,6 +116,9 @@ impl LiveTree {
         if self.degraded {
             let (id, report) = self.tree.full_scan(store, None)?;
             return Ok((id, report, SnapshotMode::FullRescan));
+        }
+        if self.fed {
+            return self.snapshot_fed(store);
         }
         self.drain()?;
         if self.lost {
@@ -154,6 +161,32 @@ impl LiveTree {
         Ok((id, report, SnapshotMode::Incremental))
     }
 
+    /// [`LiveTree::snapshot`] of a tree fed by another process's watcher.
+    fn snapshot_fed(&mut self, store: &Store) -> Result<(ObjectId, ScanReport, SnapshotMode)> {
+        if std::mem::take(&mut self.lost) {
+            self.dirty = Dirty::default();
+            let (id, report) = self.tree.full_scan(store, None)?;
+            self.retry_over_budget(&report);
+            return Ok((id, report, SnapshotMode::FullRescan));
+        }
+        let dirty = self.dirty.take();
+        let (id, report) = if dirty.is_empty() {
+            match self.tree.root_tree() {
+                Some(id) if store.has(&id) => (id, ScanReport::default()),
+                _ => self.tree.full_scan(store, None)?,
+            }
+        } else {
+            self.tree.update(store, &dirty)?
+        };
+        self.retry_over_budget(&report);
+        let mode = if report.full {
+            SnapshotMode::FullRescan
+        } else {
+            SnapshotMode::Incremental
+        };
+        Ok((id, report, mode))
+    }
+
     /// Files left out for the budget are tried again at the next snapshot (nothing tells the
     /// watcher that `envgit gc` made room): their directories are reread, at the cost of one
     /// `lstat` per file while there is still no room.
@@ -193,7 +226,7 @@ impl LiveTree {
                 };
                 // Through the opened fd, so a directory swapped for a symlink is never watched.
                 let proc_path = format!("/proc/self/fd/{}", fd.as_fd().as_raw_fd());
-                let wd = inotify::add_watch(inotify, proc_path.as_str(), MASK);
+                let wd = inotify::add_watch(inotify, proc_path.as_str(), WATCH_MASK);
                 (rel, Some(wd))
             })
             .collect();
@@ -279,51 +312,70 @@ impl LiveTree {
         let Some(rel) = self.wds.get(&wd).cloned() else {
             return; // a watch given up (its directory moved or removed): covered then
         };
-        if flags.contains(ReadFlags::IGNORED) {
-            self.wds.remove(&wd);
-            if self.watched.get(&rel) == Some(&wd) {
-                self.watched.remove(&rel);
-            }
-            if rel.is_empty() {
-                self.lost = true;
-            }
-            return;
-        }
-        let Some(name) = name else {
-            // About the watched directory itself. Its parent's watch reports a move, removal
-            // or chmod of it by name; the project root has no parent watched.
-            if rel.is_empty() {
-                if flags.intersects(ReadFlags::MOVE_SELF | ReadFlags::DELETE_SELF) {
-                    self.lost = true;
+        match meaning(&rel, flags, name) {
+            Meaning::RootLost => self.lost = true,
+            Meaning::WatchGone => {
+                self.wds.remove(&wd);
+                if self.watched.get(&rel) == Some(&wd) {
+                    self.watched.remove(&rel);
                 }
-            } else if let Some(parent) = beneath::parent_rel(&rel)
-                && !flags.intersects(ReadFlags::MOVE_SELF | ReadFlags::DELETE_SELF)
-            {
-                let base = rel[if parent.is_empty() {
-                    0
-                } else {
-                    parent.len() + 1
-                }..]
-                    .to_vec();
-                self.dirty.name(parent, &base, false);
             }
-            return;
-        };
-        let fresh = flags.contains(ReadFlags::ISDIR)
-            && flags.intersects(
-                ReadFlags::CREATE | ReadFlags::DELETE | ReadFlags::MOVED_FROM | ReadFlags::MOVED_TO,
-            );
-        if fresh {
-            // A directory came or went: what is known below that path is dropped now (so
-            // that whatever is there at the snapshot is walked anew, even if its directory is
-            // read whole and the same inode came back), and the watches there (naming paths
-            // that are no longer right) are given up.
-            let path = join_rel(&rel, name);
-            self.forget_watches(&path);
-            self.dirty.forget_below(&path);
-            self.tree.forget_dir(&path);
+            Meaning::Change(change) => {
+                if let ChangeNote::Name {
+                    dir,
+                    name,
+                    fresh: true,
+                } = &change
+                {
+                    // The watches there name paths that are no longer right.
+                    self.forget_watches(&join_rel(dir, name));
+                }
+                self.apply(change);
+            }
+            Meaning::Nothing => {}
         }
-        self.dirty.name(&rel, name, fresh);
+    }
+
+    /// Take one change into the dirty set. A directory that came or went: what is known below
+    /// that path is dropped now, so that whatever is there at the snapshot is walked anew (even
+    /// if its directory is read whole and the same inode came back).
+    fn apply(&mut self, change: ChangeNote) {
+        match change {
+            ChangeNote::Whole(dir) => self.dirty.whole(dir),
+            ChangeNote::Name { dir, name, fresh } => {
+                if fresh {
+                    let path = join_rel(&dir, &name);
+                    self.dirty.forget_below(&path);
+                    self.tree.forget_dir(&path);
+                }
+                self.dirty.name(&dir, &name, fresh);
+            }
+        }
+    }
+
+    /// Learn what changed from a watcher in another process ([`crate::ChangeLog`], in the
+    /// order it logged them) instead of this tree's own inotify, from now on: the tree must
+    /// be the state those changes follow (the stat index saved with the log's token). `None`:
+    /// the watcher cannot vouch for anything, and the next snapshot reads everything. A fed
+    /// tree adds no watches of its own.
+    pub fn feed(&mut self, changes: Option<Vec<ChangeNote>>) {
+        if !self.fed {
+            self.fed = true;
+            self.dirty = Dirty::default();
+            self.watched.clear();
+            self.wds.clear();
+        }
+        match changes {
+            None => self.lost = true,
+            Some(changes) => {
+                if self.tree.root_tree().is_some() {
+                    self.lost = false;
+                }
+                for c in changes {
+                    self.apply(c);
+                }
+            }
+        }
     }
 
     /// Give up the watches at `rel` and below (a moved directory keeps its watches, which

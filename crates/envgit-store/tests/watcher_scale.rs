@@ -6,13 +6,19 @@
 //! moved away, written in and moved back, and a real queue overflow (a burst of more events
 //! than `fs.inotify.max_queued_events`).
 //!
+//! The same holds for a one-shot command fed by the watching daemon's log (`ChangeLog`): each
+//! step loads the stat index and the token saved with it, takes the changes since, and its tree
+//! is compared with a cold rescan before the command and after it.
+//!
 //! The normal suite runs it at 15,000 files; a release run (`cargo test --release`) at 100,000.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::os::unix::fs::{PermissionsExt, symlink};
 use std::path::{Path, PathBuf};
 
-use envgit_store::{Excludes, LiveTree, ScanConfig, SnapshotMode, Store, WorkTree, diff_trees};
+use envgit_store::{
+    ChangeLog, Excludes, LiveTree, ScanConfig, SnapshotMode, Store, WorkTree, diff_trees,
+};
 
 struct Rng(u64);
 impl Rng {
@@ -335,4 +341,92 @@ fn the_watcher_equals_a_rescan_at_15k_files() {
 )]
 fn the_watcher_equals_a_rescan_at_100k_files() {
     equal_to_rescan(100_000, 24, 0x2545_f491_4f6c_dd1d);
+}
+
+/// The daemon's log in this process; each step a one-shot command as `envgit run` makes it: a
+/// new tree from the stat index, fed the changes since the index's token, edits in the middle
+/// of the step (the command), fed again, index and token saved.
+fn fed_equal_to_rescan(files: usize, steps: usize, seed: u64) {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("p");
+    let outside = tmp.path().join("outside");
+    let store_dir = tmp.path().join("store");
+    std::fs::create_dir_all(&outside).unwrap();
+    generate(&root, files);
+    let store = Store::create(&store_dir, &root).unwrap();
+    let mut log = ChangeLog::start(&root, config(), Some(&store_dir)).unwrap();
+    let mut rng = Rng(seed);
+    let overflow_at = steps / 2;
+    let check = |live: &mut LiveTree, step: usize, did: &[&str]| -> SnapshotMode {
+        let (live_id, _, mode) = live.snapshot(&store).unwrap();
+        let mut fresh = WorkTree::new(&root, config(), Some(&store_dir)).unwrap();
+        let (fresh_id, _) = fresh.full_scan(&store, None).unwrap();
+        if live_id != fresh_id {
+            let diff = diff_trees(&store, Some(&fresh_id), Some(&live_id)).unwrap();
+            let paths: Vec<String> = diff.iter().map(|c| format!("{c:?}")).collect();
+            panic!("step {step} after {did:?} ({mode:?}): the fed tree differs at {paths:#?}");
+        }
+        mode
+    };
+    for step in 0..steps {
+        let mut did = Vec::new();
+        if step == overflow_at {
+            did.push("overflow burst");
+            overflow_burst(&root);
+        }
+        for k in 0..(2 + rng.below(8)) {
+            did.push(mutate(&root, &outside, &mut rng, step * 100 + k));
+        }
+        let mut live = LiveTree::new(&root, config(), Some(&store_dir)).unwrap();
+        live.tree_mut().load_index(&store);
+        let saved = live.tree().watch_token(&store_dir);
+        assert_eq!(
+            saved.is_some(),
+            step > 0,
+            "step {step}: the token saved with the index"
+        );
+        let since = log.since(saved).unwrap();
+        let vouched = since.changes.is_some();
+        live.feed(since.changes);
+        let before = check(&mut live, step, &did);
+        if step == 0 || step == overflow_at {
+            assert!(
+                !vouched,
+                "step {step}: no token, or one from before the overflow"
+            );
+            assert_eq!(before, SnapshotMode::FullRescan);
+        } else {
+            assert!(
+                vouched,
+                "step {step}: the log vouches for the time since its token"
+            );
+            assert_eq!(
+                before,
+                SnapshotMode::Incremental,
+                "step {step} after {did:?}"
+            );
+        }
+        // The command.
+        for k in 0..(1 + rng.below(6)) {
+            did.push(mutate(&root, &outside, &mut rng, step * 100 + 50 + k));
+        }
+        let after = log.since(Some(since.token)).unwrap();
+        assert!(
+            after.changes.is_some(),
+            "step {step}: no overflow within the step"
+        );
+        live.feed(after.changes);
+        assert_eq!(check(&mut live, step, &did), SnapshotMode::Incremental);
+        live.tree().save_index(&store).unwrap();
+        live.tree().save_watch_token(&store, after.token).unwrap();
+    }
+    // A token of another daemon is never taken for this one's.
+    let mut other = ChangeLog::start(&root, config(), Some(&store_dir)).unwrap();
+    let mine = log.since(None).unwrap().token;
+    assert!(other.since(Some(mine)).unwrap().changes.is_none());
+}
+
+#[test]
+fn the_daemon_fed_tree_equals_a_rescan_at_15k_files() {
+    fed_equal_to_rescan(15_000, 16, 0x5851_f42d_4c95_7f2d);
 }

@@ -106,6 +106,29 @@ pub enum Command {
     /// Approve / Deny for held requests, live while a run goes on (`--export DIR` writes it
     /// as static files instead).
     Ui(UiArgs),
+    /// Keep inotify watches on the project in a background daemon (git's fsmonitor idea), so
+    /// that `envgit run` reads only what changed since its last step instead of walking the
+    /// whole project: `envgit watch start | stop | status`.
+    Watch(WatchArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct WatchArgs {
+    #[command(subcommand)]
+    pub action: WatchAction,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum WatchAction {
+    /// Start the project's daemon (detached); returns once it watches every directory.
+    Start,
+    /// Stop the project's daemon.
+    Stop,
+    /// Whether the project's daemon runs, and what it watches.
+    Status(JsonArg),
+    /// The daemon itself (what `start` runs in the background).
+    #[command(hide = true)]
+    Serve,
 }
 
 #[derive(Args, Debug)]

@@ -26,6 +26,7 @@ mod terminal;
 mod timings;
 mod ui;
 mod upstreams;
+mod watch_daemon;
 
 use std::process::ExitCode;
 

@@ -97,6 +97,11 @@ pub fn run_step(
     // directories written during the step (inotify is told of writes from inside the sandbox:
     // the project is the same inodes there). A write inotify does not report (through a
     // shared mmap) is caught by the next step's walk, as an outside edit.
+    // With `envgit watch`, its daemon says what changed instead (none of the walk).
+    let mut feed = crate::watch_daemon::client::Feed::start(store.dir(), &mut live);
+    if feed.is_some() {
+        crate::timings::mark("watching daemon asked");
+    }
     let (before, walked, _) = live.snapshot(&store)?;
     crate::timings::mark("scan before");
     let facts = crate::project_facts::of(project, store.dir(), live.tree())?;
@@ -168,6 +173,9 @@ pub fn run_step(
         before: Some(before),
         too_deep_before: &walked.too_deep,
     };
+    if let Some(feed) = &mut feed {
+        feed.refresh(&mut live);
+    }
     let committed = step.finish(
         &mut store,
         Snapshot::Live(&mut live),
@@ -180,6 +188,9 @@ pub fn run_step(
     committed?;
     drop(step);
     live.tree().save_index(&store)?;
+    if let Some(feed) = &feed {
+        feed.save(&store, &live)?;
+    }
     crate::timings::mark("save stat index");
     let (tree, watches) = live.into_tree_and_watches();
     crate::leave_to_exit::leave_to_exit((store, tree));

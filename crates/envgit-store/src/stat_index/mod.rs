@@ -20,6 +20,7 @@
 //! changed since has a newer ctime. Its encoding is its own, not the tree objects'.
 
 mod codec;
+mod watch_token;
 
 use std::path::{Path, PathBuf};
 

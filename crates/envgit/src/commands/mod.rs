@@ -24,6 +24,7 @@ mod run;
 pub(crate) mod selftest;
 pub(crate) mod show;
 pub(crate) mod step_ref;
+mod watch;
 
 use std::process::ExitCode;
 
@@ -58,6 +59,7 @@ pub fn run(cli: Cli) -> CmdResult<ExitCode> {
         Command::Codex(a) => agents::codex::run(dir, &a),
         Command::CodexExecServer => agents::codex::exec_server(dir),
         Command::Claude(a) => agents::claude::run(dir, &a),
+        Command::Watch(a) => watch::run(dir, &a),
         Command::Hooks(a) => agents::copilot::run(dir, &a),
         Command::Hook(a) => agents::hook(dir, &a),
         Command::Completions(a) => completions::run(&a),

@@ -1,0 +1,379 @@
+//! The watching daemon's core (git's `fsmonitor--daemon` idea): inotify watches on every
+//! directory a scan would read, and a log of what changed, numbered, so that a one-shot command
+//! can ask "what changed since the token my stat index was saved with?" and read only that
+//! instead of walking the whole project ([`crate::LiveTree::feed`]).
+//!
+//! No cookie file is needed to sync with a client (git needs one for macOS's FSEvents): inotify
+//! queues an event inside the system call that causes it, so when a client asks, everything
+//! that happened before is in the queue already, and [`ChangeLog::since`] drains it first.
+//!
+//! A token is only answered when the log holds every change after it: a token of another
+//! daemon, one from before a queue overflow, or one older than what the bounded log keeps gets
+//! `None`, and the client reads everything. A directory that appears is watched (and, below
+//! it, every directory) while its event is taken, before any later question is answered; the
+//! client walks such a directory whole, so what happened in it before its watch is read too.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::mem::MaybeUninit;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::path::{Path, PathBuf};
+
+use rustix::fs::inotify::{self, CreateFlags, ReadFlags};
+use rustix::fs::{Dir, FileType};
+use rustix::io::Errno;
+
+use crate::beneath::{self, join_rel};
+use crate::change_note::{ChangeNote, Meaning, meaning};
+use crate::error::{IoContext, Result};
+use crate::watch::WATCH_MASK;
+use crate::worktree::{MAX_TREE_DEPTH, MAX_TREE_PATH, ScanConfig};
+
+/// Changes kept; older tokens are answered `None` (a full scan). At ~100 bytes a note, ~50 MiB.
+const MAX_NOTES: usize = 500_000;
+
+/// Where a client's view of the project stands in a daemon's log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChangeToken {
+    /// Random per daemon: a token of another one (restarted) is never taken for this one's.
+    pub instance: u64,
+    /// How many changes the daemon had logged.
+    pub seq: u64,
+}
+
+impl std::fmt::Display for ChangeToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:016x}:{}", self.instance, self.seq)
+    }
+}
+
+impl std::str::FromStr for ChangeToken {
+    type Err = ();
+    fn from_str(s: &str) -> std::result::Result<Self, ()> {
+        let (i, q) = s.trim().split_once(':').ok_or(())?;
+        Ok(Self {
+            instance: u64::from_str_radix(i, 16).map_err(|_| ())?,
+            seq: q.parse().map_err(|_| ())?,
+        })
+    }
+}
+
+/// The answer to "what changed since": the token to ask with next time, and the changes in
+/// order, or `None` when the log cannot vouch for the time since (read everything).
+pub struct Since {
+    pub token: ChangeToken,
+    pub changes: Option<Vec<ChangeNote>>,
+}
+
+/// Why the log stopped: the project root moved or was removed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RootGone;
+
+pub struct ChangeLog {
+    root: PathBuf,
+    root_fd: OwnedFd,
+    config: ScanConfig,
+    /// The store's directory when it sits inside the project: never watched.
+    skip: Option<(u64, u64)>,
+    inotify: OwnedFd,
+    wds: HashMap<i32, Vec<u8>>,
+    watched: BTreeMap<Vec<u8>, i32>,
+    instance: u64,
+    /// Changes logged so far; the newest note's number.
+    seq: u64,
+    /// Tokens below this are not answered (a queue overflow, or notes dropped for room).
+    floor: u64,
+    notes: VecDeque<ChangeNote>,
+    /// Out of inotify watches: nothing is vouched for until a restart.
+    degraded: bool,
+    root_gone: bool,
+    buf: Vec<MaybeUninit<u8>>,
+}
+
+impl ChangeLog {
+    /// Watch every directory of `root` a scan with `config` reads. Costs one walk of the
+    /// directories (not the files).
+    pub fn start(root: &Path, config: ScanConfig, store_dir: Option<&Path>) -> Result<Self> {
+        let root_fd = beneath::open_root(root).at(root)?;
+        let skip = store_dir.and_then(|d| std::fs::metadata(d).ok()).map(|m| {
+            use std::os::unix::fs::MetadataExt;
+            (m.dev(), m.ino())
+        });
+        let inotify = inotify::init(CreateFlags::CLOEXEC | CreateFlags::NONBLOCK).at(root)?;
+        let mut log = Self {
+            root: root.to_path_buf(),
+            root_fd,
+            config,
+            skip,
+            inotify,
+            wds: HashMap::new(),
+            watched: BTreeMap::new(),
+            instance: crate::pack::random_u64(),
+            seq: 0,
+            floor: 0,
+            notes: VecDeque::new(),
+            degraded: false,
+            root_gone: false,
+            buf: vec![MaybeUninit::uninit(); 256 << 10],
+        };
+        log.watch_below(Vec::new());
+        if log.degraded {
+            return Err(crate::error::StoreError::Refused(format!(
+                "{}: out of inotify watches; raise fs.inotify.max_user_watches \
+                 (`sysctl fs.inotify.max_user_watches=1048576`) and try again",
+                root.display()
+            )));
+        }
+        Ok(log)
+    }
+
+    /// The inotify descriptor, to poll: readable when there are events to [`ChangeLog::pump`].
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        self.inotify.as_fd()
+    }
+
+    /// The scan configuration's fingerprint: a client whose stat index was made with another
+    /// one must not take this log's word.
+    pub fn fingerprint(&self) -> &str {
+        &self.config.fingerprint
+    }
+
+    pub fn watches(&self) -> usize {
+        self.watched.len()
+    }
+
+    pub fn is_degraded(&self) -> bool {
+        self.degraded
+    }
+
+    /// Changes logged and still kept.
+    pub fn kept(&self) -> usize {
+        self.notes.len()
+    }
+
+    pub fn token(&self) -> ChangeToken {
+        ChangeToken {
+            instance: self.instance,
+            seq: self.seq,
+        }
+    }
+
+    /// What changed since `token`, after taking every queued event.
+    pub fn since(&mut self, token: Option<ChangeToken>) -> std::result::Result<Since, RootGone> {
+        self.pump()?;
+        let changes = token
+            .filter(|t| {
+                !self.degraded
+                    && t.instance == self.instance
+                    && t.seq >= self.floor
+                    && t.seq <= self.seq
+            })
+            .map(|t| {
+                let first = self.seq - self.notes.len() as u64;
+                let skip = usize::try_from(t.seq - first).unwrap_or(usize::MAX);
+                self.notes.iter().skip(skip).cloned().collect()
+            });
+        Ok(Since {
+            token: self.token(),
+            changes,
+        })
+    }
+
+    /// Take every queued event into the log.
+    pub fn pump(&mut self) -> std::result::Result<(), RootGone> {
+        if self.root_gone {
+            return Err(RootGone);
+        }
+        loop {
+            let mut events: Vec<(i32, ReadFlags, Option<Vec<u8>>)> = Vec::new();
+            let mut reader = inotify::Reader::new(&self.inotify, &mut self.buf);
+            loop {
+                match reader.next() {
+                    Ok(ev) => events.push((
+                        ev.wd(),
+                        ev.events(),
+                        ev.file_name()
+                            .map(|n| n.to_bytes().to_vec())
+                            .filter(|n| !n.is_empty()),
+                    )),
+                    Err(Errno::INTR) => continue,
+                    // Nothing queued (`AGAIN`), or the instance failed: then the next
+                    // question finds the same, and a restart is the fix.
+                    Err(_) => break,
+                }
+                if reader.is_buffer_empty() {
+                    break;
+                }
+            }
+            if events.is_empty() {
+                return Ok(());
+            }
+            for (wd, flags, name) in events {
+                if flags.contains(ReadFlags::QUEUE_OVERFLOW) {
+                    self.overflowed();
+                    break;
+                }
+                self.take(wd, flags, name.as_deref());
+                if self.root_gone {
+                    return Err(RootGone);
+                }
+            }
+        }
+    }
+
+    fn take(&mut self, wd: i32, flags: ReadFlags, name: Option<&[u8]>) {
+        let Some(rel) = self.wds.get(&wd).cloned() else {
+            return; // a watch given up: its directory is walked anew by whoever reads it
+        };
+        match meaning(&rel, flags, name) {
+            Meaning::RootLost => self.root_gone = true,
+            Meaning::WatchGone => {
+                self.wds.remove(&wd);
+                if self.watched.get(&rel) == Some(&wd) {
+                    self.watched.remove(&rel);
+                }
+            }
+            Meaning::Change(change) => {
+                if let ChangeNote::Name {
+                    dir,
+                    name,
+                    fresh: true,
+                } = &change
+                {
+                    let path = join_rel(dir, name);
+                    self.forget_watches(&path);
+                    // Whatever is there now (a directory moved in, made, or nothing) is
+                    // watched before the next question: the client walks it whole.
+                    self.watch_below(path);
+                }
+                self.log(change);
+            }
+            Meaning::Nothing => {}
+        }
+    }
+
+    fn log(&mut self, change: ChangeNote) {
+        self.seq += 1;
+        self.notes.push_back(change);
+        if self.notes.len() > MAX_NOTES {
+            let drop = MAX_NOTES / 2;
+            self.notes.drain(..drop);
+            self.floor = self.seq - self.notes.len() as u64;
+        }
+    }
+
+    /// Events were dropped: start over, and no token from before is answered.
+    fn overflowed(&mut self) {
+        self.wds.clear();
+        self.watched.clear();
+        self.notes.clear();
+        self.seq += 1;
+        self.floor = self.seq;
+        match inotify::init(CreateFlags::CLOEXEC | CreateFlags::NONBLOCK) {
+            Ok(fd) => {
+                self.inotify = fd;
+                self.watch_below(Vec::new());
+            }
+            Err(_) => self.degraded = true,
+        }
+    }
+
+    /// Give up the watches at `rel` and below: they name paths that are no longer right.
+    fn forget_watches(&mut self, rel: &[u8]) {
+        let prefix = join_rel(rel, b"");
+        let below: Vec<(Vec<u8>, i32)> = self
+            .watched
+            .get_key_value(rel)
+            .into_iter()
+            .chain(
+                self.watched
+                    .range(prefix.clone()..)
+                    .take_while(|(k, _)| k.starts_with(&prefix)),
+            )
+            .map(|(k, wd)| (k.clone(), *wd))
+            .collect();
+        for (k, wd) in below {
+            self.watched.remove(&k);
+            self.wds.remove(&wd);
+            let _ = inotify::remove_watch(&self.inotify, wd);
+        }
+    }
+
+    /// Watch the directory at `top` (if one is there) and every directory below it a scan
+    /// reads: each is watched before it is listed, so an entry made after the listing is an
+    /// event. Symbolic links are never followed.
+    fn watch_below(&mut self, top: Vec<u8>) {
+        let mut stack = vec![top];
+        while let Some(rel) = stack.pop() {
+            if self.degraded {
+                return;
+            }
+            let Ok(fd) = beneath::open_dir_rel(self.root_fd.as_fd(), &rel) else {
+                continue; // gone, or not a directory: its parent's event said so
+            };
+            if !rel.is_empty() && !self.scanned(fd.as_fd(), &rel) {
+                continue;
+            }
+            let proc_path = format!("/proc/self/fd/{}", fd.as_fd().as_raw_fd());
+            match inotify::add_watch(&self.inotify, proc_path.as_str(), WATCH_MASK) {
+                Ok(wd) => {
+                    if let Some(old) = self.wds.insert(wd, rel.clone())
+                        && self.watched.get(&old) == Some(&wd)
+                    {
+                        self.watched.remove(&old);
+                    }
+                    self.watched.insert(rel.clone(), wd);
+                }
+                Err(Errno::NOSPC | Errno::NOMEM) => {
+                    // Out of watches (fs.inotify.max_user_watches): give them all back and
+                    // vouch for nothing.
+                    self.degraded = true;
+                    self.wds.clear();
+                    self.watched.clear();
+                    if let Ok(fd) = inotify::init(CreateFlags::CLOEXEC) {
+                        self.inotify = fd;
+                    }
+                    return;
+                }
+                Err(_) => continue,
+            }
+            let Ok(mut dir) = Dir::read_from(fd.as_fd()) else {
+                continue;
+            };
+            while let Some(Ok(entry)) = dir.read() {
+                let name = entry.file_name().to_bytes();
+                if name == b"." || name == b".." {
+                    continue;
+                }
+                let is_dir = match entry.file_type() {
+                    FileType::Directory => true,
+                    FileType::Unknown => beneath::lstat(fd.as_fd(), entry.file_name())
+                        .is_ok_and(|st| beneath::file_type(&st) == FileType::Directory),
+                    _ => false,
+                };
+                if is_dir {
+                    stack.push(join_rel(&rel, name));
+                }
+            }
+        }
+    }
+
+    /// Whether a scan reads the directory `rel` (open as `fd`): not excluded, not the store,
+    /// not deeper than a scan goes (it records a marker there instead).
+    fn scanned(&self, fd: BorrowedFd<'_>, rel: &[u8]) -> bool {
+        let depth = rel.iter().filter(|&&b| b == b'/').count() + 1;
+        if depth > MAX_TREE_DEPTH || rel.len() > MAX_TREE_PATH {
+            return false;
+        }
+        if self.config.excludes.may_exclude(true) && self.config.excludes.is_excluded(rel, true) {
+            return false;
+        }
+        match (self.skip, rustix::fs::fstat(fd)) {
+            (Some(skip), Ok(st)) => skip != (st.st_dev, st.st_ino),
+            _ => true,
+        }
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+}

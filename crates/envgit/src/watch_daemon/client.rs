@@ -1,0 +1,109 @@
+//! Asking the daemon, from a one-shot command.
+
+use std::io::{BufReader, Write};
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+use std::time::Duration;
+
+use envgit_store::{ChangeToken, LiveTree};
+
+use crate::failure::CmdResult;
+
+use super::wire::{self, Answer, Status};
+
+/// How long a step waits for the daemon before it reads the project itself. Its answer is
+/// normally well under a millisecond; after a queue overflow it first walks the directories
+/// again (~0.3 s at 100,000 files).
+const ANSWER_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A connection to the project's daemon, if one listens.
+fn connect(store_dir: &Path) -> Option<UnixStream> {
+    let socket = super::socket_path(store_dir).ok()?;
+    let stream = UnixStream::connect(socket).ok()?;
+    stream.set_read_timeout(Some(ANSWER_TIMEOUT)).ok()?;
+    stream.set_write_timeout(Some(ANSWER_TIMEOUT)).ok()?;
+    Some(stream)
+}
+
+/// What changed since `token`; `None` when no daemon answers (then read everything).
+pub(crate) fn since(store_dir: &Path, token: Option<ChangeToken>) -> Option<Answer> {
+    let mut stream = connect(store_dir)?;
+    let token = token.map_or_else(|| "none".to_owned(), |t| t.to_string());
+    stream
+        .write_all(format!("since {token}\n").as_bytes())
+        .ok()?;
+    match wire::read_answer(&mut BufReader::new(&stream)) {
+        Ok(a) => Some(a),
+        Err(e) => {
+            crate::output::note(&format!(
+                "envgit: the watching daemon did not answer ({e}); reading the whole project \
+                 (`envgit watch stop && envgit watch start` restarts it)"
+            ));
+            None
+        }
+    }
+}
+
+pub(crate) fn status(store_dir: &Path) -> Option<Status> {
+    let mut stream = connect(store_dir)?;
+    stream.write_all(b"status\n").ok()?;
+    let line = wire::read_line(&mut BufReader::new(&stream)).ok()?;
+    serde_json::from_str(&line).ok()
+}
+
+/// Ask the daemon to exit; whether one answered.
+pub(crate) fn stop(store_dir: &Path) -> bool {
+    let Some(mut stream) = connect(store_dir) else {
+        return false;
+    };
+    stream.write_all(b"stop\n").is_ok()
+        && wire::read_line(&mut BufReader::new(&stream)).is_ok_and(|l| l == "ok")
+}
+
+/// A one-shot step's link to the daemon: it tells the step's live tree what changed, before
+/// the command and after it, instead of the tree walking the project and watching it itself.
+pub(crate) struct Feed {
+    store_dir: std::path::PathBuf,
+    token: Option<ChangeToken>,
+}
+
+impl Feed {
+    /// Feeds `live` (just loaded from the stat index) what changed since the index was saved;
+    /// `None` when no daemon answers for this project (then `live` is left to walk and watch
+    /// as it would).
+    pub(crate) fn start(store_dir: &Path, live: &mut LiveTree) -> Option<Self> {
+        let saved = live.tree().watch_token(store_dir);
+        let answer = since(store_dir, saved)?;
+        if answer.fingerprint != live.tree().config().fingerprint {
+            crate::output::note(
+                "envgit: the watching daemon was started before `snapshot:` in envgit.yaml \
+                 changed, so this step reads the whole project; restart it: \
+                 `envgit watch stop && envgit watch start`",
+            );
+            return None;
+        }
+        // Without a saved token the tree is not the state the changes follow: read everything.
+        live.feed(answer.changes.filter(|_| saved.is_some()));
+        Some(Self {
+            store_dir: store_dir.to_path_buf(),
+            token: Some(answer.token),
+        })
+    }
+
+    /// Feeds `live` what changed since the last answer (what the command did, for the snapshot
+    /// after it). A daemon that stopped answering makes that snapshot read everything.
+    pub(crate) fn refresh(&mut self, live: &mut LiveTree) {
+        let answer = since(&self.store_dir, self.token)
+            .filter(|a| a.fingerprint == live.tree().config().fingerprint);
+        self.token = answer.as_ref().map(|a| a.token);
+        live.feed(answer.and_then(|a| a.changes));
+    }
+
+    /// Saves the last answer's token beside the stat index just saved from `live`'s tree.
+    pub(crate) fn save(&self, store: &envgit_store::Store, live: &LiveTree) -> CmdResult<()> {
+        if let Some(token) = self.token {
+            live.tree().save_watch_token(store, token)?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,214 @@
+//! `envgit watch`: a daemon keeps inotify watches on the project, and `envgit run` asks it what
+//! changed instead of walking the project. The daemon may only make a step cheaper, never
+//! different: after every run the step's snapshot, materialised by `envgit fork`, is the
+//! project byte for byte, whatever was changed outside or by the command; a daemon that is
+//! killed, stale or started with another configuration is never trusted; its socket is out of
+//! the sandbox's reach.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::path::Path;
+
+use support::{Env, Run};
+
+fn project() -> Env {
+    let env = Env::new();
+    env.write("a.txt", "one\n");
+    env.write("src/b.txt", "two\n");
+    env.write("src/deep/c.txt", "three\n");
+    env.init();
+    env
+}
+
+/// `envgit run` with the phases on stderr; whether it asked the daemon.
+fn run(env: &Env, script: &str) -> (Run, bool) {
+    let out = env
+        .cmd(&env.project)
+        .env("ENVGIT_TIMINGS", "1")
+        .args(["run", "--", "sh", "-c", script])
+        .output()
+        .unwrap();
+    let r = Run::from(out).ok();
+    let asked = r.stderr.contains("timing: watching daemon asked");
+    (r, asked)
+}
+
+fn newest_step(env: &Env) -> u64 {
+    env.log_json()[0]["number"].as_u64().unwrap()
+}
+
+/// The newest step's snapshot, forked into a new directory, is the project (`envgit.yaml`
+/// aside, which a fork writes afresh): every path, type, mode and byte.
+fn assert_snapshot_is_the_project(env: &Env, context: &str) {
+    let n = newest_step(env).to_string();
+    let to = env.tmp.path().join(format!("fork-{n}"));
+    env.envgit(&["fork", &n, to.to_str().unwrap()]).ok();
+    let diff = std::process::Command::new("diff")
+        .args(["-r", "--no-dereference", "-x", "envgit.yaml"])
+        .arg(&env.project)
+        .arg(&to)
+        .output()
+        .unwrap();
+    let modes = |root: &Path| {
+        let out = std::process::Command::new("find")
+            .arg(".")
+            .args(["-not", "-name", "envgit.yaml", "-printf", "%p %M\n"])
+            .current_dir(root)
+            .output()
+            .unwrap();
+        let mut lines: Vec<String> = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(str::to_owned)
+            .collect();
+        lines.sort();
+        lines
+    };
+    assert!(
+        diff.status.success(),
+        "{context}: step {n}'s snapshot differs from the project:\n{}",
+        String::from_utf8_lossy(&diff.stdout)
+    );
+    assert_eq!(modes(&env.project), modes(&to), "{context}: modes");
+}
+
+fn status(env: &Env) -> serde_json::Value {
+    env.envgit(&["watch", "status", "--json"]).ok().json()
+}
+
+#[test]
+fn runs_fed_by_the_daemon_snapshot_exactly_what_a_walk_would() {
+    let env = project();
+    assert_eq!(status(&env)["running"], false);
+    let started = env.envgit(&["watch", "start"]).ok();
+    assert!(started.stdout.contains("watching"), "{}", started.stdout);
+    assert_eq!(status(&env)["running"], true);
+    // The first run has no token yet: it reads everything, and saves one.
+    let (_, asked) = run(&env, "true");
+    assert!(asked, "the run asked the daemon");
+    assert!(env.store_dir().join("stat.watch").is_file());
+    let steps: &[(&str, &str)] = &[
+        (
+            "an edit outside, one by the command",
+            "echo more >> src/b.txt",
+        ),
+        (
+            "new nested directories",
+            "mkdir -p n/m/o && echo x > n/m/o/f && echo y > n/g",
+        ),
+        (
+            "a directory moved",
+            "mv src/deep src/moved && echo z > src/moved/new",
+        ),
+        (
+            "a directory replaced by a file",
+            "rm -r n/m && echo file > n/m",
+        ),
+        (
+            "a file replaced by a directory",
+            "rm a.txt && mkdir a.txt && echo in > a.txt/x",
+        ),
+        (
+            "modes and a symlink",
+            "chmod 755 src/b.txt && ln -s ../src n/link",
+        ),
+        ("removals", "rm -r src/moved && rm n/g"),
+    ];
+    let mut outside = 0;
+    for (what, script) in steps {
+        // Also an edit nobody recorded, between the steps, of the same size with the mtime
+        // set back: only inotify (or reading the file) tells.
+        outside += 1;
+        env.write("outside.txt", &format!("outside {outside}\n"));
+        env.sh("touch -d '2020-01-02 03:04:05' outside.txt").ok();
+        let (_, asked) = run(&env, script);
+        assert!(asked, "{what}: the run asked the daemon");
+        assert_snapshot_is_the_project(&env, what);
+    }
+    env.envgit(&["watch", "stop"]).ok();
+    assert_eq!(status(&env)["running"], false);
+    // Without the daemon, the next run walks again and agrees.
+    env.write("after.txt", "after\n");
+    let (_, asked) = run(&env, "echo last > last.txt");
+    assert!(!asked);
+    assert_snapshot_is_the_project(&env, "after the daemon stopped");
+}
+
+#[test]
+fn a_killed_daemon_or_a_stale_token_is_never_trusted() {
+    let env = project();
+    env.envgit(&["watch", "start"]).ok();
+    run(&env, "true");
+    let pid = status(&env)["daemon"]["pid"].as_u64().unwrap();
+    // Killed: edits made while nothing watches are still found (its socket is left behind,
+    // refusing connections).
+    env.sh(&format!("kill -9 {pid}")).ok();
+    env.write("src/while-dead.txt", "nobody watched\n");
+    let (_, asked) = run(&env, "echo x > src/by-command.txt");
+    assert!(!asked);
+    assert_snapshot_is_the_project(&env, "the daemon killed");
+    // A new daemon: the token saved with the index is another daemon's, so the first run
+    // reads everything, even an edit made before it started.
+    env.write("src/before-restart.txt", "before\n");
+    env.envgit(&["watch", "start"]).ok();
+    let (_, asked) = run(&env, "true");
+    assert!(asked);
+    assert_snapshot_is_the_project(&env, "a new daemon");
+    // The index rewritten by a command that did not ask the daemon (`record`) voids the token.
+    env.write("src/recorded.txt", "recorded\n");
+    env.record();
+    env.write("src/after-record.txt", "after\n");
+    let (_, asked) = run(&env, "true");
+    assert!(asked);
+    assert_snapshot_is_the_project(&env, "after a record");
+    env.envgit(&["watch", "stop"]).ok();
+}
+
+#[test]
+fn a_daemon_started_with_other_excludes_is_not_taken_at_its_word() {
+    let env = project();
+    env.envgit(&["watch", "start"]).ok();
+    run(&env, "true");
+    // `snapshot.exclude` changes: the daemon watches by the old configuration.
+    let policy = env.read("envgit.yaml");
+    let edited = policy.replacen("  exclude: [", "  exclude: [\"cache/\", ", 1);
+    assert_ne!(policy, edited, "envgit.yaml has a snapshot.exclude line");
+    std::fs::write(env.path("envgit.yaml"), edited).unwrap();
+    env.write("src/new.txt", "new\n");
+    let (r, asked) = run(&env, "true");
+    assert!(!asked);
+    assert!(
+        r.stderr.contains("envgit watch stop && envgit watch start"),
+        "{}",
+        r.stderr
+    );
+    assert_snapshot_is_the_project(&env, "other excludes");
+    env.envgit(&["watch", "stop"]).ok();
+}
+
+#[test]
+fn the_sandbox_cannot_reach_the_daemons_socket() {
+    let env = project();
+    env.envgit(&["watch", "start"]).ok();
+    let uid = env.sh("id -u").ok().stdout.trim().to_owned();
+    let rt = env.home.join(format!("rt-{uid}"));
+    let socket = std::fs::read_dir(&rt)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| {
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("watch-")
+        })
+        .expect("the daemon's socket");
+    let probe = format!(
+        "test -e {s} && echo visible; python3 -c 'import socket; s=socket.socket(socket.AF_UNIX); s.connect(\"{s}\"); print(\"connected\")' 2>/dev/null; true",
+        s = socket.display()
+    );
+    let (r, _) = run(&env, &probe);
+    assert!(!r.stdout.contains("visible"), "{}", r.stdout);
+    assert!(!r.stdout.contains("connected"), "{}", r.stdout);
+    env.envgit(&["watch", "stop"]).ok();
+}
