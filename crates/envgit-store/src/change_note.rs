@@ -4,7 +4,12 @@
 
 use rustix::fs::inotify::ReadFlags;
 
-use crate::beneath::parent_rel;
+use crate::beneath::{join_rel, parent_rel};
+use crate::dirty::Dirty;
+use crate::error::Result;
+use crate::id::ObjectId;
+use crate::store::Store;
+use crate::worktree::{ScanReport, WorkTree};
 
 /// A change in the project, by relative path.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -76,4 +81,41 @@ pub(crate) fn meaning(rel: &[u8], flags: ReadFlags, name: Option<&[u8]>) -> Mean
         name: name.to_vec(),
         fresh,
     })
+}
+
+/// Takes one change into `dirty`. A directory that came or went: what `tree` knows below that
+/// path is dropped now, so that whatever is there at the rescan is walked anew (even if its
+/// parent is read whole and the same inode came back).
+pub(crate) fn note_into(dirty: &mut Dirty, tree: &mut WorkTree, change: ChangeNote) {
+    match change {
+        ChangeNote::Whole(dir) => dirty.whole(dir),
+        ChangeNote::Name { dir, name, fresh } => {
+            if fresh {
+                let path = join_rel(&dir, &name);
+                dirty.forget_below(&path);
+                tree.forget_dir(&path);
+            }
+            dirty.name(&dir, &name, fresh);
+        }
+    }
+}
+
+impl WorkTree {
+    /// Brings a state loaded from the stat index up to date with the changes a watcher logged
+    /// since that index was saved (in order): only those names are read again. A state with
+    /// nothing loaded is scanned whole.
+    pub fn catch_up(
+        &mut self,
+        store: &Store,
+        changes: Vec<ChangeNote>,
+    ) -> Result<(ObjectId, ScanReport)> {
+        let mut dirty = Dirty::default();
+        for c in changes {
+            note_into(&mut dirty, self, c);
+        }
+        match self.root_tree() {
+            Some(id) if dirty.is_empty() && store.has(&id) => Ok((id, ScanReport::default())),
+            _ => self.update(store, &dirty),
+        }
+    }
 }

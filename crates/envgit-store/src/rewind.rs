@@ -20,6 +20,9 @@ pub struct RewindOptions<'a> {
     pub protected: &'a [String],
     pub excludes: &'a Excludes,
     pub policy_hash: Option<String>,
+    /// What changed since the stat index the working tree was loaded from, from the watching
+    /// daemon (`ChangeLog`): read instead of scanning the whole project. `None`: scan.
+    pub known_changes: Option<Vec<crate::ChangeNote>>,
 }
 
 /// A rewind, begun: what it found before touching the working tree. Nothing is written yet.
@@ -64,7 +67,10 @@ pub fn rewind_start(
     if !others.is_empty() {
         return Err(StoreError::InFlight(others.join(", ")));
     }
-    let (current, scan) = wt.full_scan(store, None)?;
+    let (current, scan) = match &opts.known_changes {
+        Some(changes) => wt.catch_up(store, changes.clone())?,
+        None => wt.full_scan(store, None)?,
+    };
     let record_first = (store.head().and_then(|h| h.tree) != Some(current)).then(|| StepDraft {
         kind: Some(StepKind::Record),
         started_at_ms: started,

@@ -15,7 +15,7 @@ use rustix::fs::inotify::{self, CreateFlags, ReadFlags, WatchFlags};
 use rustix::io::Errno;
 
 use crate::beneath::{self, join_rel};
-use crate::change_note::{ChangeNote, Meaning, meaning};
+use crate::change_note::{ChangeNote, Meaning, meaning, note_into};
 use crate::dirty::Dirty;
 use crate::error::{IoContext, Result};
 use crate::id::ObjectId;
@@ -336,21 +336,8 @@ impl LiveTree {
         }
     }
 
-    /// Take one change into the dirty set. A directory that came or went: what is known below
-    /// that path is dropped now, so that whatever is there at the snapshot is walked anew (even
-    /// if its directory is read whole and the same inode came back).
     fn apply(&mut self, change: ChangeNote) {
-        match change {
-            ChangeNote::Whole(dir) => self.dirty.whole(dir),
-            ChangeNote::Name { dir, name, fresh } => {
-                if fresh {
-                    let path = join_rel(&dir, &name);
-                    self.dirty.forget_below(&path);
-                    self.tree.forget_dir(&path);
-                }
-                self.dirty.name(&dir, &name, fresh);
-            }
-        }
+        note_into(&mut self.dirty, &mut self.tree, change);
     }
 
     /// Learn what changed from a watcher in another process ([`crate::ChangeLog`], in the

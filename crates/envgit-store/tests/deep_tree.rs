@@ -181,6 +181,7 @@ fn a_ten_thousand_deep_tree_is_recorded_restored_and_later_steps_work(backend: B
         protected: &[],
         excludes: &Excludes::none(),
         policy_hash: None,
+        known_changes: None,
     };
     let mut g = store.begin_step("rewind").unwrap();
     let start = rewind_start(&store, &mut wt, &g, &opts).unwrap();

@@ -222,6 +222,7 @@ fn sparse_files_stay_sparse_through_fork_and_rewind(backend: Backend) {
         protected: &[],
         excludes: &envgit_store::Excludes::none(),
         policy_hash: None,
+        known_changes: None,
     };
     let mut g = s.begin_step("rewind").unwrap();
     let start = envgit_store::rewind_start(&s, &mut wt, &g, &opts).unwrap();

@@ -310,6 +310,7 @@ fn a_format_1_store_opens_rewinds_and_takes_delta_steps() {
         protected: &[],
         excludes: &Excludes::none(),
         policy_hash: None,
+        known_changes: None,
     };
     let mut g = store.begin_step("rewind").unwrap();
     let start = envgit_store::rewind_start(&store, &mut wt, &g, &ropts).unwrap();

@@ -71,15 +71,3 @@ pub(crate) fn from_cache(project: &Project, store: &Store) -> CmdResult<ProjectF
     }
     of(project, store.dir(), &wt)
 }
-
-/// `given` (a step's own scan), else [`from_cache`] with the store at `store_dir`.
-pub(crate) fn given_or_cached(
-    project: &Project,
-    store_dir: &std::path::Path,
-    given: Option<ProjectFacts>,
-) -> CmdResult<ProjectFacts> {
-    match given {
-        Some(f) => Ok(f),
-        None => from_cache(project, &Store::open(store_dir)?),
-    }
-}

@@ -104,39 +104,51 @@ pub fn run_step(
     }
     let (before, walked, _) = live.snapshot(&store)?;
     crate::timings::mark("scan before");
-    let facts = crate::project_facts::of(project, store.dir(), live.tree())?;
-    crate::timings::mark("project facts");
-    // The user's edits since the last step are theirs, not this command's.
-    crate::outside::record_outside_edits(project, &mut store, &before)?;
-    crate::timings::mark("outside edits");
-    let mut step = crate::step::begin(&store, &line)?;
-    let git = crate::git_layer::open(store.dir(), &project.root)?;
-    crate::timings::mark("git layer open");
-    // Read before the command runs: `core.hooksPath` comes from the trusted .git/config.
-    let protected = crate::git_layer::protected_under(git.as_deref(), project.protected_paths());
-    let copy = ProtectedCopy::take(store.dir(), &project.root, &protected)?;
-    crate::timings::mark("git layer, protected copy");
-    // From here a crash, a kill or a failed commit leaves the step for the next command to
-    // record as interrupted, with its command.
-    step.guard()
-        .describe(&argv, Some(&cwd.display().to_string()))?;
-    step.guard().keep_if_uncommitted();
-    let (notes_tx, notes_rx) = std::sync::mpsc::channel();
-    let ran = run_sandboxed(
-        project,
-        store.dir(),
-        cwd,
-        &argv,
-        &protected,
-        upstreams,
-        RunExtras {
-            step_notes: Some(notes_tx),
-            git: git.clone(),
-            facts: Some(facts),
-            before_start: Some(copy.durable()),
-            ..RunExtras::default()
-        },
-    );
+    // The plan's facts come from the scan just made; they are gathered on a thread while the
+    // step is begun and the run set up (`run_sandboxed` joins it before its plan).
+    let (ran, mut step, git, protected, copy, notes_rx) = std::thread::scope(|s| {
+        let store_dir = store.dir().to_path_buf();
+        let tree = live.tree();
+        let facts = std::thread::Builder::new()
+            .name("envgit-facts".into())
+            .spawn_scoped(s, move || {
+                crate::project_facts::of(project, &store_dir, tree)
+            })
+            .map_err(|e| Failure::failed(format!("cannot start a thread: {e}")))?;
+        // The user's edits since the last step are theirs, not this command's.
+        crate::outside::record_outside_edits(project, &mut store, &before)?;
+        crate::timings::mark("outside edits");
+        let mut step = crate::step::begin(&store, &line)?;
+        let git = crate::git_layer::open(store.dir(), &project.root)?;
+        crate::timings::mark("git layer open");
+        // Read before the command runs: `core.hooksPath` comes from the trusted .git/config.
+        let protected =
+            crate::git_layer::protected_under(git.as_deref(), project.protected_paths());
+        let copy = ProtectedCopy::take(store.dir(), &project.root, &protected)?;
+        crate::timings::mark("git layer, protected copy");
+        // From here a crash, a kill or a failed commit leaves the step for the next command
+        // to record as interrupted, with its command.
+        step.guard()
+            .describe(&argv, Some(&cwd.display().to_string()))?;
+        step.guard().keep_if_uncommitted();
+        let (notes_tx, notes_rx) = std::sync::mpsc::channel();
+        let ran = run_sandboxed(
+            project,
+            store.dir(),
+            cwd,
+            &argv,
+            &protected,
+            upstreams,
+            RunExtras {
+                step_notes: Some(notes_tx),
+                git: git.clone(),
+                facts: Some(Facts::Pending(facts)),
+                before_start: Some(copy.durable()),
+                ..RunExtras::default()
+            },
+        );
+        CmdResult::Ok((ran, step, git, protected, copy, notes_rx))
+    })?;
     let (code, events) = match ran {
         Ok(ran) => ran,
         Err(f) => {
@@ -405,7 +417,7 @@ fn write_trust_files(dir: &Path, ca_pem: &str) -> CmdResult<TrustFiles> {
 /// What a caller adds to a sandboxed run besides the command: an agent session needs a socket
 /// for its hooks, its own variables, and credentials the gate puts on its model requests.
 #[derive(Default)]
-pub(crate) struct RunExtras {
+pub(crate) struct RunExtras<'scope> {
     /// Files (or sockets) bound under `/run/envgit/NAME` inside.
     pub run_files: Vec<(String, PathBuf)>,
     /// Variables set inside (after the policy's).
@@ -425,10 +437,17 @@ pub(crate) struct RunExtras {
     pub git: Option<Arc<envgit_store::GitLayer>>,
     /// The project's secrets and hard-linked files, from a scan just made; else from the stat
     /// cache (`project_facts`).
-    pub facts: Option<envgit_sandbox::plan::ProjectFacts>,
+    pub facts: Option<Facts<'scope>>,
     /// Called just before the command starts: the step's protected copy is on disk by then
     /// (its sync ran beside the set-up).
     pub before_start: Option<envgit_store::Durable>,
+}
+
+/// The project's secrets to mask and files hard-linked outside it, for the sandbox's plan.
+pub(crate) enum Facts<'scope> {
+    Known(envgit_sandbox::plan::ProjectFacts),
+    /// Being gathered on a thread of the caller's scope.
+    Pending(std::thread::ScopedJoinHandle<'scope, CmdResult<envgit_sandbox::plan::ProjectFacts>>),
 }
 
 /// Runs `argv` in the sandbox behind a gate of its own; `state` is the project's store
@@ -441,7 +460,7 @@ pub(crate) fn run_sandboxed(
     argv: &[String],
     protected: &[String],
     upstreams: &Upstreams,
-    extras: RunExtras,
+    extras: RunExtras<'_>,
 ) -> CmdResult<(i32, Vec<GateEvent>)> {
     // The last step's cgroups, if a long-lived session ran one, are gone first.
     envgit_sandbox::limits::finish_removals();
@@ -462,7 +481,6 @@ pub(crate) fn run_sandboxed(
         .name("envgit-etc-walk".into())
         .spawn(envgit_sandbox::plan::etc_private)
         .ok();
-    let facts = crate::project_facts::given_or_cached(project, state, extras.facts)?;
     let uid = rustix::process::getuid().as_raw();
     let envgit_home = envgit_store::envgit_home()?;
     let staging = state
@@ -547,6 +565,14 @@ pub(crate) fn run_sandboxed(
     };
     let exe = std::env::current_exe()
         .map_err(|e| Failure::failed(format!("cannot find envgit's own binary: {e}")))?;
+    let facts = match extras.facts {
+        Some(Facts::Pending(gathering)) => gathering
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic))?,
+        Some(Facts::Known(facts)) => facts,
+        None => crate::project_facts::from_cache(project, &envgit_store::Store::open(state)?)?,
+    };
+    crate::timings::mark("project facts joined");
     let spec = plan(PlanInput {
         policy: &project.policy,
         project: &project.root,

@@ -135,6 +135,45 @@ fn runs_fed_by_the_daemon_snapshot_exactly_what_a_walk_would() {
 }
 
 #[test]
+fn rewind_asks_the_daemon_and_still_records_an_edit_nobody_recorded() {
+    let env = project();
+    env.envgit(&["watch", "start"]).ok();
+    run(&env, "echo 1 > one.txt");
+    let target = newest_step(&env);
+    run(&env, "mkdir -p d/e && echo 2 > d/e/two.txt && rm src/b.txt");
+    env.write("src/outside.txt", "nobody recorded this\n");
+    let out = env
+        .cmd(&env.project)
+        .env("ENVGIT_TIMINGS", "1")
+        .args(["rewind", &target.to_string(), "--json"])
+        .output()
+        .unwrap();
+    let r = Run::from(out).ok();
+    assert!(
+        r.stderr.contains("timing: watching daemon asked"),
+        "{}",
+        r.stderr
+    );
+    let json = r.json();
+    let recorded: Vec<&str> = json["recorded_first"]["changes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["path"].as_str().unwrap())
+        .collect();
+    assert_eq!(recorded, ["src/outside.txt"], "{json}");
+    assert!(!env.path("src/outside.txt").exists());
+    assert!(!env.path("d").exists());
+    assert_eq!(env.read("src/b.txt"), "two\n");
+    assert_snapshot_is_the_project(&env, "after the rewind");
+    // The next run, fed by the daemon from the rewind's token, agrees too.
+    let (_, asked) = run(&env, "echo after > after.txt");
+    assert!(asked);
+    assert_snapshot_is_the_project(&env, "a run after the rewind");
+    env.envgit(&["watch", "stop"]).ok();
+}
+
+#[test]
 fn a_killed_daemon_or_a_stale_token_is_never_trusted() {
     let env = project();
     env.envgit(&["watch", "start"]).ok();

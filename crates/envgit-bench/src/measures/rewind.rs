@@ -76,6 +76,7 @@ pub fn measure(
             protected: &s.cfg.protected,
             excludes: &s.cfg.scan.excludes,
             policy_hash: Some(s.cfg.policy_hash.clone()),
+            known_changes: None,
         };
         let (written_now, ms) = timed(|| rewind(&mut s.store, &mut s.wt, &o))?;
         if i > 0 {

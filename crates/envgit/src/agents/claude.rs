@@ -180,7 +180,7 @@ pub fn run(dir: Option<&Path>, args: &ClaudeArgs) -> CmdResult<ExitCode> {
         tap: Some(tap_tx),
         step_notes: None,
         git: steps.git_layer(),
-        facts: Some(steps.project_facts()?),
+        facts: Some(supervisor::Facts::Known(steps.project_facts()?)),
         before_start: None,
     };
     output::note(&format!(

@@ -129,7 +129,9 @@ fn downstream(project: &Project, name: &str, events: Option<&Path>) -> CmdResult
     });
     let extras = supervisor::RunExtras {
         tap: forwarder.is_some().then_some(tap_tx),
-        facts: Some(crate::project_facts::from_cache(project, &store)?),
+        facts: Some(supervisor::Facts::Known(crate::project_facts::from_cache(
+            project, &store,
+        )?)),
         git: git.clone(),
         ..Default::default()
     };

@@ -69,14 +69,25 @@ pub fn run(dir: Option<&Path>, args: &RewindArgs) -> CmdResult<ExitCode> {
     } else {
         project.protected_paths()
     };
+    // With `envgit watch`, its daemon says what changed since the stat index was saved: no
+    // walk of the whole project.
+    let asked = crate::watch_daemon::client::since_index(store.dir(), &wt);
+    if asked.is_some() {
+        crate::timings::mark("watching daemon asked");
+    }
     let opts = RewindOptions {
         target: step,
         protected: &protected,
         excludes: &project.scan_config()?.excludes,
         policy_hash: Some(project.policy.hash()),
+        known_changes: asked.as_ref().and_then(|a| a.changes.clone()),
     };
     let outcome = rewind(&mut store, &mut wt, &opts)?;
     wt.save_index(&store)?;
+    // The token from before the scan: what the restore wrote is read again next time.
+    if let Some(asked) = &asked {
+        wt.save_watch_token(&store, asked.token)?;
+    }
     crate::timings::mark("save stat index");
     leave_to_exit((store, wt));
     let skipped: Vec<Skipped> = outcome

@@ -5,7 +5,7 @@ use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::time::Duration;
 
-use envgit_store::{ChangeToken, LiveTree};
+use envgit_store::{ChangeToken, LiveTree, WorkTree};
 
 use crate::failure::CmdResult;
 
@@ -60,6 +60,28 @@ pub(crate) fn stop(store_dir: &Path) -> bool {
         && wire::read_line(&mut BufReader::new(&stream)).is_ok_and(|l| l == "ok")
 }
 
+/// What changed since the stat index `tree` was loaded from was saved, by the daemon's word,
+/// and the token that answer stands at. `changes` is `None` when the daemon cannot vouch for
+/// that time (no token saved, another daemon's, an overflow since): read everything. `None`
+/// when no daemon answers for this project, or it watches by another scan configuration.
+pub(crate) fn since_index(store_dir: &Path, tree: &WorkTree) -> Option<Answer> {
+    let saved = tree.watch_token(store_dir);
+    let mut answer = since(store_dir, saved)?;
+    if answer.fingerprint != tree.config().fingerprint {
+        crate::output::note(
+            "envgit: the watching daemon was started before `snapshot:` in envgit.yaml \
+             changed, so this command reads the whole project; restart it: \
+             `envgit watch stop && envgit watch start`",
+        );
+        return None;
+    }
+    // Without a saved token the tree is not the state the changes follow.
+    if saved.is_none() {
+        answer.changes = None;
+    }
+    Some(answer)
+}
+
 /// A one-shot step's link to the daemon: it tells the step's live tree what changed, before
 /// the command and after it, instead of the tree walking the project and watching it itself.
 pub(crate) struct Feed {
@@ -72,18 +94,8 @@ impl Feed {
     /// `None` when no daemon answers for this project (then `live` is left to walk and watch
     /// as it would).
     pub(crate) fn start(store_dir: &Path, live: &mut LiveTree) -> Option<Self> {
-        let saved = live.tree().watch_token(store_dir);
-        let answer = since(store_dir, saved)?;
-        if answer.fingerprint != live.tree().config().fingerprint {
-            crate::output::note(
-                "envgit: the watching daemon was started before `snapshot:` in envgit.yaml \
-                 changed, so this step reads the whole project; restart it: \
-                 `envgit watch stop && envgit watch start`",
-            );
-            return None;
-        }
-        // Without a saved token the tree is not the state the changes follow: read everything.
-        live.feed(answer.changes.filter(|_| saved.is_some()));
+        let answer = since_index(store_dir, live.tree())?;
+        live.feed(answer.changes);
         Some(Self {
             store_dir: store_dir.to_path_buf(),
             token: Some(answer.token),
