@@ -293,6 +293,7 @@ fn run(args: &Args, report: &mut Report) -> Result<()> {
     )?;
     measures::memory::measure(&session, report)?;
     measures::rewind::measure(&envgit, &mut session, reps, w, report)?;
+    measures::watch::measure(&envgit, &mut session, reps, report)?;
     measures::fork::measure(&envgit, &mut session, w, report)?;
     drop(session);
 

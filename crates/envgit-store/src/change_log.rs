@@ -83,6 +83,8 @@ pub struct ChangeLog {
     /// Tokens below this are not answered (a queue overflow, or notes dropped for room).
     floor: u64,
     notes: VecDeque<ChangeNote>,
+    /// At most this many notes are kept ([`MAX_NOTES`]; smaller in tests).
+    max_notes: usize,
     /// Out of inotify watches: nothing is vouched for until a restart.
     degraded: bool,
     root_gone: bool,
@@ -111,6 +113,7 @@ impl ChangeLog {
             seq: 0,
             floor: 0,
             notes: VecDeque::new(),
+            max_notes: MAX_NOTES,
             degraded: false,
             root_gone: false,
             buf: vec![MaybeUninit::uninit(); 256 << 10],
@@ -254,8 +257,8 @@ impl ChangeLog {
     fn log(&mut self, change: ChangeNote) {
         self.seq += 1;
         self.notes.push_back(change);
-        if self.notes.len() > MAX_NOTES {
-            let drop = MAX_NOTES / 2;
+        if self.notes.len() > self.max_notes {
+            let drop = self.max_notes / 2;
             self.notes.drain(..drop);
             self.floor = self.seq - self.notes.len() as u64;
         }
@@ -360,8 +363,8 @@ impl ChangeLog {
     /// Whether a scan reads the directory `rel` (open as `fd`): not excluded, not the store,
     /// not deeper than a scan goes (it records a marker there instead).
     fn scanned(&self, fd: BorrowedFd<'_>, rel: &[u8]) -> bool {
-        let depth = rel.iter().filter(|&&b| b == b'/').count() + 1;
-        if depth > MAX_TREE_DEPTH || rel.len() > MAX_TREE_PATH {
+        // The walk's own limits (`worktree::walk`): deeper, it records a marker.
+        if beneath::depth_of(rel) > MAX_TREE_DEPTH || rel.len() > MAX_TREE_PATH {
             return false;
         }
         if self.config.excludes.may_exclude(true) && self.config.excludes.is_excluded(rel, true) {
@@ -375,5 +378,73 @@ impl ChangeLog {
 
     pub fn root(&self) -> &Path {
         &self.root
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn edit(root: &Path, name: &str) {
+        std::fs::write(root.join(name), name).unwrap();
+    }
+
+    #[test]
+    fn a_token_is_answered_only_while_the_log_holds_everything_after_it() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path();
+        let mut log = ChangeLog::start(root, ScanConfig::default(), None).unwrap();
+        log.max_notes = 4;
+        let t0 = log.since(None).unwrap();
+        assert!(t0.changes.is_none(), "no token: read everything");
+        edit(root, "a");
+        let t1 = log.since(Some(t0.token)).unwrap();
+        let names: Vec<ChangeNote> = t1.changes.clone().unwrap();
+        assert!(!names.is_empty());
+        assert!(
+            names
+                .iter()
+                .all(|c| matches!(c, ChangeNote::Name { name, .. } if name == b"a"))
+        );
+        // Nothing since: an empty answer, and the same token.
+        let again = log.since(Some(t1.token)).unwrap();
+        assert_eq!((again.changes, again.token), (Some(Vec::new()), t1.token));
+        // More notes than the log keeps: the old token is refused, a recent one is not.
+        for n in ["b", "c", "d", "e", "f", "g"] {
+            edit(root, n);
+        }
+        let late = log.since(Some(t1.token)).unwrap();
+        assert!(late.changes.is_none(), "notes after the token were dropped");
+        edit(root, "h");
+        let recent = log.since(Some(late.token)).unwrap();
+        assert!(recent.changes.is_some_and(|c| !c.is_empty()));
+        // A token from the future (another daemon's count) is refused too.
+        let ahead = ChangeToken {
+            seq: log.token().seq + 10,
+            ..log.token()
+        };
+        assert!(log.since(Some(ahead)).unwrap().changes.is_none());
+    }
+
+    #[test]
+    fn a_token_reads_back_as_written_and_garbage_is_no_token() {
+        let t = ChangeToken {
+            instance: 0x0123_4567_89ab_cdef,
+            seq: 42,
+        };
+        assert_eq!(t.to_string().parse::<ChangeToken>(), Ok(t));
+        for bad in ["", "none", "12", "xyz:1", "1:-1", "1:2:3"] {
+            assert!(bad.parse::<ChangeToken>().is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn the_root_moving_stops_the_log() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().join("p");
+        std::fs::create_dir(&root).unwrap();
+        let mut log = ChangeLog::start(&root, ScanConfig::default(), None).unwrap();
+        std::fs::rename(&root, tmp.path().join("q")).unwrap();
+        assert!(log.since(None).is_err());
     }
 }

@@ -9,6 +9,7 @@ pub mod record;
 pub mod rewind;
 pub mod steps;
 pub mod walk;
+pub mod watch;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -28,6 +28,11 @@ fn target(store: &mut Store) -> Result<u64> {
     }
 }
 
+/// The step `envgit rewind` goes back to: the one before the head.
+pub(super) fn target_of(store: &mut Store) -> Result<u64> {
+    target(store)
+}
+
 pub fn measure(
     envgit: &Envgit,
     s: &mut Session,
@@ -56,7 +61,7 @@ pub fn measure(
             .goal(Goal::AnchorTimes(1.2))
             .note(format!(
                 "{}; CPU p50 {:.0} ms; walks beside these {}; the ≤ 50 ms goal needs a \
-                 watcher (below); {phases}",
+                 watcher (`envgit watch`, and below); {phases}",
                 cli.summary_ms(),
                 cli_cpu.p50(),
                 walks.summary_ms()
