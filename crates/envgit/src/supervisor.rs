@@ -126,11 +126,18 @@ pub fn run_step(
             crate::git_layer::protected_under(git.as_deref(), project.protected_paths());
         let copy = ProtectedCopy::take(store.dir(), &project.root, &protected)?;
         crate::timings::mark("git layer, protected copy");
-        // From here a crash, a kill or a failed commit leaves the step for the next command
-        // to record as interrupted, with its command.
         step.guard()
             .describe(&argv, Some(&cwd.display().to_string()))?;
-        step.guard().keep_if_uncommitted();
+        let copy_on_disk = copy.durable();
+        let guard = step.guard();
+        // From just before the command starts, a crash, a kill or a failed commit leaves the
+        // step for the next command to record as interrupted, with its command; a run refused
+        // during its set-up (too many hard links out, a gate that cannot start) leaves none.
+        let before_start = move || -> CmdResult<()> {
+            copy_on_disk()?;
+            guard.keep_if_uncommitted();
+            Ok(())
+        };
         let (notes_tx, notes_rx) = std::sync::mpsc::channel();
         let ran = run_sandboxed(
             project,
@@ -143,7 +150,7 @@ pub fn run_step(
                 step_notes: Some(notes_tx),
                 git: git.clone(),
                 facts: Some(Facts::Pending(facts)),
-                before_start: Some(copy.durable()),
+                before_start: Some(Box::new(before_start)),
                 ..RunExtras::default()
             },
         );
@@ -438,9 +445,10 @@ pub(crate) struct RunExtras<'scope> {
     /// The project's secrets and hard-linked files, from a scan just made; else from the stat
     /// cache (`project_facts`).
     pub facts: Option<Facts<'scope>>,
-    /// Called just before the command starts: the step's protected copy is on disk by then
-    /// (its sync ran beside the set-up).
-    pub before_start: Option<envgit_store::Durable>,
+    /// Called just before the command starts, after the whole set-up: `envgit run` waits there
+    /// for its protected copy to be on disk (its sync ran beside the set-up) and marks its step
+    /// as begun.
+    pub before_start: Option<Box<dyn FnOnce() -> CmdResult<()> + 'scope>>,
 }
 
 /// The project's secrets to mask and files hard-linked outside it, for the sandbox's plan.

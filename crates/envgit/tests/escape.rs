@@ -300,6 +300,14 @@ fn more_hard_links_to_outside_than_can_be_bound_refuse_the_run() {
         r.stderr
     );
     assert!(r.stderr.contains("refusing to run"), "{}", r.stderr);
+    // Refused during its set-up, before anything ran: no step is left to be recorded as
+    // interrupted by the next command.
+    env.record();
+    let log = env.log_json();
+    assert!(
+        log.iter().all(|s| !s.to_string().contains("interrupted")),
+        "{log:#?}"
+    );
 }
 
 #[test]
