@@ -76,13 +76,43 @@ fn status(env: &Env) -> serde_json::Value {
     env.envgit(&["watch", "status", "--json"]).ok().json()
 }
 
+/// `envgit doctor`'s line about the daemon.
+fn doctor_line(env: &Env) -> serde_json::Value {
+    let report = env.envgit(&["doctor", "--json"]).json();
+    report["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "watch daemon")
+        .cloned()
+        .expect("a watch daemon line")
+}
+
 #[test]
 fn runs_fed_by_the_daemon_snapshot_exactly_what_a_walk_would() {
     let env = project();
     assert_eq!(status(&env)["running"], false);
+    let line = doctor_line(&env);
+    assert!(
+        line["detail"].as_str().unwrap().contains("not running"),
+        "{line}"
+    );
     let started = env.envgit(&["watch", "start"]).ok();
     assert!(started.stdout.contains("watching"), "{}", started.stdout);
     assert_eq!(status(&env)["running"], true);
+    let line = doctor_line(&env);
+    assert_eq!(
+        (&line["ok"], &line["required"]),
+        (&true.into(), &false.into()),
+        "{line}"
+    );
+    assert!(
+        line["detail"]
+            .as_str()
+            .unwrap()
+            .contains("directories watched"),
+        "{line}"
+    );
     // The first run has no token yet: it reads everything, and saves one.
     let (_, asked) = run(&env, "true");
     assert!(asked, "the run asked the daemon");
@@ -222,6 +252,12 @@ fn a_daemon_started_with_other_excludes_is_not_taken_at_its_word() {
         r.stderr
     );
     assert_snapshot_is_the_project(&env, "other excludes");
+    let line = doctor_line(&env);
+    assert_eq!(line["ok"], false, "{line}");
+    assert_eq!(
+        line["fix"], "envgit watch stop && envgit watch start",
+        "{line}"
+    );
     env.envgit(&["watch", "stop"]).ok();
 }
 

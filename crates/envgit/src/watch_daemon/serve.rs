@@ -127,6 +127,7 @@ fn answer(
                 changes_kept: log.kept(),
                 token: log.token().to_string(),
                 degraded: log.is_degraded(),
+                fingerprint: log.fingerprint().to_owned(),
             };
             let json = serde_json::to_string(&status).map_err(std::io::Error::other)?;
             out.write_all(format!("{json}\n").as_bytes())?;

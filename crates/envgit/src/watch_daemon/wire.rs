@@ -26,6 +26,8 @@ pub(crate) struct Status {
     pub changes_kept: usize,
     pub token: String,
     pub degraded: bool,
+    /// The scan configuration it watches by (`snapshot.exclude` and the size limit).
+    pub fingerprint: String,
 }
 
 /// Longest byte string a note may carry (a relative path is at most 16 KiB, `MAX_TREE_PATH`).

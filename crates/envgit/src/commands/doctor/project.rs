@@ -46,7 +46,7 @@ impl Location {
 
 pub fn checks(at: &Location) -> Vec<Check> {
     match at {
-        Location::Inside(root) => vec![policy(root), fsck(root), writable(root)],
+        Location::Inside(root) => vec![policy(root), fsck(root), writable(root), watch(root)],
         Location::Outside(start) => vec![Check::skip(
             "project",
             format!(
@@ -191,5 +191,51 @@ fn fsck(root: &Path) -> Check {
             format!("fsck of {d} failed: {e}"),
             "run `envgit fsck` for details",
         ),
+    }
+}
+
+/// `envgit watch`, informational: whether the project's daemon runs, and if it does, whether
+/// its word can be taken (watches left, the scan configuration it was started with).
+fn watch(root: &Path) -> Check {
+    const NAME: &str = "watch daemon";
+    let Ok(project) = crate::project::Project::find(Some(root)) else {
+        return Check::skip(NAME, "the policy does not load (see above)");
+    };
+    let Some(status) = crate::watch_daemon::client::status(&project.store_dir) else {
+        return Check::pass(
+            NAME,
+            "not running (optional: `envgit watch start` lets `envgit run` and `envgit \
+             rewind` read only what changed instead of walking the project)",
+        )
+        .optional();
+    };
+    let restart = "envgit watch stop && envgit watch start";
+    if status.degraded {
+        return Check::fail(
+            NAME,
+            format!(
+                "pid {} ran out of inotify watches: every step reads the whole project",
+                status.pid
+            ),
+            format!("sudo sysctl fs.inotify.max_user_watches=1048576, then {restart}"),
+        )
+        .optional();
+    }
+    match project.scan_config() {
+        Ok(config) if config.fingerprint != status.fingerprint => Check::fail(
+            NAME,
+            format!(
+                "pid {} was started before `snapshot:` in {POLICY_FILE} changed: steps read the \
+                 whole project",
+                status.pid
+            ),
+            restart,
+        )
+        .optional(),
+        _ => Check::pass(
+            NAME,
+            format!("pid {}, {} directories watched", status.pid, status.watches),
+        )
+        .optional(),
     }
 }
