@@ -113,9 +113,6 @@ impl WorkTree {
         for c in changes {
             note_into(&mut dirty, self, c);
         }
-        match self.root_tree() {
-            Some(id) if dirty.is_empty() && store.has(&id) => Ok((id, ScanReport::default())),
-            _ => self.update(store, &dirty),
-        }
+        self.update(store, &dirty)
     }
 }

@@ -169,15 +169,8 @@ impl LiveTree {
             self.retry_over_budget(&report);
             return Ok((id, report, SnapshotMode::FullRescan));
         }
-        let dirty = self.dirty.take();
-        let (id, report) = if dirty.is_empty() {
-            match self.tree.root_tree() {
-                Some(id) if store.has(&id) => (id, ScanReport::default()),
-                _ => self.tree.full_scan(store, None)?,
-            }
-        } else {
-            self.tree.update(store, &dirty)?
-        };
+        // With nothing dirty, `update` keeps the root tree (or scans whole if it is gone).
+        let (id, report) = self.tree.update(store, &self.dirty.take())?;
         self.retry_over_budget(&report);
         let mode = if report.full {
             SnapshotMode::FullRescan
