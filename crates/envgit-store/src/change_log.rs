@@ -13,19 +13,18 @@
 //! it, every directory) while its event is taken, before any later question is answered; the
 //! client walks such a directory whole, so what happened in it before its watch is read too.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::mem::MaybeUninit;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::collections::VecDeque;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
-use rustix::fs::inotify::{self, CreateFlags, ReadFlags};
+use rustix::fs::inotify::ReadFlags;
 use rustix::fs::{Dir, FileType};
 use rustix::io::Errno;
 
 use crate::beneath::{self, join_rel};
-use crate::change_note::{ChangeNote, Meaning, meaning};
+use crate::change_note::{ChangeNote, Meaning};
 use crate::error::{IoContext, Result};
-use crate::watch::WATCH_MASK;
+use crate::watches::Watches;
 use crate::worktree::{MAX_TREE_DEPTH, MAX_TREE_PATH, ScanConfig};
 
 /// Changes kept; older tokens are answered `None` (a full scan). At ~100 bytes a note, ~50 MiB.
@@ -74,9 +73,7 @@ pub struct ChangeLog {
     config: ScanConfig,
     /// The store's directory when it sits inside the project: never watched.
     skip: Option<(u64, u64)>,
-    inotify: OwnedFd,
-    wds: HashMap<i32, Vec<u8>>,
-    watched: BTreeMap<Vec<u8>, i32>,
+    watches: Watches,
     instance: u64,
     /// Changes logged so far; the newest note's number.
     seq: u64,
@@ -88,7 +85,6 @@ pub struct ChangeLog {
     /// Out of inotify watches: nothing is vouched for until a restart.
     degraded: bool,
     root_gone: bool,
-    buf: Vec<MaybeUninit<u8>>,
 }
 
 impl ChangeLog {
@@ -100,15 +96,12 @@ impl ChangeLog {
             use std::os::unix::fs::MetadataExt;
             (m.dev(), m.ino())
         });
-        let inotify = inotify::init(CreateFlags::CLOEXEC | CreateFlags::NONBLOCK).at(root)?;
         let mut log = Self {
             root: root.to_path_buf(),
             root_fd,
             config,
             skip,
-            inotify,
-            wds: HashMap::new(),
-            watched: BTreeMap::new(),
+            watches: Watches::new().at(root)?,
             instance: crate::pack::random_u64(),
             seq: 0,
             floor: 0,
@@ -116,7 +109,6 @@ impl ChangeLog {
             max_notes: MAX_NOTES,
             degraded: false,
             root_gone: false,
-            buf: vec![MaybeUninit::uninit(); 256 << 10],
         };
         log.watch_below(Vec::new());
         if log.degraded {
@@ -131,7 +123,7 @@ impl ChangeLog {
 
     /// The inotify descriptor, to poll: readable when there are events to [`ChangeLog::pump`].
     pub fn fd(&self) -> BorrowedFd<'_> {
-        self.inotify.as_fd()
+        self.watches.fd()
     }
 
     /// The scan configuration's fingerprint: a client whose stat index was made with another
@@ -141,7 +133,7 @@ impl ChangeLog {
     }
 
     pub fn watches(&self) -> usize {
-        self.watched.len()
+        self.watches.len()
     }
 
     pub fn is_degraded(&self) -> bool {
@@ -187,26 +179,9 @@ impl ChangeLog {
             return Err(RootGone);
         }
         loop {
-            let mut events: Vec<(i32, ReadFlags, Option<Vec<u8>>)> = Vec::new();
-            let mut reader = inotify::Reader::new(&self.inotify, &mut self.buf);
-            loop {
-                match reader.next() {
-                    Ok(ev) => events.push((
-                        ev.wd(),
-                        ev.events(),
-                        ev.file_name()
-                            .map(|n| n.to_bytes().to_vec())
-                            .filter(|n| !n.is_empty()),
-                    )),
-                    Err(Errno::INTR) => continue,
-                    // Nothing queued (`AGAIN`), or the instance failed: then the next
-                    // question finds the same, and a restart is the fix.
-                    Err(_) => break,
-                }
-                if reader.is_buffer_empty() {
-                    break;
-                }
-            }
+            // A failed read (the instance broken) reads as nothing queued: the next question
+            // finds the same, and a restart is the fix.
+            let events = self.watches.read().unwrap_or_default();
             if events.is_empty() {
                 return Ok(());
             }
@@ -224,33 +199,22 @@ impl ChangeLog {
     }
 
     fn take(&mut self, wd: i32, flags: ReadFlags, name: Option<&[u8]>) {
-        let Some(rel) = self.wds.get(&wd).cloned() else {
-            return; // a watch given up: its directory is walked anew by whoever reads it
-        };
-        match meaning(&rel, flags, name) {
-            Meaning::RootLost => self.root_gone = true,
-            Meaning::WatchGone => {
-                self.wds.remove(&wd);
-                if self.watched.get(&rel) == Some(&wd) {
-                    self.watched.remove(&rel);
-                }
-            }
-            Meaning::Change(change) => {
+        match self.watches.understand(wd, flags, name) {
+            Some(Meaning::RootLost) => self.root_gone = true,
+            Some(Meaning::Change(change)) => {
                 if let ChangeNote::Name {
                     dir,
                     name,
                     fresh: true,
                 } = &change
                 {
-                    let path = join_rel(dir, name);
-                    self.forget_watches(&path);
                     // Whatever is there now (a directory moved in, made, or nothing) is
                     // watched before the next question: the client walks it whole.
-                    self.watch_below(path);
+                    self.watch_below(join_rel(dir, name));
                 }
                 self.log(change);
             }
-            Meaning::Nothing => {}
+            _ => {}
         }
     }
 
@@ -266,38 +230,12 @@ impl ChangeLog {
 
     /// Events were dropped: start over, and no token from before is answered.
     fn overflowed(&mut self) {
-        self.wds.clear();
-        self.watched.clear();
         self.notes.clear();
         self.seq += 1;
         self.floor = self.seq;
-        match inotify::init(CreateFlags::CLOEXEC | CreateFlags::NONBLOCK) {
-            Ok(fd) => {
-                self.inotify = fd;
-                self.watch_below(Vec::new());
-            }
+        match self.watches.reset() {
+            Ok(()) => self.watch_below(Vec::new()),
             Err(_) => self.degraded = true,
-        }
-    }
-
-    /// Give up the watches at `rel` and below: they name paths that are no longer right.
-    fn forget_watches(&mut self, rel: &[u8]) {
-        let prefix = join_rel(rel, b"");
-        let below: Vec<(Vec<u8>, i32)> = self
-            .watched
-            .get_key_value(rel)
-            .into_iter()
-            .chain(
-                self.watched
-                    .range(prefix.clone()..)
-                    .take_while(|(k, _)| k.starts_with(&prefix)),
-            )
-            .map(|(k, wd)| (k.clone(), *wd))
-            .collect();
-        for (k, wd) in below {
-            self.watched.remove(&k);
-            self.wds.remove(&wd);
-            let _ = inotify::remove_watch(&self.inotify, wd);
         }
     }
 
@@ -316,25 +254,13 @@ impl ChangeLog {
             if !rel.is_empty() && !self.scanned(fd.as_fd(), &rel) {
                 continue;
             }
-            let proc_path = format!("/proc/self/fd/{}", fd.as_fd().as_raw_fd());
-            match inotify::add_watch(&self.inotify, proc_path.as_str(), WATCH_MASK) {
-                Ok(wd) => {
-                    if let Some(old) = self.wds.insert(wd, rel.clone())
-                        && self.watched.get(&old) == Some(&wd)
-                    {
-                        self.watched.remove(&old);
-                    }
-                    self.watched.insert(rel.clone(), wd);
-                }
+            match self.watches.add(fd.as_fd()) {
+                Ok(wd) => self.watches.added(rel.clone(), wd),
                 Err(Errno::NOSPC | Errno::NOMEM) => {
                     // Out of watches (fs.inotify.max_user_watches): give them all back and
                     // vouch for nothing.
                     self.degraded = true;
-                    self.wds.clear();
-                    self.watched.clear();
-                    if let Ok(fd) = inotify::init(CreateFlags::CLOEXEC) {
-                        self.inotify = fd;
-                    }
+                    let _ = self.watches.reset();
                     return;
                 }
                 Err(_) => continue,

@@ -48,6 +48,7 @@ mod store;
 mod tree;
 mod tree_cache;
 mod watch;
+mod watches;
 mod worktree;
 mod write;
 

@@ -6,35 +6,28 @@
 //! watches), the next snapshot is a full rescan. Either way the tree is the one a full rescan
 //! gives (a test proves it).
 
-use std::collections::{BTreeMap, HashMap};
-use std::mem::MaybeUninit;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::Path;
 
-use rustix::fs::inotify::{self, CreateFlags, ReadFlags, WatchFlags};
+use rustix::fs::inotify::ReadFlags;
 use rustix::io::Errno;
 
-use crate::beneath::{self, join_rel};
-use crate::change_note::{ChangeNote, Meaning, meaning, note_into};
+use crate::beneath;
+use crate::change_note::{ChangeNote, Meaning, note_into};
 use crate::dirty::Dirty;
 use crate::error::{IoContext, Result};
 use crate::id::ObjectId;
 use crate::store::Store;
+use crate::watches::Watches;
 use crate::worktree::{ScanConfig, ScanReport, WorkTree};
 
 pub struct LiveTree {
     tree: WorkTree,
-    inotify: OwnedFd,
-    /// watch descriptor -> directory (relative path)
-    wds: HashMap<i32, Vec<u8>>,
-    /// directory -> its watch descriptor; ordered, so a moved or removed subtree's watches are
-    /// one range.
-    watched: BTreeMap<Vec<u8>, i32>,
+    watches: Watches,
     dirty: Dirty,
     lost: bool,
     /// Watches could not be added (out of watches): every snapshot is a full rescan.
     degraded: bool,
-    buf: Vec<MaybeUninit<u8>>,
     /// Changes come from another process's watcher ([`LiveTree::feed`]), not this inotify.
     fed: bool,
 }
@@ -48,18 +41,6 @@ pub enum SnapshotMode {
     FullRescan,
 }
 
-pub(crate) const WATCH_MASK: WatchFlags = WatchFlags::CREATE
-    .union(WatchFlags::DELETE)
-    .union(WatchFlags::MODIFY)
-    .union(WatchFlags::ATTRIB)
-    .union(WatchFlags::CLOSE_WRITE)
-    .union(WatchFlags::MOVED_FROM)
-    .union(WatchFlags::MOVED_TO)
-    .union(WatchFlags::DELETE_SELF)
-    .union(WatchFlags::MOVE_SELF)
-    .union(WatchFlags::ONLYDIR)
-    .union(WatchFlags::EXCL_UNLINK);
-
 /// A directory's watch descriptor, or why inotify refused it.
 type WatchAdded = std::result::Result<i32, Errno>;
 
@@ -67,16 +48,12 @@ impl LiveTree {
     /// Start watching `root`. The first `snapshot` is a full scan (warm it with
     /// `tree_mut().load_index(…)` first).
     pub fn new(root: &Path, config: ScanConfig, store_dir: Option<&Path>) -> Result<Self> {
-        let inotify = inotify::init(CreateFlags::CLOEXEC | CreateFlags::NONBLOCK).at(root)?;
         Ok(Self {
             tree: WorkTree::new(root, config, store_dir)?,
-            inotify,
-            wds: HashMap::new(),
-            watched: BTreeMap::new(),
+            watches: Watches::new().at(root)?,
             dirty: Dirty::default(),
             lost: true,
             degraded: false,
-            buf: vec![MaybeUninit::uninit(); 256 << 10],
             fed: false,
         })
     }
@@ -92,7 +69,7 @@ impl LiveTree {
     /// The tree, and the inotify instance that holds the watches: its last close waits in the
     /// kernel for an SRCU grace period, which a caller about to exit may hand to someone else.
     pub fn into_tree_and_watches(self) -> (WorkTree, OwnedFd) {
-        (self.tree, self.inotify)
+        (self.tree, self.watches.into_fd())
     }
 
     /// Forget what the watcher knows: the next snapshot rescans everything (e.g. after another
@@ -152,7 +129,7 @@ impl LiveTree {
             new.extend(
                 dirty
                     .dirs()
-                    .filter(|d| !self.watched.contains_key(*d) && self.tree.has_dir(d))
+                    .filter(|d| !self.watches.is_watched(d) && self.tree.has_dir(d))
                     .cloned(),
             );
             self.watch_dirs(new, true)?;
@@ -194,7 +171,7 @@ impl LiveTree {
         let new: Vec<Vec<u8>> = self
             .tree
             .dir_paths()
-            .filter(|d| !self.watched.contains_key(*d))
+            .filter(|d| !self.watches.is_watched(d))
             .cloned()
             .collect();
         self.watch_dirs(new, true)
@@ -204,23 +181,21 @@ impl LiveTree {
         use rayon::prelude::*;
         let dirs: Vec<Vec<u8>> = dirs
             .into_iter()
-            .filter(|rel| !self.watched.contains_key(rel))
+            .filter(|rel| !self.watches.is_watched(rel))
             .collect();
         // Opening each directory and adding its watch is two path walks in the kernel: done
         // on every core (a one-shot `envgit run` watches the whole project before its walk).
         // The maps are updated after, in order, as if one by one.
         let root = self.tree.root_fd();
-        let inotify = &self.inotify;
+        let watches = &self.watches;
         let added: Vec<(Vec<u8>, Option<WatchAdded>)> = dirs
             .into_par_iter()
-            .map(|rel| {
-                let Ok(fd) = beneath::open_dir_rel(root, &rel) else {
-                    return (rel, None);
-                };
-                // Through the opened fd, so a directory swapped for a symlink is never watched.
-                let proc_path = format!("/proc/self/fd/{}", fd.as_fd().as_raw_fd());
-                let wd = inotify::add_watch(inotify, proc_path.as_str(), WATCH_MASK);
-                (rel, Some(wd))
+            .map(|rel| match beneath::open_dir_rel(root, &rel) {
+                Ok(fd) => {
+                    let wd = watches.add(fd.as_fd());
+                    (rel, Some(wd))
+                }
+                Err(_) => (rel, None),
             })
             .collect();
         for (rel, wd) in added {
@@ -228,14 +203,7 @@ impl LiveTree {
                 // Raced away: its parent's rescan says what is there.
                 None => self.dirty.whole(rel),
                 Some(Ok(wd)) => {
-                    // The same inode watched under another path (a hard-linked or moved
-                    // directory): the path it is at now wins.
-                    if let Some(old) = self.wds.insert(wd, rel.clone())
-                        && self.watched.get(&old) == Some(&wd)
-                    {
-                        self.watched.remove(&old);
-                    }
-                    self.watched.insert(rel.clone(), wd);
+                    self.watches.added(rel.clone(), wd);
                     if after_scan {
                         self.dirty.whole(rel);
                     }
@@ -244,9 +212,7 @@ impl LiveTree {
                     // Out of watches (fs.inotify.max_user_watches): stay correct by rescanning
                     // every time, and give the watches back.
                     self.degraded = true;
-                    self.wds.clear();
-                    self.watched.clear();
-                    self.recreate()?;
+                    self.watches.reset().at(self.tree.root())?;
                     return Ok(());
                 }
                 Some(Err(_)) => self.dirty.whole(rel),
@@ -258,25 +224,7 @@ impl LiveTree {
     /// Read every queued event.
     fn drain(&mut self) -> Result<()> {
         loop {
-            let mut events: Vec<(i32, ReadFlags, Option<Vec<u8>>)> = Vec::new();
-            let mut reader = inotify::Reader::new(&self.inotify, &mut self.buf);
-            loop {
-                match reader.next() {
-                    Ok(ev) => events.push((
-                        ev.wd(),
-                        ev.events(),
-                        ev.file_name()
-                            .map(|n| n.to_bytes().to_vec())
-                            .filter(|n| !n.is_empty()),
-                    )),
-                    Err(Errno::AGAIN) => break,
-                    Err(Errno::INTR) => continue,
-                    Err(e) => return Err(e).at(self.tree.root()),
-                }
-                if reader.is_buffer_empty() {
-                    break;
-                }
-            }
+            let events = self.watches.read().at(self.tree.root())?;
             if events.is_empty() {
                 return Ok(());
             }
@@ -288,9 +236,7 @@ impl LiveTree {
             }
             if self.lost {
                 // Drop the rest without bookkeeping: everything is rescanned anyway.
-                self.wds.clear();
-                self.watched.clear();
-                let _ = self.recreate();
+                let _ = self.watches.reset();
                 return Ok(());
             }
         }
@@ -302,30 +248,11 @@ impl LiveTree {
             self.lost = true; // events were dropped: nothing can be vouched for
             return;
         }
-        let Some(rel) = self.wds.get(&wd).cloned() else {
-            return; // a watch given up (its directory moved or removed): covered then
-        };
-        match meaning(&rel, flags, name) {
-            Meaning::RootLost => self.lost = true,
-            Meaning::WatchGone => {
-                self.wds.remove(&wd);
-                if self.watched.get(&rel) == Some(&wd) {
-                    self.watched.remove(&rel);
-                }
-            }
-            Meaning::Change(change) => {
-                if let ChangeNote::Name {
-                    dir,
-                    name,
-                    fresh: true,
-                } = &change
-                {
-                    // The watches there name paths that are no longer right.
-                    self.forget_watches(&join_rel(dir, name));
-                }
-                self.apply(change);
-            }
-            Meaning::Nothing => {}
+        match self.watches.understand(wd, flags, name) {
+            Some(Meaning::RootLost) => self.lost = true,
+            Some(Meaning::Change(change)) => self.apply(change),
+            // A watch given up (its directory moved or removed) is covered by then.
+            _ => {}
         }
     }
 
@@ -340,10 +267,9 @@ impl LiveTree {
     /// tree adds no watches of its own.
     pub fn feed(&mut self, changes: Option<Vec<ChangeNote>>) {
         if !self.fed {
+            // Its own inotify instance has no watches yet, and is never read from now on.
             self.fed = true;
             self.dirty = Dirty::default();
-            self.watched.clear();
-            self.wds.clear();
         }
         match changes {
             None => self.lost = true,
@@ -356,34 +282,5 @@ impl LiveTree {
                 }
             }
         }
-    }
-
-    /// Give up the watches at `rel` and below (a moved directory keeps its watches, which
-    /// would report its old paths; a removed one's are going anyway).
-    fn forget_watches(&mut self, rel: &[u8]) {
-        let prefix = join_rel(rel, b"");
-        let below: Vec<(Vec<u8>, i32)> = self
-            .watched
-            .get_key_value(rel)
-            .into_iter()
-            .chain(
-                self.watched
-                    .range(prefix.clone()..)
-                    .take_while(|(k, _)| k.starts_with(&prefix)),
-            )
-            .map(|(k, wd)| (k.clone(), *wd))
-            .collect();
-        for (k, wd) in below {
-            self.watched.remove(&k);
-            self.wds.remove(&wd);
-            let _ = inotify::remove_watch(&self.inotify, wd);
-        }
-    }
-
-    /// A fresh inotify instance: the old one's watches name paths we no longer trust.
-    fn recreate(&mut self) -> Result<()> {
-        self.inotify =
-            inotify::init(CreateFlags::CLOEXEC | CreateFlags::NONBLOCK).at(self.tree.root())?;
-        Ok(())
     }
 }

@@ -17,7 +17,7 @@ use std::os::unix::fs::{PermissionsExt, symlink};
 use std::path::{Path, PathBuf};
 
 use envgit_store::{
-    ChangeLog, Excludes, LiveTree, ScanConfig, SnapshotMode, Store, WorkTree, diff_trees,
+    ChangeLog, Excludes, LiveTree, ObjectId, ScanConfig, SnapshotMode, Store, WorkTree, diff_trees,
 };
 
 struct Rng(u64);
@@ -279,7 +279,16 @@ fn overflow_burst(root: &Path) -> usize {
     made
 }
 
-fn equal_to_rescan(files: usize, steps: usize, seed: u64) {
+/// A generated project of `files` files (`p`), a directory outside it, and its store.
+struct Fixture {
+    _tmp: tempfile::TempDir,
+    root: PathBuf,
+    outside: PathBuf,
+    store_dir: PathBuf,
+    store: Store,
+}
+
+fn fixture(files: usize) -> Fixture {
     let tmp = tempfile::tempdir().unwrap();
     let root = tmp.path().join("p");
     let outside = tmp.path().join("outside");
@@ -287,8 +296,34 @@ fn equal_to_rescan(files: usize, steps: usize, seed: u64) {
     std::fs::create_dir_all(&outside).unwrap();
     generate(&root, files);
     let store = Store::create(&store_dir, &root).unwrap();
-    let mut live = LiveTree::new(&root, config(), Some(&store_dir)).unwrap();
-    let (_, _, first) = live.snapshot(&store).unwrap();
+    Fixture {
+        _tmp: tmp,
+        root,
+        outside,
+        store_dir,
+        store,
+    }
+}
+
+impl Fixture {
+    /// Panics unless `id` is the tree a cold full rescan (no stat cache: the ground truth)
+    /// gives, naming the paths that differ.
+    fn assert_rescan_gives(&self, id: ObjectId, context: &dyn std::fmt::Display) {
+        let mut fresh = WorkTree::new(&self.root, config(), Some(&self.store_dir)).unwrap();
+        let (fresh_id, _) = fresh.full_scan(&self.store, None).unwrap();
+        if id != fresh_id {
+            let diff = diff_trees(&self.store, Some(&fresh_id), Some(&id)).unwrap();
+            let paths: Vec<String> = diff.iter().map(|c| format!("{c:?}")).collect();
+            panic!("{context}: the tree differs from a rescan at {paths:#?}");
+        }
+    }
+}
+
+fn equal_to_rescan(files: usize, steps: usize, seed: u64) {
+    let f = fixture(files);
+    let (root, outside, store_dir, store) = (&f.root, &f.outside, &f.store_dir, &f.store);
+    let mut live = LiveTree::new(root, config(), Some(store_dir)).unwrap();
+    let (_, _, first) = live.snapshot(store).unwrap();
     assert_eq!(first, SnapshotMode::FullRescan);
     let mut rng = Rng(seed);
     let overflow_at = steps / 2;
@@ -296,24 +331,14 @@ fn equal_to_rescan(files: usize, steps: usize, seed: u64) {
         let mut did = Vec::new();
         if step == overflow_at {
             did.push("overflow burst");
-            let made = overflow_burst(&root);
+            let made = overflow_burst(root);
             eprintln!("step {step}: {made} events in one burst");
         }
         for k in 0..(4 + rng.below(12)) {
-            did.push(mutate(&root, &outside, &mut rng, step * 100 + k));
+            did.push(mutate(root, outside, &mut rng, step * 100 + k));
         }
-        let (live_id, _, mode) = live.snapshot(&store).unwrap();
-        // A cold full rescan, no stat cache: the ground truth.
-        let mut fresh = WorkTree::new(&root, config(), Some(&store_dir)).unwrap();
-        let (fresh_id, _) = fresh.full_scan(&store, None).unwrap();
-        if live_id != fresh_id {
-            let diff = diff_trees(&store, Some(&fresh_id), Some(&live_id)).unwrap();
-            let paths: Vec<String> = diff.iter().map(|c| format!("{c:?}")).collect();
-            panic!(
-                "step {step} after {did:?} ({mode:?}): the watcher's tree differs from a rescan \
-                 at {paths:#?}"
-            );
-        }
+        let (live_id, _, mode) = live.snapshot(store).unwrap();
+        f.assert_rescan_gives(live_id, &format!("step {step} after {did:?} ({mode:?})"));
         if live.is_degraded() {
             eprintln!("step {step}: out of inotify watches, the watcher rescans (degraded)");
         } else if step == overflow_at {
@@ -324,8 +349,8 @@ fn equal_to_rescan(files: usize, steps: usize, seed: u64) {
     }
     // Nothing changed since: the watcher agrees (the directories it read before their watches
     // existed are read once more).
-    let (a, _, _) = live.snapshot(&store).unwrap();
-    let (b, _, mode) = live.snapshot(&store).unwrap();
+    let (a, _, _) = live.snapshot(store).unwrap();
+    let (b, _, mode) = live.snapshot(store).unwrap();
     assert_eq!((a, mode), (b, SnapshotMode::Incremental));
 }
 
@@ -347,39 +372,31 @@ fn the_watcher_equals_a_rescan_at_100k_files() {
 /// new tree from the stat index, fed the changes since the index's token, edits in the middle
 /// of the step (the command), fed again, index and token saved.
 fn fed_equal_to_rescan(files: usize, steps: usize, seed: u64) {
-    let tmp = tempfile::tempdir().unwrap();
-    let root = tmp.path().join("p");
-    let outside = tmp.path().join("outside");
-    let store_dir = tmp.path().join("store");
-    std::fs::create_dir_all(&outside).unwrap();
-    generate(&root, files);
-    let store = Store::create(&store_dir, &root).unwrap();
-    let mut log = ChangeLog::start(&root, config(), Some(&store_dir)).unwrap();
+    let f = fixture(files);
+    let (root, outside, store_dir, store) = (&f.root, &f.outside, &f.store_dir, &f.store);
+    let mut log = ChangeLog::start(root, config(), Some(store_dir)).unwrap();
     let mut rng = Rng(seed);
     let overflow_at = steps / 2;
     let check = |live: &mut LiveTree, step: usize, did: &[&str]| -> SnapshotMode {
-        let (live_id, _, mode) = live.snapshot(&store).unwrap();
-        let mut fresh = WorkTree::new(&root, config(), Some(&store_dir)).unwrap();
-        let (fresh_id, _) = fresh.full_scan(&store, None).unwrap();
-        if live_id != fresh_id {
-            let diff = diff_trees(&store, Some(&fresh_id), Some(&live_id)).unwrap();
-            let paths: Vec<String> = diff.iter().map(|c| format!("{c:?}")).collect();
-            panic!("step {step} after {did:?} ({mode:?}): the fed tree differs at {paths:#?}");
-        }
+        let (live_id, _, mode) = live.snapshot(store).unwrap();
+        f.assert_rescan_gives(
+            live_id,
+            &format!("step {step} after {did:?} ({mode:?}), fed"),
+        );
         mode
     };
     for step in 0..steps {
         let mut did = Vec::new();
         if step == overflow_at {
             did.push("overflow burst");
-            overflow_burst(&root);
+            overflow_burst(root);
         }
         for k in 0..(2 + rng.below(8)) {
-            did.push(mutate(&root, &outside, &mut rng, step * 100 + k));
+            did.push(mutate(root, outside, &mut rng, step * 100 + k));
         }
-        let mut live = LiveTree::new(&root, config(), Some(&store_dir)).unwrap();
-        live.tree_mut().load_index(&store);
-        let saved = live.tree().watch_token(&store_dir);
+        let mut live = LiveTree::new(root, config(), Some(store_dir)).unwrap();
+        live.tree_mut().load_index(store);
+        let saved = live.tree().watch_token(store_dir);
         assert_eq!(
             saved.is_some(),
             step > 0,
@@ -408,7 +425,7 @@ fn fed_equal_to_rescan(files: usize, steps: usize, seed: u64) {
         }
         // The command.
         for k in 0..(1 + rng.below(6)) {
-            did.push(mutate(&root, &outside, &mut rng, step * 100 + 50 + k));
+            did.push(mutate(root, outside, &mut rng, step * 100 + 50 + k));
         }
         let after = log.since(Some(since.token)).unwrap();
         assert!(
@@ -417,11 +434,11 @@ fn fed_equal_to_rescan(files: usize, steps: usize, seed: u64) {
         );
         live.feed(after.changes);
         assert_eq!(check(&mut live, step, &did), SnapshotMode::Incremental);
-        live.tree().save_index(&store).unwrap();
-        live.tree().save_watch_token(&store, after.token).unwrap();
+        live.tree().save_index(store).unwrap();
+        live.tree().save_watch_token(store, after.token).unwrap();
     }
     // A token of another daemon is never taken for this one's.
-    let mut other = ChangeLog::start(&root, config(), Some(&store_dir)).unwrap();
+    let mut other = ChangeLog::start(root, config(), Some(store_dir)).unwrap();
     let mine = log.since(None).unwrap().token;
     assert!(other.since(Some(mine)).unwrap().changes.is_none());
 }
