@@ -107,8 +107,8 @@ pub enum Command {
     /// as static files instead).
     Ui(UiArgs),
     /// Keep inotify watches on the project in a background daemon (git's fsmonitor idea), so
-    /// that `envgit run` reads only what changed since its last step instead of walking the
-    /// whole project: `envgit watch start | stop | status`.
+    /// that `envgit run` and `envgit rewind` read only what changed since the last step instead
+    /// of walking the whole project: `envgit watch start | stop | status`.
     Watch(WatchArgs),
 }
 
