@@ -30,15 +30,14 @@ impl WorkTree {
             let _ = std::fs::remove_file(&path);
             return Ok(());
         };
-        let tmp = path.with_extension(format!("tmp-{:016x}", crate::pack::random_u64()));
-        if std::fs::write(&tmp, format!("{index} {token}\n")).is_ok() {
-            let _held = crate::lock::Flock::exclusive(&store.dir().join("lock"))?;
-            if std::fs::rename(&tmp, &path).is_ok() {
-                return Ok(());
-            }
-        }
-        let _ = std::fs::remove_file(&tmp);
-        Ok(())
+        // As the index itself: renamed into place under the store's lock; a full disk only
+        // makes the next command read everything.
+        let Some(tmp) = super::write_temp(&path, format!("{index} {token}\n").as_bytes())? else {
+            return Ok(());
+        };
+        let _held = crate::lock::Flock::exclusive(&store.dir().join("lock"))
+            .inspect_err(|_| super::remove(&tmp))?;
+        super::rename_into(&tmp, &path)
     }
 
     /// The stat index on disk as this state knows it: its base's id and its tail's summary.
