@@ -179,9 +179,12 @@ impl ChangeLog {
             return Err(RootGone);
         }
         loop {
-            // A failed read (the instance broken) reads as nothing queued: the next question
-            // finds the same, and a restart is the fix.
-            let events = self.watches.read().unwrap_or_default();
+            // A failed read (the instance broken) vouches for nothing from now on: every
+            // answer is "read everything" until a restart.
+            let Ok(events) = self.watches.read() else {
+                self.degraded = true;
+                return Ok(());
+            };
             if events.is_empty() {
                 return Ok(());
             }
