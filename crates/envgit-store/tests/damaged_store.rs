@@ -101,13 +101,7 @@ fn a_journal_cut_at_any_byte_of_the_last_commit_reads_as_the_commit_before() {
     std::fs::write(journal(&p), &full[..(one + (two - one) / 2) as usize]).unwrap();
     step(&p, "three");
     let s = Store::open(&p.store).unwrap();
-    let summaries: Vec<&str> = s
-        .steps()
-        .unwrap()
-        .iter()
-        .map(|s| s.summary.as_str())
-        .collect();
-    assert_eq!(summaries, ["one", "three"]);
+    assert_eq!(summaries(&s), ["one", "three"]);
     assert!(fsck(&s, None).unwrap().is_clean());
 }
 
@@ -186,13 +180,7 @@ fn a_flipped_byte_in_an_old_commit_is_reported_and_never_cut_off() {
         std::fs::write(journal(&p), &full).unwrap();
     }
     let s = Store::open(&p.store).unwrap();
-    let summaries: Vec<&str> = s
-        .steps()
-        .unwrap()
-        .iter()
-        .map(|s| s.summary.as_str())
-        .collect();
-    assert_eq!(summaries, ["one", "two", "three"]);
+    assert_eq!(summaries(&s), ["one", "two", "three"]);
 }
 
 #[test]
@@ -341,4 +329,13 @@ fn a_flipped_byte_in_a_pack_record_never_reads_as_other_content() {
         Store::open(&p.store).unwrap().read_file(&id).unwrap(),
         content.as_bytes()
     );
+}
+
+/// Every step's summary, oldest first.
+fn summaries(s: &Store) -> Vec<String> {
+    s.steps()
+        .unwrap()
+        .iter()
+        .map(|s| s.summary.clone())
+        .collect()
 }

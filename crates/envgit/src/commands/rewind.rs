@@ -71,7 +71,7 @@ pub fn run(dir: Option<&Path>, args: &RewindArgs) -> CmdResult<ExitCode> {
     };
     // With `envgit watch`, its daemon says what changed since the stat index was saved: no
     // walk of the whole project.
-    let asked = crate::watch_daemon::client::since_index(store.dir(), &wt);
+    let mut asked = crate::watch_daemon::client::since_index(store.dir(), &wt);
     if asked.is_some() {
         crate::timings::mark("watching daemon asked");
     }
@@ -80,7 +80,7 @@ pub fn run(dir: Option<&Path>, args: &RewindArgs) -> CmdResult<ExitCode> {
         protected: &protected,
         excludes: &project.scan_config()?.excludes,
         policy_hash: Some(project.policy.hash()),
-        known_changes: asked.as_ref().and_then(|a| a.changes.clone()),
+        known_changes: asked.as_mut().and_then(|a| a.changes.take()),
     };
     let outcome = rewind(&mut store, &mut wt, &opts)?;
     wt.save_index(&store)?;

@@ -27,7 +27,11 @@ fn connect(store_dir: &Path) -> Option<UnixStream> {
 
 /// What changed since `token`; `None` when no daemon answers (then read everything).
 pub(crate) fn since(store_dir: &Path, token: Option<ChangeToken>) -> Option<Answer> {
-    let mut stream = connect(store_dir)?;
+    ask_since(connect(store_dir)?, token)
+}
+
+/// [`since`] on a connection made already.
+fn ask_since(mut stream: UnixStream, token: Option<ChangeToken>) -> Option<Answer> {
     let token = token.map_or_else(|| "none".to_owned(), |t| t.to_string());
     stream
         .write_all(format!("since {token}\n").as_bytes())
@@ -65,8 +69,10 @@ pub(crate) fn stop(store_dir: &Path) -> bool {
 /// that time (no token saved, another daemon's, an overflow since): read everything. `None`
 /// when no daemon answers for this project, or it watches by another scan configuration.
 pub(crate) fn since_index(store_dir: &Path, tree: &WorkTree) -> Option<Answer> {
+    // Connected first: without a daemon (the usual case) a step reads no token file.
+    let stream = connect(store_dir)?;
     let saved = tree.watch_token(store_dir);
-    let mut answer = since(store_dir, saved)?;
+    let mut answer = ask_since(stream, saved)?;
     if answer.fingerprint != tree.config().fingerprint {
         crate::output::note(
             "envgit: the watching daemon was started before `snapshot:` in envgit.yaml \
