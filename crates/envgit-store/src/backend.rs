@@ -67,9 +67,18 @@ pub trait ObjectBackend: Send + Sync + 'static {
     /// The journal now holds those frames up to `mark`: what was pending is committed.
     fn commit_pending(&mut self, mark: JournalMark);
 
+    /// The journal (`journal`: its device and inode) is about to be read from its start: at
+    /// a store's open, or because it was rewritten (gc) and what it said before is void.
+    /// Forget what was loaded; the position from which its objects frames are needed (the
+    /// local packs' object table holds those before the point it covers).
+    fn begin_full_read(&mut self, journal: (u64, u64)) -> u64 {
+        let _ = journal;
+        0
+    }
+
     /// Objects the journal records, read from it up to `mark` (committed by this or another
-    /// process); `replaced` when the journal was rewritten (gc) and what it said before is void.
-    fn load(&mut self, objects: Vec<(ObjectId, Location)>, mark: JournalMark, replaced: bool);
+    /// process).
+    fn load(&mut self, objects: Vec<(ObjectId, Location)>, mark: JournalMark);
 
     /// Copy `ids` from `source` (fork), every object checked on the way. By default each is
     /// read and encoded again (a delta stays a delta); the packs copy records verbatim from

@@ -21,7 +21,7 @@ use crate::step_log::StepRecord;
 
 const MAGIC: u32 = 0x4547_4a31; // "EGJ1"
 const FRAME_OVERHEAD: u64 = 4 + 1 + 4 + 4;
-const ENTRY_LEN: usize = 32 + 1 + 8 + 8 + 4 + 8;
+pub(crate) const ENTRY_LEN: usize = 32 + 1 + 8 + 8 + 4 + 8;
 /// Set in an entry's kind byte when the object is stored as a delta (store format 2).
 const DELTA_BIT: u8 = 0x80;
 /// A frame this large is garbage, not a record.
@@ -37,14 +37,38 @@ enum FrameType {
 pub fn encode_objects(entries: &[(ObjectId, Location)]) -> Vec<u8> {
     let mut payload = Vec::with_capacity(entries.len() * ENTRY_LEN);
     for (id, loc) in entries {
-        payload.extend_from_slice(&id.0);
-        payload.push(loc.kind as u8 | if loc.delta { DELTA_BIT } else { 0 });
-        payload.extend_from_slice(&loc.pack.to_le_bytes());
-        payload.extend_from_slice(&loc.offset.to_le_bytes());
-        payload.extend_from_slice(&loc.stored_len.to_le_bytes());
-        payload.extend_from_slice(&loc.raw_len.to_le_bytes());
+        encode_entry(&mut payload, id, loc);
     }
     frame(FrameType::Objects, &payload)
+}
+
+/// One object's entry ([`ENTRY_LEN`] bytes): its id, kind, and where it is. The object table
+/// ([`crate::object_table`]) keeps the same entries, sorted.
+pub(crate) fn encode_entry(out: &mut Vec<u8>, id: &ObjectId, loc: &Location) {
+    out.extend_from_slice(&id.0);
+    out.push(loc.kind as u8 | if loc.delta { DELTA_BIT } else { 0 });
+    out.extend_from_slice(&loc.pack.to_le_bytes());
+    out.extend_from_slice(&loc.offset.to_le_bytes());
+    out.extend_from_slice(&loc.stored_len.to_le_bytes());
+    out.extend_from_slice(&loc.raw_len.to_le_bytes());
+}
+
+/// The entry [`encode_entry`] wrote; `None` for an unknown kind.
+pub(crate) fn decode_entry(e: &[u8; ENTRY_LEN]) -> Option<(ObjectId, Location)> {
+    let id = ObjectId(e[..32].try_into().ok()?);
+    let kind = ObjectKind::from_byte(e[32] & !DELTA_BIT)?;
+    let u64_at = |i: usize| e[i..i + 8].try_into().ok().map(u64::from_le_bytes);
+    Some((
+        id,
+        Location {
+            kind,
+            pack: u64_at(33)?,
+            offset: u64_at(41)?,
+            stored_len: u32::from_le_bytes(e[49..53].try_into().ok()?),
+            raw_len: u64_at(53)?,
+            delta: e[32] & DELTA_BIT != 0,
+        },
+    ))
 }
 
 pub fn encode_step(step: &Step) -> Result<Vec<u8>> {
@@ -72,29 +96,11 @@ fn decode_objects(payload: &[u8], out: &mut Vec<(ObjectId, Location)>) -> Result
         ));
     }
     out.reserve(payload.len() / ENTRY_LEN);
-    for e in payload.chunks_exact(ENTRY_LEN) {
-        let mut id = [0u8; 32];
-        id.copy_from_slice(&e[..32]);
-        let kind = ObjectKind::from_byte(e[32] & !DELTA_BIT)
-            .ok_or_else(|| StoreError::corrupt("journal names an unknown object kind"))?;
-        let u64_at = |i: usize| {
-            let mut b = [0u8; 8];
-            b.copy_from_slice(&e[i..i + 8]);
-            u64::from_le_bytes(b)
-        };
-        let mut len = [0u8; 4];
-        len.copy_from_slice(&e[49..53]);
-        out.push((
-            ObjectId(id),
-            Location {
-                kind,
-                pack: u64_at(33),
-                offset: u64_at(41),
-                stored_len: u32::from_le_bytes(len),
-                raw_len: u64_at(53),
-                delta: e[32] & DELTA_BIT != 0,
-            },
-        ));
+    for e in payload.as_chunks::<ENTRY_LEN>().0 {
+        out.push(
+            decode_entry(e)
+                .ok_or_else(|| StoreError::corrupt("journal names an unknown object kind"))?,
+        );
     }
     Ok(())
 }
@@ -113,6 +119,12 @@ pub struct JournalRead {
 /// Read committed frames starting at `from` (a frame boundary). With `want_objects` false the
 /// objects frames are skipped without being read (what `log` needs).
 pub fn read(path: &Path, from: u64, want_objects: bool) -> Result<JournalRead> {
+    read_objects_from(path, from, if want_objects { from } else { u64::MAX })
+}
+
+/// [`read`], decoding only the objects frames that start at or after `objects_from`: those
+/// before it are what the object table ([`crate::object_table`]) already holds.
+pub fn read_objects_from(path: &Path, from: u64, objects_from: u64) -> Result<JournalRead> {
     let file = match File::open(path) {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(JournalRead::default()),
@@ -143,7 +155,7 @@ pub fn read(path: &Path, from: u64, want_objects: bool) -> Result<JournalRead> {
         }
         let frame_start = pos;
         let frame_end = pos + FRAME_OVERHEAD + u64::from(len);
-        if ty == FrameType::Objects as u8 && !want_objects {
+        if ty == FrameType::Objects as u8 && frame_start < objects_from {
             // Committing frames are only trusted once their Step frame verifies; skipping is
             // safe because a torn Objects frame can never be followed by a valid Step frame
             // at the right offset by chance with a matching CRC.

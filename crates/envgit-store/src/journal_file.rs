@@ -55,13 +55,24 @@ impl JournalFile {
 
     /// Committed frames since the last read; `true` with them if the journal was replaced
     /// (gc rewrites it) and was read again from the start.
+    #[cfg(test)]
     pub fn read_new(&mut self, objects: bool) -> Result<(JournalRead, bool)> {
+        self.read_new_with(|mark| if objects { mark.pos } else { u64::MAX })
+    }
+
+    /// [`JournalFile::read_new`], decoding objects frames from the position `objects_from`
+    /// gives for where the read starts (`pos` 0: the whole journal).
+    pub fn read_new_with(
+        &mut self,
+        objects_from: impl FnOnce(JournalMark) -> u64,
+    ) -> Result<(JournalRead, bool)> {
         let ident = JournalMark::of_file(&self.path)?;
         let replaced = ident != self.mark.ident;
         if replaced {
             self.mark = JournalMark { ident, pos: 0 };
         }
-        let read = journal::read(&self.path, self.mark.pos, objects)?;
+        let objects_from = objects_from(self.mark);
+        let read = journal::read_objects_from(&self.path, self.mark.pos, objects_from)?;
         self.mark.pos = read.committed_end;
         Ok((read, replaced))
     }

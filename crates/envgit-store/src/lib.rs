@@ -32,6 +32,7 @@ mod journal;
 mod journal_file;
 mod lock;
 mod memory_backend;
+mod object_table;
 mod pack;
 mod pack_backend;
 mod protect;

@@ -114,7 +114,7 @@ impl ObjectBackend for MemoryBackend {
             .extend(pending);
     }
 
-    fn load(&mut self, _: Vec<(ObjectId, Location)>, _: JournalMark, _: bool) {
+    fn load(&mut self, _: Vec<(ObjectId, Location)>, _: JournalMark) {
         // Its index is its own: the journal lists no objects of a store kept in memory.
     }
 

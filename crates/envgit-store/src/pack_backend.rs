@@ -1,6 +1,8 @@
 //! The local object database: append-only packs ([`crate::pack`]) indexed by the journal.
 //! A process appends to a pack it holds the flock of; what it appended is pending (readable by
 //! it alone) until a step's record follows the objects frame that lists it in the journal.
+//! What is committed is found in the object table ([`crate::object_table`]), which covers the
+//! journal up to a point, or in the map of what the journal said after it.
 
 use std::any::Any;
 use std::collections::HashMap;
@@ -12,14 +14,19 @@ use crate::error::{Result, StoreError};
 use crate::id::{IdMap, ObjectId, ObjectKind};
 use crate::journal;
 use crate::journal_file::JournalMark;
+use crate::object_table::{self, ObjectTable};
 use crate::pack::{self, EncodedObject, Location, PackReader, PackWriter, Stored};
 
 pub struct PackBackend {
+    store_dir: PathBuf,
     packs_dir: PathBuf,
     journal_path: PathBuf,
     /// False for a store opened for its step records only: the journal's objects frames were
     /// skipped, so nothing is indexed.
     loaded: bool,
+    /// The committed objects as of a point in the journal, when a sound table was there.
+    table: Option<ObjectTable>,
+    /// The committed objects the table does not hold (all of them without a table).
     index: IdMap<Location>,
     /// The journal as last read or written.
     mark: JournalMark,
@@ -30,6 +37,12 @@ pub struct PackBackend {
     writer: Mutex<Option<PackWriter>>,
     pending: Mutex<IdMap<Location>>,
 }
+
+/// Objects committed after the table's point before a commit writes a new table...
+const TABLE_AFTER: usize = 1024;
+/// ...and the share of the table's entries they must reach (one eighth): at 100,000 objects
+/// a table is 6 MB to write, once per 12,500 new objects.
+const TABLE_SHARE: usize = 8;
 
 fn note_end(ends: &mut HashMap<u64, u64>, loc: &Location) {
     let e = ends.entry(loc.pack).or_default();
@@ -46,9 +59,11 @@ impl PackBackend {
         let packs_dir = store_dir.join("packs");
         Self {
             reader: PackReader::new(&packs_dir),
+            store_dir: store_dir.to_path_buf(),
             packs_dir,
             journal_path: store_dir.join("journal"),
             loaded,
+            table: None,
             index: IdMap::default(),
             mark: JournalMark::default(),
             pack_ends: HashMap::new(),
@@ -57,17 +72,65 @@ impl PackBackend {
         }
     }
 
-    /// Every committed object and where it is.
-    pub fn index(&self) -> &IdMap<Location> {
-        &self.index
+    /// Every committed object and where it is, gathered from the table and the map on each
+    /// call (for gc and tests: a step looks objects up one by one).
+    pub fn index(&self) -> IdMap<Location> {
+        let mut all = IdMap::with_capacity_and_hasher(self.count(), Default::default());
+        if let Some(table) = &self.table {
+            all.extend(table.iter());
+        }
+        all.extend(self.index.iter().map(|(id, loc)| (*id, *loc)));
+        all
+    }
+
+    /// Where a committed object is.
+    fn committed(&self, id: &ObjectId) -> Option<Location> {
+        if let Some(loc) = self.index.get(id) {
+            return Some(*loc);
+        }
+        self.table.as_ref()?.get(id)
     }
 
     /// Where an object is: committed, or added by this process since its last commit.
     pub(crate) fn location(&self, id: &ObjectId) -> Option<Location> {
-        if let Some(loc) = self.index.get(id) {
-            return Some(*loc);
+        if let Some(loc) = self.committed(id) {
+            return Some(loc);
         }
         self.pending.lock().ok()?.get(id).copied()
+    }
+
+    /// Records a committed object unless it is known already (the first location wins, as
+    /// in the journal).
+    fn note_committed(&mut self, id: ObjectId, loc: Location) {
+        note_end(&mut self.pack_ends, &loc);
+        if self.table.as_ref().is_none_or(|t| t.get(&id).is_none()) {
+            self.index.entry(id).or_insert(loc);
+        }
+    }
+
+    /// After a commit up to `mark` (this process read everything before it, under the
+    /// store's lock): a new table once the map outgrows a share of the table, so the next
+    /// open decodes little of the journal.
+    fn maybe_write_table(&self, mark: JournalMark) {
+        let in_table = self.table.as_ref().map_or(0, ObjectTable::len);
+        if self.index.len() < TABLE_AFTER || self.index.len() * TABLE_SHARE < in_table {
+            return;
+        }
+        let mut entries: Vec<(&ObjectId, &Location)> = self.index.iter().collect();
+        let owned: Vec<(ObjectId, Location)> = self
+            .table
+            .as_ref()
+            .map(|t| t.iter().collect())
+            .unwrap_or_default();
+        entries.extend(owned.iter().map(|(id, loc)| (id, loc)));
+        entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
+        object_table::write(
+            &self.store_dir,
+            mark,
+            &self.pack_ends,
+            entries.len(),
+            entries.into_iter(),
+        );
     }
 
     pub(crate) fn reader(&self) -> &PackReader {
@@ -110,9 +173,8 @@ impl PackBackend {
     }
 
     fn known_packs(&self) -> Vec<u64> {
-        let mut packs: Vec<u64> = self.index.values().map(|l| l.pack).collect();
+        let mut packs: Vec<u64> = self.pack_ends.keys().copied().collect();
         packs.sort_unstable();
-        packs.dedup();
         packs
     }
 
@@ -239,7 +301,7 @@ impl ObjectBackend for PackBackend {
     fn put(&self, object: EncodedObject) -> Result<bool> {
         let mut writer = self.writer.lock().map_err(poisoned)?;
         let mut pending = self.pending.lock().map_err(poisoned)?;
-        if self.index.contains_key(&object.id) || pending.contains_key(&object.id) {
+        if self.committed(&object.id).is_some() || pending.contains_key(&object.id) {
             return Ok(false); // another thread stored it meanwhile
         }
         if writer.is_none() {
@@ -253,15 +315,19 @@ impl ObjectBackend for PackBackend {
     }
 
     fn list(&self, kind: ObjectKind) -> Vec<ObjectId> {
-        self.index
-            .iter()
-            .filter(|(_, l)| l.kind == kind)
-            .map(|(id, _)| *id)
+        let in_table = self.table.iter().flat_map(|t| t.ids_of(kind));
+        in_table
+            .chain(
+                self.index
+                    .iter()
+                    .filter(|(_, l)| l.kind == kind)
+                    .map(|(id, _)| *id),
+            )
             .collect()
     }
 
     fn count(&self) -> usize {
-        self.index.len()
+        self.table.as_ref().map_or(0, ObjectTable::len) + self.index.len()
     }
 
     fn sync(&self) -> Result<()> {
@@ -294,24 +360,30 @@ impl ObjectBackend for PackBackend {
                 .unwrap_or_else(PoisonError::into_inner),
         );
         for (id, loc) in pending {
-            note_end(&mut self.pack_ends, &loc);
-            self.index.entry(id).or_insert(loc);
+            self.note_committed(id, loc);
         }
         self.mark = mark;
+        self.maybe_write_table(mark);
     }
 
-    fn load(&mut self, objects: Vec<(ObjectId, Location)>, mark: JournalMark, replaced: bool) {
-        if replaced {
-            for pack in self.known_packs() {
-                self.reader.forget(pack);
-            }
-            self.index.clear();
-            self.pack_ends.clear();
+    fn begin_full_read(&mut self, journal: (u64, u64)) -> u64 {
+        for pack in self.known_packs() {
+            self.reader.forget(pack);
         }
+        self.index.clear();
+        self.pack_ends.clear();
+        self.table = ObjectTable::load(&self.store_dir, journal);
+        let Some(table) = &self.table else {
+            return 0;
+        };
+        self.pack_ends.clone_from(&table.pack_ends);
+        table.covers
+    }
+
+    fn load(&mut self, objects: Vec<(ObjectId, Location)>, mark: JournalMark) {
         self.index.reserve(objects.len());
         for (id, loc) in objects {
-            note_end(&mut self.pack_ends, &loc);
-            self.index.entry(id).or_insert(loc);
+            self.note_committed(id, loc);
         }
         self.mark = mark;
     }
@@ -367,8 +439,16 @@ mod tests {
     /// What `Store::commit` does: the pending objects' frame and a step, under the lock.
     fn commit(dir: &Path, journal: &mut JournalFile, backend: &mut PackBackend, number: u64) {
         let _lock = Flock::exclusive(&dir.join("lock")).unwrap();
-        let (read, replaced) = journal.read_new(true).unwrap();
-        backend.load(read.objects, journal.mark(), replaced);
+        let (read, _) = journal
+            .read_new_with(|m| {
+                if m.pos == 0 {
+                    backend.begin_full_read(m.ident)
+                } else {
+                    m.pos
+                }
+            })
+            .unwrap();
+        backend.load(read.objects, journal.mark());
         let mut frames = backend.pending_frames().unwrap();
         let step = StepDraft::default().into_step(
             Placement {
@@ -388,8 +468,16 @@ mod tests {
     fn reopened(dir: &Path) -> PackBackend {
         let mut backend = PackBackend::new(dir, true);
         let mut journal = JournalFile::new(dir);
-        let (read, replaced) = journal.read_new(true).unwrap();
-        backend.load(read.objects, journal.mark(), replaced);
+        let (read, _) = journal
+            .read_new_with(|m| {
+                if m.pos == 0 {
+                    backend.begin_full_read(m.ident)
+                } else {
+                    m.pos
+                }
+            })
+            .unwrap();
+        backend.load(read.objects, journal.mark());
         backend
     }
 

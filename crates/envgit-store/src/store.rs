@@ -311,12 +311,17 @@ impl Store {
     /// Read journal frames committed since we last looked. If the journal was replaced (gc
     /// rewrites it), reload it whole.
     pub fn catch_up(&mut self) -> Result<()> {
-        let (read, replaced) = self.journal.read_new(self.objects_loaded)?;
+        let loaded = self.objects_loaded;
+        let objects = &mut self.objects;
+        let (read, replaced) = self.journal.read_new_with(|mark| match () {
+            () if !loaded => u64::MAX,
+            () if mark.pos == 0 => objects.begin_full_read(mark.ident),
+            () => mark.pos,
+        })?;
         if replaced {
             self.steps.clear();
         }
-        self.objects
-            .load(read.objects, self.journal.mark(), replaced);
+        self.objects.load(read.objects, self.journal.mark());
         self.steps.extend(read.steps)
     }
 
@@ -360,6 +365,8 @@ impl Store {
                 "refusing to write an empty journal".into(),
             ));
         }
+        // The table names objects where the old journal put them.
+        crate::object_table::remove(&self.dir);
         self.journal.replace(&bytes)?;
         self.catch_up()
     }

@@ -275,6 +275,7 @@ fn object_place(store: &Store, content: &[u8]) -> (PathBuf, u64, u64) {
         .unwrap()
         .index()
         .get(&id)
+        .copied()
         .expect("the object is in the store");
     let path = store.packs_dir().join(format!("{:016x}.pack", loc.pack));
     (path, loc.offset, loc.record_len())

@@ -1,0 +1,159 @@
+//! The object table (`objects.table`): a store opened through it finds every object where
+//! the journal put it, and a table that does not match the journal as it is (damaged, another
+//! store's, ahead of a journal cut back, or from before gc rewrote the journal) is ignored.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use envgit_store::{GcOptions, ScanConfig, StepDraft, Store, WorkTree};
+
+/// Files with distinct contents: objects enough that a commit writes a table.
+const FILES: usize = 1200;
+
+fn write_files(root: &Path, prefix: &str, n: usize) {
+    for i in 0..n {
+        let dir = root.join(format!("{prefix}{}", i / 100));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join(format!("f{i}")), format!("{prefix} {i}\n")).unwrap();
+    }
+}
+
+fn commit_snapshot(store: &mut Store, root: &Path) {
+    let mut wt = WorkTree::new(root, ScanConfig::default(), None).unwrap();
+    let tree = wt.full_scan(store, None).unwrap().0;
+    let mut g = store.begin_step("t").unwrap();
+    store.commit(&mut g, StepDraft::default(), tree).unwrap();
+}
+
+/// Every object the store knows and where, as an ordered map (id in hex).
+fn objects(store: &Store) -> BTreeMap<String, String> {
+    store
+        .packs()
+        .unwrap()
+        .index()
+        .iter()
+        .map(|(id, loc)| (id.hex(), format!("{loc:?}")))
+        .collect()
+}
+
+fn table(store_dir: &Path) -> PathBuf {
+    store_dir.join("objects.table")
+}
+
+/// A project of [`FILES`] files committed as one step, and its store's directory.
+fn project(tmp: &Path, name: &str) -> (PathBuf, PathBuf) {
+    let root = tmp.join(name);
+    write_files(&root, name, FILES);
+    let dir = tmp.join(format!("{name}.store"));
+    let mut store = Store::create(&dir, &root).unwrap();
+    commit_snapshot(&mut store, &root);
+    (root, dir)
+}
+
+/// What the journal alone says: the store opened with no table there.
+fn without_table(dir: &Path) -> BTreeMap<String, String> {
+    let kept = std::fs::read(table(dir)).ok();
+    let _ = std::fs::remove_file(table(dir));
+    let from_journal = objects(&Store::open(dir).unwrap());
+    if let Some(bytes) = kept {
+        std::fs::write(table(dir), bytes).unwrap();
+    }
+    from_journal
+}
+
+#[test]
+fn a_store_opened_through_its_table_finds_every_object_where_the_journal_put_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (root, dir) = project(tmp.path(), "a");
+    assert!(table(&dir).exists(), "no table after {FILES} objects");
+    // Objects after the point the table covers come from the journal.
+    write_files(&root, "more", 30);
+    let mut store = Store::open(&dir).unwrap();
+    commit_snapshot(&mut store, &root);
+    let reopened = Store::open(&dir).unwrap();
+    assert_eq!(objects(&reopened), without_table(&dir));
+    assert_eq!(objects(&reopened).len(), reopened.object_count());
+    assert!(envgit_store::fsck(&reopened, None).unwrap().is_clean());
+}
+
+#[test]
+fn a_table_that_does_not_match_the_journal_is_ignored() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (_, a) = project(tmp.path(), "a");
+    let (_, b) = project(tmp.path(), "b");
+    let b_objects = without_table(&b);
+
+    // Another store's table: its journal is another file.
+    std::fs::copy(table(&a), table(&b)).unwrap();
+    assert_eq!(objects(&Store::open(&b).unwrap()), b_objects);
+
+    // A damaged table: one bit of the last entry's pack offset (an entry is the id, its
+    // kind, then the pack and the offset), the checksum left as it was.
+    let a_objects = without_table(&a);
+    let mut bytes = std::fs::read(table(&a)).unwrap();
+    let at = bytes.len() - 4 - 61 + 41;
+    bytes[at] ^= 1;
+    std::fs::write(table(&a), &bytes).unwrap();
+    assert_eq!(objects(&Store::open(&a).unwrap()), a_objects);
+}
+
+/// The same journal file cut back to before the point the table covers (a table can only be
+/// ahead of its journal by such a cut): the table is ignored, and the store is what the
+/// journal holds.
+#[test]
+fn a_table_ahead_of_its_journal_is_ignored() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (root, dir) = project(tmp.path(), "a");
+    let journal = dir.join("journal");
+    let first = std::fs::metadata(&journal).unwrap().len();
+    let after_first = objects(&Store::open(&dir).unwrap());
+    write_files(&root, "second", FILES);
+    let mut store = Store::open(&dir).unwrap();
+    commit_snapshot(&mut store, &root);
+    drop(store);
+    let covering_both = std::fs::read(table(&dir)).unwrap();
+    let inode = std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(&journal).unwrap());
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&journal)
+        .unwrap()
+        .set_len(first)
+        .unwrap();
+    assert_eq!(
+        std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(&journal).unwrap()),
+        inode
+    );
+    assert_eq!(std::fs::read(table(&dir)).unwrap(), covering_both);
+    assert_eq!(objects(&Store::open(&dir).unwrap()), after_first);
+}
+
+#[test]
+fn gc_removes_the_table_of_the_journal_it_replaces() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (root, dir) = project(tmp.path(), "a");
+    let table_before = std::fs::read(table(&dir)).unwrap();
+    for _ in 0..3 {
+        write_files(&root, "churn", 20);
+        let mut store = Store::open(&dir).unwrap();
+        commit_snapshot(&mut store, &root);
+        std::fs::remove_dir_all(root.join("churn0")).unwrap();
+    }
+    let mut store = Store::open(&dir).unwrap();
+    envgit_store::gc(
+        &mut store,
+        &GcOptions {
+            budget: 0,
+            keep_recent: 1,
+            purge: Vec::new(),
+        },
+    )
+    .unwrap();
+    assert!(
+        std::fs::read(table(&dir)).ok().as_ref() != Some(&table_before),
+        "the table of the replaced journal is still there"
+    );
+    let reopened = Store::open(&dir).unwrap();
+    assert_eq!(objects(&reopened), without_table(&dir));
+    assert!(envgit_store::fsck(&reopened, None).unwrap().is_clean());
+}
