@@ -81,20 +81,19 @@ struct Index<'a> {
 impl ProjectIndex for Index<'_> {
     fn visit(&self, f: &mut dyn FnMut(&[u8], Seen)) {
         let mut rel = Vec::new();
-        for (dir, e) in self.wt.entries() {
+        self.wt.visit_entries(|dir, name, kind, st| {
             rel.clear();
             if !dir.is_empty() {
                 rel.extend_from_slice(dir);
                 rel.push(b'/');
             }
-            rel.extend_from_slice(&e.entry.name);
-            let st = &e.stat;
+            rel.extend_from_slice(name);
             let file = Seen::File {
                 dev: st.dev,
                 ino: st.ino,
                 nlink: u64::from(st.nlink),
             };
-            let seen = match e.entry.kind {
+            let seen = match kind {
                 EntryKind::File => file,
                 EntryKind::Dir => Seen::Dir,
                 EntryKind::Marker(MarkerReason::Excluded | MarkerReason::TooDeep)
@@ -110,7 +109,7 @@ impl ProjectIndex for Index<'_> {
                 _ => Seen::Other,
             };
             f(&rel, seen);
-        }
+        });
     }
 }
 

@@ -10,12 +10,11 @@
 //! - tail (`stat.tail`): `EGSTTL04`, configuration, the base id it applies to, the paths of
 //!   the base's directories that are gone, then the records that replace or add to the base's.
 
-use std::collections::HashMap;
 use std::ops::Range;
 
 use crate::id::ObjectId;
 use crate::tree::{EntryKind, MarkerReason, TreeEntry};
-use crate::worktree::{CachedEntry, DirState, StatKey};
+use crate::worktree::{CachedEntry, DirMap, DirState, Held, StatKey};
 
 /// 04: a base with an id, and tails (03 was one file).
 pub(super) const BASE_MAGIC: &[u8; 8] = b"EGSTAT04";
@@ -24,8 +23,8 @@ pub(super) const TAIL_MAGIC: &[u8; 8] = b"EGSTTL04";
 /// Bytes of one entry besides its name.
 const ENTRY_FIXED: usize = 1 + 4 + 8 + 32 + 2 + 8 * 5 + 4 + 4;
 
-/// Directories' states by relative path, and each one's record checksum.
-pub(super) type Dirs = HashMap<Vec<u8>, DirState>;
+/// Directories' states by relative path.
+pub(super) type Dirs = DirMap;
 pub(super) use crate::worktree::RecordSums;
 
 /// A base as encoded: the file's bytes (checksum included) and where each directory's
@@ -49,14 +48,22 @@ fn seal(mut out: Vec<u8>) -> Vec<u8> {
 }
 
 pub(super) fn encode_base<'a>(dirs: &'a Dirs, fingerprint: &str, base_id: u64) -> EncodedBase<'a> {
-    let entries: usize = dirs.values().map(|d| d.entries.len()).sum();
-    let mut out = Vec::with_capacity(entries * (ENTRY_FIXED + 16) + dirs.len() * 68 + 64);
+    let mut out = Vec::with_capacity(dirs.len() * 4096 + 64);
     header(&mut out, BASE_MAGIC, fingerprint, base_id);
     out.extend_from_slice(&(dirs.len() as u32).to_le_bytes());
     let mut records = Vec::with_capacity(dirs.len());
-    for (rel, d) in in_path_order(dirs) {
+    for rel in in_path_order(dirs) {
         let start = out.len();
-        let crc = append_record(&mut out, rel, d);
+        let crc = match dirs.held(rel) {
+            // Still the loaded record: the same bytes, not decoded to be encoded again.
+            Some(Held::Record(record)) => {
+                out.extend_from_slice(&(record.len() as u32).to_le_bytes());
+                out.extend_from_slice(record);
+                crc32c::crc32c(record)
+            }
+            Some(Held::State(d)) => append_record(&mut out, rel, d),
+            None => continue,
+        };
         records.push((rel.as_slice(), start..out.len(), crc));
     }
     EncodedBase {
@@ -65,10 +72,10 @@ pub(super) fn encode_base<'a>(dirs: &'a Dirs, fingerprint: &str, base_id: u64) -
     }
 }
 
-/// The directories in path order: the same state always gives the same records.
-pub(super) fn in_path_order(dirs: &Dirs) -> Vec<(&Vec<u8>, &DirState)> {
-    let mut sorted: Vec<(&Vec<u8>, &DirState)> = dirs.iter().collect();
-    sorted.sort_unstable_by(|a, b| a.0.cmp(b.0));
+/// The directories' paths in order: the same state always gives the same records.
+pub(super) fn in_path_order(dirs: &Dirs) -> Vec<&Vec<u8>> {
+    let mut sorted: Vec<&Vec<u8>> = dirs.keys().collect();
+    sorted.sort_unstable();
     sorted
 }
 
@@ -164,86 +171,44 @@ fn open<'a>(b: &'a [u8], magic: &[u8; 8], fingerprint: &str) -> Option<(Cursor<'
 /// A base: its id, its directories and their record checksums.
 #[cfg(test)]
 pub(super) fn decode_base(b: &[u8], fingerprint: &str) -> Option<(u64, Dirs, RecordSums)> {
-    read_base(b, b.len() as u64, fingerprint)
+    read_base(b.to_vec(), fingerprint)
 }
 
-/// [`decode_base`] reading `file` (of `file_len` bytes) a record at a time.
-pub(super) fn read_base(
-    file: impl std::io::Read,
-    file_len: u64,
-    fingerprint: &str,
-) -> Option<(u64, Dirs, RecordSums)> {
-    let mut r = Checked {
-        inner: std::io::BufReader::with_capacity(256 << 10, file),
-        crc: 0,
-    };
-    let mut head = [0u8; 12];
-    r.read(&mut head)?;
-    if &head[..8] != BASE_MAGIC {
-        return None;
-    }
-    let fp_len = u32::from_le_bytes(head[8..12].try_into().ok()?);
-    if u64::from(fp_len) != fingerprint.len() as u64 {
-        return None;
-    }
-    let mut record = vec![0u8; fingerprint.len()];
-    r.read(&mut record)?;
-    if record != fingerprint.as_bytes() {
-        return None;
-    }
-    let base_id = r.u64()?;
+/// The base whose bytes are `b`: its id, its directories (each record checked, and decoded
+/// only when used: [`DirMap`]) and their record checksums.
+pub(super) fn read_base(b: Vec<u8>, fingerprint: &str) -> Option<(u64, Dirs, RecordSums)> {
+    let (mut r, base_id) = open(&b, BASE_MAGIC, fingerprint)?;
     let ndirs = r.u32()? as usize;
-    let bound = usize::try_from(file_len).unwrap_or(usize::MAX);
-    let mut dirs = HashMap::with_capacity(ndirs.min(bound / 48));
-    let mut sums = RecordSums::with_capacity_and_hasher(ndirs.min(bound / 48), Default::default());
+    let mut records = Vec::with_capacity(ndirs.min(b.len() / 48));
+    let mut sums = RecordSums::with_capacity_and_hasher(records.capacity(), Default::default());
     for _ in 0..ndirs {
         let len = r.u32()? as usize;
-        if len > bound {
+        let start = r.pos;
+        let record = r.take(len)?;
+        let mut c = Cursor { b: record, pos: 0 };
+        let rel = parse_record(&mut c, b.len(), |_| {})?.rel;
+        if !c.at_end() || sums.insert(rel.to_vec(), crc32c::crc32c(record)).is_some() {
             return None;
         }
-        record.clear();
-        record.resize(len, 0);
-        r.read(&mut record)?;
-        let mut c = Cursor { b: &record, pos: 0 };
-        let (rel, state) = decode_record(&mut c, bound)?;
-        if !c.at_end() {
-            return None;
-        }
-        sums.insert(rel.clone(), crc32c::crc32c(&record));
-        if dirs.insert(rel, state).is_some() {
-            return None;
-        }
+        records.push((rel.to_vec(), start..start + len));
     }
-    let body_crc = r.crc;
-    let mut crc = [0u8; 4];
-    r.read(&mut crc)?;
-    let mut rest = [0u8; 1];
-    let at_end = matches!(std::io::Read::read(&mut r.inner, &mut rest), Ok(0));
-    (at_end && u32::from_le_bytes(crc) == body_crc).then_some((base_id, dirs, sums))
+    if !r.at_end() {
+        return None;
+    }
+    let dirs = DirMap::of_records(b, records, decode_checked_record);
+    Some((base_id, dirs, sums))
 }
 
-/// A reader that keeps the CRC-32C of what it read.
-struct Checked<R> {
-    inner: R,
-    crc: u32,
+/// Each entry's name, kind and `lstat` in a record [`read_base`] checked, without decoding it.
+pub(crate) fn visit_record(record: &[u8], mut f: impl FnMut(&[u8], EntryKind, &StatKey)) {
+    let mut c = Cursor { b: record, pos: 0 };
+    parse_record(&mut c, record.len(), |e| f(e.name, e.kind, &e.stat));
 }
 
-impl<R: std::io::Read> Checked<R> {
-    fn read(&mut self, buf: &mut [u8]) -> Option<()> {
-        self.inner.read_exact(buf).ok()?;
-        self.crc = crc32c::crc32c_append(self.crc, buf);
-        Some(())
-    }
-    fn u32(&mut self) -> Option<u32> {
-        let mut b = [0u8; 4];
-        self.read(&mut b)?;
-        Some(u32::from_le_bytes(b))
-    }
-    fn u64(&mut self) -> Option<u64> {
-        let mut b = [0u8; 8];
-        self.read(&mut b)?;
-        Some(u64::from_le_bytes(b))
-    }
+/// A record [`read_base`] checked, decoded.
+fn decode_checked_record(record: &[u8]) -> Option<DirState> {
+    let mut c = Cursor { b: record, pos: 0 };
+    decode_record(&mut c, record.len()).map(|(_, state)| state)
 }
 
 /// Applies a tail to the base `base_id` it was written for; `None` (and `dirs` untouched) if
@@ -286,16 +251,42 @@ pub(super) fn apply_tail(b: &[u8], fingerprint: &str, base_id: u64, dirs: &mut D
     Some(())
 }
 
-fn decode_record(r: &mut Cursor<'_>, file_len: usize) -> Option<(Vec<u8>, DirState)> {
+/// What a record holds besides its entries.
+struct RecordHead<'a> {
+    rel: &'a [u8],
+    tree: ObjectId,
+    stamp_ns: i64,
+}
+
+/// One entry as a record holds it.
+struct RecordEntry<'a> {
+    name: &'a [u8],
+    kind: EntryKind,
+    mode: u32,
+    size: u64,
+    id: ObjectId,
+    stat: StatKey,
+}
+
+/// Reads one record, handing each entry to `on_entry`; `None` if it is not sound (a bad path,
+/// name or kind, names out of order, or bytes missing).
+fn parse_record<'a>(
+    r: &mut Cursor<'a>,
+    file_len: usize,
+    mut on_entry: impl FnMut(RecordEntry<'a>),
+) -> Option<RecordHead<'a>> {
     let rel_len = r.u32()? as usize;
-    let rel = r.take(rel_len)?.to_vec();
-    if !sound_rel(&rel) {
+    let rel = r.take(rel_len)?;
+    if !sound_rel(rel) {
         return None;
     }
     let tree = ObjectId(r.take(32)?.try_into().ok()?);
     let stamp_ns = r.i64()?;
     let n = r.u32()? as usize;
-    let mut entries: Vec<CachedEntry> = Vec::with_capacity(n.min(file_len / ENTRY_FIXED));
+    if n > file_len / ENTRY_FIXED {
+        return None;
+    }
+    let mut prev: Option<&[u8]> = None;
     for _ in 0..n {
         let kind = kind_of(r.take(1)?[0])?;
         let mode = r.u32()?;
@@ -303,20 +294,10 @@ fn decode_record(r: &mut Cursor<'_>, file_len: usize) -> Option<(Vec<u8>, DirSta
         let id = ObjectId(r.take(32)?.try_into().ok()?);
         let len = usize::from(u16::from_le_bytes(r.take(2)?.try_into().ok()?));
         let name = r.take(len)?;
-        if !sound_name(name)
-            || entries
-                .last()
-                .is_some_and(|p| p.entry.name.as_slice() >= name)
-        {
+        if !sound_name(name) || prev.is_some_and(|p| p >= name) {
             return None;
         }
-        let entry = TreeEntry {
-            name: name.to_vec(),
-            kind,
-            mode,
-            size,
-            id,
-        };
+        prev = Some(name);
         let stat = StatKey {
             mtime_ns: r.i64()?,
             ctime_ns: r.i64()?,
@@ -326,13 +307,41 @@ fn decode_record(r: &mut Cursor<'_>, file_len: usize) -> Option<(Vec<u8>, DirSta
             mode: r.u32()?,
             nlink: r.u32()?,
         };
-        entries.push(CachedEntry { entry, stat });
+        on_entry(RecordEntry {
+            name,
+            kind,
+            mode,
+            size,
+            id,
+            stat,
+        });
     }
-    Some((
+    Some(RecordHead {
         rel,
+        tree,
+        stamp_ns,
+    })
+}
+
+fn decode_record(r: &mut Cursor<'_>, file_len: usize) -> Option<(Vec<u8>, DirState)> {
+    let mut entries: Vec<CachedEntry> = Vec::new();
+    let head = parse_record(r, file_len, |e| {
+        entries.push(CachedEntry {
+            entry: TreeEntry {
+                name: e.name.to_vec(),
+                kind: e.kind,
+                mode: e.mode,
+                size: e.size,
+                id: e.id,
+            },
+            stat: e.stat,
+        });
+    })?;
+    Some((
+        head.rel.to_vec(),
         DirState {
-            tree,
-            stamp_ns,
+            tree: head.tree,
+            stamp_ns: head.stamp_ns,
             entries,
         },
     ))

@@ -27,12 +27,14 @@ use std::path::{Path, PathBuf};
 use crate::error::{IoContext, Result};
 use crate::lock::Flock;
 use crate::store::Store;
-use crate::worktree::{IndexOnDisk, WorkTree};
+use crate::worktree::{Held, IndexOnDisk, WorkTree};
 
 use codec::{
     Dirs, EncodedBase, append_record, apply_tail, encode_base, encode_tail, in_path_order,
     read_base, summary_of,
 };
+
+pub(crate) use codec::visit_record;
 
 /// A tail larger than this share of its base's bytes is folded into a new base.
 const TAIL_SHARE: usize = 4;
@@ -137,13 +139,13 @@ impl WorkTree {
 
     /// The base at `path` if it is sound, as the state's directories; what it is on disk.
     fn load_base(&mut self, path: &Path) -> Option<IndexOnDisk> {
-        let file = std::fs::File::open(path).ok()?;
-        let len = file.metadata().ok()?.len();
-        let (base_id, dirs, record_sums) = read_base(file, len, &self.config().fingerprint)?;
+        let bytes = std::fs::read(path).ok()?;
+        let len = bytes.len();
+        let (base_id, dirs, record_sums) = read_base(bytes, &self.config().fingerprint)?;
         self.dirs = dirs;
         Some(IndexOnDisk {
             base_id,
-            base_len: usize::try_from(len).ok()?,
+            base_len: len,
             record_sums,
             tail: None,
         })
@@ -167,11 +169,17 @@ fn plan(known: &IndexOnDisk, dirs: &Dirs, fingerprint: &str) -> Plan {
     // How many of the base's directories are still here: all of them, usually.
     let mut kept = 0;
     let sorted = in_path_order(dirs);
-    for (rel, d) in &sorted {
-        scratch.clear();
-        let crc = append_record(&mut scratch, rel, d);
+    for rel in &sorted {
         let in_base = known.record_sums.get(*rel);
         kept += usize::from(in_base.is_some());
+        let d = match dirs.held(rel) {
+            // The base's own record, neither used nor changed since it was loaded.
+            Some(Held::Record(_)) => continue,
+            Some(Held::State(d)) => d,
+            None => continue,
+        };
+        scratch.clear();
+        let crc = append_record(&mut scratch, rel, d);
         if in_base != Some(&crc) {
             changed.extend_from_slice(&scratch);
             count += 1;
@@ -182,7 +190,7 @@ fn plan(known: &IndexOnDisk, dirs: &Dirs, fingerprint: &str) -> Plan {
     }
     let mut removed: Vec<&[u8]> = if kept < known.record_sums.len() {
         let now: std::collections::HashSet<&[u8]> =
-            sorted.iter().map(|(rel, _)| rel.as_slice()).collect();
+            sorted.iter().map(|rel| rel.as_slice()).collect();
         known
             .record_sums
             .keys()

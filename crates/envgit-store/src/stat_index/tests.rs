@@ -16,8 +16,8 @@ fn round_trip_and_every_damage_is_refused() {
     let decode = |b: &[u8], fp: &str| decode_base(b, fp).map(|(_, dirs, _)| dirs);
     let dirs = decode(&bytes, "").unwrap();
     assert_eq!(dirs.len(), wt.dirs.len());
-    for (rel, d) in &wt.dirs {
-        let got = &dirs[rel];
+    for (rel, d) in wt.dirs.iter() {
+        let got = dirs.get(rel).expect("decoded");
         assert_eq!((got.tree, got.stamp_ns), (d.tree, d.stamp_ns));
         let pairs = got.entries.iter().zip(&d.entries);
         assert!(
@@ -178,9 +178,9 @@ fn assert_same_state(a: &WorkTree, b: &WorkTree, what: &str) {
     keys_a.sort();
     keys_b.sort();
     assert_eq!(keys_a, keys_b, "{what}: directories differ");
-    for (rel, d) in &a.dirs {
+    for (rel, d) in a.dirs.iter() {
         assert!(
-            same_dir(d, &b.dirs[rel]),
+            same_dir(d, b.dirs.get(rel).expect("in both")),
             "{what}: {} differs",
             String::from_utf8_lossy(rel)
         );
@@ -321,4 +321,69 @@ fn a_damaged_tail_is_ignored() {
     );
     let mut cold = WorkTree::new(&root, ScanConfig::default(), None).unwrap();
     assert_eq!(cold.full_scan(&store, None).unwrap().0, tree);
+}
+
+/// Every entry as `visit_entries` gives it, sorted.
+fn visited(
+    wt: &WorkTree,
+) -> Vec<(
+    Vec<u8>,
+    Vec<u8>,
+    crate::tree::EntryKind,
+    crate::worktree::StatKey,
+)> {
+    let mut out = Vec::new();
+    wt.visit_entries(|dir, name, kind, stat| out.push((dir.to_vec(), name.to_vec(), kind, *stat)));
+    out.sort_by(|a, b| (&a.0, &a.1).cmp(&(&b.0, &b.1)));
+    out
+}
+
+/// A loaded index keeps its records as bytes until a directory is used: the sandbox's facts
+/// read them as they are, a whole base written from them is the same bytes as one written
+/// from decoded states, and a save after one directory was decoded and changed writes a
+/// tail of that directory alone.
+#[test]
+fn a_loaded_index_reads_from_its_records_what_decoded_states_hold() {
+    let (_tmp, root, store) = settled_project(25);
+    let scanned = scan_and_save(&root, &store);
+    let mut lazy = loaded(&root, &store);
+    assert_eq!(visited(&lazy), visited(&scanned));
+    let undecoded = |wt: &WorkTree| {
+        wt.dirs
+            .keys()
+            .filter(|rel| matches!(wt.dirs.held(rel), Some(Held::Record(_))))
+            .count()
+    };
+    assert_eq!(
+        undecoded(&lazy),
+        lazy.dirs.len(),
+        "visiting decoded records"
+    );
+    let fingerprint = scanned.config().fingerprint.clone();
+    assert_eq!(
+        encode_base(&lazy.dirs, &fingerprint, 9).bytes,
+        encode_base(&scanned.dirs, &fingerprint, 9).bytes
+    );
+    assert_same_state(&lazy, &scanned, "decoded on use");
+
+    let (base, tail) = inodes(&store);
+    let lazy_again = loaded(&root, &store);
+    lazy_again.save_index(&store).unwrap();
+    assert_eq!(inodes(&store), (base, tail), "nothing changed, yet written");
+    let d3 = lazy.dirs.get_mut(b"d3").unwrap();
+    d3.stamp_ns += 1;
+    lazy.save_index(&store).unwrap();
+    assert_eq!(inodes(&store).0, base, "the base was written again");
+    let tail_bytes = std::fs::read(store.stat_tail_path()).unwrap();
+    let fresh = loaded(&root, &store);
+    assert_eq!(
+        fresh.dirs.get(b"d3").unwrap().stamp_ns,
+        d3_stamp(&scanned) + 1
+    );
+    assert_same_state(&fresh, &lazy, "saved after one change");
+    assert!(tail_bytes.len() < 2048, "tail of {} B", tail_bytes.len());
+}
+
+fn d3_stamp(wt: &WorkTree) -> i64 {
+    wt.dirs.get(b"d3").unwrap().stamp_ns
 }

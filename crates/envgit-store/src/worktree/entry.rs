@@ -73,6 +73,17 @@ pub struct DirState {
     pub entries: Vec<CachedEntry>,
 }
 
+/// An empty directory whose tree is not known.
+impl Default for DirState {
+    fn default() -> Self {
+        Self {
+            tree: ZERO_ID,
+            stamp_ns: 0,
+            entries: Vec::new(),
+        }
+    }
+}
+
 impl DirState {
     pub(super) fn get(&self, name: &[u8]) -> Option<&CachedEntry> {
         self.entries

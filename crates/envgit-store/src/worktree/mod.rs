@@ -11,6 +11,7 @@
 
 mod capture;
 mod config;
+mod dir_map;
 mod entry;
 mod racy;
 #[cfg(test)]
@@ -19,6 +20,8 @@ mod report;
 mod walk;
 
 pub use config::{DEFAULT_MAX_FILE_SIZE, MAX_TREE_DEPTH, MAX_TREE_PATH, ScanConfig};
+pub(crate) use dir_map::DirMap;
+pub(crate) use dir_map::Held;
 pub use entry::{CachedEntry, DirState, StatKey};
 pub use report::{ScanProgress, ScanReport};
 
@@ -56,7 +59,7 @@ pub struct WorkTree {
     root: PathBuf,
     root_fd: OwnedFd,
     config: ScanConfig,
-    pub(crate) dirs: HashMap<Vec<u8>, DirState>,
+    pub(crate) dirs: DirMap,
     /// The store's directory, if it sits inside the project: never captured.
     skip: Option<(u64, u64)>,
     /// How recent a file may be before its recorded `lstat` no longer vouches for it.
@@ -78,7 +81,7 @@ impl WorkTree {
             root: root.to_path_buf(),
             root_fd,
             config,
-            dirs: HashMap::new(),
+            dirs: DirMap::default(),
             skip,
             racy,
             index_on_disk: std::sync::Mutex::new(None),
@@ -119,10 +122,23 @@ impl WorkTree {
     /// the relative path of its directory: the stat index, for what needs to know the
     /// project's files without walking it again (the sandbox's plan). Markers are included:
     /// an excluded or too-deep directory is a marker whose `stat` says it is a directory.
-    pub fn entries(&self) -> impl Iterator<Item = (&[u8], &CachedEntry)> {
-        self.dirs
-            .iter()
-            .flat_map(|(rel, d)| d.entries.iter().map(move |e| (rel.as_slice(), e)))
+    /// A directory still as the loaded index's record is read from its bytes, not decoded.
+    pub fn visit_entries(&self, mut f: impl FnMut(&[u8], &[u8], EntryKind, &StatKey)) {
+        for rel in self.dirs.keys() {
+            match self.dirs.held(rel) {
+                Some(Held::Record(bytes)) => {
+                    crate::stat_index::visit_record(bytes, |name, kind, stat| {
+                        f(rel, name, kind, stat);
+                    });
+                }
+                Some(Held::State(d)) => {
+                    for e in &d.entries {
+                        f(rel, &e.entry.name, e.entry.kind, &e.stat);
+                    }
+                }
+                None => {}
+            }
+        }
     }
 
     /// Forget everything: the next scan reads every file.
@@ -152,7 +168,7 @@ impl WorkTree {
         report.take_budget(&budget);
         let mut out = ctx.out.into_inner().unwrap_or_default();
         out.insert(Vec::new(), state);
-        self.dirs = out;
+        self.dirs = out.into();
         Ok((id, report))
     }
 
@@ -284,7 +300,7 @@ impl WorkTree {
             out.insert(rel.clone(), state);
             report
                 .new_dirs
-                .extend(out.keys().filter(|k| !self.dirs.contains_key(*k)).cloned());
+                .extend(out.keys().filter(|k| !self.dirs.contains_key(k)).cloned());
             self.dirs.extend(out);
         }
         report.take_budget(&budget);
@@ -308,8 +324,7 @@ impl WorkTree {
             return;
         }
         let prefix = join_rel(rel, b"");
-        self.dirs
-            .retain(|k, _| k.as_slice() != rel && !k.starts_with(&prefix));
+        self.dirs.retain(|k| k != rel && !k.starts_with(&prefix));
     }
 }
 

@@ -30,7 +30,7 @@ pub(super) struct Ctx<'a> {
     pub(super) store: &'a Store,
     pub(super) config: &'a ScanConfig,
     pub(super) budget: &'a ScanBudget,
-    pub(super) prev: &'a HashMap<Vec<u8>, DirState>,
+    pub(super) prev: &'a super::DirMap,
     /// Stamp of the directory states this scan produces.
     pub(super) started: i64,
     pub(super) skip: Option<(u64, u64)>,
