@@ -197,12 +197,31 @@ impl Project {
     /// each takes tens of milliseconds (the journal's object index, the stat index) and neither
     /// needs the other.
     pub fn open_store_and_worktree(&self) -> CmdResult<(Store, WorkTree)> {
-        self.open_store_beside(|| self.worktree_of(&self.store_dir))
+        self.open_store_beside(|| {
+            let wt = self.worktree_of(&self.store_dir)?;
+            self.decode_unless_watched(&wt);
+            Ok(wt)
+        })
     }
 
     /// [`Project::open_store_and_worktree`] with a [`LiveTree`].
     pub fn open_store_and_live_tree(&self) -> CmdResult<(Store, LiveTree)> {
-        self.open_store_beside(|| self.live_tree_of(&self.store_dir))
+        self.open_store_beside(|| {
+            let live = self.live_tree_of(&self.store_dir)?;
+            self.decode_unless_watched(live.tree());
+            Ok(live)
+        })
+    }
+
+    /// A command that will walk the whole project (no `envgit watch` daemon to say what
+    /// changed) decodes the whole stat index here, beside the store's open, instead of one
+    /// directory at a time in its walk, after it. With a daemon only the directories it names
+    /// are decoded.
+    fn decode_unless_watched(&self, wt: &WorkTree) {
+        let watched = crate::watch_daemon::socket_path(&self.store_dir).is_ok_and(|p| p.exists());
+        if !watched {
+            wt.decode_all();
+        }
     }
 
     /// The store, opened on this thread while `beside` runs on another.

@@ -141,6 +141,12 @@ impl WorkTree {
         }
     }
 
+    /// Decode every directory the loaded stat index still holds as its record: for a caller
+    /// about to walk the whole tree, on a thread beside other work.
+    pub fn decode_all(&self) {
+        self.dirs.values().for_each(drop);
+    }
+
     /// Forget everything: the next scan reads every file.
     pub fn clear(&mut self) {
         self.dirs.clear();
