@@ -31,6 +31,10 @@ impl FsckReport {
 }
 
 pub fn fsck(store: &Store, progress: Option<&AtomicU64>) -> Result<FsckReport> {
+    // Opening through the object table skips the journal's older objects frames: read them.
+    if let Some(packs) = store.packs() {
+        packs.check_table()?;
+    }
     let entries: Vec<ObjectId> = ObjectKind::ALL
         .into_iter()
         .flat_map(|kind| store.list_objects(kind))

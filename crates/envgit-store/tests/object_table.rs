@@ -157,3 +157,32 @@ fn gc_removes_the_table_of_the_journal_it_replaces() {
     assert_eq!(objects(&reopened), without_table(&dir));
     assert!(envgit_store::fsck(&reopened, None).unwrap().is_clean());
 }
+
+/// Opening through the table skips the journal's older objects frames; fsck reads them, and
+/// reports damage there as opening without a table does.
+#[test]
+fn fsck_reports_damage_in_the_objects_frames_the_table_covers() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (root, dir) = project(tmp.path(), "a");
+    write_files(&root, "more", 5);
+    let mut store = Store::open(&dir).unwrap();
+    commit_snapshot(&mut store, &root);
+    drop(store);
+    let journal = dir.join("journal");
+    let mut bytes = std::fs::read(&journal).unwrap();
+    // Inside the first objects frame (the import's), well past its header.
+    bytes[1000] ^= 0x40;
+    std::fs::write(&journal, &bytes).unwrap();
+    let store = Store::open(&dir).expect("opens through the table");
+    let e = envgit_store::fsck(&store, None).unwrap_err().to_string();
+    assert!(
+        e.contains("journal") && e.contains("byte 0") && e.contains("damaged"),
+        "{e}"
+    );
+    let _ = std::fs::remove_file(table(&dir));
+    let e = Store::open(&dir)
+        .err()
+        .expect("damage reported")
+        .to_string();
+    assert!(e.contains("byte 0"), "{e}");
+}
