@@ -11,6 +11,7 @@
 mod backend;
 mod beneath;
 mod budget;
+mod byte_cursor;
 mod change_log;
 mod change_note;
 mod chunk;

@@ -20,6 +20,7 @@ use std::collections::HashMap;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
+use crate::byte_cursor::ByteCursor;
 use crate::id::{ObjectId, ObjectKind};
 use crate::journal::{self, ENTRY_LEN};
 use crate::journal_file::JournalMark;
@@ -56,7 +57,7 @@ impl ObjectTable {
         if crc32c::crc32c(body) != u32::from_le_bytes(*crc) {
             return None;
         }
-        let mut r = Reader { b: body, pos: 0 };
+        let mut r = ByteCursor::new(body);
         if r.take(8)? != MAGIC || (r.u64()?, r.u64()?) != journal {
             return None;
         }
@@ -190,23 +191,4 @@ pub(crate) fn write<'a>(
 /// journal is ignored anyway.
 pub(crate) fn remove(store_dir: &Path) {
     let _ = std::fs::remove_file(path(store_dir));
-}
-
-struct Reader<'a> {
-    b: &'a [u8],
-    pos: usize,
-}
-
-impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
-        let s = self.b.get(self.pos..self.pos.checked_add(n)?)?;
-        self.pos += n;
-        Some(s)
-    }
-    fn u32(&mut self) -> Option<u32> {
-        Some(u32::from_le_bytes(self.take(4)?.try_into().ok()?))
-    }
-    fn u64(&mut self) -> Option<u64> {
-        Some(u64::from_le_bytes(self.take(8)?.try_into().ok()?))
-    }
 }

@@ -465,9 +465,8 @@ mod tests {
         }
     }
 
-    /// What `Store::commit` does: the pending objects' frame and a step, under the lock.
-    fn commit(dir: &Path, journal: &mut JournalFile, backend: &mut PackBackend, number: u64) {
-        let _lock = Flock::exclusive(&dir.join("lock")).unwrap();
+    /// What `Store::catch_up` does: the journal's new frames read into `backend`.
+    fn catch_up(journal: &mut JournalFile, backend: &mut PackBackend) {
         let (read, _) = journal
             .read_new_with(|m| {
                 if m.pos == 0 {
@@ -478,6 +477,12 @@ mod tests {
             })
             .unwrap();
         backend.load(read.objects, journal.mark());
+    }
+
+    /// What `Store::commit` does: the pending objects' frame and a step, under the lock.
+    fn commit(dir: &Path, journal: &mut JournalFile, backend: &mut PackBackend, number: u64) {
+        let _lock = Flock::exclusive(&dir.join("lock")).unwrap();
+        catch_up(journal, backend);
         let mut frames = backend.pending_frames().unwrap();
         let step = StepDraft::default().into_step(
             Placement {
@@ -497,16 +502,7 @@ mod tests {
     fn reopened(dir: &Path) -> PackBackend {
         let mut backend = PackBackend::new(dir, true);
         let mut journal = JournalFile::new(dir);
-        let (read, _) = journal
-            .read_new_with(|m| {
-                if m.pos == 0 {
-                    backend.begin_full_read(m.ident)
-                } else {
-                    m.pos
-                }
-            })
-            .unwrap();
-        backend.load(read.objects, journal.mark());
+        catch_up(&mut journal, &mut backend);
         backend
     }
 

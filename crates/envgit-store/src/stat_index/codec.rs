@@ -12,6 +12,7 @@
 
 use std::ops::Range;
 
+use crate::byte_cursor::ByteCursor as Cursor;
 use crate::id::ObjectId;
 use crate::tree::{EntryKind, MarkerReason, TreeEntry};
 use crate::worktree::{CachedEntry, DirMap, DirState, Held, StatKey};
@@ -185,7 +186,7 @@ pub(super) fn read_base(b: Vec<u8>, fingerprint: &str) -> Option<(u64, Dirs, Rec
         let len = r.u32()? as usize;
         let start = r.pos;
         let record = r.take(len)?;
-        let mut c = Cursor { b: record, pos: 0 };
+        let mut c = Cursor::new(record);
         let rel = parse_record(&mut c, b.len(), |_| {})?.rel;
         if !c.at_end() || sums.insert(rel.to_vec(), crc32c::crc32c(record)).is_some() {
             return None;
@@ -201,13 +202,13 @@ pub(super) fn read_base(b: Vec<u8>, fingerprint: &str) -> Option<(u64, Dirs, Rec
 
 /// Each entry's name, kind and `lstat` in a record [`read_base`] checked, without decoding it.
 pub(crate) fn visit_record(record: &[u8], mut f: impl FnMut(&[u8], EntryKind, &StatKey)) {
-    let mut c = Cursor { b: record, pos: 0 };
+    let mut c = Cursor::new(record);
     parse_record(&mut c, record.len(), |e| f(e.name, e.kind, &e.stat));
 }
 
 /// A record [`read_base`] checked, decoded.
 fn decode_checked_record(record: &[u8]) -> Option<DirState> {
-    let mut c = Cursor { b: record, pos: 0 };
+    let mut c = Cursor::new(record);
     decode_record(&mut c, record.len()).map(|(_, state)| state)
 }
 
@@ -399,29 +400,4 @@ fn sound_rel(rel: &[u8]) -> bool {
 
 fn sound_name(name: &[u8]) -> bool {
     !name.is_empty() && name != b"." && name != b".." && !name.contains(&b'/') && !name.contains(&0)
-}
-
-struct Cursor<'a> {
-    b: &'a [u8],
-    pos: usize,
-}
-
-impl<'a> Cursor<'a> {
-    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
-        let s = self.b.get(self.pos..self.pos.checked_add(n)?)?;
-        self.pos += n;
-        Some(s)
-    }
-    fn u32(&mut self) -> Option<u32> {
-        Some(u32::from_le_bytes(self.take(4)?.try_into().ok()?))
-    }
-    fn u64(&mut self) -> Option<u64> {
-        Some(u64::from_le_bytes(self.take(8)?.try_into().ok()?))
-    }
-    fn i64(&mut self) -> Option<i64> {
-        Some(i64::from_le_bytes(self.take(8)?.try_into().ok()?))
-    }
-    fn at_end(&self) -> bool {
-        self.pos == self.b.len()
-    }
 }
