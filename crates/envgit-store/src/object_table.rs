@@ -146,24 +146,21 @@ fn journal_ends_with(store_dir: &Path, covers: u64, frame_end: [u8; 4]) -> bool 
 }
 
 /// Writes the table of `entries` (sorted by id, no duplicates) covering the journal up to
-/// `mark`, whose committed packs end at `pack_ends`. Best effort: a table that cannot be
-/// written leaves the next open to read the journal's objects frames, as before there was one.
+/// `mark`, whose committed packs end at `pack_ends`; the table written. Best effort: a table
+/// that cannot be written leaves the next open to read the journal's objects frames, as
+/// before there was one.
 pub(crate) fn write<'a>(
     store_dir: &Path,
     mark: JournalMark,
     pack_ends: &HashMap<u64, u64>,
     count: usize,
     entries: impl Iterator<Item = (&'a ObjectId, &'a Location)>,
-) {
-    let Some(at) = mark.pos.checked_sub(4) else {
-        return;
-    };
+) -> Option<ObjectTable> {
+    let at = mark.pos.checked_sub(4)?;
     let mut frame_end = [0u8; 4];
-    let read = std::fs::File::open(store_dir.join("journal"))
-        .and_then(|f| f.read_exact_at(&mut frame_end, at));
-    if read.is_err() {
-        return;
-    }
+    std::fs::File::open(store_dir.join("journal"))
+        .and_then(|f| f.read_exact_at(&mut frame_end, at))
+        .ok()?;
     let mut out = Vec::with_capacity(64 + pack_ends.len() * 16 + count * ENTRY_LEN);
     out.extend_from_slice(MAGIC);
     out.extend_from_slice(&mark.ident.0.to_le_bytes());
@@ -176,6 +173,7 @@ pub(crate) fn write<'a>(
         out.extend_from_slice(&end.to_le_bytes());
     }
     out.extend_from_slice(&(count as u64).to_le_bytes());
+    let entries_at = out.len();
     for (id, loc) in entries {
         journal::encode_entry(&mut out, id, loc);
     }
@@ -185,6 +183,13 @@ pub(crate) fn write<'a>(
     if std::fs::write(&tmp, &out).is_err() || std::fs::rename(&tmp, path(store_dir)).is_err() {
         let _ = std::fs::remove_file(&tmp);
     }
+    Some(ObjectTable {
+        count: (out.len() - 4 - entries_at) / ENTRY_LEN,
+        bytes: out,
+        entries_at,
+        covers: mark.pos,
+        pack_ends: pack_ends.clone(),
+    })
 }
 
 /// Removes the table (gc, before it replaces the journal). Best effort: a table of another

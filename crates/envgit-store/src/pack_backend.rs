@@ -139,8 +139,9 @@ impl PackBackend {
 
     /// After a commit up to `mark` (this process read everything before it, under the
     /// store's lock): a new table once the map outgrows a share of the table, so the next
-    /// open decodes little of the journal.
-    fn maybe_write_table(&self, mark: JournalMark) {
+    /// open decodes little of the journal. This process then looks objects up in it too: a
+    /// long-lived supervisor would otherwise write it again at every commit after.
+    fn maybe_write_table(&mut self, mark: JournalMark) {
         let in_table = self.table.as_ref().map_or(0, ObjectTable::len);
         if self.index.len() < TABLE_AFTER || self.index.len() * TABLE_SHARE < in_table {
             return;
@@ -153,13 +154,17 @@ impl PackBackend {
             .unwrap_or_default();
         entries.extend(owned.iter().map(|(id, loc)| (id, loc)));
         entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
-        object_table::write(
+        let written = object_table::write(
             &self.store_dir,
             mark,
             &self.pack_ends,
             entries.len(),
             entries.into_iter(),
         );
+        if let Some(table) = written {
+            self.table = Some(table);
+            self.index.clear();
+        }
     }
 
     pub(crate) fn reader(&self) -> &PackReader {

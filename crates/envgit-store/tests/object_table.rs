@@ -186,3 +186,29 @@ fn fsck_reports_damage_in_the_objects_frames_the_table_covers() {
         .to_string();
     assert!(e.contains("byte 0"), "{e}");
 }
+
+/// A long-lived process (an agent's supervisor) that wrote a new table looks objects up in
+/// it from then on: its later commits do not write the table again.
+#[test]
+fn a_process_that_wrote_a_table_does_not_write_it_again_at_its_next_commit() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (root, dir) = project(tmp.path(), "a");
+    let inode = |p: &Path| std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(p).unwrap());
+    let first = inode(&table(&dir));
+    let mut store = Store::open(&dir).unwrap();
+    write_files(&root, "second", FILES);
+    commit_snapshot(&mut store, &root);
+    let second = inode(&table(&dir));
+    assert_ne!(second, first, "no new table after {FILES} more objects");
+    for round in 0..3 {
+        write_files(&root, &format!("small{round}"), 3);
+        commit_snapshot(&mut store, &root);
+        assert_eq!(
+            inode(&table(&dir)),
+            second,
+            "written again at commit {round}"
+        );
+    }
+    assert_eq!(objects(&store), without_table(&dir));
+    assert_eq!(objects(&Store::open(&dir).unwrap()), without_table(&dir));
+}
