@@ -144,7 +144,8 @@ impl WorkTree {
     /// Decode every directory the loaded stat index still holds as its record: for a caller
     /// about to walk the whole tree, on a thread beside other work.
     pub fn decode_all(&self) {
-        self.dirs.values().for_each(drop);
+        // Visiting a directory's state decodes it.
+        self.dirs.values().for_each(|_| {});
     }
 
     /// Forget everything: the next scan reads every file.
