@@ -136,13 +136,17 @@ impl ObjectTable {
 /// The journal at `store_dir` is at least `covers` bytes long and its 4 bytes before `covers`
 /// are `frame_end` (the checksum of the frame that ended there).
 fn journal_ends_with(store_dir: &Path, covers: u64, frame_end: [u8; 4]) -> bool {
-    let Some(at) = covers.checked_sub(4) else {
-        return false;
-    };
+    frame_end_at(store_dir, covers) == Some(frame_end)
+}
+
+/// The journal's 4 bytes before `pos`: the checksum of the frame that ends there.
+fn frame_end_at(store_dir: &Path, pos: u64) -> Option<[u8; 4]> {
+    let at = pos.checked_sub(4)?;
     let mut got = [0u8; 4];
     std::fs::File::open(store_dir.join("journal"))
         .and_then(|f| f.read_exact_at(&mut got, at))
-        .is_ok_and(|()| got == frame_end)
+        .ok()?;
+    Some(got)
 }
 
 /// Writes the table of `entries` (sorted by id, no duplicates) covering the journal up to
@@ -156,11 +160,7 @@ pub(crate) fn write<'a>(
     count: usize,
     entries: impl Iterator<Item = (&'a ObjectId, &'a Location)>,
 ) -> Option<ObjectTable> {
-    let at = mark.pos.checked_sub(4)?;
-    let mut frame_end = [0u8; 4];
-    std::fs::File::open(store_dir.join("journal"))
-        .and_then(|f| f.read_exact_at(&mut frame_end, at))
-        .ok()?;
+    let frame_end = frame_end_at(store_dir, mark.pos)?;
     let mut out = Vec::with_capacity(64 + pack_ends.len() * 16 + count * ENTRY_LEN);
     out.extend_from_slice(MAGIC);
     out.extend_from_slice(&mark.ident.0.to_le_bytes());

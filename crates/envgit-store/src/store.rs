@@ -313,10 +313,14 @@ impl Store {
     pub fn catch_up(&mut self) -> Result<()> {
         let loaded = self.objects_loaded;
         let objects = &mut self.objects;
-        let (read, replaced) = self.journal.read_new_with(|mark| match () {
-            () if !loaded => u64::MAX,
-            () if mark.pos == 0 => objects.begin_full_read(mark.ident),
-            () => mark.pos,
+        let (read, replaced) = self.journal.read_new_with(|mark| {
+            if !loaded {
+                u64::MAX
+            } else if mark.pos == 0 {
+                objects.begin_full_read(mark.ident)
+            } else {
+                mark.pos
+            }
         })?;
         if replaced {
             self.steps.clear();
