@@ -15,6 +15,7 @@
 mod child;
 pub mod console;
 mod detached_close;
+pub mod etc_walk;
 mod init;
 mod landlock_rules;
 pub mod launch;

@@ -48,6 +48,7 @@ fn main() -> ExitCode {
         // While envgit is single-threaded: its sandbox then starts as a fork, not a
         // re-execution of this binary.
         envgit_sandbox::prefork();
+        envgit_sandbox::etc_walk::start_early();
         envgit_sandbox::limits::prepare_early();
     }
     timings::mark("parse arguments");

@@ -484,11 +484,8 @@ pub(crate) fn run_sandboxed(
     });
     let mut unused_limits = UnusedLimits(Some(&limits));
     // The walk of /etc for what only root may read is the plan's largest cost: it runs on
-    // its own thread while the rest of the run is set up.
-    let etc_private = std::thread::Builder::new()
-        .name("envgit-etc-walk".into())
-        .spawn(envgit_sandbox::plan::etc_private)
-        .ok();
+    // its own thread, begun in `main` for `envgit run`, while the rest of the run is set up.
+    let etc_private = envgit_sandbox::etc_walk::take_or_start();
     let uid = rustix::process::getuid().as_raw();
     let envgit_home = envgit_store::envgit_home()?;
     let staging = state
