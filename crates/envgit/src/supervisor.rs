@@ -19,7 +19,9 @@ use envgit_store::{
 use crate::failure::{CmdResult, Failure};
 use crate::output;
 use crate::project::Project;
-use crate::runtime::{CONTROL_SOCKET, private_dir, random_token, runtime_dir};
+use crate::runtime::{
+    CONTROL_SOCKET, GATE_SOCKET, private_dir, random_token, step_dirs, sweep_dead_steps,
+};
 use crate::step::{Sandboxed, Snapshot};
 use crate::terminal::PtyRelay;
 use crate::upstreams::Upstreams;
@@ -496,12 +498,14 @@ pub(crate) fn run_sandboxed(
     // another user owns), its home and the home's overlay.
     let run_as = crate::owner::RunAs::decide(&project.root, state, homes(uid))?;
     crate::timings::mark("staging, run as");
-    // The gate's sockets live in a private directory under envgit's state, which the sandbox
-    // never sees (see `runtime_dir`).
-    let gate_dir = runtime_dir(uid)?.join(format!("{}-{}", std::process::id(), now_ms()));
+    // The gate's sockets and the trust files live in a private directory the sandbox never
+    // sees, on tmpfs where there is one (see `step_dirs`).
+    let step_dirs = step_dirs(uid)?;
+    sweep_dead_steps(&step_dirs);
+    let gate_dir = step_dirs.join(format!("{}-{}", std::process::id(), now_ms()));
     private_dir(&gate_dir)?;
     let token = random_token()?;
-    let socket_path = gate_dir.join("gate.sock");
+    let socket_path = gate_dir.join(GATE_SOCKET);
     // The command gets a pty of its own when envgit runs on a terminal: it never
     // holds the real one, and envgit can ask the person there.
     let mut pty = PtyRelay::open_if_terminal();
@@ -586,7 +590,9 @@ pub(crate) fn run_sandboxed(
         homes: run_as.homes.clone(),
         uid: run_as.uid,
         gid: run_as.gid,
-        state_dirs: vec![envgit_home.canonicalize().unwrap_or(envgit_home)],
+        state_dirs: std::iter::once(envgit_home.canonicalize().unwrap_or(envgit_home))
+            .chain([step_dirs.clone()])
+            .collect(),
         staging: staging.clone(),
         home_overlay: run_as.home_overlay.clone(),
         caller_env: {
@@ -630,7 +636,7 @@ pub(crate) fn run_sandboxed(
     spec.file_overrides.extend(extras.file_overrides);
     spec.file_overrides.extend(hidden.file_overrides);
     spec.git = extras.git.as_deref().map(crate::git_layer::overlay);
-    run_as.fit(&mut spec, &runtime_dir(uid)?)?;
+    run_as.fit(&mut spec, &step_dirs)?;
     if let (Some(tx), Some(note)) = (&extras.step_notes, &run_as.note) {
         let _ = tx.send(note.clone());
     }

@@ -375,3 +375,59 @@ fn gc_purge_removes_a_captured_secret_from_every_snapshot() {
     assert!(!fork_dir.join(".env.local").exists());
     assert!(r.stderr.contains(".env.local (purged)"), "{}", r.stderr);
 }
+
+/// The directories a running step of `pid` keeps its gate sockets and trust files in: on
+/// tmpfs (`/dev/shm/envgit-UID-*`) or, where there is none, under `$ENVGIT_HOME/rt-UID`.
+fn step_dirs_of(env: &Env, pid: u32) -> Vec<std::path::PathBuf> {
+    let uid = env.sh("id -u").ok().stdout.trim().to_owned();
+    let mut bases: Vec<std::path::PathBuf> = std::fs::read_dir("/dev/shm")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with(&format!("envgit-{uid}-")))
+        })
+        .collect();
+    bases.push(env.home.join(format!("rt-{uid}")));
+    bases
+        .iter()
+        .filter_map(|b| std::fs::read_dir(b).ok())
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with(&format!("{pid}-")))
+        })
+        .collect()
+}
+
+#[test]
+fn a_killed_runs_sockets_and_trust_files_are_removed_by_the_next_run() {
+    let env = Env::new();
+    env.init();
+    let mut child = env
+        .cmd(&env.project)
+        .args(["run", "sh", "-c", "touch started; sleep 60"])
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !env.path("started").exists() {
+        assert!(Instant::now() < deadline, "the step never started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let left = step_dirs_of(&env, child.id());
+    assert_eq!(left.len(), 1, "{left:?}");
+    assert!(left[0].join("ca-bundle.pem").exists(), "{:?}", left[0]);
+    child.kill().unwrap(); // SIGKILL: nothing of envgit cleans up
+    child.wait().unwrap();
+    assert!(left[0].exists(), "removed by whom?");
+    env.envgit(&["run", "true"]).ok();
+    assert!(
+        !left[0].exists(),
+        "the killed run's directory outlived the next run: {:?}",
+        left[0]
+    );
+}

@@ -913,7 +913,8 @@ import glob, json, os, socket
 found = set()
 for pat in [os.environ.get('TMPDIR', '/tmp') + '/envgit*/*/control.sock',
             os.environ.get('XDG_RUNTIME_DIR', '/run') + '/envgit*/*/control.sock',
-            '/tmp/envgit*/*/control.sock', '/run/user/*/envgit/*/control.sock']:
+            '/tmp/envgit*/*/control.sock', '/run/user/*/envgit/*/control.sock',
+            '/dev/shm/envgit*/*/control.sock', '/dev/shm/*/*/control.sock']:
     found.update(glob.glob(pat))
 for top in ['/']:
     for d, dirs, files in os.walk(top):

@@ -13,7 +13,7 @@ use crate::cli::{AnswerArgs, JsonArg};
 use crate::failure::{CmdResult, Failure};
 use crate::output;
 use crate::project::Project;
-use crate::runtime::{CONTROL_SOCKET, runtime_dir};
+use crate::runtime::{CONTROL_SOCKET, step_dir_bases};
 
 /// A request held by a running step, and where to answer it.
 #[derive(Serialize)]
@@ -39,11 +39,11 @@ fn waiting(dir: Option<&Path>) -> CmdResult<Vec<Waiting>> {
 /// labels it) when given; oldest first. `envgit status` and the web page both list these.
 pub(crate) fn waiting_in(project: Option<&str>) -> CmdResult<Vec<Waiting>> {
     let uid = rustix::process::getuid().as_raw();
-    let runtime = runtime_dir(uid)?;
     let mut out = Vec::new();
-    let Ok(entries) = std::fs::read_dir(&runtime) else {
-        return Ok(out);
-    };
+    let entries = step_dir_bases(uid)?
+        .into_iter()
+        .filter_map(|base| std::fs::read_dir(base).ok())
+        .flatten();
     for entry in entries.flatten() {
         let socket = entry.path().join(CONTROL_SOCKET);
         // A socket left by a run that died refuses the connection: nothing waits there.
