@@ -47,11 +47,15 @@ fn main() -> ExitCode {
     if matches!(cli.command, cli::Command::Run(_)) {
         // While envgit is single-threaded: its sandbox then starts as a fork, not a
         // re-execution of this binary.
+        timings::mark("parse arguments");
         envgit_sandbox::prefork();
+        timings::mark("zygote forked");
         envgit_sandbox::etc_walk::start_early();
         envgit_sandbox::limits::prepare_early();
+        timings::mark("cgroups made");
+    } else {
+        timings::mark("parse arguments");
     }
-    timings::mark("parse arguments");
     let code = match commands::run(cli) {
         Ok(code) => code,
         Err(f) => {
