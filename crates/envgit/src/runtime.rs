@@ -72,8 +72,8 @@ pub(crate) fn runtime_dir(uid: u32) -> CmdResult<PathBuf> {
 /// registry) stay in [`runtime_dir`]: a binary from before this change still agrees on them.
 pub(crate) fn step_dirs(uid: u32) -> CmdResult<PathBuf> {
     match fast_step_dirs(uid)? {
-        Some(dir) => Ok(dir),
-        None => runtime_dir(uid),
+        Ok(dir) => Ok(dir),
+        Err(_) => runtime_dir(uid),
     }
 }
 
@@ -89,24 +89,38 @@ pub(crate) fn step_dir_bases(uid: u32) -> CmdResult<Vec<PathBuf>> {
 /// (the trust bundle most of it); a container's default `/dev/shm` is 64 MiB.
 const SHM_MIN_FREE: u64 = 16 << 20;
 
-fn fast_step_dirs(uid: u32) -> CmdResult<Option<PathBuf>> {
+/// The tmpfs directory for steps' files ([`step_dirs`]), or why there is none (`envgit
+/// doctor` says it).
+pub(crate) fn fast_step_dirs(uid: u32) -> CmdResult<Result<PathBuf, String>> {
     let shm = Path::new("/dev/shm");
-    let Ok(fs) = rustix::fs::statfs(shm) else {
-        return Ok(None);
+    let fs = match rustix::fs::statfs(shm) {
+        Ok(fs) => fs,
+        Err(e) => return Ok(Err(format!("{}: {e}", shm.display()))),
     };
+    if fs.f_type != TMPFS_MAGIC {
+        return Ok(Err(format!("{} is not a tmpfs", shm.display())));
+    }
     let free = fs
         .f_bavail
         .saturating_mul(u64::try_from(fs.f_bsize).unwrap_or(0));
-    if fs.f_type != TMPFS_MAGIC || free < SHM_MIN_FREE {
-        return Ok(None);
+    if free < SHM_MIN_FREE {
+        return Ok(Err(format!(
+            "{} has {} KiB free (under {} MiB)",
+            shm.display(),
+            free >> 10,
+            SHM_MIN_FREE >> 20
+        )));
     }
     let home = envgit_store::envgit_home()?;
     let home = home.canonicalize().unwrap_or(home);
     let hash = blake3::hash(home.as_os_str().as_encoded_bytes()).to_hex();
-    Ok(own_private_dir(
-        &shm.join(format!("envgit-{uid}-{}", &hash[..12])),
-        uid,
-    ))
+    let dir = shm.join(format!("envgit-{uid}-{}", &hash[..12]));
+    Ok(own_private_dir(&dir, uid).ok_or_else(|| {
+        format!(
+            "{} is not a directory of this user alone (mode 0700, owner {uid}, not a symlink)",
+            dir.display()
+        )
+    }))
 }
 
 /// `dir`, made mode 0700 when missing, if it is a directory `uid` owns that no one else may

@@ -215,3 +215,73 @@ fn an_unusable_store_fails_with_the_fix() {
     );
     assert_eq!(perms["fix"], format!("chmod 700 {home}"));
 }
+
+/// Steps keep their sockets and trust files on tmpfs; a directory someone else could enter
+/// there is never used (the steps fall back to `$ENVGIT_HOME/rt-UID`) and doctor says why.
+#[test]
+fn doctor_says_where_steps_keep_their_files_and_why_not_on_tmpfs() {
+    let env = Env::new();
+    env.init();
+    let shm_is_tmpfs = std::process::Command::new("stat")
+        .args(["-f", "-c", "%T", "/dev/shm"])
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "tmpfs");
+    let v: Value = serde_json::from_str(&doctor(&env, &env.project, true).stdout).unwrap();
+    let c = check(&v, "step files");
+    assert_eq!(c["required"], false, "{c}");
+    if !shm_is_tmpfs {
+        assert_eq!(c["ok"], false, "{c}");
+        return;
+    }
+    assert_eq!(c["ok"], true, "{c}");
+    let detail = c["detail"].as_str().unwrap();
+    let dir = Path::new(detail.strip_suffix(" (tmpfs)").unwrap()).to_path_buf();
+    assert!(dir.starts_with("/dev/shm") && dir.is_dir(), "{detail}");
+    // Made first with a mode others may enter: not used, and doctor says why.
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let v: Value = serde_json::from_str(&doctor(&env, &env.project, true).stdout).unwrap();
+    let c = check(&v, "step files");
+    assert_eq!(c["ok"], false, "{c}");
+    assert!(
+        c["detail"]
+            .as_str()
+            .unwrap()
+            .contains("not a directory of this user alone"),
+        "{c}"
+    );
+    let mut step = env
+        .cmd(&env.project)
+        .args([
+            "run",
+            "sh",
+            "-c",
+            "touch started; while [ ! -e go ]; do sleep 0.05; done",
+        ])
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !env.path("started").exists() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the step never started"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let in_shm = std::fs::read_dir(&dir).unwrap().count();
+    let uid = env.sh("id -u").ok().stdout.trim().to_owned();
+    let on_disk: Vec<String> = std::fs::read_dir(env.home.join(format!("rt-{uid}")))
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with(&format!("{}-", step.id())))
+        .collect();
+    env.write("go", "");
+    assert!(step.wait().unwrap().success());
+    assert_eq!(in_shm, 0, "a step used the directory others may enter");
+    assert_eq!(
+        on_disk.len(),
+        1,
+        "the step's directory is not under rt-{uid}"
+    );
+    std::fs::remove_dir(&dir).unwrap();
+}
