@@ -10,6 +10,12 @@
 //! racy-index rule). Each directory is checked on its own, parents first, so a change at any
 //! depth is read again.
 //!
+//! With `envgit watch`, the daemon watches these directories too and counts every event in
+//! them ([`ListingVouch`]). A listing made just after the daemon gave a count is saved with
+//! that count, the directories it started from and what it found; while the count stays the
+//! same, nothing changed there, and the next step takes what was found without one `lstat`
+//! ([`ListingCache::vouched`]).
+//!
 //! It is a cache kept in the store (outside every sandbox): written to a temporary file and
 //! renamed into place, and a missing, torn, foreign (other `deny_read` globs) or other-version
 //! file is ignored — everything is listed — never trusted.
@@ -17,7 +23,7 @@
 use std::collections::HashMap;
 use std::path::Path;
 
-const MAGIC: &[u8; 8] = b"EGLIST01";
+const MAGIC: &[u8; 8] = b"EGLIST02";
 const END: &[u8; 8] = b"EGLISTOK";
 /// As the store's stat index: a change within this of a listing makes the listing untrusted.
 pub(crate) const RACY_MARGIN_NS: i64 = 2_000_000_000;
@@ -44,11 +50,25 @@ impl Listed {
     }
 }
 
+/// A watching daemon's word on the directories a scan does not enter: its instance, and how
+/// many events they had had when it answered (`envgit_store::Since::unscanned`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ListingVouch {
+    pub instance: u64,
+    pub count: u64,
+}
+
 /// The listings of one step, by directory (relative to the project), and the globs they were
 /// matched against.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub(crate) struct ListingCache {
     pub globs: Vec<u8>,
+    /// The daemon's count just before the listing, when it covered every directory.
+    pub vouch: Option<ListingVouch>,
+    /// The directories the listing started from (sorted), and what it found to mask below
+    /// them (relative to the project).
+    pub roots: Vec<Vec<u8>>,
+    pub found: Vec<Vec<u8>>,
     pub dirs: HashMap<Vec<u8>, Listed>,
     /// Whether `dirs` differs from the file it was loaded from (not stored): an unchanged cache
     /// is not written again.
@@ -64,9 +84,25 @@ impl ListingCache {
             .filter(|c| c.globs == globs)
             .unwrap_or_else(|| ListingCache {
                 globs: globs.to_vec(),
-                dirs: HashMap::new(),
                 changed: true,
+                ..ListingCache::default()
             })
+    }
+
+    /// What the listing at `path` found below `roots` (sorted), when it was made with `globs`
+    /// just after the daemon's count `vouch`, which has not moved since: nothing changed in
+    /// those directories. The listings of each directory are not even read.
+    pub(crate) fn vouched(
+        path: &Path,
+        globs: &[u8],
+        vouch: ListingVouch,
+        roots: &[Vec<u8>],
+    ) -> Option<Vec<Vec<u8>>> {
+        let bytes = std::fs::read(path).ok()?;
+        let mut r = Reader(body(&bytes)?);
+        let head = header(&mut r)?;
+        (head.globs == globs && head.vouch == Some(vouch) && head.roots == roots)
+            .then_some(head.found)
     }
 
     /// Replaces the file at `path`; a failure (a full disk, a read-only store) only makes the
@@ -95,6 +131,16 @@ fn encode(cache: &ListingCache) -> Vec<u8> {
     let mut out = Vec::with_capacity(64 + cache.dirs.len() * 96);
     out.extend_from_slice(MAGIC);
     put_bytes(&mut out, &cache.globs);
+    match cache.vouch {
+        Some(v) => {
+            out.push(1);
+            out.extend_from_slice(&v.instance.to_le_bytes());
+            out.extend_from_slice(&v.count.to_le_bytes());
+        }
+        None => out.push(0),
+    }
+    put_names(&mut out, &cache.roots);
+    put_names(&mut out, &cache.found);
     out.extend_from_slice(&(cache.dirs.len() as u32).to_le_bytes());
     for (rel, d) in &cache.dirs {
         put_bytes(&mut out, rel);
@@ -142,19 +188,52 @@ impl<'a> Reader<'a> {
     }
 }
 
-fn decode(b: &[u8]) -> Option<ListingCache> {
-    // The trailer (length, end mark) is written last: a torn or truncated file lacks it.
+/// The file's body, when its trailer (length, end mark; written last) says it is whole.
+fn body(b: &[u8]) -> Option<&[u8]> {
     let body_len = b.len().checked_sub(16)?;
     let (body, trailer) = b.split_at(body_len);
-    if &trailer[8..] != END || u64::from_le_bytes(trailer[..8].try_into().ok()?) != body_len as u64
-    {
-        return None;
-    }
-    let mut r = Reader(body);
+    (&trailer[8..] == END && u64::from_le_bytes(trailer[..8].try_into().ok()?) == body_len as u64)
+        .then_some(body)
+}
+
+/// What precedes the listings of each directory.
+struct Header {
+    globs: Vec<u8>,
+    vouch: Option<ListingVouch>,
+    roots: Vec<Vec<u8>>,
+    found: Vec<Vec<u8>>,
+}
+
+fn header(r: &mut Reader<'_>) -> Option<Header> {
     if r.take(8)? != MAGIC {
         return None;
     }
     let globs = r.bytes()?;
+    let vouch = match r.take(1)? {
+        [0] => None,
+        [1] => Some(ListingVouch {
+            instance: r.u64()?,
+            count: r.u64()?,
+        }),
+        _ => return None,
+    };
+    Some(Header {
+        globs,
+        vouch,
+        roots: r.names()?,
+        found: r.names()?,
+    })
+}
+
+fn decode(b: &[u8]) -> Option<ListingCache> {
+    let body = body(b)?;
+    let mut r = Reader(body);
+    let Header {
+        globs,
+        vouch,
+        roots,
+        found,
+    } = header(&mut r)?;
     let n = r.u32()? as usize;
     let mut dirs = HashMap::with_capacity(n.min(body.len() / 32));
     for _ in 0..n {
@@ -170,6 +249,9 @@ fn decode(b: &[u8]) -> Option<ListingCache> {
     }
     r.0.is_empty().then_some(ListingCache {
         globs,
+        vouch,
+        roots,
+        found,
         dirs,
         changed: false,
     })
@@ -193,9 +275,53 @@ mod tests {
         );
         ListingCache {
             globs: b"keys/*.pem".to_vec(),
+            vouch: Some(ListingVouch {
+                instance: 0xfeed,
+                count: 41,
+            }),
+            roots: vec![b"node_modules".to_vec()],
+            found: vec![b"node_modules/.env".to_vec()],
             dirs,
             changed: false,
         }
+    }
+
+    #[test]
+    fn what_was_found_is_taken_only_under_the_same_count_roots_and_globs() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("listing.cache");
+        let c = sample();
+        c.save(&path);
+        let (globs, vouch, roots) = (&c.globs, c.vouch.unwrap(), &c.roots);
+        assert_eq!(
+            ListingCache::vouched(&path, globs, vouch, roots),
+            Some(c.found.clone())
+        );
+        let later = ListingVouch {
+            count: vouch.count + 1,
+            ..vouch
+        };
+        let other = ListingVouch {
+            instance: vouch.instance + 1,
+            ..vouch
+        };
+        assert_eq!(ListingCache::vouched(&path, globs, later, roots), None);
+        assert_eq!(ListingCache::vouched(&path, globs, other, roots), None);
+        assert_eq!(ListingCache::vouched(&path, b"", vouch, roots), None);
+        let more = vec![b"node_modules".to_vec(), b"target".to_vec()];
+        assert_eq!(ListingCache::vouched(&path, globs, vouch, &more), None);
+        // Saved without a count (no daemon, or a listing cut short): never taken.
+        let unvouched = ListingCache {
+            vouch: None,
+            ..sample()
+        };
+        unvouched.save(&path);
+        assert_eq!(ListingCache::vouched(&path, globs, vouch, roots), None);
+        // A torn file is not taken either.
+        c.save(&path);
+        let bytes = std::fs::read(&path).unwrap();
+        std::fs::write(&path, &bytes[..bytes.len() - 1]).unwrap();
+        assert_eq!(ListingCache::vouched(&path, globs, vouch, roots), None);
     }
 
     #[test]

@@ -6,7 +6,9 @@ use std::path::{Path, PathBuf};
 use envgit_policy::Policy;
 use ignore::gitignore::GitignoreBuilder;
 
-pub use crate::project_index::{ProjectFacts, ProjectIndex, Seen, TooManyHardLinks, project_facts};
+pub use crate::project_index::{
+    ListingVouch, ProjectFacts, ProjectIndex, Seen, TooManyHardLinks, project_facts,
+};
 use crate::spec::{Overlay, RelaySpec, Spec};
 use crate::trust::{self, TrustFiles};
 

@@ -24,6 +24,7 @@ use std::path::{Path, PathBuf};
 use envgit_policy::Policy;
 use ignore::gitignore::{Gitignore, GitignoreBuilder};
 
+pub use crate::listing_cache::ListingVouch;
 use crate::listing_cache::{Listed, ListingCache};
 
 /// Read-only binds for hard-linked files: each is a mount in the sandbox's namespace (the
@@ -62,6 +63,9 @@ pub struct ProjectFacts {
     pub linked_out: Vec<PathBuf>,
     /// What the search could not cover, for a warning.
     pub notes: Vec<String>,
+    /// Whether the directories the scan does not enter were taken from the cached listing on
+    /// a watching daemon's word, without a look at them.
+    pub listing_vouched: bool,
 }
 
 fn is_secret_name(name: &[u8]) -> bool {
@@ -126,12 +130,15 @@ pub struct TooManyHardLinks {
 
 /// The secrets to mask and the hard-linked files to make read-only, from `index`. The
 /// directories the index does not cover are listed again only where they changed since the
-/// listing kept at `listing_cache` (a file in the store), which is then replaced.
+/// listing kept at `listing_cache` (a file in the store), which is then replaced; not even
+/// checked when a watching daemon's count (`vouch`, taken before this call) is the one that
+/// listing was saved with.
 pub fn project_facts(
     policy: &Policy,
     project: &Path,
     index: &dyn ProjectIndex,
     listing_cache: Option<&Path>,
+    vouch: Option<ListingVouch>,
 ) -> Result<ProjectFacts, TooManyHardLinks> {
     let (globs, glob_lines) = project_globs(policy, project);
     let matches = |p: &Path, is_dir: bool| {
@@ -166,19 +173,45 @@ pub fn project_facts(
         }
     });
     if !unwalked.is_empty() {
-        let mut cache = listing_cache.map(|p| ListingCache::load(p, &glob_lines));
-        list_unwalked(
-            project,
-            unwalked,
-            globs.is_some(),
-            &matches,
-            &mut facts,
-            cache.as_mut(),
-        );
-        if let (Some(cache), Some(path)) = (cache, listing_cache)
-            && cache.changed
-        {
-            cache.save(path);
+        unwalked.sort();
+        let vouched = listing_cache
+            .zip(vouch)
+            .and_then(|(path, v)| ListingCache::vouched(path, &glob_lines, v, &unwalked));
+        match vouched {
+            Some(found) => {
+                facts
+                    .secrets
+                    .extend(found.iter().map(|rel| abs(project, rel)));
+                facts.listing_vouched = true;
+            }
+            None => {
+                let mut cache = listing_cache.map(|p| ListingCache::load(p, &glob_lines));
+                let (secrets_before, notes_before) = (facts.secrets.len(), facts.notes.len());
+                list_unwalked(
+                    project,
+                    unwalked.clone(),
+                    globs.is_some(),
+                    &matches,
+                    &mut facts,
+                    cache.as_mut(),
+                );
+                if let (Some(mut cache), Some(path)) = (cache, listing_cache) {
+                    // A listing cut short is never vouched for.
+                    let vouch = vouch.filter(|_| facts.notes.len() == notes_before);
+                    let found: Vec<Vec<u8>> = facts.secrets[secrets_before..]
+                        .iter()
+                        .filter_map(|p| p.strip_prefix(project).ok())
+                        .map(|rel| rel.as_os_str().as_bytes().to_vec())
+                        .collect();
+                    // What it started from and found is only ever read with a count.
+                    cache.changed |= cache.vouch != vouch
+                        || (vouch.is_some() && (cache.roots != unwalked || cache.found != found));
+                    (cache.vouch, cache.roots, cache.found) = (vouch, unwalked, found);
+                    if cache.changed {
+                        cache.save(path);
+                    }
+                }
+            }
         }
     }
     let mut out: Vec<PathBuf> = linked
@@ -381,7 +414,7 @@ mod tests {
         ]);
         let p = policy("filesystem:\n  deny_read: [\"keys/*.pem\"]\n");
         let root = Path::new("/proj");
-        let facts = project_facts(&p, root, &index, None).unwrap();
+        let facts = project_facts(&p, root, &index, None, None).unwrap();
         let rel: Vec<&Path> = facts
             .secrets
             .iter()
@@ -412,7 +445,7 @@ mod tests {
                 .map(|(i, n)| (*n, file(i as u64, 2)))
                 .collect(),
         );
-        let e = project_facts(&policy(""), Path::new("/proj"), &index, None)
+        let e = project_facts(&policy(""), Path::new("/proj"), &index, None, None)
             .unwrap_err()
             .to_string();
         assert!(e.contains(&format!("{} files", MAX_LINK_BINDS + 1)), "{e}");
@@ -431,7 +464,7 @@ mod tests {
         std::fs::write(root.join("node_modules/.git/.env"), "S").unwrap();
         std::os::unix::fs::symlink("/etc", root.join("node_modules/etc")).unwrap();
         let index = Fixed(vec![("node_modules", Seen::Unwalked)]);
-        let facts = project_facts(&policy(""), root, &index, None).unwrap();
+        let facts = project_facts(&policy(""), root, &index, None, None).unwrap();
         assert_eq!(
             facts.secrets,
             [
@@ -443,6 +476,45 @@ mod tests {
     }
 
     #[test]
+    fn a_daemons_unmoved_count_serves_what_the_listing_found_without_a_look() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().join("p");
+        std::fs::create_dir_all(root.join("node_modules/x")).unwrap();
+        std::fs::write(root.join("node_modules/x/.env"), "S").unwrap();
+        let cache_path = tmp.path().join("listing.cache");
+        let index = Fixed(vec![("node_modules", Seen::Unwalked)]);
+        let v = ListingVouch {
+            instance: 9,
+            count: 3,
+        };
+        let facts = |v: Option<ListingVouch>| {
+            project_facts(&policy(""), &root, &index, Some(&cache_path), v).unwrap()
+        };
+        let first = facts(Some(v));
+        assert!(
+            !first.listing_vouched,
+            "nothing was saved with that count yet"
+        );
+        assert_eq!(first.secrets, [root.join("node_modules/x/.env")]);
+        // The same count: taken without a look (the directory's change here goes unseen,
+        // which is why only a daemon that saw no event there gives the same count).
+        std::fs::write(root.join("node_modules/x/.env.local"), "S").unwrap();
+        let vouched = facts(Some(v));
+        assert!(vouched.listing_vouched);
+        assert_eq!(vouched.secrets, first.secrets);
+        // Another count, or none: listed again, the new secret found.
+        for other in [Some(ListingVouch { count: 4, ..v }), None] {
+            let f = facts(other);
+            assert!(!f.listing_vouched, "{other:?}");
+            assert!(
+                f.secrets.contains(&root.join("node_modules/x/.env.local")),
+                "{other:?}: {:?}",
+                f.secrets
+            );
+        }
+    }
+
+    #[test]
     fn a_cached_listing_is_used_only_for_directories_unchanged_since() {
         let tmp = tempfile::tempdir().unwrap();
         let root = tmp.path().join("p");
@@ -450,7 +522,7 @@ mod tests {
         std::fs::write(root.join("node_modules/x/.env"), "S").unwrap();
         let cache_path = tmp.path().join("listing.cache");
         let index = Fixed(vec![("node_modules", Seen::Unwalked)]);
-        let facts = |p: &Policy| project_facts(p, &root, &index, Some(&cache_path)).unwrap();
+        let facts = |p: &Policy| project_facts(p, &root, &index, Some(&cache_path), None).unwrap();
         let first = facts(&policy(""));
         assert_eq!(first.secrets, [root.join("node_modules/x/.env")]);
         assert_eq!(

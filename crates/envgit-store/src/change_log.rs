@@ -12,8 +12,14 @@
 //! `None`, and the client reads everything. A directory that appears is watched (and, below
 //! it, every directory) while its event is taken, before any later question is answered; the
 //! client walks such a directory whole, so what happened in it before its watch is read too.
+//!
+//! The directories a scan does not enter (`snapshot.exclude`, deeper than a scan goes) are
+//! watched too, for one question only: did any name in them change since a count the client
+//! holds ([`Since::unscanned`])? A step lists them to find the `.env` files to mask, and checks
+//! its cached listing with one `lstat` per directory (~1,000 in an npm project's
+//! `node_modules`); when the daemon says nothing changed there, the listing holds as it is.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
@@ -61,6 +67,10 @@ impl std::str::FromStr for ChangeToken {
 pub struct Since {
     pub token: ChangeToken,
     pub changes: Option<Vec<ChangeNote>>,
+    /// How many events the directories a scan does not enter have had, counted from this
+    /// daemon's start (with its `instance`, a client can tell "none since my listing");
+    /// `None` when their watches do not cover them all.
+    pub unscanned: Option<u64>,
 }
 
 /// Why the log stopped: the project root moved or was removed.
@@ -85,6 +95,14 @@ pub struct ChangeLog {
     /// Out of inotify watches: nothing is vouched for until a restart.
     degraded: bool,
     root_gone: bool,
+    /// The watches on directories a scan does not enter, by descriptor: their paths (as they
+    /// were when watched; a moved directory is watched again where it lands).
+    unscanned: HashMap<i32, Vec<u8>>,
+    /// Events in those directories, and every time their watches started over.
+    unscanned_seq: u64,
+    /// Whether those watches cover every directory a scan does not enter. Lost for good when
+    /// one could not be added, or the store lies inside the project (it is not watched).
+    unscanned_whole: bool,
 }
 
 impl ChangeLog {
@@ -109,6 +127,9 @@ impl ChangeLog {
             max_notes: MAX_NOTES,
             degraded: false,
             root_gone: false,
+            unscanned: HashMap::new(),
+            unscanned_seq: 0,
+            unscanned_whole: true,
         };
         log.watch_below(Vec::new());
         if log.degraded {
@@ -170,6 +191,7 @@ impl ChangeLog {
         Ok(Since {
             token: self.token(),
             changes,
+            unscanned: (self.unscanned_whole && !self.degraded).then_some(self.unscanned_seq),
         })
     }
 
@@ -202,6 +224,10 @@ impl ChangeLog {
     }
 
     fn take(&mut self, wd: i32, flags: ReadFlags, name: Option<&[u8]>) {
+        if let Some(dir) = self.unscanned.get(&wd).cloned() {
+            self.take_unscanned(wd, &dir, flags, name);
+            return;
+        }
         match self.watches.understand(wd, flags, name) {
             Some(Meaning::RootLost) => self.root_gone = true,
             Some(Meaning::Change(change)) => {
@@ -231,11 +257,29 @@ impl ChangeLog {
         }
     }
 
+    /// Any event in a directory a scan does not enter is counted; a directory made or moved
+    /// there is watched (with all below it, at the path it has now) before the next question.
+    fn take_unscanned(&mut self, wd: i32, dir: &[u8], flags: ReadFlags, name: Option<&[u8]>) {
+        self.unscanned_seq += 1;
+        if flags.contains(ReadFlags::IGNORED) {
+            self.unscanned.remove(&wd);
+            return;
+        }
+        if flags.contains(ReadFlags::ISDIR)
+            && flags.intersects(ReadFlags::CREATE | ReadFlags::MOVED_TO)
+            && let Some(name) = name
+        {
+            self.watch_unscanned_below(join_rel(dir, name));
+        }
+    }
+
     /// Events were dropped: start over, and no token from before is answered.
     fn overflowed(&mut self) {
         self.notes.clear();
         self.seq += 1;
         self.floor = self.seq;
+        self.unscanned.clear();
+        self.unscanned_seq += 1;
         match self.watches.reset() {
             Ok(()) => self.watch_below(Vec::new()),
             Err(_) => self.degraded = true,
@@ -255,14 +299,25 @@ impl ChangeLog {
                 continue; // gone, or not a directory: its parent's event said so
             };
             if !rel.is_empty() && !self.scanned(fd.as_fd(), &rel) {
+                if self.is_store(fd.as_fd()) {
+                    // The store is never watched, and a step would list it: no vouching.
+                    self.unscanned_whole = false;
+                } else {
+                    self.watch_unscanned_below(rel);
+                }
                 continue;
             }
             match self.watches.add(fd.as_fd()) {
-                Ok(wd) => self.watches.added(rel.clone(), wd),
+                Ok(wd) => {
+                    // A directory moved out of a part the scan leaves out: scanned from now on.
+                    self.unscanned.remove(&wd);
+                    self.watches.added(rel.clone(), wd);
+                }
                 Err(Errno::NOSPC | Errno::NOMEM) => {
                     // Out of watches (fs.inotify.max_user_watches): give them all back and
                     // vouch for nothing.
                     self.degraded = true;
+                    self.unscanned.clear();
                     let _ = self.watches.reset();
                     return;
                 }
@@ -286,6 +341,79 @@ impl ChangeLog {
                     stack.push(join_rel(&rel, name));
                 }
             }
+        }
+    }
+
+    /// Watch the directory at `top` and every directory below it, for [`Since::unscanned`]:
+    /// each before it is listed, as in [`ChangeLog::watch_below`]. A watch that cannot be added
+    /// (out of watches) or that a scanned directory holds ends the vouching.
+    fn watch_unscanned_below(&mut self, top: Vec<u8>) {
+        let mut stack = vec![top];
+        while let Some(rel) = stack.pop() {
+            if !self.unscanned_whole {
+                return;
+            }
+            let fd = match beneath::open_dir_rel(self.root_fd.as_fd(), &rel) {
+                Ok(fd) => fd,
+                // Gone, or not a directory (a symlink): its parent's event said so.
+                Err(Errno::NOENT | Errno::NOTDIR | Errno::LOOP) => continue,
+                // Unreadable now (a step lists it the day it is not): nothing is vouched for.
+                Err(_) => {
+                    self.give_up_unscanned();
+                    return;
+                }
+            };
+            match self.watches.add(fd.as_fd()) {
+                Ok(wd) if self.watches.has_wd(wd) => {
+                    self.give_up_unscanned();
+                    return;
+                }
+                Ok(wd) => {
+                    self.unscanned.insert(wd, rel.clone());
+                }
+                Err(_) => {
+                    self.give_up_unscanned();
+                    return;
+                }
+            }
+            let Ok(mut dir) = Dir::read_from(fd.as_fd()) else {
+                self.give_up_unscanned();
+                return;
+            };
+            while let Some(entry) = dir.read() {
+                let Ok(entry) = entry else {
+                    self.give_up_unscanned();
+                    return;
+                };
+                let name = entry.file_name().to_bytes();
+                if name == b"." || name == b".." {
+                    continue;
+                }
+                let is_dir = match entry.file_type() {
+                    FileType::Directory => true,
+                    FileType::Unknown => beneath::lstat(fd.as_fd(), entry.file_name())
+                        .is_ok_and(|st| beneath::file_type(&st) == FileType::Directory),
+                    _ => false,
+                };
+                if is_dir {
+                    stack.push(join_rel(&rel, name));
+                }
+            }
+        }
+    }
+
+    /// Vouch for the unscanned directories no more (until a restart), and free their watches.
+    fn give_up_unscanned(&mut self) {
+        self.unscanned_whole = false;
+        for (wd, _) in self.unscanned.drain() {
+            self.watches.remove_unrecorded(wd);
+        }
+    }
+
+    fn is_store(&self, fd: BorrowedFd<'_>) -> bool {
+        match (self.skip, rustix::fs::fstat(fd)) {
+            (Some(skip), Ok(st)) => skip == (st.st_dev, st.st_ino),
+            _ => false,
         }
     }
 
@@ -353,6 +481,63 @@ mod tests {
             ..log.token()
         };
         assert!(log.since(Some(ahead)).unwrap().changes.is_none());
+    }
+
+    #[test]
+    fn any_change_in_a_directory_the_scan_leaves_out_is_counted_at_any_depth() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path();
+        std::fs::create_dir_all(root.join("node_modules/a/b")).unwrap();
+        std::fs::create_dir_all(root.join("src")).unwrap();
+        let config = ScanConfig::new(&["node_modules/".to_owned()], u64::MAX).unwrap();
+        let mut log = ChangeLog::start(root, config, None).unwrap();
+        let count = |log: &mut ChangeLog| log.since(None).unwrap().unscanned;
+        let start = count(&mut log).expect("the unscanned watches cover everything");
+        // Edits in the scanned part are the log's, not the count's.
+        edit(&root.join("src"), "main.rs");
+        assert_eq!(count(&mut log), Some(start));
+        let at = |log: &mut ChangeLog, before: u64, what: &str| {
+            let now = count(log).unwrap();
+            assert!(now > before, "{what}: not counted");
+            now
+        };
+        edit(&root.join("node_modules/a/b"), ".env");
+        let start = at(&mut log, start, "a name made deep inside");
+        // A directory made there is watched before the next question, and so is one moved
+        // in; what is made inside either later is counted too.
+        std::fs::create_dir_all(root.join("node_modules/new/deeper")).unwrap();
+        let start = at(&mut log, start, "a directory made");
+        edit(&root.join("node_modules/new/deeper"), ".env.local");
+        let start = at(&mut log, start, "a name made in a new directory");
+        std::fs::rename(
+            root.join("node_modules/a"),
+            root.join("node_modules/new/a2"),
+        )
+        .unwrap();
+        let start = at(&mut log, start, "a directory moved");
+        // Below a moved directory, a new directory is watched where it really is.
+        std::fs::create_dir(root.join("node_modules/new/a2/b/sub")).unwrap();
+        let start = at(&mut log, start, "a directory made in a moved directory");
+        edit(&root.join("node_modules/new/a2/b/sub"), "x");
+        let start = at(&mut log, start, "a name made below a moved directory");
+        std::fs::remove_dir_all(root.join("node_modules/new")).unwrap();
+        at(&mut log, start, "a directory removed");
+        // Moved out into the scanned part: scanned from then on, its edits in the log.
+        std::fs::create_dir_all(root.join("node_modules/c")).unwrap();
+        let _ = count(&mut log);
+        std::fs::rename(root.join("node_modules/c"), root.join("src/c")).unwrap();
+        let t = log.since(None).unwrap().token;
+        let before = count(&mut log).unwrap();
+        edit(&root.join("src/c"), "lib.rs");
+        assert_eq!(count(&mut log), Some(before), "a scanned directory counted");
+        let changes = log.since(Some(t)).unwrap().changes.unwrap();
+        assert!(
+            !changes.is_empty(),
+            "the moved directory's edit is not in the log"
+        );
+        // An overflow starts the count over, past every number given out before.
+        log.overflowed();
+        assert!(count(&mut log).unwrap() > before);
     }
 
     #[test]

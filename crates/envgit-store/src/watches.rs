@@ -84,6 +84,16 @@ impl Watches {
         self.watched.insert(rel, wd);
     }
 
+    /// Whether `wd` watches a directory recorded with [`Watches::added`].
+    pub fn has_wd(&self, wd: i32) -> bool {
+        self.wds.contains_key(&wd)
+    }
+
+    /// Gives up a watch never recorded with [`Watches::added`] (one the caller keeps track of).
+    pub fn remove_unrecorded(&self, wd: i32) {
+        let _ = inotify::remove_watch(&self.inotify, wd);
+    }
+
     /// The kernel dropped `wd` (`IN_IGNORED`: its directory moved or went).
     fn gone(&mut self, wd: i32) {
         if let Some(rel) = self.wds.remove(&wd)

@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use envgit_sandbox::plan::{ProjectFacts, ProjectIndex, Seen, project_facts};
+use envgit_sandbox::plan::{ListingVouch, ProjectFacts, ProjectIndex, Seen, project_facts};
 use envgit_store::{EntryKind, MarkerReason, Store, WorkTree};
 
 use crate::failure::{CmdResult, Failure};
@@ -50,13 +50,28 @@ impl ProjectIndex for Index<'_> {
 const LISTING_CACHE: &str = "listing.cache";
 
 /// From `wt`, just scanned; warns about what the search could not cover. The listing of the
-/// directories the scan does not enter is cached in the store at `store_dir`.
-pub(crate) fn of(project: &Project, store_dir: &Path, wt: &WorkTree) -> CmdResult<ProjectFacts> {
+/// directories the scan does not enter is cached in the store at `store_dir`, and taken as it
+/// is while the watching daemon's count for them (`vouch`, asked before) has not moved.
+pub(crate) fn of(
+    project: &Project,
+    store_dir: &Path,
+    wt: &WorkTree,
+    vouch: Option<ListingVouch>,
+) -> CmdResult<ProjectFacts> {
     let cache = store_dir.join(LISTING_CACHE);
-    let facts = project_facts(&project.policy, &project.root, &Index(wt), Some(&cache))
-        .map_err(|e| Failure::usage(e.to_string()))?;
+    let facts = project_facts(
+        &project.policy,
+        &project.root,
+        &Index(wt),
+        Some(&cache),
+        vouch,
+    )
+    .map_err(|e| Failure::usage(e.to_string()))?;
     for n in &facts.notes {
         output::warn(n);
+    }
+    if facts.listing_vouched {
+        crate::timings::note("the excluded directories' listing taken on the daemon's word");
     }
     Ok(facts)
 }
@@ -68,5 +83,5 @@ pub(crate) fn from_cache(project: &Project, store: &Store) -> CmdResult<ProjectF
     if wt.root_tree().is_none() {
         wt.full_scan(store, None)?;
     }
-    of(project, store.dir(), &wt)
+    of(project, store.dir(), &wt, None)
 }

@@ -111,10 +111,11 @@ pub fn run_step(
     let (ran, mut step, git, protected, copy, notes_rx) = std::thread::scope(|s| {
         let store_dir = store.dir().to_path_buf();
         let tree = live.tree();
+        let vouch = feed.as_ref().and_then(|f| f.listing_vouch());
         let facts = std::thread::Builder::new()
             .name("envgit-facts".into())
             .spawn_scoped(s, move || {
-                crate::project_facts::of(project, &store_dir, tree)
+                crate::project_facts::of(project, &store_dir, tree, vouch)
             })
             .map_err(|e| Failure::failed(format!("cannot start a thread: {e}")))?;
         // The user's edits since the last step are theirs, not this command's.

@@ -8,6 +8,7 @@ use std::time::Instant;
 
 static ON: AtomicBool = AtomicBool::new(false);
 static MARKS: Mutex<Vec<(&'static str, Instant)>> = Mutex::new(Vec::new());
+static NOTES: Mutex<Vec<&'static str>> = Mutex::new(Vec::new());
 
 /// Reads `ENVGIT_TIMINGS` once, at the start of `main`.
 pub fn init() {
@@ -28,7 +29,15 @@ pub fn mark(name: &'static str) {
     }
 }
 
-/// One line per phase, `envgit: timing: NAME 1.23 ms`, and the total.
+/// Something about how the command went that is not a phase (from any thread), printed
+/// after the phases as `envgit: timing: note: WHAT`.
+pub fn note(what: &'static str) {
+    if ON.load(Ordering::Relaxed) {
+        NOTES.lock().unwrap_or_else(|p| p.into_inner()).push(what);
+    }
+}
+
+/// One line per phase, `envgit: timing: NAME 1.23 ms`, and the total; then the notes.
 pub fn report() {
     if !ON.load(Ordering::Relaxed) {
         return;
@@ -46,6 +55,9 @@ pub fn report() {
     if let Some(&(_, last)) = marks.last() {
         let ms = last.duration_since(first).as_secs_f64() * 1e3;
         out.push_str(&format!("envgit: timing: {:<24} {ms:7.2} ms\n", "total"));
+    }
+    for n in NOTES.lock().unwrap_or_else(|p| p.into_inner()).iter() {
+        out.push_str(&format!("envgit: timing: note: {n}\n"));
     }
     eprint!("{out}");
 }

@@ -287,3 +287,72 @@ fn the_sandbox_cannot_reach_the_daemons_socket() {
     assert!(!r.stdout.contains("connected"), "{}", r.stdout);
     env.envgit(&["watch", "stop"]).ok();
 }
+
+/// With the daemon, a step takes the listing of `node_modules/` (excluded from snapshots,
+/// searched only for `.env` files to mask) as cached while the daemon saw no event there.
+/// A secret that appears there (made, moved, in a new directory, deep) is masked in the next
+/// step all the same, and so is one made while no daemon watched.
+#[test]
+fn a_secret_made_where_the_scan_does_not_go_is_masked_at_the_next_step() {
+    let env = Env::new();
+    env.write("src/main.js", "x\n");
+    env.write("node_modules/pkg/lib/index.js", "module.exports = 1\n");
+    env.init();
+    assert!(
+        env.read("envgit.yaml").contains("node_modules/"),
+        "the default policy no longer excludes node_modules/"
+    );
+    env.envgit(&["watch", "start"]).ok();
+    const VOUCHED: &str = "listing taken on the daemon's word";
+    // The first step lists and saves what it found with the daemon's count; the next takes it.
+    run(&env, "true");
+    let (r, _) = run(&env, "cat node_modules/pkg/lib/index.js");
+    assert!(r.stderr.contains(VOUCHED), "never vouched: {}", r.stderr);
+    let masked = |what: &str, rel: &str| {
+        let (r, asked) = run(&env, &format!("cat {rel} || echo unreadable"));
+        assert!(asked, "{what}: the daemon was not asked");
+        assert!(
+            !r.stdout.contains("SECRET") && r.stdout.contains("unreadable"),
+            "{what}: {rel} readable inside: {}",
+            r.stdout
+        );
+        assert!(
+            !r.stderr.contains(VOUCHED),
+            "{what}: vouched after a change"
+        );
+        // Nothing changed since: the next step takes the listing again, still masking it.
+        let (r, _) = run(&env, &format!("cat {rel} || echo unreadable"));
+        assert!(r.stderr.contains(VOUCHED), "{what}: not vouched again");
+        assert!(
+            !r.stdout.contains("SECRET"),
+            "{what}: readable once vouched"
+        );
+    };
+    env.write("node_modules/pkg/lib/.env", "SECRET=1\n");
+    masked("made deep inside", "node_modules/pkg/lib/.env");
+    // A directory made there is watched too: a secret made in it once the listing is vouched
+    // for again is seen.
+    std::fs::create_dir_all(env.path("node_modules/new/deeper")).unwrap();
+    run(&env, "true");
+    let (r, _) = run(&env, "true");
+    assert!(r.stderr.contains(VOUCHED), "not vouched: {}", r.stderr);
+    env.write("node_modules/new/deeper/.env.local", "SECRET=2\n");
+    masked(
+        "made in a new directory",
+        "node_modules/new/deeper/.env.local",
+    );
+    std::fs::rename(env.path("node_modules/pkg"), env.path("node_modules/moved")).unwrap();
+    masked("moved with its directory", "node_modules/moved/lib/.env");
+    // And a moved one, where it is now.
+    env.write(
+        "node_modules/moved/lib/.npmrc",
+        "//registry/:_authToken=SECRET\n",
+    );
+    masked("made in a moved directory", "node_modules/moved/lib/.npmrc");
+    // Made while no daemon watched: a new daemon's count is never the saved one.
+    env.envgit(&["watch", "stop"]).ok();
+    env.write("node_modules/new/.env", "SECRET=3\n");
+    env.envgit(&["watch", "start"]).ok();
+    masked("made while no daemon watched", "node_modules/new/.env");
+    env.envgit(&["watch", "stop"]).ok();
+}

@@ -220,6 +220,7 @@ fn main() -> Result<()> {
                     unwalked: false,
                 },
                 None,
+                None,
             )
             .map_err(anyhow::Error::msg)?;
             Ok(f.secrets.len())
@@ -235,6 +236,7 @@ fn main() -> Result<()> {
                     wt: &wt,
                     unwalked: true,
                 },
+                None,
                 None,
             )
             .map_err(anyhow::Error::msg)?;

@@ -129,7 +129,7 @@ impl<'a> ToolSteps<'a> {
     /// The project's secrets and hard-linked files for the sandbox's plan, from the session's
     /// first snapshot.
     pub fn project_facts(&self) -> CmdResult<envgit_sandbox::plan::ProjectFacts> {
-        crate::project_facts::of(self.project, self.store.dir(), self.live.tree())
+        crate::project_facts::of(self.project, self.store.dir(), self.live.tree(), None)
     }
 
     /// The project's store directory (the sandbox keeps its home overlay there).

@@ -5,6 +5,7 @@ use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::time::Duration;
 
+use envgit_sandbox::plan::ListingVouch;
 use envgit_store::{ChangeToken, LiveTree, WorkTree};
 
 use crate::failure::CmdResult;
@@ -93,6 +94,9 @@ pub(crate) fn since_index(store_dir: &Path, tree: &WorkTree) -> Option<Answer> {
 pub(crate) struct Feed {
     store_dir: std::path::PathBuf,
     token: Option<ChangeToken>,
+    /// The daemon's count of events in the directories the scan does not enter, at the first
+    /// answer (before anything of the step looked at them).
+    unscanned: Option<ListingVouch>,
 }
 
 impl Feed {
@@ -105,7 +109,17 @@ impl Feed {
         Some(Self {
             store_dir: store_dir.to_path_buf(),
             token: Some(answer.token),
+            unscanned: answer.unscanned.map(|count| ListingVouch {
+                instance: answer.token.instance,
+                count,
+            }),
         })
+    }
+
+    /// What the step's listing of the directories the scan does not enter may be saved with,
+    /// and taken again while it holds ([`crate::project_facts::of`]).
+    pub(crate) fn listing_vouch(&self) -> Option<ListingVouch> {
+        self.unscanned
     }
 
     /// Feeds `live` what changed since the last answer (what the command did, for the snapshot

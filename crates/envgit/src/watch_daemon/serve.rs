@@ -145,6 +145,7 @@ fn answer(
                     token: since.token,
                     fingerprint: log.fingerprint().to_owned(),
                     changes: since.changes,
+                    unscanned: since.unscanned,
                 },
             )?;
         }

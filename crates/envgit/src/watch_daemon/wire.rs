@@ -16,6 +16,10 @@ pub(crate) struct Answer {
     pub token: ChangeToken,
     pub fingerprint: String,
     pub changes: Option<Vec<ChangeNote>>,
+    /// [`envgit_store::Since::unscanned`]: a last line, `unscanned N` or `unscanned none`,
+    /// which a daemon from before it does not send (read as `none`) and a client from before
+    /// it never reads.
+    pub unscanned: Option<u64>,
 }
 
 #[derive(serde::Serialize, serde::Deserialize, Debug)]
@@ -57,6 +61,10 @@ pub(crate) fn write_answer(w: &mut impl Write, a: &Answer) -> io::Result<()> {
             }
         }
     }
+    match a.unscanned {
+        Some(n) => out.extend_from_slice(format!("unscanned {n}\n").as_bytes()),
+        None => out.extend_from_slice(b"unscanned none\n"),
+    }
     w.write_all(&out)?;
     w.flush()
 }
@@ -94,10 +102,15 @@ pub(crate) fn read_answer(r: &mut impl BufRead) -> io::Result<Answer> {
         }
         Some(changes)
     };
+    // The connection ends after the answer: an older daemon's ends here (EOF).
+    let unscanned = read_line(r)
+        .ok()
+        .and_then(|l| l.strip_prefix("unscanned ")?.parse().ok());
     Ok(Answer {
         token,
         fingerprint,
         changes,
+        unscanned,
     })
 }
 
@@ -155,18 +168,35 @@ mod tests {
                     fresh: true,
                 },
             ]),
+            unscanned: Some(7),
         };
         let mut buf = Vec::new();
         write_answer(&mut buf, &a).unwrap();
         let b = read_answer(&mut io::Cursor::new(&buf)).unwrap();
         assert_eq!((b.token, &b.fingerprint), (a.token, &a.fingerprint));
-        assert_eq!(b.changes, a.changes);
-        // Cut anywhere, it is an error, never a shorter list.
-        for cut in 0..buf.len() {
+        assert_eq!((&b.changes, b.unscanned), (&a.changes, Some(7)));
+        // Cut anywhere before the last line, it is an error, never a shorter list; cut in the
+        // last line (or an older daemon's answer, which has none) vouches for nothing.
+        let last = buf.len() - b"unscanned 7\n".len();
+        for cut in 0..last {
             assert!(
                 read_answer(&mut io::Cursor::new(&buf[..cut])).is_err(),
                 "cut at {cut}"
             );
         }
+        for cut in last..buf.len() {
+            let b = read_answer(&mut io::Cursor::new(&buf[..cut])).unwrap();
+            assert_eq!(b.unscanned, None, "cut at {cut}");
+        }
+        let none = Answer {
+            unscanned: None,
+            ..b
+        };
+        let mut buf = Vec::new();
+        write_answer(&mut buf, &none).unwrap();
+        assert_eq!(
+            read_answer(&mut io::Cursor::new(&buf)).unwrap().unscanned,
+            None
+        );
     }
 }
