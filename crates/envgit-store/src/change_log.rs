@@ -36,6 +36,18 @@ use crate::worktree::{MAX_TREE_DEPTH, MAX_TREE_PATH, ScanConfig};
 /// Changes kept; older tokens are answered `None` (a full scan). At ~100 bytes a note, ~50 MiB.
 const MAX_NOTES: usize = 500_000;
 
+/// The share of the user's inotify watches (`fs.inotify.max_user_watches`) the directories a
+/// scan does not enter may take: past it they are given up, so that the project's own
+/// directories (which the step's snapshot needs) never run out because of a `node_modules/`.
+const UNSCANNED_SHARE: usize = 4;
+
+fn unscanned_watch_limit() -> usize {
+    std::fs::read_to_string("/proc/sys/fs/inotify/max_user_watches")
+        .ok()
+        .and_then(|t| t.trim().parse::<usize>().ok())
+        .map_or(8192 / UNSCANNED_SHARE, |n| n / UNSCANNED_SHARE)
+}
+
 /// Where a client's view of the project stands in a daemon's log.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ChangeToken {
@@ -103,6 +115,8 @@ pub struct ChangeLog {
     /// Whether those watches cover every directory a scan does not enter. Lost for good when
     /// one could not be added, or the store lies inside the project (it is not watched).
     unscanned_whole: bool,
+    /// At most this many ([`UNSCANNED_SHARE`]).
+    unscanned_limit: usize,
 }
 
 impl ChangeLog {
@@ -130,6 +144,7 @@ impl ChangeLog {
             unscanned: HashMap::new(),
             unscanned_seq: 0,
             unscanned_whole: true,
+            unscanned_limit: unscanned_watch_limit(),
         };
         log.watch_below(Vec::new());
         if log.degraded {
@@ -346,11 +361,16 @@ impl ChangeLog {
 
     /// Watch the directory at `top` and every directory below it, for [`Since::unscanned`]:
     /// each before it is listed, as in [`ChangeLog::watch_below`]. A watch that cannot be added
-    /// (out of watches) or that a scanned directory holds ends the vouching.
+    /// (out of watches, past [`UNSCANNED_SHARE`]) or that a scanned directory holds ends the
+    /// vouching.
     fn watch_unscanned_below(&mut self, top: Vec<u8>) {
         let mut stack = vec![top];
         while let Some(rel) = stack.pop() {
             if !self.unscanned_whole {
+                return;
+            }
+            if self.unscanned.len() >= self.unscanned_limit {
+                self.give_up_unscanned();
                 return;
             }
             let fd = match beneath::open_dir_rel(self.root_fd.as_fd(), &rel) {
@@ -538,6 +558,11 @@ mod tests {
         // An overflow starts the count over, past every number given out before.
         log.overflowed();
         assert!(count(&mut log).unwrap() > before);
+        // Past its share of the user's watches, nothing is vouched for (and they are freed).
+        log.unscanned_limit = log.unscanned.len();
+        std::fs::create_dir_all(root.join("node_modules/d")).unwrap();
+        assert_eq!(count(&mut log), None);
+        assert!(log.unscanned.is_empty());
     }
 
     #[test]
