@@ -176,6 +176,12 @@ impl ChangeLog {
         self.degraded
     }
 
+    /// Directories a scan does not enter that are watched, and whether they are all of them
+    /// ([`Since::unscanned`] is given).
+    pub fn unscanned_watches(&self) -> (usize, bool) {
+        (self.unscanned.len(), self.unscanned_whole && !self.degraded)
+    }
+
     /// Changes logged and still kept.
     pub fn kept(&self) -> usize {
         self.notes.len()

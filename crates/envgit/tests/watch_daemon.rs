@@ -303,6 +303,10 @@ fn a_secret_made_where_the_scan_does_not_go_is_masked_at_the_next_step() {
         "the default policy no longer excludes node_modules/"
     );
     env.envgit(&["watch", "start"]).ok();
+    let daemon = &status(&env)["daemon"];
+    assert_eq!(daemon["excluded_counted"], true, "{daemon}");
+    // node_modules, pkg, lib.
+    assert_eq!(daemon["excluded_watches"], 3, "{daemon}");
     const VOUCHED: &str = "listing taken on the daemon's word";
     // The first step lists and saves what it found with the daemon's count; the next takes it.
     run(&env, "true");

@@ -32,8 +32,17 @@ pub fn run(dir: Option<&Path>, args: &WatchArgs) -> CmdResult<ExitCode> {
                     &serde_json::json!({ "running": status.is_some(), "daemon": status }),
                 )?;
             } else if let Some(s) = status {
+                let excluded = if s.excluded_counted {
+                    format!(
+                        "; {} excluded directories counted (their .env search is taken as \
+                         cached while nothing changes there)",
+                        s.excluded_watches
+                    )
+                } else {
+                    "; excluded directories not counted (each step checks them)".to_owned()
+                };
                 output::print(&format!(
-                    "watching {} (pid {}): {} directories, {} changes kept{}\n",
+                    "watching {} (pid {}): {} directories, {} changes kept{excluded}{}\n",
                     s.project,
                     s.pid,
                     s.watches,

@@ -120,6 +120,7 @@ fn answer(
             return Ok(Next::Stop);
         }
         "status" => {
+            let (excluded_watches, excluded_counted) = log.unscanned_watches();
             let status = Status {
                 pid: std::process::id(),
                 project: log.root().display().to_string(),
@@ -128,6 +129,8 @@ fn answer(
                 token: log.token().to_string(),
                 degraded: log.is_degraded(),
                 fingerprint: log.fingerprint().to_owned(),
+                excluded_watches,
+                excluded_counted,
             };
             let json = serde_json::to_string(&status).map_err(std::io::Error::other)?;
             out.write_all(format!("{json}\n").as_bytes())?;

@@ -32,6 +32,12 @@ pub(crate) struct Status {
     pub degraded: bool,
     /// The scan configuration it watches by (`snapshot.exclude` and the size limit).
     pub fingerprint: String,
+    /// Directories the scan does not enter (`node_modules/`, …) watched to count their
+    /// events, and whether that count covers them all (absent from a daemon before it).
+    #[serde(default)]
+    pub excluded_watches: usize,
+    #[serde(default)]
+    pub excluded_counted: bool,
 }
 
 /// Longest byte string a note may carry (a relative path is at most 16 KiB, `MAX_TREE_PATH`).
