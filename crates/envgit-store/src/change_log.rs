@@ -344,24 +344,8 @@ impl ChangeLog {
                 }
                 Err(_) => continue,
             }
-            let Ok(mut dir) = Dir::read_from(fd.as_fd()) else {
-                continue;
-            };
-            while let Some(Ok(entry)) = dir.read() {
-                let name = entry.file_name().to_bytes();
-                if name == b"." || name == b".." {
-                    continue;
-                }
-                let is_dir = match entry.file_type() {
-                    FileType::Directory => true,
-                    FileType::Unknown => beneath::lstat(fd.as_fd(), entry.file_name())
-                        .is_ok_and(|st| beneath::file_type(&st) == FileType::Directory),
-                    _ => false,
-                };
-                if is_dir {
-                    stack.push(join_rel(&rel, name));
-                }
-            }
+            // A directory that cannot be read whole keeps what was read of it.
+            let _ = push_subdirs(fd.as_fd(), &rel, &mut stack);
         }
     }
 
@@ -402,28 +386,9 @@ impl ChangeLog {
                     return;
                 }
             }
-            let Ok(mut dir) = Dir::read_from(fd.as_fd()) else {
+            if push_subdirs(fd.as_fd(), &rel, &mut stack).is_err() {
                 self.give_up_unscanned();
                 return;
-            };
-            while let Some(entry) = dir.read() {
-                let Ok(entry) = entry else {
-                    self.give_up_unscanned();
-                    return;
-                };
-                let name = entry.file_name().to_bytes();
-                if name == b"." || name == b".." {
-                    continue;
-                }
-                let is_dir = match entry.file_type() {
-                    FileType::Directory => true,
-                    FileType::Unknown => beneath::lstat(fd.as_fd(), entry.file_name())
-                        .is_ok_and(|st| beneath::file_type(&st) == FileType::Directory),
-                    _ => false,
-                };
-                if is_dir {
-                    stack.push(join_rel(&rel, name));
-                }
             }
         }
     }
@@ -462,6 +427,33 @@ impl ChangeLog {
     pub fn root(&self) -> &Path {
         &self.root
     }
+}
+
+/// Pushes the subdirectories of the open directory `fd` (at `rel`) onto `stack`; symbolic
+/// links are not directories here. An error stops the listing where it is.
+fn push_subdirs(
+    fd: BorrowedFd<'_>,
+    rel: &[u8],
+    stack: &mut Vec<Vec<u8>>,
+) -> rustix::io::Result<()> {
+    let mut dir = Dir::read_from(fd)?;
+    while let Some(entry) = dir.read() {
+        let entry = entry?;
+        let name = entry.file_name().to_bytes();
+        if name == b"." || name == b".." {
+            continue;
+        }
+        let is_dir = match entry.file_type() {
+            FileType::Directory => true,
+            FileType::Unknown => beneath::lstat(fd, entry.file_name())
+                .is_ok_and(|st| beneath::file_type(&st) == FileType::Directory),
+            _ => false,
+        };
+        if is_dir {
+            stack.push(join_rel(rel, name));
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

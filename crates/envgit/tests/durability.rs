@@ -376,32 +376,27 @@ fn gc_purge_removes_a_captured_secret_from_every_snapshot() {
     assert!(r.stderr.contains(".env.local (purged)"), "{}", r.stderr);
 }
 
+/// The entries of the directories `dirs` whose names start with `prefix`.
+fn entries_starting(dirs: &[std::path::PathBuf], prefix: &str) -> Vec<std::path::PathBuf> {
+    dirs.iter()
+        .filter_map(|d| std::fs::read_dir(d).ok())
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with(prefix))
+        })
+        .collect()
+}
+
 /// The directories a running step of `pid` keeps its gate sockets and trust files in: on
 /// tmpfs (`/dev/shm/envgit-UID-*`) or, where there is none, under `$ENVGIT_HOME/rt-UID`.
 fn step_dirs_of(env: &Env, pid: u32) -> Vec<std::path::PathBuf> {
     let uid = env.sh("id -u").ok().stdout.trim().to_owned();
-    let mut bases: Vec<std::path::PathBuf> = std::fs::read_dir("/dev/shm")
-        .into_iter()
-        .flatten()
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| {
-            p.file_name()
-                .is_some_and(|n| n.to_string_lossy().starts_with(&format!("envgit-{uid}-")))
-        })
-        .collect();
+    let mut bases = entries_starting(&["/dev/shm".into()], &format!("envgit-{uid}-"));
     bases.push(env.home.join(format!("rt-{uid}")));
-    bases
-        .iter()
-        .filter_map(|b| std::fs::read_dir(b).ok())
-        .flatten()
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| {
-            p.file_name()
-                .is_some_and(|n| n.to_string_lossy().starts_with(&format!("{pid}-")))
-        })
-        .collect()
+    entries_starting(&bases, &format!("{pid}-"))
 }
 
 #[test]
