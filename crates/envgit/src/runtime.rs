@@ -67,9 +67,9 @@ pub(crate) fn runtime_dir(uid: u32) -> CmdResult<PathBuf> {
 /// symlink); else [`runtime_dir`]. A step makes and removes these files every time: on ext4
 /// each unlink took 0.2-0.5 ms here, on tmpfs a few microseconds. The sandbox never sees
 /// the host's `/dev/shm` (its `/dev` is a tmpfs of its own) and the plan hides this directory
-/// besides. Another user who made the directory first only sends
-/// envgit back to [`runtime_dir`]. Long-lived sockets (the watch daemon's, the UI's port
-/// registry) stay in [`runtime_dir`]: a binary from before this change still agrees on them.
+/// besides. Another user who made the directory first only sends envgit back to
+/// [`runtime_dir`]. Long-lived sockets (the watch daemon's, the UI's port registry) stay in
+/// [`runtime_dir`]: a binary from before this change still agrees on them.
 pub(crate) fn step_dirs(uid: u32) -> CmdResult<PathBuf> {
     match fast_step_dirs(uid)? {
         Ok(dir) => Ok(dir),
