@@ -347,9 +347,13 @@ fn claude_setup_token_stays_outside() {
 #[test]
 fn a_hook_replanted_between_calls_is_put_back_during_the_session() {
     let (env, server) = project_with_model(vec![
+        // The new tree is made aside and renamed into place: made in place, the session's
+        // put-back (which the first rename sets off) raced the `mkdir` and `printf` on a loaded
+        // machine, and the chain stopped before it said it had run.
         Turn::Shell(
-            "(sleep 1; mv .git .g; echo $? > mv-git.txt; mv .github .gh && mkdir -p .github/hooks \
-             && printf evil > .github/hooks/hooks.json && touch REPLANTED) > /dev/null 2>&1 &"
+            "(sleep 1; mv .git .g; echo $? > mv-git.txt; mkdir -p planted/hooks \
+             && printf evil > planted/hooks/hooks.json; mv .github .gh; mv planted .github; \
+             touch REPLANTED) > /dev/null 2>&1 &"
                 .into(),
         ),
         Turn::Shell(
