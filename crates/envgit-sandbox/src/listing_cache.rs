@@ -76,11 +76,17 @@ pub(crate) struct ListingCache {
 }
 
 impl ListingCache {
-    /// The cache at `path` if it is sound and was made with `globs`; empty otherwise.
+    /// The cache at `path` if it is sound and was made with `globs`; empty otherwise (the
+    /// step reads the file once for [`ListingCache::vouched`] and this: [`Self::from_bytes`]).
+    #[cfg(test)]
     pub(crate) fn load(path: &Path, globs: &[u8]) -> Self {
-        std::fs::read(path)
-            .ok()
-            .and_then(|b| decode(&b))
+        Self::from_bytes(std::fs::read(path).ok().as_deref(), globs)
+    }
+
+    /// [`ListingCache::load`] of a file read already (`None`: there was none).
+    pub(crate) fn from_bytes(bytes: Option<&[u8]>, globs: &[u8]) -> Self {
+        bytes
+            .and_then(decode)
             .filter(|c| c.globs == globs)
             .unwrap_or_else(|| ListingCache {
                 globs: globs.to_vec(),
@@ -89,17 +95,16 @@ impl ListingCache {
             })
     }
 
-    /// What the listing at `path` found below `roots` (sorted), when it was made with `globs`
-    /// just after the daemon's count `vouch`, which has not moved since: nothing changed in
-    /// those directories. The listings of each directory are not even read.
+    /// What the listing in `bytes` (the cache file) found below `roots` (sorted), when it was
+    /// made with `globs` just after the daemon's count `vouch`, which has not moved since:
+    /// nothing changed in those directories. The listings of each directory are not decoded.
     pub(crate) fn vouched(
-        path: &Path,
+        bytes: &[u8],
         globs: &[u8],
         vouch: ListingVouch,
         roots: &[Vec<u8>],
     ) -> Option<Vec<Vec<u8>>> {
-        let bytes = std::fs::read(path).ok()?;
-        let mut r = Reader(body(&bytes)?);
+        let mut r = Reader(body(bytes)?);
         let head = header(&mut r)?;
         (head.globs == globs && head.vouch == Some(vouch) && head.roots == roots)
             .then_some(head.found)
@@ -294,7 +299,7 @@ mod tests {
         c.save(&path);
         let (globs, vouch, roots) = (&c.globs, c.vouch.unwrap(), &c.roots);
         assert_eq!(
-            ListingCache::vouched(&path, globs, vouch, roots),
+            ListingCache::vouched(&std::fs::read(&path).unwrap(), globs, vouch, roots),
             Some(c.found.clone())
         );
         let later = ListingVouch {
@@ -305,23 +310,41 @@ mod tests {
             instance: vouch.instance + 1,
             ..vouch
         };
-        assert_eq!(ListingCache::vouched(&path, globs, later, roots), None);
-        assert_eq!(ListingCache::vouched(&path, globs, other, roots), None);
-        assert_eq!(ListingCache::vouched(&path, b"", vouch, roots), None);
+        assert_eq!(
+            ListingCache::vouched(&std::fs::read(&path).unwrap(), globs, later, roots),
+            None
+        );
+        assert_eq!(
+            ListingCache::vouched(&std::fs::read(&path).unwrap(), globs, other, roots),
+            None
+        );
+        assert_eq!(
+            ListingCache::vouched(&std::fs::read(&path).unwrap(), b"", vouch, roots),
+            None
+        );
         let more = vec![b"node_modules".to_vec(), b"target".to_vec()];
-        assert_eq!(ListingCache::vouched(&path, globs, vouch, &more), None);
+        assert_eq!(
+            ListingCache::vouched(&std::fs::read(&path).unwrap(), globs, vouch, &more),
+            None
+        );
         // Saved without a count (no daemon, or a listing cut short): never taken.
         let unvouched = ListingCache {
             vouch: None,
             ..sample()
         };
         unvouched.save(&path);
-        assert_eq!(ListingCache::vouched(&path, globs, vouch, roots), None);
+        assert_eq!(
+            ListingCache::vouched(&std::fs::read(&path).unwrap(), globs, vouch, roots),
+            None
+        );
         // A torn file is not taken either.
         c.save(&path);
         let bytes = std::fs::read(&path).unwrap();
         std::fs::write(&path, &bytes[..bytes.len() - 1]).unwrap();
-        assert_eq!(ListingCache::vouched(&path, globs, vouch, roots), None);
+        assert_eq!(
+            ListingCache::vouched(&std::fs::read(&path).unwrap(), globs, vouch, roots),
+            None
+        );
     }
 
     #[test]

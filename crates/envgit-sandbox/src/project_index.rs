@@ -174,9 +174,11 @@ pub fn project_facts(
     });
     if !unwalked.is_empty() {
         unwalked.sort();
-        let vouched = listing_cache
+        let cached = listing_cache.and_then(|p| std::fs::read(p).ok());
+        let vouched = cached
+            .as_deref()
             .zip(vouch)
-            .and_then(|(path, v)| ListingCache::vouched(path, &glob_lines, v, &unwalked));
+            .and_then(|(bytes, v)| ListingCache::vouched(bytes, &glob_lines, v, &unwalked));
         match vouched {
             Some(found) => {
                 facts
@@ -185,7 +187,8 @@ pub fn project_facts(
                 facts.listing_vouched = true;
             }
             None => {
-                let mut cache = listing_cache.map(|p| ListingCache::load(p, &glob_lines));
+                let mut cache =
+                    listing_cache.map(|_| ListingCache::from_bytes(cached.as_deref(), &glob_lines));
                 let (secrets_before, notes_before) = (facts.secrets.len(), facts.notes.len());
                 list_unwalked(
                     project,
@@ -475,13 +478,20 @@ mod tests {
         assert!(facts.notes.is_empty());
     }
 
-    #[test]
-    fn a_daemons_unmoved_count_serves_what_the_listing_found_without_a_look() {
+    /// A project whose `node_modules` (unwalked in `index`) holds `x/.env` and the directories
+    /// `dirs` below it; its root and where its listing cache goes.
+    fn node_modules_project(dirs: &str) -> (tempfile::TempDir, PathBuf, PathBuf) {
         let tmp = tempfile::tempdir().unwrap();
         let root = tmp.path().join("p");
-        std::fs::create_dir_all(root.join("node_modules/x")).unwrap();
+        std::fs::create_dir_all(root.join("node_modules").join(dirs)).unwrap();
         std::fs::write(root.join("node_modules/x/.env"), "S").unwrap();
         let cache_path = tmp.path().join("listing.cache");
+        (tmp, root, cache_path)
+    }
+
+    #[test]
+    fn a_daemons_unmoved_count_serves_what_the_listing_found_without_a_look() {
+        let (_tmp, root, cache_path) = node_modules_project("x");
         let index = Fixed(vec![("node_modules", Seen::Unwalked)]);
         let v = ListingVouch {
             instance: 9,
@@ -516,11 +526,7 @@ mod tests {
 
     #[test]
     fn a_cached_listing_is_used_only_for_directories_unchanged_since() {
-        let tmp = tempfile::tempdir().unwrap();
-        let root = tmp.path().join("p");
-        std::fs::create_dir_all(root.join("node_modules/x/y")).unwrap();
-        std::fs::write(root.join("node_modules/x/.env"), "S").unwrap();
-        let cache_path = tmp.path().join("listing.cache");
+        let (tmp, root, cache_path) = node_modules_project("x/y");
         let index = Fixed(vec![("node_modules", Seen::Unwalked)]);
         let facts = |p: &Policy| project_facts(p, &root, &index, Some(&cache_path), None).unwrap();
         let first = facts(&policy(""));
