@@ -245,8 +245,8 @@ impl ChangeLog {
     }
 
     fn take(&mut self, wd: i32, flags: ReadFlags, name: Option<&[u8]>) {
-        if let Some(dir) = self.unscanned.get(&wd).cloned() {
-            self.take_unscanned(wd, &dir, flags, name);
+        if self.unscanned.contains_key(&wd) {
+            self.take_unscanned(wd, flags, name);
             return;
         }
         match self.watches.understand(wd, flags, name) {
@@ -280,7 +280,7 @@ impl ChangeLog {
 
     /// Any event in a directory a scan does not enter is counted; a directory made or moved
     /// there is watched (with all below it, at the path it has now) before the next question.
-    fn take_unscanned(&mut self, wd: i32, dir: &[u8], flags: ReadFlags, name: Option<&[u8]>) {
+    fn take_unscanned(&mut self, wd: i32, flags: ReadFlags, name: Option<&[u8]>) {
         self.unscanned_seq += 1;
         if flags.contains(ReadFlags::IGNORED) {
             self.unscanned.remove(&wd);
@@ -288,9 +288,10 @@ impl ChangeLog {
         }
         if flags.contains(ReadFlags::ISDIR)
             && flags.intersects(ReadFlags::CREATE | ReadFlags::MOVED_TO)
-            && let Some(name) = name
+            && let (Some(name), Some(dir)) = (name, self.unscanned.get(&wd))
         {
-            self.watch_unscanned_below(join_rel(dir, name));
+            let below = join_rel(dir, name);
+            self.watch_unscanned_below(below);
         }
     }
 
