@@ -47,10 +47,15 @@ impl Store {
         };
         let step = draft.into_step(placement, changes);
         let mut bytes = self.objects.pending_frames()?;
-        bytes.extend(crate::journal::encode_step(&step)?);
+        let record = crate::journal::encode_step(&step)?;
+        let start = self.journal.mark().pos + bytes.len() as u64;
+        bytes.extend_from_slice(&record);
         self.journal.append(&bytes)?;
-        self.objects.commit_pending(self.journal.mark());
-        self.steps.push(step.clone());
+        let mark = self.journal.mark();
+        self.objects.commit_pending(mark);
+        self.steps
+            .push(step.clone(), start, crate::journal::payload_len(&record));
+        self.steps.maybe_write_table(&self.dir, mark);
         guard.committed(step.number);
         Ok(step)
     }

@@ -35,6 +35,8 @@ pub fn fsck(store: &Store, progress: Option<&AtomicU64>) -> Result<FsckReport> {
     if let Some(packs) = store.packs() {
         packs.check_table()?;
     }
+    // And the step frames the steps table holds.
+    store.check_steps_table()?;
     let entries: Vec<ObjectId> = ObjectKind::ALL
         .into_iter()
         .flat_map(|kind| store.list_objects(kind))

@@ -24,6 +24,8 @@ impl Store {
         self.catch_up()?;
         let mut bytes = Vec::new();
         let mut recorded: Vec<Step> = Vec::new();
+        // Where each recorded step's frame is in `bytes`, and its payload's length.
+        let mut places: Vec<(u64, u32)> = Vec::new();
         for d in dead.iter().filter(|d| d.begun.open) {
             let note = format!("begun as inflight/{} by pid {}", d.id, d.begun.pid);
             // Recorded before, by an open that died before it removed the marker.
@@ -80,16 +82,21 @@ impl Store {
                         .into(),
                 ],
             };
-            bytes.extend(journal::encode_step(&step)?);
+            let record = journal::encode_step(&step)?;
+            let at = bytes.len() as u64;
+            bytes.extend_from_slice(&record);
+            places.push((at, journal::payload_len(&record)));
             recorded.push(step);
         }
+        let start = self.journal.mark().pos;
         if !bytes.is_empty() {
             self.journal.append(&bytes)?;
         }
         let numbers = recorded.iter().map(|s| s.number).collect();
-        for step in recorded {
-            self.steps.push(step);
+        for (step, (at, len)) in recorded.into_iter().zip(places) {
+            self.steps.push(step, start + at, len);
         }
+        self.steps.maybe_write_table(&self.dir, self.journal.mark());
         for d in &dead {
             let _ = std::fs::remove_file(&d.path);
         }

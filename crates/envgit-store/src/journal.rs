@@ -125,6 +125,20 @@ pub fn read(path: &Path, from: u64, want_objects: bool) -> Result<JournalRead> {
 /// [`read`], decoding only the objects frames that start at or after `objects_from`: those
 /// before it are what the object table ([`crate::object_table`]) already holds.
 pub fn read_objects_from(path: &Path, from: u64, objects_from: u64) -> Result<JournalRead> {
+    read_frames(path, from, objects_from, from)
+}
+
+/// [`read_objects_from`], and reading only the step frames that start at or after
+/// `steps_from`: those before it are what the steps table ([`crate::steps_table`]) already
+/// holds. Such a frame is skipped unread, and commits the objects frames before it as a read
+/// one would (the table vouches that it is there and intact when it was written, and it names
+/// this very file).
+pub fn read_frames(
+    path: &Path,
+    from: u64,
+    objects_from: u64,
+    steps_from: u64,
+) -> Result<JournalRead> {
     let file = match File::open(path) {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(JournalRead::default()),
@@ -163,6 +177,13 @@ pub fn read_objects_from(path: &Path, from: u64, objects_from: u64) -> Result<Jo
             pos = frame_end;
             continue;
         }
+        if ty == FrameType::Step as u8 && frame_start < steps_from {
+            r.seek_relative(i64::from(len) + 4).at(path)?;
+            pos = frame_end;
+            commit_pending(&mut out.objects, &mut pending);
+            out.committed_end = pos;
+            continue;
+        }
         // One buffer for every frame, filled without zeroing it first: at 100,000 files the
         // first frame alone is 6 MB, and each new page is a fault.
         payload.clear();
@@ -182,13 +203,8 @@ pub fn read_objects_from(path: &Path, from: u64, objects_from: u64) -> Result<Jo
         if ty == FrameType::Objects as u8 {
             decode_objects(&payload, &mut pending)?;
         } else if ty == FrameType::Step as u8 {
-            let step = StepRecord::read(payload.clone(), pos)?;
-            if out.objects.is_empty() {
-                // Moved, not copied (the usual case: one step's objects or a whole import).
-                std::mem::swap(&mut out.objects, &mut pending);
-            } else {
-                out.objects.append(&mut pending);
-            }
+            let step = StepRecord::read(payload.clone(), frame_start)?;
+            commit_pending(&mut out.objects, &mut pending);
             out.steps.push(step);
             out.committed_end = pos;
         } else {
@@ -217,6 +233,71 @@ pub fn read_objects_from(path: &Path, from: u64, objects_from: u64) -> Result<Jo
         )));
     }
     Ok(out)
+}
+
+/// The payload of the step record whose frame starts at `start` in `file` and holds `len`
+/// payload bytes, checked as a read of the whole journal would check it (header, length,
+/// checksum). `path` names the journal in errors.
+pub(crate) fn read_step_frame(file: &File, path: &Path, start: u64, len: u32) -> Result<Vec<u8>> {
+    use std::os::unix::fs::FileExt;
+    let mut frame = vec![0u8; FRAME_OVERHEAD as usize + len as usize];
+    file.read_exact_at(&mut frame, start).at(path)?;
+    step_payload(&frame, path, start)?;
+    frame.truncate(frame.len() - 4);
+    frame.drain(..9);
+    Ok(frame)
+}
+
+/// The payload of `frame` (the bytes of one step frame, header to checksum, that started at
+/// byte `start` of the journal at `path`) if it is one, whole and intact.
+pub(crate) fn step_payload<'a>(frame: &'a [u8], path: &Path, start: u64) -> Result<&'a [u8]> {
+    let damaged = |why: &str| {
+        StoreError::corrupt(format!(
+            "{}: the step record at byte {start} is damaged ({why}); nothing was changed: \
+             `envgit fsck` says what else is",
+            path.display()
+        ))
+    };
+    let (head, rest) = frame
+        .split_at_checked(9)
+        .ok_or_else(|| damaged("it is cut short"))?;
+    let (payload, crc) = rest
+        .split_last_chunk::<4>()
+        .ok_or_else(|| damaged("it is cut short"))?;
+    if head[..4] != MAGIC.to_le_bytes()
+        || head[4] != FrameType::Step as u8
+        || u32::from_le_bytes([head[5], head[6], head[7], head[8]]) as usize != payload.len()
+    {
+        return Err(damaged("its header is not a step record's"));
+    }
+    let sum = crc32c::crc32c_append(crc32c::crc32c(&head[4..]), payload);
+    if sum != u32::from_le_bytes(*crc) {
+        return Err(damaged("its checksum does not match"));
+    }
+    Ok(payload)
+}
+
+/// The payload length of `frame` (one frame's bytes, as [`encode_step`] made them).
+pub(crate) fn payload_len(frame: &[u8]) -> u32 {
+    u32::try_from(frame.len() as u64 - FRAME_OVERHEAD).unwrap_or(u32::MAX)
+}
+
+/// The bytes a frame with `len` payload bytes takes in the journal.
+pub(crate) fn frame_len(len: u32) -> u64 {
+    FRAME_OVERHEAD + u64::from(len)
+}
+
+/// The objects a step frame commits join the committed ones.
+fn commit_pending(
+    committed: &mut Vec<(ObjectId, Location)>,
+    pending: &mut Vec<(ObjectId, Location)>,
+) {
+    if committed.is_empty() {
+        // Moved, not copied (the usual case: one step's objects or a whole import).
+        std::mem::swap(committed, pending);
+    } else {
+        committed.append(pending);
+    }
 }
 
 /// Where the first intact frame (magic, sane length, matching checksum) at or after `from`

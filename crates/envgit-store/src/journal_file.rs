@@ -4,7 +4,7 @@
 
 use std::fs::OpenOptions;
 use std::io::{Seek, SeekFrom, Write};
-use std::os::unix::fs::MetadataExt;
+use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
 use crate::error::{IoContext, Result};
@@ -57,22 +57,24 @@ impl JournalFile {
     /// (gc rewrites it) and was read again from the start.
     #[cfg(test)]
     pub fn read_new(&mut self, objects: bool) -> Result<(JournalRead, bool)> {
-        self.read_new_with(|mark| if objects { mark.pos } else { u64::MAX })
+        self.read_new_with(|mark| (if objects { mark.pos } else { u64::MAX }, mark.pos))
     }
 
-    /// [`JournalFile::read_new`], decoding objects frames from the position `objects_from`
-    /// gives for where the read starts (`pos` 0: the whole journal).
+    /// [`JournalFile::read_new`], reading objects and step frames from the positions `from`
+    /// gives (objects, steps) for where the read would start (`pos` 0: the whole journal, of
+    /// which the tables hold a part). The read starts at the earlier of the two.
     pub fn read_new_with(
         &mut self,
-        objects_from: impl FnOnce(JournalMark) -> u64,
+        from: impl FnOnce(JournalMark) -> (u64, u64),
     ) -> Result<(JournalRead, bool)> {
         let ident = JournalMark::of_file(&self.path)?;
         let replaced = ident != self.mark.ident;
         if replaced {
             self.mark = JournalMark { ident, pos: 0 };
         }
-        let objects_from = objects_from(self.mark);
-        let read = journal::read_objects_from(&self.path, self.mark.pos, objects_from)?;
+        let (objects_from, steps_from) = from(self.mark);
+        let start = self.mark.pos.max(objects_from.min(steps_from));
+        let read = journal::read_frames(&self.path, start, objects_from, steps_from)?;
         self.mark.pos = read.committed_end;
         Ok((read, replaced))
     }
@@ -118,4 +120,21 @@ impl JournalFile {
         self.mark = JournalMark::default();
         Ok(())
     }
+}
+
+/// The journal at `store_dir` is at least `covers` bytes long and its 4 bytes before `covers`
+/// are `frame_end` (the checksum of the frame that ended there): how a table made beside it
+/// (objects, steps) knows it still describes this journal.
+pub(crate) fn journal_ends_with(store_dir: &Path, covers: u64, frame_end: [u8; 4]) -> bool {
+    frame_end_at(store_dir, covers) == Some(frame_end)
+}
+
+/// The journal's 4 bytes before `pos`: the checksum of the frame that ends there.
+pub(crate) fn frame_end_at(store_dir: &Path, pos: u64) -> Option<[u8; 4]> {
+    let at = pos.checked_sub(4)?;
+    let mut got = [0u8; 4];
+    std::fs::File::open(store_dir.join("journal"))
+        .and_then(|f| f.read_exact_at(&mut got, at))
+        .ok()?;
+    Some(got)
 }

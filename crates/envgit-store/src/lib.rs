@@ -46,6 +46,7 @@ mod stale_temporaries;
 mod stat_index;
 mod step;
 mod step_log;
+mod steps_table;
 mod store;
 mod tree;
 mod tree_cache;

@@ -17,13 +17,12 @@
 //! encoding) in id order without duplicates, then a CRC-32C of everything before it.
 
 use std::collections::HashMap;
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use crate::byte_cursor::ByteCursor;
 use crate::id::{ObjectId, ObjectKind};
 use crate::journal::{self, ENTRY_LEN};
-use crate::journal_file::JournalMark;
+use crate::journal_file::{JournalMark, frame_end_at, journal_ends_with};
 use crate::pack::Location;
 
 const MAGIC: &[u8; 8] = b"EGOBJT01";
@@ -131,22 +130,6 @@ impl ObjectTable {
             .filter(move |(_, l)| l.kind == kind)
             .map(|(id, _)| id)
     }
-}
-
-/// The journal at `store_dir` is at least `covers` bytes long and its 4 bytes before `covers`
-/// are `frame_end` (the checksum of the frame that ended there).
-fn journal_ends_with(store_dir: &Path, covers: u64, frame_end: [u8; 4]) -> bool {
-    frame_end_at(store_dir, covers) == Some(frame_end)
-}
-
-/// The journal's 4 bytes before `pos`: the checksum of the frame that ends there.
-fn frame_end_at(store_dir: &Path, pos: u64) -> Option<[u8; 4]> {
-    let at = pos.checked_sub(4)?;
-    let mut got = [0u8; 4];
-    std::fs::File::open(store_dir.join("journal"))
-        .and_then(|f| f.read_exact_at(&mut got, at))
-        .ok()?;
-    Some(got)
 }
 
 /// Writes the table of `entries` (sorted by id, no duplicates) covering the journal up to

@@ -474,11 +474,12 @@ mod tests {
     fn catch_up(journal: &mut JournalFile, backend: &mut PackBackend) {
         let (read, _) = journal
             .read_new_with(|m| {
-                if m.pos == 0 {
+                let objects_from = if m.pos == 0 {
                     backend.begin_full_read(m.ident)
                 } else {
                     m.pos
-                }
+                };
+                (objects_from, m.pos)
             })
             .unwrap();
         backend.load(read.objects, journal.mark());

@@ -313,20 +313,38 @@ impl Store {
     pub fn catch_up(&mut self) -> Result<()> {
         let loaded = self.objects_loaded;
         let objects = &mut self.objects;
-        let (read, replaced) = self.journal.read_new_with(|mark| {
-            if !loaded {
-                u64::MAX
-            } else if mark.pos == 0 {
+        let steps = &mut self.steps;
+        let dir = &self.dir;
+        let (read, _replaced) = self.journal.read_new_with(|mark| {
+            if mark.pos != 0 {
+                return (if loaded { mark.pos } else { u64::MAX }, mark.pos);
+            }
+            let steps_from = steps.begin_full_read(dir, mark.ident);
+            let objects_from = if loaded {
                 objects.begin_full_read(mark.ident)
             } else {
-                mark.pos
-            }
+                u64::MAX
+            };
+            (objects_from, steps_from)
         })?;
-        if replaced {
-            self.steps.clear();
-        }
         self.objects.load(read.objects, self.journal.mark());
         self.steps.extend(read.steps)
+    }
+
+    /// Read every step frame of the journal, checksums and all (an open through the steps
+    /// table reads none it holds), and check that each record is where the table said (fsck).
+    pub(crate) fn check_steps_table(&self) -> Result<()> {
+        let read = journal::read(self.journal.path(), 0, false)?;
+        if !self.steps.same_places(&read.steps) {
+            return Err(StoreError::corrupt(format!(
+                "{}: the steps table does not match the journal ({} steps against {}); it is a \
+                 cache: remove it and run envgit fsck again",
+                crate::steps_table::path(&self.dir).display(),
+                self.steps.len(),
+                read.steps.len()
+            )));
+        }
+        Ok(())
     }
 
     /// Raise a format-1 store to the format that has deltas, once, before its first delta.
@@ -371,6 +389,7 @@ impl Store {
         }
         // The table names objects where the old journal put them.
         crate::object_table::remove(&self.dir);
+        crate::steps_table::remove(&self.dir);
         self.journal.replace(&bytes)?;
         self.catch_up()
     }
