@@ -32,6 +32,7 @@ mod interrupted;
 mod journal;
 mod journal_file;
 mod lock;
+mod mapped;
 mod memory_backend;
 mod object_table;
 mod pack;

@@ -23,6 +23,7 @@ use crate::byte_cursor::ByteCursor;
 use crate::id::{ObjectId, ObjectKind};
 use crate::journal::{self, ENTRY_LEN};
 use crate::journal_file::{JournalMark, frame_end_at, journal_ends_with};
+use crate::mapped::FileBytes;
 use crate::pack::Location;
 
 const MAGIC: &[u8; 8] = b"EGOBJT01";
@@ -34,7 +35,7 @@ pub(crate) fn path(store_dir: &Path) -> PathBuf {
 
 pub(crate) struct ObjectTable {
     /// The file's bytes.
-    bytes: Vec<u8>,
+    bytes: FileBytes,
     /// Where the entries start in `bytes`.
     entries_at: usize,
     count: usize,
@@ -51,7 +52,7 @@ impl ObjectTable {
         if journal == (0, 0) {
             return None;
         }
-        let bytes = std::fs::read(path(store_dir)).ok()?;
+        let bytes = FileBytes::of_replaced_file(&path(store_dir)).ok()?;
         let (body, crc) = bytes.split_last_chunk::<4>()?;
         if crc32c::crc32c(body) != u32::from_le_bytes(*crc) {
             return None;
@@ -168,7 +169,7 @@ pub(crate) fn write<'a>(
     }
     Some(ObjectTable {
         count: (out.len() - 4 - entries_at) / ENTRY_LEN,
-        bytes: out,
+        bytes: FileBytes::Held(out),
         entries_at,
         covers: mark.pos,
         pack_ends: pack_ends.clone(),

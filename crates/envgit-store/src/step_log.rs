@@ -40,7 +40,9 @@ pub struct StepRecord {
     /// How many bytes its payload is.
     len: u32,
     bytes: Bytes,
-    decoded: OnceLock<Step>,
+    /// Boxed: a `Step` is hundreds of bytes, and a record per step of the history is made at
+    /// every open; inline, their memory's page faults cost more than the table's read.
+    decoded: OnceLock<Box<Step>>,
 }
 
 fn decode(raw: &[u8], at: u64) -> Result<Step> {
@@ -67,7 +69,7 @@ impl StepRecord {
             None => {
                 let step = decode(&raw, start)?;
                 let n = step.number;
-                let _ = decoded.set(step);
+                let _ = decoded.set(Box::new(step));
                 n
             }
         };
@@ -87,7 +89,7 @@ impl StepRecord {
             start,
             len,
             bytes: Bytes::Written,
-            decoded: OnceLock::from(step),
+            decoded: OnceLock::from(Box::new(step)),
         }
     }
 
@@ -117,7 +119,7 @@ impl StepRecord {
 
     pub(crate) fn get(&self) -> Result<&Step> {
         if let Some(step) = self.decoded.get() {
-            return Ok(step);
+            return Ok(step.as_ref());
         }
         let step = match &self.bytes {
             Bytes::Held(raw) => self.decode_checked(raw)?,
@@ -133,7 +135,7 @@ impl StepRecord {
                 )));
             }
         };
-        Ok(self.decoded.get_or_init(|| step))
+        Ok(self.decoded.get_or_init(|| Box::new(step)).as_ref())
     }
 }
 
@@ -157,7 +159,10 @@ impl StepLog {
 
     /// The newest step (always decoded).
     pub(crate) fn head(&self) -> Option<&Step> {
-        self.records.last().and_then(|r| r.decoded.get())
+        self.records
+            .last()
+            .and_then(|r| r.decoded.get())
+            .map(AsRef::as_ref)
     }
 
     /// The step numbered `number`: where it is when numbers follow positions, as they do,

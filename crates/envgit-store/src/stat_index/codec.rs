@@ -14,6 +14,7 @@ use std::ops::Range;
 
 use crate::byte_cursor::ByteCursor as Cursor;
 use crate::id::ObjectId;
+use crate::mapped::FileBytes;
 use crate::tree::{EntryKind, MarkerReason, TreeEntry};
 use crate::worktree::{CachedEntry, DirMap, DirState, Held, StatKey};
 
@@ -172,12 +173,12 @@ fn open<'a>(b: &'a [u8], magic: &[u8; 8], fingerprint: &str) -> Option<(Cursor<'
 /// A base: its id, its directories and their record checksums.
 #[cfg(test)]
 pub(super) fn decode_base(b: &[u8], fingerprint: &str) -> Option<(u64, Dirs, RecordSums)> {
-    read_base(b.to_vec(), fingerprint)
+    read_base(FileBytes::Held(b.to_vec()), fingerprint)
 }
 
 /// The base whose bytes are `b`: its id, its directories (each record checked, and decoded
 /// only when used: [`DirMap`]) and their record checksums.
-pub(super) fn read_base(b: Vec<u8>, fingerprint: &str) -> Option<(u64, Dirs, RecordSums)> {
+pub(super) fn read_base(b: FileBytes, fingerprint: &str) -> Option<(u64, Dirs, RecordSums)> {
     let (mut r, base_id) = open(&b, BASE_MAGIC, fingerprint)?;
     let ndirs = r.u32()? as usize;
     let mut records = Vec::with_capacity(ndirs.min(b.len() / 48));

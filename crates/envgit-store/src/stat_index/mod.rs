@@ -26,6 +26,7 @@ use std::path::{Path, PathBuf};
 
 use crate::error::{IoContext, Result};
 use crate::lock::Flock;
+use crate::mapped::FileBytes;
 use crate::store::Store;
 use crate::worktree::{Held, IndexOnDisk, WorkTree};
 
@@ -107,7 +108,7 @@ impl WorkTree {
     pub fn load_index_of(&mut self, store_dir: &Path) {
         let mut known = self.load_base(&crate::store::stat_cache_path(store_dir));
         if let Some(known) = known.as_mut()
-            && let Ok(tail) = std::fs::read(crate::store::stat_tail_path(store_dir))
+            && let Ok(tail) = FileBytes::of_replaced_file(&crate::store::stat_tail_path(store_dir))
         {
             let fingerprint = self.config().fingerprint.clone();
             if apply_tail(&tail, &fingerprint, known.base_id, &mut self.dirs).is_some() {
@@ -139,7 +140,7 @@ impl WorkTree {
 
     /// The base at `path` if it is sound, as the state's directories; what it is on disk.
     fn load_base(&mut self, path: &Path) -> Option<IndexOnDisk> {
-        let bytes = std::fs::read(path).ok()?;
+        let bytes = FileBytes::of_replaced_file(path).ok()?;
         let len = bytes.len();
         let (base_id, dirs, record_sums) = read_base(bytes, &self.config().fingerprint)?;
         self.dirs = dirs;

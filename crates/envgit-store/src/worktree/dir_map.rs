@@ -10,6 +10,7 @@ use std::ops::Range;
 use std::sync::{Arc, OnceLock};
 
 use super::entry::DirState;
+use crate::mapped::FileBytes;
 
 /// Decodes a record the stat index checked when it was loaded.
 pub(crate) type DecodeRecord = fn(&[u8]) -> Option<DirState>;
@@ -33,7 +34,7 @@ impl Slot {
 pub(crate) struct DirMap {
     slots: HashMap<Vec<u8>, Slot>,
     /// The loaded index's bytes, which records point into.
-    loaded: Arc<Vec<u8>>,
+    loaded: Arc<FileBytes>,
     decode: Option<DecodeRecord>,
 }
 
@@ -47,7 +48,7 @@ impl DirMap {
     /// States of `records` (relative path, range in `bytes`), each decoded by `decode` on
     /// first use.
     pub(crate) fn of_records(
-        bytes: Vec<u8>,
+        bytes: FileBytes,
         records: impl IntoIterator<Item = (Vec<u8>, Range<usize>)>,
         decode: DecodeRecord,
     ) -> Self {
