@@ -11,6 +11,7 @@
 //! ([`ObjectBackend::pending_frames`], then [`ObjectBackend::commit_pending`]).
 
 use std::any::Any;
+use std::collections::HashMap;
 
 use crate::error::{Result, StoreError};
 use crate::id::{ObjectId, ObjectKind};
@@ -76,6 +77,21 @@ pub trait ObjectBackend: Send + Sync + 'static {
         0
     }
 
+    /// The committed objects its own index (the local packs' object table) does not hold,
+    /// as of the journal's last commit, for the steps table to carry ([`Untabled`]); `None`
+    /// for a backend whose index is not the journal's.
+    fn untabled(&self) -> Option<Untabled> {
+        None
+    }
+
+    /// After [`ObjectBackend::begin_full_read`]: take `untabled` (from the steps table) as the
+    /// objects the journal records up to the point it was written at, if it continues from
+    /// the index just loaded; whether it did (else the journal's frames are read).
+    fn resume(&mut self, untabled: Untabled) -> bool {
+        let _ = untabled;
+        false
+    }
+
     /// Objects the journal records, read from it up to `mark` (committed by this or another
     /// process).
     fn load(&mut self, objects: Vec<(ObjectId, Location)>, mark: JournalMark);
@@ -92,6 +108,19 @@ pub trait ObjectBackend: Send + Sync + 'static {
 }
 
 /// Copy `ids` one object at a time: read from `source`, encoded again, put into `dest`.
+/// The committed objects an object table does not hold, as of a point in the journal: what
+/// reading the journal's objects frames after the table would give. Without it an open read
+/// every frame after the table's point, which a history of steps that add no object (each a
+/// ~1 KB record) pushes ever further back.
+pub struct Untabled {
+    /// The point the object table it continues covers; 0: there was none.
+    pub from: u64,
+    /// Per pack, the end of its last committed object (as the table keeps them).
+    pub pack_ends: HashMap<u64, u64>,
+    /// The objects committed after `from`, each at its first location.
+    pub entries: Vec<(ObjectId, Location)>,
+}
+
 pub(crate) fn copy_each(
     dest: &(impl ObjectBackend + ?Sized),
     source: &dyn ObjectBackend,

@@ -55,7 +55,8 @@ impl Store {
         self.objects.commit_pending(mark);
         self.steps
             .push(step.clone(), start, crate::journal::payload_len(&record));
-        self.steps.maybe_write_table(&self.dir, mark);
+        self.steps
+            .maybe_write_table(&self.dir, mark, self.objects.as_ref());
         guard.committed(step.number);
         Ok(step)
     }

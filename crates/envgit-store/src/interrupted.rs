@@ -96,7 +96,8 @@ impl Store {
         for (step, (at, len)) in recorded.into_iter().zip(places) {
             self.steps.push(step, start + at, len);
         }
-        self.steps.maybe_write_table(&self.dir, self.journal.mark());
+        self.steps
+            .maybe_write_table(&self.dir, self.journal.mark(), self.objects.as_ref());
         for d in &dead {
             let _ = std::fs::remove_file(&d.path);
         }

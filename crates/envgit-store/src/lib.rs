@@ -56,7 +56,7 @@ mod watches;
 mod worktree;
 mod write;
 
-pub use backend::{ObjectBackend, ObjectInfo};
+pub use backend::{ObjectBackend, ObjectInfo, Untabled};
 pub use budget::BudgetLimit;
 pub use change_log::{ChangeLog, ChangeToken, RootGone, Since};
 pub use change_note::ChangeNote;

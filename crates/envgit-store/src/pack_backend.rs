@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, PoisonError};
 
-use crate::backend::{ObjectBackend, ObjectInfo, copy_each, missing};
+use crate::backend::{ObjectBackend, ObjectInfo, Untabled, copy_each, missing};
 use crate::error::{Result, StoreError};
 use crate::id::{IdMap, ObjectId, ObjectKind};
 use crate::journal;
@@ -412,6 +412,27 @@ impl ObjectBackend for PackBackend {
         };
         self.pack_ends.clone_from(&table.pack_ends);
         table.covers
+    }
+
+    fn untabled(&self) -> Option<Untabled> {
+        Some(Untabled {
+            from: self.table.as_ref().map_or(0, |t| t.covers),
+            pack_ends: self.pack_ends.clone(),
+            entries: self.index.iter().map(|(id, loc)| (*id, *loc)).collect(),
+        })
+    }
+
+    fn resume(&mut self, untabled: Untabled) -> bool {
+        if untabled.from != self.table.as_ref().map_or(0, |t| t.covers) {
+            return false;
+        }
+        // Every end as of that point, duplicates' included: the table's, and later ones.
+        self.pack_ends = untabled.pack_ends;
+        self.index.reserve(untabled.entries.len());
+        for (id, loc) in untabled.entries {
+            self.note_committed(id, loc);
+        }
+        true
     }
 
     fn load(&mut self, objects: Vec<(ObjectId, Location)>, mark: JournalMark) {

@@ -16,6 +16,7 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
+use crate::backend::{ObjectBackend, Untabled};
 use crate::error::{IoContext, Result, StoreError};
 use crate::journal;
 use crate::journal_file::JournalMark;
@@ -250,12 +251,17 @@ impl StepLog {
     /// A read of the whole journal `journal` (device, inode) of the store at `store_dir`
     /// begins: the records are the steps table's, if a sound one names this journal, and the
     /// read starts where it ends (0 without one).
-    pub(crate) fn begin_full_read(&mut self, store_dir: &Path, journal: (u64, u64)) -> u64 {
+    /// With it, the objects the object table did not hold at that point, if the table has them.
+    pub(crate) fn begin_full_read(
+        &mut self,
+        store_dir: &Path,
+        journal: (u64, u64),
+    ) -> (u64, Option<Untabled>) {
         self.records.clear();
         self.all = OnceLock::new();
         self.tabled = 0;
         let Some((table, file)) = steps_table::load(store_dir, journal) else {
-            return 0;
+            return (0, None);
         };
         let source = Arc::new((file, store_dir.join("journal")));
         self.records = table
@@ -270,7 +276,7 @@ impl StepLog {
             })
             .collect();
         self.tabled = self.records.len();
-        table.covers
+        (table.covers, table.objects)
     }
 
     /// Whether the records read by a whole read of the journal (`read`, oldest first) are
@@ -286,12 +292,18 @@ impl StepLog {
 
     /// After a commit (under the store's lock, the journal read to `mark`): a new steps table
     /// once enough records are beyond the one on disk. Best effort, like the object table's.
-    pub(crate) fn maybe_write_table(&mut self, store_dir: &Path, mark: JournalMark) {
+    /// `objects` is the store's: what its object index did not hold then goes with it.
+    pub(crate) fn maybe_write_table(
+        &mut self,
+        store_dir: &Path,
+        mark: JournalMark,
+        objects: &dyn ObjectBackend,
+    ) {
         if self.records.len() < self.tabled + TABLE_AFTER {
             return;
         }
         let entries: Vec<TableEntry> = self.records.iter().map(StepRecord::entry).collect();
-        if steps_table::write(store_dir, mark, &entries) {
+        if steps_table::write(store_dir, mark, &entries, objects.untabled().as_ref()) {
             self.tabled = entries.len();
         }
     }

@@ -319,13 +319,17 @@ impl Store {
             if mark.pos != 0 {
                 return (if loaded { mark.pos } else { u64::MAX }, mark.pos);
             }
-            let steps_from = steps.begin_full_read(dir, mark.ident);
-            let objects_from = if loaded {
-                objects.begin_full_read(mark.ident)
+            let (steps_from, untabled) = steps.begin_full_read(dir, mark.ident);
+            if !loaded {
+                return (u64::MAX, steps_from);
+            }
+            let from = objects.begin_full_read(mark.ident);
+            // The steps table's objects continue the object table to its own point.
+            if untabled.is_some_and(|u| objects.resume(u)) {
+                (steps_from, steps_from)
             } else {
-                u64::MAX
-            };
-            (objects_from, steps_from)
+                (from, steps_from)
+            }
         })?;
         self.objects.load(read.objects, self.journal.mark());
         self.steps.extend(read.steps)
