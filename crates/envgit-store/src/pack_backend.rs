@@ -426,12 +426,10 @@ impl ObjectBackend for PackBackend {
         if untabled.from != self.table.as_ref().map_or(0, |t| t.covers) {
             return false;
         }
-        // Every end as of that point, duplicates' included: the table's, and later ones.
+        // Every end as of that point, duplicates' included: the table's, and later ones. The
+        // entries were what this same table did not hold: no lookup in it for each.
         self.pack_ends = untabled.pack_ends;
-        self.index.reserve(untabled.entries.len());
-        for (id, loc) in untabled.entries {
-            self.note_committed(id, loc);
-        }
+        self.index.extend(untabled.entries);
         true
     }
 

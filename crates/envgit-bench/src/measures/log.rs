@@ -1,6 +1,7 @@
 //! G11: `envgit log` over 1,000 steps. The steps are made quickly in-process on a small tree
 //! (10 files changed each, so every record lists changes), then `envgit log` and
-//! `envgit log --json` are timed as processes.
+//! `envgit log --json` are timed as processes, and opening the store against the same store at
+//! one step.
 
 use anyhow::{Result, bail};
 use envgit_store::{StepKind, Store, WorkTree};
@@ -21,6 +22,7 @@ pub fn measure(
     envgit.run(&tree.root, &["init"])?;
     let store_dir = envgit.store_dir(&tree.root)?;
     let cfg = project_config(&tree.root)?;
+    let open_before = open_times(&store_dir, reps)?;
     progress(&format!("log: making {steps} steps through the store API"));
     let ((), make_ms) = timed(|| {
         let mut store = Store::open(&store_dir)?;
@@ -41,12 +43,27 @@ pub fn measure(
         .map(|m| m.len())
         .unwrap_or(0);
 
+    // What opening the store costs, which every command pays, against the same store at one
+    // step: a history that grows must not make each step slower (a goal of this bench's own:
+    // under a millisecond at 1,000 steps).
+    let open_after = open_times(&store_dir, reps)?;
+    let total = steps + 1;
+    report.push(
+        Row::ms(format!("store open, {total} steps: p50"), open_after.p50())
+            .anchor("the same store at 1 step", open_before.p50())
+            .goal(Goal::AtMost(1.0))
+            .note(format!(
+                "in-process Store::open; {} (1 step: {})",
+                open_after.summary_ms(),
+                open_before.summary_ms()
+            )),
+    );
+
     // Process start-up alone, to read the two figures against.
     let mut bare = Samples::default();
     for _ in 0..reps {
         bare.push(crate::util::run(std::process::Command::new(&envgit.bin).arg("--version"))?.ms);
     }
-    let total = steps + 1;
     for json in [false, true] {
         let args: &[&str] = if json { &["log", "--json"] } else { &["log"] };
         let mut s = Samples::default();
@@ -79,4 +96,15 @@ pub fn measure(
         );
     }
     Ok(())
+}
+
+/// `Store::open` of `store_dir`, `reps` times (the files in the page cache after the first).
+fn open_times(store_dir: &std::path::Path, reps: usize) -> Result<Samples> {
+    let mut s = Samples::default();
+    Store::open(store_dir)?;
+    for _ in 0..reps.max(5) {
+        let (_, ms) = timed(|| Ok(Store::open(store_dir)?))?;
+        s.push(ms);
+    }
+    Ok(s)
 }
