@@ -415,6 +415,11 @@ impl ObjectBackend for PackBackend {
     }
 
     fn untabled(&self) -> Option<Untabled> {
+        // Opened for step records only (`log` recording an interrupted step): its map holds
+        // nothing, which must never be taken for "no object after the table".
+        if !self.loaded {
+            return None;
+        }
         Some(Untabled {
             from: self.table.as_ref().map_or(0, |t| t.covers),
             pack_ends: self.pack_ends.clone(),

@@ -347,3 +347,57 @@ fn the_objects_after_the_object_table_come_with_the_steps_table() {
         .to_string();
     assert!(e.contains("damaged"), "{e}");
 }
+
+/// Child role of the test below: begin a step, say so, and wait to be killed.
+fn begin_and_hang(dir: &Path) -> ! {
+    let store = Store::open(dir).unwrap();
+    let mut g = store.begin_step("run: sleep").unwrap();
+    g.keep_if_uncommitted();
+    println!("BEGUN");
+    std::io::Write::flush(&mut std::io::stdout()).unwrap();
+    let mut buf = [0u8; 1];
+    let _ = std::io::Read::read(&mut std::io::stdin(), &mut buf);
+    std::process::exit(0)
+}
+
+/// A reader (`envgit log`) opens for step records only, so it knows no object; when it records
+/// a killed step as interrupted and that record is the one that writes a new steps table, the
+/// table must not say "no object after the object table's point". (It did: the next open then
+/// had no object at all, and fsck said every step was damaged.)
+#[test]
+fn a_table_written_by_a_reader_that_recorded_an_interrupted_step_loses_no_object() {
+    use std::io::BufRead;
+    if let Some(dir) = std::env::var_os("ENVGIT_TEST_STEPS_TABLE_HANG") {
+        begin_and_hang(Path::new(&dir));
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    // One record short of a table: the interrupted step's record writes it.
+    let (_, dir) = project(tmp.path(), "a", 63);
+    assert!(!table(&dir).exists());
+    let name = "a_table_written_by_a_reader_that_recorded_an_interrupted_step_loses_no_object";
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", name, "--nocapture", "--test-threads=1"])
+        .env("ENVGIT_TEST_STEPS_TABLE_HANG", &dir)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    assert!(
+        lines.any(|l| l.unwrap().contains("BEGUN")),
+        "the child never began its step"
+    );
+    child.kill().unwrap();
+    child.wait().unwrap();
+
+    let reader = Store::open_steps_only(&dir).unwrap();
+    assert_eq!(reader.step_count(), 64);
+    drop(reader);
+    assert!(table(&dir).exists(), "the reader wrote no table");
+    let store = Store::open(&dir).unwrap();
+    let (steps, objects_then) = without_tables(&dir);
+    assert!(!objects_then.is_empty());
+    assert_eq!(objects(&store), objects_then, "objects lost");
+    assert_eq!(steps_of(&store), steps);
+    assert!(envgit_store::fsck(&store, None).unwrap().is_clean());
+}
