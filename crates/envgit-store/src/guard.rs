@@ -31,6 +31,7 @@ pub const GUARD_MAX_BYTES: u64 = 64 << 20;
 enum Kind {
     Dir,
     File {
+        #[serde(with = "crate::guard_bytes")]
         content: Vec<u8>,
     },
     Symlink {

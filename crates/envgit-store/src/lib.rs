@@ -27,6 +27,7 @@ mod gc;
 mod gitlayer;
 mod graft;
 mod guard;
+mod guard_bytes;
 mod id;
 mod interrupted;
 mod journal;
