@@ -58,7 +58,8 @@ mod tests {
         assert_eq!(json, r#"{"content":"IyEvYmluL3NoCv8AIGV4aXQgMQo="}"#);
         assert_eq!(serde_json::from_str::<File>(&json).unwrap(), f);
         // What an older envgit wrote.
-        let old = r#"{"content":[35,33,47,98,105,110,47,115,104,10,255,0,32,101,120,105,116,32,49,10]}"#;
+        let old =
+            r#"{"content":[35,33,47,98,105,110,47,115,104,10,255,0,32,101,120,105,116,32,49,10]}"#;
         assert_eq!(serde_json::from_str::<File>(old).unwrap(), f);
         assert!(serde_json::from_str::<File>(r#"{"content":"not base64!"}"#).is_err());
         assert!(serde_json::from_str::<File>(r#"{"content":[256]}"#).is_err());
