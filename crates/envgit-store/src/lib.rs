@@ -32,6 +32,7 @@ mod id;
 mod interrupted;
 mod journal;
 mod journal_file;
+mod journal_table;
 mod lock;
 mod mapped;
 mod memory_backend;

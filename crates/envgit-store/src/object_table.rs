@@ -19,10 +19,10 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use crate::byte_cursor::ByteCursor;
 use crate::id::{ObjectId, ObjectKind};
 use crate::journal::{self, ENTRY_LEN};
-use crate::journal_file::{JournalMark, frame_end_at, journal_ends_with};
+use crate::journal_file::JournalMark;
+use crate::journal_table;
 use crate::mapped::FileBytes;
 use crate::pack::Location;
 
@@ -53,27 +53,11 @@ impl ObjectTable {
             return None;
         }
         let bytes = FileBytes::of_replaced_file(&path(store_dir)).ok()?;
-        let (body, crc) = bytes.split_last_chunk::<4>()?;
-        if crc32c::crc32c(body) != u32::from_le_bytes(*crc) {
-            return None;
-        }
-        let mut r = ByteCursor::new(body);
-        if r.take(8)? != MAGIC || (r.u64()?, r.u64()?) != journal {
-            return None;
-        }
-        let covers = r.u64()?;
-        let frame_end: [u8; 4] = r.take(4)?.try_into().ok()?;
-        if !journal_ends_with(store_dir, covers, frame_end) {
-            return None;
-        }
-        let npacks = r.u32()? as usize;
-        let mut pack_ends = HashMap::with_capacity(npacks.min(body.len() / 16));
-        for _ in 0..npacks {
-            pack_ends.insert(r.u64()?, r.u64()?);
-        }
+        let (mut r, covers) = journal_table::open(store_dir, &bytes, MAGIC, journal)?;
+        let pack_ends = journal_table::read_pack_ends(&mut r)?;
         let count = usize::try_from(r.u64()?).ok()?;
         let entries_at = r.pos;
-        if body.len() - entries_at != count.checked_mul(ENTRY_LEN)? {
+        if r.b.len() - entries_at != count.checked_mul(ENTRY_LEN)? {
             return None;
         }
         let table = Self {
@@ -144,29 +128,16 @@ pub(crate) fn write<'a>(
     count: usize,
     entries: impl Iterator<Item = (&'a ObjectId, &'a Location)>,
 ) -> Option<ObjectTable> {
-    let frame_end = frame_end_at(store_dir, mark.pos)?;
-    let mut out = Vec::with_capacity(64 + pack_ends.len() * 16 + count * ENTRY_LEN);
-    out.extend_from_slice(MAGIC);
-    out.extend_from_slice(&mark.ident.0.to_le_bytes());
-    out.extend_from_slice(&mark.ident.1.to_le_bytes());
-    out.extend_from_slice(&mark.pos.to_le_bytes());
-    out.extend_from_slice(&frame_end);
-    out.extend_from_slice(&(pack_ends.len() as u32).to_le_bytes());
-    for (pack, end) in pack_ends {
-        out.extend_from_slice(&pack.to_le_bytes());
-        out.extend_from_slice(&end.to_le_bytes());
-    }
+    let capacity = 16 + pack_ends.len() * 16 + count * ENTRY_LEN;
+    let mut out = journal_table::begin(store_dir, MAGIC, mark, capacity)?;
+    journal_table::write_pack_ends(&mut out, pack_ends);
     out.extend_from_slice(&(count as u64).to_le_bytes());
     let entries_at = out.len();
     for (id, loc) in entries {
         journal::encode_entry(&mut out, id, loc);
     }
-    let crc = crc32c::crc32c(&out);
-    out.extend_from_slice(&crc.to_le_bytes());
-    let tmp = store_dir.join(format!(".tmp-{:016x}", crate::pack::random_u64()));
-    if std::fs::write(&tmp, &out).is_err() || std::fs::rename(&tmp, path(store_dir)).is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
+    // Kept in memory whether or not it reached the disk: it is what the journal says.
+    journal_table::seal_and_replace(store_dir, &path(store_dir), &mut out);
     Some(ObjectTable {
         count: (out.len() - 4 - entries_at) / ENTRY_LEN,
         bytes: FileBytes::Held(out),

@@ -24,7 +24,6 @@
 //! count (u64) and the entries (the journal's [`journal::ENTRY_LEN`]-byte encoding); then a
 //! CRC-32C of everything before it.
 
-use std::collections::HashMap;
 use std::fs::File;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -32,7 +31,8 @@ use std::path::{Path, PathBuf};
 use crate::backend::Untabled;
 use crate::byte_cursor::ByteCursor;
 use crate::journal::{self, ENTRY_LEN as OBJECT_ENTRY_LEN, frame_len};
-use crate::journal_file::{JournalMark, frame_end_at, journal_ends_with};
+use crate::journal_file::JournalMark;
+use crate::journal_table;
 
 const MAGIC: &[u8; 8] = b"EGSTPT01";
 const ENTRY_LEN: usize = 8 + 8 + 4;
@@ -65,22 +65,10 @@ const NO_OBJECTS: u64 = u64::MAX;
 /// journal `journal` (device, inode) as it is now; with the journal opened (that very file,
 /// for the records to be read from later, whatever replaces it).
 pub(crate) fn load(store_dir: &Path, journal: (u64, u64)) -> Option<(StepsTable, File)> {
-    if journal == (0, 0) {
-        return None;
-    }
     let bytes = std::fs::read(path(store_dir)).ok()?;
-    let (body, crc) = bytes.split_last_chunk::<4>()?;
-    if crc32c::crc32c(body) != u32::from_le_bytes(*crc) {
-        return None;
-    }
-    let mut r = ByteCursor::new(body);
-    if r.take(8)? != MAGIC || (r.u64()?, r.u64()?) != journal {
-        return None;
-    }
-    let covers = r.u64()?;
-    let frame_end: [u8; 4] = r.take(4)?.try_into().ok()?;
+    let (mut r, covers) = journal_table::open(store_dir, &bytes, MAGIC, journal)?;
     let count = usize::try_from(r.u64()?).ok()?;
-    if body.len() - r.pos < count.checked_mul(ENTRY_LEN)? {
+    if r.b.len() - r.pos < count.checked_mul(ENTRY_LEN)? {
         return None;
     }
     let mut entries = Vec::with_capacity(count);
@@ -107,7 +95,7 @@ pub(crate) fn load(store_dir: &Path, journal: (u64, u64)) -> Option<(StepsTable,
     }
     let file = File::open(store_dir.join("journal")).ok()?;
     let m = file.metadata().ok()?;
-    if (m.dev(), m.ino()) != journal || !journal_ends_with(store_dir, covers, frame_end) {
+    if (m.dev(), m.ino()) != journal {
         return None;
     }
     Some((
@@ -126,11 +114,7 @@ fn read_objects(r: &mut ByteCursor<'_>) -> Option<Option<Untabled>> {
     if from == NO_OBJECTS {
         return Some(None);
     }
-    let npacks = r.u32()? as usize;
-    let mut pack_ends = HashMap::with_capacity(npacks.min(r.b.len() / 16));
-    for _ in 0..npacks {
-        pack_ends.insert(r.u64()?, r.u64()?);
-    }
+    let pack_ends = journal_table::read_pack_ends(r)?;
     let count = usize::try_from(r.u64()?).ok()?;
     let bytes = r.take(count.checked_mul(OBJECT_ENTRY_LEN)?)?;
     let entries = bytes
@@ -158,15 +142,16 @@ pub(crate) fn write(
     let ends_at_mark = entries
         .last()
         .is_some_and(|e| e.start + frame_len(e.len) == mark.pos);
-    let Some(frame_end) = frame_end_at(store_dir, mark.pos).filter(|_| ends_at_mark) else {
+    let capacity = 8
+        + entries.len() * ENTRY_LEN
+        + objects.map_or(8, |o| {
+            20 + o.pack_ends.len() * 16 + o.entries.len() * OBJECT_ENTRY_LEN
+        });
+    let Some(mut out) =
+        journal_table::begin(store_dir, MAGIC, mark, capacity).filter(|_| ends_at_mark)
+    else {
         return false;
     };
-    let mut out = Vec::with_capacity(48 + entries.len() * ENTRY_LEN);
-    out.extend_from_slice(MAGIC);
-    out.extend_from_slice(&mark.ident.0.to_le_bytes());
-    out.extend_from_slice(&mark.ident.1.to_le_bytes());
-    out.extend_from_slice(&mark.pos.to_le_bytes());
-    out.extend_from_slice(&frame_end);
     out.extend_from_slice(&(entries.len() as u64).to_le_bytes());
     for e in entries {
         out.extend_from_slice(&e.number.to_le_bytes());
@@ -177,25 +162,14 @@ pub(crate) fn write(
         None => out.extend_from_slice(&NO_OBJECTS.to_le_bytes()),
         Some(o) => {
             out.extend_from_slice(&o.from.to_le_bytes());
-            out.extend_from_slice(&(o.pack_ends.len() as u32).to_le_bytes());
-            for (pack, end) in &o.pack_ends {
-                out.extend_from_slice(&pack.to_le_bytes());
-                out.extend_from_slice(&end.to_le_bytes());
-            }
+            journal_table::write_pack_ends(&mut out, &o.pack_ends);
             out.extend_from_slice(&(o.entries.len() as u64).to_le_bytes());
             for (id, loc) in &o.entries {
                 journal::encode_entry(&mut out, id, loc);
             }
         }
     }
-    let crc = crc32c::crc32c(&out);
-    out.extend_from_slice(&crc.to_le_bytes());
-    let tmp = store_dir.join(format!(".tmp-{:016x}", crate::pack::random_u64()));
-    if std::fs::write(&tmp, &out).is_err() || std::fs::rename(&tmp, path(store_dir)).is_err() {
-        let _ = std::fs::remove_file(&tmp);
-        return false;
-    }
-    true
+    journal_table::seal_and_replace(store_dir, &path(store_dir), &mut out)
 }
 
 /// Removes the table (gc, before it replaces the journal). Best effort: a table of another
