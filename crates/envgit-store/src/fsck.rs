@@ -31,12 +31,13 @@ impl FsckReport {
 }
 
 pub fn fsck(store: &Store, progress: Option<&AtomicU64>) -> Result<FsckReport> {
-    // Opening through the object table skips the journal's older objects frames: read them.
+    // Opening through the object table and the steps table skips the journal's older
+    // frames: every frame is read here, once, checksums and all, and both tables checked.
+    let journal = crate::journal::read(&store.journal_path(), 0, store.packs().is_some())?;
     if let Some(packs) = store.packs() {
-        packs.check_table()?;
+        packs.check_table(&journal)?;
     }
-    // And the step frames the steps table holds.
-    store.check_steps_table()?;
+    store.check_steps_table(&journal)?;
     let entries: Vec<ObjectId> = ObjectKind::ALL
         .into_iter()
         .flat_map(|kind| store.list_objects(kind))

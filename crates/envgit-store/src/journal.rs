@@ -119,18 +119,13 @@ pub struct JournalRead {
 /// Read committed frames starting at `from` (a frame boundary). With `want_objects` false the
 /// objects frames are skipped without being read (what `log` needs).
 pub fn read(path: &Path, from: u64, want_objects: bool) -> Result<JournalRead> {
-    read_objects_from(path, from, if want_objects { from } else { u64::MAX })
+    read_frames(path, from, if want_objects { from } else { u64::MAX }, from)
 }
 
-/// [`read`], decoding only the objects frames that start at or after `objects_from`: those
-/// before it are what the object table ([`crate::object_table`]) already holds.
-pub fn read_objects_from(path: &Path, from: u64, objects_from: u64) -> Result<JournalRead> {
-    read_frames(path, from, objects_from, from)
-}
-
-/// [`read_objects_from`], and reading only the step frames that start at or after
-/// `steps_from`: those before it are what the steps table ([`crate::steps_table`]) already
-/// holds. Such a frame is skipped unread, and commits the objects frames before it as a read
+/// [`read`], decoding only the objects frames that start at or after `objects_from` (those
+/// before it are what the object table, [`crate::object_table`], already holds) and reading
+/// only the step frames that start at or after `steps_from`: those before it are what the
+/// steps table ([`crate::steps_table`]) already holds. Such a frame is skipped unread, and commits the objects frames before it as a read
 /// one would (the table vouches that it is there and intact when it was written, and it names
 /// this very file).
 pub fn read_frames(

@@ -12,7 +12,7 @@ use std::sync::{Mutex, PoisonError};
 use crate::backend::{ObjectBackend, ObjectInfo, Untabled, copy_each, missing};
 use crate::error::{Result, StoreError};
 use crate::id::{IdMap, ObjectId, ObjectKind};
-use crate::journal;
+use crate::journal::{self, JournalRead};
 use crate::journal_file::JournalMark;
 use crate::object_table::{self, ObjectTable};
 use crate::pack::{self, EncodedObject, Location, PackReader, PackWriter, Stored};
@@ -86,14 +86,13 @@ impl PackBackend {
     /// With a table, read the whole journal as an open without one would (every frame's
     /// checksum, so damage inside old objects frames is reported, as opening used to) and check
     /// that the table and what followed it name the same objects in the same places (fsck).
-    pub(crate) fn check_table(&self) -> Result<()> {
+    pub(crate) fn check_table(&self, read: &JournalRead) -> Result<()> {
         if self.table.is_none() {
             return Ok(());
         }
-        let read = journal::read(&self.journal_path, 0, true)?;
         let mut from_journal: IdMap<Location> = IdMap::default();
-        for (id, loc) in read.objects {
-            from_journal.entry(id).or_insert(loc);
+        for (id, loc) in &read.objects {
+            from_journal.entry(*id).or_insert(*loc);
         }
         // What this process read and committed up to its mark: the journal may hold more.
         let known = self.index();

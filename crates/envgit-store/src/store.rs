@@ -335,10 +335,9 @@ impl Store {
         self.steps.extend(read.steps)
     }
 
-    /// Read every step frame of the journal, checksums and all (an open through the steps
-    /// table reads none it holds), and check that each record is where the table said (fsck).
-    pub(crate) fn check_steps_table(&self) -> Result<()> {
-        let read = journal::read(self.journal.path(), 0, false)?;
+    /// Check that each step record is where the steps table said, against `read`, a read of
+    /// every frame of the journal (an open through the table reads none it holds; fsck).
+    pub(crate) fn check_steps_table(&self, read: &journal::JournalRead) -> Result<()> {
         if !self.steps.same_places(&read.steps) {
             return Err(StoreError::corrupt(format!(
                 "{}: the steps table does not match the journal ({} steps against {}); it is a \
