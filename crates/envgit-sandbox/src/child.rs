@@ -6,6 +6,7 @@
 use std::io::{Read, Write};
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
 
 use rustix::fs::Mode;
 use rustix::thread::UnshareFlags;
@@ -15,6 +16,7 @@ use crate::setup_error::{SetupError, call};
 use crate::spec::Spec;
 use crate::sys::{self, Forked};
 use crate::timing::mark;
+use crate::zygote::EarlyStart;
 use crate::{console, init, landlock_rules, mounts, seccomp, timing, userns};
 
 pub const SPEC_FD_ENV: &str = "ENVGIT_SANDBOX_SPEC_FD";
@@ -32,6 +34,107 @@ pub(crate) struct Channels {
     pub spec: OwnedFd,
     pub err: Option<OwnedFd>,
     pub console: Option<OwnedFd>,
+    /// What a zygote did before its channels came ([`enter_early`]).
+    pub early: Option<Entered>,
+}
+
+/// A zygote's first namespaces, entered before the spec existed, or why they could not be
+/// (said once the error pipe has come).
+pub(crate) struct Entered {
+    start: Option<EarlyStart>,
+    /// With the relay forked (waiting for its configuration) and the mount, pid, ipc and uts
+    /// namespaces made too, when the early start allowed it ([`EarlyStart::relay`]).
+    result: Result<Option<WaitingRelay>, SetupError>,
+}
+
+/// The zygote's early start ([`crate::zygote::enter_namespaces_early`]): the run's cgroup v1
+/// directories, the user and network namespaces, loopback up, and when allowed the relay and
+/// the other namespaces. The rest waits for the spec.
+pub(crate) fn enter_early(message: &[u8]) -> Entered {
+    timing::start();
+    let start: EarlyStart = match serde_json::from_slice(message) {
+        Ok(start) => start,
+        Err(e) => {
+            return Entered {
+                start: None,
+                result: Err(SetupError::BadSpec(e)),
+            };
+        }
+    };
+    let result = enter_user_and_net(&start.cgroups, start.uid, start.gid).and_then(|()| {
+        if start.relay {
+            enter_the_rest().map(Some)
+        } else {
+            Ok(None)
+        }
+    });
+    Entered {
+        start: Some(start),
+        result,
+    }
+}
+
+/// Into the run's cgroups first, so every process the sandbox ever makes is counted; then the
+/// user and network namespaces, with loopback up.
+fn enter_user_and_net(cgroups: &[PathBuf], uid: u32, gid: u32) -> Result<(), SetupError> {
+    crate::limits::join(cgroups)?;
+    mark("join cgroups");
+    userns::enter(uid, gid)?;
+    mark("user, net namespaces");
+    sys::loopback_up().map_err(call("bringing up loopback"))?;
+    mark("loopback up");
+    Ok(())
+}
+
+/// The relay, forked into the network namespace while this process is still in the host's
+/// mount and pid namespaces, then those (and ipc, uts) made new for PID 1 to come.
+fn enter_the_rest() -> Result<WaitingRelay, SetupError> {
+    let relay = fork_relay()?;
+    mark("relay forked");
+    // SAFETY: single-threaded here, so no other thread shares the fs state unshare changes.
+    unsafe {
+        rustix::thread::unshare_unsafe(
+            UnshareFlags::NEWNS
+                | UnshareFlags::NEWPID
+                | UnshareFlags::NEWIPC
+                | UnshareFlags::NEWUTS,
+        )
+    }
+    .map_err(call("creating mount/pid namespaces"))?;
+    mark("mount, pid namespaces");
+    Ok(relay)
+}
+
+/// Every namespace for `spec` with the relay waiting: made now, or checked against what the
+/// zygote made early (the same ids; the cgroups it did not join yet are joined now).
+fn namespaces(spec: &Spec, early: Option<Entered>) -> Result<WaitingRelay, SetupError> {
+    let Some(entered) = early else {
+        enter_user_and_net(&spec.cgroups, spec.uid, spec.gid)?;
+        return enter_the_rest();
+    };
+    let relay = entered.result?;
+    let start = entered.start.ok_or(SetupError::EarlyIds {
+        early: None,
+        spec: (spec.uid, spec.gid),
+    })?;
+    if (start.uid, start.gid) != (spec.uid, spec.gid) {
+        return Err(SetupError::EarlyIds {
+            early: Some((start.uid, start.gid)),
+            spec: (spec.uid, spec.gid),
+        });
+    }
+    let rest: Vec<PathBuf> = spec
+        .cgroups
+        .iter()
+        .filter(|dir| !start.cgroups.contains(dir))
+        .cloned()
+        .collect();
+    crate::limits::join(&rest)?;
+    mark("join cgroups");
+    match relay {
+        Some(relay) => Ok(relay),
+        None => enter_the_rest(),
+    }
 }
 
 /// Entry point of the hidden subcommand (a re-executed envgit). Never returns.
@@ -45,6 +148,7 @@ pub fn sandbox_main() -> ! {
         spec,
         err,
         console: fd_from_env(CONSOLE_FD_ENV),
+        early: None,
     })
 }
 
@@ -60,7 +164,7 @@ pub(crate) fn sandbox_main_with(channels: Channels) -> ! {
         // The command must never inherit (and write into) envgit's channels.
         let _ = rustix::io::fcntl_setfd(fd, rustix::io::FdFlags::CLOEXEC);
     }
-    let code = match run(channels.spec, channels.console, &mut err) {
+    let code = match run(channels.spec, channels.console, channels.early, &mut err) {
         Ok(code) => code,
         Err(failure) => {
             if let Some(e) = err.as_mut() {
@@ -86,6 +190,7 @@ fn read_spec(fd: OwnedFd) -> Result<Spec, SetupError> {
 fn run(
     spec: OwnedFd,
     console: Option<OwnedFd>,
+    early: Option<Entered>,
     err: &mut Option<std::fs::File>,
 ) -> Result<i32, SetupError> {
     let spec = read_spec(spec)?;
@@ -95,37 +200,14 @@ fn run(
             rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL));
     };
     die_with_parent();
-    // Into the run's cgroups first, so every process the sandbox ever makes is counted.
-    crate::limits::join(&spec.cgroups)?;
-    mark("join cgroups");
     // The terminal's Ctrl-C reaches PID 1 (same process group), which forwards it.
     let _ = sys::set_ignored(libc::SIGINT, true);
     let _ = sys::set_ignored(libc::SIGQUIT, true);
-    userns::enter(spec.uid, spec.gid)?;
-    mark("user, net namespaces");
-    sys::loopback_up().map_err(call("bringing up loopback"))?;
-    mark("loopback up");
+    let waiting = namespaces(&spec, early)?;
     // The relay binds its listeners while PID 1 builds the root; PID 1 waits for it only
     // before it starts the command.
-    let (relay, relay_ready) = match &spec.relay {
-        Some(r) => {
-            let (pid, ready) = start_relay(r)?;
-            (Some(pid), Some(ready))
-        }
-        None => (None, None),
-    };
-    mark("relay started");
-    // SAFETY: single-threaded here, so no other thread shares the fs state unshare changes.
-    unsafe {
-        rustix::thread::unshare_unsafe(
-            UnshareFlags::NEWNS
-                | UnshareFlags::NEWPID
-                | UnshareFlags::NEWIPC
-                | UnshareFlags::NEWUTS,
-        )
-    }
-    .map_err(call("creating mount/pid namespaces"))?;
-    mark("mount, pid namespaces");
+    let (relay, relay_ready) = waiting.configure(spec.relay.as_ref())?;
+    mark("relay configured");
     // PID 1 tells the command's exit code on `verdict` once nothing else runs in the sandbox,
     // and stays until this process has exited (`release` ends): see `init::report_and_linger`.
     let (verdict_r, verdict_w) =
@@ -186,33 +268,82 @@ fn wait_exit(pid: i32) -> i32 {
     }
 }
 
-/// The relay lives in the sandbox's network namespace but the host's mount and pid
-/// namespaces: the command can neither see nor signal it. Returns its pid and the pipe it
-/// writes one byte to once its listeners are bound ([`wait_for_relay`]).
-fn start_relay(r: &crate::spec::RelaySpec) -> Result<(rustix::process::Pid, OwnedFd), SetupError> {
+/// The relay, forked and waiting for its configuration on a pipe ([`WaitingRelay::configure`]).
+/// It lives in the sandbox's network namespace but the host's mount and pid namespaces: the
+/// command can neither see nor signal it.
+pub(crate) struct WaitingRelay {
+    pid: rustix::process::Pid,
+    config: OwnedFd,
+    /// One byte comes once its listeners are bound ([`wait_for_relay`]).
+    ready: OwnedFd,
+}
+
+fn fork_relay() -> Result<WaitingRelay, SetupError> {
     let (ready_r, ready_w) =
         rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(call("pipe"))?;
+    let (config_r, config_w) =
+        rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(call("pipe"))?;
+    let parent = rustix::process::getpid();
     match sys::fork().map_err(call("fork"))? {
         Forked::Child => {
-            drop(ready_r);
+            drop((ready_r, config_w));
             let _ = rustix::process::set_parent_process_death_signal(Some(
                 rustix::process::Signal::KILL,
             ));
-            // The relay holds nothing of the sandbox process's but its own pipe: a console
+            if rustix::process::getppid() != Some(parent) {
+                // The sandbox process died before the signal was armed.
+                // SAFETY: _exit ends this forked child without the parent's destructors.
+                unsafe { libc::_exit(0) }
+            }
+            // The relay holds nothing of the sandbox process's but its own pipes: a console
             // socket or error pipe kept open here would hide the sandbox's end from envgit.
-            sys::close_fds_except(&[ready_w.as_raw_fd()]);
-            let e = match crate::relay::serve(r.clone(), ready_w) {
-                Ok(never) => match never {},
-                Err(e) => e,
+            sys::close_fds_except(&[ready_w.as_raw_fd(), config_r.as_raw_fd()]);
+            let mut bytes = Vec::new();
+            let config = std::fs::File::from(config_r).read_to_end(&mut bytes);
+            if config.is_err() || bytes.is_empty() {
+                // No relay for this run (or the sandbox process is gone).
+                // SAFETY: _exit ends this forked child without the parent's destructors.
+                unsafe { libc::_exit(0) }
+            }
+            let e = match serde_json::from_slice(&bytes) {
+                Ok(config) => match crate::relay::serve(config, ready_w) {
+                    Ok(never) => match never {},
+                    Err(e) => format!("{e:?}"),
+                },
+                Err(e) => format!("bad configuration: {e}"),
             };
-            eprintln!("envgit: relay: {e:?}");
+            eprintln!("envgit: relay: {e}");
             std::process::exit(1);
         }
         Forked::Parent(pid) => {
-            drop(ready_w);
+            drop((ready_w, config_r));
             let pid = rustix::process::Pid::from_raw(pid).ok_or(SetupError::RelayPid)?;
-            Ok((pid, ready_r))
+            Ok(WaitingRelay {
+                pid,
+                config: config_w,
+                ready: ready_r,
+            })
         }
+    }
+}
+
+impl WaitingRelay {
+    /// Sends the relay its configuration; with none (a run with loopback only) it ends.
+    /// Returns its pid and the pipe its ready byte comes on, when it runs.
+    fn configure(
+        self,
+        config: Option<&crate::spec::RelaySpec>,
+    ) -> Result<(Option<rustix::process::Pid>, Option<OwnedFd>), SetupError> {
+        let Some(config) = config else {
+            drop(self.config);
+            let _ = rustix::process::kill_process(self.pid, rustix::process::Signal::KILL);
+            return Ok((None, None));
+        };
+        let bytes = serde_json::to_vec(config).map_err(SetupError::BadSpec)?;
+        std::fs::File::from(self.config)
+            .write_all(&bytes)
+            .map_err(call("configuring the relay"))?;
+        Ok((Some(self.pid), Some(self.ready)))
     }
 }
 

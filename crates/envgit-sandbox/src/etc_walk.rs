@@ -12,9 +12,21 @@ type Walk = JoinHandle<Vec<PathBuf>>;
 static EARLY: Mutex<Option<Walk>> = Mutex::new(None);
 
 /// Starts the walk on a thread now, for the next [`take_or_start`]. Call it after
-/// [`crate::prefork`]: the zygote is only forked while the process has one thread.
+/// [`crate::prefork`]: the zygote is only forked while the process has one thread. The
+/// zygote's early start waits for the walk's end ([`crate::enter_namespaces_early`]).
 pub fn start_early() {
-    let walk = start();
+    crate::zygote::walk_started();
+    let walk = std::thread::Builder::new()
+        .name("envgit-etc-walk".into())
+        .spawn(|| {
+            let private = crate::plan::etc_private();
+            crate::zygote::walk_finished();
+            private
+        })
+        .ok();
+    if walk.is_none() {
+        crate::zygote::walk_finished();
+    }
     *EARLY.lock().unwrap_or_else(|p| p.into_inner()) = walk;
 }
 

@@ -107,6 +107,16 @@ pub fn prepare_early() {
     *EARLY.lock().unwrap_or_else(|p| p.into_inner()) = Some(limits);
 }
 
+/// The cgroups [`prepare_early`] made, while the run has not taken them.
+pub(crate) fn early_cgroups() -> Vec<PathBuf> {
+    EARLY
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .as_ref()
+        .map(|limits| limits.cgroups.clone())
+        .unwrap_or_default()
+}
+
 /// The limits [`prepare_early`] made, once.
 pub fn take_early() -> Option<RunLimits> {
     EARLY.lock().unwrap_or_else(|p| p.into_inner()).take()

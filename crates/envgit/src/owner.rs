@@ -106,6 +106,19 @@ pub(crate) struct RunAs {
     pub note: Option<String>,
 }
 
+/// `(uid, gid)` a command in the project at `root` runs as: the project's owner
+/// ([`project_owner`]) or envgit's own user. [`RunAs::decide`] decides the same.
+pub(crate) fn run_ids(root: &Path) -> (u32, u32) {
+    project_owner(root).unwrap_or_else(own_ids)
+}
+
+fn own_ids() -> (u32, u32) {
+    (
+        rustix::process::getuid().as_raw(),
+        rustix::process::getgid().as_raw(),
+    )
+}
+
 impl RunAs {
     /// For a run in the project at `root` whose state directory is `state`; `homes` are
     /// envgit's own user's (`$HOME` and the passwd entry's).
@@ -127,9 +140,10 @@ impl RunAs {
             }
             None => None,
         };
+        let (uid, gid) = own_ids();
         Ok(Self {
-            uid: rustix::process::getuid().as_raw(),
-            gid: rustix::process::getgid().as_raw(),
+            uid,
+            gid,
             homes,
             home_overlay,
             fresh_home: false,

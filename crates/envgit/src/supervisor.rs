@@ -65,6 +65,12 @@ pub fn run_step(
     upstreams: &Upstreams,
     notes: Vec<String>,
 ) -> CmdResult<i32> {
+    // The sandbox process-to-be enters its first namespaces on the other core while the
+    // store opens and the run is set up; not for a command the policy refuses.
+    if project.policy.check_command(&argv).is_none() {
+        let (uid, gid) = crate::owner::run_ids(&project.root);
+        envgit_sandbox::enter_namespaces_early(uid, gid);
+    }
     let (mut store, mut live) = project.open_store_and_live_tree()?;
     crate::timings::mark("open store, stat index");
     crate::owner::first_run(&project.root, &store);

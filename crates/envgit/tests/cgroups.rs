@@ -1,7 +1,9 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 //! The run's cgroups are made when `envgit run` starts (the sandbox process-to-be moves into
 //! them while envgit sets up the rest), so they must go away however the run ends: after the
-//! command, and when envgit fails before any sandbox started.
+//! command, and when envgit fails before any sandbox started. The same holds for the
+//! processes the sandbox process-to-be forks before the step's spec exists (it enters its
+//! namespaces early and forks the relay while envgit opens the store).
 
 mod support;
 
@@ -102,4 +104,75 @@ fn a_cgroup_left_by_a_killed_envgit_is_removed_by_the_next_run() {
     std::fs::create_dir(&left).unwrap();
     env.envgit(&["run", "--", "true"]);
     assert!(!left.exists(), "{} is still there", left.display());
+}
+
+/// Processes whose environment holds `marker` (a process's first environment, which a fork
+/// keeps: the zygote and the relay it forks carry envgit's).
+fn processes_marked(marker: &str) -> Vec<String> {
+    let needle = marker.as_bytes();
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().parse::<u32>().is_ok())
+        .filter_map(|e| {
+            let environ = std::fs::read(e.path().join("environ")).ok()?;
+            environ
+                .windows(needle.len())
+                .any(|w| w == needle)
+                .then(|| std::fs::read_to_string(e.path().join("cmdline")).unwrap_or_default())
+        })
+        .collect()
+}
+
+/// Refused during its set-up (after the sandbox process-to-be entered its namespaces and
+/// forked the relay): no process of the run is left, and no cgroup.
+#[test]
+fn a_run_refused_during_its_set_up_leaves_no_process_and_no_cgroup() {
+    let env = Env::new();
+    env.init();
+    // More hard links to files outside the project than the sandbox can bind read-only: the
+    // run is refused once the project's facts are gathered, long after envgit started.
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(env.project.join("linked")).unwrap();
+    for i in 0..4100 {
+        let o = outside.path().join(format!("f{i}"));
+        std::fs::write(&o, "x").unwrap();
+        std::fs::hard_link(&o, env.project.join(format!("linked/f{i}"))).unwrap();
+    }
+    let marker = format!("ENVGIT_TEST_RUN_MARK={}-{}", std::process::id(), line!());
+    let (name, value) = marker.split_once('=').unwrap();
+    let child = env
+        .cmd(&env.project)
+        .args(["run", "--", "echo", "ran"])
+        .env(name, value)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("refusing to run"), "{stderr}");
+    // A killed process is gone once its parent reaped it; the relay, whose parent was killed,
+    // ends by its parent-death signal, which the kernel delivers as that parent exits. Wait
+    // for that, boundedly.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let mut left = processes_marked(&marker);
+    while !left.is_empty() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        left = processes_marked(&marker);
+    }
+    assert_eq!(
+        left,
+        Vec::<String>::new(),
+        "processes of the refused run left"
+    );
+    assert_eq!(
+        cgroups_of(pid),
+        Vec::<PathBuf>::new(),
+        "cgroups of the refused run left"
+    );
 }
