@@ -168,24 +168,6 @@ fn getrandom(buf: &mut [u8]) -> std::io::Result<()> {
     std::fs::File::open("/dev/urandom")?.read_exact(buf)
 }
 
-/// What the sandbox should trust: the run CA, then the host's roots (`host_bundle`, the text
-/// of the host's CA bundle, if it has one), so tools whose variables *replace* their roots
-/// still reach every host the host can.
-pub fn trust_bundle(ca_pem: &str, host_bundle: Option<&str>) -> String {
-    let mut out = String::with_capacity(ca_pem.len() + host_bundle.map_or(0, str::len) + 1);
-    out.push_str(ca_pem);
-    if !out.ends_with('\n') {
-        out.push('\n');
-    }
-    if let Some(rest) = host_bundle {
-        out.push_str(rest);
-        if !out.ends_with('\n') {
-            out.push('\n');
-        }
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -244,12 +226,5 @@ mod tests {
                 String::from_utf8_lossy(&out.stderr)
             );
         }
-    }
-
-    #[test]
-    fn the_bundle_starts_with_the_run_ca() {
-        let b = trust_bundle("CA\n", Some("ROOTS"));
-        assert_eq!(b, "CA\nROOTS\n");
-        assert_eq!(trust_bundle("CA", None), "CA\n");
     }
 }

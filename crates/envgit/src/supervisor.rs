@@ -8,7 +8,7 @@ use std::sync::Arc;
 use envgit_gate::{Credential, Decision, EventTap, Gate, GateConfig, GateEvent, RunCa};
 use envgit_sandbox::plan::{PlanInput, plan};
 use envgit_sandbox::spec::RelaySpec;
-use envgit_sandbox::trust::{TrustFiles, host_bundle_text};
+use envgit_sandbox::trust::TrustFiles;
 use envgit_sandbox::{Outcome, SignalGuard};
 
 use envgit_store::{
@@ -418,15 +418,15 @@ const PROXY_PORT: u16 = 3128;
 /// The run CA and the merged bundle (run CA + the host's roots), world-readable files in the
 /// run's private directory; the sandbox mounts them read-only.
 fn write_trust_files(dir: &Path, ca_pem: &str) -> CmdResult<TrustFiles> {
-    let bundle = envgit_gate::trust_bundle(ca_pem, host_bundle_text().as_deref());
     let files = TrustFiles {
         bundle: dir.join("ca-bundle.pem"),
         ca: dir.join("run-ca.pem"),
     };
-    for (path, text) in [(&files.bundle, bundle.as_str()), (&files.ca, ca_pem)] {
-        std::fs::write(path, text)
-            .map_err(|e| Failure::failed(format!("{}: {e}", path.display())))?;
-    }
+    let failed =
+        |path: &Path, e: std::io::Error| Failure::failed(format!("{}: {e}", path.display()));
+    envgit_sandbox::trust::write_bundle(&files.bundle, ca_pem)
+        .map_err(|e| failed(&files.bundle, e))?;
+    std::fs::write(&files.ca, ca_pem).map_err(|e| failed(&files.ca, e))?;
     Ok(files)
 }
 
