@@ -497,26 +497,26 @@ pub(crate) fn run_sandboxed(
     let etc_private = envgit_sandbox::etc_walk::take_or_start();
     let uid = rustix::process::getuid().as_raw();
     let envgit_home = envgit_store::envgit_home()?;
-    let staging = state
-        .join("run")
-        .join(format!("{}-{}", std::process::id(), now_ms()));
-    private_dir(&staging)?;
     // Who the command runs as (the project's owner when envgit runs as root on a project
     // another user owns), its home and the home's overlay.
     let run_as = crate::owner::RunAs::decide(&project.root, state, homes(uid))?;
-    crate::timings::mark("staging, run as");
+    crate::timings::mark("run as");
     // The gate's sockets and the trust files live in a private directory the sandbox never
     // sees, on tmpfs where there is one (see `step_dirs`).
     let step_dirs = step_dirs(uid)?;
     sweep_dead_steps(&step_dirs);
     let gate_dir = step_dirs.join(format!("{}-{}", std::process::id(), now_ms()));
     private_dir(&gate_dir)?;
+    // Where the sandbox builds its new root: an empty mount point, in the step's own
+    // directory on tmpfs (making and removing it on ext4, in the store, cost 0.3 ms a step).
+    let staging = gate_dir.join("staging");
+    private_dir(&staging)?;
     let token = random_token()?;
     let socket_path = gate_dir.join(GATE_SOCKET);
     // The command gets a pty of its own when envgit runs on a terminal: it never
     // holds the real one, and envgit can ask the person there.
     let mut pty = PtyRelay::open_if_terminal();
-    crate::timings::mark("gate dir, token");
+    crate::timings::mark("gate dir, staging, token");
     let ca = Arc::new(
         RunCa::generate(&format!("step on {}", project.root.display()))
             .map_err(|e| Failure::failed(e.to_string()))?,
@@ -688,7 +688,6 @@ pub(crate) fn run_sandboxed(
         }
         outcome
     };
-    let _ = std::fs::remove_dir(&staging);
     // Disarmed once the sandbox started: the limits are the sandbox's now.
     drop(unused_limits);
     limits.remove_when_empty();

@@ -52,7 +52,7 @@ const PARTS: &[(&str, &str, &str)] = &[
         "guard",
         "pre-step copies of protected paths of steps in flight",
     ),
-    ("run", "run", "staging of running sandboxes"),
+    ("run", "run", "sandbox staging left by envgit before 0.1.x"),
 ];
 
 pub fn run(dir: Option<&Path>, args: &DuArgs) -> CmdResult<ExitCode> {
