@@ -104,17 +104,20 @@ pub fn prepare_early() {
         since_epoch.as_millis()
     ));
     crate::move_into_cgroups(&limits.cgroups);
+    *EARLY_CGROUPS.lock().unwrap_or_else(|p| p.into_inner()) = Some(limits.cgroups.clone());
     *EARLY.lock().unwrap_or_else(|p| p.into_inner()) = Some(limits);
 }
 
-/// The cgroups [`prepare_early`] made, while the run has not taken them.
-pub(crate) fn early_cgroups() -> Vec<PathBuf> {
-    EARLY
+/// The cgroups [`prepare_early`] made, kept after the run took them: the zygote's early start
+/// may come after that ([`crate::enter_namespaces_early`] waits for the walk of `/etc`).
+static EARLY_CGROUPS: std::sync::Mutex<Option<Vec<PathBuf>>> = std::sync::Mutex::new(None);
+
+/// The cgroups [`prepare_early`] made; `None` when it did not run.
+pub(crate) fn early_cgroups() -> Option<Vec<PathBuf>> {
+    EARLY_CGROUPS
         .lock()
         .unwrap_or_else(|p| p.into_inner())
-        .as_ref()
-        .map(|limits| limits.cgroups.clone())
-        .unwrap_or_default()
+        .clone()
 }
 
 /// The limits [`prepare_early`] made, once.

@@ -211,11 +211,15 @@ impl Zygote {
             return;
         };
         self.early = Early::Sent;
-        let cgroups = crate::limits::early_cgroups()
+        // No cgroups made early: the relay waits for the spec, after which the sandbox process
+        // joins them all.
+        let made = crate::limits::early_cgroups();
+        let relay = made.is_some() && self.moving.as_ref().is_none_or(JoinHandle::is_finished);
+        let cgroups = made
+            .unwrap_or_default()
             .into_iter()
             .filter(|dir| crate::limits::joins_by_thread(dir))
             .collect();
-        let relay = self.moving.as_ref().is_none_or(JoinHandle::is_finished);
         let start = EarlyStart {
             uid,
             gid,
