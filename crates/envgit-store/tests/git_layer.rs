@@ -166,3 +166,53 @@ fn a_ref_the_host_moved_during_the_step_keeps_the_hosts_value() {
     );
     git(&host, &["status"]);
 }
+
+/// A layer left by a killed envgit after its imports is recovered from the state its last
+/// changing import saved: nothing is imported or refused twice (a dropped hook is said once),
+/// though an import that found nothing new saved nothing.
+#[test]
+fn a_layer_left_after_its_imports_is_recovered_from_their_state() {
+    let t = tempfile::tempdir().unwrap();
+    let host = t.path().join("host");
+    let store = t.path().join("store");
+    std::fs::create_dir_all(&store).unwrap();
+    std::fs::create_dir(&host).unwrap();
+    git(&host, &["init", "-q", "-b", "main"]);
+    std::fs::write(host.join("a"), "a\n").unwrap();
+    git(&host, &["add", "a"]);
+    git(&host, &["commit", "-qm", "one"]);
+    let layer = envgit_store::GitLayer::open(&store, &host)
+        .unwrap()
+        .unwrap();
+
+    // The step commits in its view; what differs lands in the layer's upper directory.
+    let view = t.path().join("view");
+    sh(&format!("cp -a {} {}", host.display(), view.display()));
+    std::fs::write(view.join("b"), "b\n").unwrap();
+    git(&view, &["add", "b"]);
+    git(&view, &["commit", "-qm", "from the step"]);
+    std::fs::write(view.join(".git/hooks/post-commit"), "#!/bin/sh\n").unwrap();
+    upper_of(&host.join(".git"), &view.join(".git"), &layer.upper());
+    let first = layer.import().unwrap();
+    assert!(first.conflicts.is_empty(), "{first:?}");
+    let dropped: Vec<&str> = first.dropped.iter().map(|d| d.path.as_str()).collect();
+    assert_eq!(dropped, ["hooks/post-commit"], "{first:?}");
+    assert!(git(&host, &["log", "--format=%s"]).contains("from the step"));
+    let second = layer.import().unwrap();
+    assert!(
+        second.imported.is_empty() && second.conflicts.is_empty(),
+        "{second:?}"
+    );
+
+    // Killed: the lock goes with the process, the layer's directory stays.
+    drop(layer);
+    let recovered = envgit_store::recover_git_layers(&store, &host).unwrap();
+    assert_eq!(recovered.len(), 1, "{recovered:?}");
+    assert!(
+        recovered[0].imported.is_empty()
+            && recovered[0].conflicts.is_empty()
+            && recovered[0].dropped.is_empty(),
+        "{recovered:?}"
+    );
+    assert_eq!(git(&host, &["log", "--format=%s"]), "from the step\none\n");
+}

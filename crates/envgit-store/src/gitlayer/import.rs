@@ -33,7 +33,7 @@ pub struct GitImport {
 /// The host's `.git` as the step began: a hash of every ref file, `packed-refs`, `HEAD` and
 /// the index (absent = not there), and the config's text. Saved beside the layer so a crash
 /// leaves what the import needs.
-#[derive(Debug, Default, Clone, Serialize, Deserialize)]
+#[derive(Debug, Default, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PreStep {
     pub hashes: BTreeMap<String, String>,
     pub config: Vec<u8>,

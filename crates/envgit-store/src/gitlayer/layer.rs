@@ -72,7 +72,7 @@ impl GitLayer {
             pre: Mutex::new(pre),
             _lock: lock,
         };
-        layer.save()?;
+        layer.save_first()?;
         Ok(Some(layer))
     }
 
@@ -107,32 +107,52 @@ impl GitLayer {
 
     /// Brings the data the sandbox wrote since the last import into the host's `.git`.
     pub fn import(&self) -> Result<GitImport> {
-        let report = self.import_unsaved()?;
-        self.save()?;
+        let (report, changed) = self.import_unsaved()?;
+        // Saved only when the import changed what a later one compares against: most steps
+        // write nothing in `.git`, and the rename cost 0.3-0.45 ms of each on ext4.
+        if changed {
+            self.save()?;
+        }
         Ok(report)
     }
 
-    fn import_unsaved(&self) -> Result<GitImport> {
+    /// The import, and whether it changed the layer's state.
+    fn import_unsaved(&self) -> Result<(GitImport, bool)> {
         let mut pre = self.pre.lock().unwrap_or_else(|p| p.into_inner());
+        let before = pre.clone();
         let git_dir = self.git_dir();
-        import(&git_dir, &self.upper(), &mut pre).at(&git_dir)
+        let report = import(&git_dir, &self.upper(), &mut pre).at(&git_dir)?;
+        let changed = *pre != before;
+        Ok((report, changed))
     }
 
     /// The run is over (its sandbox, and so the overlay, is gone): a last import, then the
     /// layer is removed (its state is not saved again: nothing will read it).
     pub fn finish(self) -> Result<GitImport> {
-        let report = self.import_unsaved()?;
+        let (report, _) = self.import_unsaved()?;
         remove_layer_dir(&self.dir);
         Ok(report)
     }
 
-    fn save(&self) -> Result<()> {
+    fn saved_bytes(&self) -> Result<Vec<u8>> {
         let pre = self.pre.lock().unwrap_or_else(|p| p.into_inner()).clone();
         let saved = Saved {
             root: self.root.clone(),
             pre,
         };
-        let bytes = serde_json::to_vec(&saved).map_err(|e| StoreError::corrupt(e.to_string()))?;
+        serde_json::to_vec(&saved).map_err(|e| StoreError::corrupt(e.to_string()))
+    }
+
+    /// The layer's first state, written in place: until it is whole nothing was mounted, and
+    /// a layer whose state does not parse is removed unimported ([`recover`]).
+    fn save_first(&self) -> Result<()> {
+        let file = self.dir.join("layer.json");
+        let bytes = self.saved_bytes()?;
+        std::fs::write(&file, &bytes).at(&file)
+    }
+
+    fn save(&self) -> Result<()> {
+        let bytes = self.saved_bytes()?;
         let tmp = self.dir.join("layer.json.tmp");
         // No fsync: the file is for a later command after this process is killed (the page
         // cache survives that); after a power loss the layer is only not imported, which
