@@ -38,40 +38,29 @@ pub(crate) struct Channels {
     pub early: Option<Entered>,
 }
 
-/// A zygote's first namespaces, entered before the spec existed, or why they could not be
+/// A zygote's first namespaces, entered before the spec existed, with what it was told
+/// and the relay when it was forked too ([`EarlyStart::relay`]); or why they could not be
 /// (said once the error pipe has come).
-pub(crate) struct Entered {
-    start: Option<EarlyStart>,
-    /// With the relay forked (waiting for its configuration) and the mount, pid, ipc and uts
-    /// namespaces made too, when the early start allowed it ([`EarlyStart::relay`]).
-    result: Result<Option<WaitingRelay>, SetupError>,
-}
+pub(crate) struct Entered(Result<(EarlyStart, Option<WaitingRelay>), SetupError>);
 
 /// The zygote's early start ([`crate::zygote::enter_namespaces_early`]): the run's cgroup v1
 /// directories, the user and network namespaces, loopback up, and when allowed the relay and
 /// the other namespaces. The rest waits for the spec.
 pub(crate) fn enter_early(message: &[u8]) -> Entered {
     timing::start();
-    let start: EarlyStart = match serde_json::from_slice(message) {
-        Ok(start) => start,
-        Err(e) => {
-            return Entered {
-                start: None,
-                result: Err(SetupError::BadSpec(e)),
-            };
-        }
-    };
-    let result = enter_user_and_net(&start.cgroups, start.uid, start.gid).and_then(|()| {
-        if start.relay {
-            enter_the_rest().map(Some)
-        } else {
-            Ok(None)
-        }
-    });
-    Entered {
-        start: Some(start),
-        result,
-    }
+    Entered(
+        serde_json::from_slice::<EarlyStart>(message)
+            .map_err(SetupError::BadSpec)
+            .and_then(|start| {
+                enter_user_and_net(&start.cgroups, start.uid, start.gid)?;
+                let relay = if start.relay {
+                    Some(enter_the_rest()?)
+                } else {
+                    None
+                };
+                Ok((start, relay))
+            }),
+    )
 }
 
 /// Into the run's cgroups first, so every process the sandbox ever makes is counted; then the
@@ -112,14 +101,10 @@ fn namespaces(spec: &Spec, early: Option<Entered>) -> Result<WaitingRelay, Setup
         enter_user_and_net(&spec.cgroups, spec.uid, spec.gid)?;
         return enter_the_rest();
     };
-    let relay = entered.result?;
-    let start = entered.start.ok_or(SetupError::EarlyIds {
-        early: None,
-        spec: (spec.uid, spec.gid),
-    })?;
+    let (start, relay) = entered.0?;
     if (start.uid, start.gid) != (spec.uid, spec.gid) {
         return Err(SetupError::EarlyIds {
-            early: Some((start.uid, start.gid)),
+            early: (start.uid, start.gid),
             spec: (spec.uid, spec.gid),
         });
     }

@@ -16,14 +16,11 @@ static EARLY: Mutex<Option<Walk>> = Mutex::new(None);
 /// zygote's early start waits for the walk's end ([`crate::enter_namespaces_early`]).
 pub fn start_early() {
     crate::zygote::walk_started();
-    let walk = std::thread::Builder::new()
-        .name("envgit-etc-walk".into())
-        .spawn(|| {
-            let private = crate::plan::etc_private();
-            crate::zygote::walk_finished();
-            private
-        })
-        .ok();
+    let walk = spawn(|| {
+        let private = crate::plan::etc_private();
+        crate::zygote::walk_finished();
+        private
+    });
     if walk.is_none() {
         crate::zygote::walk_finished();
     }
@@ -39,8 +36,12 @@ pub fn take_or_start() -> Option<Walk> {
 }
 
 fn start() -> Option<Walk> {
+    spawn(crate::plan::etc_private)
+}
+
+fn spawn(walk: impl FnOnce() -> Vec<PathBuf> + Send + 'static) -> Option<Walk> {
     std::thread::Builder::new()
         .name("envgit-etc-walk".into())
-        .spawn(crate::plan::etc_private)
+        .spawn(walk)
         .ok()
 }

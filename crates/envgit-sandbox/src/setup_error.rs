@@ -28,16 +28,14 @@ pub(crate) enum SetupError {
     /// The ids the zygote entered its namespaces with early are not the spec's (envgit decided
     /// who the command runs as twice, differently): nothing runs.
     #[error(
-        "the sandbox's user namespace was made for uid/gid {} but the command runs as {}:{} \
+        "the sandbox's user namespace was made for uid/gid {}:{} but the command runs as {}:{} \
          (an envgit bug; run the step again)",
-        early.map(|(u, g)| format!("{u}:{g}")).unwrap_or_else(|| "(unknown)".into()),
+        early.0,
+        early.1,
         spec.0,
         spec.1
     )]
-    EarlyIds {
-        early: Option<(u32, u32)>,
-        spec: (u32, u32),
-    },
+    EarlyIds { early: (u32, u32), spec: (u32, u32) },
     #[error("the network relay failed to start")]
     RelayNotStarted,
     #[error("bad relay pid")]

@@ -67,7 +67,8 @@ pub fn run_step(
 ) -> CmdResult<i32> {
     // The sandbox process-to-be enters its first namespaces on the other core while the
     // store opens and the run is set up; not for a command the policy refuses.
-    if project.policy.check_command(&argv).is_none() {
+    let refused = project.policy.check_command(&argv);
+    if refused.is_none() {
         let (uid, gid) = crate::owner::run_ids(&project.root);
         envgit_sandbox::enter_namespaces_early(uid, gid);
     }
@@ -77,7 +78,7 @@ pub fn run_step(
     let line = envgit_policy::command_line(&argv);
     let started = now_ms();
     let policy_hash = project.policy.hash();
-    if let Some(m) = project.policy.check_command(&argv) {
+    if let Some(m) = refused {
         // `ask` has no approver yet: it fails closed like `deny`.
         output::error(&format!("denied command {line} (rule {})", m.rule));
         let (tree, _) = live.tree_mut().full_scan(&store, None)?;
