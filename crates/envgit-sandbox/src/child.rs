@@ -53,12 +53,14 @@ pub(crate) fn enter_early(message: &[u8]) -> Entered {
             .map_err(SetupError::BadSpec)
             .and_then(|start| {
                 enter_user_and_net(&start.cgroups, start.uid, start.gid)?;
-                let relay = if start.relay {
-                    Some(enter_the_rest()?)
-                } else {
-                    None
-                };
-                Ok((start, relay))
+                if !start.relay {
+                    return Ok((start, None));
+                }
+                let relay = enter_the_rest()?;
+                if let Some(staging) = &start.staging {
+                    with_view_umask(|| mounts::build_base(staging, &mounts::base_system()))?;
+                }
+                Ok((start, Some(relay)))
             }),
     )
 }
@@ -94,12 +96,27 @@ fn enter_the_rest() -> Result<WaitingRelay, SetupError> {
     Ok(relay)
 }
 
+/// Mount points and files made for the view are readable and searchable by the command,
+/// which may not be the user that makes them (a project owner, when envgit runs as root);
+/// envgit's own umask is back once `build` returns.
+fn with_view_umask<T>(build: impl FnOnce() -> T) -> T {
+    let umask = rustix::process::umask(Mode::from_raw_mode(0o022));
+    let built = build();
+    rustix::process::umask(umask);
+    built
+}
+
 /// Every namespace for `spec` with the relay waiting: made now, or checked against what the
-/// zygote made early (the same ids; the cgroups it did not join yet are joined now).
-fn namespaces(spec: &Spec, early: Option<Entered>) -> Result<WaitingRelay, SetupError> {
+/// zygote made early (the same ids and the same staging for the root's base, else nothing
+/// runs; the cgroups it did not join yet are joined now). Says whether the root's base is
+/// built.
+fn namespaces(
+    spec: &Spec,
+    early: Option<Entered>,
+) -> Result<(WaitingRelay, mounts::Base), SetupError> {
     let Some(entered) = early else {
         enter_user_and_net(&spec.cgroups, spec.uid, spec.gid)?;
-        return enter_the_rest();
+        return Ok((enter_the_rest()?, mounts::Base::NotBuilt));
     };
     let (start, relay) = entered.0?;
     if (start.uid, start.gid) != (spec.uid, spec.gid) {
@@ -108,6 +125,18 @@ fn namespaces(spec: &Spec, early: Option<Entered>) -> Result<WaitingRelay, Setup
             spec: (spec.uid, spec.gid),
         });
     }
+    let base = match (&relay, &start.staging) {
+        (Some(_), Some(staging)) => {
+            if *staging != spec.staging || !spec.system.starts_with(&mounts::base_system()) {
+                return Err(SetupError::EarlyBase {
+                    early: staging.clone(),
+                    spec: spec.staging.clone(),
+                });
+            }
+            mounts::Base::Built
+        }
+        _ => mounts::Base::NotBuilt,
+    };
     let rest: Vec<PathBuf> = spec
         .cgroups
         .iter()
@@ -117,8 +146,8 @@ fn namespaces(spec: &Spec, early: Option<Entered>) -> Result<WaitingRelay, Setup
     crate::limits::join(&rest)?;
     mark("join cgroups");
     match relay {
-        Some(relay) => Ok(relay),
-        None => enter_the_rest(),
+        Some(relay) => Ok((relay, base)),
+        None => Ok((enter_the_rest()?, base)),
     }
 }
 
@@ -188,7 +217,7 @@ fn run(
     // The terminal's Ctrl-C reaches PID 1 (same process group), which forwards it.
     let _ = sys::set_ignored(libc::SIGINT, true);
     let _ = sys::set_ignored(libc::SIGQUIT, true);
-    let waiting = namespaces(&spec, early)?;
+    let (waiting, base) = namespaces(&spec, early)?;
     // The relay binds its listeners while PID 1 builds the root; PID 1 waits for it only
     // before it starts the command.
     let (relay, relay_ready) = waiting.configure(spec.relay.as_ref())?;
@@ -203,7 +232,7 @@ fn run(
         Forked::Child => {
             drop((verdict_r, release_w));
             die_with_parent();
-            let code = match pid1(&spec, err, console, relay_ready) {
+            let code = match pid1(&spec, base, err, console, relay_ready) {
                 Ok(code) => code,
                 Err(failure) => {
                     if let Some(e) = err.as_mut() {
@@ -345,18 +374,13 @@ fn wait_for_relay(ready: OwnedFd) -> Result<(), SetupError> {
 /// PID 1: build the root, start the command, supervise it.
 fn pid1(
     spec: &Spec,
+    base: mounts::Base,
     err: &mut Option<std::fs::File>,
     console: Option<OwnedFd>,
     relay_ready: Option<OwnedFd>,
 ) -> Result<i32, SetupError> {
     let _ = rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable);
-    // Mount points and files made for the view are readable and searchable by the command,
-    // which may not be the user that makes them (a project owner, when envgit runs as root);
-    // the command gets envgit's own umask back.
-    let umask = rustix::process::umask(Mode::from_raw_mode(0o022));
-    let built = mounts::build_root(spec);
-    rustix::process::umask(umask);
-    built?;
+    with_view_umask(|| mounts::build_root(spec, base))?;
     mark("pid 1: root built");
     // The command's terminal, on the view's own devpts (see `console`).
     let terminal = match console {

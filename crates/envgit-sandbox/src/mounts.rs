@@ -66,8 +66,11 @@ fn fd_path(fd: &OwnedFd) -> String {
     format!("/proc/self/fd/{}", fd.as_raw_fd())
 }
 
-/// Build the new root under `spec.staging` and pivot into it.
-pub fn build_root(spec: &Spec) -> R {
+/// The new root's part no step changes, built under `staging` before the spec exists (by
+/// the zygote, while envgit opens the store) or by PID 1 for `system`: the host's mounts made
+/// private, the new root's tmpfs with its skeleton, the system directories read-only, the
+/// file denied paths are masked with, and `/dev`.
+pub(crate) fn build_base(staging: &Path, system: &[PathBuf]) -> R {
     ctx(
         rustix::mount::mount_change(
             "/",
@@ -75,7 +78,7 @@ pub fn build_root(spec: &Spec) -> R {
         ),
         || "making mounts private".into(),
     )?;
-    let staging = &spec.staging;
+    crate::timing::mark("root: / private");
     ctx(
         rustix::mount::mount(
             "tmpfs",
@@ -111,29 +114,69 @@ pub fn build_root(spec: &Spec) -> R {
             format!("/{link}")
         })?;
     }
-    for p in &spec.system {
+    for p in system {
         system_dir(&root, p)?;
     }
+    crate::timing::mark("root: system dirs");
     // An unreadable empty file to mount over denied files.
     let masked_file = staging.join("masked");
     ctx(std::fs::write(&masked_file, b""), || "mask file".into())?;
     ctx(rustix::fs::chmod(&masked_file, Mode::empty()), || {
         "chmod mask file".into()
     })?;
+    dev(&root, &open_root(&root)?)?;
+    crate::timing::mark("root: dev");
+    Ok(())
+}
 
-    let root_fd = ctx(
+/// The system directories [`build_base`] binds before any spec exists: the spec's
+/// `system` must begin with them (the toolchain homes it names after them are bound by PID 1).
+pub(crate) fn base_system() -> Vec<PathBuf> {
+    crate::plan::SYSTEM_DIRS.iter().map(PathBuf::from).collect()
+}
+
+fn open_root(root: &Path) -> R<OwnedFd> {
+    ctx(
         rustix::fs::open(
-            &root,
+            root,
             OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
             Mode::empty(),
         ),
         || "open root".into(),
-    )?;
+    )
+}
+
+/// Whether [`build_base`] ran before the spec came.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Base {
+    /// Built early for the spec's staging and the first [`base_system`] entries of its
+    /// `system` (the caller checked both).
+    Built,
+    NotBuilt,
+}
+
+/// Build the new root under `spec.staging` (its base first, unless built early) and pivot
+/// into it.
+pub(crate) fn build_root(spec: &Spec, base: Base) -> R {
+    let staging = &spec.staging;
+    let root = staging.join("root");
+    let masked_file = staging.join("masked");
+    match base {
+        Base::NotBuilt => build_base(staging, &spec.system)?,
+        Base::Built => {
+            for p in spec.system.iter().skip(crate::plan::SYSTEM_DIRS.len()) {
+                system_dir(&root, p)?;
+            }
+            crate::timing::mark("root: toolchain dirs");
+        }
+    }
+    let root_fd = open_root(&root)?;
     // Private /tmp, /var/tmp and /run first: a project or home under /tmp is bound on top.
     private_tmpfs(&root_fd, Path::new("/tmp"), "mode=1777")?;
     private_tmpfs(&root_fd, Path::new("/var/tmp"), "mode=1777")?;
     private_tmpfs(&root_fd, Path::new("/run"), "mode=0755")?;
     run_files(&root, &spec.run_files)?;
+    crate::timing::mark("root: tmpfs, run files");
     if let Some(home) = &spec.home {
         mount_home(&root, &root_fd, home)?;
     }
@@ -144,7 +187,7 @@ pub fn build_root(spec: &Spec) -> R {
     if let Some(git) = &spec.git {
         overlay(&root, &root_fd, git)?;
     }
-    dev(&root, &root_fd)?;
+    crate::timing::mark("root: home, project");
     proc_(&root_fd)?;
     for p in &spec.read_only {
         read_only(&root_fd, p)?;
@@ -152,6 +195,7 @@ pub fn build_root(spec: &Spec) -> R {
     for p in spec.masks.iter().chain(spec.hidden.iter()) {
         mask(&root_fd, p, &masked_file)?;
     }
+    crate::timing::mark("root: masks");
     resolv_conf(&root, &root_fd, &spec.resolv_conf)?;
     for (src, dst) in &spec.file_overrides {
         if let Ok(fd) = open_beneath(&root_fd, dst) {
@@ -200,14 +244,7 @@ fn system_dir(root: &Path, p: &Path) -> R {
     if !meta.is_dir() {
         return Ok(());
     }
-    let root_fd = ctx(
-        rustix::fs::open(
-            root,
-            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
-            Mode::empty(),
-        ),
-        || "open root".into(),
-    )?;
+    let root_fd = open_root(root)?;
     let target = target_dir(root, &root_fd, p)?;
     ctx(
         rustix::mount::mount_bind_recursive(p, fd_path(&target).as_str()),

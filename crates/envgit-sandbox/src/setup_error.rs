@@ -36,6 +36,15 @@ pub(crate) enum SetupError {
         spec.1
     )]
     EarlyIds { early: (u32, u32), spec: (u32, u32) },
+    /// The root's base was built early for another staging directory, or the spec's system
+    /// directories do not begin with the base's: nothing runs.
+    #[error(
+        "the sandbox's root was begun early in {} with the standard system directories, and \
+         the spec (staging {}) does not match it (an envgit bug; run the step again)",
+        early.display(),
+        spec.display()
+    )]
+    EarlyBase { early: PathBuf, spec: PathBuf },
     #[error("the network relay failed to start")]
     RelayNotStarted,
     #[error("bad relay pid")]

@@ -169,6 +169,49 @@ pub(crate) fn sweep_dead_steps(base: &Path) {
     }
 }
 
+/// A step's own directory in [`step_dirs`]: the gate's sockets, the trust files, and
+/// `staging`, the empty mount point the sandbox builds its new root on. Removed with what it
+/// holds when dropped, on every path out of the step.
+pub(crate) struct StepDir {
+    base: PathBuf,
+    path: PathBuf,
+}
+
+impl StepDir {
+    /// Clears the directories of steps that died (see [`sweep_dead_steps`]), then makes this
+    /// step's.
+    pub(crate) fn make(uid: u32) -> CmdResult<Self> {
+        let base = step_dirs(uid)?;
+        sweep_dead_steps(&base);
+        let path = base.join(format!("{}-{}", std::process::id(), envgit_store::now_ms()));
+        private_dir(&path)?;
+        let dir = Self { base, path };
+        private_dir(&dir.staging())?;
+        Ok(dir)
+    }
+
+    pub(crate) fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Where the directories of this user's steps are ([`step_dirs`]).
+    pub(crate) fn base(&self) -> &Path {
+        &self.base
+    }
+
+    /// The sandbox's staging mount point (on tmpfs where [`step_dirs`] is: making and removing
+    /// it on ext4, in the store, cost 0.3 ms a step).
+    pub(crate) fn staging(&self) -> PathBuf {
+        self.path.join("staging")
+    }
+}
+
+impl Drop for StepDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.path);
+    }
+}
+
 #[cfg(test)]
 mod token_tests {
     #[test]

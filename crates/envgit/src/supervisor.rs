@@ -19,9 +19,7 @@ use envgit_store::{
 use crate::failure::{CmdResult, Failure};
 use crate::output;
 use crate::project::Project;
-use crate::runtime::{
-    CONTROL_SOCKET, GATE_SOCKET, private_dir, random_token, step_dirs, sweep_dead_steps,
-};
+use crate::runtime::{CONTROL_SOCKET, GATE_SOCKET, StepDir, random_token};
 use crate::step::{Sandboxed, Snapshot};
 use crate::terminal::PtyRelay;
 use crate::upstreams::Upstreams;
@@ -67,11 +65,18 @@ pub fn run_step(
 ) -> CmdResult<i32> {
     // The sandbox process-to-be enters its first namespaces on the other core while the
     // store opens and the run is set up; not for a command the policy refuses.
+    // With the step's directory made first, it also builds the part of the new root no
+    // step changes (the system directories, `/dev`) in its staging mount point.
     let refused = project.policy.check_command(&argv);
-    if refused.is_none() {
-        let (uid, gid) = crate::owner::run_ids(&project.root);
-        envgit_sandbox::enter_namespaces_early(uid, gid);
-    }
+    let step_dir = match refused {
+        Some(_) => None,
+        None => {
+            let step_dir = StepDir::make(rustix::process::getuid().as_raw())?;
+            let (uid, gid) = crate::owner::run_ids(&project.root);
+            envgit_sandbox::enter_namespaces_early(uid, gid, Some(step_dir.staging()));
+            Some(step_dir)
+        }
+    };
     let (mut store, mut live) = project.open_store_and_live_tree()?;
     crate::timings::mark("open store, stat index");
     crate::owner::first_run(&project.root, &store);
@@ -161,6 +166,7 @@ pub fn run_step(
                 git: git.clone(),
                 facts: Some(Facts::Pending(facts)),
                 before_start: Some(Box::new(before_start)),
+                step_dir,
                 ..RunExtras::default()
             },
         );
@@ -459,6 +465,9 @@ pub(crate) struct RunExtras<'scope> {
     /// for its protected copy to be on disk (its sync ran beside the set-up) and marks its step
     /// as begun.
     pub before_start: Option<Box<dyn FnOnce() -> CmdResult<()> + 'scope>>,
+    /// The step's directory, when the caller made it early (`run_step`, for the zygote's
+    /// early start); else it is made here.
+    pub step_dir: Option<StepDir>,
 }
 
 /// The project's secrets to mask and files hard-linked outside it, for the sandbox's plan.
@@ -504,14 +513,13 @@ pub(crate) fn run_sandboxed(
     crate::timings::mark("run as");
     // The gate's sockets and the trust files live in a private directory the sandbox never
     // sees, on tmpfs where there is one (see `step_dirs`).
-    let step_dirs = step_dirs(uid)?;
-    sweep_dead_steps(&step_dirs);
-    let gate_dir = step_dirs.join(format!("{}-{}", std::process::id(), now_ms()));
-    private_dir(&gate_dir)?;
-    // Where the sandbox builds its new root: an empty mount point, in the step's own
-    // directory on tmpfs (making and removing it on ext4, in the store, cost 0.3 ms a step).
-    let staging = gate_dir.join("staging");
-    private_dir(&staging)?;
+    let step_dir = match extras.step_dir {
+        Some(dir) => dir,
+        None => StepDir::make(uid)?,
+    };
+    let gate_dir = step_dir.path();
+    let step_dirs = step_dir.base();
+    let staging = step_dir.staging();
     let token = random_token()?;
     let socket_path = gate_dir.join(GATE_SOCKET);
     // The command gets a pty of its own when envgit runs on a terminal: it never
@@ -523,13 +531,13 @@ pub(crate) fn run_sandboxed(
             .map_err(|e| Failure::failed(e.to_string()))?,
     );
     crate::timings::mark("run CA");
-    let trust = write_trust_files(&gate_dir, ca.certificate_pem())?;
+    let trust = write_trust_files(gate_dir, ca.certificate_pem())?;
     crate::timings::mark("trust bundle");
     // Tokens in git's configuration stay outside: placeholders inside, swapped at the gate.
     let hidden = crate::git_layer::hide_credentials(
         extras.git.as_deref(),
         run_as.homes.first().map(PathBuf::as_path),
-        &gate_dir,
+        gate_dir,
     )?;
     let mut credentials = extras.credentials;
     credentials.extend(hidden.credentials);
@@ -560,7 +568,7 @@ pub(crate) fn run_sandboxed(
         upstream_ca_pem: upstreams.extra_ca_pem.clone(),
         approvals: crate::approvers::approval_config(
             project,
-            &gate_dir,
+            gate_dir,
             pty.as_ref().filter(|_| project.policy.approvers.terminal),
         )?,
         credentials,
@@ -599,7 +607,7 @@ pub(crate) fn run_sandboxed(
         uid: run_as.uid,
         gid: run_as.gid,
         state_dirs: std::iter::once(envgit_home.canonicalize().unwrap_or(envgit_home))
-            .chain([step_dirs.clone()])
+            .chain([step_dirs.to_path_buf()])
             .collect(),
         staging: staging.clone(),
         home_overlay: run_as.home_overlay.clone(),
@@ -644,7 +652,7 @@ pub(crate) fn run_sandboxed(
     spec.file_overrides.extend(extras.file_overrides);
     spec.file_overrides.extend(hidden.file_overrides);
     spec.git = extras.git.as_deref().map(crate::git_layer::overlay);
-    run_as.fit(&mut spec, &step_dirs)?;
+    run_as.fit(&mut spec, step_dirs)?;
     if let (Some(tx), Some(note)) = (&extras.step_notes, &run_as.note) {
         let _ = tx.send(note.clone());
     }
@@ -695,7 +703,7 @@ pub(crate) fn run_sandboxed(
     crate::timings::mark("limits removed");
     let events = gate.stop();
     crate::timings::mark("gate stop");
-    let _ = std::fs::remove_dir_all(&gate_dir);
+    drop(step_dir);
     match outcome {
         Ok(Outcome::Exited(code)) => Ok((code, events)),
         Ok(Outcome::SetupFailed(msg)) => Err(Failure {
