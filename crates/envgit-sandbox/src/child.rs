@@ -13,7 +13,7 @@ use rustix::thread::UnshareFlags;
 
 use crate::console::{CONSOLE_FD_ENV, Console};
 use crate::setup_error::{SetupError, call};
-use crate::spec::Spec;
+use crate::spec::{RootBase, Spec};
 use crate::sys::{self, Forked};
 use crate::timing::mark;
 use crate::zygote::EarlyStart;
@@ -57,8 +57,8 @@ pub(crate) fn enter_early(message: &[u8]) -> Entered {
                     return Ok((start, None));
                 }
                 let relay = enter_the_rest()?;
-                if let Some(staging) = &start.staging {
-                    with_view_umask(|| mounts::build_base(staging, &mounts::base_system()))?;
+                if let Some(base) = &start.root {
+                    with_view_umask(|| mounts::build_base(base))?;
                 }
                 Ok((start, Some(relay)))
             }),
@@ -107,8 +107,7 @@ fn with_view_umask<T>(build: impl FnOnce() -> T) -> T {
 }
 
 /// Every namespace for `spec` with the relay waiting: made now, or checked against what the
-/// zygote made early (the same ids and the same staging for the root's base, else nothing
-/// runs; the cgroups it did not join yet are joined now). Says whether the root's base is
+/// zygote made early (the same ids and the same root's base, else nothing runs; the cgroups it did not join yet are joined now). Says whether the root's base is
 /// built.
 fn namespaces(
     spec: &Spec,
@@ -125,12 +124,13 @@ fn namespaces(
             spec: (spec.uid, spec.gid),
         });
     }
-    let base = match (&relay, &start.staging) {
-        (Some(_), Some(staging)) => {
-            if *staging != spec.staging || !spec.system.starts_with(&mounts::base_system()) {
+    let base = match (&relay, start.root) {
+        (Some(_), Some(early)) => {
+            let spec_base = RootBase::of(spec);
+            if early != spec_base {
                 return Err(SetupError::EarlyBase {
-                    early: staging.clone(),
-                    spec: spec.staging.clone(),
+                    early: Box::new(early),
+                    spec: Box::new(spec_base),
                 });
             }
             mounts::Base::Built

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use rustix::fs::{Mode, OFlags, ResolveFlags};
 use rustix::mount::{MountFlags, MountPropagationFlags};
 
-use crate::spec::Spec;
+use crate::spec::{RootBase, Spec};
 use crate::sys;
 
 /// Why the sandbox's view could not be built; the command does not start.
@@ -66,11 +66,11 @@ fn fd_path(fd: &OwnedFd) -> String {
     format!("/proc/self/fd/{}", fd.as_raw_fd())
 }
 
-/// The new root's part no step changes, built under `staging` before the spec exists (by
-/// the zygote, while envgit opens the store) or by PID 1 for `system`: the host's mounts made
-/// private, the new root's tmpfs with its skeleton, the system directories read-only, the
-/// file denied paths are masked with, and `/dev`.
-pub(crate) fn build_base(staging: &Path, system: &[PathBuf]) -> R {
+/// The new root's part no step's command shapes ([`RootBase`]), built before the spec exists
+/// (by the zygote, while envgit opens the store) or by PID 1: the host's mounts made private,
+/// the new root's tmpfs with its skeleton, the system directories read-only, the file denied
+/// paths are masked with, `/dev`, private `/tmp`, `/var/tmp` and `/run`, and the home.
+pub(crate) fn build_base(base: &RootBase) -> R {
     ctx(
         rustix::mount::mount_change(
             "/",
@@ -79,6 +79,7 @@ pub(crate) fn build_base(staging: &Path, system: &[PathBuf]) -> R {
         || "making mounts private".into(),
     )?;
     crate::timing::mark("root: / private");
+    let staging = &base.staging;
     ctx(
         rustix::mount::mount(
             "tmpfs",
@@ -114,7 +115,7 @@ pub(crate) fn build_base(staging: &Path, system: &[PathBuf]) -> R {
             format!("/{link}")
         })?;
     }
-    for p in system {
+    for p in &base.system {
         system_dir(&root, p)?;
     }
     crate::timing::mark("root: system dirs");
@@ -124,15 +125,18 @@ pub(crate) fn build_base(staging: &Path, system: &[PathBuf]) -> R {
     ctx(rustix::fs::chmod(&masked_file, Mode::empty()), || {
         "chmod mask file".into()
     })?;
-    dev(&root, &open_root(&root)?)?;
-    crate::timing::mark("root: dev");
+    let root_fd = open_root(&root)?;
+    dev(&root, &root_fd)?;
+    // Private /tmp, /var/tmp and /run before the home: a home under /tmp is bound on top.
+    private_tmpfs(&root_fd, Path::new("/tmp"), "mode=1777")?;
+    private_tmpfs(&root_fd, Path::new("/var/tmp"), "mode=1777")?;
+    private_tmpfs(&root_fd, Path::new("/run"), "mode=0755")?;
+    crate::timing::mark("root: dev, tmpfs");
+    if let Some(home) = &base.home {
+        mount_home(&root, &root_fd, home)?;
+    }
+    crate::timing::mark("root: home");
     Ok(())
-}
-
-/// The system directories [`build_base`] binds before any spec exists: the spec's
-/// `system` must begin with them (the toolchain homes it names after them are bound by PID 1).
-pub(crate) fn base_system() -> Vec<PathBuf> {
-    crate::plan::SYSTEM_DIRS.iter().map(PathBuf::from).collect()
 }
 
 fn open_root(root: &Path) -> R<OwnedFd> {
@@ -149,8 +153,7 @@ fn open_root(root: &Path) -> R<OwnedFd> {
 /// Whether [`build_base`] ran before the spec came.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub(crate) enum Base {
-    /// Built early for the spec's staging and the first [`base_system`] entries of its
-    /// `system` (the caller checked both).
+    /// Built early for what the spec says (the caller checked: [`RootBase::of`]).
     Built,
     NotBuilt,
 }
@@ -158,28 +161,14 @@ pub(crate) enum Base {
 /// Build the new root under `spec.staging` (its base first, unless built early) and pivot
 /// into it.
 pub(crate) fn build_root(spec: &Spec, base: Base) -> R {
-    let staging = &spec.staging;
-    let root = staging.join("root");
-    let masked_file = staging.join("masked");
-    match base {
-        Base::NotBuilt => build_base(staging, &spec.system)?,
-        Base::Built => {
-            for p in spec.system.iter().skip(crate::plan::SYSTEM_DIRS.len()) {
-                system_dir(&root, p)?;
-            }
-            crate::timing::mark("root: toolchain dirs");
-        }
+    if base == Base::NotBuilt {
+        build_base(&RootBase::of(spec))?;
     }
+    let root = spec.staging.join("root");
+    let masked_file = spec.staging.join("masked");
     let root_fd = open_root(&root)?;
-    // Private /tmp, /var/tmp and /run first: a project or home under /tmp is bound on top.
-    private_tmpfs(&root_fd, Path::new("/tmp"), "mode=1777")?;
-    private_tmpfs(&root_fd, Path::new("/var/tmp"), "mode=1777")?;
-    private_tmpfs(&root_fd, Path::new("/run"), "mode=0755")?;
     run_files(&root, &spec.run_files)?;
-    crate::timing::mark("root: tmpfs, run files");
-    if let Some(home) = &spec.home {
-        mount_home(&root, &root_fd, home)?;
-    }
+    // A project under /tmp is bound on top of the base's private /tmp.
     for w in std::iter::once(&spec.project).chain(spec.writable.iter()) {
         bind_rw(&root, &root_fd, w)?;
     }

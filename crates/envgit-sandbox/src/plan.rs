@@ -101,6 +101,31 @@ pub const SYSTEM_DIRS: &[&str] = &[
     "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/opt", "/etc",
 ];
 
+/// The spec's `system`: [`SYSTEM_DIRS`], then the toolchain homes ([`toolchain_dirs`]).
+pub fn system_dirs(
+    caller_env: &[(String, String)],
+    project: &Path,
+    home: Option<&Path>,
+) -> Vec<PathBuf> {
+    SYSTEM_DIRS
+        .iter()
+        .map(PathBuf::from)
+        .chain(toolchain_dirs(caller_env, project, home))
+        .collect()
+}
+
+/// The spec's `home`: the first of `homes` through the overlay `(upper, work)`, when both
+/// are known (not yet `fresh`: the caller decides that).
+pub fn home_overlay(homes: &[PathBuf], overlay: Option<&(PathBuf, PathBuf)>) -> Option<Overlay> {
+    let (upper, work) = overlay?;
+    Some(Overlay {
+        path: homes.first()?.clone(),
+        upper: upper.clone(),
+        work: work.clone(),
+        fresh: false,
+    })
+}
+
 /// Variables naming a toolchain's home outside the system directories: shown read-only when set.
 const TOOLCHAIN_VARS: &[&str] = &[
     "RUSTUP_HOME",
@@ -518,15 +543,7 @@ pub fn plan(input: PlanInput<'_>) -> Spec {
         )
         .filter_map(|p| p.canonicalize().ok())
         .collect();
-    let home = match (&input.home_overlay, input.homes.first()) {
-        (Some((upper, work)), Some(h)) => Some(Overlay {
-            path: h.clone(),
-            upper: upper.clone(),
-            work: work.clone(),
-            fresh: false,
-        }),
-        _ => None,
-    };
+    let home = home_overlay(&input.homes, input.home_overlay.as_ref());
     Spec {
         argv: input.argv.clone(),
         cwd: input.cwd.clone(),
@@ -534,15 +551,11 @@ pub fn plan(input: PlanInput<'_>) -> Spec {
         uid: input.uid,
         gid: input.gid,
         staging: input.staging.clone(),
-        system: SYSTEM_DIRS
-            .iter()
-            .map(PathBuf::from)
-            .chain(toolchain_dirs(
-                &input.caller_env,
-                input.project,
-                input.homes.first().map(PathBuf::as_path),
-            ))
-            .collect(),
+        system: system_dirs(
+            &input.caller_env,
+            input.project,
+            input.homes.first().map(PathBuf::as_path),
+        ),
         project: input.project.to_path_buf(),
         cgroups: Vec::new(),
         nproc: 0,

@@ -10,6 +10,7 @@ use crate::landlock_rules::LandlockError;
 use crate::limits::LimitError;
 use crate::mounts::MountError;
 use crate::seccomp::SeccompError;
+use crate::spec::RootBase;
 use crate::userns::UsernsError;
 
 #[derive(Debug, thiserror::Error)]
@@ -36,15 +37,15 @@ pub(crate) enum SetupError {
         spec.1
     )]
     EarlyIds { early: (u32, u32), spec: (u32, u32) },
-    /// The root's base was built early for another staging directory, or the spec's system
-    /// directories do not begin with the base's: nothing runs.
+    /// The root's base was built early for another view than the spec's: nothing runs.
     #[error(
-        "the sandbox's root was begun early in {} with the standard system directories, and \
-         the spec (staging {}) does not match it (an envgit bug; run the step again)",
-        early.display(),
-        spec.display()
+        "the sandbox's root was begun early as {early:?} but the spec builds {spec:?} (an \
+         envgit bug; run the step again)"
     )]
-    EarlyBase { early: PathBuf, spec: PathBuf },
+    EarlyBase {
+        early: Box<RootBase>,
+        spec: Box<RootBase>,
+    },
     #[error("the network relay failed to start")]
     RelayNotStarted,
     #[error("bad relay pid")]

@@ -61,8 +61,29 @@ pub struct Spec {
     pub run_files: Vec<(String, PathBuf)>,
 }
 
+/// The part of a spec's view no step's command shapes: where the new root is built, the
+/// system directories and the home. The zygote builds it before the spec exists, told this
+/// ([`crate::enter_namespaces_early`]); the spec must then say the same.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RootBase {
+    pub staging: PathBuf,
+    pub system: Vec<PathBuf>,
+    pub home: Option<Overlay>,
+}
+
+impl RootBase {
+    /// What `spec` says of it.
+    pub fn of(spec: &Spec) -> Self {
+        Self {
+            staging: spec.staging.clone(),
+            system: spec.system.clone(),
+            home: spec.home.clone(),
+        }
+    }
+}
+
 /// A host directory seen through an overlay: `path` is the lower layer and the mount point.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Overlay {
     pub path: PathBuf,
     pub upper: PathBuf,

@@ -21,6 +21,7 @@ use rustix::net::{
 };
 
 use crate::child::Channels;
+use crate::spec::RootBase;
 use crate::sys::{self, Forked};
 
 static PREFORKED: Mutex<Option<Zygote>> = Mutex::new(None);
@@ -46,7 +47,7 @@ enum Early {
     Asked {
         uid: u32,
         gid: u32,
-        staging: Option<PathBuf>,
+        root: Option<RootBase>,
     },
     Sent,
 }
@@ -63,9 +64,9 @@ pub(crate) struct EarlyStart {
     /// only when no move into a v2 cgroup is under way, so that nothing the sandbox forks is
     /// ever outside the run's cgroups.
     pub relay: bool,
-    /// Where the new root's base is built once the mount namespace is made
-    /// ([`crate::mounts::build_base`]): the spec's `staging`, which it must repeat.
-    pub staging: Option<PathBuf>,
+    /// The new root's base, built once the mount namespace is made
+    /// ([`crate::mounts::build_base`]); the spec must say the same ([`RootBase::of`]).
+    pub root: Option<RootBase>,
 }
 
 /// Forks the zygote. Call it first thing in `main`, before any thread exists: a process
@@ -150,15 +151,16 @@ pub fn move_into_cgroups(cgroups: &[PathBuf]) {
 /// namespaces with loopback up, and (when no move into a v2 cgroup is under way) fork the relay,
 /// which waits for its configuration, and make the mount, pid, ipc and uts namespaces: ~1.5–2 ms
 /// of the sandbox's start, done while envgit opens the store and sets up the rest of the step.
-/// With `staging`, the new root's base is built there too (`mounts::build_base`: the system
-/// directories and `/dev`, ~1.3 ms of PID 1's work). Nothing the step decides later shapes
-/// them but the ids the command runs as, `uid`/`gid`, and `staging`, which the spec must
-/// repeat (the sandbox fails if it does not). No zygote, or called twice: nothing.
+/// With `root`, the new root's base is built too (`mounts::build_base`: the system
+/// directories, `/dev`, the private `/tmp` and the home, ~2 ms of PID 1's work). Nothing the
+/// step decides later shapes them but the ids the command runs as, `uid`/`gid`, and `root`,
+/// which the spec must repeat (the sandbox fails if it does not). No zygote, or called twice:
+/// nothing.
 ///
 /// While the early walk of `/etc` runs, the message waits for its end ([`walk_finished`]):
 /// on two cores, the walk, the zygote and envgit's own thread at once slowed envgit's
 /// thread by as much as the zygote's work (measured: 1.3 ms of a 15 ms step).
-pub fn enter_namespaces_early(uid: u32, gid: u32, staging: Option<PathBuf>) {
+pub fn enter_namespaces_early(uid: u32, gid: u32, root: Option<RootBase>) {
     let mut preforked = PREFORKED.lock().unwrap_or_else(|p| p.into_inner());
     let Some(zygote) = preforked.as_mut() else {
         return;
@@ -166,7 +168,7 @@ pub fn enter_namespaces_early(uid: u32, gid: u32, staging: Option<PathBuf>) {
     if zygote.early != Early::NotAsked {
         return;
     }
-    zygote.early = Early::Asked { uid, gid, staging };
+    zygote.early = Early::Asked { uid, gid, root };
     if !zygote.walk_running {
         zygote.send_early();
     }
@@ -212,7 +214,7 @@ pub fn discard_zygote() {
 impl Zygote {
     /// Sends the early start asked for, once.
     fn send_early(&mut self) {
-        let Early::Asked { uid, gid, staging } = std::mem::replace(&mut self.early, Early::Sent)
+        let Early::Asked { uid, gid, root } = std::mem::replace(&mut self.early, Early::Sent)
         else {
             return;
         };
@@ -230,7 +232,7 @@ impl Zygote {
             gid,
             cgroups,
             relay,
-            staging,
+            root,
         };
         if let Ok(mut message) = serde_json::to_vec(&start) {
             message.insert(0, EARLY_TAG);

@@ -21,6 +21,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use envgit_sandbox::Spec;
+use envgit_sandbox::spec::RootBase;
 use envgit_store::{StepKind, Store, WorkTree};
 
 use crate::failure::{CmdResult, Failure};
@@ -106,12 +107,6 @@ pub(crate) struct RunAs {
     pub note: Option<String>,
 }
 
-/// `(uid, gid)` a command in the project at `root` runs as: the project's owner
-/// ([`project_owner`]) or envgit's own user. [`RunAs::decide`] decides the same.
-pub(crate) fn run_ids(root: &Path) -> (u32, u32) {
-    project_owner(root).unwrap_or_else(own_ids)
-}
-
 fn own_ids() -> (u32, u32) {
     (
         rustix::process::getuid().as_raw(),
@@ -120,6 +115,27 @@ fn own_ids() -> (u32, u32) {
 }
 
 impl RunAs {
+    /// The part of the sandbox's view this run's spec will have whatever its command
+    /// ([`RootBase`]), for the zygote to build while the store opens: what `plan` and
+    /// [`RunAs::fit`] put in the spec for the project at `root`.
+    pub(crate) fn root_base(&self, root: &Path, staging: PathBuf) -> RootBase {
+        let caller_env: Vec<(String, String)> = std::env::vars().collect();
+        RootBase {
+            staging,
+            system: envgit_sandbox::plan::system_dirs(
+                &caller_env,
+                root,
+                self.homes.first().map(PathBuf::as_path),
+            ),
+            home: envgit_sandbox::plan::home_overlay(&self.homes, self.home_overlay.as_ref()).map(
+                |home| envgit_sandbox::spec::Overlay {
+                    fresh: self.fresh_home,
+                    ..home
+                },
+            ),
+        }
+    }
+
     /// For a run in the project at `root` whose state directory is `state`; `homes` are
     /// envgit's own user's (`$HOME` and the passwd entry's).
     pub(crate) fn decide(root: &Path, state: &Path, homes: Vec<PathBuf>) -> CmdResult<Self> {

@@ -18,6 +18,7 @@ use envgit_store::{
 
 use crate::failure::{CmdResult, Failure};
 use crate::output;
+use crate::owner::RunAs;
 use crate::project::Project;
 use crate::runtime::{CONTROL_SOCKET, GATE_SOCKET, StepDir, random_token};
 use crate::step::{Sandboxed, Snapshot};
@@ -65,16 +66,24 @@ pub fn run_step(
 ) -> CmdResult<i32> {
     // The sandbox process-to-be enters its first namespaces on the other core while the
     // store opens and the run is set up; not for a command the policy refuses.
-    // With the step's directory made first, it also builds the part of the new root no
-    // step changes (the system directories, `/dev`) in its staging mount point.
+    // With the step's directory made and who the command runs as decided first, it also
+    // builds the part of the new root no command shapes (the system directories, `/dev`, the
+    // home) in the step's staging mount point.
     let refused = project.policy.check_command(&argv);
-    let step_dir = match refused {
+    // Not for a project without a store (moved, or ENVGIT_HOME changed): deciding who runs
+    // would make the home's directories where its store should be, and the open below says
+    // what is wrong.
+    let has_store = project.store_dir.join("store.json").exists();
+    let early = match refused {
         Some(_) => None,
+        None if !has_store => None,
         None => {
-            let step_dir = StepDir::make(rustix::process::getuid().as_raw())?;
-            let (uid, gid) = crate::owner::run_ids(&project.root);
-            envgit_sandbox::enter_namespaces_early(uid, gid, Some(step_dir.staging()));
-            Some(step_dir)
+            let uid = rustix::process::getuid().as_raw();
+            let step_dir = StepDir::make(uid)?;
+            let run_as = RunAs::decide(&project.root, &project.store_dir, homes(uid))?;
+            let base = run_as.root_base(&project.root, step_dir.staging());
+            envgit_sandbox::enter_namespaces_early(run_as.uid, run_as.gid, Some(base));
+            Some(EarlyRun { step_dir, run_as })
         }
     };
     let (mut store, mut live) = project.open_store_and_live_tree()?;
@@ -166,7 +175,7 @@ pub fn run_step(
                 git: git.clone(),
                 facts: Some(Facts::Pending(facts)),
                 before_start: Some(Box::new(before_start)),
-                step_dir,
+                early,
                 ..RunExtras::default()
             },
         );
@@ -217,9 +226,11 @@ pub fn run_step(
         Some(sandboxed),
         draft,
     );
-    copy.discard();
-    crate::git_layer::finish(git);
     crate::timings::mark("finish step (import, snapshot, commit)");
+    copy.discard();
+    crate::timings::mark("protected copy removed");
+    crate::git_layer::finish(git);
+    crate::timings::mark("git layer removed");
     committed?;
     drop(step);
     live.tree().save_index(&store)?;
@@ -465,9 +476,15 @@ pub(crate) struct RunExtras<'scope> {
     /// for its protected copy to be on disk (its sync ran beside the set-up) and marks its step
     /// as begun.
     pub before_start: Option<Box<dyn FnOnce() -> CmdResult<()> + 'scope>>,
-    /// The step's directory, when the caller made it early (`run_step`, for the zygote's
-    /// early start); else it is made here.
-    pub step_dir: Option<StepDir>,
+    /// The step's directory and who its command runs as, when the caller decided them early
+    /// (`run_step`, for the zygote's early start); else they are decided here.
+    pub early: Option<EarlyRun>,
+}
+
+/// What `run_step` decides before the store opens, for the zygote's early start.
+pub(crate) struct EarlyRun {
+    step_dir: StepDir,
+    run_as: RunAs,
 }
 
 /// The project's secrets to mask and files hard-linked outside it, for the sandbox's plan.
@@ -508,15 +525,17 @@ pub(crate) fn run_sandboxed(
     let uid = rustix::process::getuid().as_raw();
     let envgit_home = envgit_store::envgit_home()?;
     // Who the command runs as (the project's owner when envgit runs as root on a project
-    // another user owns), its home and the home's overlay.
-    let run_as = crate::owner::RunAs::decide(&project.root, state, homes(uid))?;
-    crate::timings::mark("run as");
-    // The gate's sockets and the trust files live in a private directory the sandbox never
-    // sees, on tmpfs where there is one (see `step_dirs`).
-    let step_dir = match extras.step_dir {
-        Some(dir) => dir,
-        None => StepDir::make(uid)?,
+    // another user owns), its home and the home's overlay. The gate's sockets and the trust
+    // files live in a private directory the sandbox never sees, on tmpfs where there is one
+    // (see `step_dirs`).
+    let (run_as, step_dir) = match extras.early {
+        Some(EarlyRun { step_dir, run_as }) => (run_as, step_dir),
+        None => (
+            RunAs::decide(&project.root, state, homes(uid))?,
+            StepDir::make(uid)?,
+        ),
     };
+    crate::timings::mark("run as");
     let gate_dir = step_dir.path();
     let step_dirs = step_dir.base();
     let staging = step_dir.staging();

@@ -182,7 +182,7 @@ pub fn run(dir: Option<&Path>, args: &ClaudeArgs) -> CmdResult<ExitCode> {
         git: steps.git_layer(),
         facts: Some(supervisor::Facts::Known(steps.project_facts()?)),
         before_start: None,
-        step_dir: None,
+        early: None,
     };
     output::note(&format!(
         "Claude Code runs in envgit's sandbox and gate; each tool call is a step; its model \
