@@ -230,8 +230,13 @@ impl Project {
         beside: impl FnOnce() -> CmdResult<T> + Send,
     ) -> CmdResult<(Store, T)> {
         std::thread::scope(|s| {
-            let other = s.spawn(beside);
+            let other = s.spawn(|| {
+                let done = beside();
+                crate::timings::mark("  stat index loaded (beside the store)");
+                done
+            });
             let store = self.open_store();
+            crate::timings::mark("  store opened");
             let other = other
                 .join()
                 .unwrap_or_else(|panic| std::panic::resume_unwind(panic));

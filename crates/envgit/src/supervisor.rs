@@ -227,17 +227,31 @@ pub fn run_step(
         draft,
     );
     crate::timings::mark("finish step (import, snapshot, commit)");
-    copy.discard();
-    crate::timings::mark("protected copy removed");
-    crate::git_layer::finish(git);
-    crate::timings::mark("git layer removed");
-    committed?;
-    drop(step);
-    live.tree().save_index(&store)?;
-    if let Some(feed) = &feed {
-        feed.save(&store, &live)?;
-    }
-    crate::timings::mark("save stat index");
+    // The protected copy and the git layer are removed each on a thread while the stat index
+    // is saved: each removal mostly waits for ext4 (measured: 1.0 and 2.0 ms a step on a
+    // project with a .git, an unlink of a file with data up to 0.4 ms). Both are over before
+    // this returns, whatever happened.
+    let saved = std::thread::scope(|s| {
+        let removing_copy = s.spawn(|| copy.discard());
+        let removing_layer = s.spawn(|| crate::git_layer::finish(git));
+        let saved = committed.map(drop).and_then(|()| {
+            drop(step);
+            live.tree().save_index(&store)?;
+            if let Some(feed) = &feed {
+                feed.save(&store, &live)?;
+            }
+            CmdResult::Ok(())
+        });
+        crate::timings::mark("save stat index");
+        for removing in [removing_copy, removing_layer] {
+            if let Err(panic) = removing.join() {
+                std::panic::resume_unwind(panic);
+            }
+        }
+        crate::timings::mark("protected copy, git layer removed");
+        saved
+    });
+    saved?;
     let (tree, watches) = live.into_tree_and_watches();
     crate::leave_to_exit::leave_to_exit((store, tree));
     // Its last close waits ~11 ms (p50) for the kernel: done by a child, not by our exit.
@@ -617,6 +631,8 @@ pub(crate) fn run_sandboxed(
         None => crate::project_facts::from_cache(project, &envgit_store::Store::open(state)?)?,
     };
     crate::timings::mark("project facts joined");
+    let etc_private = etc_private.and_then(|walk| walk.join().ok());
+    crate::timings::mark("etc walk joined");
     let spec = plan(PlanInput {
         policy: &project.policy,
         project: &project.root,
@@ -654,7 +670,7 @@ pub(crate) fn run_sandboxed(
         envgit_exe: Some(exe.clone()),
         protected: protected.to_vec(),
         facts,
-        etc_private: etc_private.and_then(|walk| walk.join().ok()),
+        etc_private,
     });
     let mut spec = spec;
     crate::timings::mark("plan");
