@@ -358,8 +358,9 @@ fn expand_home(p: &str, home: &Path) -> Option<PathBuf> {
 
 /// Every path to mask: the defaults, `filesystem.deny_read` and `.env` files (the project's
 /// from its index, the homes' by a bounded walk), with symlinked paths masked at their
-/// resolved target too.
-fn masks(input: &PlanInput<'_>) -> Vec<PathBuf> {
+/// resolved target too. `system` is the spec's (read once: canonicalizing PATH's entries is
+/// ~50 `readlink`s).
+fn masks(input: &PlanInput<'_>, system: &[PathBuf]) -> Vec<PathBuf> {
     let mut out: Vec<PathBuf> = Vec::new();
     let mut globs: Vec<(PathBuf, String)> = Vec::new();
     for home in &input.homes {
@@ -390,14 +391,9 @@ fn masks(input: &PlanInput<'_>) -> Vec<PathBuf> {
         Some(private) => out.extend(private.iter().cloned()),
         None => out.extend(etc_private()),
     }
-    let mut visible: Vec<PathBuf> = SYSTEM_DIRS.iter().map(PathBuf::from).collect();
+    let mut visible: Vec<PathBuf> = system.to_vec();
     visible.push(input.project.to_path_buf());
     visible.extend(input.homes.iter().cloned());
-    visible.extend(toolchain_dirs(
-        &input.caller_env,
-        input.project,
-        input.homes.first().map(PathBuf::as_path),
-    ));
     out.extend(host_sockets(&visible));
     if input.uid == 0 {
         out.extend(ROOT_DENIES.iter().map(PathBuf::from));
@@ -544,6 +540,11 @@ pub fn plan(input: PlanInput<'_>) -> Spec {
         .filter_map(|p| p.canonicalize().ok())
         .collect();
     let home = home_overlay(&input.homes, input.home_overlay.as_ref());
+    let system = system_dirs(
+        &input.caller_env,
+        input.project,
+        input.homes.first().map(PathBuf::as_path),
+    );
     Spec {
         argv: input.argv.clone(),
         cwd: input.cwd.clone(),
@@ -551,11 +552,8 @@ pub fn plan(input: PlanInput<'_>) -> Spec {
         uid: input.uid,
         gid: input.gid,
         staging: input.staging.clone(),
-        system: system_dirs(
-            &input.caller_env,
-            input.project,
-            input.homes.first().map(PathBuf::as_path),
-        ),
+        masks: masks(&input, &system),
+        system,
         project: input.project.to_path_buf(),
         cgroups: Vec::new(),
         nproc: 0,
@@ -566,7 +564,6 @@ pub fn plan(input: PlanInput<'_>) -> Spec {
             .into_iter()
             .chain(hard_linked(&input.facts))
             .collect(),
-        masks: masks(&input),
         hidden: input.state_dirs.clone(),
         resolv_conf: "nameserver 127.0.0.1\noptions ndots:0 attempts:1\n".into(),
         relay: input.relay.clone(),
