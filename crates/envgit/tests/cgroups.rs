@@ -175,4 +175,40 @@ fn a_run_refused_during_its_set_up_leaves_no_process_and_no_cgroup() {
         Vec::<PathBuf>::new(),
         "cgroups of the refused run left"
     );
+    // Its step directory (gate sockets, trust files, the staging mount point the zygote
+    // built the root's base in) is removed too, not left for a later step to sweep.
+    assert_eq!(
+        step_dirs_of(&env, pid),
+        Vec::<PathBuf>::new(),
+        "the refused run's step directory left"
+    );
+}
+
+/// The step directories of the envgit process `pid`: `PID-*` in any of the places steps keep
+/// them (`/dev/shm/envgit-*` and `$ENVGIT_HOME/rt-*`).
+fn step_dirs_of(env: &Env, pid: u32) -> Vec<PathBuf> {
+    let prefix = format!("{pid}-");
+    let in_dir = |dir: &Path| -> Vec<PathBuf> {
+        std::fs::read_dir(dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().starts_with(&prefix))
+            .map(|e| e.path())
+            .collect()
+    };
+    let bases = |dir: &Path, start: &str| -> Vec<PathBuf> {
+        std::fs::read_dir(dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().starts_with(start))
+            .map(|e| e.path())
+            .collect()
+    };
+    bases(Path::new("/dev/shm"), "envgit-")
+        .into_iter()
+        .chain(bases(&env.home, "rt-"))
+        .flat_map(|base| in_dir(&base))
+        .collect()
 }
