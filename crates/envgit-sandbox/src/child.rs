@@ -107,8 +107,8 @@ fn with_view_umask<T>(build: impl FnOnce() -> T) -> T {
 }
 
 /// Every namespace for `spec` with the relay waiting: made now, or checked against what the
-/// zygote made early (the same ids and the same root's base, else nothing runs; the cgroups it did not join yet are joined now). Says whether the root's base is
-/// built.
+/// zygote made early (the same ids and the same root's base, else nothing runs; the cgroups
+/// it did not join yet are joined now). Says whether the root's base is built.
 fn namespaces(
     spec: &Spec,
     early: Option<Entered>,
