@@ -15,8 +15,9 @@ use rustix::fs::FlockOperation;
 use crate::error::{IoContext, Result, StoreError};
 use crate::pack::random_u64;
 
+/// A file flocked by this process, released when dropped.
 pub struct Flock {
-    _file: File,
+    file: File,
 }
 
 impl Flock {
@@ -31,25 +32,43 @@ impl Flock {
     }
 
     pub fn exclusive(path: &Path) -> Result<Self> {
-        let file = Self::open(path)?;
-        rustix::fs::flock(&file, FlockOperation::LockExclusive).at(path)?;
-        Ok(Self { _file: file })
+        Self::on(Self::open(path)?, FlockOperation::LockExclusive).at(path)
     }
 
     pub fn shared(path: &Path) -> Result<Self> {
-        let file = Self::open(path)?;
-        rustix::fs::flock(&file, FlockOperation::LockShared).at(path)?;
-        Ok(Self { _file: file })
+        Self::on(Self::open(path)?, FlockOperation::LockShared).at(path)
     }
 
     /// `None` when someone else holds it.
     pub fn try_exclusive(path: &Path) -> Result<Option<Self>> {
-        let file = Self::open(path)?;
-        match rustix::fs::flock(&file, FlockOperation::NonBlockingLockExclusive) {
-            Ok(()) => Ok(Some(Self { _file: file })),
-            Err(rustix::io::Errno::WOULDBLOCK) => Ok(None),
+        match Self::on(Self::open(path)?, FlockOperation::NonBlockingLockExclusive) {
+            Ok(lock) => Ok(Some(lock)),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Ok(None),
             Err(e) => Err(e).at(path),
         }
+    }
+
+    /// Locks a file already open (a marker, a pack) with `op`.
+    pub(crate) fn on(file: File, op: FlockOperation) -> std::io::Result<Self> {
+        rustix::fs::flock(&file, op)?;
+        Ok(Self { file })
+    }
+}
+
+impl std::ops::Deref for Flock {
+    type Target = File;
+
+    fn deref(&self) -> &File {
+        &self.file
+    }
+}
+
+impl Drop for Flock {
+    /// Unlocked here rather than left to the close: a child that another thread forks holds a
+    /// copy of every descriptor until its exec, and with it the lock, so a lock only closed
+    /// could still look held (a live step, a live layer) after its owner let it go.
+    fn drop(&mut self) {
+        let _ = rustix::fs::flock(&self.file, FlockOperation::Unlock);
     }
 }
 
@@ -98,7 +117,7 @@ impl Begun {
 pub struct StepGuard {
     path: PathBuf,
     /// The marker, flocked exclusively while the step is open.
-    marker: File,
+    marker: Flock,
     begun: Begun,
     keep: bool,
     _gc: Flock,
@@ -114,7 +133,7 @@ impl StepGuard {
         // Created, locked and written under a dot name, then renamed: another process never
         // sees an unlocked marker (which it would take for one whose owner died).
         let tmp = dir.join(format!(".new-{id}"));
-        let mut marker = OpenOptions::new()
+        let file = OpenOptions::new()
             .create_new(true)
             .read(true)
             .write(true)
@@ -129,16 +148,20 @@ impl StepGuard {
             ..Begun::default()
         };
         let result = (|| {
-            rustix::fs::flock(&marker, FlockOperation::LockExclusive).at(&tmp)?;
+            let marker = Flock::on(file, FlockOperation::LockExclusive).at(&tmp)?;
             let json =
                 serde_json::to_vec(&begun).map_err(|e| StoreError::corrupt(e.to_string()))?;
-            marker.write_all(&json).at(&tmp)?;
-            std::fs::rename(&tmp, &path).at(&path)
+            (&*marker).write_all(&json).at(&tmp)?;
+            std::fs::rename(&tmp, &path).at(&path)?;
+            Ok(marker)
         })();
-        if let Err(e) = result {
-            let _ = std::fs::remove_file(&tmp);
-            return Err(e);
-        }
+        let marker = match result {
+            Ok(marker) => marker,
+            Err(e) => {
+                let _ = std::fs::remove_file(&tmp);
+                return Err(e);
+            }
+        };
         Ok(Self {
             path,
             marker,
@@ -288,5 +311,51 @@ pub(crate) fn gc_exclusive(store: &Path) -> Result<Flock> {
     match Flock::try_exclusive(&store.join("gc.lock"))? {
         Some(l) => Ok(l),
         None => Err(StoreError::InFlight(live_steps(store, None)?.join(", "))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::{AsRawFd, BorrowedFd};
+    use std::os::unix::process::CommandExt;
+
+    /// Another thread's child, forked but not yet exec'd, holds a copy of the lock's
+    /// descriptor: the lock must still be free once its owner drops it.
+    #[test]
+    fn a_dropped_lock_is_free_while_a_forked_child_still_holds_its_descriptor() {
+        let t = tempfile::tempdir().unwrap();
+        let path = t.path().join("lock");
+        let held = Flock::exclusive(&path).unwrap();
+        let (ready_r, ready_w) = std::io::pipe().unwrap();
+        let (go_r, mut go_w) = std::io::pipe().unwrap();
+        let (ready_w, go_r) = (ready_w.as_raw_fd(), go_r.as_raw_fd());
+        let mut child = std::process::Command::new("true");
+        // SAFETY: between fork and exec the child only writes and reads one byte on pipes
+        // it inherited (both async-signal-safe system calls).
+        #[allow(unsafe_code)]
+        unsafe {
+            child.pre_exec(move || {
+                let (ready, go) = (
+                    BorrowedFd::borrow_raw(ready_w),
+                    BorrowedFd::borrow_raw(go_r),
+                );
+                rustix::io::write(ready, b"r")?;
+                rustix::io::read(go, &mut [0u8; 1])?;
+                Ok(())
+            });
+        }
+        // `spawn` waits for the exec, so it runs beside the test.
+        let spawner = std::thread::spawn(move || child.status());
+        std::io::Read::read_exact(&mut &ready_r, &mut [0u8; 1]).unwrap();
+
+        drop(held);
+        let free = Flock::try_exclusive(&path).unwrap().is_some();
+        std::io::Write::write_all(&mut go_w, b"g").unwrap();
+        assert!(spawner.join().unwrap().unwrap().success());
+        assert!(
+            free,
+            "the lock stayed held by a child forked before its drop"
+        );
     }
 }

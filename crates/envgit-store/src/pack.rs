@@ -17,6 +17,7 @@ use rustix::fs::FlockOperation;
 
 use crate::error::{IoContext, Result, StoreError};
 use crate::id::{ObjectId, ObjectKind};
+use crate::lock::Flock;
 
 const MAGIC: u32 = 0x4547_4f31; // "EGO1"
 pub const HEADER_LEN: u64 = 52;
@@ -193,7 +194,8 @@ fn record_bytes(obj: &EncodedObject) -> Result<Vec<u8>> {
 /// before it lets go of them, so `sync` only has to flush the current one.
 pub struct PackWriter {
     dir: PathBuf,
-    file: File,
+    /// Flocked while this writer may append to it.
+    file: Flock,
     path: PathBuf,
     pack: u64,
     end: u64,
@@ -218,9 +220,9 @@ impl PackWriter {
             let Ok(file) = OpenOptions::new().read(true).write(true).open(&path) else {
                 continue;
             };
-            if rustix::fs::flock(&file, FlockOperation::NonBlockingLockExclusive).is_err() {
+            let Ok(file) = Flock::on(file, FlockOperation::NonBlockingLockExclusive) else {
                 continue; // another writer is appending to it
-            }
+            };
             let end = committed_end(pack);
             if end >= PACK_TARGET_SIZE {
                 continue;
@@ -263,7 +265,7 @@ impl PackWriter {
                 .open(&path)
             {
                 Ok(file) => {
-                    rustix::fs::flock(&file, FlockOperation::LockExclusive).at(&path)?;
+                    let file = Flock::on(file, FlockOperation::LockExclusive).at(&path)?;
                     sync_dir(dir)?;
                     return Ok(Self {
                         dir: dir.to_path_buf(),
@@ -307,7 +309,7 @@ impl PackWriter {
     /// Make every appended record durable (one fdatasync).
     pub fn sync(&mut self) -> Result<()> {
         if self.dirty {
-            rustix::fs::fdatasync(&self.file).at(&self.path)?;
+            rustix::fs::fdatasync(&*self.file).at(&self.path)?;
             self.dirty = false;
         }
         Ok(())
