@@ -200,6 +200,9 @@ pub struct PlanInput<'a> {
     /// [`etc_private`], when the caller walked `/etc` already (on another thread, while it
     /// set the rest of the run up: the walk is the plan's largest cost); `None`: walked here.
     pub etc_private: Option<Vec<PathBuf>>,
+    /// [`system_dirs`], when the caller found them already (for the zygote's early base: each
+    /// costs ~50 `readlink`s); `None`: found here.
+    pub system: Option<Vec<PathBuf>>,
 }
 
 /// Whether `p` lies in one of the system directories (already in the view).
@@ -540,11 +543,13 @@ pub fn plan(input: PlanInput<'_>) -> Spec {
         .filter_map(|p| p.canonicalize().ok())
         .collect();
     let home = home_overlay(&input.homes, input.home_overlay.as_ref());
-    let system = system_dirs(
-        &input.caller_env,
-        input.project,
-        input.homes.first().map(PathBuf::as_path),
-    );
+    let system = input.system.clone().unwrap_or_else(|| {
+        system_dirs(
+            &input.caller_env,
+            input.project,
+            input.homes.first().map(PathBuf::as_path),
+        )
+    });
     Spec {
         argv: input.argv.clone(),
         cwd: input.cwd.clone(),

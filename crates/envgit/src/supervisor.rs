@@ -82,8 +82,13 @@ pub fn run_step(
             let step_dir = StepDir::make(uid)?;
             let run_as = RunAs::decide(&project.root, &project.store_dir, homes(uid))?;
             let base = run_as.root_base(&project.root, step_dir.staging());
+            let system = base.system.clone();
             envgit_sandbox::enter_namespaces_early(run_as.uid, run_as.gid, Some(base));
-            Some(EarlyRun { step_dir, run_as })
+            Some(EarlyRun {
+                step_dir,
+                run_as,
+                system,
+            })
         }
     };
     let (mut store, mut live) = project.open_store_and_live_tree()?;
@@ -499,6 +504,8 @@ pub(crate) struct RunExtras<'scope> {
 pub(crate) struct EarlyRun {
     step_dir: StepDir,
     run_as: RunAs,
+    /// The early base's system directories: the plan's too.
+    system: Vec<PathBuf>,
 }
 
 /// The project's secrets to mask and files hard-linked outside it, for the sandbox's plan.
@@ -542,11 +549,16 @@ pub(crate) fn run_sandboxed(
     // another user owns), its home and the home's overlay. The gate's sockets and the trust
     // files live in a private directory the sandbox never sees, on tmpfs where there is one
     // (see `step_dirs`).
-    let (run_as, step_dir) = match extras.early {
-        Some(EarlyRun { step_dir, run_as }) => (run_as, step_dir),
+    let (run_as, step_dir, system) = match extras.early {
+        Some(EarlyRun {
+            step_dir,
+            run_as,
+            system,
+        }) => (run_as, step_dir, Some(system)),
         None => (
             RunAs::decide(&project.root, state, homes(uid))?,
             StepDir::make(uid)?,
+            None,
         ),
     };
     crate::timings::mark("run as");
@@ -634,6 +646,7 @@ pub(crate) fn run_sandboxed(
     let etc_private = etc_private.and_then(|walk| walk.join().ok());
     crate::timings::mark("etc walk joined");
     let spec = plan(PlanInput {
+        system,
         policy: &project.policy,
         project: &project.root,
         cwd: cwd.to_path_buf(),

@@ -187,28 +187,18 @@ fn a_run_refused_during_its_set_up_leaves_no_process_and_no_cgroup() {
 /// The step directories of the envgit process `pid`: `PID-*` in any of the places steps keep
 /// them (`/dev/shm/envgit-*` and `$ENVGIT_HOME/rt-*`).
 fn step_dirs_of(env: &Env, pid: u32) -> Vec<PathBuf> {
-    let prefix = format!("{pid}-");
-    let in_dir = |dir: &Path| -> Vec<PathBuf> {
+    let named = |dir: &Path, prefix: &str| -> Vec<PathBuf> {
         std::fs::read_dir(dir)
             .into_iter()
             .flatten()
             .flatten()
-            .filter(|e| e.file_name().to_string_lossy().starts_with(&prefix))
+            .filter(|e| e.file_name().to_string_lossy().starts_with(prefix))
             .map(|e| e.path())
             .collect()
     };
-    let bases = |dir: &Path, start: &str| -> Vec<PathBuf> {
-        std::fs::read_dir(dir)
-            .into_iter()
-            .flatten()
-            .flatten()
-            .filter(|e| e.file_name().to_string_lossy().starts_with(start))
-            .map(|e| e.path())
-            .collect()
-    };
-    bases(Path::new("/dev/shm"), "envgit-")
+    named(Path::new("/dev/shm"), "envgit-")
         .into_iter()
-        .chain(bases(&env.home, "rt-"))
-        .flat_map(|base| in_dir(&base))
+        .chain(named(&env.home, "rt-"))
+        .flat_map(|base| named(&base, &format!("{pid}-")))
         .collect()
 }

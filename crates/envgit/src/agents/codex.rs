@@ -318,6 +318,7 @@ fn denied_reads(project: &Project, cwd: &Path) -> CmdResult<Vec<PathBuf>> {
         protected: Vec::new(),
         facts,
         etc_private: None,
+        system: None,
     });
     Ok(spec.masks)
 }
