@@ -42,6 +42,8 @@ pub struct GcReport {
 
 pub fn gc(store: &mut Store, opts: &GcOptions) -> Result<GcReport> {
     let _gc = gc_exclusive(store.dir())?;
+    // What runs left to remove later: gc is the user's way to reclaim space.
+    crate::trash::empty(store.dir());
     store.packs_for("gc")?.switch_to_new_pack()?;
     let _commit = Flock::exclusive(&store.dir().join("lock"))?;
     store.catch_up()?;

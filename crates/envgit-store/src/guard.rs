@@ -201,9 +201,9 @@ impl ProtectedCopy {
         Ok(changed)
     }
 
-    /// The copy is no longer needed (the step's put-back ran).
+    /// The copy is no longer needed (the step's put-back ran): to the trash.
     pub fn discard(self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
+        crate::trash::discard(&self.dir);
     }
 }
 

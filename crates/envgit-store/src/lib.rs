@@ -51,6 +51,7 @@ mod step;
 mod step_log;
 mod steps_table;
 mod store;
+mod trash;
 mod tree;
 mod tree_cache;
 mod watch;
@@ -95,6 +96,7 @@ pub use step::{
     is_git_path, now_ms, project_first,
 };
 pub use store::{Store, envgit_home, store_dir_for};
+pub use trash::{empty as empty_trash, empty_in_background as empty_trash_in_background};
 pub use tree::{EntryKind, MarkerReason, Tree, TreeEntry};
 pub use watch::{LiveTree, SnapshotMode};
 pub use worktree::{

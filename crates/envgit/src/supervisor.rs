@@ -232,10 +232,9 @@ pub fn run_step(
         draft,
     );
     crate::timings::mark("finish step (import, snapshot, commit)");
-    // The protected copy and the git layer are removed each on a thread while the stat index
-    // is saved: each removal mostly waits for ext4 (measured: 0.6–1.0 and 1.1–2.0 ms a step
-    // on a project with a .git; an unlink of a file with data took up to 0.4 ms). Both are
-    // over before this returns, whatever happened.
+    // The protected copy and the git layer (its last import) go to the store's trash each on
+    // a thread while the stat index is saved; a later step empties the trash. Both are over
+    // before this returns, whatever happened.
     let saved = std::thread::scope(|s| {
         let removing_copy = s.spawn(|| copy.discard());
         let removing_layer = s.spawn(|| crate::git_layer::finish(git));
@@ -714,6 +713,9 @@ pub(crate) fn run_sandboxed(
             .map_err(|e| Failure::failed(format!("cannot start the sandbox: {e}")))?;
         unused_limits.0 = None;
         crate::timings::mark("spawn");
+        // The directories earlier runs were done with, removed while this one's sandbox runs
+        // and envgit's own thread only waits.
+        envgit_store::empty_trash_in_background(state);
         // SIGTERM or SIGHUP to envgit (a `kill`, a closed terminal) ends the sandbox first,
         // then the step ends as any other: its protected paths put back, its record written.
         let ended_by = Arc::new(std::sync::atomic::AtomicI32::new(0));

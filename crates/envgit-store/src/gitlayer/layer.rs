@@ -5,7 +5,6 @@
 //! command ([`recover`]): the host's `.git` never held anything unsafe, so a crash loses at
 //! most the agent's unimported data, never lets its code in.
 
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
@@ -127,10 +126,10 @@ impl GitLayer {
     }
 
     /// The run is over (its sandbox, and so the overlay, is gone): a last import, then the
-    /// layer is removed (its state is not saved again: nothing will read it).
+    /// layer goes to the trash (its state is not saved again: nothing will read it).
     pub fn finish(self) -> Result<GitImport> {
         let (report, _) = self.import_unsaved()?;
-        remove_layer_dir(&self.dir);
+        crate::trash::discard(&self.dir);
         Ok(report)
     }
 
@@ -182,7 +181,7 @@ pub fn recover(store_dir: &Path, root: &Path) -> Result<Vec<GitImport>> {
             .and_then(|b| serde_json::from_slice(&b).ok());
         let Some(saved) = saved else {
             // Its owner died before the run began: nothing was mounted.
-            remove_layer_dir(&dir);
+            crate::trash::remove_tree(&dir);
             continue;
         };
         if saved.root != root {
@@ -197,24 +196,4 @@ pub fn recover(store_dir: &Path, root: &Path) -> Result<Vec<GitImport>> {
         out.push(layer.finish()?);
     }
     Ok(out)
-}
-
-/// Removes a layer directory whatever its modes (overlayfs leaves its work directory with
-/// mode 0; the agent may leave read-only directories in the upper).
-fn remove_layer_dir(dir: &Path) {
-    if std::fs::remove_dir_all(dir).is_ok() {
-        return;
-    }
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        let _ = std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o700));
-        if let Ok(entries) = std::fs::read_dir(&d) {
-            for e in entries.flatten() {
-                if e.file_type().is_ok_and(|t| t.is_dir()) {
-                    stack.push(e.path());
-                }
-            }
-        }
-    }
-    let _ = std::fs::remove_dir_all(dir);
 }
