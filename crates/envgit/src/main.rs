@@ -63,9 +63,11 @@ fn main() -> ExitCode {
             ExitCode::from(f.code)
         }
     };
+    timings::mark("command returned");
     envgit_sandbox::limits::discard_early();
     // The last sandbox's cgroups, removed once its PID 1 is gone (after the step's record).
     envgit_sandbox::limits::finish_removals();
+    timings::mark("cgroups removed");
     timings::report();
     code
 }
