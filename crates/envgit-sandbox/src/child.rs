@@ -60,6 +60,8 @@ pub(crate) fn enter_early(message: &[u8]) -> Entered {
                 if let Some(base) = &start.root {
                     with_view_umask(|| mounts::build_base(base))?;
                 }
+                crate::seccomp::compile_early();
+                mark("seccomp compiled");
                 Ok((start, Some(relay)))
             }),
     )

@@ -158,9 +158,27 @@ fn clone3_filter() -> R<BpfProgram> {
     Ok(filter.try_into()?)
 }
 
+/// The filters, compiled by a zygote while it waits for the spec (they depend on nothing in
+/// it): compiling them in the worker cost each step ~0.2 ms. `None`: they did not compile
+/// then, and `apply` compiles them again to say why.
+static COMPILED: std::sync::OnceLock<Option<[BpfProgram; 2]>> = std::sync::OnceLock::new();
+
+fn compile() -> R<[BpfProgram; 2]> {
+    Ok([eperm_filter()?, clone3_filter()?])
+}
+
+/// Compiles the filters now, for a later [`apply`] in this process or a child forked from it.
+pub fn compile_early() {
+    COMPILED.get_or_init(|| compile().ok());
+}
+
 pub fn apply() -> R<()> {
-    for prog in [eperm_filter()?, clone3_filter()?] {
-        seccompiler::apply_filter(&prog).map_err(SeccompError::Install)?;
+    let compiled = match COMPILED.get().and_then(Option::as_ref) {
+        Some(progs) => progs,
+        None => &compile()?,
+    };
+    for prog in compiled {
+        seccompiler::apply_filter(prog).map_err(SeccompError::Install)?;
     }
     Ok(())
 }
