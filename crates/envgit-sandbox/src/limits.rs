@@ -35,19 +35,14 @@ pub struct RunLimits {
     pub notes: Vec<String>,
 }
 
+/// How often a run's cgroup is tried (a millisecond apart) before it is given up on: the
+/// sandbox's PID 1 leaves it only at the end of its exit, after the namespaces' teardown.
+pub(crate) const REMOVE_TRIES: u32 = 500;
+
 impl RunLimits {
     /// Remove the run's cgroups (after the sandbox ended; its PID 1 killed every process).
     pub fn remove(&self) {
-        for dir in self.cgroups.iter().rev() {
-            for _ in 0..500 {
-                if std::fs::remove_dir(dir).is_ok() || !dir.exists() {
-                    break;
-                }
-                // Tasks just killed, or the sandbox's PID 1, are still exiting.
-                std::thread::yield_now();
-                std::thread::sleep(std::time::Duration::from_millis(1));
-            }
-        }
+        remove_dirs(self.cgroups.iter().rev());
     }
 
     /// [`RunLimits::remove`] on a thread of its own: the sandbox's PID 1 leaves the cgroups
@@ -71,6 +66,43 @@ impl RunLimits {
             Err(_) => limits.remove(),
         }
     }
+
+    /// For a process that ends with its run (`envgit run`): the cgroups are left to the
+    /// child [`crate::close_detached`] starts, which removes them once the sandbox's PID 1
+    /// has left them, while envgit exits without waiting (the teardown of the sandbox's
+    /// namespaces in PID 1's exit kept a step 0.3–0.7 ms). [`finish_removals`] removes them
+    /// here when no such child took them.
+    pub fn remove_after_exit(self) {
+        AFTER_EXIT
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(self);
+    }
+}
+
+/// Removes each cgroup in turn, waiting for it to be empty (see [`REMOVE_TRIES`]).
+pub(crate) fn remove_dirs<'a>(dirs: impl IntoIterator<Item = &'a PathBuf>) {
+    for dir in dirs {
+        for _ in 0..REMOVE_TRIES {
+            if std::fs::remove_dir(dir).is_ok() || !dir.exists() {
+                break;
+            }
+            // Tasks just killed, or the sandbox's PID 1, are still exiting.
+            std::thread::yield_now();
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+    }
+}
+
+/// Runs whose cgroups [`RunLimits::remove_after_exit`] left to the closing child.
+static AFTER_EXIT: std::sync::Mutex<Vec<RunLimits>> = std::sync::Mutex::new(Vec::new());
+
+/// The cgroup directories left to the closing child, leaves first; they are its now.
+pub(crate) fn take_after_exit() -> Vec<PathBuf> {
+    let runs = std::mem::take(&mut *AFTER_EXIT.lock().unwrap_or_else(|p| p.into_inner()));
+    runs.into_iter()
+        .flat_map(|run| run.cgroups.into_iter().rev())
+        .collect()
 }
 
 /// Removals started by [`RunLimits::remove_when_empty`] and not yet waited for.
@@ -78,12 +110,16 @@ static PENDING: std::sync::Mutex<Vec<std::thread::JoinHandle<()>>> =
     std::sync::Mutex::new(Vec::new());
 
 /// Wait until every run's cgroups handed to [`RunLimits::remove_when_empty`] are removed (or
-/// given up on after half a second each): before envgit exits, and before a long-lived
-/// session starts its next sandbox.
+/// given up on after half a second each), and remove those left for after the exit that no
+/// child took: before envgit exits, and before a long-lived session starts its next sandbox.
 pub fn finish_removals() {
     let pending = std::mem::take(&mut *PENDING.lock().unwrap_or_else(|p| p.into_inner()));
     for handle in pending {
         let _ = handle.join();
+    }
+    let left = std::mem::take(&mut *AFTER_EXIT.lock().unwrap_or_else(|p| p.into_inner()));
+    for run in left {
+        run.remove();
     }
 }
 

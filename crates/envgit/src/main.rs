@@ -65,7 +65,8 @@ fn main() -> ExitCode {
     };
     timings::mark("command returned");
     envgit_sandbox::limits::discard_early();
-    // The last sandbox's cgroups, removed once its PID 1 is gone (after the step's record).
+    // The last sandbox's cgroups, removed once its PID 1 is gone (after the step's record),
+    // unless a child took them over (`close_detached`).
     envgit_sandbox::limits::finish_removals();
     timings::mark("cgroups removed");
     timings::report();

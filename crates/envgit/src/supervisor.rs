@@ -181,6 +181,7 @@ pub fn run_step(
                 facts: Some(Facts::Pending(facts)),
                 before_start: Some(Box::new(before_start)),
                 early,
+                cgroups_after_exit: true,
                 ..RunExtras::default()
             },
         );
@@ -258,7 +259,8 @@ pub fn run_step(
     saved?;
     let (tree, watches) = live.into_tree_and_watches();
     crate::leave_to_exit::leave_to_exit((store, tree));
-    // Its last close waits ~11 ms (p50) for the kernel: done by a child, not by our exit.
+    // Its last close waits ~11 ms (p50) for the kernel, and the run's cgroups can go only
+    // after the sandbox's namespaces are torn down: both done by a child, not by our exit.
     envgit_sandbox::close_detached(watches);
     Ok(code)
 }
@@ -497,6 +499,9 @@ pub(crate) struct RunExtras<'scope> {
     /// The step's directory and who its command runs as, when the caller decided them early
     /// (`run_step`, for the zygote's early start); else they are decided here.
     pub early: Option<EarlyRun>,
+    /// The process ends with this run (`envgit run`): its cgroups are removed by the child
+    /// that ends it (`close_detached`), not waited for here.
+    pub cgroups_after_exit: bool,
 }
 
 /// What `run_step` decides before the store opens, for the zygote's early start.
@@ -749,7 +754,11 @@ pub(crate) fn run_sandboxed(
     };
     // Disarmed once the sandbox started: the limits are the sandbox's now.
     drop(unused_limits);
-    limits.remove_when_empty();
+    if extras.cgroups_after_exit {
+        limits.remove_after_exit();
+    } else {
+        limits.remove_when_empty();
+    }
     crate::timings::mark("limits removed");
     let events = gate.stop();
     crate::timings::mark("gate stop");

@@ -183,6 +183,7 @@ pub fn run(dir: Option<&Path>, args: &ClaudeArgs) -> CmdResult<ExitCode> {
         facts: Some(supervisor::Facts::Known(steps.project_facts()?)),
         before_start: None,
         early: None,
+        cgroups_after_exit: false,
     };
     output::note(&format!(
         "Claude Code runs in envgit's sandbox and gate; each tool call is a step; its model \
