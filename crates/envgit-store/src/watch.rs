@@ -188,16 +188,21 @@ impl LiveTree {
         // The maps are updated after, in order, as if one by one.
         let root = self.tree.root_fd();
         let watches = &self.watches;
-        let added: Vec<(Vec<u8>, Option<WatchAdded>)> = dirs
-            .into_par_iter()
-            .map(|rel| match beneath::open_dir_rel(root, &rel) {
-                Ok(fd) => {
-                    let wd = watches.add(fd.as_fd());
-                    (rel, Some(wd))
-                }
-                Err(_) => (rel, None),
-            })
-            .collect();
+        // A few are added here: rayon's pool costs more than it saves on them (see
+        // `PARALLEL_MIN_DIRS`).
+        let add = |rel: Vec<u8>| match beneath::open_dir_rel(root, &rel) {
+            Ok(fd) => {
+                let wd = watches.add(fd.as_fd());
+                (rel, Some(wd))
+            }
+            Err(_) => (rel, None),
+        };
+        let added: Vec<(Vec<u8>, Option<WatchAdded>)> =
+            if dirs.len() < crate::worktree::PARALLEL_MIN_DIRS {
+                dirs.into_iter().map(add).collect()
+            } else {
+                dirs.into_par_iter().map(add).collect()
+            };
         for (rel, wd) in added {
             match wd {
                 // Raced away: its parent's rescan says what is there.

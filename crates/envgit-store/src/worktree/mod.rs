@@ -40,6 +40,7 @@ use crate::id::ObjectId;
 use crate::store::Store;
 use crate::tree::EntryKind;
 
+pub(crate) use walk::PARALLEL_MIN_DIRS;
 use walk::{Ctx, put_tree};
 
 /// Each directory's record checksum in a stat index's base, by relative path.

@@ -81,6 +81,15 @@ pub(super) fn now_ns() -> i64 {
 /// At most this many subtrees are walked at once (each holding a bounded number of descriptors).
 const PARALLEL_WALKS: usize = 8;
 
+/// A walk whose last scan found fewer directories than this stays on the calling thread, and
+/// so do the reads of fewer than [`PARALLEL_MIN_FILES`] files (and [`PARALLEL_MIN_BYTES`]):
+/// handing such work to rayon's pool costs more than it saves. Its threads start on first use,
+/// and idle ones spin before they sleep (0.5 ms of CPU a step in a small git project, on two
+/// cores shared with the sandbox's set-up).
+pub(crate) const PARALLEL_MIN_DIRS: usize = 64;
+const PARALLEL_MIN_FILES: usize = 16;
+const PARALLEL_MIN_BYTES: u64 = 1 << 20;
+
 /// A subdirectory still to walk: its index in the parent's entries, and its name.
 type Subdir = (usize, std::ffi::CString);
 
@@ -184,7 +193,8 @@ impl Ctx<'_> {
         mut entries: Vec<CachedEntry>,
         subdirs: Vec<Subdir>,
     ) -> Result<DirState> {
-        if subdirs.len() < 2 {
+        let small = !self.prev.is_empty() && self.prev.len() < PARALLEL_MIN_DIRS;
+        if subdirs.len() < 2 || small {
             return self.walk_from(dir, rel, entries, subdirs);
         }
         // The subtrees of the top directory in parallel, in at most PARALLEL_WALKS groups
@@ -479,7 +489,13 @@ impl Ctx<'_> {
             let child_rel = join_rel(rel, name.to_bytes());
             (i, self.file_entry(dir, &name, &child_rel, &st, prev))
         };
-        let results: Vec<(usize, Result<CachedEntry>)> = if files.len() > 1 {
+        let bytes: u64 = files
+            .iter()
+            .map(|(_, _, st)| u64::try_from(st.st_size).unwrap_or(0))
+            .sum();
+        let parallel =
+            files.len() >= PARALLEL_MIN_FILES || (files.len() > 1 && bytes >= PARALLEL_MIN_BYTES);
+        let results: Vec<(usize, Result<CachedEntry>)> = if parallel {
             files.into_par_iter().map(read).collect()
         } else {
             files.into_iter().map(read).collect()
