@@ -58,7 +58,7 @@ pub(crate) fn enter_early(message: &[u8]) -> Entered {
                 }
                 let relay = enter_the_rest()?;
                 if let Some(base) = &start.root {
-                    with_view_umask(|| mounts::build_base(base))?;
+                    with_view_umask(|| mounts::build_base(base, &start.etc_masks))?;
                 }
                 crate::seccomp::compile_early();
                 mark("seccomp compiled");
@@ -135,7 +135,9 @@ fn namespaces(
                     spec: Box::new(spec_base),
                 });
             }
-            mounts::Base::Built
+            mounts::Base::Built {
+                masked: start.etc_masks,
+            }
         }
         _ => mounts::Base::NotBuilt,
     };

@@ -18,11 +18,11 @@ pub fn start_early() {
     crate::zygote::walk_started();
     let walk = spawn(|| {
         let private = crate::plan::etc_private();
-        crate::zygote::walk_finished();
+        crate::zygote::walk_finished(&private);
         private
     });
     if walk.is_none() {
-        crate::zygote::walk_finished();
+        crate::zygote::walk_finished(&[]);
     }
     *EARLY.lock().unwrap_or_else(|p| p.into_inner()) = walk;
 }

@@ -69,8 +69,9 @@ fn fd_path(fd: &OwnedFd) -> String {
 /// The new root's part no step's command shapes ([`RootBase`]), built before the spec exists
 /// (by the zygote, while envgit opens the store) or by PID 1: the host's mounts made private,
 /// the new root's tmpfs with its skeleton, the system directories read-only, the file denied
-/// paths are masked with, `/dev`, private `/tmp`, `/var/tmp` and `/run`, and the home.
-pub(crate) fn build_base(base: &RootBase) -> R {
+/// paths are masked with, `etc_masks` (what only root may read in `/etc`), `/dev`, private
+/// `/tmp`, `/var/tmp` and `/run`, and the home.
+pub(crate) fn build_base(base: &RootBase, etc_masks: &[PathBuf]) -> R {
     ctx(
         rustix::mount::mount_change(
             "/",
@@ -136,6 +137,11 @@ pub(crate) fn build_base(base: &RootBase) -> R {
         mount_home(&root, &root_fd, home)?;
     }
     crate::timing::mark("root: home");
+    // Last, so that nothing mounted in the base covers them.
+    for p in etc_masks {
+        mask(&root_fd, p, &masked_file)?;
+    }
+    crate::timing::mark("root: /etc masks");
     Ok(())
 }
 
@@ -151,19 +157,26 @@ fn open_root(root: &Path) -> R<OwnedFd> {
 }
 
 /// Whether [`build_base`] ran before the spec came.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+#[derive(Clone, PartialEq, Eq, Debug)]
 pub(crate) enum Base {
-    /// Built early for what the spec says (the caller checked: [`RootBase::of`]).
-    Built,
+    /// Built early for what the spec says (the caller checked: [`RootBase::of`]), with these
+    /// paths masked.
+    Built {
+        masked: Vec<PathBuf>,
+    },
     NotBuilt,
 }
 
 /// Build the new root under `spec.staging` (its base first, unless built early) and pivot
 /// into it.
 pub(crate) fn build_root(spec: &Spec, base: Base) -> R {
-    if base == Base::NotBuilt {
-        build_base(&RootBase::of(spec))?;
-    }
+    let masked_early = match base {
+        Base::Built { masked } => masked,
+        Base::NotBuilt => {
+            build_base(&RootBase::of(spec), &[])?;
+            Vec::new()
+        }
+    };
     let root = spec.staging.join("root");
     let masked_file = spec.staging.join("masked");
     let root_fd = open_root(&root)?;
@@ -181,8 +194,16 @@ pub(crate) fn build_root(spec: &Spec, base: Base) -> R {
     for p in &spec.read_only {
         read_only(&root_fd, p)?;
     }
+    // A path the base masked stays masked, unless a read-write bind made since covers it.
+    let covered = |p: &Path| {
+        std::iter::once(&spec.project)
+            .chain(spec.writable.iter())
+            .any(|w| p.starts_with(w))
+    };
     for p in spec.masks.iter().chain(spec.hidden.iter()) {
-        mask(&root_fd, p, &masked_file)?;
+        if !masked_early.contains(p) || covered(p) {
+            mask(&root_fd, p, &masked_file)?;
+        }
     }
     crate::timing::mark("root: masks");
     resolv_conf(&root, &root_fd, &spec.resolv_conf)?;

@@ -38,6 +38,8 @@ pub(crate) struct Zygote {
     /// The early walk of `/etc` runs ([`crate::etc_walk::start_early`]): the early start waits
     /// for its end ([`walk_finished`]).
     walk_running: bool,
+    /// What that walk found only root may read: the early base masks it.
+    etc_private: Vec<PathBuf>,
 }
 
 #[derive(PartialEq, Eq)]
@@ -67,6 +69,10 @@ pub(crate) struct EarlyStart {
     /// The new root's base, built once the mount namespace is made
     /// ([`crate::mounts::build_base`]); the spec must say the same ([`RootBase::of`]).
     pub root: Option<RootBase>,
+    /// Paths in `/etc` only root may read, masked in that base: PID 1 then masks only those of
+    /// the spec's masks not among them.
+    #[serde(default)]
+    pub etc_masks: Vec<PathBuf>,
 }
 
 /// Forks the zygote. Call it first thing in `main`, before any thread exists: a process
@@ -98,6 +104,7 @@ pub fn prefork() {
                 moving: None,
                 early: Early::NotAsked,
                 walk_running: false,
+                etc_private: Vec::new(),
             });
         }
         Err(_) => {}
@@ -181,11 +188,12 @@ pub(crate) fn walk_started() {
     }
 }
 
-/// The early walk of `/etc` is over (called on its thread): an early start asked for meanwhile
-/// is sent now.
-pub(crate) fn walk_finished() {
+/// The early walk of `/etc` is over (called on its thread) and found `private`: an early start
+/// asked for meanwhile is sent now.
+pub(crate) fn walk_finished(private: &[PathBuf]) {
     if let Some(zygote) = PREFORKED.lock().unwrap_or_else(|p| p.into_inner()).as_mut() {
         zygote.walk_running = false;
+        zygote.etc_private = private.to_vec();
         zygote.send_early();
     }
 }
@@ -193,6 +201,9 @@ pub(crate) fn walk_finished() {
 /// The first byte of the message that starts [`enter_namespaces_early`]; the channels'
 /// message is one byte, `s`.
 const EARLY_TAG: u8 = b'e';
+
+/// The longest early message sent: the zygote reads it into a buffer of twice that.
+const EARLY_MESSAGE_MAX: usize = 8 * 1024;
 
 pub(crate) fn single_threaded() -> bool {
     std::fs::read_dir("/proc/self/task").is_ok_and(|tasks| tasks.count() == 1)
@@ -212,10 +223,12 @@ pub fn discard_zygote() {
 }
 
 impl Zygote {
-    /// Sends the early start asked for, once.
+    /// Sends the early start asked for, once; nothing before it is asked for (the walk of
+    /// `/etc` may end first).
     fn send_early(&mut self) {
-        let Early::Asked { uid, gid, root } = std::mem::replace(&mut self.early, Early::Sent)
-        else {
+        let early = std::mem::replace(&mut self.early, Early::Sent);
+        let Early::Asked { uid, gid, root } = early else {
+            self.early = early;
             return;
         };
         // No cgroups made early: the relay waits for the spec, after which the sandbox process
@@ -227,14 +240,29 @@ impl Zygote {
             .into_iter()
             .filter(|dir| crate::limits::joins_by_thread(dir))
             .collect();
-        let start = EarlyStart {
+        // Masked in the base only with a base to mask them in.
+        let etc_masks = match &root {
+            Some(_) => std::mem::take(&mut self.etc_private),
+            None => Vec::new(),
+        };
+        let mut start = EarlyStart {
             uid,
             gid,
             cgroups,
             relay,
             root,
+            etc_masks,
         };
-        if let Ok(mut message) = serde_json::to_vec(&start) {
+        let mut encoded = serde_json::to_vec(&start);
+        if encoded
+            .as_ref()
+            .is_ok_and(|m| m.len() > EARLY_MESSAGE_MAX && !start.etc_masks.is_empty())
+        {
+            // Too many to send: PID 1 masks them all, as without an early base.
+            start.etc_masks.clear();
+            encoded = serde_json::to_vec(&start);
+        }
+        if let Ok(mut message) = encoded {
             message.insert(0, EARLY_TAG);
             // Not sent (the zygote is gone): the sandbox starts by re-execution.
             let _ = rustix::net::send(&self.socket, &message, SendFlags::empty());
@@ -293,8 +321,9 @@ fn wait_for_channels(socket: OwnedFd, parent: rustix::process::Pid) -> ! {
         std::process::exit(0);
     }
     let mut early = None;
-    // Room for the early message (a few cgroup paths); the channels' message is one byte.
-    let mut message = vec![0u8; 16 * 1024];
+    // Room for the early message (at most EARLY_MESSAGE_MAX); the channels' message is one
+    // byte.
+    let mut message = vec![0u8; 2 * EARLY_MESSAGE_MAX];
     let mut fds: Vec<OwnedFd> = Vec::new();
     loop {
         let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(3))];
@@ -357,4 +386,54 @@ fn detach_from_envgits_terminal() -> bool {
     rustix::stdio::dup2_stdin(null.as_fd()).is_ok()
         && rustix::stdio::dup2_stdout(null.as_fd()).is_ok()
         && rustix::stdio::dup2_stderr(null.as_fd()).is_ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+
+    use rustix::net::{AddressFamily, RecvFlags, SocketFlags, SocketType};
+
+    use super::{EARLY_TAG, Early, EarlyStart, PREFORKED, Zygote};
+    use crate::spec::RootBase;
+
+    /// The walk of `/etc` may end before the step asks for the early start (a fast walk, a
+    /// slow project): the start must still be sent when asked, with the walk's finds to mask.
+    /// It was lost (the zygote then did everything after the spec, ~2-3 ms of a step).
+    #[test]
+    fn an_early_start_asked_for_after_the_walk_ended_is_sent() {
+        let (ours, theirs) = rustix::net::socketpair(
+            AddressFamily::UNIX,
+            SocketType::SEQPACKET,
+            SocketFlags::CLOEXEC,
+            None,
+        )
+        .unwrap();
+        *PREFORKED.lock().unwrap() = Some(Zygote {
+            // Not a child of this process: the drop's reap finds nothing.
+            pid: i32::MAX,
+            socket: ours,
+            moving: None,
+            early: Early::NotAsked,
+            walk_running: false,
+            etc_private: Vec::new(),
+        });
+        let shadow = PathBuf::from("/etc/shadow");
+        super::walk_started();
+        super::walk_finished(std::slice::from_ref(&shadow));
+        let base = RootBase {
+            staging: PathBuf::from("/nonexistent/staging"),
+            system: vec![PathBuf::from("/usr")],
+            home: None,
+        };
+        super::enter_namespaces_early(1000, 1000, Some(base.clone()));
+        let mut message = vec![0u8; 4096];
+        let got = rustix::net::recv(&theirs, &mut message, RecvFlags::DONTWAIT);
+        PREFORKED.lock().unwrap().take();
+        let (n, _) = got.expect("no early start was sent");
+        assert_eq!(message[0], EARLY_TAG);
+        let start: EarlyStart = serde_json::from_slice(&message[1..n]).unwrap();
+        assert_eq!(start.root, Some(base));
+        assert_eq!(start.etc_masks, vec![shadow]);
+    }
 }

@@ -127,6 +127,41 @@ fn env_files_in_the_project_are_unreadable_but_examples_are_not() {
     assert_eq!(env.read(".env"), CANARY);
 }
 
+/// The zygote masks what only root may read in `/etc` while envgit opens the store, before the
+/// step's binds exist: a directory the policy makes writable (bound read-write after) must not
+/// uncover such a file below it.
+#[test]
+fn a_writable_directory_does_not_uncover_a_private_file_below_it() {
+    let env = project();
+    let dir = tempfile::Builder::new()
+        .prefix("envgit-test-")
+        .tempdir_in("/etc")
+        .unwrap();
+    let key = dir.path().join("private.key");
+    std::fs::write(&key, CANARY).unwrap();
+    std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    let yaml = env.read("envgit.yaml").replace(
+        "# filesystem:\n#   deny_read:",
+        &format!(
+            "filesystem:\n  allow_write: [\"{}\"]\n#   deny_read:",
+            dir.path().display()
+        ),
+    );
+    env.write("envgit.yaml", &yaml);
+    let r = attack(
+        &env,
+        &format!(
+            "cat {k}; echo key=$?; touch {d}/made; echo made=$?",
+            k = key.display(),
+            d = dir.path().display()
+        ),
+    );
+    assert_no_canary(&r);
+    // The directory is writable inside (the bind happened), and the key is still masked.
+    assert!(r.stdout.contains("made=0\n"), "{}{}", r.stdout, r.stderr);
+    assert!(r.stdout.contains("key=1\n"), "{}{}", r.stdout, r.stderr);
+}
+
 #[test]
 fn links_to_a_secret_do_not_reach_it() {
     let env = project();
