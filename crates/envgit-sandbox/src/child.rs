@@ -33,6 +33,9 @@ fn fd_from_env(name: &str) -> Option<OwnedFd> {
 pub(crate) struct Channels {
     pub spec: OwnedFd,
     pub err: Option<OwnedFd>,
+    /// The command's exit code goes here just before this process exits (a zygote's;
+    /// `launch::SandboxChild::wait`).
+    pub done: Option<OwnedFd>,
     pub console: Option<OwnedFd>,
     /// What a zygote did before its channels came ([`enter_early`]).
     pub early: Option<Entered>,
@@ -165,6 +168,7 @@ pub fn sandbox_main() -> ! {
     sandbox_main_with(Channels {
         spec,
         err,
+        done: None,
         console: fd_from_env(CONSOLE_FD_ENV),
         early: None,
     })
@@ -193,6 +197,12 @@ pub(crate) fn sandbox_main_with(channels: Channels) -> ! {
             125
         }
     };
+    // envgit has the code (and the end of the error pipe) before this process's exit, which
+    // unmaps a fork of envgit (~0.3 ms) beside the step's end instead of before it.
+    drop(err);
+    if let Some(done) = channels.done {
+        let _ = rustix::io::write(&done, &code.to_le_bytes());
+    }
     std::process::exit(code)
 }
 

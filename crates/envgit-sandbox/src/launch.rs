@@ -16,6 +16,9 @@ pub const HIDDEN_SUBCOMMAND: &str = "__sandbox";
 
 pub struct SandboxChild {
     process: Process,
+    /// The forked sandbox process writes the command's exit code here just before it exits
+    /// ([`SandboxChild::wait`] reads it instead of waiting for that exit).
+    done: Option<OwnedFd>,
     err: std::fs::File,
     /// envgit's end of the console socket, when the command gets a terminal.
     console: Option<OwnedFd>,
@@ -71,19 +74,23 @@ pub fn spawn_on(exe: &Path, spec: &Spec, terminal: bool) -> std::io::Result<Sand
         let mut spec = spec.clone();
         spec.cgroups.retain(|c| !moved.contains(c));
         let spec = &spec;
+        let (done_r, done_w) = pipe()?;
         let started = zygote.start(
             spec_r.as_fd(),
             err_w.as_fd(),
+            done_w.as_fd(),
             console.as_ref().map(|(_, theirs)| theirs.as_fd()),
         );
         // A zygote that is gone (a signal took it) leaves the re-execution below.
         if let Ok(pid) = started {
             drop(spec_r);
             drop(err_w);
+            drop(done_w);
             let bytes = serde_json::to_vec(spec).map_err(std::io::Error::other)?;
             std::fs::File::from(spec_w).write_all(&bytes)?;
             return Ok(SandboxChild {
                 process: Process::Forked(pid),
+                done: Some(done_r),
                 err: std::fs::File::from(err_r),
                 console: console.map(|(ours, _theirs)| ours),
             });
@@ -115,6 +122,7 @@ pub fn spawn_on(exe: &Path, spec: &Spec, terminal: bool) -> std::io::Result<Sand
     std::fs::File::from(spec_w).write_all(&bytes)?;
     Ok(SandboxChild {
         process: Process::Spawned(child),
+        done: None,
         err: std::fs::File::from(err_r),
         console,
     })
@@ -157,7 +165,16 @@ impl SandboxChild {
                     .or_else(|| status.signal().map(|s| 128 + s))
                     .unwrap_or(125)
             }
-            Process::Forked(pid) => wait_forked(*pid)?,
+            Process::Forked(pid) => match self.done.take().and_then(read_code) {
+                // Its exit (unmapping a fork of envgit) goes on beside the step's end; it is
+                // reaped now if it is over, else when envgit exits.
+                Some(code) => {
+                    reap_if_gone(*pid);
+                    code
+                }
+                // It ended without a word (killed): its own status says how.
+                None => wait_forked(*pid)?,
+            },
         };
         let mut msg = String::new();
         let _ = self.err.read_to_string(&mut msg);
@@ -165,6 +182,27 @@ impl SandboxChild {
             return Ok(Outcome::SetupFailed(msg));
         }
         Ok(Outcome::Exited(code))
+    }
+}
+
+/// The exit code the sandbox process wrote on `done`; `None` when it ended without one.
+fn read_code(done: OwnedFd) -> Option<i32> {
+    let mut bytes = [0u8; 4];
+    let mut got = 0;
+    while got < bytes.len() {
+        match rustix::io::read(&done, &mut bytes[got..]) {
+            Ok(0) => return None,
+            Ok(n) => got += n,
+            Err(rustix::io::Errno::INTR) => {}
+            Err(_) => return None,
+        }
+    }
+    Some(i32::from_le_bytes(bytes))
+}
+
+fn reap_if_gone(pid: i32) {
+    if let Some(pid) = rustix::process::Pid::from_raw(pid) {
+        let _ = rustix::process::waitpid(Some(pid), rustix::process::WaitOptions::NOHANG);
     }
 }
 

@@ -282,11 +282,12 @@ impl Zygote {
         self,
         spec: BorrowedFd<'_>,
         err: BorrowedFd<'_>,
+        done: BorrowedFd<'_>,
         console: Option<BorrowedFd<'_>>,
     ) -> std::io::Result<i32> {
-        let mut fds = vec![spec, err];
+        let mut fds = vec![spec, err, done];
         fds.extend(console);
-        let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(3))];
+        let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(4))];
         let mut control = SendAncillaryBuffer::new(&mut space);
         if !control.push(SendAncillaryMessage::ScmRights(&fds)) {
             return Err(std::io::Error::other("no room for the sandbox's channels"));
@@ -326,7 +327,7 @@ fn wait_for_channels(socket: OwnedFd, parent: rustix::process::Pid) -> ! {
     let mut message = vec![0u8; 2 * EARLY_MESSAGE_MAX];
     let mut fds: Vec<OwnedFd> = Vec::new();
     loop {
-        let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(3))];
+        let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(4))];
         let mut control = RecvAncillaryBuffer::new(&mut space);
         let got = loop {
             match rustix::net::recvmsg(
@@ -357,7 +358,7 @@ fn wait_for_channels(socket: OwnedFd, parent: rustix::process::Pid) -> ! {
     }
     drop(socket);
     let mut fds = fds.into_iter();
-    let (Some(spec), Some(err)) = (fds.next(), fds.next()) else {
+    let (Some(spec), Some(err), Some(done)) = (fds.next(), fds.next(), fds.next()) else {
         // Not needed after all.
         std::process::exit(0);
     };
@@ -368,6 +369,7 @@ fn wait_for_channels(socket: OwnedFd, parent: rustix::process::Pid) -> ! {
     crate::child::sandbox_main_with(Channels {
         spec,
         err: Some(err),
+        done: Some(done),
         console,
         early,
     })
