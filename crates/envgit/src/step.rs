@@ -38,6 +38,9 @@ pub(crate) enum Snapshot<'a> {
     Tree(ObjectId),
 }
 
+/// Adds to a step's draft what was gathered while the step ended ([`Sandboxed::late`]).
+pub(crate) type CompleteDraft<'a> = Box<dyn FnOnce(&mut StepDraft) + 'a>;
+
 /// What ends a step that ran in the sandbox, beside its snapshot.
 pub(crate) struct Sandboxed<'a> {
     /// Protected paths put back to their state in `before` when the snapshot shows a change.
@@ -51,6 +54,9 @@ pub(crate) struct Sandboxed<'a> {
     /// What the walk before the step recorded as too deep: a watcher's snapshot after it
     /// reads only what changed, and the step still says what it keeps as a marker.
     pub too_deep_before: &'a [String],
+    /// Completes the draft once the git layer's import and the put-back are done: what was
+    /// still being gathered beside them (`envgit run`: the gate's events, its stop on a thread).
+    pub late: Option<CompleteDraft<'a>>,
 }
 
 impl Snapshot<'_> {
@@ -90,7 +96,7 @@ impl OpenStep {
         &mut self,
         store: &mut Store,
         mut snapshot: Snapshot<'_>,
-        sandboxed: Option<Sandboxed<'_>>,
+        mut sandboxed: Option<Sandboxed<'_>>,
         mut draft: StepDraft,
     ) -> CmdResult<Step> {
         let mut put_back = Vec::new();
@@ -105,6 +111,9 @@ impl OpenStep {
             }
         }
         crate::timings::mark("  git import, put back");
+        if let Some(late) = sandboxed.as_mut().and_then(|s| s.late.take()) {
+            late(&mut draft);
+        }
         let (mut tree, mut report, mut rescanned) = snapshot.take(store)?;
         if !report.full
             && let Some(s) = &sandboxed

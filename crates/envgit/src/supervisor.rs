@@ -187,7 +187,7 @@ pub fn run_step(
         );
         CmdResult::Ok((ran, step, git, protected, copy, notes_rx))
     })?;
-    let (code, events) = match ran {
+    let (code, gate) = match ran {
         Ok(ran) => ran,
         Err(f) => {
             // envgit failed around the command: its protected paths are put back all the same,
@@ -200,8 +200,6 @@ pub fn run_step(
     };
     let mut notes = notes;
     notes.extend(notes_rx.try_iter());
-    // The gate announced its refusals as they happened.
-    let (requests, refusals, approvals) = requests_of(&events);
     let draft = StepDraft {
         kind: Some(StepKind::Run),
         started_at_ms: started,
@@ -210,11 +208,17 @@ pub fn run_step(
         cwd: Some(cwd.display().to_string()),
         exit_code: Some(code),
         policy_hash: Some(policy_hash),
-        requests,
-        approvals,
-        refusals,
         notes,
         ..Default::default()
+    };
+    // The gate stops beside the git layer's import; its events join the record after it,
+    // ahead of what the import and the put-back refused. The gate announced its refusals as
+    // they happened.
+    let gate_events = move |draft: &mut StepDraft| {
+        let (requests, refusals, approvals) = requests_of(&gate.events());
+        draft.requests = requests;
+        draft.refusals.splice(0..0, refusals);
+        draft.approvals.splice(0..0, approvals);
     };
     let sandboxed = Sandboxed {
         protected: &protected,
@@ -222,6 +226,7 @@ pub fn run_step(
         git: git.as_deref(),
         before: Some(before),
         too_deep_before: &walked.too_deep,
+        late: Some(Box::new(gate_events)),
     };
     if let Some(feed) = &mut feed {
         feed.refresh(&mut live);
@@ -520,8 +525,8 @@ pub(crate) enum Facts<'scope> {
 }
 
 /// Runs `argv` in the sandbox behind a gate of its own; `state` is the project's store
-/// directory (the home overlay and staging live there). Returns the exit code and the gate
-/// events not taken through a tap.
+/// directory (the home overlay and staging live there). Returns the exit code and the gate's
+/// stop, which gives the events not taken through a tap once it is over.
 pub(crate) fn run_sandboxed(
     project: &Project,
     state: &Path,
@@ -530,7 +535,7 @@ pub(crate) fn run_sandboxed(
     protected: &[String],
     upstreams: &Upstreams,
     extras: RunExtras<'_>,
-) -> CmdResult<(i32, Vec<GateEvent>)> {
+) -> CmdResult<(i32, GateStop)> {
     // The last step's cgroups, if a long-lived session ran one, are gone first.
     envgit_sandbox::limits::finish_removals();
     // The run's cgroups, made at envgit's start for `envgit run`, else now: the sandbox
@@ -760,11 +765,9 @@ pub(crate) fn run_sandboxed(
         limits.remove_when_empty();
     }
     crate::timings::mark("limits removed");
-    let events = gate.stop();
-    crate::timings::mark("gate stop");
-    drop(step_dir);
+    let gate = GateStop::start(gate, step_dir);
     match outcome {
-        Ok(Outcome::Exited(code)) => Ok((code, events)),
+        Ok(Outcome::Exited(code)) => Ok((code, gate)),
         Ok(Outcome::SetupFailed(msg)) => Err(Failure {
             code: EXIT_ENVGIT_FAILED as u8,
             message: format!("sandbox: {msg}"),
@@ -773,6 +776,67 @@ pub(crate) fn run_sandboxed(
             code: EXIT_ENVGIT_FAILED as u8,
             message: format!("sandbox: {e}"),
         }),
+    }
+}
+
+/// A run's gate being stopped on a thread of its own (its runtime's threads joined: 0.2–0.3 ms),
+/// then its step directory removed, while the caller goes on with the step's end (the git
+/// layer's import). [`GateStop::events`] waits for it; a drop waits too.
+pub(crate) enum GateStop {
+    Stopping(Option<std::thread::JoinHandle<Vec<GateEvent>>>),
+    /// No thread could start: stopped here.
+    Stopped(Vec<GateEvent>),
+}
+
+impl GateStop {
+    fn start(gate: Gate, step_dir: StepDir) -> Self {
+        let stop = |gate: Gate, step_dir: StepDir| {
+            let events = gate.stop();
+            drop(step_dir);
+            events
+        };
+        // Taken by the thread, or here when none starts.
+        let slot = Arc::new(std::sync::Mutex::new(Some((gate, step_dir))));
+        let theirs = Arc::clone(&slot);
+        let spawned = std::thread::Builder::new()
+            .name("envgit-gate-stop".into())
+            .spawn(move || {
+                let taken = theirs.lock().unwrap_or_else(|p| p.into_inner()).take();
+                taken.map(|(g, d)| stop(g, d)).unwrap_or_default()
+            });
+        match spawned {
+            Ok(handle) => GateStop::Stopping(Some(handle)),
+            Err(_) => {
+                let taken = slot.lock().unwrap_or_else(|p| p.into_inner()).take();
+                GateStop::Stopped(taken.map(|(g, d)| stop(g, d)).unwrap_or_default())
+            }
+        }
+    }
+
+    /// Every event the gate recorded and nobody took through a tap, once it has stopped.
+    pub(crate) fn events(mut self) -> Vec<GateEvent> {
+        let events = self.take();
+        crate::timings::mark("gate stopped");
+        events
+    }
+
+    fn take(&mut self) -> Vec<GateEvent> {
+        match self {
+            GateStop::Stopping(handle) => match handle.take().map(std::thread::JoinHandle::join) {
+                Some(Ok(events)) => events,
+                Some(Err(panic)) => std::panic::resume_unwind(panic),
+                None => Vec::new(),
+            },
+            GateStop::Stopped(events) => std::mem::take(events),
+        }
+    }
+}
+
+impl Drop for GateStop {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            self.take();
+        }
     }
 }
 

@@ -206,7 +206,7 @@ pub fn run(dir: Option<&Path>, args: &ClaudeArgs) -> CmdResult<ExitCode> {
     drop(scratch);
     match outcome {
         Ok((code, rest)) => {
-            steps.finish(shown, started, code, rest)?;
+            steps.finish(shown, started, code, rest.events())?;
             Ok(ExitCode::from(code.clamp(0, 255) as u8))
         }
         Err(f) => {

@@ -288,6 +288,7 @@ impl<'a> ToolSteps<'a> {
             git: self.git.as_deref(),
             before: Some(self.last_tree),
             too_deep_before: &[],
+            late: None,
         };
         let step = self.step.finish(
             &mut self.store,

@@ -147,7 +147,7 @@ fn downstream(project: &Project, name: &str, events: Option<&Path>) -> CmdResult
     crate::git_layer::finish(git);
     // Whatever happened, what the gate recorded goes to envgit mcp first.
     let (code, rest) = match ran {
-        Ok((code, rest)) => (Ok(code), rest),
+        Ok((code, rest)) => (Ok(code), rest.events()),
         Err(f) => (Err(f), Vec::new()),
     };
     let events = match forwarder {

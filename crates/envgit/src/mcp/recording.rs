@@ -175,6 +175,7 @@ fn finish_repl_step(
             git: None,
             before,
             too_deep_before: &[],
+            late: None,
         }),
         draft,
     )
