@@ -62,7 +62,8 @@ pub fn report_and_linger(code: i32, verdict: OwnedFd, release: OwnedFd) -> ! {
     std::process::exit(code)
 }
 
-/// The code PID 1 reported, or `None` if it ended without reporting one.
+/// A code written on a pipe as four little-endian bytes (PID 1's verdict, the sandbox
+/// process's exit code on its `done` pipe), or `None` if the writer ended without one.
 pub fn read_verdict(verdict: OwnedFd) -> Option<i32> {
     let mut bytes = [0u8; 4];
     let mut got = 0;

@@ -165,7 +165,7 @@ impl SandboxChild {
                     .or_else(|| status.signal().map(|s| 128 + s))
                     .unwrap_or(125)
             }
-            Process::Forked(pid) => match self.done.take().and_then(read_code) {
+            Process::Forked(pid) => match self.done.take().and_then(crate::init::read_verdict) {
                 // Its exit (unmapping a fork of envgit) goes on beside the step's end; it is
                 // reaped now if it is over, else when envgit exits.
                 Some(code) => {
@@ -183,21 +183,6 @@ impl SandboxChild {
         }
         Ok(Outcome::Exited(code))
     }
-}
-
-/// The exit code the sandbox process wrote on `done`; `None` when it ended without one.
-fn read_code(done: OwnedFd) -> Option<i32> {
-    let mut bytes = [0u8; 4];
-    let mut got = 0;
-    while got < bytes.len() {
-        match rustix::io::read(&done, &mut bytes[got..]) {
-            Ok(0) => return None,
-            Ok(n) => got += n,
-            Err(rustix::io::Errno::INTR) => {}
-            Err(_) => return None,
-        }
-    }
-    Some(i32::from_le_bytes(bytes))
 }
 
 fn reap_if_gone(pid: i32) {
