@@ -452,3 +452,59 @@ fn a_changed_gitmodules_is_said_on_the_step() {
     let step = &env.log_json()[0];
     assert!(step.to_string().contains(".gitmodules changed"), "{step}");
 }
+
+/// `.git/index`'s modification time as `stat -c %.9Y` prints it.
+fn index_time(env: &Env) -> String {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(env.path(".git/index")).unwrap();
+    format!("{}.{:09}", m.mtime(), m.mtime_nsec())
+}
+
+/// Git's racy-timestamp rule: while the index is no newer than a file it lists, every `git
+/// status` reads that file again and rewrites the index to end it. Rewritten inside with the
+/// same bytes, the index must reach the host with its new time; kept at the old one, every
+/// later `git status` in a step pays the re-reads again (3× slower on a 3,200-file project).
+#[test]
+fn an_index_git_refreshed_inside_reaches_the_host_with_its_new_time() {
+    use std::os::unix::fs::MetadataExt;
+    let env = project();
+    // Racy: the index has the listed file's own time.
+    let touched = Command::new("touch")
+        .arg("-r")
+        .arg(env.path("a.txt"))
+        .arg(env.path(".git/index"))
+        .status()
+        .unwrap();
+    assert!(touched.success());
+    let a = std::fs::metadata(env.path("a.txt")).unwrap();
+    let racy = format!("{}.{:09}", a.mtime(), a.mtime_nsec());
+    assert_eq!(index_time(&env), racy);
+    let out = env.envgit(&["run", "git", "status", "--short"]);
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    let after = std::fs::metadata(env.path(".git/index")).unwrap();
+    assert!(
+        (after.mtime(), after.mtime_nsec()) > (a.mtime(), a.mtime_nsec()),
+        "the host's index still has a.txt's time {racy}: git will re-read a.txt at every status"
+    );
+}
+
+/// An index the step changed reaches the host with the time git gave it inside, not the
+/// import's: a later time would make git trust the stat data of a file edited in the same
+/// clock tick as the `git add` that recorded it.
+#[test]
+fn an_index_the_step_changed_keeps_the_time_git_wrote_it_at() {
+    let env = project();
+    let out = env.envgit(&[
+        "run",
+        "sh",
+        "-c",
+        "echo b > b.txt && git add b.txt && stat -c %.9Y .git/index > index-time",
+    ]);
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    assert_eq!(
+        env.git(&env.project, &["diff", "--cached", "--name-only"]),
+        "b.txt\n"
+    );
+    let inside = std::fs::read_to_string(env.path("index-time")).unwrap();
+    assert_eq!(index_time(&env), inside.trim());
+}

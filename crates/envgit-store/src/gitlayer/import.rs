@@ -13,6 +13,9 @@ use super::classify::{Class, classify, is_leftover, valid_head};
 use super::{config, write};
 use crate::beneath::{lstat, open_dir_rel, open_file, read_names};
 
+/// Git's index, beneath `.git`.
+const INDEX: &str = "index";
+
 /// One path (or config key) not imported, and why.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct Dropped {
@@ -115,7 +118,7 @@ impl PreStep {
     pub fn capture(git_dir: &Path) -> std::io::Result<Self> {
         let root = open_git(git_dir)?;
         let mut pre = Self::default();
-        let mut names: Vec<String> = ["HEAD", "index", "packed-refs"].map(String::from).into();
+        let mut names: Vec<String> = ["HEAD", INDEX, "packed-refs"].map(String::from).into();
         names.extend(
             files_below(root.as_fd(), "refs")
                 .into_iter()
@@ -243,7 +246,17 @@ fn one(
         Ok(c) => c,
         Err(e) => return drop(rep, format!("the host's copy is not a plain file: {e}")),
     };
+    // Git's racy-timestamp rule reads the index's time: a file it lists that is not older than
+    // the index is read again at every `git status`, and git rewrites the index to end that.
+    // The index arrives with the time git gave it inside, even when its bytes did not change.
+    let index_time = (rel == INDEX && !whiteout)
+        .then(|| write::mtime(up, rel).ok())
+        .flatten();
     if cur == new {
+        if let Some(t) = index_time {
+            // Best effort: left as it was, git reads the listed files again, as before.
+            let _ = write::advance_mtime(root, rel, t);
+        }
         return;
     }
     if class == Class::Object && cur.is_some() {
@@ -265,7 +278,7 @@ fn one(
         }
     }
     let r = match &new {
-        Some(d) => write::write(root, rel, d, class == Class::Object),
+        Some(d) => write::write(root, rel, d, class == Class::Object, index_time),
         None => write::remove(root, rel),
     };
     match r {

@@ -127,7 +127,7 @@ pub fn filter_nested_config(
         config::apply(tmp.path(), key, &values)?;
     }
     let text = std::fs::read(tmp.path()).map_err(NestedConfigError::TempFile)?;
-    write::write(dir.as_fd(), name, &text, false).map_err(access(rel))?;
+    write::write(dir.as_fd(), name, &text, false, None).map_err(access(rel))?;
     Ok(refused
         .into_iter()
         .map(|k| Dropped {

@@ -3,7 +3,7 @@
 
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
-use rustix::fs::{AtFlags, Mode, OFlags};
+use rustix::fs::{AtFlags, Mode, OFlags, Timespec, Timestamps};
 use rustix::io::Errno;
 
 use crate::beneath::{cstr, lstat, open_file, open_subdir};
@@ -85,12 +85,14 @@ pub fn read_fd(fd: OwnedFd) -> rustix::io::Result<Vec<u8>> {
     Ok(buf)
 }
 
-/// Replace `rel` with `data` (mode 0644, or 0444 for immutable objects).
+/// Replace `rel` with `data` (mode 0644, or 0444 for immutable objects), modified at `mtime`
+/// when given (now otherwise).
 pub fn write(
     root: BorrowedFd<'_>,
     rel: &str,
     data: &[u8],
     readonly: bool,
+    mtime: Option<Timespec>,
 ) -> rustix::io::Result<()> {
     let dir = parent(root, rel, true)?;
     let name = cstr(leaf(rel).as_bytes())?;
@@ -112,7 +114,13 @@ pub fn write(
         rustix::fs::fchown(&fd, Some(uid), Some(gid))?;
     }
     let mut f = std::fs::File::from(fd);
-    let r = std::io::Write::write_all(&mut f, data).and_then(|()| f.sync_data());
+    // The time is set once the data is in (a write moves it) and before the sync.
+    let r = std::io::Write::write_all(&mut f, data)
+        .and_then(|()| match mtime {
+            Some(t) => rustix::fs::futimens(&f, &keep_atime(t)).map_err(std::io::Error::from),
+            None => Ok(()),
+        })
+        .and_then(|()| f.sync_data());
     if let Err(e) = r {
         let _ = rustix::fs::unlinkat(dir.as_fd(), &tmp, AtFlags::empty());
         return Err(Errno::from_raw_os_error(
@@ -120,6 +128,39 @@ pub fn write(
         ));
     }
     rustix::fs::renameat(dir.as_fd(), &tmp, dir.as_fd(), &name)
+}
+
+fn keep_atime(mtime: Timespec) -> Timestamps {
+    Timestamps {
+        last_access: Timespec {
+            tv_sec: 0,
+            tv_nsec: rustix::fs::UTIME_OMIT,
+        },
+        last_modification: mtime,
+    }
+}
+
+/// The modification time of the regular file `rel` (never through a symlink).
+pub fn mtime(root: BorrowedFd<'_>, rel: &str) -> rustix::io::Result<Timespec> {
+    let dir = parent(root, rel, false)?;
+    let fd = open_file(dir.as_fd(), &cstr(leaf(rel).as_bytes())?)?;
+    let st = rustix::fs::fstat(&fd)?;
+    Ok(Timespec {
+        tv_sec: st.st_mtime,
+        tv_nsec: st.st_mtime_nsec as _,
+    })
+}
+
+/// Move the regular file `rel`'s modification time forward to `mtime`; one already as new is
+/// left alone.
+pub fn advance_mtime(root: BorrowedFd<'_>, rel: &str, mtime: Timespec) -> rustix::io::Result<()> {
+    let dir = parent(root, rel, false)?;
+    let fd = open_file(dir.as_fd(), &cstr(leaf(rel).as_bytes())?)?;
+    let st = rustix::fs::fstat(&fd)?;
+    if (st.st_mtime, st.st_mtime_nsec as i64) >= (mtime.tv_sec, mtime.tv_nsec) {
+        return Ok(());
+    }
+    rustix::fs::futimens(&fd, &keep_atime(mtime))
 }
 
 /// Remove the file `rel` (absent is fine).
