@@ -7,7 +7,7 @@
 //! overhead (envgit p50 − bare p50) against the goal of 20 ms; never fails on timing.
 //!
 //! `cargo run --release -p envgit-bench --bin real-project -- [--envgit BIN] [--runs 50]
-//!  [--node-modules DIR] [--sources 3200]`. The default tree is verdaccio's, which
+//!  [--node-modules DIR] [--sources 3200] [--keep DIR]`. The default tree is verdaccio's, which
 //! `scripts/install-deps-registries` installs under /opt/envgit-test-deps/registries.
 
 #[path = "../bin_common.rs"]
@@ -98,6 +98,10 @@ struct Args {
     /// Generated source files, committed to git.
     #[arg(long, default_value_t = 3200)]
     sources: usize,
+    /// Make the two projects here and keep them (to look into a figure afterwards); a
+    /// temporary directory otherwise. It must not exist yet.
+    #[arg(long, value_name = "DIR")]
+    keep: Option<PathBuf>,
 }
 
 fn main() -> Result<()> {
@@ -106,6 +110,7 @@ fn main() -> Result<()> {
         runs,
         node_modules,
         sources,
+        keep,
     } = clap::Parser::parse();
     let envgit = std::fs::canonicalize(&envgit).with_context(|| {
         format!(
@@ -119,9 +124,25 @@ fn main() -> Result<()> {
             node_modules.display()
         );
     }
-    let tmp = tempfile::tempdir()?;
-    let walk_root = tmp.path().join("walk");
-    let watch_root = tmp.path().join("watch");
+    let _tmp;
+    let work = match keep {
+        Some(dir) => {
+            if dir.exists() {
+                bail!(
+                    "{}: already exists; --keep makes a new directory",
+                    dir.display()
+                );
+            }
+            std::fs::create_dir_all(&dir)?;
+            std::fs::canonicalize(&dir)?
+        }
+        None => {
+            _tmp = tempfile::tempdir()?;
+            _tmp.path().to_path_buf()
+        }
+    };
+    let walk_root = work.join("walk");
+    let watch_root = work.join("watch");
     let dir = project(&walk_root, &node_modules, sources, &envgit)?;
     let watched = project(&watch_root, &node_modules, sources, &envgit)?;
     run_ok(
