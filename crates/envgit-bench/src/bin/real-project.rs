@@ -152,6 +152,8 @@ fn main() -> Result<()> {
             .env("ENVGIT_HOME", watch_root.join("home")),
     )
     .context("envgit watch start")?;
+    // The copies' write-back would otherwise land on the first rounds.
+    run_ok(&mut Command::new("sync"))?;
     let result = measure(&envgit, runs, (&dir, &walk_root), (&watched, &watch_root));
     let _ = run_ok(
         Command::new(&envgit)
