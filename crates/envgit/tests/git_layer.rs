@@ -508,3 +508,21 @@ fn an_index_the_step_changed_keeps_the_time_git_wrote_it_at() {
     let inside = std::fs::read_to_string(env.path("index-time")).unwrap();
     assert_eq!(index_time(&env), inside.trim());
 }
+
+/// With `core.splitIndex` git keeps most of the index in `.git/sharedindex.<hash>`, named by
+/// its content like an object, and the index names it: a step's `git add` writes a new one.
+/// Left out of the import, the host's index named a file the host lacks and every git
+/// command on the host failed ("index file open failed").
+#[test]
+fn a_split_index_arrives_whole() {
+    let env = project();
+    env.git(&env.project, &["config", "core.splitIndex", "true"]);
+    env.git(&env.project, &["update-index", "--split-index"]);
+    let out = env.envgit(&["run", "sh", "-c", "echo b > b.txt && git add b.txt"]);
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    assert!(!out.stderr.contains("sharedindex"), "{}", out.stderr);
+    assert_eq!(
+        env.git(&env.project, &["status", "--short", "--untracked-files=no"]),
+        "A  b.txt\n"
+    );
+}

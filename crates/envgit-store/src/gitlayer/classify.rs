@@ -41,6 +41,17 @@ pub fn is_leftover(rel: &str) -> bool {
     rel.ends_with(".lock") || rel == "gc.pid" || rel == "gc.log"
 }
 
+/// A split index's shared part (`core.splitIndex`): `sharedindex.<hash>`, named by its
+/// content like an object, and named in turn by the index, so it must arrive before it.
+fn is_shared_index(rel: &str) -> bool {
+    rel.strip_prefix("sharedindex.").is_some_and(is_object_id)
+}
+
+/// A SHA-1 or SHA-256 object id in hex.
+fn is_object_id(s: &str) -> bool {
+    (s.len() == 40 || s.len() == 64) && s.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
 /// The class of `rel`, or why it is dropped.
 pub fn classify(rel: &str) -> Result<Class, &'static str> {
     if is_leftover(rel) {
@@ -58,7 +69,7 @@ pub fn classify(rel: &str) -> Result<Class, &'static str> {
     if rel == "objects/info/alternates" || rel == "objects/info/http-alternates" {
         return Err("alternates make git read objects from a directory the step chose");
     }
-    if rel.starts_with("objects/") {
+    if rel.starts_with("objects/") || is_shared_index(rel) {
         return Ok(Class::Object);
     }
     if rel.starts_with("logs/") || rel.starts_with("lfs/objects/") || TOP_DATA.contains(&rel) {
@@ -89,7 +100,7 @@ pub fn valid_head(content: &[u8]) -> bool {
             && !r.contains("..")
             && r.bytes().all(|b| b.is_ascii_graphic() && b != b'\\');
     }
-    (s.len() == 40 || s.len() == 64) && s.bytes().all(|b| b.is_ascii_hexdigit())
+    is_object_id(s)
 }
 
 #[cfg(test)]
@@ -114,6 +125,10 @@ mod tests {
         assert!(is_leftover("refs/heads/main.lock") && is_leftover("index.lock"));
         assert!(!is_leftover("hooks/pre-commit") && !is_leftover("gc.pid.sh"));
         assert_eq!(classify("logs/HEAD"), Ok(Class::Data));
+        let shared = format!("sharedindex.{}", "0a".repeat(20));
+        assert_eq!(classify(&shared), Ok(Class::Object));
+        assert!(classify("sharedindex.0a").is_err());
+        assert!(classify("sharedindex.../hooks/pre-commit").is_err());
         assert!(valid_head(b"ref: refs/heads/main\n"));
         assert!(valid_head(b"0123456789012345678901234567890123456789\n"));
         assert!(!valid_head(b"ref: ../../etc\n"));
