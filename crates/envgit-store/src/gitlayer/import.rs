@@ -9,7 +9,7 @@ use std::path::Path;
 use rustix::fs::{FileType, Mode, OFlags};
 use serde::{Deserialize, Serialize};
 
-use super::classify::{Class, classify, is_leftover, valid_head};
+use super::classify::{Class, classify, is_leftover, is_shared_index, valid_head};
 use super::{config, write};
 use crate::beneath::{lstat, open_dir_rel, open_file, read_names};
 
@@ -257,6 +257,11 @@ fn one(
             // Best effort: left as it was, git reads the listed files again, as before.
             let _ = write::advance_mtime(root, rel, t);
         }
+        return;
+    }
+    if whiteout && is_shared_index(rel) {
+        // Git's expiry of an old shared index: the host's copy stays (its own git expires it),
+        // and that is housekeeping, not news.
         return;
     }
     if class == Class::Object && cur.is_some() {
