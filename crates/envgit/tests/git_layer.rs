@@ -535,3 +535,64 @@ fn a_split_index_arrives_whole() {
         "A  b.txt\n"
     );
 }
+
+/// A reftable repository (`git init --ref-format=reftable`) keeps its refs in
+/// `.git/reftable/`: new tables under new names, listed by `tables.list`, old ones compacted
+/// away. The agent's commit must arrive as in a repository of loose refs; on main the tables
+/// were "not a git data file" and the commit stayed inside.
+#[test]
+fn a_commit_in_a_reftable_repository_arrives() {
+    let env = Env::new();
+    env.git(
+        &env.project,
+        &["init", "-q", "-b", "main", "--ref-format=reftable"],
+    );
+    env.git(&env.project, &["config", "user.name", "Host User"]);
+    env.git(
+        &env.project,
+        &["config", "user.email", "host@example.invalid"],
+    );
+    env.write("a.txt", "a\n");
+    env.git(&env.project, &["add", "a.txt"]);
+    env.git(&env.project, &["commit", "-q", "-m", "first"]);
+    env.envgit(&["init"]).ok();
+    let out = env.envgit(&[
+        "run",
+        "sh",
+        "-c",
+        "echo b > b.txt && git add b.txt && git commit -q -m agent && \
+         git commit -q --allow-empty -m again && git pack-refs && echo committed",
+    ]);
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    assert!(out.stdout.contains("committed"), "{}", out.stdout);
+    assert!(!out.stderr.contains("reftable"), "{}", out.stderr);
+    assert_eq!(
+        env.git(&env.project, &["log", "--format=%s", "main"]),
+        "again\nagent\nfirst\n"
+    );
+    assert_eq!(
+        env.git(&env.project, &["status", "--short", "--untracked-files=no"]),
+        ""
+    );
+
+    // A list naming anything but tables (git opens each beneath `reftable/`) stays out.
+    let list = env.path(".git/reftable/tables.list");
+    let before = std::fs::read(&list).unwrap();
+    let out = env.envgit(&[
+        "run",
+        "sh",
+        "-c",
+        "printf '../../../evil.ref\\n' > .git/reftable/tables.list",
+    ]);
+    assert!(
+        out.stderr
+            .contains("tables.list names a file that is not a reftable table"),
+        "{}",
+        out.stderr
+    );
+    assert_eq!(std::fs::read(&list).unwrap(), before);
+    assert_eq!(
+        env.git(&env.project, &["log", "--format=%s", "-1", "main"]),
+        "again\n"
+    );
+}

@@ -4,11 +4,13 @@
 /// How the import treats one path of the upper layer (relative to `.git`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Class {
-    /// Content-addressed and immutable (objects, packs): written only when absent.
+    /// Content-addressed or uniquely named, and immutable (objects, packs, a split index's
+    /// shared part, reftable tables): written only when absent.
     Object,
     /// Plain data (logs, the `*_HEAD` files, messages): written as is.
     Data,
-    /// Refs, `packed-refs`, the index: written compare-and-swap against the pre-step content.
+    /// Refs, `packed-refs`, reftable's `tables.list`, the index: written compare-and-swap
+    /// against the pre-step content.
     Cas,
     /// `HEAD`: compare-and-swap, and only when it is a symbolic ref or an object id.
     Head,
@@ -41,10 +43,46 @@ pub fn is_leftover(rel: &str) -> bool {
     rel.ends_with(".lock") || rel == "gc.pid" || rel == "gc.log"
 }
 
+/// The list of a reftable repository's tables (`--ref-format=reftable`): its refs, as
+/// `packed-refs` is for the files backend, so written compare-and-swap.
+pub const REFTABLE_LIST: &str = "reftable/tables.list";
+
 /// A split index's shared part (`core.splitIndex`): `sharedindex.<hash>`, named by its
 /// content like an object, and named in turn by the index, so it must arrive before it.
-pub fn is_shared_index(rel: &str) -> bool {
+fn is_shared_index(rel: &str) -> bool {
     rel.strip_prefix("sharedindex.").is_some_and(is_object_id)
+}
+
+/// One table of a reftable repository, `reftable/0x<min>-0x<max>-<random>.ref`: written once
+/// under a new name, never changed, and named by `tables.list`, so it must arrive before it.
+fn is_reftable_table(rel: &str) -> bool {
+    let Some(name) = rel
+        .strip_prefix("reftable/")
+        .and_then(|n| n.strip_suffix(".ref"))
+    else {
+        return false;
+    };
+    let hex = |s: &str, min: usize| s.len() >= min && s.bytes().all(|b| b.is_ascii_hexdigit());
+    let parts: Vec<&str> = name.split('-').collect();
+    matches!(parts.as_slice(), [lo, hi, random]
+        if lo.strip_prefix("0x").is_some_and(|h| hex(h, 12))
+            && hi.strip_prefix("0x").is_some_and(|h| hex(h, 12))
+            && random.len() == 8 && hex(random, 8))
+}
+
+/// Whether `tables.list` names only reftable tables (git opens each beneath `reftable/`).
+pub fn valid_tables_list(content: &[u8]) -> bool {
+    std::str::from_utf8(content).is_ok_and(|text| {
+        text.lines()
+            .all(|name| is_reftable_table(&format!("reftable/{name}")))
+    })
+}
+
+/// Files git deletes itself once it has written what replaces them (a shared index past its
+/// expiry, reftable tables compacted into one): their removal inside is housekeeping, not
+/// news, and the host's copy stays until the host's own git retires it.
+pub fn retired_by_git(rel: &str) -> bool {
+    is_shared_index(rel) || is_reftable_table(rel)
 }
 
 /// A SHA-1 or SHA-256 object id in hex.
@@ -60,7 +98,7 @@ pub fn classify(rel: &str) -> Result<Class, &'static str> {
     if rel == "HEAD" {
         return Ok(Class::Head);
     }
-    if rel == "index" || rel == "packed-refs" || rel.starts_with("refs/") {
+    if rel == "index" || rel == "packed-refs" || rel == REFTABLE_LIST || rel.starts_with("refs/") {
         return Ok(Class::Cas);
     }
     if rel == "config" {
@@ -69,7 +107,7 @@ pub fn classify(rel: &str) -> Result<Class, &'static str> {
     if rel == "objects/info/alternates" || rel == "objects/info/http-alternates" {
         return Err("alternates make git read objects from a directory the step chose");
     }
-    if rel.starts_with("objects/") || is_shared_index(rel) {
+    if rel.starts_with("objects/") || is_shared_index(rel) || is_reftable_table(rel) {
         return Ok(Class::Object);
     }
     if rel.starts_with("logs/") || rel.starts_with("lfs/objects/") || TOP_DATA.contains(&rel) {
@@ -129,6 +167,20 @@ mod tests {
         assert_eq!(classify(&shared), Ok(Class::Object));
         assert!(classify("sharedindex.0a").is_err());
         assert!(classify("sharedindex.../hooks/pre-commit").is_err());
+        assert_eq!(classify("reftable/tables.list"), Ok(Class::Cas));
+        let table = "reftable/0x000000000001-0x000000000003-eb83fee2.ref";
+        assert_eq!(classify(table), Ok(Class::Object));
+        assert!(retired_by_git(table) && retired_by_git(&shared));
+        assert!(classify("reftable/0x1-0x3-eb83fee2.ref").is_err());
+        assert!(classify("reftable/../hooks/0x000000000001-0x000000000003-eb83fee2.ref").is_err());
+        assert!(classify("reftable/notes").is_err());
+        assert!(valid_tables_list(
+            b"0x000000000001-0x000000000003-eb83fee2.ref\n"
+        ));
+        assert!(valid_tables_list(b""));
+        assert!(!valid_tables_list(
+            b"0x000000000001-0x000000000003-eb83fee2.ref\n../../x\n"
+        ));
         assert!(valid_head(b"ref: refs/heads/main\n"));
         assert!(valid_head(b"0123456789012345678901234567890123456789\n"));
         assert!(!valid_head(b"ref: ../../etc\n"));

@@ -9,7 +9,9 @@ use std::path::Path;
 use rustix::fs::{FileType, Mode, OFlags};
 use serde::{Deserialize, Serialize};
 
-use super::classify::{Class, classify, is_leftover, is_shared_index, valid_head};
+use super::classify::{
+    Class, REFTABLE_LIST, classify, is_leftover, retired_by_git, valid_head, valid_tables_list,
+};
 use super::{config, write};
 use crate::beneath::{lstat, open_dir_rel, open_file, read_names};
 
@@ -118,7 +120,9 @@ impl PreStep {
     pub fn capture(git_dir: &Path) -> std::io::Result<Self> {
         let root = open_git(git_dir)?;
         let mut pre = Self::default();
-        let mut names: Vec<String> = ["HEAD", INDEX, "packed-refs"].map(String::from).into();
+        let mut names: Vec<String> = ["HEAD", INDEX, "packed-refs", REFTABLE_LIST]
+            .map(String::from)
+            .into();
         names.extend(
             files_below(root.as_fd(), "refs")
                 .into_iter()
@@ -242,6 +246,12 @@ fn one(
             "HEAD is neither `ref: refs/...` nor an object id".into(),
         );
     }
+    if rel == REFTABLE_LIST && new.as_deref().is_some_and(|d| !valid_tables_list(d)) {
+        return drop(
+            rep,
+            "tables.list names a file that is not a reftable table".into(),
+        );
+    }
     let cur = match write::read(root, rel) {
         Ok(c) => c,
         Err(e) => return drop(rep, format!("the host's copy is not a plain file: {e}")),
@@ -259,9 +269,7 @@ fn one(
         }
         return;
     }
-    if whiteout && is_shared_index(rel) {
-        // Git's expiry of an old shared index: the host's copy stays (its own git expires it),
-        // and that is housekeeping, not news.
+    if whiteout && retired_by_git(rel) {
         return;
     }
     if class == Class::Object && cur.is_some() {
