@@ -596,3 +596,209 @@ fn a_commit_in_a_reftable_repository_arrives() {
         "again\n"
     );
 }
+
+/// A scratch repository beside the project, for objects the host must not have.
+fn scratch(env: &Env) -> std::path::PathBuf {
+    let dir = env.tmp.path().join("scratch");
+    std::fs::create_dir_all(&dir).unwrap();
+    env.git(&dir, &["init", "-q"]);
+    dir
+}
+
+/// `content` as a blob written into `repo`: its id.
+fn blob(env: &Env, repo: &Path, content: &str) -> String {
+    let path = repo.join("blob-content");
+    std::fs::write(&path, content).unwrap();
+    let id = env.git(repo, &["hash-object", "-w", path.to_str().unwrap()]);
+    id.trim().to_owned()
+}
+
+/// Rewrites a one-object pack index (version 2) so that it claims the object id `claim`
+/// (hex, SHA-1) for the object its pack holds: fan-out and trailing checksum made right,
+/// so git reads it.
+fn forge_index(idx: &[u8], claim: &str) -> Vec<u8> {
+    use sha1::Digest;
+    let claim: Vec<u8> = (0..20)
+        .map(|i| u8::from_str_radix(&claim[2 * i..2 * i + 2], 16).unwrap())
+        .collect();
+    let mut b = idx.to_vec();
+    assert_eq!(&b[..8], b"\xfftOc\x00\x00\x00\x02", "not a version 2 index");
+    assert_eq!(
+        &b[8 + 255 * 4..8 + 256 * 4],
+        &[0, 0, 0, 1],
+        "not one object"
+    );
+    let names = 8 + 256 * 4;
+    b[names..names + 20].copy_from_slice(&claim);
+    for i in 0..256usize {
+        let count: u32 = if i >= usize::from(claim[0]) { 1 } else { 0 };
+        b[8 + i * 4..12 + i * 4].copy_from_slice(&count.to_be_bytes());
+    }
+    let len = b.len();
+    let sum = sha1::Sha1::digest(&b[..len - 20]);
+    b[len - 20..].copy_from_slice(&sum);
+    b
+}
+
+/// Git trusts a pack's index when it reads an object: a pack whose `.idx` gives the id of a
+/// file the host has (`build.sh`) to other content made the host's `git checkout` write that
+/// content, under a commit the user trusts, where they run it. The step's index is never
+/// taken: the host's `git index-pack` names the pack's objects by what they are.
+#[test]
+fn a_pack_whose_index_lies_about_an_object_is_not_believed() {
+    let env = project();
+    env.write("build.sh", "echo hello\n");
+    env.git(&env.project, &["add", "build.sh"]);
+    env.git(&env.project, &["commit", "-q", "-m", "build"]);
+    env.git(&env.project, &["gc", "-q"]);
+    // An ordinary repository's packs are older than a step's.
+    let aged = Command::new("sh")
+        .args(["-c", "touch -d '1 hour ago' .git/objects/pack/*"])
+        .current_dir(&env.project)
+        .status()
+        .unwrap();
+    assert!(aged.success());
+    let trusted = env.git(&env.project, &["rev-parse", "HEAD:build.sh"]);
+    let trusted = trusted.trim();
+
+    let other = scratch(&env);
+    let evil = blob(&env, &other, "echo PWNED\n");
+    let pack = Command::new("git")
+        .args(["pack-objects", "-q", "pack"])
+        .current_dir(&other)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    pack.stdin
+        .as_ref()
+        .unwrap()
+        .write_all(format!("{evil}\n").as_bytes())
+        .unwrap();
+    let out = pack.wait_with_output().unwrap();
+    assert!(out.status.success());
+    let name = String::from_utf8(out.stdout).unwrap().trim().to_owned();
+    let forged_dir = env.path("forged");
+    std::fs::create_dir_all(&forged_dir).unwrap();
+    std::fs::copy(
+        other.join(format!("pack-{name}.pack")),
+        forged_dir.join(format!("pack-{name}.pack")),
+    )
+    .unwrap();
+    let idx = std::fs::read(other.join(format!("pack-{name}.idx"))).unwrap();
+    std::fs::write(
+        forged_dir.join(format!("pack-{name}.idx")),
+        forge_index(&idx, trusted),
+    )
+    .unwrap();
+
+    let out = env.envgit(&[
+        "run",
+        "sh",
+        "-c",
+        "cp forged/pack-* .git/objects/pack/ && \
+         echo planted: $(git cat-file -p $(git rev-parse HEAD:build.sh))",
+    ]);
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    assert!(out.stdout.contains("planted: echo PWNED"), "{}", out.stdout);
+    std::fs::remove_file(env.path("build.sh")).unwrap();
+    env.git(&env.project, &["checkout", "--", "build.sh"]);
+    assert_eq!(
+        std::fs::read_to_string(env.path("build.sh")).unwrap(),
+        "echo hello\n",
+        "the host's checkout wrote the step's content for a trusted id"
+    );
+    // The pack's one object arrived for what it is.
+    assert_eq!(
+        env.git(&env.project, &["cat-file", "-p", &evil]),
+        "echo PWNED\n"
+    );
+}
+
+/// A loose object is named by its content too: one whose content hashes to another id would
+/// stand in for that object on the host (say one the user fetches later, which git then
+/// never downloads). It is not imported, and the refusal says why.
+#[test]
+fn a_loose_object_under_a_name_not_its_own_is_not_imported() {
+    let env = project();
+    let other = scratch(&env);
+    let evil = blob(&env, &other, "echo PWNED\n");
+    let claimed = blob(&env, &other, "echo the real one\n");
+    std::fs::write(
+        env.path("forged-object"),
+        std::fs::read(other.join(format!(".git/objects/{}/{}", &evil[..2], &evil[2..]))).unwrap(),
+    )
+    .unwrap();
+    let script = format!(
+        "mkdir -p .git/objects/{dir} && cp forged-object .git/objects/{dir}/{rest}",
+        dir = &claimed[..2],
+        rest = &claimed[2..]
+    );
+    let out = env.envgit(&["run", "sh", "-c", &script]);
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    assert!(
+        out.stderr.contains("does not hash to its name"),
+        "{}",
+        out.stderr
+    );
+    let has = Command::new("git")
+        .args(["cat-file", "-e", &claimed])
+        .current_dir(&env.project)
+        .status()
+        .unwrap();
+    assert!(
+        !has.success(),
+        "the host took the step's object for {claimed}"
+    );
+}
+
+/// `git replace X Y` makes git read Y wherever X is asked for, `git checkout` included: a
+/// replace ref from a step would make the host write the step's content for a file the user
+/// trusts. None arrives, whether it is a loose ref, packed into `packed-refs`, or in a
+/// reftable; the step's other refs do.
+#[test]
+fn a_replace_ref_from_the_step_never_reaches_the_host() {
+    for (format, pack) in [
+        ("files", ""),
+        ("files", " && git pack-refs --all"),
+        ("reftable", ""),
+    ] {
+        let env = Env::new();
+        env.git(
+            &env.project,
+            &[
+                "init",
+                "-q",
+                "-b",
+                "main",
+                &format!("--ref-format={format}"),
+            ],
+        );
+        env.write("build.sh", "echo hello\n");
+        env.git(&env.project, &["add", "build.sh"]);
+        env.git(&env.project, &["commit", "-q", "-m", "first"]);
+        env.envgit(&["init"]).ok();
+        let script = format!(
+            "X=$(git rev-parse HEAD:build.sh) && Y=$(echo 'echo PWNED' | git hash-object -w --stdin) && \
+             git replace $X $Y && git branch agent{pack} && echo inside: $(git cat-file -p $X)"
+        );
+        let out = env.envgit(&["run", "sh", "-c", &script]);
+        let what = format!("{format}{pack}: {}{}", out.stdout, out.stderr);
+        assert_eq!(out.code, 0, "{what}");
+        assert!(out.stdout.contains("inside: echo PWNED"), "{what}");
+        assert!(out.stderr.contains("replace ref"), "{what}");
+        std::fs::remove_file(env.path("build.sh")).unwrap();
+        env.git(&env.project, &["checkout", "--", "build.sh"]);
+        assert_eq!(
+            std::fs::read_to_string(env.path("build.sh")).unwrap(),
+            "echo hello\n",
+            "{what}"
+        );
+        assert_eq!(env.git(&env.project, &["replace", "-l"]), "", "{what}");
+        if pack.is_empty() && format == "files" {
+            // The loose branch ref arrived beside the refused replace ref.
+            env.git(&env.project, &["rev-parse", "--verify", "agent"]);
+        }
+    }
+}

@@ -4,9 +4,21 @@
 /// How the import treats one path of the upper layer (relative to `.git`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Class {
-    /// Content-addressed or uniquely named, and immutable (objects, packs, a split index's
-    /// shared part, reftable tables): written only when absent.
+    /// Uniquely named and immutable (a split index's shared part, reftable tables, a pack's
+    /// `.keep`, `.promisor` and `.mtimes`): written only when absent.
     Object,
+    /// A loose object, `objects/xx/<rest of its id>`: written only when absent, and only when
+    /// its content hashes to its name (git trusts the name when it reads one).
+    Loose,
+    /// A pack, `objects/pack/pack-<hash>.pack`: given to the host's `git index-pack`, which
+    /// names every object by its content; the step's own `.idx` is never taken (an index that
+    /// gives an object the host has other content would make the host read that content).
+    Pack,
+    /// What the host's git derives from the objects and rebuilds itself (a pack's `.idx`,
+    /// `.rev` and `.bitmap`, the multi-pack index, commit-graphs, `objects/info/packs`):
+    /// never imported, and not news. Each maps ids to content or history, so a forged one
+    /// would make the host read what the step chose.
+    Derived,
     /// Plain data (logs, the `*_HEAD` files, messages): written as is.
     Data,
     /// Refs, `packed-refs`, reftable's `tables.list`, the index: written compare-and-swap
@@ -40,7 +52,11 @@ const TOP_DATA: &[&str] = &[
 /// and `gc.log` (git refuses to auto-gc for a day while it exists). Never imported, and not
 /// news either: no warning, no refusal.
 pub fn is_leftover(rel: &str) -> bool {
-    rel.ends_with(".lock") || rel == "gc.pid" || rel == "gc.log"
+    rel.ends_with(".lock")
+        || rel == "gc.pid"
+        || rel == "gc.log"
+        // The temporary files git writes objects and packs through (`tmp_obj_*`, `tmp_pack_*`).
+        || (rel.starts_with("objects/") && rel.rsplit('/').next().is_some_and(|n| n.starts_with("tmp_")))
 }
 
 /// The list of a reftable repository's tables (`--ref-format=reftable`): its refs, as
@@ -78,13 +94,6 @@ pub fn valid_tables_list(content: &[u8]) -> bool {
     })
 }
 
-/// Files git deletes itself once it has written what replaces them (a shared index past its
-/// expiry, reftable tables compacted into one): their removal inside is housekeeping, not
-/// news, and the host's copy stays until the host's own git retires it.
-pub fn retired_by_git(rel: &str) -> bool {
-    is_shared_index(rel) || is_reftable_table(rel)
-}
-
 /// A SHA-1 or SHA-256 object id in hex.
 fn is_object_id(s: &str) -> bool {
     (s.len() == 40 || s.len() == 64) && s.bytes().all(|b| b.is_ascii_hexdigit())
@@ -98,6 +107,11 @@ pub fn classify(rel: &str) -> Result<Class, &'static str> {
     if rel == "HEAD" {
         return Ok(Class::Head);
     }
+    if rel.starts_with("refs/replace/") {
+        return Err(
+            "a replace ref makes the host's git read other content for an object the user trusts",
+        );
+    }
     if rel == "index" || rel == "packed-refs" || rel == REFTABLE_LIST || rel.starts_with("refs/") {
         return Ok(Class::Cas);
     }
@@ -107,7 +121,10 @@ pub fn classify(rel: &str) -> Result<Class, &'static str> {
     if rel == "objects/info/alternates" || rel == "objects/info/http-alternates" {
         return Err("alternates make git read objects from a directory the step chose");
     }
-    if rel.starts_with("objects/") || is_shared_index(rel) || is_reftable_table(rel) {
+    if let Some(rest) = rel.strip_prefix("objects/") {
+        return objects_class(rest);
+    }
+    if is_shared_index(rel) || is_reftable_table(rel) {
         return Ok(Class::Object);
     }
     if rel.starts_with("logs/") || rel.starts_with("lfs/objects/") || TOP_DATA.contains(&rel) {
@@ -125,6 +142,48 @@ pub fn classify(rel: &str) -> Result<Class, &'static str> {
         "modules" => "a submodule's git directory carries its own config and hooks",
         _ => "it is not a git data file",
     })
+}
+
+/// Whether `rel` is in a repository's object store (and not its alternates, which point
+/// elsewhere): a nested repository's object data stays as the step left it.
+pub fn is_object_store_path(rel: &str) -> bool {
+    (rel == "objects" || rel.starts_with("objects/"))
+        && !matches!(
+            rel,
+            "objects/info/alternates" | "objects/info/http-alternates"
+        )
+}
+
+/// The class of `objects/<rest>`.
+fn objects_class(rest: &str) -> Result<Class, &'static str> {
+    let hex = |s: &str| s.bytes().all(|b| b.is_ascii_hexdigit());
+    if let Some((dir, name)) = rest.split_once('/')
+        && dir.len() == 2
+        && hex(dir)
+        && is_object_id(&format!("{dir}{name}"))
+    {
+        return Ok(Class::Loose);
+    }
+    if rest == "info/packs"
+        || rest == "info/commit-graph"
+        || rest.starts_with("info/commit-graphs/")
+        || rest.starts_with("pack/multi-pack-index")
+    {
+        return Ok(Class::Derived);
+    }
+    if let Some((hash, ext)) = rest
+        .strip_prefix("pack/pack-")
+        .and_then(|n| n.split_once('.'))
+        && is_object_id(hash)
+    {
+        return match ext {
+            "pack" => Ok(Class::Pack),
+            "idx" | "rev" | "bitmap" => Ok(Class::Derived),
+            "keep" | "promisor" | "mtimes" => Ok(Class::Object),
+            _ => Err("it is not a file git keeps beside a pack"),
+        };
+    }
+    Err("it is not a git object, a pack or a file git derives from them")
 }
 
 /// Whether `HEAD`'s content is a symbolic ref under `refs/` or a bare object id.
@@ -148,8 +207,37 @@ mod tests {
     #[test]
     fn classes() {
         assert_eq!(classify("refs/heads/main"), Ok(Class::Cas));
-        assert_eq!(classify("objects/ab/cdef"), Ok(Class::Object));
-        assert_eq!(classify("objects/pack/pack-1.pack"), Ok(Class::Object));
+        assert!(classify(&format!("refs/replace/{}", "0a".repeat(20))).is_err());
+        let id = "0a".repeat(20);
+        assert_eq!(
+            classify(&format!("objects/0a/{}", &id[2..])),
+            Ok(Class::Loose)
+        );
+        assert_eq!(
+            classify(&format!("objects/0a/{}", "b".repeat(62))),
+            Ok(Class::Loose)
+        );
+        assert!(classify("objects/ab/cdef").is_err());
+        assert!(classify("objects/incoming-x/pack/a.pack").is_err());
+        assert_eq!(
+            classify(&format!("objects/pack/pack-{id}.pack")),
+            Ok(Class::Pack)
+        );
+        assert_eq!(
+            classify(&format!("objects/pack/pack-{id}.idx")),
+            Ok(Class::Derived)
+        );
+        assert_eq!(
+            classify(&format!("objects/pack/pack-{id}.keep")),
+            Ok(Class::Object)
+        );
+        assert!(classify(&format!("objects/pack/pack-{id}.sh")).is_err());
+        assert!(classify("objects/pack/pack-1.pack").is_err());
+        assert_eq!(classify("objects/info/commit-graph"), Ok(Class::Derived));
+        assert_eq!(
+            classify("objects/pack/multi-pack-index"),
+            Ok(Class::Derived)
+        );
         assert!(classify("objects/info/alternates").is_err());
         assert!(classify("hooks/pre-commit").is_err());
         assert!(classify("commondir").is_err());
@@ -162,6 +250,7 @@ mod tests {
         assert!(is_leftover("gc.pid") && is_leftover("gc.log"));
         assert!(is_leftover("refs/heads/main.lock") && is_leftover("index.lock"));
         assert!(!is_leftover("hooks/pre-commit") && !is_leftover("gc.pid.sh"));
+        assert!(is_leftover("objects/pack/tmp_pack_x1Y2") && is_leftover("objects/0a/tmp_obj_Q"));
         assert_eq!(classify("logs/HEAD"), Ok(Class::Data));
         let shared = format!("sharedindex.{}", "0a".repeat(20));
         assert_eq!(classify(&shared), Ok(Class::Object));
@@ -170,7 +259,6 @@ mod tests {
         assert_eq!(classify("reftable/tables.list"), Ok(Class::Cas));
         let table = "reftable/0x000000000001-0x000000000003-eb83fee2.ref";
         assert_eq!(classify(table), Ok(Class::Object));
-        assert!(retired_by_git(table) && retired_by_git(&shared));
         assert!(classify("reftable/0x1-0x3-eb83fee2.ref").is_err());
         assert!(classify("reftable/../hooks/0x000000000001-0x000000000003-eb83fee2.ref").is_err());
         assert!(classify("reftable/notes").is_err());

@@ -1,6 +1,7 @@
 //! The after-step import: walk the upper layer iteratively without following links, and bring
 //! into the host's `.git` only regular files of a data class (see `classify`), refs
-//! compare-and-swap, config through the allow-list. Whiteouts delete data paths only.
+//! compare-and-swap, config through the allow-list, objects for what their content is.
+//! Whiteouts delete data paths only.
 
 use std::collections::BTreeMap;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -9,9 +10,8 @@ use std::path::Path;
 use rustix::fs::{FileType, Mode, OFlags};
 use serde::{Deserialize, Serialize};
 
-use super::classify::{
-    Class, REFTABLE_LIST, classify, is_leftover, retired_by_git, valid_head, valid_tables_list,
-};
+use super::classify::{Class, REFTABLE_LIST, classify, is_leftover, valid_head, valid_tables_list};
+use super::verify::{self, loose_matches};
 use super::{config, write};
 use crate::beneath::{lstat, open_dir_rel, open_file, read_names};
 
@@ -162,6 +162,14 @@ pub fn import(git_dir: &Path, upper: &Path, pre: &mut PreStep) -> std::io::Resul
         }
         let whiteout = ft == FileType::CharacterDevice;
         match classify(&rel) {
+            // The host's git rebuilds it from the objects; the step's copy is never taken.
+            Ok(Class::Derived) => {}
+            // Removed inside (`git gc`, a repack, a compaction): the host keeps its copy until
+            // its own git retires it. A step never removes an object from the host.
+            Ok(Class::Object | Class::Loose | Class::Pack) if whiteout => {}
+            Ok(Class::Pack) if ft == FileType::RegularFile => {
+                import_pack(git_dir, root.as_fd(), up.as_fd(), &rel, &mut rep);
+            }
             Ok(c) if ft == FileType::RegularFile || whiteout => work.push((c, rel, whiteout)),
             Ok(_) => rep.dropped.push(Dropped {
                 path: rel,
@@ -188,17 +196,35 @@ pub fn import(git_dir: &Path, upper: &Path, pre: &mut PreStep) -> std::io::Resul
             }
             continue;
         }
-        one(
-            root.as_fd(),
-            up.as_fd(),
-            class,
-            &rel,
-            whiteout,
-            pre,
-            &mut rep,
-        );
+        let sides = Sides {
+            git_dir,
+            root: root.as_fd(),
+            up: up.as_fd(),
+        };
+        one(&sides, class, &rel, whiteout, pre, &mut rep);
     }
     Ok(rep)
+}
+
+/// A pack from the step, indexed by the host's git (see `verify`); one the host has by that
+/// name is the same pack (its name is its checksum) and is left as it is.
+fn import_pack(
+    git_dir: &Path,
+    root: BorrowedFd<'_>,
+    up: BorrowedFd<'_>,
+    rel: &str,
+    rep: &mut GitImport,
+) {
+    if write::exists(root, rel) {
+        return;
+    }
+    match super::verify::index_pack(git_dir, root, up, rel) {
+        Ok(hash) => rep.imported.push(format!("objects/pack/pack-{hash}.pack")),
+        Err(why) => rep.dropped.push(Dropped {
+            path: rel.into(),
+            why,
+        }),
+    }
 }
 
 fn same_as_host(root: BorrowedFd<'_>, up: BorrowedFd<'_>, rel: &str) -> bool {
@@ -217,15 +243,22 @@ fn upper_file(up: BorrowedFd<'_>, rel: &str) -> std::io::Result<Vec<u8>> {
     Ok(write::read_fd(fd)?)
 }
 
+/// The host's `.git` (by path and open) and the step's upper layer over it.
+struct Sides<'a> {
+    git_dir: &'a Path,
+    root: BorrowedFd<'a>,
+    up: BorrowedFd<'a>,
+}
+
 fn one(
-    root: BorrowedFd<'_>,
-    up: BorrowedFd<'_>,
+    sides: &Sides<'_>,
     class: Class,
     rel: &str,
     whiteout: bool,
     pre: &mut PreStep,
     rep: &mut GitImport,
 ) {
+    let Sides { git_dir, root, up } = *sides;
     let drop = |rep: &mut GitImport, why: String| {
         rep.dropped.push(Dropped {
             path: rel.into(),
@@ -269,10 +302,13 @@ fn one(
         }
         return;
     }
-    if whiteout && retired_by_git(rel) {
-        return;
+    if class == Class::Loose && !new.as_deref().is_some_and(|d| loose_matches(rel, d)) {
+        return drop(
+            rep,
+            "its content does not hash to its name (git would take it for that object)".into(),
+        );
     }
-    if class == Class::Object && cur.is_some() {
+    if matches!(class, Class::Object | Class::Loose) && cur.is_some() {
         // An object is named by its content: one the host has is never rewritten (a write
         // through it inside, say a hard link `clone --local` made, stays in the layer).
         return drop(
@@ -290,8 +326,17 @@ fn one(
             return;
         }
     }
+    if let Err(why) = no_new_replace_refs(git_dir, root, rel, cur.as_deref(), new.as_deref()) {
+        return drop(rep, why);
+    }
     let r = match &new {
-        Some(d) => write::write(root, rel, d, class == Class::Object, index_time),
+        Some(d) => write::write(
+            root,
+            rel,
+            d,
+            matches!(class, Class::Object | Class::Loose),
+            index_time,
+        ),
         None => write::remove(root, rel),
     };
     match r {
@@ -306,6 +351,36 @@ fn one(
             }
         },
         Err(e) => drop(rep, format!("writing it failed: {e}")),
+    }
+}
+
+/// A ref store's new content (`packed-refs`, reftable's `tables.list`) that adds or changes a
+/// replace ref is refused: loose ones are never imported (`classify`).
+fn no_new_replace_refs(
+    git_dir: &Path,
+    root: BorrowedFd<'_>,
+    rel: &str,
+    cur: Option<&[u8]>,
+    new: Option<&[u8]>,
+) -> Result<(), String> {
+    let Some(new) = new else {
+        return Ok(());
+    };
+    let (before, after) = match rel {
+        "packed-refs" => (
+            verify::packed_replace_refs(cur.unwrap_or_default()),
+            verify::packed_replace_refs(new),
+        ),
+        REFTABLE_LIST => (
+            verify::host_replace_refs(git_dir)?,
+            verify::reftable_replace_refs(git_dir, root, new)?,
+        ),
+        _ => return Ok(()),
+    };
+    if after.is_subset(&before) {
+        Ok(())
+    } else {
+        Err(verify::REPLACE_REFUSAL.into())
     }
 }
 

@@ -2,7 +2,8 @@
 //! overlay whose writes land in an upper directory envgit owns; after the step this module
 //! imports from that upper directory only data git reads (objects, refs, the index, logs, the
 //! allow-listed config keys) and lists everything else as dropped. Refs, `packed-refs`, `HEAD`
-//! and the index are written compare-and-swap against their pre-step content.
+//! and the index are written compare-and-swap against their pre-step content; objects are
+//! taken only for what their content is (`verify`).
 
 mod classify;
 mod config;
@@ -10,6 +11,7 @@ mod import;
 mod layer;
 mod nested;
 mod secrets;
+mod verify;
 mod write;
 
 pub use config::GitConfigError;

@@ -9,7 +9,7 @@
 use std::os::fd::AsFd;
 use std::path::Path;
 
-use super::classify::{Class, classify};
+use super::classify::{Class, classify, is_object_store_path};
 use super::config;
 use super::import::Dropped;
 use super::write;
@@ -62,6 +62,8 @@ pub fn nested_code_paths(changes: &[EntryDiff]) -> NestedCode {
                     continue;
                 }
                 Ok(_) => continue,
+                // Its objects, packs and what git derives from them (directories included).
+                Err(_) if is_object_store_path(&rest) => continue,
                 Err(_) => format!("{git}/{}", parts[i + 1]),
             }
         };

@@ -71,6 +71,20 @@ pub fn read(root: BorrowedFd<'_>, rel: &str) -> rustix::io::Result<Option<Vec<u8
     read_fd(fd).map(Some)
 }
 
+/// Whether anything is at `rel` (never through a symlink); an unreadable path counts as
+/// there.
+pub fn exists(root: BorrowedFd<'_>, rel: &str) -> bool {
+    let dir = match parent(root, rel, false) {
+        Ok(d) => d,
+        Err(Errno::NOENT) => return false,
+        Err(_) => return true,
+    };
+    match cstr(leaf(rel).as_bytes()) {
+        Ok(name) => !matches!(lstat(dir.as_fd(), &name), Err(Errno::NOENT)),
+        Err(_) => true,
+    }
+}
+
 /// Read a regular file's whole content from `fd`.
 pub fn read_fd(fd: OwnedFd) -> rustix::io::Result<Vec<u8>> {
     let st = rustix::fs::fstat(&fd)?;
@@ -161,6 +175,22 @@ pub fn advance_mtime(root: BorrowedFd<'_>, rel: &str, mtime: Timespec) -> rustix
         return Ok(());
     }
     rustix::fs::futimens(&fd, &keep_atime(mtime))
+}
+
+/// Give the file `rel` (never through a symlink) to the repository's owner, when envgit runs
+/// as root on another user's repository (see `owner_to_give`); a no-op otherwise.
+pub fn give_to_owner(root: BorrowedFd<'_>, rel: &str) -> rustix::io::Result<()> {
+    let Some((uid, gid)) = owner_to_give(root) else {
+        return Ok(());
+    };
+    let dir = parent(root, rel, false)?;
+    rustix::fs::chownat(
+        dir.as_fd(),
+        &cstr(leaf(rel).as_bytes())?,
+        Some(uid),
+        Some(gid),
+        AtFlags::SYMLINK_NOFOLLOW,
+    )
 }
 
 /// Remove the file `rel` (absent is fine).

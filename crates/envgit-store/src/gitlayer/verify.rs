@@ -1,0 +1,220 @@
+//! Objects from the step are taken only for what their content is. Git trusts an object's
+//! name when it reads one: a loose object whose content hashes to another id, or a pack whose
+//! `.idx` gives an id the host has other content, would make the host's `git checkout` write
+//! what the step chose under an id the user trusts (and a later `make` run it). So a loose
+//! object is hashed against its name here, and a pack is indexed again by the host's own
+//! `git index-pack` (what `git fetch` runs on packs from untrusted remotes), never by the
+//! step's `.idx`.
+
+use std::collections::BTreeSet;
+use std::io::Read;
+use std::os::fd::{AsFd, BorrowedFd};
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+use sha1::Digest;
+
+use super::write;
+use crate::beneath::open_file;
+
+/// Whether the loose object file `objects/xx/<rest>` holds, zlib-compressed, an object whose
+/// id is `xx<rest>` (SHA-1 for 40 hex digits, SHA-256 for 64).
+pub fn loose_matches(rel: &str, compressed: &[u8]) -> bool {
+    let Some(name) = rel.strip_prefix("objects/").map(|n| n.replace('/', "")) else {
+        return false;
+    };
+    let mut inflated = flate2::read::ZlibDecoder::new(compressed);
+    let hex = match name.len() {
+        40 => hash_hex(&mut inflated, sha1::Sha1::new()),
+        64 => hash_hex(&mut inflated, sha2::Sha256::new()),
+        _ => None,
+    };
+    hex.is_some_and(|h| h.eq_ignore_ascii_case(&name))
+}
+
+/// The hex digest of everything `r` yields (git hashes the inflated header and content).
+fn hash_hex<D: Digest>(r: &mut impl Read, mut digest: D) -> Option<String> {
+    let mut buf = [0u8; 64 * 1024];
+    loop {
+        match r.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => digest.update(&buf[..n]),
+            Err(_) => return None,
+        }
+    }
+    Some(
+        digest
+            .finalize()
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect(),
+    )
+}
+
+/// Gives the step's pack `rel` (in the upper layer `up`) to the host's `git index-pack
+/// --stdin` in `git_dir`, which checks it, names every object by its content and writes the
+/// pack with an index of its own. Returns the pack's name as git gave it, or why it was not
+/// taken.
+pub fn index_pack(
+    git_dir: &Path,
+    root: BorrowedFd<'_>,
+    up: BorrowedFd<'_>,
+    rel: &str,
+) -> Result<String, String> {
+    let pack = (|| {
+        let dir = write::parent(up, rel, false)?;
+        let name = crate::beneath::cstr(rel.rsplit('/').next().unwrap_or(rel).as_bytes())?;
+        let fd = open_file(dir.as_fd(), &name)?;
+        if rustix::fs::fstat(&fd)?.st_nlink != 1 {
+            return Err(rustix::io::Errno::MLINK);
+        }
+        Ok(std::fs::File::from(fd))
+    })()
+    .map_err(|e| format!("not a plain file: {e}"))?;
+    let out = git()
+        .arg("--git-dir")
+        .arg(git_dir)
+        .args(["index-pack", "--stdin"])
+        .stdin(Stdio::from(pack))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .output()
+        .map_err(|e| format!("the host's `git index-pack` could not run: {e}"))?;
+    if !out.status.success() {
+        let why = String::from_utf8_lossy(&out.stderr);
+        return Err(format!(
+            "the host's `git index-pack` refused it: {}",
+            why.trim().lines().last().unwrap_or("no reason given")
+        ));
+    }
+    // `pack\t<hash>` (or `keep\t<hash>`), or the bare hash.
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let hash = stdout
+        .split_whitespace()
+        .last()
+        .unwrap_or_default()
+        .to_owned();
+    for ext in ["pack", "idx", "rev"] {
+        // Best effort: the files are complete and in place whoever owns them.
+        let _ = write::give_to_owner(root, &format!("objects/pack/pack-{hash}.{ext}"));
+    }
+    Ok(hash)
+}
+
+/// Refs under `refs/replace/` make git read another object's content wherever the one they
+/// name is asked for (`git checkout` included): a step may not add one, in whatever store the
+/// refs live. Why a ref store's new content is refused, if it adds or changes one.
+pub const REPLACE_REFUSAL: &str = "it adds a replace ref (refs/replace/…), which makes the host's git \
+     read other content for an object the user trusts";
+
+/// The `<id> refs/replace/<name>` lines of a `packed-refs` file.
+pub fn packed_replace_refs(text: &[u8]) -> BTreeSet<String> {
+    String::from_utf8_lossy(text)
+        .lines()
+        .filter(|l| {
+            l.split_once(' ')
+                .is_some_and(|(_, name)| name.starts_with("refs/replace/"))
+        })
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The host's replace refs in `git_dir`, as `<id> refs/replace/<name>` lines.
+pub fn host_replace_refs(git_dir: &Path) -> Result<BTreeSet<String>, String> {
+    replace_refs_via_git(git_dir)
+}
+
+/// The replace refs a reftable `tables.list` would give the repository at `git_dir` (its
+/// tables already there): read by the host's git from a scratch repository holding only
+/// those tables, with the host's objects as its alternate (git skips a ref whose object it
+/// cannot find, as the host's git would).
+pub fn reftable_replace_refs(
+    git_dir: &Path,
+    root: BorrowedFd<'_>,
+    list: &[u8],
+) -> Result<BTreeSet<String>, String> {
+    let scratch = tempfile::tempdir().map_err(|e| format!("a scratch repository: {e}"))?;
+    let repo = scratch.path().join("r.git");
+    let init = git()
+        .args(["init", "-q", "--bare", "--ref-format=reftable"])
+        .arg(&repo)
+        .output()
+        .map_err(|e| format!("the host's git could not run: {e}"))?;
+    if !init.status.success() {
+        return Err("the host's git cannot make a reftable repository to read it with".into());
+    }
+    let io = |e: std::io::Error| format!("a scratch repository: {e}");
+    for name in String::from_utf8_lossy(list).lines() {
+        let table = write::read(root, &format!("reftable/{name}"))
+            .ok()
+            .flatten()
+            .ok_or_else(|| format!("it names reftable/{name}, which is not there"))?;
+        std::fs::write(repo.join("reftable").join(name), table).map_err(io)?;
+    }
+    std::fs::write(repo.join("reftable/tables.list"), list).map_err(io)?;
+    let objects = git_dir.join("objects");
+    std::fs::write(
+        repo.join("objects/info/alternates"),
+        format!("{}\n", objects.display()),
+    )
+    .map_err(io)?;
+    replace_refs_via_git(&repo)
+}
+
+fn replace_refs_via_git(git_dir: &Path) -> Result<BTreeSet<String>, String> {
+    let out = git()
+        .arg("--git-dir")
+        .arg(git_dir)
+        .args([
+            "for-each-ref",
+            "--format=%(objectname) %(refname)",
+            "refs/replace/",
+        ])
+        .output()
+        .map_err(|e| format!("the host's git could not run: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "the host's git could not list its refs: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_owned)
+        .collect())
+}
+
+/// The host's git, with nothing of envgit's environment that would point it elsewhere.
+fn git() -> Command {
+    let mut git = Command::new("git");
+    for (name, _) in std::env::vars_os() {
+        if name.to_string_lossy().starts_with("GIT_") {
+            git.env_remove(name);
+        }
+    }
+    git.stdin(Stdio::null());
+    git
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn zlib(data: &[u8]) -> Vec<u8> {
+        let mut e = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::fast());
+        std::io::Write::write_all(&mut e, data).unwrap();
+        e.finish().unwrap()
+    }
+
+    #[test]
+    fn a_loose_object_is_checked_against_its_name() {
+        // `printf hello | git hash-object --stdin`
+        let id = "b6fc4c620b67d95f953a5c1c1230aaab5db5a1b0";
+        let rel = format!("objects/{}/{}", &id[..2], &id[2..]);
+        assert!(loose_matches(&rel, &zlib(b"blob 5\0hello")));
+        assert!(!loose_matches(&rel, &zlib(b"blob 5\0HELLO")));
+        assert!(!loose_matches(&rel, b"not zlib at all"));
+        let other = format!("objects/{}/{}", &id[..2], "0".repeat(38));
+        assert!(!loose_matches(&other, &zlib(b"blob 5\0hello")));
+    }
+}
