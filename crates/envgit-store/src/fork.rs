@@ -13,6 +13,7 @@ use crate::restore::{self, RestoreOptions};
 use crate::step::{Origin, StepDraft, StepKind, now_ms};
 use crate::store::Store;
 use crate::tree::{EntryKind, Tree, TreeEntry};
+use crate::worktree::WorkTree;
 
 pub struct ForkOptions<'a> {
     pub step: u64,
@@ -20,6 +21,9 @@ pub struct ForkOptions<'a> {
     /// so an older, looser policy does not come back with the fork).
     pub replace_root_file: Option<(&'a str, &'a [u8])>,
     pub policy_hash: Option<String>,
+    /// The origin's working tree with its stat index: files it vouches for are cloned from
+    /// it where the filesystem has reflinks (xfs, btrfs; not ext4), not written again.
+    pub clone_from: Option<&'a WorkTree>,
 }
 
 /// Materializes step N into `dir` with a new store of its own; returns that store, the tree
@@ -57,6 +61,7 @@ pub fn fork(
     let restore_opts = RestoreOptions {
         excludes: &Excludes::none(),
         protected: &[],
+        clone_from: opts.clone_from,
     };
     use std::os::fd::AsFd;
     let (copied, written) = rayon::join(
@@ -71,7 +76,7 @@ pub fn fork(
         },
         || restore::restore_trees(origin, root.as_fd(), None, &first_pass, &restore_opts),
     );
-    written?;
+    let written = written?;
     tree = copied?;
     if opts.replace_root_file.is_some() {
         let new_root = store.read_tree(&tree)?;
@@ -96,6 +101,15 @@ pub fn fork(
             project: origin.project().display().to_string(),
             step: opts.step,
         }),
+        notes: (written.cloned > 0)
+            .then(|| {
+                format!(
+                    "{} of {} files share their data with the origin's copies (reflinks)",
+                    written.cloned, written.written
+                )
+            })
+            .into_iter()
+            .collect(),
         ..Default::default()
     };
     Ok((store, tree, draft))

@@ -35,6 +35,7 @@ pub fn put_back(
     let opts = RestoreOptions {
         excludes: &Excludes::none(),
         protected: &[],
+        clone_from: None,
     };
     let report = restore(store, wt.root_fd(), Some(after), &target, &opts)?;
     let (tree, _) = wt.rescan(store, &report.touched_dirs)?;

@@ -16,7 +16,7 @@ use std::fs::File;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::path::PathBuf;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use rustix::fs::{AtFlags, Mode, OFlags};
 use rustix::io::Errno;
@@ -28,11 +28,16 @@ use crate::id::ObjectId;
 use crate::pack::random_u64;
 use crate::store::Store;
 use crate::tree::{EntryKind, MarkerReason, Tree, TreeEntry};
+use crate::worktree::{StatKey, WorkTree};
 
 pub struct RestoreOptions<'a> {
     pub excludes: &'a Excludes,
     /// Relative paths (files or directories) kept as they are now.
     pub protected: &'a [String],
+    /// A working tree whose files may be cloned (`FICLONE`: shared extents, copy on write)
+    /// instead of written from the store, where the filesystem can: a fork's origin. Only a
+    /// file its stat index vouches for, with the content the restore wants, is cloned.
+    pub clone_from: Option<&'a WorkTree>,
 }
 
 #[derive(Debug, Default)]
@@ -41,6 +46,8 @@ pub struct RestoreReport {
     pub touched_dirs: HashSet<Vec<u8>>,
     pub written: u64,
     pub removed: u64,
+    /// Of `written`, the files cloned from `RestoreOptions::clone_from`.
+    pub cloned: u64,
     /// Paths left alone because they are protected, with the reason.
     pub kept: Vec<String>,
     /// Paths that differ but were left alone because they are markers (on either side) or
@@ -69,6 +76,11 @@ struct Ctx<'a> {
     not_restored: Mutex<Vec<NotRestored>>,
     written: AtomicU64,
     removed: AtomicU64,
+    /// Files cloned from `opts.clone_from` rather than written.
+    cloned: AtomicU64,
+    /// Cleared at the first clone the filesystem refuses (no reflinks there, another
+    /// filesystem): the rest are written from the store without trying.
+    can_clone: AtomicBool,
     /// `(uid, gid)` to give what is created: set when envgit runs as root and the root of the
     /// restore belongs to another user.
     owner: Option<(u32, u32)>,
@@ -125,6 +137,8 @@ pub(crate) fn restore_trees(
         not_restored: Mutex::default(),
         written: AtomicU64::new(0),
         removed: AtomicU64::new(0),
+        cloned: AtomicU64::new(0),
+        can_clone: AtomicBool::new(opts.clone_from.is_some()),
     };
     let dir = beneath::open_dir_beneath(root, b"").at(&PathBuf::from("."))?;
     match current {
@@ -134,6 +148,7 @@ pub(crate) fn restore_trees(
     Ok(RestoreReport {
         touched_dirs: ctx.touched.into_inner().unwrap_or_default(),
         written: ctx.written.load(Ordering::Relaxed),
+        cloned: ctx.cloned.load(Ordering::Relaxed),
         removed: ctx.removed.load(Ordering::Relaxed),
         kept: ctx.kept.into_inner().unwrap_or_default(),
         not_restored: ctx.not_restored.into_inner().unwrap_or_default(),
@@ -471,7 +486,9 @@ impl Ctx<'_> {
             .at(&io_at(rel))?;
             let file = File::from(fd);
             self.fchown_new(&file, rel)?;
-            self.fill(&file, rel, t)?;
+            if !self.cloned_into(&file, rel, t)? {
+                self.fill(&file, rel, t)?;
+            }
             if self.umask.is_none_or(|u| mode & u != 0) {
                 rustix::fs::fchmod(&file, Mode::from_raw_mode(mode)).at(&io_at(rel))?;
             }
@@ -500,6 +517,56 @@ impl Ctx<'_> {
 }
 
 impl Ctx<'_> {
+    /// Makes the new, empty `file` a clone of the origin's copy of `rel` (`opts.clone_from`)
+    /// when the origin's stat index vouches that copy holds `t`'s content and its `lstat` is
+    /// the same before and after the clone (opened beneath the origin's root, never through a
+    /// link). Whether it did; `file` is left empty otherwise.
+    fn cloned_into(&self, file: &File, rel: &[u8], t: &TreeEntry) -> Result<bool> {
+        let Some(origin) = self.opts.clone_from else {
+            return Ok(false);
+        };
+        if !self.can_clone.load(Ordering::Relaxed) {
+            return Ok(false);
+        }
+        let (dir, name) = match rel.iter().rposition(|&b| b == b'/') {
+            Some(i) => (&rel[..i], &rel[i + 1..]),
+            None => (&b""[..], rel),
+        };
+        let Some(want) = origin.vouched_stat(dir, name, &t.id) else {
+            return Ok(false);
+        };
+        let source = beneath::open_dir_rel(origin.root_fd(), dir).and_then(|d| {
+            rustix::fs::openat(
+                &d,
+                beneath::cstr(name)?.as_c_str(),
+                OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK,
+                Mode::empty(),
+            )
+        });
+        let Ok(source) = source else {
+            return Ok(false);
+        };
+        let as_vouched = || rustix::fs::fstat(&source).is_ok_and(|st| StatKey::of(&st) == want);
+        if !as_vouched() {
+            return Ok(false);
+        }
+        match rustix::fs::ioctl_ficlone(file, &source) {
+            Ok(()) => {}
+            Err(Errno::OPNOTSUPP | Errno::XDEV | Errno::INVAL | Errno::NOTTY | Errno::PERM) => {
+                self.can_clone.store(false, Ordering::Relaxed);
+                return Ok(false);
+            }
+            Err(_) => return Ok(false),
+        }
+        if as_vouched() {
+            self.cloned.fetch_add(1, Ordering::Relaxed);
+            return Ok(true);
+        }
+        // Written to while it was cloned: emptied, for the store's content instead.
+        file.set_len(0).at(&io_at(rel))?;
+        Ok(false)
+    }
+
     /// Write a file's content into a new, empty `file`, chunk by chunk (never the whole file in
     /// memory), leaving holes where the content has blocks of zeros: a sparse file stays sparse
     /// (a 96 MiB disk image with a few KiB of data costs a few KiB, not 96 MiB).

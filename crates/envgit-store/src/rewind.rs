@@ -115,6 +115,7 @@ pub fn rewind_apply(
     let restore_opts = RestoreOptions {
         excludes: opts.excludes,
         protected: opts.protected,
+        clone_from: None,
     };
     let setid: Vec<_> = start
         .setid

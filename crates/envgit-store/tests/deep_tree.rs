@@ -156,6 +156,7 @@ fn a_ten_thousand_deep_tree_is_recorded_restored_and_later_steps_work(backend: B
             step: 1,
             replace_root_file: None,
             policy_hash: None,
+            clone_from: None,
         },
     )
     .unwrap();

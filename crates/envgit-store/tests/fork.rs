@@ -154,6 +154,7 @@ fn a_fork_is_the_snapshot_byte_for_byte(backend: Backend) {
             step: 1,
             replace_root_file: Some(("envgit.yaml", b"new policy\n")),
             policy_hash: None,
+            clone_from: None,
         },
     )
     .unwrap();
@@ -224,6 +225,7 @@ fn a_fork_of_a_step_on_tree_deltas_copies_their_bases(backend: Backend) {
             step: 6,
             replace_root_file: None,
             policy_hash: None,
+            clone_from: None,
         },
     )
     .unwrap();
@@ -270,6 +272,7 @@ fn fork_and_commit(origin: &Store, tmp: &Path, step: u64) -> (Store, PathBuf) {
             step,
             replace_root_file: None,
             policy_hash: None,
+            clone_from: None,
         },
     )
     .unwrap();

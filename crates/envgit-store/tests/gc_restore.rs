@@ -248,6 +248,7 @@ fn restore_brings_back_modes_and_symlinks_and_never_writes_through_a_planted_lin
     let opts = RestoreOptions {
         excludes: &excludes,
         protected: &[],
+        clone_from: None,
     };
     restore(&s, root.as_fd(), Some(&current), &target, &opts).unwrap();
 

@@ -200,6 +200,7 @@ fn sparse_files_stay_sparse_through_fork_and_rewind(backend: Backend) {
             step: 1,
             replace_root_file: None,
             policy_hash: None,
+            clone_from: None,
         },
     )
     .unwrap();

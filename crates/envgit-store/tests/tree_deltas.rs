@@ -285,6 +285,7 @@ fn a_format_1_store_opens_rewinds_and_takes_delta_steps() {
     let opts = RestoreOptions {
         excludes: &Excludes::none(),
         protected: &[],
+        clone_from: None,
     };
     let fd = std::fs::File::open(&root).unwrap();
     envgit_store::restore(
@@ -410,6 +411,7 @@ fn gc_keeps_the_bases_of_live_deltas() {
         let opts = RestoreOptions {
             excludes: &Excludes::none(),
             protected: &[],
+            clone_from: None,
         };
         envgit_store::restore(&cold, fd.as_fd(), None, &cold.step_tree(n).unwrap(), &opts).unwrap();
         assert_eq!(listing(&out), expected[&n], "step {n}");

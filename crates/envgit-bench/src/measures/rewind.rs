@@ -114,6 +114,7 @@ pub fn measure(
     let ropts = RestoreOptions {
         excludes: &s.cfg.scan.excludes,
         protected: &s.cfg.protected,
+        clone_from: None,
     };
     let (mut total, mut safety, mut write, mut after) = (
         Samples::default(),

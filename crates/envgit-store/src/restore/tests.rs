@@ -72,6 +72,7 @@ fn run(f: &Fixture, current: Option<&ObjectId>, target: &ObjectId) -> Result<Res
     let opts = RestoreOptions {
         excludes: &excludes,
         protected: &[],
+        clone_from: None,
     };
     let root = File::open(&f.root).unwrap();
     restore(&f.store, root.as_fd(), current, target, &opts)

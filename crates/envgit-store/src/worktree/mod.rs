@@ -115,6 +115,19 @@ impl WorkTree {
         self.dirs.contains_key(rel)
     }
 
+    /// The `lstat` the index recorded for the file `dir/name`, when it holds that file with
+    /// content `id` and that `lstat` still vouches for it (the racy-timestamp rule): a regular
+    /// file that has exactly this `lstat` now holds that content.
+    pub fn vouched_stat(&self, dir: &[u8], name: &[u8], id: &ObjectId) -> Option<StatKey> {
+        let state = self.dirs.get(dir)?;
+        let e = state.get(name)?;
+        (e.entry.kind == EntryKind::File
+            && e.entry.id == *id
+            && e.stat.is_file()
+            && !self.racy.is_racy(&e.stat, state.stamp_ns))
+        .then_some(e.stat)
+    }
+
     pub fn file_count(&self) -> usize {
         self.dirs.values().map(|d| d.entries.len()).sum()
     }

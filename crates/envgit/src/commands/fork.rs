@@ -36,8 +36,13 @@ pub fn run(dir: Option<&Path>, args: &ForkArgs) -> CmdResult<ExitCode> {
     // Resolved again once it exists: a link swapped in meanwhile must not carry it inside.
     refuse_inside(&canonical, &project.root, &home)?;
     let new_store = store_dir(&canonical)?;
+    // Its stat index says which of the origin's files still hold what step N recorded: those
+    // are cloned where the filesystem can. Without one (a missing or unreadable index) every
+    // file is written from the store.
+    let origin_tree = project.worktree(&store).ok();
     let opts = ForkOptions {
         step: n,
+        clone_from: origin_tree.as_ref(),
         replace_root_file: (!args.restore_policy)
             .then_some((POLICY_FILE, project.policy_bytes.as_slice())),
         policy_hash: Some(project.policy.hash()),
