@@ -15,8 +15,22 @@ use support::Env;
 
 /// A git project with one commit, a user identity and an envgit policy.
 fn project() -> Env {
+    project_with("files")
+}
+
+/// [`project`] with its refs kept the way `ref_format` says (`files`, `reftable`).
+fn project_with(ref_format: &str) -> Env {
     let env = Env::new();
-    env.git(&env.project, &["init", "-q", "-b", "main"]);
+    env.git(
+        &env.project,
+        &[
+            "init",
+            "-q",
+            "-b",
+            "main",
+            &format!("--ref-format={ref_format}"),
+        ],
+    );
     env.git(&env.project, &["config", "user.name", "Host User"]);
     env.git(
         &env.project,
@@ -542,20 +556,7 @@ fn a_split_index_arrives_whole() {
 /// were "not a git data file" and the commit stayed inside.
 #[test]
 fn a_commit_in_a_reftable_repository_arrives() {
-    let env = Env::new();
-    env.git(
-        &env.project,
-        &["init", "-q", "-b", "main", "--ref-format=reftable"],
-    );
-    env.git(&env.project, &["config", "user.name", "Host User"]);
-    env.git(
-        &env.project,
-        &["config", "user.email", "host@example.invalid"],
-    );
-    env.write("a.txt", "a\n");
-    env.git(&env.project, &["add", "a.txt"]);
-    env.git(&env.project, &["commit", "-q", "-m", "first"]);
-    env.envgit(&["init"]).ok();
+    let env = project_with("reftable");
     let out = env.envgit(&[
         "run",
         "sh",
@@ -764,21 +765,10 @@ fn a_replace_ref_from_the_step_never_reaches_the_host() {
         ("files", " && git pack-refs --all"),
         ("reftable", ""),
     ] {
-        let env = Env::new();
-        env.git(
-            &env.project,
-            &[
-                "init",
-                "-q",
-                "-b",
-                "main",
-                &format!("--ref-format={format}"),
-            ],
-        );
+        let env = project_with(format);
         env.write("build.sh", "echo hello\n");
         env.git(&env.project, &["add", "build.sh"]);
-        env.git(&env.project, &["commit", "-q", "-m", "first"]);
-        env.envgit(&["init"]).ok();
+        env.git(&env.project, &["commit", "-q", "-m", "build"]);
         let script = format!(
             "X=$(git rev-parse HEAD:build.sh) && Y=$(echo 'echo PWNED' | git hash-object -w --stdin) && \
              git replace $X $Y && git branch agent{pack} && echo inside: $(git cat-file -p $X)"
