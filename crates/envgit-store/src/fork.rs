@@ -104,8 +104,8 @@ pub fn fork(
         notes: (written.cloned > 0)
             .then(|| {
                 format!(
-                    "{} of {} files share their data with the origin's copies (reflinks)",
-                    written.cloned, written.written
+                    "{} files share their data with the origin's copies (reflinks)",
+                    written.cloned
                 )
             })
             .into_iter()
