@@ -792,3 +792,38 @@ fn a_replace_ref_from_the_step_never_reaches_the_host() {
         }
     }
 }
+
+/// A repository of the user's inside the project (`libs/foo`, its own `.git`) is not behind
+/// the layer: its data stays as the step leaves it. A replace ref there would make the user's
+/// `git checkout` in it write the step's content: `refs/replace` alone is put back, and the
+/// step's other refs there stay.
+#[test]
+fn a_replace_ref_in_a_nested_repository_is_put_back_alone() {
+    let env = project();
+    let foo = env.path("libs/foo");
+    std::fs::create_dir_all(&foo).unwrap();
+    env.git(&foo, &["init", "-q", "-b", "main"]);
+    std::fs::write(foo.join("build.sh"), "echo hello\n").unwrap();
+    env.git(&foo, &["add", "build.sh"]);
+    env.git(&foo, &["commit", "-q", "-m", "foo"]);
+    env.envgit(&["record"]).ok();
+    let script = "cd libs/foo && X=$(git rev-parse HEAD:build.sh) && \
+                  Y=$(echo 'echo PWNED' | git hash-object -w --stdin) && \
+                  git replace $X $Y && git branch agent && echo replaced";
+    let out = env.envgit(&["run", "sh", "-c", script]);
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    assert!(out.stdout.contains("replaced"), "{}", out.stdout);
+    assert!(
+        out.stderr.contains("libs/foo/.git/refs/replace"),
+        "{}",
+        out.stderr
+    );
+    assert!(!foo.join(".git/refs/replace").exists());
+    env.git(&foo, &["rev-parse", "--verify", "agent"]);
+    std::fs::remove_file(foo.join("build.sh")).unwrap();
+    env.git(&foo, &["checkout", "--", "build.sh"]);
+    assert_eq!(
+        std::fs::read_to_string(foo.join("build.sh")).unwrap(),
+        "echo hello\n"
+    );
+}

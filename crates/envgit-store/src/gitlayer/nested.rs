@@ -64,6 +64,8 @@ pub fn nested_code_paths(changes: &[EntryDiff]) -> NestedCode {
                 Ok(_) => continue,
                 // Its objects, packs and what git derives from them (directories included).
                 Err(_) if is_object_store_path(&rest) => continue,
+                // Replace refs alone, not the repository's other refs.
+                Err(_) if rest.starts_with("refs/replace/") => format!("{git}/refs/replace"),
                 Err(_) => format!("{git}/{}", parts[i + 1]),
             }
         };
@@ -167,6 +169,10 @@ mod tests {
             added("vendor/x/.git/config", EntryKind::File),
             added("vendor/x/.git/objects/ab/cdef", EntryKind::File),
             added("vendor/x/.git/refs/heads/main", EntryKind::File),
+            added(
+                "vendor/x/.git/refs/replace/0a0a0a0a0a0a0a0a0a0a0a0a0a0a0a0a0a0a0a0a",
+                EntryKind::File,
+            ),
             added("vendor/x/.git/commondir", EntryKind::File),
             added("sub/.git", EntryKind::File),
             added("link/.git", EntryKind::Symlink),
@@ -180,6 +186,7 @@ mod tests {
             NestedCode {
                 put_back: [
                     "vendor/x/.git/hooks",
+                    "vendor/x/.git/refs/replace",
                     "vendor/x/.git/commondir",
                     "sub/.git",
                     "link/.git",
