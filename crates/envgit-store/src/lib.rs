@@ -74,7 +74,7 @@ pub use gitlayer::{
     HideSecretsError, NestedCode as NestedGitCode, NestedConfigError, PreStep as GitPreStep,
     filter_nested_config as filter_nested_git_config, hide_secrets as hide_git_config_secrets,
     import as git_import, nested_code_paths as nested_git_code_paths,
-    recover as recover_git_layers,
+    nested_packed_replace_refs as nested_git_packed_replace_refs, recover as recover_git_layers,
 };
 pub use graft::{entry_at, graft};
 pub use guard::{

@@ -132,7 +132,12 @@ impl OpenStep {
             let changes = envgit_store::diff_entries(store, Some(&before), Some(&tree))?;
             note_gitmodules(&changes, &mut draft);
             // Repositories the step made or changed inside the project: their code goes back.
-            let nested = envgit_store::nested_git_code_paths(&changes);
+            let mut nested = envgit_store::nested_git_code_paths(&changes);
+            nested
+                .put_back
+                .extend(envgit_store::nested_git_packed_replace_refs(
+                    store, &changes,
+                )?);
             let (rewritten, unfiltered) =
                 crate::git_layer::filter_nested_configs(store, &before, &nested, &mut draft)?;
             if rewritten {

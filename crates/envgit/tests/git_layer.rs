@@ -795,10 +795,10 @@ fn a_replace_ref_from_the_step_never_reaches_the_host() {
 
 /// A repository of the user's inside the project (`libs/foo`, its own `.git`) is not behind
 /// the layer: its data stays as the step leaves it. A replace ref there would make the user's
-/// `git checkout` in it write the step's content: `refs/replace` alone is put back, and the
-/// step's other refs there stay.
+/// `git checkout` in it write the step's content: a loose one goes back alone (the step's
+/// other refs there stay), a packed one with its `packed-refs`.
 #[test]
-fn a_replace_ref_in_a_nested_repository_is_put_back_alone() {
+fn a_replace_ref_in_a_nested_repository_is_put_back() {
     let env = project();
     let foo = env.path("libs/foo");
     std::fs::create_dir_all(&foo).unwrap();
@@ -820,6 +820,30 @@ fn a_replace_ref_in_a_nested_repository_is_put_back_alone() {
     );
     assert!(!foo.join(".git/refs/replace").exists());
     env.git(&foo, &["rev-parse", "--verify", "agent"]);
+    std::fs::remove_file(foo.join("build.sh")).unwrap();
+    env.git(&foo, &["checkout", "--", "build.sh"]);
+    assert_eq!(
+        std::fs::read_to_string(foo.join("build.sh")).unwrap(),
+        "echo hello\n"
+    );
+
+    // Packed (`git pack-refs`), it can only go back with the file that holds it.
+    let out = env.envgit(&[
+        "run",
+        "sh",
+        "-c",
+        &format!(
+            "{} && git pack-refs --all",
+            script.replace("branch agent", "branch agent2")
+        ),
+    ]);
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    assert!(
+        out.stderr.contains("libs/foo/.git/packed-refs"),
+        "{}",
+        out.stderr
+    );
+    assert_eq!(env.git(&foo, &["replace", "-l"]), "");
     std::fs::remove_file(foo.join("build.sh")).unwrap();
     env.git(&foo, &["checkout", "--", "build.sh"]);
     assert_eq!(

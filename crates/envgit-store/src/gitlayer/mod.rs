@@ -17,5 +17,8 @@ mod write;
 pub use config::GitConfigError;
 pub use import::{Dropped, GitImport, PreStep, import};
 pub use layer::{GitLayer, recover};
-pub use nested::{NestedCode, NestedConfigError, filter_nested_config, nested_code_paths};
+pub use nested::{
+    NestedCode, NestedConfigError, filter_nested_config, nested_code_paths,
+    nested_packed_replace_refs,
+};
 pub use secrets::{ConfigSecret, HiddenConfig, HideSecretsError, hide_secrets};

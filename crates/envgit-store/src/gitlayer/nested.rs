@@ -12,10 +12,13 @@ use std::path::Path;
 use super::classify::{Class, classify, is_object_store_path};
 use super::config;
 use super::import::Dropped;
+use super::verify::packed_replace_refs;
 use super::write;
 use crate::beneath::{open_dir_rel, open_root};
 use crate::diff::EntryDiff;
-use crate::tree::EntryKind;
+use crate::error::Result;
+use crate::store::Store;
+use crate::tree::{EntryKind, TreeEntry};
 
 /// What of the nested repositories the step touched needs a look.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -74,6 +77,33 @@ pub fn nested_code_paths(changes: &[EntryDiff]) -> NestedCode {
         }
     }
     out
+}
+
+/// The nested repositories' `packed-refs` files the step gave a replace ref (`git replace`,
+/// then `git pack-refs`): each goes back whole (a loose replace ref goes back alone, see
+/// [`nested_code_paths`]). Contents are read from `store`, before and after.
+pub fn nested_packed_replace_refs(store: &Store, changes: &[EntryDiff]) -> Result<Vec<String>> {
+    let mut out = Vec::new();
+    for change in changes {
+        let path = String::from_utf8_lossy(&change.path);
+        let Some(git) = path.strip_suffix("/.git/packed-refs") else {
+            continue;
+        };
+        if git.split('/').any(|p| p == ".git") {
+            continue; // inside a `.git`: the project's own (the layer's) or a module's
+        }
+        let text = |e: &Option<TreeEntry>| -> Result<Vec<u8>> {
+            match e {
+                Some(e) if e.kind == EntryKind::File => store.read_file(&e.id),
+                _ => Ok(Vec::new()),
+            }
+        };
+        let (before, after) = (text(&change.old)?, text(&change.new)?);
+        if !packed_replace_refs(&after).is_subset(&packed_replace_refs(&before)) {
+            out.push(path.into_owned());
+        }
+    }
+    Ok(out)
 }
 
 /// Why a nested repository's config could not be filtered (it is then put back whole).
