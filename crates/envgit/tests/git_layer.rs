@@ -386,7 +386,8 @@ fn imported_git_data_belongs_to_the_repositorys_owner() {
         "run",
         "sh",
         "-c",
-        "echo b > b.txt && git add b.txt && git -c user.name=a -c user.email=a@a commit -q -m owned && echo committed",
+        "echo b > b.txt && git add b.txt && git -c user.name=a -c user.email=a@a commit -q -m owned && \
+         git gc -q && echo committed",
     ]);
     assert!(
         out.stdout.contains("committed"),
@@ -406,7 +407,28 @@ fn imported_git_data_belongs_to_the_repositorys_owner() {
         assert_eq!(m.uid(), 1001, "{}", dir.path().display());
     }
     assert!(checked > 0);
-    let head = std::fs::metadata(env.path(".git/refs/heads/main")).unwrap();
+    // The pack `git gc` wrote inside, indexed again on the host by its `git index-pack`.
+    let packs = std::fs::read_dir(objects.join("pack"))
+        .unwrap()
+        .flatten()
+        .filter(|f| f.file_name().to_string_lossy().ends_with(".idx"))
+        .count();
+    assert!(
+        packs > 0,
+        "the step's pack was not imported: {}",
+        out.stderr
+    );
+    assert_eq!(
+        env.git(
+            &env.project,
+            &["-c", "safe.directory=*", "log", "-1", "--format=%s"]
+        ),
+        "owned\n"
+    );
+    // `git gc` packed the branch's ref.
+    let head = std::fs::metadata(env.path(".git/refs/heads/main"))
+        .or_else(|_| std::fs::metadata(env.path(".git/packed-refs")))
+        .unwrap();
     assert_eq!(head.uid(), 1001);
 }
 

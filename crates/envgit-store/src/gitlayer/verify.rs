@@ -184,7 +184,10 @@ fn replace_refs_via_git(git_dir: &Path) -> Result<BTreeSet<String>, String> {
         .collect())
 }
 
-/// The host's git, with nothing of envgit's environment that would point it elsewhere.
+/// The host's git, with nothing of envgit's environment that would point it elsewhere. It is
+/// told the repository is safe to use: envgit names it with `--git-dir`, which git 2.47 does
+/// not check for ownership, but a git that did would refuse another user's repository to
+/// envgit running as root ("dubious ownership").
 fn git() -> Command {
     let mut git = Command::new("git");
     for (name, _) in std::env::vars_os() {
@@ -192,7 +195,7 @@ fn git() -> Command {
             git.env_remove(name);
         }
     }
-    git.stdin(Stdio::null());
+    git.args(["-c", "safe.directory=*"]).stdin(Stdio::null());
     git
 }
 
