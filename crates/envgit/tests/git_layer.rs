@@ -873,3 +873,24 @@ fn a_replace_ref_in_a_nested_repository_is_put_back() {
         "echo hello\n"
     );
 }
+
+/// A pack the host's `git index-pack` refuses (here, not a pack at all) is not imported, and
+/// neither are the step's refs, which may name what it held: the host's branch stays where it
+/// was instead of naming a commit the host lacks.
+#[test]
+fn refs_stay_out_when_an_object_of_the_step_is_refused() {
+    let env = project();
+    let before = env.git(&env.project, &["rev-parse", "main"]);
+    let name = "0a".repeat(20);
+    let script = format!(
+        "git commit -q --allow-empty -m agent && \
+         head -c 4096 /dev/urandom > .git/objects/pack/pack-{name}.pack && echo moved"
+    );
+    let out = env.envgit(&["run", "sh", "-c", &script]);
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    assert!(out.stdout.contains("moved"), "{}", out.stdout);
+    assert!(out.stderr.contains("index-pack"), "{}", out.stderr);
+    assert!(out.stderr.contains("refs/heads/main"), "{}", out.stderr);
+    assert_eq!(env.git(&env.project, &["rev-parse", "main"]), before);
+    env.git(&env.project, &["fsck", "--no-dangling"]);
+}

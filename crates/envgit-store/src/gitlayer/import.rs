@@ -146,6 +146,9 @@ pub fn import(git_dir: &Path, upper: &Path, pre: &mut PreStep) -> std::io::Resul
     let up = open_git(upper)?;
     let mut rep = GitImport::default();
     let mut work: Vec<(Class, String, bool)> = Vec::new();
+    // An object of the step's the host did not take: refs, `HEAD` and the index that may name
+    // it are not taken either (a branch naming a missing commit breaks the host's `git log`).
+    let mut objects_refused = false;
     for Found {
         rel,
         ft,
@@ -168,7 +171,7 @@ pub fn import(git_dir: &Path, upper: &Path, pre: &mut PreStep) -> std::io::Resul
             // its own git retires it. A step never removes an object from the host.
             Ok(Class::Object | Class::Loose | Class::Pack) if whiteout => {}
             Ok(Class::Pack) if ft == FileType::RegularFile => {
-                import_pack(git_dir, root.as_fd(), up.as_fd(), &rel, &mut rep);
+                objects_refused |= !import_pack(git_dir, root.as_fd(), up.as_fd(), &rel, &mut rep);
             }
             Ok(c) if ft == FileType::RegularFile || whiteout => work.push((c, rel, whiteout)),
             Ok(_) => rep.dropped.push(Dropped {
@@ -196,34 +199,52 @@ pub fn import(git_dir: &Path, upper: &Path, pre: &mut PreStep) -> std::io::Resul
             }
             continue;
         }
+        if objects_refused && matches!(class, Class::Cas | Class::Head) {
+            rep.dropped.push(Dropped {
+                path: rel,
+                why: "an object of the step's was refused, and this may name it".into(),
+            });
+            continue;
+        }
         let sides = Sides {
             git_dir,
             root: root.as_fd(),
             up: up.as_fd(),
         };
+        let dropped = rep.dropped.len();
         one(&sides, class, &rel, whiteout, pre, &mut rep);
+        objects_refused |= class == Class::Loose
+            && rep.dropped.len() > dropped
+            && !write::exists(root.as_fd(), &rel);
     }
     Ok(rep)
 }
 
 /// A pack from the step, indexed by the host's git (see `verify`); one the host has by that
-/// name is the same pack (its name is its checksum) and is left as it is.
+/// name is the same pack (its name is its checksum) and is left as it is. Whether the host
+/// has it now.
 fn import_pack(
     git_dir: &Path,
     root: BorrowedFd<'_>,
     up: BorrowedFd<'_>,
     rel: &str,
     rep: &mut GitImport,
-) {
+) -> bool {
     if write::exists(root, rel) {
-        return;
+        return true;
     }
     match super::verify::index_pack(git_dir, root, up, rel) {
-        Ok(hash) => rep.imported.push(format!("objects/pack/pack-{hash}.pack")),
-        Err(why) => rep.dropped.push(Dropped {
-            path: rel.into(),
-            why,
-        }),
+        Ok(hash) => {
+            rep.imported.push(format!("objects/pack/pack-{hash}.pack"));
+            true
+        }
+        Err(why) => {
+            rep.dropped.push(Dropped {
+                path: rel.into(),
+                why,
+            });
+            false
+        }
     }
 }
 
