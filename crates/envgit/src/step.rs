@@ -8,8 +8,8 @@
 //! snapshot shows, the flags, the commit.
 
 use envgit_store::{
-    GitLayer, LiveTree, ObjectId, ProtectedCopy, Refusal, ScanProgress, ScanReport, SnapshotMode,
-    Step, StepDraft, StepFlag, StepGuard, Store, WorkTree,
+    GitDropped, GitLayer, LiveTree, ObjectId, ProtectedCopy, Refusal, ScanProgress, ScanReport,
+    SnapshotMode, Step, StepDraft, StepFlag, StepGuard, Store, WorkTree,
 };
 
 use crate::failure::CmdResult;
@@ -138,10 +138,18 @@ impl OpenStep {
                 .extend(envgit_store::nested_git_packed_replace_refs(
                     store, &changes,
                 )?);
+            // Their objects must be what their names say, their history stays whole.
+            let objects =
+                envgit_store::nested_git_object_refusals(store, &before, &tree, &changes)?;
+            let forged = objects.refused;
+            nested
+                .put_back
+                .extend(forged.iter().map(|d| d.path.clone()));
             let (rewritten, unfiltered) =
                 crate::git_layer::filter_nested_configs(store, &before, &nested, &mut draft)?;
-            if rewritten {
-                // A config was rewritten after the snapshot: take it again (stat-cached).
+            if rewritten || objects.removed {
+                // A config was rewritten, or a file too large for the snapshot removed, after
+                // the snapshot: take it again (stat-cached).
                 (tree, report, rescanned) = snapshot.take(store)?;
             }
             let mut nested_paths = nested.put_back;
@@ -160,7 +168,7 @@ impl OpenStep {
             }
             let nested_back;
             (nested_back, put_back) = put_back.into_iter().partition(|p| nested_paths.contains(p));
-            note_nested_put_back(&nested_back, &mut draft);
+            note_nested_put_back(&nested_back, &forged, &mut draft);
         }
         crate::timings::mark("  diff, nested, put back");
         if sandboxed.is_some() {
@@ -176,20 +184,33 @@ impl OpenStep {
     }
 }
 
-/// Repositories inside the project whose code was put back: said, refused, flagged.
-fn note_nested_put_back(paths: &[String], draft: &mut StepDraft) {
-    for p in paths {
+/// Repositories inside the project whose code was put back (`paths`), or whose forged object
+/// data was put back or removed (`forged`, with why): said, refused, flagged.
+fn note_nested_put_back(paths: &[String], forged: &[GitDropped], draft: &mut StepDraft) {
+    let rule = crate::git_layer::RULE;
+    let code = paths
+        .iter()
+        .filter(|p| !forged.iter().any(|d| d.path == **p))
+        .map(|p| {
+            let what = "changed during the step and was put back: git would run or follow it \
+                        on the host";
+            (p, what.to_owned())
+        });
+    let data = forged
+        .iter()
+        .map(|d| (&d.path, format!("was put back: {}", d.why)));
+    let mut any = false;
+    for (p, what) in code.chain(data) {
         output::warn(&format!(
-            "{p} of a repository inside the project changed during the step and was put back: \
-             git would run or follow it on the host (rule {})",
-            crate::git_layer::RULE
+            "{p} of a repository inside the project {what} (rule {rule})"
         ));
         draft.refusals.push(Refusal {
             what: format!("write {p}"),
-            rule: crate::git_layer::RULE.into(),
+            rule: rule.into(),
         });
+        any = true;
     }
-    if !paths.is_empty() {
+    if any {
         draft.flag(StepFlag::GitDropped);
     }
 }

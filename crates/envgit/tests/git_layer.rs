@@ -12,6 +12,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use support::Env;
+use support::git_forge::{blob, lying_pack, scratch};
 
 /// A git project with one commit, a user identity and an envgit policy.
 fn project() -> Env {
@@ -620,49 +621,6 @@ fn a_commit_in_a_reftable_repository_arrives() {
     );
 }
 
-/// A scratch repository beside the project, for objects the host must not have.
-fn scratch(env: &Env) -> std::path::PathBuf {
-    let dir = env.tmp.path().join("scratch");
-    std::fs::create_dir_all(&dir).unwrap();
-    env.git(&dir, &["init", "-q"]);
-    dir
-}
-
-/// `content` as a blob written into `repo`: its id.
-fn blob(env: &Env, repo: &Path, content: &str) -> String {
-    let path = repo.join("blob-content");
-    std::fs::write(&path, content).unwrap();
-    let id = env.git(repo, &["hash-object", "-w", path.to_str().unwrap()]);
-    id.trim().to_owned()
-}
-
-/// Rewrites a one-object pack index (version 2) so that it claims the object id `claim`
-/// (hex, SHA-1) for the object its pack holds: fan-out and trailing checksum made right,
-/// so git reads it.
-fn forge_index(idx: &[u8], claim: &str) -> Vec<u8> {
-    use sha1::Digest;
-    let claim: Vec<u8> = (0..20)
-        .map(|i| u8::from_str_radix(&claim[2 * i..2 * i + 2], 16).unwrap())
-        .collect();
-    let mut b = idx.to_vec();
-    assert_eq!(&b[..8], b"\xfftOc\x00\x00\x00\x02", "not a version 2 index");
-    assert_eq!(
-        &b[8 + 255 * 4..8 + 256 * 4],
-        &[0, 0, 0, 1],
-        "not one object"
-    );
-    let names = 8 + 256 * 4;
-    b[names..names + 20].copy_from_slice(&claim);
-    for i in 0..256usize {
-        let count: u32 = if i >= usize::from(claim[0]) { 1 } else { 0 };
-        b[8 + i * 4..12 + i * 4].copy_from_slice(&count.to_be_bytes());
-    }
-    let len = b.len();
-    let sum = sha1::Sha1::digest(&b[..len - 20]);
-    b[len - 20..].copy_from_slice(&sum);
-    b
-}
-
 /// Git trusts a pack's index when it reads an object: a pack whose `.idx` gives the id of a
 /// file the host has (`build.sh`) to other content made the host's `git checkout` write that
 /// content, under a commit the user trusts, where they run it. The step's index is never
@@ -684,37 +642,7 @@ fn a_pack_whose_index_lies_about_an_object_is_not_believed() {
     let trusted = env.git(&env.project, &["rev-parse", "HEAD:build.sh"]);
     let trusted = trusted.trim();
 
-    let other = scratch(&env);
-    let evil = blob(&env, &other, "echo PWNED\n");
-    let pack = Command::new("git")
-        .args(["pack-objects", "-q", "pack"])
-        .current_dir(&other)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    use std::io::Write;
-    pack.stdin
-        .as_ref()
-        .unwrap()
-        .write_all(format!("{evil}\n").as_bytes())
-        .unwrap();
-    let out = pack.wait_with_output().unwrap();
-    assert!(out.status.success());
-    let name = String::from_utf8(out.stdout).unwrap().trim().to_owned();
-    let forged_dir = env.path("forged");
-    std::fs::create_dir_all(&forged_dir).unwrap();
-    std::fs::copy(
-        other.join(format!("pack-{name}.pack")),
-        forged_dir.join(format!("pack-{name}.pack")),
-    )
-    .unwrap();
-    let idx = std::fs::read(other.join(format!("pack-{name}.idx"))).unwrap();
-    std::fs::write(
-        forged_dir.join(format!("pack-{name}.idx")),
-        forge_index(&idx, trusted),
-    )
-    .unwrap();
+    let evil = lying_pack(&env, trusted);
 
     let out = env.envgit(&[
         "run",
@@ -815,65 +743,6 @@ fn a_replace_ref_from_the_step_never_reaches_the_host() {
     }
 }
 
-/// A repository of the user's inside the project (`libs/foo`, its own `.git`) is not behind
-/// the layer: its data stays as the step leaves it. A replace ref there would make the user's
-/// `git checkout` in it write the step's content: a loose one goes back alone (the step's
-/// other refs there stay), a packed one with its `packed-refs`.
-#[test]
-fn a_replace_ref_in_a_nested_repository_is_put_back() {
-    let env = project();
-    let foo = env.path("libs/foo");
-    std::fs::create_dir_all(&foo).unwrap();
-    env.git(&foo, &["init", "-q", "-b", "main"]);
-    std::fs::write(foo.join("build.sh"), "echo hello\n").unwrap();
-    env.git(&foo, &["add", "build.sh"]);
-    env.git(&foo, &["commit", "-q", "-m", "foo"]);
-    env.envgit(&["record"]).ok();
-    let script = "cd libs/foo && X=$(git rev-parse HEAD:build.sh) && \
-                  Y=$(echo 'echo PWNED' | git hash-object -w --stdin) && \
-                  git replace $X $Y && git branch agent && echo replaced";
-    let out = env.envgit(&["run", "sh", "-c", script]);
-    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
-    assert!(out.stdout.contains("replaced"), "{}", out.stdout);
-    assert!(
-        out.stderr.contains("libs/foo/.git/refs/replace"),
-        "{}",
-        out.stderr
-    );
-    assert!(!foo.join(".git/refs/replace").exists());
-    env.git(&foo, &["rev-parse", "--verify", "agent"]);
-    std::fs::remove_file(foo.join("build.sh")).unwrap();
-    env.git(&foo, &["checkout", "--", "build.sh"]);
-    assert_eq!(
-        std::fs::read_to_string(foo.join("build.sh")).unwrap(),
-        "echo hello\n"
-    );
-
-    // Packed (`git pack-refs`), it can only go back with the file that holds it.
-    let out = env.envgit(&[
-        "run",
-        "sh",
-        "-c",
-        &format!(
-            "{} && git pack-refs --all",
-            script.replace("branch agent", "branch agent2")
-        ),
-    ]);
-    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
-    assert!(
-        out.stderr.contains("libs/foo/.git/packed-refs"),
-        "{}",
-        out.stderr
-    );
-    assert_eq!(env.git(&foo, &["replace", "-l"]), "");
-    std::fs::remove_file(foo.join("build.sh")).unwrap();
-    env.git(&foo, &["checkout", "--", "build.sh"]);
-    assert_eq!(
-        std::fs::read_to_string(foo.join("build.sh")).unwrap(),
-        "echo hello\n"
-    );
-}
-
 /// A pack the host's `git index-pack` refuses (here, not a pack at all) is not imported, and
 /// neither are the step's refs, which may name what it held: the host's branch stays where it
 /// was instead of naming a commit the host lacks.
@@ -892,5 +761,83 @@ fn refs_stay_out_when_an_object_of_the_step_is_refused() {
     assert!(out.stderr.contains("index-pack"), "{}", out.stderr);
     assert!(out.stderr.contains("refs/heads/main"), "{}", out.stderr);
     assert_eq!(env.git(&env.project, &["rev-parse", "main"]), before);
+    env.git(&env.project, &["fsck", "--no-dangling"]);
+}
+
+/// `.git/shallow` tells git a commit's parents are not there: one naming a commit the host has
+/// hides the history behind it from `git log`, and the host's `git gc` would then delete that
+/// history as unreachable. A step may name only commits it brought (`git fetch --deepen`
+/// moves the boundary onto fetched commits, and that arrives).
+#[test]
+fn a_step_cannot_cut_the_hosts_history_with_a_shallow_file() {
+    let env = project();
+    env.write("b.txt", "b\n");
+    env.git(&env.project, &["add", "b.txt"]);
+    env.git(&env.project, &["commit", "-q", "-m", "second"]);
+    env.envgit(&["record"]).ok();
+    let out = env.envgit(&[
+        "run",
+        "sh",
+        "-c",
+        "git rev-parse HEAD > .git/shallow && echo inside: $(git log --oneline | wc -l)",
+    ]);
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    assert!(out.stdout.contains("inside: 1"), "{}", out.stdout);
+    assert!(out.stderr.contains("shallow"), "{}", out.stderr);
+    assert!(!env.path(".git/shallow").exists());
+    assert_eq!(
+        env.git(&env.project, &["log", "--oneline"]).lines().count(),
+        2
+    );
+}
+
+/// The other side of the rule above: a shallow clone deepened inside a step keeps the new
+/// boundary and the history it fetched.
+#[test]
+fn a_shallow_clone_deepened_in_a_step_arrives() {
+    let env = Env::new();
+    let upstream = env.path("upstream");
+    std::fs::create_dir_all(&upstream).unwrap();
+    env.git(&upstream, &["init", "-q", "-b", "main"]);
+    for n in 1..=3 {
+        std::fs::write(upstream.join("n.txt"), format!("{n}\n")).unwrap();
+        env.git(&upstream, &["add", "n.txt"]);
+        env.git(&upstream, &["commit", "-q", "-m", &format!("c{n}")]);
+    }
+    let url = format!("file://{}", upstream.display());
+    let clone = env.tmp.path().join("clone");
+    env.git(
+        env.tmp.path(),
+        &[
+            "clone",
+            "-q",
+            "--no-checkout",
+            "--depth",
+            "1",
+            &url,
+            "clone",
+        ],
+    );
+    std::fs::rename(clone.join(".git"), env.path(".git")).unwrap();
+    env.git(&env.project, &["reset", "-q", "--hard"]);
+    env.envgit(&["init"]).ok();
+    assert_eq!(
+        env.git(&env.project, &["log", "--oneline"]).lines().count(),
+        1
+    );
+    let out = env.envgit(&[
+        "run",
+        "sh",
+        "-c",
+        "git fetch -q --deepen=1 && echo deepened",
+    ]);
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    assert!(out.stdout.contains("deepened"), "{}", out.stdout);
+    assert_eq!(
+        env.git(&env.project, &["log", "--oneline"]).lines().count(),
+        2,
+        "{}",
+        out.stderr
+    );
     env.git(&env.project, &["fsck", "--no-dangling"]);
 }

@@ -21,8 +21,8 @@ pub enum Class {
     Derived,
     /// Plain data (logs, the `*_HEAD` files, messages): written as is.
     Data,
-    /// Refs, `packed-refs`, reftable's `tables.list`, the index: written compare-and-swap
-    /// against the pre-step content.
+    /// Refs, `packed-refs`, reftable's `tables.list`, the index, `shallow`: written
+    /// compare-and-swap against the pre-step content.
     Cas,
     /// `HEAD`: compare-and-swap, and only when it is a symbolic ref or an object id.
     Head,
@@ -42,7 +42,6 @@ const TOP_DATA: &[&str] = &[
     "AUTO_MERGE",
     "CHERRY_PICK_HEAD",
     "REVERT_HEAD",
-    "shallow",
     "description",
 ];
 
@@ -58,6 +57,10 @@ pub fn is_leftover(rel: &str) -> bool {
         // The temporary files git writes objects and packs through (`tmp_obj_*`, `tmp_pack_*`).
         || (rel.starts_with("objects/") && rel.rsplit('/').next().is_some_and(|n| n.starts_with("tmp_")))
 }
+
+/// The commits git takes for having no parents (a shallow clone's boundary): its history
+/// stops there, so written compare-and-swap, and only naming commits the step brought.
+pub const SHALLOW: &str = "shallow";
 
 /// The list of a reftable repository's tables (`--ref-format=reftable`): its refs, as
 /// `packed-refs` is for the files backend, so written compare-and-swap.
@@ -94,8 +97,16 @@ pub fn valid_tables_list(content: &[u8]) -> bool {
     })
 }
 
+/// The object ids a `shallow` file lists, or `None` when a line is not one.
+pub fn shallow_ids(content: &[u8]) -> Option<std::collections::BTreeSet<String>> {
+    let text = std::str::from_utf8(content).ok()?;
+    text.lines()
+        .map(|l| is_object_id(l).then(|| l.to_ascii_lowercase()))
+        .collect()
+}
+
 /// A SHA-1 or SHA-256 object id in hex.
-fn is_object_id(s: &str) -> bool {
+pub fn is_object_id(s: &str) -> bool {
     (s.len() == 40 || s.len() == 64) && s.bytes().all(|b| b.is_ascii_hexdigit())
 }
 
@@ -112,7 +123,12 @@ pub fn classify(rel: &str) -> Result<Class, &'static str> {
             "a replace ref makes the host's git read other content for an object the user trusts",
         );
     }
-    if rel == "index" || rel == "packed-refs" || rel == REFTABLE_LIST || rel.starts_with("refs/") {
+    if rel == "index"
+        || rel == "packed-refs"
+        || rel == REFTABLE_LIST
+        || rel == SHALLOW
+        || rel.starts_with("refs/")
+    {
         return Ok(Class::Cas);
     }
     if rel == "config" {
@@ -252,6 +268,11 @@ mod tests {
         assert!(!is_leftover("hooks/pre-commit") && !is_leftover("gc.pid.sh"));
         assert!(is_leftover("objects/pack/tmp_pack_x1Y2") && is_leftover("objects/0a/tmp_obj_Q"));
         assert_eq!(classify("logs/HEAD"), Ok(Class::Data));
+        assert_eq!(classify("shallow"), Ok(Class::Cas));
+        let id = "0a".repeat(20);
+        assert_eq!(shallow_ids(format!("{id}\n").as_bytes()), Some([id].into()));
+        assert_eq!(shallow_ids(b""), Some(Default::default()));
+        assert_eq!(shallow_ids(b"HEAD\n"), None);
         let shared = format!("sharedindex.{}", "0a".repeat(20));
         assert_eq!(classify(&shared), Ok(Class::Object));
         assert!(classify("sharedindex.0a").is_err());

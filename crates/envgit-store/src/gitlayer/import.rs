@@ -3,14 +3,17 @@
 //! compare-and-swap, config through the allow-list, objects for what their content is.
 //! Whiteouts delete data paths only.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::Path;
 
 use rustix::fs::{FileType, Mode, OFlags};
 use serde::{Deserialize, Serialize};
 
-use super::classify::{Class, REFTABLE_LIST, classify, is_leftover, valid_head, valid_tables_list};
+use super::classify::{
+    Class, REFTABLE_LIST, SHALLOW, classify, is_leftover, shallow_ids, valid_head,
+    valid_tables_list,
+};
 use super::verify::{self, loose_matches};
 use super::{config, write};
 use crate::beneath::{lstat, open_dir_rel, open_file, read_names};
@@ -120,7 +123,7 @@ impl PreStep {
     pub fn capture(git_dir: &Path) -> std::io::Result<Self> {
         let root = open_git(git_dir)?;
         let mut pre = Self::default();
-        let mut names: Vec<String> = ["HEAD", INDEX, "packed-refs", REFTABLE_LIST]
+        let mut names: Vec<String> = ["HEAD", INDEX, "packed-refs", REFTABLE_LIST, SHALLOW]
             .map(String::from)
             .into();
         names.extend(
@@ -149,6 +152,8 @@ pub fn import(git_dir: &Path, upper: &Path, pre: &mut PreStep) -> std::io::Resul
     // An object of the step's the host did not take: refs, `HEAD` and the index that may name
     // it are not taken either (a branch naming a missing commit breaks the host's `git log`).
     let mut objects_refused = false;
+    // Before any object arrives: after, the host would have every commit the step brought.
+    let shallow_refused = shallow_refusal(git_dir, root.as_fd(), up.as_fd());
     for Found {
         rel,
         ft,
@@ -206,6 +211,16 @@ pub fn import(git_dir: &Path, upper: &Path, pre: &mut PreStep) -> std::io::Resul
             });
             continue;
         }
+        if rel == SHALLOW
+            && !whiteout
+            && let Some(why) = &shallow_refused
+        {
+            rep.dropped.push(Dropped {
+                path: rel,
+                why: why.clone(),
+            });
+            continue;
+        }
         let sides = Sides {
             git_dir,
             root: root.as_fd(),
@@ -218,6 +233,30 @@ pub fn import(git_dir: &Path, upper: &Path, pre: &mut PreStep) -> std::io::Resul
             && !write::exists(root.as_fd(), &rel);
     }
     Ok(rep)
+}
+
+/// Why the step's `shallow` may not be imported: it names a commit the host already has (its
+/// history would vanish behind it), or a line that is no object id. A `git fetch --deepen`
+/// names only commits it fetched; `--unshallow` removes the file.
+fn shallow_refusal(git_dir: &Path, root: BorrowedFd<'_>, up: BorrowedFd<'_>) -> Option<String> {
+    let new = upper_file(up, SHALLOW).ok()?;
+    let Some(after) = shallow_ids(&new) else {
+        return Some("it is not a list of object ids".into());
+    };
+    let cur = write::read(root, SHALLOW)
+        .ok()
+        .flatten()
+        .unwrap_or_default();
+    let before = shallow_ids(&cur).unwrap_or_default();
+    let gained: BTreeSet<String> = after.difference(&before).cloned().collect();
+    if gained.is_empty() {
+        return None;
+    }
+    match verify::host_has(git_dir, &gained) {
+        Ok(has) if has.is_empty() => None,
+        Ok(_) => Some(verify::SHALLOW_REFUSAL.into()),
+        Err(why) => Some(why),
+    }
 }
 
 /// A pack from the step, indexed by the host's git (see `verify`); one the host has by that

@@ -10,6 +10,7 @@ mod config;
 mod import;
 mod layer;
 mod nested;
+mod nested_objects;
 mod secrets;
 mod verify;
 mod write;
@@ -21,4 +22,5 @@ pub use nested::{
     NestedCode, NestedConfigError, filter_nested_config, nested_code_paths,
     nested_packed_replace_refs,
 };
+pub use nested_objects::{NestedObjects, nested_object_refusals};
 pub use secrets::{ConfigSecret, HiddenConfig, HideSecretsError, hide_secrets};

@@ -34,29 +34,17 @@ pub fn nested_code_paths(changes: &[EntryDiff]) -> NestedCode {
     let mut out = NestedCode::default();
     for change in changes {
         let path = String::from_utf8_lossy(&change.path);
-        let parts: Vec<&str> = path.split('/').collect();
-        // The project's own `.git` is the layer's; below index 0 only nested ones.
-        let Some(i) = parts
-            .iter()
-            .skip(1)
-            .position(|p| *p == ".git")
-            .map(|i| i + 1)
-        else {
+        let Some((git, rest)) = split_nested(&path) else {
             continue;
         };
-        if parts[0] == ".git" {
-            continue; // inside the project's own `.git` (its `modules/`): the layer's
-        }
-        let git = parts[..=i].join("/");
-        let target = if i + 1 == parts.len() {
+        let target = if rest.is_empty() {
             // `.git` itself: a pointer file or a link is put back; a directory is walked.
             match change.new.as_ref().map(|e| e.kind) {
                 Some(EntryKind::Dir) | None => continue,
-                Some(_) => git,
+                Some(_) => git.to_owned(),
             }
         } else {
-            let rest = parts[i + 1..].join("/");
-            match classify(&rest) {
+            match classify(rest) {
                 Ok(Class::Config) => {
                     let config = format!("{git}/config");
                     if !out.configs.contains(&config) {
@@ -64,12 +52,12 @@ pub fn nested_code_paths(changes: &[EntryDiff]) -> NestedCode {
                     }
                     continue;
                 }
+                // Data; the object store's is checked by `nested_object_refusals`.
                 Ok(_) => continue,
-                // Its objects, packs and what git derives from them (directories included).
-                Err(_) if is_object_store_path(&rest) => continue,
+                Err(_) if is_object_store_path(rest) => continue,
                 // Replace refs alone, not the repository's other refs.
                 Err(_) if rest.starts_with("refs/replace/") => format!("{git}/refs/replace"),
-                Err(_) => format!("{git}/{}", parts[i + 1]),
+                Err(_) => format!("{git}/{}", rest.split('/').next().unwrap_or(rest)),
             }
         };
         if !out.put_back.contains(&target) {
@@ -79,6 +67,24 @@ pub fn nested_code_paths(changes: &[EntryDiff]) -> NestedCode {
     out
 }
 
+/// A path inside a repository nested in the project: its `.git` (project-relative) and the
+/// path below it (empty for the `.git` itself). `None` outside one, and inside the project's
+/// own `.git` (its `modules/` included: the layer's).
+pub(super) fn split_nested(path: &str) -> Option<(&str, &str)> {
+    if path == ".git" || path.starts_with(".git/") {
+        return None;
+    }
+    let mut end = 0;
+    for part in path.split('/') {
+        end += part.len();
+        if part == ".git" {
+            return Some((&path[..end], path.get(end + 1..).unwrap_or("")));
+        }
+        end += 1;
+    }
+    None
+}
+
 /// The nested repositories' `packed-refs` files the step gave a replace ref (`git replace`,
 /// then `git pack-refs`): each goes back whole (a loose replace ref goes back alone, see
 /// [`nested_code_paths`]). Contents are read from `store`, before and after.
@@ -86,11 +92,8 @@ pub fn nested_packed_replace_refs(store: &Store, changes: &[EntryDiff]) -> Resul
     let mut out = Vec::new();
     for change in changes {
         let path = String::from_utf8_lossy(&change.path);
-        let Some(git) = path.strip_suffix("/.git/packed-refs") else {
+        if split_nested(&path).is_none_or(|(_, rest)| rest != "packed-refs") {
             continue;
-        };
-        if git.split('/').any(|p| p == ".git") {
-            continue; // inside a `.git`: the project's own (the layer's) or a module's
         }
         let text = |e: &Option<TreeEntry>| -> Result<Vec<u8>> {
             match e {

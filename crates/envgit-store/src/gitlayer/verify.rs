@@ -101,6 +101,96 @@ pub fn index_pack(
     Ok(hash)
 }
 
+/// Why a `shallow` file is refused when it names a commit the repository already has.
+pub const SHALLOW_REFUSAL: &str = "it names a commit the repository already has as having no \
+     parents: the history behind it would vanish from `git log`, and `git gc` would delete it";
+
+/// Which of `ids` the host's repository at `git_dir` has (`git cat-file --batch-check`).
+pub fn host_has(git_dir: &Path, ids: &BTreeSet<String>) -> Result<BTreeSet<String>, String> {
+    let mut cmd = git();
+    cmd.arg("--git-dir")
+        .arg(git_dir)
+        .args(["cat-file", "--batch-check=%(objectname)"]);
+    let input: String = ids.iter().map(|id| format!("{id}\n")).collect();
+    let out = with_input(cmd, input.into_bytes()).map_err(|e| {
+        format!("the host's `git cat-file` could not say which commits it has: {e}")
+    })?;
+    // `<id>` for an object it has, `<id> missing` for one it lacks.
+    Ok(out
+        .lines()
+        .filter(|l| !l.ends_with(" missing"))
+        .map(str::to_owned)
+        .collect())
+}
+
+/// The object ids a pack index lists, read by the host's `git show-index`.
+pub fn index_ids(idx: Vec<u8>, sha256: bool) -> Result<BTreeSet<String>, String> {
+    let mut cmd = git();
+    let format = if sha256 { "sha256" } else { "sha1" };
+    cmd.args(["show-index", &format!("--object-format={format}")]);
+    let out = with_input(cmd, idx)
+        .map_err(|e| format!("the host's `git show-index` could not read a pack index: {e}"))?;
+    // `<offset> <id> (<crc>)`.
+    Ok(out
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(1).map(str::to_owned))
+        .collect())
+}
+
+/// Runs `cmd` with `input` on its standard input: its standard output, or why it failed.
+fn with_input(mut cmd: Command, input: Vec<u8>) -> Result<String, String> {
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| e.to_string())?;
+    let stdin = child.stdin.take();
+    // Written beside the read: a long input would fill both pipes otherwise.
+    let (written, out) = std::thread::scope(|s| {
+        let writer =
+            s.spawn(move || stdin.map(|mut stdin| std::io::Write::write_all(&mut stdin, &input)));
+        let out = child.wait_with_output();
+        (writer.join().ok().flatten(), out)
+    });
+    let out = out.map_err(|e| e.to_string())?;
+    if !out.status.success() || !matches!(written, Some(Ok(()))) {
+        return Err(String::from_utf8_lossy(&out.stderr).trim().to_owned());
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// Checks a pack against its index (and its reverse index, when there is one beside them)
+/// with the host's `git verify-pack`, which indexes the pack again and compares: `idx` names
+/// `<dir>/pack-<hash>.idx`, the pack beside it. `Err` says why the index does not name the
+/// pack's objects by their content.
+pub fn verify_pack(idx: &Path, sha256: bool) -> Result<(), String> {
+    let mut cmd = git();
+    // A `.rev` present is compared too; absent, git works without one.
+    cmd.args(["-c", "pack.writeReverseIndex=true", "verify-pack"]);
+    if sha256 {
+        cmd.arg("--object-format=sha256");
+    }
+    if let Some(dir) = idx.parent() {
+        cmd.current_dir(dir);
+    }
+    let out = cmd
+        .arg(idx)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .output()
+        .map_err(|e| format!("the host's `git verify-pack` could not run: {e}"))?;
+    if out.status.success() {
+        return Ok(());
+    }
+    let why = String::from_utf8_lossy(&out.stderr);
+    Err(format!(
+        "the host's `git verify-pack` found that its index does not name the pack's objects by \
+         their content ({})",
+        why.trim().lines().last().unwrap_or("no reason given")
+    ))
+}
+
 /// Refs under `refs/replace/` make git read another object's content wherever the one they
 /// name is asked for (`git checkout` included): a step may not add one, in whatever store the
 /// refs live. Why a ref store's new content is refused, if it adds or changes one.

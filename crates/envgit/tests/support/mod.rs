@@ -238,6 +238,7 @@ pub fn head_of(repo: &Path) -> String {
         .unwrap();
     String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
+pub mod git_forge;
 pub mod mcp_client;
 pub mod ui_client;
 pub mod webdriver;

@@ -1,0 +1,276 @@
+//! The object stores of repositories nested in the project (see `nested`): their data stays as
+//! the step left it, but not data that would make the user's git there read other content for
+//! an id they trust, or lose history. A loose object must hash to its name, a pack must match
+//! its index (the host's `git verify-pack`), what git derives from the objects and believes
+//! over them (commit-graphs, multi-pack indexes, bitmaps) goes back, and a `shallow` file may
+//! not name a commit the repository had before the step. Everything is read from the snapshot, never through the
+//! project's paths, where a link could point elsewhere.
+
+use std::collections::BTreeSet;
+use std::io::{Read, Write};
+use std::os::fd::AsFd;
+
+use super::classify::{Class, SHALLOW, classify, shallow_ids};
+use super::import::Dropped;
+use super::nested::split_nested;
+use super::verify::{SHALLOW_REFUSAL, index_ids, loose_matches, verify_pack};
+use super::write;
+use crate::beneath::{cstr, open_file, open_root};
+use crate::diff::EntryDiff;
+use crate::error::{IoContext, Result};
+use crate::graft::entry_at;
+use crate::id::ObjectId;
+use crate::store::Store;
+use crate::tree::{EntryKind, MarkerReason, TreeEntry};
+
+const LOOSE_REFUSAL: &str =
+    "its content does not hash to its name (git would take it for that object)";
+const DERIVED_REFUSAL: &str = "git derives it from the objects and believes it over them (a \
+     commit's tree, where an object is): one the step wrote could show the user other content \
+     for an id they trust; git works without it and writes it again";
+const LINK_REFUSAL: &str = "git follows a link inside `.git` to data the step chose";
+
+/// What of the nested repositories' object stores the step may not leave.
+#[derive(Debug, Default)]
+pub struct NestedObjects {
+    /// Project-relative paths to put back to their pre-step state, and why.
+    pub refused: Vec<Dropped>,
+    /// Some were markers in the snapshot (too large for it), so not in it to put back from:
+    /// they were removed from the project, and the snapshot must be taken again.
+    pub removed: bool,
+}
+
+/// What of the nested repositories' object stores, and their `shallow` files, goes back to its
+/// pre-step state, and why. `before` and `after` are the snapshots around the step.
+pub fn nested_object_refusals(
+    store: &Store,
+    before: &ObjectId,
+    after: &ObjectId,
+    changes: &[EntryDiff],
+) -> Result<NestedObjects> {
+    let mut out = Vec::new();
+    let refuse = |out: &mut Vec<Dropped>, path: &str, why: &str| {
+        out.push(Dropped {
+            path: path.to_owned(),
+            why: why.to_owned(),
+        });
+    };
+    // Each repository's packs to verify.
+    let mut packs: BTreeSet<(String, String)> = BTreeSet::new();
+    let mut shallows = Vec::new();
+    for change in changes {
+        let path = String::from_utf8_lossy(&change.path);
+        let Some((git, rest)) = split_nested(&path) else {
+            continue;
+        };
+        // Removals stay: git does without what it derives, and an object gone is no forgery.
+        let Some(new) = &change.new else {
+            continue;
+        };
+        if rest.is_empty() {
+            continue; // the `.git` itself: `nested_code_paths` puts a pointer file or link back
+        }
+        match new.kind {
+            EntryKind::Dir => continue,
+            EntryKind::File
+            | EntryKind::Marker(MarkerReason::TooLarge | MarkerReason::OverBudget) => {}
+            _ => {
+                if rest.starts_with("objects") || rest == SHALLOW {
+                    refuse(&mut out, &path, LINK_REFUSAL);
+                }
+                continue;
+            }
+        }
+        if rest == SHALLOW {
+            shallows.push((git.to_owned(), change));
+            continue;
+        }
+        match classify(rest) {
+            Ok(Class::Loose) => {
+                let mut data = Vec::new();
+                let read = copy_entry(store, &path, new, &mut |b| {
+                    data.extend_from_slice(b);
+                    Ok(())
+                })?;
+                if read && !loose_matches(rest, &data) {
+                    refuse(&mut out, &path, LOOSE_REFUSAL);
+                }
+            }
+            Ok(Class::Pack) => {
+                packs.insert((git.to_owned(), pack_hash(rest).to_owned()));
+            }
+            // A list of pack names for dumb HTTP clients of this repository: nothing git
+            // believes about an object.
+            Ok(Class::Derived) if rest == "objects/info/packs" => {}
+            Ok(Class::Derived) => match rest.strip_suffix(".idx").or(rest.strip_suffix(".rev")) {
+                // A pack's index and reverse index are checked with the pack.
+                Some(_) => {
+                    packs.insert((git.to_owned(), pack_hash(rest).to_owned()));
+                }
+                None => refuse(&mut out, &path, DERIVED_REFUSAL),
+            },
+            _ => {}
+        }
+    }
+    for (git, hash) in packs {
+        let base = format!("{git}/objects/pack/pack-{hash}");
+        match check_pack(store, after, &base)? {
+            PackCheck::Incomplete | PackCheck::Matches => {}
+            PackCheck::Refused(why) => {
+                for ext in ["pack", "idx", "rev"] {
+                    refuse(&mut out, &format!("{base}.{ext}"), &why);
+                }
+            }
+        }
+    }
+    for (git, change) in shallows {
+        let ids = |e: &Option<TreeEntry>| -> Result<Option<BTreeSet<String>>> {
+            Ok(match e {
+                Some(e) if e.kind == EntryKind::File => shallow_ids(&store.read_file(&e.id)?),
+                _ => Some(BTreeSet::new()),
+            })
+        };
+        let path = String::from_utf8_lossy(&change.path);
+        let Some(after_ids) = ids(&change.new)? else {
+            refuse(&mut out, &path, "it is not a list of object ids");
+            continue;
+        };
+        let before_ids = ids(&change.old)?.unwrap_or_default();
+        let gained: BTreeSet<String> = after_ids.difference(&before_ids).cloned().collect();
+        match had_any(store, before, &git, &gained)? {
+            Ok(false) => {}
+            Ok(true) => refuse(&mut out, &path, SHALLOW_REFUSAL),
+            Err(why) => refuse(&mut out, &path, &why),
+        }
+    }
+    // What the snapshot kept as a marker is not in it to put back from: removed here, beneath
+    // the project, never through a link.
+    let mut removed = false;
+    if !out.is_empty() {
+        let root = open_root(store.project()).at(store.project())?;
+        for d in &out {
+            if entry_at(store, after, &d.path)?.is_some_and(|e| e.kind.is_marker()) {
+                write::remove(root.as_fd(), &d.path).at(&store.project().join(&d.path))?;
+                removed = true;
+            }
+        }
+    }
+    Ok(NestedObjects {
+        refused: out,
+        removed,
+    })
+}
+
+/// Whether the repository at `git` (project-relative) had any of `ids` in the snapshot
+/// `before`, loose or in a pack; `Err` when an index of its could not be read.
+fn had_any(
+    store: &Store,
+    before: &ObjectId,
+    git: &str,
+    ids: &BTreeSet<String>,
+) -> Result<std::result::Result<bool, String>> {
+    for id in ids {
+        let loose = format!("{git}/objects/{}/{}", &id[..2], &id[2..]);
+        if entry_at(store, before, &loose)?.is_some() {
+            return Ok(Ok(true));
+        }
+    }
+    let pack_dir = format!("{git}/objects/pack");
+    let Some(dir) = entry_at(store, before, &pack_dir)?.filter(|e| e.kind == EntryKind::Dir) else {
+        return Ok(Ok(false));
+    };
+    for entry in store.read_tree(&dir.id)?.entries {
+        let name = String::from_utf8_lossy(&entry.name);
+        if entry.kind != EntryKind::File || !name.ends_with(".idx") {
+            continue;
+        }
+        let sha256 = pack_hash(&name).len() == 64;
+        match index_ids(store.read_file(&entry.id)?, sha256) {
+            Ok(listed) if listed.is_disjoint(ids) => {}
+            Ok(_) => return Ok(Ok(true)),
+            Err(why) => return Ok(Err(why)),
+        }
+    }
+    Ok(Ok(false))
+}
+
+/// `objects/pack/pack-<hash>.<ext>` → `<hash>`.
+fn pack_hash(rest: &str) -> &str {
+    let name = rest.rsplit('/').next().unwrap_or(rest);
+    let name = name.strip_prefix("pack-").unwrap_or(name);
+    name.split_once('.').map_or(name, |(hash, _)| hash)
+}
+
+enum PackCheck {
+    /// The pack or its index is not in the snapshot: git reads neither alone.
+    Incomplete,
+    /// The index names the pack's objects by their content.
+    Matches,
+    Refused(String),
+}
+
+/// Streams the content of `entry` (at project-relative `path` in the step's snapshot) into
+/// `sink`: from the store, or, for a file the snapshot kept as a marker (over the size limit or
+/// the budget), from the project, opened beneath it without following a link. `false` for an
+/// entry with no content to read.
+fn copy_entry(
+    store: &Store,
+    path: &str,
+    entry: &TreeEntry,
+    sink: &mut dyn FnMut(&[u8]) -> Result<()>,
+) -> Result<bool> {
+    match entry.kind {
+        EntryKind::File => store.read_file_into(&entry.id, sink)?,
+        EntryKind::Marker(MarkerReason::TooLarge | MarkerReason::OverBudget) => {
+            let at = store.project().join(path);
+            let root = open_root(store.project()).at(store.project())?;
+            let dir = write::parent(root.as_fd(), path, false).at(&at)?;
+            let name = cstr(path.rsplit('/').next().unwrap_or(path).as_bytes()).at(&at)?;
+            let mut file = std::fs::File::from(open_file(dir.as_fd(), &name).at(&at)?);
+            let mut buf = vec![0u8; 1 << 20];
+            loop {
+                match file.read(&mut buf).at(&at)? {
+                    0 => break,
+                    n => sink(&buf[..n])?,
+                }
+            }
+        }
+        _ => return Ok(false),
+    }
+    Ok(true)
+}
+
+/// The pack `<base>.pack` against `<base>.idx` (and `<base>.rev` when there is one), copied
+/// from the snapshot into a private directory of the store's and given to `git verify-pack`.
+fn check_pack(store: &Store, after: &ObjectId, base: &str) -> Result<PackCheck> {
+    let file = |ext: &str| -> Result<Option<TreeEntry>> {
+        Ok(entry_at(store, after, &format!("{base}.{ext}"))?
+            .filter(|e| e.kind == EntryKind::File || e.kind.is_marker()))
+    };
+    let (Some(pack), Some(idx)) = (file("pack")?, file("idx")?) else {
+        return Ok(PackCheck::Incomplete);
+    };
+    let rev = file("rev")?;
+    let scratch = tempfile::Builder::new()
+        .prefix("verify-pack-")
+        .tempdir_in(store.dir())
+        .at(store.dir())?;
+    let name = base.rsplit('/').next().unwrap_or(base);
+    for (ext, entry) in [("pack", Some(pack)), ("idx", Some(idx)), ("rev", rev)] {
+        if let Some(entry) = entry {
+            let to = scratch.path().join(format!("{name}.{ext}"));
+            let mut f = std::fs::File::create(&to).at(&to)?;
+            let from = format!("{base}.{ext}");
+            if !copy_entry(store, &from, &entry, &mut |b| f.write_all(b).at(&to))? {
+                return Ok(PackCheck::Refused(LINK_REFUSAL.into()));
+            }
+        }
+    }
+    let sha256 = pack_hash(name).len() == 64;
+    Ok(
+        match verify_pack(&scratch.path().join(format!("{name}.idx")), sha256) {
+            Ok(()) => PackCheck::Matches,
+            Err(why) => PackCheck::Refused(why),
+        },
+    )
+}

@@ -1,0 +1,264 @@
+//! Repositories of the user's nested in the project (`libs/foo` with its own `.git`) are not
+//! behind the git layer: their data stays as the step leaves it, but what would make the
+//! user's git there read content other than what an id names does not. Each test forges that
+//! data for real inside `envgit run`, then runs the host's git in the nested repository.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::path::PathBuf;
+
+use support::Env;
+use support::git_forge::{blob, forge_commit_graph, lying_pack, scratch};
+
+/// A git project holding `libs/foo`, a repository of its own with `build.sh` in `commits`
+/// commits, recorded; with `small_files`, files over 16 bytes are markers in the snapshot (the
+/// step's objects then can only be read from the project).
+fn project_with_nested(commits: usize, small_files: bool) -> (Env, PathBuf) {
+    let env = Env::new();
+    env.git(&env.project, &["init", "-q", "-b", "main"]);
+    let nested = env.path("libs/foo");
+    std::fs::create_dir_all(&nested).unwrap();
+    env.git(&nested, &["init", "-q", "-b", "main"]);
+    for n in 0..commits {
+        let text = if n == 0 {
+            "echo hello\n".to_owned()
+        } else {
+            format!("echo hello {n}\n")
+        };
+        std::fs::write(nested.join("build.sh"), text).unwrap();
+        env.git(&nested, &["add", "build.sh"]);
+        env.git(&nested, &["commit", "-q", "-m", &format!("c{n}")]);
+    }
+    env.envgit(&["init"]).ok();
+    if small_files {
+        let yaml = env
+            .read("envgit.yaml")
+            .replace("  # max_file_size: 100MiB", "  max_file_size: 16B");
+        env.write("envgit.yaml", &yaml);
+        env.envgit(&["record"]).ok();
+    }
+    (env, nested)
+}
+
+fn run(env: &Env, script: &str) -> support::Run {
+    let out = env.envgit(&["run", "sh", "-c", script]);
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    out
+}
+
+/// What `git checkout -- build.sh` writes in `repo` on the host.
+fn checked_out(env: &Env, repo: &std::path::Path) -> String {
+    std::fs::remove_file(repo.join("build.sh")).unwrap();
+    env.git(repo, &["checkout", "--", "build.sh"]);
+    std::fs::read_to_string(repo.join("build.sh")).unwrap()
+}
+
+/// A pack whose index gives `build.sh`'s id to other content: the nested repository's
+/// `git checkout` wrote that content. The pack and its index go back.
+#[test]
+fn a_pack_whose_index_lies_goes_back() {
+    for small_files in [false, true] {
+        let (env, nested) = project_with_nested(1, small_files);
+        env.git(&nested, &["gc", "-q"]);
+        // The repository's own packs are older than the step's (git searches newest first).
+        env.sh("touch -d '1 hour ago' libs/foo/.git/objects/pack/*")
+            .ok();
+        let trusted = env.git(&nested, &["rev-parse", "HEAD:build.sh"]);
+        lying_pack(&env, trusted.trim());
+        let out = run(
+            &env,
+            "cp forged/pack-* libs/foo/.git/objects/pack/ && \
+             echo planted: $(git -C libs/foo cat-file -p $(git -C libs/foo rev-parse HEAD:build.sh))",
+        );
+        let what = format!("small files {small_files}: {}{}", out.stdout, out.stderr);
+        assert!(out.stdout.contains("planted: echo PWNED"), "{what}");
+        assert!(out.stderr.contains("verify-pack"), "{what}");
+        assert_eq!(checked_out(&env, &nested), "echo hello\n", "{what}");
+        env.git(&nested, &["fsck", "--no-dangling"]);
+        // The packs of an honest `git gc` stay, checked from the project when the snapshot
+        // could not hold them.
+        let out = run(
+            &env,
+            "git -C libs/foo -c user.name=a -c user.email=b commit -q --allow-empty -m more && \
+             git -C libs/foo gc -q && echo packed",
+        );
+        let what = format!("small files {small_files}: {}{}", out.stdout, out.stderr);
+        assert!(out.stdout.contains("packed"), "{what}");
+        assert!(!out.stderr.contains(".pack"), "{what}");
+        env.git(&nested, &["fsck", "--no-dangling"]);
+        assert_eq!(env.git(&nested, &["log", "--oneline"]).lines().count(), 2);
+    }
+}
+
+/// A loose object whose content hashes to another id would stand in for that object.
+#[test]
+fn a_loose_object_under_another_name_goes_back() {
+    for small_files in [false, true] {
+        let (env, nested) = project_with_nested(1, small_files);
+        let other = scratch(&env);
+        let evil = blob(&env, &other, "echo PWNED\n");
+        let claimed = blob(&env, &other, "echo the real one\n");
+        std::fs::copy(
+            other.join(format!(".git/objects/{}/{}", &evil[..2], &evil[2..])),
+            env.path("forged-object"),
+        )
+        .unwrap();
+        let out = run(
+            &env,
+            &format!(
+                "mkdir -p libs/foo/.git/objects/{dir} && \
+             cp forged-object libs/foo/.git/objects/{dir}/{rest}",
+                dir = &claimed[..2],
+                rest = &claimed[2..]
+            ),
+        );
+        assert!(
+            out.stderr.contains("does not hash to its name"),
+            "{}",
+            out.stderr
+        );
+        let has = env.sh(&format!("git -C libs/foo cat-file -e {claimed}"));
+        assert_ne!(
+            has.code, 0,
+            "the nested repository kept the step's object for {claimed}"
+        );
+        let path = format!(".git/objects/{}/{}", &claimed[..2], &claimed[2..]);
+        assert!(!nested.join(path).exists());
+    }
+}
+
+/// A commit-graph gives each commit its root tree, and git believes it over the commit
+/// (`git status`, `git diff HEAD`, `git show`): one that gives the user's commit the step's
+/// tree shows the user a history that is not theirs. What git derives from the objects (graphs,
+/// multi-pack indexes, bitmaps, reverse indexes) goes back; git works without them.
+#[test]
+fn a_commit_graph_that_lies_goes_back() {
+    let (env, nested) = project_with_nested(1, false);
+    // The graph as git writes it for these commits, then given the step's tree for HEAD.
+    let copy = env.tmp.path().join("copy");
+    env.git(
+        env.tmp.path(),
+        &["clone", "-q", nested.to_str().unwrap(), "copy"],
+    );
+    env.git(&copy, &["commit-graph", "write", "--reachable"]);
+    let evil = blob(&env, &copy, "echo PWNED\n");
+    let tree = std::process::Command::new("sh")
+        .args([
+            "-c",
+            &format!("printf '100644 blob {evil}\\tbuild.sh\\n' | git mktree"),
+        ])
+        .current_dir(&copy)
+        .output()
+        .unwrap();
+    let tree = String::from_utf8(tree.stdout).unwrap().trim().to_owned();
+    let head = env.git(&nested, &["rev-parse", "HEAD"]);
+    let graph = std::fs::read(copy.join(".git/objects/info/commit-graph")).unwrap();
+    std::fs::write(
+        env.path("forged-graph"),
+        forge_commit_graph(&graph, head.trim(), &tree),
+    )
+    .unwrap();
+    let out = run(
+        &env,
+        "cd libs/foo && B=$(echo 'echo PWNED' | git hash-object -w --stdin) && \
+         printf '100644 blob %s\\tbuild.sh\\n' $B | git mktree >/dev/null && \
+         cp ../../forged-graph .git/objects/info/commit-graph && \
+         echo inside: $(git status --short)",
+    );
+    assert!(out.stdout.contains("inside: M build.sh"), "{}", out.stdout);
+    assert!(out.stderr.contains("commit-graph"), "{}", out.stderr);
+    assert_eq!(env.git(&nested, &["status", "--short"]), "");
+    assert!(!nested.join(".git/objects/info/commit-graph").exists());
+}
+
+/// A `shallow` file naming a commit the repository has hides the history behind it (and its
+/// `git gc` would delete it); it goes back. A shallow clone the step makes keeps its own.
+#[test]
+fn a_shallow_file_cutting_history_goes_back_a_shallow_clone_stays() {
+    let (env, nested) = project_with_nested(3, false);
+    let out = run(
+        &env,
+        "git -C libs/foo rev-parse HEAD~1 > libs/foo/.git/shallow && \
+         echo inside: $(git -C libs/foo log --oneline | wc -l)",
+    );
+    assert!(
+        out.stdout.contains("inside: 2"),
+        "{}{}",
+        out.stdout,
+        out.stderr
+    );
+    assert!(
+        out.stderr.contains("libs/foo/.git/shallow"),
+        "{}",
+        out.stderr
+    );
+    assert_eq!(env.git(&nested, &["log", "--oneline"]).lines().count(), 3);
+
+    let out = run(
+        &env,
+        "git clone -q --depth 1 file://$PWD/libs/foo vendor/x && echo cloned",
+    );
+    assert!(out.stdout.contains("cloned"), "{}", out.stdout);
+    assert!(
+        !out.stderr.contains("vendor/x/.git/shallow"),
+        "{}",
+        out.stderr
+    );
+    let x = env.path("vendor/x");
+    assert!(x.join(".git/shallow").exists());
+    assert_eq!(env.git(&x, &["log", "--oneline"]).lines().count(), 1);
+    env.git(&x, &["fsck", "--no-dangling"]);
+}
+
+/// A repository of the user's inside the project (`libs/foo`, its own `.git`) is not behind
+/// the layer: its data stays as the step leaves it. A replace ref there would make the user's
+/// `git checkout` in it write the step's content: a loose one goes back alone (the step's
+/// other refs there stay), a packed one with its `packed-refs`.
+#[test]
+fn a_replace_ref_in_a_nested_repository_is_put_back() {
+    let (env, nested) = project_with_nested(1, false);
+    let script = "cd libs/foo && X=$(git rev-parse HEAD:build.sh) && \
+                  Y=$(echo 'echo PWNED' | git hash-object -w --stdin) && \
+                  git replace $X $Y && git branch agent && echo replaced";
+    let out = env.envgit(&["run", "sh", "-c", script]);
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    assert!(out.stdout.contains("replaced"), "{}", out.stdout);
+    assert!(
+        out.stderr.contains("libs/foo/.git/refs/replace"),
+        "{}",
+        out.stderr
+    );
+    assert!(!nested.join(".git/refs/replace").exists());
+    env.git(&nested, &["rev-parse", "--verify", "agent"]);
+    std::fs::remove_file(nested.join("build.sh")).unwrap();
+    env.git(&nested, &["checkout", "--", "build.sh"]);
+    assert_eq!(
+        std::fs::read_to_string(nested.join("build.sh")).unwrap(),
+        "echo hello\n"
+    );
+
+    // Packed (`git pack-refs`), it can only go back with the file that holds it.
+    let out = env.envgit(&[
+        "run",
+        "sh",
+        "-c",
+        &format!(
+            "{} && git pack-refs --all",
+            script.replace("branch agent", "branch agent2")
+        ),
+    ]);
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    assert!(
+        out.stderr.contains("libs/foo/.git/packed-refs"),
+        "{}",
+        out.stderr
+    );
+    assert_eq!(env.git(&nested, &["replace", "-l"]), "");
+    std::fs::remove_file(nested.join("build.sh")).unwrap();
+    env.git(&nested, &["checkout", "--", "build.sh"]);
+    assert_eq!(
+        std::fs::read_to_string(nested.join("build.sh")).unwrap(),
+        "echo hello\n"
+    );
+}
