@@ -76,7 +76,7 @@ pub use gitlayer::{
     filter_nested_config as filter_nested_git_config, hide_secrets as hide_git_config_secrets,
     import as git_import, nested_code_paths as nested_git_code_paths,
     nested_object_refusals as nested_git_object_refusals,
-    nested_packed_replace_refs as nested_git_packed_replace_refs, recover as recover_git_layers,
+    nested_replace_ref_stores as nested_git_replace_ref_stores, recover as recover_git_layers,
 };
 pub use graft::{entry_at, graft};
 pub use guard::{

@@ -135,8 +135,8 @@ impl OpenStep {
             let mut nested = envgit_store::nested_git_code_paths(&changes);
             nested
                 .put_back
-                .extend(envgit_store::nested_git_packed_replace_refs(
-                    store, &changes,
+                .extend(envgit_store::nested_git_replace_ref_stores(
+                    store, &before, &tree, &changes,
                 )?);
             // Their objects must be what their names say, their history stays whole.
             let objects =

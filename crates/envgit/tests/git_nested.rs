@@ -15,11 +15,17 @@ use support::git_forge::{blob, forge_commit_graph, lying_pack, scratch};
 /// commits, recorded; with `small_files`, files over 16 bytes are markers in the snapshot (the
 /// step's objects then can only be read from the project).
 fn project_with_nested(commits: usize, small_files: bool) -> (Env, PathBuf) {
+    project_with_nested_refs(commits, small_files, "files")
+}
+
+/// [`project_with_nested`] with the nested repository's refs kept the way `ref_format` says.
+fn project_with_nested_refs(commits: usize, small_files: bool, ref_format: &str) -> (Env, PathBuf) {
     let env = Env::new();
     env.git(&env.project, &["init", "-q", "-b", "main"]);
     let nested = env.path("libs/foo");
     std::fs::create_dir_all(&nested).unwrap();
-    env.git(&nested, &["init", "-q", "-b", "main"]);
+    let format = format!("--ref-format={ref_format}");
+    env.git(&nested, &["init", "-q", "-b", "main", &format]);
     for n in 0..commits {
         let text = if n == 0 {
             "echo hello\n".to_owned()
@@ -261,4 +267,33 @@ fn a_replace_ref_in_a_nested_repository_is_put_back() {
         std::fs::read_to_string(nested.join("build.sh")).unwrap(),
         "echo hello\n"
     );
+}
+
+/// In a reftable repository the refs live in tables named by `reftable/tables.list`: one that
+/// gained a replace ref goes back with its tables, whole.
+#[test]
+fn a_replace_ref_in_a_nested_reftable_goes_back() {
+    let (env, nested) = project_with_nested_refs(1, false, "reftable");
+    let out = run(
+        &env,
+        "cd libs/foo && X=$(git rev-parse HEAD:build.sh) && \
+         Y=$(echo 'echo PWNED' | git hash-object -w --stdin) && \
+         git replace $X $Y && echo inside: $(git cat-file -p $X)",
+    );
+    assert!(out.stdout.contains("inside: echo PWNED"), "{}", out.stdout);
+    assert!(
+        out.stderr.contains("libs/foo/.git/reftable"),
+        "{}",
+        out.stderr
+    );
+    assert_eq!(env.git(&nested, &["replace", "-l"]), "");
+    assert_eq!(checked_out(&env, &nested), "echo hello\n");
+    // An ordinary commit there arrives.
+    let out = run(
+        &env,
+        "git -C libs/foo -c user.name=a -c user.email=b commit -q --allow-empty -m more && \
+         echo committed",
+    );
+    assert!(!out.stderr.contains("reftable"), "{}", out.stderr);
+    assert_eq!(env.git(&nested, &["log", "--oneline"]).lines().count(), 2);
 }

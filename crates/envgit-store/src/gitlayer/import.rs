@@ -433,7 +433,12 @@ fn no_new_replace_refs(
         ),
         REFTABLE_LIST => (
             verify::host_replace_refs(git_dir)?,
-            verify::reftable_replace_refs(git_dir, root, new)?,
+            verify::reftable_replace_refs(new, |name| {
+                write::read(root, &format!("reftable/{name}"))
+                    .ok()
+                    .flatten()
+                    .ok_or_else(|| format!("it names reftable/{name}, which is not there"))
+            })?,
         ),
         _ => return Ok(()),
     };

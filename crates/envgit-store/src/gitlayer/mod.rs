@@ -20,7 +20,7 @@ pub use import::{Dropped, GitImport, PreStep, import};
 pub use layer::{GitLayer, recover};
 pub use nested::{
     NestedCode, NestedConfigError, filter_nested_config, nested_code_paths,
-    nested_packed_replace_refs,
+    nested_replace_ref_stores,
 };
 pub use nested_objects::{NestedObjects, nested_object_refusals};
 pub use secrets::{ConfigSecret, HiddenConfig, HideSecretsError, hide_secrets};

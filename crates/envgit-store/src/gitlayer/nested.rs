@@ -9,14 +9,16 @@
 use std::os::fd::AsFd;
 use std::path::Path;
 
-use super::classify::{Class, classify, is_object_store_path};
+use super::classify::{Class, REFTABLE_LIST, classify, is_object_store_path};
 use super::config;
 use super::import::Dropped;
-use super::verify::packed_replace_refs;
+use super::verify::{packed_replace_refs, reftable_replace_refs};
 use super::write;
 use crate::beneath::{open_dir_rel, open_root};
 use crate::diff::EntryDiff;
 use crate::error::Result;
+use crate::graft::entry_at;
+use crate::id::ObjectId;
 use crate::store::Store;
 use crate::tree::{EntryKind, TreeEntry};
 
@@ -85,25 +87,54 @@ pub(super) fn split_nested(path: &str) -> Option<(&str, &str)> {
     None
 }
 
-/// The nested repositories' `packed-refs` files the step gave a replace ref (`git replace`,
-/// then `git pack-refs`): each goes back whole (a loose replace ref goes back alone, see
-/// [`nested_code_paths`]). Contents are read from `store`, before and after.
-pub fn nested_packed_replace_refs(store: &Store, changes: &[EntryDiff]) -> Result<Vec<String>> {
+/// The nested repositories' ref stores the step gave a replace ref: a `packed-refs` (`git
+/// replace`, then `git pack-refs`) goes back whole, and so does the `reftable/` directory of a
+/// reftable repository (a loose replace ref goes back alone, see [`nested_code_paths`]).
+/// Contents are read from `store`, in the snapshots `before` and `after` the step; a reftable
+/// that cannot be read goes back too.
+pub fn nested_replace_ref_stores(
+    store: &Store,
+    before: &ObjectId,
+    after: &ObjectId,
+    changes: &[EntryDiff],
+) -> Result<Vec<String>> {
     let mut out = Vec::new();
+    let text = |e: &Option<TreeEntry>| -> Result<Vec<u8>> {
+        match e {
+            Some(e) if e.kind == EntryKind::File => store.read_file(&e.id),
+            _ => Ok(Vec::new()),
+        }
+    };
     for change in changes {
         let path = String::from_utf8_lossy(&change.path);
-        if split_nested(&path).is_none_or(|(_, rest)| rest != "packed-refs") {
+        let Some((git, rest)) = split_nested(&path) else {
             continue;
-        }
-        let text = |e: &Option<TreeEntry>| -> Result<Vec<u8>> {
-            match e {
-                Some(e) if e.kind == EntryKind::File => store.read_file(&e.id),
-                _ => Ok(Vec::new()),
-            }
         };
-        let (before, after) = (text(&change.old)?, text(&change.new)?);
-        if !packed_replace_refs(&after).is_subset(&packed_replace_refs(&before)) {
-            out.push(path.into_owned());
+        let (old, new) = (text(&change.old)?, text(&change.new)?);
+        if rest == "packed-refs" {
+            if !packed_replace_refs(&new).is_subset(&packed_replace_refs(&old)) {
+                out.push(path.into_owned());
+            }
+        } else if rest == REFTABLE_LIST {
+            let refs = |tree: &ObjectId, list: &[u8]| {
+                reftable_replace_refs(list, |name| {
+                    let table = format!("{git}/reftable/{name}");
+                    match entry_at(store, tree, &table) {
+                        Ok(Some(e)) if e.kind == EntryKind::File => {
+                            store.read_file(&e.id).map_err(|e| e.to_string())
+                        }
+                        Ok(_) => Err(format!("{table} is not in the snapshot")),
+                        Err(e) => Err(e.to_string()),
+                    }
+                })
+            };
+            let gained = match (refs(before, &old), refs(after, &new)) {
+                (Ok(was), Ok(now)) => !now.is_subset(&was),
+                _ => true,
+            };
+            if gained {
+                out.push(format!("{git}/reftable"));
+            }
         }
     }
     Ok(out)

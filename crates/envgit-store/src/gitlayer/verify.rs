@@ -214,14 +214,12 @@ pub fn host_replace_refs(git_dir: &Path) -> Result<BTreeSet<String>, String> {
     replace_refs_via_git(git_dir)
 }
 
-/// The replace refs a reftable `tables.list` would give the repository at `git_dir` (its
-/// tables already there): read by the host's git from a scratch repository holding only
-/// those tables, with the host's objects as its alternate (git skips a ref whose object it
-/// cannot find, as the host's git would).
+/// The replace refs a reftable `tables.list` would give a repository, each table it names
+/// read by `table`: read by the host's git from a scratch repository holding only those
+/// tables (the format asked for needs no object, so a ref naming one absent is listed too).
 pub fn reftable_replace_refs(
-    git_dir: &Path,
-    root: BorrowedFd<'_>,
     list: &[u8],
+    mut table: impl FnMut(&str) -> Result<Vec<u8>, String>,
 ) -> Result<BTreeSet<String>, String> {
     let scratch = tempfile::tempdir().map_err(|e| format!("a scratch repository: {e}"))?;
     let repo = scratch.path().join("r.git");
@@ -235,19 +233,9 @@ pub fn reftable_replace_refs(
     }
     let io = |e: std::io::Error| format!("a scratch repository: {e}");
     for name in String::from_utf8_lossy(list).lines() {
-        let table = write::read(root, &format!("reftable/{name}"))
-            .ok()
-            .flatten()
-            .ok_or_else(|| format!("it names reftable/{name}, which is not there"))?;
-        std::fs::write(repo.join("reftable").join(name), table).map_err(io)?;
+        std::fs::write(repo.join("reftable").join(name), table(name)?).map_err(io)?;
     }
     std::fs::write(repo.join("reftable/tables.list"), list).map_err(io)?;
-    let objects = git_dir.join("objects");
-    std::fs::write(
-        repo.join("objects/info/alternates"),
-        format!("{}\n", objects.display()),
-    )
-    .map_err(io)?;
     replace_refs_via_git(&repo)
 }
 
