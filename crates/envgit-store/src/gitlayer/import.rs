@@ -11,8 +11,8 @@ use rustix::fs::{FileType, Mode, OFlags};
 use serde::{Deserialize, Serialize};
 
 use super::classify::{
-    Class, REFTABLE_LIST, SHALLOW, classify, is_leftover, shallow_ids, valid_head,
-    valid_tables_list,
+    Class, REFTABLE_LIST, SHALLOW, classify, is_leftover, is_object_store_path, shallow_ids,
+    valid_head, valid_tables_list,
 };
 use super::verify::{self, loose_matches};
 use super::{config, write};
@@ -186,6 +186,11 @@ pub fn import(git_dir: &Path, upper: &Path, pre: &mut PreStep) -> std::io::Resul
             Err(why) => {
                 // A file copied up unchanged (a chmod, a rewrite with the same bytes) is no news.
                 if !whiteout && same_as_host(root.as_fd(), up.as_fd(), &rel) {
+                    continue;
+                }
+                // A directory of the object store emptied inside (`git gc` packing the loose
+                // objects of `objects/78`): the host keeps its objects, as for each one.
+                if whiteout && is_object_store_path(&rel) {
                     continue;
                 }
                 rep.dropped.push(Dropped {
