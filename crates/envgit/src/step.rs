@@ -132,7 +132,15 @@ impl OpenStep {
             let changes = envgit_store::diff_entries(store, Some(&before), Some(&tree))?;
             note_gitmodules(&changes, &mut draft);
             // Repositories the step made or changed inside the project: their code goes back.
-            let mut nested = envgit_store::nested_git_code_paths(&changes);
+            let comments_only = |e: &envgit_store::TreeEntry| {
+                // Read failures count as content: the file then goes back.
+                store.read_file(&e.id).is_ok_and(|text| {
+                    String::from_utf8_lossy(&text)
+                        .lines()
+                        .all(|l| l.trim().is_empty() || l.starts_with('#'))
+                })
+            };
+            let mut nested = envgit_store::nested_git_code_paths(&changes, &comments_only);
             nested
                 .put_back
                 .extend(envgit_store::nested_git_replace_ref_stores(

@@ -32,13 +32,25 @@ pub struct NestedCode {
 }
 
 /// The project-relative paths to put back and configs to filter, from the step's changes.
-pub fn nested_code_paths(changes: &[EntryDiff]) -> NestedCode {
+/// `comments_only` says whether a file holds only comments and blank lines (what `git init`
+/// writes into `info/exclude`).
+pub fn nested_code_paths(
+    changes: &[EntryDiff],
+    comments_only: &dyn Fn(&TreeEntry) -> bool,
+) -> NestedCode {
     let mut out = NestedCode::default();
     for change in changes {
         let path = String::from_utf8_lossy(&change.path);
         let Some((git, rest)) = split_nested(&path) else {
             continue;
         };
+        if change
+            .new
+            .as_ref()
+            .is_some_and(|new| is_inert_template(rest, new, comments_only))
+        {
+            continue;
+        }
         let target = if rest.is_empty() {
             // `.git` itself: a pointer file or a link is put back; a directory is walked.
             match change.new.as_ref().map(|e| e.kind) {
@@ -67,6 +79,26 @@ pub fn nested_code_paths(changes: &[EntryDiff]) -> NestedCode {
         }
     }
     out
+}
+
+/// Whether `rest` (below a nested `.git`) is what `git init` and `git clone` write from git's
+/// template and git never runs nor reads as configuration: a `hooks/*.sample` (git runs a hook
+/// only by its exact name), an `info/exclude` of comments, an empty `branches`, `hooks` or
+/// `info`. A clone made in a step is then no news; anything else there still goes back.
+fn is_inert_template(
+    rest: &str,
+    new: &TreeEntry,
+    comments_only: &dyn Fn(&TreeEntry) -> bool,
+) -> bool {
+    match new.kind {
+        EntryKind::Dir => matches!(rest, "branches" | "hooks" | "info"),
+        EntryKind::File => {
+            rest.strip_prefix("hooks/")
+                .is_some_and(|name| !name.contains('/') && name.ends_with(".sample"))
+                || (rest == "info/exclude" && comments_only(new))
+        }
+        _ => false,
+    }
 }
 
 /// A path inside a repository nested in the project: its `.git` (project-relative) and the
@@ -244,9 +276,19 @@ mod tests {
             added(".git/modules/m/config", EntryKind::File),
             added("src/main.rs", EntryKind::File),
             added("empty/.git", EntryKind::Dir),
+            // What `git clone` writes from git's template: no news.
+            added("clone/.git/hooks/pre-commit.sample", EntryKind::File),
+            added("clone/.git/info/exclude", EntryKind::File),
+            added("clone/.git/branches", EntryKind::Dir),
+            // Not the template: goes back.
+            added("t/.git/hooks/x.sample/pre-commit", EntryKind::File),
+            added("t/.git/info/exclude", EntryKind::File),
         ];
+        let comments_only = |e: &TreeEntry| e.size == 1 && !e.name.is_empty();
+        let mut excludes = changes;
+        excludes[17].new.as_mut().unwrap().size = 2; // t/…/info/exclude: a pattern
         assert_eq!(
-            nested_code_paths(&changes),
+            nested_code_paths(&excludes, &comments_only),
             NestedCode {
                 put_back: [
                     "vendor/x/.git/hooks",
@@ -254,6 +296,8 @@ mod tests {
                     "vendor/x/.git/commondir",
                     "sub/.git",
                     "link/.git",
+                    "t/.git/hooks",
+                    "t/.git/info",
                 ]
                 .map(String::from)
                 .into(),
