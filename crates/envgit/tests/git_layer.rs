@@ -12,7 +12,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use support::Env;
-use support::git_forge::{blob, lying_pack, scratch};
+use support::git_forge::{blob, lfs_commit, lfs_path, lying_pack, scratch};
 
 /// A git project with one commit, a user identity and an envgit policy.
 fn project() -> Env {
@@ -842,4 +842,54 @@ fn a_shallow_clone_deepened_in_a_step_arrives() {
         out.stderr
     );
     env.git(&env.project, &["fsck", "--no-dangling"]);
+}
+
+/// Git LFS keeps each large file under its SHA-256 in `.git/lfs/objects`, and its smudge filter
+/// writes that file's bytes for a pointer the user trusts without checking them: a step that
+/// rewrote one made the host's `git checkout` write the step's content. An LFS object arrives
+/// only when the host lacks it and its content hashes to its name.
+#[test]
+fn a_git_lfs_object_is_taken_only_for_what_it_is() {
+    let env = project();
+    let oid = lfs_commit(&env, &env.project, "a.bin", "real content\n");
+    let rel = lfs_path(&oid);
+    // The same size as the real content: git-lfs checks that much.
+    let out = env.envgit(&[
+        "run",
+        "sh",
+        "-c",
+        &format!("printf 'echo PWNED!!\\n' > .git/{rel} && echo planted"),
+    ]);
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    assert!(out.stdout.contains("planted"), "{}", out.stdout);
+    assert!(out.stderr.contains(&rel), "{}", out.stderr);
+    std::fs::remove_file(env.path("a.bin")).unwrap();
+    env.git(&env.project, &["checkout", "--", "a.bin"]);
+    assert_eq!(env.read("a.bin"), "real content\n");
+
+    // Under a name not its own: not taken. Under its own: taken.
+    let other = format!(
+        "{}{}",
+        &oid[..63],
+        if oid.ends_with('0') { "1" } else { "0" }
+    );
+    let script = format!(
+        "mkdir -p .git/$(dirname {o}) && printf 'x' > .git/{o} && \
+         git lfs track b.bin >/dev/null && printf 'more\\n' > b.bin && git add b.bin && echo added",
+        o = lfs_path(&other)
+    );
+    let out = env.envgit(&["run", "sh", "-c", &script]);
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    assert!(out.stdout.contains("added"), "{}{}", out.stdout, out.stderr);
+    assert!(!env.path(&format!(".git/{}", lfs_path(&other))).exists());
+    let b = env.git(&env.project, &["lfs", "ls-files", "-l"]);
+    let b_oid = b
+        .lines()
+        .find(|l| l.ends_with("b.bin"))
+        .and_then(|l| l.split_whitespace().next())
+        .unwrap_or_else(|| panic!("b.bin is not in the index as an LFS file: {b}"));
+    assert_eq!(
+        std::fs::read_to_string(env.path(&format!(".git/{}", lfs_path(b_oid)))).unwrap(),
+        "more\n"
+    );
 }

@@ -9,7 +9,7 @@ mod support;
 use std::path::PathBuf;
 
 use support::Env;
-use support::git_forge::{blob, forge_commit_graph, lying_pack, scratch};
+use support::git_forge::{blob, forge_commit_graph, lfs_commit, lfs_path, lying_pack, scratch};
 
 /// A git project holding `libs/foo`, a repository of its own with `build.sh` in `commits`
 /// commits, recorded; with `small_files`, files over 16 bytes are markers in the snapshot (the
@@ -295,4 +295,38 @@ fn a_replace_ref_in_a_nested_reftable_goes_back() {
     );
     assert!(!out.stderr.contains("reftable"), "{}", out.stderr);
     assert_eq!(env.git(&nested, &["log", "--oneline"]).lines().count(), 2);
+}
+
+/// Git LFS's smudge filter writes an object's file for a pointer without checking it: one the
+/// step rewrote goes back, or, too large for the snapshot to hold, is removed (read from the
+/// project to be checked).
+#[test]
+fn a_git_lfs_object_that_is_not_what_it_says_goes_back() {
+    for small_files in [false, true] {
+        let (env, nested) = project_with_nested(1, small_files);
+        let oid = lfs_commit(&env, &nested, "a.bin", "the real content, 32 bytes long\n");
+        let rel = format!("libs/foo/.git/{}", lfs_path(&oid));
+        if small_files {
+            // An object the repository lacks (not fetched yet), planted by the step: the
+            // snapshot keeps only the size of a file over its limit, so a rewrite in place at
+            // the same size is not seen there (the project's own `.git` is read in full).
+            std::fs::remove_file(env.path(&rel)).unwrap();
+        }
+        env.envgit(&["record"]).ok();
+        let out = run(
+            &env,
+            &format!("printf 'echo PWNED; the same size, 32 b\\n' > {rel} && echo planted"),
+        );
+        let what = format!("small files {small_files}: {}{}", out.stdout, out.stderr);
+        assert!(out.stdout.contains("planted"), "{what}");
+        assert!(out.stderr.contains(&rel), "{what}");
+        if small_files {
+            assert!(!env.path(&rel).exists(), "{what}");
+            continue;
+        }
+        std::fs::remove_file(nested.join("a.bin")).unwrap();
+        env.git(&nested, &["checkout", "--", "a.bin"]);
+        let checked_out = std::fs::read_to_string(nested.join("a.bin")).unwrap();
+        assert_eq!(checked_out, "the real content, 32 bytes long\n", "{what}");
+    }
 }

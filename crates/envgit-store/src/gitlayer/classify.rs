@@ -10,6 +10,10 @@ pub enum Class {
     /// A loose object, `objects/xx/<rest of its id>`: written only when absent, and only when
     /// its content hashes to its name (git trusts the name when it reads one).
     Loose,
+    /// A Git LFS object, `lfs/objects/xx/yy/<its SHA-256>`: written only when absent, and only
+    /// when its content hashes to its name (git-lfs's smudge filter trusts the name: it writes
+    /// that file's bytes into the working tree for a pointer the user trusts).
+    LfsObject,
     /// A pack, `objects/pack/pack-<hash>.pack`: given to the host's `git index-pack`, which
     /// names every object by its content; the step's own `.idx` is never taken (an index that
     /// gives an object the host has other content would make the host read that content).
@@ -105,6 +109,18 @@ pub fn shallow_ids(content: &[u8]) -> Option<std::collections::BTreeSet<String>>
         .collect()
 }
 
+/// The oid of `xx/yy/<oid>` below `lfs/objects/`: a SHA-256 in lowercase hex, stored under its
+/// first two pairs of digits.
+pub fn lfs_oid(rest: &str) -> Option<&str> {
+    let (a, rest) = rest.split_once('/')?;
+    let (b, oid) = rest.split_once('/')?;
+    (oid.len() == 64
+        && oid.bytes().all(|c| matches!(c, b'0'..=b'9' | b'a'..=b'f'))
+        && oid.get(..2) == Some(a)
+        && oid.get(2..4) == Some(b))
+    .then_some(oid)
+}
+
 /// A SHA-1 or SHA-256 object id in hex.
 pub fn is_object_id(s: &str) -> bool {
     (s.len() == 40 || s.len() == 64) && s.bytes().all(|b| b.is_ascii_hexdigit())
@@ -143,7 +159,14 @@ pub fn classify(rel: &str) -> Result<Class, &'static str> {
     if is_shared_index(rel) || is_reftable_table(rel) {
         return Ok(Class::Object);
     }
-    if rel.starts_with("logs/") || rel.starts_with("lfs/objects/") || TOP_DATA.contains(&rel) {
+    if let Some(rest) = rel.strip_prefix("lfs/objects/") {
+        return if lfs_oid(rest).is_some() {
+            Ok(Class::LfsObject)
+        } else {
+            Err("it is not a Git LFS object (lfs/objects/xx/yy/<its SHA-256>)")
+        };
+    }
+    if rel.starts_with("logs/") || TOP_DATA.contains(&rel) {
         return Ok(Class::Data);
     }
     let top = rel.split('/').next().unwrap_or(rel);
@@ -268,6 +291,14 @@ mod tests {
         assert!(!is_leftover("hooks/pre-commit") && !is_leftover("gc.pid.sh"));
         assert!(is_leftover("objects/pack/tmp_pack_x1Y2") && is_leftover("objects/0a/tmp_obj_Q"));
         assert_eq!(classify("logs/HEAD"), Ok(Class::Data));
+        let oid = format!("ab12{}", "0".repeat(60));
+        assert_eq!(
+            classify(&format!("lfs/objects/ab/12/{oid}")),
+            Ok(Class::LfsObject)
+        );
+        assert!(classify(&format!("lfs/objects/ab/13/{oid}")).is_err());
+        assert!(classify("lfs/objects/ab/12/x").is_err());
+        assert!(classify("lfs/tmp/x").is_err());
         assert_eq!(classify("shallow"), Ok(Class::Cas));
         let id = "0a".repeat(20);
         assert_eq!(shallow_ids(format!("{id}\n").as_bytes()), Some([id].into()));

@@ -14,7 +14,7 @@ use super::classify::{
     Class, REFTABLE_LIST, SHALLOW, classify, is_leftover, is_object_store_path, shallow_ids,
     valid_head, valid_tables_list,
 };
-use super::verify::{self, loose_matches};
+use super::verify::{self, lfs_matches, loose_matches};
 use super::{config, write};
 use crate::beneath::{lstat, open_dir_rel, open_file, read_names};
 
@@ -174,7 +174,7 @@ pub fn import(git_dir: &Path, upper: &Path, pre: &mut PreStep) -> std::io::Resul
             Ok(Class::Derived) => {}
             // Removed inside (`git gc`, a repack, a compaction): the host keeps its copy until
             // its own git retires it. A step never removes an object from the host.
-            Ok(Class::Object | Class::Loose | Class::Pack) if whiteout => {}
+            Ok(Class::Object | Class::Loose | Class::LfsObject | Class::Pack) if whiteout => {}
             Ok(Class::Pack) if ft == FileType::RegularFile => {
                 objects_refused |= !import_pack(git_dir, root.as_fd(), up.as_fd(), &rel, &mut rep);
             }
@@ -373,7 +373,13 @@ fn one(
             "its content does not hash to its name (git would take it for that object)".into(),
         );
     }
-    if matches!(class, Class::Object | Class::Loose) && cur.is_some() {
+    if class == Class::LfsObject && !new.as_deref().is_some_and(|d| lfs_matches(rel, d)) {
+        return drop(
+            rep,
+            "its content does not hash to its name (git-lfs would write it for that object)".into(),
+        );
+    }
+    if matches!(class, Class::Object | Class::Loose | Class::LfsObject) && cur.is_some() {
         // An object is named by its content: one the host has is never rewritten (a write
         // through it inside, say a hard link `clone --local` made, stays in the layer).
         return drop(
@@ -399,7 +405,7 @@ fn one(
             root,
             rel,
             d,
-            matches!(class, Class::Object | Class::Loose),
+            matches!(class, Class::Object | Class::Loose | Class::LfsObject),
             index_time,
         ),
         None => write::remove(root, rel),

@@ -1,19 +1,22 @@
 //! The object stores of repositories nested in the project (see `nested`): their data stays as
 //! the step left it, but not data that would make the user's git there read other content for
-//! an id they trust, or lose history. A loose object must hash to its name, a pack must match
-//! its index (the host's `git verify-pack`), what git derives from the objects and believes
-//! over them (commit-graphs, multi-pack indexes, bitmaps) goes back, and a `shallow` file may
-//! not name a commit the repository had before the step. Everything is read from the snapshot, never through the
-//! project's paths, where a link could point elsewhere.
+//! an id they trust, or lose history. A loose object and a Git LFS object must hash to their
+//! names, a pack must match its index (the host's `git verify-pack`), what git derives from the
+//! objects and believes over them (commit-graphs, multi-pack indexes, bitmaps) goes back, and a
+//! `shallow` file may not name a commit the repository had before the step. Everything is read
+//! from the snapshot (or, for what was too large for it, from the project beneath its root),
+//! never through a link.
 
 use std::collections::BTreeSet;
 use std::io::{Read, Write};
 use std::os::fd::AsFd;
 
-use super::classify::{Class, SHALLOW, classify, shallow_ids};
+use sha2::Digest;
+
+use super::classify::{Class, SHALLOW, classify, lfs_oid, shallow_ids};
 use super::import::Dropped;
 use super::nested::split_nested;
-use super::verify::{SHALLOW_REFUSAL, index_ids, loose_matches, verify_pack};
+use super::verify::{SHALLOW_REFUSAL, index_ids, loose_matches, to_hex, verify_pack};
 use super::write;
 use crate::beneath::{cstr, open_file, open_root};
 use crate::diff::EntryDiff;
@@ -25,6 +28,8 @@ use crate::tree::{EntryKind, MarkerReason, TreeEntry};
 
 const LOOSE_REFUSAL: &str =
     "its content does not hash to its name (git would take it for that object)";
+const LFS_REFUSAL: &str =
+    "its content does not hash to its name (git-lfs would write it for that object)";
 const DERIVED_REFUSAL: &str = "git derives it from the objects and believes it over them (a \
      commit's tree, where an object is): one the step wrote could show the user other content \
      for an id they trust; git works without it and writes it again";
@@ -94,6 +99,17 @@ pub fn nested_object_refusals(
                 })?;
                 if read && !loose_matches(rest, &data) {
                     refuse(&mut out, &path, LOOSE_REFUSAL);
+                }
+            }
+            Ok(Class::LfsObject) => {
+                let mut sha256 = sha2::Sha256::new();
+                let read = copy_entry(store, &path, new, &mut |b| {
+                    sha256.update(b);
+                    Ok(())
+                })?;
+                let oid = rest.strip_prefix("lfs/objects/").and_then(lfs_oid);
+                if read && oid != Some(to_hex(&sha256.finalize()).as_str()) {
+                    refuse(&mut out, &path, LFS_REFUSAL);
                 }
             }
             Ok(Class::Pack) => {

@@ -32,6 +32,18 @@ pub fn loose_matches(rel: &str, compressed: &[u8]) -> bool {
     hex.is_some_and(|h| h.eq_ignore_ascii_case(&name))
 }
 
+/// Whether the Git LFS object file `lfs/objects/xx/yy/<oid>` holds content whose SHA-256 is
+/// `<oid>`.
+pub fn lfs_matches(rel: &str, content: &[u8]) -> bool {
+    let Some(oid) = rel
+        .strip_prefix("lfs/objects/")
+        .and_then(super::classify::lfs_oid)
+    else {
+        return false;
+    };
+    hash_hex(&mut &content[..], sha2::Sha256::new()).is_some_and(|h| h == oid)
+}
+
 /// The hex digest of everything `r` yields (git hashes the inflated header and content).
 fn hash_hex<D: Digest>(r: &mut impl Read, mut digest: D) -> Option<String> {
     let mut buf = [0u8; 64 * 1024];
@@ -42,13 +54,12 @@ fn hash_hex<D: Digest>(r: &mut impl Read, mut digest: D) -> Option<String> {
             Err(_) => return None,
         }
     }
-    Some(
-        digest
-            .finalize()
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect(),
-    )
+    Some(to_hex(&digest.finalize()))
+}
+
+/// A digest in lowercase hex.
+pub fn to_hex(digest: &[u8]) -> String {
+    digest.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// Gives the step's pack `rel` (in the upper layer `up`) to the host's `git index-pack

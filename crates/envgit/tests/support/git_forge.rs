@@ -129,3 +129,25 @@ pub fn lying_pack(env: &Env, trusted: &str) -> String {
     .unwrap();
     evil
 }
+
+/// Commits `content` as `name` in `repo`, tracked by Git LFS (its smudge filter configured in
+/// the repository): the object's oid, whose file is `.git/lfs/objects/xx/yy/<oid>`.
+pub fn lfs_commit(env: &Env, repo: &Path, name: &str, content: &str) -> String {
+    let lfs = Command::new("git").args(["lfs", "version"]).output();
+    assert!(
+        lfs.is_ok_and(|o| o.status.success()),
+        "git-lfs is missing: scripts/install-deps installs it"
+    );
+    env.git(repo, &["lfs", "install", "--local"]);
+    env.git(repo, &["lfs", "track", name]);
+    std::fs::write(repo.join(name), content).unwrap();
+    env.git(repo, &["add", ".gitattributes", name]);
+    env.git(repo, &["commit", "-q", "-m", "lfs"]);
+    let listed = env.git(repo, &["lfs", "ls-files", "-l"]);
+    listed.split_whitespace().next().unwrap().to_owned()
+}
+
+/// Where Git LFS keeps the object `oid`, relative to the repository's `.git`.
+pub fn lfs_path(oid: &str) -> String {
+    format!("lfs/objects/{}/{}/{oid}", &oid[..2], &oid[2..4])
+}
