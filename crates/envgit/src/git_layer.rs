@@ -24,10 +24,11 @@ pub(crate) fn open(store_dir: &Path, root: &Path) -> CmdResult<Option<Arc<GitLay
 
 /// The protected list under a layer: `.git/config` is imported key by key through the
 /// allow-list, so it is writable inside and never put back wholesale (that would undo the
-/// keys the import let through).
+/// keys the import let through); `.git/info` is never imported, so it may be written inside
+/// (`git gc` updates `info/refs`) without reaching the host.
 pub(crate) fn protected_under(layer: Option<&GitLayer>, mut protected: Vec<String>) -> Vec<String> {
     if layer.is_some() {
-        protected.retain(|p| p != ".git/config");
+        protected.retain(|p| p != ".git/config" && p != ".git/info");
     }
     protected
 }

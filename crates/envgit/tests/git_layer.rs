@@ -893,3 +893,23 @@ fn a_git_lfs_object_is_taken_only_for_what_it_is() {
         "more\n"
     );
 }
+
+/// `git gc` inside a step is ordinary work: it packs the host's loose objects (which stay on
+/// the host until its own git retires them), updates `info/refs`, and nothing of it is a
+/// warning or an error.
+#[test]
+fn git_gc_inside_a_step_is_no_news() {
+    let env = project();
+    env.write("b.txt", "b\n");
+    env.git(&env.project, &["add", "b.txt"]);
+    env.git(&env.project, &["commit", "-q", "-m", "second"]);
+    env.envgit(&["record"]).ok();
+    let out = env.envgit(&["run", "sh", "-c", "git gc -q 2>&1; echo gc=$?"]);
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    assert_eq!(out.stdout.trim(), "gc=0", "{}{}", out.stdout, out.stderr);
+    assert!(!out.stderr.contains(".git/"), "{}", out.stderr);
+    let step = env.log_json().pop().unwrap();
+    assert!(!flags(&step).contains(&"git-dropped".to_string()), "{step}");
+    env.git(&env.project, &["fsck", "--no-dangling"]);
+    assert!(!env.path(".git/info/refs").exists());
+}

@@ -19,7 +19,8 @@ pub enum Class {
     /// gives an object the host has other content would make the host read that content).
     Pack,
     /// What the host's git derives from the objects and rebuilds itself (a pack's `.idx`,
-    /// `.rev` and `.bitmap`, the multi-pack index, commit-graphs, `objects/info/packs`):
+    /// `.rev` and `.bitmap`, the multi-pack index, commit-graphs, `objects/info/packs`,
+    /// `info/refs`):
     /// never imported, and not news. Each maps ids to content or history, so a forged one
     /// would make the host read what the step chose.
     Derived,
@@ -155,6 +156,10 @@ pub fn classify(rel: &str) -> Result<Class, &'static str> {
     }
     if let Some(rest) = rel.strip_prefix("objects/") {
         return objects_class(rest);
+    }
+    // The refs listed for dumb HTTP clients, written by `git gc` (`update-server-info`).
+    if rel == "info/refs" {
+        return Ok(Class::Derived);
     }
     if is_shared_index(rel) || is_reftable_table(rel) {
         return Ok(Class::Object);
