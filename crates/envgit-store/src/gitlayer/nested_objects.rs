@@ -60,8 +60,10 @@ pub fn nested_object_refusals(
             why: why.to_owned(),
         });
     };
-    // Each repository's packs to verify.
+    // Each repository's packs to verify, and what the step wrote (a pack that fails goes back
+    // by the files of it the step wrote).
     let mut packs: BTreeSet<(String, String)> = BTreeSet::new();
+    let mut written: BTreeSet<String> = BTreeSet::new();
     let mut shallows = Vec::new();
     for change in changes {
         let path = String::from_utf8_lossy(&change.path);
@@ -75,6 +77,7 @@ pub fn nested_object_refusals(
         if rest.is_empty() {
             continue; // the `.git` itself: `nested_code_paths` puts a pointer file or link back
         }
+        written.insert(path.to_string());
         match new.kind {
             EntryKind::Dir => continue,
             EntryKind::File
@@ -134,7 +137,10 @@ pub fn nested_object_refusals(
             PackCheck::Incomplete | PackCheck::Matches => {}
             PackCheck::Refused(why) => {
                 for ext in ["pack", "idx", "rev"] {
-                    refuse(&mut out, &format!("{base}.{ext}"), &why);
+                    let path = format!("{base}.{ext}");
+                    if written.contains(&path) {
+                        refuse(&mut out, &path, &why);
+                    }
                 }
             }
         }

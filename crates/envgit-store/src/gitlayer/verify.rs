@@ -182,9 +182,6 @@ pub fn verify_pack(idx: &Path, sha256: bool) -> Result<(), String> {
     if sha256 {
         cmd.arg("--object-format=sha256");
     }
-    if let Some(dir) = idx.parent() {
-        cmd.current_dir(dir);
-    }
     let out = cmd
         .arg(idx)
         .stdout(Stdio::null())
@@ -273,8 +270,9 @@ fn replace_refs_via_git(git_dir: &Path) -> Result<BTreeSet<String>, String> {
         .collect())
 }
 
-/// The host's git, with nothing of envgit's environment that would point it elsewhere. It is
-/// told the repository is safe to use: envgit names it with `--git-dir`, which git 2.47 does
+/// The host's git, with nothing of envgit's environment that would point it elsewhere, run
+/// from `/` so that it never finds a repository on its own (the caller's directory may be in
+/// one the step wrote). It is told the repository is safe to use: envgit names it with `--git-dir`, which git 2.47 does
 /// not check for ownership, but a git that did would refuse another user's repository to
 /// envgit running as root ("dubious ownership").
 fn git() -> Command {
@@ -284,7 +282,9 @@ fn git() -> Command {
             git.env_remove(name);
         }
     }
-    git.args(["-c", "safe.directory=*"]).stdin(Stdio::null());
+    git.args(["-c", "safe.directory=*"])
+        .current_dir("/")
+        .stdin(Stdio::null());
     git
 }
 
