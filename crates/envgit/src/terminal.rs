@@ -87,6 +87,8 @@ impl PtyRelay {
                 let mut byte = [0u8; 1024];
                 while !stop.load(Ordering::Relaxed) {
                     let n = match stdin.read(&mut byte) {
+                        // A signal to this thread is not the end of the input.
+                        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
                         Ok(0) | Err(_) => return,
                         Ok(n) => n,
                     };
@@ -108,6 +110,9 @@ impl PtyRelay {
                 let mut buf = [0u8; 16 * 1024];
                 loop {
                     match from_pty.read(&mut buf) {
+                        // A signal (the sandbox's exit) is not the end of the output: what
+                        // the command wrote last is still to be shown.
+                        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                         Ok(0) | Err(_) => return,
                         Ok(n) => {
                             let mut out = std::io::stdout().lock();
