@@ -101,15 +101,24 @@ pub fn fork(
             project: origin.project().display().to_string(),
             step: opts.step,
         }),
-        notes: (written.cloned > 0)
-            .then(|| {
+        notes: [
+            (written.cloned > 0).then(|| {
                 format!(
                     "{} files share their data with the origin's copies (reflinks)",
                     written.cloned
                 )
-            })
-            .into_iter()
-            .collect(),
+            }),
+            (written.copied > 0).then(|| {
+                format!(
+                    "{} files were copied from the origin's working tree, which held the \
+                     step's content (its stat index said so)",
+                    written.copied
+                )
+            }),
+        ]
+        .into_iter()
+        .flatten()
+        .collect(),
         ..Default::default()
     };
     Ok((store, tree, draft))

@@ -35,8 +35,9 @@ pub struct RestoreOptions<'a> {
     /// Relative paths (files or directories) kept as they are now.
     pub protected: &'a [String],
     /// A working tree whose files may be cloned (`FICLONE`: shared extents, copy on write)
-    /// instead of written from the store, where the filesystem can: a fork's origin. Only a
-    /// file its stat index vouches for, with the content the restore wants, is cloned.
+    /// where the filesystem can, else copied in the kernel, instead of written from the
+    /// store: a fork's origin. Only a file its stat index vouches for, with the content the
+    /// restore wants, is taken from it.
     pub clone_from: Option<&'a WorkTree>,
 }
 
@@ -48,6 +49,8 @@ pub struct RestoreReport {
     pub removed: u64,
     /// Of `written`, the files cloned from `RestoreOptions::clone_from`.
     pub cloned: u64,
+    /// Of `written`, the files copied in the kernel from `RestoreOptions::clone_from`.
+    pub copied: u64,
     /// Paths left alone because they are protected, with the reason.
     pub kept: Vec<String>,
     /// Paths that differ but were left alone because they are markers (on either side) or
@@ -78,9 +81,14 @@ struct Ctx<'a> {
     removed: AtomicU64,
     /// Files cloned from `opts.clone_from` rather than written.
     cloned: AtomicU64,
+    /// Files copied in the kernel from `opts.clone_from` rather than written.
+    copied: AtomicU64,
     /// Cleared at the first clone the filesystem refuses (no reflinks there, another
-    /// filesystem): the rest are written from the store without trying.
+    /// filesystem): the rest are copied in the kernel instead (`copy_file_range`).
     can_clone: AtomicBool,
+    /// Cleared at the first in-kernel copy the filesystem refuses: the rest are written from
+    /// the store.
+    can_copy: AtomicBool,
     /// `(uid, gid)` to give what is created: set when envgit runs as root and the root of the
     /// restore belongs to another user.
     owner: Option<(u32, u32)>,
@@ -138,7 +146,9 @@ pub(crate) fn restore_trees(
         written: AtomicU64::new(0),
         removed: AtomicU64::new(0),
         cloned: AtomicU64::new(0),
+        copied: AtomicU64::new(0),
         can_clone: AtomicBool::new(opts.clone_from.is_some()),
+        can_copy: AtomicBool::new(opts.clone_from.is_some()),
     };
     let dir = beneath::open_dir_beneath(root, b"").at(&PathBuf::from("."))?;
     match current {
@@ -149,6 +159,7 @@ pub(crate) fn restore_trees(
         touched_dirs: ctx.touched.into_inner().unwrap_or_default(),
         written: ctx.written.load(Ordering::Relaxed),
         cloned: ctx.cloned.load(Ordering::Relaxed),
+        copied: ctx.copied.load(Ordering::Relaxed),
         removed: ctx.removed.load(Ordering::Relaxed),
         kept: ctx.kept.into_inner().unwrap_or_default(),
         not_restored: ctx.not_restored.into_inner().unwrap_or_default(),
@@ -486,7 +497,7 @@ impl Ctx<'_> {
             .at(&io_at(rel))?;
             let file = File::from(fd);
             self.fchown_new(&file, rel)?;
-            if !self.cloned_into(&file, rel, t)? {
+            if !self.filled_from_origin(&file, rel, t)? {
                 self.fill(&file, rel, t)?;
             }
             if self.umask.is_none_or(|u| mode & u != 0) {
@@ -517,15 +528,18 @@ impl Ctx<'_> {
 }
 
 impl Ctx<'_> {
-    /// Makes the new, empty `file` a clone of the origin's copy of `rel` (`opts.clone_from`)
-    /// when the origin's stat index vouches that copy holds `t`'s content and its `lstat` is
-    /// the same before and after the clone (opened beneath the origin's root, never through a
-    /// link). Whether it did; `file` is left empty otherwise.
-    fn cloned_into(&self, file: &File, rel: &[u8], t: &TreeEntry) -> Result<bool> {
+    /// Fills the new, empty `file` from the origin's copy of `rel` (`opts.clone_from`) when the
+    /// origin's stat index vouches that copy holds `t`'s content and its `lstat` is the same
+    /// before and after (opened beneath the origin's root, never through a link): a clone
+    /// (`FICLONE`, shared extents) where the filesystem has reflinks, else a copy in the kernel
+    /// (`copy_file_range`: neither the store's decompression nor its hashing, which were most
+    /// of a fork's own CPU), but for a sparse file, which the store's path keeps sparse.
+    /// Whether it did; `file` is left empty otherwise.
+    fn filled_from_origin(&self, file: &File, rel: &[u8], t: &TreeEntry) -> Result<bool> {
         let Some(origin) = self.opts.clone_from else {
             return Ok(false);
         };
-        if !self.can_clone.load(Ordering::Relaxed) {
+        if !self.can_clone.load(Ordering::Relaxed) && !self.can_copy.load(Ordering::Relaxed) {
             return Ok(false);
         }
         let (dir, name) = match rel.iter().rposition(|&b| b == b'/') {
@@ -546,25 +560,61 @@ impl Ctx<'_> {
         let Ok(source) = source else {
             return Ok(false);
         };
-        let as_vouched = || rustix::fs::fstat(&source).is_ok_and(|st| StatKey::of(&st) == want);
-        if !as_vouched() {
+        let stat = || rustix::fs::fstat(&source).ok();
+        let Some(st) = stat().filter(|st| StatKey::of(st) == want) else {
             return Ok(false);
-        }
-        match rustix::fs::ioctl_ficlone(file, &source) {
-            Ok(()) => {}
-            Err(Errno::OPNOTSUPP | Errno::XDEV | Errno::INVAL | Errno::NOTTY | Errno::PERM) => {
-                self.can_clone.store(false, Ordering::Relaxed);
+        };
+        let cloned = self.can_clone.load(Ordering::Relaxed) && self.clone(file, &source);
+        if !cloned {
+            let sparse = u64::try_from(st.st_blocks).unwrap_or(0) * 512 < st.st_size as u64;
+            if sparse || !self.copied(file, &source, st.st_size as u64) {
+                file.set_len(0).at(&io_at(rel))?;
                 return Ok(false);
             }
-            Err(_) => return Ok(false),
         }
-        if as_vouched() {
-            self.cloned.fetch_add(1, Ordering::Relaxed);
+        if stat().is_some_and(|st| StatKey::of(&st) == want) {
+            let count = if cloned { &self.cloned } else { &self.copied };
+            count.fetch_add(1, Ordering::Relaxed);
             return Ok(true);
         }
-        // Written to while it was cloned: emptied, for the store's content instead.
+        // Written to while it was read: emptied, for the store's content instead.
         file.set_len(0).at(&io_at(rel))?;
         Ok(false)
+    }
+
+    /// `FICLONE` of `source` into `file`; the first refusal of the filesystem ends the tries.
+    fn clone(&self, file: &File, source: &impl AsFd) -> bool {
+        match rustix::fs::ioctl_ficlone(file, source) {
+            Ok(()) => true,
+            Err(Errno::OPNOTSUPP | Errno::XDEV | Errno::INVAL | Errno::NOTTY | Errno::PERM) => {
+                self.can_clone.store(false, Ordering::Relaxed);
+                false
+            }
+            Err(_) => false,
+        }
+    }
+
+    /// `len` bytes of `source` copied into `file` in the kernel; the first refusal of the
+    /// filesystem ends the tries. False when the copy fell short (the file grew or shrank).
+    fn copied(&self, file: &File, source: &impl AsFd, len: u64) -> bool {
+        if !self.can_copy.load(Ordering::Relaxed) {
+            return false;
+        }
+        let mut done = 0u64;
+        while done < len {
+            let want = usize::try_from(len - done).unwrap_or(usize::MAX);
+            match rustix::fs::copy_file_range(source, None, file, None, want) {
+                Ok(0) => return false,
+                Ok(n) => done += n as u64,
+                Err(Errno::INTR) => {}
+                Err(Errno::OPNOTSUPP | Errno::XDEV | Errno::INVAL | Errno::NOSYS) => {
+                    self.can_copy.store(false, Ordering::Relaxed);
+                    return false;
+                }
+                Err(_) => return false,
+            }
+        }
+        true
     }
 
     /// Write a file's content into a new, empty `file`, chunk by chunk (never the whole file in

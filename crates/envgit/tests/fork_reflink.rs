@@ -1,11 +1,13 @@
-//! `envgit fork` on a filesystem with reflinks (XFS made with `reflink=1`, on a loop device
-//! this test mounts) clones the origin's files its stat index vouches for instead of writing
-//! them from the store: the fork's files share their extents with the origin's (`filefrag`
-//! says `shared`), each side's later writes stay its own, and a file edited after the step
-//! it forks is never cloned with that edit.
+//! `envgit fork` takes the origin's files its stat index vouches for from the origin's working
+//! tree instead of writing them from the store. On a filesystem with reflinks (XFS made with
+//! `reflink=1`, on a loop device this test mounts) it clones them: the fork's files share
+//! their extents with the origin's (`filefrag` says `shared`) and each side's later writes
+//! stay its own. Without reflinks (ext4) it copies them in the kernel. Either way a file
+//! edited after the step it forks is never taken with that edit, and a sparse file stays
+//! sparse.
 //!
-//! Needs root, a loop device and `mkfs.xfs` (`.ci/run` installs xfsprogs); where the machine
-//! cannot mount one the test says so and checks nothing.
+//! The XFS test needs root, a loop device and `mkfs.xfs` (`.ci/run` installs xfsprogs); where
+//! the machine cannot mount one the test says so and checks nothing.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod support;
@@ -142,4 +144,65 @@ fn a_fork_on_xfs_shares_the_origins_extents_and_never_an_unrecorded_edit() {
     // Copy on write: each side's writes stay its own.
     std::fs::write(origin.join("big.bin"), content(4)).unwrap();
     assert_eq!(std::fs::read(fork.join("big.bin")).unwrap(), content(1));
+}
+
+/// The filesystem type of `path`, as `stat -f` names it (`ext2/ext3` for ext4 too).
+fn fs_type(path: &Path) -> String {
+    let out = Command::new("stat")
+        .args(["-f", "-c", "%T"])
+        .arg(path)
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+#[test]
+fn a_fork_without_reflinks_copies_the_origins_files_never_an_unrecorded_edit() {
+    let env = Env::new();
+    let origin = env.project.clone();
+    std::fs::create_dir_all(origin.join("src")).unwrap();
+    std::fs::write(origin.join("big.bin"), content(1)).unwrap();
+    std::fs::write(origin.join("src/edited.bin"), content(2)).unwrap();
+    std::fs::write(origin.join("empty"), "").unwrap();
+    // 1 MiB with 64 KiB of data in its middle: a hole each side.
+    let sparse = std::fs::File::create(origin.join("sparse.img")).unwrap();
+    sparse.set_len(1 << 20).unwrap();
+    std::os::unix::fs::FileExt::write_all_at(&sparse, &content(5), 512 << 10).unwrap();
+    drop(sparse);
+    // Past the racy-timestamp margin: the scan's `lstat`s then vouch for the content.
+    std::thread::sleep(Duration::from_millis(200));
+    env.envgit(&["init"]).ok();
+    std::fs::write(origin.join("src/edited.bin"), content(3)).unwrap();
+
+    let fork = env.tmp.path().join("fork");
+    let out = env.envgit(&["fork", "1", fork.to_str().unwrap()]);
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    assert_eq!(std::fs::read(fork.join("big.bin")).unwrap(), content(1));
+    assert_eq!(
+        std::fs::read(fork.join("src/edited.bin")).unwrap(),
+        content(2),
+        "the fork took the edit made after step 1"
+    );
+    assert_eq!(std::fs::read(fork.join("empty")).unwrap(), b"");
+    let img = std::fs::read(fork.join("sparse.img")).unwrap();
+    assert_eq!(img.len(), 1 << 20);
+    assert_eq!(&img[512 << 10..(512 << 10) + 65_536], &content(5)[..]);
+    use std::os::unix::fs::MetadataExt;
+    let blocks = std::fs::metadata(fork.join("sparse.img")).unwrap().blocks() * 512;
+    assert!(
+        blocks < 1 << 20,
+        "sparse.img lost its holes: {blocks} bytes of blocks"
+    );
+    let log = env.envgit_in(&fork, &["log", "--json"]).ok().json();
+    let notes = log[0]["notes"].to_string();
+    let fs = fs_type(&fork);
+    if fs == "ext2/ext3" {
+        // big.bin and empty; edited.bin no longer vouched for, sparse.img written with holes.
+        assert!(
+            notes.contains("2 files were copied from the origin"),
+            "{fs}: {log}"
+        );
+    } else {
+        eprintln!("on {fs}: the fork's notes say {notes}");
+    }
 }
