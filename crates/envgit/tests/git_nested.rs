@@ -182,38 +182,51 @@ fn a_commit_graph_that_lies_goes_back() {
 /// `git gc` would delete it); it goes back. A shallow clone the step makes keeps its own.
 #[test]
 fn a_shallow_file_cutting_history_goes_back_a_shallow_clone_stays() {
-    let (env, nested) = project_with_nested(3, false);
-    let out = run(
-        &env,
-        "git -C libs/foo rev-parse HEAD~1 > libs/foo/.git/shallow && \
-         echo inside: $(git -C libs/foo log --oneline | wc -l)",
-    );
-    assert!(
-        out.stdout.contains("inside: 2"),
-        "{}{}",
-        out.stdout,
-        out.stderr
-    );
-    assert!(
-        out.stderr.contains("libs/foo/.git/shallow"),
-        "{}",
-        out.stderr
-    );
-    assert_eq!(env.git(&nested, &["log", "--oneline"]).lines().count(), 3);
+    for small_files in [false, true] {
+        let (env, nested) = project_with_nested(3, small_files);
+        let out = run(
+            &env,
+            "git -C libs/foo rev-parse HEAD~1 > libs/foo/.git/shallow && \
+             echo inside: $(git -C libs/foo log --oneline | wc -l)",
+        );
+        let what = format!("small files {small_files}: {}{}", out.stdout, out.stderr);
+        assert!(out.stdout.contains("inside: 2"), "{what}");
+        assert!(out.stderr.contains("libs/foo/.git/shallow"), "{what}");
+        assert!(!nested.join(".git/shallow").exists(), "{what}");
+        assert_eq!(
+            env.git(&nested, &["log", "--oneline"]).lines().count(),
+            3,
+            "{what}"
+        );
 
-    let out = run(
-        &env,
-        "git clone -q --depth 1 file://$PWD/libs/foo vendor/x && echo cloned",
-    );
-    assert!(out.stdout.contains("cloned"), "{}", out.stdout);
-    // A clone is no news: its shallow boundary, its objects, and what git's template wrote
-    // (sample hooks, a commented `info/exclude`) stay without a word.
-    assert!(!out.stderr.contains("vendor/x"), "{}", out.stderr);
-    let x = env.path("vendor/x");
-    assert!(x.join(".git/hooks/pre-commit.sample").exists());
-    assert!(x.join(".git/shallow").exists());
-    assert_eq!(env.git(&x, &["log", "--oneline"]).lines().count(), 1);
-    env.git(&x, &["fsck", "--no-dangling"]);
+        let out = run(
+            &env,
+            "git clone -q --depth 1 file://$PWD/libs/foo vendor/x && echo cloned",
+        );
+        let what = format!("small files {small_files}: {}{}", out.stdout, out.stderr);
+        assert!(out.stdout.contains("cloned"), "{what}");
+        // A clone is no news: its shallow boundary, its objects, and what git's template wrote
+        // (sample hooks, a commented `info/exclude`) stay without a word. (With files over 16
+        // bytes kept as markers, `info/exclude` cannot be read to be vouched for: it goes back.)
+        let said: Vec<&str> = out
+            .stderr
+            .lines()
+            .filter(|l| l.contains("vendor/x"))
+            .collect();
+        if small_files {
+            assert!(
+                said.iter().all(|l| l.contains("vendor/x/.git/info ")),
+                "{what}"
+            );
+        } else {
+            assert!(said.is_empty(), "{what}");
+        }
+        let x = env.path("vendor/x");
+        assert!(x.join(".git/hooks/pre-commit.sample").exists(), "{what}");
+        assert!(x.join(".git/shallow").exists(), "{what}");
+        assert_eq!(env.git(&x, &["log", "--oneline"]).lines().count(), 1);
+        env.git(&x, &["fsck", "--no-dangling"]);
+    }
 }
 
 /// A repository of the user's inside the project (`libs/foo`, its own `.git`) is not behind
@@ -329,4 +342,44 @@ fn a_git_lfs_object_that_is_not_what_it_says_goes_back() {
         let checked_out = std::fs::read_to_string(nested.join("a.bin")).unwrap();
         assert_eq!(checked_out, "the real content, 32 bytes long\n", "{what}");
     }
+}
+
+/// A hook padded past `snapshot.max_file_size` is only a marker in the snapshot, and a restore
+/// never touches a marker: the put-back said it put the hook back and left it there. It is
+/// removed now (here with a 16-byte limit; the default is 100 MiB of padding).
+#[test]
+fn a_hook_too_large_for_the_snapshot_goes_too() {
+    let (env, nested) = project_with_nested(1, true);
+    let out = run(
+        &env,
+        "printf '#!/bin/sh\\necho PWNED-BY-HOOK\\n' > libs/foo/.git/hooks/pre-commit && \
+         chmod +x libs/foo/.git/hooks/pre-commit && echo planted",
+    );
+    assert!(out.stdout.contains("planted"), "{}", out.stdout);
+    assert!(out.stderr.contains("libs/foo/.git/hooks"), "{}", out.stderr);
+    assert!(!nested.join(".git/hooks/pre-commit").exists());
+    // The next step finds nothing of it as an edit of the user's.
+    let out = run(&env, "true");
+    assert!(!out.stderr.contains("your edits"), "{}", out.stderr);
+}
+
+/// A `packed-refs` too large for the snapshot is read from the project to look for replace
+/// refs; one that gained one cannot be put back from the snapshot, so it goes (the
+/// repository's packed refs with it: failing closed).
+#[test]
+fn a_packed_replace_ref_too_large_for_the_snapshot_goes_too() {
+    let (env, nested) = project_with_nested(1, true);
+    let out = run(
+        &env,
+        "cd libs/foo && X=$(git rev-parse HEAD:build.sh) && \
+         Y=$(echo 'echo PWNED' | git hash-object -w --stdin) && \
+         git replace $X $Y && git pack-refs --all && echo packed",
+    );
+    assert!(out.stdout.contains("packed"), "{}", out.stdout);
+    assert!(
+        out.stderr.contains("libs/foo/.git/packed-refs"),
+        "{}",
+        out.stderr
+    );
+    assert_eq!(env.git(&nested, &["replace", "-l"]), "");
 }

@@ -12,6 +12,7 @@ use std::path::Path;
 use super::classify::{Class, REFTABLE_LIST, classify, is_object_store_path};
 use super::config;
 use super::import::Dropped;
+use super::nested_objects::copy_entry;
 use super::verify::{packed_replace_refs, reftable_replace_refs};
 use super::write;
 use crate::beneath::{open_dir_rel, open_root};
@@ -90,14 +91,15 @@ fn is_inert_template(
     new: &TreeEntry,
     comments_only: &dyn Fn(&TreeEntry) -> bool,
 ) -> bool {
+    let sample = rest
+        .strip_prefix("hooks/")
+        .is_some_and(|name| !name.contains('/') && name.ends_with(".sample"));
     match new.kind {
         EntryKind::Dir => matches!(rest, "branches" | "hooks" | "info"),
-        EntryKind::File => {
-            rest.strip_prefix("hooks/")
-                .is_some_and(|name| !name.contains('/') && name.ends_with(".sample"))
-                || (rest == "info/exclude" && comments_only(new))
-        }
-        _ => false,
+        EntryKind::File => sample || (rest == "info/exclude" && comments_only(new)),
+        // Too large for the snapshot: a sample hook is inert whatever it holds.
+        EntryKind::Marker(_) => sample,
+        EntryKind::Symlink => false,
     }
 }
 
@@ -131,18 +133,31 @@ pub fn nested_replace_ref_stores(
     changes: &[EntryDiff],
 ) -> Result<Vec<String>> {
     let mut out = Vec::new();
-    let text = |e: &Option<TreeEntry>| -> Result<Vec<u8>> {
-        match e {
-            Some(e) if e.kind == EntryKind::File => store.read_file(&e.id),
-            _ => Ok(Vec::new()),
-        }
-    };
     for change in changes {
         let path = String::from_utf8_lossy(&change.path);
         let Some((git, rest)) = split_nested(&path) else {
             continue;
         };
-        let (old, new) = (text(&change.old)?, text(&change.new)?);
+        if rest != "packed-refs" && rest != REFTABLE_LIST {
+            continue;
+        }
+        // The step's side too large for the snapshot is read from the project; the pre-step
+        // side is then unknown, and counts as empty (every replace ref the step's holds is new).
+        let text = |e: &Option<TreeEntry>, step_side: bool| -> Result<Vec<u8>> {
+            let mut text = Vec::new();
+            match e {
+                Some(e) if e.kind == EntryKind::File => text = store.read_file(&e.id)?,
+                Some(e) if e.kind.is_marker() && step_side => {
+                    copy_entry(store, &path, e, &mut |b| {
+                        text.extend_from_slice(b);
+                        Ok(())
+                    })?;
+                }
+                _ => {}
+            }
+            Ok(text)
+        };
+        let (old, new) = (text(&change.old, false)?, text(&change.new, true)?);
         if rest == "packed-refs" {
             if !packed_replace_refs(&new).is_subset(&packed_replace_refs(&old)) {
                 out.push(path.into_owned());

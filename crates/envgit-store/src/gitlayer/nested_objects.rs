@@ -146,13 +146,23 @@ pub fn nested_object_refusals(
         }
     }
     for (git, change) in shallows {
-        let ids = |e: &Option<TreeEntry>| -> Result<Option<BTreeSet<String>>> {
-            Ok(match e {
-                Some(e) if e.kind == EntryKind::File => shallow_ids(&store.read_file(&e.id)?),
-                _ => Some(BTreeSet::new()),
-            })
-        };
         let path = String::from_utf8_lossy(&change.path);
+        // A side the snapshot kept only as a marker: the step's is read from the project; the
+        // pre-step one is unknown, so every id of the step's counts as gained.
+        let ids = |e: &Option<TreeEntry>| -> Result<Option<BTreeSet<String>>> {
+            let mut text = Vec::new();
+            match e {
+                Some(e) if e.kind == EntryKind::File => text = store.read_file(&e.id)?,
+                Some(e) if e.kind.is_marker() && change.new.as_ref() == Some(e) => {
+                    copy_entry(store, &path, e, &mut |b| {
+                        text.extend_from_slice(b);
+                        Ok(())
+                    })?;
+                }
+                _ => {}
+            }
+            Ok(shallow_ids(&text))
+        };
         let Some(after_ids) = ids(&change.new)? else {
             refuse(&mut out, &path, "it is not a list of object ids");
             continue;
@@ -235,7 +245,7 @@ enum PackCheck {
 /// `sink`: from the store, or, for a file the snapshot kept as a marker (over the size limit or
 /// the budget), from the project, opened beneath it without following a link. `false` for an
 /// entry with no content to read.
-fn copy_entry(
+pub(super) fn copy_entry(
     store: &Store,
     path: &str,
     entry: &TreeEntry,
