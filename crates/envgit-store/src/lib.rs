@@ -71,8 +71,7 @@ pub use fsck::{FsckReport, fsck};
 pub use gc::{GcOptions, GcReport, gc};
 pub use gitlayer::{
     ConfigSecret, Dropped as GitDropped, GitConfigError, GitImport, GitLayer, HiddenConfig,
-    HideSecretsError, NestedCode as NestedGitCode, NestedConfigError,
-    NestedObjects as NestedGitObjects, PreStep as GitPreStep,
+    HideSecretsError, NestedCode as NestedGitCode, NestedConfigError, PreStep as GitPreStep,
     filter_nested_config as filter_nested_git_config, hide_secrets as hide_git_config_secrets,
     import as git_import, nested_code_paths as nested_git_code_paths,
     nested_object_refusals as nested_git_object_refusals,

@@ -147,17 +147,14 @@ impl OpenStep {
                     store, &before, &tree, &changes,
                 )?);
             // Their objects must be what their names say, their history stays whole.
-            let objects =
-                envgit_store::nested_git_object_refusals(store, &before, &tree, &changes)?;
-            let forged = objects.refused;
+            let forged = envgit_store::nested_git_object_refusals(store, &before, &tree, &changes)?;
             nested
                 .put_back
                 .extend(forged.iter().map(|d| d.path.clone()));
             let (rewritten, unfiltered) =
                 crate::git_layer::filter_nested_configs(store, &before, &nested, &mut draft)?;
-            if rewritten || objects.removed {
-                // A config was rewritten, or a file too large for the snapshot removed, after
-                // the snapshot: take it again (stat-cached).
+            if rewritten {
+                // A config was rewritten after the snapshot: take it again (stat-cached).
                 (tree, report, rescanned) = snapshot.take(store)?;
             }
             let mut nested_paths = nested.put_back;

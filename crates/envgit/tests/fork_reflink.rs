@@ -100,6 +100,16 @@ fn content(seed: u8) -> Vec<u8> {
         .collect()
 }
 
+/// The fork holds step 1's `big.bin` and `src/edited.bin`, not the edit made after it.
+fn assert_step_1_content(fork: &Path) {
+    assert_eq!(std::fs::read(fork.join("big.bin")).unwrap(), content(1));
+    assert_eq!(
+        std::fs::read(fork.join("src/edited.bin")).unwrap(),
+        content(2),
+        "the fork took the edit made after step 1"
+    );
+}
+
 #[test]
 fn a_fork_on_xfs_shares_the_origins_extents_and_never_an_unrecorded_edit() {
     let env = Env::new();
@@ -122,12 +132,7 @@ fn a_fork_on_xfs_shares_the_origins_extents_and_never_an_unrecorded_edit() {
     let fork = xfs.mount.join("fork");
     let out = env.envgit_in(&origin, &["fork", "1", fork.to_str().unwrap()]);
     assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
-    assert_eq!(std::fs::read(fork.join("big.bin")).unwrap(), content(1));
-    assert_eq!(
-        std::fs::read(fork.join("src/edited.bin")).unwrap(),
-        content(2),
-        "the fork took the edit made after step 1"
-    );
+    assert_step_1_content(&fork);
     assert_eq!(
         std::fs::read_to_string(fork.join("src/small.txt")).unwrap(),
         "small\n"
@@ -177,12 +182,7 @@ fn a_fork_without_reflinks_copies_the_origins_files_never_an_unrecorded_edit() {
     let fork = env.tmp.path().join("fork");
     let out = env.envgit(&["fork", "1", fork.to_str().unwrap()]);
     assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
-    assert_eq!(std::fs::read(fork.join("big.bin")).unwrap(), content(1));
-    assert_eq!(
-        std::fs::read(fork.join("src/edited.bin")).unwrap(),
-        content(2),
-        "the fork took the edit made after step 1"
-    );
+    assert_step_1_content(&fork);
     assert_eq!(std::fs::read(fork.join("empty")).unwrap(), b"");
     let img = std::fs::read(fork.join("sparse.img")).unwrap();
     assert_eq!(img.len(), 1 << 20);

@@ -64,7 +64,7 @@ pub fn is_leftover(rel: &str) -> bool {
 }
 
 /// The commits git takes for having no parents (a shallow clone's boundary): its history
-/// stops there, so written compare-and-swap, and only naming commits the step brought.
+/// stops there, so written compare-and-swap, and never naming a commit the repository had.
 pub const SHALLOW: &str = "shallow";
 
 /// The list of a reftable repository's tables (`--ref-format=reftable`): its refs, as
@@ -123,7 +123,7 @@ pub fn lfs_oid(rest: &str) -> Option<&str> {
 }
 
 /// A SHA-1 or SHA-256 object id in hex.
-pub fn is_object_id(s: &str) -> bool {
+fn is_object_id(s: &str) -> bool {
     (s.len() == 40 || s.len() == 64) && s.bytes().all(|b| b.is_ascii_hexdigit())
 }
 

@@ -368,16 +368,10 @@ fn one(
         return;
     }
     if class == Class::Loose && !new.as_deref().is_some_and(|d| loose_matches(rel, d)) {
-        return drop(
-            rep,
-            "its content does not hash to its name (git would take it for that object)".into(),
-        );
+        return drop(rep, verify::LOOSE_REFUSAL.into());
     }
     if class == Class::LfsObject && !new.as_deref().is_some_and(|d| lfs_matches(rel, d)) {
-        return drop(
-            rep,
-            "its content does not hash to its name (git-lfs would write it for that object)".into(),
-        );
+        return drop(rep, verify::LFS_REFUSAL.into());
     }
     if matches!(class, Class::Object | Class::Loose | Class::LfsObject) && cur.is_some() {
         // An object is named by its content: one the host has is never rewritten (a write

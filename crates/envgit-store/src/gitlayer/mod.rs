@@ -22,5 +22,5 @@ pub use nested::{
     NestedCode, NestedConfigError, filter_nested_config, nested_code_paths,
     nested_replace_ref_stores,
 };
-pub use nested_objects::{NestedObjects, nested_object_refusals};
+pub use nested_objects::nested_object_refusals;
 pub use secrets::{ConfigSecret, HiddenConfig, HideSecretsError, hide_secrets};

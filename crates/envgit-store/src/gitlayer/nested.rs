@@ -12,7 +12,7 @@ use std::path::Path;
 use super::classify::{Class, REFTABLE_LIST, classify, is_object_store_path};
 use super::config;
 use super::import::Dropped;
-use super::nested_objects::copy_entry;
+use super::nested_objects::read_entry;
 use super::verify::{packed_replace_refs, reftable_replace_refs};
 use super::write;
 use crate::beneath::{open_dir_rel, open_root};
@@ -144,18 +144,10 @@ pub fn nested_replace_ref_stores(
         // The step's side too large for the snapshot is read from the project; the pre-step
         // side is then unknown, and counts as empty (every replace ref the step's holds is new).
         let text = |e: &Option<TreeEntry>, step_side: bool| -> Result<Vec<u8>> {
-            let mut text = Vec::new();
             match e {
-                Some(e) if e.kind == EntryKind::File => text = store.read_file(&e.id)?,
-                Some(e) if e.kind.is_marker() && step_side => {
-                    copy_entry(store, &path, e, &mut |b| {
-                        text.extend_from_slice(b);
-                        Ok(())
-                    })?;
-                }
-                _ => {}
+                Some(e) if e.kind == EntryKind::File || step_side => read_entry(store, &path, e),
+                _ => Ok(Vec::new()),
             }
-            Ok(text)
         };
         let (old, new) = (text(&change.old, false)?, text(&change.new, true)?);
         if rest == "packed-refs" {

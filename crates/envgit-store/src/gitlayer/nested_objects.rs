@@ -16,7 +16,9 @@ use sha2::Digest;
 use super::classify::{Class, SHALLOW, classify, lfs_oid, shallow_ids};
 use super::import::Dropped;
 use super::nested::split_nested;
-use super::verify::{SHALLOW_REFUSAL, index_ids, loose_matches, to_hex, verify_pack};
+use super::verify::{
+    LFS_REFUSAL, LOOSE_REFUSAL, SHALLOW_REFUSAL, index_ids, loose_matches, to_hex, verify_pack,
+};
 use super::write;
 use crate::beneath::{cstr, open_file, open_root};
 use crate::diff::EntryDiff;
@@ -26,33 +28,20 @@ use crate::id::ObjectId;
 use crate::store::Store;
 use crate::tree::{EntryKind, MarkerReason, TreeEntry};
 
-const LOOSE_REFUSAL: &str =
-    "its content does not hash to its name (git would take it for that object)";
-const LFS_REFUSAL: &str =
-    "its content does not hash to its name (git-lfs would write it for that object)";
 const DERIVED_REFUSAL: &str = "git derives it from the objects and believes it over them (a \
      commit's tree, where an object is): one the step wrote could show the user other content \
      for an id they trust; git works without it and writes it again";
 const LINK_REFUSAL: &str = "git follows a link inside `.git` to data the step chose";
 
-/// What of the nested repositories' object stores the step may not leave.
-#[derive(Debug, Default)]
-pub struct NestedObjects {
-    /// Project-relative paths to put back to their pre-step state, and why.
-    pub refused: Vec<Dropped>,
-    /// Some were markers in the snapshot (too large for it), so not in it to put back from:
-    /// they were removed from the project, and the snapshot must be taken again.
-    pub removed: bool,
-}
-
 /// What of the nested repositories' object stores, and their `shallow` files, goes back to its
-/// pre-step state, and why. `before` and `after` are the snapshots around the step.
+/// pre-step state, and why. `before` and `after` are the snapshots around the step. (What
+/// the snapshot kept only as a marker, too large for it, the put-back removes.)
 pub fn nested_object_refusals(
     store: &Store,
     before: &ObjectId,
     after: &ObjectId,
     changes: &[EntryDiff],
-) -> Result<NestedObjects> {
+) -> Result<Vec<Dropped>> {
     let mut out = Vec::new();
     let refuse = |out: &mut Vec<Dropped>, path: &str, why: &str| {
         out.push(Dropped {
@@ -94,15 +83,8 @@ pub fn nested_object_refusals(
             continue;
         }
         match classify(rest) {
-            Ok(Class::Loose) => {
-                let mut data = Vec::new();
-                let read = copy_entry(store, &path, new, &mut |b| {
-                    data.extend_from_slice(b);
-                    Ok(())
-                })?;
-                if read && !loose_matches(rest, &data) {
-                    refuse(&mut out, &path, LOOSE_REFUSAL);
-                }
+            Ok(Class::Loose) if !loose_matches(rest, &read_entry(store, &path, new)?) => {
+                refuse(&mut out, &path, LOOSE_REFUSAL);
             }
             Ok(Class::LfsObject) => {
                 let mut sha256 = sha2::Sha256::new();
@@ -150,18 +132,12 @@ pub fn nested_object_refusals(
         // A side the snapshot kept only as a marker: the step's is read from the project; the
         // pre-step one is unknown, so every id of the step's counts as gained.
         let ids = |e: &Option<TreeEntry>| -> Result<Option<BTreeSet<String>>> {
-            let mut text = Vec::new();
-            match e {
-                Some(e) if e.kind == EntryKind::File => text = store.read_file(&e.id)?,
-                Some(e) if e.kind.is_marker() && change.new.as_ref() == Some(e) => {
-                    copy_entry(store, &path, e, &mut |b| {
-                        text.extend_from_slice(b);
-                        Ok(())
-                    })?;
+            Ok(match e {
+                Some(e) if e.kind == EntryKind::File || change.new.as_ref() == Some(e) => {
+                    shallow_ids(&read_entry(store, &path, e)?)
                 }
-                _ => {}
-            }
-            Ok(shallow_ids(&text))
+                _ => Some(BTreeSet::new()),
+            })
         };
         let Some(after_ids) = ids(&change.new)? else {
             refuse(&mut out, &path, "it is not a list of object ids");
@@ -175,22 +151,7 @@ pub fn nested_object_refusals(
             Err(why) => refuse(&mut out, &path, &why),
         }
     }
-    // What the snapshot kept as a marker is not in it to put back from: removed here, beneath
-    // the project, never through a link.
-    let mut removed = false;
-    if !out.is_empty() {
-        let root = open_root(store.project()).at(store.project())?;
-        for d in &out {
-            if entry_at(store, after, &d.path)?.is_some_and(|e| e.kind.is_marker()) {
-                write::remove(root.as_fd(), &d.path).at(&store.project().join(&d.path))?;
-                removed = true;
-            }
-        }
-    }
-    Ok(NestedObjects {
-        refused: out,
-        removed,
-    })
+    Ok(out)
 }
 
 /// Whether the repository at `git` (project-relative) had any of `ids` in the snapshot
@@ -245,7 +206,7 @@ enum PackCheck {
 /// `sink`: from the store, or, for a file the snapshot kept as a marker (over the size limit or
 /// the budget), from the project, opened beneath it without following a link. `false` for an
 /// entry with no content to read.
-pub(super) fn copy_entry(
+fn copy_entry(
     store: &Store,
     path: &str,
     entry: &TreeEntry,
@@ -270,6 +231,16 @@ pub(super) fn copy_entry(
         _ => return Ok(false),
     }
     Ok(true)
+}
+
+/// All of [`copy_entry`]'s content (empty for an entry with none).
+pub(super) fn read_entry(store: &Store, path: &str, entry: &TreeEntry) -> Result<Vec<u8>> {
+    let mut content = Vec::new();
+    copy_entry(store, path, entry, &mut |b| {
+        content.extend_from_slice(b);
+        Ok(())
+    })?;
+    Ok(content)
 }
 
 /// The pack `<base>.pack` against `<base>.idx` (and `<base>.rev` when there is one), copied

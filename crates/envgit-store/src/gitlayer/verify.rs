@@ -112,6 +112,13 @@ pub fn index_pack(
     Ok(hash)
 }
 
+/// Why a loose object is refused when its content does not hash to its name.
+pub const LOOSE_REFUSAL: &str =
+    "its content does not hash to its name (git would take it for that object)";
+/// Why a Git LFS object is refused when its content does not hash to its name.
+pub const LFS_REFUSAL: &str =
+    "its content does not hash to its name (git-lfs would write it for that object)";
+
 /// Why a `shallow` file is refused when it names a commit the repository already has.
 pub const SHALLOW_REFUSAL: &str = "it names a commit the repository already has as having no \
      parents: the history behind it would vanish from `git log`, and `git gc` would delete it";
@@ -272,9 +279,9 @@ fn replace_refs_via_git(git_dir: &Path) -> Result<BTreeSet<String>, String> {
 
 /// The host's git, with nothing of envgit's environment that would point it elsewhere, run
 /// from `/` so that it never finds a repository on its own (the caller's directory may be in
-/// one the step wrote). It is told the repository is safe to use: envgit names it with `--git-dir`, which git 2.47 does
-/// not check for ownership, but a git that did would refuse another user's repository to
-/// envgit running as root ("dubious ownership").
+/// one the step wrote). It is told the repository is safe to use: envgit names it with
+/// `--git-dir`, which git 2.47 does not check for ownership, but a git that did would refuse
+/// another user's repository to envgit running as root ("dubious ownership").
 fn git() -> Command {
     let mut git = Command::new("git");
     for (name, _) in std::env::vars_os() {
