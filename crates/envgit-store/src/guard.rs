@@ -197,7 +197,9 @@ impl ProtectedCopy {
                 changed.push(name);
             }
         }
-        changed.extend(remove_planted_git_links(root)?);
+        // The protected paths are as they were before the step now: a link among them (the
+        // user's `.git/hooks -> ../tools/hooks`) is the user's, not planted.
+        changed.extend(remove_planted_git_links(root, &self.saved.paths)?);
         Ok(changed)
     }
 
@@ -305,8 +307,9 @@ fn star_match(pattern: &str, name: &str) -> bool {
 /// Symlinks planted in `.git` where the host's git writes through a path (`git commit`
 /// writes `COMMIT_EDITMSG` and appends to `logs/HEAD`): each would aim the user's own git at
 /// any file it names. Every symlink at the top of `.git` and under `logs/` and `refs/` is
-/// removed (git makes none there itself); returns the paths removed.
-pub fn remove_planted_git_links(root: &Path) -> Result<Vec<String>> {
+/// removed (git makes none there itself), except the paths in `kept` (protected paths just put
+/// back to their state before the step); returns the paths removed.
+pub fn remove_planted_git_links(root: &Path, kept: &[String]) -> Result<Vec<String>> {
     let fd = open_root(root).at(root)?;
     let mut removed = Vec::new();
     let mut pending: Vec<(Vec<u8>, bool)> = vec![(b".git".to_vec(), false)];
@@ -324,6 +327,7 @@ pub fn remove_planted_git_links(root: &Path) -> Result<Vec<String>> {
             rel.push(b'/');
             rel.extend_from_slice(name.to_bytes());
             match file_type(&st) {
+                FileType::Symlink if kept.iter().any(|k| k.as_bytes() == rel) => {}
                 FileType::Symlink => {
                     rustix::fs::unlinkat(dir.as_fd(), &name, AtFlags::empty())
                         .at(&root.join(String::from_utf8_lossy(&rel).as_ref()))?;
@@ -644,7 +648,7 @@ mod tests {
         std::os::unix::fs::symlink(&victim, root.join(".git/logs/HEAD")).unwrap();
         std::os::unix::fs::symlink(&victim, root.join(".git/logs/refs/heads/main")).unwrap();
         std::fs::write(root.join(".git/ORIG_HEAD"), "abc\n").unwrap();
-        let removed = remove_planted_git_links(&root).unwrap();
+        let removed = remove_planted_git_links(&root, &[]).unwrap();
         assert_eq!(
             removed,
             [
@@ -655,6 +659,19 @@ mod tests {
         );
         assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
         assert!(root.join(".git/ORIG_HEAD").exists());
+    }
+
+    /// The user's own link at a protected path (`.git/hooks -> ../tools/hooks`) is kept; a
+    /// link beside it is planted.
+    #[test]
+    fn a_protected_link_of_the_users_is_kept() {
+        let (t, root, _store) = project();
+        std::fs::remove_dir_all(root.join(".git/hooks")).unwrap();
+        std::os::unix::fs::symlink("../tools/hooks", root.join(".git/hooks")).unwrap();
+        std::os::unix::fs::symlink(t.path(), root.join(".git/COMMIT_EDITMSG")).unwrap();
+        let removed = remove_planted_git_links(&root, &[".git/hooks".into()]).unwrap();
+        assert_eq!(removed, [".git/COMMIT_EDITMSG"]);
+        assert!(root.join(".git/hooks").symlink_metadata().is_ok());
     }
 
     /// The taker died (its lock is gone): the next command puts back from the store.

@@ -17,6 +17,7 @@ mod owner;
 mod pager;
 mod project;
 mod project_facts;
+mod protected_links;
 mod runtime;
 mod scan_notes;
 mod signal_watch;

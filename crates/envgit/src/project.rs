@@ -258,7 +258,8 @@ impl Project {
     }
 
     /// Paths rewind keeps as they are now: the protected list (`PROTECTED_PATHS`) plus the
-    /// directory `core.hooksPath` names.
+    /// directory `core.hooksPath` names, the files `.git/config` includes, and what links at,
+    /// above or below any of them reach inside the project.
     pub fn protected_paths(&self) -> Vec<String> {
         let mut out: Vec<String> = PROTECTED_PATHS.iter().map(|p| p.to_string()).collect();
         // Root-level patterns' current matches, so the sandbox mounts them read-only too (the
@@ -280,6 +281,12 @@ impl Project {
             out.push(hooks);
         }
         out.extend(self.config_includes());
+        // What the host reaches through a link at, above or below one of them.
+        for target in crate::protected_links::link_targets(&self.root, &out) {
+            if !out.contains(&target) {
+                out.push(target);
+            }
+        }
         out
     }
 
