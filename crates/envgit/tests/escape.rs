@@ -526,25 +526,62 @@ fn the_store_and_envgit_state_are_invisible() {
     env.envgit(&["fsck"]).ok();
 }
 
+/// A host process (a `sleep` with a secret in its environment, working in a directory with a
+/// secret file) and envgit's own processes: inside, their environments, working directories,
+/// roots and memory are out of reach, signals do not reach them and `ptrace` is refused. The
+/// secret in envgit's own environment is not one the policy lets in, so the sandbox's PID 1,
+/// a fork of envgit, must not show it either.
 #[test]
 fn processes_outside_cannot_be_seen_signalled_or_traced() {
     let env = project();
+    let canary_dir = visible_dir();
+    std::fs::write(canary_dir.path().join("secret.txt"), "CANARY-CWD-FILE").unwrap();
+    let mut host = Command::new("sleep")
+        .arg("600")
+        .current_dir(canary_dir.path())
+        .env("CANARY_SECRET", "CANARY-HOST-ENV")
+        .spawn()
+        .unwrap();
+    let pid = host.id();
     let me = std::process::id();
-    let r = attack(
-        &env,
-        &format!(
-            "ls /proc/{me}/root; cat /proc/{me}/environ; kill -9 {me}; ls /proc/1/root/; cat /proc/1/environ; \
-             {PY} -c 'import ctypes; l=ctypes.CDLL(None, use_errno=True); print(\"ptrace\", l.ptrace(16, 1, 0, 0), ctypes.get_errno())'"
-        ),
+    let script = format!(
+        "for p in {pid} {me} 1 2 3; do \
+           cat /proc/$p/environ; ls /proc/$p/cwd/; cat /proc/$p/cwd/secret.txt; \
+           ls /proc/$p/root/; head -c 65536 /proc/$p/mem; done 2>/dev/null | tr '\\0' '\\n'; \
+         kill -9 {pid}; echo kill=$?; kill -9 {me}; \
+         {PY} -c 'import ctypes; l=ctypes.CDLL(None, use_errno=True); print(\"ptrace\", l.ptrace(16, 1, 0, 0), ctypes.get_errno())'"
     );
+    let r = Run::from(
+        env.cmd(&env.project)
+            .args(["run", "sh", "-c", &format!("{script}\necho {RAN}")])
+            .env("ENVGIT_TEST_SECRET", "CANARY-ENVGIT-ENV")
+            .output()
+            .unwrap(),
+    );
+    let alive = host.try_wait().unwrap().is_none();
+    let _ = host.kill();
+    let _ = host.wait();
+    assert!(r.stdout.contains(RAN), "{}{}", r.stdout, r.stderr);
+    assert!(alive, "the host process was killed from inside");
+    assert!(r.stdout.contains("kill=1"), "{}", r.stdout);
+    for canary in [
+        "CANARY-HOST-ENV",
+        "CANARY-CWD-FILE",
+        "CANARY-ENVGIT-ENV",
+        "ENVGIT_HOME",
+    ] {
+        assert!(
+            !r.stdout.contains(canary),
+            "{canary} seen inside: {}",
+            r.stdout
+        );
+    }
     assert!(
         r.stdout.contains("ptrace -1 1"),
         "ptrace was not refused with EPERM: {}{}",
         r.stdout,
         r.stderr
     );
-    assert!(!r.stdout.contains("ENVGIT"), "{}", r.stdout);
-    // We are still alive, and so is the caller's environment secret.
 }
 
 #[test]
