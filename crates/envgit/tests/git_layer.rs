@@ -913,3 +913,62 @@ fn git_gc_inside_a_step_is_no_news() {
     env.git(&env.project, &["fsck", "--no-dangling"]);
     assert!(!env.path(".git/info/refs").exists());
 }
+
+/// The host's `git push` goes where the user set it: a step that points the existing remote's
+/// push address elsewhere, makes it a mirror (a push then deletes what the user lacks), or
+/// aims the branch at a remote of its own, changes none of that; its new remote arrives. The
+/// user's own push then lands in the user's repository and nowhere else.
+#[test]
+fn the_hosts_push_still_goes_where_the_user_set_it() {
+    let env = project();
+    let bare = |name: &str| {
+        let p = env.tmp.path().join(name);
+        env.git(env.tmp.path(), &["init", "-q", "--bare", name]);
+        p
+    };
+    let upstream = bare("upstream.git");
+    let elsewhere = bare("elsewhere.git");
+    let upstream_url = upstream.display().to_string();
+    env.git(&env.project, &["remote", "add", "origin", &upstream_url]);
+    env.git(&env.project, &["push", "-q", "-u", "origin", "main"]);
+    let e = elsewhere.display();
+    let attack = format!(
+        "git remote set-url --push origin {e} && git config remote.origin.mirror true && \
+         git remote add fork {e} && git config branch.main.pushremote fork && \
+         git commit -q --allow-empty -m 'from the agent' && echo redirected"
+    );
+    let out = env.envgit(&["run", "sh", "-c", &attack]);
+    assert!(
+        out.stdout.contains("redirected"),
+        "{}{}",
+        out.stdout,
+        out.stderr
+    );
+    let config = |key: &str| {
+        let o = Command::new("git")
+            .args(["config", "--get", key])
+            .current_dir(&env.project)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&o.stdout).trim().to_owned()
+    };
+    assert_eq!(config("remote.origin.pushurl"), "");
+    assert_eq!(config("remote.origin.mirror"), "");
+    assert_eq!(config("branch.main.pushremote"), "");
+    // The step's commit and its new remote are ordinary work: they arrive.
+    assert_eq!(config("remote.fork.url"), elsewhere.display().to_string());
+    // The user's push lands upstream; the other repository gets nothing.
+    env.git(&env.project, &["push", "-q"]);
+    assert_eq!(
+        env.git(&upstream, &["log", "--format=%s", "main"]),
+        "from the agent\nfirst\n"
+    );
+    assert_eq!(env.git(&elsewhere, &["for-each-ref"]), "");
+    // And the step says what it did not take, and how to make the change if it is wanted.
+    assert!(
+        out.stderr.contains("config remote.origin.pushurl")
+            && out.stderr.contains("where the host's `git push` sends"),
+        "{}",
+        out.stderr
+    );
+}

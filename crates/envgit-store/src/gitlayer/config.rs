@@ -46,6 +46,44 @@ pub fn allowed(key: &str) -> bool {
     }
 }
 
+/// Why a change of `key` from `before` to `after` may not reach the host, or `None`. Besides
+/// the allow-list: the host's `git push` must go where it went before the step. An existing
+/// remote's `url`, `pushurl`, `push` refspecs and `mirror` stay the host's (a changed
+/// `pushurl` sends the user's next push, code and all, to the step's address; `mirror` makes
+/// it delete what the remote has and the user does not), and a branch may not be pointed at a
+/// remote the step added (unless the step made the repository). A new remote, and a branch
+/// following a remote the host had, arrive.
+pub fn refusal(key: &str, before: &Entries, after: &Entries) -> Option<&'static str> {
+    if !allowed(key) {
+        return Some("the key is outside the config allow-list");
+    }
+    let (section, rest) = key.split_once('.')?;
+    let (sub, name) = rest.rsplit_once('.')?;
+    let had_remote = |remote: &str| {
+        let prefix = format!("remote.{remote}.");
+        before.keys().any(|k| k.starts_with(&prefix))
+    };
+    let redirects = match (section, name) {
+        ("remote", "url" | "pushurl" | "push" | "mirror") => had_remote(sub),
+        // In a repository the step made (a clone), its branches and remotes are its own.
+        ("branch", "remote" | "pushremote") => {
+            !before.is_empty()
+                && after
+                    .get(key)
+                    .into_iter()
+                    .flatten()
+                    .flatten()
+                    .any(|remote| remote != "." && !had_remote(remote))
+        }
+        _ => false,
+    };
+    redirects.then_some(
+        "it changes where the host's `git push` sends, or what, for a remote the repository \
+         had before the step (or points a branch at a remote the step added); if that is \
+         wanted, make the change on the host (`git remote set-url`, `git config`)",
+    )
+}
+
 fn git() -> Command {
     let mut c = Command::new("git");
     // Nothing but the named file is read.
@@ -150,6 +188,60 @@ pub fn apply(host: &Path, key: &str, values: &[Option<String>]) -> Result<(), Gi
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn entries(pairs: &[(&str, &str)]) -> Entries {
+        let mut e = Entries::new();
+        for (k, v) in pairs {
+            e.entry((*k).to_owned())
+                .or_default()
+                .push(Some((*v).to_owned()));
+        }
+        e
+    }
+
+    #[test]
+    fn an_existing_remotes_push_target_stays_the_hosts() {
+        let before = entries(&[
+            ("remote.origin.url", "https://host.example/r.git"),
+            ("branch.main.remote", "origin"),
+        ]);
+        let after = entries(&[
+            ("remote.origin.url", "https://other.example/r.git"),
+            ("remote.origin.pushurl", "https://other.example/r.git"),
+            ("remote.origin.mirror", "true"),
+            ("remote.origin.fetch", "+refs/heads/*:refs/remotes/origin/*"),
+            ("remote.fork.url", "https://other.example/r.git"),
+            ("branch.main.remote", "origin"),
+            ("branch.main.pushremote", "fork"),
+            ("branch.topic.remote", "origin"),
+            ("branch.local.remote", "."),
+        ]);
+        for k in [
+            "remote.origin.url",
+            "remote.origin.pushurl",
+            "remote.origin.mirror",
+            "branch.main.pushremote",
+        ] {
+            assert!(refusal(k, &before, &after).is_some(), "{k}");
+        }
+        for k in [
+            "remote.origin.fetch",
+            "remote.fork.url",
+            "branch.topic.remote",
+            "branch.local.remote",
+        ] {
+            assert_eq!(refusal(k, &before, &after), None, "{k}");
+        }
+        let cloned = entries(&[("remote.origin.url", "u"), ("branch.main.remote", "origin")]);
+        assert_eq!(
+            refusal("branch.main.remote", &Entries::new(), &cloned),
+            None
+        );
+        assert_eq!(
+            refusal("core.fsmonitor", &before, &after),
+            Some("the key is outside the config allow-list")
+        );
+    }
 
     #[test]
     fn the_allow_list() {

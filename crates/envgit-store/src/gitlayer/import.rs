@@ -478,10 +478,10 @@ fn import_config(git_dir: &Path, up: BorrowedFd<'_>, pre: &mut PreStep, rep: &mu
     let host = git_dir.join("config");
     for key in config::changed(&before, &after) {
         let path = format!("config {key}");
-        if !config::allowed(&key) {
+        if let Some(why) = config::refusal(&key, &before, &after) {
             rep.dropped.push(Dropped {
                 path,
-                why: "the key is outside the config allow-list".into(),
+                why: why.into(),
             });
             continue;
         }

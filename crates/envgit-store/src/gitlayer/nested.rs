@@ -220,8 +220,16 @@ pub fn filter_nested_config(
     let before_entries = config::read(before)?;
     let after = config::read(&after_text)?;
     let changed = config::changed(&before_entries, &after);
-    let (allowed, refused): (Vec<String>, Vec<String>) =
-        changed.into_iter().partition(|k| config::allowed(k));
+    let (allowed, refused): (Vec<String>, Vec<(String, &str)>) =
+        changed
+            .into_iter()
+            .fold((Vec::new(), Vec::new()), |(mut ok, mut no), k| {
+                match config::refusal(&k, &before_entries, &after) {
+                    Some(why) => no.push((k, why)),
+                    None => ok.push(k),
+                }
+                (ok, no)
+            });
     if refused.is_empty() {
         return Ok(Vec::new());
     }
@@ -237,9 +245,9 @@ pub fn filter_nested_config(
     write::write(dir.as_fd(), name, &text, false, None).map_err(access(rel))?;
     Ok(refused
         .into_iter()
-        .map(|k| Dropped {
+        .map(|(k, why)| Dropped {
             path: format!("{rel} {k}"),
-            why: "the key is outside the config allow-list".into(),
+            why: why.into(),
         })
         .collect())
 }
