@@ -50,7 +50,8 @@ pub fn allowed(key: &str) -> bool {
 /// the allow-list: the host's `git push` must go where it went before the step. An existing
 /// remote's `url`, `pushurl`, `push` refspecs and `mirror` stay the host's (a changed
 /// `pushurl` sends the user's next push, code and all, to the step's address; `mirror` makes
-/// it delete what the remote has and the user does not), and a branch may not be pointed at a
+/// it delete what the remote has and the user does not), an initialised submodule's `url`
+/// stays where `git submodule update` fetched from, and a branch may not be pointed at a
 /// remote the step added (unless the step made the repository). A new remote, and a branch
 /// following a remote the host had, arrive.
 pub fn refusal(key: &str, before: &Entries, after: &Entries) -> Option<&'static str> {
@@ -63,25 +64,33 @@ pub fn refusal(key: &str, before: &Entries, after: &Entries) -> Option<&'static 
         let prefix = format!("remote.{remote}.");
         before.keys().any(|k| k.starts_with(&prefix))
     };
-    let redirects = match (section, name) {
-        ("remote", "url" | "pushurl" | "push" | "mirror") => had_remote(sub),
+    const PUSH: &str = "it changes where the host's `git push` sends, or what, for a remote the \
+                        repository had before the step (or points a branch at a remote the step \
+                        added); if that is wanted, make the change on the host (`git remote \
+                        set-url`, `git config`)";
+    const SUBMODULE: &str = "it changes where the host's git fetches an initialised submodule \
+                             from; if that is wanted, make the change on the host (`git config`)";
+    match (section, name) {
+        ("remote", "url" | "pushurl" | "push" | "mirror") if had_remote(sub) => Some(PUSH),
+        ("submodule", "url") => {
+            let prefix = format!("submodule.{sub}.");
+            before
+                .keys()
+                .any(|k| k.starts_with(&prefix))
+                .then_some(SUBMODULE)
+        }
         // In a repository the step made (a clone), its branches and remotes are its own.
         ("branch", "remote" | "pushremote") => {
-            !before.is_empty()
-                && after
-                    .get(key)
-                    .into_iter()
-                    .flatten()
-                    .flatten()
-                    .any(|remote| remote != "." && !had_remote(remote))
+            let aimed_elsewhere = after
+                .get(key)
+                .into_iter()
+                .flatten()
+                .flatten()
+                .any(|remote| remote != "." && !had_remote(remote));
+            (!before.is_empty() && aimed_elsewhere).then_some(PUSH)
         }
-        _ => false,
-    };
-    redirects.then_some(
-        "it changes where the host's `git push` sends, or what, for a remote the repository \
-         had before the step (or points a branch at a remote the step added); if that is \
-         wanted, make the change on the host (`git remote set-url`, `git config`)",
-    )
+        _ => None,
+    }
 }
 
 fn git() -> Command {
@@ -216,6 +225,22 @@ mod tests {
             ("branch.topic.remote", "origin"),
             ("branch.local.remote", "."),
         ]);
+        let mut before = before;
+        before.insert(
+            "submodule.lib.url".into(),
+            vec![Some("https://host.example/l".into())],
+        );
+        let mut after = after;
+        after.insert(
+            "submodule.lib.url".into(),
+            vec![Some("https://other.example/l".into())],
+        );
+        after.insert(
+            "submodule.new.url".into(),
+            vec![Some("https://other.example/n".into())],
+        );
+        assert!(refusal("submodule.lib.url", &before, &after).is_some());
+        assert_eq!(refusal("submodule.new.url", &before, &after), None);
         for k in [
             "remote.origin.url",
             "remote.origin.pushurl",
