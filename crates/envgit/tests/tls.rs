@@ -362,6 +362,92 @@ fn hostile_tls_clients_are_refused_and_the_gate_keeps_serving() {
     assert!(both.stdout.contains("seen GET /other"), "{}", both.stdout);
 }
 
+/// A listener standing in for an upstream (`accept_log.py`): every byte it received is in
+/// `bytes()`.
+struct Upstream {
+    child: Child,
+    log: PathBuf,
+    addr: String,
+}
+
+impl Upstream {
+    fn start(dir: &Path, name: &str) -> Upstream {
+        let (log, ready) = (
+            dir.join(format!("{name}.log")),
+            dir.join(format!("{name}.ready")),
+        );
+        let child = Command::new("python3")
+            .arg(support_script("accept_log.py"))
+            .args([&log, &ready])
+            .arg("127.0.0.1:0")
+            .spawn()
+            .unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while !ready.exists() && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let addr = std::fs::read_to_string(&ready).unwrap().trim().to_owned();
+        Upstream { child, log, addr }
+    }
+
+    fn bytes(&self) -> String {
+        let seen = std::fs::read(self.log.with_extension("log.bytes")).unwrap_or_default();
+        String::from_utf8_lossy(&seen).into_owned()
+    }
+}
+
+impl Drop for Upstream {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// What the gate refuses reaches no upstream: an SSH banner and non-TLS bytes in a tunnel to
+/// an allowed host, and a request to its port 22, sent where listeners log every byte they
+/// receive. An allowed request to another host's listener shows the gate does dial them.
+#[test]
+fn refused_tunnels_send_nothing_upstream() {
+    let w = world("");
+    let refused = Upstream::start(w.env.tmp.path(), "refused");
+    let control = Upstream::start(w.env.tmp.path(), "control");
+    let ca = w.certs.join("ca.pem");
+    let resolve = [
+        format!("{L7_HOST}:443={}", refused.addr),
+        format!("{L7_HOST}:22={}", refused.addr),
+        format!("{API_HOST}:443={}", control.addr),
+    ];
+    let mut args: Vec<&str> = vec!["run", "--upstream-ca", ca.to_str().unwrap()];
+    for r in &resolve {
+        args.extend(["--resolve", r.as_str()]);
+    }
+    let script = format!(
+        "python3 .probe.py ssh {L7_HOST}; python3 .probe.py garbage {L7_HOST}; \
+         curl -sS --noproxy '' --max-time 10 https://{L7_HOST}:22/; \
+         curl -sS --max-time 10 https://{API_HOST}/control; echo done"
+    );
+    args.extend(["--", "sh", "-c", &script]);
+    let out = w.env.envgit(&args);
+    assert!(out.stdout.contains("done"), "{}{}", out.stdout, out.stderr);
+    assert!(
+        control.bytes().contains(API_HOST),
+        "the allowed request reached no listener: {:?}\n{}",
+        control.bytes(),
+        out.stderr
+    );
+    let leaked = refused.bytes();
+    for payload in ["SSH-2.0", "hello-not-a-client-hello"] {
+        assert!(
+            !leaked.contains(payload),
+            "{payload} reached the upstream: {leaked:?}"
+        );
+    }
+    let log = w.last_log();
+    for rule in ["rule=network.opaque", "rule=network.port22"] {
+        assert!(log.contains(rule), "{rule}: {log}");
+    }
+}
+
 #[test]
 fn an_upstream_the_gate_cannot_verify_gets_a_readable_502() {
     let w = world("");
