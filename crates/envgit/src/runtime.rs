@@ -137,11 +137,17 @@ fn own_private_dir(dir: &Path, uid: u32) -> Option<PathBuf> {
 const TMPFS_MAGIC: i64 = 0x0102_1994;
 
 /// Removes the directories of steps whose envgit is gone (killed with SIGKILL, crashed) from
-/// `base`: its process no longer exists and its gate socket refuses a connection (a step in
+/// `base`: its process no longer exists (or is this one, which has not made its own yet) and
+/// its gate socket refuses a connection (a step in
 /// another pid namespace sharing the directory answers). On tmpfs such leftovers are held
 /// in memory, so each step clears them before making its own; usually there are none to
 /// look at.
 pub(crate) fn sweep_dead_steps(base: &Path) {
+    sweep(base, MADE_ONE.load(std::sync::atomic::Ordering::Relaxed));
+}
+
+/// [`sweep_dead_steps`], told whether this process has a step directory of its own yet.
+fn sweep(base: &Path, made_one: bool) {
     let Ok(entries) = std::fs::read_dir(base) else {
         return;
     };
@@ -155,10 +161,14 @@ pub(crate) fn sweep_dead_steps(base: &Path) {
         else {
             continue;
         };
-        let gone = matches!(
-            rustix::process::test_kill_process(pid),
-            Err(rustix::io::Errno::SRCH)
-        );
+        // Before this process made a directory, one under its PID is an earlier process's
+        // that had the same PID (PIDs wrap), gone.
+        let ours = pid.as_raw_nonzero().get() as u32 == std::process::id();
+        let gone = (ours && !made_one)
+            || matches!(
+                rustix::process::test_kill_process(pid),
+                Err(rustix::io::Errno::SRCH)
+            );
         let path = entry.path();
         if gone
             && std::os::unix::net::UnixStream::connect(path.join(GATE_SOCKET)).is_err()
@@ -168,6 +178,9 @@ pub(crate) fn sweep_dead_steps(base: &Path) {
         }
     }
 }
+
+/// Set once this process has made a step directory ([`StepDir::make`]).
+static MADE_ONE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// A step's own directory in [`step_dirs`]: the gate's sockets, the trust files, and
 /// `staging`, the empty mount point the sandbox builds its new root on. Removed with what it
@@ -183,6 +196,7 @@ impl StepDir {
     pub(crate) fn make(uid: u32) -> CmdResult<Self> {
         let base = step_dirs(uid)?;
         sweep_dead_steps(&base);
+        MADE_ONE.store(true, std::sync::atomic::Ordering::Relaxed);
         let path = base.join(format!("{}-{}", std::process::id(), envgit_store::now_ms()));
         private_dir(&path)?;
         let dir = Self { base, path };
@@ -273,8 +287,12 @@ mod step_dir_tests {
         std::fs::create_dir(&ours).unwrap();
         let stray = base.join("not-a-step");
         std::fs::create_dir(&stray).unwrap();
-        sweep_dead_steps(base);
+        sweep(base, true);
         assert!(!dead_dir.exists(), "the dead step's directory stayed");
         assert!(answering.exists() && ours.exists() && stray.exists());
+        // Before this process made one, a directory under its PID is a predecessor's.
+        sweep(base, false);
+        assert!(!ours.exists(), "a stale directory under this PID stayed");
+        assert!(answering.exists() && stray.exists());
     }
 }

@@ -154,6 +154,7 @@ fn a_run_refused_during_its_set_up_leaves_no_process_and_no_cgroup() {
         std::fs::write(&o, "x").unwrap();
         std::fs::hard_link(&o, env.project.join(format!("linked/f{i}"))).unwrap();
     }
+    let since_ms = now_ms();
     let marker = format!("ENVGIT_TEST_RUN_MARK={}-{}", std::process::id(), line!());
     let (name, value) = marker.split_once('=').unwrap();
     let child = env
@@ -191,7 +192,7 @@ fn a_run_refused_during_its_set_up_leaves_no_process_and_no_cgroup() {
     // Its step directory (gate sockets, trust files, the staging mount point the zygote
     // built the root's base in) is removed too, not left for a later step to sweep.
     assert_eq!(
-        step_dirs_of(&env, pid),
+        step_dirs_of(&env, pid, since_ms),
         Vec::<PathBuf>::new(),
         "the refused run's step directory left"
     );
@@ -199,7 +200,7 @@ fn a_run_refused_during_its_set_up_leaves_no_process_and_no_cgroup() {
 
 /// The step directories of the envgit process `pid`: `PID-*` in any of the places steps keep
 /// them (`/dev/shm/envgit-*` and `$ENVGIT_HOME/rt-*`).
-fn step_dirs_of(env: &Env, pid: u32) -> Vec<PathBuf> {
+fn step_dirs_of(env: &Env, pid: u32, since_ms: u128) -> Vec<PathBuf> {
     let named = |dir: &Path, prefix: &str| -> Vec<PathBuf> {
         std::fs::read_dir(dir)
             .into_iter()
@@ -213,5 +214,23 @@ fn step_dirs_of(env: &Env, pid: u32) -> Vec<PathBuf> {
         .into_iter()
         .chain(named(&env.home, "rt-"))
         .flat_map(|base| named(&base, &format!("{pid}-")))
+        .filter(|dir| made_since(dir, since_ms))
         .collect()
+}
+
+/// A step directory is named `PID-MS`, MS when it was made: one made before the test began
+/// belongs to an earlier process that had the same PID (PIDs wrap), not to this run.
+fn made_since(dir: &Path, since_ms: u128) -> bool {
+    dir.file_name()
+        .and_then(|n| n.to_str())
+        .and_then(|n| n.split_once('-'))
+        .and_then(|(_, ms)| ms.parse::<u128>().ok())
+        .is_none_or(|ms| ms >= since_ms)
+}
+
+fn now_ms() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis()
 }

@@ -392,17 +392,32 @@ fn entries_starting(dirs: &[std::path::PathBuf], prefix: &str) -> Vec<std::path:
 
 /// The directories a running step of `pid` keeps its gate sockets and trust files in: on
 /// tmpfs (`/dev/shm/envgit-UID-*`) or, where there is none, under `$ENVGIT_HOME/rt-UID`.
-fn step_dirs_of(env: &Env, pid: u32) -> Vec<std::path::PathBuf> {
+/// Only those made since `since_ms` (a directory is named `PID-MS`): an older one belongs to
+/// an earlier process that had the same PID (PIDs wrap).
+fn step_dirs_of(env: &Env, pid: u32, since_ms: u128) -> Vec<std::path::PathBuf> {
     let uid = env.sh("id -u").ok().stdout.trim().to_owned();
     let mut bases = entries_starting(&["/dev/shm".into()], &format!("envgit-{uid}-"));
     bases.push(env.home.join(format!("rt-{uid}")));
     entries_starting(&bases, &format!("{pid}-"))
+        .into_iter()
+        .filter(|dir| {
+            dir.file_name()
+                .and_then(|n| n.to_str())
+                .and_then(|n| n.split_once('-'))
+                .and_then(|(_, ms)| ms.parse::<u128>().ok())
+                .is_none_or(|ms| ms >= since_ms)
+        })
+        .collect()
 }
 
 #[test]
 fn a_killed_runs_sockets_and_trust_files_are_removed_by_the_next_run() {
     let env = Env::new();
     env.init();
+    let since_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis();
     let mut child = env
         .cmd(&env.project)
         .args(["run", "sh", "-c", "touch started; sleep 60"])
@@ -413,7 +428,7 @@ fn a_killed_runs_sockets_and_trust_files_are_removed_by_the_next_run() {
         assert!(Instant::now() < deadline, "the step never started");
         std::thread::sleep(Duration::from_millis(20));
     }
-    let left = step_dirs_of(&env, child.id());
+    let left = step_dirs_of(&env, child.id(), since_ms);
     assert_eq!(left.len(), 1, "{left:?}");
     assert!(left[0].join("ca-bundle.pem").exists(), "{:?}", left[0]);
     child.kill().unwrap(); // SIGKILL: nothing of envgit cleans up
