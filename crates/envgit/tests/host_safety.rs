@@ -63,14 +63,6 @@ fn project() -> Env {
     env
 }
 
-/// The host's git commits: the hook it runs must be the user's, so no marker appears.
-fn host_commit_runs_no_planted_hook(env: &Env, marker: &std::path::Path) {
-    std::fs::write(env.path("a.txt"), "changed on the host\n").unwrap();
-    env.git(&env.project, &["add", "a.txt"]);
-    env.git(&env.project, &["commit", "-q", "-m", "host commit"]);
-    assert!(!marker.exists(), "the host ran a hook the agent wrote");
-}
-
 #[test]
 fn a_file_padded_past_the_size_limit_behind_a_renamed_parent_is_put_back() {
     let env = project();
@@ -106,7 +98,7 @@ fn a_file_padded_past_the_size_limit_behind_a_renamed_parent_is_put_back() {
             .any(|f| f == "protected_restored"),
         "{step}"
     );
-    host_commit_runs_no_planted_hook(&env, &marker);
+    env.host_commit_runs_no_planted_hook(&marker);
 }
 
 /// A step that ignores SIGTERM and SIGHUP plants a hook, then waits; the user's `kill` ends
@@ -154,7 +146,7 @@ fn ending_envgit_with_a_signal_still_puts_the_hook_back() {
         let step = &env.log_json()[0];
         assert_eq!(step["kind"], "run", "{step}");
         std::fs::remove_file(env.path("TAMPERED")).unwrap();
-        host_commit_runs_no_planted_hook(&env, &marker);
+        env.host_commit_runs_no_planted_hook(&marker);
     }
 }
 
@@ -216,7 +208,7 @@ fn git_files_that_redirect_or_write_through_are_put_back() {
         "{}",
         String::from_utf8_lossy(&status.stderr)
     );
-    host_commit_runs_no_planted_hook(&env, &marker);
+    env.host_commit_runs_no_planted_hook(&marker);
     assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious\n");
 }
 
@@ -261,5 +253,5 @@ fn after_a_kill_9_the_next_command_puts_back_and_records_the_step() {
         "the command is on the record: {last:#}"
     );
     std::fs::remove_file(env.path("TAMPERED")).unwrap();
-    host_commit_runs_no_planted_hook(&env, &marker);
+    env.host_commit_runs_no_planted_hook(&marker);
 }

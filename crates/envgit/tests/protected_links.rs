@@ -55,14 +55,6 @@ fn run_attack(env: &Env, attack: &str) -> support::Run {
     out
 }
 
-/// The host's git commits: the hook it runs must be the user's, so no marker appears.
-fn host_commit_runs_no_planted_hook(env: &Env, marker: &Path) {
-    std::fs::write(env.path("a.txt"), "changed on the host\n").unwrap();
-    env.git(&env.project, &["add", "a.txt"]);
-    env.git(&env.project, &["commit", "-q", "-m", "host commit"]);
-    assert!(!marker.exists(), "the host ran a hook the agent wrote");
-}
-
 #[test]
 fn a_hooks_directory_linked_into_the_project_keeps_the_users_hooks() {
     let env = project(|env| {
@@ -88,7 +80,7 @@ fn a_hooks_directory_linked_into_the_project_keeps_the_users_hooks() {
         "{}",
         out.stderr
     );
-    host_commit_runs_no_planted_hook(&env, &marker);
+    env.host_commit_runs_no_planted_hook(&marker);
 }
 
 #[test]
@@ -117,7 +109,7 @@ fn a_hook_linked_to_a_script_of_the_project_keeps_the_script() {
         "{}",
         out.stderr
     );
-    host_commit_runs_no_planted_hook(&env, &marker);
+    env.host_commit_runs_no_planted_hook(&marker);
 }
 
 /// Editor and agent configuration reached through a link: `.vscode` itself, and `.github`, a

@@ -109,6 +109,15 @@ impl Env {
         std::fs::read_to_string(self.path(rel)).unwrap()
     }
 
+    /// The host's git commits in the project (changing `a.txt`): the hook it runs must be the
+    /// user's, so `marker`, which a planted hook would write, does not appear.
+    pub fn host_commit_runs_no_planted_hook(&self, marker: &Path) {
+        std::fs::write(self.path("a.txt"), "changed on the host\n").unwrap();
+        self.git(&self.project, &["add", "a.txt"]);
+        self.git(&self.project, &["commit", "-q", "-m", "host commit"]);
+        assert!(!marker.exists(), "the host ran a hook the agent wrote");
+    }
+
     pub fn sh(&self, script: &str) -> Run {
         Run::from(
             Command::new("sh")
