@@ -27,7 +27,17 @@ impl Drop for Server {
 }
 
 fn server(mode: &str) -> Server {
-    let mut child = Command::new("python3")
+    server_logging(mode, None)
+}
+
+/// [`server`], appending each request's first line to `log` (`upgrade ` before it when the
+/// request asks for a WebSocket).
+fn server_logging(mode: &str, log: Option<&std::path::Path>) -> Server {
+    let mut command = Command::new("python3");
+    if let Some(log) = log {
+        command.env("TCP_WS_LOG", log);
+    }
+    let mut child = command
         .arg(support_script("tcp_and_ws.py"))
         .arg(mode)
         .stdout(Stdio::piped())
@@ -105,10 +115,18 @@ fn raw_tcp_passes_only_where_the_policy_says_raw() {
 
 #[test]
 fn websockets_are_judged_at_the_upgrade_and_allowed_only_where_marked() {
-    let s = server("ws");
+    let logs = tempfile::tempdir().unwrap();
+    let log = logs.path().join("requests.log");
+    let s = server_logging("ws", Some(&log));
     let plain = project(&format!("\"127.0.0.1:{}\"", s.1));
     let out = client(&plain, "ws", s.1);
     assert!(out.contains("status: HTTP/1.1 403"), "{out}");
+    // Refused at the gate: the server never saw the upgrade asked for.
+    let seen = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(
+        !seen.contains("upgrade "),
+        "the refused upgrade reached the server: {seen}"
+    );
     assert!(out.contains("rule gate.websocket"), "{out}");
     assert!(
         out.contains("websocket: true"),
@@ -121,6 +139,8 @@ fn websockets_are_judged_at_the_upgrade_and_allowed_only_where_marked() {
     ));
     let out = client(&ws, "ws", s.1);
     assert!(out.contains("status: HTTP/1.1 101"), "{out}");
+    let seen = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(seen.contains("upgrade GET /chat"), "{seen}");
     assert!(out.contains("got: ws:frame-bytes"), "{out}");
     let requests = last_requests(&ws);
     assert!(

@@ -3,7 +3,10 @@
 echo: a raw TCP server that answers each line with `echo: <line>` (not HTTP at all).
 ws:   an HTTP/1.1 server that upgrades `Upgrade: websocket` requests (RFC 6455 handshake)
       and then echoes raw bytes back, prefixed with `ws:`; plain requests get 200.
+      With TCP_WS_LOG set, appends each request's first line to that file, after `upgrade `
+      when it asks for a WebSocket: what reached the server, for a test to read.
 Prints its port, serves until killed."""
+import os
 import base64
 import hashlib
 import socketserver
@@ -31,7 +34,12 @@ class Handler(socketserver.StreamRequestHandler):
             if ":" in line:
                 k, v = line.split(":", 1)
                 headers[k.strip().lower()] = v.strip()
-        if headers.get("upgrade", "").lower() != "websocket":
+        upgrade = headers.get("upgrade", "").lower() == "websocket"
+        if os.environ.get("TCP_WS_LOG"):
+            with open(os.environ["TCP_WS_LOG"], "a") as log:
+                first = head.decode("latin-1").split("\r\n")[0]
+                log.write(("upgrade " if upgrade else "") + first + "\n")
+        if not upgrade:
             self.wfile.write(b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nok\n")
             return
         accept = base64.b64encode(
