@@ -280,7 +280,8 @@ fn as_the_owner_doctor_names_files_they_cannot_write() {
     chown_r(env.tmp.path(), &format!("{OWNER}:{OWNER}"));
     std::fs::create_dir_all(env.path("build")).unwrap();
     set_mode(&env.path("build"), 0o755);
-    let out = Command::new("setpriv")
+    let out = env
+        .cmd_of("setpriv", &env.project)
         .args([
             &format!("--reuid={OWNER}"),
             &format!("--regid={OWNER}"),
@@ -288,10 +289,6 @@ fn as_the_owner_doctor_names_files_they_cannot_write() {
         ])
         .arg(support::envgit_bin())
         .args(["doctor", "--json"])
-        .current_dir(&env.project)
-        .env("ENVGIT_HOME", &env.home)
-        .env("HOME", env.user_home())
-        .env("NO_COLOR", "1")
         .output()
         .unwrap();
     let d = Run::from(out);

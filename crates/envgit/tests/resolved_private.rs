@@ -10,8 +10,6 @@
 mod support;
 
 use std::path::Path;
-use std::process::Command;
-
 use support::{Env, envgit_bin};
 
 const HOSTS: &str = "127.0.0.1 localhost\n\
@@ -57,12 +55,9 @@ fn allowed_names_resolving_to_loopback_or_metadata_addresses_connect_nowhere() {
         ready = ready.display(),
         bin = envgit_bin(),
     );
-    let out = Command::new("unshare")
+    let out = env
+        .cmd_of("unshare", &env.project)
         .args(["-n", "-m", "sh", "-c", &script])
-        .current_dir(&env.project)
-        .env("ENVGIT_HOME", &env.home)
-        .env("HOME", env.user_home())
-        .env("NO_COLOR", "1")
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);

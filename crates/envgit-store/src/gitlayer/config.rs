@@ -15,7 +15,7 @@ pub type Entries = BTreeMap<String, Vec<Option<String>>>;
 /// Whether a change of `key` (as `git config --list` prints it) may reach the host.
 // One arm per family of keys reads as the list it is.
 #[allow(clippy::match_like_matches_macro)]
-pub fn allowed(key: &str) -> bool {
+fn allowed(key: &str) -> bool {
     let (section, rest) = key.split_once('.').unwrap_or((key, ""));
     let (sub, name) = match rest.rsplit_once('.') {
         Some((s, n)) => (Some(s), n),

@@ -57,7 +57,13 @@ impl Env {
     /// `envgit` run in `dir` with this test's store (`ENVGIT_HOME`) and this test's home
     /// (`HOME` = [`Env::user_home`]), never the runner's own.
     pub fn cmd(&self, dir: &Path) -> Command {
-        let mut c = Command::new(envgit_bin());
+        self.cmd_of(envgit_bin(), dir)
+    }
+
+    /// `program` in `dir` with the variables [`Env::cmd`] gives envgit: for a program that
+    /// runs envgit in turn (`unshare`, `setpriv`).
+    pub fn cmd_of(&self, program: &str, dir: &Path) -> Command {
+        let mut c = Command::new(program);
         c.current_dir(dir)
             .env("ENVGIT_HOME", &self.home)
             .env("HOME", self.user_home())
