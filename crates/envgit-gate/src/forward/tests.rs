@@ -481,4 +481,5 @@ async fn a_chunked_body_on_a_get_arrives() {
     assert!(seen.ends_with("\r\n\r\n5\r\nhello\r\n0\r\n\r\n"), "{seen}");
 }
 
+mod h2_downgrade;
 mod prop;
