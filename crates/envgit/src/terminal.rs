@@ -5,20 +5,27 @@
 //! terminal. The relay also lets envgit itself ask the person on its own terminal when a
 //! request is held (`ask`): the question is printed there and the next key answers it (`y`
 //! lets the request out, anything else refuses it), through the same control socket
-//! `envgit approve` uses.
+//! `envgit approve` uses. While a question is open the command's output is held back and shown
+//! once it closes (however it closes: here, from another terminal, or by the timeout): a
+//! command that keeps printing could otherwise erase the question and draw one of its own
+//! over it, and the person's `y` would let out a request they never saw. The question comes
+//! with the terminal's attributes reset, so text the command made invisible does not hide it.
 //!
 //! The real terminal is put in raw mode while the command runs, as `ssh -t` does: Ctrl-C and
 //! Ctrl-Z travel as bytes to the command's pty, whose line discipline signals the command's
 //! foreground job (a shell's job control works inside). When the real terminal is resized
 //! (SIGWINCH), the pty gets the new size, and the kernel tells the command.
 
+use std::future::Future;
 use std::io::{Read, Write};
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::PathBuf;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::task::{Context, Poll};
 
-use envgit_gate::{Approver, AskFuture, ControlOp, PendingAsk, answered_over_control};
+use envgit_gate::{Answer, Approver, AskFuture, ControlOp, PendingAsk, answered_over_control};
 
 use crate::signal_watch::SignalWatch;
 use rustix::termios::{OptionalActions, Termios};
@@ -29,7 +36,7 @@ pub struct PtyRelay {
     master: Option<OwnedFd>,
     /// The real terminal's modes: the pty starts with them, and they are put back at the end.
     saved: Termios,
-    asks: Arc<Mutex<Vec<PendingAsk>>>,
+    screen: Arc<Screen>,
     stop: Arc<AtomicBool>,
     output: Mutex<Option<std::thread::JoinHandle<()>>>,
     /// Passes window sizes on until dropped.
@@ -48,7 +55,7 @@ impl PtyRelay {
         Some(PtyRelay {
             master: None,
             saved,
-            asks: Arc::default(),
+            screen: Arc::default(),
             stop: Arc::default(),
             output: Mutex::default(),
             resize: Mutex::default(),
@@ -58,7 +65,7 @@ impl PtyRelay {
     /// The approver that asks on this terminal (the gate's requests while the command runs).
     pub fn prompt(&self) -> TerminalPrompt {
         TerminalPrompt {
-            asks: Arc::clone(&self.asks),
+            screen: Arc::clone(&self.screen),
         }
     }
 
@@ -78,7 +85,7 @@ impl PtyRelay {
         let mut to_pty = std::fs::File::from(master.try_clone()?);
         let mut from_pty = std::fs::File::from(master.try_clone()?);
         self.master = Some(master);
-        let asks = Arc::clone(&self.asks);
+        let screen = Arc::clone(&self.screen);
         let stop = Arc::clone(&self.stop);
         std::thread::Builder::new()
             .name("envgit-pty-in".into())
@@ -93,17 +100,17 @@ impl PtyRelay {
                         Ok(n) => n,
                     };
                     let mut rest = &byte[..n];
-                    let open = asks.lock().unwrap_or_else(|p| p.into_inner()).pop();
-                    if let Some(ask) = open {
-                        let yes = matches!(rest.first(), Some(b'y' | b'Y'));
+                    let yes = matches!(rest.first(), Some(b'y' | b'Y'));
+                    if let Some(ask) = screen.take_answer(yes) {
                         rest = &rest[1..];
-                        answer(&control_socket, &ask, yes);
+                        answer(&control_socket, &screen, &ask, yes);
                     }
                     if !rest.is_empty() && to_pty.write_all(rest).is_err() {
                         return;
                     }
                 }
             })?;
+        let screen = Arc::clone(&self.screen);
         let output = std::thread::Builder::new()
             .name("envgit-pty-out".into())
             .spawn(move || {
@@ -115,8 +122,7 @@ impl PtyRelay {
                         Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                         Ok(0) | Err(_) => return,
                         Ok(n) => {
-                            let mut out = std::io::stdout().lock();
-                            if out.write_all(&buf[..n]).and_then(|()| out.flush()).is_err() {
+                            if screen.show_or_hold(&buf[..n]).is_err() {
                                 return;
                             }
                         }
@@ -151,6 +157,8 @@ impl PtyRelay {
     pub fn finish(&self) {
         self.stop.store(true, Ordering::Relaxed);
         drop(self.resize.lock().unwrap_or_else(|p| p.into_inner()).take());
+        // Nothing is held back once the command is over, whatever is still open.
+        self.screen.release_all();
         if let Some(output) = self.output.lock().unwrap_or_else(|p| p.into_inner()).take() {
             let _ = output.join();
         }
@@ -163,24 +171,151 @@ impl PtyRelay {
 /// Asks on envgit's own terminal: the question is printed there and the next key answers it,
 /// over the control socket (see [`PtyRelay::start`]).
 pub struct TerminalPrompt {
-    asks: Arc<Mutex<Vec<PendingAsk>>>,
+    screen: Arc<Screen>,
 }
 
 impl Approver for TerminalPrompt {
     fn ask<'a>(&'a self, ask: &'a PendingAsk) -> AskFuture<'a> {
-        // Open before it is shown: a key pressed the moment the question appears answers it.
-        self.asks
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(ask.clone());
+        {
+            // Open before it is shown: a key pressed the moment the question appears answers
+            // it. From here the command's output is held back.
+            let mut state = self.screen.lock();
+            state.open.push(ask.clone());
+            let mut out = std::io::stdout().lock();
+            let _ = write!(
+                out,
+                "{RESET}\r\nenvgit: let {} {}{} out? (rule {}) {}\r\n  [y/N] ",
+                ask.method, ask.host, ask.path, ask.rule, ask.summary
+            );
+            let _ = out.flush();
+        }
+        Box::pin(OpenQuestion {
+            answer: answered_over_control(),
+            screen: Arc::clone(&self.screen),
+            id: ask.id,
+        })
+    }
+}
+
+/// Every attribute back to the terminal's default (`SGR 0`): no invisible, blinking or
+/// same-colour-as-the-background text for the question.
+const RESET: &str = "\x1b[0m";
+
+/// How much of the command's output is held while a question is open; past it the command
+/// waits to write, as it would on a slow terminal.
+const HOLD_MAX: usize = 1 << 20;
+
+/// What the relay shows on the real terminal, and holds back while a question is open.
+#[derive(Default)]
+struct Screen {
+    state: Mutex<ScreenState>,
+    /// Signalled when the held output has been shown.
+    room: Condvar,
+}
+
+#[derive(Default)]
+struct ScreenState {
+    /// The questions open on this terminal; a key answers the last one not yet answered.
+    open: Vec<PendingAsk>,
+    /// How the person answered here, by ask id, until the question closes.
+    answered: Vec<(u64, bool)>,
+    /// The command's output that came while a question was open.
+    held: Vec<u8>,
+    /// The command is over: nothing is held any more.
+    released: bool,
+}
+
+impl Screen {
+    fn lock(&self) -> MutexGuard<'_, ScreenState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The command's `bytes`: shown now, or held while a question is open (waiting for room
+    /// when the hold is full). `Err` when the real terminal is gone.
+    fn show_or_hold(&self, bytes: &[u8]) -> std::io::Result<()> {
+        let mut state = self.lock();
+        while state.holding() && state.held.len() >= HOLD_MAX {
+            state = self.room.wait(state).unwrap_or_else(|p| p.into_inner());
+        }
+        if state.holding() {
+            state.held.extend_from_slice(bytes);
+            return Ok(());
+        }
         let mut out = std::io::stdout().lock();
-        let _ = write!(
-            out,
-            "\r\nenvgit: let {} {}{} out? (rule {}) {}\r\n  [y/N] ",
-            ask.method, ask.host, ask.path, ask.rule, ask.summary
-        );
+        out.write_all(bytes).and_then(|()| out.flush())
+    }
+
+    /// The question a key answers (the last open one not answered here yet), marked answered.
+    fn take_answer(&self, yes: bool) -> Option<PendingAsk> {
+        let mut state = self.lock();
+        let ask = state
+            .open
+            .iter()
+            .rev()
+            .find(|a| !state.answered.iter().any(|(id, _)| *id == a.id))?
+            .clone();
+        state.answered.push((ask.id, yes));
+        Some(ask)
+    }
+
+    /// Question `id` closed (answered anywhere, or timed out): says how, and once no question
+    /// is open shows what the command wrote meanwhile.
+    fn close(&self, id: u64) {
+        let mut state = self.lock();
+        let Some(at) = state.open.iter().position(|a| a.id == id) else {
+            return;
+        };
+        state.open.remove(at);
+        let how = match state.answered.iter().position(|(a, _)| *a == id) {
+            Some(i) if state.answered.remove(i).1 => "y: let out",
+            Some(_) => "n: refused",
+            None => "envgit: the question was answered elsewhere or timed out",
+        };
+        let mut out = std::io::stdout().lock();
+        let _ = write!(out, "{how}\r\n");
+        if !state.holding() {
+            let _ = out.write_all(&std::mem::take(&mut state.held));
+        }
         let _ = out.flush();
-        answered_over_control()
+        self.room.notify_all();
+    }
+
+    /// Shows everything held and holds nothing from now on.
+    fn release_all(&self) {
+        let mut state = self.lock();
+        state.released = true;
+        let mut out = std::io::stdout().lock();
+        let _ = out.write_all(&std::mem::take(&mut state.held));
+        let _ = out.flush();
+        self.room.notify_all();
+    }
+}
+
+impl ScreenState {
+    fn holding(&self) -> bool {
+        !self.open.is_empty() && !self.released
+    }
+}
+
+/// An open question's answer: the gate drops it when the question closes, however it closes,
+/// and then the terminal shows how and what was held back.
+struct OpenQuestion<'a> {
+    answer: AskFuture<'a>,
+    screen: Arc<Screen>,
+    id: u64,
+}
+
+impl Future for OpenQuestion<'_> {
+    type Output = Answer;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Answer> {
+        self.answer.as_mut().poll(cx)
+    }
+}
+
+impl Drop for OpenQuestion<'_> {
+    fn drop(&mut self) {
+        self.screen.close(self.id);
     }
 }
 
@@ -190,19 +325,20 @@ impl Drop for PtyRelay {
     }
 }
 
-fn answer(control_socket: &std::path::Path, ask: &PendingAsk, yes: bool) {
+/// Sends the person's answer to `ask`; the line saying it is printed when the question
+/// closes ([`Screen::close`]). A failure is said at once and the question stays open.
+fn answer(control_socket: &std::path::Path, screen: &Screen, ask: &PendingAsk, yes: bool) {
     // The gate records who answered from the connection (envgit itself: this terminal).
     let req = if yes {
         ControlOp::Approve { id: Some(ask.id) }
     } else {
         ControlOp::Deny { id: Some(ask.id) }
     };
-    let said = if yes { "y: let out" } else { "n: refused" };
-    let sent = envgit_gate::control_request(control_socket, req);
-    let mut out = std::io::stdout().lock();
-    let _ = match sent {
-        Ok(_) => write!(out, "{said}\r\n"),
-        Err(e) => write!(out, "envgit: could not answer: {e}\r\n"),
-    };
-    let _ = out.flush();
+    if let Err(e) = envgit_gate::control_request(control_socket, req) {
+        let mut state = screen.lock();
+        state.answered.retain(|(id, _)| *id != ask.id);
+        let mut out = std::io::stdout().lock();
+        let _ = write!(out, "envgit: could not answer: {e}\r\n  [y/N] ");
+        let _ = out.flush();
+    }
 }

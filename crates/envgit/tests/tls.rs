@@ -636,6 +636,11 @@ impl World {
     /// `envgit run` on a pseudo-terminal (as from a person's terminal) that answers `answer`
     /// when envgit asks; what the terminal showed.
     fn run_on_terminal(&self, answer: &str, script: &str) -> String {
+        self.run_on_terminal_with(answer, script, &[])
+    }
+
+    /// [`World::run_on_terminal`] with `pty_run.py`'s own variables.
+    fn run_on_terminal_with(&self, answer: &str, script: &str, vars: &[(&str, &str)]) -> String {
         let ca = self.certs.join("ca.pem");
         let mut cmd = Command::new("python3");
         cmd.arg(support_script("pty_run.py"))
@@ -649,10 +654,54 @@ impl World {
             .current_dir(&self.env.project)
             .env("ENVGIT_HOME", &self.env.home)
             .env("NO_COLOR", "1")
+            .envs(vars.iter().copied())
             .output()
             .unwrap();
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
+}
+
+/// A command cannot answer for the person by drawing over envgit's question. While a request
+/// waits for an answer on the terminal, the command's output is held back (and shown after the
+/// answer, nothing lost); and the question comes with the terminal's attributes reset, so text
+/// the command made invisible (`ESC[8m`) does not hide it. Here the command keeps erasing the
+/// line above and printing a question of its own, and the person answers only once it has
+/// printed three more of them after envgit's appeared.
+#[test]
+fn while_envgit_asks_on_a_terminal_the_command_cannot_draw_over_the_question() {
+    let w = world_asking();
+    w.run(CLONE).ok();
+    let before = w.remote_head();
+    let script = format!(
+        "printf '\\033[8m'; ( {COMMIT} && git push -q origin HEAD:main; echo done > ../push-done ) & \
+         n=0; while [ ! -e push-done ] && [ $n -lt 3000 ]; do n=$((n+1)); \
+         printf '\\r\\033[2K\\033[1ASPOOF-%d install the dependencies? (y/n) ' $n; \
+         echo $n > spoof-count.tmp && mv spoof-count.tmp spoof-count; sleep 0.02; done; wait"
+    );
+    let count = w.env.project.join("spoof-count");
+    let after = format!("{}:3", count.display());
+    let shown = w.run_on_terminal_with("n", &script, &[("PTY_ANSWER_AFTER", &after)]);
+    let asked = shown
+        .find("envgit: let ")
+        .unwrap_or_else(|| panic!("no question: {shown}"));
+    let answered = shown
+        .find("n: refused")
+        .unwrap_or_else(|| panic!("no answer: {shown}"));
+    assert!(
+        !shown[asked..answered].contains("SPOOF"),
+        "the command drew over the question: {:?}",
+        &shown[asked..answered]
+    );
+    assert!(
+        shown[..asked].ends_with("\x1b[0m\r\n"),
+        "the question came in the command's attributes: {:?}",
+        &shown[asked.saturating_sub(40)..asked + 20]
+    );
+    assert!(
+        shown[answered..].contains("SPOOF-"),
+        "the held output was lost: {shown}"
+    );
+    assert_eq!(w.remote_head(), before);
 }
 
 #[test]
@@ -696,6 +745,33 @@ fn on_a_terminal_envgit_asks_there_and_the_command_never_holds_the_real_terminal
     assert!(!shown.contains("EXIT=0"), "{shown}");
     assert!(shown.contains("n: refused"), "{shown}");
     assert_eq!(w.remote_head(), after);
+}
+
+/// However the question closes (here nobody answers and the ask times out), the terminal says
+/// so and shows what the command wrote meanwhile: nothing stays held back.
+#[test]
+fn a_question_that_times_out_on_a_terminal_gives_the_held_output_back() {
+    let w = world_asking();
+    let yaml = w.env.read("envgit.yaml");
+    w.env.write(
+        "envgit.yaml",
+        &format!("{yaml}\napprovers:\n  timeout: 1\n"),
+    );
+    w.run(CLONE).ok();
+    let before = w.remote_head();
+    let script = format!(
+        "( {COMMIT} && git push -q origin HEAD:main; echo done > ../push-done ) & \
+         n=0; while [ ! -e push-done ] && [ $n -lt 3000 ]; do n=$((n+1)); \
+         echo WHILE-ASKED-$n; sleep 0.02; done; wait; echo THE-END"
+    );
+    // The answer waits for text that never comes: nobody answers.
+    let shown = w.run_on_terminal_with("n", &script, &[("PTY_ANSWER_AFTER", "/nonexistent:1")]);
+    let closed = shown
+        .find("the question was answered elsewhere or timed out")
+        .unwrap_or_else(|| panic!("the question never closed: {shown}"));
+    assert!(shown[closed..].contains("WHILE-ASKED-"), "{shown}");
+    assert!(shown[closed..].contains("THE-END"), "{shown}");
+    assert_eq!(w.remote_head(), before);
 }
 
 #[test]

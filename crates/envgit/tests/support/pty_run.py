@@ -3,7 +3,9 @@ tests: when EXPECT appears in what the terminal shows, types ANSWER. Prints the 
 name and identity (`st_dev:st_ino`, which a command can compare with `stat -L -c %d:%i
 /proc/self/fd/0`: names repeat across devpts instances, identities do not), everything shown,
 and the exit code. Bounded to 120 s. With PTY_RESIZE=MARK:ROWS:COLS,
-resizes the terminal (as a person dragging the window) once MARK appears.
+resizes the terminal (as a person dragging the window) once MARK appears. With
+PTY_ANSWER_AFTER=FILE:N, types ANSWER only once the number the command keeps in FILE has grown
+by N since EXPECT appeared (the command went on writing while the question was open).
 Usage: pty_run.py EXPECT ANSWER -- CMD ARGS..."""
 import fcntl
 import os
@@ -32,9 +34,25 @@ os.close(slave)
 resize = os.environ.get("PTY_RESIZE")
 shown = b""
 answered = False
+answer_after = os.environ.get("PTY_ANSWER_AFTER")
+counted_from = None
+
+
+def count():
+    try:
+        with open(answer_after.rsplit(":", 1)[0]) as f:
+            return int(f.read().strip() or 0)
+    except (OSError, ValueError):
+        return 0
+
+
 deadline = time.time() + 120
 while time.time() < deadline:
-    ready, _, _ = select.select([master], [], [], 1)
+    waiting = answer_after and counted_from is not None and not answered
+    ready, _, _ = select.select([master], [], [], 0.01 if waiting else 1)
+    if waiting and count() >= counted_from + int(answer_after.rsplit(":", 1)[1]):
+        os.write(master, answer)
+        answered = True
     if master not in ready:
         continue
     try:
@@ -45,8 +63,11 @@ while time.time() < deadline:
         break
     shown += data
     if not answered and expect in shown:
-        os.write(master, answer)
-        answered = True
+        if not answer_after:
+            os.write(master, answer)
+            answered = True
+        elif counted_from is None:
+            counted_from = count()
     if resize:
         mark, rows, cols = resize.split(":")
         if mark.encode() in shown:
