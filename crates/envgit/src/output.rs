@@ -1,12 +1,42 @@
 //! Printing: envgit's own messages on stderr, data on stdout; colour only on a terminal and
 //! never with NO_COLOR.
 
+use std::borrow::Cow;
 use std::io::IsTerminal;
 
 use envgit_store::{ChangeKind, Step, StepFlag};
 
 fn colour_on(stream_is_tty: bool) -> bool {
     stream_is_tty && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
+}
+
+/// Text from a step (a file name, a command line, a directory, a note: the agent's text) as a
+/// terminal may be given it. A terminal acts on control characters (`ESC]52;…` writes the
+/// clipboard, `ESC[2K` erases a line envgit printed, a newline forges one), so each is shown
+/// escaped, as git quotes such paths: `\x1b`, `\n`, `\u{9b}` for C1. Everything else is kept.
+pub fn escape_controls(text: &str) -> Cow<'_, str> {
+    escaped(text, true)
+}
+
+/// [`escape_controls`] but for newlines, which envgit's own messages use: the sink of every
+/// message on stderr, so a path named in one never reaches the terminal raw.
+fn escaped(text: &str, newlines_too: bool) -> Cow<'_, str> {
+    let kept = |c: char| !c.is_control() || (c == '\n' && !newlines_too);
+    if text.chars().all(kept) {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        match c {
+            c if kept(c) => out.push(c),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if c.is_ascii() => out.push_str(&format!("\\x{:02x}", c as u32)),
+            c => out.push_str(&format!("\\u{{{:x}}}", c as u32)),
+        }
+    }
+    Cow::Owned(out)
 }
 
 pub struct Style {
@@ -72,16 +102,16 @@ fn line(text: &str) {
 
 pub fn error(msg: &str) {
     let s = Style::stderr();
-    line(&format!("{} {msg}", s.red("envgit:")));
+    line(&format!("{} {}", s.red("envgit:"), escaped(msg, false)));
 }
 
 pub fn warn(msg: &str) {
     let s = Style::stderr();
-    line(&format!("{} {msg}", s.yellow("warning:")));
+    line(&format!("{} {}", s.yellow("warning:"), escaped(msg, false)));
 }
 
 pub fn note(msg: &str) {
-    line(msg);
+    line(&escaped(msg, false));
 }
 
 pub fn json<T: serde::Serialize>(value: &T) -> std::io::Result<()> {
@@ -163,7 +193,7 @@ pub fn changed_files(step: &Step) -> String {
             ChangeKind::Modified => "",
             ChangeKind::Deleted => "-",
         };
-        parts.push(format!("{sign}{}", c.path));
+        parts.push(format!("{sign}{}", escape_controls(&c.path)));
     }
     let rest = (outside.len() - shown) as u64 + unnamed;
     if rest > 0 {

@@ -14,13 +14,7 @@ fn named(files: &[(String, u64)]) -> String {
     let mut parts: Vec<String> = files
         .iter()
         .take(NAMED)
-        .map(|(p, size)| {
-            let p: String = p
-                .chars()
-                .map(|c| if c.is_control() { '?' } else { c })
-                .collect();
-            format!("{p} ({})", output::size(*size))
-        })
+        .map(|(p, size)| format!("{} ({})", output::escape_controls(p), output::size(*size)))
         .collect();
     if files.len() > NAMED {
         let rest: u64 = files[NAMED..].iter().map(|(_, s)| s).sum();

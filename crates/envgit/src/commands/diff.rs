@@ -54,10 +54,15 @@ pub fn run(dir: Option<&Path>, args: &DiffArgs) -> CmdResult<ExitCode> {
                 envgit_store::ChangeKind::Modified => "M",
                 envgit_store::ChangeKind::Deleted => "D",
             };
-            out.push_str(&format!("{sign} {}\n", c.path));
+            out.push_str(&format!("{sign} {}\n", output::escape_controls(&c.path)));
             continue;
         }
-        out.push_str(&entry_diff(&store, e, &c.path, &style)?);
+        out.push_str(&entry_diff(
+            &store,
+            e,
+            &output::escape_controls(&c.path),
+            &style,
+        )?);
     }
     crate::pager::page(&out)?;
     Ok(ExitCode::SUCCESS)

@@ -42,7 +42,7 @@ pub fn line(step: &Step, style: &Style) -> String {
         "{}  {:<7} {}",
         style.bold(&format!("{:>4}", step.number)),
         step.kind.as_str(),
-        step.summary
+        output::escape_controls(&step.summary)
     );
     if let Some(code) = step.exit_code.filter(|c| *c != 0) {
         l.push_str(&style.red(&format!(" (exit {code})")));
@@ -82,10 +82,13 @@ pub fn detail(step: &Step, style: &Style) -> String {
         ),
     );
     if let Some(cmd) = &step.command {
-        push(&mut d, format!("command: {}", cmd.join(" ")));
+        push(
+            &mut d,
+            format!("command: {}", output::escape_controls(&cmd.join(" "))),
+        );
     }
     if let Some(cwd) = &step.cwd {
-        push(&mut d, format!("in: {cwd}"));
+        push(&mut d, format!("in: {}", output::escape_controls(cwd)));
     }
     if let Some(code) = step.exit_code {
         push(&mut d, format!("exit code: {code}"));
@@ -102,11 +105,7 @@ pub fn detail(step: &Step, style: &Style) -> String {
     }
     for n in &step.notes {
         // One line each, whatever the note holds.
-        let n: String = n
-            .chars()
-            .map(|c| if c.is_control() { ' ' } else { c })
-            .collect();
-        push(&mut d, format!("note: {n}"));
+        push(&mut d, format!("note: {}", output::escape_controls(n)));
     }
     let t = &step.changes_total;
     push(
@@ -125,7 +124,10 @@ pub fn detail(step: &Step, style: &Style) -> String {
             envgit_store::ChangeKind::Modified => "~".into(),
             envgit_store::ChangeKind::Deleted => style.red("-"),
         };
-        push(&mut d, format!("  {sign} {}", c.path));
+        push(
+            &mut d,
+            format!("  {sign} {}", output::escape_controls(&c.path)),
+        );
     }
     if step.changes_truncated {
         push(
@@ -141,7 +143,13 @@ pub fn detail(step: &Step, style: &Style) -> String {
             .unwrap_or_default();
         push(
             &mut d,
-            format!("{} {} {}{}{rule}", r.decision, r.method, r.host, r.path),
+            format!(
+                "{} {} {}{}{rule}",
+                r.decision,
+                r.method,
+                output::escape_controls(&r.host),
+                output::escape_controls(&r.path)
+            ),
         );
     }
     // Refused requests are already listed above; other refusals (files, commands) are not.
@@ -157,13 +165,23 @@ pub fn detail(step: &Step, style: &Style) -> String {
     {
         push(
             &mut d,
-            style.red(&format!("denied {} rule={}", r.what, r.rule)),
+            style.red(&format!(
+                "denied {} rule={}",
+                output::escape_controls(&r.what),
+                r.rule
+            )),
         );
     }
     for a in &step.approvals {
         push(
             &mut d,
-            format!("{} {} rule={} by {}", a.answer, a.what, a.rule, a.approver),
+            format!(
+                "{} {} rule={} by {}",
+                a.answer,
+                output::escape_controls(&a.what),
+                a.rule,
+                output::escape_controls(&a.approver)
+            ),
         );
     }
     d

@@ -280,12 +280,12 @@ impl Skipped {
 
     fn shown(&self) -> String {
         // Display paths as the user sees them: the known excluded directories with their `/`.
-        let p: String = self
-            .path
-            .chars()
-            .map(|c| if c.is_control() { '?' } else { c })
-            .collect();
-        if self.excluded { format!("{p}/") } else { p }
+        let p = crate::output::escape_controls(&self.path);
+        if self.excluded {
+            format!("{p}/")
+        } else {
+            p.into_owned()
+        }
     }
 
     /// `envgit: node_modules/ is excluded and was not restored: run npm install`
