@@ -458,7 +458,7 @@ fn exec_command(
     let _ = sys::set_ignored(libc::SIGQUIT, false);
     rustix::process::setsid().map_err(call("setsid"))?;
     if let Some(slave) = terminal {
-        console::take_as_controlling(slave)?;
+        console::take_as_controlling(slave, spec.terminal_stdio)?;
     }
     drop_capabilities(spec)?;
     rustix::thread::set_no_new_privs(true).map_err(call("no_new_privs"))?;

@@ -154,11 +154,18 @@ impl Console {
 }
 
 /// The worker, a session leader with no terminal yet: the slave becomes its controlling
-/// terminal and its standard input, output and error.
-pub(crate) fn take_as_controlling(slave: OwnedFd) -> Result<(), ConsoleError> {
+/// terminal and those of its standard input, output and error that `stdio` names (the ones
+/// that were a terminal on envgit's side; the others stay as envgit passed them).
+pub(crate) fn take_as_controlling(slave: OwnedFd, stdio: [bool; 3]) -> Result<(), ConsoleError> {
     rustix::process::ioctl_tiocsctty(&slave).map_err(pty("TIOCSCTTY"))?;
-    rustix::stdio::dup2_stdin(&slave).map_err(pty("terminal as stdin"))?;
-    rustix::stdio::dup2_stdout(&slave).map_err(pty("terminal as stdout"))?;
-    rustix::stdio::dup2_stderr(&slave).map_err(pty("terminal as stderr"))?;
+    if stdio[0] {
+        rustix::stdio::dup2_stdin(&slave).map_err(pty("terminal as stdin"))?;
+    }
+    if stdio[1] {
+        rustix::stdio::dup2_stdout(&slave).map_err(pty("terminal as stdout"))?;
+    }
+    if stdio[2] {
+        rustix::stdio::dup2_stderr(&slave).map_err(pty("terminal as stderr"))?;
+    }
     Ok(())
 }

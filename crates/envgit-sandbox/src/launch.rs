@@ -3,7 +3,7 @@
 //! failed (exit 125 with a message) or the command ran.
 
 use std::io::{Read, Write};
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 
@@ -106,12 +106,20 @@ pub fn spawn_on(exe: &Path, spec: &Spec, terminal: bool) -> std::io::Result<Sand
         .env(ERR_FD_ENV, err_w.as_raw_fd().to_string());
     if let Some((_, theirs)) = &console {
         inheritable(theirs, true)?;
-        // The sandbox never holds envgit's real terminal, not even before the command starts.
+        // The sandbox never holds envgit's real terminal, not even before the command starts:
+        // the streams that are one get the console inside; a pipe or a file stays.
+        let terminal_or = |fd: BorrowedFd<'_>| {
+            if rustix::termios::isatty(fd) {
+                Stdio::null()
+            } else {
+                Stdio::inherit()
+            }
+        };
         command
             .env(CONSOLE_FD_ENV, theirs.as_raw_fd().to_string())
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null());
+            .stdin(terminal_or(rustix::stdio::stdin()))
+            .stdout(terminal_or(rustix::stdio::stdout()))
+            .stderr(terminal_or(rustix::stdio::stderr()));
     }
     let child = command.spawn();
     drop(spec_r);

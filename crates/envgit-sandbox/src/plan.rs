@@ -562,6 +562,7 @@ pub fn plan(input: PlanInput<'_>) -> Spec {
         project: input.project.to_path_buf(),
         cgroups: Vec::new(),
         nproc: 0,
+        terminal_stdio: [true; 3],
         home,
         git: None,
         writable,

@@ -59,6 +59,15 @@ pub struct Spec {
     /// files the CA variables name.
     #[serde(default)]
     pub run_files: Vec<(String, PathBuf)>,
+    /// When the command gets a terminal of its own (a console socket), which of its standard
+    /// input, output and error are that terminal: those that were a terminal on envgit's side.
+    /// The others are envgit's own (a pipe, a file), never the person's terminal.
+    #[serde(default = "every_stdio")]
+    pub terminal_stdio: [bool; 3],
+}
+
+fn every_stdio() -> [bool; 3] {
+    [true; 3]
 }
 
 /// The part of a spec's view no step's command shapes: where the new root is built, the

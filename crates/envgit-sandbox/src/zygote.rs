@@ -375,8 +375,9 @@ fn wait_for_channels(socket: OwnedFd, parent: rustix::process::Pid) -> ! {
     })
 }
 
-/// With a console, the sandbox holds nothing of envgit's terminal: its standard streams are
-/// `/dev/null`, as a re-executed one gets.
+/// With a console, the sandbox holds nothing of envgit's terminal: each of its standard
+/// streams that is a terminal becomes `/dev/null` (the command gets the console there), as in
+/// a re-executed one; a pipe or a file stays, for the command.
 fn detach_from_envgits_terminal() -> bool {
     let Ok(null) = rustix::fs::open(
         "/dev/null",
@@ -385,9 +386,12 @@ fn detach_from_envgits_terminal() -> bool {
     ) else {
         return false;
     };
-    rustix::stdio::dup2_stdin(null.as_fd()).is_ok()
-        && rustix::stdio::dup2_stdout(null.as_fd()).is_ok()
-        && rustix::stdio::dup2_stderr(null.as_fd()).is_ok()
+    let is_terminal = |fd| rustix::termios::isatty(fd);
+    (!is_terminal(rustix::stdio::stdin()) || rustix::stdio::dup2_stdin(null.as_fd()).is_ok())
+        && (!is_terminal(rustix::stdio::stdout())
+            || rustix::stdio::dup2_stdout(null.as_fd()).is_ok())
+        && (!is_terminal(rustix::stdio::stderr())
+            || rustix::stdio::dup2_stderr(null.as_fd()).is_ok())
 }
 
 #[cfg(test)]

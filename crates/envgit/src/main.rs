@@ -24,6 +24,7 @@ mod signal_watch;
 mod step;
 mod supervisor;
 mod terminal;
+mod terminal_filter;
 mod timings;
 mod ui;
 mod upstreams;

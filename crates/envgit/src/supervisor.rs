@@ -623,7 +623,8 @@ pub(crate) fn run_sandboxed(
         approvals: crate::approvers::approval_config(
             project,
             gate_dir,
-            pty.as_ref().filter(|_| project.policy.approvers.terminal),
+            pty.as_ref()
+                .filter(|p| project.policy.approvers.terminal && p.can_ask()),
         )?,
         credentials,
         reserved_ports: Some(crate::ui::port_registry::dir()?),
@@ -709,6 +710,9 @@ pub(crate) fn run_sandboxed(
     spec.file_overrides.extend(extras.file_overrides);
     spec.file_overrides.extend(hidden.file_overrides);
     spec.git = extras.git.as_deref().map(crate::git_layer::overlay);
+    if let Some(pty) = &pty {
+        spec.terminal_stdio = pty.stdio();
+    }
     run_as.fit(&mut spec, step_dirs)?;
     if let (Some(tx), Some(note)) = (&extras.step_notes, &run_as.note) {
         let _ = tx.send(note.clone());

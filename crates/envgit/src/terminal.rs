@@ -10,6 +10,8 @@
 //! command that keeps printing could otherwise erase the question and draw one of its own
 //! over it, and the person's `y` would let out a request they never saw. The question comes
 //! with the terminal's attributes reset, so text the command made invisible does not hide it.
+//! What the command writes goes through [`TerminalFilter`]: sequences that act on the host
+//! (the clipboard, file transfers, a multiplexer's passthrough) never reach the real terminal.
 //!
 //! The real terminal is put in raw mode while the command runs, as `ssh -t` does: Ctrl-C and
 //! Ctrl-Z travel as bytes to the command's pty, whose line discipline signals the command's
@@ -18,7 +20,7 @@
 
 use std::future::Future;
 use std::io::{Read, Write};
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{BorrowedFd, OwnedFd};
 use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -28,6 +30,7 @@ use std::task::{Context, Poll};
 use envgit_gate::{Answer, Approver, AskFuture, ControlOp, PendingAsk, answered_over_control};
 
 use crate::signal_watch::SignalWatch;
+use crate::terminal_filter::TerminalFilter;
 use rustix::termios::{OptionalActions, Termios};
 
 /// A pseudo-terminal between the real terminal and the sandbox.
@@ -36,6 +39,9 @@ pub struct PtyRelay {
     master: Option<OwnedFd>,
     /// The real terminal's modes: the pty starts with them, and they are put back at the end.
     saved: Termios,
+    /// Which of envgit's standard input, output and error are the terminal: those become the
+    /// pty inside; the others (a pipe, a file) are passed as they are.
+    stdio: [bool; 3],
     screen: Arc<Screen>,
     stop: Arc<AtomicBool>,
     output: Mutex<Option<std::thread::JoinHandle<()>>>,
@@ -43,23 +49,48 @@ pub struct PtyRelay {
     resize: Mutex<Option<SignalWatch>>,
 }
 
+/// envgit's standard input (0), output (1) or error (2).
+fn std_fd(i: usize) -> BorrowedFd<'static> {
+    match i {
+        0 => rustix::stdio::stdin(),
+        1 => rustix::stdio::stdout(),
+        _ => rustix::stdio::stderr(),
+    }
+}
+
 impl PtyRelay {
-    /// A relay when standard input and output are both terminals; `None` otherwise (pipes, as
-    /// under an agent: nothing to protect and nobody to ask).
+    /// A relay when any of standard input, output or error is a terminal: the command never
+    /// gets the real one, whichever it is. `None` with no terminal at all (pipes, as under an
+    /// agent: nothing to protect and nobody to ask).
     pub fn open_if_terminal() -> Option<PtyRelay> {
-        let (stdin, stdout) = (std::io::stdin(), std::io::stdout());
-        if !rustix::termios::isatty(stdin.as_fd()) || !rustix::termios::isatty(stdout.as_fd()) {
-            return None;
-        }
-        let saved = rustix::termios::tcgetattr(stdin.as_fd()).ok()?;
+        let stdio = [0, 1, 2].map(|i| rustix::termios::isatty(std_fd(i)));
+        let first = stdio.iter().position(|t| *t)?;
+        let saved = rustix::termios::tcgetattr(std_fd(first)).ok()?;
         Some(PtyRelay {
             master: None,
             saved,
+            stdio,
             screen: Arc::default(),
             stop: Arc::default(),
             output: Mutex::default(),
             resize: Mutex::default(),
         })
+    }
+
+    /// Which of the command's standard input, output and error are its pty.
+    pub fn stdio(&self) -> [bool; 3] {
+        self.stdio
+    }
+
+    /// Whether the person can be asked here: keys come from the terminal and the question
+    /// can be shown on it.
+    pub fn can_ask(&self) -> bool {
+        self.stdio[0] && (self.stdio[1] || self.stdio[2])
+    }
+
+    /// The terminal, through whichever of envgit's standard streams it is.
+    fn terminal(&self) -> BorrowedFd<'static> {
+        std_fd(self.stdio.iter().position(|t| *t).unwrap_or(0))
     }
 
     /// The approver that asks on this terminal (the gate's requests while the command runs).
@@ -70,21 +101,78 @@ impl PtyRelay {
     }
 
     /// Takes the sandbox's pty `master`, gives the pty the real terminal's modes and size,
-    /// puts the real terminal in raw mode (the pty's own line discipline does the rest: a
-    /// `\n` shown as `\r\n` once, not `\r\r\n`) and starts copying. Keys typed while a
-    /// question is open answer it over `control_socket` instead of reaching the pty.
+    /// puts the real terminal in raw mode when keys come from it (the pty's own line
+    /// discipline does the rest: a `\n` shown as `\r\n` once, not `\r\r\n`) and starts copying.
+    /// Keys typed while a question is open answer it over `control_socket` instead of
+    /// reaching the pty. What the pty shows goes to envgit's standard output when that is the
+    /// terminal, else to its standard error, else to its standard input's terminal.
     pub fn start(&mut self, master: OwnedFd, control_socket: PathBuf) -> std::io::Result<()> {
-        rustix::termios::tcsetattr(&master, OptionalActions::Now, &self.saved)?;
-        if let Ok(size) = rustix::termios::tcgetwinsize(std::io::stdout().as_fd()) {
+        let mut modes = self.saved.clone();
+        if !self.stdio[0] {
+            // The real terminal is not made raw (no keys come from it), so it goes on turning
+            // `\n` into `\r\n` itself: the pty must not do it first.
+            modes
+                .output_modes
+                .remove(rustix::termios::OutputModes::OPOST);
+        }
+        rustix::termios::tcsetattr(&master, OptionalActions::Now, &modes)?;
+        if let Ok(size) = rustix::termios::tcgetwinsize(self.terminal()) {
             let _ = rustix::termios::tcsetwinsize(&master, size);
         }
-        let mut raw = self.saved.clone();
-        raw.make_raw();
-        rustix::termios::tcsetattr(std::io::stdin().as_fd(), OptionalActions::Now, &raw)?;
-        crate::output::set_terminal_raw(true);
-        let mut to_pty = std::fs::File::from(master.try_clone()?);
+        let out = [1, 2, 0]
+            .into_iter()
+            .find(|&i| self.stdio[i])
+            .map(|i| std_fd(i).try_clone_to_owned())
+            .transpose()?
+            .map(std::fs::File::from);
+        self.screen.lock().out = out;
+        if self.stdio[0] {
+            let mut raw = self.saved.clone();
+            raw.make_raw();
+            rustix::termios::tcsetattr(std_fd(0), OptionalActions::Now, &raw)?;
+            crate::output::set_terminal_raw(self.stdio[2]);
+        }
         let mut from_pty = std::fs::File::from(master.try_clone()?);
+        if self.stdio[0] {
+            let to_pty = std::fs::File::from(master.try_clone()?);
+            self.pass_keys_on(to_pty, control_socket)?;
+        }
         self.master = Some(master);
+        let screen = Arc::clone(&self.screen);
+        let output = std::thread::Builder::new()
+            .name("envgit-pty-out".into())
+            .spawn(move || {
+                let mut buf = [0u8; 16 * 1024];
+                let mut filter = TerminalFilter::new();
+                let mut shown = Vec::with_capacity(buf.len());
+                loop {
+                    match from_pty.read(&mut buf) {
+                        // A signal (the sandbox's exit) is not the end of the output: what
+                        // the command wrote last is still to be shown.
+                        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => {
+                            shown.clear();
+                            filter.feed(&buf[..n], &mut shown);
+                            if screen.show_or_hold(&shown).is_err() {
+                                return;
+                            }
+                        }
+                    }
+                }
+            })?;
+        *self.output.lock().unwrap_or_else(|p| p.into_inner()) = Some(output);
+        self.pass_resizes_on()?;
+        Ok(())
+    }
+
+    /// Copies the keys typed on the real terminal to the pty, but the one that answers an open
+    /// question.
+    fn pass_keys_on(
+        &self,
+        mut to_pty: std::fs::File,
+        control_socket: PathBuf,
+    ) -> std::io::Result<()> {
         let screen = Arc::clone(&self.screen);
         let stop = Arc::clone(&self.stop);
         std::thread::Builder::new()
@@ -110,27 +198,6 @@ impl PtyRelay {
                     }
                 }
             })?;
-        let screen = Arc::clone(&self.screen);
-        let output = std::thread::Builder::new()
-            .name("envgit-pty-out".into())
-            .spawn(move || {
-                let mut buf = [0u8; 16 * 1024];
-                loop {
-                    match from_pty.read(&mut buf) {
-                        // A signal (the sandbox's exit) is not the end of the output: what
-                        // the command wrote last is still to be shown.
-                        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => {
-                            if screen.show_or_hold(&buf[..n]).is_err() {
-                                return;
-                            }
-                        }
-                    }
-                }
-            })?;
-        *self.output.lock().unwrap_or_else(|p| p.into_inner()) = Some(output);
-        self.pass_resizes_on()?;
         Ok(())
     }
 
@@ -140,11 +207,12 @@ impl PtyRelay {
             return Ok(());
         };
         let master = master.try_clone()?;
+        let terminal = self.terminal();
         let watch = SignalWatch::start(
             signal_hook::consts::SIGWINCH,
             "envgit-pty-resize",
             move || {
-                if let Ok(size) = rustix::termios::tcgetwinsize(std::io::stdout().as_fd()) {
+                if let Ok(size) = rustix::termios::tcgetwinsize(terminal) {
                     let _ = rustix::termios::tcsetwinsize(&master, size);
                 }
             },
@@ -162,8 +230,9 @@ impl PtyRelay {
         if let Some(output) = self.output.lock().unwrap_or_else(|p| p.into_inner()).take() {
             let _ = output.join();
         }
-        let _ =
-            rustix::termios::tcsetattr(std::io::stdin().as_fd(), OptionalActions::Now, &self.saved);
+        if self.stdio[0] {
+            let _ = rustix::termios::tcsetattr(std_fd(0), OptionalActions::Now, &self.saved);
+        }
         crate::output::set_terminal_raw(false);
     }
 }
@@ -181,13 +250,13 @@ impl Approver for TerminalPrompt {
             // it. From here the command's output is held back.
             let mut state = self.screen.lock();
             state.open.push(ask.clone());
-            let mut out = std::io::stdout().lock();
-            let _ = write!(
-                out,
-                "{RESET}\r\nenvgit: let {} {}{} out? (rule {}) {}\r\n  [y/N] ",
-                ask.method, ask.host, ask.path, ask.rule, ask.summary
+            let _ = state.show(
+                format!(
+                    "{RESET}\r\nenvgit: let {} {}{} out? (rule {}) {}\r\n  [y/N] ",
+                    ask.method, ask.host, ask.path, ask.rule, ask.summary
+                )
+                .as_bytes(),
             );
-            let _ = out.flush();
         }
         Box::pin(OpenQuestion {
             answer: answered_over_control(),
@@ -223,6 +292,9 @@ struct ScreenState {
     held: Vec<u8>,
     /// The command is over: nothing is held any more.
     released: bool,
+    /// Where the terminal is written: envgit's standard output, error or input, whichever is
+    /// the terminal first ([`PtyRelay::start`]).
+    out: Option<std::fs::File>,
 }
 
 impl Screen {
@@ -241,8 +313,7 @@ impl Screen {
             state.held.extend_from_slice(bytes);
             return Ok(());
         }
-        let mut out = std::io::stdout().lock();
-        out.write_all(bytes).and_then(|()| out.flush())
+        state.show(bytes)
     }
 
     /// The question a key answers (the last open one not answered here yet), marked answered.
@@ -271,12 +342,11 @@ impl Screen {
             Some(_) => "n: refused",
             None => "envgit: the question was answered elsewhere or timed out",
         };
-        let mut out = std::io::stdout().lock();
-        let _ = write!(out, "{how}\r\n");
+        let _ = state.show(format!("{how}\r\n").as_bytes());
         if !state.holding() {
-            let _ = out.write_all(&std::mem::take(&mut state.held));
+            let held = std::mem::take(&mut state.held);
+            let _ = state.show(&held);
         }
-        let _ = out.flush();
         self.room.notify_all();
     }
 
@@ -284,9 +354,8 @@ impl Screen {
     fn release_all(&self) {
         let mut state = self.lock();
         state.released = true;
-        let mut out = std::io::stdout().lock();
-        let _ = out.write_all(&std::mem::take(&mut state.held));
-        let _ = out.flush();
+        let held = std::mem::take(&mut state.held);
+        let _ = state.show(&held);
         self.room.notify_all();
     }
 }
@@ -294,6 +363,14 @@ impl Screen {
 impl ScreenState {
     fn holding(&self) -> bool {
         !self.open.is_empty() && !self.released
+    }
+
+    /// Writes `bytes` to the real terminal (nowhere when no output stream is one).
+    fn show(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        match &mut self.out {
+            Some(out) => out.write_all(bytes),
+            None => Ok(()),
+        }
     }
 }
 
@@ -337,8 +414,6 @@ fn answer(control_socket: &std::path::Path, screen: &Screen, ask: &PendingAsk, y
     if let Err(e) = envgit_gate::control_request(control_socket, req) {
         let mut state = screen.lock();
         state.answered.retain(|(id, _)| *id != ask.id);
-        let mut out = std::io::stdout().lock();
-        let _ = write!(out, "envgit: could not answer: {e}\r\n  [y/N] ");
-        let _ = out.flush();
+        let _ = state.show(format!("envgit: could not answer: {e}\r\n  [y/N] ").as_bytes());
     }
 }

@@ -4,6 +4,7 @@
 
 mod support;
 
+use std::path::Path;
 use std::process::Command;
 
 use support::Env;
@@ -140,4 +141,110 @@ fn ctrl_c_interrupts_the_commands_foreground_job() {
     let shown = String::from_utf8_lossy(&out.stdout);
     assert!(shown.contains("SLEEP=130"), "{shown:?}");
     assert!(shown.contains("EXIT=0"), "{shown:?}");
+}
+
+/// What the command prints reaches the real terminal byte for byte (colours, titles,
+/// hyperlinks), except the sequences a terminal acts on outside its screen: a clipboard write
+/// (OSC 52, here also in its C1 form and wrapped for tmux) and iTerm2's file download (OSC
+/// 1337 `File=`), which would put the command's text in the person's clipboard or a file on
+/// the host.
+#[test]
+fn sequences_that_reach_outside_the_terminal_never_leave_the_relay() {
+    let env = Env::new();
+    env.init();
+    let script = "printf 'a\\033]52;c;ZWNobyBvd25lZA==\\007b\\n'; \
+                  printf 'c\\302\\23552;c;eA==\\302\\234d\\n'; \
+                  printf 'e\\033Ptmux;\\033\\033]52;c;eA==\\007\\033\\\\f\\n'; \
+                  printf 'g\\033]1337;File=name=eA==;inline=0:aGk=\\007h\\n'; \
+                  printf '\\033[1mbold\\033[0m \\033]8;;https://example.com\\033\\\\link\\033]8;;\\033\\\\\\n'";
+    let out = env
+        .on_terminal("never-asked", "", &["run", "--"])
+        .args(["sh", "-c", script])
+        .output()
+        .unwrap();
+    let shown = String::from_utf8_lossy(&out.stdout);
+    assert!(shown.contains("EXIT=0"), "{shown:?}");
+    for gone in ["]52;", "\u{9d}52", "tmux;", "]1337;", "ZWNobyBvd25lZA"] {
+        assert!(
+            !shown.contains(gone),
+            "{gone:?} reached the terminal: {shown:?}"
+        );
+    }
+    for kept in [
+        "ab\r\n",
+        "cd\r\n",
+        "gh\r\n",
+        "\x1b[1mbold\x1b[0m \x1b]8;;https://example.com\x1b\\link\x1b]8;;\x1b\\\r\n",
+    ] {
+        assert!(
+            shown.contains(kept),
+            "{kept:?} did not reach the terminal: {shown:?}"
+        );
+    }
+}
+
+/// `envgit run` started from a terminal with one or two of its streams redirected: the
+/// command's streams (as its shell sees them), the terminal's identity, and what the redirect
+/// got.
+fn streams_with(env: &Env, redirect: &str) -> (String, String) {
+    let file = env.user_home().join("redirected");
+    let _ = std::fs::remove_file(&file);
+    let inner = "for f in 0 1 2; do echo \"FD$f=$(stat -L -c %d:%i /proc/$$/fd/$f)\"; done; \
+                 echo ERR-LINE >&2";
+    let outer = format!(
+        "'{}' run -- sh -c '{inner}' {redirect}",
+        support::envgit_bin()
+    )
+    .replace("{file}", file.to_str().unwrap());
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/pty_run.py");
+    let out = Command::new("python3")
+        .arg(script)
+        .args(["never-asked", "", "--", "sh", "-c", &outer])
+        .current_dir(&env.project)
+        .env("ENVGIT_HOME", &env.home)
+        .env("HOME", env.user_home())
+        .env("NO_COLOR", "1")
+        .output()
+        .unwrap();
+    let shown = String::from_utf8_lossy(&out.stdout).into_owned();
+    (shown, std::fs::read_to_string(&file).unwrap_or_default())
+}
+
+/// Whichever of envgit's streams is the terminal, the command gets the pty there, never the
+/// real terminal (which it could read the person's keys from, or write any sequence to);
+/// a stream redirected to a file or from `/dev/null` stays as redirected.
+#[test]
+fn the_command_never_holds_the_real_terminal_whichever_stream_it_is() {
+    let env = Env::new();
+    env.init();
+    for redirect in [
+        "< /dev/null",
+        "> '{file}'",
+        "2> '{file}'",
+        "< /dev/null > '{file}'",
+    ] {
+        let (shown, redirected) = streams_with(&env, redirect);
+        assert!(shown.contains("EXIT=0"), "{redirect}: {shown:?}");
+        let outer = fact(&shown, "OUTER_TTY_ID=");
+        let both = format!("{shown}\n{redirected}");
+        for f in 0..3 {
+            let inner = fact(&both, &format!("FD{f}="));
+            assert_ne!(
+                inner, outer,
+                "{redirect}: the command's fd {f} is the real terminal"
+            );
+        }
+        assert!(!shown.contains("\r\r\n"), "{redirect}: {shown:?}");
+        match redirect {
+            "< /dev/null" => assert!(shown.contains("ERR-LINE\r\n"), "{shown:?}"),
+            "2> '{file}'" => {
+                assert_eq!(redirected.trim(), "ERR-LINE", "{redirect}: {shown:?}");
+                assert!(shown.contains("FD0="), "{shown:?}");
+            }
+            _ => {
+                assert!(redirected.contains("FD0="), "{redirect}: {redirected:?}");
+                assert!(shown.contains("ERR-LINE"), "{redirect}: {shown:?}");
+            }
+        }
+    }
 }

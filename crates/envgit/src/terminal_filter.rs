@@ -1,0 +1,386 @@
+//! The sequences a sandboxed command may not send to the person's real terminal. The pty relay
+//! (`terminal.rs`) copies the command's output through [`TerminalFilter`], which passes
+//! everything byte for byte (text, colours, cursor movement, titles, hyperlinks, queries)
+//! except the control strings that act outside the terminal's screen, on the host:
+//!
+//! - OSC 52 and kitty's OSC 5522 write the clipboard (the person pastes the command's text
+//!   into a shell later), OSC 46 moves xterm's log file, OSC 50 sets its font;
+//! - OSC 1337 (iTerm2: `File=` saves a download on the host, `SetUserVar`, `RemoteHost`) and
+//!   OSC 5113 (kitty's file transfer);
+//! - a DCS that carries another escape: `tmux;` and GNU screen pass their DCS bodies on to the
+//!   terminal outside them, so an OSC 52 wrapped that way would reach it; kitty's remote
+//!   control (`DCS @kitty-cmd`).
+//!
+//! Both the 7-bit forms (`ESC ]`, `ESC P`, `ESC \`) and the C1 ones (`U+009D`, `U+0090`,
+//! `U+009C`, as UTF-8 or as single bytes outside a UTF-8 sequence) are read. The filter keeps
+//! its state between reads, so a sequence split across them is judged whole.
+
+/// OSC numbers that act outside the screen.
+const BLOCKED_OSC: [&[u8]; 6] = [b"46", b"50", b"52", b"1337", b"5113", b"5522"];
+/// The starts of a DCS a multiplexer hands on (tmux) or that commands kitty.
+const DCS_BLOCKED: [&[u8]; 2] = [b"tmux;", b"@kitty"];
+/// How many bytes of an OSC number or a DCS's start are read before it is judged.
+const HEAD_MAX: usize = 12;
+
+const ESC: u8 = 0x1b;
+const BEL: u8 = 0x07;
+const CAN: u8 = 0x18;
+const SUB: u8 = 0x1a;
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Kind {
+    Osc,
+    Dcs,
+}
+
+#[derive(Debug)]
+enum State {
+    /// Text and every other sequence: passed on.
+    Ground,
+    /// After `ESC` in the ground state.
+    Escape,
+    /// After a C1 control's UTF-8 lead byte (`0xC2`).
+    Lead,
+    /// Reading the start of a control string (its introducer is in `held`).
+    Head(Kind),
+    /// Inside a control string that is passed on; `esc` when its last byte was `ESC`.
+    Pass { kind: Kind, esc: bool, lead: bool },
+    /// Inside a control string that is dropped, up to and with its terminator.
+    Drop { kind: Kind, esc: bool, lead: bool },
+}
+
+/// A streaming filter of the command's output (see the module's documentation).
+pub struct TerminalFilter {
+    state: State,
+    /// The bytes of a control string not yet judged: its introducer and start.
+    held: Vec<u8>,
+    /// UTF-8 continuation bytes still expected in the ground state.
+    continuation: u8,
+}
+
+impl Default for TerminalFilter {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl TerminalFilter {
+    pub fn new() -> Self {
+        Self {
+            state: State::Ground,
+            held: Vec::new(),
+            continuation: 0,
+        }
+    }
+
+    /// Appends to `out` what of `input` may reach the terminal.
+    pub fn feed(&mut self, input: &[u8], out: &mut Vec<u8>) {
+        for &b in input {
+            self.byte(b, out);
+        }
+    }
+
+    fn byte(&mut self, b: u8, out: &mut Vec<u8>) {
+        match self.state {
+            State::Ground => self.ground(b, out),
+            State::Escape => {
+                self.state = State::Ground;
+                match b {
+                    b']' => self.open(Kind::Osc, &[ESC, b]),
+                    b'P' => self.open(Kind::Dcs, &[ESC, b]),
+                    // A second escape starts afresh; the first one alone does nothing.
+                    ESC => self.state = State::Escape,
+                    _ => {
+                        out.push(ESC);
+                        self.ground(b, out);
+                    }
+                }
+            }
+            State::Lead => {
+                self.state = State::Ground;
+                match b {
+                    0x9d => self.open(Kind::Osc, &[0xc2, b]),
+                    0x90 => self.open(Kind::Dcs, &[0xc2, b]),
+                    _ => {
+                        out.push(0xc2);
+                        self.continuation = 1;
+                        self.ground(b, out);
+                    }
+                }
+            }
+            State::Head(kind) => self.head(kind, b, out),
+            State::Pass { kind, esc, lead } => self.pass(kind, esc, lead, b, out),
+            State::Drop { kind, esc, lead } => self.drop_byte(kind, esc, lead, b, out),
+        }
+    }
+
+    fn ground(&mut self, b: u8, out: &mut Vec<u8>) {
+        if self.continuation > 0 && (0x80..0xc0).contains(&b) {
+            self.continuation -= 1;
+            out.push(b);
+            return;
+        }
+        self.continuation = 0;
+        match b {
+            ESC => self.state = State::Escape,
+            0xc2 => self.state = State::Lead,
+            // Single-byte C1 outside a UTF-8 sequence: a terminal in an 8-bit mode reads them.
+            0x9d => self.open(Kind::Osc, &[b]),
+            0x90 => self.open(Kind::Dcs, &[b]),
+            _ => {
+                self.continuation = match b {
+                    0xc3..=0xdf => 1,
+                    0xe0..=0xef => 2,
+                    0xf0..=0xf4 => 3,
+                    _ => 0,
+                };
+                out.push(b);
+            }
+        }
+    }
+
+    fn open(&mut self, kind: Kind, introducer: &[u8]) {
+        self.held.clear();
+        self.held.extend_from_slice(introducer);
+        self.state = State::Head(kind);
+    }
+
+    /// The start of a control string: held until it can be judged.
+    fn head(&mut self, kind: Kind, b: u8, out: &mut Vec<u8>) {
+        let start = self.body_start();
+        let allowed = match kind {
+            // The number ends at `;` or at anything else that is not a digit.
+            Kind::Osc if b.is_ascii_digit() && self.held.len() - start < HEAD_MAX => {
+                self.held.push(b);
+                return;
+            }
+            Kind::Osc => !BLOCKED_OSC.contains(&&self.held[start..]),
+            Kind::Dcs => {
+                self.held.push(b);
+                let body = &self.held[start..];
+                if DCS_BLOCKED.iter().any(|p| body.starts_with(p)) {
+                    self.held.clear();
+                    self.state = State::Drop {
+                        kind,
+                        esc: false,
+                        lead: false,
+                    };
+                    return;
+                }
+                if DCS_BLOCKED.iter().any(|p| p.starts_with(body)) && body.len() < HEAD_MAX {
+                    return;
+                }
+                // Judged: the byte read is part of what is passed on, read as such.
+                self.held.pop();
+                true
+            }
+        };
+        if allowed {
+            out.append(&mut self.held);
+            self.state = State::Pass {
+                kind,
+                esc: false,
+                lead: false,
+            };
+        } else {
+            self.held.clear();
+            self.state = State::Drop {
+                kind,
+                esc: false,
+                lead: false,
+            };
+        }
+        self.byte(b, out);
+    }
+
+    fn body_start(&self) -> usize {
+        match self.held.first() {
+            Some(&ESC) | Some(&0xc2) => 2,
+            _ => 1,
+        }
+    }
+
+    fn pass(&mut self, kind: Kind, esc: bool, lead: bool, b: u8, out: &mut Vec<u8>) {
+        if esc {
+            if b == b'\\' {
+                out.extend_from_slice(&[ESC, b]);
+                self.state = State::Ground;
+                return;
+            }
+            // Another escape inside the string. A terminal ends the string there; a
+            // multiplexer passing a DCS on would hand the escape to the terminal outside it.
+            // The string is ended here, and for a DCS the rest of it is dropped.
+            out.extend_from_slice(&[ESC, b'\\']);
+            if kind == Kind::Dcs {
+                self.state = State::Drop {
+                    kind,
+                    esc: false,
+                    lead: false,
+                };
+                return;
+            }
+            self.state = State::Escape;
+            self.byte(b, out);
+            return;
+        }
+        if lead {
+            out.push(0xc2);
+            out.push(b);
+            self.state = if b == 0x9c {
+                State::Ground
+            } else {
+                State::Pass {
+                    kind,
+                    esc: false,
+                    lead: false,
+                }
+            };
+            return;
+        }
+        match b {
+            ESC => {
+                self.state = State::Pass {
+                    kind,
+                    esc: true,
+                    lead: false,
+                }
+            }
+            0xc2 => {
+                self.state = State::Pass {
+                    kind,
+                    esc: false,
+                    lead: true,
+                }
+            }
+            b if is_string_end(b) || (kind == Kind::Osc && b == BEL) => {
+                out.push(b);
+                self.state = State::Ground;
+            }
+            b => out.push(b),
+        }
+    }
+
+    /// A dropped string ends at its own terminator. An escape inside an OSC ends it, as in a
+    /// terminal, and what follows is judged afresh; inside a DCS only ST ends it (tmux and
+    /// screen read escapes inside theirs as the payload they hand on).
+    fn drop_byte(&mut self, kind: Kind, esc: bool, lead: bool, b: u8, out: &mut Vec<u8>) {
+        let dropping = |esc, lead| State::Drop { kind, esc, lead };
+        if esc {
+            if b == b'\\' {
+                self.state = State::Ground;
+            } else if kind == Kind::Osc {
+                self.state = State::Escape;
+                self.byte(b, out);
+            } else {
+                // `ESC ESC` is tmux's escaped escape: both are payload.
+                self.state = dropping(false, false);
+            }
+            return;
+        }
+        if lead && b == 0x9c {
+            self.state = State::Ground;
+            return;
+        }
+        self.state = match b {
+            ESC => dropping(true, false),
+            0xc2 => dropping(false, true),
+            BEL if kind == Kind::Osc => State::Ground,
+            b if is_string_end(b) => State::Ground,
+            _ => dropping(false, false),
+        };
+    }
+}
+
+/// Ends any control string: ST as one byte, and CAN and SUB, which cancel it.
+fn is_string_end(b: u8) -> bool {
+    matches!(b, CAN | SUB | 0x9c)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn filtered(input: &[u8]) -> Vec<u8> {
+        let mut whole = Vec::new();
+        TerminalFilter::new().feed(input, &mut whole);
+        // The same bytes one at a time: a sequence split across reads is judged the same.
+        let mut f = TerminalFilter::new();
+        let mut bytewise = Vec::new();
+        for b in input {
+            f.feed(std::slice::from_ref(b), &mut bytewise);
+        }
+        assert_eq!(
+            String::from_utf8_lossy(&whole),
+            String::from_utf8_lossy(&bytewise),
+            "split reads differ for {input:?}"
+        );
+        whole
+    }
+
+    #[test]
+    fn text_colours_titles_links_and_queries_pass_unchanged() {
+        for input in [
+            &b"plain text\r\n"[..],
+            "ünïcödé ” — 日本語 🦀\n".as_bytes(),
+            b"\x1b[1;31mred\x1b[0m \x1b[2K\x1b[1A\x1b[?25l",
+            b"\x1b]0;a title\x07\x1b]2;another\x1b\\",
+            b"\x1b]8;;https://example.com\x1b\\link\x1b]8;;\x1b\\",
+            b"\x1b]7;file://host/dir\x07",
+            b"\x1bP$qm\x1b\\\x1bP+q544e\x1b\\",
+            b"\x1b]10;?\x07\x1b]4;1;?\x07",
+            "\u{9b}1m C1 CSI \u{9d}0;t\u{9c}".as_bytes(),
+            b"\x1b]52", // unfinished at the end: nothing judged yet, nothing shown
+        ] {
+            let out = filtered(input);
+            if input == b"\x1b]52" {
+                assert!(out.is_empty(), "{out:?}");
+            } else {
+                assert_eq!(out, input, "{}", String::from_utf8_lossy(input));
+            }
+        }
+    }
+
+    #[test]
+    fn clipboard_file_and_passthrough_sequences_are_dropped() {
+        for (input, left) in [
+            (&b"a\x1b]52;c;ZWNobyBwd25lZA==\x07b"[..], &b"ab"[..]),
+            (b"a\x1b]52;c;ZWNobyBwd25lZA==\x1b\\b", b"ab"),
+            (b"a\x1b]1337;File=name=eA==;inline=0:aGk=\x07b", b"ab"),
+            (b"a\x1b]5113;ac=send;id=1\x1b\\b", b"ab"),
+            (b"a\x1b]5522;type=write\x07b", b"ab"),
+            (b"a\x1b]46;/tmp/log\x07b", b"ab"),
+            (b"a\x1b]50;font\x07b", b"ab"),
+            ("a\u{9d}52;c;eA==\u{9c}b".as_bytes(), b"ab"),
+            (b"a\x9d52;c;eA==\x9cb", b"ab"),
+            (b"a\x1bPtmux;\x1b\x1b]52;c;eA==\x07\x1b\\b", b"ab"),
+            (b"a\x1bP@kitty-cmd{\"cmd\":\"ls\"}\x1b\\b", b"ab"),
+            // CAN ends a dropped string; what follows shows.
+            (b"a\x1b]52;c;eA==\x18b", b"ab"),
+        ] {
+            assert_eq!(
+                String::from_utf8_lossy(&filtered(input)),
+                String::from_utf8_lossy(left),
+                "{}",
+                String::from_utf8_lossy(input)
+            );
+        }
+    }
+
+    /// GNU screen hands a DCS's body to the terminal outside it: an escape inside a DCS ends
+    /// the DCS there, and the rest of it is dropped.
+    #[test]
+    fn an_escape_inside_a_dcs_ends_it_and_drops_the_rest() {
+        let out = filtered(b"a\x1bP\x1b]52;c;eA==\x07\x1b\\b");
+        assert_eq!(String::from_utf8_lossy(&out), "a\x1bP\x1b\\b");
+    }
+
+    /// An escape that ends a dropped OSC early is read afresh: a clipboard write behind an
+    /// allowed sequence, or behind a dropped one, is dropped as well.
+    #[test]
+    fn what_follows_a_cut_string_is_judged_too() {
+        let out = filtered(b"\x1b]52;c;eA==\x1b]52;c;eA==\x07ok");
+        assert_eq!(String::from_utf8_lossy(&out), "ok");
+        let out = filtered(b"\x1b]0;title\x1b]52;c;eA==\x07ok");
+        assert_eq!(String::from_utf8_lossy(&out), "\x1b]0;title\x1b\\ok");
+    }
+}
