@@ -15,13 +15,14 @@ fn colour_on(stream_is_tty: bool) -> bool {
 /// clipboard, `ESC[2K` erases a line envgit printed, a newline forges one), so each is shown
 /// escaped, as git quotes such paths: `\x1b`, `\n`, `\u{9b}` for C1. Everything else is kept.
 pub fn escape_controls(text: &str) -> Cow<'_, str> {
-    escaped(text, true)
+    escaped(text, &[])
 }
 
-/// [`escape_controls`] but for newlines, which envgit's own messages use: the sink of every
-/// message on stderr, so a path named in one never reaches the terminal raw.
-fn escaped(text: &str, newlines_too: bool) -> Cow<'_, str> {
-    let kept = |c: char| !c.is_control() || (c == '\n' && !newlines_too);
+/// [`escape_controls`] but for the controls in `keep`: newlines in envgit's own messages (the
+/// sink of every message on stderr escapes the rest, so a path named in one never reaches the
+/// terminal raw), tabs in a file's lines.
+fn escaped<'t>(text: &'t str, keep: &[char]) -> Cow<'t, str> {
+    let kept = |c: char| !c.is_control() || keep.contains(&c);
     if text.chars().all(kept) {
         return Cow::Borrowed(text);
     }
@@ -39,23 +40,42 @@ fn escaped(text: &str, newlines_too: bool) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
+/// How text is rendered on one stream: colour, and, on a terminal, a file's own control
+/// characters escaped (a diff shows the agent's file content).
 pub struct Style {
     on: bool,
+    terminal: bool,
 }
 
 impl Style {
     /// No colour whatever the terminal (text that goes into JSON).
     pub fn plain() -> Self {
-        Self { on: false }
+        Self {
+            on: false,
+            terminal: false,
+        }
     }
     pub fn stdout() -> Self {
+        let terminal = std::io::stdout().is_terminal();
         Self {
-            on: colour_on(std::io::stdout().is_terminal()),
+            on: colour_on(terminal),
+            terminal,
         }
     }
     pub fn stderr() -> Self {
+        let terminal = std::io::stderr().is_terminal();
         Self {
-            on: colour_on(std::io::stderr().is_terminal()),
+            on: colour_on(terminal),
+            terminal,
+        }
+    }
+    /// A line of a file as this stream may be given it: on a terminal its control characters
+    /// but tabs escaped (the file is the agent's), elsewhere exact (a patch stays a patch).
+    pub fn file_line<'t>(&self, line: &'t str) -> Cow<'t, str> {
+        if self.terminal {
+            escaped(line, &['\t'])
+        } else {
+            Cow::Borrowed(line)
         }
     }
     fn paint(&self, code: &str, s: &str) -> String {
@@ -102,16 +122,20 @@ fn line(text: &str) {
 
 pub fn error(msg: &str) {
     let s = Style::stderr();
-    line(&format!("{} {}", s.red("envgit:"), escaped(msg, false)));
+    line(&format!("{} {}", s.red("envgit:"), escaped(msg, &['\n'])));
 }
 
 pub fn warn(msg: &str) {
     let s = Style::stderr();
-    line(&format!("{} {}", s.yellow("warning:"), escaped(msg, false)));
+    line(&format!(
+        "{} {}",
+        s.yellow("warning:"),
+        escaped(msg, &['\n'])
+    ));
 }
 
 pub fn note(msg: &str) {
-    line(&escaped(msg, false));
+    line(&escaped(msg, &['\n']));
 }
 
 pub fn json<T: serde::Serialize>(value: &T) -> std::io::Result<()> {

@@ -114,3 +114,36 @@ fn names_and_commands_from_a_step_reach_the_terminal_escaped() {
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+/// A diff shows the agent's file content: on a terminal its control characters (but tabs)
+/// are escaped, and piped to a file or a program it is exact, so a patch stays a patch.
+#[test]
+fn a_files_own_control_characters_are_escaped_in_a_diff_on_a_terminal_only() {
+    let env = Env::new();
+    env.write("a.txt", "a\n");
+    env.init().ok();
+    env.envgit(&[
+        "run",
+        "--",
+        "sh",
+        "-c",
+        "printf 'x\\033]52;c;cHduZWQ=\\007y\\tz\\n' > a.txt",
+    ])
+    .ok();
+    let out = env
+        .on_terminal("never-asked", "", &["--no-pager", "diff", "1", "2"])
+        .output()
+        .unwrap();
+    let shown = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        shown.contains("+x\\x1b]52;c;cHduZWQ=\\x07y\tz"),
+        "{shown:?}"
+    );
+    assert!(!shown.contains('\x1b'), "{shown:?}");
+    let piped = env.envgit(&["diff", "1", "2"]).ok();
+    assert!(
+        piped.stdout.contains("+x\x1b]52;c;cHduZWQ=\x07y\tz"),
+        "{:?}",
+        piped.stdout
+    );
+}

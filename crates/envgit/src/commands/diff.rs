@@ -140,12 +140,13 @@ pub(crate) fn entry_diff(
                 .to_string()
                 .lines()
             {
+                let line = style.file_line(line);
                 let painted = if line.starts_with('+') && !line.starts_with("+++") {
-                    style.green(line)
+                    style.green(&line)
                 } else if line.starts_with('-') && !line.starts_with("---") {
-                    style.red(line)
+                    style.red(&line)
                 } else {
-                    line.to_string()
+                    line.into_owned()
                 };
                 out.push_str(&painted);
                 out.push('\n');
