@@ -290,35 +290,6 @@ fn cases() -> Vec<Hostile> {
     v
 }
 
-/// An upstream that answers `200` once it has a head and keeps every byte it reads until the
-/// gate closes the connection (bounded: a gate that never closes fails the test's check of
-/// the harness instead of hanging it).
-async fn keeping_upstream() -> (TcpStream, oneshot::Receiver<Vec<u8>>) {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let (tx, rx) = oneshot::channel();
-    tokio::spawn(async move {
-        let (mut s, _) = listener.accept().await.unwrap();
-        let mut seen = Vec::new();
-        let mut answered = false;
-        let mut buf = [0u8; 4096];
-        while let Ok(Ok(n)) = tokio::time::timeout(BOUND, s.read(&mut buf)).await {
-            if n == 0 {
-                break;
-            }
-            seen.extend_from_slice(&buf[..n]);
-            if !answered && seen.windows(4).any(|w| w == b"\r\n\r\n") {
-                answered = true;
-                let _ = s
-                    .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
-                    .await;
-            }
-        }
-        let _ = tx.send(seen);
-    });
-    (TcpStream::connect(addr).await.unwrap(), rx)
-}
-
 /// How long any one wait of this harness may take.
 const BOUND: Duration = Duration::from_secs(20);
 
@@ -359,7 +330,8 @@ async fn until_the_stream_ends(near: &mut tokio::io::DuplexStream) {
 
 /// Sends `h` on stream 1 of a fresh HTTP/2 connection to the gate; what the upstream read.
 async fn send(sh: &Arc<Shared>, h: &Hostile) -> Vec<u8> {
-    let (up, seen) = keeping_upstream().await;
+    // Every byte the upstream reads until the gate's connection ends.
+    let (up, seen) = super::prop::capturing_upstream().await;
     let (mut near, far) = tokio::io::duplex(1 << 20);
     let server = tokio::spawn(serve(far, conn(sh, Proto::Http2, 443, up)));
     let fields: Vec<(&[u8], &[u8])> = h

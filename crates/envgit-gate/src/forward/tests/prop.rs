@@ -265,7 +265,7 @@ fn parse(seen: &[u8]) -> Option<Parsed> {
 
 /// An upstream that reads one request to its end (parsed) and answers 200, then reads on
 /// until the gate closes the connection; hands back every byte it read.
-async fn capturing_upstream() -> (TcpStream, oneshot::Receiver<Vec<u8>>) {
+pub(super) async fn capturing_upstream() -> (TcpStream, oneshot::Receiver<Vec<u8>>) {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let (tx, rx) = oneshot::channel();
