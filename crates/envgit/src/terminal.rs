@@ -3,8 +3,9 @@
 //! between the two. The sandbox makes that pty on its own devpts and hands envgit the master
 //! (`envgit_sandbox::console`), so inside, `tty` names it and it is the command's controlling
 //! terminal. The relay also lets envgit itself ask the person on its own terminal when a
-//! request is held (`ask`): the question is printed there and the next key answers it (`y`
-//! lets the request out, anything else refuses it), through the same control socket
+//! request is held (`ask`): the question is printed there and, once it has been shown for half
+//! a second (`[y/N]` appears then), the next key answers it (`y` lets the request out, anything
+//! else refuses it; a key already on its way when the question came does not count), through the same control socket
 //! `envgit approve` uses. While a question is open the command's output is held back and shown
 //! once it closes (however it closes: here, from another terminal, or by the timeout): a
 //! command that keeps printing could otherwise erase the question and draw one of its own
@@ -246,18 +247,31 @@ pub struct TerminalPrompt {
 impl Approver for TerminalPrompt {
     fn ask<'a>(&'a self, ask: &'a PendingAsk) -> AskFuture<'a> {
         {
-            // Open before it is shown: a key pressed the moment the question appears answers
-            // it. From here the command's output is held back.
+            // From here the command's output is held back.
             let mut state = self.screen.lock();
             state.open.push(ask.clone());
             let _ = state.show(
                 format!(
-                    "{RESET}\r\nenvgit: let {} {}{} out? (rule {}) {}\r\n  [y/N] ",
+                    "{RESET}\r\nenvgit: let {} {}{} out? (rule {}) {}\r\n",
                     ask.method, ask.host, ask.path, ask.rule, ask.summary
                 )
                 .as_bytes(),
             );
         }
+        // A key counts only once the person could have read the question: one already on its
+        // way (meant for a question the command printed just before) must not answer it.
+        let screen = Arc::clone(&self.screen);
+        let id = ask.id;
+        let _ = std::thread::Builder::new()
+            .name("envgit-ask-arm".into())
+            .spawn(move || {
+                std::thread::sleep(ARMING);
+                let mut state = screen.lock();
+                if state.open.iter().any(|a| a.id == id) {
+                    state.armed.push(id);
+                    let _ = state.show(b"  [y/N] ");
+                }
+            });
         Box::pin(OpenQuestion {
             answer: answered_over_control(),
             screen: Arc::clone(&self.screen),
@@ -269,6 +283,10 @@ impl Approver for TerminalPrompt {
 /// Every attribute back to the terminal's default (`SGR 0`): no invisible, blinking or
 /// same-colour-as-the-background text for the question.
 const RESET: &str = "\x1b[0m";
+
+/// How long a question is shown before a key answers it (`[y/N]` then appears), as a
+/// browser's security dialog waits before its buttons work.
+const ARMING: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// How much of the command's output is held while a question is open; past it the command
 /// waits to write, as it would on a slow terminal.
@@ -288,6 +306,8 @@ struct ScreenState {
     open: Vec<PendingAsk>,
     /// How the person answered here, by ask id, until the question closes.
     answered: Vec<(u64, bool)>,
+    /// The questions a key may answer now ([`ARMING`]).
+    armed: Vec<u64>,
     /// The command's output that came while a question was open.
     held: Vec<u8>,
     /// The command is over: nothing is held any more.
@@ -316,13 +336,15 @@ impl Screen {
         state.show(bytes)
     }
 
-    /// The question a key answers (the last open one not answered here yet), marked answered.
+    /// The question a key answers (the last open one shown long enough and not answered here
+    /// yet), marked answered.
     fn take_answer(&self, yes: bool) -> Option<PendingAsk> {
         let mut state = self.lock();
         let ask = state
             .open
             .iter()
             .rev()
+            .filter(|a| state.armed.contains(&a.id))
             .find(|a| !state.answered.iter().any(|(id, _)| *id == a.id))?
             .clone();
         state.answered.push((ask.id, yes));
@@ -337,6 +359,7 @@ impl Screen {
             return;
         };
         state.open.remove(at);
+        state.armed.retain(|a| *a != id);
         let how = match state.answered.iter().position(|(a, _)| *a == id) {
             Some(i) if state.answered.remove(i).1 => "y: let out",
             Some(_) => "n: refused",

@@ -747,6 +747,46 @@ fn on_a_terminal_envgit_asks_there_and_the_command_never_holds_the_real_terminal
     assert_eq!(w.remote_head(), after);
 }
 
+/// A key already on its way when envgit's question appears (meant for a question the command
+/// printed just before) does not answer it: the question takes keys only once `[y/N]` shows,
+/// half a second later. Here the terminal types `y` the moment the question's text appears and
+/// `n` once `[y/N]` does: the push is refused. (When the machine is so slow that `[y/N]` was
+/// already there when the `y` went, the try says nothing and is made again.)
+#[test]
+fn a_key_typed_before_the_question_could_be_read_does_not_answer_it() {
+    let w = world_asking();
+    w.run(CLONE).ok();
+    for _try in 0..3 {
+        let before = w.remote_head();
+        let shown = w.run_on_terminal_with(
+            "n",
+            &format!("{COMMIT} && git push -q origin HEAD:main"),
+            &[("PTY_EARLY", "envgit: let :y")],
+        );
+        let early_at: usize = shown
+            .lines()
+            .find_map(|l| l.strip_prefix("EARLY_AT="))
+            .unwrap_or_else(|| panic!("no question: {shown}"))
+            .parse()
+            .unwrap();
+        // The terminal's transcript begins after the harness's own lines.
+        let start = shown.find("OUTER_TTY_ID=").unwrap();
+        let transcript = &shown[start + shown[start..].find('\n').unwrap() + 1..];
+        if transcript.find("[y/N]").is_some_and(|at| at < early_at) {
+            // `[y/N]` was read before the `y` went: this try cannot tell.
+            continue;
+        }
+        assert!(shown.contains("n: refused"), "{shown}");
+        assert!(!shown.contains("y: let out"), "{shown}");
+        assert_eq!(w.remote_head(), before);
+        return;
+    }
+    panic!(
+        "[y/N] came with the question's text in every try: a key on its way when the question \
+         appeared would answer it"
+    );
+}
+
 /// However the question closes (here nobody answers and the ask times out), the terminal says
 /// so and shows what the command wrote meanwhile: nothing stays held back.
 #[test]

@@ -5,7 +5,9 @@ name and identity (`st_dev:st_ino`, which a command can compare with `stat -L -c
 and the exit code. Bounded to 120 s. With PTY_RESIZE=MARK:ROWS:COLS,
 resizes the terminal (as a person dragging the window) once MARK appears. With
 PTY_ANSWER_AFTER=FILE:N, types ANSWER only once the number the command keeps in FILE has grown
-by N since EXPECT appeared (the command went on writing while the question was open).
+by N since EXPECT appeared (the command went on writing while the question was open). With
+PTY_EARLY=TEXT:KEY, types KEY once as soon as TEXT appears, and prints EARLY_AT=N, how much of
+the output had been read by then.
 Usage: pty_run.py EXPECT ANSWER -- CMD ARGS..."""
 import fcntl
 import os
@@ -36,6 +38,8 @@ shown = b""
 answered = False
 answer_after = os.environ.get("PTY_ANSWER_AFTER")
 counted_from = None
+early = os.environ.get("PTY_EARLY")
+early_at = None
 
 
 def count():
@@ -62,6 +66,9 @@ while time.time() < deadline:
     if not data:
         break
     shown += data
+    if early and early_at is None and early.rsplit(":", 1)[0].encode() in shown:
+        os.write(master, early.rsplit(":", 1)[1].encode())
+        early_at = len(shown)
     if not answered and expect in shown:
         if not answer_after:
             os.write(master, answer)
@@ -75,6 +82,8 @@ while time.time() < deadline:
             fcntl.ioctl(master, termios.TIOCSWINSZ, struct.pack("HHHH", int(rows), int(cols), 0, 0))
             resize = None
 _, status = os.waitpid(pid, 0)
+if early_at is not None:
+    sys.stdout.write("EARLY_AT=%d\n" % early_at)
 sys.stdout.write("OUTER_TTY=%s\n" % name)
 sys.stdout.write("OUTER_TTY_ID=%s\n" % ident)
 sys.stdout.write(shown.decode(errors="replace"))
