@@ -323,6 +323,10 @@ pub struct AnswerArgs {
     /// Print the answered request as JSON on stdout.
     #[arg(long)]
     pub json: bool,
+    /// Approve without being shown the request first (on a terminal, `approve` shows it and
+    /// asks `[y/N]`).
+    #[arg(long, short = 'y')]
+    pub yes: bool,
 }
 
 #[derive(Args, Debug)]

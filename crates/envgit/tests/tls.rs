@@ -604,6 +604,60 @@ fn an_ask_is_answered_from_another_terminal_and_covers_only_that_push() {
     assert_eq!(rest.as_array().unwrap().len(), 0);
 }
 
+/// `envgit approve N` on a terminal shows the request as envgit holds it and asks first: the
+/// number the person was given may come from a message the command forged on the stream
+/// envgit's own "answer with `envgit approve N`" goes to. `n` leaves it waiting; `y` lets it
+/// out. (Scripts, not on a terminal, and `--yes` answer at once, as the test above does.)
+#[test]
+fn approving_from_a_terminal_shows_the_request_first() {
+    let w = world_asking();
+    w.run(CLONE).ok();
+    let before = w.remote_head();
+    let ca = w.certs.join("ca.pem");
+    let mut cmd = w.env.cmd(&w.env.project);
+    cmd.args(["run", "--upstream-ca", ca.to_str().unwrap()]);
+    for r in &w.resolve {
+        cmd.args(["--resolve", r]);
+    }
+    let child = cmd
+        .args([
+            "--",
+            "sh",
+            "-c",
+            &format!("{COMMIT} && git push -q origin HEAD:main"),
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let child = KillOnDrop(child);
+    let ask = next_ask(&w.env, &[]);
+    let id = ask["id"].as_u64().unwrap().to_string();
+    let said = |answer: &str| {
+        let out = w
+            .env
+            .on_terminal("[y/N]", answer, &["approve", &id])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let shown = said("n\n");
+    assert!(shown.contains("refs/heads/main"), "{shown}");
+    assert!(shown.contains("rule=git.push"), "{shown}");
+    assert!(shown.contains("not approved"), "{shown}");
+    assert!(!shown.contains("EXIT=0"), "{shown}");
+    let still = w.env.envgit(&["status", "--json"]).ok().json();
+    assert_eq!(still.as_array().unwrap().len(), 1, "{still}");
+    let shown = said("y\n");
+    assert!(
+        shown.contains("EXIT=0") && shown.contains("approved #"),
+        "{shown}"
+    );
+    let mut child = child;
+    assert!(child.0.wait().unwrap().success());
+    assert_ne!(w.remote_head(), before, "the approved push did not land");
+}
+
 #[test]
 fn an_ask_nobody_answers_is_refused_when_the_timeout_passes() {
     let w = world_asking();

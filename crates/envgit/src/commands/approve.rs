@@ -89,6 +89,37 @@ pub fn status(dir: Option<&Path>, args: &JsonArg) -> CmdResult<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// On a terminal, the request is shown as envgit holds it and the person says `y`: the
+/// number they were told may have come from a message the command forged on the same stream
+/// (the command writes where envgit's "answer with `envgit approve 3`" goes). Not on a
+/// terminal (a script), `true`.
+fn confirmed_on_terminal(target: &Waiting) -> CmdResult<bool> {
+    use std::io::{BufRead, IsTerminal, Write};
+    if !std::io::stdin().is_terminal() || !std::io::stderr().is_terminal() {
+        return Ok(true);
+    }
+    let a = &target.ask;
+    let mut err = std::io::stderr().lock();
+    let _ = write!(
+        err,
+        "#{}  {} {}{}  rule={}\n    {}\n    in {}\napprove? [y/N] ",
+        a.id,
+        a.method,
+        a.host,
+        a.path,
+        a.rule,
+        output::escape_controls(&a.summary),
+        output::escape_controls(&target.project)
+    );
+    let _ = err.flush();
+    let mut line = String::new();
+    std::io::stdin()
+        .lock()
+        .read_line(&mut line)
+        .map_err(|e| Failure::failed(format!("reading the answer: {e}")))?;
+    Ok(matches!(line.trim(), "y" | "Y" | "yes"))
+}
+
 pub fn answer(dir: Option<&Path>, args: &AnswerArgs, approve: bool) -> CmdResult<ExitCode> {
     let list = waiting(dir)?;
     let candidates: Vec<&Waiting> = list
@@ -115,6 +146,10 @@ pub fn answer(dir: Option<&Path>, args: &AnswerArgs, approve: bool) -> CmdResult
             )));
         }
     };
+    if approve && !args.yes && !confirmed_on_terminal(target)? {
+        eprintln!("not approved: #{} still waits", target.ask.id);
+        return Ok(ExitCode::FAILURE);
+    }
     // Who answered is the gate's to say (from this connection), not ours.
     let id = Some(target.ask.id);
     let op = if approve {
