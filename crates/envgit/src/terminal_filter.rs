@@ -9,7 +9,9 @@
 //!   OSC 5113 (kitty's file transfer);
 //! - a DCS that carries another escape: `tmux;` and GNU screen pass their DCS bodies on to the
 //!   terminal outside them, so an OSC 52 wrapped that way would reach it; kitty's remote
-//!   control (`DCS @kitty-cmd`).
+//!   control (`DCS @kitty-cmd`);
+//! - kitty's graphics commands that make the terminal read an image from a path on the host
+//!   (`APC G t=f`, `t=t`, `t=s`): the answer tells the command whether a host file exists.
 //!
 //! Both the 7-bit forms (`ESC ]`, `ESC P`, `ESC \`) and the C1 ones (`U+009D`, `U+0090`,
 //! `U+009C`, as UTF-8 or as single bytes outside a UTF-8 sequence) are read. The filter keeps
@@ -19,6 +21,8 @@
 const BLOCKED_OSC: [&[u8]; 6] = [b"46", b"50", b"52", b"1337", b"5113", b"5522"];
 /// The starts of a DCS a multiplexer hands on (tmux) or that commands kitty.
 const DCS_BLOCKED: [&[u8]; 2] = [b"tmux;", b"@kitty"];
+/// How many bytes of an APC's head (kitty's graphics keys) are read before it is judged.
+const APC_HEAD_MAX: usize = 512;
 /// How many bytes of an OSC number or a DCS's start are read before it is judged.
 const HEAD_MAX: usize = 12;
 
@@ -31,6 +35,7 @@ const SUB: u8 = 0x1a;
 enum Kind {
     Osc,
     Dcs,
+    Apc,
 }
 
 #[derive(Debug)]
@@ -88,6 +93,7 @@ impl TerminalFilter {
                 match b {
                     b']' => self.open(Kind::Osc, &[ESC, b]),
                     b'P' => self.open(Kind::Dcs, &[ESC, b]),
+                    b'_' => self.open(Kind::Apc, &[ESC, b]),
                     // A second escape starts afresh; the first one alone does nothing.
                     ESC => self.state = State::Escape,
                     _ => {
@@ -101,6 +107,7 @@ impl TerminalFilter {
                 match b {
                     0x9d => self.open(Kind::Osc, &[0xc2, b]),
                     0x90 => self.open(Kind::Dcs, &[0xc2, b]),
+                    0x9f => self.open(Kind::Apc, &[0xc2, b]),
                     _ => {
                         out.push(0xc2);
                         self.continuation = 1;
@@ -127,6 +134,7 @@ impl TerminalFilter {
             // Single-byte C1 outside a UTF-8 sequence: a terminal in an 8-bit mode reads them.
             0x9d => self.open(Kind::Osc, &[b]),
             0x90 => self.open(Kind::Dcs, &[b]),
+            0x9f => self.open(Kind::Apc, &[b]),
             _ => {
                 self.continuation = match b {
                     0xc3..=0xdf => 1,
@@ -174,6 +182,14 @@ impl TerminalFilter {
                 self.held.pop();
                 true
             }
+            // kitty's graphics command: its keys end at `;` (then the payload) or at the end.
+            Kind::Apc if !ends_a_head(b) && self.held.len() - start < APC_HEAD_MAX => {
+                self.held.push(b);
+                return;
+            }
+            // Past the longest head a command has, it is not judged: dropped.
+            Kind::Apc if !ends_a_head(b) => false,
+            Kind::Apc => !reads_a_host_file(&self.held[start..]),
         };
         if allowed {
             out.append(&mut self.held);
@@ -291,6 +307,21 @@ impl TerminalFilter {
     }
 }
 
+/// Where an APC's head ends: its payload's `;`, or the string's end.
+fn ends_a_head(b: u8) -> bool {
+    b == b';' || b == ESC || b == 0xc2 || b == BEL || is_string_end(b)
+}
+
+/// A kitty graphics command (`G` then `key=value,…`) whose image the terminal is to read from
+/// a path on the host (`t=f`, a file; `t=t`, a temporary file it then deletes; `t=s`, shared
+/// memory): its answer tells the command whether the path exists.
+fn reads_a_host_file(head: &[u8]) -> bool {
+    head.strip_prefix(b"G").is_some_and(|keys| {
+        keys.split(|&b| b == b',')
+            .any(|kv| matches!(kv, b"t=f" | b"t=t" | b"t=s"))
+    })
+}
+
 /// Ends any control string: ST as one byte, and CAN and SUB, which cancel it.
 fn is_string_end(b: u8) -> bool {
     matches!(b, CAN | SUB | 0x9c)
@@ -328,6 +359,8 @@ mod tests {
             b"\x1b]7;file://host/dir\x07",
             b"\x1bP$qm\x1b\\\x1bP+q544e\x1b\\",
             b"\x1b]10;?\x07\x1b]4;1;?\x07",
+            b"\x1b_Ga=T,f=100,t=d;iVBORw0KGgo=\x1b\\",
+            b"\x1b_Ga=d\x1b\\",
             "\u{9b}1m C1 CSI \u{9d}0;t\u{9c}".as_bytes(),
             b"\x1b]52", // unfinished at the end: nothing judged yet, nothing shown
         ] {
@@ -356,6 +389,9 @@ mod tests {
             (b"a\x1bP@kitty-cmd{\"cmd\":\"ls\"}\x1b\\b", b"ab"),
             // CAN ends a dropped string; what follows shows.
             (b"a\x1b]52;c;eA==\x18b", b"ab"),
+            (b"a\x1b_Ga=T,t=f;L3Jvb3QvLnNzaC9pZF9yc2E=\x1b\\b", b"ab"),
+            (b"a\x1b_Gi=1,t=t,f=100;eA==\x1b\\b", b"ab"),
+            ("a\u{9f}Gt=s;eA==\u{9c}b".as_bytes(), b"ab"),
         ] {
             assert_eq!(
                 String::from_utf8_lossy(&filtered(input)),
