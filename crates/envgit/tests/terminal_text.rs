@@ -147,3 +147,28 @@ fn a_files_own_control_characters_are_escaped_in_a_diff_on_a_terminal_only() {
         piped.stdout
     );
 }
+
+/// An agent's refused file tool gets envgit's reason back, and its interface shows that to the
+/// person: the path in it, the agent's, comes escaped too.
+#[test]
+fn a_refusal_an_agent_is_told_names_its_path_escaped() {
+    let env = Env::new();
+    env.write("a.txt", "a\n");
+    env.init().ok();
+    let payload = serde_json::json!({
+        "cwd": env.project.display().to_string(),
+        "toolName": "create",
+        "toolArgs": {"path": ".vscode/x\u{1b}]52;c;cHduZWQ=\u{7}.json", "file_text": "{}"},
+    });
+    let out = support::output_with_stdin(
+        env.cmd(&env.project).args(["hook", "copilot", "pre"]),
+        payload.to_string().as_bytes(),
+    );
+    let reply: serde_json::Value =
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {out:?}"));
+    let reason = reply["permissionDecisionReason"].as_str().unwrap();
+    assert!(reason.contains("filesystem.protected"), "{reason}");
+    assert!(controls(reason).is_empty(), "{reason:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(controls(&stderr).is_empty(), "{stderr:?}");
+}

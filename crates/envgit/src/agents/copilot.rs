@@ -225,7 +225,7 @@ fn pre(project: &Project, cwd: &Path, tool: &str, args: &Value) -> CmdResult<()>
     let Some((what, rule)) = refusal_of(project, cwd, tool, args) else {
         return Ok(());
     };
-    let reason = format!("envgit: denied {what} (rule {rule})");
+    let reason = super::tool_call::refusal_reason(&what, &rule);
     // The answer first: Copilot must get it even if recording fails.
     println!(
         "{}",

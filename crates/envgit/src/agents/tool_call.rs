@@ -55,6 +55,15 @@ const WRITERS: &[&str] = &[
 ];
 const READERS: &[&str] = &["view", "read", "cat"];
 
+/// What an agent is told of a refused call (its interface shows it to the person): the path
+/// in `what` is the agent's, so its control characters come escaped.
+pub(crate) fn refusal_reason(what: &str, rule: &str) -> String {
+    format!(
+        "envgit: denied {} (rule {rule})",
+        crate::output::escape_controls(what)
+    )
+}
+
 /// What envgit refuses in a call, as (`what`, rule): a shell-rule command line, a write to a
 /// protected path, a read of a `.env` file. Copilot's own tools run on the host, so for Copilot
 /// this is the only place these are refused; inside `envgit claude`'s sandbox it gives the model

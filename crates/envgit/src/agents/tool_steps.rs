@@ -166,7 +166,7 @@ impl<'a> ToolSteps<'a> {
                 // Finished before this call began: not its requests.
                 self.file(fresh);
                 if let Some((what, rule)) = refusal_of(self.project, &self.cwd, tool, input) {
-                    let reason = format!("envgit: denied {what} (rule {rule})");
+                    let reason = super::tool_call::refusal_reason(&what, &rule);
                     output::error(&format!("denied {what} (rule {rule})"));
                     let refused = StepDraft {
                         exit_code: Some(EXIT_REFUSED),
