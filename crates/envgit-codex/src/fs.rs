@@ -223,7 +223,7 @@ impl Fs {
                 "git.data-only",
             ));
         }
-        let rel = paths::display(&t.rel);
+        let rel = String::from_utf8_lossy(&t.rel);
         // A write to a protected path, beneath one, or to a directory holding one.
         let hit = rel.is_empty()
             || self

@@ -89,7 +89,8 @@ pub fn display(rel: &[u8]) -> String {
     if rel.is_empty() {
         ".".into()
     } else {
-        String::from_utf8_lossy(rel).into_owned()
+        // The path is the agent's, and Codex shows the message it goes into to the person.
+        envgit_policy::escape_controls(&String::from_utf8_lossy(rel), &[]).into_owned()
     }
 }
 

@@ -336,6 +336,17 @@ fn initialize_fs_calls_and_refusals() {
         "alpha\n"
     );
     assert!(root.join(".git/hooks").is_dir());
+    // Codex shows a refusal's message to the person: the path in it is the agent's, its
+    // control characters escaped.
+    let v = c.call(
+        "fs/writeFile",
+        json!({"path": uri(&root, ".git/hooks/x\u{1b}]52;c;eA==\u{7}"), "dataBase64": data}),
+    );
+    refused(&v, "denied write .git/hooks/x\\x1b]52;c;eA==\\x07");
+    assert!(
+        !v["error"]["message"].as_str().unwrap().contains('\u{1b}'),
+        "{v}"
+    );
 
     // Allowed writes.
     let ok = |v: Value| assert_eq!(v["result"], json!({}), "{v}");

@@ -22,6 +22,7 @@ mod reserved;
 mod schema;
 mod secrets;
 mod shell;
+mod shown_text;
 mod size;
 mod template;
 
@@ -44,6 +45,7 @@ pub use schema::{
 };
 pub use secrets::{PROJECT_DENIES, is_env_file, is_secret_name};
 pub use shell::{ShellMatch, command_line};
+pub use shown_text::escape_controls;
 pub use size::{SizeError, parse_size};
 pub use template::INIT_TEMPLATE;
 

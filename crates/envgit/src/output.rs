@@ -11,33 +11,16 @@ fn colour_on(stream_is_tty: bool) -> bool {
 }
 
 /// Text from a step (a file name, a command line, a directory, a note: the agent's text) as a
-/// terminal may be given it. A terminal acts on control characters (`ESC]52;…` writes the
-/// clipboard, `ESC[2K` erases a line envgit printed, a newline forges one), so each is shown
-/// escaped, as git quotes such paths: `\x1b`, `\n`, `\u{9b}` for C1. Everything else is kept.
+/// terminal may be given it: every control character escaped ([`envgit_policy::escape_controls`]).
 pub fn escape_controls(text: &str) -> Cow<'_, str> {
-    escaped(text, &[])
+    envgit_policy::escape_controls(text, &[])
 }
 
 /// [`escape_controls`] but for the controls in `keep`: newlines in envgit's own messages (the
 /// sink of every message on stderr escapes the rest, so a path named in one never reaches the
 /// terminal raw), tabs in a file's lines.
 fn escaped<'t>(text: &'t str, keep: &[char]) -> Cow<'t, str> {
-    let kept = |c: char| !c.is_control() || keep.contains(&c);
-    if text.chars().all(kept) {
-        return Cow::Borrowed(text);
-    }
-    let mut out = String::with_capacity(text.len() + 8);
-    for c in text.chars() {
-        match c {
-            c if kept(c) => out.push(c),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c if c.is_ascii() => out.push_str(&format!("\\x{:02x}", c as u32)),
-            c => out.push_str(&format!("\\u{{{:x}}}", c as u32)),
-        }
-    }
-    Cow::Owned(out)
+    envgit_policy::escape_controls(text, keep)
 }
 
 /// How text is rendered on one stream: colour, and, on a terminal, a file's own control
