@@ -30,6 +30,7 @@ use std::task::{Context, Poll};
 
 use envgit_gate::{Answer, Approver, AskFuture, ControlOp, PendingAsk, answered_over_control};
 
+use crate::output::escape_controls;
 use crate::signal_watch::SignalWatch;
 use crate::terminal_filter::TerminalFilter;
 use rustix::termios::{OptionalActions, Termios};
@@ -238,8 +239,8 @@ impl PtyRelay {
     }
 }
 
-/// Asks on envgit's own terminal: the question is printed there and the next key answers it,
-/// over the control socket (see [`PtyRelay::start`]).
+/// Asks on envgit's own terminal: the question is printed there and, once `[y/N]` shows
+/// ([`ARMING`]), the next key answers it over the control socket (see [`PtyRelay::start`]).
 pub struct TerminalPrompt {
     screen: Arc<Screen>,
 }
@@ -253,7 +254,11 @@ impl Approver for TerminalPrompt {
             let _ = state.show(
                 format!(
                     "{RESET}\r\nenvgit: let {} {}{} out? (rule {}) {}\r\n",
-                    ask.method, ask.host, ask.path, ask.rule, ask.summary
+                    ask.method,
+                    escape_controls(&ask.host),
+                    escape_controls(&ask.path),
+                    ask.rule,
+                    escape_controls(&ask.summary)
                 )
                 .as_bytes(),
             );
