@@ -176,15 +176,31 @@ fn world_asking() -> World {
 }
 
 impl World {
+    /// [`World::run`] started in the background, its output piped (a held request waits for
+    /// an answer meanwhile).
+    fn spawn_run(&self, script: &str) -> Child {
+        self.run_cmd(script)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    }
+
+    /// The command [`World::run`] runs.
+    fn run_cmd(&self, script: &str) -> Command {
+        let ca = self.certs.join("ca.pem");
+        let mut cmd = self.env.cmd(&self.env.project);
+        cmd.args(["run", "--upstream-ca", ca.to_str().unwrap()]);
+        for r in &self.resolve {
+            cmd.args(["--resolve", r]);
+        }
+        cmd.args(["--", "sh", "-c", script]);
+        cmd
+    }
+
     /// `envgit run` of a shell line with the resolve entries and the test CA for upstreams.
     fn run(&self, script: &str) -> Run {
-        let ca = self.certs.join("ca.pem");
-        let mut args: Vec<&str> = vec!["run", "--upstream-ca", ca.to_str().unwrap()];
-        for r in &self.resolve {
-            args.extend(["--resolve", r.as_str()]);
-        }
-        args.extend(["--", "sh", "-c", script]);
-        self.env.envgit(&args)
+        Run::from(self.run_cmd(script).output().unwrap())
     }
 
     fn remote_head(&self) -> String {
@@ -542,18 +558,7 @@ fn an_ask_is_answered_from_another_terminal_and_covers_only_that_push() {
          -c user.email=a@example.invalid commit -q --allow-empty -m two && \
          git push -q origin HEAD:main"
     );
-    let ca = w.certs.join("ca.pem");
-    let mut cmd = w.env.cmd(&w.env.project);
-    cmd.args(["run", "--upstream-ca", ca.to_str().unwrap()]);
-    for r in &w.resolve {
-        cmd.args(["--resolve", r]);
-    }
-    let child = cmd
-        .args(["--", "sh", "-c", &script])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let child = w.spawn_run(&script);
     let first = next_ask(&w.env, &[]);
     assert_eq!(first["rule"], "git.push", "{first}");
     assert!(
@@ -613,24 +618,7 @@ fn approving_from_a_terminal_shows_the_request_first() {
     let w = world_asking();
     w.run(CLONE).ok();
     let before = w.remote_head();
-    let ca = w.certs.join("ca.pem");
-    let mut cmd = w.env.cmd(&w.env.project);
-    cmd.args(["run", "--upstream-ca", ca.to_str().unwrap()]);
-    for r in &w.resolve {
-        cmd.args(["--resolve", r]);
-    }
-    let child = cmd
-        .args([
-            "--",
-            "sh",
-            "-c",
-            &format!("{COMMIT} && git push -q origin HEAD:main"),
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let child = KillOnDrop(child);
+    let child = KillOnDrop(w.spawn_run(&format!("{COMMIT} && git push -q origin HEAD:main")));
     let ask = next_ask(&w.env, &[]);
     let id = ask["id"].as_u64().unwrap().to_string();
     let said = |answer: &str| {
