@@ -7,6 +7,8 @@
 //!   into a shell later), OSC 46 moves xterm's log file, OSC 50 sets its font;
 //! - OSC 1337 (iTerm2: `File=` saves a download on the host, `SetUserVar`, `RemoteHost`) and
 //!   OSC 5113 (kitty's file transfer);
+//! - desktop notifications, shown outside the terminal in the command's words (iTerm2's and
+//!   ConEmu's OSC 9, kitty's OSC 99, rxvt's OSC 777);
 //! - a DCS that carries another escape: `tmux;` and GNU screen pass their DCS bodies on to the
 //!   terminal outside them, so an OSC 52 wrapped that way would reach it; kitty's remote
 //!   control (`DCS @kitty-cmd`);
@@ -18,7 +20,9 @@
 //! its state between reads, so a sequence split across them is judged whole.
 
 /// OSC numbers that act outside the screen.
-const BLOCKED_OSC: [&[u8]; 6] = [b"46", b"50", b"52", b"1337", b"5113", b"5522"];
+const BLOCKED_OSC: [&[u8]; 9] = [
+    b"9", b"46", b"50", b"52", b"99", b"777", b"1337", b"5113", b"5522",
+];
 /// The starts of a DCS a multiplexer hands on (tmux) or that commands kitty.
 const DCS_BLOCKED: [&[u8]; 2] = [b"tmux;", b"@kitty"];
 /// How many bytes of an APC's head (kitty's graphics keys) are read before it is judged.
@@ -383,6 +387,9 @@ mod tests {
             (b"a\x1b]5522;type=write\x07b", b"ab"),
             (b"a\x1b]46;/tmp/log\x07b", b"ab"),
             (b"a\x1b]50;font\x07b", b"ab"),
+            (b"a\x1b]9;run envgit approve 3\x07b", b"ab"),
+            (b"a\x1b]99;;run envgit approve 3\x1b\\b", b"ab"),
+            (b"a\x1b]777;notify;envgit;approve 3\x07b", b"ab"),
             ("a\u{9d}52;c;eA==\u{9c}b".as_bytes(), b"ab"),
             (b"a\x9d52;c;eA==\x9cb", b"ab"),
             (b"a\x1bPtmux;\x1b\x1b]52;c;eA==\x07\x1b\\b", b"ab"),
