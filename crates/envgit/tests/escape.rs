@@ -42,19 +42,7 @@ const RAN: &str = "ATTACK-SCRIPT-RAN-TO-ITS-END";
 /// Runs `script` inside and proves it ran: envgit did not fail on its own (125) and the
 /// script reached its last line. Each command in an attack prints its own result.
 fn attack(env: &Env, script: &str) -> Run {
-    let r = run(env, &format!("{script}\necho {RAN}"));
-    assert_ne!(
-        r.code, 125,
-        "envgit itself failed:\n{}\n{}",
-        r.stdout, r.stderr
-    );
-    assert!(
-        r.stdout.contains(RAN),
-        "the attack did not run to its end:\n{}\n{}",
-        r.stdout,
-        r.stderr
-    );
-    r
+    run(env, &format!("{script}\necho {RAN}")).ran_to(RAN)
 }
 
 /// A directory on the host that the sandbox sees (read-only) and that is not under its

@@ -71,14 +71,7 @@ fn a_file_padded_past_the_size_limit_behind_a_renamed_parent_is_put_back() {
         &marker,
         "truncate -s 101M .github/hooks/hooks.json && printf 'export X=1\\n' > .envrc && echo planted",
     );
-    let out = env.envgit(&["run", "sh", "-c", &attack]);
-    assert_ne!(out.code, 125, "{}", out.stderr);
-    assert!(
-        out.stdout.contains("planted"),
-        "the attack did not run: {} {}",
-        out.stdout,
-        out.stderr
-    );
+    let out = env.envgit(&["run", "sh", "-c", &attack]).ran_to("planted");
     git_tamper_failed(&out.stdout);
     assert!(
         out.stderr
@@ -176,14 +169,7 @@ fn git_files_that_redirect_or_write_through_are_put_back() {
         m = marker.display(),
         v = victim.display()
     );
-    let out = env.envgit(&["run", "sh", "-c", &attack]);
-    assert_ne!(out.code, 125, "{}", out.stderr);
-    assert!(
-        out.stdout.contains("planted"),
-        "{} {}",
-        out.stdout,
-        out.stderr
-    );
+    let out = env.envgit(&["run", "sh", "-c", &attack]).ran_to("planted");
     for p in [
         ".git/commondir",
         ".git/config.worktree",

@@ -33,6 +33,22 @@ impl Run {
         );
         self
     }
+    /// An attack's step: envgit did not fail on its own (125) and the script reached the
+    /// line that prints `last` (so each earlier command ran).
+    pub fn ran_to(self, last: &str) -> Self {
+        assert_ne!(
+            self.code, 125,
+            "envgit itself failed:\n{}\n{}",
+            self.stdout, self.stderr
+        );
+        assert!(
+            self.stdout.contains(last),
+            "the attack did not run to its end:\n{}\n{}",
+            self.stdout,
+            self.stderr
+        );
+        self
+    }
     pub fn json(&self) -> serde_json::Value {
         serde_json::from_str(&self.stdout)
             .unwrap_or_else(|e| panic!("not JSON ({e}):\n{}", self.stdout))
