@@ -386,7 +386,7 @@ fn detach_from_envgits_terminal() -> bool {
     ) else {
         return false;
     };
-    let is_terminal = |fd| rustix::termios::isatty(fd);
+    use rustix::termios::isatty as is_terminal;
     (!is_terminal(rustix::stdio::stdin()) || rustix::stdio::dup2_stdin(null.as_fd()).is_ok())
         && (!is_terminal(rustix::stdio::stdout())
             || rustix::stdio::dup2_stdout(null.as_fd()).is_ok())

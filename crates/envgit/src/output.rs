@@ -16,13 +16,6 @@ pub fn escape_controls(text: &str) -> Cow<'_, str> {
     envgit_policy::escape_controls(text, &[])
 }
 
-/// [`escape_controls`] but for the controls in `keep`: newlines in envgit's own messages (the
-/// sink of every message on stderr escapes the rest, so a path named in one never reaches the
-/// terminal raw), tabs in a file's lines.
-fn escaped<'t>(text: &'t str, keep: &[char]) -> Cow<'t, str> {
-    envgit_policy::escape_controls(text, keep)
-}
-
 /// How text is rendered on one stream: colour, and, on a terminal, a file's own control
 /// characters escaped (a diff shows the agent's file content).
 pub struct Style {
@@ -56,7 +49,7 @@ impl Style {
     /// but tabs escaped (the file is the agent's), elsewhere exact (a patch stays a patch).
     pub fn file_line<'t>(&self, line: &'t str) -> Cow<'t, str> {
         if self.terminal {
-            escaped(line, &['\t'])
+            envgit_policy::escape_controls(line, &['\t'])
         } else {
             Cow::Borrowed(line)
         }
@@ -103,22 +96,24 @@ fn line(text: &str) {
     }
 }
 
+/// One of envgit's messages as the terminal is given it: every control character escaped but
+/// the message's own newlines (a path it names is the agent's, [`escape_controls`]).
+fn message_text(msg: &str) -> Cow<'_, str> {
+    envgit_policy::escape_controls(msg, &['\n'])
+}
+
 pub fn error(msg: &str) {
     let s = Style::stderr();
-    line(&format!("{} {}", s.red("envgit:"), escaped(msg, &['\n'])));
+    line(&format!("{} {}", s.red("envgit:"), message_text(msg)));
 }
 
 pub fn warn(msg: &str) {
     let s = Style::stderr();
-    line(&format!(
-        "{} {}",
-        s.yellow("warning:"),
-        escaped(msg, &['\n'])
-    ));
+    line(&format!("{} {}", s.yellow("warning:"), message_text(msg)));
 }
 
 pub fn note(msg: &str) {
-    line(&escaped(msg, &['\n']));
+    line(&message_text(msg));
 }
 
 pub fn json<T: serde::Serialize>(value: &T) -> std::io::Result<()> {
