@@ -13,10 +13,18 @@
 //!   terminal outside them, so an OSC 52 wrapped that way would reach it; kitty's remote
 //!   control (`DCS @kitty-cmd`);
 //! - kitty's graphics commands that make the terminal read an image from a path on the host
-//!   (`APC G t=f`, `t=t`, `t=s`): the answer tells the command whether a host file exists.
+//!   (`APC G t=f`, `t=t`, `t=s`): the answer tells the command whether a host file exists;
+//! - iTerm2's tmux control mode (`DCS 1000p`): iTerm2 then reads the output as tmux's and types
+//!   commands back, into whatever reads the terminal after the command;
+//! - xterm's window operations (`CSI Ps t`) but the size reports and the title stack: they
+//!   move, resize, raise or iconify the window, and `CSI 20 t` and `CSI 21 t` report the icon
+//!   label and the title, text the command chose, as if typed: an answer that arrives after the
+//!   command ends is read by the person's shell;
+//! - the printer (`CSI … i`, media copy): xterm hands what follows to a program on the host.
 //!
-//! Both the 7-bit forms (`ESC ]`, `ESC P`, `ESC \`) and the C1 ones (`U+009D`, `U+0090`,
-//! `U+009C`, as UTF-8 or as single bytes outside a UTF-8 sequence) are read. The filter keeps
+//! Both the 7-bit forms (`ESC ]`, `ESC P`, `ESC [`, `ESC \`) and the C1 ones (`U+009D`,
+//! `U+0090`, `U+009B`, `U+009C`, as UTF-8 or as single bytes outside a UTF-8 sequence) are
+//! read. The filter keeps
 //! its state between reads, so a sequence split across them is judged whole.
 
 /// OSC numbers that act outside the screen.
@@ -24,7 +32,12 @@ const BLOCKED_OSC: [&[u8]; 9] = [
     b"9", b"46", b"50", b"52", b"99", b"777", b"1337", b"5113", b"5522",
 ];
 /// The starts of a DCS a multiplexer hands on (tmux) or that commands kitty.
-const DCS_BLOCKED: [&[u8]; 2] = [b"tmux;", b"@kitty"];
+const DCS_BLOCKED: [&[u8]; 3] = [b"tmux;", b"@kitty", b"1000p"];
+/// The window operations (`CSI Ps t`) that stay on the screen: the size reports (numbers the
+/// terminal chose) and saving and restoring the title (vim, tmux).
+const WINDOW_OPS_KEPT: [u32; 7] = [14, 15, 16, 18, 19, 22, 23];
+/// The longest control sequence (`CSI` …) judged; a longer one is dropped whole.
+const CSI_MAX: usize = 256;
 /// How many bytes of an APC's head (kitty's graphics keys) are read before it is judged.
 const APC_HEAD_MAX: usize = 512;
 /// How many bytes of an OSC number or a DCS's start are read before it is judged.
@@ -52,6 +65,9 @@ enum State {
     Lead,
     /// Reading the start of a control string (its introducer is in `held`).
     Head(Kind),
+    /// Inside a control sequence (`CSI`), held in `held` up to its final byte; `over` once it
+    /// outgrew [`CSI_MAX`].
+    Csi { over: bool },
     /// Inside a control string that is passed on; `esc` when its last byte was `ESC`.
     Pass { kind: Kind, esc: bool, lead: bool },
     /// Inside a control string that is dropped, up to and with its terminator.
@@ -98,6 +114,7 @@ impl TerminalFilter {
                     b']' => self.open(Kind::Osc, &[ESC, b]),
                     b'P' => self.open(Kind::Dcs, &[ESC, b]),
                     b'_' => self.open(Kind::Apc, &[ESC, b]),
+                    b'[' => self.open_csi(&[ESC, b]),
                     // A second escape starts afresh; the first one alone does nothing.
                     ESC => self.state = State::Escape,
                     _ => {
@@ -112,6 +129,7 @@ impl TerminalFilter {
                     0x9d => self.open(Kind::Osc, &[0xc2, b]),
                     0x90 => self.open(Kind::Dcs, &[0xc2, b]),
                     0x9f => self.open(Kind::Apc, &[0xc2, b]),
+                    0x9b => self.open_csi(&[0xc2, b]),
                     _ => {
                         out.push(0xc2);
                         self.continuation = 1;
@@ -120,6 +138,7 @@ impl TerminalFilter {
                 }
             }
             State::Head(kind) => self.head(kind, b, out),
+            State::Csi { over } => self.csi(over, b, out),
             State::Pass { kind, esc, lead } => self.pass(kind, esc, lead, b, out),
             State::Drop { kind, esc, lead } => self.drop_byte(kind, esc, lead, b, out),
         }
@@ -139,6 +158,7 @@ impl TerminalFilter {
             0x9d => self.open(Kind::Osc, &[b]),
             0x90 => self.open(Kind::Dcs, &[b]),
             0x9f => self.open(Kind::Apc, &[b]),
+            0x9b => self.open_csi(&[b]),
             _ => {
                 self.continuation = match b {
                     0xc3..=0xdf => 1,
@@ -155,6 +175,48 @@ impl TerminalFilter {
         self.held.clear();
         self.held.extend_from_slice(introducer);
         self.state = State::Head(kind);
+    }
+
+    fn open_csi(&mut self, introducer: &[u8]) {
+        self.held.clear();
+        self.held.extend_from_slice(introducer);
+        self.state = State::Csi { over: false };
+    }
+
+    /// A control sequence is held up to its final byte, then passed on whole or dropped.
+    /// Terminals carry out C0 controls met inside one and go on reading it (`ESC [ 2 CR 1 t`
+    /// is `CSI 21 t` to xterm): those are passed on at once, the sequence still held.
+    fn csi(&mut self, over: bool, b: u8, out: &mut Vec<u8>) {
+        match b {
+            // Parameters and intermediates.
+            0x20..=0x3f => {
+                if over || self.held.len() >= CSI_MAX {
+                    self.state = State::Csi { over: true };
+                } else {
+                    self.held.push(b);
+                }
+            }
+            0x40..=0x7e => {
+                let start = self.body_start();
+                if !over && !acts_outside_the_screen(&self.held[start..], b) {
+                    out.append(&mut self.held);
+                    out.push(b);
+                }
+                self.held.clear();
+                self.state = State::Ground;
+            }
+            // An escape, CAN or SUB cancels the sequence in a terminal; anything else that is
+            // not part of one (a byte past ASCII) leaves it malformed. Neither is passed on.
+            ESC | CAN | SUB | 0x80..=0xff => {
+                self.held.clear();
+                self.state = State::Ground;
+                if b != CAN && b != SUB {
+                    self.ground(b, out);
+                }
+            }
+            // Other C0 controls and DEL.
+            _ => out.push(b),
+        }
     }
 
     /// The start of a control string: held until it can be judged.
@@ -311,6 +373,28 @@ impl TerminalFilter {
     }
 }
 
+/// A control sequence (its parameters and intermediates, then `last`, its final byte) that acts
+/// outside the terminal's screen: a window operation other than a size report or the title
+/// stack, or the printer. A window operation whose first parameter is not a plain number is
+/// not judged: dropped.
+fn acts_outside_the_screen(params: &[u8], last: u8) -> bool {
+    let private = params.first().is_some_and(|b| b"<=>?".contains(b));
+    let plain = !private && !params.iter().any(|b| (0x20..0x30).contains(b));
+    match last {
+        b'i' => true,
+        b't' if plain => {
+            let first = params.split(|&b| b == b';').next().unwrap_or_default();
+            let number = (!first.is_empty() && first.iter().all(u8::is_ascii_digit)).then(|| {
+                first.iter().fold(0u32, |n, d| {
+                    n.saturating_mul(10).saturating_add(u32::from(d - b'0'))
+                })
+            });
+            !number.is_some_and(|n| WINDOW_OPS_KEPT.contains(&n))
+        }
+        _ => false,
+    }
+}
+
 /// Where an APC's head ends: its payload's `;`, or the string's end.
 fn ends_a_head(b: u8) -> bool {
     b == b';' || b == ESC || b == 0xc2 || b == BEL || is_string_end(b)
@@ -366,6 +450,8 @@ mod tests {
             b"\x1b_Ga=T,f=100,t=d;iVBORw0KGgo=\x1b\\",
             b"\x1b_Ga=d\x1b\\",
             "\u{9b}1m C1 CSI \u{9d}0;t\u{9c}".as_bytes(),
+            b"\x1b[22;0t\x1b[18t\x1b[14;2t\x1b[019t\x1b[23;0t",
+            b"\x1b[6n\x1b[c\x1b[>c\x1b[?1$p\x1b[>q\x1b[3 q\x1b[>4;1m\x1b[?2004h",
             b"\x1b]52", // unfinished at the end: nothing judged yet, nothing shown
         ] {
             let out = filtered(input);
@@ -399,6 +485,24 @@ mod tests {
             (b"a\x1b_Ga=T,t=f;L3Jvb3QvLnNzaC9pZF9yc2E=\x1b\\b", b"ab"),
             (b"a\x1b_Gi=1,t=t,f=100;eA==\x1b\\b", b"ab"),
             ("a\u{9f}Gt=s;eA==\u{9c}b".as_bytes(), b"ab"),
+            // Reports of the title and icon label, whatever the number's form, 7-bit or C1.
+            (b"a\x1b[21tb", b"ab"),
+            (b"a\x1b[20tb", b"ab"),
+            (b"a\x1b[0021;0tb", b"ab"),
+            (b"a\x9b21tb", b"ab"),
+            ("a\u{9b}21tb".as_bytes(), b"ab"),
+            // A control inside is carried out; the sequence around it is still judged whole.
+            (b"a\x1b[2\r1tb", b"a\rb"),
+            // Window operations, and numbers that are not plain.
+            (
+                b"a\x1b[3;0;0t\x1b[9;1t\x1b[2t\x1b[8;50;200t\x1b[24tb",
+                b"ab",
+            ),
+            (b"a\x1b[t\x1b[:21t\x1b[99999999999999999999tb", b"ab"),
+            // The printer.
+            (b"a\x1b[5i\x1b[?5i\x1b[0i\x1b[4ib", b"ab"),
+            // iTerm2's tmux control mode, whole.
+            (b"a\x1bP1000p%begin 1 1 1\r\n%exit\r\n\x1b\\b", b"ab"),
         ] {
             assert_eq!(
                 String::from_utf8_lossy(&filtered(input)),
@@ -407,6 +511,21 @@ mod tests {
                 String::from_utf8_lossy(input)
             );
         }
+    }
+
+    /// A sequence longer than any a program sends is not judged but dropped; one cut by an
+    /// escape, CAN or a byte past ASCII is dropped, and what cut it is read afresh.
+    #[test]
+    fn long_and_cut_sequences_are_dropped() {
+        let mut long = b"a\x1b[".to_vec();
+        long.extend(std::iter::repeat_n(b'0', CSI_MAX));
+        long.extend_from_slice(b"21tb");
+        assert_eq!(String::from_utf8_lossy(&filtered(&long)), "ab");
+        let out = filtered(b"a\x1b[21\x1b[1mb\x1b[2\x18c\x1b[2\xc3\xa9d");
+        assert_eq!(String::from_utf8_lossy(&out), "a\x1b[1mbc\u{e9}d");
+        // A C0 control inside a passed sequence is carried out first, as a terminal would.
+        let out = filtered(b"\x1b[1\x07;31mred");
+        assert_eq!(String::from_utf8_lossy(&out), "\x07\x1b[1;31mred");
     }
 
     /// GNU screen hands a DCS's body to the terminal outside it: an escape inside a DCS ends

@@ -156,7 +156,11 @@ fn sequences_that_reach_outside_the_terminal_never_leave_the_relay() {
                   printf 'c\\302\\23552;c;eA==\\302\\234d\\n'; \
                   printf 'e\\033Ptmux;\\033\\033]52;c;eA==\\007\\033\\\\f\\n'; \
                   printf 'g\\033]1337;File=name=eA==;inline=0:aGk=\\007h\\n'; \
-                  printf '\\033[1mbold\\033[0m \\033]8;;https://example.com\\033\\\\link\\033]8;;\\033\\\\\\n'";
+                  printf '\\033[1mbold\\033[0m \\033]8;;https://example.com\\033\\\\link\\033]8;;\\033\\\\\\n'; \
+                  printf 'i\\033]2;rm -rf ~\\007\\033[21tj\\033[0021;0tk\\033[2\\r0t\\n'; \
+                  printf 'l\\033[3;0;0t\\033[9;1tm\\033[5i\\033[?5in\\n'; \
+                  printf 'o\\033P1000p%%begin 1 1 1\\n%%exit\\n\\033\\\\p\\n'; \
+                  printf '\\033[22;0t\\033[18tq\\033[23;0t\\n'";
     let out = env
         .on_terminal("never-asked", "", &["run", "--"])
         .args(["sh", "-c", script])
@@ -164,7 +168,24 @@ fn sequences_that_reach_outside_the_terminal_never_leave_the_relay() {
         .unwrap();
     let shown = String::from_utf8_lossy(&out.stdout);
     assert!(shown.contains("EXIT=0"), "{shown:?}");
-    for gone in ["]52;", "\u{9d}52", "tmux;", "]1337;", "ZWNobyBvd25lZA"] {
+    for gone in [
+        "]52;",
+        "\u{9d}52",
+        "tmux;",
+        "]1337;",
+        "ZWNobyBvd25lZA",
+        // Reports whose answer is text the command chose (the title it set, typed into the
+        // shell the person returns to), window operations, the printer, iTerm2's tmux mode.
+        "[21t",
+        "[0021;0t",
+        "[2\r",
+        "[3;0;0t",
+        "[9;1t",
+        "[5i",
+        "[?5i",
+        "1000p",
+        "%begin",
+    ] {
         assert!(
             !shown.contains(gone),
             "{gone:?} reached the terminal: {shown:?}"
@@ -174,6 +195,10 @@ fn sequences_that_reach_outside_the_terminal_never_leave_the_relay() {
         "ab\r\n",
         "cd\r\n",
         "gh\r\n",
+        "\x1b]2;rm -rf ~\x07jk",
+        "lmn\r\n",
+        "op\r\n",
+        "\x1b[22;0t\x1b[18tq\x1b[23;0t\r\n",
         "\x1b[1mbold\x1b[0m \x1b]8;;https://example.com\x1b\\link\x1b]8;;\x1b\\\r\n",
     ] {
         assert!(
