@@ -20,7 +20,9 @@
 //!   move, resize, raise or iconify the window, and `CSI 20 t` and `CSI 21 t` report the icon
 //!   label and the title, text the command chose, as if typed: an answer that arrives after the
 //!   command ends is read by the person's shell;
-//! - the printer (`CSI … i`, media copy): xterm hands what follows to a program on the host.
+//! - the printer (`CSI … i`, media copy): xterm hands what follows to a program on the host;
+//! - reads of the screen (`CSI … * y`, DECRQCRA, a rectangle's checksum): the screen holds what
+//!   the person's own commands printed before this one.
 //!
 //! Both the 7-bit forms (`ESC ]`, `ESC P`, `ESC [`, `ESC \`) and the C1 ones (`U+009D`,
 //! `U+0090`, `U+009B`, `U+009C`, as UTF-8 or as single bytes outside a UTF-8 sequence) are
@@ -375,13 +377,16 @@ impl TerminalFilter {
 
 /// A control sequence (its parameters and intermediates, then `last`, its final byte) that acts
 /// outside the terminal's screen: a window operation other than a size report or the title
-/// stack, or the printer. A window operation whose first parameter is not a plain number is
+/// stack, the printer, or a read of the screen's text. A window operation whose first parameter is not a plain number is
 /// not judged: dropped.
 fn acts_outside_the_screen(params: &[u8], last: u8) -> bool {
     let private = params.first().is_some_and(|b| b"<=>?".contains(b));
     let plain = !private && !params.iter().any(|b| (0x20..0x30).contains(b));
     match last {
         b'i' => true,
+        // DECRQCRA: the checksum of a rectangle of the screen, which shows what the person's
+        // own commands left there (one cell's checksum is its character).
+        b'y' => params.ends_with(b"*"),
         b't' if plain => {
             let first = params.split(|&b| b == b';').next().unwrap_or_default();
             let number = (!first.is_empty() && first.iter().all(u8::is_ascii_digit)).then(|| {
@@ -499,6 +504,8 @@ mod tests {
                 b"ab",
             ),
             (b"a\x1b[t\x1b[:21t\x1b[99999999999999999999tb", b"ab"),
+            // A read of the screen; other `y` sequences stay.
+            (b"a\x1b[1;1;1;1;1;1*y\x1b[2;1yb", b"a\x1b[2;1yb"),
             // The printer.
             (b"a\x1b[5i\x1b[?5i\x1b[0i\x1b[4ib", b"ab"),
             // iTerm2's tmux control mode, whole.

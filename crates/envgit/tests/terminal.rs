@@ -158,7 +158,7 @@ fn sequences_that_reach_outside_the_terminal_never_leave_the_relay() {
                   printf 'g\\033]1337;File=name=eA==;inline=0:aGk=\\007h\\n'; \
                   printf '\\033[1mbold\\033[0m \\033]8;;https://example.com\\033\\\\link\\033]8;;\\033\\\\\\n'; \
                   printf 'i\\033]2;rm -rf ~\\007\\033[21tj\\033[0021;0tk\\033[2\\r0t\\n'; \
-                  printf 'l\\033[3;0;0t\\033[9;1tm\\033[5i\\033[?5in\\n'; \
+                  printf 'l\\033[3;0;0t\\033[9;1tm\\033[5i\\033[?5i\\033[7;1;1;1;1;1*yn\\n'; \
                   printf 'o\\033P1000p%%begin 1 1 1\\n%%exit\\n\\033\\\\p\\n'; \
                   printf '\\033[22;0t\\033[18tq\\033[23;0t\\n'";
     let out = env
@@ -183,6 +183,7 @@ fn sequences_that_reach_outside_the_terminal_never_leave_the_relay() {
         "[9;1t",
         "[5i",
         "[?5i",
+        "*y",
         "1000p",
         "%begin",
     ] {
