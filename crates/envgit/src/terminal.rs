@@ -232,6 +232,7 @@ impl PtyRelay {
         if let Some(output) = self.output.lock().unwrap_or_else(|p| p.into_inner()).take() {
             let _ = output.join();
         }
+        self.screen.lock().show(PLAIN.as_bytes()).ok();
         if self.stdio[0] {
             let _ = rustix::termios::tcsetattr(std_fd(0), OptionalActions::Now, &self.saved);
         }
@@ -253,7 +254,7 @@ impl Approver for TerminalPrompt {
             state.open.push(ask.clone());
             let _ = state.show(
                 format!(
-                    "{RESET}\r\nenvgit: let {} {}{} out? (rule {}) {}\r\n",
+                    "{PLAIN}{LINE}envgit: let {} {}{} out? (rule {}) {}{LINE}",
                     ask.method,
                     escape_controls(&ask.host),
                     escape_controls(&ask.path),
@@ -285,9 +286,18 @@ impl Approver for TerminalPrompt {
     }
 }
 
-/// Every attribute back to the terminal's default (`SGR 0`): no invisible, blinking or
-/// same-colour-as-the-background text for the question.
-const RESET: &str = "\x1b[0m";
+/// Text drawn as text, whatever the command left the terminal in (the relay keeps it from
+/// changing the colours themselves, `terminal_filter.rs`): every attribute back to the
+/// default (`SGR 0`: nothing invisible, blinking or in the background's colour); ASCII in G0
+/// and G1 and G0 shifted in (the line-drawing set turns letters into box lines); normal video;
+/// autowrap (without it the end of a long line, the rule and what the request does, is drawn
+/// over in the last column). Before the question, and once the command is over, before
+/// envgit's own report.
+const PLAIN: &str = "\x1b[0m\x0f\x1b(B\x1b)B\x1b[?5l\x1b[?7h";
+
+/// A new line of envgit's, single-width (`DECSWL`): the command may have made the lines below
+/// the cursor double-width, which shows half of a line.
+const LINE: &str = "\r\n\x1b#5";
 
 /// How long a question is shown before a key answers it (`[y/N]` then appears), as a
 /// browser's security dialog waits before its buttons work.

@@ -20,6 +20,11 @@
 //!   move, resize, raise or iconify the window, and `CSI 20 t` and `CSI 21 t` report the icon
 //!   label and the title, text the command chose, as if typed: an answer that arrives after the
 //!   command ends is read by the person's shell;
+//! - colour changes (OSC 4 and 5, the palette; OSC 10 to 19, the default foreground and
+//!   background and the like; kitty's OSC 21): with the foreground made the background's
+//!   colour, envgit's own question, printed in the default colours, cannot be seen beside a
+//!   question of the command's in colours of its own, and the change outlives the command.
+//!   Queries (`?`) and resets pass;
 //! - the printer (`CSI … i`, media copy): xterm hands what follows to a program on the host;
 //! - reads of the screen (`CSI … * y`, DECRQCRA, a rectangle's checksum): the screen holds what
 //!   the person's own commands printed before this one.
@@ -38,6 +43,13 @@ const DCS_BLOCKED: [&[u8]; 3] = [b"tmux;", b"@kitty", b"1000p"];
 /// The window operations (`CSI Ps t`) that stay on the screen: the size reports (numbers the
 /// terminal chose) and saving and restoring the title (vim, tmux).
 const WINDOW_OPS_KEPT: [u32; 7] = [14, 15, 16, 18, 19, 22, 23];
+/// OSC numbers that set colours: their body is read whole and passed on only when it asks
+/// (`?`) or resets, never sets.
+const COLOUR_OSC: [&[u8]; 13] = [
+    b"4", b"5", b"10", b"11", b"12", b"13", b"14", b"15", b"16", b"17", b"18", b"19", b"21",
+];
+/// The longest colour OSC judged; a longer one is dropped whole.
+const COLOUR_BODY_MAX: usize = 1024;
 /// The longest control sequence (`CSI` …) judged; a longer one is dropped whole.
 const CSI_MAX: usize = 256;
 /// How many bytes of an APC's head (kitty's graphics keys) are read before it is judged.
@@ -70,6 +82,9 @@ enum State {
     /// Inside a control sequence (`CSI`), held in `held` up to its final byte; `over` once it
     /// outgrew [`CSI_MAX`].
     Csi { over: bool },
+    /// Inside a colour OSC, held in `held` to its end, then judged whole; `esc` and `lead` as
+    /// below.
+    Colour { esc: bool, lead: bool },
     /// Inside a control string that is passed on; `esc` when its last byte was `ESC`.
     Pass { kind: Kind, esc: bool, lead: bool },
     /// Inside a control string that is dropped, up to and with its terminator.
@@ -141,6 +156,7 @@ impl TerminalFilter {
             }
             State::Head(kind) => self.head(kind, b, out),
             State::Csi { over } => self.csi(over, b, out),
+            State::Colour { esc, lead } => self.colour(esc, lead, b, out),
             State::Pass { kind, esc, lead } => self.pass(kind, esc, lead, b, out),
             State::Drop { kind, esc, lead } => self.drop_byte(kind, esc, lead, b, out),
         }
@@ -230,6 +246,14 @@ impl TerminalFilter {
                 self.held.push(b);
                 return;
             }
+            Kind::Osc if COLOUR_OSC.contains(&&self.held[start..]) => {
+                self.state = State::Colour {
+                    esc: false,
+                    lead: false,
+                };
+                self.byte(b, out);
+                return;
+            }
             Kind::Osc => !BLOCKED_OSC.contains(&&self.held[start..]),
             Kind::Dcs => {
                 self.held.push(b);
@@ -275,6 +299,68 @@ impl TerminalFilter {
             };
         }
         self.byte(b, out);
+    }
+
+    /// A colour OSC's byte: held until its terminator, then passed on with it when it only
+    /// asks or resets. An escape other than ST ends it there, as in [`Self::pass`]; CAN and
+    /// SUB cancel it (nothing to pass on).
+    fn colour(&mut self, esc: bool, lead: bool, b: u8, out: &mut Vec<u8>) {
+        let end: &[u8] = match b {
+            _ if esc => &[ESC, b'\\'],
+            0x9c if lead => &[0xc2, 0x9c],
+            _ if lead => {
+                self.hold_colour(&[0xc2, b]);
+                return;
+            }
+            ESC | 0xc2 => {
+                self.state = State::Colour {
+                    esc: b == ESC,
+                    lead: b == 0xc2,
+                };
+                return;
+            }
+            BEL => &[BEL],
+            0x9c => &[0x9c],
+            CAN | SUB => {
+                self.held.clear();
+                self.state = State::Ground;
+                return;
+            }
+            _ => {
+                self.hold_colour(&[b]);
+                return;
+            }
+        };
+        let start = self.body_start();
+        if only_asks_or_resets(&self.held[start..]) {
+            out.append(&mut self.held);
+            out.extend_from_slice(end);
+        }
+        self.held.clear();
+        self.state = State::Ground;
+        if esc && b != b'\\' {
+            // The escape that ended the string starts what follows.
+            self.state = State::Escape;
+            self.byte(b, out);
+        }
+    }
+
+    /// Part of a colour OSC's body; past [`COLOUR_BODY_MAX`] the string is dropped unjudged.
+    fn hold_colour(&mut self, bytes: &[u8]) {
+        self.held.extend_from_slice(bytes);
+        self.state = if self.held.len() > COLOUR_BODY_MAX {
+            self.held.clear();
+            State::Drop {
+                kind: Kind::Osc,
+                esc: false,
+                lead: false,
+            }
+        } else {
+            State::Colour {
+                esc: false,
+                lead: false,
+            }
+        };
     }
 
     fn body_start(&self) -> usize {
@@ -375,6 +461,25 @@ impl TerminalFilter {
     }
 }
 
+/// A colour OSC's body (`number;…`) that only asks for colours (`?`) or resets them: OSC 4
+/// and 5 take index and colour pairs, OSC 10 to 19 colours in turn, kitty's OSC 21
+/// `key=value` items (`key=?` asks, `key=` and `key` reset).
+fn only_asks_or_resets(body: &[u8]) -> bool {
+    let mut fields = body.split(|&b| b == b';');
+    let number = fields.next().unwrap_or_default();
+    let rest: Vec<&[u8]> = fields.collect();
+    match number {
+        b"4" | b"5" => rest.iter().skip(1).step_by(2).all(|spec| *spec == b"?"),
+        b"21" => rest
+            .iter()
+            .all(|item| match item.iter().position(|&b| b == b'=') {
+                Some(at) => matches!(&item[at + 1..], b"" | b"?"),
+                None => true,
+            }),
+        _ => rest.iter().all(|spec| *spec == b"?"),
+    }
+}
+
 /// A control sequence (its parameters and intermediates, then `last`, its final byte) that acts
 /// outside the terminal's screen: a window operation other than a size report or the title
 /// stack, the printer, or a read of the screen's text. A window operation whose first parameter is not a plain number is
@@ -452,6 +557,10 @@ mod tests {
             b"\x1b]7;file://host/dir\x07",
             b"\x1bP$qm\x1b\\\x1bP+q544e\x1b\\",
             b"\x1b]10;?\x07\x1b]4;1;?\x07",
+            // Colour queries and resets.
+            b"\x1b]11;?\x1b\\\x1b]10;?;?\x07\x1b]4;1;?;2;?\x07\x1b]104;1\x07\x1b]110\x1b\\",
+            b"\x1b]21;foreground=?;background=;cursor\x1b\\",
+            "\u{9d}11;?\u{9c}".as_bytes(),
             b"\x1b_Ga=T,f=100,t=d;iVBORw0KGgo=\x1b\\",
             b"\x1b_Ga=d\x1b\\",
             "\u{9b}1m C1 CSI \u{9d}0;t\u{9c}".as_bytes(),
@@ -504,6 +613,14 @@ mod tests {
                 b"ab",
             ),
             (b"a\x1b[t\x1b[:21t\x1b[99999999999999999999tb", b"ab"),
+            // Colours set: the default foreground and background, the palette, kitty's.
+            (b"a\x1b]10;#000000\x07\x1b]11;rgb:00/00/00\x1b\\b", b"ab"),
+            (b"a\x1b]4;1;?;2;#ff0000\x07\x1b]10;?;#000\x07b", b"ab"),
+            (b"a\x1b]21;foreground=red\x07\x1b]5;0;black\x07b", b"ab"),
+            (b"a\x9d10;black\x9cb", b"ab"),
+            ("a\u{9d}11;bl\u{e4}ck\u{9c}b".as_bytes(), b"ab"),
+            // Cancelled: nothing to pass on.
+            (b"a\x1b]10;?\x18b", b"ab"),
             // A read of the screen; other `y` sequences stay.
             (b"a\x1b[1;1;1;1;1;1*y\x1b[2;1yb", b"a\x1b[2;1yb"),
             // The printer.
@@ -530,6 +647,16 @@ mod tests {
         assert_eq!(String::from_utf8_lossy(&filtered(&long)), "ab");
         let out = filtered(b"a\x1b[21\x1b[1mb\x1b[2\x18c\x1b[2\xc3\xa9d");
         assert_eq!(String::from_utf8_lossy(&out), "a\x1b[1mbc\u{e9}d");
+        // A colour OSC cut by an escape is judged as it stands; the escape starts what follows.
+        let out = filtered(b"\x1b]10;?\x1b[1mX\x1b]10;#000\x1b[2mY");
+        assert_eq!(
+            String::from_utf8_lossy(&out),
+            "\x1b]10;?\x1b\\\x1b[1mX\x1b[2mY"
+        );
+        let mut long = b"a\x1b]10;".to_vec();
+        long.extend(std::iter::repeat_n(b'?', COLOUR_BODY_MAX));
+        long.extend_from_slice(b"\x07b");
+        assert_eq!(String::from_utf8_lossy(&filtered(&long)), "ab");
         // A C0 control inside a passed sequence is carried out first, as a terminal would.
         let out = filtered(b"\x1b[1\x07;31mred");
         assert_eq!(String::from_utf8_lossy(&out), "\x07\x1b[1;31mred");

@@ -11,7 +11,7 @@ mod support;
 #[path = "../src/demo/git_server.rs"]
 mod git_server;
 
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
@@ -735,7 +735,7 @@ fn while_envgit_asks_on_a_terminal_the_command_cannot_draw_over_the_question() {
         &shown[asked..answered]
     );
     assert!(
-        shown[..asked].ends_with("\x1b[0m\r\n"),
+        shown[..asked].ends_with("\x1b[0m\x0f\x1b(B\x1b)B\x1b[?5l\x1b[?7h\r\n\x1b#5"),
         "the question came in the command's attributes: {:?}",
         &shown[asked.saturating_sub(40)..asked + 20]
     );
@@ -744,6 +744,96 @@ fn while_envgit_asks_on_a_terminal_the_command_cannot_draw_over_the_question() {
         "the held output was lost: {shown}"
     );
     assert_eq!(w.remote_head(), before);
+}
+
+/// `transcript` as a real terminal emulator (pyte, `scripts/install-deps-terminal`) draws it on
+/// a `columns`-wide screen: its rows, in order.
+fn drawn(transcript: &str, columns: usize) -> Vec<String> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let install = Command::new(root.join("scripts/install-deps-terminal"))
+        .output()
+        .unwrap();
+    assert!(
+        install.status.success(),
+        "scripts/install-deps-terminal failed:\n{}",
+        String::from_utf8_lossy(&install.stderr)
+    );
+    let pydeps = std::env::var_os("ENVGIT_TERM_PYDEPS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root.join("target/term-py"));
+    let mut screen = Command::new("python3")
+        .env("PYTHONPATH", pydeps)
+        .arg(support_script("screen.py"))
+        .args([columns.to_string(), "60".into()])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    screen
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(transcript.as_bytes())
+        .unwrap();
+    let out = screen.wait_with_output().unwrap();
+    assert!(out.status.success(), "screen.py failed");
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The question reads as text whatever state the command left the terminal in before it: the
+/// line-drawing character set shifted in (letters become box lines), no autowrap (the end of a
+/// long line, with the rule and what the request does, is drawn over in the last column),
+/// reverse video, the line below made double-width (half of it off the screen), and the
+/// default foreground set to the background's colour (default-coloured text invisible, as
+/// envgit's question is: the command's own question, in colours of its own, would be the one
+/// seen). What the person sees is drawn by a real terminal emulator.
+#[test]
+fn the_question_reads_as_text_whatever_the_command_left_the_terminal_in() {
+    let w = world_asking();
+    w.run(CLONE).ok();
+    let before = w.remote_head();
+    let script = format!(
+        "printf '\\033(0\\033)0\\016\\033[?7l\\033[?5h\\n\\033#6\\033[1A'; \
+         printf '\\033]10;#202020\\007\\033]11;#202020\\007'; \
+         printf '\\033[38;2;255;255;255mProceed? (y/n)\\n'; \
+         {COMMIT} && git push -q origin HEAD:main"
+    );
+    let shown = w.run_on_terminal_with("n", &script, &[]);
+    assert!(shown.contains("n: refused"), "{shown}");
+    assert_eq!(w.remote_head(), before);
+    let rows = drawn(&shown, 80);
+    // Long lines wrap: the screen read row after row, as one text.
+    let text: String = rows.concat();
+    for words in [
+        "envgit: let POST ",
+        "/git-receive-pack out? (rule git.push)",
+        "[y/N]",
+    ] {
+        assert!(
+            text.contains(words),
+            "{words:?} cannot be read on the screen:\n{}",
+            rows.join("\n")
+        );
+    }
+    for gone in ["]10;#", "]11;#"] {
+        assert!(
+            !shown.contains(gone),
+            "{gone:?} reached the terminal: {shown:?}"
+        );
+    }
+    let asked = shown
+        .find("envgit: let ")
+        .unwrap_or_else(|| panic!("no question: {shown}"));
+    // Every line of the question is single-width, whatever the command made of it before.
+    assert!(
+        shown[..asked].ends_with("\r\n\x1b#5"),
+        "the question's line keeps the command's width: {:?}",
+        &shown[asked.saturating_sub(60)..asked + 20]
+    );
 }
 
 #[test]
