@@ -17,6 +17,28 @@ pub const PROTECTED_PATHS: &[&str] = &[
     ".lfsconfig",
     ".husky",
     ".pre-commit-config.yaml",
+    // Git hook managers installed on the host read their configuration from the project each
+    // time the person runs git (the hook in `.git/hooks` only calls the manager): lefthook's
+    // in each of its formats, the `-local` one it merges, the same two under `.config/`, and
+    // its scripts folders; overcommit's, and its repository hooks.
+    "lefthook.*",
+    ".lefthook.*",
+    "lefthook-local.*",
+    ".lefthook-local.*",
+    ".lefthook",
+    ".lefthook-local",
+    ".config/lefthook.yml",
+    ".config/lefthook.yaml",
+    ".config/lefthook.toml",
+    ".config/lefthook.json",
+    ".config/lefthook.jsonc",
+    ".config/lefthook-local.yml",
+    ".config/lefthook-local.yaml",
+    ".config/lefthook-local.toml",
+    ".config/lefthook-local.json",
+    ".config/lefthook-local.jsonc",
+    ".overcommit.yml",
+    ".git-hooks",
     // Editor and agent configuration that runs commands when the project is opened.
     ".claude",
     ".codex",
@@ -109,6 +131,15 @@ mod tests {
             ("a.code-workspace.txt", false),
             (".devcontainer.json", true),
             (".devcontainer/devcontainer.json", true),
+            ("lefthook.yml", true),
+            (".lefthook.jsonc", true),
+            ("lefthook-local.toml", true),
+            (".lefthook/pre-commit/x.sh", true),
+            (".config/lefthook-local.yml", true),
+            (".config/nextest.toml", false),
+            ("sub/lefthook.yml", false),
+            (".overcommit.yml", true),
+            (".git-hooks/pre_commit/x.rb", true),
         ] {
             assert_eq!(is_protected(path), want, "{path}");
         }

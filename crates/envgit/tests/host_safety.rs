@@ -241,3 +241,87 @@ fn after_a_kill_9_the_next_command_puts_back_and_records_the_step() {
     std::fs::remove_file(env.path("TAMPERED")).unwrap();
     env.host_commit_runs_no_planted_hook(&marker);
 }
+
+/// lefthook as the person installed it, outside the project (`scripts/install-deps-hooks`, as
+/// a global install would be): its path.
+fn lefthook() -> std::path::PathBuf {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let install = Command::new(root.join("scripts/install-deps-hooks"))
+        .output()
+        .unwrap();
+    assert!(
+        install.status.success(),
+        "scripts/install-deps-hooks failed:\n{}",
+        String::from_utf8_lossy(&install.stderr)
+    );
+    std::env::var_os("ENVGIT_HOOK_TOOLS")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| root.join("target/hook-tools"))
+        .join("node_modules/.bin/lefthook")
+}
+
+/// A git hook manager reads its configuration from the project each time the person runs
+/// git, and runs what it says: lefthook's hook in `.git/hooks` is the person's and read-only,
+/// but `lefthook.yml` says what it runs. The agent rewrites it, adds a `-local` config and a
+/// config under `.config/` (lefthook merges them), and a script in its scripts folder; then the
+/// person commits on the host with the real lefthook.
+#[test]
+fn a_hook_managers_configuration_is_protected_like_the_hooks() {
+    let lefthook = lefthook();
+    let env = Env::new();
+    env.git(&env.project, &["init", "-q", "-b", "main"]);
+    env.write("a.txt", "a\n");
+    env.write(
+        "lefthook.yml",
+        "pre-commit:\n  commands:\n    lint:\n      run: \"true\"\n",
+    );
+    let installed = Command::new(&lefthook)
+        .arg("install")
+        .current_dir(&env.project)
+        .env("HOME", env.user_home())
+        .output()
+        .unwrap();
+    assert!(installed.status.success(), "{installed:?}");
+    env.envgit(&["init"]).ok();
+    let marker = env.tmp.path().join("MARKER");
+    let planted = format!("      run: echo pwned >> {}\n", marker.display());
+    let attack = format!(
+        "printf 'pre-commit:\\n  commands:\\n    lint:\\n{planted}' > lefthook.yml; \
+         printf 'pre-commit:\\n  commands:\\n    local:\\n{planted}' > lefthook-local.yml; \
+         mkdir -p .config && printf 'pre-commit:\\n  commands:\\n    dot:\\n{planted}' > .config/lefthook-local.yml; \
+         mkdir -p .lefthook/pre-commit && printf '#!/bin/sh\\necho pwned >> {m}\\n' > .lefthook/pre-commit/x.sh; \
+         chmod +x .lefthook/pre-commit/x.sh; echo planted",
+        m = marker.display()
+    );
+    let out = env.envgit(&["run", "sh", "-c", &attack]).ran_to("planted");
+    std::fs::write(env.path("a.txt"), "changed on the host\n").unwrap();
+    env.git(&env.project, &["add", "a.txt"]);
+    let commit = Command::new("git")
+        .args(["commit", "-q", "-m", "host commit"])
+        .current_dir(&env.project)
+        .env("HOME", env.user_home())
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_AUTHOR_NAME", "t")
+        .env("GIT_AUTHOR_EMAIL", "t@example.invalid")
+        .env("GIT_COMMITTER_NAME", "t")
+        .env("GIT_COMMITTER_EMAIL", "t@example.invalid")
+        .env("LEFTHOOK_BIN", &lefthook)
+        .output()
+        .unwrap();
+    assert!(commit.status.success(), "{commit:?}");
+    assert!(
+        !marker.exists(),
+        "the person's commit ran what the agent wrote into lefthook's configuration: {}",
+        String::from_utf8_lossy(&commit.stderr)
+    );
+    assert!(
+        out.stderr.contains("put back (protected path)"),
+        "{}",
+        out.stderr
+    );
+    // lefthook itself still ran, with the person's configuration.
+    assert!(
+        String::from_utf8_lossy(&commit.stderr).contains("lint"),
+        "{commit:?}"
+    );
+}
