@@ -39,6 +39,19 @@ pub const PROTECTED_PATHS: &[&str] = &[
     ".config/lefthook-local.jsonc",
     ".overcommit.yml",
     ".git-hooks",
+    // mise's shell hook loads the project's configuration at every prompt once the person
+    // trusted it, by its path, not its content (`_.source` runs a script, `[hooks]` commands):
+    // its files at the root (`mise.toml`, `.mise.local.toml`, `mise.ENV.toml`, …) and under
+    // `.mise/`, `mise/`, `.config/`.
+    "mise.*",
+    ".mise.*",
+    ".mise",
+    "mise/config.toml",
+    "mise/config.local.toml",
+    ".config/mise",
+    ".config/mise.toml",
+    ".miserc.toml",
+    ".config/miserc.toml",
     // Editor and agent configuration that runs commands when the project is opened.
     ".claude",
     ".codex",
@@ -140,6 +153,15 @@ mod tests {
             ("sub/lefthook.yml", false),
             (".overcommit.yml", true),
             (".git-hooks/pre_commit/x.rb", true),
+            ("mise.toml", true),
+            ("mise.dev.local.toml", true),
+            (".mise.local.toml", true),
+            (".mise/config.toml", true),
+            ("mise/config.local.toml", true),
+            ("mise/src/main.rs", false),
+            (".config/mise/conf.d/x.toml", true),
+            (".config/mise.toml", true),
+            (".config/miserc.toml", true),
         ] {
             assert_eq!(is_protected(path), want, "{path}");
         }

@@ -242,22 +242,23 @@ fn after_a_kill_9_the_next_command_puts_back_and_records_the_step() {
     env.host_commit_runs_no_planted_hook(&marker);
 }
 
-/// lefthook as the person installed it, outside the project (`scripts/install-deps-hooks`, as
-/// a global install would be): its path.
-fn lefthook() -> std::path::PathBuf {
+/// A tool as the person installed it, outside the project (`scripts/install-deps-host-tools`,
+/// as a global install would be): its path under the tools' folder.
+fn host_tool(rel: &str) -> std::path::PathBuf {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let install = Command::new(root.join("scripts/install-deps-hooks"))
+    let install = Command::new(root.join("scripts/install-deps-host-tools"))
         .output()
         .unwrap();
     assert!(
         install.status.success(),
-        "scripts/install-deps-hooks failed:\n{}",
+        "scripts/install-deps-host-tools failed:\n{}",
         String::from_utf8_lossy(&install.stderr)
     );
-    std::env::var_os("ENVGIT_HOOK_TOOLS")
+    std::env::var_os("ENVGIT_HOST_TOOLS")
         .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| root.join("target/hook-tools"))
-        .join("node_modules/.bin/lefthook")
+        .unwrap_or_else(|| root.join("target/host-tools"))
+        .join("node_modules")
+        .join(rel)
 }
 
 /// A git hook manager reads its configuration from the project each time the person runs
@@ -267,7 +268,7 @@ fn lefthook() -> std::path::PathBuf {
 /// person commits on the host with the real lefthook.
 #[test]
 fn a_hook_managers_configuration_is_protected_like_the_hooks() {
-    let lefthook = lefthook();
+    let lefthook = host_tool(".bin/lefthook");
     let env = Env::new();
     env.git(&env.project, &["init", "-q", "-b", "main"]);
     env.write("a.txt", "a\n");
@@ -323,5 +324,76 @@ fn a_hook_managers_configuration_is_protected_like_the_hooks() {
     assert!(
         String::from_utf8_lossy(&commit.stderr).contains("lint"),
         "{commit:?}"
+    );
+}
+
+/// mise, as the person's shell runs it on every prompt (`mise activate`: `mise hook-env`),
+/// loads the project's `mise.toml` and runs what it says (`_.source` runs a script), once the
+/// person has trusted the file: by its path, not its content. The agent rewrites the trusted
+/// file; then the person's shell shows a prompt in the project. (A file mise merges that the
+/// person never trusted stops mise instead: those names are protected too, and `is_protected`'s
+/// own test names them.)
+#[test]
+fn a_trusted_environment_managers_configuration_is_protected() {
+    let mise = host_tool(&format!(
+        "@jdxcode/mise-linux-{}/bin/mise",
+        if cfg!(target_arch = "aarch64") {
+            "arm64"
+        } else {
+            "x64"
+        }
+    ));
+    let env = Env::new();
+    env.write("a.txt", "a\n");
+    env.write("mise.toml", "[env]\nGREETING = \"from the person\"\n");
+    let home = env.user_home();
+    let as_the_person = |args: &[&str]| {
+        let out = Command::new(args[0])
+            .args(&args[1..])
+            .current_dir(&env.project)
+            .env("HOME", &home)
+            .env("MISE_DATA_DIR", home.join(".local/share/mise"))
+            .env("MISE_STATE_DIR", home.join(".local/state/mise"))
+            .env("MISE_CONFIG_DIR", home.join(".config/mise"))
+            .env("MISE_CACHE_DIR", home.join(".cache/mise"))
+            .env("MISE_BIN", &mise)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{args:?}: {out:?}");
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    };
+    as_the_person(&[mise.to_str().unwrap(), "trust"]);
+    env.envgit(&["init"]).ok();
+    let marker = env.tmp.path().join("MARKER");
+    let source = "[env]\\nGREETING = \"from the agent\"\\n_.source = \"./evil.sh\"\\n";
+    let attack = format!(
+        "printf '#!/bin/sh\\necho pwned >> {m}\\n' > evil.sh; \
+         printf '{source}' > mise.toml; echo planted",
+        m = marker.display()
+    );
+    let out = env.envgit(&["run", "sh", "-c", &attack]).ran_to("planted");
+    let prompt = as_the_person(&[
+        "bash",
+        "-c",
+        "eval \"$(\"$MISE_BIN\" hook-env -s bash)\"; echo \"GREETING=$GREETING\"",
+    ]);
+    assert!(
+        !marker.exists(),
+        "the person's shell ran what the agent wrote into mise's configuration: {prompt}"
+    );
+    assert!(
+        prompt.contains("GREETING=from the person"),
+        "{prompt}\n{}",
+        out.stderr
+    );
+    // The file is read-only inside: the agent's write failed there.
+    assert!(
+        out.stderr.contains("Read-only file system"),
+        "{}",
+        out.stderr
     );
 }
