@@ -65,6 +65,20 @@ pub const PROTECTED_PATHS: &[&str] = &[
     ".cursor",
     ".gemini",
     ".zed",
+    // Helix's workspace configuration (the language servers it starts); coding agents' project
+    // configuration with the MCP servers, plugins and language servers they start (Roo Code,
+    // Kiro, Amazon Q, Continue, Junie, opencode, Crush).
+    ".helix",
+    ".roo",
+    ".kiro",
+    ".amazonq",
+    ".continue",
+    ".junie",
+    "opencode.json",
+    "opencode.jsonc",
+    ".opencode",
+    "crush.json",
+    ".crush.json",
     // A pattern (it holds `*`) names entries at the top of the project only: VS Code runs a
     // workspace file's tasks when it is opened. The guard lists the root to expand it.
     "*.code-workspace",
@@ -154,6 +168,12 @@ mod tests {
             (".overcommit.yml", true),
             (".git-hooks/pre_commit/x.rb", true),
             ("mise.toml", true),
+            (".helix/languages.toml", true),
+            (".roo/mcp.json", true),
+            (".kiro/settings/mcp.json", true),
+            ("opencode.json", true),
+            ("src/opencode.json", false),
+            (".crush.json", true),
             ("mise.dev.local.toml", true),
             (".mise.local.toml", true),
             (".mise/config.toml", true),

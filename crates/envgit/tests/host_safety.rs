@@ -397,3 +397,51 @@ fn a_trusted_environment_managers_configuration_is_protected() {
         out.stderr
     );
 }
+
+/// Configuration that other hook managers, environment managers, editors and coding agents
+/// read from the project and run commands from when the person uses them there (MCP servers
+/// they start, language servers, hook scripts): the agent's step writes each, and none is left
+/// afterwards (new ones are removed as the put-back of a protected path).
+#[test]
+fn what_other_host_tools_run_from_the_project_is_put_back() {
+    let env = Env::new();
+    env.write("a.txt", "a\n");
+    env.envgit(&["init"]).ok();
+    let planted = [
+        "lefthook-local.yml",
+        ".config/lefthook.yml",
+        ".lefthook/pre-commit/x.sh",
+        ".overcommit.yml",
+        ".git-hooks/pre_commit/x.rb",
+        ".mise.local.toml",
+        ".config/mise/conf.d/x.toml",
+        ".helix/languages.toml",
+        ".roo/mcp.json",
+        ".kiro/settings/mcp.json",
+        ".amazonq/mcp.json",
+        ".continue/mcpServers/x.yaml",
+        ".junie/mcp/mcp.json",
+        "opencode.json",
+        "opencode.jsonc",
+        ".opencode/plugin/x.js",
+        "crush.json",
+        ".crush.json",
+    ];
+    let script = planted
+        .iter()
+        .map(|p| format!("mkdir -p \"$(dirname '{p}')\" && echo planted > '{p}'"))
+        .collect::<Vec<_>>()
+        .join("; ")
+        + "; echo planted";
+    let out = env.envgit(&["run", "sh", "-c", &script]).ran_to("planted");
+    let left: Vec<&str> = planted
+        .iter()
+        .copied()
+        .filter(|p| env.path(p).exists())
+        .collect();
+    assert!(
+        left.is_empty(),
+        "left on the host: {left:?}\n{}",
+        out.stderr
+    );
+}
