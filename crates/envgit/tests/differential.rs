@@ -31,10 +31,6 @@ fn support_script(name: &str) -> PathBuf {
         .join(name)
 }
 
-fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
 /// Waits for `cond`, polling, up to `limit`; panics with `what` after that.
 fn wait_for(what: &str, limit: Duration, mut cond: impl FnMut() -> bool) {
     let start = Instant::now();
@@ -900,17 +896,7 @@ fn refs(bare: &Path) -> String {
 }
 
 fn world() -> World {
-    let out = Command::new(workspace().join("scripts/install-deps-diff"))
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "scripts/install-deps-diff failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let pydeps = std::env::var_os("ENVGIT_DIFF_PYDEPS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| workspace().join("target/diff-py"));
+    let pydeps = support::installed_by("install-deps-diff", "ENVGIT_DIFF_PYDEPS", "diff-py");
     let env = Env::new();
     let (remotes, bare) = env.bare_remote();
     env.clone_project_from(&format!("file://{}", bare.display()));

@@ -243,20 +243,9 @@ fn after_a_kill_9_the_next_command_puts_back_and_records_the_step() {
 }
 
 /// A tool as the person installed it, outside the project (`scripts/install-deps-host-tools`,
-/// as a global install would be): its path under the tools' folder.
+/// as a global install would be): its path under the tools' `node_modules`.
 fn host_tool(rel: &str) -> std::path::PathBuf {
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let install = Command::new(root.join("scripts/install-deps-host-tools"))
-        .output()
-        .unwrap();
-    assert!(
-        install.status.success(),
-        "scripts/install-deps-host-tools failed:\n{}",
-        String::from_utf8_lossy(&install.stderr)
-    );
-    std::env::var_os("ENVGIT_HOST_TOOLS")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| root.join("target/host-tools"))
+    support::installed_by("install-deps-host-tools", "ENVGIT_HOST_TOOLS", "host-tools")
         .join("node_modules")
         .join(rel)
 }

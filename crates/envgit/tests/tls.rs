@@ -11,7 +11,7 @@ mod support;
 #[path = "../src/demo/git_server.rs"]
 mod git_server;
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
@@ -749,34 +749,19 @@ fn while_envgit_asks_on_a_terminal_the_command_cannot_draw_over_the_question() {
 /// `transcript` as a real terminal emulator (pyte, `scripts/install-deps-terminal`) draws it on
 /// a `columns`-wide screen: its rows, in order.
 fn drawn(transcript: &str, columns: usize) -> Vec<String> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let install = Command::new(root.join("scripts/install-deps-terminal"))
-        .output()
-        .unwrap();
-    assert!(
-        install.status.success(),
-        "scripts/install-deps-terminal failed:\n{}",
-        String::from_utf8_lossy(&install.stderr)
+    let pydeps = support::installed_by("install-deps-terminal", "ENVGIT_TERM_PYDEPS", "term-py");
+    let out = support::output_with_stdin(
+        Command::new("python3")
+            .env("PYTHONPATH", pydeps)
+            .arg(support_script("screen.py"))
+            .args([columns.to_string(), "60".into()]),
+        transcript.as_bytes(),
     );
-    let pydeps = std::env::var_os("ENVGIT_TERM_PYDEPS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| root.join("target/term-py"));
-    let mut screen = Command::new("python3")
-        .env("PYTHONPATH", pydeps)
-        .arg(support_script("screen.py"))
-        .args([columns.to_string(), "60".into()])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    screen
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(transcript.as_bytes())
-        .unwrap();
-    let out = screen.wait_with_output().unwrap();
-    assert!(out.status.success(), "screen.py failed");
+    assert!(
+        out.status.success(),
+        "screen.py failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8(out.stdout)
         .unwrap()
         .lines()

@@ -260,6 +260,23 @@ pub fn output_with_stdin(cmd: &mut Command, stdin: &[u8]) -> Output {
     child.wait_with_output().unwrap()
 }
 
+/// Runs `scripts/<script>` (an idempotent installer of a test dependency, fast when it is
+/// there) and returns the folder it installs into: `$<var>` when set, else `target/<folder>`.
+pub fn installed_by(script: &str, var: &str, folder: &str) -> PathBuf {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let out = Command::new(root.join("scripts").join(script))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "scripts/{script} failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    std::env::var_os(var)
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root.join("target").join(folder))
+}
+
 /// `refs/heads/main` of a (bare) repository.
 pub fn head_of(repo: &Path) -> String {
     let out = Command::new("git")
