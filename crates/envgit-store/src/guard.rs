@@ -86,18 +86,17 @@ impl ProtectedCopy {
         let (patterns, mut literal): (Vec<String>, Vec<String>) =
             paths.iter().cloned().partition(|p| is_pattern(p));
         // One readdir of the root, never a tree walk: patterns name top-level entries only.
-        if !patterns.is_empty() {
-            for name in root_matches(fd.as_fd(), &patterns).at(root)? {
-                if !literal.contains(&name) {
-                    literal.push(name);
-                }
+        let top = RootNames::read(fd.as_fd()).at(root)?;
+        for name in top.matching(&patterns) {
+            if !literal.contains(&name) {
+                literal.push(name);
             }
         }
         let paths = &literal;
         let mut budget = GUARD_MAX_BYTES;
         let mut states = Vec::with_capacity(paths.len());
         for p in paths {
-            let state = capture(fd.as_fd(), p.as_bytes(), &mut budget).map_err(|e| match e {
+            let state = top.capture(fd.as_fd(), p, &mut budget).map_err(|e| match e {
                 Captured::TooLarge => StoreError::Refused(format!(
                     "{}: the protected paths are over {} MiB together; envgit copies them before each step to put them back, so make them smaller",
                     root.join(p).display(),
@@ -177,25 +176,24 @@ impl ProtectedCopy {
     pub fn put_back(&self) -> Result<Vec<String>> {
         let root = &self.saved.root;
         let fd = open_root(root).at(root)?;
+        let top = RootNames::read(fd.as_fd()).at(root)?;
         let mut changed = Vec::new();
         for (p, was) in self.saved.paths.iter().zip(&self.saved.states) {
             // Read no more of what is there now than the copy holds, plus one byte.
             let mut budget = was.as_ref().map_or(0, |es| size_of(es)) + 1;
-            let now = capture(fd.as_fd(), p.as_bytes(), &mut budget);
+            let now = top.capture(fd.as_fd(), p, &mut budget);
             if matches!(&now, Ok(now) if now == was) {
                 continue;
             }
             restore(fd.as_fd(), p.as_bytes(), was.as_deref()).at(&root.join(p))?;
             changed.push(p.clone());
         }
-        if !self.saved.patterns.is_empty() {
-            for name in root_matches(fd.as_fd(), &self.saved.patterns).at(root)? {
-                if self.saved.paths.contains(&name) {
-                    continue;
-                }
-                restore(fd.as_fd(), name.as_bytes(), None).at(&root.join(&name))?;
-                changed.push(name);
+        for name in top.matching(&self.saved.patterns) {
+            if self.saved.paths.contains(&name) {
+                continue;
             }
+            restore(fd.as_fd(), name.as_bytes(), None).at(&root.join(&name))?;
+            changed.push(name);
         }
         // The protected paths are as they were before the step now: a link among them (the
         // user's `.git/hooks -> ../tools/hooks`) is the user's, not planted.
@@ -274,14 +272,49 @@ fn is_pattern(p: &str) -> bool {
     p.contains('*')
 }
 
-/// Names at the top of the project matching any root-level pattern (`*` is any run of
-/// characters), from one listing of the root.
-fn root_matches(root: BorrowedFd<'_>, patterns: &[String]) -> rustix::io::Result<Vec<String>> {
-    Ok(read_names(root)?
-        .into_iter()
-        .filter_map(|n| n.into_string().ok())
-        .filter(|n| patterns.iter().any(|p| star_match(p, n)))
-        .collect())
+/// The names at the top of the project, from one listing of the root (sorted). Most protected
+/// paths are absent: one whose first component is not among these is known absent without a
+/// system call of its own.
+struct RootNames(Vec<CString>);
+
+impl RootNames {
+    fn read(root: BorrowedFd<'_>) -> rustix::io::Result<Self> {
+        read_names(root).map(RootNames)
+    }
+
+    /// The names matching any root-level pattern (`*` is any run of characters).
+    fn matching(&self, patterns: &[String]) -> Vec<String> {
+        if patterns.is_empty() {
+            return Vec::new();
+        }
+        self.0
+            .iter()
+            .filter_map(|n| n.to_str().ok())
+            .filter(|n| patterns.iter().any(|p| star_match(p, n)))
+            .map(str::to_owned)
+            .collect()
+    }
+
+    /// [`capture`] of `rel`, or `None` at once when its first component is not at the top.
+    fn capture(
+        &self,
+        root: BorrowedFd<'_>,
+        rel: &str,
+        budget: &mut u64,
+    ) -> Result<State, Captured> {
+        let first = rel.split('/').next().unwrap_or(rel).as_bytes();
+        // Only a plain name is looked up; anything else (`.`, `..`) is read as it is.
+        let plain = !matches!(first, b"" | b"." | b"..");
+        if plain
+            && self
+                .0
+                .binary_search_by(|n| n.to_bytes().cmp(first))
+                .is_err()
+        {
+            return Ok(None);
+        }
+        capture(root, rel.as_bytes(), budget)
+    }
 }
 
 /// `*`-only glob over a whole name.

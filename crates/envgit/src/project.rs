@@ -264,7 +264,10 @@ impl Project {
         let mut out: Vec<String> = PROTECTED_PATHS.iter().map(|p| p.to_string()).collect();
         // Root-level patterns' current matches, so the sandbox mounts them read-only too (the
         // guard keeps the pattern itself to catch new ones). One listing of the root.
-        if let Ok(entries) = std::fs::read_dir(&self.root) {
+        let mut top = std::collections::HashSet::new();
+        let listed = std::fs::read_dir(&self.root);
+        let listed_ok = listed.is_ok();
+        if let Ok(entries) = listed {
             for e in entries.flatten() {
                 let Ok(name) = e.file_name().into_string() else {
                     continue;
@@ -273,16 +276,26 @@ impl Project {
                     .iter()
                     .any(|p| p.contains('*') && envgit_policy::name_matches(p, &name))
                 {
-                    out.push(name);
+                    out.push(name.clone());
                 }
+                top.insert(name);
             }
         }
         if let Some(hooks) = self.hooks_path() {
             out.push(hooks);
         }
         out.extend(self.config_includes());
-        // What the host reaches through a link at, above or below one of them.
-        for target in crate::protected_links::link_targets(&self.root, &out) {
+        // What the host reaches through a link at, above or below one of them. Most are
+        // absent, which the listing above shows: only the others are looked at.
+        let present: Vec<String> = out
+            .iter()
+            .filter(|p| {
+                let first = p.split('/').next().unwrap_or(p);
+                !listed_ok || matches!(first, "" | "." | "..") || top.contains(first)
+            })
+            .cloned()
+            .collect();
+        for target in crate::protected_links::link_targets(&self.root, &present) {
             if !out.contains(&target) {
                 out.push(target);
             }
