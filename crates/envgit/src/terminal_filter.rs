@@ -48,8 +48,9 @@ const WINDOW_OPS_KEPT: [u32; 7] = [14, 15, 16, 18, 19, 22, 23];
 const COLOUR_OSC: [&[u8]; 13] = [
     b"4", b"5", b"10", b"11", b"12", b"13", b"14", b"15", b"16", b"17", b"18", b"19", b"21",
 ];
-/// The longest colour OSC judged; a longer one is dropped whole.
-const COLOUR_BODY_MAX: usize = 1024;
+/// The longest colour OSC judged (a query of all 256 palette entries at once is about 2 KiB);
+/// a longer one is dropped whole.
+const COLOUR_BODY_MAX: usize = 8192;
 /// The longest control sequence (`CSI` …) judged; a longer one is dropped whole.
 const CSI_MAX: usize = 256;
 /// How many bytes of an APC's head (kitty's graphics keys) are read before it is judged.
@@ -561,6 +562,14 @@ mod tests {
             b"\x1b]11;?\x1b\\\x1b]10;?;?\x07\x1b]4;1;?;2;?\x07\x1b]104;1\x07\x1b]110\x1b\\",
             b"\x1b]21;foreground=?;background=;cursor\x1b\\",
             "\u{9d}11;?\u{9c}".as_bytes(),
+            // The whole palette asked for at once.
+            &(0..256)
+                .map(|i| format!(";{i};?"))
+                .fold("\x1b]4".to_owned(), |s, q| s + &q)
+                .into_bytes()
+                .into_iter()
+                .chain(*b"\x1b\\")
+                .collect::<Vec<u8>>(),
             b"\x1b_Ga=T,f=100,t=d;iVBORw0KGgo=\x1b\\",
             b"\x1b_Ga=d\x1b\\",
             "\u{9b}1m C1 CSI \u{9d}0;t\u{9c}".as_bytes(),
