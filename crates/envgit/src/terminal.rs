@@ -190,10 +190,15 @@ impl PtyRelay {
                         Ok(n) => n,
                     };
                     let mut rest = &byte[..n];
-                    let yes = matches!(rest.first(), Some(b'y' | b'Y'));
-                    if let Some(ask) = screen.take_answer(yes) {
-                        rest = &rest[1..];
-                        answer(&control_socket, &screen, &ask, yes);
+                    // A key typed on its own arrives alone; text that comes at once (a paste,
+                    // an escape sequence) is not an answer, however it starts: it goes on to
+                    // the command as any key does while no question is open.
+                    if let [key] = rest {
+                        let yes = matches!(key, b'y' | b'Y');
+                        if let Some(ask) = screen.take_answer(yes) {
+                            rest = &[];
+                            answer(&control_socket, &screen, &ask, yes);
+                        }
                     }
                     if !rest.is_empty() && to_pty.write_all(rest).is_err() {
                         return;

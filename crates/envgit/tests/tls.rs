@@ -931,6 +931,35 @@ fn a_question_that_times_out_on_a_terminal_gives_the_held_output_back() {
     assert_eq!(w.remote_head(), before);
 }
 
+/// A question is answered by one key typed on its own: text that arrives at once (a paste,
+/// or words typed into what the person took for their shell: here "yes, install it") is not a
+/// `y`, however it starts. The question stays open (and times out here, refusing).
+#[test]
+fn pasted_text_does_not_answer_a_question() {
+    let w = world_asking();
+    let yaml = w.env.read("envgit.yaml");
+    w.env.write(
+        "envgit.yaml",
+        &format!("{yaml}\napprovers:\n  timeout: 3\n"),
+    );
+    w.run(CLONE).ok();
+    let before = w.remote_head();
+    let shown = w.run_on_terminal_with(
+        "yes, install it\r",
+        &format!("{COMMIT} && git push -q origin HEAD:main; echo PUSHED=$?"),
+        &[],
+    );
+    assert_eq!(
+        w.remote_head(),
+        before,
+        "a paste starting with y let the push out: {shown}"
+    );
+    assert!(
+        shown.contains("the question was answered elsewhere or timed out"),
+        "{shown}"
+    );
+}
+
 #[test]
 fn http2_requests_are_judged_one_by_one_too() {
     let w = world_get_only();
