@@ -175,6 +175,17 @@ fn world_asking() -> World {
     w
 }
 
+/// [`world_asking`] whose questions time out after `seconds` (`approvers.timeout`).
+fn world_asking_within(seconds: u32) -> World {
+    let w = world_asking();
+    let yaml = w.env.read("envgit.yaml");
+    w.env.write(
+        "envgit.yaml",
+        &format!("{yaml}\napprovers:\n  timeout: {seconds}\n"),
+    );
+    w
+}
+
 impl World {
     /// [`World::run`] started in the background, its output piped (a held request waits for
     /// an answer meanwhile).
@@ -648,12 +659,7 @@ fn approving_from_a_terminal_shows_the_request_first() {
 
 #[test]
 fn an_ask_nobody_answers_is_refused_when_the_timeout_passes() {
-    let w = world_asking();
-    let yaml = w.env.read("envgit.yaml");
-    w.env.write(
-        "envgit.yaml",
-        &format!("{yaml}\napprovers:\n  timeout: 1\n"),
-    );
+    let w = world_asking_within(1);
     // The usual clients wait longer than an ask may hold their request.
     let env = w
         .run("echo pip=$PIP_DEFAULT_TIMEOUT npm=$npm_config_fetch_timeout")
@@ -908,12 +914,7 @@ fn a_key_typed_before_the_question_could_be_read_does_not_answer_it() {
 /// so and shows what the command wrote meanwhile: nothing stays held back.
 #[test]
 fn a_question_that_times_out_on_a_terminal_gives_the_held_output_back() {
-    let w = world_asking();
-    let yaml = w.env.read("envgit.yaml");
-    w.env.write(
-        "envgit.yaml",
-        &format!("{yaml}\napprovers:\n  timeout: 1\n"),
-    );
+    let w = world_asking_within(1);
     w.run(CLONE).ok();
     let before = w.remote_head();
     let script = format!(
@@ -936,12 +937,7 @@ fn a_question_that_times_out_on_a_terminal_gives_the_held_output_back() {
 /// `y`, however it starts. The question stays open (and times out here, refusing).
 #[test]
 fn pasted_text_does_not_answer_a_question() {
-    let w = world_asking();
-    let yaml = w.env.read("envgit.yaml");
-    w.env.write(
-        "envgit.yaml",
-        &format!("{yaml}\napprovers:\n  timeout: 3\n"),
-    );
+    let w = world_asking_within(3);
     w.run(CLONE).ok();
     let before = w.remote_head();
     let shown = w.run_on_terminal_with(
