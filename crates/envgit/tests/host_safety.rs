@@ -415,6 +415,11 @@ fn what_other_host_tools_run_from_the_project_is_put_back() {
         ".opencode/plugin/x.js",
         "crush.json",
         ".crush.json",
+        ".kilocode/mcp.json",
+        ".qwen/settings.json",
+        ".clinerules/hooks/TaskStart",
+        ".windsurf/hooks.json",
+        ".aider.conf.yml",
     ];
     let script = planted
         .iter()
