@@ -302,19 +302,24 @@ impl RootNames {
         rel: &str,
         budget: &mut u64,
     ) -> Result<State, Captured> {
-        let first = rel.split('/').next().unwrap_or(rel).as_bytes();
-        // Only a plain name is looked up; anything else (`.`, `..`) is read as it is.
-        let plain = !matches!(first, b"" | b"." | b"..");
-        if plain
+        if let Some(first) = top_name(rel)
             && self
                 .0
-                .binary_search_by(|n| n.to_bytes().cmp(first))
+                .binary_search_by(|n| n.to_bytes().cmp(first.as_bytes()))
                 .is_err()
         {
             return Ok(None);
         }
         capture(root, rel.as_bytes(), budget)
     }
+}
+
+/// The name at the project's top that project-relative `rel` lies under, when it is a plain
+/// name: a listing of the root then says whether `rel` can exist. `None` for a first component
+/// of `''`, `.` or `..`, which a listing cannot judge (the path is read as it is).
+pub fn top_name(rel: &str) -> Option<&str> {
+    let first = rel.split('/').next().unwrap_or(rel);
+    (!matches!(first, "" | "." | "..")).then_some(first)
 }
 
 /// `*`-only glob over a whole name.

@@ -290,8 +290,7 @@ impl Project {
         let present: Vec<String> = out
             .iter()
             .filter(|p| {
-                let first = p.split('/').next().unwrap_or(p);
-                !listed_ok || matches!(first, "" | "." | "..") || top.contains(first)
+                !listed_ok || envgit_store::protected_top_name(p).is_none_or(|n| top.contains(n))
             })
             .cloned()
             .collect();

@@ -286,15 +286,9 @@ fn a_hook_managers_configuration_is_protected_like_the_hooks() {
     let out = env.envgit(&["run", "sh", "-c", &attack]).ran_to("planted");
     std::fs::write(env.path("a.txt"), "changed on the host\n").unwrap();
     env.git(&env.project, &["add", "a.txt"]);
-    let commit = Command::new("git")
+    let commit = env
+        .host_git(&env.project)
         .args(["commit", "-q", "-m", "host commit"])
-        .current_dir(&env.project)
-        .env("HOME", env.user_home())
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("GIT_AUTHOR_NAME", "t")
-        .env("GIT_AUTHOR_EMAIL", "t@example.invalid")
-        .env("GIT_COMMITTER_NAME", "t")
-        .env("GIT_COMMITTER_EMAIL", "t@example.invalid")
         .env("LEFTHOOK_BIN", &lefthook)
         .output()
         .unwrap();

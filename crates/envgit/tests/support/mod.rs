@@ -189,23 +189,27 @@ impl Env {
     }
 
     pub fn git(&self, dir: &Path, args: &[&str]) -> String {
-        let out = Command::new("git")
-            .args(args)
-            .current_dir(dir)
-            .env("GIT_CONFIG_NOSYSTEM", "1")
-            .env("HOME", self.user_home())
-            .env("GIT_AUTHOR_NAME", "t")
-            .env("GIT_AUTHOR_EMAIL", "t@example.invalid")
-            .env("GIT_COMMITTER_NAME", "t")
-            .env("GIT_COMMITTER_EMAIL", "t@example.invalid")
-            .output()
-            .unwrap();
+        let out = self.host_git(dir).args(args).output().unwrap();
         assert!(
             out.status.success(),
             "git {args:?}: {}",
             String::from_utf8_lossy(&out.stderr)
         );
         String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// The host's git in `dir` as [`Env::git`] runs it (a fixed identity, no system
+    /// configuration, this test's home), for a caller that sets more or reads its output.
+    pub fn host_git(&self, dir: &Path) -> Command {
+        let mut c = Command::new("git");
+        c.current_dir(dir)
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("HOME", self.user_home())
+            .env("GIT_AUTHOR_NAME", "t")
+            .env("GIT_AUTHOR_EMAIL", "t@example.invalid")
+            .env("GIT_COMMITTER_NAME", "t")
+            .env("GIT_COMMITTER_EMAIL", "t@example.invalid");
+        c
     }
 
     /// `envgit init` in the project.
