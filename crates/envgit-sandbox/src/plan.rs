@@ -352,6 +352,21 @@ fn host_sockets(visible: &[PathBuf]) -> Vec<PathBuf> {
         .collect()
 }
 
+/// The policy's `filesystem.allow_write` paths as the sandbox binds them read-write: `~`
+/// expanded against `home`, resolved; those that do not exist are left out.
+pub fn allow_write_paths(policy: &Policy, home: Option<&Path>) -> Vec<PathBuf> {
+    policy
+        .filesystem
+        .allow_write
+        .iter()
+        .map(|w| {
+            home.and_then(|h| expand_home(w, h))
+                .unwrap_or_else(|| PathBuf::from(w))
+        })
+        .filter_map(|p| p.canonicalize().ok())
+        .collect()
+}
+
 fn expand_home(p: &str, home: &Path) -> Option<PathBuf> {
     if p == "~" {
         return Some(home.to_path_buf());
@@ -529,19 +544,7 @@ pub fn plan(input: PlanInput<'_>) -> Spec {
         .map(|p| input.project.join(p))
         .filter(|p| p.symlink_metadata().is_ok())
         .collect();
-    let writable = input
-        .policy
-        .filesystem
-        .allow_write
-        .iter()
-        .flat_map(
-            |w| match input.homes.first().and_then(|h| expand_home(w, h)) {
-                Some(p) => vec![p],
-                None => vec![PathBuf::from(w)],
-            },
-        )
-        .filter_map(|p| p.canonicalize().ok())
-        .collect();
+    let writable = allow_write_paths(input.policy, input.homes.first().map(PathBuf::as_path));
     let home = home_overlay(&input.homes, input.home_overlay.as_ref());
     let system = input.system.clone().unwrap_or_else(|| {
         system_dirs(

@@ -9,7 +9,7 @@
 //! [`Store`]'s reads and writes.
 
 mod backend;
-mod beneath;
+pub mod beneath;
 mod budget;
 mod byte_cursor;
 mod change_log;

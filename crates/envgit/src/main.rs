@@ -15,6 +15,7 @@ mod outside;
 mod own_exe;
 mod owner;
 mod pager;
+mod path_shadow;
 mod project;
 mod project_facts;
 mod protected_links;

@@ -47,6 +47,9 @@ pub(crate) struct Sandboxed<'a> {
     pub protected: &'a [String],
     /// The protected paths as they were before the step, put back by content.
     pub copy: Option<&'a ProtectedCopy>,
+    /// The writable directories of the person's `PATH`: a program a step put there ahead of
+    /// the host's is removed.
+    pub shadows: Option<&'a crate::path_shadow::PathShadows>,
     /// The run's layer over `.git`: what the step wrote there is imported as data.
     pub git: Option<&'a GitLayer>,
     /// The tree the step began from; `None` when unknown (no comparison with a snapshot).
@@ -108,6 +111,9 @@ impl OpenStep {
             // the snapshot, which may fail (a tree too deep, a full disk).
             if let Some(copy) = s.copy {
                 put_back = copy.put_back()?;
+            }
+            if let Some(shadows) = s.shadows {
+                note_path_shadows(&shadows.sweep(), &mut draft);
             }
         }
         crate::timings::mark("  git import, put back");
@@ -232,6 +238,24 @@ fn note_put_back(paths: &[String], draft: &mut StepDraft) {
         });
     }
     if !paths.is_empty() {
+        draft.flag(StepFlag::ProtectedRestored);
+    }
+}
+
+/// Programs removed from the person's `PATH`: said, refused, flagged.
+fn note_path_shadows(removed: &[crate::path_shadow::Removed], draft: &mut StepDraft) {
+    let rule = crate::path_shadow::RULE;
+    for r in removed {
+        output::warn(&format!(
+            "{} {}: removed (rule {rule}; to keep it, make it outside envgit)",
+            r.shown, r.why
+        ));
+        draft.refusals.push(Refusal {
+            what: format!("write {}", r.shown),
+            rule: rule.into(),
+        });
+    }
+    if !removed.is_empty() {
         draft.flag(StepFlag::ProtectedRestored);
     }
 }

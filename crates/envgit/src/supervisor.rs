@@ -134,7 +134,7 @@ pub fn run_step(
     crate::timings::mark("scan before");
     // The plan's facts come from the scan just made; they are gathered on a thread while the
     // step is begun and the run set up (`run_sandboxed` joins it before its plan).
-    let (ran, mut step, git, protected, copy, notes_rx) = std::thread::scope(|s| {
+    let (ran, mut step, git, protected, copy, shadows, notes_rx) = std::thread::scope(|s| {
         let store_dir = store.dir().to_path_buf();
         let tree = live.tree();
         let vouch = feed.as_ref().and_then(|f| f.listing_vouch());
@@ -155,6 +155,8 @@ pub fn run_step(
             crate::git_layer::protected_under(git.as_deref(), project.protected_paths());
         let copy = ProtectedCopy::take(store.dir(), &project.root, &protected)?;
         crate::timings::mark("git layer, protected copy");
+        let shadows = crate::path_shadow::PathShadows::of_project(project, cwd);
+        crate::timings::mark("PATH's writable directories");
         step.guard()
             .describe(&argv, Some(&cwd.display().to_string()))?;
         let copy_on_disk = copy.durable();
@@ -185,7 +187,7 @@ pub fn run_step(
                 ..RunExtras::default()
             },
         );
-        CmdResult::Ok((ran, step, git, protected, copy, notes_rx))
+        CmdResult::Ok((ran, step, git, protected, copy, shadows, notes_rx))
     })?;
     let (code, gate) = match ran {
         Ok(ran) => ran,
@@ -223,6 +225,7 @@ pub fn run_step(
     let sandboxed = Sandboxed {
         protected: &protected,
         copy: Some(&copy),
+        shadows: shadows.as_ref(),
         git: git.as_deref(),
         before: Some(before),
         too_deep_before: &walked.too_deep,

@@ -14,7 +14,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use support::Env;
+use support::{Env, Run};
 
 const ORIGINAL_HOOK: &str = "#!/bin/sh\nexit 0\n";
 const ORIGINAL_TASKS: &str = "{\"version\": \"2.0.0\", \"tasks\": []}\n";
@@ -432,4 +432,180 @@ fn what_other_host_tools_run_from_the_project_is_put_back() {
         "left on the host: {left:?}\n{}",
         out.stderr
     );
+}
+
+/// The person's `PATH` with `dirs` of the project first, as an activated virtualenv
+/// (`.venv/bin`) or direnv's `PATH_add bin` leaves it in their shell, and so in envgit's.
+fn path_with_project_dirs(env: &Env, dirs: &[&str]) -> String {
+    let mut entries: Vec<String> = dirs
+        .iter()
+        .map(|d| env.path(d).display().to_string())
+        .collect();
+    entries.push(std::env::var("PATH").unwrap());
+    entries.join(":")
+}
+
+/// The host's own program `name` as the test's `PATH` finds it, its links resolved.
+fn host_program(name: &str) -> std::path::PathBuf {
+    let out = Command::new("sh")
+        .args(["-c", &format!("command -v {name}")])
+        .output()
+        .unwrap();
+    let found = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    assert!(!found.is_empty(), "{name} is not on the test's PATH");
+    std::fs::canonicalize(found).unwrap()
+}
+
+#[test]
+fn a_program_the_step_puts_on_the_persons_path_before_the_hosts_is_removed() {
+    let env = Env::new();
+    env.write("a.txt", "a\n");
+    // An activated virtualenv: its bin is on the person's PATH, ahead of the host's programs.
+    env.write(".venv/bin/activate", "# the venv's\n");
+    env.write(".venv/bin/pip", "#!/bin/sh\necho the venv's pip\n");
+    std::fs::set_permissions(
+        env.path(".venv/bin/pip"),
+        std::fs::Permissions::from_mode(0o755),
+    )
+    .unwrap();
+    env.envgit(&["init"]).ok();
+    // `bin` does not exist yet: direnv's `PATH_add bin` puts it on the PATH all the same.
+    let path = path_with_project_dirs(&env, &[".venv/bin", "bin"]);
+    let marker = env.tmp.path().join("pwned");
+    let git = host_program("git");
+    let shell = host_program("sh");
+    let payload = format!(
+        "#!/bin/sh\\necho pwned >> {m}\\nexec {git} \"$@\"\\n",
+        m = marker.display(),
+        git = git.display()
+    );
+    let script = format!(
+        "printf '{payload}' > .venv/bin/git; chmod +x .venv/bin/git; \
+         mkdir -p bin && printf '#!/bin/sh\\necho pwned >> {m}\\n' > bin/ls && chmod 755 bin/ls; \
+         printf '#!/bin/sh\\necho pwned >> {m}\\n' > evil.sh && chmod +x evil.sh && ln -s ../../evil.sh .venv/bin/env; \
+         printf '#!/bin/sh\\necho mine\\n' > .venv/bin/envgit-test-tool && chmod +x .venv/bin/envgit-test-tool; \
+         printf '#!/bin/sh\\necho the upgraded pip\\n' > .venv/bin/pip; \
+         ln -s {shell} .venv/bin/sh; \
+         echo planted",
+        m = marker.display(),
+        shell = shell.display()
+    );
+    let out = Run::from(
+        env.cmd(&env.project)
+            .env("PATH", &path)
+            .args(["run", "sh", "-c", &script])
+            .output()
+            .unwrap(),
+    )
+    .ran_to("planted");
+    // The person's shell, with the same PATH, runs git, ls and env in the project.
+    for program in ["git --version", "ls", "env"] {
+        let ran = Command::new("sh")
+            .args(["-c", program])
+            .current_dir(&env.project)
+            .env("PATH", &path)
+            .output()
+            .unwrap();
+        assert!(
+            !marker.exists(),
+            "the host's `{program}` ran what the step planted on the PATH ({})\n{}",
+            String::from_utf8_lossy(&ran.stderr),
+            out.stderr
+        );
+    }
+    for removed in [".venv/bin/git", "bin/ls", ".venv/bin/env"] {
+        assert!(
+            std::fs::symlink_metadata(env.path(removed)).is_err(),
+            "{removed} is still there\n{}",
+            out.stderr
+        );
+        assert!(
+            out.stderr.contains(removed) && out.stderr.contains("filesystem.path-shadow"),
+            "{removed} was not named with its rule:\n{}",
+            out.stderr
+        );
+    }
+    // What shadows no host program, a program the venv already had, and a link to the very
+    // program it shadows are the project's, as before.
+    assert_eq!(
+        env.read(".venv/bin/pip"),
+        "#!/bin/sh\necho the upgraded pip\n"
+    );
+    assert!(env.path(".venv/bin/envgit-test-tool").exists());
+    assert!(env.path(".venv/bin/sh").exists());
+    let log = env.log_json();
+    let refusals = log[0]["refusals"].to_string();
+    assert!(
+        refusals.contains(".venv/bin/git") && refusals.contains("filesystem.path-shadow"),
+        "{refusals}"
+    );
+}
+
+#[test]
+fn a_program_the_step_puts_on_the_path_through_a_writable_directory_or_a_link_is_removed() {
+    let env = Env::new();
+    env.write("a.txt", "a\n");
+    env.envgit(&["init"]).ok();
+    // A toolchain's bin the policy lets steps write, first on the PATH (as rustup puts
+    // `~/.cargo/bin`), and the project's `bin` after it.
+    let tools = env.tmp.path().join("tools");
+    std::fs::create_dir_all(tools.join("bin")).unwrap();
+    let yaml = env.read("envgit.yaml").replace(
+        "# filesystem:\n#   deny_read:",
+        &format!(
+            "filesystem:\n  allow_write: [\"{}\"]\n#   deny_read:",
+            tools.display()
+        ),
+    );
+    env.write("envgit.yaml", &yaml);
+    // The person's own link out of the project, on the PATH: theirs, left alone.
+    let theirs = env.tmp.path().join("their-venv");
+    std::fs::create_dir_all(theirs.join("bin")).unwrap();
+    std::os::unix::fs::symlink(&theirs, env.path("venv")).unwrap();
+    let path = format!(
+        "{}:{}",
+        tools.join("bin").display(),
+        path_with_project_dirs(&env, &["venv/bin", "bin"])
+    );
+    let marker = env.tmp.path().join("pwned");
+    let planted = format!("#!/bin/sh\\necho pwned >> {}\\n", marker.display());
+    let script = format!(
+        "printf '{planted}' > {t}/bin/git && chmod +x {t}/bin/git; \
+         mkdir -p {t}/elsewhere && printf '{planted}' > {t}/elsewhere/ls && chmod +x {t}/elsewhere/ls; \
+         ln -s {t}/elsewhere bin; echo planted",
+        t = tools.display()
+    );
+    let out = Run::from(
+        env.cmd(&env.project)
+            .env("PATH", &path)
+            .args(["run", "sh", "-c", &script])
+            .output()
+            .unwrap(),
+    )
+    .ran_to("planted");
+    for program in ["git --version", "ls"] {
+        Command::new("sh")
+            .args(["-c", program])
+            .current_dir(&env.project)
+            .env("PATH", &path)
+            .output()
+            .unwrap();
+        assert!(
+            !marker.exists(),
+            "the host's `{program}` ran what the step planted on the PATH\n{}",
+            out.stderr
+        );
+    }
+    assert!(!tools.join("bin/git").exists(), "{}", out.stderr);
+    assert!(
+        std::fs::symlink_metadata(env.path("bin")).is_err(),
+        "{}",
+        out.stderr
+    );
+    assert!(
+        out.stderr.contains("filesystem.path-shadow"),
+        "{}",
+        out.stderr
+    );
+    assert!(env.path("venv/bin").is_dir(), "{}", out.stderr);
 }

@@ -29,6 +29,7 @@ use serde_json::{Value, json};
 use super::tool_call::{refusal_of, tool_summary};
 use crate::failure::CmdResult;
 use crate::output;
+use crate::path_shadow::PathShadows;
 use crate::project::Project;
 use crate::step::{OpenStep, Sandboxed, Snapshot};
 use crate::supervisor::{EXIT_REFUSED, requests_of};
@@ -62,6 +63,8 @@ pub(crate) struct ToolSteps<'a> {
     protected: Vec<String>,
     /// The protected paths as the session found them: each call's put-back restores them.
     copy: ProtectedCopy,
+    /// The writable directories of the person's `PATH`, as the session found them.
+    shadows: Option<PathShadows>,
     /// The session's layer over `.git`: each call's writes there are imported as data.
     git: Option<Arc<GitLayer>>,
     /// Put back by the sweep since the last step: that step says so.
@@ -96,6 +99,7 @@ impl<'a> ToolSteps<'a> {
         let protected = crate::git_layer::protected_under(git.as_deref(), protected);
         let copy = ProtectedCopy::take(store.dir(), &project.root, &protected)?;
         copy.wait_durable()?;
+        let shadows = PathShadows::of_project(project, cwd);
         Ok(ToolSteps {
             project,
             agent,
@@ -105,6 +109,7 @@ impl<'a> ToolSteps<'a> {
             step,
             protected,
             copy,
+            shadows,
             git,
             swept: Vec::new(),
             last_tree,
@@ -285,6 +290,7 @@ impl<'a> ToolSteps<'a> {
         let sandboxed = Sandboxed {
             protected: &self.protected,
             copy: Some(&self.copy),
+            shadows: self.shadows.as_ref(),
             git: self.git.as_deref(),
             before: Some(self.last_tree),
             too_deep_before: &[],

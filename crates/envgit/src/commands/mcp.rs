@@ -32,6 +32,8 @@ pub fn run(dir: Option<&Path>, args: &McpArgs) -> CmdResult<ExitCode> {
     let copy =
         envgit_store::ProtectedCopy::take(store.dir(), &project.root, &project.protected_paths())?;
     copy.wait_durable()?;
+    let cwd = std::env::current_dir().unwrap_or_else(|_| project.root.clone());
+    let shadows = crate::path_shadow::PathShadows::of_project(&project, &cwd);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -52,6 +54,7 @@ pub fn run(dir: Option<&Path>, args: &McpArgs) -> CmdResult<ExitCode> {
                 store,
                 wt,
                 copy,
+                shadows,
             },
             downstreams,
             Limits::default(),

@@ -45,11 +45,15 @@ impl Inner {
                 .lock()
                 .map_err(|_| ExecuteError::RecorderPoisoned)?;
             let Recorder {
-                store, wt, copy, ..
+                store,
+                wt,
+                copy,
+                shadows,
+                ..
             } = &mut *r;
             store.catch_up()?;
             let mut step = crate::step::begin(store, "mcp servers after the last execute")?;
-            finish_repl_step(&mut step, store, wt, copy, draft)?;
+            finish_repl_step(&mut step, store, wt, copy, shadows.as_ref(), draft)?;
             drop(step);
             let _ = wt.save_index(store);
             Ok(())
@@ -126,9 +130,13 @@ impl Inner {
                 .lock()
                 .map_err(|_| ExecuteError::RecorderPoisoned)?;
             let Recorder {
-                store, wt, copy, ..
+                store,
+                wt,
+                copy,
+                shadows,
+                ..
             } = &mut *r;
-            let committed = finish_repl_step(&mut step, store, wt, copy, draft)?;
+            let committed = finish_repl_step(&mut step, store, wt, copy, shadows.as_ref(), draft)?;
             drop(step);
             let _ = wt.save_index(store);
             Ok(committed)
@@ -163,6 +171,7 @@ fn finish_repl_step(
     store: &mut envgit_store::Store,
     wt: &mut envgit_store::WorkTree,
     copy: &envgit_store::ProtectedCopy,
+    shadows: Option<&crate::path_shadow::PathShadows>,
     draft: StepDraft,
 ) -> crate::failure::CmdResult<Step> {
     let before = store.head().and_then(|h| h.tree);
@@ -172,6 +181,7 @@ fn finish_repl_step(
         Some(crate::step::Sandboxed {
             protected: &[],
             copy: Some(copy),
+            shadows,
             git: None,
             before,
             too_deep_before: &[],

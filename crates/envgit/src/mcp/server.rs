@@ -29,6 +29,8 @@ pub struct Recorder {
     /// The protected paths as `envgit mcp` found them, before any downstream server started:
     /// every step puts back what differs (a server's `mv .git .g` included).
     pub copy: envgit_store::ProtectedCopy,
+    /// The writable directories of the person's `PATH` as `envgit mcp` found them.
+    pub shadows: Option<crate::path_shadow::PathShadows>,
 }
 
 /// The `execute` server (cheap to clone: the state is shared).
