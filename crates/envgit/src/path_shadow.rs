@@ -14,7 +14,8 @@
 //! program (a tool a `pip install` adds) stays too.
 //!
 //! Host-side operations resolve a `PATH` directory beneath its writable root only
-//! (`RESOLVE_BENEATH`): a link out of it is itself what the step planted, and is removed.
+//! (`RESOLVE_BENEATH`). A link that leads it out of the root is removed, unless it is the
+//! person's own and leads where it led when the run began.
 
 use std::collections::{BTreeSet, HashSet};
 use std::ffi::{CStr, CString, OsStr};
