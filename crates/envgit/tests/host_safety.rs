@@ -609,3 +609,100 @@ fn a_program_the_step_puts_on_the_path_through_a_writable_directory_or_a_link_is
     );
     assert!(env.path("venv/bin").is_dir(), "{}", out.stderr);
 }
+
+/// `cc ARGS` in `dir`; panics with the compiler's output when it fails.
+fn cc(dir: &std::path::Path, args: &[&str]) {
+    let out = Command::new("cc")
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "cc {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn a_library_the_step_puts_on_the_persons_library_path_before_the_hosts_is_removed() {
+    let env = Env::new();
+    // A host program and the library it loads from a host directory.
+    let host = env.tmp.path().join("host");
+    std::fs::create_dir_all(host.join("lib")).unwrap();
+    std::fs::write(host.join("demo.c"), "int demo(void) { return 1; }\n").unwrap();
+    std::fs::write(
+        host.join("main.c"),
+        "extern int demo(void);\nint main(void) { return demo() == 1 ? 0 : 3; }\n",
+    )
+    .unwrap();
+    cc(
+        &host,
+        &[
+            "-shared",
+            "-fPIC",
+            "-Wl,-soname,libenvgitdemo.so",
+            "-o",
+            "lib/libenvgitdemo.so",
+            "demo.c",
+        ],
+    );
+    cc(&host, &["-o", "program", "main.c", "-Llib", "-lenvgitdemo"]);
+    // The same library with a constructor, in the project (the person's file, harmless there).
+    let marker = env.tmp.path().join("pwned");
+    env.write(
+        "vendor/evil.c",
+        &format!(
+            "#include <stdio.h>\n\
+             __attribute__((constructor)) static void pwn(void) {{\n\
+               FILE *f = fopen(\"{}\", \"a\"); if (f) {{ fputs(\"pwned\\n\", f); fclose(f); }}\n\
+             }}\n\
+             int demo(void) {{ return 1; }}\n",
+            marker.display()
+        ),
+    );
+    cc(
+        &env.project,
+        &["-shared", "-fPIC", "-o", "vendor/evil.so", "vendor/evil.c"],
+    );
+    env.envgit(&["init"]).ok();
+    // The person builds into the project's build/lib and has it first on LD_LIBRARY_PATH.
+    let library_path = format!(
+        "{}:{}",
+        env.path("build/lib").display(),
+        host.join("lib").display()
+    );
+    let out = Run::from(
+        env.cmd(&env.project)
+            .env("LD_LIBRARY_PATH", &library_path)
+            .args([
+                "run",
+                "sh",
+                "-c",
+                "mkdir -p build/lib && cp vendor/evil.so build/lib/libenvgitdemo.so && \
+                 cp vendor/evil.so build/lib/libtheprojectsown.so && echo planted",
+            ])
+            .output()
+            .unwrap(),
+    )
+    .ran_to("planted");
+    let ran = Command::new(host.join("program"))
+        .env("LD_LIBRARY_PATH", &library_path)
+        .output()
+        .unwrap();
+    assert!(
+        !marker.exists(),
+        "the host's program loaded the library the step planted (exit {:?})\n{}",
+        ran.status.code(),
+        out.stderr
+    );
+    assert!(ran.status.success(), "{ran:?}");
+    assert!(
+        out.stderr.contains("build/lib/libenvgitdemo.so")
+            && out.stderr.contains("LD_LIBRARY_PATH")
+            && out.stderr.contains("filesystem.path-shadow"),
+        "{}",
+        out.stderr
+    );
+    assert!(env.path("build/lib/libtheprojectsown.so").exists());
+}

@@ -1,0 +1,274 @@
+//! Files a step puts on the person's search paths ahead of the host's own. An activated
+//! virtualenv (`.venv/bin`), direnv's `PATH_add bin` or `layout node` put directories of the
+//! project first on the person's `PATH`, in their shell and so in envgit's: a `git` or `sudo`
+//! the agent writes there runs on the host, unsandboxed, the next time the person types `git`
+//! or `sudo` in the project. A project's `build/lib` on `LD_LIBRARY_PATH` is the same for every
+//! program they run, through a library named like the system's. They did not choose to run the
+//! project's code, as they do when they run its build or its tests.
+//!
+//! So at the start of a run envgit reads its own `PATH` and `LD_LIBRARY_PATH`, keeps the
+//! entries the sandbox can write (inside the project or an `allow_write` path), and notes which
+//! files there already come before a host file of the same name: those are the person's. After
+//! each step, a file there that the search would now take instead of a host file, and that was
+//! not there when the run began, is removed (rule `filesystem.path-shadow`). A link to the very
+//! file it shadows (a virtualenv's `python3`) is not a different file and stays; what shadows
+//! nothing of the host's (a tool a `pip install` adds, the project's own library) stays too.
+//!
+//! Host-side operations resolve a directory beneath its writable root only
+//! (`RESOLVE_BENEATH`). A link that leads it out of the root is removed, unless it is the
+//! person's own and leads where it led when the run began.
+
+mod entry;
+mod search;
+
+use std::collections::{BTreeSet, HashSet};
+use std::ffi::{CStr, CString, OsStr};
+use std::os::fd::{AsFd, BorrowedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+use rustix::fs::AtFlags;
+
+use entry::{Entry, Found};
+use search::Search;
+
+/// The rule a removal names.
+pub(crate) const RULE: &str = "filesystem.path-shadow";
+
+/// The search paths as the run found them: only those with a directory a step can write.
+pub(crate) struct PathShadows {
+    searches: Vec<SearchPath>,
+}
+
+/// One search path as the run found it, and the files in its writable directories that came
+/// before a host file of the same name then.
+struct SearchPath {
+    search: Search,
+    entries: Vec<Entry>,
+    /// Names in the host's directories after the first writable one (a filter before a
+    /// `stat`): no other name can be shadowed.
+    host_names: HashSet<Vec<u8>>,
+    /// For each entry, the shadowing files it held at the start of the run.
+    accepted: Vec<BTreeSet<Vec<u8>>>,
+}
+
+/// A file removed from a writable directory of a search path (or the link that led the
+/// directory out of its root), and why.
+pub(crate) struct Removed {
+    pub shown: String,
+    pub why: String,
+}
+
+/// A file the search would take instead of a host file, as found now.
+struct Shadow {
+    name: Vec<u8>,
+    host: PathBuf,
+}
+
+impl PathShadows {
+    /// [`PathShadows::of_environment`] for `project`'s root and its policy's `allow_write`.
+    pub fn of_project(project: &crate::project::Project, cwd: &Path) -> Option<PathShadows> {
+        let uid = rustix::process::getuid().as_raw();
+        let homes = crate::supervisor::homes(uid);
+        let allow_write = envgit_sandbox::plan::allow_write_paths(
+            &project.policy,
+            homes.first().map(PathBuf::as_path),
+        );
+        Self::of_environment(&project.root, &allow_write, cwd)
+    }
+
+    /// Reads envgit's own search paths (relative entries against `cwd`). `None` when no
+    /// entry is writable by a step, the usual case: there is nothing to check after a step.
+    pub fn of_environment(
+        project_root: &Path,
+        allow_write: &[PathBuf],
+        cwd: &Path,
+    ) -> Option<PathShadows> {
+        let project = project_root
+            .canonicalize()
+            .unwrap_or_else(|_| project_root.to_path_buf());
+        let mut roots = vec![project.clone()];
+        roots.extend(allow_write.iter().cloned());
+        let searches: Vec<SearchPath> = Search::ALL
+            .iter()
+            .filter_map(|&search| SearchPath::read(search, &roots, &project, cwd))
+            .collect();
+        (!searches.is_empty()).then_some(PathShadows { searches })
+    }
+
+    /// After a step: removes each file of a writable directory that its search would take
+    /// instead of a host file and that was not there when the run began. Returns what it
+    /// removed; a removal that fails is said and the path returned all the same, so the step
+    /// names it.
+    pub fn sweep(&self) -> Vec<Removed> {
+        let mut removed = Vec::new();
+        for search in &self.searches {
+            search.sweep(&mut removed);
+        }
+        removed
+    }
+}
+
+impl SearchPath {
+    fn read(search: Search, roots: &[PathBuf], project: &Path, cwd: &Path) -> Option<SearchPath> {
+        let value = std::env::var_os(search.variable())?;
+        let mut entries: Vec<Entry> = Vec::new();
+        for raw in std::env::split_paths(&value) {
+            let abs = if raw.as_os_str().is_empty() {
+                cwd.to_path_buf()
+            } else {
+                cwd.join(&raw)
+            };
+            if let Some(entry) = entry::classify(&abs, roots, project)
+                && !entries.iter().any(|e| entry::same_entry(e, &entry))
+            {
+                entries.push(entry);
+            }
+        }
+        let first_writable = entries.iter().position(Entry::is_writable)?;
+        entries.extend(search.after_the_variable().into_iter().map(Entry::Host));
+        let mut host_names = HashSet::new();
+        for e in &entries[first_writable..] {
+            if let Entry::Host(dir) = e
+                && let Ok(list) = std::fs::read_dir(dir)
+            {
+                host_names.extend(list.flatten().map(|d| d.file_name().as_bytes().to_vec()));
+            }
+        }
+        let mut read = SearchPath {
+            search,
+            entries,
+            host_names,
+            accepted: Vec::new(),
+        };
+        read.accepted = (0..read.entries.len())
+            .map(|i| match read.dir(i) {
+                Some(Found::Dir(dir)) => read
+                    .shadows_of(i, dir.as_fd())
+                    .into_iter()
+                    .map(|s| s.name)
+                    .collect(),
+                _ => BTreeSet::new(),
+            })
+            .collect();
+        Some(read)
+    }
+
+    fn dir(&self, i: usize) -> Option<Found> {
+        match &self.entries[i] {
+            Entry::Writable { root, rel, .. } => Some(entry::find(root, rel)),
+            Entry::Host(_) => None,
+        }
+    }
+
+    fn sweep(&self, removed: &mut Vec<Removed>) {
+        let var = self.search.variable();
+        for (i, e) in self.entries.iter().enumerate() {
+            let Entry::Writable {
+                root,
+                rel,
+                shown,
+                escaped_at_start,
+            } = e
+            else {
+                continue;
+            };
+            let dir = match entry::find(root, rel) {
+                Found::Dir(dir) => dir,
+                Found::Missing => continue,
+                Found::Escapes => {
+                    // A link now leads the directory out of its root: the search would go
+                    // wherever it points, where the step may have written; unless it is the
+                    // person's own link, as it was.
+                    if escaped_at_start.is_some() && entry::identity(root, rel) == *escaped_at_start
+                    {
+                        continue;
+                    }
+                    if let Some(link) = entry::remove_escaping_link(root, rel) {
+                        let link = entry::shown_below(root, shown, &link);
+                        let why = if link == *shown {
+                            format!(
+                                "is a directory on your {var} that now links out of {}",
+                                root.display()
+                            )
+                        } else {
+                            format!(
+                                "links {shown}, a directory on your {var}, out of {}",
+                                root.display()
+                            )
+                        };
+                        removed.push(Removed { shown: link, why });
+                    }
+                    continue;
+                }
+            };
+            for s in self.shadows_of(i, dir.as_fd()) {
+                if self.accepted[i].contains(&s.name) {
+                    continue;
+                }
+                let path = Path::new(shown.as_str()).join(OsStr::from_bytes(&s.name));
+                if let Ok(c) = CString::new(s.name)
+                    && let Err(e) = rustix::fs::unlinkat(dir.as_fd(), &c, AtFlags::empty())
+                {
+                    crate::output::error(&format!("cannot remove {}: {e}", path.display()));
+                }
+                removed.push(Removed {
+                    shown: path.display().to_string(),
+                    why: format!(
+                        "{}, and was not there when the run began",
+                        self.search.instead_of(&s.host)
+                    ),
+                });
+            }
+        }
+    }
+
+    /// The files of entry `i` (open as `dir`) its search would take instead of a host file.
+    fn shadows_of(&self, i: usize, dir: BorrowedFd<'_>) -> Vec<Shadow> {
+        let Ok(names) = envgit_store::beneath::read_names(dir) else {
+            return Vec::new();
+        };
+        names
+            .into_iter()
+            .filter(|n| self.host_names.contains(n.to_bytes()))
+            .filter_map(|n| {
+                let host = self.host_file(i, n.to_bytes())?;
+                self.replaces(dir, &n, &host).then(|| Shadow {
+                    name: n.into_bytes(),
+                    host,
+                })
+            })
+            .collect()
+    }
+
+    /// `name` in `dir` is one the search would take instead of `host`, and not a link to
+    /// `host` itself (a virtualenv's `python3`).
+    fn replaces(&self, dir: BorrowedFd<'_>, name: &CStr, host: &Path) -> bool {
+        use std::os::unix::fs::MetadataExt;
+        let Ok(st) = rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) else {
+            return false;
+        };
+        if !self.search.would_take(&st) {
+            return false;
+        }
+        let target = rustix::fs::statat(dir, name, AtFlags::empty());
+        let host = std::fs::metadata(host);
+        !matches!((target, host), (Ok(t), Ok(h)) if h.dev() == t.st_dev && h.ino() == t.st_ino)
+    }
+
+    /// The host file `name` that entry `i` would come before: the first in a host directory
+    /// after it, unless a host directory before it has one (which the search then takes).
+    fn host_file(&self, i: usize, name: &[u8]) -> Option<PathBuf> {
+        let found = |e: &Entry| match e {
+            Entry::Host(dir) => {
+                let p = dir.join(OsStr::from_bytes(name));
+                self.search.finds_on_host(&p).then_some(p)
+            }
+            Entry::Writable { .. } => None,
+        };
+        if self.entries[..i].iter().any(|e| found(e).is_some()) {
+            return None;
+        }
+        self.entries[i + 1..].iter().find_map(found)
+    }
+}
