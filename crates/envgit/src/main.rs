@@ -5,6 +5,7 @@ mod approvers;
 mod cli;
 mod commands;
 mod demo;
+mod direnv;
 mod failure;
 mod git_layer;
 mod leave_to_exit;

@@ -285,6 +285,11 @@ impl Project {
             out.push(hooks);
         }
         out.extend(self.config_includes());
+        for f in crate::direnv::loads(&self.root).files {
+            if !out.contains(&f) {
+                out.push(f);
+            }
+        }
         // What the host reaches through a link at, above or below one of them. Most are
         // absent, which the listing above shows: only the others are looked at.
         let present: Vec<String> = out

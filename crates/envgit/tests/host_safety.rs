@@ -706,3 +706,89 @@ fn a_library_the_step_puts_on_the_persons_library_path_before_the_hosts_is_remov
     );
     assert!(env.path("build/lib/libtheprojectsown.so").exists());
 }
+
+/// `direnv ARGS` on the host as the person runs it: their home, their direnv allow list.
+fn direnv(env: &Env) -> Command {
+    let mut c = Command::new("direnv");
+    c.current_dir(&env.project)
+        .env("HOME", env.user_home())
+        .env("XDG_DATA_HOME", env.user_home().join(".local/share"))
+        .env("XDG_CONFIG_HOME", env.user_home().join(".config"))
+        .env("XDG_CACHE_HOME", env.user_home().join(".cache"))
+        .env_remove("DIRENV_DIR")
+        .env_remove("DIRENV_FILE")
+        .env_remove("DIRENV_DIFF")
+        .env_remove("DIRENV_WATCHES");
+    c
+}
+
+#[test]
+fn what_the_persons_envrc_has_direnv_load_is_protected_like_the_envrc() {
+    let env = Env::new();
+    env.write("a.txt", "a\n");
+    env.write("tools/dev.sh", "export PROJECT_MODE=dev\n");
+    env.write("flake.nix", "{ outputs = _: { }; }\n");
+    env.write(
+        ".envrc",
+        "source_env tools/dev.sh\nPATH_add bin\nlayout node\nuse flake\n",
+    );
+    let allowed = direnv(&env).args(["allow", "."]).output().unwrap();
+    assert!(allowed.status.success(), "{allowed:?}");
+    env.envgit(&["init"]).ok();
+    let sourced = env.tmp.path().join("sourced");
+    let ran = env.tmp.path().join("ran");
+    let script = format!(
+        "printf 'echo pwned >> {s}\\n' >> tools/dev.sh; \
+         printf '{{ outputs = _: {{ devShells = \"pwned\"; }}; }}\\n' > flake.nix; \
+         mkdir -p bin .direnv && printf '#!/bin/sh\\necho pwned >> {r}\\n' > bin/git && chmod +x bin/git; \
+         printf 'echo pwned >> {s}\\n' > .direnv/flake-profile-x.rc; echo planted",
+        s = sourced.display(),
+        r = ran.display()
+    );
+    // envgit started from outside the project: the person's PATH holds none of its directories
+    // until direnv adds them at their next prompt there.
+    let out = env
+        .envgit_in(
+            env.tmp.path(),
+            &[
+                "-C",
+                &env.project.to_string_lossy(),
+                "run",
+                "sh",
+                "-c",
+                &script,
+            ],
+        )
+        .ran_to("planted");
+    // The person's next prompt in the project, and a `git` there.
+    let loaded = direnv(&env)
+        .args([
+            "exec",
+            ".",
+            "sh",
+            "-c",
+            "echo mode=$PROJECT_MODE; git --version",
+        ])
+        .output()
+        .unwrap();
+    let said = format!(
+        "{}\n--- direnv:\n{}",
+        out.stderr,
+        String::from_utf8_lossy(&loaded.stderr)
+    );
+    // direnv did load the person's `.envrc`, and with it their `tools/dev.sh`.
+    assert!(
+        String::from_utf8_lossy(&loaded.stdout).contains("mode=dev"),
+        "{said}"
+    );
+    assert!(
+        !sourced.exists(),
+        "direnv sourced what the step wrote\n{said}"
+    );
+    assert!(
+        !ran.exists(),
+        "the host's `git` ran what the step put on the PATH\n{said}"
+    );
+    assert_eq!(env.read("flake.nix"), "{ outputs = _: { }; }\n", "{said}");
+    assert!(!env.path(".direnv/flake-profile-x.rc").exists(), "{said}");
+}

@@ -74,14 +74,22 @@ impl PathShadows {
             &project.policy,
             homes.first().map(PathBuf::as_path),
         );
-        Self::of_environment(&project.root, &allow_write, cwd)
+        // What direnv puts first on PATH at the person's next prompt in the project.
+        let direnv: Vec<PathBuf> = crate::direnv::loads(&project.root)
+            .path_dirs
+            .iter()
+            .map(|d| project.root.join(d))
+            .collect();
+        Self::of_environment(&project.root, &allow_write, &direnv, cwd)
     }
 
-    /// Reads envgit's own search paths (relative entries against `cwd`). `None` when no
-    /// entry is writable by a step, the usual case: there is nothing to check after a step.
+    /// Reads envgit's own search paths (relative entries against `cwd`), with `first_on_path`
+    /// before `PATH`'s. `None` when no entry is writable by a step, the usual case: there is
+    /// nothing to check after a step.
     pub fn of_environment(
         project_root: &Path,
         allow_write: &[PathBuf],
+        first_on_path: &[PathBuf],
         cwd: &Path,
     ) -> Option<PathShadows> {
         let project = project_root
@@ -91,7 +99,13 @@ impl PathShadows {
         roots.extend(allow_write.iter().cloned());
         let searches: Vec<SearchPath> = Search::ALL
             .iter()
-            .filter_map(|&search| SearchPath::read(search, &roots, &project, cwd))
+            .filter_map(|&search| {
+                let first: &[PathBuf] = match search {
+                    Search::Programs => first_on_path,
+                    Search::Libraries => &[],
+                };
+                SearchPath::read(search, first, &roots, &project, cwd)
+            })
             .collect();
         (!searches.is_empty()).then_some(PathShadows { searches })
     }
@@ -110,10 +124,18 @@ impl PathShadows {
 }
 
 impl SearchPath {
-    fn read(search: Search, roots: &[PathBuf], project: &Path, cwd: &Path) -> Option<SearchPath> {
-        let value = std::env::var_os(search.variable())?;
+    fn read(
+        search: Search,
+        first: &[PathBuf],
+        roots: &[PathBuf],
+        project: &Path,
+        cwd: &Path,
+    ) -> Option<SearchPath> {
+        // Unset is no entry at all; set, an empty entry is the working directory.
+        let value = std::env::var_os(search.variable());
+        let listed = value.iter().flat_map(std::env::split_paths);
         let mut entries: Vec<Entry> = Vec::new();
-        for raw in std::env::split_paths(&value) {
+        for raw in first.iter().cloned().chain(listed) {
             let abs = if raw.as_os_str().is_empty() {
                 cwd.to_path_buf()
             } else {
