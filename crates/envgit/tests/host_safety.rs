@@ -792,3 +792,68 @@ fn what_the_persons_envrc_has_direnv_load_is_protected_like_the_envrc() {
     assert_eq!(env.read("flake.nix"), "{ outputs = _: { }; }\n", "{said}");
     assert!(!env.path(".direnv/flake-profile-x.rc").exists(), "{said}");
 }
+
+#[test]
+fn what_a_trusted_mise_configuration_loads_is_protected_like_it() {
+    let mise = host_tool(&format!(
+        "@jdxcode/mise-linux-{}/bin/mise",
+        if cfg!(target_arch = "aarch64") {
+            "arm64"
+        } else {
+            "x64"
+        }
+    ));
+    let env = Env::new();
+    env.write("a.txt", "a\n");
+    env.write("scripts/env.sh", "export PROJECT_MODE=dev\n");
+    env.write(
+        "mise.toml",
+        "[env]\n_.source = \"scripts/env.sh\"\n_.path = [\"bin\"]\n",
+    );
+    let home = env.user_home();
+    let as_the_person = |args: &[&str]| {
+        Command::new(args[0])
+            .args(&args[1..])
+            .current_dir(&env.project)
+            .env("HOME", &home)
+            .env("MISE_DATA_DIR", home.join(".local/share/mise"))
+            .env("MISE_STATE_DIR", home.join(".local/state/mise"))
+            .env("MISE_CONFIG_DIR", home.join(".config/mise"))
+            .env("MISE_CACHE_DIR", home.join(".cache/mise"))
+            .env("MISE_BIN", &mise)
+            .output()
+            .unwrap()
+    };
+    let trusted = as_the_person(&[mise.to_str().unwrap(), "trust"]);
+    assert!(trusted.status.success(), "{trusted:?}");
+    env.envgit(&["init"]).ok();
+    let sourced = env.tmp.path().join("sourced");
+    let ran = env.tmp.path().join("ran");
+    let attack = format!(
+        "printf 'echo pwned >> {s}\\n' >> scripts/env.sh; \
+         mkdir -p bin && printf '#!/bin/sh\\necho pwned >> {r}\\n' > bin/git && chmod +x bin/git; \
+         echo planted",
+        s = sourced.display(),
+        r = ran.display()
+    );
+    let out = env.envgit(&["run", "sh", "-c", &attack]).ran_to("planted");
+    // The person's next prompt in the project, and a `git` there.
+    let prompt = as_the_person(&[
+        "bash",
+        "-c",
+        "eval \"$(\"$MISE_BIN\" hook-env -s bash)\"; echo mode=$PROJECT_MODE; git --version",
+    ]);
+    let said = format!("{}\n--- prompt:\n{prompt:?}", out.stderr);
+    assert!(
+        String::from_utf8_lossy(&prompt.stdout).contains("mode=dev"),
+        "{said}"
+    );
+    assert!(
+        !sourced.exists(),
+        "mise sourced what the step wrote\n{said}"
+    );
+    assert!(
+        !ran.exists(),
+        "the host's `git` ran what the step put on mise's PATH\n{said}"
+    );
+}

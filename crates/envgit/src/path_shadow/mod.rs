@@ -74,13 +74,13 @@ impl PathShadows {
             &project.policy,
             homes.first().map(PathBuf::as_path),
         );
-        // What direnv puts first on PATH at the person's next prompt in the project.
-        let direnv: Vec<PathBuf> = crate::direnv::loads(&project.root)
+        // What direnv and mise put first on PATH at the person's next prompt in the project.
+        let prompt: Vec<PathBuf> = crate::prompt_loads::of(&project.root)
             .path_dirs
             .iter()
             .map(|d| project.root.join(d))
             .collect();
-        Self::of_environment(&project.root, &allow_write, &direnv, cwd)
+        Self::of_environment(&project.root, &allow_write, &prompt, cwd)
     }
 
     /// Reads envgit's own search paths (relative entries against `cwd`), with `first_on_path`

@@ -1,56 +1,15 @@
-//! What the project's `.envrc` has direnv load at the person's prompt. `.envrc` is protected,
-//! and direnv asks the person to allow it again whenever it changes; but the files it sources
-//! are read afresh at every prompt in the project, allowed or not, and so is what a step puts
-//! in the directories it adds to `PATH`. So the files `.envrc` names are protected like it, and
-//! its `PATH` directories are checked after each step like the person's own
-//! ([`crate::path_shadow`]).
-//!
-//! `.envrc` is bash: this reads each line's words, wherever the line is (a branch not taken
-//! counts), and takes a path only when it is written out in the project (`$PWD/x` and `./x`
-//! are; any other variable is not).
+//! `.envrc`, which direnv runs at every prompt in the project once the person allowed it. It
+//! is bash: this reads each line's words, wherever the line is (a branch not taken counts),
+//! and takes a path only when it is written out in the project (`$PWD/x` and `./x` are; any
+//! other variable is not).
 
-use std::path::{Component, Path};
-
-use crate::nofollow::read_nofollow;
-
-/// The project paths (relative, '/'-separated) `.envrc` has direnv load.
-#[derive(Debug, Default, PartialEq, Eq)]
-pub(crate) struct DirenvLoads {
-    /// Files its shell code reads, and nix-direnv's cache of the shell it built
-    /// (`.direnv/*.rc`, sourced at the prompt while fresh).
-    pub files: Vec<String>,
-    /// Directories it puts first on `PATH`.
-    pub path_dirs: Vec<String>,
-}
-
-/// What `root/.envrc` loads; nothing when there is none. A secret it loads (`dotenv`'s
-/// `.env`) that exists is left out: the sandbox masks it, so a step cannot write it, and its
-/// content stays out of the pre-step copy.
-pub(crate) fn loads(root: &Path) -> DirenvLoads {
-    let Ok(bytes) = read_nofollow(&root.join(".envrc")) else {
-        return DirenvLoads::default();
-    };
-    let mut loads = parse(&String::from_utf8_lossy(&bytes), |rel| {
-        root.join(rel).is_dir()
-    });
-    loads.files.retain(|f| {
-        let name = f.rsplit('/').next().unwrap_or(f);
-        !(envgit_policy::is_secret_name(name.as_bytes()) && root.join(f).symlink_metadata().is_ok())
-    });
-    loads
-}
+use super::{PromptLoads, add, in_project, join};
 
 /// `.envrc`'s text; `is_dir` says whether a project path is a directory (`source_env DIR`
 /// reads `DIR/.envrc`).
-fn parse(text: &str, is_dir: impl Fn(&str) -> bool) -> DirenvLoads {
-    let mut out = DirenvLoads::default();
-    let file = |p: &str, out: &mut DirenvLoads| {
-        if let Some(rel) = in_project(p)
-            && !out.files.contains(&rel)
-        {
-            out.files.push(rel);
-        }
-    };
+pub(super) fn parse(text: &str, is_dir: impl Fn(&str) -> bool) -> PromptLoads {
+    let mut out = PromptLoads::default();
+    let file = |p: &str, out: &mut PromptLoads| add(p, &mut out.files);
     for line in text.lines() {
         // A line is one command here; `a && b` and `a; b` are split too.
         for command in line.split(['&', ';', '|']) {
@@ -120,7 +79,7 @@ fn parse(text: &str, is_dir: impl Fn(&str) -> bool) -> DirenvLoads {
                 }
                 "PATH_add" => {
                     for a in args {
-                        add_dir(a, &mut out.path_dirs);
+                        add(a, &mut out.path_dirs);
                     }
                 }
                 "path_add" => {
@@ -128,17 +87,17 @@ fn parse(text: &str, is_dir: impl Fn(&str) -> bool) -> DirenvLoads {
                         && *var == "PATH"
                     {
                         for a in dirs {
-                            add_dir(a, &mut out.path_dirs);
+                            add(a, &mut out.path_dirs);
                         }
                     }
                 }
                 "load_prefix" => {
                     if let Some(a) = args.first() {
-                        add_dir(&join(a, "bin"), &mut out.path_dirs);
+                        add(&join(a, "bin"), &mut out.path_dirs);
                     }
                 }
                 "layout" if args.first() == Some(&"node") => {
-                    add_dir("node_modules/.bin", &mut out.path_dirs);
+                    add("node_modules/.bin", &mut out.path_dirs);
                 }
                 _ => {}
             }
@@ -147,50 +106,11 @@ fn parse(text: &str, is_dir: impl Fn(&str) -> bool) -> DirenvLoads {
     out
 }
 
-fn add_dir(p: &str, dirs: &mut Vec<String>) {
-    if let Some(rel) = in_project(p)
-        && !dirs.contains(&rel)
-    {
-        dirs.push(rel);
-    }
-}
-
-fn join(dir: &str, name: &str) -> String {
-    let dir = dir.trim_end_matches('/');
-    if dir.is_empty() || dir == "." {
-        name.to_owned()
-    } else {
-        format!("{dir}/{name}")
-    }
-}
-
-/// `p` as written in `.envrc` (relative to the project root, or `$PWD`-based) as a project
-/// path: '/'-separated, no `.` or `..`; `None` for anything else (another variable, an
-/// absolute path, a path out of the project). The root itself is `""`.
-fn in_project(p: &str) -> Option<String> {
-    let p = ["${PWD}/", "$PWD/", "\"$PWD\"/"]
-        .iter()
-        .find_map(|pre| p.strip_prefix(pre))
-        .unwrap_or(p);
-    if p.contains('$') || p.contains('`') || p.starts_with('/') || p.starts_with('~') {
-        return None;
-    }
-    let mut parts: Vec<&str> = Vec::new();
-    for c in Path::new(p).components() {
-        match c {
-            Component::Normal(n) => parts.push(n.to_str()?),
-            Component::CurDir => {}
-            _ => return None,
-        }
-    }
-    Some(parts.join("/"))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn of(text: &str) -> DirenvLoads {
+    fn of(text: &str) -> PromptLoads {
         parse(text, |rel| rel == "sub")
     }
 
