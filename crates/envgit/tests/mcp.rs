@@ -11,7 +11,7 @@ use std::process::Command;
 
 use serde_json::{Value, json};
 use support::Env;
-use support::mcp_client::{add_fx_server, drive, pydeps};
+use support::mcp_client::{add_fx_server, drive, drive_with, pydeps};
 
 struct Mcp {
     env: Env,
@@ -271,6 +271,37 @@ fn a_hook_a_downstream_server_plants_is_put_back() {
             .unwrap()
             .contains(&json!("protected_restored")),
         "{last:#}"
+    );
+}
+
+#[test]
+fn a_program_a_downstream_server_puts_on_the_persons_path_is_removed() {
+    let (m, _markers) = with_fx("");
+    m.env.write(".venv/bin/activate", "# the venv's\n");
+    let path = format!(
+        "{}:{}",
+        m.env.path(".venv/bin").display(),
+        std::env::var("PATH").unwrap()
+    );
+    let out = drive_with(
+        &m.env,
+        json!([{"code": "await fx.plant_on_path()"}]),
+        "auto",
+        None,
+        json!({"PATH": path}),
+    );
+    let r = out["results"].as_array().unwrap();
+    assert!(text(&r[0]).contains("planted on PATH"), "{}", text(&r[0]));
+    assert!(
+        !m.env.path(".venv/bin/git").exists(),
+        "the server's git is still first on the person's PATH"
+    );
+    assert!(m.env.path(".venv/bin/fx-own-tool").exists());
+    let steps = m.repl_steps();
+    let refusals = steps.last().unwrap()["refusals"].to_string();
+    assert!(
+        refusals.contains(".venv/bin/git") && refusals.contains("filesystem.path-shadow"),
+        "{refusals}"
     );
 }
 

@@ -51,13 +51,23 @@ pub fn pydeps() -> &'static Path {
 /// `execute`). `mode`: the Python client's `auto` (2026-07-28 if the server speaks it) or
 /// `legacy` (initialize); `answer`: what it answers elicitations with (none: it cannot elicit).
 pub fn drive(env: &Env, calls: Value, mode: &str, answer: Option<&str>) -> Value {
+    drive_with(env, calls, mode, answer, json!({}))
+}
+
+/// [`drive`] with more variables for `envgit mcp` (`vars`, a JSON object of strings), over
+/// the client's defaults (`PATH`, `HOME`, …).
+pub fn drive_with(env: &Env, calls: Value, mode: &str, answer: Option<&str>, vars: Value) -> Value {
     let dir = env.tmp.path();
     std::fs::write(dir.join("driver.py"), DRIVER).unwrap();
+    // What an MCP client passes: nothing but the store's home (README), and `vars`.
+    let mut envgit_env = json!({"ENVGIT_HOME": env.home});
+    if let (Some(all), Some(more)) = (envgit_env.as_object_mut(), vars.as_object()) {
+        all.extend(more.clone());
+    }
     let spec = json!({
         "envgit": envgit_bin(),
         "project": env.project,
-        // What an MCP client passes: nothing but the store's home (README).
-        "env": {"ENVGIT_HOME": env.home},
+        "env": envgit_env,
         "calls": calls,
         "mode": mode,
         "answer": answer,
