@@ -65,6 +65,13 @@ pub const PROTECTED_PATHS: &[&str] = &[
     ".cursor",
     ".gemini",
     ".zed",
+    // Vim's and Neovim's `exrc` files: with `set exrc` Vim sources one from the directory it
+    // starts in without asking (Neovim asks again when one changes).
+    ".exrc",
+    ".vimrc",
+    ".gvimrc",
+    ".nvimrc",
+    ".nvim.lua",
     // Helix's workspace configuration (the language servers it starts); coding agents' project
     // configuration with the MCP servers, hooks, plugins and language servers they start, or
     // the commands they run after each edit (Roo Code, Kilo Code, Kiro, Amazon Q, Continue,

@@ -414,6 +414,11 @@ fn what_other_host_tools_run_from_the_project_is_put_back() {
         ".clinerules/hooks/TaskStart",
         ".windsurf/hooks.json",
         ".aider.conf.yml",
+        ".exrc",
+        ".vimrc",
+        ".gvimrc",
+        ".nvimrc",
+        ".nvim.lua",
     ];
     let script = planted
         .iter()
