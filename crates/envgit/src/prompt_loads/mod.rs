@@ -11,7 +11,7 @@ mod mise;
 
 use std::path::{Component, Path};
 
-use crate::nofollow::read_nofollow;
+use crate::nofollow::read_beneath;
 
 /// The project paths (relative, '/'-separated) the person's prompt loads.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -40,14 +40,14 @@ const MISE_CONFIGS: &[&str] = &[
 /// out of the pre-step copy.
 pub(crate) fn of(root: &Path) -> PromptLoads {
     let mut loads = PromptLoads::default();
-    if let Ok(bytes) = read_nofollow(&root.join(".envrc")) {
+    if let Ok(bytes) = read_beneath(root, ".envrc") {
         let found = direnv::parse(&String::from_utf8_lossy(&bytes), |rel| {
             root.join(rel).is_dir()
         });
         loads.merge(found);
     }
     for config in MISE_CONFIGS {
-        if let Ok(bytes) = read_nofollow(&root.join(config)) {
+        if let Ok(bytes) = read_beneath(root, config) {
             loads.merge(mise::parse(&String::from_utf8_lossy(&bytes)));
         }
     }
