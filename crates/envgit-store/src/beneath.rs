@@ -22,6 +22,34 @@ pub fn open_root(path: &std::path::Path) -> rustix::io::Result<OwnedFd> {
 /// Open `rel` ('/'-separated, relative) below `root` as a directory, refusing any symlink and
 /// any escape. The empty path is the root itself.
 pub fn open_dir_beneath(root: BorrowedFd<'_>, rel: &[u8]) -> rustix::io::Result<OwnedFd> {
+    open_dir_resolving(
+        root,
+        rel,
+        OFlags::NOFOLLOW,
+        ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
+    )
+}
+
+/// Open `rel` below `root` as a directory the way a search of it would reach it, following
+/// the links on the way that stay below `root`; one that leads out fails with `EXDEV`.
+pub fn open_dir_beneath_through_links(
+    root: BorrowedFd<'_>,
+    rel: &[u8],
+) -> rustix::io::Result<OwnedFd> {
+    open_dir_resolving(
+        root,
+        rel,
+        OFlags::empty(),
+        ResolveFlags::BENEATH | ResolveFlags::NO_MAGICLINKS,
+    )
+}
+
+fn open_dir_resolving(
+    root: BorrowedFd<'_>,
+    rel: &[u8],
+    extra: OFlags,
+    resolve: ResolveFlags,
+) -> rustix::io::Result<OwnedFd> {
     let path: &OsStr = if rel.is_empty() {
         OsStr::new(".")
     } else {
@@ -30,9 +58,9 @@ pub fn open_dir_beneath(root: BorrowedFd<'_>, rel: &[u8]) -> rustix::io::Result<
     rustix::fs::openat2(
         root,
         path,
-        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC | OFlags::NOFOLLOW,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC | extra,
         Mode::empty(),
-        ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
+        resolve,
     )
 }
 

@@ -197,14 +197,11 @@ pub(crate) fn filter_nested_configs(
         };
         rewritten |= !dropped.is_empty();
         for d in &dropped {
-            output::warn(&format!(
+            let said = format!(
                 "{} was put back in a repository inside the project: {} (rule {RULE})",
                 d.path, d.why
-            ));
-            draft.refusals.push(Refusal {
-                what: format!("write {}", d.path),
-                rule: RULE.into(),
-            });
+            );
+            crate::step::refuse_write(draft, &d.path, RULE, &said);
         }
         if !dropped.is_empty() {
             draft.flag(StepFlag::GitDropped);

@@ -195,6 +195,16 @@ impl OpenStep {
     }
 }
 
+/// A write of the step's to `path` that envgit undid: said (`said` names the rule) and
+/// refused on the step.
+pub(crate) fn refuse_write(draft: &mut StepDraft, path: &str, rule: &str, said: &str) {
+    output::warn(said);
+    draft.refusals.push(Refusal {
+        what: format!("write {path}"),
+        rule: rule.into(),
+    });
+}
+
 /// Repositories inside the project whose code was put back (`paths`), or whose forged object
 /// data was put back or removed (`forged`, with why): said, refused, flagged.
 fn note_nested_put_back(paths: &[String], forged: &[GitDropped], draft: &mut StepDraft) {
@@ -212,13 +222,8 @@ fn note_nested_put_back(paths: &[String], forged: &[GitDropped], draft: &mut Ste
         .map(|d| (&d.path, format!("was put back: {}", d.why)));
     let mut any = false;
     for (p, what) in code.chain(data) {
-        output::warn(&format!(
-            "{p} of a repository inside the project {what} (rule {rule})"
-        ));
-        draft.refusals.push(Refusal {
-            what: format!("write {p}"),
-            rule: rule.into(),
-        });
+        let said = format!("{p} of a repository inside the project {what} (rule {rule})");
+        refuse_write(draft, p, rule, &said);
         any = true;
     }
     if any {
@@ -229,13 +234,8 @@ fn note_nested_put_back(paths: &[String], forged: &[GitDropped], draft: &mut Ste
 /// Protected paths put back: said (only what was put back), refused, flagged.
 fn note_put_back(paths: &[String], draft: &mut StepDraft) {
     for p in paths {
-        output::warn(&format!(
-            "{p} changed during the step and was put back (protected path)"
-        ));
-        draft.refusals.push(Refusal {
-            what: format!("write {p}"),
-            rule: "filesystem.protected".into(),
-        });
+        let said = format!("{p} changed during the step and was put back (protected path)");
+        refuse_write(draft, p, "filesystem.protected", &said);
     }
     if !paths.is_empty() {
         draft.flag(StepFlag::ProtectedRestored);
@@ -246,14 +246,11 @@ fn note_put_back(paths: &[String], draft: &mut StepDraft) {
 fn note_path_shadows(removed: &[crate::path_shadow::Removed], draft: &mut StepDraft) {
     let rule = crate::path_shadow::RULE;
     for r in removed {
-        output::warn(&format!(
+        let said = format!(
             "{} {}: removed (rule {rule}; to keep it, make it outside envgit)",
             r.shown, r.why
-        ));
-        draft.refusals.push(Refusal {
-            what: format!("write {}", r.shown),
-            rule: rule.into(),
-        });
+        );
+        refuse_write(draft, &r.shown, rule, &said);
     }
     if !removed.is_empty() {
         draft.flag(StepFlag::ProtectedRestored);

@@ -11,7 +11,7 @@
 mod support;
 
 use std::os::unix::fs::PermissionsExt;
-use std::process::{Command, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use support::{Env, Run};
@@ -316,32 +316,43 @@ fn a_hook_managers_configuration_is_protected_like_the_hooks() {
 /// file; then the person's shell shows a prompt in the project. (A file mise merges that the
 /// person never trusted stops mise instead: those names are protected too, and `is_protected`'s
 /// own test names them.)
-#[test]
-fn a_trusted_environment_managers_configuration_is_protected() {
-    let mise = host_tool(&format!(
+/// The real mise, installed outside the project.
+fn mise() -> std::path::PathBuf {
+    host_tool(&format!(
         "@jdxcode/mise-linux-{}/bin/mise",
         if cfg!(target_arch = "aarch64") {
             "arm64"
         } else {
             "x64"
         }
-    ));
+    ))
+}
+
+/// `args` run in the project as the person: their home, mise's directories in it, and
+/// `$MISE_BIN`.
+fn as_the_person_with_mise(env: &Env, mise: &std::path::Path, args: &[&str]) -> Output {
+    let home = env.user_home();
+    Command::new(args[0])
+        .args(&args[1..])
+        .current_dir(&env.project)
+        .env("HOME", &home)
+        .env("MISE_DATA_DIR", home.join(".local/share/mise"))
+        .env("MISE_STATE_DIR", home.join(".local/state/mise"))
+        .env("MISE_CONFIG_DIR", home.join(".config/mise"))
+        .env("MISE_CACHE_DIR", home.join(".cache/mise"))
+        .env("MISE_BIN", mise)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn a_trusted_environment_managers_configuration_is_protected() {
+    let mise = mise();
     let env = Env::new();
     env.write("a.txt", "a\n");
     env.write("mise.toml", "[env]\nGREETING = \"from the person\"\n");
-    let home = env.user_home();
     let as_the_person = |args: &[&str]| {
-        let out = Command::new(args[0])
-            .args(&args[1..])
-            .current_dir(&env.project)
-            .env("HOME", &home)
-            .env("MISE_DATA_DIR", home.join(".local/share/mise"))
-            .env("MISE_STATE_DIR", home.join(".local/state/mise"))
-            .env("MISE_CONFIG_DIR", home.join(".config/mise"))
-            .env("MISE_CACHE_DIR", home.join(".cache/mise"))
-            .env("MISE_BIN", &mise)
-            .output()
-            .unwrap();
+        let out = as_the_person_with_mise(&env, &mise, args);
         assert!(out.status.success(), "{args:?}: {out:?}");
         format!(
             "{}{}",
@@ -450,6 +461,43 @@ fn path_with_project_dirs(env: &Env, dirs: &[&str]) -> String {
     entries.join(":")
 }
 
+/// An attack's step: `envgit run sh -c SCRIPT` in the project, envgit started with `path`.
+fn step_with_path(env: &Env, path: &str, script: &str) -> Run {
+    Run::from(
+        env.cmd(&env.project)
+            .env("PATH", path)
+            .args(["run", "sh", "-c", script])
+            .output()
+            .unwrap(),
+    )
+    .ran_to("planted")
+}
+
+/// The person's shell, with `path`, runs each of `programs` in the project: none may run what
+/// the step planted (which writes `marker`).
+fn host_runs_nothing_planted(
+    env: &Env,
+    path: &str,
+    programs: &[&str],
+    marker: &std::path::Path,
+    step: &Run,
+) {
+    for program in programs {
+        let ran = Command::new("sh")
+            .args(["-c", program])
+            .current_dir(&env.project)
+            .env("PATH", path)
+            .output()
+            .unwrap();
+        assert!(
+            !marker.exists(),
+            "the host's `{program}` ran what the step planted on the PATH ({})\n{}",
+            String::from_utf8_lossy(&ran.stderr),
+            step.stderr
+        );
+    }
+}
+
 /// The host's own program `name` as the test's `PATH` finds it, its links resolved.
 fn host_program(name: &str) -> std::path::PathBuf {
     let out = Command::new("sh")
@@ -495,29 +543,9 @@ fn a_program_the_step_puts_on_the_persons_path_before_the_hosts_is_removed() {
         m = marker.display(),
         shell = shell.display()
     );
-    let out = Run::from(
-        env.cmd(&env.project)
-            .env("PATH", &path)
-            .args(["run", "sh", "-c", &script])
-            .output()
-            .unwrap(),
-    )
-    .ran_to("planted");
+    let out = step_with_path(&env, &path, &script);
     // The person's shell, with the same PATH, runs git, ls and env in the project.
-    for program in ["git --version", "ls", "env"] {
-        let ran = Command::new("sh")
-            .args(["-c", program])
-            .current_dir(&env.project)
-            .env("PATH", &path)
-            .output()
-            .unwrap();
-        assert!(
-            !marker.exists(),
-            "the host's `{program}` ran what the step planted on the PATH ({})\n{}",
-            String::from_utf8_lossy(&ran.stderr),
-            out.stderr
-        );
-    }
+    host_runs_nothing_planted(&env, &path, &["git --version", "ls", "env"], &marker, &out);
     for removed in [".venv/bin/git", "bin/ls", ".venv/bin/env"] {
         assert!(
             std::fs::symlink_metadata(env.path(removed)).is_err(),
@@ -580,27 +608,8 @@ fn a_program_the_step_puts_on_the_path_through_a_writable_directory_or_a_link_is
          ln -s {t}/elsewhere bin; echo planted",
         t = tools.display()
     );
-    let out = Run::from(
-        env.cmd(&env.project)
-            .env("PATH", &path)
-            .args(["run", "sh", "-c", &script])
-            .output()
-            .unwrap(),
-    )
-    .ran_to("planted");
-    for program in ["git --version", "ls"] {
-        Command::new("sh")
-            .args(["-c", program])
-            .current_dir(&env.project)
-            .env("PATH", &path)
-            .output()
-            .unwrap();
-        assert!(
-            !marker.exists(),
-            "the host's `{program}` ran what the step planted on the PATH\n{}",
-            out.stderr
-        );
-    }
+    let out = step_with_path(&env, &path, &script);
+    host_runs_nothing_planted(&env, &path, &["git --version", "ls"], &marker, &out);
     assert!(!tools.join("bin/git").exists(), "{}", out.stderr);
     assert!(
         std::fs::symlink_metadata(env.path("bin")).is_err(),
@@ -800,14 +809,7 @@ fn what_the_persons_envrc_has_direnv_load_is_protected_like_the_envrc() {
 
 #[test]
 fn what_a_trusted_mise_configuration_loads_is_protected_like_it() {
-    let mise = host_tool(&format!(
-        "@jdxcode/mise-linux-{}/bin/mise",
-        if cfg!(target_arch = "aarch64") {
-            "arm64"
-        } else {
-            "x64"
-        }
-    ));
+    let mise = mise();
     let env = Env::new();
     env.write("a.txt", "a\n");
     env.write("scripts/env.sh", "export PROJECT_MODE=dev\n");
@@ -815,20 +817,7 @@ fn what_a_trusted_mise_configuration_loads_is_protected_like_it() {
         "mise.toml",
         "[env]\n_.source = \"scripts/env.sh\"\n_.path = [\"bin\"]\n",
     );
-    let home = env.user_home();
-    let as_the_person = |args: &[&str]| {
-        Command::new(args[0])
-            .args(&args[1..])
-            .current_dir(&env.project)
-            .env("HOME", &home)
-            .env("MISE_DATA_DIR", home.join(".local/share/mise"))
-            .env("MISE_STATE_DIR", home.join(".local/state/mise"))
-            .env("MISE_CONFIG_DIR", home.join(".config/mise"))
-            .env("MISE_CACHE_DIR", home.join(".cache/mise"))
-            .env("MISE_BIN", &mise)
-            .output()
-            .unwrap()
-    };
+    let as_the_person = |args: &[&str]| as_the_person_with_mise(&env, &mise, args);
     let trusted = as_the_person(&[mise.to_str().unwrap(), "trust"]);
     assert!(trusted.status.success(), "{trusted:?}");
     env.envgit(&["init"]).ok();

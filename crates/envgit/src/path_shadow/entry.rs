@@ -2,11 +2,12 @@
 //! write, found below its writable root without leaving it.
 
 use std::ffi::{CString, OsStr};
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
 
-use rustix::fs::{AtFlags, FileType, Mode, OFlags, ResolveFlags};
+use envgit_store::beneath::open_dir_beneath_through_links as open_through_links;
+use rustix::fs::{AtFlags, FileType};
 use rustix::io::Errno;
 
 /// One directory of a search path.
@@ -43,27 +44,11 @@ pub(super) fn find(root: &Path, rel: &[u8]) -> Found {
     let Ok(root_fd) = envgit_store::beneath::open_root(root) else {
         return Found::Missing;
     };
-    match open_beneath(root_fd.as_fd(), rel) {
+    match open_through_links(root_fd.as_fd(), rel) {
         Ok(dir) => Found::Dir(dir),
         Err(Errno::XDEV) => Found::Escapes,
         Err(_) => Found::Missing,
     }
-}
-
-/// `rel` below `root` as a directory, through links that stay below `root`.
-fn open_beneath(root: BorrowedFd<'_>, rel: &[u8]) -> rustix::io::Result<OwnedFd> {
-    let path: &OsStr = if rel.is_empty() {
-        OsStr::new(".")
-    } else {
-        OsStr::from_bytes(rel)
-    };
-    rustix::fs::openat2(
-        root,
-        path,
-        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
-        Mode::empty(),
-        ResolveFlags::BENEATH | ResolveFlags::NO_MAGICLINKS,
-    )
 }
 
 /// Removes the first link on the way down `rel` from `root` that leads out of `root`; returns
@@ -82,9 +67,8 @@ pub(super) fn remove_escaping_link(root: &Path, rel: &[u8]) -> Option<Vec<u8>> {
         walked.extend_from_slice(part);
         let st = rustix::fs::statat(dir, &name, AtFlags::SYMLINK_NOFOLLOW).ok()?;
         if FileType::from_raw_mode(st.st_mode) == FileType::Symlink {
-            if open_beneath(root, &walked).is_ok() {
+            if let Ok(next) = open_through_links(root, &walked) {
                 // This link stays below the root; the escape is further down.
-                let next = open_beneath(root, &walked).ok()?;
                 cur = Some(next);
                 continue;
             }
@@ -135,7 +119,7 @@ pub(super) fn classify(abs: &Path, roots: &[PathBuf], project: &Path) -> Option<
     };
     let rel = rel.as_os_str().as_bytes().to_vec();
     let escaped_at_start = match envgit_store::beneath::open_root(root)
-        .and_then(|fd| open_beneath(fd.as_fd(), &rel))
+        .and_then(|fd| open_through_links(fd.as_fd(), &rel))
     {
         Err(Errno::XDEV) => identity(root, &rel),
         _ => None,
