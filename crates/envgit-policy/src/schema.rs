@@ -186,6 +186,10 @@ pub struct FilesystemSection {
     pub deny_read: Vec<String>,
     /// Extra writable paths outside the project.
     pub allow_write: Vec<String>,
+    /// Names of programs (and libraries) a step may put in a writable directory of the
+    /// person's `PATH` (`LD_LIBRARY_PATH`) ahead of the host's own (`tsc` in a venv or
+    /// `node_modules/.bin`); any other is removed after the step.
+    pub allow_shadowing: Vec<String>,
     /// The built-in masks; only `default` exists.
     pub preset: Preset,
 }
@@ -195,6 +199,7 @@ impl Default for FilesystemSection {
         FilesystemSection {
             deny_read: Vec::new(),
             allow_write: Vec::new(),
+            allow_shadowing: Vec::new(),
             preset: Preset::Default,
         }
     }

@@ -246,10 +246,7 @@ fn note_put_back(paths: &[String], draft: &mut StepDraft) {
 fn note_path_shadows(removed: &[crate::path_shadow::Removed], draft: &mut StepDraft) {
     let rule = crate::path_shadow::RULE;
     for r in removed {
-        let said = format!(
-            "{} {}: removed (rule {rule}; to keep it, make it outside envgit)",
-            r.shown, r.why
-        );
+        let said = format!("{} {}: removed (rule {rule}; {})", r.shown, r.why, r.fix);
         refuse_write(draft, &r.shown, rule, &said);
     }
     if !removed.is_empty() {

@@ -558,6 +558,12 @@ fn a_program_the_step_puts_on_the_persons_path_before_the_hosts_is_removed() {
             out.stderr
         );
     }
+    assert!(
+        out.stderr
+            .contains("add `git` to `filesystem.allow_shadowing` in envgit.yaml"),
+        "the refusal does not say the fix:\n{}",
+        out.stderr
+    );
     // What shadows no host program, a program the venv already had, and a link to the very
     // program it shadows are the project's, as before.
     assert_eq!(
@@ -850,4 +856,26 @@ fn what_a_trusted_mise_configuration_loads_is_protected_like_it() {
         !ran.exists(),
         "the host's `git` ran what the step put on mise's PATH\n{said}"
     );
+}
+
+#[test]
+fn a_program_the_policy_lets_steps_put_on_the_path_stays() {
+    let env = Env::new();
+    env.write("a.txt", "a\n");
+    std::fs::create_dir_all(env.path(".venv/bin")).unwrap();
+    env.envgit(&["init"]).ok();
+    let yaml = env.read("envgit.yaml").replace(
+        "# filesystem:\n#   deny_read:",
+        "filesystem:\n  allow_shadowing: [git]\n#   deny_read:",
+    );
+    env.write("envgit.yaml", &yaml);
+    let path = path_with_project_dirs(&env, &[".venv/bin"]);
+    let out = step_with_path(
+        &env,
+        &path,
+        "printf '#!/bin/sh\\necho the projects git\\n' > .venv/bin/git && chmod +x .venv/bin/git \
+         && printf '#!/bin/sh\\n' > .venv/bin/ls && chmod +x .venv/bin/ls && echo planted",
+    );
+    assert!(env.path(".venv/bin/git").exists(), "{}", out.stderr);
+    assert!(!env.path(".venv/bin/ls").exists(), "{}", out.stderr);
 }

@@ -47,7 +47,11 @@ pub(super) fn approvers(r: &Reader<'_>, node: &Node) -> Result<ApproversSection,
 }
 
 pub(super) fn filesystem(r: &Reader<'_>, node: &Node) -> Result<FilesystemSection, PolicyError> {
-    let f = r.fields(node, "filesystem", &["deny_read", "allow_write", "preset"])?;
+    let f = r.fields(
+        node,
+        "filesystem",
+        &["deny_read", "allow_write", "allow_shadowing", "preset"],
+    )?;
     let mut out = FilesystemSection::default();
     if let Some(n) = f.get("deny_read") {
         out.deny_read = path_globs(r, n, "filesystem.deny_read")?;
@@ -55,10 +59,32 @@ pub(super) fn filesystem(r: &Reader<'_>, node: &Node) -> Result<FilesystemSectio
     if let Some(n) = f.get("allow_write") {
         out.allow_write = path_globs(r, n, "filesystem.allow_write")?;
     }
+    if let Some(n) = f.get("allow_shadowing") {
+        out.allow_shadowing = file_names(r, n, "filesystem.allow_shadowing")?;
+    }
     if let Some(n) = f.get("preset") {
         out.preset = preset(r, n, "filesystem.preset")?;
     }
     Ok(out)
+}
+
+/// A list of plain file names (a program's, a library's): no `/`, not `.` or `..`.
+fn file_names(r: &Reader<'_>, node: &Node, path: &str) -> Result<Vec<String>, PolicyError> {
+    let texts = r.strings(node, path)?;
+    if let Kind::Seq(items) = &node.kind {
+        for (i, (text, item)) in texts.iter().zip(items).enumerate() {
+            if text.is_empty() || text.contains('/') || text == "." || text == ".." {
+                return Err(r.err(
+                    item,
+                    format!(
+                        "`{text}` in `{path}[{i}]` is not a file name; write a program's name \
+                         as you type it (`tsc`), without a directory"
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(texts)
 }
 
 pub(super) fn shell(r: &Reader<'_>, node: &Node) -> Result<Vec<ShellRule>, PolicyError> {

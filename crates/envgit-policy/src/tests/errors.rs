@@ -90,7 +90,7 @@ const CASES: &[(&str, usize, usize, &[&str])] = &[
         "version: 1\nfilesystem:\n  deny: []\n",
         3,
         3,
-        &["valid keys: deny_read, allow_write, preset"],
+        &["valid keys: deny_read, allow_write, allow_shadowing, preset"],
     ),
     // Enum values list the valid ones.
     (

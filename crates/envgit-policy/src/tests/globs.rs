@@ -94,3 +94,17 @@ fn good_globs_still_load() {
     )
     .unwrap();
 }
+
+#[test]
+fn a_shadowing_allowance_names_programs_not_paths() {
+    assert_eq!(
+        err("version: 1\nfilesystem:\n  allow_shadowing: [tsc, node_modules/.bin/tsc]\n"),
+        "envgit.yaml:3:26: `node_modules/.bin/tsc` in `filesystem.allow_shadowing[1]` is not a file name; write a program's name as you type it (`tsc`), without a directory"
+    );
+    let p = crate::Policy::parse(
+        "envgit.yaml",
+        "version: 1\nfilesystem:\n  allow_shadowing: [tsc]\n",
+    )
+    .unwrap();
+    assert_eq!(p.filesystem.allow_shadowing, ["tsc"]);
+}

@@ -38,6 +38,8 @@ pub(crate) const RULE: &str = "filesystem.path-shadow";
 /// The search paths as the run found them: only those with a directory a step can write.
 pub(crate) struct PathShadows {
     searches: Vec<SearchPath>,
+    /// Names the policy lets a step put ahead of the host's (`filesystem.allow_shadowing`).
+    allowed: HashSet<Vec<u8>>,
 }
 
 /// One search path as the run found it, and the files in its writable directories that came
@@ -57,6 +59,8 @@ struct SearchPath {
 pub(crate) struct Removed {
     pub shown: String,
     pub why: String,
+    /// What the person can do to keep it.
+    pub fix: String,
 }
 
 /// A file the search would take instead of a host file, as found now.
@@ -80,7 +84,15 @@ impl PathShadows {
             .iter()
             .map(|d| project.root.join(d))
             .collect();
-        Self::of_environment(&project.root, &allow_write, &prompt, cwd)
+        let mut shadows = Self::of_environment(&project.root, &allow_write, &prompt, cwd)?;
+        shadows.allowed = project
+            .policy
+            .filesystem
+            .allow_shadowing
+            .iter()
+            .map(|n| n.as_bytes().to_vec())
+            .collect();
+        Some(shadows)
     }
 
     /// Reads envgit's own search paths (relative entries against `cwd`), with `first_on_path`
@@ -107,7 +119,10 @@ impl PathShadows {
                 SearchPath::read(search, first, &roots, &project, cwd)
             })
             .collect();
-        (!searches.is_empty()).then_some(PathShadows { searches })
+        (!searches.is_empty()).then_some(PathShadows {
+            searches,
+            allowed: HashSet::new(),
+        })
     }
 
     /// After a step: removes each file of a writable directory that its search would take
@@ -117,7 +132,7 @@ impl PathShadows {
     pub fn sweep(&self) -> Vec<Removed> {
         let mut removed = Vec::new();
         for search in &self.searches {
-            search.sweep(&mut removed);
+            search.sweep(&self.allowed, &mut removed);
         }
         removed
     }
@@ -183,7 +198,7 @@ impl SearchPath {
         }
     }
 
-    fn sweep(&self, removed: &mut Vec<Removed>) {
+    fn sweep(&self, allowed: &HashSet<Vec<u8>>, removed: &mut Vec<Removed>) {
         let var = self.search.variable();
         for (i, e) in self.entries.iter().enumerate() {
             let Entry::Writable {
@@ -219,15 +234,20 @@ impl SearchPath {
                                 root.display()
                             )
                         };
-                        removed.push(Removed { shown: link, why });
+                        removed.push(Removed {
+                            shown: link,
+                            why,
+                            fix: "if the link is yours, make it outside envgit".into(),
+                        });
                     }
                     continue;
                 }
             };
             for s in self.shadows_of(i, dir.as_fd()) {
-                if self.accepted[i].contains(&s.name) {
+                if self.accepted[i].contains(&s.name) || allowed.contains(&s.name) {
                     continue;
                 }
+                let name = String::from_utf8_lossy(&s.name).into_owned();
                 let path = Path::new(shown.as_str()).join(OsStr::from_bytes(&s.name));
                 if let Ok(c) = CString::new(s.name)
                     && let Err(e) = rustix::fs::unlinkat(dir.as_fd(), &c, AtFlags::empty())
@@ -239,6 +259,10 @@ impl SearchPath {
                     why: format!(
                         "{}, and was not there when the run began",
                         self.search.instead_of(&s.host)
+                    ),
+                    fix: format!(
+                        "to let steps put it there, add `{name}` to `filesystem.allow_shadowing` \
+                         in envgit.yaml, or make it outside envgit"
                     ),
                 });
             }
