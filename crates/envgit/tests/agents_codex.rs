@@ -737,3 +737,75 @@ fn codex_sandbox_requests_are_recorded_as_intent_and_envgits_policy_applies() {
     let help = env.envgit(&["run", "--help"]).ok().stdout;
     assert!(!help.contains("--note"), "{help}");
 }
+
+/// Codex's `fs/*` calls are carried out by envgit on the host, not in the sandbox: a link
+/// copied onto the person's `PATH` ahead of the host's `git` goes the way a step's would.
+#[test]
+fn a_program_codex_copies_onto_the_persons_path_is_removed() {
+    use std::io::{BufRead, BufReader, Write};
+    use std::os::unix::fs::PermissionsExt;
+    use std::process::Stdio;
+    let env = Env::new();
+    env.write("a.txt", "hi\n");
+    let marker = env.tmp.path().join("pwned");
+    env.write(
+        "evil.sh",
+        &format!("#!/bin/sh\necho pwned >> {}\n", marker.display()),
+    );
+    std::fs::set_permissions(env.path("evil.sh"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    // A link that leads nowhere where it is, and to evil.sh from the virtualenv's bin.
+    std::os::unix::fs::symlink("../../evil.sh", env.path("x")).unwrap();
+    std::fs::create_dir_all(env.path(".venv/bin")).unwrap();
+    env.init();
+    let path = format!(
+        "{}:{}",
+        env.path(".venv/bin").display(),
+        std::env::var("PATH").unwrap()
+    );
+    let d = format!("file://{}", env.project.canonicalize().unwrap().display());
+    let mut child = env
+        .cmd(&env.project)
+        .arg("codex-exec-server")
+        .env("PATH", &path)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut input = child.stdin.take().unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut call = |id: u64, method: &str, params: Value| -> Value {
+        let msg = serde_json::json!({"id": id, "method": method, "params": params});
+        writeln!(input, "{msg}").unwrap();
+        loop {
+            let v: Value = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
+            if v["id"] == id {
+                return v;
+            }
+        }
+    };
+    call(1, "initialize", serde_json::json!({"clientName": "test"}));
+    let copied = call(
+        2,
+        "fs/copy",
+        serde_json::json!({"sourcePath": format!("{d}/x"), "destinationPath": format!("{d}/.venv/bin/git"),
+            "recursive": false, "sandbox": null}),
+    );
+    drop(input);
+    let out = child.wait_with_output().unwrap();
+    let said = format!("{copied}\n{}", String::from_utf8_lossy(&out.stderr));
+    std::process::Command::new("sh")
+        .args(["-c", "git --version"])
+        .current_dir(&env.project)
+        .env("PATH", &path)
+        .output()
+        .unwrap();
+    assert!(
+        !marker.exists(),
+        "the host's `git` ran what Codex copied onto the PATH\n{said}"
+    );
+    assert!(
+        std::fs::symlink_metadata(env.path(".venv/bin/git")).is_err(),
+        "{said}"
+    );
+}

@@ -19,7 +19,7 @@ use crate::cli::CodexArgs;
 use crate::failure::{CmdResult, Failure};
 use crate::output;
 use crate::project::{Project, start_dir};
-use crate::step::Snapshot;
+use crate::step::{Sandboxed, Snapshot};
 
 /// `codex` from `$ENVGIT_CODEX`, else the first on PATH.
 fn find_codex() -> CmdResult<PathBuf> {
@@ -196,6 +196,9 @@ struct CodexHost {
     project: Project,
     exe: PathBuf,
     cwd: PathBuf,
+    /// The writable directories of the person's `PATH` as the server found them: `fs/*` calls
+    /// run on the host, so each is checked like a step in the sandbox.
+    shadows: Option<crate::path_shadow::PathShadows>,
 }
 
 impl Host for CodexHost {
@@ -227,7 +230,7 @@ impl Host for CodexHost {
     }
 
     fn record_fs(&self, effect: Effect) {
-        if let Err(f) = record_fs(&self.project, effect) {
+        if let Err(f) = record_fs(&self.project, self.shadows.as_ref(), effect) {
             output::error(&format!("recording Codex's file changes: {}", f.message));
         }
     }
@@ -262,7 +265,11 @@ fn intent_notes(intent: &StepIntent) -> Vec<String> {
     .collect()
 }
 
-fn record_fs(project: &Project, effect: Effect) -> CmdResult<()> {
+fn record_fs(
+    project: &Project,
+    shadows: Option<&crate::path_shadow::PathShadows>,
+    effect: Effect,
+) -> CmdResult<()> {
     let mut store = project.open_store()?;
     let mut parts = Vec::new();
     if !effect.wrote.is_empty() {
@@ -290,7 +297,18 @@ fn record_fs(project: &Project, effect: Effect) -> CmdResult<()> {
             .collect(),
         ..Default::default()
     };
-    step.finish(&mut store, Snapshot::Scan(&mut wt, None), None, draft)?;
+    // Only the search-path check: the calls were judged one by one against the protected
+    // paths already, and nothing of the sandbox's ran.
+    let checked = shadows.map(|shadows| Sandboxed {
+        protected: &[],
+        copy: None,
+        shadows: Some(shadows),
+        git: None,
+        before: None,
+        too_deep_before: &[],
+        late: None,
+    });
+    step.finish(&mut store, Snapshot::Scan(&mut wt, None), checked, draft)?;
     wt.save_index(&store)?;
     Ok(())
 }
@@ -376,7 +394,13 @@ pub fn exec_server(dir: Option<&Path>) -> CmdResult<ExitCode> {
         deny_read: denied_reads(&project, &cwd)?,
         protected: project.protected_paths(),
     };
-    let host = Arc::new(CodexHost { project, exe, cwd });
+    let shadows = crate::path_shadow::PathShadows::of_project(&project, &cwd);
+    let host = Arc::new(CodexHost {
+        project,
+        exe,
+        cwd,
+        shadows,
+    });
     let stdin = std::io::stdin();
     envgit_codex::serve(
         stdin.lock(),
