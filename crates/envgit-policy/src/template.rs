@@ -50,7 +50,8 @@ irreversible:
 # Beyond the built-in masks (~/.ssh, ~/.aws, cloud and agent credentials, .env files, ...).
 # filesystem:
 #   deny_read: ["~/.config/some-tool", "**/*.pem"]
-#   allow_write: ["~/.cache/pip"]
+#   allow_write: ["~/.cache/pip"]   # the host's own pip then reads what steps wrote there
+#   allow_shadowing: ["tsc"]        # a program steps may put ahead of the host's on your PATH
 
 # Command-line prefixes refused or asked about before they run (an early, readable refusal).
 # This is a courtesy: the gate is what actually stops a request.
@@ -132,6 +133,7 @@ mod tests {
         ));
         assert_eq!(p.approvers.timeout, 120);
         assert_eq!(p.filesystem.allow_write, ["~/.cache/pip"]);
+        assert_eq!(p.filesystem.allow_shadowing, ["tsc"]);
         assert_eq!(p.shell.len(), 2);
         assert_eq!(p.snapshot.max_file_size, 100 << 20);
         assert_eq!(p.snapshot.budget, 20 << 30);
