@@ -310,12 +310,6 @@ fn a_hook_managers_configuration_is_protected_like_the_hooks() {
     );
 }
 
-/// mise, as the person's shell runs it on every prompt (`mise activate`: `mise hook-env`),
-/// loads the project's `mise.toml` and runs what it says (`_.source` runs a script), once the
-/// person has trusted the file: by its path, not its content. The agent rewrites the trusted
-/// file; then the person's shell shows a prompt in the project. (A file mise merges that the
-/// person never trusted stops mise instead: those names are protected too, and `is_protected`'s
-/// own test names them.)
 /// The real mise, installed outside the project.
 fn mise() -> std::path::PathBuf {
     host_tool(&format!(
@@ -345,6 +339,12 @@ fn as_the_person_with_mise(env: &Env, mise: &std::path::Path, args: &[&str]) -> 
         .unwrap()
 }
 
+/// mise, as the person's shell runs it on every prompt (`mise activate`: `mise hook-env`),
+/// loads the project's `mise.toml` and runs what it says (`_.source` runs a script), once the
+/// person has trusted the file: by its path, not its content. The agent rewrites the trusted
+/// file; then the person's shell shows a prompt in the project. (A file mise merges that the
+/// person never trusted stops mise instead: those names are protected too, and `is_protected`'s
+/// own test names them.)
 #[test]
 fn a_trusted_environment_managers_configuration_is_protected() {
     let mise = mise();
