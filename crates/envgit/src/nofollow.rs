@@ -17,25 +17,23 @@ pub fn read_nofollow(path: &Path) -> std::io::Result<Vec<u8>> {
     Ok(out)
 }
 
-/// Read the file `rel` ('/'-separated) below `root` without following any symlink on the way
-/// (`RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS`): a directory of the project on the way may be a
-/// link the agent planted.
-pub fn read_beneath(root: &Path, rel: &str) -> std::io::Result<Vec<u8>> {
+/// Read the file `rel` ('/'-separated) below the directory `root` is open as, without
+/// following any symlink on the way (`RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS`): a directory of
+/// the project on the way may be a link the agent planted. At most `limit` bytes are read.
+pub fn read_beneath_at(
+    root: std::os::fd::BorrowedFd<'_>,
+    rel: &str,
+    limit: u64,
+) -> std::io::Result<Vec<u8>> {
     use rustix::fs::{Mode, OFlags, ResolveFlags};
-    let dir = rustix::fs::open(
-        root,
-        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
-        Mode::empty(),
-    )?;
     let fd = rustix::fs::openat2(
-        &dir,
+        root,
         rel,
         OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK | OFlags::NOCTTY,
         Mode::empty(),
         ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
     )?;
-    let mut f = std::fs::File::from(fd);
     let mut out = Vec::new();
-    f.read_to_end(&mut out)?;
+    std::fs::File::from(fd).take(limit).read_to_end(&mut out)?;
     Ok(out)
 }

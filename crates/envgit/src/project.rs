@@ -285,7 +285,7 @@ impl Project {
             out.push(hooks);
         }
         out.extend(self.config_includes());
-        for f in crate::prompt_loads::of(&self.root).files {
+        for f in crate::host_loads::of(&self.root).files {
             if !out.contains(&f) {
                 out.push(f);
             }

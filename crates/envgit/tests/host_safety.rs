@@ -310,6 +310,71 @@ fn a_hook_managers_configuration_is_protected_like_the_hooks() {
     );
 }
 
+/// What lefthook's configuration names runs at the person's commit too: the `rc` file its
+/// installed hook sources before every hook, and the commands of the files `extends` names.
+#[test]
+fn what_a_hook_managers_configuration_names_is_protected_like_it() {
+    let lefthook = host_tool(".bin/lefthook");
+    let env = Env::new();
+    env.git(&env.project, &["init", "-q", "-b", "main"]);
+    env.write("a.txt", "a\n");
+    let root = env.project.canonicalize().unwrap();
+    env.write(
+        "lefthook.yml",
+        &format!(
+            "rc: {}/.lefthookrc\nextends:\n  - ci/lefthook-extra.yml\n\
+             pre-commit:\n  commands:\n    lint:\n      run: \"true\"\n",
+            root.display()
+        ),
+    );
+    env.write(".lefthookrc", "export PROJECT_MODE=dev\n");
+    env.write(
+        "ci/lefthook-extra.yml",
+        "pre-commit:\n  commands:\n    extra:\n      run: \"true\"\n",
+    );
+    let installed = Command::new(&lefthook)
+        .arg("install")
+        .current_dir(&env.project)
+        .env("HOME", env.user_home())
+        .output()
+        .unwrap();
+    assert!(installed.status.success(), "{installed:?}");
+    env.envgit(&["init"]).ok();
+    let sourced = env.tmp.path().join("sourced");
+    let ran = env.tmp.path().join("ran");
+    let attack = format!(
+        "printf 'echo pwned >> {s}\\n' >> .lefthookrc; \
+         printf 'pre-commit:\\n  commands:\\n    extra:\\n      run: echo pwned >> {r}\\n' > ci/lefthook-extra.yml; \
+         echo planted",
+        s = sourced.display(),
+        r = ran.display()
+    );
+    let out = env.envgit(&["run", "sh", "-c", &attack]).ran_to("planted");
+    std::fs::write(env.path("a.txt"), "changed on the host\n").unwrap();
+    env.git(&env.project, &["add", "a.txt"]);
+    let commit = env
+        .host_git(&env.project)
+        .args(["commit", "-q", "-m", "host commit"])
+        .env("LEFTHOOK_BIN", &lefthook)
+        .output()
+        .unwrap();
+    let said = format!("{}\n--- commit:\n{commit:?}", out.stderr);
+    assert!(commit.status.success(), "{said}");
+    assert!(
+        !sourced.exists(),
+        "the person's commit sourced what the step wrote\n{said}"
+    );
+    assert!(
+        !ran.exists(),
+        "the person's commit ran what the step wrote\n{said}"
+    );
+    // lefthook itself ran, with the person's configuration and what it extends.
+    assert!(
+        String::from_utf8_lossy(&commit.stderr).contains("extra"),
+        "{said}"
+    );
+}
+
 /// The real mise, installed outside the project.
 fn mise() -> std::path::PathBuf {
     host_tool(&format!(

@@ -4,11 +4,11 @@
 
 use toml::{Table, Value};
 
-use super::{PromptLoads, add, join};
+use super::{HostLoads, add, join};
 
 /// A mise configuration's text; nothing when it does not parse (mise then refuses it too).
-pub(super) fn parse(text: &str) -> PromptLoads {
-    let mut out = PromptLoads::default();
+pub(super) fn parse(text: &str) -> HostLoads {
+    let mut out = HostLoads::default();
     let Ok(config) = text.parse::<Table>() else {
         return out;
     };
@@ -71,6 +71,6 @@ mod tests {
         let l = parse("[env]\n_ = { source = { path = \"./x.sh\" }, path = \"../out\" }\n");
         assert_eq!(l.files, ["x.sh"]);
         assert!(l.path_dirs.is_empty());
-        assert_eq!(parse("[env\n"), PromptLoads::default());
+        assert_eq!(parse("[env\n"), HostLoads::default());
     }
 }

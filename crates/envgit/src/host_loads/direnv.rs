@@ -3,13 +3,13 @@
 //! and takes a path only when it is written out in the project (`$PWD/x` and `./x` are; any
 //! other variable is not).
 
-use super::{PromptLoads, add, in_project, join};
+use super::{HostLoads, add, in_project, join};
 
 /// `.envrc`'s text; `is_dir` says whether a project path is a directory (`source_env DIR`
 /// reads `DIR/.envrc`).
-pub(super) fn parse(text: &str, is_dir: impl Fn(&str) -> bool) -> PromptLoads {
-    let mut out = PromptLoads::default();
-    let file = |p: &str, out: &mut PromptLoads| add(p, &mut out.files);
+pub(super) fn parse(text: &str, is_dir: impl Fn(&str) -> bool) -> HostLoads {
+    let mut out = HostLoads::default();
+    let file = |p: &str, out: &mut HostLoads| add(p, &mut out.files);
     for line in text.lines() {
         // A line is one command here; `a && b` and `a; b` are split too.
         for command in line.split(['&', ';', '|']) {
@@ -110,7 +110,7 @@ pub(super) fn parse(text: &str, is_dir: impl Fn(&str) -> bool) -> PromptLoads {
 mod tests {
     use super::*;
 
-    fn of(text: &str) -> PromptLoads {
+    fn of(text: &str) -> HostLoads {
         parse(text, |rel| rel == "sub")
     }
 

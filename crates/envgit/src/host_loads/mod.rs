@@ -1,0 +1,169 @@
+//! What the person's own tools load from the project through its configuration of a tool they
+//! trusted once: direnv's `.envrc` and mise's `mise.toml` at every prompt in the project,
+//! lefthook's configuration at every commit. The configuration itself is protected; but these
+//! tools read the files it names afresh each time (direnv asks to allow `.envrc` again only
+//! when `.envrc` changes, mise trusts a configuration by its path, lefthook's hook was
+//! installed once), and direnv and mise put the directories it names first on `PATH`. So the
+//! files are protected like the configuration, and the directories are checked after each
+//! step like the person's own `PATH` ([`crate::path_shadow`]).
+
+mod direnv;
+mod lefthook;
+mod mise;
+
+use std::collections::HashSet;
+use std::os::fd::AsFd;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Component, Path};
+
+use crate::nofollow::read_beneath_at;
+
+/// The project paths (relative, '/'-separated) the person's prompt loads.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(crate) struct HostLoads {
+    /// Files it runs or reads variables from, and nix-direnv's cache of the shell it built
+    /// (`.direnv/*.rc`, sourced at the prompt while fresh).
+    pub files: Vec<String>,
+    /// Directories it puts first on `PATH`.
+    pub path_dirs: Vec<String>,
+}
+
+/// mise's project configuration files (see `envgit_policy::PROTECTED_PATHS`).
+const MISE_CONFIGS: &[&str] = &[
+    "mise.toml",
+    "mise.local.toml",
+    ".mise.toml",
+    ".mise.local.toml",
+    ".config/mise.toml",
+    ".config/mise/config.toml",
+    ".mise/config.toml",
+    "mise/config.toml",
+];
+
+/// lefthook's configuration files, in each format (see `envgit_policy::PROTECTED_PATHS`).
+const LEFTHOOK_CONFIGS: &[&str] = &[
+    "lefthook",
+    ".lefthook",
+    "lefthook-local",
+    ".lefthook-local",
+    ".config/lefthook",
+    ".config/lefthook-local",
+];
+/// The most read of one configuration file: more is not a configuration a person wrote.
+const CONFIG_MAX_BYTES: u64 = 1 << 20;
+
+const LEFTHOOK_FORMATS: &[&str] = &["yml", "yaml", "toml", "json", "jsonc"];
+
+/// What the person's tools load from the project at `root`. A secret it loads (`dotenv`'s
+/// `.env`) that exists is left out: the sandbox masks it, so a step cannot write it, and its
+/// content stays out of the pre-step copy.
+pub(crate) fn of(root: &Path) -> HostLoads {
+    let mut loads = HostLoads::default();
+    let Ok(dir) = rustix::fs::open(
+        root,
+        rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::CLOEXEC,
+        rustix::fs::Mode::empty(),
+    ) else {
+        return loads;
+    };
+    // One listing of the root: a configuration whose first component is not there is not read.
+    let top: HashSet<Vec<u8>> = match std::fs::read_dir(root) {
+        Ok(list) => list
+            .flatten()
+            .map(|e| e.file_name().as_bytes().to_vec())
+            .collect(),
+        Err(_) => return loads,
+    };
+    let read = |rel: &str| -> Option<String> {
+        let first = rel.split('/').next().unwrap_or(rel);
+        if !top.contains(first.as_bytes()) {
+            return None;
+        }
+        let bytes = read_beneath_at(dir.as_fd(), rel, CONFIG_MAX_BYTES).ok()?;
+        Some(String::from_utf8_lossy(&bytes).into_owned())
+    };
+    if let Some(text) = read(".envrc") {
+        loads.merge(direnv::parse(&text, |rel| root.join(rel).is_dir()));
+    }
+    for config in MISE_CONFIGS {
+        if let Some(text) = read(config) {
+            loads.merge(mise::parse(&text));
+        }
+    }
+    let root_text = root.to_string_lossy();
+    for base in LEFTHOOK_CONFIGS {
+        for format in LEFTHOOK_FORMATS {
+            let name = format!("{base}.{format}");
+            if let Some(text) = read(&name) {
+                loads.merge(lefthook::parse(&name, &text, &root_text, &read));
+            }
+        }
+    }
+    loads.files.retain(|f| {
+        let name = f.rsplit('/').next().unwrap_or(f);
+        !(envgit_policy::is_secret_name(name.as_bytes()) && root.join(f).symlink_metadata().is_ok())
+    });
+    loads
+}
+
+impl HostLoads {
+    fn merge(&mut self, other: HostLoads) {
+        for f in other.files {
+            add_rel(f, &mut self.files);
+        }
+        for d in other.path_dirs {
+            add_rel(d, &mut self.path_dirs);
+        }
+    }
+}
+
+/// Adds `p` (as written in a configuration) to `to` when it is a project path.
+fn add(p: &str, to: &mut Vec<String>) {
+    if let Some(rel) = in_project(p) {
+        add_rel(rel, to);
+    }
+}
+
+fn add_rel(rel: String, to: &mut Vec<String>) {
+    if !to.contains(&rel) {
+        to.push(rel);
+    }
+}
+
+fn join(dir: &str, name: &str) -> String {
+    let dir = dir.trim_end_matches('/');
+    if dir.is_empty() || dir == "." {
+        name.to_owned()
+    } else {
+        format!("{dir}/{name}")
+    }
+}
+
+/// `p` as written in a configuration (relative to the project root, `$PWD`-based for direnv,
+/// `{{config_root}}`-based for mise) as a project path: '/'-separated, no `.` or `..`; `None`
+/// for anything else (another variable or template, an absolute path, a path out of the
+/// project). The root itself is `""`.
+fn in_project(p: &str) -> Option<String> {
+    let p = [
+        "${PWD}/",
+        "$PWD/",
+        "\"$PWD\"/",
+        "{{config_root}}/",
+        "{{ config_root }}/",
+    ]
+    .iter()
+    .find_map(|pre| p.strip_prefix(pre))
+    .unwrap_or(p);
+    if p.contains('$') || p.contains('`') || p.contains("{{") || p.starts_with(['/', '~']) {
+        return None;
+    }
+    let mut parts: Vec<&str> = Vec::new();
+    for c in Path::new(p).components() {
+        match c {
+            Component::Normal(n) => parts.push(n.to_str()?),
+            Component::CurDir => {}
+            _ => return None,
+        }
+    }
+    Some(parts.join("/"))
+}
