@@ -250,6 +250,28 @@ fn host_tool(rel: &str) -> std::path::PathBuf {
         .join(rel)
 }
 
+/// `lefthook install` in the project, as the person ran it: its hook in `.git/hooks`.
+fn lefthook_install(env: &Env, lefthook: &std::path::Path) {
+    let installed = Command::new(lefthook)
+        .arg("install")
+        .current_dir(&env.project)
+        .env("HOME", env.user_home())
+        .output()
+        .unwrap();
+    assert!(installed.status.success(), "{installed:?}");
+}
+
+/// The person's next commit on the host (changing `a.txt`), which runs lefthook's hook.
+fn host_commit_with_lefthook(env: &Env, lefthook: &std::path::Path) -> Output {
+    std::fs::write(env.path("a.txt"), "changed on the host\n").unwrap();
+    env.git(&env.project, &["add", "a.txt"]);
+    env.host_git(&env.project)
+        .args(["commit", "-q", "-m", "host commit"])
+        .env("LEFTHOOK_BIN", lefthook)
+        .output()
+        .unwrap()
+}
+
 /// A git hook manager reads its configuration from the project each time the person runs
 /// git, and runs what it says: lefthook's hook in `.git/hooks` is the person's and read-only,
 /// but `lefthook.yml` says what it runs. The agent rewrites it, adds a `-local` config and a
@@ -265,13 +287,7 @@ fn a_hook_managers_configuration_is_protected_like_the_hooks() {
         "lefthook.yml",
         "pre-commit:\n  commands:\n    lint:\n      run: \"true\"\n",
     );
-    let installed = Command::new(&lefthook)
-        .arg("install")
-        .current_dir(&env.project)
-        .env("HOME", env.user_home())
-        .output()
-        .unwrap();
-    assert!(installed.status.success(), "{installed:?}");
+    lefthook_install(&env, &lefthook);
     env.envgit(&["init"]).ok();
     let marker = env.tmp.path().join("MARKER");
     let planted = format!("      run: echo pwned >> {}\n", marker.display());
@@ -284,14 +300,7 @@ fn a_hook_managers_configuration_is_protected_like_the_hooks() {
         m = marker.display()
     );
     let out = env.envgit(&["run", "sh", "-c", &attack]).ran_to("planted");
-    std::fs::write(env.path("a.txt"), "changed on the host\n").unwrap();
-    env.git(&env.project, &["add", "a.txt"]);
-    let commit = env
-        .host_git(&env.project)
-        .args(["commit", "-q", "-m", "host commit"])
-        .env("LEFTHOOK_BIN", &lefthook)
-        .output()
-        .unwrap();
+    let commit = host_commit_with_lefthook(&env, &lefthook);
     assert!(commit.status.success(), "{commit:?}");
     assert!(
         !marker.exists(),
@@ -332,13 +341,7 @@ fn what_a_hook_managers_configuration_names_is_protected_like_it() {
         "ci/lefthook-extra.yml",
         "pre-commit:\n  commands:\n    extra:\n      run: \"true\"\n",
     );
-    let installed = Command::new(&lefthook)
-        .arg("install")
-        .current_dir(&env.project)
-        .env("HOME", env.user_home())
-        .output()
-        .unwrap();
-    assert!(installed.status.success(), "{installed:?}");
+    lefthook_install(&env, &lefthook);
     env.envgit(&["init"]).ok();
     let sourced = env.tmp.path().join("sourced");
     let ran = env.tmp.path().join("ran");
@@ -350,14 +353,7 @@ fn what_a_hook_managers_configuration_names_is_protected_like_it() {
         r = ran.display()
     );
     let out = env.envgit(&["run", "sh", "-c", &attack]).ran_to("planted");
-    std::fs::write(env.path("a.txt"), "changed on the host\n").unwrap();
-    env.git(&env.project, &["add", "a.txt"]);
-    let commit = env
-        .host_git(&env.project)
-        .args(["commit", "-q", "-m", "host commit"])
-        .env("LEFTHOOK_BIN", &lefthook)
-        .output()
-        .unwrap();
+    let commit = host_commit_with_lefthook(&env, &lefthook);
     let said = format!("{}\n--- commit:\n{commit:?}", out.stderr);
     assert!(commit.status.success(), "{said}");
     assert!(
