@@ -16,6 +16,8 @@ pub struct Project {
     pub policy: Policy,
     pub policy_bytes: Vec<u8>,
     pub store_dir: PathBuf,
+    /// What the person's own tools load from the project, read once ([`Project::host_loads`]).
+    pub host_loads_read: std::sync::OnceLock<crate::host_loads::HostLoads>,
 }
 
 /// The directory the command works in: `-C DIR` or the current one.
@@ -87,6 +89,7 @@ impl ProjectDirs {
             policy,
             policy_bytes,
             store_dir: self.store_dir.clone(),
+            host_loads_read: std::sync::OnceLock::new(),
         })
     }
 
@@ -260,6 +263,13 @@ impl Project {
     /// Paths rewind keeps as they are now: the protected list (`PROTECTED_PATHS`) plus the
     /// directory `core.hooksPath` names, the files `.git/config` includes, and what links at,
     /// above or below any of them reach inside the project.
+    /// What the person's own tools load from the project (direnv, mise, lefthook), read at
+    /// its first use in this process: the protected paths and the `PATH` check share it.
+    pub fn host_loads(&self) -> &crate::host_loads::HostLoads {
+        self.host_loads_read
+            .get_or_init(|| crate::host_loads::of(&self.root))
+    }
+
     pub fn protected_paths(&self) -> Vec<String> {
         let mut out: Vec<String> = PROTECTED_PATHS.iter().map(|p| p.to_string()).collect();
         // Root-level patterns' current matches, so the sandbox mounts them read-only too (the
@@ -285,9 +295,9 @@ impl Project {
             out.push(hooks);
         }
         out.extend(self.config_includes());
-        for f in crate::host_loads::of(&self.root).files {
-            if !out.contains(&f) {
-                out.push(f);
+        for f in &self.host_loads().files {
+            if !out.contains(f) {
+                out.push(f.clone());
             }
         }
         // What the host reaches through a link at, above or below one of them. Most are

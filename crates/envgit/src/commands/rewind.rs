@@ -240,6 +240,7 @@ fn with_policy_of(dirs: &ProjectDirs, store: &Store, n: u64) -> CmdResult<Projec
         policy,
         policy_bytes,
         store_dir: dirs.store_dir.clone(),
+        host_loads_read: std::sync::OnceLock::new(),
     })
 }
 

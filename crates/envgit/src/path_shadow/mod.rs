@@ -79,7 +79,8 @@ impl PathShadows {
             homes.first().map(PathBuf::as_path),
         );
         // What direnv and mise put first on PATH at the person's next prompt in the project.
-        let prompt: Vec<PathBuf> = crate::host_loads::of(&project.root)
+        let prompt: Vec<PathBuf> = project
+            .host_loads()
             .path_dirs
             .iter()
             .map(|d| project.root.join(d))
