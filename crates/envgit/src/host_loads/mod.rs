@@ -18,7 +18,7 @@ use std::path::{Component, Path};
 
 use crate::nofollow::read_beneath_at;
 
-/// The project paths (relative, '/'-separated) the person's prompt loads.
+/// The project paths (relative, '/'-separated) the person's tools load.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub(crate) struct HostLoads {
     /// Files it runs or reads variables from, and nix-direnv's cache of the shell it built
@@ -49,21 +49,17 @@ const LEFTHOOK_CONFIGS: &[&str] = &[
     ".config/lefthook",
     ".config/lefthook-local",
 ];
+const LEFTHOOK_FORMATS: &[&str] = &["yml", "yaml", "toml", "json", "jsonc"];
+
 /// The most read of one configuration file: more is not a configuration a person wrote.
 const CONFIG_MAX_BYTES: u64 = 1 << 20;
-
-const LEFTHOOK_FORMATS: &[&str] = &["yml", "yaml", "toml", "json", "jsonc"];
 
 /// What the person's tools load from the project at `root`. A secret it loads (`dotenv`'s
 /// `.env`) that exists is left out: the sandbox masks it, so a step cannot write it, and its
 /// content stays out of the pre-step copy.
 pub(crate) fn of(root: &Path) -> HostLoads {
     let mut loads = HostLoads::default();
-    let Ok(dir) = rustix::fs::open(
-        root,
-        rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::CLOEXEC,
-        rustix::fs::Mode::empty(),
-    ) else {
+    let Ok(dir) = envgit_store::beneath::open_root(root) else {
         return loads;
     };
     // One listing of the root: a configuration whose first component is not there is not read.

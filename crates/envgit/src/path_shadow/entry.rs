@@ -118,10 +118,8 @@ pub(super) fn classify(abs: &Path, roots: &[PathBuf], project: &Path) -> Option<
         root.join(&rel).display().to_string()
     };
     let rel = rel.as_os_str().as_bytes().to_vec();
-    let escaped_at_start = match envgit_store::beneath::open_root(root)
-        .and_then(|fd| open_through_links(fd.as_fd(), &rel))
-    {
-        Err(Errno::XDEV) => identity(root, &rel),
+    let escaped_at_start = match find(root, &rel) {
+        Found::Escapes => identity(root, &rel),
         _ => None,
     };
     Some(Entry::Writable {
