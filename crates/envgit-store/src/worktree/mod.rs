@@ -17,6 +17,7 @@ mod racy;
 #[cfg(test)]
 pub(crate) use racy::settle_time as racy_settle_time;
 mod report;
+mod sealed;
 mod walk;
 
 pub use config::{DEFAULT_MAX_FILE_SIZE, MAX_TREE_DEPTH, MAX_TREE_PATH, ScanConfig};
@@ -181,6 +182,7 @@ impl WorkTree {
         let mut report = ScanReport {
             unstable: ctx.unstable.into_inner().unwrap_or_default(),
             hashed: ctx.hashed.load(Ordering::Relaxed),
+            kept_object_dirs: ctx.kept_object_dirs.load(Ordering::Relaxed),
             full: true,
             too_deep: ctx.too_deep.into_inner().unwrap_or_default(),
             setid: ctx.setid.into_inner().unwrap_or_default(),
@@ -298,6 +300,7 @@ impl WorkTree {
                 .setid
                 .extend(ctx.setid.into_inner().unwrap_or_default());
             report.hashed += ctx.hashed.load(Ordering::Relaxed);
+            report.kept_object_dirs += ctx.kept_object_dirs.load(Ordering::Relaxed);
             // Drop states of subdirectories that no longer exist.
             let keep: HashSet<&[u8]> = state
                 .entries

@@ -18,6 +18,9 @@ pub struct ScanProgress {
 pub struct ScanReport {
     pub unstable: Vec<String>,
     pub hashed: u64,
+    /// Directories of the project's loose git objects taken from the last scan without an
+    /// `lstat` of their files: unchanged since (`worktree/sealed.rs`).
+    pub kept_object_dirs: u64,
     /// The whole tree was visited.
     pub full: bool,
     /// Directories seen for the first time by a partial rescan (the watcher adds watches).

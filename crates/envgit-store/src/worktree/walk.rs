@@ -7,7 +7,7 @@ use std::ffi::CString;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::path::PathBuf;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use rayon::prelude::*;
 use rustix::fs::FileType;
@@ -40,6 +40,8 @@ pub(super) struct Ctx<'a> {
     pub(super) too_deep: Mutex<Vec<String>>,
     pub(super) setid: Mutex<Vec<SetidFile>>,
     pub(super) hashed: AtomicU64,
+    /// Directories of loose objects taken from the last scan unread ([`super::sealed`]).
+    pub(super) kept_object_dirs: AtomicU64,
     pub(super) progress: Option<&'a ScanProgress>,
     pub(super) any_unstable: AtomicBool,
 }
@@ -65,6 +67,7 @@ impl<'a> Ctx<'a> {
             too_deep: Mutex::default(),
             setid: Mutex::default(),
             hashed: AtomicU64::new(0),
+            kept_object_dirs: AtomicU64::new(0),
             progress,
             any_unstable: AtomicBool::new(false),
         }
@@ -452,10 +455,32 @@ impl Ctx<'_> {
                         });
                         continue;
                     }
-                    entries.push(CachedEntry {
-                        entry,
-                        stat: StatKey::of(&st),
-                    });
+                    let now = StatKey::of(&st);
+                    if let Some(k) = known
+                        && super::sealed::unchanged(
+                            &child_rel,
+                            prev.and_then(|p| p.get(nb)),
+                            &now,
+                            k,
+                            &self.racy,
+                        )
+                        && self.store.has(&k.tree)
+                    {
+                        entries.push(CachedEntry {
+                            entry: TreeEntry {
+                                id: k.tree,
+                                ..entry
+                            },
+                            stat: now,
+                        });
+                        self.out
+                            .lock()
+                            .map_err(|_| StoreError::corrupt("poisoned"))?
+                            .insert(child_rel, k.clone());
+                        self.kept_object_dirs.fetch_add(1, Ordering::Relaxed);
+                        continue;
+                    }
+                    entries.push(CachedEntry { entry, stat: now });
                     subdirs.push((entries.len() - 1, name));
                 }
                 FileType::Symlink => {
