@@ -385,6 +385,49 @@ mod tests {
         (tmp, store, wt, t1)
     }
 
+    /// The walk shares out the subtrees of a root with few subdirectories one level further
+    /// down: whatever the number of threads, the tree and the state are those of a walk on
+    /// one thread, on a first scan and on one with the last scan's state.
+    #[test]
+    fn a_walk_split_below_the_root_makes_the_tree_of_one_thread() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let root = tmp.path().join("p");
+        for d in 0..70 {
+            let dir = root.join(format!("src/m{d}/inner"));
+            std::fs::create_dir_all(&dir).expect("mkdir");
+            for f in 0..3 {
+                std::fs::write(dir.join(format!("f{f}")), format!("{d}/{f}")).expect("write");
+            }
+            std::fs::write(root.join(format!("src/m{d}/top")), format!("{d}")).expect("write");
+        }
+        for d in 0..5 {
+            std::fs::create_dir_all(root.join(format!("docs/d{d}"))).expect("mkdir");
+            std::fs::write(root.join(format!("docs/d{d}/x")), "x").expect("write");
+        }
+        std::fs::write(root.join("README"), "r").expect("write");
+        let store = Store::create(&tmp.path().join("s"), &root).expect("store");
+        let scans = |threads: usize| {
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .expect("pool");
+            pool.install(|| {
+                let mut wt = WorkTree::new(&root, ScanConfig::default(), None).expect("worktree");
+                let (first, _) = wt.full_scan(&store, None).expect("scan");
+                let (again, _) = wt.full_scan(&store, None).expect("scan");
+                let mut dirs: Vec<Vec<u8>> = wt.dir_paths().cloned().collect();
+                dirs.sort();
+                (first, again, dirs)
+            })
+        };
+        let one = scans(1);
+        assert_eq!(one.0, one.1);
+        assert_eq!(one.2.len(), 1 + 2 + 70 * 2 + 5);
+        for threads in [2, 3, 8] {
+            assert_eq!(scans(threads), one, "{threads} threads");
+        }
+    }
+
     /// git's racy-timestamp rule: an entry whose `lstat` matches, ctime included (an edit in
     /// the same clock tick as the scan that read it), is still read again while its mtime is
     /// not older than that scan.

@@ -193,17 +193,35 @@ impl Ctx<'_> {
         &self,
         dir: BorrowedFd<'_>,
         rel: &[u8],
+        entries: Vec<CachedEntry>,
+        subdirs: Vec<Subdir>,
+    ) -> Result<DirState> {
+        let groups = rayon::current_num_threads().clamp(1, PARALLEL_WALKS);
+        self.walk_subdirs_in(dir, rel, entries, subdirs, groups, true)
+    }
+
+    /// [`Ctx::walk_subdirs`] in at most `groups` parallel groups; with `may_split`, the
+    /// subtrees of a directory with too few subdirectories to share out (a project whose
+    /// files are all below `src/`, beside a `.git`) are shared out one level further down.
+    fn walk_subdirs_in(
+        &self,
+        dir: BorrowedFd<'_>,
+        rel: &[u8],
         mut entries: Vec<CachedEntry>,
         subdirs: Vec<Subdir>,
+        groups: usize,
+        may_split: bool,
     ) -> Result<DirState> {
         let small = !self.prev.is_empty() && self.prev.len() < PARALLEL_MIN_DIRS;
         if subdirs.len() < 2 || small {
             return self.walk_from(dir, rel, entries, subdirs);
         }
-        // The subtrees of the top directory in parallel, in at most PARALLEL_WALKS groups
-        // (each walked sequentially), so the descriptors held stay bounded whatever the
-        // number of cores: PARALLEL_WALKS chains of at most CHAIN_FDS + 1 each.
-        let groups = rayon::current_num_threads().clamp(1, PARALLEL_WALKS);
+        // The subtrees in parallel, in at most `groups` groups (each walked sequentially), so
+        // the descriptors held stay bounded whatever the number of cores: PARALLEL_WALKS
+        // chains of at most CHAIN_FDS + 1 each, and at most twice that with the split below
+        // (each of the `used` subtrees split in `below` groups).
+        let used = subdirs.len().min(groups);
+        let below = (subdirs.len() < 2 * groups && may_split).then(|| (groups / used).max(2));
         let per = subdirs.len().div_ceil(groups);
         let results: Vec<Vec<(usize, Result<Option<DirState>>)>> = subdirs
             .par_chunks(per)
@@ -219,7 +237,18 @@ impl Ctx<'_> {
                                     Ok(x) => x,
                                     Err(e) => return (*slot, Err(e)),
                                 };
-                                self.walk_from(fd.as_fd(), &child_rel, e, s).map(Some)
+                                match below {
+                                    Some(below) => self.walk_subdirs_in(
+                                        fd.as_fd(),
+                                        &child_rel,
+                                        e,
+                                        s,
+                                        below,
+                                        false,
+                                    ),
+                                    None => self.walk_from(fd.as_fd(), &child_rel, e, s),
+                                }
+                                .map(Some)
                             }
                             Err(
                                 Errno::NOENT
