@@ -30,6 +30,9 @@ pub struct LiveTree {
     degraded: bool,
     /// Changes come from another process's watcher ([`LiveTree::feed`]), not this inotify.
     fed: bool,
+    /// A directory left without watches, with everything below it
+    /// ([`LiveTree::leave_unwatched`]).
+    unwatched: Option<Vec<u8>>,
 }
 
 /// How a snapshot was taken.
@@ -55,6 +58,7 @@ impl LiveTree {
             lost: true,
             degraded: false,
             fed: false,
+            unwatched: None,
         })
     }
 
@@ -81,6 +85,22 @@ impl LiveTree {
     /// Mark directories dirty by hand (a restore says what it wrote).
     pub fn mark_dirty(&mut self, dirs: impl IntoIterator<Item = Vec<u8>>) {
         self.dirty.extend_whole(dirs);
+    }
+
+    /// Adds no watch at `rel` or below from now on: what changes there is said by the caller
+    /// ([`LiveTree::mark_dirty`]) or read by the next full scan. For a `.git` under the git
+    /// layer during a one-shot step, where only envgit's own import writes: its hundreds of
+    /// object directories cost one `inotify_add_watch` each, which walks the directory's
+    /// cached entries in the kernel.
+    pub fn leave_unwatched(&mut self, rel: &[u8]) {
+        self.unwatched = Some(rel.to_vec());
+    }
+
+    fn is_left_unwatched(&self, rel: &[u8]) -> bool {
+        self.unwatched.as_deref().is_some_and(|top| {
+            rel.strip_prefix(top)
+                .is_some_and(|rest| rest.is_empty() || rest.starts_with(b"/"))
+        })
     }
 
     /// Whether the watcher gave up (out of inotify watches) and every step rescans.
@@ -181,7 +201,7 @@ impl LiveTree {
         use rayon::prelude::*;
         let dirs: Vec<Vec<u8>> = dirs
             .into_iter()
-            .filter(|rel| !self.watches.is_watched(rel))
+            .filter(|rel| !self.watches.is_watched(rel) && !self.is_left_unwatched(rel))
             .collect();
         // Opening each directory and adding its watch is two path walks in the kernel: done
         // on every core (a one-shot `envgit run` watches the whole project before its walk).

@@ -44,10 +44,24 @@ pub(crate) fn overlay(layer: &GitLayer) -> envgit_sandbox::spec::Overlay {
 }
 
 /// Imports what the step wrote into `.git` and says so on the step.
-pub(crate) fn import_into(layer: &GitLayer, draft: &mut StepDraft) -> CmdResult<()> {
+pub(crate) fn import_into(layer: &GitLayer, draft: &mut StepDraft) -> CmdResult<GitImport> {
     let report = layer.import()?;
     report_into(&report, draft);
-    Ok(())
+    Ok(report)
+}
+
+/// The project's paths an import wrote or removed: each imported file, and `.git` itself
+/// (the config a key went into, the index whose time moved forward). A pack stands for the
+/// index files git wrote beside it, in the same directory.
+pub(crate) fn written_paths(report: &GitImport) -> Vec<String> {
+    report
+        .imported
+        .iter()
+        .chain(&report.removed)
+        .filter(|p| !p.starts_with("config "))
+        .map(|p| format!(".git/{p}"))
+        .chain([".git/config".to_string()])
+        .collect()
 }
 
 /// Prints and records one import's report.

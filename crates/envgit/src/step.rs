@@ -78,6 +78,27 @@ impl Snapshot<'_> {
         })
     }
 
+    /// `paths` (the project's, relative) were written by envgit: the directories holding one
+    /// are read again by a watcher's snapshot, each ancestor too (a directory made for one is
+    /// new in its parent). The root's own entries, always watched, only for a path at the top.
+    fn mark_written(&mut self, paths: &[String]) {
+        let Snapshot::Live(live) = self else {
+            return;
+        };
+        let mut dirs = std::collections::BTreeSet::new();
+        for p in paths {
+            let mut rel = p.as_bytes();
+            if !rel.contains(&b'/') {
+                dirs.insert(Vec::new());
+            }
+            while let Some(slash) = rel.iter().rposition(|&b| b == b'/') {
+                rel = &rel[..slash];
+                dirs.insert(rel.to_vec());
+            }
+        }
+        live.mark_dirty(dirs);
+    }
+
     fn work_tree(&mut self) -> Option<&mut WorkTree> {
         match self {
             Snapshot::Scan(wt, _) => Some(wt),
@@ -104,13 +125,17 @@ impl OpenStep {
     ) -> CmdResult<Step> {
         let mut put_back = Vec::new();
         if let Some(s) = &sandboxed {
+            // What envgit itself writes is read again by the snapshot whether or not a watch
+            // saw it (a one-shot step leaves the host's `.git` unwatched).
             if let Some(git) = s.git {
-                crate::git_layer::import_into(git, &mut draft)?;
+                let import = crate::git_layer::import_into(git, &mut draft)?;
+                snapshot.mark_written(&crate::git_layer::written_paths(&import));
             }
             // By content, from the pre-step copy: never skipped for a marker, and done before
             // the snapshot, which may fail (a tree too deep, a full disk).
             if let Some(copy) = s.copy {
                 put_back = copy.put_back()?;
+                snapshot.mark_written(&put_back);
             }
             if let Some(shadows) = s.shadows {
                 note_path_shadows(&shadows.sweep(), &mut draft);

@@ -130,6 +130,15 @@ pub fn run_step(
     if feed.is_some() {
         crate::timings::mark("watching daemon asked");
     }
+    // The host's `.git` under the git layer: only the layer's import writes there during the
+    // step, and the step reads again what it wrote. Its directories get no watches (hundreds
+    // of them in a project with loose objects); what the person's own git does there
+    // meanwhile is read by the next step's walk, as their edit.
+    let git_unwatched = feed.is_none()
+        && std::fs::symlink_metadata(project.root.join(".git")).is_ok_and(|m| m.is_dir());
+    if git_unwatched {
+        live.leave_unwatched(b".git");
+    }
     let (before, walked, _) = live.snapshot(&store)?;
     crate::timings::mark("scan before");
     // The plan's facts come from the scan just made; they are gathered on a thread while the
@@ -202,6 +211,11 @@ pub fn run_step(
         CmdResult::Ok((ran, step, git, protected, copy, notes_rx))
     })?;
     let shadows = shadows_slot.into_inner().unwrap_or_else(|p| p.into_inner());
+    if git_unwatched && git.is_none() {
+        // `.git` went before the layer could open: the sandbox wrote whatever is there now
+        // directly, unwatched.
+        live.invalidate();
+    }
     let (code, gate) = match ran {
         Ok(ran) => ran,
         Err(f) => {

@@ -966,3 +966,42 @@ fn the_hosts_push_still_goes_where_the_user_set_it() {
         out.stderr
     );
 }
+
+/// What the import writes into the host's `.git` is in the step's own snapshot: the step that
+/// committed (new object directories, refs, logs, the index, a pack from `git gc`, a config
+/// key) says so, and the next step finds no edit of the person's there. A one-shot step leaves
+/// the host's `.git` without watches and reads again what the import wrote. What the person's
+/// own git writes between steps is theirs, as before.
+#[test]
+fn what_the_import_writes_is_the_steps_and_the_persons_git_stays_theirs() {
+    let env = project();
+    let work = "for i in 1 2 3 4 5 6 7 8; do echo $i > f$i.txt; done && git add . && \
+                git commit -q -m one && git tag -a v1 -m v1 && git gc -q && \
+                echo more > g.txt && git add g.txt && git commit -q -m two && \
+                git config user.name Agent && echo done";
+    let out = env.envgit(&["run", "sh", "-c", work]);
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    assert!(out.stdout.contains("done"), "{}", out.stdout);
+    assert_eq!(
+        env.git(&env.project, &["log", "--format=%s", "main"]),
+        "two\none\nfirst\n"
+    );
+    let again = env.envgit(&["run", "true"]);
+    assert_eq!(again.code, 0, "{}{}", again.stdout, again.stderr);
+    assert!(
+        !again.stderr.contains("your edits since"),
+        "what the import wrote was left out of its step's snapshot: {}",
+        again.stderr
+    );
+    // The person's own commit between steps is recorded as theirs.
+    env.write("h.txt", "host\n");
+    env.git(&env.project, &["add", "h.txt"]);
+    env.git(&env.project, &["commit", "-q", "-m", "host"]);
+    let after = env.envgit(&["run", "true"]);
+    assert_eq!(after.code, 0, "{}{}", after.stdout, after.stderr);
+    assert!(
+        after.stderr.contains("your edits since") && after.stderr.contains(".git"),
+        "{}",
+        after.stderr
+    );
+}
