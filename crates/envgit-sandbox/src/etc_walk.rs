@@ -1,23 +1,34 @@
 //! The walk of `/etc` for what only root may read ([`crate::plan::etc_private`]), started as
 //! early as possible. It is the plan's largest cost (1–4 ms for the ~1,200 entries of this
-//! project's machines, one `statx` each) and needs nothing from the step: `envgit run` starts
-//! it in `main`, beside opening the store and scanning the project, and the plan takes it.
+//! project's machines) and needs nothing from the step: `envgit run` starts it in `main`,
+//! beside opening the store and scanning the project, and the plan takes it. While `/etc` is
+//! as the last walk found it, that walk's finds are taken from its cache (`etc_cache.rs`:
+//! ~470 `lstat`s, 0.3 ms) and the zygote's early start, which waits for them, begins sooner.
 
 use std::path::PathBuf;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 
 type Walk = JoinHandle<Vec<PathBuf>>;
 
 static EARLY: Mutex<Option<Walk>> = Mutex::new(None);
 
+/// Where the walk is cached (`etc_cache.rs`), once [`start_early`] was
+/// told.
+static CACHE: Mutex<Option<PathBuf>> = Mutex::new(None);
+
 /// Starts the walk on a thread now, for the next [`take_or_start`]. Call it after
 /// [`crate::prefork`]: the zygote is only forked while the process has one thread. The
 /// zygote's early start waits for the walk's end ([`crate::enter_namespaces_early`]).
-pub fn start_early() {
+/// `cache` says, on that thread, where the walk may be cached: a file in a directory only
+/// this user can write (none: every walk is whole).
+pub fn start_early(cache: impl FnOnce() -> Option<PathBuf> + Send + 'static) {
     crate::zygote::walk_started();
     let walk = spawn(|| {
-        let private = crate::plan::etc_private();
+        let cache = cache();
+        *CACHE.lock().unwrap_or_else(|p| p.into_inner()) = cache.clone();
+        let private = of(cache.as_deref());
         crate::zygote::walk_finished(&private);
         private
     });
@@ -36,7 +47,25 @@ pub fn take_or_start() -> Option<Walk> {
 }
 
 fn start() -> Option<Walk> {
-    spawn(crate::plan::etc_private)
+    let cache = CACHE.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    spawn(move || of(cache.as_deref()))
+}
+
+/// Whether the last walk was taken from its cache (what `ENVGIT_TIMINGS` says).
+static TAKEN_FROM_CACHE: AtomicBool = AtomicBool::new(false);
+
+/// Whether the walk the step joined was its cache's, not a walk.
+pub fn taken_from_cache() -> bool {
+    TAKEN_FROM_CACHE.load(Ordering::Relaxed)
+}
+
+fn of(cache: Option<&std::path::Path>) -> Vec<PathBuf> {
+    let (private, taken) = match cache {
+        Some(cache) => crate::etc_cache::private_below_cached(std::path::Path::new("/etc"), cache),
+        None => (crate::plan::etc_private(), false),
+    };
+    TAKEN_FROM_CACHE.store(taken, Ordering::Relaxed);
+    private
 }
 
 fn spawn(walk: impl FnOnce() -> Vec<PathBuf> + Send + 'static) -> Option<Walk> {

@@ -15,6 +15,7 @@
 mod child;
 pub mod console;
 mod detached_close;
+mod etc_cache;
 pub mod etc_walk;
 mod init;
 mod landlock_rules;

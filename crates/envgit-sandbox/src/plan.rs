@@ -294,40 +294,7 @@ pub fn toolchain_dirs(
 /// Everything under `/etc` that others may not read (`shadow`, `ssh_host_*_key`,
 /// `ssl/private`, …): masked, so the sandbox never reads what only root may.
 pub fn etc_private() -> Vec<PathBuf> {
-    private_below(Path::new("/etc"))
-}
-
-/// Files and directories below `top` that others may not read (not descending into them);
-/// symbolic links are never followed nor listed.
-fn private_below(top: &Path) -> Vec<PathBuf> {
-    use std::os::unix::fs::MetadataExt;
-    let mut out = Vec::new();
-    let mut stack = vec![top.to_path_buf()];
-    while let Some(dir) = stack.pop() {
-        let Ok(entries) = std::fs::read_dir(&dir) else {
-            continue;
-        };
-        for e in entries.flatten() {
-            // The entry's type comes with the listing, and its mode from a stat relative to the
-            // open directory: no path is resolved again from `/` (this walk runs every step).
-            if e.file_type().is_ok_and(|t| t.is_symlink()) {
-                continue;
-            }
-            let Ok(meta) = e.metadata() else {
-                continue;
-            };
-            if meta.file_type().is_symlink() {
-                continue;
-            }
-            let private = meta.mode() & 0o004 == 0;
-            if private {
-                out.push(e.path());
-            } else if meta.is_dir() {
-                stack.push(e.path());
-            }
-        }
-    }
-    out
+    crate::etc_cache::private_below(Path::new("/etc"))
 }
 
 /// The host's pathname unix sockets (`/proc/net/unix` of envgit's network namespace) that
@@ -634,7 +601,7 @@ mod tests {
         // A link to a private file is not the file: the file itself is listed where it is.
         std::os::unix::fs::symlink(top.join("shadow"), top.join("shadow-link")).unwrap();
         std::os::unix::fs::symlink("/root", top.join("root-link")).unwrap();
-        let mut found = private_below(top);
+        let mut found = crate::etc_cache::private_below(top);
         found.sort();
         assert_eq!(found, vec![top.join("shadow"), top.join("ssl/private")]);
     }

@@ -54,7 +54,12 @@ fn main() -> ExitCode {
         timings::mark("parse arguments");
         envgit_sandbox::prefork();
         timings::mark("zygote forked");
-        envgit_sandbox::etc_walk::start_early();
+        envgit_sandbox::etc_walk::start_early(|| {
+            let uid = rustix::process::getuid().as_raw();
+            runtime::runtime_dir(uid)
+                .ok()
+                .map(|dir| dir.join("etc-private.cache"))
+        });
         envgit_sandbox::limits::prepare_early();
         timings::mark("cgroups made");
     } else {

@@ -685,6 +685,9 @@ pub(crate) fn run_sandboxed(
     crate::timings::mark("project facts joined");
     let etc_private = etc_private.and_then(|walk| walk.join().ok());
     crate::timings::mark("etc walk joined");
+    if envgit_sandbox::etc_walk::taken_from_cache() {
+        crate::timings::note("the walk of /etc taken from its cache");
+    }
     let spec = plan(PlanInput {
         system,
         policy: &project.policy,

@@ -1349,3 +1349,61 @@ PY"#
     assert_eq!(notes.contains("memory not limited"), !memory_v2, "{notes}");
     assert!(!notes.contains("RLIMIT_NPROC only"), "{notes}");
 }
+
+/// The walk of `/etc` for what only root may read is taken from its cache while `/etc` is
+/// unchanged; a file made private since (a `chmod` changes no directory) is masked at the very
+/// next step all the same, and so is a private file that appears.
+#[test]
+fn an_etc_file_made_private_since_the_cached_walk_is_masked() {
+    let env = project();
+    let etc = tempfile::Builder::new()
+        .prefix("envgit-test-")
+        .tempdir_in("/etc")
+        .unwrap();
+    let conf = etc.path().join("app.conf");
+    std::fs::write(&conf, CANARY).unwrap();
+    // The cache is trusted once `/etc` has been still for its racy margin (2 s).
+    std::thread::sleep(std::time::Duration::from_millis(2_200));
+    let read = format!("cat {}; echo conf=$?", conf.display());
+    let timed = |script: &str| {
+        Run::from(
+            env.cmd(&env.project)
+                .env("ENVGIT_TIMINGS", "1")
+                .args(["run", "sh", "-c", script])
+                .output()
+                .unwrap(),
+        )
+    };
+    let first = timed(&read);
+    assert!(
+        first.stdout.contains("conf=0"),
+        "{}{}",
+        first.stdout,
+        first.stderr
+    );
+    // Another test may change `/etc` meanwhile (a directory of its own there): the walk then
+    // runs again, and the cache is trusted once `/etc` is still again (bounded).
+    for tries in 1.. {
+        let again = timed(&read);
+        if again
+            .stderr
+            .contains("the walk of /etc taken from its cache")
+        {
+            break;
+        }
+        assert!(tries < 10, "the cache was never taken: {}", again.stderr);
+        std::thread::sleep(std::time::Duration::from_millis(2_200));
+    }
+    // A chmod, in a directory that did not change.
+    std::fs::set_permissions(&conf, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    let r = attack(&env, &read);
+    assert_no_canary(&r);
+    assert!(r.stdout.contains("conf=1\n"), "{}{}", r.stdout, r.stderr);
+    // A new private file.
+    let key = etc.path().join("new.key");
+    std::fs::write(&key, CANARY).unwrap();
+    std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    let r = attack(&env, &format!("cat {}; echo key=$?", key.display()));
+    assert_no_canary(&r);
+    assert!(r.stdout.contains("key=1\n"), "{}{}", r.stdout, r.stderr);
+}
