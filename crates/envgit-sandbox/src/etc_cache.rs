@@ -19,6 +19,8 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::project_index::now_ns;
+
 /// As the store's stat index on a filesystem it does not know: a directory changed this
 /// close to the walk's start is walked again.
 pub(crate) const RACY_MARGIN_NS: i64 = 2_000_000_000;
@@ -176,13 +178,6 @@ fn save(w: &Walk, cache: &Path) {
     }
 }
 
-fn now_ns() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos() as i64)
-        .unwrap_or(0)
-}
-
 #[cfg(test)]
 mod tests {
     use std::os::unix::fs::PermissionsExt;
@@ -214,7 +209,9 @@ mod tests {
         set(&top.join("ssl/private/key.pem"), 0o600);
         set(&top.join("ssl/private"), 0o700);
         set(&top.join("shadow"), 0o640);
+        // A link to a private file is not the file, and a link out is never followed.
         std::os::unix::fs::symlink(top.join("shadow"), top.join("shadow-link")).unwrap();
+        std::os::unix::fs::symlink("/root", top.join("root-link")).unwrap();
         let cache = tmp.path().join("etc.cache");
         settle();
         (tmp, top, cache)

@@ -582,31 +582,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn private_below_lists_what_others_cannot_read_and_never_follows_links() {
-        use std::os::unix::fs::PermissionsExt;
-        let set = |p: &Path, mode: u32| {
-            std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap();
-        };
-        let tmp = tempfile::tempdir().unwrap();
-        let top = tmp.path();
-        std::fs::create_dir_all(top.join("ssl/private")).unwrap();
-        std::fs::write(top.join("ssl/private/key.pem"), "k").unwrap();
-        std::fs::write(top.join("ssl/cert.pem"), "c").unwrap();
-        std::fs::write(top.join("shadow"), "s").unwrap();
-        std::fs::write(top.join("hosts"), "h").unwrap();
-        set(&top.join("ssl/private"), 0o700);
-        set(&top.join("shadow"), 0o640);
-        set(&top.join("hosts"), 0o644);
-        set(&top.join("ssl/cert.pem"), 0o644);
-        // A link to a private file is not the file: the file itself is listed where it is.
-        std::os::unix::fs::symlink(top.join("shadow"), top.join("shadow-link")).unwrap();
-        std::os::unix::fs::symlink("/root", top.join("root-link")).unwrap();
-        let mut found = crate::etc_cache::private_below(top);
-        found.sort();
-        assert_eq!(found, vec![top.join("shadow"), top.join("ssl/private")]);
-    }
-
-    #[test]
     fn toolchains_path_names_and_nothing_broader() {
         assert_eq!(
             toolchain_of(Path::new("/root/.pyenv/plugins/pyenv-virtualenv/shims")),

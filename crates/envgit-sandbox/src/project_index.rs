@@ -369,7 +369,8 @@ fn list_unwalked(
     }
 }
 
-fn now_ns() -> i64 {
+/// The wall clock in nanoseconds since the epoch, as file stamps are kept.
+pub(crate) fn now_ns() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as i64)
