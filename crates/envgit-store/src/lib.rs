@@ -42,6 +42,7 @@ mod pack_backend;
 mod protect;
 mod reach;
 mod read;
+mod remove_tree;
 mod restore;
 mod rewind;
 mod setid;
@@ -87,6 +88,7 @@ pub use lock::StepGuard;
 pub use memory_backend::MemoryBackend;
 pub use pack_backend::PackBackend;
 pub use protect::put_back;
+pub use remove_tree::remove_tree;
 pub use restore::{RestoreOptions, RestoreReport, restore};
 pub use rewind::{RewindDone, RewindOptions, RewindStart, rewind_apply, rewind_start};
 pub use setid::{

@@ -8,8 +8,9 @@
 //! its owner is done with it, so it is never recovered, and a run killed while emptying it
 //! leaves the rest for the next.
 
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
+
+use crate::remove_tree::remove_tree;
 
 fn trash_dir(store_dir: &Path) -> PathBuf {
     store_dir.join("trash")
@@ -23,7 +24,7 @@ pub(crate) fn discard(dir: &Path) {
         dir.parent().and_then(Path::file_name),
         dir.parent().and_then(Path::parent),
     ) else {
-        remove_tree(dir);
+        let _ = remove_tree(dir);
         return;
     };
     let trash = trash_dir(store_dir);
@@ -40,7 +41,7 @@ pub(crate) fn discard(dir: &Path) {
         std::fs::rename(dir, &to)
     });
     if moved.is_err() {
-        remove_tree(dir);
+        let _ = remove_tree(dir);
     }
 }
 
@@ -51,7 +52,7 @@ pub fn empty(store_dir: &Path) {
         return;
     };
     for entry in entries.flatten() {
-        remove_tree(&entry.path());
+        let _ = remove_tree(&entry.path());
     }
 }
 
@@ -79,29 +80,10 @@ pub fn empty_in_background(store_dir: &Path) {
     }
 }
 
-/// Removes a directory whatever its modes (overlayfs leaves its work directory with mode 0;
-/// the agent may leave read-only directories in a git layer's upper). Never follows a link:
-/// only directories a listing says are directories are made writable.
-pub(crate) fn remove_tree(dir: &Path) {
-    if std::fs::remove_dir_all(dir).is_ok() {
-        return;
-    }
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        let _ = std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o700));
-        if let Ok(entries) = std::fs::read_dir(&d) {
-            for e in entries.flatten() {
-                if e.file_type().is_ok_and(|t| t.is_dir()) {
-                    stack.push(e.path());
-                }
-            }
-        }
-    }
-    let _ = std::fs::remove_dir_all(dir);
-}
-
 #[cfg(test)]
 mod tests {
+    use std::os::unix::fs::PermissionsExt;
+
     use super::*;
 
     #[test]

@@ -285,3 +285,21 @@ fn doctor_says_where_steps_keep_their_files_and_why_not_on_tmpfs() {
     );
     std::fs::remove_dir(&dir).unwrap();
 }
+
+/// A person who is not root runs `doctor`: its temporary project and store leave nothing in
+/// their `TMPDIR`. The home overlay's work directory in that store is one the kernel makes with
+/// mode 0, which only root's override lets a plain recursive removal into.
+#[test]
+fn as_a_user_doctor_leaves_nothing_in_tmpdir() {
+    let env = Env::new();
+    let Some((out, left)) = env.as_a_user_in_own_tmpdir(&["doctor", "--json"]) else {
+        eprintln!("skipped: needs root (to run envgit as another user)");
+        return;
+    };
+    let v: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    // The live probe ran a sandboxed step in its temporary project (else it made no overlay).
+    assert_eq!(check(&v, "sandboxed `true`")["ok"], true, "{v:#}");
+    assert_eq!(check(&v, "selftest (quick)")["ok"], true, "{v:#}");
+    assert!(left.is_empty(), "left in TMPDIR: {left:?}");
+}

@@ -181,7 +181,7 @@ pub fn recover(store_dir: &Path, root: &Path) -> Result<Vec<GitImport>> {
             .and_then(|b| serde_json::from_slice(&b).ok());
         let Some(saved) = saved else {
             // Its owner died before the run began: nothing was mounted.
-            crate::trash::remove_tree(&dir);
+            let _ = crate::remove_tree(&dir);
             continue;
         };
         if saved.root != root {

@@ -86,7 +86,7 @@ pub fn run(dir: Option<&Path>, args: &CodexArgs) -> CmdResult<ExitCode> {
         env: &server_env,
     })
     .map_err(|e| {
-        let _ = std::fs::remove_dir_all(&home_dir);
+        let _ = envgit_store::remove_tree(&home_dir);
         Failure::failed(format!("preparing Codex's configuration: {e}"))
     })?;
     output::note(
@@ -133,7 +133,7 @@ pub fn run(dir: Option<&Path>, args: &CodexArgs) -> CmdResult<ExitCode> {
             }
         }
     }
-    let _ = std::fs::remove_dir_all(&home_dir);
+    let _ = envgit_store::remove_tree(&home_dir);
     let status = status.map_err(|e| Failure::failed(format!("{}: {e}", codex.display())))?;
     use std::os::unix::process::ExitStatusExt;
     let code = status
@@ -158,7 +158,7 @@ fn remove_stale_homes(dir: &Path) {
             .unwrap_or("")
             .to_string();
         if !pid.is_empty() && !Path::new("/proc").join(&pid).exists() {
-            let _ = std::fs::remove_dir_all(e.path());
+            let _ = envgit_store::remove_tree(&e.path());
         }
     }
 }

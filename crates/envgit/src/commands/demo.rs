@@ -63,7 +63,8 @@ struct TempDir(std::path::PathBuf);
 
 impl Drop for TempDir {
     fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
+        // Its store has the home overlay's work directory, mode 0.
+        let _ = envgit_store::remove_tree(&self.0);
     }
 }
 

@@ -143,7 +143,8 @@ impl TempDir {
 
 impl Drop for TempDir {
     fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
+        // A store inside it has the home overlay's work directory, mode 0.
+        let _ = envgit_store::remove_tree(&self.0);
     }
 }
 

@@ -112,6 +112,42 @@ impl Env {
         self.envgit_in(&self.project, args)
     }
 
+    /// `envgit ARGS` as uid 1001, who owns the test's whole directory, with a `TMPDIR` of their
+    /// own; returns its output and what it left in that `TMPDIR`. `None` when not root (only
+    /// root can switch users).
+    pub fn as_a_user_in_own_tmpdir(&self, args: &[&str]) -> Option<(Output, Vec<String>)> {
+        if std::os::unix::fs::MetadataExt::uid(&std::fs::metadata("/proc/self").unwrap()) != 0 {
+            return None;
+        }
+        let tmpdir = self.tmp.path().join("their-tmp");
+        std::fs::create_dir_all(&tmpdir).unwrap();
+        std::fs::create_dir_all(self.user_home()).unwrap();
+        let owned = Command::new("chown")
+            .args(["-R", "1001:1001"])
+            .arg(self.tmp.path())
+            .status()
+            .unwrap();
+        assert!(owned.success());
+        let out = self
+            .cmd_of("setpriv", self.tmp.path())
+            .args([
+                "--reuid=1001",
+                "--regid=1001",
+                "--clear-groups",
+                envgit_bin(),
+            ])
+            .args(args)
+            .env("TMPDIR", &tmpdir)
+            .env_remove("XDG_DATA_HOME")
+            .output()
+            .unwrap();
+        let left = std::fs::read_dir(&tmpdir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        Some((out, left))
+    }
+
     /// The `$HOME` envgit and the sandboxed commands see.
     pub fn user_home(&self) -> PathBuf {
         self.tmp.path().join("userhome")
