@@ -650,6 +650,71 @@ unshare -U true; echo unshare=$?"#
     assert!(r.stdout.contains("unshare=1"), "{}", r.stdout);
 }
 
+/// The per-number rules are written for x86_64's numbers. A syscall made through another ABI,
+/// x32's (its numbers with bit 30 set) or i386's (`int $0x80`, where numbers differ), would
+/// slip past them: each kills the process before any rule is read. `io_uring_setup` (425 in
+/// both) is the one tried; on the host the same program reaches the kernel with it.
+#[test]
+#[cfg(target_arch = "x86_64")]
+fn syscalls_through_the_x32_and_i386_abis_kill_the_process() {
+    let env = project();
+    env.write(
+        "abi.c",
+        r#"#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+int main(int argc, char **argv) {
+    setvbuf(stdout, NULL, _IONBF, 0);
+    long r;
+    if (!strcmp(argv[1], "x32")) {
+        r = syscall(0x40000000L | 425, 1, 0L);
+    } else {
+        __asm__ volatile("int $0x80" : "=a"(r) : "a"(425L), "b"(1L), "c"(0L) : "memory");
+    }
+    printf("survived %s %ld\n", argv[1], r);
+    return 0;
+}
+"#,
+    );
+    let cc = std::process::Command::new("cc")
+        .args(["-O1", "-o", "abi", "abi.c"])
+        .current_dir(&env.project)
+        .output()
+        .unwrap();
+    assert!(
+        cc.status.success(),
+        "{}",
+        String::from_utf8_lossy(&cc.stderr)
+    );
+    // Outside, each call comes back from the kernel (i386's with its own error number).
+    for abi in ["x32", "i386"] {
+        let host = std::process::Command::new(env.project.join("abi"))
+            .arg(abi)
+            .output()
+            .unwrap();
+        let said = String::from_utf8_lossy(&host.stdout);
+        assert!(said.starts_with(&format!("survived {abi} ")), "{said}");
+    }
+    let r = attack(
+        &env,
+        "./abi x32; echo \"x32 exit=$?\"; ./abi i386; echo \"i386 exit=$?\"",
+    );
+    assert!(!r.stdout.contains("survived"), "{}{}", r.stdout, r.stderr);
+    // SIGSYS (31): seccomp's kill.
+    assert!(
+        r.stdout.contains("x32 exit=159"),
+        "{}{}",
+        r.stdout,
+        r.stderr
+    );
+    assert!(
+        r.stdout.contains("i386 exit=159"),
+        "{}{}",
+        r.stdout,
+        r.stderr
+    );
+}
+
 #[test]
 fn the_network_is_only_loopback_of_its_own() {
     let env = project();
