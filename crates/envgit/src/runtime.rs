@@ -111,16 +111,29 @@ pub(crate) fn fast_step_dirs(uid: u32) -> CmdResult<Result<PathBuf, String>> {
             SHM_MIN_FREE >> 20
         )));
     }
-    let home = envgit_store::envgit_home()?;
-    let home = home.canonicalize().unwrap_or(home);
-    let hash = blake3::hash(home.as_os_str().as_encoded_bytes()).to_hex();
-    let dir = shm.join(format!("envgit-{uid}-{}", &hash[..12]));
+    let dir = shm_step_dirs_of(uid, &envgit_store::envgit_home()?);
     Ok(own_private_dir(&dir, uid).ok_or_else(|| {
         format!(
             "{} is not a directory of this user alone (mode 0700, owner {uid}, not a symlink)",
             dir.display()
         )
     }))
+}
+
+/// `/dev/shm/envgit-UID-HASH` for the envgit home `home` ([`step_dirs`]).
+fn shm_step_dirs_of(uid: u32, home: &Path) -> PathBuf {
+    let home = home.canonicalize().unwrap_or_else(|_| home.to_path_buf());
+    let hash = blake3::hash(home.as_os_str().as_encoded_bytes()).to_hex();
+    Path::new("/dev/shm").join(format!("envgit-{uid}-{}", &hash[..12]))
+}
+
+/// For an envgit home about to be removed (a probe's or the demo's temporary one): removes its
+/// directory of steps on tmpfs, which would otherwise stay, empty, until the machine restarts.
+/// Only an empty directory goes (nothing of a step that still runs). Call it while `home`
+/// still exists: it names the directory by `home`'s canonical path.
+pub(crate) fn forget_step_dirs_of(home: &Path) {
+    let uid = rustix::process::getuid().as_raw();
+    let _ = std::fs::remove_dir(shm_step_dirs_of(uid, home));
 }
 
 /// `dir`, made mode 0700 when missing, if it is a directory `uid` owns that no one else may

@@ -67,10 +67,10 @@ fn the_demo_refuses_the_push_and_the_rewind_brings_the_commit_back() {
     eprintln!("demo took {elapsed:?}");
 }
 
-/// A person who is not root runs the demo: its temporary projects and store leave nothing in
-/// their `TMPDIR` (the home overlay's work directory, mode 0, included).
+/// A person who is not root runs the demo: its temporary projects and store leave nothing behind,
+/// in their `TMPDIR` or on tmpfs (the home overlay's work directory, mode 0, included).
 #[test]
-fn as_a_user_the_demo_leaves_nothing_in_tmpdir() {
+fn as_a_user_the_demo_leaves_nothing_behind() {
     let env = Env::new();
     let Some((out, left)) = env.as_a_user_in_own_tmpdir(&["demo", "--json"]) else {
         eprintln!("skipped: needs root (to run envgit as another user)");
@@ -81,5 +81,5 @@ fn as_a_user_the_demo_leaves_nothing_in_tmpdir() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(left.is_empty(), "left in TMPDIR: {left:?}");
+    assert!(left.is_empty(), "left behind: {left:?}");
 }

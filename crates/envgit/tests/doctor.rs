@@ -286,11 +286,12 @@ fn doctor_says_where_steps_keep_their_files_and_why_not_on_tmpfs() {
     std::fs::remove_dir(&dir).unwrap();
 }
 
-/// A person who is not root runs `doctor`: its temporary project and store leave nothing in
-/// their `TMPDIR`. The home overlay's work directory in that store is one the kernel makes with
-/// mode 0, which only root's override lets a plain recursive removal into.
+/// A person who is not root runs `doctor`: its temporary projects and stores leave nothing
+/// behind, in their `TMPDIR` or on tmpfs. The home overlay's work directory in such a store is
+/// one the kernel makes with mode 0, which only root's override lets a plain recursive removal
+/// into.
 #[test]
-fn as_a_user_doctor_leaves_nothing_in_tmpdir() {
+fn as_a_user_doctor_leaves_nothing_behind() {
     let env = Env::new();
     let Some((out, left)) = env.as_a_user_in_own_tmpdir(&["doctor", "--json"]) else {
         eprintln!("skipped: needs root (to run envgit as another user)");
@@ -301,5 +302,5 @@ fn as_a_user_doctor_leaves_nothing_in_tmpdir() {
     // The live probe ran a sandboxed step in its temporary project (else it made no overlay).
     assert_eq!(check(&v, "sandboxed `true`")["ok"], true, "{v:#}");
     assert_eq!(check(&v, "selftest (quick)")["ok"], true, "{v:#}");
-    assert!(left.is_empty(), "left in TMPDIR: {left:?}");
+    assert!(left.is_empty(), "left behind: {left:?}");
 }

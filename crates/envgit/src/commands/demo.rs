@@ -63,6 +63,7 @@ struct TempDir(std::path::PathBuf);
 
 impl Drop for TempDir {
     fn drop(&mut self) {
+        crate::runtime::forget_step_dirs_of(&crate::demo::envgit_home(&self.0));
         // Its store has the home overlay's work directory, mode 0.
         let _ = envgit_store::remove_tree(&self.0);
     }

@@ -141,8 +141,16 @@ impl TempDir {
     }
 }
 
+impl TempDir {
+    /// The envgit home of the temporary project (`ENVGIT_HOME` of the commands run there).
+    pub fn envgit_home(&self) -> PathBuf {
+        self.0.join("s")
+    }
+}
+
 impl Drop for TempDir {
     fn drop(&mut self) {
+        crate::runtime::forget_step_dirs_of(&self.envgit_home());
         // A store inside it has the home overlay's work directory, mode 0.
         let _ = envgit_store::remove_tree(&self.0);
     }

@@ -43,6 +43,11 @@ pub struct Demo {
     pub checks: Checks,
 }
 
+/// The envgit home of the demo's projects, in its working directory `work`.
+pub fn envgit_home(work: &Path) -> PathBuf {
+    work.join("store")
+}
+
 struct Ctx {
     work: PathBuf,
     project: PathBuf,
@@ -57,7 +62,7 @@ impl Ctx {
     fn base(&self, program: &Path, dir: &Path) -> Command {
         let mut c = Command::new(program);
         c.current_dir(dir)
-            .env("ENVGIT_HOME", self.work.join("store"))
+            .env("ENVGIT_HOME", envgit_home(&self.work))
             .env("NO_COLOR", "1")
             .env("GIT_CONFIG_NOSYSTEM", "1")
             .env("GIT_AUTHOR_NAME", "demo agent")

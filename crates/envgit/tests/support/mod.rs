@@ -59,6 +59,17 @@ pub fn envgit_bin() -> &'static str {
     env!("CARGO_BIN_EXE_envgit")
 }
 
+/// The test's directory of steps on tmpfs goes with it (empty by then; as root, or as the
+/// users some tests run envgit as): thousands of tests would otherwise leave one each.
+impl Drop for Env {
+    fn drop(&mut self) {
+        let own = rustix::process::getuid().as_raw();
+        for uid in [own, 1001, 1002] {
+            let _ = std::fs::remove_dir(self.step_dirs_on_tmpfs(uid));
+        }
+    }
+}
+
 impl Env {
     /// An empty project directory and a store home, both temporary.
     pub fn new() -> Self {
@@ -68,6 +79,17 @@ impl Env {
         std::fs::create_dir_all(&project).unwrap();
         std::fs::create_dir_all(tmp.path().join("userhome")).unwrap();
         Self { tmp, home, project }
+    }
+
+    /// The directory of steps envgit keeps on tmpfs for this test's store when its commands
+    /// run as `uid` (`runtime.rs`'s `step_dirs`: named by the hash of `ENVGIT_HOME`).
+    pub fn step_dirs_on_tmpfs(&self, uid: u32) -> PathBuf {
+        let home = self
+            .home
+            .canonicalize()
+            .unwrap_or_else(|_| self.home.clone());
+        let hash = blake3::hash(home.as_os_str().as_encoded_bytes()).to_hex();
+        PathBuf::from(format!("/dev/shm/envgit-{uid}-{}", &hash[..12]))
     }
 
     /// `envgit` run in `dir` with this test's store (`ENVGIT_HOME`) and this test's home
@@ -112,9 +134,10 @@ impl Env {
         self.envgit_in(&self.project, args)
     }
 
-    /// `envgit ARGS` as uid 1001, who owns the test's whole directory, with a `TMPDIR` of their
-    /// own; returns its output and what it left in that `TMPDIR`. `None` when not root (only
-    /// root can switch users).
+    /// `envgit ARGS` as uid 1002 (no other test runs as that user), who owns the test's whole
+    /// directory, with a `TMPDIR` of their own; returns its output and what it left behind: in
+    /// that `TMPDIR`, and the directories of steps it left on tmpfs (`/dev/shm/envgit-1002-*`).
+    /// `None` when not root (only root can switch users).
     pub fn as_a_user_in_own_tmpdir(&self, args: &[&str]) -> Option<(Output, Vec<String>)> {
         if std::os::unix::fs::MetadataExt::uid(&std::fs::metadata("/proc/self").unwrap()) != 0 {
             return None;
@@ -123,16 +146,28 @@ impl Env {
         std::fs::create_dir_all(&tmpdir).unwrap();
         std::fs::create_dir_all(self.user_home()).unwrap();
         let owned = Command::new("chown")
-            .args(["-R", "1001:1001"])
+            .args(["-R", "1002:1002"])
             .arg(self.tmp.path())
             .status()
             .unwrap();
         assert!(owned.success());
+        let on_tmpfs = || -> std::collections::BTreeSet<String> {
+            std::fs::read_dir("/dev/shm")
+                .map(|entries| {
+                    entries
+                        .flatten()
+                        .map(|e| e.file_name().to_string_lossy().into_owned())
+                        .filter(|n| n.starts_with("envgit-1002-"))
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        let before = on_tmpfs();
         let out = self
             .cmd_of("setpriv", self.tmp.path())
             .args([
-                "--reuid=1001",
-                "--regid=1001",
+                "--reuid=1002",
+                "--regid=1002",
                 "--clear-groups",
                 envgit_bin(),
             ])
@@ -141,10 +176,18 @@ impl Env {
             .env_remove("XDG_DATA_HOME")
             .output()
             .unwrap();
-        let left = std::fs::read_dir(&tmpdir)
+        let mut left: Vec<String> = std::fs::read_dir(&tmpdir)
             .unwrap()
             .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
             .collect();
+        // `doctor` checks the person's own store's (here the test's) directory there: theirs.
+        let own = self.step_dirs_on_tmpfs(1002);
+        left.extend(
+            on_tmpfs()
+                .difference(&before)
+                .map(|n| format!("/dev/shm/{n}"))
+                .filter(|p| Path::new(p) != own),
+        );
         Some((out, left))
     }
 

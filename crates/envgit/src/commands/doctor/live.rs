@@ -30,7 +30,7 @@ impl Probe {
             Command::new(&self.exe)
                 .args(args)
                 .current_dir(self.project())
-                .env("ENVGIT_HOME", self.tmp.0.join("s"))
+                .env("ENVGIT_HOME", self.tmp.envgit_home())
                 .env("NO_COLOR", "1"),
             CHILD_TIMEOUT,
         )

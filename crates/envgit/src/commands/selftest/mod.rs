@@ -140,7 +140,7 @@ impl Lab {
             Command::new(&self.exe)
                 .args(args)
                 .current_dir(self.tmp.0.join("p"))
-                .env("ENVGIT_HOME", self.tmp.0.join("s"))
+                .env("ENVGIT_HOME", self.tmp.envgit_home())
                 .env("HOME", self.tmp.0.join("h"))
                 .env("NO_COLOR", "1"),
             CHILD_TIMEOUT,
