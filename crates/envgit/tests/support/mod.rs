@@ -59,13 +59,15 @@ pub fn envgit_bin() -> &'static str {
     env!("CARGO_BIN_EXE_envgit")
 }
 
-/// The test's directory of steps on tmpfs goes with it (empty by then; as root, or as the
-/// users some tests run envgit as): thousands of tests would otherwise leave one each.
+/// The test's directory of steps on tmpfs goes with it (as root, or as the users some tests run
+/// envgit as): thousands of tests would otherwise leave one each, and a test that kills envgit
+/// leaves a step's files in it (~250 KiB of memory), which only a later step of the same store
+/// would sweep.
 impl Drop for Env {
     fn drop(&mut self) {
         let own = rustix::process::getuid().as_raw();
         for uid in [own, 1001, 1002] {
-            let _ = std::fs::remove_dir(self.step_dirs_on_tmpfs(uid));
+            let _ = std::fs::remove_dir_all(self.step_dirs_on_tmpfs(uid));
         }
     }
 }
