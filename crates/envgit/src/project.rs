@@ -11,6 +11,11 @@ use crate::nofollow::read_nofollow;
 
 pub const POLICY_FILE: &str = "envgit.yaml";
 
+/// A connection to the project's `envgit watch` daemon, made when the store opened; `None`
+/// inside when none answered. The command asks its question on it
+/// ([`crate::watch_daemon::client::since_index`]).
+pub struct WatchDaemon(pub(crate) Option<std::os::unix::net::UnixStream>);
+
 pub struct Project {
     pub root: PathBuf,
     pub policy: Policy,
@@ -198,33 +203,39 @@ impl Project {
 
     /// The store and the working tree with its stat index, read side by side: at 100,000 files
     /// each takes tens of milliseconds (the journal's object index, the stat index) and neither
-    /// needs the other.
-    pub fn open_store_and_worktree(&self) -> CmdResult<(Store, WorkTree)> {
-        self.open_store_beside(|| {
+    /// needs the other. With them, a connection to the project's watching daemon when one
+    /// answers ([`WatchDaemon`]).
+    pub fn open_store_and_worktree(&self) -> CmdResult<(Store, WorkTree, WatchDaemon)> {
+        let (store, (wt, daemon)) = self.open_store_beside(|| {
             let wt = self.worktree_of(&self.store_dir)?;
-            self.decode_unless_watched(&wt);
-            Ok(wt)
-        })
+            let daemon = self.decode_unless_watched(&wt);
+            Ok((wt, daemon))
+        })?;
+        Ok((store, wt, daemon))
     }
 
     /// [`Project::open_store_and_worktree`] with a [`LiveTree`].
-    pub fn open_store_and_live_tree(&self) -> CmdResult<(Store, LiveTree)> {
-        self.open_store_beside(|| {
+    pub fn open_store_and_live_tree(&self) -> CmdResult<(Store, LiveTree, WatchDaemon)> {
+        let (store, (live, daemon)) = self.open_store_beside(|| {
             let live = self.live_tree_of(&self.store_dir)?;
-            self.decode_unless_watched(live.tree());
-            Ok(live)
-        })
+            let daemon = self.decode_unless_watched(live.tree());
+            Ok((live, daemon))
+        })?;
+        Ok((store, live, daemon))
     }
 
     /// A command that will walk the whole project (no `envgit watch` daemon to say what
     /// changed) decodes the whole stat index here, beside the store's open, instead of one
     /// directory at a time in its walk, after it. With a daemon only the directories it names
-    /// are decoded.
-    fn decode_unless_watched(&self, wt: &WorkTree) {
-        let watched = crate::watch_daemon::socket_path(&self.store_dir).is_ok_and(|p| p.exists());
-        if !watched {
+    /// are decoded. Whether one watches is whether it answers: a socket a daemon left when it
+    /// was killed (or the machine restarted) is no daemon.
+    fn decode_unless_watched(&self, wt: &WorkTree) -> WatchDaemon {
+        let daemon = WatchDaemon(crate::watch_daemon::client::connect(&self.store_dir));
+        if daemon.0.is_none() {
             wt.decode_all();
+            crate::timings::note("no watching daemon answered: the stat index decoded whole");
         }
+        daemon
     }
 
     /// The store, opened on this thread while `beside` runs on another.

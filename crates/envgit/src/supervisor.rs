@@ -91,7 +91,7 @@ pub fn run_step(
             })
         }
     };
-    let (mut store, mut live) = project.open_store_and_live_tree()?;
+    let (mut store, mut live, daemon) = project.open_store_and_live_tree()?;
     crate::timings::mark("open store, stat index");
     crate::owner::first_run(&project.root, &store);
     let line = envgit_policy::command_line(&argv);
@@ -126,7 +126,7 @@ pub fn run_step(
     // the project is the same inodes there). A write inotify does not report (through a
     // shared mmap) is caught by the next step's walk, as an outside edit.
     // With `envgit watch`, its daemon says what changed instead (none of the walk).
-    let mut feed = crate::watch_daemon::client::Feed::start(store.dir(), &mut live);
+    let mut feed = crate::watch_daemon::client::Feed::start(daemon, store.dir(), &mut live);
     if feed.is_some() {
         crate::timings::mark("watching daemon asked");
     }

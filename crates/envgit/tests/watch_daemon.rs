@@ -213,8 +213,15 @@ fn a_killed_daemon_or_a_stale_token_is_never_trusted() {
     // refusing connections).
     env.sh(&format!("kill -9 {pid}")).ok();
     env.write("src/while-dead.txt", "nobody watched\n");
-    let (_, asked) = run(&env, "echo x > src/by-command.txt");
+    let (r, asked) = run(&env, "echo x > src/by-command.txt");
     assert!(!asked);
+    // Nothing answers on that socket: the run walks as without a daemon, its stat index
+    // decoded whole beside the store's open, not one directory at a time in the walk.
+    assert!(
+        r.stderr.contains("the stat index decoded whole"),
+        "{}",
+        r.stderr
+    );
     assert_snapshot_is_the_project(&env, "the daemon killed");
     // A new daemon: the token saved with the index is another daemon's, so the first run
     // reads everything, even an edit made before it started.

@@ -9,6 +9,7 @@ use envgit_sandbox::plan::ListingVouch;
 use envgit_store::{ChangeToken, LiveTree, WorkTree};
 
 use crate::failure::CmdResult;
+use crate::project::WatchDaemon;
 
 use super::wire::{self, Answer, Status};
 
@@ -18,7 +19,7 @@ use super::wire::{self, Answer, Status};
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// A connection to the project's daemon, if one listens.
-fn connect(store_dir: &Path) -> Option<UnixStream> {
+pub(crate) fn connect(store_dir: &Path) -> Option<UnixStream> {
     let socket = super::socket_path(store_dir).ok()?;
     let stream = UnixStream::connect(socket).ok()?;
     stream.set_read_timeout(Some(ANSWER_TIMEOUT)).ok()?;
@@ -65,13 +66,18 @@ pub(crate) fn stop(store_dir: &Path) -> bool {
         && wire::read_line(&mut BufReader::new(&stream)).is_ok_and(|l| l == "ok")
 }
 
-/// What changed since the stat index `tree` was loaded from was saved, by the daemon's word,
-/// and the token that answer stands at. `changes` is `None` when the daemon cannot vouch for
-/// that time (no token saved, another daemon's, an overflow since): read everything. `None`
-/// when no daemon answers for this project, or it watches by another scan configuration.
-pub(crate) fn since_index(store_dir: &Path, tree: &WorkTree) -> Option<Answer> {
+/// What changed since the stat index `tree` was loaded from was saved, by the word of the
+/// daemon `daemon` is connected to, and the token that answer stands at. `changes` is `None`
+/// when the daemon cannot vouch for that time (no token saved, another daemon's, an overflow
+/// since): read everything. `None` when no daemon answered for this project, or it watches by
+/// another scan configuration.
+pub(crate) fn since_index(
+    daemon: WatchDaemon,
+    store_dir: &Path,
+    tree: &WorkTree,
+) -> Option<Answer> {
     // Connected first: without a daemon (the usual case) a step reads no token file.
-    let stream = connect(store_dir)?;
+    let stream = daemon.0?;
     let saved = tree.watch_token(store_dir);
     let mut answer = ask_since(stream, saved)?;
     if answer.fingerprint != tree.config().fingerprint {
@@ -103,8 +109,12 @@ impl Feed {
     /// Feeds `live` (just loaded from the stat index) what changed since the index was saved;
     /// `None` when no daemon answers for this project (then `live` is left to walk and watch
     /// as it would).
-    pub(crate) fn start(store_dir: &Path, live: &mut LiveTree) -> Option<Self> {
-        let answer = since_index(store_dir, live.tree())?;
+    pub(crate) fn start(
+        daemon: WatchDaemon,
+        store_dir: &Path,
+        live: &mut LiveTree,
+    ) -> Option<Self> {
+        let answer = since_index(daemon, store_dir, live.tree())?;
         live.feed(answer.changes);
         Some(Self {
             store_dir: store_dir.to_path_buf(),
