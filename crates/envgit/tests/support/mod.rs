@@ -147,6 +147,13 @@ impl Env {
         let tmpdir = self.tmp.path().join("their-tmp");
         std::fs::create_dir_all(&tmpdir).unwrap();
         std::fs::create_dir_all(self.user_home()).unwrap();
+        // A copy of the binary they can reach: the checkout's may lie below a directory only
+        // root may enter (a 0700 temporary directory, /root), and envgit starts itself again
+        // by its own path (the doctor's probe, the demo's steps).
+        let bin = self.tmp.path().join("bin");
+        std::fs::create_dir_all(&bin).unwrap();
+        let exe = bin.join("envgit");
+        std::fs::copy(envgit_bin(), &exe).unwrap();
         let owned = Command::new("chown")
             .args(["-R", "1002:1002"])
             .arg(self.tmp.path())
@@ -167,12 +174,8 @@ impl Env {
         let before = on_tmpfs();
         let out = self
             .cmd_of("setpriv", self.tmp.path())
-            .args([
-                "--reuid=1002",
-                "--regid=1002",
-                "--clear-groups",
-                envgit_bin(),
-            ])
+            .args(["--reuid=1002", "--regid=1002", "--clear-groups"])
+            .arg(&exe)
             .args(args)
             .env("TMPDIR", &tmpdir)
             .env_remove("XDG_DATA_HOME")
