@@ -240,6 +240,33 @@ fn a_killed_daemon_or_a_stale_token_is_never_trusted() {
     env.envgit(&["watch", "stop"]).ok();
 }
 
+/// Every command connects to the daemon as it opens the store; one with nothing to ask it (a
+/// `record`, a run its policy refuses) closes the connection unused, which the daemon takes as
+/// nothing wrong: its log stays empty.
+#[test]
+fn a_command_that_asks_the_daemon_nothing_leaves_its_log_clean() {
+    let env = project();
+    let yaml = env.read("envgit.yaml").replace(
+        "# shell:\n#   - deny: [\"git push\", \"npm publish\"]",
+        "shell:\n  - deny: [\"npm publish\"]",
+    );
+    env.write("envgit.yaml", &yaml);
+    env.envgit(&["watch", "start"]).ok();
+    env.write("src/recorded.txt", "recorded\n");
+    env.record();
+    let refused = env
+        .cmd(&env.project)
+        .args(["run", "--", "npm", "publish"])
+        .output()
+        .unwrap();
+    assert_eq!(refused.status.code(), Some(126), "{refused:?}");
+    let (_, asked) = run(&env, "true");
+    assert!(asked);
+    env.envgit(&["watch", "stop"]).ok();
+    let log = std::fs::read_to_string(env.store_dir().join("watch.log")).unwrap_or_default();
+    assert!(!log.contains("a client"), "{log}");
+}
+
 #[test]
 fn a_daemon_started_with_other_excludes_is_not_taken_at_its_word() {
     let env = project();

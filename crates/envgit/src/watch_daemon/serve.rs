@@ -1,7 +1,7 @@
 //! The daemon itself (`envgit watch serve`, started detached by `envgit watch start`): one
 //! thread, polling the project's inotify queue and its socket.
 
-use std::io::{BufReader, Write};
+use std::io::{BufRead, BufReader, Write};
 use std::os::fd::AsFd;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::Path;
@@ -112,6 +112,11 @@ fn answer(
     stream.set_read_timeout(Some(CLIENT_TIMEOUT))?;
     stream.set_write_timeout(Some(CLIENT_TIMEOUT))?;
     let mut reader = BufReader::new(&stream);
+    // A command that connected when it opened the store and then had nothing to ask (a
+    // `record`, a command its policy refused) closes without a word: nothing to answer.
+    if reader.fill_buf()?.is_empty() {
+        return Ok(Next::Go);
+    }
     let line = wire::read_line(&mut reader)?;
     let mut out = &stream;
     match line.as_str() {
