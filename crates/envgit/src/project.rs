@@ -208,8 +208,7 @@ impl Project {
     pub fn open_store_and_worktree(&self) -> CmdResult<(Store, WorkTree, WatchDaemon)> {
         let (store, (wt, daemon)) = self.open_store_beside(|| {
             let wt = self.worktree_of(&self.store_dir)?;
-            let daemon = self.decode_unless_watched(&wt);
-            Ok((wt, daemon))
+            Ok((wt, self.watch_daemon()))
         })?;
         Ok((store, wt, daemon))
     }
@@ -218,22 +217,19 @@ impl Project {
     pub fn open_store_and_live_tree(&self) -> CmdResult<(Store, LiveTree, WatchDaemon)> {
         let (store, (live, daemon)) = self.open_store_beside(|| {
             let live = self.live_tree_of(&self.store_dir)?;
-            let daemon = self.decode_unless_watched(live.tree());
-            Ok((live, daemon))
+            Ok((live, self.watch_daemon()))
         })?;
         Ok((store, live, daemon))
     }
 
-    /// A command that will walk the whole project (no `envgit watch` daemon to say what
-    /// changed) decodes the whole stat index here, beside the store's open, instead of one
-    /// directory at a time in its walk, after it. With a daemon only the directories it names
-    /// are decoded. Whether one watches is whether it answers: a socket a daemon left when it
-    /// was killed (or the machine restarted) is no daemon.
-    fn decode_unless_watched(&self, wt: &WorkTree) -> WatchDaemon {
+    /// The project's watching daemon, when one answers: a socket a daemon left when it was
+    /// killed (or the machine restarted) is no daemon. (The stat index is not decoded ahead
+    /// for a walk of the whole project: the walk decodes each directory's record for its own
+    /// read, `DirMap::peek`.)
+    fn watch_daemon(&self) -> WatchDaemon {
         let daemon = WatchDaemon(crate::watch_daemon::client::connect(&self.store_dir));
         if daemon.0.is_none() {
-            wt.decode_all();
-            crate::timings::note("no watching daemon answered: the stat index decoded whole");
+            crate::timings::note("no watching daemon answered");
         }
         daemon
     }

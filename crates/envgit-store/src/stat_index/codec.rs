@@ -16,7 +16,7 @@ use crate::byte_cursor::ByteCursor as Cursor;
 use crate::id::ObjectId;
 use crate::mapped::FileBytes;
 use crate::tree::{EntryKind, MarkerReason, TreeEntry};
-use crate::worktree::{CachedEntry, DirMap, DirState, Held, StatKey};
+use crate::worktree::{CachedEntry, DirMap, DirState, Held, RecordCodec, StatKey};
 
 /// 04: a base with an id, and tails (03 was one file).
 pub(super) const BASE_MAGIC: &[u8; 8] = b"EGSTAT04";
@@ -197,7 +197,12 @@ pub(super) fn read_base(b: FileBytes, fingerprint: &str) -> Option<(u64, Dirs, R
     if !r.at_end() {
         return None;
     }
-    let dirs = DirMap::of_records(b, records, decode_checked_record);
+    let codec = RecordCodec {
+        decode: decode_checked_record,
+        tree: checked_record_tree,
+        stamp_if_same: checked_record_stamp_if_same,
+    };
+    let dirs = DirMap::of_records(b, records, codec);
     Some((base_id, dirs, sums))
 }
 
@@ -211,6 +216,35 @@ pub(crate) fn visit_record(record: &[u8], mut f: impl FnMut(&[u8], EntryKind, &S
 fn decode_checked_record(record: &[u8]) -> Option<DirState> {
     let mut c = Cursor::new(record);
     decode_record(&mut c, record.len()).map(|(_, state)| state)
+}
+
+/// The tree id of a record [`read_base`] checked, read from its head alone.
+fn checked_record_tree(record: &[u8]) -> Option<ObjectId> {
+    let mut c = Cursor::new(record);
+    let rel_len = c.u32()? as usize;
+    c.take(rel_len)?;
+    Some(ObjectId(c.take(32)?.try_into().ok()?))
+}
+
+/// The stamp of a record [`read_base`] checked, when its entries are exactly `entries` (as a
+/// decoded state's would compare equal), without decoding them.
+fn checked_record_stamp_if_same(record: &[u8], entries: &[CachedEntry]) -> Option<i64> {
+    let mut c = Cursor::new(record);
+    let mut at = 0;
+    let mut same = true;
+    let head = parse_record(&mut c, record.len(), |e| {
+        same = same
+            && entries.get(at).is_some_and(|x| {
+                x.entry.name == e.name
+                    && x.entry.kind == e.kind
+                    && x.entry.mode == e.mode
+                    && x.entry.size == e.size
+                    && x.entry.id == e.id
+                    && x.stat == e.stat
+            });
+        at += 1;
+    })?;
+    (same && at == entries.len()).then_some(head.stamp_ns)
 }
 
 /// Applies a tail to the base `base_id` it was written for; `None` (and `dirs` untouched) if

@@ -35,6 +35,67 @@ fn round_trip_and_every_damage_is_refused() {
     }
 }
 
+/// What a walk reads of a loaded record without decoding it (its tree, whether its entries are
+/// exactly some others) and what it decodes for one read agree with the decoded state, and a
+/// difference in any field of any entry is a difference.
+#[test]
+fn a_record_read_without_decoding_says_what_its_decoded_state_says() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("p");
+    std::fs::create_dir_all(root.join("d/e")).unwrap();
+    std::fs::write(root.join("d/e/f"), "f").unwrap();
+    std::fs::write(root.join("d/g"), "g").unwrap();
+    std::os::unix::fs::symlink("x", root.join("d/l")).unwrap();
+    let store = Store::create(&tmp.path().join("s"), &root).unwrap();
+    let mut wt = WorkTree::new(&root, ScanConfig::default(), None).unwrap();
+    wt.full_scan(&store, None).unwrap();
+    let bytes = encode_base(&wt.dirs, "", 7).bytes;
+    let (_, loaded, _) = decode_base(&bytes, "").unwrap();
+    for (rel, d) in wt.dirs.iter() {
+        assert_eq!(loaded.tree_of(rel), Some(d.tree));
+        assert_eq!(loaded.stamp_if_same(rel, &d.entries), Some(d.stamp_ns));
+        assert!(matches!(loaded.peek(rel), Some(std::borrow::Cow::Owned(_))));
+        let peeked = loaded.peek(rel).unwrap();
+        assert_eq!((peeked.tree, peeked.stamp_ns), (d.tree, d.stamp_ns));
+        assert_eq!(peeked.entries, d.entries);
+        let changes: [fn(&mut crate::worktree::CachedEntry); 8] = [
+            |e| e.entry.name.push(b'x'),
+            |e| e.entry.mode ^= 1,
+            |e| e.entry.size += 1,
+            |e| e.entry.id.0[0] ^= 1,
+            |e| e.stat.mtime_ns += 1,
+            |e| e.stat.ino += 1,
+            |e| e.stat.nlink += 1,
+            |e| e.stat.ctime_ns += 1,
+        ];
+        for i in 0..d.entries.len() {
+            for change in changes {
+                let mut other = d.entries.clone();
+                change(&mut other[i]);
+                assert_eq!(loaded.stamp_if_same(rel, &other), None, "{rel:?} entry {i}");
+            }
+        }
+        let mut fewer = d.entries.clone();
+        if fewer.pop().is_some() {
+            assert_eq!(loaded.stamp_if_same(rel, &fewer), None);
+        }
+        let mut more = d.entries.clone();
+        more.extend(d.entries.last().cloned());
+        assert_eq!(loaded.stamp_if_same(rel, &more), None);
+    }
+    // Unknown directories are unknown; a decoded one is lent, not decoded again.
+    assert_eq!(loaded.tree_of(b"nowhere"), None);
+    let _ = loaded.get(b"d");
+    assert!(matches!(
+        loaded.peek(b"d"),
+        Some(std::borrow::Cow::Borrowed(_))
+    ));
+    assert_eq!(
+        loaded.stamp_if_same(b"d", &wt.dirs.get(b"d").unwrap().entries),
+        Some(wt.dirs.get(b"d").unwrap().stamp_ns)
+    );
+}
+
 /// Every file of `root`, its mtime set an hour back; then a wait until the ctime that set
 /// moved is older than the racy margin too, so a scan trusts what it records.
 fn age_files(root: &Path) {

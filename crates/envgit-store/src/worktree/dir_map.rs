@@ -3,17 +3,29 @@
 //! directories, and decoding every record of the index into entries (a name allocated per
 //! file, ~160 bytes of fresh memory each) was most of its load: 2 ms at 10,000 files, 22 ms at
 //! 100,000 (`perf`: `malloc` and page faults). Every record was checked when the index was
-//! loaded ([`crate::stat_index`]), so decoding one later cannot fail.
+//! loaded ([`crate::stat_index`]), so decoding one later cannot fail. A walk of the whole tree
+//! reads each record once and does not keep what it decoded ([`DirMap::peek`]).
 
 use std::collections::HashMap;
 use std::ops::Range;
 use std::sync::{Arc, OnceLock};
 
-use super::entry::DirState;
+use std::borrow::Cow;
+
+use super::entry::{CachedEntry, DirState};
+use crate::id::ObjectId;
 use crate::mapped::FileBytes;
 
-/// Decodes a record the stat index checked when it was loaded.
-pub(crate) type DecodeRecord = fn(&[u8]) -> Option<DirState>;
+/// How the stat index reads a record it checked when it was loaded.
+#[derive(Clone, Copy)]
+pub(crate) struct RecordCodec {
+    /// The whole state.
+    pub decode: fn(&[u8]) -> Option<DirState>,
+    /// The tree id alone, without decoding the entries.
+    pub tree: fn(&[u8]) -> Option<ObjectId>,
+    /// The stamp, when the entries are exactly these (compared without decoding them).
+    pub stamp_if_same: fn(&[u8], &[CachedEntry]) -> Option<i64>,
+}
 
 struct Slot {
     /// The record's bytes in the loaded index, while it holds what is decoded (or would be).
@@ -35,7 +47,7 @@ pub(crate) struct DirMap {
     slots: HashMap<Vec<u8>, Slot>,
     /// The loaded index's bytes, which records point into.
     loaded: Arc<FileBytes>,
-    decode: Option<DecodeRecord>,
+    codec: Option<RecordCodec>,
 }
 
 /// A directory as the map holds it: still its loaded record's bytes, or decoded.
@@ -50,7 +62,7 @@ impl DirMap {
     pub(crate) fn of_records(
         bytes: FileBytes,
         records: impl IntoIterator<Item = (Vec<u8>, Range<usize>)>,
-        decode: DecodeRecord,
+        codec: RecordCodec,
     ) -> Self {
         let slots = records
             .into_iter()
@@ -65,7 +77,7 @@ impl DirMap {
         Self {
             slots,
             loaded: Arc::new(bytes),
-            decode: Some(decode),
+            codec: Some(codec),
         }
     }
 
@@ -74,14 +86,54 @@ impl DirMap {
             let record = slot.record.clone().and_then(|r| self.loaded.get(r));
             // Checked at load: the same bytes decode the same way.
             record
-                .zip(self.decode)
-                .and_then(|(bytes, decode)| decode(bytes))
+                .zip(self.codec)
+                .and_then(|(bytes, codec)| (codec.decode)(bytes))
                 .unwrap_or_default()
         })
     }
 
     pub(crate) fn get(&self, rel: &[u8]) -> Option<&DirState> {
         self.slots.get(rel).map(|s| self.state_of(s))
+    }
+
+    /// The loaded record of `rel` when it is not decoded (nor replaced).
+    fn record_only(&self, rel: &[u8]) -> Option<(&[u8], RecordCodec)> {
+        let slot = self.slots.get(rel)?;
+        if slot.state.get().is_some() {
+            return None;
+        }
+        let bytes = slot.record.clone().and_then(|r| self.loaded.get(r))?;
+        Some((bytes, self.codec?))
+    }
+
+    /// `rel`'s state for one use, decoded for it and not kept: a walk of the whole tree reads
+    /// each directory's last state once, and keeping every one decoded beside the states it
+    /// makes held two copies of the index at its end (~160 bytes a file each).
+    pub(crate) fn peek(&self, rel: &[u8]) -> Option<Cow<'_, DirState>> {
+        match self.record_only(rel) {
+            Some((bytes, codec)) => Some(Cow::Owned((codec.decode)(bytes).unwrap_or_default())),
+            None => self.get(rel).map(Cow::Borrowed),
+        }
+    }
+
+    /// `rel`'s tree id, read from its record without decoding it.
+    pub(crate) fn tree_of(&self, rel: &[u8]) -> Option<ObjectId> {
+        match self.record_only(rel) {
+            Some((bytes, codec)) => (codec.tree)(bytes),
+            None => self.get(rel).map(|d| d.tree),
+        }
+    }
+
+    /// `rel`'s stamp when its entries are exactly `entries`, compared with its record without
+    /// decoding it; `None` when they differ or `rel` is unknown.
+    pub(crate) fn stamp_if_same(&self, rel: &[u8], entries: &[CachedEntry]) -> Option<i64> {
+        match self.record_only(rel) {
+            Some((bytes, codec)) => (codec.stamp_if_same)(bytes, entries),
+            None => self
+                .get(rel)
+                .filter(|d| d.entries == entries)
+                .map(|d| d.stamp_ns),
+        }
     }
 
     /// The directory's state to change: it is no longer its loaded record.

@@ -21,8 +21,8 @@ mod sealed;
 mod walk;
 
 pub use config::{DEFAULT_MAX_FILE_SIZE, MAX_TREE_DEPTH, MAX_TREE_PATH, ScanConfig};
-pub(crate) use dir_map::DirMap;
 pub(crate) use dir_map::Held;
+pub(crate) use dir_map::{DirMap, RecordCodec};
 pub use entry::{CachedEntry, DirState, StatKey};
 pub use report::{ScanProgress, ScanReport};
 
@@ -154,13 +154,6 @@ impl WorkTree {
                 None => {}
             }
         }
-    }
-
-    /// Decode every directory the loaded stat index still holds as its record: for a caller
-    /// about to walk the whole tree, on a thread beside other work.
-    pub fn decode_all(&self) {
-        // Visiting a directory's state decodes it.
-        self.dirs.values().for_each(|_| {});
     }
 
     /// Forget everything: the next scan reads every file.

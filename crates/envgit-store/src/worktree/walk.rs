@@ -281,7 +281,7 @@ impl Ctx<'_> {
                 }
             }
         }
-        let previous = self.prev.get(rel).map(|d| d.tree);
+        let previous = self.prev.tree_of(rel);
         let tree = put_tree(self.store, self.budget, &entries, previous.as_ref())?;
         Ok(DirState {
             tree,
@@ -295,14 +295,13 @@ impl Ctx<'_> {
     /// project keeps an unchanged stat index, which is then not written again), else this
     /// scan's start. The older stamp vouches for less than this scan's would, never more.
     fn stamp_for(&self, rel: &[u8], entries: &[CachedEntry]) -> i64 {
-        match self.prev.get(rel) {
-            Some(prev)
-                if prev.entries == entries
-                    && !entries.iter().any(|e| {
-                        e.entry.kind == EntryKind::File && self.racy.is_racy(&e.stat, prev.stamp_ns)
-                    }) =>
+        match self.prev.stamp_if_same(rel, entries) {
+            Some(stamp)
+                if !entries.iter().any(|e| {
+                    e.entry.kind == EntryKind::File && self.racy.is_racy(&e.stat, stamp)
+                }) =>
             {
-                prev.stamp_ns
+                stamp
             }
             _ => self.started,
         }
@@ -356,7 +355,7 @@ impl Ctx<'_> {
             let Some(done) = frames.pop() else {
                 return Err(StoreError::corrupt("scan stack underflow"));
             };
-            let previous = self.prev.get(&done.rel).map(|d| d.tree);
+            let previous = self.prev.tree_of(&done.rel);
             let tree = put_tree(self.store, self.budget, &done.entries, previous.as_ref())?;
             let state = DirState {
                 tree,
@@ -397,7 +396,9 @@ impl Ctx<'_> {
         names: Vec<CString>,
         reuse_subdirs: bool,
     ) -> Result<(Vec<CachedEntry>, Vec<Subdir>)> {
-        let prev = self.prev.get(rel);
+        // Decoded for this read only (see `DirMap::peek`).
+        let prev = self.prev.peek(rel);
+        let prev = prev.as_deref();
         // The directory's last tree, when the store has it, vouches for every file object it
         // names: a tree is committed with or after what it names, and gc keeps what a live
         // tree names. One lookup per directory instead of one per file (a random probe of the
@@ -458,7 +459,6 @@ impl Ctx<'_> {
                         }
                         continue;
                     }
-                    let known = self.prev.get(&child_rel);
                     let entry = TreeEntry {
                         name: nb.to_vec(),
                         kind: EntryKind::Dir,
@@ -473,24 +473,26 @@ impl Ctx<'_> {
                     });
                     if reuse_subdirs
                         && same
-                        && let Some(k) = known
+                        && let Some(tree) = self.prev.tree_of(&child_rel)
                     {
                         entries.push(CachedEntry {
-                            entry: TreeEntry {
-                                id: k.tree,
-                                ..entry
-                            },
+                            entry: TreeEntry { id: tree, ..entry },
                             stat: StatKey::of(&st),
                         });
                         continue;
                     }
                     let now = StatKey::of(&st);
+                    // Only a loose-object directory of git's may be taken unread: only its
+                    // last state is decoded.
+                    let known = super::sealed::is_loose_object_dir(&child_rel)
+                        .then(|| self.prev.peek(&child_rel))
+                        .flatten();
                     if let Some(k) = known
                         && super::sealed::unchanged(
                             &child_rel,
                             prev.and_then(|p| p.get(nb)),
                             &now,
-                            k,
+                            &k,
                             &self.racy,
                         )
                         && self.store.has(&k.tree)
@@ -505,7 +507,7 @@ impl Ctx<'_> {
                         self.out
                             .lock()
                             .map_err(|_| StoreError::corrupt("poisoned"))?
-                            .insert(child_rel, k.clone());
+                            .insert(child_rel, k.into_owned());
                         self.kept_object_dirs.fetch_add(1, Ordering::Relaxed);
                         continue;
                     }
