@@ -883,11 +883,7 @@ fn nothing_of_a_step_writes_after_its_record() {
 #[test]
 fn a_shell_rule_refuses_before_anything_runs() {
     let env = project();
-    let yaml = env.read("envgit.yaml").replace(
-        "# shell:\n#   - deny: [\"git push\", \"npm publish\"]",
-        "shell:\n  - deny: [\"git push\", \"npm publish\"]",
-    );
-    env.write("envgit.yaml", &yaml);
+    env.deny_push_and_publish();
     let r = run(&env, "touch ran.txt && git push origin main");
     assert_eq!(r.code, 126);
     assert!(

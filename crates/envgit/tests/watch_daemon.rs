@@ -245,11 +245,7 @@ fn a_killed_daemon_or_a_stale_token_is_never_trusted() {
 #[test]
 fn a_command_that_asks_the_daemon_nothing_leaves_its_log_clean() {
     let env = project();
-    let yaml = env.read("envgit.yaml").replace(
-        "# shell:\n#   - deny: [\"git push\", \"npm publish\"]",
-        "shell:\n  - deny: [\"npm publish\"]",
-    );
-    env.write("envgit.yaml", &yaml);
+    env.deny_push_and_publish();
     env.envgit(&["watch", "start"]).ok();
     env.write("src/recorded.txt", "recorded\n");
     env.record();

@@ -2,17 +2,24 @@ use super::codec::{decode_base, encode_base};
 use super::*;
 use crate::worktree::{DirState, ScanConfig};
 
-#[test]
-fn round_trip_and_every_damage_is_refused() {
+/// A small tree (`d/e/f`, `d/g`, the link `d/l`) scanned, and its index encoded as a base.
+fn scanned_small_tree() -> (tempfile::TempDir, WorkTree, Vec<u8>) {
     let tmp = tempfile::tempdir().unwrap();
     let root = tmp.path().join("p");
     std::fs::create_dir_all(root.join("d/e")).unwrap();
     std::fs::write(root.join("d/e/f"), "f").unwrap();
+    std::fs::write(root.join("d/g"), "g").unwrap();
     std::os::unix::fs::symlink("x", root.join("d/l")).unwrap();
     let store = Store::create(&tmp.path().join("s"), &root).unwrap();
     let mut wt = WorkTree::new(&root, ScanConfig::default(), None).unwrap();
     wt.full_scan(&store, None).unwrap();
     let bytes = encode_base(&wt.dirs, "", 7).bytes;
+    (tmp, wt, bytes)
+}
+
+#[test]
+fn round_trip_and_every_damage_is_refused() {
+    let (_tmp, wt, bytes) = scanned_small_tree();
     let decode = |b: &[u8], fp: &str| decode_base(b, fp).map(|(_, dirs, _)| dirs);
     let dirs = decode(&bytes, "").unwrap();
     assert_eq!(dirs.len(), wt.dirs.len());
@@ -40,16 +47,7 @@ fn round_trip_and_every_damage_is_refused() {
 /// difference in any field of any entry is a difference.
 #[test]
 fn a_record_read_without_decoding_says_what_its_decoded_state_says() {
-    let tmp = tempfile::tempdir().unwrap();
-    let root = tmp.path().join("p");
-    std::fs::create_dir_all(root.join("d/e")).unwrap();
-    std::fs::write(root.join("d/e/f"), "f").unwrap();
-    std::fs::write(root.join("d/g"), "g").unwrap();
-    std::os::unix::fs::symlink("x", root.join("d/l")).unwrap();
-    let store = Store::create(&tmp.path().join("s"), &root).unwrap();
-    let mut wt = WorkTree::new(&root, ScanConfig::default(), None).unwrap();
-    wt.full_scan(&store, None).unwrap();
-    let bytes = encode_base(&wt.dirs, "", 7).bytes;
+    let (_tmp, wt, bytes) = scanned_small_tree();
     let (_, loaded, _) = decode_base(&bytes, "").unwrap();
     for (rel, d) in wt.dirs.iter() {
         assert_eq!(loaded.tree_of(rel), Some(d.tree));

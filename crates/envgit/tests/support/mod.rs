@@ -196,6 +196,16 @@ impl Env {
         Some((out, left))
     }
 
+    /// Turns on the policy's commented-out example shell rule (`envgit init`'s template), which
+    /// denies `git push` and `npm publish`.
+    pub fn deny_push_and_publish(&self) {
+        let example = "# shell:\n#   - deny: [\"git push\", \"npm publish\"]";
+        let yaml = self.read("envgit.yaml");
+        assert!(yaml.contains(example), "the template's shell example moved");
+        let yaml = yaml.replace(example, "shell:\n  - deny: [\"git push\", \"npm publish\"]");
+        self.write("envgit.yaml", &yaml);
+    }
+
     /// The `$HOME` envgit and the sandboxed commands see.
     pub fn user_home(&self) -> PathBuf {
         self.tmp.path().join("userhome")
