@@ -203,17 +203,13 @@ impl Project {
 
     /// The store and the working tree with its stat index, read side by side: at 100,000 files
     /// each takes tens of milliseconds (the journal's object index, the stat index) and neither
-    /// needs the other. With them, a connection to the project's watching daemon when one
-    /// answers ([`WatchDaemon`]).
-    pub fn open_store_and_worktree(&self) -> CmdResult<(Store, WorkTree, WatchDaemon)> {
-        let (store, (wt, daemon)) = self.open_store_beside(|| {
-            let wt = self.worktree_of(&self.store_dir)?;
-            Ok((wt, self.watch_daemon()))
-        })?;
-        Ok((store, wt, daemon))
+    /// needs the other.
+    pub fn open_store_and_worktree(&self) -> CmdResult<(Store, WorkTree)> {
+        self.open_store_beside(|| self.worktree_of(&self.store_dir))
     }
 
-    /// [`Project::open_store_and_worktree`] with a [`LiveTree`].
+    /// [`Project::open_store_and_worktree`] with a [`LiveTree`], and a connection to the
+    /// project's watching daemon when one answers ([`WatchDaemon`]), made beside the open.
     pub fn open_store_and_live_tree(&self) -> CmdResult<(Store, LiveTree, WatchDaemon)> {
         let (store, (live, daemon)) = self.open_store_beside(|| {
             let live = self.live_tree_of(&self.store_dir)?;
@@ -226,7 +222,7 @@ impl Project {
     /// killed (or the machine restarted) is no daemon. (The stat index is not decoded ahead
     /// for a walk of the whole project: the walk decodes each directory's record for its own
     /// read, `DirMap::peek`.)
-    fn watch_daemon(&self) -> WatchDaemon {
+    pub(crate) fn watch_daemon(&self) -> WatchDaemon {
         let daemon = WatchDaemon(crate::watch_daemon::client::connect(&self.store_dir));
         if daemon.0.is_none() {
             crate::timings::note("no watching daemon answered");

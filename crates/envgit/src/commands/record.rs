@@ -14,8 +14,7 @@ use crate::step::Snapshot;
 
 pub fn run(dir: Option<&Path>, args: &RecordArgs) -> CmdResult<ExitCode> {
     let project = Project::find(dir)?;
-    // A record walks the whole project: a watching daemon is not asked.
-    let (mut store, mut wt, _daemon) = project.open_store_and_worktree()?;
+    let (mut store, mut wt) = project.open_store_and_worktree()?;
     let kind = match args.kind {
         RecordKind::Record => StepKind::Record,
         RecordKind::Tool => StepKind::Tool,

@@ -14,7 +14,7 @@ use crate::commands::step_ref::StepRef;
 use crate::failure::{CmdResult, Failure};
 use crate::leave_to_exit::leave_to_exit;
 use crate::output;
-use crate::project::{POLICY_FILE, Project, ProjectDirs, WatchDaemon, broken_policy_then};
+use crate::project::{POLICY_FILE, Project, ProjectDirs, broken_policy_then};
 use crate::step::Snapshot;
 
 /// What a rewind did: the step that recorded the state first (when it had changed), the
@@ -59,7 +59,7 @@ fn rewind(
 }
 
 pub fn run(dir: Option<&Path>, args: &RewindArgs) -> CmdResult<ExitCode> {
-    let (project, mut store, step, mut wt, daemon) =
+    let (project, mut store, step, mut wt) =
         load_with_worktree(dir, args.restore_policy, "rewind", args.step)?;
     crate::timings::mark("open store, stat index");
     // Check the target before touching anything.
@@ -71,7 +71,8 @@ pub fn run(dir: Option<&Path>, args: &RewindArgs) -> CmdResult<ExitCode> {
     };
     // With `envgit watch`, its daemon says what changed since the stat index was saved: no
     // walk of the whole project.
-    let mut asked = crate::watch_daemon::client::since_index(daemon, store.dir(), &wt);
+    let mut asked =
+        crate::watch_daemon::client::since_index(project.watch_daemon(), store.dir(), &wt);
     if asked.is_some() {
         crate::timings::mark("watching daemon asked");
     }
@@ -148,24 +149,23 @@ pub fn run(dir: Option<&Path>, args: &RewindArgs) -> CmdResult<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// [`load`], the project's working tree with its stat index (read beside the store's open
-/// when the policy is sound) and its watching daemon, when one answers.
+/// [`load`] and the project's working tree with its stat index, read beside the store's open
+/// when the policy is sound.
 fn load_with_worktree(
     dir: Option<&Path>,
     restore_policy: bool,
     verb: &str,
     step: StepRef,
-) -> CmdResult<(Project, Store, u64, WorkTree, WatchDaemon)> {
+) -> CmdResult<(Project, Store, u64, WorkTree)> {
     let dirs = ProjectDirs::find(dir)?;
     if let Ok(project) = dirs.load() {
-        let (store, wt, daemon) = project.open_store_and_worktree()?;
+        let (store, wt) = project.open_store_and_worktree()?;
         let n = step.resolve(&store)?;
-        return Ok((project, store, n, wt, daemon));
+        return Ok((project, store, n, wt));
     }
     let (project, store, n) = load_in(dirs, restore_policy, verb, step)?;
     let wt = project.worktree(&store)?;
-    let daemon = WatchDaemon(crate::watch_daemon::client::connect(store.dir()));
-    Ok((project, store, n, wt, daemon))
+    Ok((project, store, n, wt))
 }
 
 /// The project and its store. A broken current policy refuses (`verb` says what keeps it)
