@@ -102,6 +102,20 @@ fn message_text(msg: &str) -> Cow<'_, str> {
     envgit_policy::escape_controls(msg, &['\n'])
 }
 
+/// `s` as a POSIX shell word, so a command envgit prints (a fix, a transcript line, a hook's
+/// command) can be pasted or run as it is: bare when it holds only safe characters, else in
+/// single quotes.
+pub fn shell_quote(s: &str) -> String {
+    if !s.is_empty()
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"/._-+:@".contains(&b))
+    {
+        s.to_owned()
+    } else {
+        format!("'{}'", s.replace('\'', "'\\''"))
+    }
+}
+
 pub fn error(msg: &str) {
     let s = Style::stderr();
     line(&format!("{} {}", s.red("envgit:"), message_text(msg)));
@@ -255,8 +269,16 @@ pub fn size(bytes: u64) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::changed_files;
+    use super::{changed_files, shell_quote};
     use envgit_store::Step;
+
+    #[test]
+    fn a_word_is_quoted_only_when_the_shell_would_read_it_otherwise() {
+        assert_eq!(shell_quote("/work/a-b_c.d"), "/work/a-b_c.d");
+        assert_eq!(shell_quote("/work/it's here"), "'/work/it'\\''s here'");
+        assert_eq!(shell_quote("a*b"), "'a*b'");
+        assert_eq!(shell_quote(""), "''");
+    }
 
     /// A step record with `kept` project files and `kept_git` files under `.git` kept, of
     /// `total` changes in all.

@@ -309,19 +309,9 @@ impl Writability {
             "{sudo}chown -R {}:{} {}",
             self.uid,
             self.gid,
-            shell_quote(&root.display().to_string())
+            crate::output::shell_quote(&root.display().to_string())
         );
         Some((detail, fix))
-    }
-}
-
-fn shell_quote(s: &str) -> String {
-    if s.bytes()
-        .all(|b| b.is_ascii_alphanumeric() || b"/._-+:@".contains(&b))
-    {
-        s.to_owned()
-    } else {
-        format!("'{}'", s.replace('\'', "'\\''"))
     }
 }
 
@@ -460,11 +450,5 @@ mod tests {
         // In the group: the group bits decide, not the others'.
         assert!(!may_write(1001, &[1001], 0, 1001, 0o757));
         assert!(!may_write(0, &[0], 1001, 1001, 0o644));
-    }
-
-    #[test]
-    fn quoting() {
-        assert_eq!(shell_quote("/work/a-b_c.d"), "/work/a-b_c.d");
-        assert_eq!(shell_quote("/work/it's here"), "'/work/it'\\''s here'");
     }
 }

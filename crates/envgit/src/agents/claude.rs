@@ -77,16 +77,12 @@ fn find_claude() -> CmdResult<PathBuf> {
     ))
 }
 
-fn shell_quote(s: &str) -> String {
-    format!("'{}'", s.replace('\'', r"'\''"))
-}
-
 /// The `--settings` envgit adds: Claude's own sandbox off, and envgit's hooks on every tool.
 pub fn settings(exe: &Path) -> String {
     let hook = |event: &str| {
         json!([{"matcher": "*", "hooks": [{
             "type": "command",
-            "command": format!("{} hook claude {event}", shell_quote(&exe.display().to_string())),
+            "command": format!("{} hook claude {event}", crate::output::shell_quote(&exe.display().to_string())),
         }]}])
     };
     json!({

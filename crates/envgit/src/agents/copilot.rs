@@ -27,10 +27,6 @@ const FILE_NAME: &str = "envgit.json";
 /// What every command envgit writes into a hooks file contains: how uninstall knows its own.
 const SIGNATURE: &str = " hook copilot ";
 
-fn shell_quote(s: &str) -> String {
-    format!("'{}'", s.replace('\'', r"'\''"))
-}
-
 /// Where the hooks file goes.
 fn target_file(dir: Option<&Path>, t: &HooksTarget) -> CmdResult<PathBuf> {
     if t.repo {
@@ -55,7 +51,7 @@ fn hooks_json(exe: &Path) -> Value {
     let cmd = |event: &str| {
         format!(
             "{}{SIGNATURE}{event}",
-            shell_quote(&exe.display().to_string())
+            crate::output::shell_quote(&exe.display().to_string())
         )
     };
     json!({

@@ -167,7 +167,7 @@ pub fn run(work: &Path, show: &mut dyn FnMut(&Shown)) -> CmdResult<Demo> {
     let write = "printf 'console.log(\"hello from the agent\")\\n' > greet.js && git add greet.js && git commit -q -m 'add greet' && git log --oneline -1";
     step(
         "step 2: the agent writes greet.js and commits it",
-        format!("envgit run sh -c {}", shell_quote(write)),
+        format!("envgit run sh -c {}", crate::output::shell_quote(write)),
         ctx.envgit(&["run", "sh", "-c", write])?,
     );
     let step2_commit = ctx.git(&ctx.project, &["rev-parse", "HEAD"])?;
@@ -195,7 +195,7 @@ pub fn run(work: &Path, show: &mut dyn FnMut(&Shown)) -> CmdResult<Demo> {
     let destroy = "git reset -q --hard HEAD~1 && git reflog expire --expire=now --all && git gc -q --prune=now";
     step(
         "step 4: the push failed, so the agent throws the work away, history and all",
-        format!("envgit run sh -c {}", shell_quote(destroy)),
+        format!("envgit run sh -c {}", crate::output::shell_quote(destroy)),
         ctx.envgit(&["run", "sh", "-c", destroy])?,
     );
     step(
@@ -236,9 +236,4 @@ pub fn run(work: &Path, show: &mut dyn FnMut(&Shown)) -> CmdResult<Demo> {
         log,
         checks,
     })
-}
-
-/// `arg` quoted for a POSIX shell, so a transcript line can be pasted as it is.
-fn shell_quote(arg: &str) -> String {
-    format!("'{}'", arg.replace('\'', "'\\''"))
 }
