@@ -1,8 +1,8 @@
-//! What a step's snapshot left out for the store's budget, said where the user sees it: a
-//! warning on stderr naming the files, the limit and the fix, and a note on the step (`show`,
-//! `log -v`, `--json`).
+//! What a step's snapshot left out (for the store's budget, or because envgit could not read
+//! it), said where the user sees it: a warning on stderr naming the paths, the cause and the
+//! fix, and a note on the step (`show`, `log -v`, `--json`).
 
-use envgit_store::{BudgetLimit, ScanReport, StepDraft};
+use envgit_store::{BudgetLimit, EntryDiff, EntryKind, MarkerReason, ScanReport, StepDraft};
 
 use crate::output;
 
@@ -73,4 +73,40 @@ pub(crate) fn budget(report: &ScanReport, draft: &mut StepDraft) {
         "not stored ({cause}), recorded as markers: {}",
         named(files)
     ));
+}
+
+/// Paths the step made unreadable to envgit (a directory or file without read permission, as
+/// a person who is not root sees it): the snapshot holds a marker, not their content, so
+/// rewind and fork leave them as they are. Said, with the fix, on stderr and on the step.
+pub(crate) fn unreadable(changes: &[EntryDiff], draft: &mut StepDraft) {
+    let paths: Vec<String> = changes
+        .iter()
+        .filter(|c| {
+            c.new
+                .as_ref()
+                .is_some_and(|e| e.kind == EntryKind::Marker(MarkerReason::Unreadable))
+        })
+        .map(|c| String::from_utf8_lossy(&c.path).into_owned())
+        .collect();
+    if paths.is_empty() {
+        return;
+    }
+    let mut shown: Vec<String> = paths.iter().take(NAMED).cloned().collect();
+    if paths.len() > NAMED {
+        shown.push(format!("and {} more", paths.len() - NAMED));
+    }
+    let shown = shown.join(", ");
+    let fix: Vec<String> = paths
+        .iter()
+        .take(NAMED)
+        .map(|p| output::shell_quote(p))
+        .collect();
+    output::warn(&format!(
+        "unreadable to envgit, so not in this step's snapshot (rewind and fork leave them as \
+         they are): {shown}; `chmod -R u+rwX {}` lets the next step take them",
+        fix.join(" ")
+    ));
+    draft
+        .notes
+        .push(format!("unreadable, content not in the snapshot: {shown}"));
 }

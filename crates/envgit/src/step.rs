@@ -162,6 +162,7 @@ impl OpenStep {
         {
             let changes = envgit_store::diff_entries(store, Some(&before), Some(&tree))?;
             note_gitmodules(&changes, &mut draft);
+            crate::scan_notes::unreadable(&changes, &mut draft);
             // Repositories the step made or changed inside the project: their code goes back.
             let comments_only = |e: &envgit_store::TreeEntry| {
                 // Read failures count as content: the file then goes back.

@@ -441,3 +441,70 @@ fn a_killed_runs_sockets_and_trust_files_are_removed_by_the_next_run() {
         left[0]
     );
 }
+
+/// As a person who is not root: what a step makes unreadable to them (`chmod 0` on a directory
+/// it wrote) is a marker in the snapshot, not its content. The step says so, with the fix;
+/// rewind leaves it in place (removing it would lose what no snapshot holds) and says the
+/// fix; once readable, a rewind records it as the person's edit first, then removes it.
+#[test]
+fn what_a_step_makes_unreadable_is_said_kept_and_recorded_once_readable() {
+    let env = Env::new();
+    env.write("a.txt", "1\n");
+    let project = env.project.to_str().unwrap().to_owned();
+    let user = |args: &[&str]| {
+        let mut all = vec!["-C", project.as_str()];
+        all.extend_from_slice(args);
+        env.as_a_user_in_own_tmpdir(&all)
+            .map(|(out, _)| support::Run::from(out))
+    };
+    let Some(init) = user(&["init"]) else {
+        eprintln!("skipped: needs root (to run envgit as another user)");
+        return;
+    };
+    init.ok();
+    let script = "mkdir d && echo only-here > d/f && chmod 0 d";
+    let run = user(&["run", "--", "sh", "-c", script]).unwrap().ok();
+    assert!(
+        run.stderr
+            .contains("unreadable to envgit, so not in this step's snapshot")
+            && run
+                .stderr
+                .contains("`chmod -R u+rwX d` lets the next step take them"),
+        "{}",
+        run.stderr
+    );
+    let shown = user(&["show", "2", "--json"]).unwrap().ok().json();
+    assert!(
+        shown["notes"]
+            .to_string()
+            .contains("unreadable, content not in the snapshot: d"),
+        "{shown:#}"
+    );
+    let rewind = user(&["rewind", "1"]).unwrap().ok();
+    assert!(
+        rewind.stderr.contains(
+            "d (unreadable) was left as it is (step 1 did not have it): its content is in no \
+             snapshot; to have it recorded and then removed, `chmod -R u+rwX d` and rewind again"
+        ),
+        "{}",
+        rewind.stderr
+    );
+    assert!(
+        env.path("d").exists(),
+        "rewind removed what no snapshot holds"
+    );
+    // The fix the message gives.
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(env.path("d"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let again = user(&["rewind", "1"]).unwrap().ok();
+    assert!(!env.path("d").exists(), "{}", again.stderr);
+    assert_eq!(env.read("a.txt"), "1\n");
+    // What it held is in the history, in the edits recorded before the rewind.
+    let log = user(&["log", "--json"]).unwrap().ok().json();
+    let recorded = log
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|s| s["changes"].to_string().contains("\"d/f\""));
+    assert!(recorded, "{log:#}");
+}

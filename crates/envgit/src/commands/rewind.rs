@@ -304,6 +304,19 @@ impl Skipped {
         };
         let hint = match self.hint.filter(|_| self.in_target) {
             Some(h) => format!(": {h}"),
+            None if self.reason == MarkerReason::Unreadable.describe() => {
+                if self.in_target {
+                    ": its content was never in a snapshot".to_string()
+                } else {
+                    // What no snapshot holds is not removed; once readable, the rewind's own
+                    // scan records it as an edit of the person's first, then removes it.
+                    format!(
+                        ": its content is in no snapshot; to have it recorded and then \
+                         removed, `chmod -R u+rwX {}` and rewind again",
+                        crate::output::shell_quote(&self.path)
+                    )
+                }
+            }
             None => String::new(),
         };
         eprintln!("envgit: {what} {done}{hint}");

@@ -153,7 +153,11 @@ impl Env {
         let bin = self.tmp.path().join("bin");
         std::fs::create_dir_all(&bin).unwrap();
         let exe = bin.join("envgit");
-        std::fs::copy(envgit_bin(), &exe).unwrap();
+        // Renamed into place: a process of an earlier call (a step's detached closer) may
+        // still run the last copy, which cannot be written then ("text file busy").
+        let fresh = bin.join("envgit.new");
+        std::fs::copy(envgit_bin(), &fresh).unwrap();
+        std::fs::rename(&fresh, &exe).unwrap();
         let owned = Command::new("chown")
             .args(["-R", "1002:1002"])
             .arg(self.tmp.path())
