@@ -239,6 +239,54 @@ fn a_killed_daemon_or_a_stale_token_is_never_trusted() {
     env.envgit(&["watch", "stop"]).ok();
 }
 
+/// The sockets of this test's watching daemons (`$ENVGIT_HOME/rt-UID/watch-*.sock`).
+fn daemon_sockets(env: &Env) -> Vec<std::path::PathBuf> {
+    let uid = rustix::process::getuid().as_raw();
+    std::fs::read_dir(env.home.join(format!("rt-{uid}")))
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.path())
+                .filter(|p| p.to_string_lossy().ends_with(".sock"))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// A daemon killed leaves its socket; `watch stop` removes it and says so, and only then.
+#[test]
+fn watch_stop_removes_the_socket_a_killed_daemon_left() {
+    let env = project();
+    env.envgit(&["watch", "start"]).ok();
+    let sockets = daemon_sockets(&env);
+    assert_eq!(sockets.len(), 1, "{sockets:?}");
+    let pid = status(&env)["daemon"]["pid"].as_u64().unwrap();
+    env.sh(&format!("kill -9 {pid}")).ok();
+    // The kernel closes the listening socket as the process exits: wait for that, bounded.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while std::os::unix::net::UnixStream::connect(&sockets[0]).is_ok() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the daemon did not die"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert!(
+        sockets[0].exists(),
+        "the kill left no socket: nothing to test"
+    );
+    let stop = env.envgit(&["watch", "stop"]).ok();
+    assert!(
+        stop.stdout
+            .contains("removed the socket one that was killed left behind"),
+        "{}",
+        stop.stdout
+    );
+    assert!(daemon_sockets(&env).is_empty());
+    let again = env.envgit(&["watch", "stop"]).ok();
+    assert_eq!(again.stdout, "no daemon was watching this project\n");
+    assert_eq!(status(&env)["running"], false);
+}
+
 /// Every command connects to the daemon as it opens the store; one with nothing to ask it (a
 /// `record`, a run its policy refuses) closes the connection unused, which the daemon takes as
 /// nothing wrong: its log stays empty.

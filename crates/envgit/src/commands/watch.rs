@@ -18,11 +18,16 @@ pub fn run(dir: Option<&Path>, args: &WatchArgs) -> CmdResult<ExitCode> {
     match &args.action {
         WatchAction::Start => start(&project),
         WatchAction::Stop => {
-            if client::stop(&project.store_dir) {
-                output::print(&format!("stopped watching {}\n", project.root.display()))?;
-            } else {
-                output::print("no daemon was watching this project\n")?;
-            }
+            let said = match client::stop(&project.store_dir)? {
+                client::Stopped::Daemon => {
+                    format!("stopped watching {}\n", project.root.display())
+                }
+                client::Stopped::LeftSocket => "no daemon was watching this project; removed \
+                                                the socket one that was killed left behind\n"
+                    .to_owned(),
+                client::Stopped::Nothing => "no daemon was watching this project\n".to_owned(),
+            };
+            output::print(&said)?;
             Ok(ExitCode::SUCCESS)
         }
         WatchAction::Status(a) => {

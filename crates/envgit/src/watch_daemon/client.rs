@@ -57,13 +57,43 @@ pub(crate) fn status(store_dir: &Path) -> Option<Status> {
     serde_json::from_str(&line).ok()
 }
 
-/// Ask the daemon to exit; whether one answered.
-pub(crate) fn stop(store_dir: &Path) -> bool {
-    let Some(mut stream) = connect(store_dir) else {
-        return false;
+/// What `envgit watch stop` found.
+pub(crate) enum Stopped {
+    /// A daemon answered and exits.
+    Daemon,
+    /// None listened, but a killed one (or a machine restarted under it) had left its socket,
+    /// which is now removed.
+    LeftSocket,
+    Nothing,
+}
+
+/// Ask the daemon to exit. A socket nobody listens on is removed: commands already ignore it,
+/// and it would otherwise stay until the next `watch start` replaced it. (A daemon starting
+/// this very moment, between its `bind` and `listen`, may lose its socket that way; it then
+/// exits at its next check, which is what `stop` asked for.)
+pub(crate) fn stop(store_dir: &Path) -> CmdResult<Stopped> {
+    let socket = super::socket_path(store_dir)?;
+    let mut stream = match UnixStream::connect(&socket) {
+        Ok(s) => s,
+        Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
+            // In this user's private runtime directory: only one of their own envgits made it.
+            let is_socket = std::fs::symlink_metadata(&socket)
+                .is_ok_and(|m| std::os::unix::fs::FileTypeExt::is_socket(&m.file_type()));
+            if is_socket && std::fs::remove_file(&socket).is_ok() {
+                return Ok(Stopped::LeftSocket);
+            }
+            return Ok(Stopped::Nothing);
+        }
+        Err(_) => return Ok(Stopped::Nothing),
     };
-    stream.write_all(b"stop\n").is_ok()
-        && wire::read_line(&mut BufReader::new(&stream)).is_ok_and(|l| l == "ok")
+    let _ = stream.set_read_timeout(Some(ANSWER_TIMEOUT));
+    let answered = stream.write_all(b"stop\n").is_ok()
+        && wire::read_line(&mut BufReader::new(&stream)).is_ok_and(|l| l == "ok");
+    Ok(if answered {
+        Stopped::Daemon
+    } else {
+        Stopped::Nothing
+    })
 }
 
 /// What changed since the stat index `tree` was loaded from was saved, by the word of the
