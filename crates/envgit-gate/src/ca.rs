@@ -1,7 +1,9 @@
-//! The per-run certificate authority: a fresh ECDSA P-256 key that lives only in
-//! this process's memory, a self-signed CA certificate that only the sandbox trusts, and one
-//! leaf per host (exactly one SAN, Authority Key Identifier present, EKU serverAuth), minted on
-//! first use and cached. All leaves share one key, so minting costs a signature, not a keygen.
+//! The sandbox's certificate authority: an ECDSA P-256 key, a self-signed CA certificate that
+//! only the sandbox trusts, and one leaf per host (exactly one SAN, Authority Key Identifier
+//! present, EKU serverAuth), minted on first use and cached. All leaves share one key, so
+//! minting costs a signature, not a keygen. A CA is made fresh ([`RunCa::generate`]) or taken
+//! back from what [`RunCa::stored`] wrote (the caller keeps it where the sandbox never looks,
+//! and decides how long it is used: `envgit` makes one per project and day).
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -39,8 +41,8 @@ fn err(what: &str) -> impl Fn(rcgen::Error) -> CaError + '_ {
     move |e| CaError(format!("{what}: {e}"))
 }
 
-/// A run's CA. The key never leaves memory; [`RunCa::certificate_pem`] is all that is
-/// written anywhere.
+/// The sandbox's CA. The keys are in this process's memory, and wherever the caller writes
+/// [`RunCa::stored`]; [`RunCa::certificate_pem`] is all the sandbox is given.
 pub struct RunCa {
     issuer: Issuer<'static, KeyPair>,
     cert_pem: String,
@@ -48,27 +50,70 @@ pub struct RunCa {
     leaf_key: KeyPair,
     provider: Arc<CryptoProvider>,
     leaves: Mutex<HashMap<String, Arc<ServerConfig>>>,
+    stored: StoredCa,
+}
+
+/// What a CA is made of, to be taken back by [`RunCa::restore`]: its keys (PKCS#8 PEM), its
+/// certificate, and what its certificate was made from, so that the leaves it signs name it
+/// exactly as before.
+#[derive(Clone, serde::Serialize, serde::Deserialize)]
+pub struct StoredCa {
+    label: String,
+    /// Unix seconds: when it was made, and the end of its validity.
+    made_at: i64,
+    not_after: i64,
+    serial: Vec<u8>,
+    cert_pem: String,
+    ca_key_pem: String,
+    leaf_key_pem: String,
+}
+
+impl StoredCa {
+    /// When the CA was made (Unix seconds).
+    pub fn made_at(&self) -> i64 {
+        self.made_at
+    }
+
+    /// Its certificate, PEM.
+    pub fn certificate_pem(&self) -> &str {
+        &self.cert_pem
+    }
+}
+
+/// The CA certificate's fields; the same inputs give the same issuer name and key identifier.
+fn ca_params(
+    label: &str,
+    made_at: OffsetDateTime,
+    not_after: OffsetDateTime,
+    serial: &[u8],
+) -> CertificateParams {
+    let mut params = CertificateParams::default();
+    params.distinguished_name = rcgen::DistinguishedName::new();
+    params.distinguished_name.push(
+        DnType::CommonName,
+        format!("envgit {label} (trusted only inside its sandbox)"),
+    );
+    params
+        .distinguished_name
+        .push(DnType::OrganizationName, "envgit");
+    params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
+    params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+    params.not_before = made_at - BACKDATE;
+    params.not_after = not_after;
+    params.serial_number = Some(SerialNumber::from_slice(serial));
+    params
 }
 
 impl RunCa {
     /// A fresh CA; `label` goes into its name so a person who finds the certificate knows
     /// where it came from.
     pub fn generate(label: &str) -> Result<RunCa, CaError> {
-        let now = OffsetDateTime::now_utc();
-        let mut params = CertificateParams::default();
-        params.distinguished_name = rcgen::DistinguishedName::new();
-        params.distinguished_name.push(
-            DnType::CommonName,
-            format!("envgit {label} (trusted only inside its sandbox)"),
-        );
-        params
-            .distinguished_name
-            .push(DnType::OrganizationName, "envgit");
-        params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
-        params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
-        params.not_before = now - BACKDATE;
-        params.not_after = now + CA_VALIDITY;
-        params.serial_number = Some(random_serial());
+        // Whole seconds: what is stored gives back exactly these fields.
+        let now = OffsetDateTime::from_unix_timestamp(OffsetDateTime::now_utc().unix_timestamp())
+            .map_err(|e| CaError(format!("the clock: {e}")))?;
+        let not_after = now + CA_VALIDITY;
+        let serial = random_serial();
+        let params = ca_params(label, now, not_after, &serial);
         let key = KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256)
             .map_err(err("generating the CA key"))?;
         let cert = params
@@ -76,6 +121,15 @@ impl RunCa {
             .map_err(err("signing the CA certificate"))?;
         let leaf_key = KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256)
             .map_err(err("generating the leaf key"))?;
+        let stored = StoredCa {
+            label: label.to_owned(),
+            made_at: now.unix_timestamp(),
+            not_after: not_after.unix_timestamp(),
+            serial: serial.to_vec(),
+            cert_pem: cert.pem(),
+            ca_key_pem: key.serialize_pem(),
+            leaf_key_pem: leaf_key.serialize_pem(),
+        };
         Ok(RunCa {
             cert_pem: cert.pem(),
             cert_der: cert.der().clone(),
@@ -83,7 +137,46 @@ impl RunCa {
             leaf_key,
             provider: Arc::new(rustls::crypto::ring::default_provider()),
             leaves: Mutex::default(),
+            stored,
         })
+    }
+
+    /// The CA `stored` describes, as it was made.
+    pub fn restore(stored: StoredCa) -> Result<RunCa, CaError> {
+        let time = |t: i64| {
+            OffsetDateTime::from_unix_timestamp(t)
+                .map_err(|e| CaError(format!("a stored time: {e}")))
+        };
+        let params = ca_params(
+            &stored.label,
+            time(stored.made_at)?,
+            time(stored.not_after)?,
+            &stored.serial,
+        );
+        let key = KeyPair::from_pem(&stored.ca_key_pem).map_err(err("the stored CA key"))?;
+        let leaf_key =
+            KeyPair::from_pem(&stored.leaf_key_pem).map_err(err("the stored leaf key"))?;
+        let der = rustls::pki_types::pem::PemObject::from_pem_slice(stored.cert_pem.as_bytes())
+            .map_err(|e| CaError(format!("the stored CA certificate: {e}")))?;
+        Ok(RunCa {
+            cert_pem: stored.cert_pem.clone(),
+            cert_der: der,
+            issuer: Issuer::new(params, key),
+            leaf_key,
+            provider: Arc::new(rustls::crypto::ring::default_provider()),
+            leaves: Mutex::default(),
+            stored,
+        })
+    }
+
+    /// What [`RunCa::restore`] takes back: the keys included, so keep it private.
+    pub fn stored(&self) -> &StoredCa {
+        &self.stored
+    }
+
+    /// When it was made (Unix seconds).
+    pub fn made_at(&self) -> i64 {
+        self.stored.made_at
     }
 
     /// The CA certificate, PEM.
@@ -133,7 +226,7 @@ impl RunCa {
         params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
         params.not_before = now - BACKDATE;
         params.not_after = now + LEAF_VALIDITY;
-        params.serial_number = Some(random_serial());
+        params.serial_number = Some(SerialNumber::from_slice(&random_serial()));
         let leaf = params
             .signed_by(&self.leaf_key, &self.issuer)
             .map_err(err("signing a leaf certificate"))?;
@@ -154,13 +247,13 @@ impl RunCa {
     }
 }
 
-fn random_serial() -> SerialNumber {
+fn random_serial() -> [u8; 16] {
     let mut bytes = [0u8; 16];
     // Serial numbers must be unique per CA, not secret: the clock and a counter would do, but
     // the OS generator is at hand and cheap.
     let _ = getrandom(&mut bytes);
     bytes[0] &= 0x7f; // positive
-    SerialNumber::from_slice(&bytes)
+    bytes
 }
 
 fn getrandom(buf: &mut [u8]) -> std::io::Result<()> {
@@ -191,7 +284,26 @@ mod tests {
     /// basic constraints critical) accepts a leaf for a name and for an IP literal.
     #[test]
     fn leaves_pass_openssl_strict_verification() {
-        let ca = RunCa::generate("strict").unwrap();
+        leaves_of_pass_openssl_strict_verification(&RunCa::generate("strict").unwrap());
+    }
+
+    /// A CA taken back from what it stored is the same CA: the same certificate, and leaves
+    /// that the certificate made before verifies (the same issuer name and key identifier).
+    #[test]
+    fn a_restored_ca_signs_leaves_its_first_certificate_verifies() {
+        let made = RunCa::generate("kept").unwrap();
+        let text = serde_json::to_string(made.stored()).unwrap();
+        let back = RunCa::restore(serde_json::from_str(&text).unwrap()).unwrap();
+        assert_eq!(back.certificate_pem(), made.certificate_pem());
+        assert_eq!(back.made_at(), made.made_at());
+        assert_eq!(back.cert_der, made.cert_der);
+        leaves_of_pass_openssl_strict_verification(&back);
+        let mut bad = made.stored().clone();
+        bad.ca_key_pem = "not a key".into();
+        assert!(RunCa::restore(bad).is_err());
+    }
+
+    fn leaves_of_pass_openssl_strict_verification(ca: &RunCa) {
         let dir = tempfile::tempdir().unwrap();
         let ca_pem = dir.path().join("ca.pem");
         std::fs::write(&ca_pem, ca.certificate_pem()).unwrap();

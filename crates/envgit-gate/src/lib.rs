@@ -72,7 +72,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use approver::{Answer, Approver, AskFuture, PendingAsk, answered_over_control};
-pub use ca::{CaError, RunCa};
+pub use ca::{CaError, RunCa, StoredCa};
 pub use control::{CONTROL_TOKEN_FILE, ControlAnswer, ControlOp, ControlRequest};
 pub use control_client::{control_request, control_request_via};
 pub use credentials::Credential;

@@ -77,15 +77,39 @@ pub fn bundle_overrides(bundle: &Path) -> Vec<(PathBuf, PathBuf)> {
 
 /// The host's own bundle, open: `$SSL_CERT_FILE` if set, else the first distro bundle.
 fn open_host_bundle() -> Option<File> {
+    host_bundle().map(|(_, f)| f)
+}
+
+fn host_bundle() -> Option<(PathBuf, File)> {
     let from_env = std::env::var_os("SSL_CERT_FILE").map(PathBuf::from);
     from_env
         .into_iter()
         .chain(DISTRO_BUNDLES.iter().map(PathBuf::from))
         .find_map(|p| {
-            File::open(p)
+            File::open(&p)
                 .ok()
                 .filter(|f| f.metadata().is_ok_and(|m| m.is_file()))
+                .map(|f| (p, f))
         })
+}
+
+/// Which host bundle [`write_bundle`] would copy now, and in which state: its path, device,
+/// inode, size and change time. A merged bundle written when this was the same holds the
+/// host's roots of now (a package update that rewrites the bundle changes it).
+pub fn host_bundle_identity() -> String {
+    use std::os::unix::fs::MetadataExt;
+    match host_bundle().and_then(|(p, f)| Some((p, f.metadata().ok()?))) {
+        Some((p, m)) => format!(
+            "{} {} {} {} {}.{}",
+            p.display(),
+            m.dev(),
+            m.ino(),
+            m.size(),
+            m.ctime(),
+            m.ctime_nsec()
+        ),
+        None => "none".to_owned(),
+    }
 }
 
 /// Writes what the sandbox trusts at `path` (a new file): the run's CA (`ca_pem`), then the
