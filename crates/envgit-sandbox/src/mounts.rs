@@ -132,7 +132,8 @@ pub(crate) fn build_base(base: &RootBase, etc_masks: &[PathBuf]) -> R {
     private_tmpfs(&root_fd, Path::new("/tmp"), "mode=1777")?;
     private_tmpfs(&root_fd, Path::new("/var/tmp"), "mode=1777")?;
     private_tmpfs(&root_fd, Path::new("/run"), "mode=0755")?;
-    crate::timing::mark("root: dev, tmpfs");
+    run_files(&root, &base.run_files)?;
+    crate::timing::mark("root: dev, tmpfs, /run/envgit");
     if let Some(home) = &base.home {
         mount_home(&root, &root_fd, home)?;
     }

@@ -548,25 +548,25 @@ pub fn plan(input: PlanInput<'_>) -> Spec {
             .as_ref()
             .map(|t| trust::bundle_overrides(&t.bundle))
             .unwrap_or_default(),
-        run_files: input
-            .trust
-            .as_ref()
-            .map(|t| {
-                vec![
-                    (BUNDLE_NAME.to_owned(), t.bundle.clone()),
-                    (CA_NAME.to_owned(), t.ca.clone()),
-                ]
-            })
-            .unwrap_or_default()
-            .into_iter()
-            .chain(
-                input
-                    .envgit_exe
-                    .iter()
-                    .map(|e| ("envgit".to_owned(), e.clone())),
-            )
-            .collect(),
+        run_files: Vec::new(),
+        base_run_files: base_run_files(input.trust.as_ref(), input.envgit_exe.as_deref()),
     }
+}
+
+/// The files under `/run/envgit` that are the same for a project's steps
+/// ([`Spec::base_run_files`]): the trust files and envgit's own binary.
+pub fn base_run_files(
+    trust: Option<&TrustFiles>,
+    envgit_exe: Option<&Path>,
+) -> Vec<(String, PathBuf)> {
+    let trust = trust.into_iter().flat_map(|t| {
+        [
+            (BUNDLE_NAME.to_owned(), t.bundle.clone()),
+            (CA_NAME.to_owned(), t.ca.clone()),
+        ]
+    });
+    let exe = envgit_exe.map(|e| ("envgit".to_owned(), e.to_path_buf()));
+    trust.chain(exe).collect()
 }
 
 /// Files with hard links outside the project: bound read-only over themselves, like the

@@ -55,8 +55,12 @@ pub struct Spec {
     /// `RLIMIT_NPROC` of the command (0: the default, [`crate::limits::DEFAULT_PIDS_MAX`]).
     #[serde(default)]
     pub nproc: u64,
-    /// Host files mounted read-only at `/run/envgit/<name>` inside `(name, source)`: the trust
-    /// files the CA variables name.
+    /// Host files mounted read-only at `/run/envgit/<name>` inside `(name, source)` that are
+    /// the same for a project's steps: the trust files the CA variables name and envgit's own
+    /// binary. Part of the root's base ([`RootBase`]), which the zygote may build early.
+    #[serde(default)]
+    pub base_run_files: Vec<(String, PathBuf)>,
+    /// More files at `/run/envgit/<name>`, of this run alone (an agent session's hooks socket).
     #[serde(default)]
     pub run_files: Vec<(String, PathBuf)>,
     /// When the command gets a terminal of its own (a console socket), which of its standard
@@ -78,6 +82,9 @@ pub struct RootBase {
     pub staging: PathBuf,
     pub system: Vec<PathBuf>,
     pub home: Option<Overlay>,
+    /// [`Spec::base_run_files`].
+    #[serde(default)]
+    pub run_files: Vec<(String, PathBuf)>,
 }
 
 impl RootBase {
@@ -87,6 +94,7 @@ impl RootBase {
             staging: spec.staging.clone(),
             system: spec.system.clone(),
             home: spec.home.clone(),
+            run_files: spec.base_run_files.clone(),
         }
     }
 }

@@ -431,6 +431,7 @@ mod tests {
             staging: PathBuf::from("/nonexistent/staging"),
             system: vec![PathBuf::from("/usr")],
             home: None,
+            run_files: vec![("envgit".into(), PathBuf::from("/usr/bin/envgit"))],
         };
         super::enter_namespaces_early(1000, 1000, Some(base.clone()));
         let mut message = vec![0u8; 4096];

@@ -24,6 +24,7 @@ mod runtime;
 mod scan_notes;
 mod signal_watch;
 mod step;
+mod step_ca;
 mod supervisor;
 mod terminal;
 mod terminal_filter;

@@ -117,8 +117,15 @@ fn own_ids() -> (u32, u32) {
 impl RunAs {
     /// The part of the sandbox's view this run's spec will have whatever its command
     /// ([`RootBase`]), for the zygote to build while the store opens: what `plan` and
-    /// [`RunAs::fit`] put in the spec for the project at `root`.
-    pub(crate) fn root_base(&self, root: &Path, staging: PathBuf) -> RootBase {
+    /// [`RunAs::fit`] put in the spec for the project at `root`, given its trust files and
+    /// envgit's binary.
+    pub(crate) fn root_base(
+        &self,
+        root: &Path,
+        staging: PathBuf,
+        trust: &envgit_sandbox::trust::TrustFiles,
+        envgit_exe: &Path,
+    ) -> RootBase {
         let caller_env: Vec<(String, String)> = std::env::vars().collect();
         RootBase {
             staging,
@@ -133,6 +140,7 @@ impl RunAs {
                     ..home
                 },
             ),
+            run_files: envgit_sandbox::plan::base_run_files(Some(trust), Some(envgit_exe)),
         }
     }
 
@@ -243,6 +251,7 @@ impl RunAs {
         let sources = spec
             .run_files
             .iter()
+            .chain(&spec.base_run_files)
             .map(|(_, src)| src)
             .chain(spec.file_overrides.iter().map(|(src, _)| src));
         for src in sources.filter(|s| s.starts_with(runtime)) {

@@ -128,12 +128,24 @@ fn shm_step_dirs_of(uid: u32, home: &Path) -> PathBuf {
 }
 
 /// For an envgit home about to be removed (a probe's or the demo's temporary one): removes its
-/// directory of steps on tmpfs, which would otherwise stay, empty, until the machine restarts.
-/// Only an empty directory goes (nothing of a step that still runs). Call it while `home`
-/// still exists: it names the directory by `home`'s canonical path.
+/// directory of steps on tmpfs, which would otherwise stay until the machine restarts, with
+/// its projects' CAs (`step_ca`). The directory goes only once nothing else is in it (nothing
+/// of a step that still runs). Call it while `home` still exists: it names the directory by
+/// `home`'s canonical path.
 pub(crate) fn forget_step_dirs_of(home: &Path) {
     let uid = rustix::process::getuid().as_raw();
-    let _ = std::fs::remove_dir(shm_step_dirs_of(uid, home));
+    let dir = shm_step_dirs_of(uid, home);
+    if let Ok(entries) = std::fs::read_dir(&dir) {
+        for e in entries.flatten() {
+            if e.file_name()
+                .to_string_lossy()
+                .starts_with(crate::step_ca::DIR_PREFIX)
+            {
+                let _ = envgit_store::remove_tree(&e.path());
+            }
+        }
+    }
+    let _ = std::fs::remove_dir(dir);
 }
 
 /// `dir`, made mode 0700 when missing, if it is a directory `uid` owns that no one else may

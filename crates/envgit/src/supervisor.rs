@@ -5,10 +5,9 @@ use std::path::{Path, PathBuf};
 
 use std::sync::Arc;
 
-use envgit_gate::{Credential, Decision, EventTap, Gate, GateConfig, GateEvent, RunCa};
+use envgit_gate::{Credential, Decision, EventTap, Gate, GateConfig, GateEvent};
 use envgit_sandbox::plan::{PlanInput, plan};
 use envgit_sandbox::spec::RelaySpec;
-use envgit_sandbox::trust::TrustFiles;
 use envgit_sandbox::{Outcome, SignalGuard};
 
 use envgit_store::{
@@ -81,13 +80,16 @@ pub fn run_step(
             let uid = rustix::process::getuid().as_raw();
             let step_dir = StepDir::make(uid)?;
             let run_as = RunAs::decide(&project.root, &project.store_dir, homes(uid))?;
-            let base = run_as.root_base(&project.root, step_dir.staging());
+            let trust = crate::step_ca::for_project(step_dir.base(), &project.root)?;
+            let exe = own_binary()?;
+            let base = run_as.root_base(&project.root, step_dir.staging(), &trust.files, &exe);
             let system = base.system.clone();
             envgit_sandbox::enter_namespaces_early(run_as.uid, run_as.gid, Some(base));
             Some(EarlyRun {
                 step_dir,
                 run_as,
                 system,
+                trust,
             })
         }
     };
@@ -488,19 +490,10 @@ fn proxy_env(port: u16) -> Vec<(String, String)> {
 
 const PROXY_PORT: u16 = 3128;
 
-/// The run CA and the merged bundle (run CA + the host's roots), world-readable files in the
-/// run's private directory; the sandbox mounts them read-only.
-fn write_trust_files(dir: &Path, ca_pem: &str) -> CmdResult<TrustFiles> {
-    let files = TrustFiles {
-        bundle: dir.join("ca-bundle.pem"),
-        ca: dir.join("run-ca.pem"),
-    };
-    let failed =
-        |path: &Path, e: std::io::Error| Failure::failed(format!("{}: {e}", path.display()));
-    envgit_sandbox::trust::write_bundle(&files.bundle, ca_pem)
-        .map_err(|e| failed(&files.bundle, e))?;
-    std::fs::write(&files.ca, ca_pem).map_err(|e| failed(&files.ca, e))?;
-    Ok(files)
+/// envgit's own binary, mounted at `/run/envgit/envgit` inside.
+fn own_binary() -> CmdResult<PathBuf> {
+    std::env::current_exe()
+        .map_err(|e| Failure::failed(format!("cannot find envgit's own binary: {e}")))
 }
 
 /// What a caller adds to a sandboxed run besides the command: an agent session needs a socket
@@ -545,6 +538,8 @@ pub(crate) struct EarlyRun {
     run_as: RunAs,
     /// The early base's system directories: the plan's too.
     system: Vec<PathBuf>,
+    /// The CA and trust files, which the early base mounts.
+    trust: crate::step_ca::StepTrust,
 }
 
 /// The project's secrets to mask and files hard-linked outside it, for the sandbox's plan.
@@ -588,15 +583,17 @@ pub(crate) fn run_sandboxed(
     // another user owns), its home and the home's overlay. The gate's sockets and the trust
     // files live in a private directory the sandbox never sees, on tmpfs where there is one
     // (see `step_dirs`).
-    let (run_as, step_dir, system) = match extras.early {
+    let (run_as, step_dir, system, trust) = match extras.early {
         Some(EarlyRun {
             step_dir,
             run_as,
             system,
-        }) => (run_as, step_dir, Some(system)),
+            trust,
+        }) => (run_as, step_dir, Some(system), Some(trust)),
         None => (
             RunAs::decide(&project.root, state, homes(uid))?,
             StepDir::make(uid)?,
+            None,
             None,
         ),
     };
@@ -610,13 +607,12 @@ pub(crate) fn run_sandboxed(
     // holds the real one, and envgit can ask the person there.
     let mut pty = PtyRelay::open_if_terminal();
     crate::timings::mark("gate dir, staging, token");
-    let ca = Arc::new(
-        RunCa::generate(&format!("step on {}", project.root.display()))
-            .map_err(|e| Failure::failed(e.to_string()))?,
-    );
-    crate::timings::mark("run CA");
-    let trust = write_trust_files(gate_dir, ca.certificate_pem())?;
-    crate::timings::mark("trust bundle");
+    // One CA and trust bundle per project and day, kept beside the steps' directories.
+    let crate::step_ca::StepTrust { ca, files: trust } = match trust {
+        Some(early) => early,
+        None => crate::step_ca::for_project(step_dirs, &project.root)?,
+    };
+    crate::timings::mark("CA and trust bundle");
     // Tokens in git's configuration stay outside: placeholders inside, swapped at the gate.
     let hidden = crate::git_layer::hide_credentials(
         extras.git.as_deref(),
@@ -673,8 +669,7 @@ pub(crate) fn run_sandboxed(
         forwards: envgit_policy::loopback_forwards(&project.policy),
         allow_names: project.policy.network.allow.clone(),
     };
-    let exe = std::env::current_exe()
-        .map_err(|e| Failure::failed(format!("cannot find envgit's own binary: {e}")))?;
+    let exe = own_binary()?;
     let facts = match extras.facts {
         Some(Facts::Pending(gathering)) => gathering
             .join()
