@@ -60,14 +60,39 @@ pub(crate) fn enter_early(message: &[u8]) -> Entered {
                     return Ok((start, None));
                 }
                 let relay = enter_the_rest()?;
-                if let Some(base) = &start.root {
-                    with_view_umask(|| mounts::build_base(base, &start.etc_masks))?;
-                }
                 crate::seccomp::compile_early();
                 mark("seccomp compiled");
                 Ok((start, Some(relay)))
             }),
     )
+}
+
+impl Entered {
+    /// The second early message ([`crate::zygote::build_base_early`]): the new root's base,
+    /// built in the mount namespace the start made. Nothing without one (no relay forked
+    /// early: the mount namespace waits for the spec, and PID 1 builds the base); a failure
+    /// is the early start's, which the spec then meets.
+    pub(crate) fn build_base(&mut self, message: &[u8]) {
+        let Ok((start, Some(_))) = &mut self.0 else {
+            return;
+        };
+        if start.root.is_some() {
+            return;
+        }
+        let built = serde_json::from_slice::<crate::zygote::EarlyBase>(message)
+            .map_err(SetupError::BadSpec)
+            .and_then(|base| {
+                with_view_umask(|| mounts::build_base(&base.root, &base.etc_masks))?;
+                Ok(base)
+            });
+        match built {
+            Ok(base) => {
+                start.root = Some(base.root);
+                start.etc_masks = base.etc_masks;
+            }
+            Err(e) => self.0 = Err(e),
+        }
+    }
 }
 
 /// Into the run's cgroups first, so every process the sandbox ever makes is counted; then the

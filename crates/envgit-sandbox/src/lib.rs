@@ -41,4 +41,6 @@ pub use child::sandbox_main;
 pub use detached_close::close_detached;
 pub use launch::{HIDDEN_SUBCOMMAND, Outcome, SandboxChild, SignalGuard, spawn, spawn_on};
 pub use spec::Spec;
-pub use zygote::{discard_zygote, enter_namespaces_early, move_into_cgroups, prefork};
+pub use zygote::{
+    build_base_early, discard_zygote, enter_namespaces_early, move_into_cgroups, prefork,
+};

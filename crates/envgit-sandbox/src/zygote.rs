@@ -35,6 +35,8 @@ pub(crate) struct Zygote {
     moving: Option<JoinHandle<Vec<PathBuf>>>,
     /// Where its early start is ([`enter_namespaces_early`]).
     early: Early,
+    /// Where the early root's base is ([`build_base_early`]).
+    base: Pending<RootBase>,
     /// The early walk of `/etc` runs ([`crate::etc_walk::start_early`]): the early start waits
     /// for its end ([`walk_finished`]).
     walk_running: bool,
@@ -45,12 +47,19 @@ pub(crate) struct Zygote {
 #[derive(PartialEq, Eq)]
 enum Early {
     NotAsked,
-    /// Asked for with these ids and staging, to be sent once the walk of `/etc` is over.
+    /// Asked for with these ids, to be sent once the walk of `/etc` is over.
     Asked {
         uid: u32,
         gid: u32,
-        root: Option<RootBase>,
     },
+    Sent,
+}
+
+/// A message to the zygote: not asked for yet, asked for (and waiting to be sent), sent.
+#[derive(PartialEq, Eq)]
+enum Pending<T> {
+    NotAsked,
+    Asked(T),
     Sent,
 }
 
@@ -66,11 +75,22 @@ pub(crate) struct EarlyStart {
     /// only when no move into a v2 cgroup is under way, so that nothing the sandbox forks is
     /// ever outside the run's cgroups.
     pub relay: bool,
-    /// The new root's base, built once the mount namespace is made
-    /// ([`crate::mounts::build_base`]); the spec must say the same ([`RootBase::of`]).
+    /// The new root's base, once built ([`build_base_early`], [`EarlyBase`]); the spec must
+    /// say the same ([`RootBase::of`]). Never sent in this message.
+    #[serde(default)]
     pub root: Option<RootBase>,
     /// Paths in `/etc` only root may read, masked in that base: PID 1 then masks only those of
     /// the spec's masks not among them.
+    #[serde(default)]
+    pub etc_masks: Vec<PathBuf>,
+}
+
+/// The second early message ([`build_base_early`]): the new root's base, built in the mount
+/// namespace the first one made ([`crate::mounts::build_base`]), with the walk's private
+/// files in `/etc` masked.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+pub(crate) struct EarlyBase {
+    pub root: RootBase,
     #[serde(default)]
     pub etc_masks: Vec<PathBuf>,
 }
@@ -103,6 +123,7 @@ pub fn prefork() {
                 socket: ours,
                 moving: None,
                 early: Early::NotAsked,
+                base: Pending::NotAsked,
                 walk_running: false,
                 etc_private: Vec::new(),
             });
@@ -158,16 +179,15 @@ pub fn move_into_cgroups(cgroups: &[PathBuf]) {
 /// namespaces with loopback up, and (when no move into a v2 cgroup is under way) fork the relay,
 /// which waits for its configuration, and make the mount, pid, ipc and uts namespaces: ~1.5–2 ms
 /// of the sandbox's start, done while envgit opens the store and sets up the rest of the step.
-/// With `root`, the new root's base is built too (`mounts::build_base`: the system
-/// directories, `/dev`, the private `/tmp` and the home, ~2 ms of PID 1's work). Nothing the
-/// step decides later shapes them but the ids the command runs as, `uid`/`gid`, and `root`,
-/// which the spec must repeat (the sandbox fails if it does not). No zygote, or called twice:
-/// nothing.
+/// Nothing the step decides later shapes them but the ids the command runs as, `uid`/`gid`,
+/// which the spec must repeat (the sandbox fails if it does not). Asked for as soon as envgit
+/// knows them: the zygote then works while envgit decides the root's base
+/// ([`build_base_early`]) and opens the store. No zygote, or called twice: nothing.
 ///
 /// While the early walk of `/etc` runs, the message waits for its end ([`walk_finished`]):
 /// on two cores, the walk, the zygote and envgit's own thread at once slowed envgit's
 /// thread by as much as the zygote's work (measured: 1.3 ms of a 15 ms step).
-pub fn enter_namespaces_early(uid: u32, gid: u32, root: Option<RootBase>) {
+pub fn enter_namespaces_early(uid: u32, gid: u32) {
     let mut preforked = PREFORKED.lock().unwrap_or_else(|p| p.into_inner());
     let Some(zygote) = preforked.as_mut() else {
         return;
@@ -175,10 +195,24 @@ pub fn enter_namespaces_early(uid: u32, gid: u32, root: Option<RootBase>) {
     if zygote.early != Early::NotAsked {
         return;
     }
-    zygote.early = Early::Asked { uid, gid, root };
-    if !zygote.walk_running {
-        zygote.send_early();
+    zygote.early = Early::Asked { uid, gid };
+    zygote.send_pending();
+}
+
+/// Tells the zygote, after [`enter_namespaces_early`], to build the new root's base in its
+/// mount namespace (`mounts::build_base`: the system directories, `/dev`, the private `/tmp`
+/// and `/run` with `/run/envgit`'s files, the home, ~2 ms of PID 1's work), which the spec
+/// must then repeat. Sent once the walk of `/etc` is over: the base masks what it found.
+pub fn build_base_early(root: RootBase) {
+    let mut preforked = PREFORKED.lock().unwrap_or_else(|p| p.into_inner());
+    let Some(zygote) = preforked.as_mut() else {
+        return;
+    };
+    if zygote.base != Pending::NotAsked {
+        return;
     }
+    zygote.base = Pending::Asked(root);
+    zygote.send_pending();
 }
 
 /// The early walk of `/etc` starts: [`enter_namespaces_early`] waits for [`walk_finished`].
@@ -194,13 +228,14 @@ pub(crate) fn walk_finished(private: &[PathBuf]) {
     if let Some(zygote) = PREFORKED.lock().unwrap_or_else(|p| p.into_inner()).as_mut() {
         zygote.walk_running = false;
         zygote.etc_private = private.to_vec();
-        zygote.send_early();
+        zygote.send_pending();
     }
 }
 
-/// The first byte of the message that starts [`enter_namespaces_early`]; the channels'
-/// message is one byte, `s`.
+/// The first byte of the message that starts [`enter_namespaces_early`], and of the one that
+/// [`build_base_early`] sends; the channels' message is one byte, `s`.
 const EARLY_TAG: u8 = b'e';
+const BASE_TAG: u8 = b'b';
 
 /// The longest early message sent: the zygote reads it into a buffer of twice that.
 const EARLY_MESSAGE_MAX: usize = 8 * 1024;
@@ -223,11 +258,49 @@ pub fn discard_zygote() {
 }
 
 impl Zygote {
+    /// Sends what was asked for and not sent, in order, once the walk of `/etc` is over: the
+    /// early start, then the base (which needs the start's mount namespace and the walk's
+    /// finds).
+    fn send_pending(&mut self) {
+        if self.walk_running {
+            return;
+        }
+        self.send_early();
+        // Taken only when asked for: the replace must not run for a base not asked yet.
+        if self.early == Early::Sent
+            && matches!(self.base, Pending::Asked(_))
+            && let Pending::Asked(root) = std::mem::replace(&mut self.base, Pending::Sent)
+        {
+            self.send_base(root);
+        }
+    }
+
+    fn send_base(&mut self, root: RootBase) {
+        let mut base = EarlyBase {
+            root,
+            etc_masks: std::mem::take(&mut self.etc_private),
+        };
+        let mut encoded = serde_json::to_vec(&base);
+        if encoded
+            .as_ref()
+            .is_ok_and(|m| m.len() > EARLY_MESSAGE_MAX && !base.etc_masks.is_empty())
+        {
+            // Too many to send: PID 1 masks them all, as without an early base.
+            base.etc_masks.clear();
+            encoded = serde_json::to_vec(&base);
+        }
+        if let Ok(mut message) = encoded {
+            message.insert(0, BASE_TAG);
+            // Not sent (the zygote is gone): the sandbox starts by re-execution.
+            let _ = rustix::net::send(&self.socket, &message, SendFlags::empty());
+        }
+    }
+
     /// Sends the early start asked for, once; nothing before it is asked for (the walk of
     /// `/etc` may end first).
     fn send_early(&mut self) {
         let early = std::mem::replace(&mut self.early, Early::Sent);
-        let Early::Asked { uid, gid, root } = early else {
+        let Early::Asked { uid, gid } = early else {
             self.early = early;
             return;
         };
@@ -240,29 +313,15 @@ impl Zygote {
             .into_iter()
             .filter(|dir| crate::limits::joins_by_thread(dir))
             .collect();
-        // Masked in the base only with a base to mask them in.
-        let etc_masks = match &root {
-            Some(_) => std::mem::take(&mut self.etc_private),
-            None => Vec::new(),
-        };
-        let mut start = EarlyStart {
+        let start = EarlyStart {
             uid,
             gid,
             cgroups,
             relay,
-            root,
-            etc_masks,
+            root: None,
+            etc_masks: Vec::new(),
         };
-        let mut encoded = serde_json::to_vec(&start);
-        if encoded
-            .as_ref()
-            .is_ok_and(|m| m.len() > EARLY_MESSAGE_MAX && !start.etc_masks.is_empty())
-        {
-            // Too many to send: PID 1 masks them all, as without an early base.
-            start.etc_masks.clear();
-            encoded = serde_json::to_vec(&start);
-        }
-        if let Ok(mut message) = encoded {
+        if let Ok(mut message) = serde_json::to_vec(&start) {
             message.insert(0, EARLY_TAG);
             // Not sent (the zygote is gone): the sandbox starts by re-execution.
             let _ = rustix::net::send(&self.socket, &message, SendFlags::empty());
@@ -344,6 +403,11 @@ fn wait_for_channels(socket: OwnedFd, parent: rustix::process::Pid) -> ! {
             Ok(r) if r.bytes > 1 && message[0] == EARLY_TAG && early.is_none() => {
                 early = Some(crate::child::enter_early(&message[1..r.bytes]));
             }
+            Ok(r) if r.bytes > 1 && message[0] == BASE_TAG => {
+                if let Some(entered) = early.as_mut() {
+                    entered.build_base(&message[1..r.bytes]);
+                }
+            }
             Ok(r) if r.bytes == 1 => {
                 for message in control.drain() {
                     if let RecvAncillaryMessage::ScmRights(rights) = message {
@@ -400,7 +464,7 @@ mod tests {
 
     use rustix::net::{AddressFamily, RecvFlags, SocketFlags, SocketType};
 
-    use super::{EARLY_TAG, Early, EarlyStart, PREFORKED, Zygote};
+    use super::{BASE_TAG, EARLY_TAG, Early, EarlyBase, EarlyStart, PREFORKED, Pending, Zygote};
     use crate::spec::RootBase;
 
     /// The walk of `/etc` may end before the step asks for the early start (a fast walk, a
@@ -421,6 +485,7 @@ mod tests {
             socket: ours,
             moving: None,
             early: Early::NotAsked,
+            base: Pending::NotAsked,
             walk_running: false,
             etc_private: Vec::new(),
         });
@@ -433,14 +498,20 @@ mod tests {
             home: None,
             run_files: vec![("envgit".into(), PathBuf::from("/usr/bin/envgit"))],
         };
-        super::enter_namespaces_early(1000, 1000, Some(base.clone()));
+        super::enter_namespaces_early(1000, 1000);
+        super::build_base_early(base.clone());
         let mut message = vec![0u8; 4096];
         let got = rustix::net::recv(&theirs, &mut message, RecvFlags::DONTWAIT);
-        PREFORKED.lock().unwrap().take();
         let (n, _) = got.expect("no early start was sent");
         assert_eq!(message[0], EARLY_TAG);
         let start: EarlyStart = serde_json::from_slice(&message[1..n]).unwrap();
-        assert_eq!(start.root, Some(base));
-        assert_eq!(start.etc_masks, vec![shadow]);
+        assert_eq!((start.uid, start.root), (1000, None));
+        let got = rustix::net::recv(&theirs, &mut message, RecvFlags::DONTWAIT);
+        PREFORKED.lock().unwrap().take();
+        let (n, _) = got.expect("no base was sent");
+        assert_eq!(message[0], BASE_TAG);
+        let sent: EarlyBase = serde_json::from_slice(&message[1..n]).unwrap();
+        assert_eq!(sent.root, base);
+        assert_eq!(sent.etc_masks, vec![shadow]);
     }
 }

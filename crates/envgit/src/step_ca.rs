@@ -88,6 +88,7 @@ pub(crate) fn for_project(base: &Path, root: &Path) -> CmdResult<StepTrust> {
     .map_err(|e| Failure::failed(e.to_string()))?;
     write_new(&dir.join(STATE), 0o600, |f| f.write_all(&state))?;
     remove_replaced(&dir, &files, now);
+    remove_idle_projects(base, &dir, now);
     Ok(StepTrust {
         ca: Arc::new(ca),
         files,
@@ -176,6 +177,32 @@ fn remove_replaced(dir: &Path, current: &TrustFiles, now: i64) {
     }
 }
 
+/// Other projects' CA directories whose CA is past its day (their next step makes a new one
+/// anyway): what `/dev/shm` holds stays the projects of the last day, ~225 KB each.
+fn remove_idle_projects(base: &Path, own: &Path, now: i64) {
+    let Ok(entries) = std::fs::read_dir(base) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let path = e.path();
+        let ours = e.file_name().to_string_lossy().starts_with(DIR_PREFIX)
+            && e.file_type().is_ok_and(|t| t.is_dir());
+        if !ours || path == own {
+            continue;
+        }
+        let idle = match read_state(&path) {
+            Some(state) => now - state.ca.made_at() > ROTATE_S + KEEP_REPLACED_S,
+            // No state (its first step is being set up, or it was left broken): by its age.
+            None => e
+                .metadata()
+                .is_ok_and(|m| now - m.mtime() > ROTATE_S + KEEP_REPLACED_S),
+        };
+        if idle {
+            let _ = envgit_store::remove_tree(&path);
+        }
+    }
+}
+
 fn unix_now() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -237,6 +264,24 @@ mod tests {
         let (ca, bundle) = files(&broken);
         assert_eq!(ca, broken.ca.certificate_pem());
         assert!(bundle.starts_with(&ca));
+    }
+
+    /// A project whose CA is past its day loses its directory when another project makes a
+    /// CA; one of today keeps it.
+    #[test]
+    fn idle_projects_lose_their_ca_directory() {
+        let base = tempfile::tempdir().unwrap();
+        let old = for_project(base.path(), Path::new("/work/old")).unwrap();
+        let today = for_project(base.path(), Path::new("/work/today")).unwrap();
+        let old_dir = old.files.ca.parent().unwrap().to_path_buf();
+        let state_path = old_dir.join(STATE);
+        let mut state: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&state_path).unwrap()).unwrap();
+        state["ca"]["made_at"] = (unix_now() - ROTATE_S - KEEP_REPLACED_S - 1).into();
+        std::fs::write(&state_path, serde_json::to_vec(&state).unwrap()).unwrap();
+        for_project(base.path(), Path::new("/work/new")).unwrap();
+        assert!(!old_dir.exists());
+        assert!(today.files.bundle.exists());
     }
 
     use std::os::unix::fs::PermissionsExt;
