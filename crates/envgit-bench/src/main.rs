@@ -18,6 +18,7 @@ mod r#gen;
 mod measures;
 mod percentile;
 mod report;
+mod step_dirs;
 mod util;
 
 use std::path::{Path, PathBuf};
@@ -230,6 +231,8 @@ fn run(args: &Args, report: &mut Report) -> Result<()> {
         bin: envgit_bin,
         home: w.join("envgit-home"),
     };
+    // Removed at the end, before the work directory (the store bench's own home on tmpfs).
+    let _forget = step_dirs::ForgetsStepDirs(vec![envgit.home.clone()]);
     let steps = args.steps as usize;
     let reps = args.reps as usize;
     report.config = serde_json::json!({

@@ -15,6 +15,8 @@ mod bin_common;
 #[path = "../percentile.rs"]
 mod percentile;
 use bin_common::{git_commit_all, ms, run_ok};
+#[path = "../step_dirs.rs"]
+mod step_dirs;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -143,6 +145,7 @@ fn main() -> Result<()> {
     };
     let walk_root = work.join("walk");
     let watch_root = work.join("watch");
+    let _forget = step_dirs::ForgetsStepDirs(vec![walk_root.join("home"), watch_root.join("home")]);
     let dir = project(&walk_root, &node_modules, sources, &envgit)?;
     let watched = project(&watch_root, &node_modules, sources, &envgit)?;
     run_ok(

@@ -8,6 +8,8 @@
 #[path = "../percentile.rs"]
 mod percentile;
 use percentile::percentile;
+#[path = "../step_dirs.rs"]
+mod step_dirs;
 
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
@@ -66,6 +68,7 @@ fn main() -> Result<()> {
     let tmp = tempfile::tempdir()?;
     let project = tmp.path().join("p");
     let home = tmp.path().join("h");
+    let _forget = step_dirs::ForgetsStepDirs(vec![home.clone()]);
     std::fs::create_dir_all(&project)?;
     std::fs::write(project.join("a.txt"), "a")?;
     let eg = |args: &[&str]| {

@@ -12,6 +12,9 @@ mod bin_common;
 #[path = "../percentile.rs"]
 mod percentile;
 use bin_common::{git_commit_all, ms, run_ok};
+#[path = "../step_dirs.rs"]
+mod step_dirs;
+use step_dirs::ForgetsStepDirs;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -124,6 +127,7 @@ fn main() -> Result<()> {
     let tmp = tempfile::tempdir()?;
 
     let small = project(tmp.path(), "small", 1, &bins)?;
+    let _forget_small = ForgetsStepDirs(small.homes.to_vec());
     let eg = |p: &Project, k: usize, argv: &[&str]| {
         let mut c = Command::new(&bins[k]);
         c.args(argv)
@@ -154,6 +158,7 @@ fn main() -> Result<()> {
 
     eprintln!("generating {files} files…");
     let big = project(tmp.path(), "big", files, &bins)?;
+    let _forget_big = ForgetsStepDirs(big.homes.to_vec());
     let mut n = 0u64;
     let step = alternate(runs, |k| {
         n += 1;
