@@ -144,8 +144,41 @@ pub fn run_step(
     if git_unwatched {
         live.leave_unwatched(b".git");
     }
-    let (before, walked, _) = live.snapshot(&store)?;
-    crate::timings::mark("scan before");
+    // The git layer over `.git` and the protected copy read the project and write only in the
+    // store's directory, which the scan never reads: taken on a thread beside it (envgit's
+    // thread to the sandbox's spec is the step's longest path). A failure there is said where
+    // it was said before, after the outside edits are recorded.
+    let (scanned, taken) = std::thread::scope(|s| {
+        let store_dir = store.dir();
+        let taking = std::thread::Builder::new()
+            .name("envgit-guard".into())
+            .spawn_scoped(s, || {
+                let git = crate::git_layer::open(store_dir, &project.root)?;
+                // Read before the command runs: `core.hooksPath` comes from the trusted
+                // .git/config.
+                let protected =
+                    crate::git_layer::protected_under(git.as_deref(), project.protected_paths());
+                let copy = ProtectedCopy::take(store_dir, &project.root, &protected);
+                let copy = match copy {
+                    Ok(copy) => copy,
+                    Err(e) => {
+                        crate::git_layer::finish(git);
+                        return Err(e.into());
+                    }
+                };
+                CmdResult::Ok(TakenEarly(Some((git, protected, copy))))
+            });
+        let scanned = live.snapshot(&store);
+        crate::timings::mark("scan before");
+        let taken = match taking {
+            Ok(t) => t
+                .join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
+            Err(e) => Err(Failure::failed(format!("cannot start a thread: {e}"))),
+        };
+        (scanned, taken)
+    });
+    let (before, walked, _) = scanned?;
     // The plan's facts come from the scan just made; they are gathered on a thread while the
     // step is begun and the run set up (`run_sandboxed` joins it before its plan).
     let shadows_slot = std::sync::Mutex::new(None);
@@ -163,12 +196,9 @@ pub fn run_step(
         crate::outside::record_outside_edits(project, &mut store, &before)?;
         crate::timings::mark("outside edits");
         let mut step = crate::step::begin(&store, &line)?;
-        let git = crate::git_layer::open(store.dir(), &project.root)?;
-        crate::timings::mark("git layer open");
-        // Read before the command runs: `core.hooksPath` comes from the trusted .git/config.
-        let protected =
-            crate::git_layer::protected_under(git.as_deref(), project.protected_paths());
-        let copy = ProtectedCopy::take(store.dir(), &project.root, &protected)?;
+        let (git, protected, copy) = taken?
+            .parts()
+            .ok_or_else(|| Failure::failed("the protected copy was taken twice".to_string()))?;
         crate::timings::mark("git layer, protected copy");
         // Read beside the run's set-up (listing the host's PATH directories is ~0.5 ms when
         // one of them is the project's); done before the command starts.
@@ -533,6 +563,39 @@ pub(crate) struct RunExtras<'scope> {
     /// The process ends with this run (`envgit run`): its cgroups are removed by the child
     /// that ends it (`close_detached`), not waited for here.
     pub cgroups_after_exit: bool,
+}
+
+/// The git layer and the protected copy, taken beside the scan, until the step owns them: a
+/// step that fails before that (the scan, the outside edits' record) discards them. Nothing
+/// ran; left behind, the next command would take them for an interrupted step's and put the
+/// paths back.
+struct TakenEarly(
+    Option<(
+        Option<Arc<envgit_store::GitLayer>>,
+        Vec<String>,
+        ProtectedCopy,
+    )>,
+);
+
+impl TakenEarly {
+    fn parts(
+        mut self,
+    ) -> Option<(
+        Option<Arc<envgit_store::GitLayer>>,
+        Vec<String>,
+        ProtectedCopy,
+    )> {
+        self.0.take()
+    }
+}
+
+impl Drop for TakenEarly {
+    fn drop(&mut self) {
+        if let Some((git, _, copy)) = self.0.take() {
+            copy.discard();
+            crate::git_layer::finish(git);
+        }
+    }
 }
 
 /// What `run_step` decides before the store opens, for the zygote's early start.
