@@ -33,8 +33,8 @@ pub(crate) struct Zygote {
     /// The move into the run's cgroups, when envgit started it early ([`move_into_cgroups`]):
     /// it ends with the cgroups the zygote is in.
     moving: Option<JoinHandle<Vec<PathBuf>>>,
-    /// Where its early start is ([`enter_namespaces_early`]).
-    early: Early,
+    /// Where its early start is ([`enter_namespaces_early`]): the ids the command runs as.
+    early: Pending<(u32, u32)>,
     /// Where the early root's base is ([`build_base_early`]).
     base: Pending<RootBase>,
     /// The early walk of `/etc` runs ([`crate::etc_walk::start_early`]): the early start waits
@@ -44,18 +44,8 @@ pub(crate) struct Zygote {
     etc_private: Vec<PathBuf>,
 }
 
-#[derive(PartialEq, Eq)]
-enum Early {
-    NotAsked,
-    /// Asked for with these ids, to be sent once the walk of `/etc` is over.
-    Asked {
-        uid: u32,
-        gid: u32,
-    },
-    Sent,
-}
-
-/// A message to the zygote: not asked for yet, asked for (and waiting to be sent), sent.
+/// A message to the zygote: not asked for yet, asked for (and waiting to be sent: the walk of
+/// `/etc` is not over, or the message before it is not sent), sent.
 #[derive(PartialEq, Eq)]
 enum Pending<T> {
     NotAsked,
@@ -122,7 +112,7 @@ pub fn prefork() {
                 pid,
                 socket: ours,
                 moving: None,
-                early: Early::NotAsked,
+                early: Pending::NotAsked,
                 base: Pending::NotAsked,
                 walk_running: false,
                 etc_private: Vec::new(),
@@ -192,10 +182,10 @@ pub fn enter_namespaces_early(uid: u32, gid: u32) {
     let Some(zygote) = preforked.as_mut() else {
         return;
     };
-    if zygote.early != Early::NotAsked {
+    if zygote.early != Pending::NotAsked {
         return;
     }
-    zygote.early = Early::Asked { uid, gid };
+    zygote.early = Pending::Asked((uid, gid));
     zygote.send_pending();
 }
 
@@ -267,7 +257,7 @@ impl Zygote {
         }
         self.send_early();
         // Taken only when asked for: the replace must not run for a base not asked yet.
-        if self.early == Early::Sent
+        if self.early == Pending::Sent
             && matches!(self.base, Pending::Asked(_))
             && let Pending::Asked(root) = std::mem::replace(&mut self.base, Pending::Sent)
         {
@@ -299,8 +289,8 @@ impl Zygote {
     /// Sends the early start asked for, once; nothing before it is asked for (the walk of
     /// `/etc` may end first).
     fn send_early(&mut self) {
-        let early = std::mem::replace(&mut self.early, Early::Sent);
-        let Early::Asked { uid, gid } = early else {
+        let early = std::mem::replace(&mut self.early, Pending::Sent);
+        let Pending::Asked((uid, gid)) = early else {
             self.early = early;
             return;
         };
@@ -464,7 +454,7 @@ mod tests {
 
     use rustix::net::{AddressFamily, RecvFlags, SocketFlags, SocketType};
 
-    use super::{BASE_TAG, EARLY_TAG, Early, EarlyBase, EarlyStart, PREFORKED, Pending, Zygote};
+    use super::{BASE_TAG, EARLY_TAG, EarlyBase, EarlyStart, PREFORKED, Pending, Zygote};
     use crate::spec::RootBase;
 
     /// The walk of `/etc` may end before the step asks for the early start (a fast walk, a
@@ -484,7 +474,7 @@ mod tests {
             pid: i32::MAX,
             socket: ours,
             moving: None,
-            early: Early::NotAsked,
+            early: Pending::NotAsked,
             base: Pending::NotAsked,
             walk_running: false,
             etc_private: Vec::new(),
