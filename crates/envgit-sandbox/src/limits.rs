@@ -126,11 +126,33 @@ pub fn finish_removals() {
 /// The run's limits made at envgit's start ([`prepare_early`]), until the run takes them.
 static EARLY: std::sync::Mutex<Option<RunLimits>> = std::sync::Mutex::new(None);
 
-/// Makes the run's cgroups first thing (after [`crate::prefork`]) and starts moving the
-/// zygote into them ([`crate::move_into_cgroups`]): the move waits for a kernel grace period,
-/// which then passes while envgit opens the store and scans the project. The run takes them
+/// Makes the run's cgroups first thing (after [`crate::prefork`]), on a thread while envgit
+/// finds the project (its thread to the sandbox's spec is the step's longer path), and starts
+/// moving the zygote into them ([`crate::move_into_cgroups`]): the move waits for a kernel
+/// grace period, which then passes while envgit opens the store and scans the project. The
+/// zygote's early start waits for them ([`crate::zygote::cgroups_made`]). The run takes them
 /// with [`take_early`]; [`discard_early`] removes them when it never came to that.
 pub fn prepare_early() {
+    crate::zygote::cgroups_pending();
+    let made = std::thread::Builder::new()
+        .name("envgit-cgroups".into())
+        .spawn(|| {
+            make_early();
+            crate::zygote::cgroups_made();
+        });
+    match made {
+        Ok(handle) => *MAKING.lock().unwrap_or_else(|p| p.into_inner()) = Some(handle),
+        Err(_) => {
+            make_early();
+            crate::zygote::cgroups_made();
+        }
+    }
+}
+
+/// The thread [`prepare_early`] started, until the run waits for it.
+static MAKING: std::sync::Mutex<Option<std::thread::JoinHandle<()>>> = std::sync::Mutex::new(None);
+
+fn make_early() {
     let since_epoch = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap_or_default();
@@ -156,8 +178,12 @@ pub(crate) fn early_cgroups() -> Option<Vec<PathBuf>> {
         .clone()
 }
 
-/// The limits [`prepare_early`] made, once.
+/// The limits [`prepare_early`] made, once (waiting for its thread).
 pub fn take_early() -> Option<RunLimits> {
+    let making = MAKING.lock().unwrap_or_else(|p| p.into_inner()).take();
+    if let Some(handle) = making {
+        let _ = handle.join();
+    }
     EARLY.lock().unwrap_or_else(|p| p.into_inner()).take()
 }
 

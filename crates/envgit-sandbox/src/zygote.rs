@@ -40,6 +40,9 @@ pub(crate) struct Zygote {
     /// The early walk of `/etc` runs ([`crate::etc_walk::start_early`]): the early start waits
     /// for its end ([`walk_finished`]).
     walk_running: bool,
+    /// The run's cgroups are being made on a thread ([`crate::limits::prepare_early`]): the
+    /// early start, which joins them first, waits for them ([`cgroups_made`]).
+    cgroups_pending: bool,
     /// What that walk found only root may read: the early base masks it.
     etc_private: Vec<PathBuf>,
 }
@@ -115,6 +118,7 @@ pub fn prefork() {
                 early: Pending::NotAsked,
                 base: Pending::NotAsked,
                 walk_running: false,
+                cgroups_pending: false,
                 etc_private: Vec::new(),
             });
         }
@@ -205,6 +209,23 @@ pub fn build_base_early(root: RootBase) {
     zygote.send_pending();
 }
 
+/// The run's cgroups are being made on a thread: [`enter_namespaces_early`] waits for
+/// [`cgroups_made`].
+pub(crate) fn cgroups_pending() {
+    if let Some(zygote) = PREFORKED.lock().unwrap_or_else(|p| p.into_inner()).as_mut() {
+        zygote.cgroups_pending = true;
+    }
+}
+
+/// The run's cgroups are made (called on their thread): an early start asked for meanwhile
+/// is sent now.
+pub(crate) fn cgroups_made() {
+    if let Some(zygote) = PREFORKED.lock().unwrap_or_else(|p| p.into_inner()).as_mut() {
+        zygote.cgroups_pending = false;
+        zygote.send_pending();
+    }
+}
+
 /// The early walk of `/etc` starts: [`enter_namespaces_early`] waits for [`walk_finished`].
 pub(crate) fn walk_started() {
     if let Some(zygote) = PREFORKED.lock().unwrap_or_else(|p| p.into_inner()).as_mut() {
@@ -252,7 +273,7 @@ impl Zygote {
     /// early start, then the base (which needs the start's mount namespace and the walk's
     /// finds).
     fn send_pending(&mut self) {
-        if self.walk_running {
+        if self.walk_running || self.cgroups_pending {
             return;
         }
         self.send_early();
@@ -477,6 +498,7 @@ mod tests {
             early: Pending::NotAsked,
             base: Pending::NotAsked,
             walk_running: false,
+            cgroups_pending: false,
             etc_private: Vec::new(),
         });
         let shadow = PathBuf::from("/etc/shadow");
