@@ -174,11 +174,6 @@ impl RunCa {
         &self.stored
     }
 
-    /// When it was made (Unix seconds).
-    pub fn made_at(&self) -> i64 {
-        self.stored.made_at
-    }
-
     /// The CA certificate, PEM.
     pub fn certificate_pem(&self) -> &str {
         &self.cert_pem
@@ -295,7 +290,7 @@ mod tests {
         let text = serde_json::to_string(made.stored()).unwrap();
         let back = RunCa::restore(serde_json::from_str(&text).unwrap()).unwrap();
         assert_eq!(back.certificate_pem(), made.certificate_pem());
-        assert_eq!(back.made_at(), made.made_at());
+        assert_eq!(back.stored().made_at(), made.stored().made_at());
         assert_eq!(back.cert_der, made.cert_der);
         leaves_of_pass_openssl_strict_verification(&back);
         let mut bad = made.stored().clone();
