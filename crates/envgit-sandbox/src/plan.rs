@@ -423,20 +423,41 @@ fn masks(input: &PlanInput<'_>, system: &[PathBuf]) -> Vec<PathBuf> {
             }
         });
     }
-    // A symlinked secret is masked where it really lives, too.
+    // What is not there is not masked; a symlinked secret is masked where it really lives,
+    // too.
+    out.retain(|p| p.symlink_metadata().is_ok());
+    let resolved = resolve_all(&out);
+    out.extend(resolved);
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// Where each of `paths` really is, for those whose real path differs (a link, or under one).
+/// Most share a few parents (`~`, `/etc/ssl`): each parent is resolved once, and a path
+/// that is no link itself is its real parent joined with its name (one `lstat`, where a
+/// `realpath` of its own reads every component again).
+fn resolve_all(paths: &[PathBuf]) -> Vec<PathBuf> {
+    let mut parents: std::collections::HashMap<&Path, Option<PathBuf>> =
+        std::collections::HashMap::new();
     let mut resolved = Vec::new();
-    for p in &out {
-        if let Ok(real) = p.canonicalize()
+    for p in paths {
+        let whole = || p.canonicalize().ok();
+        let real = match (p.parent(), p.file_name(), p.symlink_metadata()) {
+            (Some(parent), Some(name), Ok(meta)) if !meta.file_type().is_symlink() => parents
+                .entry(parent)
+                .or_insert_with(|| parent.canonicalize().ok())
+                .as_ref()
+                .map(|real_parent| real_parent.join(name)),
+            _ => whole(),
+        };
+        if let Some(real) = real
             && &real != p
         {
             resolved.push(real);
         }
     }
-    out.extend(resolved);
-    out.sort();
-    out.dedup();
-    out.retain(|p| p.symlink_metadata().is_ok());
-    out
+    resolved
 }
 
 fn walk(dir: &Path, depth_left: usize, skip_hidden: bool, f: &mut dyn FnMut(&Path, bool)) {
@@ -614,6 +635,40 @@ mod tests {
                 "{d:?}"
             );
         }
+    }
+
+    #[test]
+    fn masks_are_resolved_through_links_at_any_component() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        std::fs::create_dir_all(root.join("real/home/.ssh")).unwrap();
+        std::fs::write(root.join("real/home/.ssh/id"), "k").unwrap();
+        std::fs::write(root.join("real/secret"), "s").unwrap();
+        std::os::unix::fs::symlink(root.join("real/home"), root.join("home")).unwrap();
+        std::os::unix::fs::symlink(root.join("real/secret"), root.join("real/home/.env")).unwrap();
+        std::os::unix::fs::symlink(root.join("nowhere"), root.join("real/home/dangling")).unwrap();
+        let paths = [
+            root.join("home/.ssh/id"),           // under a linked parent
+            root.join("home/.env"),              // a link under a linked parent
+            root.join("real/home/.ssh/../.env"), // a `..` in the parent
+            root.join("real/home/.ssh"),         // already real
+            root.join("real/home/dangling"),     // leads nowhere
+            root.join("home"),                   // a link itself
+        ];
+        assert_eq!(
+            resolve_all(&paths),
+            vec![
+                root.join("real/home/.ssh/id"),
+                root.join("real/secret"),
+                root.join("real/secret"),
+                root.join("real/home"),
+            ]
+        );
+        let by_realpath: Vec<PathBuf> = paths
+            .iter()
+            .filter_map(|p| p.canonicalize().ok().filter(|r| r != p))
+            .collect();
+        assert_eq!(resolve_all(&paths), by_realpath);
     }
 
     #[test]
