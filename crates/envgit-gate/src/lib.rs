@@ -139,6 +139,28 @@ impl EventTap {
     }
 }
 
+/// The threads a gate serves on, before it serves anything.
+pub struct GateRuntime(tokio::runtime::Runtime);
+
+impl GateRuntime {
+    pub fn new() -> std::io::Result<GateRuntime> {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("envgit-gate")
+            .enable_all()
+            .build()
+            .map(GateRuntime)
+    }
+
+    /// [`GateRuntime::new`] on a thread of its own, for a caller with other work meanwhile.
+    pub fn build_beside() -> std::io::Result<std::thread::JoinHandle<std::io::Result<GateRuntime>>>
+    {
+        std::thread::Builder::new()
+            .name("envgit-gate-rt".into())
+            .spawn(GateRuntime::new)
+    }
+}
+
 /// A running gate: its own tokio runtime, one unix listener.
 pub struct Gate {
     runtime: Option<tokio::runtime::Runtime>,
@@ -151,6 +173,12 @@ pub struct Gate {
 impl Gate {
     /// Binds the unix socket (mode 0600) and starts serving.
     pub fn start(cfg: GateConfig) -> std::io::Result<Gate> {
+        Self::start_on(GateRuntime::new()?, cfg)
+    }
+
+    /// [`Gate::start`] on a runtime built before (its threads made while the caller did
+    /// something else: [`GateRuntime::build_beside`]).
+    pub fn start_on(runtime: GateRuntime, cfg: GateConfig) -> std::io::Result<Gate> {
         if cfg.token.is_empty() {
             return Err(std::io::Error::new(
                 std::io::ErrorKind::InvalidInput,
@@ -163,11 +191,7 @@ impl Gate {
                 format!("envgit-gate: {why}"),
             ));
         }
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .thread_name("envgit-gate")
-            .enable_all()
-            .build()?;
+        let GateRuntime(runtime) = runtime;
         let events = Arc::new(events::Events::new(cfg.announce));
         let shutdown = Arc::new(tokio::sync::Notify::new());
         let listener = {
