@@ -196,8 +196,19 @@ impl Ctx<'_> {
         entries: Vec<CachedEntry>,
         subdirs: Vec<Subdir>,
     ) -> Result<DirState> {
+        // rayon's pool is made at its first use (a thread per core, and std's read of the
+        // cgroup quota): not for a walk that stays on this thread.
+        if self.stays_here(&subdirs) {
+            return self.walk_from(dir, rel, entries, subdirs);
+        }
         let groups = rayon::current_num_threads().clamp(1, PARALLEL_WALKS);
         self.walk_subdirs_in(dir, rel, entries, subdirs, groups, true)
+    }
+
+    /// Whether `subdirs` are walked on this thread: fewer than two, or a project so small
+    /// (by its last walk) that sharing its walk out costs more than it saves.
+    fn stays_here(&self, subdirs: &[Subdir]) -> bool {
+        subdirs.len() < 2 || (!self.prev.is_empty() && self.prev.len() < PARALLEL_MIN_DIRS)
     }
 
     /// [`Ctx::walk_subdirs`] in at most `groups` parallel groups; with `may_split`, the
@@ -212,8 +223,7 @@ impl Ctx<'_> {
         groups: usize,
         may_split: bool,
     ) -> Result<DirState> {
-        let small = !self.prev.is_empty() && self.prev.len() < PARALLEL_MIN_DIRS;
-        if subdirs.len() < 2 || small {
+        if self.stays_here(&subdirs) {
             return self.walk_from(dir, rel, entries, subdirs);
         }
         // The subtrees in parallel, in at most `groups` groups (each walked sequentially), so
