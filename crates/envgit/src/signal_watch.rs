@@ -1,23 +1,24 @@
-//! A thread that runs a callback each time a signal arrives, until dropped (SIGWINCH for the pty
-//! relay, SIGTERM for `envgit mcp`).
+//! A thread that runs a callback each time one of its signals arrives, until dropped (SIGWINCH
+//! for the pty relay, SIGTERM for `envgit mcp`, SIGTERM and SIGHUP for a step).
 
 use signal_hook::iterator::{Handle, Signals};
 
 pub(crate) struct SignalWatch(Handle);
 
 impl SignalWatch {
+    /// One thread for all of `signals`: `each` is told which one came.
     pub fn start(
-        signal: i32,
+        signals: &[i32],
         name: &str,
-        mut each: impl FnMut() + Send + 'static,
+        mut each: impl FnMut(i32) + Send + 'static,
     ) -> std::io::Result<SignalWatch> {
-        let mut signals = Signals::new([signal])?;
+        let mut signals = Signals::new(signals)?;
         let handle = signals.handle();
         std::thread::Builder::new()
             .name(name.to_owned())
             .spawn(move || {
-                for _ in signals.forever() {
-                    each();
+                for signal in signals.forever() {
+                    each(signal);
                 }
             })?;
         Ok(SignalWatch(handle))

@@ -339,26 +339,28 @@ pub fn run_step(
     Ok(code)
 }
 
-/// Watches for `signals`; the first one kills the sandbox whose PID 1 is `pid` (its whole pid
-/// namespace goes with it) and is kept in `ended_by`.
+/// Watches for `signals` on one thread; the first one kills the sandbox whose PID 1 is `pid`
+/// (its whole pid namespace goes with it) and is kept in `ended_by`.
 fn end_sandbox_on(
     pid: u32,
     ended_by: &Arc<std::sync::atomic::AtomicI32>,
     signals: &[i32],
-) -> Vec<crate::signal_watch::SignalWatch> {
-    signals
-        .iter()
-        .filter_map(|&sig| {
-            let ended_by = Arc::clone(ended_by);
-            crate::signal_watch::SignalWatch::start(sig, "envgit-end-step", move || {
-                ended_by.store(sig, std::sync::atomic::Ordering::SeqCst);
-                if let Some(pid) = rustix::process::Pid::from_raw(pid as i32) {
-                    let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
-                }
-            })
-            .ok()
-        })
-        .collect()
+) -> Option<crate::signal_watch::SignalWatch> {
+    let ended_by = Arc::clone(ended_by);
+    crate::signal_watch::SignalWatch::start(signals, "envgit-end-step", move |sig| {
+        let first = ended_by.compare_exchange(
+            0,
+            sig,
+            std::sync::atomic::Ordering::SeqCst,
+            std::sync::atomic::Ordering::SeqCst,
+        );
+        if first.is_ok()
+            && let Some(pid) = rustix::process::Pid::from_raw(pid as i32)
+        {
+            let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+        }
+    })
+    .ok()
 }
 
 /// Puts protected paths back from `copy` outside the usual path (an error, a signal), saying

@@ -216,9 +216,9 @@ impl PtyRelay {
         let master = master.try_clone()?;
         let terminal = self.terminal();
         let watch = SignalWatch::start(
-            signal_hook::consts::SIGWINCH,
+            &[signal_hook::consts::SIGWINCH],
             "envgit-pty-resize",
-            move || {
+            move |_| {
                 if let Ok(size) = rustix::termios::tcgetwinsize(terminal) {
                     let _ = rustix::termios::tcsetwinsize(&master, size);
                 }

@@ -67,12 +67,16 @@ pub fn run(dir: Option<&Path>, args: &McpArgs) -> CmdResult<ExitCode> {
         // MCP clients stop a server with SIGTERM soon after closing its stdin: end as if stdin
         // had closed, so the last steps are still committed.
         let mut token = Some(running.cancellation_token());
-        let _term = SignalWatch::start(signal_hook::consts::SIGTERM, "envgit-sigterm", move || {
-            // The first one ends the service; later ones are ignored while it winds down.
-            if let Some(t) = token.take() {
-                t.cancel();
-            }
-        })
+        let _term = SignalWatch::start(
+            &[signal_hook::consts::SIGTERM],
+            "envgit-sigterm",
+            move |_| {
+                // The first one ends the service; later ones are ignored while it winds down.
+                if let Some(t) = token.take() {
+                    t.cancel();
+                }
+            },
+        )
         .map_err(|e| Failure::failed(format!("cannot handle SIGTERM: {e}")))?;
         let _ = running.waiting().await;
         handle.shutdown().await;
