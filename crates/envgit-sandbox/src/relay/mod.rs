@@ -194,7 +194,8 @@ impl Relay {
             .collect()
     }
 
-    /// Serves forever: one accept thread per TCP listener, the UDP DNS loop on this thread.
+    /// Serves forever: one accept thread for every TCP listener, the UDP DNS loop on this
+    /// thread.
     pub fn run(self) -> io::Result<Infallible> {
         let Relay {
             shared,
@@ -204,16 +205,22 @@ impl Relay {
             captures,
             forwards,
         } = self;
-        accept_loop(proxy, &shared, proxy::handle)?;
-        accept_loop(dns_tcp, &shared, dns::handle_tcp)?;
+        let mut listeners: Vec<(TcpListener, Handler)> = vec![
+            (proxy, Arc::new(proxy::handle)),
+            (dns_tcp, Arc::new(dns::handle_tcp)),
+        ];
         for listener in captures {
-            accept_loop(listener, &shared, capture::handle_capture)?;
+            listeners.push((listener, Arc::new(capture::handle_capture)));
         }
         for (listener, target) in forwards {
-            accept_loop(listener, &shared, move |stream, shared| {
-                capture::handle_forward(stream, target, shared)
-            })?;
+            listeners.push((
+                listener,
+                Arc::new(move |stream, shared: &Shared| {
+                    capture::handle_forward(stream, target, shared)
+                }),
+            ));
         }
+        accept_loop(listeners, &shared)?;
         dns::serve_udp(&dns_udp, &shared.dns)
     }
 }
@@ -234,37 +241,68 @@ fn bind_dns(port: u16) -> io::Result<(UdpSocket, TcpListener)> {
     Err(last.unwrap_or_else(|| io::Error::other("cannot bind the DNS stub")))
 }
 
-/// Accepts on its own thread; each connection is handled on a thread of its own.
-fn accept_loop<F>(listener: TcpListener, shared: &Arc<Shared>, handle: F) -> io::Result<()>
-where
-    F: Fn(TcpStream, &Shared) -> io::Result<()> + Send + Sync + Clone + 'static,
-{
+/// What a connection accepted on one listener is handed to, on a thread of its own.
+type Handler = Arc<dyn Fn(TcpStream, &Shared) -> io::Result<()> + Send + Sync>;
+
+/// Accepts on every listener from one thread (a thread each cost the sandbox's start ~50 µs
+/// of CPU apiece); each connection is handled on a thread of its own.
+fn accept_loop(listeners: Vec<(TcpListener, Handler)>, shared: &Arc<Shared>) -> io::Result<()> {
+    // Non-blocking: a connection reset between the poll and the accept must not stall the
+    // others. What accept returns blocks as before.
+    for (listener, _) in &listeners {
+        listener.set_nonblocking(true)?;
+    }
     let shared = Arc::clone(shared);
     std::thread::Builder::new()
         .name("envgit-relay-accept".into())
         .spawn(move || {
+            use rustix::event::{PollFd, PollFlags, poll};
             loop {
-                let stream = match listener.accept() {
-                    Ok((stream, _)) => stream,
-                    Err(_) => {
-                        // Out of descriptors and the like: back off instead of spinning.
-                        std::thread::sleep(Duration::from_millis(50));
-                        continue;
-                    }
-                };
-                let shared = Arc::clone(&shared);
-                let handle = handle.clone();
-                // A failed spawn drops the stream, which closes it.
-                let _ = std::thread::Builder::new()
-                    .name("envgit-relay-conn".into())
-                    .stack_size(THREAD_STACK)
-                    .spawn(move || {
-                        if let Some(_slot) = shared.slot() {
-                            let _ = stream.set_nodelay(true);
-                            let _ = handle(stream, &shared);
-                        }
-                    });
+                let mut fds: Vec<PollFd<'_>> = listeners
+                    .iter()
+                    .map(|(l, _)| PollFd::new(l, PollFlags::IN))
+                    .collect();
+                if poll(&mut fds, None).is_err() {
+                    // EINTR; or ENOMEM: back off instead of spinning.
+                    std::thread::sleep(Duration::from_millis(5));
+                    continue;
+                }
+                let ready: Vec<bool> = fds.iter().map(|fd| !fd.revents().is_empty()).collect();
+                drop(fds);
+                for ((listener, handle), _) in listeners.iter().zip(ready).filter(|(_, r)| *r) {
+                    accept_ready(listener, handle, &shared);
+                }
             }
         })?;
     Ok(())
+}
+
+/// Takes every connection waiting on `listener`, each to a thread running `handle`.
+fn accept_ready(listener: &TcpListener, handle: &Handler, shared: &Arc<Shared>) {
+    loop {
+        let stream = match listener.accept() {
+            Ok((stream, _)) => stream,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+            Err(_) => {
+                // Out of descriptors and the like: back off instead of spinning.
+                std::thread::sleep(Duration::from_millis(50));
+                return;
+            }
+        };
+        if stream.set_nonblocking(false).is_err() {
+            continue;
+        }
+        let shared = Arc::clone(shared);
+        let handle = Arc::clone(handle);
+        // A failed spawn drops the stream, which closes it.
+        let _ = std::thread::Builder::new()
+            .name("envgit-relay-conn".into())
+            .stack_size(THREAD_STACK)
+            .spawn(move || {
+                if let Some(_slot) = shared.slot() {
+                    let _ = stream.set_nodelay(true);
+                    let _ = handle(stream, &shared);
+                }
+            });
+    }
 }
