@@ -283,7 +283,7 @@ mod tests {
         let path = dir.join("control.sock");
         let listener = {
             let _enter = rt.enter();
-            crate::socket::bind(&path).unwrap()
+            tokio::net::UnixListener::from_std(crate::socket::bind(&path).unwrap()).unwrap()
         };
         let approvals = Arc::new(Approvals::new(Duration::from_secs(5), None));
         rt.spawn(serve(

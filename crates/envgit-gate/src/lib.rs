@@ -58,6 +58,7 @@ mod reply;
 mod reserved_ports;
 mod resolve;
 mod rules;
+mod serving;
 mod shared;
 mod socket;
 mod splice;
@@ -139,31 +140,10 @@ impl EventTap {
     }
 }
 
-/// The threads a gate serves on, before it serves anything.
-pub struct GateRuntime(tokio::runtime::Runtime);
-
-impl GateRuntime {
-    pub fn new() -> std::io::Result<GateRuntime> {
-        tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .thread_name("envgit-gate")
-            .enable_all()
-            .build()
-            .map(GateRuntime)
-    }
-
-    /// [`GateRuntime::new`] on a thread of its own, for a caller with other work meanwhile.
-    pub fn build_beside() -> std::io::Result<std::thread::JoinHandle<std::io::Result<GateRuntime>>>
-    {
-        std::thread::Builder::new()
-            .name("envgit-gate-rt".into())
-            .spawn(GateRuntime::new)
-    }
-}
-
-/// A running gate: its own tokio runtime, one unix listener.
+/// A running gate: one unix listener (and the control channel's), served by a tokio runtime
+/// of its own from the first connection on ([`serving`]).
 pub struct Gate {
-    runtime: Option<tokio::runtime::Runtime>,
+    serving: serving::Serving,
     shutdown: Arc<tokio::sync::Notify>,
     events: Arc<events::Events>,
     socket_path: PathBuf,
@@ -173,12 +153,6 @@ pub struct Gate {
 impl Gate {
     /// Binds the unix socket (mode 0600) and starts serving.
     pub fn start(cfg: GateConfig) -> std::io::Result<Gate> {
-        Self::start_on(GateRuntime::new()?, cfg)
-    }
-
-    /// [`Gate::start`] on a runtime built before (its threads made while the caller did
-    /// something else: [`GateRuntime::build_beside`]).
-    pub fn start_on(runtime: GateRuntime, cfg: GateConfig) -> std::io::Result<Gate> {
         if cfg.token.is_empty() {
             return Err(std::io::Error::new(
                 std::io::ErrorKind::InvalidInput,
@@ -191,15 +165,11 @@ impl Gate {
                 format!("envgit-gate: {why}"),
             ));
         }
-        let GateRuntime(runtime) = runtime;
         let events = Arc::new(events::Events::new(cfg.announce));
         let shutdown = Arc::new(tokio::sync::Notify::new());
-        let listener = {
-            let _enter = runtime.enter();
-            socket::bind(&cfg.socket_path)?
-        };
-        let mut control = None;
-        let approvals = match cfg.approvals {
+        let listener = socket::bind(&cfg.socket_path)?;
+        let mut control_socket = None;
+        let control = match cfg.approvals {
             Some(a) if a.control_token.is_empty() => {
                 return Err(std::io::Error::new(
                     std::io::ErrorKind::InvalidInput,
@@ -207,20 +177,14 @@ impl Gate {
                 ));
             }
             Some(a) => {
-                let approvals = Arc::new(approvals::Approvals::new(a.timeout, a.approver));
-                let listener = {
-                    let _enter = runtime.enter();
-                    socket::bind(&a.control_socket)?
-                };
-                runtime.spawn(control::serve(
+                let listener = socket::bind(&a.control_socket)?;
+                control_socket = Some(a.control_socket);
+                Some(serving::ControlWork {
                     listener,
-                    Arc::clone(&approvals),
-                    Arc::new(a.label),
-                    Arc::new(a.control_token),
-                    Arc::clone(&shutdown),
-                ));
-                control = Some(a.control_socket);
-                Some(approvals)
+                    approvals: Arc::new(approvals::Approvals::new(a.timeout, a.approver)),
+                    label: Arc::new(a.label),
+                    token: Arc::new(a.control_token),
+                })
             }
             None => None,
         };
@@ -231,18 +195,39 @@ impl Gate {
             ca: cfg.ca,
             resolve: cfg.resolve,
             upstream_trust: upstream_tls::UpstreamTrust::new(cfg.upstream_ca_pem),
-            approvals,
+            approvals: control.as_ref().map(|c| Arc::clone(&c.approvals)),
             credentials: cfg.credentials,
             reserved_ports: cfg.reserved_ports,
         });
-        runtime.spawn(listener::serve(listener, shared, Arc::clone(&shutdown)));
+        let serving = serving::Serving::start(serving::Work {
+            listener,
+            shared,
+            control,
+            shutdown: Arc::clone(&shutdown),
+        });
+        let serving = match serving {
+            Ok(serving) => serving,
+            Err(e) => {
+                let _ = std::fs::remove_file(&cfg.socket_path);
+                if let Some(control) = &control_socket {
+                    let _ = std::fs::remove_file(control);
+                }
+                return Err(e);
+            }
+        };
         Ok(Gate {
-            runtime: Some(runtime),
+            serving,
             shutdown,
             events,
             socket_path: cfg.socket_path,
-            control_socket: control,
+            control_socket,
         })
+    }
+
+    /// Whether a connection has come (and a runtime serves the gate since): a gate nobody
+    /// connected to stops at once.
+    pub fn is_serving(&self) -> bool {
+        self.serving.is_serving()
     }
 
     /// Everything recorded since the last call, in the order connections and requests
@@ -267,9 +252,7 @@ impl Gate {
 
     fn shutdown_now(&mut self) {
         self.shutdown.notify_one();
-        if let Some(rt) = self.runtime.take() {
-            rt.shutdown_timeout(Duration::from_millis(200));
-        }
+        self.serving.stop(Duration::from_millis(200));
         let _ = std::fs::remove_file(&self.socket_path);
         if let Some(control) = &self.control_socket {
             let _ = std::fs::remove_file(control);

@@ -3,14 +3,14 @@
 
 use std::io;
 use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::UnixListener;
 use std::path::Path;
 
-use tokio::net::UnixListener;
-
-/// Binds `path`, readable and writable by its owner only.
+/// Binds `path`, readable and writable by its owner only; non-blocking, for a runtime to
+/// take over ([`tokio::net::UnixListener::from_std`]).
 pub(crate) fn bind(path: &Path) -> io::Result<UnixListener> {
-    let listener = std::os::unix::net::UnixListener::bind(path)?;
+    let listener = UnixListener::bind(path)?;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
     listener.set_nonblocking(true)?;
-    UnixListener::from_std(listener)
+    Ok(listener)
 }

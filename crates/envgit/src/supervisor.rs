@@ -88,15 +88,11 @@ pub fn run_step(
             let base = run_as.root_base(&project.root, step_dir.staging(), &trust.files, &exe);
             let system = base.system.clone();
             envgit_sandbox::build_base_early(base);
-            // The gate's threads are made while the store opens (a failure to make them is
-            // said where the gate starts).
-            let gate_runtime = envgit_gate::GateRuntime::build_beside().ok();
             Some(EarlyRun {
                 step_dir,
                 run_as,
                 system,
                 trust,
-                gate_runtime,
             })
         }
     };
@@ -612,8 +608,6 @@ pub(crate) struct EarlyRun {
     system: Vec<PathBuf>,
     /// The CA and trust files, which the early base mounts.
     trust: crate::step_ca::StepTrust,
-    /// The gate's runtime, being built.
-    gate_runtime: Option<std::thread::JoinHandle<std::io::Result<envgit_gate::GateRuntime>>>,
 }
 
 /// The project's secrets to mask and files hard-linked outside it, for the sandbox's plan.
@@ -657,18 +651,16 @@ pub(crate) fn run_sandboxed(
     // another user owns), its home and the home's overlay. The gate's sockets and the trust
     // files live in a private directory the sandbox never sees, on tmpfs where there is one
     // (see `step_dirs`).
-    let (run_as, step_dir, system, trust, gate_runtime) = match extras.early {
+    let (run_as, step_dir, system, trust) = match extras.early {
         Some(EarlyRun {
             step_dir,
             run_as,
             system,
             trust,
-            gate_runtime,
-        }) => (run_as, step_dir, Some(system), Some(trust), gate_runtime),
+        }) => (run_as, step_dir, Some(system), Some(trust)),
         None => (
             RunAs::decide(&project.root, state, homes(uid))?,
             StepDir::make(uid)?,
-            None,
             None,
             None,
         ),
@@ -703,43 +695,34 @@ pub(crate) fn run_sandboxed(
             let _ = tx.send(n.clone());
         }
     }
-    let gate_runtime = match gate_runtime.map(std::thread::JoinHandle::join) {
-        Some(Ok(Ok(built))) => Ok(built),
-        Some(Ok(Err(e))) => Err(e),
-        None | Some(Err(_)) => envgit_gate::GateRuntime::new(),
-    }
-    .map_err(|e| Failure::failed(format!("cannot start the gate: {e}")))?;
-    let gate = Gate::start_on(
-        gate_runtime,
-        GateConfig {
-            socket_path: socket_path.clone(),
-            token: token.clone(),
-            policy: Arc::new(project.policy.clone()),
-            announce: Some(Box::new(|e: &GateEvent| {
-                // Once per host and rule per step, at once; the repeats are counted when the
-                // step's events become its records (`requests_of`).
-                let rule = e.rule.as_deref().unwrap_or("gate");
-                let first = ANNOUNCED
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .insert((e.host.clone(), rule.to_owned()));
-                if first {
-                    output::error(&refusal_line(e));
-                }
-            })),
-            ca,
-            resolve: upstreams.resolve.clone(),
-            upstream_ca_pem: upstreams.extra_ca_pem.clone(),
-            approvals: crate::approvers::approval_config(
-                project,
-                gate_dir,
-                pty.as_ref()
-                    .filter(|p| project.policy.approvers.terminal && p.can_ask()),
-            )?,
-            credentials,
-            reserved_ports: Some(crate::ui::port_registry::dir()?),
-        },
-    )
+    let gate = Gate::start(GateConfig {
+        socket_path: socket_path.clone(),
+        token: token.clone(),
+        policy: Arc::new(project.policy.clone()),
+        announce: Some(Box::new(|e: &GateEvent| {
+            // Once per host and rule per step, at once; the repeats are counted when the
+            // step's events become its records (`requests_of`).
+            let rule = e.rule.as_deref().unwrap_or("gate");
+            let first = ANNOUNCED
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert((e.host.clone(), rule.to_owned()));
+            if first {
+                output::error(&refusal_line(e));
+            }
+        })),
+        ca,
+        resolve: upstreams.resolve.clone(),
+        upstream_ca_pem: upstreams.extra_ca_pem.clone(),
+        approvals: crate::approvers::approval_config(
+            project,
+            gate_dir,
+            pty.as_ref()
+                .filter(|p| project.policy.approvers.terminal && p.can_ask()),
+        )?,
+        credentials,
+        reserved_ports: Some(crate::ui::port_registry::dir()?),
+    })
     .map_err(|e| Failure::failed(format!("cannot start the gate: {e}")))?;
     crate::timings::mark("gate start");
     if let Some(tap) = &extras.tap {
@@ -898,7 +881,8 @@ pub(crate) fn run_sandboxed(
 
 /// A run's gate being stopped on a thread of its own (its runtime's threads joined: 0.2–0.3 ms),
 /// then its step directory removed, while the caller goes on with the step's end (the git
-/// layer's import). [`GateStop::events`] waits for it; a drop waits too.
+/// layer's import). [`GateStop::events`] waits for it; a drop waits too. A gate the step never
+/// connected to has no runtime, and is stopped at once.
 pub(crate) enum GateStop {
     Stopping(Option<std::thread::JoinHandle<Vec<GateEvent>>>),
     /// No thread could start: stopped here.
@@ -912,6 +896,10 @@ impl GateStop {
             drop(step_dir);
             events
         };
+        // A gate nobody connected to has no runtime to join: it stops here, at once.
+        if !gate.is_serving() {
+            return GateStop::Stopped(stop(gate, step_dir));
+        }
         // Taken by the thread, or here when none starts.
         let slot = Arc::new(std::sync::Mutex::new(Some((gate, step_dir))));
         let theirs = Arc::clone(&slot);
