@@ -180,16 +180,20 @@ pub fn run_step(
     });
     let (before, walked, _) = scanned?;
     // The plan's facts come from the scan just made; they are gathered on a thread while the
-    // step is begun and the run set up (`run_sandboxed` joins it before its plan).
+    // step is begun and the run set up (`run_sandboxed` waits for them before its plan). The
+    // same thread then reads the host's PATH directories (~0.5 ms when one of them is the
+    // project's), needed only before the command starts.
     let shadows_slot = std::sync::Mutex::new(None);
     let (ran, mut step, git, protected, copy, notes_rx) = std::thread::scope(|s| {
         let store_dir = store.dir().to_path_buf();
         let tree = live.tree();
         let vouch = feed.as_ref().and_then(|f| f.listing_vouch());
-        let facts = std::thread::Builder::new()
+        let (facts_tx, facts) = std::sync::mpsc::channel();
+        let reading_path = std::thread::Builder::new()
             .name("envgit-facts".into())
             .spawn_scoped(s, move || {
-                crate::project_facts::of(project, &store_dir, tree, vouch)
+                let _ = facts_tx.send(crate::project_facts::of(project, &store_dir, tree, vouch));
+                crate::path_shadow::PathShadows::of_project(project, cwd)
             })
             .map_err(|e| Failure::failed(format!("cannot start a thread: {e}")))?;
         // The user's edits since the last step are theirs, not this command's.
@@ -200,14 +204,6 @@ pub fn run_step(
             .parts()
             .ok_or_else(|| Failure::failed("the protected copy was taken twice".to_string()))?;
         crate::timings::mark("git layer, protected copy");
-        // Read beside the run's set-up (listing the host's PATH directories is ~0.5 ms when
-        // one of them is the project's); done before the command starts.
-        let reading_path = std::thread::Builder::new()
-            .name("envgit-path".into())
-            .spawn_scoped(s, || {
-                crate::path_shadow::PathShadows::of_project(project, cwd)
-            })
-            .map_err(|e| Failure::failed(format!("cannot start a thread: {e}")))?;
         let shadows_read = &shadows_slot;
         step.guard()
             .describe(&argv, Some(&cwd.display().to_string()))?;
@@ -303,12 +299,14 @@ pub fn run_step(
         draft,
     );
     crate::timings::mark("finish step (import, snapshot, commit)");
-    // The protected copy and the git layer (its last import) go to the store's trash each on
-    // a thread while the stat index is saved; a later step empties the trash. Both are over
-    // before this returns, whatever happened.
+    // The git layer (its last import) and the protected copy go to the store's trash on a
+    // thread while the stat index is saved (the copy's is one rename: no thread of its own);
+    // a later step empties the trash. Both are over before this returns, whatever happened.
     let saved = std::thread::scope(|s| {
-        let removing_copy = s.spawn(|| copy.discard());
-        let removing_layer = s.spawn(|| crate::git_layer::finish(git));
+        let removing = s.spawn(|| {
+            crate::git_layer::finish(git);
+            copy.discard();
+        });
         let saved = committed.map(drop).and_then(|()| {
             drop(step);
             live.tree().save_index(&store)?;
@@ -318,10 +316,8 @@ pub fn run_step(
             CmdResult::Ok(())
         });
         crate::timings::mark("save stat index");
-        for removing in [removing_copy, removing_layer] {
-            if let Err(panic) = removing.join() {
-                std::panic::resume_unwind(panic);
-            }
+        if let Err(panic) = removing.join() {
+            std::panic::resume_unwind(panic);
         }
         crate::timings::mark("protected copy, git layer removed");
         saved
@@ -554,7 +550,7 @@ pub(crate) struct RunExtras<'scope> {
     pub git: Option<Arc<envgit_store::GitLayer>>,
     /// The project's secrets and hard-linked files, from a scan just made; else from the stat
     /// cache (`project_facts`).
-    pub facts: Option<Facts<'scope>>,
+    pub facts: Option<Facts>,
     /// Called just before the command starts, after the whole set-up: `envgit run` waits there
     /// for its protected copy to be on disk (its sync ran beside the set-up) and marks its step
     /// as begun.
@@ -611,10 +607,10 @@ pub(crate) struct EarlyRun {
 }
 
 /// The project's secrets to mask and files hard-linked outside it, for the sandbox's plan.
-pub(crate) enum Facts<'scope> {
+pub(crate) enum Facts {
     Known(envgit_sandbox::plan::ProjectFacts),
-    /// Being gathered on a thread of the caller's scope.
-    Pending(std::thread::ScopedJoinHandle<'scope, CmdResult<envgit_sandbox::plan::ProjectFacts>>),
+    /// Being gathered on a thread of the caller's, which sends them.
+    Pending(std::sync::mpsc::Receiver<CmdResult<envgit_sandbox::plan::ProjectFacts>>),
 }
 
 /// Runs `argv` in the sandbox behind a gate of its own; `state` is the project's store
@@ -739,9 +735,9 @@ pub(crate) fn run_sandboxed(
     };
     let exe = own_binary()?;
     let facts = match extras.facts {
-        Some(Facts::Pending(gathering)) => gathering
-            .join()
-            .unwrap_or_else(|panic| std::panic::resume_unwind(panic))?,
+        Some(Facts::Pending(gathering)) => gathering.recv().map_err(|_| {
+            Failure::failed("the thread gathering the project's facts ended without them")
+        })??,
         Some(Facts::Known(facts)) => facts,
         None => crate::project_facts::from_cache(project, &envgit_store::Store::open(state)?)?,
     };
