@@ -126,6 +126,10 @@ http {{
   server {{
     listen 127.0.0.1:{port};
     location ~ ^/git(/.*)$ {{
+      # The client half-closes once it has sent a case; nginx takes that for an abort and
+      # drops a push git-http-backend has not finished (seen on a loaded CI machine): the
+      # pipelined push's effect must not depend on that race.
+      fastcgi_ignore_client_abort on;
       fastcgi_pass unix:{sock};
       fastcgi_param SCRIPT_FILENAME /usr/lib/git-core/git-http-backend;
       fastcgi_param GIT_PROJECT_ROOT {root};
