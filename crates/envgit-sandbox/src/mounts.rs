@@ -306,23 +306,37 @@ fn overlay(root: &Path, root_fd: &OwnedFd, o: &crate::spec::Overlay) -> R {
         return Ok(());
     }
     let target = target_dir(root, root_fd, &o.path)?;
-    let opts = format!(
-        "lowerdir={},upperdir={},workdir={},userxattr",
-        escape_overlay_path(&o.path)?,
-        escape_overlay_path(&o.upper)?,
-        escape_overlay_path(&o.work)?,
-    );
-    let opts = ctx(CString::new(opts), || "overlay options".into())?;
-    ctx(
-        rustix::mount::mount(
+    let mount = |shared: Option<&PathBuf>| -> R<Result<(), rustix::io::Errno>> {
+        // The first lower layer is the uppermost.
+        let lower = match shared {
+            Some(shared) => format!(
+                "{}:{}",
+                escape_overlay_path(shared)?,
+                escape_overlay_path(&o.path)?
+            ),
+            None => escape_overlay_path(&o.path)?,
+        };
+        let opts = format!(
+            "lowerdir={lower},upperdir={},workdir={},userxattr",
+            escape_overlay_path(&o.upper)?,
+            escape_overlay_path(&o.work)?,
+        );
+        let opts = ctx(CString::new(opts), || "overlay options".into())?;
+        Ok(rustix::mount::mount(
             "overlay",
             fd_path(&target).as_str(),
             "overlay",
             MountFlags::NOSUID | MountFlags::NODEV,
             opts.as_c_str(),
-        ),
-        || format!("overlay on {}", o.path.display()),
-    )
+        ))
+    };
+    let mounted = match mount(o.shared.as_ref())? {
+        // The shared layer lies inside `path` by a way the host side did not see (a bind
+        // mount): overlayfs refuses nested lower layers. Without it the view is only older.
+        Err(rustix::io::Errno::LOOP) if o.shared.is_some() => mount(None)?,
+        other => other,
+    };
+    ctx(mounted, || format!("overlay on {}", o.path.display()))
 }
 
 /// A path as overlayfs's option string needs it: `,` separates options and `:` lower

@@ -123,6 +123,7 @@ pub fn home_overlay(homes: &[PathBuf], overlay: Option<&(PathBuf, PathBuf)>) -> 
         upper: upper.clone(),
         work: work.clone(),
         fresh: false,
+        shared: None,
     })
 }
 

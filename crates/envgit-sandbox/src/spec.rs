@@ -109,6 +109,11 @@ pub struct Overlay {
     /// home of a project owner who has none of their own on this host).
     #[serde(default)]
     pub fresh: bool,
+    /// A layer between `path` and `upper`, read-only: the upper directory another sandbox of
+    /// the project has mounted the home over, shown to a sandbox started beside it through an
+    /// upper of its own (two mounts may not share an upper directory).
+    #[serde(default)]
+    pub shared: Option<PathBuf>,
 }
 
 /// The relay's configuration, as the sandbox process receives it.

@@ -84,7 +84,7 @@ pub use guard::{
     remove_planted_git_links, top_name as protected_top_name,
 };
 pub use id::{ObjectId, ObjectKind};
-pub use lock::StepGuard;
+pub use lock::{Flock, StepGuard};
 pub use memory_backend::MemoryBackend;
 pub use pack_backend::PackBackend;
 pub use protect::put_back;
@@ -100,7 +100,10 @@ pub use step::{
     is_git_path, now_ms, project_first,
 };
 pub use store::{Store, envgit_home, store_dir_for};
-pub use trash::{empty as empty_trash, empty_in_background as empty_trash_in_background};
+pub use trash::{
+    discard as discard_to_trash, empty as empty_trash,
+    empty_in_background as empty_trash_in_background,
+};
 pub use tree::{EntryKind, MarkerReason, Tree, TreeEntry};
 pub use watch::{LiveTree, SnapshotMode};
 pub use worktree::{

@@ -40,6 +40,7 @@ pub(crate) fn overlay(layer: &GitLayer) -> envgit_sandbox::spec::Overlay {
         upper: layer.upper(),
         work: layer.work(),
         fresh: false,
+        shared: None,
     }
 }
 

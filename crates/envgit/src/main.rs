@@ -7,6 +7,7 @@ mod commands;
 mod demo;
 mod failure;
 mod git_layer;
+mod home_claim;
 mod host_loads;
 mod leave_to_exit;
 mod mcp;

@@ -25,6 +25,7 @@ use envgit_sandbox::spec::RootBase;
 use envgit_store::{StepKind, Store, WorkTree};
 
 use crate::failure::{CmdResult, Failure};
+use crate::home_claim::HomeClaim;
 use crate::output;
 use crate::runtime::private_dir;
 
@@ -99,6 +100,11 @@ pub(crate) struct RunAs {
     pub homes: Vec<PathBuf>,
     /// `(upper, work)` of the home's overlay.
     pub home_overlay: Option<(PathBuf, PathBuf)>,
+    /// The project's shared upper, read-only under `home_overlay`'s, when another sandbox
+    /// of the project holds it ([`HomeClaim`]).
+    home_shared: Option<PathBuf>,
+    /// Which upper this run holds, until it ends.
+    pub home_claim: Option<HomeClaim>,
     /// The home has no host directory under it (see [`envgit_sandbox::spec::Overlay`]).
     fresh_home: bool,
     /// Variables set inside: `HOME`, `USER`, `LOGNAME` (and `RUSTUP_HOME`) of the owner.
@@ -137,6 +143,7 @@ impl RunAs {
             home: envgit_sandbox::plan::home_overlay(&self.homes, self.home_overlay.as_ref()).map(
                 |home| envgit_sandbox::spec::Overlay {
                     fresh: self.fresh_home,
+                    shared: self.home_shared.clone(),
                     ..home
                 },
             ),
@@ -154,15 +161,19 @@ impl RunAs {
     }
 
     fn invoker(state: &Path, homes: Vec<PathBuf>) -> CmdResult<Self> {
-        let home_overlay = match homes.first() {
-            Some(_) => {
+        let (home_overlay, home_shared, home_claim) = match homes.first() {
+            Some(home) => {
                 let base = state.join("home");
-                let (upper, work) = (base.join("upper"), base.join("work"));
-                private_dir(&upper)?;
-                private_dir(&work)?;
-                Some((upper, work))
+                private_dir(&base.join("upper"))?;
+                private_dir(&base.join("work"))?;
+                let (claim, layers) = HomeClaim::take(state, &base, home, private_dir)?;
+                (
+                    Some((layers.upper, layers.work)),
+                    layers.shared,
+                    Some(claim),
+                )
             }
-            None => None,
+            None => (None, None, None),
         };
         let (uid, gid) = own_ids();
         Ok(Self {
@@ -170,6 +181,8 @@ impl RunAs {
             gid,
             homes,
             home_overlay,
+            home_shared,
+            home_claim,
             fresh_home: false,
             env: Vec::new(),
             note: None,
@@ -189,13 +202,21 @@ impl RunAs {
             h != Path::new("/")
                 && std::fs::symlink_metadata(h).is_ok_and(|m| m.is_dir() && m.uid() == uid)
         });
-        let (home, overlay, fresh) = match own_home {
+        let (home, overlay, fresh, shared, claim) = match own_home {
             Some(h) => {
-                let (upper, work) = (base.join("upper"), base.join("work"));
-                owned_dir(&upper, uid, gid)?;
-                owned_dir(&work, uid, gid)?;
-                (h.canonicalize().unwrap_or(h), (upper, work), false)
+                owned_dir(&base.join("upper"), uid, gid)?;
+                owned_dir(&base.join("work"), uid, gid)?;
+                let (claim, layers) =
+                    HomeClaim::take(state, &base, &h, |p| owned_dir(p, uid, gid))?;
+                (
+                    h.canonicalize().unwrap_or(h),
+                    (layers.upper, layers.work),
+                    false,
+                    layers.shared,
+                    Some(claim),
+                )
             }
+            // Bound at its path, not an overlay: sandboxes side by side may share it.
             None => {
                 let dir = base.join("home");
                 owned_dir(&dir, uid, gid)?;
@@ -203,6 +224,8 @@ impl RunAs {
                     PathBuf::from(format!("/home/envgit-{uid}")),
                     (dir.clone(), dir),
                     true,
+                    None,
+                    None,
                 )
             }
         };
@@ -231,6 +254,8 @@ impl RunAs {
             gid,
             homes: vec![home],
             home_overlay: Some(overlay),
+            home_shared: shared,
+            home_claim: claim,
             fresh_home: fresh,
             env,
             note: Some(note),
@@ -244,6 +269,7 @@ impl RunAs {
     pub(crate) fn fit(&self, spec: &mut Spec, runtime: &Path) -> CmdResult<()> {
         if let Some(h) = spec.home.as_mut() {
             h.fresh = self.fresh_home;
+            h.shared = self.home_shared.clone();
         }
         if self.note.is_none() {
             return Ok(());

@@ -16,6 +16,7 @@ use envgit_store::{
 };
 
 use crate::failure::{CmdResult, Failure};
+use crate::home_claim::HomeClaim;
 use crate::output;
 use crate::owner::RunAs;
 use crate::project::Project;
@@ -806,8 +807,11 @@ pub(crate) fn run_sandboxed(
         spec.terminal_stdio = pty.stdio();
     }
     run_as.fit(&mut spec, step_dirs)?;
-    if let (Some(tx), Some(note)) = (&extras.step_notes, &run_as.note) {
-        let _ = tx.send(note.clone());
+    if let Some(tx) = &extras.step_notes {
+        let home = run_as.home_claim.as_ref().and_then(HomeClaim::note);
+        for note in run_as.note.iter().cloned().chain(home) {
+            let _ = tx.send(note);
+        }
     }
     if let Some(wait) = extras.before_start {
         wait()?;
