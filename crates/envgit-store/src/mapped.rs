@@ -5,7 +5,7 @@
 //! cache are mapped as they are, 16 to a fault.
 //!
 //! Only for files the store replaces whole by a rename and never writes or truncates in place
-//! (`stat.cache`, `stat.tail`, `objects.table`): a mapping keeps the inode it was made from,
+//! (`stat.cache`, `stat.tail`, `objects.table`, `steps.table`): a mapping keeps the inode it was made from,
 //! so a writer's new file never changes bytes under a reader. The store's directory is its
 //! user's alone and hidden from every sandbox.
 

@@ -3,7 +3,10 @@
 //! every record of the history at each start cost ~2.4 µs a step (a 1,000-step project:
 //! 2.4 ms of every `envgit run`, growing with every command). Reading every record's bytes
 //! still cost ~1.2 µs a step (a 1,380-step project: 1.7 ms of every open), so the records the
-//! steps table ([`crate::steps_table`]) names stay in the journal until asked for.
+//! steps table ([`crate::steps_table`]) names stay in the journal until asked for; and making
+//! a record per tabled step at every open still grew with the history (~0.3 ms of a step at
+//! 5,200 steps, in page faults), so those are read from the table's mapped bytes, by
+//! position, and only a step asked for is decoded and kept.
 //!
 //! A record's number is read from the start of its bytes (`{"number":N,`, how `encode_step`
 //! writes it); a record that does not start so is decoded at once, so damage there is reported
@@ -14,7 +17,7 @@
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, OnceLock};
+use std::sync::OnceLock;
 
 use crate::backend::{ObjectBackend, Untabled};
 use crate::error::{IoContext, Result, StoreError};
@@ -27,8 +30,6 @@ use crate::steps_table::{self, TableEntry};
 enum Bytes {
     /// Read with the journal's frames.
     Held(Box<[u8]>),
-    /// In the journal `file` (at `path`), in the frame at the record's `start`.
-    InJournal(Arc<(File, PathBuf)>),
     /// None: a record this process wrote, decoded from the start.
     Written,
 }
@@ -41,8 +42,7 @@ pub struct StepRecord {
     /// How many bytes its payload is.
     len: u32,
     bytes: Bytes,
-    /// Boxed: a `Step` is hundreds of bytes, and a record per step of the history is made at
-    /// every open; inline, their memory's page faults cost more than the table's read.
+    /// Boxed: a `Step` is hundreds of bytes, and most records are never decoded.
     decoded: OnceLock<Box<Step>>,
 }
 
@@ -106,29 +106,12 @@ impl StepRecord {
         }
     }
 
-    /// Its step decoded from `raw`, which must be the step its number says.
-    fn decode_checked(&self, raw: &[u8]) -> Result<Step> {
-        let step = decode(raw, self.start)?;
-        if step.number != self.number {
-            return Err(StoreError::corrupt(format!(
-                "journal step record at byte {}: its number is {} and {}",
-                self.start, self.number, step.number
-            )));
-        }
-        Ok(step)
-    }
-
     pub(crate) fn get(&self) -> Result<&Step> {
         if let Some(step) = self.decoded.get() {
             return Ok(step.as_ref());
         }
         let step = match &self.bytes {
-            Bytes::Held(raw) => self.decode_checked(raw)?,
-            Bytes::InJournal(journal) => {
-                let (file, path) = journal.as_ref();
-                let raw = journal::read_step_frame(file, path, self.start, self.len)?;
-                self.decode_checked(&raw)?
-            }
+            Bytes::Held(raw) => decode_checked(&self.entry(), raw)?,
             Bytes::Written => {
                 return Err(StoreError::corrupt(format!(
                     "journal step record at byte {} has no bytes",
@@ -140,88 +123,168 @@ impl StepRecord {
     }
 }
 
+/// A step decoded from `raw`, which must be the step `entry`'s number says.
+fn decode_checked(entry: &TableEntry, raw: &[u8]) -> Result<Step> {
+    let step = decode(raw, entry.start)?;
+    if step.number != entry.number {
+        return Err(StoreError::corrupt(format!(
+            "journal step record at byte {}: its number is {} and {}",
+            entry.start, entry.number, step.number
+        )));
+    }
+    Ok(step)
+}
+
+/// The records the steps table holds: still in the journal, each read and decoded the first
+/// time it is asked for.
+struct Tabled {
+    entries: steps_table::Entries,
+    /// The journal `file` (at `path`) as the table was opened against it.
+    journal: (File, PathBuf),
+    /// One slot per entry, made at the first decode (most opens decode none of these).
+    decoded: OnceLock<Box<[OnceLock<Box<Step>>]>>,
+}
+
+impl Tabled {
+    fn slots(&self) -> &[OnceLock<Box<Step>>] {
+        self.decoded
+            .get_or_init(|| (0..self.entries.len()).map(|_| OnceLock::new()).collect())
+    }
+
+    fn entry(&self, i: usize) -> Result<TableEntry> {
+        self.entries
+            .get(i)
+            .ok_or_else(|| StoreError::corrupt(format!("steps table: no entry {i}")))
+    }
+
+    fn decoded(&self, i: usize) -> Option<&Step> {
+        self.decoded.get()?.get(i)?.get().map(AsRef::as_ref)
+    }
+
+    fn get(&self, i: usize) -> Result<&Step> {
+        if let Some(step) = self.decoded(i) {
+            return Ok(step);
+        }
+        let e = self.entry(i)?;
+        let (file, path) = &self.journal;
+        let raw = journal::read_step_frame(file, path, e.start, e.len)?;
+        let step = decode_checked(&e, &raw)?;
+        let slot = self
+            .slots()
+            .get(i)
+            .ok_or_else(|| StoreError::corrupt(format!("steps table: no entry {i}")))?;
+        Ok(slot.get_or_init(|| Box::new(step)).as_ref())
+    }
+
+    /// Every step, oldest first: the frames not yet decoded read with one read, not one each.
+    fn all(&self) -> Result<Vec<Step>> {
+        let n = self.entries.len();
+        let (Some(first), Some(last)) = (self.entries.get(0), self.entries.get(n.wrapping_sub(1)))
+        else {
+            return Ok(Vec::new());
+        };
+        let (file, path) = &self.journal;
+        let end = last.start + journal::frame_len(last.len);
+        let mut bytes = vec![0u8; usize::try_from(end - first.start).unwrap_or(0)];
+        std::os::unix::fs::FileExt::read_exact_at(file, &mut bytes, first.start).at(path)?;
+        self.entries
+            .iter()
+            .enumerate()
+            .map(|(i, e)| {
+                if let Some(step) = self.decoded(i) {
+                    return Ok(step.clone());
+                }
+                let at = usize::try_from(e.start - first.start).unwrap_or(usize::MAX);
+                let frame = at
+                    .checked_add(usize::try_from(journal::frame_len(e.len)).unwrap_or(0))
+                    .and_then(|end| bytes.get(at..end))
+                    .unwrap_or_default();
+                decode_checked(&e, journal::step_payload(frame, path, e.start)?)
+            })
+            .collect()
+    }
+}
+
 /// Records at or after this many beyond what the steps table holds write a new table at the
 /// next commit: an open reads at most this many records' bytes, ~60 KB.
 const TABLE_AFTER: usize = 64;
 
 #[derive(Default)]
 pub(crate) struct StepLog {
+    /// The oldest records, as the steps table the store was opened through holds them.
+    tabled: Option<Tabled>,
+    /// The records after those.
     records: Vec<StepRecord>,
     /// Every step, decoded, for those who want them all as one slice.
     all: OnceLock<Vec<Step>>,
     /// How many of the first records the steps table on disk holds.
-    tabled: usize,
+    on_disk: usize,
 }
 
 impl StepLog {
+    fn tabled_len(&self) -> usize {
+        self.tabled.as_ref().map_or(0, |t| t.entries.len())
+    }
+
     pub(crate) fn len(&self) -> usize {
-        self.records.len()
+        self.tabled_len() + self.records.len()
     }
 
     /// The newest step (always decoded).
     pub(crate) fn head(&self) -> Option<&Step> {
-        self.records
-            .last()
-            .and_then(|r| r.decoded.get())
-            .map(AsRef::as_ref)
+        match self.records.last() {
+            Some(r) => r.decoded.get().map(AsRef::as_ref),
+            None => self
+                .tabled
+                .as_ref()
+                .and_then(|t| t.decoded(t.entries.len().checked_sub(1)?)),
+        }
     }
 
     /// The step numbered `number`: where it is when numbers follow positions, as they do,
     /// else found by its number.
     pub(crate) fn by_number(&self, number: u64) -> Option<Result<&Step>> {
         let at = usize::try_from(number.checked_sub(1)?).ok()?;
-        let record = match self.records.get(at) {
-            Some(r) if r.number() == number => r,
-            _ => self.records.iter().find(|r| r.number() == number)?,
-        };
+        let tabled = self.tabled_len();
+        if let Some(t) = &self.tabled
+            && t.entries.get(at).is_some_and(|e| e.number == number)
+        {
+            return Some(t.get(at));
+        }
+        if let Some(r) = at.checked_sub(tabled).and_then(|i| self.records.get(i))
+            && r.number() == number
+        {
+            return Some(r.get());
+        }
+        if let Some(t) = &self.tabled
+            && let Some(i) = t.entries.iter().position(|e| e.number == number)
+        {
+            return Some(t.get(i));
+        }
+        let record = self.records.iter().find(|r| r.number() == number)?;
         Some(record.get())
     }
 
     /// Steps from the newest back.
     pub(crate) fn newest_first(&self) -> impl Iterator<Item = Result<&Step>> {
-        self.records.iter().rev().map(StepRecord::get)
+        let tabled = self
+            .tabled
+            .iter()
+            .flat_map(|t| (0..t.entries.len()).rev().map(|i| t.get(i)));
+        self.records.iter().rev().map(StepRecord::get).chain(tabled)
     }
 
     pub(crate) fn all(&self) -> Result<&[Step]> {
         if let Some(all) = self.all.get() {
             return Ok(all);
         }
-        // The records still in the journal are read with one read, not one each.
-        let in_journal = self
-            .records
-            .iter()
-            .filter(|r| r.decoded.get().is_none())
-            .filter_map(|r| match &r.bytes {
-                Bytes::InJournal(j) => Some((r, j)),
-                _ => None,
-            });
-        let span = in_journal.clone().next().zip(in_journal.last());
-        let read = match span {
-            Some(((first, journal), (last, _))) => {
-                let (file, path) = journal.as_ref();
-                let end = last.start + journal::frame_len(last.len);
-                let mut bytes = vec![0u8; usize::try_from(end - first.start).unwrap_or(0)];
-                std::os::unix::fs::FileExt::read_exact_at(file, &mut bytes, first.start)
-                    .at(path)?;
-                Some((first.start, bytes, path.as_path()))
-            }
-            None => None,
+        let mut steps = match &self.tabled {
+            Some(t) => t.all()?,
+            None => Vec::with_capacity(self.records.len()),
         };
-        let steps = self
-            .records
-            .iter()
-            .map(|r| match (&r.bytes, r.decoded.get(), &read) {
-                (Bytes::InJournal(_), None, Some((from, bytes, path))) => {
-                    let at = usize::try_from(r.start - from).unwrap_or(usize::MAX);
-                    let frame = at
-                        .checked_add(usize::try_from(journal::frame_len(r.len)).unwrap_or(0))
-                        .and_then(|end| bytes.get(at..end))
-                        .unwrap_or_default();
-                    r.decode_checked(journal::step_payload(frame, path, r.start)?)
-                }
-                _ => r.get().cloned(),
-            })
-            .collect::<Result<Vec<Step>>>()?;
+        for r in &self.records {
+            steps.push(r.get()?.clone());
+        }
         Ok(self.all.get_or_init(|| steps))
     }
 
@@ -238,8 +301,12 @@ impl StepLog {
         if let Some(last) = records.last() {
             last.get()?;
         } else if let Some(last) = self.records.last() {
-            // The table's newest record, when nothing followed it.
             last.get()?;
+        } else if let Some(t) = &self.tabled
+            && let Some(newest) = t.entries.len().checked_sub(1)
+        {
+            // The table's newest record, when nothing followed it.
+            t.get(newest)?;
         }
         if !records.is_empty() {
             self.all = OnceLock::new();
@@ -259,35 +326,29 @@ impl StepLog {
     ) -> (u64, Option<Untabled>) {
         self.records.clear();
         self.all = OnceLock::new();
-        self.tabled = 0;
+        self.tabled = None;
+        self.on_disk = 0;
         let Some((table, file)) = steps_table::load(store_dir, journal) else {
             return (0, None);
         };
-        let source = Arc::new((file, store_dir.join("journal")));
-        self.records = table
-            .entries
-            .iter()
-            .map(|e| StepRecord {
-                number: e.number,
-                start: e.start,
-                len: e.len,
-                bytes: Bytes::InJournal(Arc::clone(&source)),
-                decoded: OnceLock::new(),
-            })
-            .collect();
-        self.tabled = self.records.len();
+        self.on_disk = table.entries.len();
+        self.tabled = Some(Tabled {
+            entries: table.entries,
+            journal: (file, store_dir.join("journal")),
+            decoded: OnceLock::new(),
+        });
         (table.covers, table.objects)
     }
 
     /// Whether the records read by a whole read of the journal (`read`, oldest first) are
     /// where these say (fsck: the table's records are read only when asked for).
     pub(crate) fn same_places(&self, read: &[StepRecord]) -> bool {
-        read.len() >= self.records.len()
-            && self
-                .records
-                .iter()
+        let tabled = self.tabled.iter().flat_map(|t| t.entries.iter());
+        read.len() >= self.len()
+            && tabled
+                .chain(self.records.iter().map(StepRecord::entry))
                 .zip(read)
-                .all(|(a, b)| a.entry() == b.entry())
+                .all(|(a, b)| a == b.entry())
     }
 
     /// After a commit (under the store's lock, the journal read to `mark`): a new steps table
@@ -299,12 +360,15 @@ impl StepLog {
         mark: JournalMark,
         objects: &dyn ObjectBackend,
     ) {
-        if self.records.len() < self.tabled + TABLE_AFTER {
+        if self.len() < self.on_disk + TABLE_AFTER {
             return;
         }
-        let entries: Vec<TableEntry> = self.records.iter().map(StepRecord::entry).collect();
+        let tabled = self.tabled.iter().flat_map(|t| t.entries.iter());
+        let entries: Vec<TableEntry> = tabled
+            .chain(self.records.iter().map(StepRecord::entry))
+            .collect();
         if steps_table::write(store_dir, mark, &entries, objects.untabled().as_ref()) {
-            self.tabled = entries.len();
+            self.on_disk = entries.len();
         }
     }
 }

@@ -33,6 +33,7 @@ use crate::byte_cursor::ByteCursor;
 use crate::journal::{self, ENTRY_LEN as OBJECT_ENTRY_LEN, frame_len};
 use crate::journal_file::JournalMark;
 use crate::journal_table;
+use crate::mapped::FileBytes;
 
 const MAGIC: &[u8; 8] = b"EGSTPT01";
 const ENTRY_LEN: usize = 8 + 8 + 4;
@@ -53,9 +54,43 @@ pub(crate) struct TableEntry {
 pub(crate) struct StepsTable {
     /// The journal position it covers: step frames before it are its entries.
     pub covers: u64,
-    pub entries: Vec<TableEntry>,
+    pub entries: Entries,
     /// The objects committed as of `covers` that the object table did not hold.
     pub objects: Option<Untabled>,
+}
+
+/// The table's step entries, oldest first, each read from the table's bytes (mapped) when
+/// asked for: an open makes nothing per step (a 5,200-step project's open made 5,200 records
+/// and copied the 110 KB table, ~0.3 ms of a step in page faults).
+pub(crate) struct Entries {
+    bytes: FileBytes,
+    /// Where the first entry starts in `bytes`.
+    from: usize,
+    count: usize,
+}
+
+impl Entries {
+    pub(crate) fn len(&self) -> usize {
+        self.count
+    }
+
+    /// Entry `i` (checked at load: every one is in the bytes).
+    pub(crate) fn get(&self, i: usize) -> Option<TableEntry> {
+        if i >= self.count {
+            return None;
+        }
+        let at = self.from + i * ENTRY_LEN;
+        let mut r = ByteCursor::new(self.bytes.get(at..at + ENTRY_LEN)?);
+        Some(TableEntry {
+            number: r.u64()?,
+            start: r.u64()?,
+            len: r.u32()?,
+        })
+    }
+
+    pub(crate) fn iter(&self) -> impl DoubleEndedIterator<Item = TableEntry> + '_ {
+        (0..self.count).filter_map(|i| self.get(i))
+    }
 }
 
 /// `from` when a table carries no objects.
@@ -65,34 +100,34 @@ const NO_OBJECTS: u64 = u64::MAX;
 /// journal `journal` (device, inode) as it is now; with the journal opened (that very file,
 /// for the records to be read from later, whatever replaces it).
 pub(crate) fn load(store_dir: &Path, journal: (u64, u64)) -> Option<(StepsTable, File)> {
-    let bytes = std::fs::read(path(store_dir)).ok()?;
-    let (mut r, covers) = journal_table::open(store_dir, &bytes, MAGIC, journal)?;
-    let count = usize::try_from(r.u64()?).ok()?;
-    if r.b.len() - r.pos < count.checked_mul(ENTRY_LEN)? {
-        return None;
-    }
-    let mut entries = Vec::with_capacity(count);
-    // Frames in journal order, none overlapping the next, the last ending at `covers`.
-    let mut free_from = 0;
-    for _ in 0..count {
-        let e = TableEntry {
-            number: r.u64()?,
-            start: r.u64()?,
-            len: r.u32()?,
-        };
-        if e.start < free_from {
+    // Replaced only by a rename (`journal_table::seal_and_replace`): it may be mapped.
+    let bytes = FileBytes::of_replaced_file(&path(store_dir)).ok()?;
+    let (from, count, covers, objects) = {
+        let (mut r, covers) = journal_table::open(store_dir, &bytes, MAGIC, journal)?;
+        let count = usize::try_from(r.u64()?).ok()?;
+        if r.b.len() - r.pos < count.checked_mul(ENTRY_LEN)? {
             return None;
         }
-        free_from = e.start.checked_add(frame_len(e.len))?;
-        entries.push(e);
-    }
-    if free_from != covers {
-        return None;
-    }
-    let objects = read_objects(&mut r)?;
-    if !r.at_end() {
-        return None;
-    }
+        let from = r.pos;
+        // Frames in journal order, none overlapping the next, the last ending at `covers`.
+        let mut free_from = 0;
+        for _ in 0..count {
+            let (_number, start, len) = (r.u64()?, r.u64()?, r.u32()?);
+            if start < free_from {
+                return None;
+            }
+            free_from = start.checked_add(frame_len(len))?;
+        }
+        if free_from != covers {
+            return None;
+        }
+        let objects = read_objects(&mut r)?;
+        if !r.at_end() {
+            return None;
+        }
+        (from, count, covers, objects)
+    };
+    let entries = Entries { bytes, from, count };
     let file = File::open(store_dir.join("journal")).ok()?;
     let m = file.metadata().ok()?;
     if (m.dev(), m.ino()) != journal {

@@ -101,6 +101,29 @@ fn a_store_opened_through_its_table_has_every_step_the_journal_holds() {
     assert!(envgit_store::fsck(&reopened, None).unwrap().is_clean());
 }
 
+/// A table written by the newest commit holds every record: the newest step comes from it,
+/// decoded as the store opens, and a commit after it follows it.
+#[test]
+fn a_table_that_holds_every_record_gives_the_newest_step() {
+    let tmp = tempfile::tempdir().unwrap();
+    // Tables are written 64 records after the last one: the 128th commit writes one holding
+    // all 128.
+    let (root, dir) = project(tmp.path(), "a", 128);
+    let mut store = Store::open(&dir).unwrap();
+    assert_eq!(store.head().map(|s| s.number), Some(128));
+    assert_eq!(
+        store.head().map(|s| s.summary.clone()),
+        Some("a step 128".into())
+    );
+    let steps = steps_of(&store);
+    assert_eq!(steps, without_table(&dir));
+    let tree = snapshot(&mut store, &root);
+    let next = commit(&mut store, tree, "after");
+    assert_eq!(next.number, 129);
+    assert_eq!(store.head().map(|s| s.number), Some(129));
+    assert_eq!(steps_of(&Store::open(&dir).unwrap()), without_table(&dir));
+}
+
 /// Opening through the table reads none of the records it holds: damage in one is reported
 /// to whoever asks for that step, naming where it is, and by fsck; it is never skipped.
 /// Without the table the open itself reports it, as before.
