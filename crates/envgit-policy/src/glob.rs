@@ -1,13 +1,12 @@
-//! Star globs: the glob of request rules (path segments, query and body values) and of
-//! `mcp.tools`, where only `*` is special (any run of characters, `/` and `.` included).
-//! Matching is globset's; every other character, `?`, `[`, `{` and `\` included, is escaped
-//! so it stays literal, as the policy documents.
-
-use std::cell::RefCell;
-use std::collections::HashMap;
-use std::rc::Rc;
-
-use globset::{GlobBuilder, GlobMatcher};
+//! Star globs: the glob of request rules (path segments, query and body values), of
+//! `mcp.tools` and of protected names, where only `*` is special (any run of characters, `/`
+//! and `.` included) and every other character, `?`, `[`, `{` and `\` included, is literal, as
+//! the policy documents.
+//!
+//! Matched directly, with no regex: each pattern used to be compiled by globset into a regex
+//! once per thread, and a step's threads each met a few (a protected name on the guard
+//! thread, request rules on the gate's): ~0.2 ms of a step's CPU went to compiling them and to
+//! the regex pool's `available_parallelism`, which reads the cgroup files.
 
 /// How letters compare.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -19,98 +18,94 @@ pub(crate) enum Case {
     AsciiFold,
 }
 
-/// A compiled star glob.
-#[derive(Debug, Clone)]
-pub(crate) struct StarGlob {
-    matcher: Option<GlobMatcher>,
-    /// The pattern as compiled (folded when `AsciiFold`), for the fallback below.
-    pattern: String,
-    case: Case,
-}
-
-impl StarGlob {
-    pub(crate) fn new(pattern: &str, case: Case) -> StarGlob {
-        let pattern = match case {
-            Case::Exact => pattern.to_owned(),
-            Case::AsciiFold => pattern.to_ascii_lowercase(),
-        };
-        // A run of stars is one star (globset reserves `**` for whole path components).
-        let escaped = pattern
-            .split('*')
-            .filter(|piece| !piece.is_empty())
-            .map(globset::escape)
-            .collect::<Vec<_>>();
-        let mut glob = String::new();
-        if pattern.starts_with('*') {
-            glob.push('*');
-        }
-        glob.push_str(&escaped.join("*"));
-        if pattern.ends_with('*') && !glob.ends_with('*') {
-            glob.push('*');
-        }
-        let matcher = GlobBuilder::new(&glob)
-            .literal_separator(false)
-            .backslash_escape(false)
-            .build()
-            .ok()
-            .map(|g| g.compile_matcher());
-        StarGlob {
-            matcher,
-            pattern,
-            case,
-        }
-    }
-
-    pub(crate) fn is_match(&self, text: &str) -> bool {
-        let folded;
-        let text = match self.case {
-            Case::Exact => text,
-            Case::AsciiFold => {
-                folded = text.to_ascii_lowercase();
-                &folded
-            }
-        };
-        match &self.matcher {
-            Some(m) => m.is_match(text),
-            // Escaped input always compiles; should it not, only the literal text matches.
-            None => self.pattern == text,
-        }
-    }
-}
-
-/// Patterns come from the policy and the presets only, so the set stays small; the bound
-/// is a backstop, not an eviction policy.
-const CACHE_LIMIT: usize = 4096;
-
-thread_local! {
-    static COMPILED: RefCell<HashMap<Case, HashMap<String, Rc<StarGlob>>>> = RefCell::default();
-}
-
-/// Does `text` match the star glob `pattern`? Compiled once per thread and pattern, since
-/// rules are evaluated per request from the policy's text. Most segments of request rules
-/// are plain words or a lone `*`; those are answered without a regex (same answers).
+/// Does `text` match the star glob `pattern` (whole, not a part of it)?
 pub(crate) fn star_match(pattern: &str, text: &str, case: Case) -> bool {
-    if !pattern.contains('*') {
-        return match case {
-            Case::Exact => pattern == text,
-            Case::AsciiFold => pattern.eq_ignore_ascii_case(text),
-        };
+    match case {
+        Case::Exact => stars(pattern, text),
+        Case::AsciiFold => stars(&pattern.to_ascii_lowercase(), &text.to_ascii_lowercase()),
     }
-    if pattern.bytes().all(|b| b == b'*') {
-        return true;
+}
+
+/// `*`-only matching: the text starts with the part before the first star and ends with the
+/// part after the last, and holds the parts between in order. Each middle part is taken at its
+/// leftmost place, which leaves the most text for the rest: if any placement matches, that one
+/// does. Parts are whole strings, so every cut falls on a character boundary.
+fn stars(pattern: &str, text: &str) -> bool {
+    let mut parts = pattern.split('*');
+    let first = parts.next().unwrap_or_default();
+    let Some(mut rest) = text.strip_prefix(first) else {
+        return false;
+    };
+    let parts: Vec<&str> = parts.collect();
+    let Some((last, middle)) = parts.split_last() else {
+        // No star: the text is the pattern.
+        return rest.is_empty();
+    };
+    for part in middle.iter().filter(|p| !p.is_empty()) {
+        match rest.find(part) {
+            Some(i) => rest = &rest[i + part.len()..],
+            None => return false,
+        }
     }
-    let glob = COMPILED.with(|cache| {
-        let mut cache = cache.borrow_mut();
-        let cache = cache.entry(case).or_default();
-        if let Some(g) = cache.get(pattern) {
-            return Rc::clone(g);
+    rest.ends_with(last)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Case, star_match};
+    use proptest::prelude::*;
+
+    /// The definition, tried every way (exponential, for short strings only).
+    fn reference(p: &[char], t: &[char]) -> bool {
+        match p.split_first() {
+            None => t.is_empty(),
+            Some(('*', rest)) => (0..=t.len()).any(|i| reference(rest, &t[i..])),
+            Some((c, rest)) => t.first() == Some(c) && reference(rest, &t[1..]),
         }
-        if cache.len() >= CACHE_LIMIT {
-            cache.clear();
+    }
+
+    #[test]
+    fn these_match_as_the_policy_says() {
+        for (pattern, text, want) in [
+            ("*", "", true),
+            ("", "", true),
+            ("", "a", false),
+            ("a*", "a/b.c", true),
+            ("*.js", ".js", true),
+            ("a*b*c", "abbc", true),
+            ("a*b*c", "acb", false),
+            ("a*a", "a", false),
+            ("*a*a*", "aa", true),
+            ("a?[b]{c}\\", "a?[b]{c}\\", true),
+            ("a?", "ab", false),
+            ("ü*ß", "ü--ß", true),
+            ("**", "x", true),
+        ] {
+            assert_eq!(
+                star_match(pattern, text, Case::Exact),
+                want,
+                "{pattern:?} {text:?}"
+            );
         }
-        let g = Rc::new(StarGlob::new(pattern, case));
-        cache.insert(pattern.to_owned(), Rc::clone(&g));
-        g
-    });
-    glob.is_match(text)
+        assert!(star_match(
+            "/Repos/*/PULLS",
+            "/repos/o/pulls",
+            Case::AsciiFold
+        ));
+        assert!(!star_match("/Repos/*", "/repos/o", Case::Exact));
+        // ASCII folding only: the Kelvin sign is not `k`.
+        assert!(!star_match("k*", "\u{212A}x", Case::AsciiFold));
+    }
+
+    proptest! {
+        #[test]
+        fn it_agrees_with_the_definition(
+            pattern in "[ab*ü.]{0,7}",
+            text in "[abü./]{0,9}",
+        ) {
+            let p: Vec<char> = pattern.chars().collect();
+            let t: Vec<char> = text.chars().collect();
+            prop_assert_eq!(star_match(&pattern, &text, Case::Exact), reference(&p, &t));
+        }
+    }
 }
