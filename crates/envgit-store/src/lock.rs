@@ -48,6 +48,21 @@ impl Flock {
         }
     }
 
+    /// [`Flock::try_exclusive`] of a lock file that must exist already: `None` too when it
+    /// does not (its owner may be about to make and take it).
+    pub fn try_exclusive_existing(path: &Path) -> Result<Option<Self>> {
+        let file = match File::open(path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(e).at(path),
+        };
+        match Self::on(file, FlockOperation::NonBlockingLockExclusive) {
+            Ok(lock) => Ok(Some(lock)),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Ok(None),
+            Err(e) => Err(e).at(path),
+        }
+    }
+
     /// Locks a file already open (a marker, a pack) with `op`.
     pub(crate) fn on(file: File, op: FlockOperation) -> std::io::Result<Self> {
         rustix::fs::flock(&file, op)?;

@@ -100,24 +100,25 @@ impl HomeClaim {
 impl Drop for HomeClaim {
     fn drop(&mut self) {
         if let HomeClaim::Private { dir, lock } = self {
-            // Unlocked first: the trash may be emptied by another process at once.
-            drop(lock.take());
+            // Out of `homes/` while still locked, so no other run's sweep takes it too.
             envgit_store::discard_to_trash(dir);
+            drop(lock.take());
         }
     }
 }
 
 /// Private uppers whose run is gone (killed before its drop) go to the trash. One `readdir`
-/// of a directory that is almost always absent.
+/// of a directory that is almost always absent. A directory whose lock file is not there yet
+/// is being made by a run that has not taken it: left alone.
 fn sweep_left_behind(store_dir: &Path) {
     let Ok(entries) = std::fs::read_dir(store_dir.join(PRIVATE_KIND)) else {
         return;
     };
     for entry in entries.flatten() {
         let dir = entry.path();
-        if let Ok(Some(lock)) = Flock::try_exclusive(&dir.join("lock")) {
-            drop(lock);
+        if let Ok(Some(lock)) = Flock::try_exclusive_existing(&dir.join("lock")) {
             envgit_store::discard_to_trash(&dir);
+            drop(lock);
         }
     }
 }

@@ -205,3 +205,52 @@ fn steps_one_after_another_share_the_home() {
         );
     }
 }
+
+/// A run killed while it had a home of its own leaves that upper behind; the next run of the
+/// project sends it to the trash (its lock is no longer held).
+#[test]
+fn a_home_left_by_a_killed_run_goes_with_the_next() {
+    let env = Env::new();
+    let envgit_home = env.project.parent().unwrap().join("envgit-home");
+    run(&env, &envgit_home, &["init"]);
+    let spawn = |script: &str| {
+        envgit(&env, &envgit_home, &["run", "sh", "-c", script])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap()
+    };
+    let holder = spawn("touch holding && while [ ! -e go ]; do sleep 0.02; done");
+    wait_for(&env.path("holding"), "the first step");
+    let mut beside = spawn("touch beside && while [ ! -e never ]; do sleep 0.02; done");
+    wait_for(&env.path("beside"), "the step beside");
+    let store = std::fs::read_dir(envgit_home.join("projects"))
+        .unwrap()
+        .flatten()
+        .next()
+        .unwrap()
+        .path();
+    let homes = store.join("homes");
+    let listed = |dir: &Path| -> Vec<std::ffi::OsString> {
+        std::fs::read_dir(dir)
+            .map(|d| d.flatten().map(|e| e.file_name()).collect())
+            .unwrap_or_default()
+    };
+    assert_eq!(
+        listed(&homes).len(),
+        1,
+        "the step beside has a home of its own"
+    );
+    beside.kill().unwrap();
+    beside.wait().unwrap();
+    assert_eq!(
+        listed(&homes).len(),
+        1,
+        "a killed run leaves its home behind"
+    );
+
+    env.write("go", "");
+    Run::from(holder.wait_with_output().unwrap()).ok();
+    run(&env, &envgit_home, &["run", "true"]);
+    assert!(listed(&homes).is_empty(), "left: {:?}", listed(&homes));
+}
