@@ -105,22 +105,8 @@ pub(crate) fn load(store_dir: &Path, journal: (u64, u64)) -> Option<(StepsTable,
     let (from, count, covers, objects) = {
         let (mut r, covers) = journal_table::open(store_dir, &bytes, MAGIC, journal)?;
         let count = usize::try_from(r.u64()?).ok()?;
-        if r.b.len() - r.pos < count.checked_mul(ENTRY_LEN)? {
-            return None;
-        }
         let from = r.pos;
-        // Frames in journal order, none overlapping the next, the last ending at `covers`.
-        let mut free_from = 0;
-        for _ in 0..count {
-            let (_number, start, len) = (r.u64()?, r.u64()?, r.u32()?);
-            if start < free_from {
-                return None;
-            }
-            free_from = start.checked_add(frame_len(len))?;
-        }
-        if free_from != covers {
-            return None;
-        }
+        r.take(count.checked_mul(ENTRY_LEN)?)?;
         let objects = read_objects(&mut r)?;
         if !r.at_end() {
             return None;
@@ -128,6 +114,17 @@ pub(crate) fn load(store_dir: &Path, journal: (u64, u64)) -> Option<(StepsTable,
         (from, count, covers, objects)
     };
     let entries = Entries { bytes, from, count };
+    // Frames in journal order, none overlapping the next, the last ending at `covers`.
+    let mut free_from = 0;
+    for e in entries.iter() {
+        if e.start < free_from {
+            return None;
+        }
+        free_from = e.start.checked_add(frame_len(e.len))?;
+    }
+    if free_from != covers {
+        return None;
+    }
     let file = File::open(store_dir.join("journal")).ok()?;
     let m = file.metadata().ok()?;
     if (m.dev(), m.ino()) != journal {
