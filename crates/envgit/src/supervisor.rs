@@ -147,45 +147,57 @@ pub fn run_step(
     }
     // The git layer over `.git` and the protected copy read the project and write only in the
     // store's directory, which the scan never reads: taken on a thread beside it (envgit's
-    // thread to the sandbox's spec is the step's longest path). A failure there is said where
-    // it was said before, after the outside edits are recorded.
-    let (scanned, taken) = std::thread::scope(|s| {
-        let store_dir = store.dir();
+    // thread to the sandbox's spec is the step's longest path). The layer and the protected
+    // list come back as soon as they are known (the plan needs them); the copy, which only
+    // has to exist before the command starts, is joined then. A failure there is said where
+    // it was said before, after the outside edits are recorded, or just before the command
+    // would have started.
+    let shadows_slot = std::sync::Mutex::new(None);
+    let copy_slot = std::sync::Mutex::new(EarlyCopy(None));
+    let (ran, mut step, git, protected, notes_rx, before, walked) = std::thread::scope(|s| {
+        // Owned: the thread outlives the store's borrows below (the outside edits' record).
+        let store_dir = store.dir().to_path_buf();
+        let (layer_tx, layer_rx) = std::sync::mpsc::sync_channel::<CmdResult<EarlyLayer>>(1);
         let taking = std::thread::Builder::new()
             .name("envgit-guard".into())
-            .spawn_scoped(s, || {
-                let git = crate::git_layer::open(store_dir, &project.root)?;
+            .spawn_scoped(s, move || -> CmdResult<EarlyCopy> {
+                let git = match crate::git_layer::open(&store_dir, &project.root) {
+                    Ok(git) => git,
+                    Err(e) => {
+                        let _ = layer_tx.send(Err(e));
+                        return Ok(EarlyCopy(None));
+                    }
+                };
                 // Read before the command runs: `core.hooksPath` comes from the trusted
                 // .git/config.
                 let protected =
                     crate::git_layer::protected_under(git.as_deref(), project.protected_paths());
-                let copy = ProtectedCopy::take(store_dir, &project.root, &protected);
-                let copy = match copy {
-                    Ok(copy) => copy,
-                    Err(e) => {
-                        crate::git_layer::finish(git);
-                        return Err(e.into());
-                    }
-                };
-                CmdResult::Ok(TakenEarly(Some((git, protected, copy))))
-            });
+                let layer = EarlyLayer(Some((git, protected.clone())));
+                if layer_tx.send(Ok(layer)).is_err() {
+                    // The step ended before it took the layer (its drop finished it).
+                    return Ok(EarlyCopy(None));
+                }
+                let copy = ProtectedCopy::take(&store_dir, &project.root, &protected)?;
+                Ok(EarlyCopy(Some(copy)))
+            })
+            .map_err(|e| Failure::failed(format!("cannot start a thread: {e}")))?;
         let scanned = live.snapshot(&store);
         crate::timings::mark("scan before");
-        let taken = match taking {
-            Ok(t) => t
-                .join()
-                .unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
-            Err(e) => Err(Failure::failed(format!("cannot start a thread: {e}"))),
+        let Ok(layer) = layer_rx.recv() else {
+            // The thread ended without a word: it panicked.
+            if let Err(panic) = taking.join() {
+                std::panic::resume_unwind(panic);
+            }
+            return Err(Failure::failed(
+                "the git layer's thread ended without its layer".to_string(),
+            ));
         };
-        (scanned, taken)
-    });
-    let (before, walked, _) = scanned?;
-    // The plan's facts come from the scan just made; they are gathered on a thread while the
-    // step is begun and the run set up (`run_sandboxed` waits for them before its plan). The
-    // same thread then reads the host's PATH directories (~0.5 ms when one of them is the
-    // project's), needed only before the command starts.
-    let shadows_slot = std::sync::Mutex::new(None);
-    let (ran, mut step, git, protected, copy, notes_rx) = std::thread::scope(|s| {
+        crate::timings::mark("git layer taken");
+        let (before, walked, _) = scanned?;
+        // The plan's facts come from the scan just made; they are gathered on a thread while
+        // the step is begun and the run set up (`run_sandboxed` waits for them before its
+        // plan). The same thread then reads the host's PATH directories (~0.5 ms when one of
+        // them is the project's), needed only before the command starts.
         let store_dir = store.dir().to_path_buf();
         let tree = live.tree();
         let vouch = feed.as_ref().and_then(|f| f.listing_vouch());
@@ -201,19 +213,30 @@ pub fn run_step(
         crate::outside::record_outside_edits(project, &mut store, &before)?;
         crate::timings::mark("outside edits");
         let mut step = crate::step::begin(&store, &line)?;
-        let (git, protected, copy) = taken?
+        let (git, protected) = layer?
             .parts()
-            .ok_or_else(|| Failure::failed("the protected copy was taken twice".to_string()))?;
-        crate::timings::mark("git layer, protected copy");
+            .ok_or_else(|| Failure::failed("the git layer was taken twice".to_string()))?;
         let shadows_read = &shadows_slot;
+        let copy_read = &copy_slot;
         step.guard()
             .describe(&argv, Some(&cwd.display().to_string()))?;
-        let copy_on_disk = copy.durable();
         let guard = step.guard();
         // From just before the command starts, a crash, a kill or a failed commit leaves the
         // step for the next command to record as interrupted, with its command; a run refused
         // during its set-up (too many hard links out, a gate that cannot start) leaves none.
         let before_start = move || -> CmdResult<()> {
+            let copy = taking
+                .join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic))?;
+            crate::timings::mark("protected copy taken");
+            let mut slot = copy_read.lock().unwrap_or_else(|p| p.into_inner());
+            *slot = copy;
+            let copy_on_disk = slot
+                .0
+                .as_ref()
+                .ok_or_else(|| Failure::failed("the protected copy was not taken".to_string()))?
+                .durable();
+            drop(slot);
             copy_on_disk()?;
             let read = reading_path
                 .join()
@@ -240,8 +263,11 @@ pub fn run_step(
                 ..RunExtras::default()
             },
         );
-        CmdResult::Ok((ran, step, git, protected, copy, notes_rx))
+        CmdResult::Ok((ran, step, git, protected, notes_rx, before, walked))
     })?;
+    // Taken once the command was about to start; none when the set-up failed before (the
+    // thread's copy was then discarded with its result).
+    let mut copy = copy_slot.into_inner().unwrap_or_else(|p| p.into_inner());
     let shadows = shadows_slot.into_inner().unwrap_or_else(|p| p.into_inner());
     if git_unwatched && git.is_none() {
         // `.git` went before the layer could open: the sandbox wrote whatever is there now
@@ -253,12 +279,17 @@ pub fn run_step(
         Err(f) => {
             // envgit failed around the command: its protected paths are put back all the same,
             // and what it wrote in `.git` is imported as data.
-            put_back_now(&copy);
-            copy.discard();
+            if let Some(copy) = copy.take() {
+                put_back_now(&copy);
+                copy.discard();
+            }
             crate::git_layer::finish(git);
             return Err(f);
         }
     };
+    let copy = copy
+        .take()
+        .ok_or_else(|| Failure::failed("the sandbox ran without a protected copy".to_string()))?;
     let mut notes = notes;
     notes.extend(notes_rx.try_iter());
     let draft = StepDraft {
@@ -564,35 +595,39 @@ pub(crate) struct RunExtras<'scope> {
     pub cgroups_after_exit: bool,
 }
 
-/// The git layer and the protected copy, taken beside the scan, until the step owns them: a
-/// step that fails before that (the scan, the outside edits' record) discards them. Nothing
-/// ran; left behind, the next command would take them for an interrupted step's and put the
-/// paths back.
-struct TakenEarly(
-    Option<(
-        Option<Arc<envgit_store::GitLayer>>,
-        Vec<String>,
-        ProtectedCopy,
-    )>,
-);
+/// The git layer and the protected list, taken beside the scan, until the step owns them: a
+/// step that fails before that (the scan, the outside edits' record) finishes the layer.
+struct EarlyLayer(Option<(Option<Arc<envgit_store::GitLayer>>, Vec<String>)>);
 
-impl TakenEarly {
-    fn parts(
-        mut self,
-    ) -> Option<(
-        Option<Arc<envgit_store::GitLayer>>,
-        Vec<String>,
-        ProtectedCopy,
-    )> {
+impl EarlyLayer {
+    fn parts(mut self) -> Option<(Option<Arc<envgit_store::GitLayer>>, Vec<String>)> {
         self.0.take()
     }
 }
 
-impl Drop for TakenEarly {
+impl Drop for EarlyLayer {
     fn drop(&mut self) {
-        if let Some((git, _, copy)) = self.0.take() {
-            copy.discard();
+        if let Some((git, _)) = self.0.take() {
             crate::git_layer::finish(git);
+        }
+    }
+}
+
+/// The protected copy, taken beside the run's set-up, until the step owns it: dropped before
+/// (a set-up that failed: nothing ran) it is discarded, since left behind the next command
+/// would take it for an interrupted step's and put the paths back.
+struct EarlyCopy(Option<ProtectedCopy>);
+
+impl EarlyCopy {
+    fn take(&mut self) -> Option<ProtectedCopy> {
+        self.0.take()
+    }
+}
+
+impl Drop for EarlyCopy {
+    fn drop(&mut self) {
+        if let Some(copy) = self.0.take() {
+            copy.discard();
         }
     }
 }

@@ -940,3 +940,72 @@ fn a_program_the_policy_lets_steps_put_on_the_path_stays() {
     assert!(env.path(".venv/bin/git").exists(), "{}", out.stderr);
     assert!(!env.path(".venv/bin/ls").exists(), "{}", out.stderr);
 }
+
+/// Protected paths too large to copy (a 65 MiB file in `.vscode/`) refuse the run before its
+/// command starts: exit 2, the path and what to do said, the command never run, no step and
+/// no copy left for the next command to take for an interrupted step's.
+#[test]
+fn protected_paths_too_large_to_copy_refuse_the_run_and_leave_nothing() {
+    let env = project();
+    let big = env.path(".vscode/big.bin");
+    std::fs::create_dir_all(big.parent().unwrap()).unwrap();
+    std::fs::File::create(&big)
+        .unwrap()
+        .set_len(65 << 20)
+        .unwrap();
+    let out = env.envgit(&["run", "sh", "-c", "echo ran > ran.txt"]);
+    assert_eq!(out.code, 2, "{}\n{}", out.stdout, out.stderr);
+    assert!(
+        out.stderr.contains(".vscode") && out.stderr.contains("make them smaller"),
+        "{}",
+        out.stderr
+    );
+    assert!(!env.path("ran.txt").exists(), "the command ran");
+    // Its edits before the run are the person's (a step of their own); the run left none.
+    let runs = |log: &[serde_json::Value]| {
+        log.iter()
+            .filter(|s| s.to_string().contains("echo ran"))
+            .count()
+    };
+    assert_eq!(runs(&env.log_json()), 0, "the refused run left a step");
+
+    std::fs::remove_file(&big).unwrap();
+    let out = env.envgit(&["run", "sh", "-c", "echo ran > ran.txt"]).ok();
+    assert!(!out.stderr.contains("put back"), "{}", out.stderr);
+    assert_eq!(env.read("ran.txt"), "ran\n");
+    let log = env.log_json();
+    assert_eq!(runs(&log), 1, "{log:?}");
+    let leftover: Vec<_> = std::fs::read_dir(env.store_dir().join("guard"))
+        .map(|d| d.map(|e| e.unwrap().file_name()).collect())
+        .unwrap_or_default();
+    assert!(leftover.is_empty(), "copies left behind: {leftover:?}");
+}
+
+/// A run refused during its set-up after its protected copy was taken (more files hard-linked
+/// out of the project than it binds) leaves no copy behind: the next run finds nothing to put
+/// back.
+#[test]
+fn a_run_refused_during_its_set_up_leaves_no_protected_copy() {
+    let env = project();
+    let outside = env.tmp.path().join("outside");
+    std::fs::create_dir_all(&outside).unwrap();
+    std::fs::create_dir_all(env.path("linked")).unwrap();
+    for i in 0..4097 {
+        let f = outside.join(format!("f{i}"));
+        std::fs::write(&f, "x").unwrap();
+        std::fs::hard_link(&f, env.path(&format!("linked/f{i}"))).unwrap();
+    }
+    let out = env.envgit(&["run", "sh", "-c", "echo ran > ran.txt"]);
+    assert_eq!(out.code, 2, "{}\n{}", out.stdout, out.stderr);
+    assert!(!env.path("ran.txt").exists(), "the command ran");
+    let guard = env.store_dir().join("guard");
+    let leftover: Vec<_> = std::fs::read_dir(&guard)
+        .map(|d| d.map(|e| e.unwrap().file_name()).collect())
+        .unwrap_or_default();
+    assert!(leftover.is_empty(), "copies left behind: {leftover:?}");
+
+    std::fs::remove_dir_all(env.path("linked")).unwrap();
+    let out = env.envgit(&["run", "sh", "-c", "echo ran > ran.txt"]).ok();
+    assert!(!out.stderr.contains("put back"), "{}", out.stderr);
+    assert_eq!(env.read("ran.txt"), "ran\n");
+}
