@@ -38,11 +38,14 @@ pub struct GitImport {
     pub conflicts: Vec<Dropped>,
 }
 
-/// The host's `.git` as the step began: a hash of every ref file, `packed-refs`, `HEAD` and
-/// the index (absent = not there), and the config's text. Saved beside the layer so a crash
-/// leaves what the import needs.
+/// The host's `.git` as the step began: every ref file, `packed-refs`, `HEAD` and the index
+/// as they were (absent = not there), and the config's text. Saved beside the layer so a
+/// crash leaves what the import needs.
 #[derive(Debug, Default, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PreStep {
+    /// Each file's [`stat_mark`] when it had been still for [`STILL_FOR_NS`] as the step
+    /// began, else its content's hash (as every file was known before: an older layer's state
+    /// still reads).
     pub hashes: BTreeMap<String, String>,
     pub config: Vec<u8>,
     /// Each upper path as the last import found it (inode, size, mtime, mode): a path whose
@@ -60,6 +63,51 @@ fn hash(data: &[u8]) -> String {
     blake3::hash(data).to_hex().to_string()
 }
 
+/// A compare-and-swap file whose inode has not changed for this long before the step began is
+/// known by its stat data, not by its content: reading and hashing the index at every step
+/// cost 1.6-6 ms in a 20,000-file repository. Anything that writes the file, in place or by
+/// git's lock and rename, gives it a new ctime (which nothing can set back) or a new inode; a
+/// file changed within this margin could change again in the same clock tick with the same
+/// stamps (git's racy-timestamp case), so it is hashed. Two seconds cover coarse filesystem
+/// clocks as the store's stat index does.
+const STILL_FOR_NS: i64 = 2_000_000_000;
+
+/// What a [`stat_mark`] begins with: a hash is hex and never does.
+const STAT_MARK: &str = "stat:";
+
+/// A file's identity and stamps: device, inode, size, mtime and ctime.
+fn stat_mark(st: &rustix::fs::Stat) -> String {
+    format!(
+        "{STAT_MARK}{}:{}:{}:{}.{}:{}.{}",
+        st.st_dev,
+        st.st_ino,
+        st.st_size,
+        st.st_mtime,
+        st.st_mtime_nsec,
+        st.st_ctime,
+        st.st_ctime_nsec
+    )
+}
+
+/// The metadata of `rel` beneath `root`, never through a symlink; `None` when absent or
+/// unreachable.
+fn stat_beneath(root: BorrowedFd<'_>, rel: &str) -> Option<rustix::fs::Stat> {
+    let (dir, name) = match rel.rsplit_once('/') {
+        Some((_, name)) => (Some(write::parent(root, rel, false).ok()?), name),
+        None => (None, rel),
+    };
+    let name = std::ffi::CString::new(name).ok()?;
+    let dir = dir.as_ref().map_or(root, |d| d.as_fd());
+    lstat(dir, &name).ok()
+}
+
+/// When the step began, in nanoseconds since the epoch (the stamps' clock).
+fn now_ns() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
+}
+
 fn open_git(path: &Path) -> std::io::Result<OwnedFd> {
     Ok(rustix::fs::open(
         path,
@@ -74,6 +122,7 @@ struct Found {
     rel: String,
     ft: FileType,
     fingerprint: String,
+    st: rustix::fs::Stat,
 }
 
 /// Every non-directory entry below `top` ('/'-relative to `root`), iteratively, without
@@ -112,6 +161,7 @@ fn files_below(root: BorrowedFd<'_>, top: &str) -> Vec<Found> {
                     "{}:{}:{}.{}:{:o}",
                     st.st_ino, st.st_size, st.st_mtime, st.st_mtime_nsec, st.st_mode
                 ),
+                st,
             });
         }
     }
@@ -121,19 +171,39 @@ fn files_below(root: BorrowedFd<'_>, top: &str) -> Vec<Found> {
 impl PreStep {
     /// Record the host's `.git` before a step.
     pub fn capture(git_dir: &Path) -> std::io::Result<Self> {
+        Self::capture_still_for(git_dir, STILL_FOR_NS)
+    }
+
+    /// [`Self::capture`], with files still for `still_ns` known by their stat data.
+    fn capture_still_for(git_dir: &Path, still_ns: i64) -> std::io::Result<Self> {
         let root = open_git(git_dir)?;
+        let still_since = now_ns().saturating_sub(still_ns);
         let mut pre = Self::default();
-        let mut names: Vec<String> = ["HEAD", INDEX, "packed-refs", REFTABLE_LIST, SHALLOW]
-            .map(String::from)
-            .into();
-        names.extend(
+        let mut known: Vec<(String, Option<rustix::fs::Stat>)> =
+            ["HEAD", INDEX, "packed-refs", REFTABLE_LIST, SHALLOW]
+                .into_iter()
+                .map(|n| (n.to_string(), stat_beneath(root.as_fd(), n)))
+                .collect();
+        known.extend(
             files_below(root.as_fd(), "refs")
                 .into_iter()
                 .filter(|f| f.ft == FileType::RegularFile)
-                .map(|f| f.rel),
+                .map(|f| (f.rel, Some(f.st))),
         );
-        for n in names {
-            if let Ok(Some(data)) = write::read(root.as_fd(), &n) {
+        for (n, st) in known {
+            let still = st.filter(|st| {
+                FileType::from_raw_mode(st.st_mode) == FileType::RegularFile
+                    && st
+                        .st_ctime
+                        .saturating_mul(1_000_000_000)
+                        .saturating_add(i64::try_from(st.st_ctime_nsec).unwrap_or(0))
+                        < still_since
+            });
+            if let Some(st) = still {
+                pre.hashes.insert(n, stat_mark(&st));
+            } else if st.is_some()
+                && let Ok(Some(data)) = write::read(root.as_fd(), &n)
+            {
                 pre.hashes.insert(n, hash(&data));
             }
         }
@@ -158,6 +228,7 @@ pub fn import(git_dir: &Path, upper: &Path, pre: &mut PreStep) -> std::io::Resul
         rel,
         ft,
         fingerprint,
+        ..
     } in files_below(up.as_fd(), "")
     {
         // Handled by an earlier import and not touched since.
@@ -382,8 +453,13 @@ fn one(
         );
     }
     if matches!(class, Class::Cas | Class::Head) {
-        let before = pre.hashes.get(rel);
-        if cur.as_deref().map(hash).as_ref() != before {
+        let unchanged = match pre.hashes.get(rel) {
+            Some(mark) if mark.starts_with(STAT_MARK) => {
+                stat_beneath(root, rel).is_some_and(|st| stat_mark(&st) == *mark)
+            }
+            before => cur.as_deref().map(hash).as_ref() == before,
+        };
+        if !unchanged {
             rep.conflicts.push(Dropped {
                 path: rel.into(),
                 why: "the host changed it during the step; its value was kept".into(),
@@ -507,4 +583,158 @@ fn import_config(git_dir: &Path, up: BorrowedFd<'_>, pre: &mut PreStep, rep: &mu
         }
     }
     pre.config = after_text; // the next import reports only new changes
+}
+
+#[cfg(test)]
+mod tests {
+    use std::process::Command;
+
+    use super::*;
+
+    /// Short enough for a test; what the production margin guards is the same.
+    const MARGIN_NS: i64 = 100_000_000;
+
+    fn git(dir: &Path, args: &[&str]) -> String {
+        let out = Command::new("git")
+            .current_dir(dir)
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("HOME", dir)
+            .args(["-c", "user.name=t", "-c", "user.email=t@t"])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "git {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// Until every file written so far has been still for the margin.
+    fn settle() {
+        std::thread::sleep(std::time::Duration::from_nanos(
+            MARGIN_NS as u64 + 20_000_000,
+        ));
+    }
+
+    /// A repository with one commit on `main`, settled, and its `.git` captured.
+    fn host_captured(t: &Path) -> (std::path::PathBuf, PreStep) {
+        let host = t.join("host");
+        std::fs::create_dir(&host).unwrap();
+        git(&host, &["init", "-q", "-b", "main"]);
+        std::fs::write(host.join("a"), "a\n").unwrap();
+        git(&host, &["add", "a"]);
+        git(&host, &["commit", "-qm", "one"]);
+        settle();
+        let pre = PreStep::capture_still_for(&host.join(".git"), MARGIN_NS).unwrap();
+        (host, pre)
+    }
+
+    /// The step's commit, made in a copy of the host: its `.git` files that differ, as the
+    /// overlay's upper directory would hold them.
+    fn step_commits(t: &Path, host: &Path) -> std::path::PathBuf {
+        let view = t.join("view");
+        let upper = t.join("upper");
+        assert!(
+            Command::new("cp")
+                .args(["-a"])
+                .arg(host)
+                .arg(&view)
+                .status()
+                .unwrap()
+                .success()
+        );
+        git(&view, &["commit", "-q", "--allow-empty", "-m", "step"]);
+        for rel in ["refs/heads/main", "logs/HEAD", "logs/refs/heads/main"] {
+            let to = upper.join(rel);
+            std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+            std::fs::copy(view.join(".git").join(rel), to).unwrap();
+        }
+        let head = git(&view, &["rev-parse", "main"]);
+        let objects = git(&view, &["rev-parse", "main^{tree}"]);
+        for id in [head.trim(), objects.trim()] {
+            let rel = format!("objects/{}/{}", &id[..2], &id[2..]);
+            let to = upper.join(&rel);
+            std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+            if view.join(".git").join(&rel).exists() {
+                std::fs::copy(view.join(".git").join(&rel), to).unwrap();
+            }
+        }
+        upper
+    }
+
+    #[test]
+    fn files_still_before_the_step_are_known_by_their_stat_data() {
+        let t = tempfile::tempdir().unwrap();
+        let (_host, pre) = host_captured(t.path());
+        for rel in ["HEAD", "index", "refs/heads/main"] {
+            let mark = pre.hashes.get(rel).unwrap();
+            assert!(mark.starts_with(STAT_MARK), "{rel}: {mark}");
+        }
+    }
+
+    /// Git's racy case: a file changed just before the step could change again in the same
+    /// clock tick with the same stamps, so its content is what is kept.
+    #[test]
+    fn a_file_changed_just_before_the_step_is_hashed() {
+        let t = tempfile::tempdir().unwrap();
+        let (host, _) = host_captured(t.path());
+        git(&host, &["commit", "-q", "--allow-empty", "-m", "two"]);
+        let pre = PreStep::capture(&host.join(".git")).unwrap();
+        let mark = pre.hashes.get("refs/heads/main").unwrap();
+        assert!(!mark.starts_with(STAT_MARK), "{mark}");
+        assert_eq!(mark.len(), 64, "{mark}");
+    }
+
+    #[test]
+    fn a_still_ref_the_host_left_alone_takes_the_steps_commit() {
+        let t = tempfile::tempdir().unwrap();
+        let (host, mut pre) = host_captured(t.path());
+        let upper = step_commits(t.path(), &host);
+        let rep = import(&host.join(".git"), &upper, &mut pre).unwrap();
+        assert!(rep.conflicts.is_empty(), "{rep:?}");
+        assert!(
+            rep.imported.iter().any(|p| p == "refs/heads/main"),
+            "{rep:?}"
+        );
+        assert_eq!(git(&host, &["log", "-1", "--format=%s"]).trim(), "step");
+    }
+
+    /// The host's git moved the ref during the step (a new inode, by its lock and rename), or
+    /// something rewrote it in place (a new ctime): the host's value is kept either way.
+    #[test]
+    fn a_still_ref_the_host_changed_during_the_step_keeps_the_hosts_value() {
+        for in_place in [false, true] {
+            let t = tempfile::tempdir().unwrap();
+            let (host, mut pre) = host_captured(t.path());
+            let upper = step_commits(t.path(), &host);
+            let ours = if in_place {
+                // Same length, same inode: only the stamps say it.
+                let main = host.join(".git/refs/heads/main");
+                let old = std::fs::read_to_string(&main).unwrap();
+                git(&host, &["commit", "-q", "--allow-empty", "-m", "user"]);
+                let users = std::fs::read_to_string(&main).unwrap();
+                git(&host, &["update-ref", "refs/heads/main", old.trim()]);
+                settle();
+                pre = PreStep::capture_still_for(&host.join(".git"), MARGIN_NS).unwrap();
+                settle();
+                std::fs::OpenOptions::new()
+                    .write(true)
+                    .open(&main)
+                    .and_then(|mut f| std::io::Write::write_all(&mut f, users.as_bytes()))
+                    .unwrap();
+                users
+            } else {
+                git(&host, &["commit", "-q", "--allow-empty", "-m", "user"]);
+                git(&host, &["rev-parse", "main"])
+            };
+            let rep = import(&host.join(".git"), &upper, &mut pre).unwrap();
+            assert!(
+                rep.conflicts.iter().any(|c| c.path == "refs/heads/main"),
+                "in place {in_place}: {rep:?}"
+            );
+            assert_eq!(git(&host, &["rev-parse", "main"]).trim(), ours.trim());
+        }
+    }
 }
