@@ -182,14 +182,17 @@ pub(super) fn read_base(b: FileBytes, fingerprint: &str) -> Option<(u64, Dirs, R
     let (mut r, base_id) = open(&b, BASE_MAGIC, fingerprint)?;
     let ndirs = r.u32()? as usize;
     let mut records = Vec::with_capacity(ndirs.min(b.len() / 48));
-    let mut sums = RecordSums::with_capacity_and_hasher(records.capacity(), Default::default());
+    let mut seen = std::collections::HashSet::with_capacity_and_hasher(
+        records.capacity(),
+        foldhash::fast::RandomState::default(),
+    );
     for _ in 0..ndirs {
         let len = r.u32()? as usize;
         let start = r.pos;
         let record = r.take(len)?;
         let mut c = Cursor::new(record);
         let rel = parse_record(&mut c, b.len(), |_| {})?.rel;
-        if !c.at_end() || sums.insert(rel.to_vec(), crc32c::crc32c(record)).is_some() {
+        if !c.at_end() || !seen.insert(rel) {
             return None;
         }
         records.push((rel.to_vec(), start..start + len));
@@ -197,6 +200,9 @@ pub(super) fn read_base(b: FileBytes, fingerprint: &str) -> Option<(u64, Dirs, R
     if !r.at_end() {
         return None;
     }
+    drop(seen);
+    let b = std::sync::Arc::new(b);
+    let sums = RecordSums::at(b.clone(), records.iter().cloned());
     let codec = RecordCodec {
         decode: decode_checked_record,
         tree: checked_record_tree,

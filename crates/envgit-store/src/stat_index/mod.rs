@@ -171,8 +171,7 @@ fn plan(known: &IndexOnDisk, dirs: &Dirs, fingerprint: &str) -> Plan {
     let mut kept = 0;
     let sorted = in_path_order(dirs);
     for rel in &sorted {
-        let in_base = known.record_sums.get(*rel);
-        kept += usize::from(in_base.is_some());
+        kept += usize::from(known.record_sums.contains(rel));
         let d = match dirs.held(rel) {
             // The base's own record, neither used nor changed since it was loaded.
             Some(Held::Record(_)) => continue,
@@ -181,7 +180,7 @@ fn plan(known: &IndexOnDisk, dirs: &Dirs, fingerprint: &str) -> Plan {
         };
         scratch.clear();
         let crc = append_record(&mut scratch, rel, d);
-        if in_base != Some(&crc) {
+        if known.record_sums.get(rel) != Some(crc) {
             changed.extend_from_slice(&scratch);
             count += 1;
             if changed.len() > known.base_len / TAIL_SHARE {
@@ -213,10 +212,11 @@ fn plan(known: &IndexOnDisk, dirs: &Dirs, fingerprint: &str) -> Plan {
 }
 
 fn record_sums(base: &EncodedBase<'_>) -> crate::worktree::RecordSums {
-    base.records
-        .iter()
-        .map(|(rel, _, crc)| (rel.to_vec(), *crc))
-        .collect()
+    crate::worktree::RecordSums::known(
+        base.records
+            .iter()
+            .map(|(rel, _, crc)| (rel.to_vec(), *crc)),
+    )
 }
 
 /// The id in the header of the base at `path`, if it is one of this configuration.

@@ -60,7 +60,7 @@ impl DirMap {
     /// States of `records` (relative path, range in `bytes`), each decoded by `decode` on
     /// first use.
     pub(crate) fn of_records(
-        bytes: FileBytes,
+        bytes: Arc<FileBytes>,
         records: impl IntoIterator<Item = (Vec<u8>, Range<usize>)>,
         codec: RecordCodec,
     ) -> Self {
@@ -76,7 +76,7 @@ impl DirMap {
             .collect();
         Self {
             slots,
-            loaded: Arc::new(bytes),
+            loaded: bytes,
             codec: Some(codec),
         }
     }
