@@ -1,8 +1,10 @@
 //! Two envgit binaries, before and after a change, measured in one run with their runs
 //! alternating (so a busy machine slows both alike): `envgit run true` in a git project (the
 //! git layer, the put-back and the snapshot all run), a 10-file step in a project of
-//! `--files` files, and `bwrap` with the same namespaces as the anchor. Prints p50/p90 and the
-//! after/before ratio; never fails on timing.
+//! `--files` files committed to git, `envgit run true` there with `envgit watch` running (no
+//! walk: what is left grows with the repository, its index and the stat index), and `bwrap`
+//! with the same namespaces as the anchor. Prints p50/p90 and the after/before ratio; never
+//! fails on timing.
 //!
 //! `cargo run --release -p envgit-bench --bin step-ab -- --before OLD/envgit --after NEW/envgit
 //!  [--runs 200] [--files 100000]` (`scripts/bench-step-ab BASE` builds BASE and runs it).
@@ -96,8 +98,9 @@ fn report(what: &str, t: &[Vec<Duration>; 2]) {
 }
 
 /// Two envgit binaries, before and after a change, in one run with their runs alternating:
-/// `envgit run true` in a git project and a 10-file step in a project of `--files` files, with
-/// `bwrap` as the anchor; never fails on timing.
+/// `envgit run true` in a git project, a 10-file step in a git project of `--files` files and
+/// `envgit run true` there with `envgit watch` running, with `bwrap` as the anchor; never fails
+/// on timing.
 #[derive(clap::Parser)]
 struct Args {
     /// The envgit binary before the change.
@@ -172,5 +175,43 @@ fn main() -> Result<()> {
         run_ok(&mut eg(&big, k, &["run", "sh", "-c", &script]))
     })?;
     report(&format!("10-file step, {files} files"), &step);
+
+    // Each copy watched by its own binary's daemon, stopped however this ends.
+    let _watched = Watched::start(&big, &bins)?;
+    let watched_true = alternate(runs, |k| run_ok(&mut eg(&big, k, &["run", "true"])))?;
+    report(&format!("run true, {files} files, watched"), &watched_true);
     Ok(())
+}
+
+/// `envgit watch` running on both copies of a project, each started by its own binary; stopped
+/// on drop.
+struct Watched<'a> {
+    project: &'a Project,
+    bins: &'a [PathBuf; 2],
+}
+
+impl<'a> Watched<'a> {
+    fn start(project: &'a Project, bins: &'a [PathBuf; 2]) -> Result<Self> {
+        let watched = Self { project, bins };
+        for k in 0..2 {
+            run_ok(&mut watched.cmd(k, "start")).context("envgit watch start")?;
+        }
+        Ok(watched)
+    }
+
+    fn cmd(&self, k: usize, what: &str) -> Command {
+        let mut c = Command::new(&self.bins[k]);
+        c.args(["watch", what])
+            .current_dir(&self.project.dirs[k])
+            .env("ENVGIT_HOME", &self.project.homes[k]);
+        c
+    }
+}
+
+impl Drop for Watched<'_> {
+    fn drop(&mut self) {
+        for k in 0..2 {
+            let _ = self.cmd(k, "stop").output();
+        }
+    }
 }
