@@ -216,3 +216,102 @@ fn a_layer_left_after_its_imports_is_recovered_from_their_state() {
     );
     assert_eq!(git(&host, &["log", "--format=%s"]), "from the step\none\n");
 }
+
+/// Short enough for a test; what the production margin (two seconds) guards is the same.
+const MARGIN_NS: i64 = 100_000_000;
+
+/// Until every file written so far has been still for the margin.
+fn settle() {
+    std::thread::sleep(std::time::Duration::from_nanos(
+        MARGIN_NS as u64 + 20_000_000,
+    ));
+}
+
+/// A repository with one commit on `main`, settled, and its `.git` captured.
+fn host_captured(t: &Path) -> (std::path::PathBuf, envgit_store::GitPreStep) {
+    let host = t.join("host");
+    std::fs::create_dir(&host).unwrap();
+    git(&host, &["init", "-q", "-b", "main"]);
+    std::fs::write(host.join("a"), "a\n").unwrap();
+    git(&host, &["add", "a"]);
+    git(&host, &["commit", "-qm", "one"]);
+    settle();
+    let pre = envgit_store::GitPreStep::capture_still_for(&host.join(".git"), MARGIN_NS).unwrap();
+    (host, pre)
+}
+
+/// The step's commit, made in a copy of the host, as the overlay's upper directory holds it.
+fn step_commits(t: &Path, host: &Path) -> std::path::PathBuf {
+    let view = t.join("view");
+    let upper = t.join("upper");
+    std::fs::create_dir(&upper).unwrap();
+    sh(&format!("cp -a {} {}", host.display(), view.display()));
+    git(&view, &["commit", "-q", "--allow-empty", "-m", "step"]);
+    upper_of(&host.join(".git"), &view.join(".git"), &upper);
+    upper
+}
+
+/// Refs and the index the host left alone for the margin are known by their stat data, not
+/// read; a file changed just before the step (git's racy case: it could change again in the
+/// same clock tick with the same stamps) by its content.
+#[test]
+fn still_files_are_known_by_their_stat_data_and_fresh_ones_by_content() {
+    let t = tempfile::tempdir().unwrap();
+    let (host, pre) = host_captured(t.path());
+    for rel in ["HEAD", "index", "refs/heads/main"] {
+        let mark = pre.hashes.get(rel).map_or("", String::as_str);
+        assert!(mark.starts_with("stat:"), "{rel}: {mark}");
+    }
+    git(&host, &["commit", "-q", "--allow-empty", "-m", "two"]);
+    let pre = envgit_store::GitPreStep::capture(&host.join(".git")).unwrap();
+    let mark = &pre.hashes["refs/heads/main"];
+    assert!(!mark.starts_with("stat:") && mark.len() == 64, "{mark}");
+}
+
+#[test]
+fn a_still_ref_the_host_left_alone_takes_the_steps_commit() {
+    let t = tempfile::tempdir().unwrap();
+    let (host, mut pre) = host_captured(t.path());
+    let upper = step_commits(t.path(), &host);
+    let rep = envgit_store::git_import(&host.join(".git"), &upper, &mut pre).unwrap();
+    assert!(rep.conflicts.is_empty(), "{rep:?}");
+    assert_eq!(git(&host, &["log", "-1", "--format=%s"]).trim(), "step");
+}
+
+/// The host's git moved a still ref during the step (a new inode, by its lock and rename), or
+/// something rewrote it in place with the same size (only its stamps say it): the host's value
+/// is kept either way.
+#[test]
+fn a_still_ref_the_host_changed_during_the_step_keeps_the_hosts_value() {
+    for in_place in [false, true] {
+        let t = tempfile::tempdir().unwrap();
+        let (host, mut pre) = host_captured(t.path());
+        let upper = step_commits(t.path(), &host);
+        let main = host.join(".git/refs/heads/main");
+        let users = if in_place {
+            let old = std::fs::read_to_string(&main).unwrap();
+            git(&host, &["commit", "-q", "--allow-empty", "-m", "user"]);
+            let users = std::fs::read_to_string(&main).unwrap();
+            git(&host, &["update-ref", "refs/heads/main", old.trim()]);
+            settle();
+            pre =
+                envgit_store::GitPreStep::capture_still_for(&host.join(".git"), MARGIN_NS).unwrap();
+            settle();
+            std::fs::OpenOptions::new()
+                .write(true)
+                .open(&main)
+                .and_then(|mut f| std::io::Write::write_all(&mut f, users.as_bytes()))
+                .unwrap();
+            users
+        } else {
+            git(&host, &["commit", "-q", "--allow-empty", "-m", "user"]);
+            git(&host, &["rev-parse", "main"])
+        };
+        let rep = envgit_store::git_import(&host.join(".git"), &upper, &mut pre).unwrap();
+        assert!(
+            rep.conflicts.iter().any(|c| c.path == "refs/heads/main"),
+            "in place {in_place}: {rep:?}"
+        );
+        assert_eq!(git(&host, &["rev-parse", "main"]).trim(), users.trim());
+    }
+}
