@@ -50,8 +50,10 @@ pub enum Seen {
 
 /// The project as envgit's pre-step scan saw it.
 pub trait ProjectIndex {
-    /// Calls `f` once per entry with its path relative to the project root.
-    fn visit(&self, f: &mut dyn FnMut(&[u8], Seen));
+    /// Calls `f` once per entry with its path relative to the project root; the entries of a
+    /// directory `skip_dir` says yes to (its relative path) may be left out, since none of
+    /// them matters to the caller.
+    fn visit(&self, skip_dir: &dyn Fn(&[u8]) -> bool, f: &mut dyn FnMut(&[u8], Seen));
 }
 
 /// What the plan needs of the project's files.
@@ -150,7 +152,10 @@ pub fn project_facts(
     let mut unwalked: Vec<Vec<u8>> = Vec::new();
     // (dev, ino) -> (st_nlink, the links the index holds)
     let mut linked: HashMap<(u64, u64), (u64, Vec<PathBuf>)> = HashMap::new();
-    index.visit(&mut |rel, seen| {
+    // Nothing below the project's own `.git` counts (the two filters below): its records,
+    // 20,000 loose objects' worth after a first `git add` of a large tree, are not read.
+    let below_git = |dir: &[u8]| dir == b".git" || dir.starts_with(b".git/");
+    index.visit(&below_git, &mut |rel, seen| {
         if let Seen::File { dev, ino, nlink } = seen
             && nlink > 1
             && !rel.starts_with(b".git/")
@@ -383,9 +388,12 @@ mod tests {
     struct Fixed(Vec<(&'static str, Seen)>);
 
     impl ProjectIndex for Fixed {
-        fn visit(&self, f: &mut dyn FnMut(&[u8], Seen)) {
+        fn visit(&self, skip_dir: &dyn Fn(&[u8]) -> bool, f: &mut dyn FnMut(&[u8], Seen)) {
             for (p, s) in &self.0 {
-                f(p.as_bytes(), *s);
+                let dir = p.rsplit_once('/').map_or("", |(dir, _)| dir);
+                if !skip_dir(dir.as_bytes()) {
+                    f(p.as_bytes(), *s);
+                }
             }
         }
     }

@@ -14,9 +14,9 @@ use crate::project::Project;
 struct Index<'a>(&'a WorkTree);
 
 impl ProjectIndex for Index<'_> {
-    fn visit(&self, f: &mut dyn FnMut(&[u8], Seen)) {
+    fn visit(&self, skip_dir: &dyn Fn(&[u8]) -> bool, f: &mut dyn FnMut(&[u8], Seen)) {
         let mut rel = Vec::new();
-        self.0.visit_entries(|dir, name, kind, st| {
+        self.0.visit_entries(skip_dir, |dir, name, kind, st| {
             rel.clear();
             if !dir.is_empty() {
                 rel.extend_from_slice(dir);

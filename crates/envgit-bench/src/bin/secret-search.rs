@@ -79,9 +79,9 @@ struct Index<'a> {
 }
 
 impl ProjectIndex for Index<'_> {
-    fn visit(&self, f: &mut dyn FnMut(&[u8], Seen)) {
+    fn visit(&self, skip_dir: &dyn Fn(&[u8]) -> bool, f: &mut dyn FnMut(&[u8], Seen)) {
         let mut rel = Vec::new();
-        self.wt.visit_entries(|dir, name, kind, st| {
+        self.wt.visit_entries(skip_dir, |dir, name, kind, st| {
             rel.clear();
             if !dir.is_empty() {
                 rel.extend_from_slice(dir);

@@ -392,7 +392,10 @@ fn visited(
     crate::worktree::StatKey,
 )> {
     let mut out = Vec::new();
-    wt.visit_entries(|dir, name, kind, stat| out.push((dir.to_vec(), name.to_vec(), kind, *stat)));
+    wt.visit_entries(
+        |_| false,
+        |dir, name, kind, stat| out.push((dir.to_vec(), name.to_vec(), kind, *stat)),
+    );
     out.sort_by(|a, b| (&a.0, &a.1).cmp(&(&b.0, &b.1)));
     out
 }

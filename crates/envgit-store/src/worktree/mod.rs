@@ -198,9 +198,17 @@ impl WorkTree {
     /// the relative path of its directory: the stat index, for what needs to know the
     /// project's files without walking it again (the sandbox's plan). Markers are included:
     /// an excluded or too-deep directory is a marker whose `stat` says it is a directory.
-    /// A directory still as the loaded index's record is read from its bytes, not decoded.
-    pub fn visit_entries(&self, mut f: impl FnMut(&[u8], &[u8], EntryKind, &StatKey)) {
+    /// A directory still as the loaded index's record is read from its bytes, not decoded;
+    /// one `skip_dir` says yes to (by its relative path) is not read at all.
+    pub fn visit_entries(
+        &self,
+        skip_dir: impl Fn(&[u8]) -> bool,
+        mut f: impl FnMut(&[u8], &[u8], EntryKind, &StatKey),
+    ) {
         for rel in self.dirs.keys() {
+            if skip_dir(rel) {
+                continue;
+            }
             match self.dirs.held(rel) {
                 Some(Held::Record(bytes)) => {
                     crate::stat_index::visit_record(bytes, |name, kind, stat| {
