@@ -14,6 +14,7 @@ mod budget;
 mod byte_cursor;
 mod change_log;
 mod change_note;
+mod checked_this_boot;
 mod chunk;
 mod commit;
 mod delta;

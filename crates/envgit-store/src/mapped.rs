@@ -27,12 +27,22 @@ const MAP_FROM: u64 = 64 << 10;
 impl FileBytes {
     /// The bytes of the file at `path`, which must be one the store replaces only by a rename.
     pub(crate) fn of_replaced_file(path: &Path) -> io::Result<Self> {
+        Self::of_replaced_file_opened(path).map(|(bytes, _)| bytes)
+    }
+
+    /// [`Self::of_replaced_file`], and the file as opened: whether it passed its checks
+    /// earlier in this boot ([`crate::checked_this_boot`]).
+    pub(crate) fn of_replaced_file_opened(
+        path: &Path,
+    ) -> io::Result<(Self, crate::checked_this_boot::Opened)> {
         let file = File::open(path)?;
-        let len = file.metadata()?.len();
+        let meta = file.metadata()?;
+        let opened = crate::checked_this_boot::Opened::new(path, &meta);
+        let len = meta.len();
         if len < MAP_FROM {
             let mut bytes = Vec::with_capacity(usize::try_from(len).unwrap_or(0));
             io::Read::read_to_end(&mut &file, &mut bytes)?;
-            return Ok(Self::Held(bytes));
+            return Ok((Self::Held(bytes), opened));
         }
         // SAFETY: a mapping is undefined behaviour only if the file changes under it. The store
         // never writes or truncates these files once they are renamed into place (each is
@@ -41,7 +51,7 @@ impl FileBytes {
         // this one, as with git's mapped index and packs.
         #[allow(unsafe_code)]
         let map = unsafe { memmap2::Mmap::map(&file)? };
-        Ok(Self::Mapped(map))
+        Ok((Self::Mapped(map), opened))
     }
 }
 

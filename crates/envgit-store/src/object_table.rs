@@ -52,8 +52,10 @@ impl ObjectTable {
         if journal == (0, 0) {
             return None;
         }
-        let bytes = FileBytes::of_replaced_file(&path(store_dir)).ok()?;
-        let (mut r, covers) = journal_table::open(store_dir, &bytes, MAGIC, journal)?;
+        let (bytes, opened) = FileBytes::of_replaced_file_opened(&path(store_dir)).ok()?;
+        let checked = opened.was_checked();
+        let (mut r, covers) =
+            journal_table::open_checked(store_dir, &bytes, MAGIC, journal, checked)?;
         let pack_ends = journal_table::read_pack_ends(&mut r)?;
         let count = usize::try_from(r.u64()?).ok()?;
         let entries_at = r.pos;
@@ -68,8 +70,13 @@ impl ObjectTable {
             bytes,
         };
         // Binary search needs strictly increasing ids; one pass over what the CRC read anyway.
-        let sorted = (1..count).all(|i| table.id_at(i - 1) < table.id_at(i));
-        sorted.then_some(table)
+        if !checked {
+            if !(1..count).all(|i| table.id_at(i - 1) < table.id_at(i)) {
+                return None;
+            }
+            opened.passed();
+        }
+        Some(table)
     }
 
     pub(crate) fn len(&self) -> usize {
@@ -151,4 +158,5 @@ pub(crate) fn write<'a>(
 /// journal is ignored anyway.
 pub(crate) fn remove(store_dir: &Path) {
     let _ = std::fs::remove_file(path(store_dir));
+    crate::checked_this_boot::forget(&path(store_dir));
 }

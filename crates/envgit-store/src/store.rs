@@ -226,6 +226,7 @@ impl Store {
     pub fn forget_stat_index(&self) {
         let _ = std::fs::remove_file(self.stat_cache_path());
         let _ = std::fs::remove_file(self.stat_tail_path());
+        crate::checked_this_boot::forget(&self.stat_cache_path());
     }
 
     pub fn journal_path(&self) -> PathBuf {

@@ -140,9 +140,13 @@ impl WorkTree {
 
     /// The base at `path` if it is sound, as the state's directories; what it is on disk.
     fn load_base(&mut self, path: &Path) -> Option<IndexOnDisk> {
-        let bytes = FileBytes::of_replaced_file(path).ok()?;
+        let (bytes, opened) = FileBytes::of_replaced_file_opened(path).ok()?;
         let len = bytes.len();
-        let (base_id, dirs, record_sums) = read_base(bytes, &self.config().fingerprint)?;
+        let checked = opened.was_checked();
+        let (base_id, dirs, record_sums) = read_base(bytes, &self.config().fingerprint, checked)?;
+        if !checked {
+            opened.passed();
+        }
         self.dirs = dirs;
         Some(IndexOnDisk {
             base_id,

@@ -449,3 +449,32 @@ fn a_loaded_index_reads_from_its_records_what_decoded_states_hold() {
 fn d3_stamp(wt: &WorkTree) -> i64 {
     wt.dirs.get(b"d3").unwrap().stamp_ns
 }
+
+/// A base that passed its checks is loaded on a note's word for the rest of the boot (the
+/// same state), but damaged in place afterwards (its stamps move) it is checked again and
+/// ignored: every byte flipped, as a crash could leave it.
+#[test]
+fn a_base_damaged_after_it_was_checked_is_checked_again_and_ignored() {
+    let (_tmp, root, store) = settled_project(4);
+    let path = store.dir().join("stat.cache");
+    let note = store.dir().join("stat.cache.checked");
+    let _ = std::fs::remove_file(&note);
+    let checked = loaded(&root, &store);
+    assert!(!checked.dirs.is_empty());
+    assert!(note.exists(), "no note after the base's checks");
+    assert_same_state(&checked, &loaded(&root, &store), "on the note's word");
+
+    let base = std::fs::read(&path).unwrap();
+    let empty = WorkTree::new(&root, ScanConfig::default(), None).unwrap();
+    for i in (0..base.len()).step_by(7) {
+        let mut bad = base.clone();
+        bad[i] ^= 1;
+        let mut f = std::fs::File::options().write(true).open(&path).unwrap();
+        std::io::Write::write_all(&mut f, &bad).unwrap();
+        // Moved by hand: within one tick of the file clock a write can leave the stamps.
+        f.set_modified(std::time::UNIX_EPOCH + std::time::Duration::from_secs(i as u64))
+            .unwrap();
+        drop(f);
+        assert_same_state(&empty, &loaded(&root, &store), &format!("byte {i}"));
+    }
+}
