@@ -20,7 +20,7 @@ use std::sync::OnceLock;
 
 /// A file as it was opened: the note's key for it (boot, device, inode, size, stamps), `None`
 /// when the boot cannot be told (no `/proc`): then it is checked every time.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug)]
 pub(crate) struct Opened {
     key: Option<String>,
     note: PathBuf,
@@ -42,11 +42,9 @@ impl Opened {
                 meta.ctime_nsec()
             )
         });
-        let mut note = path.as_os_str().to_owned();
-        note.push(".checked");
         Self {
             key,
-            note: PathBuf::from(note),
+            note: note_of(path),
         }
     }
 
@@ -87,9 +85,14 @@ impl Opened {
 /// Removes the note of the file at `path`, removed itself (a note of a file that is gone
 /// only names another file, but it would stay behind).
 pub(crate) fn forget(path: &Path) {
+    let _ = std::fs::remove_file(note_of(path));
+}
+
+/// `NAME.checked` beside the file at `path`.
+fn note_of(path: &Path) -> PathBuf {
     let mut note = path.as_os_str().to_owned();
     note.push(".checked");
-    let _ = std::fs::remove_file(PathBuf::from(note));
+    PathBuf::from(note)
 }
 
 /// This boot's id, read once per process.

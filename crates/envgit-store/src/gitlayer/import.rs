@@ -101,13 +101,6 @@ fn stat_beneath(root: BorrowedFd<'_>, rel: &str) -> Option<rustix::fs::Stat> {
     lstat(dir, &name).ok()
 }
 
-/// When the step began, in nanoseconds since the epoch (the stamps' clock).
-fn now_ns() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
-}
-
 fn open_git(path: &Path) -> std::io::Result<OwnedFd> {
     Ok(rustix::fs::open(
         path,
@@ -179,7 +172,7 @@ impl PreStep {
     #[doc(hidden)]
     pub fn capture_still_for(git_dir: &Path, still_ns: i64) -> std::io::Result<Self> {
         let root = open_git(git_dir)?;
-        let still_since = now_ns().saturating_sub(still_ns);
+        let still_since = crate::worktree::now_ns().saturating_sub(still_ns);
         let mut pre = Self::default();
         let mut known: Vec<(String, Option<rustix::fs::Stat>)> =
             ["HEAD", INDEX, "packed-refs", REFTABLE_LIST, SHALLOW]

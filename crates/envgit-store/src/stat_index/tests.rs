@@ -452,7 +452,7 @@ fn d3_stamp(wt: &WorkTree) -> i64 {
 
 /// A base that passed its checks is loaded on a note's word for the rest of the boot (the
 /// same state), but damaged in place afterwards (its stamps move) it is checked again and
-/// ignored: every byte flipped, as a crash could leave it.
+/// ignored: every seventh byte flipped in turn, as a crash could leave it.
 #[test]
 fn a_base_damaged_after_it_was_checked_is_checked_again_and_ignored() {
     let (_tmp, root, store) = settled_project(4);

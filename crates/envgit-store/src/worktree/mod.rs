@@ -41,8 +41,8 @@ use crate::id::ObjectId;
 use crate::store::Store;
 use crate::tree::EntryKind;
 
-pub(crate) use walk::PARALLEL_MIN_DIRS;
 use walk::{Ctx, put_tree};
+pub(crate) use walk::{PARALLEL_MIN_DIRS, now_ns};
 
 /// Each directory's record checksum in a stat index's base, by relative path: known (a base
 /// this process wrote), or summed from the loaded base's bytes when asked. A load sums no

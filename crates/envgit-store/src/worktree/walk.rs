@@ -74,7 +74,7 @@ impl<'a> Ctx<'a> {
     }
 }
 
-pub(super) fn now_ns() -> i64 {
+pub(crate) fn now_ns() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_nanos() as i64)
