@@ -234,8 +234,10 @@ pub fn recover(store_dir: &Path, root: &Path) -> Result<Vec<String>> {
     let mut out = Vec::new();
     for entry in entries.flatten() {
         let dir = entry.path();
-        // Held by a live process: its own put-back will run.
-        let Some(lock) = Flock::try_exclusive(&dir.join("lock"))? else {
+        // Held by a live process: its own put-back will run. No lock file: its owner is
+        // between making the directory and taking the lock (or died there, before any copy
+        // existed), or it went to the trash since the listing; neither is this one's.
+        let Some(lock) = Flock::try_exclusive_existing(&dir.join("lock"))? else {
             continue;
         };
         let file = dir.join("copy.json");
@@ -710,6 +712,29 @@ mod tests {
         let removed = remove_planted_git_links(&root, &[".git/hooks".into()]).unwrap();
         assert_eq!(removed, [".git/COMMIT_EDITMSG"]);
         assert!(root.join(".git/hooks").symlink_metadata().is_ok());
+    }
+
+    /// Another process between making its copy's directory and taking the copy's lock (or
+    /// whose copy moved to the trash since the listing) is not this one's to judge: `recover`
+    /// neither removes that directory, which would fail the other's run, nor fails itself.
+    #[test]
+    fn a_copy_being_made_by_another_process_is_left_alone() {
+        let (_t, root, store) = project();
+        let making = store.join("guard").join("4242-1");
+        std::fs::create_dir_all(&making).unwrap();
+        assert!(recover(&store, &root).unwrap().is_empty());
+        assert!(
+            making.is_dir(),
+            "recover removed a copy another process was making"
+        );
+        assert!(
+            !making.join("lock").exists(),
+            "recover made the other process's lock"
+        );
+        // Its owner goes on: lock, then the copy.
+        let lock = Flock::exclusive(&making.join("lock")).unwrap();
+        std::fs::write(making.join("copy.json"), b"{}").unwrap();
+        drop(lock);
     }
 
     /// The taker died (its lock is gone): the next command puts back from the store.

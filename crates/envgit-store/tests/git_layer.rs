@@ -315,3 +315,28 @@ fn a_still_ref_the_host_changed_during_the_step_keeps_the_hosts_value() {
         assert_eq!(git(&host, &["rev-parse", "main"]).trim(), users.trim());
     }
 }
+
+/// Another run between making its layer's directory and taking the layer's lock (or whose
+/// layer went to the trash since the listing) is not this one's to judge: recovering neither
+/// removes the directory, which would fail that run, nor fails itself.
+#[test]
+fn a_layer_being_made_by_another_run_is_left_alone() {
+    let t = tempfile::tempdir().unwrap();
+    let host = t.path().join("host");
+    let store = t.path().join("store");
+    std::fs::create_dir_all(&store).unwrap();
+    std::fs::create_dir(&host).unwrap();
+    git(&host, &["init", "-q", "-b", "main"]);
+    let making = store.join("gitlayer").join("4242-1");
+    std::fs::create_dir_all(&making).unwrap();
+    let recovered = envgit_store::recover_git_layers(&store, &host).unwrap();
+    assert!(recovered.is_empty(), "{recovered:?}");
+    assert!(
+        making.is_dir(),
+        "recovering removed a layer another run was making"
+    );
+    assert!(
+        !making.join("lock").exists(),
+        "recovering made the other run's lock"
+    );
+}

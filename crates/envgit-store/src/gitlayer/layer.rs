@@ -172,8 +172,10 @@ pub fn recover(store_dir: &Path, root: &Path) -> Result<Vec<GitImport>> {
     let mut out = Vec::new();
     for entry in entries.flatten() {
         let dir = entry.path();
-        // Held by a live run: it imports for itself.
-        let Some(lock) = Flock::try_exclusive(&dir.join("lock"))? else {
+        // Held by a live run: it imports for itself. No lock file: its run is between making
+        // the directory and taking the lock (or died there, before anything was mounted), or
+        // it went to the trash since the listing; neither is this one's.
+        let Some(lock) = Flock::try_exclusive_existing(&dir.join("lock"))? else {
             continue;
         };
         let saved: Option<Saved> = std::fs::read(dir.join("layer.json"))
