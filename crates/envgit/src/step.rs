@@ -127,15 +127,19 @@ impl OpenStep {
         if let Some(s) = &sandboxed {
             // What envgit itself writes is read again by the snapshot whether or not a watch
             // saw it (a one-shot step leaves the host's `.git` unwatched).
-            if let Some(git) = s.git {
-                let import = crate::git_layer::import_into(git, &mut draft)?;
-                snapshot.mark_written(&crate::git_layer::written_paths(&import));
-            }
+            let import = s
+                .git
+                .map(|git| crate::git_layer::import_into(git, &mut draft));
             // By content, from the pre-step copy: never skipped for a marker, and done before
-            // the snapshot, which may fail (a tree too deep, a full disk).
+            // the snapshot, which may fail (a tree too deep, a full disk), and whatever the
+            // import did: one that failed (the step filled the disk its state is saved on)
+            // must not leave what the step planted.
             if let Some(copy) = s.copy {
                 put_back = copy.put_back()?;
                 snapshot.mark_written(&put_back);
+            }
+            if let Some(import) = import {
+                snapshot.mark_written(&crate::git_layer::written_paths(&import?));
             }
             if let Some(shadows) = s.shadows {
                 note_path_shadows(&shadows.sweep(), &mut draft);

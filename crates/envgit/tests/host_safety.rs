@@ -1009,3 +1009,53 @@ fn a_run_refused_during_its_set_up_leaves_no_protected_copy() {
     assert!(!out.stderr.contains("put back"), "{}", out.stderr);
     assert_eq!(env.read("ran.txt"), "ran\n");
 }
+
+/// The step plants `.github/hooks/hooks.json` behind a renamed parent and commits, so the
+/// git layer's import has state to save; the save then fails (the host makes its temporary a
+/// directory, standing in for the disk the step filled). The step fails, and its protected
+/// paths are put back all the same: an import that fails never leaves what the step planted.
+#[test]
+fn a_git_import_that_fails_still_puts_the_protected_paths_back() {
+    let env = project();
+    let marker = env.tmp.path().join("MARKER");
+    let attack = tamper(
+        &marker,
+        "git -c user.name=t -c user.email=t@t commit -q --allow-empty -m step && touch STARTED \
+         && i=0; while [ ! -e GO ] && [ $i -lt 6000 ]; do sleep 0.01; i=$((i+1)); done",
+    );
+    let child = env
+        .cmd(&env.project)
+        .args(["run", "sh", "-c", &attack])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !env.path("STARTED").exists() {
+        assert!(Instant::now() < deadline, "the attack never ran");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(env.read(".github/hooks/hooks.json").contains("pwned"));
+    let layers: Vec<_> = std::fs::read_dir(env.store_dir().join("gitlayer"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(layers.len(), 1, "{layers:?}");
+    std::fs::create_dir(layers[0].join("layer.json.tmp")).unwrap();
+    std::fs::write(env.path("GO"), "").unwrap();
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success(),
+        "the import's failure went unsaid: {stderr}"
+    );
+    assert!(stderr.contains("layer.json.tmp"), "{stderr}");
+    assert_eq!(
+        env.read(".github/hooks/hooks.json"),
+        ORIGINAL_TASKS,
+        "{stderr}"
+    );
+    assert_eq!(hook_of(&env), ORIGINAL_HOOK);
+    std::fs::remove_dir(layers[0].join("layer.json.tmp")).ok();
+    env.host_commit_runs_no_planted_hook(&marker);
+}
