@@ -172,12 +172,14 @@ impl ProtectedCopy {
 
     /// Puts back every protected path that differs from its copy, by content, and removes
     /// symlinks planted where git writes ([`remove_planted_git_links`]); returns the paths
-    /// put back or removed (and only those).
+    /// put back or removed (and only those). A path that cannot be put back does not stop
+    /// the others: all are tried, then the first failure is returned.
     pub fn put_back(&self) -> Result<Vec<String>> {
         let root = &self.saved.root;
         let fd = open_root(root).at(root)?;
         let top = RootNames::read(fd.as_fd()).at(root)?;
         let mut changed = Vec::new();
+        let mut failed = None;
         for (p, was) in self.saved.paths.iter().zip(&self.saved.states) {
             // Read no more of what is there now than the copy holds, plus one byte.
             let mut budget = was.as_ref().map_or(0, |es| size_of(es)) + 1;
@@ -185,20 +187,36 @@ impl ProtectedCopy {
             if matches!(&now, Ok(now) if now == was) {
                 continue;
             }
-            restore(fd.as_fd(), p.as_bytes(), was.as_deref()).at(&root.join(p))?;
-            changed.push(p.clone());
+            match restore(fd.as_fd(), p.as_bytes(), was.as_deref()).at(&root.join(p)) {
+                Ok(()) => changed.push(p.clone()),
+                Err(e) => {
+                    failed.get_or_insert(e);
+                }
+            }
         }
         for name in top.matching(&self.saved.patterns) {
             if self.saved.paths.contains(&name) {
                 continue;
             }
-            restore(fd.as_fd(), name.as_bytes(), None).at(&root.join(&name))?;
-            changed.push(name);
+            match restore(fd.as_fd(), name.as_bytes(), None).at(&root.join(&name)) {
+                Ok(()) => changed.push(name),
+                Err(e) => {
+                    failed.get_or_insert(e);
+                }
+            }
         }
         // The protected paths are as they were before the step now: a link among them (the
         // user's `.git/hooks -> ../tools/hooks`) is the user's, not planted.
-        changed.extend(remove_planted_git_links(root, &self.saved.paths)?);
-        Ok(changed)
+        match remove_planted_git_links(root, &self.saved.paths) {
+            Ok(removed) => changed.extend(removed),
+            Err(e) => {
+                failed.get_or_insert(e);
+            }
+        }
+        match failed {
+            Some(e) => Err(e),
+            None => Ok(changed),
+        }
     }
 
     /// The copy is no longer needed (the step's put-back ran): to the trash.
@@ -232,6 +250,7 @@ pub fn recover(store_dir: &Path, root: &Path) -> Result<Vec<String>> {
         return Ok(Vec::new());
     };
     let mut out = Vec::new();
+    let mut failed = None;
     for entry in entries.flatten() {
         let dir = entry.path();
         // Held by a live process: its own put-back will run. No lock file: its owner is
@@ -264,10 +283,22 @@ pub fn recover(store_dir: &Path, root: &Path) -> Result<Vec<String>> {
             _lock: lock,
             syncing: std::sync::Mutex::new(None),
         };
-        out.extend(copy.put_back()?);
-        copy.discard();
+        // One copy that cannot be put back stays for a later command, and does not stop
+        // the others.
+        match copy.put_back() {
+            Ok(put_back) => {
+                out.extend(put_back);
+                copy.discard();
+            }
+            Err(e) => {
+                failed.get_or_insert(e);
+            }
+        }
     }
-    Ok(out)
+    match failed {
+        Some(e) => Err(e),
+        None => Ok(out),
+    }
 }
 
 fn is_pattern(p: &str) -> bool {

@@ -1059,3 +1059,51 @@ fn a_git_import_that_fails_still_puts_the_protected_paths_back() {
     std::fs::remove_dir(layers[0].join("layer.json.tmp")).ok();
     env.host_commit_runs_no_planted_hook(&marker);
 }
+
+/// One protected path that cannot be put back (here made immutable on the host mid-step,
+/// standing in for a disk the step filled) does not stop the others: the `.envrc` planted
+/// beside it is still removed, and the step fails naming the one that stayed. Needs
+/// `chattr +i` (root on ext4 and most filesystems); says so and passes without it.
+#[test]
+fn one_protected_path_that_cannot_be_put_back_does_not_stop_the_others() {
+    let env = project();
+    let marker = env.tmp.path().join("MARKER");
+    let attack = tamper(
+        &marker,
+        "printf 'export X=1\\n' > .envrc && touch STARTED \
+         && i=0; while [ ! -e GO ] && [ $i -lt 6000 ]; do sleep 0.01; i=$((i+1)); done",
+    );
+    let child = env
+        .cmd(&env.project)
+        .args(["run", "sh", "-c", &attack])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !env.path("STARTED").exists() {
+        assert!(Instant::now() < deadline, "the attack never ran");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let planted = env.path(".github/hooks/hooks.json");
+    let immutable = Command::new("chattr")
+        .arg("+i")
+        .arg(&planted)
+        .output()
+        .is_ok_and(|o| o.status.success());
+    std::fs::write(env.path("GO"), "").unwrap();
+    let out = child.wait_with_output().unwrap();
+    if !immutable {
+        eprintln!("skipped: `chattr +i` is not available here");
+        return;
+    }
+    let _ = Command::new("chattr").arg("-i").arg(&planted).status();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(stderr.contains(".github/hooks"), "{stderr}");
+    assert!(
+        !env.path(".envrc").exists(),
+        "a failed put-back left the .envrc planted beside it: {stderr}"
+    );
+    assert_eq!(hook_of(&env), ORIGINAL_HOOK);
+}
