@@ -70,6 +70,9 @@ pub struct ProtectedCopy {
     /// The copy's `fdatasync`, running on its own thread while the run is set up; it must
     /// be done before the command starts ([`ProtectedCopy::durable`]).
     syncing: std::sync::Mutex<Option<std::thread::JoinHandle<std::io::Result<()>>>>,
+    /// The last put-back left a path as the step made it: the copy outlives this process
+    /// ([`ProtectedCopy::discard`]) for the next command to put back again.
+    put_back_failed: std::sync::atomic::AtomicBool,
 }
 
 /// Waits until a copy is on disk; see [`ProtectedCopy::durable`].
@@ -144,6 +147,7 @@ impl ProtectedCopy {
             saved,
             _lock: lock,
             syncing: std::sync::Mutex::new(Some(syncing)),
+            put_back_failed: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -175,6 +179,13 @@ impl ProtectedCopy {
     /// put back or removed (and only those). A path that cannot be put back does not stop
     /// the others: all are tried, then the first failure is returned.
     pub fn put_back(&self) -> Result<Vec<String>> {
+        let done = self.put_back_each();
+        self.put_back_failed
+            .store(done.is_err(), std::sync::atomic::Ordering::Relaxed);
+        done
+    }
+
+    fn put_back_each(&self) -> Result<Vec<String>> {
         let root = &self.saved.root;
         let fd = open_root(root).at(root)?;
         let top = RootNames::read(fd.as_fd()).at(root)?;
@@ -219,8 +230,17 @@ impl ProtectedCopy {
         }
     }
 
-    /// The copy is no longer needed (the step's put-back ran): to the trash.
+    /// The copy is no longer needed (the step's put-back ran, or its command never started):
+    /// to the trash. Unless its last put-back failed: then it is left where it is, unlocked
+    /// once this process lets go of it, and the next envgit command puts back from it again
+    /// ([`recover`]), as after a kill.
     pub fn discard(self) {
+        if self
+            .put_back_failed
+            .load(std::sync::atomic::Ordering::Relaxed)
+        {
+            return;
+        }
         crate::trash::discard(&self.dir);
     }
 }
@@ -282,6 +302,7 @@ pub fn recover(store_dir: &Path, root: &Path) -> Result<Vec<String>> {
             saved,
             _lock: lock,
             syncing: std::sync::Mutex::new(None),
+            put_back_failed: std::sync::atomic::AtomicBool::new(false),
         };
         // One copy that cannot be put back stays for a later command, and does not stop
         // the others.
@@ -383,6 +404,7 @@ fn star_match(pattern: &str, name: &str) -> bool {
 pub fn remove_planted_git_links(root: &Path, kept: &[String]) -> Result<Vec<String>> {
     let fd = open_root(root).at(root)?;
     let mut removed = Vec::new();
+    let mut failed = None;
     let mut pending: Vec<(Vec<u8>, bool)> = vec![(b".git".to_vec(), false)];
     while let Some((dir_rel, deep)) = pending.pop() {
         let dir = match open_dir_rel(fd.as_fd(), &dir_rel) {
@@ -400,9 +422,15 @@ pub fn remove_planted_git_links(root: &Path, kept: &[String]) -> Result<Vec<Stri
             match file_type(&st) {
                 FileType::Symlink if kept.iter().any(|k| k.as_bytes() == rel) => {}
                 FileType::Symlink => {
-                    rustix::fs::unlinkat(dir.as_fd(), &name, AtFlags::empty())
-                        .at(&root.join(String::from_utf8_lossy(&rel).as_ref()))?;
-                    removed.push(String::from_utf8_lossy(&rel).into_owned());
+                    // One that cannot be removed does not keep the others.
+                    match rustix::fs::unlinkat(dir.as_fd(), &name, AtFlags::empty())
+                        .at(&root.join(String::from_utf8_lossy(&rel).as_ref()))
+                    {
+                        Ok(()) => removed.push(String::from_utf8_lossy(&rel).into_owned()),
+                        Err(e) => {
+                            failed.get_or_insert(e);
+                        }
+                    }
                 }
                 FileType::Directory
                     if deep
@@ -415,7 +443,10 @@ pub fn remove_planted_git_links(root: &Path, kept: &[String]) -> Result<Vec<Stri
         }
     }
     removed.sort();
-    Ok(removed)
+    match failed {
+        Some(e) => Err(e),
+        None => Ok(removed),
+    }
 }
 
 fn size_of(entries: &[Entry]) -> u64 {

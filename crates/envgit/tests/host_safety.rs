@@ -1062,7 +1062,8 @@ fn a_git_import_that_fails_still_puts_the_protected_paths_back() {
 
 /// One protected path that cannot be put back (here made immutable on the host mid-step,
 /// standing in for a disk the step filled) does not stop the others: the `.envrc` planted
-/// beside it is still removed, and the step fails naming the one that stayed. Needs
+/// beside it is still removed, and the step fails naming the one that stayed; its copy is
+/// kept, and the next command puts that one back once it can. Needs
 /// `chattr +i` (root on ext4 and most filesystems); says so and passes without it.
 #[test]
 fn one_protected_path_that_cannot_be_put_back_does_not_stop_the_others() {
@@ -1106,4 +1107,10 @@ fn one_protected_path_that_cannot_be_put_back_does_not_stop_the_others() {
         "a failed put-back left the .envrc planted beside it: {stderr}"
     );
     assert_eq!(hook_of(&env), ORIGINAL_HOOK);
+    // The copy outlived the failed step: once the path can be written again, the next
+    // command puts it back, as after a kill.
+    let log = env.envgit(&["log", "--json"]);
+    assert_eq!(log.code, 0, "{}", log.stderr);
+    assert!(log.stderr.contains("put back"), "{}", log.stderr);
+    assert_eq!(env.read(".github/hooks/hooks.json"), ORIGINAL_TASKS);
 }
