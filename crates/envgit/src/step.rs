@@ -131,18 +131,20 @@ impl OpenStep {
                 .git
                 .map(|git| crate::git_layer::import_into(git, &mut draft));
             // By content, from the pre-step copy: never skipped for a marker, and done before
-            // the snapshot, which may fail (a tree too deep, a full disk), and whatever the
-            // import did: one that failed (the step filled the disk its state is saved on)
-            // must not leave what the step planted.
-            if let Some(copy) = s.copy {
-                put_back = copy.put_back()?;
+            // the snapshot, which may fail (a tree too deep, a full disk). Each of the three
+            // runs whatever the others did, and only then is a failure returned: an import
+            // or a put-back that failed (the step filled the disk) must not leave what the
+            // step planted elsewhere.
+            let restored = s.copy.map(ProtectedCopy::put_back);
+            if let Some(shadows) = s.shadows {
+                note_path_shadows(&shadows.sweep(), &mut draft);
+            }
+            if let Some(restored) = restored {
+                put_back = restored?;
                 snapshot.mark_written(&put_back);
             }
             if let Some(import) = import {
                 snapshot.mark_written(&crate::git_layer::written_paths(&import?));
-            }
-            if let Some(shadows) = s.shadows {
-                note_path_shadows(&shadows.sweep(), &mut draft);
             }
         }
         crate::timings::mark("  git import, put back");

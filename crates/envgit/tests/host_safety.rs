@@ -1062,7 +1062,8 @@ fn a_git_import_that_fails_still_puts_the_protected_paths_back() {
 
 /// One protected path that cannot be put back (here made immutable on the host mid-step,
 /// standing in for a disk the step filled) does not stop the others: the `.envrc` planted
-/// beside it is still removed, and the step fails naming the one that stayed; its copy is
+/// beside it and the program planted on the person's PATH are still removed, and the step
+/// fails naming the one that stayed; its copy is
 /// kept, and the next command puts that one back once it can. Needs
 /// `chattr +i` (root on ext4 and most filesystems); says so and passes without it.
 #[test]
@@ -1071,11 +1072,14 @@ fn one_protected_path_that_cannot_be_put_back_does_not_stop_the_others() {
     let marker = env.tmp.path().join("MARKER");
     let attack = tamper(
         &marker,
-        "printf 'export X=1\\n' > .envrc && touch STARTED \
+        "printf 'export X=1\\n' > .envrc \
+         && mkdir -p bin && printf '#!/bin/sh\\necho pwned\\n' > bin/ls && chmod 755 bin/ls \
+         && touch STARTED \
          && i=0; while [ ! -e GO ] && [ $i -lt 6000 ]; do sleep 0.01; i=$((i+1)); done",
     );
     let child = env
         .cmd(&env.project)
+        .env("PATH", path_with_project_dirs(&env, &["bin"]))
         .args(["run", "sh", "-c", &attack])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -1105,6 +1109,10 @@ fn one_protected_path_that_cannot_be_put_back_does_not_stop_the_others() {
     assert!(
         !env.path(".envrc").exists(),
         "a failed put-back left the .envrc planted beside it: {stderr}"
+    );
+    assert!(
+        !env.path("bin/ls").exists(),
+        "a failed put-back left the program planted on the PATH: {stderr}"
     );
     assert_eq!(hook_of(&env), ORIGINAL_HOOK);
     // The copy outlived the failed step: once the path can be written again, the next
