@@ -127,17 +127,39 @@ impl OpenStep {
         if let Some(s) = &sandboxed {
             // What envgit itself writes is read again by the snapshot whether or not a watch
             // saw it (a one-shot step leaves the host's `.git` unwatched).
-            let import = s
-                .git
-                .map(|git| crate::git_layer::import_into(git, &mut draft));
             // By content, from the pre-step copy: never skipped for a marker, and done before
             // the snapshot, which may fail (a tree too deep, a full disk). Each of the three
             // runs whatever the others did, and only then is a failure returned: an import
             // or a put-back that failed (the step filled the disk) must not leave what the
-            // step planted elsewhere.
-            let restored = s.copy.map(ProtectedCopy::put_back);
-            if let Some(shadows) = s.shadows {
-                note_path_shadows(&shadows.sweep(), &mut draft);
+            // step planted elsewhere. The put-back and the sweep run on a thread beside the
+            // import (0.3 ms each on a small project, the other core idle): none writes where
+            // another does (the import takes no hook, `commondir` nor `config.worktree`,
+            // nothing but regular files, and nothing outside `.git`).
+            let (copy, shadows) = (s.copy, s.shadows);
+            let put_back_and_sweep = move || {
+                (
+                    copy.map(ProtectedCopy::put_back),
+                    shadows.map(|sh| sh.sweep()),
+                )
+            };
+            let (import, (restored, swept)) = std::thread::scope(|scope| {
+                let beside = std::thread::Builder::new()
+                    .name("envgit-put-back".into())
+                    .spawn_scoped(scope, put_back_and_sweep);
+                let import = s
+                    .git
+                    .map(|git| crate::git_layer::import_into(git, &mut draft));
+                let others = match beside {
+                    Ok(beside) => beside
+                        .join()
+                        .unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
+                    // No thread: here, after the import.
+                    Err(_) => put_back_and_sweep(),
+                };
+                (import, others)
+            });
+            if let Some(swept) = swept {
+                note_path_shadows(&swept, &mut draft);
             }
             if let Some(restored) = restored {
                 put_back = restored?;
