@@ -110,14 +110,15 @@ impl ProjectDirs {
         Ok(store)
     }
 
-    /// A step whose envgit died (SIGKILL, OOM, a panic) before its put-back left its pre-step
-    /// copy of the protected paths in the store: put them back before anything else.
+    /// A step whose envgit died (SIGKILL, OOM, a panic) before its put-back, or whose put-back
+    /// failed (a full disk), left its pre-step copy of the protected paths in the store: put
+    /// them back before anything else.
     fn recover_protected(&self) {
         match envgit_store::recover_protected(&self.store_dir, &self.root) {
             Ok(paths) => {
                 for p in paths {
                     crate::output::warn(&format!(
-                        "{p} was changed by a step whose envgit was killed; put back (protected path)"
+                        "{p} was changed by an earlier step that could not put it back (its envgit was killed, or the put-back failed); put back now (protected path)"
                     ));
                 }
             }
