@@ -1010,6 +1010,32 @@ fn a_run_refused_during_its_set_up_leaves_no_protected_copy() {
     assert_eq!(env.read("ran.txt"), "ran\n");
 }
 
+/// `then` after the step's attack: it says `STARTED` and waits (bounded) for the host's
+/// `GO`, so the host can act in the middle of the step.
+fn pausing(then: &str) -> String {
+    format!(
+        "{then} && touch STARTED \
+         && i=0; while [ ! -e GO ] && [ $i -lt 6000 ]; do sleep 0.01; i=$((i+1)); done"
+    )
+}
+
+/// `envgit run sh -c ATTACK` (built with [`pausing`]) started, once the step is at its
+/// pause: an event, not a fixed delay.
+fn started_until_go(mut run: Command, env: &Env, attack: &str) -> std::process::Child {
+    let child = run
+        .args(["run", "sh", "-c", attack])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !env.path("STARTED").exists() {
+        assert!(Instant::now() < deadline, "the attack never ran");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child
+}
+
 /// The step plants `.github/hooks/hooks.json` behind a renamed parent and commits, so the
 /// git layer's import has state to save; the save then fails (the host makes its temporary a
 /// directory, standing in for the disk the step filled). The step fails, and its protected
@@ -1020,21 +1046,9 @@ fn a_git_import_that_fails_still_puts_the_protected_paths_back() {
     let marker = env.tmp.path().join("MARKER");
     let attack = tamper(
         &marker,
-        "git -c user.name=t -c user.email=t@t commit -q --allow-empty -m step && touch STARTED \
-         && i=0; while [ ! -e GO ] && [ $i -lt 6000 ]; do sleep 0.01; i=$((i+1)); done",
+        &pausing("git -c user.name=t -c user.email=t@t commit -q --allow-empty -m step"),
     );
-    let child = env
-        .cmd(&env.project)
-        .args(["run", "sh", "-c", &attack])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !env.path("STARTED").exists() {
-        assert!(Instant::now() < deadline, "the attack never ran");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let child = started_until_go(env.cmd(&env.project), &env, &attack);
     assert!(env.read(".github/hooks/hooks.json").contains("pwned"));
     let layers: Vec<_> = std::fs::read_dir(env.store_dir().join("gitlayer"))
         .unwrap()
@@ -1072,24 +1086,14 @@ fn one_protected_path_that_cannot_be_put_back_does_not_stop_the_others() {
     let marker = env.tmp.path().join("MARKER");
     let attack = tamper(
         &marker,
-        "printf 'export X=1\\n' > .envrc \
-         && mkdir -p bin && printf '#!/bin/sh\\necho pwned\\n' > bin/ls && chmod 755 bin/ls \
-         && touch STARTED \
-         && i=0; while [ ! -e GO ] && [ $i -lt 6000 ]; do sleep 0.01; i=$((i+1)); done",
+        &pausing(
+            "printf 'export X=1\\n' > .envrc \
+             && mkdir -p bin && printf '#!/bin/sh\\necho pwned\\n' > bin/ls && chmod 755 bin/ls",
+        ),
     );
-    let child = env
-        .cmd(&env.project)
-        .env("PATH", path_with_project_dirs(&env, &["bin"]))
-        .args(["run", "sh", "-c", &attack])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !env.path("STARTED").exists() {
-        assert!(Instant::now() < deadline, "the attack never ran");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let mut run = env.cmd(&env.project);
+    run.env("PATH", path_with_project_dirs(&env, &["bin"]));
+    let child = started_until_go(run, &env, &attack);
     let planted = env.path(".github/hooks/hooks.json");
     let immutable = Command::new("chattr")
         .arg("+i")
