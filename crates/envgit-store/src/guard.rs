@@ -304,17 +304,15 @@ pub fn recover(store_dir: &Path, root: &Path) -> Result<Vec<String>> {
             syncing: std::sync::Mutex::new(None),
             put_back_failed: std::sync::atomic::AtomicBool::new(false),
         };
-        // One copy that cannot be put back stays for a later command, and does not stop
-        // the others.
+        // One copy that cannot be put back does not stop the others; `discard` keeps it for
+        // a later command.
         match copy.put_back() {
-            Ok(put_back) => {
-                out.extend(put_back);
-                copy.discard();
-            }
+            Ok(put_back) => out.extend(put_back),
             Err(e) => {
                 failed.get_or_insert(e);
             }
         }
+        copy.discard();
     }
     match failed {
         Some(e) => Err(e),
