@@ -58,6 +58,7 @@ mod tree;
 mod tree_cache;
 mod watch;
 mod watches;
+mod without_snapshot;
 mod worktree;
 mod write;
 
@@ -77,7 +78,8 @@ pub use gitlayer::{
     filter_nested_config as filter_nested_git_config, hide_secrets as hide_git_config_secrets,
     import as git_import, nested_code_paths as nested_git_code_paths,
     nested_object_refusals as nested_git_object_refusals,
-    nested_replace_ref_stores as nested_git_replace_ref_stores, recover as recover_git_layers,
+    nested_replace_ref_stores as nested_git_replace_ref_stores,
+    only_comments as git_text_only_comments, recover as recover_git_layers,
 };
 pub use graft::{entry_at, graft};
 pub use guard::{
@@ -107,6 +109,7 @@ pub use trash::{
 };
 pub use tree::{EntryKind, MarkerReason, Tree, TreeEntry};
 pub use watch::{LiveTree, SnapshotMode};
+pub use without_snapshot::{EndedWithoutSnapshot, end_without_snapshot};
 pub use worktree::{
     CachedEntry, DEFAULT_MAX_FILE_SIZE, MAX_TREE_DEPTH, MAX_TREE_PATH, ScanConfig, ScanProgress,
     ScanReport, StatKey, WorkTree,

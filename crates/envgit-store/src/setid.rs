@@ -42,14 +42,17 @@ const CTIME_MARGIN_NS: i64 = 1_000_000_000;
 /// bits of the files `report` found with one whose inode changed since then — what the step
 /// made, not what the user had before it. The caller says what was cleared and what failed.
 pub fn clear_setid_since(wt: &WorkTree, report: &ScanReport, since_ms: u64) -> Cleared {
+    clear_setid(wt.root_fd(), &changed_since(&report.setid, since_ms))
+}
+
+/// Those of `files` whose inode changed since `since_ms` (ms since the epoch).
+pub(crate) fn changed_since(files: &[SetidFile], since_ms: u64) -> Vec<SetidFile> {
     let since = (since_ms as i64).saturating_mul(1_000_000) - CTIME_MARGIN_NS;
-    let changed: Vec<SetidFile> = report
-        .setid
+    files
         .iter()
         .filter(|f| f.ctime_ns >= since)
         .cloned()
-        .collect();
-    clear_setid(wt.root_fd(), &changed)
+        .collect()
 }
 
 /// What [`clear_setid`] did.

@@ -458,6 +458,12 @@ pub(crate) fn clear_setid(
     notes: &mut Vec<String>,
 ) {
     let done = envgit_store::clear_setid_since(wt, report, started_ms);
+    say_setid_cleared(&done);
+    notes.extend(envgit_store::setid_notes(&done));
+}
+
+/// Says which setuid/setgid bits a step's end cleared, and which it could not.
+pub(crate) fn say_setid_cleared(done: &envgit_store::SetidCleared) {
     for p in &done.cleared {
         output::warn(&format!(
             "{p} was made setuid/setgid during the step: bit cleared"
@@ -469,7 +475,6 @@ pub(crate) fn clear_setid(
              `chmod ug-s {p}` before running it"
         ));
     }
-    notes.extend(envgit_store::setid_notes(&done));
 }
 
 #[cfg(test)]

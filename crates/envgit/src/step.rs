@@ -5,7 +5,8 @@
 //! step of its own). A sandboxed step's finish always runs, in this order: the git layer's
 //! import, the put-back of protected paths by content (before the snapshot, which may fail),
 //! the snapshot, the nested repositories' code and the setid bits, the put-back of what the
-//! snapshot shows, the flags, the commit.
+//! snapshot shows, the flags, the commit. When the snapshot or the checks after it fail, the
+//! nested repositories' code and the setid bits are found on disk instead, and the step fails.
 
 use envgit_store::{
     GitDropped, GitLayer, LiveTree, ObjectId, ProtectedCopy, Refusal, ScanProgress, ScanReport,
@@ -173,68 +174,25 @@ impl OpenStep {
         if let Some(late) = sandboxed.as_mut().and_then(|s| s.late.take()) {
             late(&mut draft);
         }
-        let (mut tree, mut report, mut rescanned) = snapshot.take(store)?;
-        if !report.full
-            && let Some(s) = &sandboxed
-        {
-            for p in s.too_deep_before {
-                if !report.too_deep.contains(p) {
-                    report.too_deep.push(p.clone());
+        let checked = snapshot_checked(
+            store,
+            &mut snapshot,
+            sandboxed.as_ref(),
+            &mut put_back,
+            &mut draft,
+        );
+        let (tree, report, rescanned) = match checked {
+            Ok(taken) => taken,
+            Err(e) => {
+                // No snapshot to diff: what the diff would have undone is found on disk.
+                if let Some(s) = &sandboxed
+                    && let Some(before) = s.before
+                {
+                    end_without_snapshot(store, &mut snapshot, &before, draft.started_at_ms);
                 }
+                return Err(e);
             }
-        }
-        crate::timings::mark("  snapshot");
-        if let Some(s) = &sandboxed
-            && let Some(before) = s.before
-            && !matches!(snapshot, Snapshot::Tree(_))
-        {
-            let changes = envgit_store::diff_entries(store, Some(&before), Some(&tree))?;
-            note_gitmodules(&changes, &mut draft);
-            crate::scan_notes::unreadable(&changes, &mut draft);
-            // Repositories the step made or changed inside the project: their code goes back.
-            let comments_only = |e: &envgit_store::TreeEntry| {
-                // Read failures count as content: the file then goes back.
-                store.read_file(&e.id).is_ok_and(|text| {
-                    String::from_utf8_lossy(&text)
-                        .lines()
-                        .all(|l| l.trim().is_empty() || l.starts_with('#'))
-                })
-            };
-            let mut nested = envgit_store::nested_git_code_paths(&changes, &comments_only);
-            nested
-                .put_back
-                .extend(envgit_store::nested_git_replace_ref_stores(
-                    store, &before, &tree, &changes,
-                )?);
-            // Their objects must be what their names say, their history stays whole.
-            let forged = envgit_store::nested_git_object_refusals(store, &before, &tree, &changes)?;
-            nested
-                .put_back
-                .extend(forged.iter().map(|d| d.path.clone()));
-            let (rewritten, unfiltered) =
-                crate::git_layer::filter_nested_configs(store, &before, &nested, &mut draft)?;
-            if rewritten {
-                // A config was rewritten after the snapshot: take it again (stat-cached).
-                (tree, report, rescanned) = snapshot.take(store)?;
-            }
-            let mut nested_paths = nested.put_back;
-            nested_paths.extend(unfiltered);
-            let mut protected = s.protected.to_vec();
-            protected.extend(nested_paths.iter().cloned());
-            if let Some(wt) = snapshot.work_tree() {
-                let (from_snapshot, after) =
-                    envgit_store::put_back(store, wt, &before, &tree, &protected)?;
-                tree = after;
-                for p in from_snapshot {
-                    if !put_back.contains(&p) {
-                        put_back.push(p);
-                    }
-                }
-            }
-            let nested_back;
-            (nested_back, put_back) = put_back.into_iter().partition(|p| nested_paths.contains(p));
-            note_nested_put_back(&nested_back, &forged, &mut draft);
-        }
+        };
         crate::timings::mark("  diff, nested, put back");
         if sandboxed.is_some() {
             note_put_back(&put_back, &mut draft);
@@ -247,6 +205,122 @@ impl OpenStep {
         crate::timings::mark("  commit");
         Ok(step)
     }
+}
+
+/// The snapshot after a step, and for a sandboxed one what the diff from `before` undoes: the
+/// nested repositories' code and the protected paths the snapshot shows changed (added to
+/// `put_back`).
+fn snapshot_checked(
+    store: &mut Store,
+    snapshot: &mut Snapshot<'_>,
+    sandboxed: Option<&Sandboxed<'_>>,
+    put_back: &mut Vec<String>,
+    draft: &mut StepDraft,
+) -> CmdResult<(ObjectId, ScanReport, bool)> {
+    let (mut tree, mut report, mut rescanned) = snapshot.take(store)?;
+    if !report.full
+        && let Some(s) = &sandboxed
+    {
+        for p in s.too_deep_before {
+            if !report.too_deep.contains(p) {
+                report.too_deep.push(p.clone());
+            }
+        }
+    }
+    crate::timings::mark("  snapshot");
+    if let Some(s) = sandboxed
+        && let Some(before) = s.before
+        && !matches!(snapshot, Snapshot::Tree(_))
+    {
+        let changes = envgit_store::diff_entries(store, Some(&before), Some(&tree))?;
+        note_gitmodules(&changes, draft);
+        crate::scan_notes::unreadable(&changes, draft);
+        // Repositories the step made or changed inside the project: their code goes back.
+        let comments_only = |e: &envgit_store::TreeEntry| {
+            // Read failures count as content: the file then goes back.
+            store
+                .read_file(&e.id)
+                .is_ok_and(|text| envgit_store::git_text_only_comments(&text))
+        };
+        let mut nested = envgit_store::nested_git_code_paths(&changes, &comments_only);
+        nested
+            .put_back
+            .extend(envgit_store::nested_git_replace_ref_stores(
+                store, &before, &tree, &changes,
+            )?);
+        // Their objects must be what their names say, their history stays whole.
+        let forged = envgit_store::nested_git_object_refusals(store, &before, &tree, &changes)?;
+        nested
+            .put_back
+            .extend(forged.iter().map(|d| d.path.clone()));
+        let (rewritten, unfiltered) =
+            crate::git_layer::filter_nested_configs(store, &before, &nested, draft)?;
+        if rewritten {
+            // A config was rewritten after the snapshot: take it again (stat-cached).
+            (tree, report, rescanned) = snapshot.take(store)?;
+        }
+        let mut nested_paths = nested.put_back;
+        nested_paths.extend(unfiltered);
+        let mut protected = s.protected.to_vec();
+        protected.extend(nested_paths.iter().cloned());
+        if let Some(wt) = snapshot.work_tree() {
+            let (from_snapshot, after) =
+                envgit_store::put_back(store, wt, &before, &tree, &protected)?;
+            tree = after;
+            for p in from_snapshot {
+                if !put_back.contains(&p) {
+                    put_back.push(p);
+                }
+            }
+        }
+        let nested_back;
+        (nested_back, *put_back) = std::mem::take(put_back)
+            .into_iter()
+            .partition(|p| nested_paths.contains(p));
+        note_nested_put_back(&nested_back, &forged, draft);
+    }
+    Ok((tree, report, rescanned))
+}
+
+/// The snapshot after a sandboxed step failed, or what follows it did: the nested
+/// repositories' code goes back and setuid bits go all the same, found on disk (see
+/// [`envgit_store::end_without_snapshot`]). Said; the step itself is not committed.
+fn end_without_snapshot(
+    store: &Store,
+    snapshot: &mut Snapshot<'_>,
+    before: &ObjectId,
+    started_at_ms: u64,
+) {
+    let Some(wt) = snapshot.work_tree() else {
+        return;
+    };
+    let rule = crate::git_layer::RULE;
+    let done = match envgit_store::end_without_snapshot(store, wt, before, started_at_ms) {
+        Ok(done) => done,
+        Err(e) => {
+            output::error(&format!(
+                "the step's snapshot failed, and so did the look for code it left in \
+                 repositories inside the project ({e}): check their .git/hooks and .git/config \
+                 before running git in them (rule {rule})"
+            ));
+            return;
+        }
+    };
+    for p in &done.put_back {
+        output::warn(&format!(
+            "{p} of a repository inside the project changed during the step and was put back: \
+             git would run or follow it on the host (rule {rule}; compared on disk, as the \
+             step's snapshot failed)"
+        ));
+    }
+    for (p, e) in &done.failed {
+        output::error(&format!(
+            "{p} of a repository inside the project changed during the step and could not be \
+             put back ({e}; rule {rule}): remove it before running git in that repository"
+        ));
+    }
+    crate::owner::say_setid_cleared(&done.setid);
+    snapshot.mark_written(&done.put_back);
 }
 
 /// A write of the step's to `path` that envgit undid: said (`said` names the rule) and

@@ -6,10 +6,12 @@
 
 mod support;
 
+use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 
 use support::Env;
 use support::git_forge::{blob, forge_commit_graph, lfs_commit, lfs_path, lying_pack, scratch};
+use support::mid_step::{go, pausing, started_until_go};
 
 /// A git project holding `libs/foo`, a repository of its own with `build.sh` in `commits`
 /// commits, recorded; with `small_files`, files over 16 bytes are markers in the snapshot (the
@@ -382,4 +384,86 @@ fn a_packed_replace_ref_too_large_for_the_snapshot_goes_too() {
         out.stderr
     );
     assert_eq!(env.git(&nested, &["replace", "-l"]), "");
+}
+
+/// `chattr +i` (or `-i`) on `paths`: whether it worked (root on ext4 and most filesystems).
+fn chattr(flag: &str, paths: &[PathBuf]) -> bool {
+    std::process::Command::new("chattr")
+        .arg(flag)
+        .args(paths)
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+/// The step plants a hook in the nested repository, makes a repository of its own with a
+/// hook and a config that runs a program, and leaves a file setuid; then the store cannot be
+/// written (its packs made immutable on the host mid-step, standing in for a disk the step
+/// filled). The snapshot fails, so there is no tree after the step to diff: the step fails,
+/// and its end compares the nested repositories with the tree before it, by content, and puts
+/// their code back all the same. The host's git then runs nothing the step wrote. Needs
+/// `chattr +i`; says so and passes without it.
+#[test]
+fn a_snapshot_that_fails_still_puts_the_nested_repositories_code_back() {
+    let (env, nested) = project_with_nested(1, false);
+    let marker = env.tmp.path().join("MARKER");
+    let hook = format!("#!/bin/sh\\necho pwned >> {}\\n", marker.display());
+    let attack = pausing(&format!(
+        "printf '{hook}' > libs/foo/.git/hooks/pre-commit && chmod +x libs/foo/.git/hooks/pre-commit \
+         && git init -q vendor/x && cp libs/foo/.git/hooks/pre-commit vendor/x/.git/hooks/post-checkout \
+         && git -C vendor/x config core.fsmonitor 'echo pwned >> {m}; false' \
+         && cp /bin/true setid-tool && chmod u+s setid-tool",
+        m = marker.display()
+    ));
+    let child = started_until_go(env.cmd(&env.project), &env, &attack);
+    let packs_dir = env.store_dir().join("packs");
+    let mut packs: Vec<PathBuf> = std::fs::read_dir(&packs_dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    packs.push(packs_dir);
+    let immutable = chattr("+i", &packs);
+    go(&env);
+    let out = child.wait_with_output().unwrap();
+    chattr("-i", &packs);
+    if !immutable {
+        eprintln!("skipped: `chattr +i` is not available here");
+        return;
+    }
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        !out.status.success(),
+        "the store's failure went unsaid: {said}"
+    );
+    assert!(
+        !nested.join(".git/hooks/pre-commit").exists(),
+        "a failed snapshot left the hook planted in the nested repository: {said}"
+    );
+    assert!(
+        nested.join(".git/hooks/pre-commit.sample").exists(),
+        "the nested repository's own hooks went with the planted one: {said}"
+    );
+    assert!(
+        !env.path("vendor/x/.git/hooks/post-checkout").exists(),
+        "a failed snapshot left the hook of the repository the step made: {said}"
+    );
+    let config = std::fs::read_to_string(env.path("vendor/x/.git/config")).unwrap_or_default();
+    assert!(!config.contains("fsmonitor"), "{config}\n{said}");
+    let mode = std::fs::metadata(env.path("setid-tool"))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o6000, 0, "the setuid bit outlived the step: {said}");
+    assert!(said.contains("put back"), "{said}");
+    // The host's git, in both repositories.
+    std::fs::write(nested.join("build.sh"), "echo changed\n").unwrap();
+    env.git(&nested, &["commit", "-q", "-am", "host commit"]);
+    env.git(&env.path("vendor/x"), &["status", "--short"]);
+    assert!(
+        !marker.exists(),
+        "the host ran what the step planted: {said}"
+    );
 }

@@ -14,6 +14,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use support::mid_step::{go, pausing, started_until_go};
 use support::{Env, Run};
 
 const ORIGINAL_HOOK: &str = "#!/bin/sh\nexit 0\n";
@@ -1010,32 +1011,6 @@ fn a_run_refused_during_its_set_up_leaves_no_protected_copy() {
     assert_eq!(env.read("ran.txt"), "ran\n");
 }
 
-/// `then` after the step's attack: it says `STARTED` and waits (bounded) for the host's
-/// `GO`, so the host can act in the middle of the step.
-fn pausing(then: &str) -> String {
-    format!(
-        "{then} && touch STARTED \
-         && i=0; while [ ! -e GO ] && [ $i -lt 6000 ]; do sleep 0.01; i=$((i+1)); done"
-    )
-}
-
-/// `envgit run sh -c ATTACK` (built with [`pausing`]) started, once the step is at its
-/// pause: an event, not a fixed delay.
-fn started_until_go(mut run: Command, env: &Env, attack: &str) -> std::process::Child {
-    let child = run
-        .args(["run", "sh", "-c", attack])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !env.path("STARTED").exists() {
-        assert!(Instant::now() < deadline, "the attack never ran");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    child
-}
-
 /// The step plants `.github/hooks/hooks.json` behind a renamed parent and commits, so the
 /// git layer's import has state to save; the save then fails (the host makes its temporary a
 /// directory, standing in for the disk the step filled). The step fails, and its protected
@@ -1056,7 +1031,7 @@ fn a_git_import_that_fails_still_puts_the_protected_paths_back() {
         .collect();
     assert_eq!(layers.len(), 1, "{layers:?}");
     std::fs::create_dir(layers[0].join("layer.json.tmp")).unwrap();
-    std::fs::write(env.path("GO"), "").unwrap();
+    go(&env);
     let out = child.wait_with_output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
@@ -1100,7 +1075,7 @@ fn one_protected_path_that_cannot_be_put_back_does_not_stop_the_others() {
         .arg(&planted)
         .output()
         .is_ok_and(|o| o.status.success());
-    std::fs::write(env.path("GO"), "").unwrap();
+    go(&env);
     let out = child.wait_with_output().unwrap();
     if !immutable {
         eprintln!("skipped: `chattr +i` is not available here");

@@ -11,6 +11,7 @@ mod import;
 mod layer;
 mod nested;
 mod nested_objects;
+mod nested_on_disk;
 mod secrets;
 mod verify;
 mod write;
@@ -20,7 +21,8 @@ pub use import::{Dropped, GitImport, PreStep, import};
 pub use layer::{GitLayer, recover};
 pub use nested::{
     NestedCode, NestedConfigError, filter_nested_config, nested_code_paths,
-    nested_replace_ref_stores,
+    nested_replace_ref_stores, only_comments,
 };
 pub use nested_objects::nested_object_refusals;
+pub use nested_on_disk::nested_code_on_disk;
 pub use secrets::{ConfigSecret, HiddenConfig, HideSecretsError, hide_secrets};

@@ -103,6 +103,14 @@ fn is_inert_template(
     }
 }
 
+/// Whether `text` holds only comments and blank lines (what `git init` writes into
+/// `info/exclude`).
+pub fn only_comments(text: &[u8]) -> bool {
+    String::from_utf8_lossy(text)
+        .lines()
+        .all(|l| l.trim().is_empty() || l.starts_with('#'))
+}
+
 /// A path inside a repository nested in the project: its `.git` (project-relative) and the
 /// path below it (empty for the `.git` itself). `None` outside one, and inside the project's
 /// own `.git` (its `modules/` included: the layer's).

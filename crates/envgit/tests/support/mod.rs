@@ -390,5 +390,6 @@ pub fn head_of(repo: &Path) -> String {
 }
 pub mod git_forge;
 pub mod mcp_client;
+pub mod mid_step;
 pub mod ui_client;
 pub mod webdriver;

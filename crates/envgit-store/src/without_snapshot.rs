@@ -1,0 +1,317 @@
+//! A sandboxed step's end when there is no snapshot after it to diff: the snapshot failed (the
+//! step filled the disk, or left a tree the store could not take), or what follows it did. What
+//! the end would have undone from the diff is then found on disk, writing nothing to the
+//! store: one walk of the project (the scan's exclusions and depth limit, never through a
+//! link) finds the repositories nested in it, whose code goes back to its state before the
+//! step (`gitlayer::nested_code_on_disk`), and the files made setuid or setgid during the step,
+//! whose bits are cleared. The protected paths are put back by content before any snapshot, and
+//! the git layer's import needs none, so with this a failed snapshot leaves nothing planted
+//! that git or the host would run.
+
+use std::os::fd::{AsFd, BorrowedFd};
+use std::path::Path;
+
+use rustix::fs::FileType;
+use rustix::io::Errno;
+
+use crate::beneath::{self, cstr, depth_of, display_rel, join_rel, lstat, parent_rel};
+use crate::error::{IoContext, Result, StoreError};
+use crate::exclude::Excludes;
+use crate::gitlayer::nested_code_on_disk;
+use crate::graft::entry_at;
+use crate::id::ObjectId;
+use crate::restore::{RestoreOptions, restore_trees};
+use crate::setid::{Cleared, SETID_BITS, SetidFile, changed_since, clear_setid};
+use crate::store::Store;
+use crate::tree::Tree;
+use crate::worktree::{MAX_TREE_DEPTH, WorkTree};
+
+/// What [`end_without_snapshot`] did.
+#[derive(Debug, Default)]
+pub struct EndedWithoutSnapshot {
+    /// The nested repositories' paths put back to their state before the step.
+    pub put_back: Vec<String>,
+    /// Those that could not be, and why.
+    pub failed: Vec<(String, StoreError)>,
+    /// The setuid and setgid bits cleared, or not.
+    pub setid: Cleared,
+}
+
+/// Ends a step begun at `since_ms` from the tree `before` it, without a snapshot after it.
+/// An error means the project could not be walked: nothing is known of what the step left.
+pub fn end_without_snapshot(
+    store: &Store,
+    wt: &WorkTree,
+    before: &ObjectId,
+    since_ms: u64,
+) -> Result<EndedWithoutSnapshot> {
+    let root = wt.root_fd();
+    let found = walk(root, &wt.config().excludes)?;
+    let targets = nested_code_on_disk(store, root, wt.config().max_file_size, before, &found.gits)?;
+    let mut out = EndedWithoutSnapshot::default();
+    for target in targets {
+        match put_back_path(store, root, before, &target) {
+            Ok(()) => out.put_back.push(target),
+            Err(e) => out.failed.push((target, e)),
+        }
+    }
+    out.setid = clear_setid(root, &changed_since(&found.setid, since_ms));
+    Ok(out)
+}
+
+/// What the walk found.
+#[derive(Default)]
+struct Found {
+    /// Every nested `.git` (directory, pointer file or link), project-relative.
+    gits: Vec<Vec<u8>>,
+    /// Every regular file with a setuid or setgid bit.
+    setid: Vec<SetidFile>,
+}
+
+/// The project below `root`, as the scan sees it: excluded directories and what lies deeper
+/// than its limit are left out, and so is the project's own `.git` (the git layer's).
+fn walk(root: BorrowedFd<'_>, excludes: &Excludes) -> Result<Found> {
+    let mut found = Found::default();
+    let mut dirs: Vec<Vec<u8>> = vec![Vec::new()];
+    while let Some(rel) = dirs.pop() {
+        let at = || Path::new(".").join(display_rel(&rel));
+        let dir = match beneath::open_dir_rel(root, &rel) {
+            Ok(dir) => dir,
+            // Gone or replaced since its parent was listed: nothing of the step's is there.
+            Err(Errno::NOENT | Errno::NOTDIR | Errno::LOOP | Errno::XDEV) => continue,
+            Err(e) => return Err(e).at(&at()),
+        };
+        for name in beneath::read_names(dir.as_fd()).at(&at())? {
+            let child = join_rel(&rel, name.to_bytes());
+            let st = match lstat(dir.as_fd(), &name) {
+                Ok(st) => st,
+                Err(Errno::NOENT) => continue,
+                Err(e) => return Err(e).at(&Path::new(".").join(display_rel(&child))),
+            };
+            let kind = beneath::file_type(&st);
+            let is_dir = kind == FileType::Directory;
+            if name.to_bytes() == b".git" {
+                if !rel.is_empty() {
+                    found.gits.push(child);
+                }
+                continue;
+            }
+            if excludes.may_exclude(is_dir) && excludes.is_excluded(&child, is_dir) {
+                continue;
+            }
+            if is_dir && depth_of(&child) <= MAX_TREE_DEPTH {
+                dirs.push(child);
+            } else if kind == FileType::RegularFile && st.st_mode & SETID_BITS != 0 {
+                found.setid.push(SetidFile {
+                    rel: child,
+                    ctime_ns: st.st_ctime * 1_000_000_000 + st.st_ctime_nsec as i64,
+                });
+            }
+        }
+    }
+    Ok(found)
+}
+
+/// Puts `target` (project-relative) back as it was in `before`: what is there now is removed,
+/// never through a link, and the entry of `before` written in its place (nothing, if it had
+/// none; nothing either for a marker, whose content the store never had).
+fn put_back_path(
+    store: &Store,
+    root: BorrowedFd<'_>,
+    before: &ObjectId,
+    target: &str,
+) -> Result<()> {
+    let at = Path::new(target);
+    let rel = target.as_bytes();
+    let was = entry_at(store, before, target)?;
+    let parent = match beneath::open_dir_rel(root, parent_rel(rel).unwrap_or_default()) {
+        Ok(fd) => fd,
+        Err(Errno::NOENT | Errno::NOTDIR) if was.is_none() => return Ok(()),
+        Err(e) => return Err(e).at(at),
+    };
+    let name = rel.rsplit(|&b| b == b'/').next().unwrap_or(rel);
+    beneath::remove_all(parent.as_fd(), &cstr(name).at(at)?, rel, &|_| false).at(at)?;
+    if let Some(entry) = was.filter(|e| !e.kind.is_marker()) {
+        let opts = RestoreOptions {
+            excludes: &Excludes::none(),
+            protected: &[],
+            clone_from: None,
+        };
+        let one = Tree {
+            entries: vec![entry],
+        };
+        restore_trees(store, parent.as_fd(), None, &one, &opts)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+    use std::os::unix::fs::PermissionsExt;
+    use std::path::Path;
+
+    use super::*;
+    use crate::diff::diff_entries;
+    use crate::gitlayer::{nested_code_paths, nested_replace_ref_stores, only_comments};
+    use crate::worktree::ScanConfig;
+
+    const REPLACE: &str = "1111111111111111111111111111111111111111";
+
+    fn put(root: &Path, rel: &str, text: &str) {
+        let path = root.join(rel);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, text).unwrap();
+    }
+
+    /// Repositories nested in a project as a step might leave them: a hook planted beside the
+    /// samples, a config changed, a `.git` turned into a pointer, a clone made with git's
+    /// template (inert) and one with a real exclude, replace refs loose and packed, a hook
+    /// removed, alternates, a submodule's hook, a hook that is a link, a lock a killed git left,
+    /// a setuid file; one repository inside an excluded directory.
+    fn before(root: &Path) {
+        for repo in ["a", "b", "c", "e", "f", "g", "h", "j", "skip/x"] {
+            put(root, &format!("{repo}/.git/HEAD"), "ref: refs/heads/main\n");
+            put(
+                root,
+                &format!("{repo}/.git/config"),
+                "[core]\n\tbare = false\n",
+            );
+            put(
+                root,
+                &format!("{repo}/.git/hooks/pre-commit.sample"),
+                "#!/bin/sh\n",
+            );
+            put(
+                root,
+                &format!("{repo}/.git/objects/ab/{}", "c".repeat(38)),
+                "x",
+            );
+        }
+        put(root, "e/.git/packed-refs", "# pack-refs with: peeled\n");
+        put(root, "f/.git/hooks/post-checkout", "#!/bin/sh\necho mine\n");
+        put(root, "tool", "#!/bin/sh\n");
+    }
+
+    fn step(root: &Path) {
+        let exec = |rel: &str| {
+            std::fs::set_permissions(root.join(rel), std::fs::Permissions::from_mode(0o755))
+                .unwrap();
+        };
+        put(root, "a/.git/hooks/pre-commit", "#!/bin/sh\necho planted\n");
+        exec("a/.git/hooks/pre-commit");
+        put(
+            root,
+            "b/.git/config",
+            "[core]\n\tfsmonitor = echo planted\n",
+        );
+        std::fs::remove_dir_all(root.join("c/.git")).unwrap();
+        put(root, "c/.git", "gitdir: /elsewhere\n");
+        for repo in ["d", "i"] {
+            put(root, &format!("{repo}/.git/HEAD"), "ref: refs/heads/main\n");
+            put(
+                root,
+                &format!("{repo}/.git/hooks/update.sample"),
+                "#!/bin/sh\n",
+            );
+            put(
+                root,
+                &format!("{repo}/.git/info/exclude"),
+                "# git ls-files\n\n",
+            );
+            put(root, &format!("{repo}/.git/description"), "Unnamed\n");
+            std::fs::create_dir_all(root.join(format!("{repo}/.git/refs/heads"))).unwrap();
+            std::fs::create_dir_all(root.join(format!("{repo}/.git/branches"))).unwrap();
+        }
+        put(root, "i/.git/info/exclude", "*.secret\n");
+        let packed = format!("# pack-refs with: peeled\n{REPLACE} refs/replace/{REPLACE}\n");
+        put(root, "e/.git/packed-refs", &packed);
+        put(root, &format!("e/.git/refs/replace/{REPLACE}"), REPLACE);
+        put(root, "e/.git/refs/heads/main", REPLACE);
+        std::fs::remove_file(root.join("f/.git/hooks/post-checkout")).unwrap();
+        put(
+            root,
+            "g/.git/objects/info/alternates",
+            "/elsewhere/objects\n",
+        );
+        put(root, "h/.git/logs/HEAD", "log\n");
+        put(root, &format!("h/.git/objects/de/{}", "f".repeat(38)), "y");
+        put(root, "skip/x/.git/hooks/pre-commit", "#!/bin/sh\n");
+        put(root, "j/.git/modules/sub/hooks/pre-commit", "#!/bin/sh\n");
+        std::os::unix::fs::symlink("/bin/sh", root.join("j/.git/hooks/post-merge")).unwrap();
+        // A lock left by a git the step's end killed.
+        put(root, "h/.git/refs/heads/main.lock", REPLACE);
+        std::fs::set_permissions(root.join("tool"), std::fs::Permissions::from_mode(0o4755))
+            .unwrap();
+    }
+
+    /// What a step's end puts back from the diff of its two snapshots.
+    fn from_the_diff(store: &Store, before: &ObjectId, after: &ObjectId) -> BTreeSet<String> {
+        let changes = diff_entries(store, Some(before), Some(after)).unwrap();
+        let comments = |e: &crate::tree::TreeEntry| only_comments(&store.read_file(&e.id).unwrap());
+        let code = nested_code_paths(&changes, &comments);
+        let replace = nested_replace_ref_stores(store, before, after, &changes).unwrap();
+        code.put_back
+            .into_iter()
+            .chain(code.configs)
+            .chain(replace)
+            .collect()
+    }
+
+    #[test]
+    fn without_a_snapshot_the_same_paths_go_back_as_with_one() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().join("p");
+        before(&root);
+        let store = Store::create(&tmp.path().join("s"), &root).unwrap();
+        let config = ScanConfig::new(&["skip/".to_owned()], u64::MAX).unwrap();
+        let mut wt = WorkTree::new(&root, config, None).unwrap();
+        let (before_tree, _) = wt.full_scan(&store, None).unwrap();
+        let since = crate::step::now_ms();
+        step(&root);
+        let (after_tree, _) = wt.full_scan(&store, None).unwrap();
+        let expected = from_the_diff(&store, &before_tree, &after_tree);
+        let want: BTreeSet<String> = [
+            "a/.git/hooks",
+            "b/.git/config",
+            "c/.git",
+            // Below the directory the pointer replaced, as the diff lists it.
+            "c/.git/config",
+            "c/.git/hooks",
+            "e/.git/packed-refs",
+            "e/.git/refs/replace",
+            "f/.git/hooks",
+            "g/.git/objects",
+            "h/.git/refs",
+            "i/.git/info",
+            "j/.git/hooks",
+            "j/.git/modules",
+        ]
+        .into_iter()
+        .map(str::to_owned)
+        .collect();
+        assert_eq!(expected, want, "the diff's own answer changed");
+
+        let done = end_without_snapshot(&store, &wt, &before_tree, since).unwrap();
+        assert!(done.failed.is_empty(), "{:?}", done.failed);
+        let got: BTreeSet<String> = done.put_back.iter().cloned().collect();
+        assert_eq!(got, expected);
+        assert_eq!(done.setid.cleared, ["tool"]);
+        // Each is now as it was before the step, and what was not put back stayed.
+        let (now, _) = wt.full_scan(&store, None).unwrap();
+        for p in &got {
+            assert_eq!(
+                entry_at(&store, &now, p).unwrap(),
+                entry_at(&store, &before_tree, p).unwrap(),
+                "{p}"
+            );
+        }
+        for kept in [
+            "d/.git/info/exclude",
+            "h/.git/logs/HEAD",
+            "skip/x/.git/hooks/pre-commit",
+        ] {
+            assert!(root.join(kept).exists(), "{kept}");
+        }
+    }
+}

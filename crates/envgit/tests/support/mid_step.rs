@@ -1,0 +1,38 @@
+//! Acting on the host in the middle of a step: the step's script says it has started and
+//! waits (bounded) for the host's word, so the host acts on an event, never after a delay.
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use super::Env;
+
+/// `then` after the step's attack: it says `STARTED` and waits (bounded) for the host's
+/// `GO` (see [`go`]), so the host can act in the middle of the step.
+pub fn pausing(then: &str) -> String {
+    format!(
+        "{then} && touch STARTED \
+         && i=0; while [ ! -e GO ] && [ $i -lt 6000 ]; do sleep 0.01; i=$((i+1)); done"
+    )
+}
+
+/// `envgit run sh -c ATTACK` (built with [`pausing`]) started, once the step is at its
+/// pause: an event, not a fixed delay.
+pub fn started_until_go(mut run: Command, env: &Env, attack: &str) -> Child {
+    let child = run
+        .args(["run", "sh", "-c", attack])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !env.path("STARTED").exists() {
+        assert!(Instant::now() < deadline, "the attack never ran");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child
+}
+
+/// Lets the paused step go on.
+pub fn go(env: &Env) {
+    std::fs::write(env.path("GO"), "").unwrap();
+}
