@@ -1,10 +1,16 @@
-//! Steps that began and never committed, recorded as `interrupted` by the next open.
+//! Steps that began and never committed, recorded as `interrupted` by the next open, which
+//! also makes the end a sandboxed one owed the project (its nested repositories checked).
 
-use crate::error::Result;
+use std::os::fd::AsFd;
+
+use crate::error::{IoContext, Result};
+use crate::gitlayer::GIT_DATA_ONLY_RULE;
 use crate::journal;
 use crate::lock::Flock;
-use crate::step::{ChangeCounts, Step, StepFlag, StepKind, now_ms};
+use crate::step::{ChangeCounts, Refusal, Step, StepFlag, StepKind, now_ms};
 use crate::store::Store;
+use crate::without_snapshot::{OwedEnd, end_without_snapshot};
+use crate::worktree::ScanConfig;
 
 impl Store {
     /// Record every step that began and never committed, and whose owner is gone (crashed,
@@ -13,14 +19,36 @@ impl Store {
     /// it (what it changed, if anything, is in the next step), flagged `overlapped` if other
     /// steps committed meanwhile. Takes the commit lock only if it is free. Returns the
     /// numbers of the steps recorded.
+    ///
+    /// A sandboxed step's end that its owner never made (its begin record says what it owes)
+    /// is made first: the nested repositories are checked against the tree before the step
+    /// ([`crate::end_without_snapshot`]) and what was put back goes on the record and into
+    /// [`Store::take_recovery_warnings`]. That is done only while no other step is open (one
+    /// could be writing there); until then the step is left as it is.
     pub fn recover_interrupted(&mut self) -> Result<Vec<u64>> {
+        // Asked before the dead are locked: a marker this open holds would look alive.
+        let others_open = !crate::lock::live_steps(&self.dir, None)?.is_empty();
         let dead = crate::lock::dead_steps(&self.dir)?;
         if dead.is_empty() {
+            return Ok(Vec::new());
+        }
+        let owes = |d: &crate::lock::DeadStep| d.begun.open && d.begun.owed_end.is_some();
+        if !self.objects_loaded && dead.iter().any(owes) {
+            // The check reads trees: a full open makes it, and records every dead step.
+            drop(dead);
+            let mut full = Store::open(&self.dir)?;
+            self.recovery_warnings.append(&mut full.recovery_warnings);
+            drop(full);
+            self.catch_up()?;
             return Ok(Vec::new());
         }
         let Some(_lock) = Flock::try_exclusive(&self.dir.join("lock"))? else {
             return Ok(Vec::new());
         };
+        let dead: Vec<_> = dead
+            .into_iter()
+            .filter(|d| !(others_open && owes(d)))
+            .collect();
         self.catch_up()?;
         let mut bytes = Vec::new();
         let mut recorded: Vec<Step> = Vec::new();
@@ -51,6 +79,20 @@ impl Store {
             if parent != d.begun.head {
                 flags.push(StepFlag::Overlapped);
             }
+            let mut notes = vec![
+                note,
+                "the step never committed (its process crashed, was killed or signalled, \
+                 or the disk was full); what it changed, if anything, is recorded by the \
+                 next step"
+                    .into(),
+            ];
+            let mut refusals = Vec::new();
+            if let Some(owed) = d.begun.owed_end.as_ref().filter(|_| d.begun.open) {
+                self.make_owed_end(owed, &d.begun, &mut notes, &mut refusals);
+                if !refusals.is_empty() {
+                    flags.push(StepFlag::GitDropped);
+                }
+            }
             let step = Step {
                 number: parent.unwrap_or(0) + 1,
                 kind: StepKind::Interrupted,
@@ -69,18 +111,12 @@ impl Store {
                 changes_omitted: 0,
                 flags,
                 requests: Vec::new(),
-                refusals: Vec::new(),
+                refusals,
                 approvals: Vec::new(),
                 target: None,
                 origin: None,
                 repl: None,
-                notes: vec![
-                    note,
-                    "the step never committed (its process crashed, was killed or signalled, \
-                     or the disk was full); what it changed, if anything, is recorded by the \
-                     next step"
-                        .into(),
-                ],
+                notes,
             };
             let record = journal::encode_step(&step)?;
             let at = bytes.len() as u64;
@@ -102,5 +138,71 @@ impl Store {
             let _ = std::fs::remove_file(&d.path);
         }
         Ok(numbers)
+    }
+
+    /// The end a dead sandboxed step owed: its nested repositories checked and put back,
+    /// its setid bits cleared; said in `notes` and `refusals`, and to the person.
+    fn make_owed_end(
+        &mut self,
+        owed: &OwedEnd,
+        begun: &crate::lock::Begun,
+        notes: &mut Vec<String>,
+        refusals: &mut Vec<Refusal>,
+    ) {
+        let rule = GIT_DATA_ONLY_RULE;
+        let ended = (|| {
+            let root = crate::beneath::open_root(self.project()).at(self.project())?;
+            let config = ScanConfig::new(&owed.exclude, owed.max_file_size)?;
+            end_without_snapshot(
+                self,
+                root.as_fd(),
+                &config,
+                &owed.before,
+                begun.started_at_ms,
+            )
+        })();
+        let done = match ended {
+            Ok(done) => done,
+            Err(e) => {
+                let said = format!(
+                    "the interrupted step's repositories inside the project could not be \
+                     checked ({e}): check their .git/hooks and .git/config before running git \
+                     in them (rule {rule})"
+                );
+                notes.push(said.clone());
+                self.recovery_warnings.push(said);
+                return;
+            }
+        };
+        for p in &done.put_back {
+            let said = format!(
+                "{p} of a repository inside the project was changed by a step whose envgit \
+                 was killed before its end, and was put back: git would run or follow it on \
+                 the host (rule {rule})"
+            );
+            notes.push(said.clone());
+            self.recovery_warnings.push(said);
+            refusals.push(Refusal {
+                what: format!("write {p}"),
+                rule: rule.into(),
+            });
+        }
+        for (p, e) in &done.failed {
+            let said = format!(
+                "{p} of a repository inside the project was changed by a step whose envgit \
+                 was killed before its end, and could not be put back ({e}; rule {rule}): \
+                 remove it before running git in that repository"
+            );
+            notes.push(said.clone());
+            self.recovery_warnings.push(said);
+        }
+        let setid = crate::setid::setid_notes(&done.setid);
+        self.recovery_warnings.extend(setid.iter().cloned());
+        notes.extend(setid);
+    }
+
+    /// What recovering interrupted steps at this open did that the person should hear.
+    pub fn take_recovery_warnings(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.recovery_warnings)
     }
 }

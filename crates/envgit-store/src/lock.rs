@@ -104,6 +104,9 @@ pub(crate) struct Begun {
     /// A step is under way: false between a commit and the next step of a session guard.
     #[serde(default = "yes")]
     pub open: bool,
+    /// What the step's end owes the project if its owner dies first (a sandboxed step's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owed_end: Option<crate::without_snapshot::OwedEnd>,
 }
 
 fn yes() -> bool {
@@ -198,6 +201,14 @@ impl StepGuard {
         self.rewrite()
     }
 
+    /// The step runs sandboxed from `owed.before`: should its owner die before its end, the
+    /// next open of the store checks the nested repositories for it. Call it before the
+    /// command starts (a session: at each step); a commit clears it.
+    pub fn owe_end(&mut self, owed: crate::without_snapshot::OwedEnd) -> Result<()> {
+        self.begun.owed_end = Some(owed);
+        self.rewrite()
+    }
+
     /// The step's command has started: from now until the next commit, dropping the guard
     /// without committing (the commit failed, the disk is full) leaves the step for the next
     /// command to record as interrupted, instead of ending it as if nothing happened. For a
@@ -218,6 +229,7 @@ impl StepGuard {
         self.head_at_begin = Some(number);
         self.keep = false;
         self.begun.open = false;
+        self.begun.owed_end = None;
         self.begun.head = Some(number);
         // Best effort: if it cannot be written, a crash before the drop records one
         // interrupted step too many, never one too few.

@@ -93,7 +93,9 @@ pub struct Store {
     pub(crate) journal: JournalFile,
     pub(crate) steps: StepLog,
     /// False when opened for step records only: the journal's objects frames are skipped.
-    objects_loaded: bool,
+    pub(crate) objects_loaded: bool,
+    /// What recovering interrupted steps did that the person should hear.
+    pub(crate) recovery_warnings: Vec<String>,
 }
 
 fn mkdir_private(path: &Path) -> Result<()> {
@@ -196,6 +198,7 @@ impl Store {
             journal: JournalFile::new(dir),
             steps: StepLog::default(),
             objects_loaded: loaded,
+            recovery_warnings: Vec::new(),
         };
         store.catch_up()?;
         // Best effort, and never waiting: a store that cannot be written now (full disk, a

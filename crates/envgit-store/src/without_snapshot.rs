@@ -24,7 +24,7 @@ use crate::restore::{RestoreOptions, restore_trees};
 use crate::setid::{Cleared, SETID_BITS, SetidFile, changed_since, clear_setid};
 use crate::store::Store;
 use crate::tree::Tree;
-use crate::worktree::{MAX_TREE_DEPTH, WorkTree};
+use crate::worktree::{MAX_TREE_DEPTH, ScanConfig};
 
 /// What [`end_without_snapshot`] did.
 #[derive(Debug, Default)]
@@ -37,17 +37,29 @@ pub struct EndedWithoutSnapshot {
     pub setid: Cleared,
 }
 
-/// Ends a step begun at `since_ms` from the tree `before` it, without a snapshot after it.
-/// An error means the project could not be walked: nothing is known of what the step left.
+/// What a sandboxed step's end owes the project should its envgit die before making it: the
+/// nested repositories checked against `before`, with the step's scan settings. Kept in the
+/// step's begin record; the next open of the store makes it (`Store::recover_interrupted`).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct OwedEnd {
+    pub before: ObjectId,
+    /// `snapshot.exclude`, as the policy gives it.
+    pub exclude: Vec<String>,
+    pub max_file_size: u64,
+}
+
+/// Ends a step begun at `since_ms` from the tree `before` it, without a snapshot after it, in
+/// the project at `root` scanned with `config`. An error means the project could not be
+/// walked: nothing is known of what the step left.
 pub fn end_without_snapshot(
     store: &Store,
-    wt: &WorkTree,
+    root: BorrowedFd<'_>,
+    config: &ScanConfig,
     before: &ObjectId,
     since_ms: u64,
 ) -> Result<EndedWithoutSnapshot> {
-    let root = wt.root_fd();
-    let found = walk(root, &wt.config().excludes)?;
-    let targets = nested_code_on_disk(store, root, wt.config().max_file_size, before, &found.gits)?;
+    let found = walk(root, &config.excludes)?;
+    let targets = nested_code_on_disk(store, root, config.max_file_size, before, &found.gits)?;
     let mut out = EndedWithoutSnapshot::default();
     for target in targets {
         match put_back_path(store, root, before, &target) {
@@ -154,7 +166,7 @@ mod tests {
     use super::*;
     use crate::diff::diff_entries;
     use crate::gitlayer::{nested_code_paths, nested_replace_ref_stores, only_comments};
-    use crate::worktree::ScanConfig;
+    use crate::worktree::WorkTree;
 
     const REPLACE: &str = "1111111111111111111111111111111111111111";
 
@@ -292,7 +304,8 @@ mod tests {
         .collect();
         assert_eq!(expected, want, "the diff's own answer changed");
 
-        let done = end_without_snapshot(&store, &wt, &before_tree, since).unwrap();
+        let done =
+            end_without_snapshot(&store, wt.root_fd(), wt.config(), &before_tree, since).unwrap();
         assert!(done.failed.is_empty(), "{:?}", done.failed);
         let got: BTreeSet<String> = done.put_back.iter().cloned().collect();
         assert_eq!(got, expected);

@@ -14,7 +14,7 @@ use crate::failure::CmdResult;
 use crate::output;
 
 /// The rule a write into `.git` that was not imported is recorded under.
-pub(crate) const RULE: &str = "git.data-only";
+pub(crate) const RULE: &str = envgit_store::GIT_DATA_ONLY_RULE;
 
 /// A layer over `root/.git` for one run, or `None` when the project has no `.git` directory of
 /// its own (then the protected list alone stands between the agent and git's code paths).

@@ -99,21 +99,25 @@ impl ProjectDirs {
     }
 
     pub fn open_store(&self) -> CmdResult<Store> {
-        let store = Store::open(&self.store_dir).map_err(|e| self.no_store(e))?;
-        self.recover_protected();
+        let mut store = Store::open(&self.store_dir).map_err(|e| self.no_store(e))?;
+        self.recover_protected(&mut store);
         Ok(store)
     }
 
     pub fn open_store_for_log(&self) -> CmdResult<Store> {
-        let store = Store::open_steps_only(&self.store_dir).map_err(|e| self.no_store(e))?;
-        self.recover_protected();
+        let mut store = Store::open_steps_only(&self.store_dir).map_err(|e| self.no_store(e))?;
+        self.recover_protected(&mut store);
         Ok(store)
     }
 
     /// A step whose envgit died (SIGKILL, OOM, a panic) before its put-back, or whose put-back
     /// failed (a full disk), left its pre-step copy of the protected paths in the store: put
     /// them back before anything else.
-    fn recover_protected(&self) {
+    fn recover_protected(&self, store: &mut Store) {
+        // What the open did for steps whose envgit died before their end.
+        for said in store.take_recovery_warnings() {
+            crate::output::warn(&said);
+        }
         match envgit_store::recover_protected(&self.store_dir, &self.root) {
             Ok(paths) => {
                 for p in paths {
@@ -183,6 +187,17 @@ impl Project {
 
     pub fn open_store(&self) -> CmdResult<Store> {
         self.dirs().open_store()
+    }
+
+    /// What a sandboxed step from `before` owes the project should envgit die before its end
+    /// (the next command makes it).
+    pub fn owed_end(&self, before: envgit_store::ObjectId) -> envgit_store::OwedEnd {
+        let snap = &self.policy.snapshot;
+        envgit_store::OwedEnd {
+            before,
+            exclude: snap.exclude.clone(),
+            max_file_size: snap.max_file_size,
+        }
     }
 
     pub fn scan_config(&self) -> CmdResult<ScanConfig> {

@@ -295,7 +295,9 @@ fn end_without_snapshot(
         return;
     };
     let rule = crate::git_layer::RULE;
-    let done = match envgit_store::end_without_snapshot(store, wt, before, started_at_ms) {
+    let ended =
+        envgit_store::end_without_snapshot(store, wt.root_fd(), wt.config(), before, started_at_ms);
+    let done = match ended {
         Ok(done) => done,
         Err(e) => {
             output::error(&format!(

@@ -467,3 +467,54 @@ fn a_snapshot_that_fails_still_puts_the_nested_repositories_code_back() {
         "the host ran what the step planted: {said}"
     );
 }
+
+/// `kill -9` of envgit in the middle of a step that planted a hook in the nested repository:
+/// nothing can run in envgit then, so the next envgit command checks the nested repositories
+/// against the tree before the step, puts the hook back and says so on the interrupted step.
+#[test]
+fn after_a_kill_9_the_next_command_puts_the_nested_repositories_code_back() {
+    let (env, nested) = project_with_nested(1, false);
+    let marker = env.tmp.path().join("MARKER");
+    let attack = format!(
+        "printf '#!/bin/sh\\necho pwned >> {m}\\n' > libs/foo/.git/hooks/pre-commit \
+         && chmod +x libs/foo/.git/hooks/pre-commit && touch PLANTED && sleep 600",
+        m = marker.display()
+    );
+    let mut child = env
+        .cmd(&env.project)
+        .args(["run", "sh", "-c", &attack])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !env.path("PLANTED").exists() {
+        assert!(std::time::Instant::now() < deadline, "the attack never ran");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(nested.join(".git/hooks/pre-commit").exists());
+    let log = env.envgit(&["log", "--json"]);
+    assert_eq!(log.code, 0, "{}", log.stderr);
+    assert!(
+        !nested.join(".git/hooks/pre-commit").exists(),
+        "the hook the killed step planted is still there: {}",
+        log.stderr
+    );
+    assert!(log.stderr.contains("libs/foo/.git/hooks"), "{}", log.stderr);
+    let steps = log.json();
+    let last = &steps[0];
+    assert_eq!(last["kind"], "interrupted", "{last:#}");
+    assert!(
+        last.to_string().contains("libs/foo/.git/hooks"),
+        "the put-back is on the record: {last:#}"
+    );
+    std::fs::remove_file(env.path("PLANTED")).unwrap();
+    std::fs::write(nested.join("build.sh"), "echo changed\n").unwrap();
+    env.git(&nested, &["commit", "-q", "-am", "host commit"]);
+    assert!(
+        !marker.exists(),
+        "the host ran the hook the killed step planted"
+    );
+}

@@ -16,6 +16,9 @@ mod secrets;
 mod verify;
 mod write;
 
+/// The rule a write into a `.git` that envgit undid or did not import is recorded under.
+pub const GIT_DATA_ONLY_RULE: &str = "git.data-only";
+
 pub use config::GitConfigError;
 pub use import::{Dropped, GitImport, PreStep, import};
 pub use layer::{GitLayer, recover};

@@ -183,8 +183,11 @@ impl<'a> ToolSteps<'a> {
                     }
                     return json!({"allow": false, "reason": reason});
                 }
-                // A crash during the call leaves it for the next command to record.
+                // A crash during the call leaves it for the next command to record, and to
+                // check the nested repositories for (best effort, as the record itself).
                 self.step.guard().keep_if_uncommitted();
+                let owed = self.project.owed_end(self.last_tree);
+                let _ = self.step.guard().owe_end(owed);
                 self.open.push(OpenCall {
                     id,
                     summary,
