@@ -262,15 +262,24 @@ fn durable(
     }
 }
 
+/// What [`recover`] did.
+#[derive(Debug, Default)]
+pub struct Recovered {
+    /// The paths put back.
+    pub put_back: Vec<String>,
+    /// Each copy that could not be put back (kept for a later command), and why.
+    pub failed: Vec<StoreError>,
+}
+
 /// Copies left by envgit processes that are gone (killed, crashed) for the project at
-/// `root`: each put back now, then removed. Returns what was put back.
-pub fn recover(store_dir: &Path, root: &Path) -> Result<Vec<String>> {
+/// `root`: each put back now, then removed. A copy that cannot be put back does not stop the
+/// others. An error means the copies could not be looked at.
+pub fn recover(store_dir: &Path, root: &Path) -> Result<Recovered> {
     let base = guard_root(store_dir);
     let Ok(entries) = std::fs::read_dir(&base) else {
-        return Ok(Vec::new());
+        return Ok(Recovered::default());
     };
-    let mut out = Vec::new();
-    let mut failed = None;
+    let mut out = Recovered::default();
     for entry in entries.flatten() {
         let dir = entry.path();
         // Held by a live process: its own put-back will run. No lock file: its owner is
@@ -307,17 +316,12 @@ pub fn recover(store_dir: &Path, root: &Path) -> Result<Vec<String>> {
         // One copy that cannot be put back does not stop the others; `discard` keeps it for
         // a later command.
         match copy.put_back() {
-            Ok(put_back) => out.extend(put_back),
-            Err(e) => {
-                failed.get_or_insert(e);
-            }
+            Ok(put_back) => out.put_back.extend(put_back),
+            Err(e) => out.failed.push(e),
         }
         copy.discard();
     }
-    match failed {
-        Some(e) => Err(e),
-        None => Ok(out),
-    }
+    Ok(out)
 }
 
 fn is_pattern(p: &str) -> bool {
@@ -782,7 +786,7 @@ mod tests {
         let (_t, root, store) = project();
         let making = store.join("guard").join("4242-1");
         std::fs::create_dir_all(&making).unwrap();
-        assert!(recover(&store, &root).unwrap().is_empty());
+        assert!(recover(&store, &root).unwrap().put_back.is_empty());
         assert!(
             making.is_dir(),
             "recover removed a copy another process was making"
@@ -804,7 +808,7 @@ mod tests {
         let copy = ProtectedCopy::take(&store, &root, &paths()).unwrap();
         std::fs::write(root.join(".git/hooks/pre-commit"), "evil").unwrap();
         // While its owner holds it, nobody else touches it.
-        assert!(recover(&store, &root).unwrap().is_empty());
+        assert!(recover(&store, &root).unwrap().put_back.is_empty());
         assert_eq!(
             std::fs::read_to_string(root.join(".git/hooks/pre-commit")).unwrap(),
             "evil"
@@ -814,7 +818,7 @@ mod tests {
         // lock's descriptor until its exec: wait for the release, bounded.
         let mut put_back = Vec::new();
         for _ in 0..500 {
-            put_back = recover(&store, &root).unwrap();
+            put_back = recover(&store, &root).unwrap().put_back;
             if !put_back.is_empty() {
                 break;
             }

@@ -84,8 +84,8 @@ pub use gitlayer::{
 };
 pub use graft::{entry_at, graft};
 pub use guard::{
-    Durable, GUARD_MAX_BYTES, ProtectedCopy, recover as recover_protected,
-    remove_planted_git_links, top_name as protected_top_name,
+    Durable, GUARD_MAX_BYTES, ProtectedCopy, Recovered as RecoveredProtected,
+    recover as recover_protected, remove_planted_git_links, top_name as protected_top_name,
 };
 pub use id::{ObjectId, ObjectKind};
 pub use lock::{Flock, StepGuard};

@@ -119,10 +119,15 @@ impl ProjectDirs {
             crate::output::warn(&said);
         }
         match envgit_store::recover_protected(&self.store_dir, &self.root) {
-            Ok(paths) => {
-                for p in paths {
+            Ok(recovered) => {
+                for p in recovered.put_back {
                     crate::output::warn(&format!(
                         "{p} was changed by an earlier step that could not put it back (its envgit was killed, or the put-back failed); put back now (protected path)"
+                    ));
+                }
+                for e in recovered.failed {
+                    crate::output::error(&format!(
+                        "putting protected paths back: {e}; kept, the next envgit command tries again"
                     ));
                 }
             }
