@@ -194,10 +194,20 @@ impl StepGuard {
         self.head_at_begin
     }
 
-    /// Add what the step runs to its begin record, so an interrupted step is recorded with it.
-    pub fn describe(&mut self, command: &[String], cwd: Option<&str>) -> Result<()> {
+    /// Add what the step runs to its begin record, so an interrupted step is recorded with it;
+    /// with `owed`, what its end owes the project (see [`StepGuard::owe_end`]), in the same
+    /// write.
+    pub fn describe(
+        &mut self,
+        command: &[String],
+        cwd: Option<&str>,
+        owed: Option<crate::without_snapshot::OwedEnd>,
+    ) -> Result<()> {
         self.begun.command = Some(command.to_vec());
         self.begun.cwd = cwd.map(str::to_string);
+        if owed.is_some() {
+            self.begun.owed_end = owed;
+        }
         self.rewrite()
     }
 

@@ -246,7 +246,7 @@ fn sparse_files_stay_sparse_through_fork_and_rewind(backend: Backend) {
 fn begin_and_hang(dir: &std::path::Path) -> ! {
     let s = Store::open(dir).unwrap();
     let mut g = s.begin_step("run: sh long.sh").unwrap();
-    g.describe(&["sh".into(), "long.sh".into()], Some("sub"))
+    g.describe(&["sh".into(), "long.sh".into()], Some("sub"), None)
         .unwrap();
     g.keep_if_uncommitted();
     println!("BEGUN");

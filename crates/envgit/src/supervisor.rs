@@ -218,9 +218,11 @@ pub fn run_step(
             .ok_or_else(|| Failure::failed("the git layer was taken twice".to_string()))?;
         let shadows_read = &shadows_slot;
         let copy_read = &copy_slot;
-        step.guard()
-            .describe(&argv, Some(&cwd.display().to_string()))?;
-        step.guard().owe_end(project.owed_end(before))?;
+        step.guard().describe(
+            &argv,
+            Some(&cwd.display().to_string()),
+            Some(project.owed_end(before)),
+        )?;
         let guard = step.guard();
         // From just before the command starts, a crash, a kill or a failed commit leaves the
         // step for the next command to record as interrupted, with its command; a run refused
