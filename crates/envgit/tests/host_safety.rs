@@ -789,6 +789,71 @@ fn a_library_the_step_puts_on_the_persons_library_path_before_the_hosts_is_remov
     assert!(env.path("build/lib/libtheprojectsown.so").exists());
 }
 
+/// The person has the project's `src` on `PYTHONPATH` (a direnv `export PYTHONPATH=src`, a
+/// Python project's habit): a step puts `json.py` and a package `email/` there, each writing a
+/// marker when imported. Both go after the step, so the host's own Python (and `pip`, and
+/// every Python tool) imports the library's modules; the project's own module, a namespace
+/// directory named like a library module, and a library-named module the person already had
+/// there stay.
+#[test]
+fn a_module_the_step_puts_on_the_persons_pythonpath_before_the_librarys_is_removed() {
+    let env = Env::new();
+    let marker = env.tmp.path().join("pwned");
+    // The module to plant, in the project (the person's file, harmless where it is).
+    env.write(
+        "vendor/evil.py",
+        &format!(
+            "open({:?}, 'a').write('pwned')\n",
+            marker.display().to_string()
+        ),
+    );
+    env.write(
+        "src/calendar.py",
+        "# the person's own, named like the library's\n",
+    );
+    env.envgit(&["init"]).ok();
+    let pythonpath = env.path("src").display().to_string();
+    let out = Run::from(
+        env.cmd(&env.project)
+            .env("PYTHONPATH", &pythonpath)
+            .args([
+                "run",
+                "sh",
+                "-c",
+                "cp vendor/evil.py src/json.py && mkdir -p src/email src/test \
+                 && cp vendor/evil.py src/email/__init__.py \
+                 && echo 'X = 1' > src/mytool.py && touch src/test/notes.txt && echo planted",
+            ])
+            .output()
+            .unwrap(),
+    )
+    .ran_to("planted");
+    let host = Command::new("python3")
+        .args(["-c", "import json, email.message, calendar, mytool"])
+        .env("PYTHONPATH", &pythonpath)
+        .current_dir(env.tmp.path())
+        .output()
+        .unwrap();
+    assert!(
+        !marker.exists(),
+        "the host's Python imported the module the step planted\n{}",
+        out.stderr
+    );
+    assert!(host.status.success(), "{host:?}");
+    for gone in ["src/json.py", "src/email"] {
+        assert!(!env.path(gone).exists(), "{gone}\n{}", out.stderr);
+        assert!(out.stderr.contains(gone), "{gone}\n{}", out.stderr);
+    }
+    assert!(
+        out.stderr.contains("PYTHONPATH") && out.stderr.contains("filesystem.path-shadow"),
+        "{}",
+        out.stderr
+    );
+    for kept in ["src/mytool.py", "src/test/notes.txt", "src/calendar.py"] {
+        assert!(env.path(kept).exists(), "{kept}\n{}", out.stderr);
+    }
+}
+
 /// `direnv ARGS` on the host as the person runs it: their home, their direnv allow list.
 fn direnv(env: &Env) -> Command {
     let mut c = Command::new("direnv");

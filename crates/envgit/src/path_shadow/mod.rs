@@ -10,7 +10,10 @@
 //! entries the sandbox can write (inside the project or an `allow_write` path), and notes which
 //! files there already come before a host file of the same name: those are the person's. After
 //! each step, a file there that the search would now take instead of a host file, and that was
-//! not there when the run began, is removed (rule `filesystem.path-shadow`). A link to the very
+//! not there when the run began, is removed (rule `filesystem.path-shadow`). `PYTHONPATH` is
+//! read the same way, by module: a `json.py` or a package `email/` a step puts in a writable
+//! directory of it would be imported instead of Python's own by every Python program the
+//! person runs (`pip` included), so it goes too. A link to the very
 //! file it shadows (a virtualenv's `python3`) is not a different file and stays; what shadows
 //! nothing of the host's (a tool a `pip install` adds, the project's own library) stays too.
 //!
@@ -19,9 +22,11 @@
 //! person's own and leads where it led when the run began.
 
 mod entry;
+mod python;
+mod python_stdlib;
 mod search;
 
-use std::collections::{BTreeSet, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::ffi::{CStr, CString, OsStr};
 use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::ffi::OsStrExt;
@@ -47,9 +52,12 @@ pub(crate) struct PathShadows {
 struct SearchPath {
     search: Search,
     entries: Vec<Entry>,
-    /// Names in the host's directories after the first writable one (a filter before a
-    /// `stat`): no other name can be shadowed.
+    /// Keys (names; Python's modules) in the host's directories after the first writable one
+    /// (a filter before a `stat`): no other can be shadowed.
     host_names: HashSet<Vec<u8>>,
+    /// For Python, each host directory's modules and the file or package each is (indexed
+    /// like `entries`; empty for the others).
+    modules: Vec<HashMap<Vec<u8>, PathBuf>>,
     /// For each entry, the shadowing files it held at the start of the run.
     accepted: Vec<BTreeSet<Vec<u8>>>,
 }
@@ -66,6 +74,8 @@ pub(crate) struct Removed {
 /// A file the search would take instead of a host file, as found now.
 struct Shadow {
     name: Vec<u8>,
+    /// What the search looks for by it (the name, or a Python module).
+    key: Vec<u8>,
     host: PathBuf,
 }
 
@@ -115,7 +125,7 @@ impl PathShadows {
             .filter_map(|&search| {
                 let first: &[PathBuf] = match search {
                     Search::Programs => first_on_path,
-                    Search::Libraries => &[],
+                    Search::Libraries | Search::PythonModules => &[],
                 };
                 SearchPath::read(search, first, &roots, &project, cwd)
             })
@@ -166,17 +176,48 @@ impl SearchPath {
         let first_writable = entries.iter().position(Entry::is_writable)?;
         entries.extend(search.after_the_variable().into_iter().map(Entry::Host));
         let mut host_names = HashSet::new();
-        for e in &entries[first_writable..] {
+        let mut modules = Vec::new();
+        for (i, e) in entries.iter().enumerate() {
+            let mut found = HashMap::new();
+            // Python's modules are looked up by key in every host directory (one before the
+            // writable ones hides the rest); only those after can be shadowed.
+            let python = search == Search::PythonModules;
             if let Entry::Host(dir) = e
+                && (i > first_writable || python)
                 && let Ok(list) = std::fs::read_dir(dir)
             {
-                host_names.extend(list.flatten().map(|d| d.file_name().as_bytes().to_vec()));
+                for d in list.flatten() {
+                    let name = d.file_name();
+                    let is_dir = d
+                        .file_type()
+                        .is_ok_and(|t| t.is_dir() || (t.is_symlink() && d.path().is_dir()));
+                    let Some(key) = search.host_key_of(name.as_bytes(), is_dir) else {
+                        continue;
+                    };
+                    if python {
+                        found.entry(key.clone()).or_insert_with(|| d.path());
+                    }
+                    if i > first_writable {
+                        host_names.insert(key);
+                    }
+                }
             }
+            modules.push(found);
+        }
+        if search == Search::PythonModules {
+            // Wherever the person's Python keeps its library, these are in it.
+            host_names.extend(
+                python_stdlib::STDLIB
+                    .iter()
+                    .filter_map(|m| python::module_of(m.as_bytes(), true))
+                    .map(<[u8]>::to_vec),
+            );
         }
         let mut read = SearchPath {
             search,
             entries,
             host_names,
+            modules,
             accepted: Vec::new(),
         };
         read.accepted = (0..read.entries.len())
@@ -245,13 +286,16 @@ impl SearchPath {
                 }
             };
             for s in self.shadows_of(i, dir.as_fd()) {
-                if self.accepted[i].contains(&s.name) || allowed.contains(&s.name) {
+                if self.accepted[i].contains(&s.name)
+                    || allowed.contains(&s.name)
+                    || allowed.contains(&s.key)
+                {
                     continue;
                 }
-                let name = String::from_utf8_lossy(&s.name).into_owned();
+                let name = String::from_utf8_lossy(&s.key).into_owned();
                 let path = Path::new(shown.as_str()).join(OsStr::from_bytes(&s.name));
-                if let Ok(c) = CString::new(s.name)
-                    && let Err(e) = rustix::fs::unlinkat(dir.as_fd(), &c, AtFlags::empty())
+                if let Ok(c) = CString::new(s.name.clone())
+                    && let Err(e) = remove(dir.as_fd(), &c, &s.name)
                 {
                     crate::output::error(&format!("cannot remove {}: {e}", path.display()));
                 }
@@ -277,11 +321,15 @@ impl SearchPath {
         };
         names
             .into_iter()
-            .filter(|n| self.host_names.contains(n.to_bytes()))
             .filter_map(|n| {
-                let host = self.host_file(i, n.to_bytes())?;
-                self.replaces(dir, &n, &host).then(|| Shadow {
+                let key = self.search.key_of(n.to_bytes())?;
+                if !self.host_names.contains(&key) {
+                    return None;
+                }
+                let host = self.host_file(i, &key)?;
+                (self.replaces(dir, &n, &host) && self.search.imports(dir, &n)).then(|| Shadow {
                     name: n.into_bytes(),
+                    key,
                     host,
                 })
             })
@@ -303,19 +351,41 @@ impl SearchPath {
         !matches!((target, host), (Ok(t), Ok(h)) if h.dev() == t.st_dev && h.ino() == t.st_ino)
     }
 
-    /// The host file `name` that entry `i` would come before: the first in a host directory
-    /// after it, unless a host directory before it has one (which the search then takes).
-    fn host_file(&self, i: usize, name: &[u8]) -> Option<PathBuf> {
-        let found = |e: &Entry| match e {
+    /// The host file `key` names that entry `i` would come before: the first in a host
+    /// directory after it, unless a host directory before it has one (which the search then
+    /// takes); for a Python module of the standard library found in none, the library's.
+    fn host_file(&self, i: usize, key: &[u8]) -> Option<PathBuf> {
+        let found = |j: usize| match &self.entries[j] {
+            Entry::Host(_) if self.search == Search::PythonModules => {
+                self.modules[j].get(key).cloned()
+            }
             Entry::Host(dir) => {
-                let p = dir.join(OsStr::from_bytes(name));
+                let p = dir.join(OsStr::from_bytes(key));
                 self.search.finds_on_host(&p).then_some(p)
             }
             Entry::Writable { .. } => None,
         };
-        if self.entries[..i].iter().any(|e| found(e).is_some()) {
+        if (0..i).any(|j| found(j).is_some()) {
             return None;
         }
-        self.entries[i + 1..].iter().find_map(found)
+        let stdlib = || {
+            (self.search == Search::PythonModules && python::in_stdlib(key)).then(|| {
+                PathBuf::from(format!(
+                    "the standard library's {}",
+                    String::from_utf8_lossy(key)
+                ))
+            })
+        };
+        (i + 1..self.entries.len()).find_map(found).or_else(stdlib)
+    }
+}
+
+/// Removes `name` from `dir`: a file or a link, or a whole package a step made.
+fn remove(dir: BorrowedFd<'_>, name: &CStr, rel: &[u8]) -> rustix::io::Result<()> {
+    match rustix::fs::unlinkat(dir, name, AtFlags::empty()) {
+        Err(rustix::io::Errno::ISDIR) => {
+            envgit_store::beneath::remove_all(dir, name, rel, &|_| false).map(|_| ())
+        }
+        done => done,
     }
 }

@@ -1,25 +1,52 @@
 //! The search paths a step could put a file on ahead of the host's own, and what each finds:
 //! `PATH` programs, which the person's shell runs by name; `LD_LIBRARY_PATH` libraries, which
-//! every dynamically linked program the person runs loads before the system's.
+//! every dynamically linked program the person runs loads before the system's; `PYTHONPATH`
+//! modules, which every Python program imports before Python's own library.
 
+use std::ffi::CStr;
+use std::os::fd::BorrowedFd;
 use std::path::{Path, PathBuf};
 
-use rustix::fs::{FileType, Stat};
+use rustix::fs::{AtFlags, FileType, Stat};
+
+use super::python;
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub(super) enum Search {
     Programs,
     Libraries,
+    PythonModules,
 }
 
 impl Search {
-    pub(super) const ALL: [Search; 2] = [Search::Programs, Search::Libraries];
+    pub(super) const ALL: [Search; 3] =
+        [Search::Programs, Search::Libraries, Search::PythonModules];
 
     /// The variable that names its directories.
     pub(super) fn variable(self) -> &'static str {
         match self {
             Search::Programs => "PATH",
             Search::Libraries => "LD_LIBRARY_PATH",
+            Search::PythonModules => "PYTHONPATH",
+        }
+    }
+
+    /// What the search looks for by the file `name`: the name itself, or for Python the
+    /// module it is imported as (`json` for `json.py`); `None` for a file it never takes.
+    pub(super) fn key_of(self, name: &[u8]) -> Option<Vec<u8>> {
+        match self {
+            Search::Programs | Search::Libraries => Some(name.to_vec()),
+            Search::PythonModules => {
+                python::module_of(name, !name.contains(&b'.')).map(<[u8]>::to_vec)
+            }
+        }
+    }
+
+    /// The key of a host directory's entry (`dir`: whether it is a directory).
+    pub(super) fn host_key_of(self, name: &[u8], dir: bool) -> Option<Vec<u8>> {
+        match self {
+            Search::Programs | Search::Libraries => Some(name.to_vec()),
+            Search::PythonModules => python::module_of(name, dir).map(<[u8]>::to_vec),
         }
     }
 
@@ -28,6 +55,13 @@ impl Search {
     pub(super) fn after_the_variable(self) -> Vec<PathBuf> {
         match self {
             Search::Programs => Vec::new(),
+            Search::PythonModules => {
+                let path: Vec<PathBuf> = std::env::var_os("PATH")
+                    .map(|p| std::env::split_paths(&p).collect())
+                    .unwrap_or_default();
+                let home = std::env::var_os("HOME").map(PathBuf::from);
+                python::host_dirs(&path, home.as_deref())
+            }
             Search::Libraries => {
                 let mut dirs: Vec<PathBuf> = ["/lib", "/usr/lib", "/lib64", "/usr/lib64"]
                     .iter()
@@ -47,7 +81,7 @@ impl Search {
             !m.is_dir()
                 && match self {
                     Search::Programs => m.permissions().mode() & 0o111 != 0,
-                    Search::Libraries => true,
+                    Search::Libraries | Search::PythonModules => true,
                 }
         })
     }
@@ -59,8 +93,31 @@ impl Search {
             FileType::Symlink => true,
             FileType::RegularFile => match self {
                 Search::Programs => st.st_mode & 0o111 != 0,
-                Search::Libraries => true,
+                Search::Libraries | Search::PythonModules => true,
             },
+            FileType::Directory => self == Search::PythonModules,
+            _ => false,
+        }
+    }
+
+    /// For Python, whether `name` in `dir` is something it imports (links followed): a
+    /// module file, or a package (a directory with an `__init__`; one without is a namespace
+    /// portion, which never comes before a module of the same name further on).
+    pub(super) fn imports(self, dir: BorrowedFd<'_>, name: &CStr) -> bool {
+        if self != Search::PythonModules {
+            return true;
+        }
+        let Ok(st) = rustix::fs::statat(dir, name, AtFlags::empty()) else {
+            return false;
+        };
+        match FileType::from_raw_mode(st.st_mode) {
+            FileType::RegularFile => name.to_bytes().contains(&b'.'),
+            FileType::Directory => ["__init__.py", "__init__.pyc"].iter().any(|init| {
+                let mut path = name.to_bytes().to_vec();
+                path.push(b'/');
+                path.extend_from_slice(init.as_bytes());
+                rustix::fs::statat(dir, path.as_slice(), AtFlags::empty()).is_ok()
+            }),
             _ => false,
         }
     }
@@ -71,6 +128,10 @@ impl Search {
             Search::Programs => format!("would run instead of {} on your PATH", host.display()),
             Search::Libraries => format!(
                 "would be loaded instead of {} by the programs you run (LD_LIBRARY_PATH)",
+                host.display()
+            ),
+            Search::PythonModules => format!(
+                "would be imported instead of {} by the Python programs you run (PYTHONPATH)",
                 host.display()
             ),
         }

@@ -1,0 +1,136 @@
+//! `PYTHONPATH`: its directories come before Python's own library in every Python program
+//! the person runs, so a module there named like one of the library's (`json.py`, a package
+//! `email/`) is imported instead of it, by `pip` and every Python tool as much as by the
+//! project's code. What counts as the same module is the name Python imports it by.
+
+use std::path::{Path, PathBuf};
+
+use super::python_stdlib::STDLIB;
+
+/// Library modules no tool imports, whose names projects use for their own (`test/`, a
+/// `test.py`): never taken for a shadow.
+const NEVER_IMPORTED: &[&[u8]] = &[
+    b"test",
+    b"this",
+    b"antigravity",
+    b"idlelib",
+    b"turtledemo",
+    b"__hello__",
+    b"__phello__",
+];
+
+/// The module a file of a search directory is imported as: `json.py`, `json.pyc` and the
+/// extension modules `json.so`, `json.cpython-311-x86_64-linux-gnu.so`, `json.abi3.so` are
+/// all `json`; a directory is the package of its name. `None` for what Python never imports.
+pub(super) fn module_of(name: &[u8], dir: bool) -> Option<&[u8]> {
+    let identifier = |s: &[u8]| {
+        s.first()
+            .is_some_and(|c| c.is_ascii_alphabetic() || *c == b'_')
+            && s.iter().all(|c| c.is_ascii_alphanumeric() || *c == b'_')
+    };
+    let module = if dir {
+        name
+    } else {
+        let dot = name.iter().position(|&c| c == b'.')?;
+        let ext = &name[dot + 1..];
+        let imported = ext == b"py" || ext == b"pyc" || ext == b"so" || ext.ends_with(b".so");
+        if !imported {
+            return None;
+        }
+        &name[..dot]
+    };
+    (identifier(module) && !NEVER_IMPORTED.contains(&module)).then_some(module)
+}
+
+/// Whether `name` is a module of Python's standard library.
+pub(super) fn in_stdlib(name: &[u8]) -> bool {
+    STDLIB.iter().any(|m| m.as_bytes() == name)
+}
+
+/// The host's Python libraries that come after `PYTHONPATH`: each installed Python's own
+/// (`lib/python3.X`, its `lib-dynload` and `site-packages`), Debian's `dist-packages`, and the
+/// person's `~/.local` ones. The Pythons are those of the system, and those the host's `PATH`
+/// finds (a virtualenv's leads to the Python it was made from).
+pub(super) fn host_dirs(path_dirs: &[PathBuf], home: Option<&Path>) -> Vec<PathBuf> {
+    let mut prefixes: Vec<PathBuf> = vec!["/usr".into(), "/usr/local".into()];
+    for dir in path_dirs {
+        for name in ["python3", "python"] {
+            let Ok(real) = dir.join(name).canonicalize() else {
+                continue;
+            };
+            if let Some(prefix) = real
+                .parent()
+                .filter(|b| b.ends_with("bin"))
+                .and_then(Path::parent)
+                && !prefixes.iter().any(|p| p == prefix)
+            {
+                prefixes.push(prefix.to_path_buf());
+            }
+        }
+    }
+    let mut dirs = Vec::new();
+    for prefix in &prefixes {
+        for lib in versioned(&prefix.join("lib")) {
+            dirs.push(lib.join("site-packages"));
+            dirs.push(lib.join("dist-packages"));
+            dirs.push(lib.join("lib-dynload"));
+            dirs.push(lib);
+        }
+    }
+    dirs.push("/usr/lib/python3/dist-packages".into());
+    if let Some(home) = home {
+        for lib in versioned(&home.join(".local/lib")) {
+            dirs.push(lib.join("site-packages"));
+        }
+    }
+    dirs.retain(|d| d.is_dir());
+    dirs
+}
+
+/// The `python3.X` directories of `lib`.
+fn versioned(lib: &Path) -> Vec<PathBuf> {
+    let Ok(list) = std::fs::read_dir(lib) else {
+        return Vec::new();
+    };
+    let mut out: Vec<PathBuf> = list
+        .flatten()
+        .filter(|e| {
+            e.file_name()
+                .to_str()
+                .is_some_and(|n| n.starts_with("python3"))
+        })
+        .map(|e| e.path())
+        .collect();
+    out.sort();
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn files_and_packages_are_known_by_the_module_they_import_as() {
+        for (name, dir, module) in [
+            ("json.py", false, Some("json")),
+            ("json.pyc", false, Some("json")),
+            (
+                "_json.cpython-311-x86_64-linux-gnu.so",
+                false,
+                Some("_json"),
+            ),
+            ("yaml.abi3.so", false, Some("yaml")),
+            ("email", true, Some("email")),
+            ("README.md", false, None),
+            ("json.py.bak", false, None),
+            ("my-tool.py", false, None),
+            ("build.d", true, None),
+            ("test", true, None),
+            ("test.py", false, None),
+        ] {
+            let got = module_of(name.as_bytes(), dir).map(|m| String::from_utf8_lossy(m));
+            assert_eq!(got.as_deref(), module, "{name}");
+        }
+        assert!(in_stdlib(b"json") && in_stdlib(b"subprocess") && !in_stdlib(b"requests"));
+    }
+}
