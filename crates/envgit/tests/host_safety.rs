@@ -790,7 +790,8 @@ fn a_library_the_step_puts_on_the_persons_library_path_before_the_hosts_is_remov
 }
 
 /// The person has the project's `src` on `PYTHONPATH` (a direnv `export PYTHONPATH=src`, a
-/// Python project's habit): a step puts `json.py` and a package `email/` there, each writing a
+/// Python project's habit): a step puts `json.py`, a package `email/` and the start-up hooks
+/// `sitecustomize.py` and `usercustomize.py` (which no library ships) there, each writing a
 /// marker when imported. Both go after the step, so the host's own Python (and `pip`, and
 /// every Python tool) imports the library's modules; the project's own module, a namespace
 /// directory named like a library module, and a library-named module the person already had
@@ -822,6 +823,7 @@ fn a_module_the_step_puts_on_the_persons_pythonpath_before_the_librarys_is_remov
                 "-c",
                 "cp vendor/evil.py src/json.py && mkdir -p src/email src/test \
                  && cp vendor/evil.py src/email/__init__.py \
+                 && cp vendor/evil.py src/sitecustomize.py && cp vendor/evil.py src/usercustomize.py \
                  && echo 'X = 1' > src/mytool.py && touch src/test/notes.txt && echo planted",
             ])
             .output()
@@ -840,7 +842,12 @@ fn a_module_the_step_puts_on_the_persons_pythonpath_before_the_librarys_is_remov
         out.stderr
     );
     assert!(host.status.success(), "{host:?}");
-    for gone in ["src/json.py", "src/email"] {
+    for gone in [
+        "src/json.py",
+        "src/email",
+        "src/sitecustomize.py",
+        "src/usercustomize.py",
+    ] {
         assert!(!env.path(gone).exists(), "{gone}\n{}", out.stderr);
         assert!(out.stderr.contains(gone), "{gone}\n{}", out.stderr);
     }

@@ -206,12 +206,7 @@ impl SearchPath {
         }
         if search == Search::PythonModules {
             // Wherever the person's Python keeps its library, these are in it.
-            host_names.extend(
-                python_stdlib::STDLIB
-                    .iter()
-                    .filter_map(|m| python::module_of(m.as_bytes(), true))
-                    .map(<[u8]>::to_vec),
-            );
+            host_names.extend(python::always_on_host().map(<[u8]>::to_vec));
         }
         let mut read = SearchPath {
             search,
@@ -353,7 +348,8 @@ impl SearchPath {
 
     /// The host file `key` names that entry `i` would come before: the first in a host
     /// directory after it, unless a host directory before it has one (which the search then
-    /// takes); for a Python module of the standard library found in none, the library's.
+    /// takes); for a Python module every host has (the standard library's, a start-up hook)
+    /// found in none, that.
     fn host_file(&self, i: usize, key: &[u8]) -> Option<PathBuf> {
         let found = |j: usize| match &self.entries[j] {
             Entry::Host(_) if self.search == Search::PythonModules => {
@@ -368,15 +364,14 @@ impl SearchPath {
         if (0..i).any(|j| found(j).is_some()) {
             return None;
         }
-        let stdlib = || {
-            (self.search == Search::PythonModules && python::in_stdlib(key)).then(|| {
-                PathBuf::from(format!(
-                    "the standard library's {}",
-                    String::from_utf8_lossy(key)
-                ))
-            })
+        let on_every_host = || {
+            (self.search == Search::PythonModules)
+                .then(|| python::on_every_host(key).map(PathBuf::from))
+                .flatten()
         };
-        (i + 1..self.entries.len()).find_map(found).or_else(stdlib)
+        (i + 1..self.entries.len())
+            .find_map(found)
+            .or_else(on_every_host)
     }
 }
 

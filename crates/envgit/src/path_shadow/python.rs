@@ -42,9 +42,31 @@ pub(super) fn module_of(name: &[u8], dir: bool) -> Option<&[u8]> {
     (identifier(module) && !NEVER_IMPORTED.contains(&module)).then_some(module)
 }
 
-/// Whether `name` is a module of Python's standard library.
-pub(super) fn in_stdlib(name: &[u8]) -> bool {
-    STDLIB.iter().any(|m| m.as_bytes() == name)
+/// The modules Python's `site` imports at the start of every program, from the first
+/// directory of its path that has one: a `PYTHONPATH` directory's comes first whatever the
+/// host has.
+const START_UP_HOOKS: &[&str] = &["sitecustomize", "usercustomize"];
+
+/// The modules every host Python has, wherever its library lies: the standard library's, and
+/// the start-up hooks it looks for.
+pub(super) fn always_on_host() -> impl Iterator<Item = &'static [u8]> {
+    STDLIB
+        .iter()
+        .chain(START_UP_HOOKS)
+        .filter_map(|m| module_of(m.as_bytes(), true))
+}
+
+/// What the module `name` stands for on every host, when no directory showed it: the
+/// standard library's, or a start-up hook.
+pub(super) fn on_every_host(name: &[u8]) -> Option<String> {
+    let shown = String::from_utf8_lossy(name);
+    if START_UP_HOOKS.iter().any(|m| m.as_bytes() == name) {
+        return Some(format!("Python's start-up hook {shown}"));
+    }
+    STDLIB
+        .iter()
+        .any(|m| m.as_bytes() == name)
+        .then(|| format!("the standard library's {shown}"))
 }
 
 /// The host's Python libraries that come after `PYTHONPATH`: each installed Python's own
@@ -131,6 +153,7 @@ mod tests {
             let got = module_of(name.as_bytes(), dir).map(|m| String::from_utf8_lossy(m));
             assert_eq!(got.as_deref(), module, "{name}");
         }
-        assert!(in_stdlib(b"json") && in_stdlib(b"subprocess") && !in_stdlib(b"requests"));
+        assert!(on_every_host(b"json").is_some() && on_every_host(b"subprocess").is_some());
+        assert!(on_every_host(b"sitecustomize").is_some() && on_every_host(b"requests").is_none());
     }
 }
