@@ -11,7 +11,7 @@ use std::path::PathBuf;
 
 use support::Env;
 use support::git_forge::{blob, forge_commit_graph, lfs_commit, lfs_path, lying_pack, scratch};
-use support::mid_step::{go, pausing, started_until_go};
+use support::mid_step::{go, pausing, started_until_go, wait_for};
 
 /// A git project holding `libs/foo`, a repository of its own with `build.sh` in `commits`
 /// commits, recorded; with `small_files`, files over 16 bytes are markers in the snapshot (the
@@ -487,11 +487,7 @@ fn after_a_kill_9_the_next_command_puts_the_nested_repositories_code_back() {
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    while !env.path("PLANTED").exists() {
-        assert!(std::time::Instant::now() < deadline, "the attack never ran");
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    wait_for(&env, "PLANTED");
     child.kill().unwrap();
     child.wait().unwrap();
     assert!(nested.join(".git/hooks/pre-commit").exists());

@@ -12,9 +12,8 @@ mod support;
 
 use std::os::unix::fs::PermissionsExt;
 use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
 
-use support::mid_step::{go, pausing, started_until_go};
+use support::mid_step::{go, pausing, started_until_go, wait_for};
 use support::{Env, Run};
 
 const ORIGINAL_HOOK: &str = "#!/bin/sh\nexit 0\n";
@@ -113,12 +112,7 @@ fn ending_envgit_with_a_signal_still_puts_the_hook_back() {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        // Wait for the tamper to be visible on the host (an event, not a fixed delay).
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while !env.path("TAMPERED").exists() {
-            assert!(Instant::now() < deadline, "the attack never ran");
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        wait_for(&env, "TAMPERED");
         // Mid-step: the host's hook was never touched; the editor config was.
         assert_eq!(hook_of(&env), ORIGINAL_HOOK);
         let tasks = env.read(".github/hooks/hooks.json");
@@ -214,11 +208,7 @@ fn after_a_kill_9_the_next_command_puts_back_and_records_the_step() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !env.path("TAMPERED").exists() {
-        assert!(Instant::now() < deadline, "the attack never ran");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_for(&env, "TAMPERED");
     assert_eq!(hook_of(&env), ORIGINAL_HOOK);
     assert!(env.read(".github/hooks/hooks.json").contains("pwned"));
     child.kill().unwrap();

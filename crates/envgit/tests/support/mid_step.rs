@@ -24,12 +24,17 @@ pub fn started_until_go(mut run: Command, env: &Env, attack: &str) -> Child {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
+    wait_for(env, "STARTED");
+    child
+}
+
+/// Waits (bounded) for the step to make `rel` in the project: the attack has run that far.
+pub fn wait_for(env: &Env, rel: &str) {
     let deadline = Instant::now() + Duration::from_secs(60);
-    while !env.path("STARTED").exists() {
+    while !env.path(rel).exists() {
         assert!(Instant::now() < deadline, "the attack never ran");
         std::thread::sleep(Duration::from_millis(20));
     }
-    child
 }
 
 /// Lets the paused step go on.
