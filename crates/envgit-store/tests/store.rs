@@ -354,3 +354,62 @@ fn a_step_given_up_after_its_command_started_is_interrupted_one_given_up_before_
     assert_eq!(kinds, ["record", "record", "interrupted"]);
     assert!(after.steps().unwrap()[2].summary.contains("run: make"));
 }
+
+/// A sandboxed step whose owner died before its end owed the project the check of its nested
+/// repositories: the next open makes it (a steps-only open hands it to a full one), but not
+/// while another step is open, which could be writing there; the step is recorded once made.
+#[test]
+fn the_end_a_dead_sandboxed_step_owed_is_made_by_the_next_open_once_no_step_is_open() {
+    let (_t, root, dir) = setup();
+    let hooks = root.join("libs/foo/.git/hooks");
+    std::fs::create_dir_all(&hooks).unwrap();
+    std::fs::write(root.join("libs/foo/.git/HEAD"), "ref: refs/heads/main\n").unwrap();
+    let mut s = Store::open(&dir).unwrap();
+    // The tree the step begins from is committed (the person's edits are a step of theirs).
+    let before = snapshot(&s, &root);
+    let mut record = s.begin_step("record").unwrap();
+    s.commit(&mut record, StepDraft::default(), before).unwrap();
+    drop(record);
+    let mut g = s.begin_step("run: plant").unwrap();
+    let owed = envgit_store::OwedEnd {
+        before,
+        exclude: Vec::new(),
+        max_file_size: u64::MAX,
+    };
+    g.describe(&["sh".into()], None, Some(owed)).unwrap();
+    g.keep_if_uncommitted();
+    std::fs::write(hooks.join("pre-commit"), "#!/bin/sh\necho planted\n").unwrap();
+    drop(g); // its owner died: the marker stays, unlocked
+    let planted = hooks.join("pre-commit");
+    // Another step is open: nothing is made, nothing recorded yet.
+    let live = s.begin_step("another").unwrap();
+    let mut during = Store::open_steps_only(&dir).unwrap();
+    assert!(during.take_recovery_warnings().is_empty());
+    assert!(planted.exists(), "made while another step was open");
+    assert_eq!(during.step_count(), 1);
+    drop(live);
+    // Now a steps-only open (`envgit log`) hands it to a full open, and says what it did.
+    let mut after = Store::open_steps_only(&dir).unwrap();
+    assert!(!planted.exists(), "the planted hook outlived the next open");
+    let said = after.take_recovery_warnings().join("\n");
+    assert!(said.contains("libs/foo/.git/hooks"), "{said}");
+    let steps = after.steps().unwrap();
+    let last = steps.last().unwrap();
+    assert_eq!(last.kind.as_str(), "interrupted");
+    assert!(
+        last.flags.contains(&StepFlag::GitDropped),
+        "{:?}",
+        last.flags
+    );
+    assert!(
+        last.refusals
+            .iter()
+            .any(|r| r.what.contains("libs/foo/.git/hooks")),
+        "{:?}",
+        last.refusals
+    );
+    // Made once: the next open has nothing more to say or record.
+    let mut again = Store::open(&dir).unwrap();
+    assert!(again.take_recovery_warnings().is_empty());
+    assert_eq!(again.step_count(), after.step_count());
+}
