@@ -187,7 +187,7 @@ pub struct FilesystemSection {
     /// Extra writable paths outside the project.
     pub allow_write: Vec<String>,
     /// Names of programs (libraries, Python modules) a step may put in a writable directory
-    /// of the person's `PATH` (`LD_LIBRARY_PATH`, `PYTHONPATH`) ahead of the host's own
+    /// of the person's `PATH` (`LD_LIBRARY_PATH`, `PYTHONPATH`, `PERL5LIB`) ahead of the host's own
     /// (`tsc` in a venv or `node_modules/.bin`); any other is removed after the step.
     pub allow_shadowing: Vec<String>,
     /// The built-in masks; only `default` exists.

@@ -851,6 +851,63 @@ fn a_module_the_step_puts_on_the_persons_pythonpath_before_the_librarys_is_remov
     }
 }
 
+/// The person has the project's `lib` on `PERL5LIB` (`prove -l`'s habit, a direnv export): a
+/// step puts a `strict.pm` there that writes a marker when loaded. It goes after the step, so
+/// the host's Perl programs (nearly all say `use strict`) load Perl's own; the project's own
+/// module and a Perl-named one the person already had there stay.
+#[test]
+fn a_module_the_step_puts_on_the_persons_perl5lib_before_perls_is_removed() {
+    let env = Env::new();
+    let marker = env.tmp.path().join("pwned");
+    env.write(
+        "vendor/evil.pm",
+        &format!(
+            "package strict; BEGIN {{ open(my $f, '>>', {:?}); print $f \"pwned\\n\"; }} \
+             sub import {{}} 1;\n",
+            marker.display().to_string()
+        ),
+    );
+    env.write("lib/vars.pm", "package vars; sub import {} 1;\n");
+    env.envgit(&["init"]).ok();
+    let perl5lib = env.path("lib").display().to_string();
+    let out = Run::from(
+        env.cmd(&env.project)
+            .env("PERL5LIB", &perl5lib)
+            .args([
+                "run",
+                "sh",
+                "-c",
+                "cp vendor/evil.pm lib/strict.pm && echo 'package MyProject; 1;' > lib/MyProject.pm \
+                 && echo planted",
+            ])
+            .output()
+            .unwrap(),
+    )
+    .ran_to("planted");
+    let host = Command::new("perl")
+        .args(["-e", "use strict; use MyProject; print qq(ok\\n)"])
+        .env("PERL5LIB", &perl5lib)
+        .output()
+        .unwrap();
+    assert!(
+        !marker.exists(),
+        "the host's Perl loaded the module the step planted\n{}",
+        out.stderr
+    );
+    assert!(host.status.success(), "{host:?}");
+    assert!(!env.path("lib/strict.pm").exists(), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("lib/strict.pm")
+            && out.stderr.contains("PERL5LIB")
+            && out.stderr.contains("filesystem.path-shadow"),
+        "{}",
+        out.stderr
+    );
+    for kept in ["lib/MyProject.pm", "lib/vars.pm"] {
+        assert!(env.path(kept).exists(), "{kept}\n{}", out.stderr);
+    }
+}
+
 /// `direnv ARGS` on the host as the person runs it: their home, their direnv allow list.
 fn direnv(env: &Env) -> Command {
     let mut c = Command::new("direnv");

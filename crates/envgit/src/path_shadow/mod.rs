@@ -13,7 +13,8 @@
 //! not there when the run began, is removed (rule `filesystem.path-shadow`). `PYTHONPATH` is
 //! read the same way, by module: a `json.py` or a package `email/` a step puts in a writable
 //! directory of it would be imported instead of Python's own by every Python program the
-//! person runs (`pip` included), so it goes too. A link to the very
+//! person runs (`pip` included), so it goes too; `PERL5LIB`, by its directories' own `.pm`
+//! files. A link to the very
 //! file it shadows (a virtualenv's `python3`) is not a different file and stays; what shadows
 //! nothing of the host's (a tool a `pip install` adds, the project's own library) stays too.
 //!
@@ -22,6 +23,7 @@
 //! person's own and leads where it led when the run began.
 
 mod entry;
+mod perl;
 mod python;
 mod python_stdlib;
 mod search;
@@ -125,7 +127,7 @@ impl PathShadows {
             .filter_map(|&search| {
                 let first: &[PathBuf] = match search {
                     Search::Programs => first_on_path,
-                    Search::Libraries | Search::PythonModules => &[],
+                    Search::Libraries | Search::PythonModules | Search::PerlModules => &[],
                 };
                 SearchPath::read(search, first, &roots, &project, cwd)
             })

@@ -1,7 +1,8 @@
 //! The search paths a step could put a file on ahead of the host's own, and what each finds:
 //! `PATH` programs, which the person's shell runs by name; `LD_LIBRARY_PATH` libraries, which
 //! every dynamically linked program the person runs loads before the system's; `PYTHONPATH`
-//! modules, which every Python program imports before Python's own library.
+//! modules, which every Python program imports before Python's own library; `PERL5LIB`
+//! modules, which every Perl program loads before Perl's own.
 
 use std::ffi::CStr;
 use std::os::fd::BorrowedFd;
@@ -9,18 +10,23 @@ use std::path::{Path, PathBuf};
 
 use rustix::fs::{AtFlags, FileType, Stat};
 
-use super::python;
+use super::{perl, python};
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub(super) enum Search {
     Programs,
     Libraries,
     PythonModules,
+    PerlModules,
 }
 
 impl Search {
-    pub(super) const ALL: [Search; 3] =
-        [Search::Programs, Search::Libraries, Search::PythonModules];
+    pub(super) const ALL: [Search; 4] = [
+        Search::Programs,
+        Search::Libraries,
+        Search::PythonModules,
+        Search::PerlModules,
+    ];
 
     /// The variable that names its directories.
     pub(super) fn variable(self) -> &'static str {
@@ -28,6 +34,7 @@ impl Search {
             Search::Programs => "PATH",
             Search::Libraries => "LD_LIBRARY_PATH",
             Search::PythonModules => "PYTHONPATH",
+            Search::PerlModules => "PERL5LIB",
         }
     }
 
@@ -39,6 +46,7 @@ impl Search {
             Search::PythonModules => {
                 python::module_of(name, !name.contains(&b'.')).map(<[u8]>::to_vec)
             }
+            Search::PerlModules => perl::is_module(name).then(|| name.to_vec()),
         }
     }
 
@@ -47,6 +55,7 @@ impl Search {
         match self {
             Search::Programs | Search::Libraries => Some(name.to_vec()),
             Search::PythonModules => python::module_of(name, dir).map(<[u8]>::to_vec),
+            Search::PerlModules => (!dir && perl::is_module(name)).then(|| name.to_vec()),
         }
     }
 
@@ -55,6 +64,7 @@ impl Search {
     pub(super) fn after_the_variable(self) -> Vec<PathBuf> {
         match self {
             Search::Programs => Vec::new(),
+            Search::PerlModules => perl::host_dirs(),
             Search::PythonModules => {
                 let path: Vec<PathBuf> = std::env::var_os("PATH")
                     .map(|p| std::env::split_paths(&p).collect())
@@ -81,7 +91,7 @@ impl Search {
             !m.is_dir()
                 && match self {
                     Search::Programs => m.permissions().mode() & 0o111 != 0,
-                    Search::Libraries | Search::PythonModules => true,
+                    Search::Libraries | Search::PythonModules | Search::PerlModules => true,
                 }
         })
     }
@@ -93,7 +103,7 @@ impl Search {
             FileType::Symlink => true,
             FileType::RegularFile => match self {
                 Search::Programs => st.st_mode & 0o111 != 0,
-                Search::Libraries | Search::PythonModules => true,
+                Search::Libraries | Search::PythonModules | Search::PerlModules => true,
             },
             FileType::Directory => self == Search::PythonModules,
             _ => false,
@@ -132,6 +142,10 @@ impl Search {
             ),
             Search::PythonModules => format!(
                 "would be imported instead of {} by the Python programs you run (PYTHONPATH)",
+                host.display()
+            ),
+            Search::PerlModules => format!(
+                "would be loaded instead of {} by the Perl programs you run (PERL5LIB)",
                 host.display()
             ),
         }
