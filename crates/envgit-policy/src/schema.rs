@@ -186,9 +186,10 @@ pub struct FilesystemSection {
     pub deny_read: Vec<String>,
     /// Extra writable paths outside the project.
     pub allow_write: Vec<String>,
-    /// Names of programs (libraries, Python modules) a step may put in a writable directory
-    /// of the person's `PATH` (`LD_LIBRARY_PATH`, `PYTHONPATH`, `PERL5LIB`) ahead of the host's own
-    /// (`tsc` in a venv or `node_modules/.bin`); any other is removed after the step.
+    /// Names of programs (libraries, Python and Perl modules) a step may put in a writable
+    /// directory of the person's `PATH` (`LD_LIBRARY_PATH`, `PYTHONPATH`, `PERL5LIB`) ahead
+    /// of the host's own (`tsc` in a venv or `node_modules/.bin`); any other is removed after
+    /// the step.
     pub allow_shadowing: Vec<String>,
     /// The built-in masks; only `default` exists.
     pub preset: Preset,
