@@ -5,8 +5,9 @@
 //! step of its own). A sandboxed step's finish always runs, in this order: the git layer's
 //! import, the put-back of protected paths by content (before the snapshot, which may fail),
 //! the snapshot, the nested repositories' code and the setid bits, the put-back of what the
-//! snapshot shows, the flags, the commit. When the snapshot or the checks after it fail, the
-//! nested repositories' code and the setid bits are found on disk instead, and the step fails.
+//! snapshot shows, the flags, the commit. When the import, the put-back, the snapshot or the
+//! checks after it fail, the nested repositories' code and the setid bits are found on disk
+//! instead, and the step fails.
 
 use envgit_store::{
     GitDropped, GitLayer, LiveTree, ObjectId, ProtectedCopy, Refusal, ScanProgress, ScanReport,
@@ -162,12 +163,29 @@ impl OpenStep {
             if let Some(swept) = swept {
                 note_path_shadows(&swept, &mut draft);
             }
-            if let Some(restored) = restored {
-                put_back = restored?;
-                snapshot.mark_written(&put_back);
+            let mut failed = None;
+            match restored {
+                Some(Ok(restored)) => {
+                    put_back = restored;
+                    snapshot.mark_written(&put_back);
+                }
+                Some(Err(e)) => failed = Some(e.into()),
+                None => {}
             }
-            if let Some(import) = import {
-                snapshot.mark_written(&crate::git_layer::written_paths(&import?));
+            match import {
+                Some(Ok(import)) => {
+                    snapshot.mark_written(&crate::git_layer::written_paths(&import));
+                }
+                Some(Err(e)) => failed = failed.or(Some(e)),
+                None => {}
+            }
+            if let Some(e) = failed {
+                // The step fails before its snapshot: what the snapshot's diff would have
+                // undone is found on disk, as when the snapshot itself fails.
+                if let Some(before) = s.before {
+                    end_without_snapshot(store, &mut snapshot, &before, draft.started_at_ms);
+                }
+                return Err(e);
             }
         }
         crate::timings::mark("  git import, put back");

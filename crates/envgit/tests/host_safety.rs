@@ -1133,14 +1133,18 @@ fn a_run_refused_during_its_set_up_leaves_no_protected_copy() {
 /// The step plants `.github/hooks/hooks.json` behind a renamed parent and commits, so the
 /// git layer's import has state to save; the save then fails (the host makes its temporary a
 /// directory, standing in for the disk the step filled). The step fails, and its protected
-/// paths are put back all the same: an import that fails never leaves what the step planted.
+/// paths are put back all the same, and the hook it planted in a repository it made inside
+/// the project is removed: an import that fails never leaves what the step planted.
 #[test]
 fn a_git_import_that_fails_still_puts_the_protected_paths_back() {
     let env = project();
     let marker = env.tmp.path().join("MARKER");
     let attack = tamper(
         &marker,
-        &pausing("git -c user.name=t -c user.email=t@t commit -q --allow-empty -m step"),
+        &pausing(
+            "git -c user.name=t -c user.email=t@t commit -q --allow-empty -m step \
+             && git init -q libs/y && cp planted-hook libs/y/.git/hooks/pre-commit",
+        ),
     );
     let child = started_until_go(env.cmd(&env.project), &env, &attack);
     assert!(env.read(".github/hooks/hooks.json").contains("pwned"));
@@ -1164,13 +1168,18 @@ fn a_git_import_that_fails_still_puts_the_protected_paths_back() {
         "{stderr}"
     );
     assert_eq!(hook_of(&env), ORIGINAL_HOOK);
+    assert!(
+        !env.path("libs/y/.git/hooks/pre-commit").exists(),
+        "a failed import left the hook planted in a repository inside the project: {stderr}"
+    );
     std::fs::remove_dir(layers[0].join("layer.json.tmp")).ok();
     env.host_commit_runs_no_planted_hook(&marker);
 }
 
 /// One protected path that cannot be put back (here made immutable on the host mid-step,
 /// standing in for a disk the step filled) does not stop the others: the `.envrc` planted
-/// beside it and the program planted on the person's PATH are still removed, and the step
+/// beside it, the program planted on the person's PATH and the hook planted in a repository
+/// the step made inside the project are still removed, and the step
 /// fails naming the one that stayed; its copy is
 /// kept, and the next command puts that one back once it can. Needs
 /// `chattr +i` (root on ext4 and most filesystems); says so and passes without it.
@@ -1182,7 +1191,8 @@ fn one_protected_path_that_cannot_be_put_back_does_not_stop_the_others() {
         &marker,
         &pausing(
             "printf 'export X=1\\n' > .envrc \
-             && mkdir -p bin && printf '#!/bin/sh\\necho pwned\\n' > bin/ls && chmod 755 bin/ls",
+             && mkdir -p bin && printf '#!/bin/sh\\necho pwned\\n' > bin/ls && chmod 755 bin/ls \
+             && git init -q libs/x && cp planted-hook libs/x/.git/hooks/pre-commit",
         ),
     );
     let mut run = env.cmd(&env.project);
@@ -1211,6 +1221,10 @@ fn one_protected_path_that_cannot_be_put_back_does_not_stop_the_others() {
     assert!(
         !env.path("bin/ls").exists(),
         "a failed put-back left the program planted on the PATH: {stderr}"
+    );
+    assert!(
+        !env.path("libs/x/.git/hooks/pre-commit").exists(),
+        "a failed put-back left the hook planted in a repository inside the project: {stderr}"
     );
     assert_eq!(hook_of(&env), ORIGINAL_HOOK);
     // The copy outlived the failed step: once the path can be written again, the next
