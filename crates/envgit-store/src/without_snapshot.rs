@@ -180,7 +180,8 @@ mod tests {
     /// samples, a config changed, a `.git` turned into a pointer, a clone made with git's
     /// template (inert) and one with a real exclude, replace refs loose and packed, a hook
     /// removed, alternates, a submodule's hook, a hook that is a link, a lock a killed git left,
-    /// a setuid file; one repository inside an excluded directory.
+    /// a directory 1,100 levels deep, a setuid file; one repository inside an excluded
+    /// directory.
     fn before(root: &Path) {
         for repo in ["a", "b", "c", "e", "f", "g", "h", "j", "skip/x"] {
             put(root, &format!("{repo}/.git/HEAD"), "ref: refs/heads/main\n");
@@ -211,6 +212,8 @@ mod tests {
                 .unwrap();
         };
         put(root, "a/.git/hooks/pre-commit", "#!/bin/sh\necho planted\n");
+        // Deeper than a walk holding a descriptor per level could go (the soft limit is 1024).
+        put(root, &format!("a/.git/hooks/{}x", "d/".repeat(1100)), "x");
         exec("a/.git/hooks/pre-commit");
         put(
             root,

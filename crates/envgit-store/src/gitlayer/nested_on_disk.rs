@@ -62,6 +62,11 @@ struct OnDisk<'a> {
     comments_only: HashMap<ObjectId, bool>,
 }
 
+/// How deep below a nested `.git` the walk goes (git's own layout is a few levels; refs a few
+/// more): a directory deeper is taken as a marker, as the snapshot takes one too deep, so a
+/// step cannot make the walk hold a descriptor per level until it fails.
+const DEPTH: usize = 64;
+
 /// Below a nested `.git`, what no check reads and the walk skips: the object store (its
 /// alternates aside), which can be large, and the files every check takes as data (refs,
 /// logs, the index…). A directory is still walked (`refs/replace/` is below `refs/`).
@@ -110,8 +115,15 @@ impl OnDisk<'_> {
             return Ok(());
         }
         let (new, sub) = match &st {
+            Some(_) if rest.split('/').count() > DEPTH => (Some(too_deep(name)), None),
             Some(st) => self.disk_entry(dir, &c_name, name, rest, st).at(at)?,
             None => (None, None),
+        };
+        let old = match old {
+            Some(e) if e.kind == EntryKind::Dir && rest.split('/').count() > DEPTH => {
+                Some(too_deep(name))
+            }
+            old => old,
         };
         let is_dir = |e: &Option<TreeEntry>| e.as_ref().is_some_and(|e| e.kind == EntryKind::Dir);
         if !is_dir(&old) && !is_dir(&new) {
@@ -187,7 +199,7 @@ impl OnDisk<'_> {
         if unread(rest, old.kind == EntryKind::Dir) {
             return Ok(());
         }
-        if old.kind != EntryKind::Dir {
+        if old.kind != EntryKind::Dir || rest.split('/').count() > DEPTH {
             self.changes.push(EntryDiff {
                 path: rel.to_vec(),
                 old: Some(old),
@@ -303,6 +315,17 @@ impl OnDisk<'_> {
             }
         }
         Ok(out)
+    }
+}
+
+/// What stands for a directory deeper than [`DEPTH`] below its `.git`.
+fn too_deep(name: &[u8]) -> TreeEntry {
+    TreeEntry {
+        name: name.to_vec(),
+        kind: EntryKind::Marker(MarkerReason::TooDeep),
+        mode: 0,
+        size: 0,
+        id: ZERO_ID,
     }
 }
 
