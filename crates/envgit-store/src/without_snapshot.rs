@@ -14,7 +14,7 @@ use std::path::Path;
 use rustix::fs::FileType;
 use rustix::io::Errno;
 
-use crate::beneath::{self, cstr, depth_of, display_rel, join_rel, lstat, parent_rel};
+use crate::beneath::{self, cstr, depth_of, join_rel, lstat, parent_rel};
 use crate::error::{IoContext, Result, StoreError};
 use crate::exclude::Excludes;
 use crate::gitlayer::nested_code_on_disk;
@@ -49,8 +49,9 @@ pub struct OwedEnd {
 }
 
 /// Ends a step begun at `since_ms` from the tree `before` it, without a snapshot after it, in
-/// the project at `root` scanned with `config`. An error means the project could not be
-/// walked: nothing is known of what the step left.
+/// the project at `root` scanned with `config`. What cannot be read on disk is passed over,
+/// or its repository put back whole; an error means the tree before the step could not be
+/// read, and nothing is known of what the step changed.
 pub fn end_without_snapshot(
     store: &Store,
     root: BorrowedFd<'_>,
@@ -58,7 +59,7 @@ pub fn end_without_snapshot(
     before: &ObjectId,
     since_ms: u64,
 ) -> Result<EndedWithoutSnapshot> {
-    let found = walk(root, &config.excludes)?;
+    let found = walk(root, &config.excludes);
     let targets = nested_code_on_disk(store, root, config.max_file_size, before, &found.gits)?;
     let mut out = EndedWithoutSnapshot::default();
     for target in targets {
@@ -71,7 +72,7 @@ pub fn end_without_snapshot(
     Ok(out)
 }
 
-/// What the walk found.
+/// What the walk found (it cannot fail: what cannot be read is passed over).
 #[derive(Default)]
 struct Found {
     /// Every nested `.git` (directory, pointer file or link), project-relative.
@@ -82,23 +83,23 @@ struct Found {
 
 /// The project below `root`, as the scan sees it: excluded directories and what lies deeper
 /// than its limit are left out, and so is the project's own `.git` (the git layer's).
-fn walk(root: BorrowedFd<'_>, excludes: &Excludes) -> Result<Found> {
+fn walk(root: BorrowedFd<'_>, excludes: &Excludes) -> Found {
     let mut found = Found::default();
     let mut dirs: Vec<Vec<u8>> = vec![Vec::new()];
     while let Some(rel) = dirs.pop() {
-        let at = || Path::new(".").join(display_rel(&rel));
-        let dir = match beneath::open_dir_rel(root, &rel) {
-            Ok(dir) => dir,
-            // Gone or replaced since its parent was listed: nothing of the step's is there.
-            Err(Errno::NOENT | Errno::NOTDIR | Errno::LOOP | Errno::XDEV) => continue,
-            Err(e) => return Err(e).at(&at()),
+        // A directory gone or replaced since its parent was listed, or one the step made
+        // unreadable, holds nothing the host's git could be made to run: the walk goes on
+        // (one failure must not leave what the step planted elsewhere).
+        let Ok(dir) = beneath::open_dir_rel(root, &rel) else {
+            continue;
         };
-        for name in beneath::read_names(dir.as_fd()).at(&at())? {
+        let Ok(names) = beneath::read_names(dir.as_fd()) else {
+            continue;
+        };
+        for name in names {
             let child = join_rel(&rel, name.to_bytes());
-            let st = match lstat(dir.as_fd(), &name) {
-                Ok(st) => st,
-                Err(Errno::NOENT) => continue,
-                Err(e) => return Err(e).at(&Path::new(".").join(display_rel(&child))),
+            let Ok(st) = lstat(dir.as_fd(), &name) else {
+                continue;
             };
             let kind = beneath::file_type(&st);
             let is_dir = kind == FileType::Directory;
@@ -121,7 +122,7 @@ fn walk(root: BorrowedFd<'_>, excludes: &Excludes) -> Result<Found> {
             }
         }
     }
-    Ok(found)
+    found
 }
 
 /// Puts `target` (project-relative) back as it was in `before`: what is there now is removed,

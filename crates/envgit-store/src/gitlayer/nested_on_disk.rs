@@ -42,13 +42,19 @@ pub fn nested_code_on_disk(
         changes: Vec::new(),
         comments_only: HashMap::new(),
     };
+    // A repository that cannot be compared (a directory the step made unreadable) goes back
+    // whole: nothing of it is known to be the person's.
+    let mut whole = BTreeSet::new();
     for git in gits {
         let old = entry_at(store, before, &display_rel(git))?;
-        walk.git_dir(root, git, old)?;
+        if walk.git_dir(root, git, old).is_err() {
+            whole.insert(display_rel(git));
+        }
     }
     let comments = |e: &TreeEntry| walk.comments_only.get(&e.id).copied().unwrap_or(false);
     let code = nested_code_paths(&walk.changes, &comments);
     let mut out: BTreeSet<String> = code.put_back.into_iter().chain(code.configs).collect();
+    out.extend(whole);
     out.extend(walk.replace_ref_stores(root)?);
     Ok(out.into_iter().collect())
 }
@@ -307,10 +313,13 @@ impl OnDisk<'_> {
                 _ => Vec::new(),
             };
             let now = match &change.new {
-                Some(_) => read_beneath(root, &change.path)?,
-                None => Vec::new(),
+                Some(_) => read_beneath(root, &change.path),
+                None => Ok(Vec::new()),
             };
-            if !packed_replace_refs(&now).is_subset(&packed_replace_refs(&was)) {
+            // One that cannot be read goes back: it may hold anything.
+            let none_new = now
+                .is_ok_and(|now| packed_replace_refs(&now).is_subset(&packed_replace_refs(&was)));
+            if !none_new {
                 out.push(path.into_owned());
             }
         }
