@@ -515,9 +515,15 @@ fn path_with_project_dirs(env: &Env, dirs: &[&str]) -> String {
 
 /// An attack's step: `envgit run sh -c SCRIPT` in the project, envgit started with `path`.
 fn step_with_path(env: &Env, path: &str, script: &str) -> Run {
+    step_with(env, "PATH", path, script)
+}
+
+/// `envgit run sh -c SCRIPT` with the person's `var` set to `value`; `script` ends by
+/// printing `planted`.
+fn step_with(env: &Env, var: &str, value: &str, script: &str) -> Run {
     Run::from(
         env.cmd(&env.project)
-            .env("PATH", path)
+            .env(var, value)
             .args(["run", "sh", "-c", script])
             .output()
             .unwrap(),
@@ -744,20 +750,13 @@ fn a_library_the_step_puts_on_the_persons_library_path_before_the_hosts_is_remov
         env.path("build/lib").display(),
         host.join("lib").display()
     );
-    let out = Run::from(
-        env.cmd(&env.project)
-            .env("LD_LIBRARY_PATH", &library_path)
-            .args([
-                "run",
-                "sh",
-                "-c",
-                "mkdir -p build/lib && cp vendor/evil.so build/lib/libenvgitdemo.so && \
+    let out = step_with(
+        &env,
+        "LD_LIBRARY_PATH",
+        &library_path,
+        "mkdir -p build/lib && cp vendor/evil.so build/lib/libenvgitdemo.so && \
                  cp vendor/evil.so build/lib/libtheprojectsown.so && echo planted",
-            ])
-            .output()
-            .unwrap(),
-    )
-    .ran_to("planted");
+    );
     let ran = Command::new(host.join("program"))
         .env("LD_LIBRARY_PATH", &library_path)
         .output()
@@ -804,22 +803,15 @@ fn a_module_the_step_puts_on_the_persons_pythonpath_before_the_librarys_is_remov
     );
     env.envgit(&["init"]).ok();
     let pythonpath = env.path("src").display().to_string();
-    let out = Run::from(
-        env.cmd(&env.project)
-            .env("PYTHONPATH", &pythonpath)
-            .args([
-                "run",
-                "sh",
-                "-c",
-                "cp vendor/evil.py src/json.py && mkdir -p src/email src/test \
+    let out = step_with(
+        &env,
+        "PYTHONPATH",
+        &pythonpath,
+        "cp vendor/evil.py src/json.py && mkdir -p src/email src/test \
                  && cp vendor/evil.py src/email/__init__.py \
                  && cp vendor/evil.py src/sitecustomize.py && cp vendor/evil.py src/usercustomize.py \
                  && echo 'X = 1' > src/mytool.py && touch src/test/notes.txt && echo planted",
-            ])
-            .output()
-            .unwrap(),
-    )
-    .ran_to("planted");
+    );
     let host = Command::new("python3")
         .args(["-c", "import json, email.message, calendar, mytool"])
         .env("PYTHONPATH", &pythonpath)
@@ -870,20 +862,13 @@ fn a_module_the_step_puts_on_the_persons_perl5lib_before_perls_is_removed() {
     env.write("lib/vars.pm", "package vars; sub import {} 1;\n");
     env.envgit(&["init"]).ok();
     let perl5lib = env.path("lib").display().to_string();
-    let out = Run::from(
-        env.cmd(&env.project)
-            .env("PERL5LIB", &perl5lib)
-            .args([
-                "run",
-                "sh",
-                "-c",
-                "cp vendor/evil.pm lib/strict.pm && echo 'package MyProject; 1;' > lib/MyProject.pm \
+    let out = step_with(
+        &env,
+        "PERL5LIB",
+        &perl5lib,
+        "cp vendor/evil.pm lib/strict.pm && echo 'package MyProject; 1;' > lib/MyProject.pm \
                  && echo planted",
-            ])
-            .output()
-            .unwrap(),
-    )
-    .ran_to("planted");
+    );
     let host = Command::new("perl")
         .args(["-e", "use strict; use MyProject; print qq(ok\\n)"])
         .env("PERL5LIB", &perl5lib)
