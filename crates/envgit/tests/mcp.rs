@@ -11,7 +11,7 @@ use std::process::Command;
 
 use serde_json::{Value, json};
 use support::Env;
-use support::mcp_client::{add_fx_server, drive, drive_with, pydeps};
+use support::mcp_client::{add_fx_server, client, drive, drive_with, pydeps, server_pid};
 
 struct Mcp {
     env: Env,
@@ -723,4 +723,42 @@ fn sigterm_ends_envgit_mcp_like_a_closed_stdin() {
     drop(stdin);
     assert_eq!(status.code(), Some(0), "{status:?}");
     assert_eq!(m.repl_steps().len(), 1);
+}
+
+/// `kill -9` of `envgit mcp` while a downstream server's call is under way, after the server
+/// made a repository with a hook inside the project: nothing can run in envgit then, so the
+/// next envgit command checks the nested repositories against the tree the call began from,
+/// removes the hook and says so.
+#[test]
+fn after_a_kill_9_mid_execute_the_next_command_puts_the_nested_code_back() {
+    let (m, _markers) = with_fx("");
+    let calls = json!([{"code": "await fx.plant_nested_and_wait()"}]);
+    let mut driver = client(&m.env, calls, "auto", None, json!({}))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !m.env.path("PLANTED").exists() {
+        assert!(std::time::Instant::now() < deadline, "the call never ran");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let hook = m.env.path("libs/z/.git/hooks/pre-commit");
+    assert!(hook.exists());
+    let pid = server_pid(&m.env).expect("envgit mcp is running");
+    let killed = std::process::Command::new("kill")
+        .args(["-9", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let _ = driver.kill();
+    driver.wait().unwrap();
+    let log = m.env.envgit(&["log", "--json"]);
+    assert_eq!(log.code, 0, "{}", log.stderr);
+    assert!(
+        !hook.exists(),
+        "the hook the server planted outlived the killed envgit: {}",
+        log.stderr
+    );
+    assert!(log.stderr.contains("libs/z/.git/hooks"), "{}", log.stderr);
 }

@@ -44,7 +44,14 @@ impl Inner {
                     .iter()
                     .map(|s| (s.number, s.target.filter(|_| s.kind == StepKind::Rewind)))
                     .collect();
-                let step = crate::step::begin(&r.store, &what)?;
+                let mut step = crate::step::begin(&r.store, &what)?;
+                // The downstream servers write in the sandbox during the call: should envgit
+                // die before its end, the next command checks the nested repositories
+                // against the tree the call began from (best effort, as the record itself).
+                if let Some(before) = r.store.head().and_then(|h| h.tree) {
+                    let owed = r.project.owed_end(before);
+                    let _ = step.guard().owe_end(owed);
+                }
                 Ok::<_, ExecuteError>((step, steps))
             })
             .await

@@ -57,6 +57,19 @@ pub fn drive(env: &Env, calls: Value, mode: &str, answer: Option<&str>) -> Value
 /// [`drive`] with more variables for `envgit mcp` (`vars`, a JSON object of strings), over
 /// the client's defaults (`PATH`, `HOME`, …).
 pub fn drive_with(env: &Env, calls: Value, mode: &str, answer: Option<&str>, vars: Value) -> Value {
+    let out = client(env, calls, mode, answer, vars).output().unwrap();
+    assert!(
+        out.status.success(),
+        "client failed ({:?})\nstdout:\n{}\nstderr:\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// The client of [`drive_with`], ready to run (or to start, and end mid-call).
+pub fn client(env: &Env, calls: Value, mode: &str, answer: Option<&str>, vars: Value) -> Command {
     let dir = env.tmp.path();
     std::fs::write(dir.join("driver.py"), DRIVER).unwrap();
     // What an MCP client passes: nothing but the store's home (README), and `vars`.
@@ -74,23 +87,31 @@ pub fn drive_with(env: &Env, calls: Value, mode: &str, answer: Option<&str>, var
     });
     std::fs::write(dir.join("spec.json"), spec.to_string()).unwrap();
     // The client itself starts with a stripped environment too.
-    let out = Command::new("timeout")
+    let mut client = Command::new("timeout");
+    client
         .args([CLIENT_TIMEOUT, "python3", "driver.py", "spec.json"])
         .current_dir(dir)
         .env_clear()
         .env("PATH", std::env::var_os("PATH").unwrap())
         .env("HOME", env.user_home())
-        .env("PYTHONPATH", pydeps())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "client failed ({:?})\nstdout:\n{}\nstderr:\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
+        .env("PYTHONPATH", pydeps());
+    client
+}
+
+/// The pid of the `envgit mcp` serving `env`'s project (the client started it), once it runs.
+pub fn server_pid(env: &Env) -> Option<u32> {
+    let project = env.project.to_str()?;
+    std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
+        let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+        let cmdline = std::fs::read(e.path().join("cmdline")).ok()?;
+        let args: Vec<&[u8]> = cmdline.split(|&b| b == 0).collect();
+        let ours = args.len() >= 4
+            && args[0] == envgit_bin().as_bytes()
+            && args[1] == b"mcp"
+            && args[2] == b"--project"
+            && args[3] == project.as_bytes();
+        ours.then_some(pid)
+    })
 }
 
 /// Gives `env`'s project the fx server (in the sandbox: its script lives in the project, which
