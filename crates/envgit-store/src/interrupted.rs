@@ -150,30 +150,38 @@ impl Store {
         refusals: &mut Vec<Refusal>,
     ) {
         let rule = GIT_DATA_ONLY_RULE;
-        let ended = (|| {
-            let root = crate::beneath::open_root(self.project()).at(self.project())?;
-            let config = ScanConfig::new(&owed.exclude, owed.max_file_size)?;
-            end_without_snapshot(
-                self,
-                root.as_fd(),
-                &config,
-                &owed.before,
-                begun.started_at_ms,
+        let unchecked = |e: &dyn std::fmt::Display| {
+            format!(
+                "the interrupted step's repositories inside the project could not be checked \
+                 ({e}): check their .git/hooks and .git/config before running git in them \
+                 (rule {rule})"
             )
+        };
+        let opened = (|| -> Result<_> {
+            let root = crate::beneath::open_root(self.project()).at(self.project())?;
+            Ok((root, ScanConfig::new(&owed.exclude, owed.max_file_size)?))
         })();
-        let done = match ended {
-            Ok(done) => done,
+        let (root, config) = match opened {
+            Ok(opened) => opened,
             Err(e) => {
-                let said = format!(
-                    "the interrupted step's repositories inside the project could not be \
-                     checked ({e}): check their .git/hooks and .git/config before running git \
-                     in them (rule {rule})"
-                );
+                let said = unchecked(&e);
                 notes.push(said.clone());
                 self.recovery_warnings.push(said);
                 return;
             }
         };
+        let done = end_without_snapshot(
+            self,
+            root.as_fd(),
+            &config,
+            &owed.before,
+            begun.started_at_ms,
+        );
+        if let Some(e) = &done.unchecked {
+            let said = unchecked(e);
+            notes.push(said.clone());
+            self.recovery_warnings.push(said);
+        }
         for p in &done.put_back {
             let said = format!(
                 "{p} of a repository inside the project was changed by a step whose envgit \

@@ -35,6 +35,9 @@ pub struct EndedWithoutSnapshot {
     pub failed: Vec<(String, StoreError)>,
     /// The setuid and setgid bits cleared, or not.
     pub setid: Cleared,
+    /// Why the nested repositories could not be checked at all (the tree before the step
+    /// could not be read): nothing is known of what the step changed there.
+    pub unchecked: Option<StoreError>,
 }
 
 /// What a sandboxed step's end owes the project should its envgit die before making it: the
@@ -50,26 +53,31 @@ pub struct OwedEnd {
 
 /// Ends a step begun at `since_ms` from the tree `before` it, without a snapshot after it, in
 /// the project at `root` scanned with `config`. What cannot be read on disk is passed over,
-/// or its repository put back whole; an error means the tree before the step could not be
-/// read, and nothing is known of what the step changed.
+/// or its repository put back whole; the result says what could not be done.
 pub fn end_without_snapshot(
     store: &Store,
     root: BorrowedFd<'_>,
     config: &ScanConfig,
     before: &ObjectId,
     since_ms: u64,
-) -> Result<EndedWithoutSnapshot> {
+) -> EndedWithoutSnapshot {
     let found = walk(root, &config.excludes);
-    let targets = nested_code_on_disk(store, root, config.max_file_size, before, &found.gits)?;
-    let mut out = EndedWithoutSnapshot::default();
-    for target in targets {
-        match put_back_path(store, root, before, &target) {
-            Ok(()) => out.put_back.push(target),
-            Err(e) => out.failed.push((target, e)),
+    let mut out = EndedWithoutSnapshot {
+        setid: clear_setid(root, &changed_since(&found.setid, since_ms)),
+        ..EndedWithoutSnapshot::default()
+    };
+    match nested_code_on_disk(store, root, config.max_file_size, before, &found.gits) {
+        Ok(targets) => {
+            for target in targets {
+                match put_back_path(store, root, before, &target) {
+                    Ok(()) => out.put_back.push(target),
+                    Err(e) => out.failed.push((target, e)),
+                }
+            }
         }
+        Err(e) => out.unchecked = Some(e),
     }
-    out.setid = clear_setid(root, &changed_since(&found.setid, since_ms));
-    Ok(out)
+    out
 }
 
 /// What the walk found (it cannot fail: what cannot be read is passed over).
@@ -308,9 +316,11 @@ mod tests {
         .collect();
         assert_eq!(expected, want, "the diff's own answer changed");
 
-        let done =
-            end_without_snapshot(&store, wt.root_fd(), wt.config(), &before_tree, since).unwrap();
-        assert!(done.failed.is_empty(), "{:?}", done.failed);
+        let done = end_without_snapshot(&store, wt.root_fd(), wt.config(), &before_tree, since);
+        assert!(
+            done.failed.is_empty() && done.unchecked.is_none(),
+            "{done:?}"
+        );
         let got: BTreeSet<String> = done.put_back.iter().cloned().collect();
         assert_eq!(got, expected);
         assert_eq!(done.setid.cleared, ["tool"]);

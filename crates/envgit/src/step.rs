@@ -313,19 +313,15 @@ fn end_without_snapshot(
         return;
     };
     let rule = crate::git_layer::RULE;
-    let ended =
+    let done =
         envgit_store::end_without_snapshot(store, wt.root_fd(), wt.config(), before, started_at_ms);
-    let done = match ended {
-        Ok(done) => done,
-        Err(e) => {
-            output::error(&format!(
-                "the step's snapshot failed, and so did the look for code it left in \
-                 repositories inside the project ({e}): check their .git/hooks and .git/config \
-                 before running git in them (rule {rule})"
-            ));
-            return;
-        }
-    };
+    if let Some(e) = &done.unchecked {
+        output::error(&format!(
+            "the step's snapshot failed, and so did the look for code it left in \
+             repositories inside the project ({e}): check their .git/hooks and .git/config \
+             before running git in them (rule {rule})"
+        ));
+    }
     for p in &done.put_back {
         output::warn(&format!(
             "{p} of a repository inside the project changed during the step and was put back: \
