@@ -10,13 +10,14 @@
 //! entries the sandbox can write (inside the project or an `allow_write` path), and notes which
 //! files there already come before a host file of the same name: those are the person's. After
 //! each step, a file there that the search would now take instead of a host file, and that was
-//! not there when the run began, is removed (rule `filesystem.path-shadow`). `PYTHONPATH` is
-//! read the same way, by module: a `json.py` or a package `email/` a step puts in a writable
-//! directory of it would be imported instead of Python's own by every Python program the
-//! person runs (`pip` included), so it goes too; `PERL5LIB`, by its directories' own `.pm`
-//! files. A link to the very
+//! not there when the run began, is removed (rule `filesystem.path-shadow`). A link to the very
 //! file it shadows (a virtualenv's `python3`) is not a different file and stays; what shadows
 //! nothing of the host's (a tool a `pip install` adds, the project's own library) stays too.
+//!
+//! `PYTHONPATH` is read the same way, by module: a `json.py` or a package `email/` a step puts
+//! in a writable directory of it would be imported instead of Python's own by every Python
+//! program the person runs (`pip` included), so it goes too; `PERL5LIB`, by its directories'
+//! own `.pm` files.
 //!
 //! Host-side operations resolve a directory beneath its writable root only
 //! (`RESOLVE_BENEATH`). A link that leads it out of the root is removed, unless it is the
