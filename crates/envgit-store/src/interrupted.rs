@@ -26,21 +26,26 @@ impl Store {
     /// [`Store::take_recovery_warnings`]. That is done only while no other step is open (one
     /// could be writing there); until then the step is left as it is.
     pub fn recover_interrupted(&mut self) -> Result<Vec<u64>> {
-        // Asked before the dead are locked: a marker this open holds would look alive.
-        let others_open = !crate::lock::live_steps(&self.dir, None)?.is_empty();
-        let dead = crate::lock::dead_steps(&self.dir)?;
+        let mut dead = crate::lock::dead_steps(&self.dir)?;
         if dead.is_empty() {
             return Ok(Vec::new());
         }
         let owes = |d: &crate::lock::DeadStep| d.begun.open && d.begun.owed_end.is_some();
-        if !self.objects_loaded && dead.iter().any(owes) {
-            // The check reads trees: a full open makes it, and records every dead step.
+        let mut others_open = false;
+        if dead.iter().any(owes) {
             drop(dead);
-            let mut full = Store::open(&self.dir)?;
-            self.recovery_warnings.append(&mut full.recovery_warnings);
-            drop(full);
-            self.catch_up()?;
-            return Ok(Vec::new());
+            if !self.objects_loaded {
+                // The check reads trees: a full open makes it, and records every dead step.
+                let mut full = Store::open(&self.dir)?;
+                self.recovery_warnings.append(&mut full.recovery_warnings);
+                drop(full);
+                self.catch_up()?;
+                return Ok(Vec::new());
+            }
+            // Asked with the dead unlocked (a marker this open holds would look alive), then
+            // the dead taken again.
+            others_open = !crate::lock::live_steps(&self.dir, None)?.is_empty();
+            dead = crate::lock::dead_steps(&self.dir)?;
         }
         let Some(_lock) = Flock::try_exclusive(&self.dir.join("lock"))? else {
             return Ok(Vec::new());
