@@ -11,7 +11,9 @@ use std::process::Command;
 
 use serde_json::{Value, json};
 use support::Env;
-use support::mcp_client::{add_fx_server, client, drive, drive_with, pydeps, server_pid};
+use support::mcp_client::{
+    add_fx_server, client, drive, drive_with, envgit_mcp_pids, pydeps, server_pid,
+};
 
 struct Mcp {
     env: Env,
@@ -753,6 +755,13 @@ fn after_a_kill_9_mid_execute_the_next_command_puts_the_nested_code_back() {
     assert!(killed.success());
     let _ = driver.kill();
     driver.wait().unwrap();
+    // The host of the downstream server outlives it, its call in flight: ended here, so the
+    // check below is the next command's alone, and nothing of the test is left running.
+    for host in envgit_mcp_pids(&m.env, |args| args.len() > 4) {
+        let _ = std::process::Command::new("kill")
+            .args(["-9", &host.to_string()])
+            .status();
+    }
     let log = m.env.envgit(&["log", "--json"]);
     assert_eq!(log.code, 0, "{}", log.stderr);
     assert!(

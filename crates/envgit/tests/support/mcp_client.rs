@@ -100,18 +100,35 @@ pub fn client(env: &Env, calls: Value, mode: &str, answer: Option<&str>, vars: V
 
 /// The pid of the `envgit mcp` serving `env`'s project (the client started it), once it runs.
 pub fn server_pid(env: &Env) -> Option<u32> {
-    let project = env.project.to_str()?;
-    std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
-        let pid: u32 = e.file_name().to_str()?.parse().ok()?;
-        let cmdline = std::fs::read(e.path().join("cmdline")).ok()?;
-        let args: Vec<&[u8]> = cmdline.split(|&b| b == 0).collect();
-        let ours = args.len() >= 4
-            && args[0] == envgit_bin().as_bytes()
-            && args[1] == b"mcp"
-            && args[2] == b"--project"
-            && args[3] == project.as_bytes();
-        ours.then_some(pid)
-    })
+    // Exactly what the client runs: its downstream servers' hosts say more (`--downstream`).
+    envgit_mcp_pids(env, |args| args.len() == 4)
+        .into_iter()
+        .next()
+}
+
+/// The pids of the `envgit mcp` processes of `env`'s project (the server and the hosts of its
+/// downstream servers) whose arguments `pick` takes.
+pub fn envgit_mcp_pids(env: &Env, pick: impl Fn(&[&[u8]]) -> bool) -> Vec<u32> {
+    let Some(project) = env.project.to_str() else {
+        return Vec::new();
+    };
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    procs
+        .flatten()
+        .filter_map(|e| {
+            let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+            let cmdline = std::fs::read(e.path().join("cmdline")).ok()?;
+            let args: Vec<&[u8]> = cmdline.strip_suffix(b"\0")?.split(|&b| b == 0).collect();
+            let ours = args.len() >= 4
+                && args[0] == envgit_bin().as_bytes()
+                && args[1] == b"mcp"
+                && args[2] == b"--project"
+                && args[3] == project.as_bytes();
+            (ours && pick(&args)).then_some(pid)
+        })
+        .collect()
 }
 
 /// Gives `env`'s project the fx server (in the sandbox: its script lives in the project, which
