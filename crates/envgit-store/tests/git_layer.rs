@@ -167,17 +167,23 @@ fn a_ref_the_host_moved_during_the_step_keeps_the_hosts_value() {
     git(&host, &["status"]);
 }
 
-/// A layer left by a killed envgit after its imports is recovered from the state its last
-/// changing import saved: nothing is imported or refused twice (a dropped hook is said once),
-/// though an import that found nothing new saved nothing.
-#[test]
-fn a_layer_left_after_its_imports_is_recovered_from_their_state() {
+/// A temporary directory holding an empty git repository (`host`) and a store directory.
+fn repository_and_store() -> (tempfile::TempDir, std::path::PathBuf, std::path::PathBuf) {
     let t = tempfile::tempdir().unwrap();
     let host = t.path().join("host");
     let store = t.path().join("store");
     std::fs::create_dir_all(&store).unwrap();
     std::fs::create_dir(&host).unwrap();
     git(&host, &["init", "-q", "-b", "main"]);
+    (t, host, store)
+}
+
+/// A layer left by a killed envgit after its imports is recovered from the state its last
+/// changing import saved: nothing is imported or refused twice (a dropped hook is said once),
+/// though an import that found nothing new saved nothing.
+#[test]
+fn a_layer_left_after_its_imports_is_recovered_from_their_state() {
+    let (t, host, store) = repository_and_store();
     std::fs::write(host.join("a"), "a\n").unwrap();
     git(&host, &["add", "a"]);
     git(&host, &["commit", "-qm", "one"]);
@@ -321,12 +327,7 @@ fn a_still_ref_the_host_changed_during_the_step_keeps_the_hosts_value() {
 /// removes the directory, which would fail that run, nor fails itself.
 #[test]
 fn a_layer_being_made_by_another_run_is_left_alone() {
-    let t = tempfile::tempdir().unwrap();
-    let host = t.path().join("host");
-    let store = t.path().join("store");
-    std::fs::create_dir_all(&store).unwrap();
-    std::fs::create_dir(&host).unwrap();
-    git(&host, &["init", "-q", "-b", "main"]);
+    let (_t, host, store) = repository_and_store();
     let making = store.join("gitlayer").join("4242-1");
     std::fs::create_dir_all(&making).unwrap();
     let recovered = envgit_store::recover_git_layers(&store, &host).unwrap();

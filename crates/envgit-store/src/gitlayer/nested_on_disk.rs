@@ -120,15 +120,14 @@ impl OnDisk<'_> {
         if !rest.is_empty() && unread(rest, a_dir) {
             return Ok(());
         }
+        let deep = too_deep_below(rest);
         let (new, sub) = match &st {
-            Some(_) if rest.split('/').count() > DEPTH => (Some(too_deep(name)), None),
+            Some(_) if deep => (Some(too_deep(name)), None),
             Some(st) => self.disk_entry(dir, &c_name, name, rest, st).at(at)?,
             None => (None, None),
         };
         let old = match old {
-            Some(e) if e.kind == EntryKind::Dir && rest.split('/').count() > DEPTH => {
-                Some(too_deep(name))
-            }
+            Some(e) if e.kind == EntryKind::Dir && deep => Some(too_deep(name)),
             old => old,
         };
         let is_dir = |e: &Option<TreeEntry>| e.as_ref().is_some_and(|e| e.kind == EntryKind::Dir);
@@ -205,7 +204,7 @@ impl OnDisk<'_> {
         if unread(rest, old.kind == EntryKind::Dir) {
             return Ok(());
         }
-        if old.kind != EntryKind::Dir || rest.split('/').count() > DEPTH {
+        if old.kind != EntryKind::Dir || too_deep_below(rest) {
             self.changes.push(EntryDiff {
                 path: rel.to_vec(),
                 old: Some(old),
@@ -325,6 +324,11 @@ impl OnDisk<'_> {
         }
         Ok(out)
     }
+}
+
+/// Whether `rest` (below a `.git`) is deeper than the walk goes.
+fn too_deep_below(rest: &str) -> bool {
+    rest.split('/').count() > DEPTH
 }
 
 /// What stands for a directory deeper than [`DEPTH`] below its `.git`.
