@@ -377,6 +377,10 @@ pub struct McpArgs {
     /// events (its requests, recorded on the REPL steps).
     #[arg(long, value_name = "SOCKET", hide = true, requires = "downstream")]
     pub events: Option<PathBuf>,
+    /// Internal, with --downstream: the pid of the `envgit mcp` that started it, which it dies
+    /// with.
+    #[arg(long, value_name = "PID", hide = true, requires = "downstream")]
+    pub parent: Option<u32>,
 }
 
 #[derive(Args, Debug)]

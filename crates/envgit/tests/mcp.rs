@@ -755,8 +755,8 @@ fn after_a_kill_9_mid_execute_the_next_command_puts_the_nested_code_back() {
     assert!(killed.success());
     let _ = driver.kill();
     driver.wait().unwrap();
-    // The host of the downstream server outlives it, its call in flight: ended here, so the
-    // check below is the next command's alone, and nothing of the test is left running.
+    // The host of the downstream server dies with it (the test below); a host still winding
+    // down is ended here, so the check below is the next command's alone.
     for host in envgit_mcp_pids(&m.env, |args| args.len() > 4) {
         let _ = std::process::Command::new("kill")
             .args(["-9", &host.to_string()])
@@ -770,4 +770,75 @@ fn after_a_kill_9_mid_execute_the_next_command_puts_the_nested_code_back() {
         log.stderr
     );
     assert!(log.stderr.contains("libs/z/.git/hooks"), "{}", log.stderr);
+}
+
+/// The processes of `env`'s fx server (any of its pids: the sandbox's view of it is the
+/// host's too), found by the markers folder its command line names.
+fn fx_server_pids(markers: &Path) -> Vec<u32> {
+    let needle = markers.to_str().unwrap().as_bytes();
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| {
+            let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+            let cmdline = std::fs::read(e.path().join("cmdline")).ok()?;
+            let ours = cmdline.windows(12).any(|w| w == b"fx_server.py")
+                && cmdline.windows(needle.len()).any(|w| w == needle);
+            ours.then_some(pid)
+        })
+        .collect()
+}
+
+/// A downstream server must not outlive the `envgit mcp` that started it: killed with it (a
+/// `kill -9`, the OOM killer), a server in the middle of a call would otherwise run on in its
+/// sandbox and write into the project after the next command made the check the dead step
+/// owed (here: plant the hook again as soon as that check removed it).
+#[test]
+fn a_killed_envgit_mcp_takes_its_downstream_servers_with_it() {
+    let (m, markers) = with_fx("");
+    let calls = json!([{"code": "await fx.keep_planting()"}]);
+    let mut driver = client(&m.env, calls, "auto", None, json!({}))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !m.env.path("PLANTED").exists() {
+        assert!(std::time::Instant::now() < deadline, "the call never ran");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let pid = server_pid(&m.env).expect("envgit mcp is running");
+    let killed = Command::new("kill")
+        .args(["-9", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let _ = driver.kill();
+    driver.wait().unwrap();
+    // Bounded: the hosts and the server end with envgit mcp, or this fails (and ends them, so
+    // nothing of the test is left running).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let left = loop {
+        let mut left = envgit_mcp_pids(&m.env, |args| args.len() > 4);
+        left.extend(fx_server_pids(&markers));
+        if left.is_empty() || std::time::Instant::now() > deadline {
+            break left;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    for pid in &left {
+        let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+    }
+    assert!(
+        left.is_empty(),
+        "the downstream server and its host outlived the killed envgit mcp by a minute \
+         (pids {left:?}), free to write into the project"
+    );
+    let log = m.env.envgit(&["log", "--json"]);
+    assert_eq!(log.code, 0, "{}", log.stderr);
+    assert!(
+        !m.env.path("libs/z/.git/hooks/pre-commit").exists(),
+        "{}",
+        log.stderr
+    );
 }

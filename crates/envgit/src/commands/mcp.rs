@@ -19,6 +19,9 @@ use crate::{output, supervisor};
 pub fn run(dir: Option<&Path>, args: &McpArgs) -> CmdResult<ExitCode> {
     let project = Project::find(args.project.as_deref().or(dir))?;
     if let Some(name) = &args.downstream {
+        if let Some(parent) = args.parent {
+            die_with_parent(parent)?;
+        }
         return downstream(&project, name, args.events.as_deref());
     }
     let mut store = project.open_store()?;
@@ -87,6 +90,25 @@ pub fn run(dir: Option<&Path>, args: &McpArgs) -> CmdResult<ExitCode> {
     rt.shutdown_background();
     served?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// A downstream server's host dies (`SIGKILL`) with the `envgit mcp` that started it, and its
+/// sandbox with it (the sandbox dies with its host): killed mid-call (`kill -9`, the OOM
+/// killer), envgit mcp would otherwise leave the server running, free to write into the
+/// project after the next command made the check the dead step owed. The signal is armed for
+/// the thread that spawned this process: envgit mcp spawns its hosts from its main thread.
+fn die_with_parent(parent: u32) -> CmdResult<()> {
+    rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL))
+        .map_err(|e| Failure::failed(format!("cannot arm the parent-death signal: {e}")))?;
+    // Gone before the signal was armed: it will never come.
+    let still_there = rustix::process::getppid()
+        .is_some_and(|p| u32::try_from(p.as_raw_nonzero().get()) == Ok(parent));
+    if !still_there {
+        return Err(Failure::failed(format!(
+            "envgit mcp (pid {parent}) that started this server is gone"
+        )));
+    }
+    Ok(())
 }
 
 /// `envgit mcp --downstream NAME`: the server `mcp.servers.NAME` in the sandbox, behind the

@@ -329,6 +329,9 @@ async fn start_one(
         .arg(name)
         .arg("--events")
         .arg(events)
+        // So that it dies with this process (see `commands::mcp::die_with_parent`).
+        .arg("--parent")
+        .arg(std::process::id().to_string())
         .current_dir(project);
     let transport = TokioChildProcess::new(cmd).map_err(|source| DownstreamError::Spawn {
         name: name.to_string(),
