@@ -849,6 +849,17 @@ fn a_module_the_step_puts_on_the_persons_pythonpath_before_the_librarys_is_remov
 /// module and a Perl-named one the person already had there stay.
 #[test]
 fn a_module_the_step_puts_on_the_persons_perl5lib_before_perls_is_removed() {
+    module_on_the_perl_path_is_removed("PERL5LIB");
+}
+
+/// Perl reads `PERLLIB` when `PERL5LIB` is unset, the same way.
+#[test]
+fn a_module_the_step_puts_on_the_persons_perllib_before_perls_is_removed() {
+    module_on_the_perl_path_is_removed("PERLLIB");
+}
+
+/// A step puts a `strict.pm` in the project's `lib`, on the person's `var`.
+fn module_on_the_perl_path_is_removed(var: &str) {
     let env = Env::new();
     let marker = env.tmp.path().join("pwned");
     env.write(
@@ -861,17 +872,17 @@ fn a_module_the_step_puts_on_the_persons_perl5lib_before_perls_is_removed() {
     );
     env.write("lib/vars.pm", "package vars; sub import {} 1;\n");
     env.envgit(&["init"]).ok();
-    let perl5lib = env.path("lib").display().to_string();
+    let lib_dir = env.path("lib").display().to_string();
     let out = step_with(
         &env,
-        "PERL5LIB",
-        &perl5lib,
+        var,
+        &lib_dir,
         "cp vendor/evil.pm lib/strict.pm && echo 'package MyProject; 1;' > lib/MyProject.pm \
                  && echo planted",
     );
     let host = Command::new("perl")
         .args(["-e", "use strict; use MyProject; print qq(ok\\n)"])
-        .env("PERL5LIB", &perl5lib)
+        .env(var, &lib_dir)
         .output()
         .unwrap();
     assert!(
@@ -883,7 +894,7 @@ fn a_module_the_step_puts_on_the_persons_perl5lib_before_perls_is_removed() {
     assert!(!env.path("lib/strict.pm").exists(), "{}", out.stderr);
     assert!(
         out.stderr.contains("lib/strict.pm")
-            && out.stderr.contains("PERL5LIB")
+            && out.stderr.contains(var)
             && out.stderr.contains("filesystem.path-shadow"),
         "{}",
         out.stderr
@@ -891,6 +902,95 @@ fn a_module_the_step_puts_on_the_persons_perl5lib_before_perls_is_removed() {
     for kept in ["lib/MyProject.pm", "lib/vars.pm"] {
         assert!(env.path(kept).exists(), "{kept}\n{}", out.stderr);
     }
+}
+
+/// The person's own environment names project files their programs load or run
+/// (`BASH_ENV`, Yarn's `NODE_OPTIONS=--require .pnp.cjs`, `LD_PRELOAD`, `GIT_CONFIG_GLOBAL`,
+/// an `EDITOR` of the project's): a step that writes them must not run on the host at the
+/// person's next shell, node, program, git or edit. The variables are set in envgit's
+/// environment, as the person's shell hands them over.
+#[test]
+fn files_the_persons_environment_has_programs_load_are_protected() {
+    let env = Env::new();
+    let marker = env.tmp.path().join("pwned");
+    let m = marker.display().to_string();
+    let lib = env.tmp.path().join("lib-src");
+    std::fs::create_dir_all(&lib).unwrap();
+    std::fs::write(lib.join("benign.c"), "void envgit_benign(void) {}\n").unwrap();
+    std::fs::write(
+        lib.join("evil.c"),
+        format!(
+            "#include <stdio.h>\n__attribute__((constructor)) static void pwn(void) {{ \
+             FILE *f = fopen({m:?}, \"a\"); if (f) {{ fputs(\"preload\\n\", f); fclose(f); }} }}\n"
+        ),
+    )
+    .unwrap();
+    cc(&lib, &["-shared", "-fPIC", "-o", "benign.so", "benign.c"]);
+    cc(&lib, &["-shared", "-fPIC", "-o", "evil.so", "evil.c"]);
+    env.write("a.txt", "a\n");
+    env.write(".pnp.cjs", "module.exports = {};\n");
+    env.write("tools/gitconfig", "[user]\n\tname = Person\n");
+    env.write("scripts/edit.sh", "#!/bin/sh\nexit 0\n");
+    std::fs::set_permissions(
+        env.path("scripts/edit.sh"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    std::fs::create_dir_all(env.path("build")).unwrap();
+    std::fs::copy(lib.join("benign.so"), env.path("build/libhook.so")).unwrap();
+    std::fs::copy(lib.join("evil.so"), env.path("vendor-evil.so")).unwrap();
+    env.envgit(&["init"]).ok();
+    let p = |rel: &str| env.path(rel).display().to_string();
+    let vars = [
+        ("BASH_ENV", p(".bashenv")),
+        ("NODE_OPTIONS", format!("--require {}", p(".pnp.cjs"))),
+        ("LD_PRELOAD", p("build/libhook.so")),
+        ("GIT_CONFIG_GLOBAL", p("tools/gitconfig")),
+        ("EDITOR", p("scripts/edit.sh")),
+    ];
+    let script = format!(
+        "echo 'echo bash >> {m}' > .bashenv; \
+         echo 'require(\"fs\").appendFileSync({m:?}, \"node\\n\");' >> .pnp.cjs; \
+         cat vendor-evil.so > build/libhook.so; \
+         printf '[alias]\\n\\thi = !echo git >> {m}\\n' >> tools/gitconfig; \
+         printf '#!/bin/sh\\necho editor >> {m}\\n' > scripts/edit.sh; \
+         echo planted"
+    );
+    let mut step = env.cmd(&env.project);
+    for (k, v) in &vars {
+        step.env(k, v);
+    }
+    let out =
+        Run::from(step.args(["run", "sh", "-c", &script]).output().unwrap()).ran_to("planted");
+    // The person's next commands, with their environment.
+    let host = |program: &str| {
+        let mut c = Command::new("sh");
+        c.args(["-c", program]).current_dir(&env.project);
+        for (k, v) in &vars {
+            c.env(k, v);
+        }
+        c.env("HOME", env.user_home());
+        let ran = c.output().unwrap();
+        format!("{program}: {}", String::from_utf8_lossy(&ran.stderr))
+    };
+    let said = [
+        host("bash -c true"),
+        host("node -e 0"),
+        host("/bin/true"),
+        host("git hi"),
+        host("\"$EDITOR\" a.txt"),
+    ]
+    .join("\n");
+    let ran = std::fs::read_to_string(&marker).unwrap_or_default();
+    assert!(
+        ran.is_empty(),
+        "the host ran what the step wrote into files the person's environment names: {ran}\n\
+         {said}\n--- the step:\n{}",
+        out.stderr
+    );
+    assert_eq!(env.read(".pnp.cjs"), "module.exports = {};\n");
+    assert_eq!(env.read("tools/gitconfig"), "[user]\n\tname = Person\n");
+    assert!(!env.path(".bashenv").exists(), "{}", out.stderr);
 }
 
 /// `direnv ARGS` on the host as the person runs it: their home, their direnv allow list.

@@ -5,9 +5,11 @@
 //! when `.envrc` changes, mise trusts a configuration by its path, lefthook's hook was
 //! installed once), and direnv and mise put the directories it names first on `PATH`. So the
 //! files are protected like the configuration, and the directories are checked after each
-//! step like the person's own `PATH` ([`crate::path_shadow`]).
+//! step like the person's own `PATH` ([`crate::path_shadow`]). The person's own environment
+//! is such a configuration too: the project files its variables name ([`environment`]).
 
 mod direnv;
+mod environment;
 mod lefthook;
 mod mise;
 
@@ -58,7 +60,7 @@ const CONFIG_MAX_BYTES: u64 = 1 << 20;
 /// `.env`) that exists is left out: the sandbox masks it, so a step cannot write it, and its
 /// content stays out of the pre-step copy.
 pub(crate) fn of(root: &Path) -> HostLoads {
-    let mut loads = HostLoads::default();
+    let mut loads = environment::parse(root, std::env::vars_os());
     let Ok(dir) = envgit_store::beneath::open_root(root) else {
         return loads;
     };

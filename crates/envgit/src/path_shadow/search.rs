@@ -28,12 +28,14 @@ impl Search {
         Search::PerlModules,
     ];
 
-    /// The variable that names its directories.
+    /// The variable that names its directories: for Perl `PERL5LIB`, or `PERLLIB` when
+    /// `PERL5LIB` is unset (Perl reads the older name only then).
     pub(super) fn variable(self) -> &'static str {
         match self {
             Search::Programs => "PATH",
             Search::Libraries => "LD_LIBRARY_PATH",
             Search::PythonModules => "PYTHONPATH",
+            Search::PerlModules if std::env::var_os("PERL5LIB").is_none() => "PERLLIB",
             Search::PerlModules => "PERL5LIB",
         }
     }
@@ -145,8 +147,9 @@ impl Search {
                 host.display()
             ),
             Search::PerlModules => format!(
-                "would be loaded instead of {} by the Perl programs you run (PERL5LIB)",
-                host.display()
+                "would be loaded instead of {} by the Perl programs you run ({})",
+                host.display(),
+                self.variable()
             ),
         }
     }

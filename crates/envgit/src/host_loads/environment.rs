@@ -1,0 +1,277 @@
+//! What the person's own environment has their programs load or run from the project: a
+//! variable naming a project file (`BASH_ENV=$PWD/.bashenv`, Yarn's
+//! `NODE_OPTIONS=--require $PWD/.pnp.cjs`, `LD_PRELOAD`, `GIT_CONFIG_GLOBAL`, an `EDITOR` of
+//! the project's) makes every shell, node, program or git the person starts run that file. A
+//! step that changed it would run on the host at their next command, so it is protected like
+//! the configuration of a tool they trusted once. Read from envgit's own environment: the
+//! person's, as their shell handed it over (a variable exported later is not seen).
+
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Component, Path, PathBuf};
+
+use super::{HostLoads, add_rel};
+
+/// Variables whose value is one file that is read as code or as a configuration that runs
+/// commands (git's aliases and pager, npm's `script-shell`, AWS's `credential_process`).
+const FILE_VARS: &[&str] = &[
+    "BASH_ENV",
+    "ENV",
+    "PYTHONSTARTUP",
+    "INPUTRC",
+    "GIT_CONFIG_GLOBAL",
+    "GIT_CONFIG_SYSTEM",
+    "GIT_CONFIG",
+    "NPM_CONFIG_USERCONFIG",
+    "npm_config_userconfig",
+    "NPM_CONFIG_GLOBALCONFIG",
+    "npm_config_globalconfig",
+    "AWS_CONFIG_FILE",
+    "WGETRC",
+];
+
+/// Variables whose value is a list of such files: the dynamic loader's (`:` or space between
+/// entries) and kubectl's (`:`; a kubeconfig's `exec` runs a program).
+const LIST_VARS: &[&str] = &["LD_PRELOAD", "LD_AUDIT", "KUBECONFIG"];
+
+/// Variables whose value is a command line the person's tools run: its program.
+const COMMAND_VARS: &[&str] = &[
+    "EDITOR",
+    "VISUAL",
+    "PAGER",
+    "MANPAGER",
+    "GIT_EDITOR",
+    "GIT_SEQUENCE_EDITOR",
+    "GIT_PAGER",
+    "GIT_SSH",
+    "GIT_SSH_COMMAND",
+    "GIT_ASKPASS",
+    "GIT_EXTERNAL_DIFF",
+    "SSH_ASKPASS",
+    "SUDO_ASKPASS",
+    "BROWSER",
+    "LESSOPEN",
+    "LESSCLOSE",
+];
+
+/// zsh's start-up files, read from `$ZDOTDIR`.
+const ZSH_FILES: &[&str] = &[".zshenv", ".zprofile", ".zshrc", ".zlogin", ".zlogout"];
+
+/// node's options that load a module before the program: their argument, when it is a path.
+const NODE_LOADS: &[&str] = &[
+    "--require",
+    "-r",
+    "--import",
+    "--loader",
+    "--experimental-loader",
+];
+
+/// The project files (relative to `root`) that `vars` have programs load or run. A relative
+/// path is taken as relative to the root (where the person most often starts them).
+pub(super) fn parse<K: AsRef<OsStr>, V: AsRef<OsStr>>(
+    root: &Path,
+    vars: impl IntoIterator<Item = (K, V)>,
+) -> HostLoads {
+    let mut loads = HostLoads::default();
+    let mut add = |p: &str| {
+        if let Some(rel) = in_project(root, p) {
+            add_rel(rel, &mut loads.files);
+        }
+    };
+    for (key, value) in vars {
+        let (Some(key), Some(value)) = (key.as_ref().to_str(), value.as_ref().to_str()) else {
+            continue;
+        };
+        let value = value.trim();
+        if value.is_empty() {
+            continue;
+        }
+        // A program or library named without a `/` is looked for elsewhere (`PATH`, the
+        // loader's directories), which other checks cover.
+        let mut add_named = |p: &str| {
+            if p.contains('/') {
+                add(p);
+            }
+        };
+        if FILE_VARS.contains(&key) {
+            add(value);
+        } else if LIST_VARS.contains(&key) {
+            value.split([':', ' ']).for_each(&mut add_named);
+        } else if COMMAND_VARS.contains(&key) {
+            // `LESSOPEN='|/path/lesspipe %s'`: the program after the pipe marks.
+            if let Some(program) = value.trim_start_matches('|').split_whitespace().next() {
+                add_named(program);
+            }
+        } else if key == "ZDOTDIR" {
+            for f in ZSH_FILES {
+                add(&format!("{}/{f}", value.trim_end_matches('/')));
+            }
+        } else if key == "NODE_OPTIONS" {
+            node_loads(value).into_iter().for_each(&mut add);
+        } else if key == "RUBYOPT" {
+            ruby_requires(value).into_iter().for_each(&mut add);
+        }
+    }
+    loads
+}
+
+/// The paths among the modules `NODE_OPTIONS` has node load first (`--require X`, `-r X`,
+/// `--import=X`, …): a bare module name is found in `node_modules`, not here.
+fn node_loads(options: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    let mut words = options.split_whitespace();
+    while let Some(word) = words.next() {
+        let arg = match word.split_once('=') {
+            Some((flag, arg)) if NODE_LOADS.contains(&flag) => Some(arg),
+            _ if NODE_LOADS.contains(&word) => words.next(),
+            _ => None,
+        };
+        if let Some(arg) = arg.map(|a| a.trim_matches(['"', '\'']))
+            && is_path(arg)
+        {
+            out.push(arg.strip_prefix("file://").unwrap_or(arg));
+        }
+    }
+    out
+}
+
+/// The paths `RUBYOPT` has ruby require first (`-r./x`, `-r /abs/x.rb`).
+fn ruby_requires(options: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    let mut words = options.split_whitespace();
+    while let Some(word) = words.next() {
+        let arg = match word.strip_prefix("-r") {
+            Some("") => words.next(),
+            Some(arg) => Some(arg),
+            None => None,
+        };
+        if let Some(arg) = arg.filter(|a| is_path(a)) {
+            out.push(arg);
+        }
+    }
+    out
+}
+
+fn is_path(arg: &str) -> bool {
+    arg.starts_with(['/', '.']) || arg.starts_with("file://")
+}
+
+/// `p` as a path inside the project ('/'-separated, relative to `root`), as written or with
+/// its directory's links resolved; `None` outside it, or for the root itself.
+fn in_project(root: &Path, p: &str) -> Option<String> {
+    let path = Path::new(p);
+    let joined;
+    let path = if path.is_absolute() {
+        path
+    } else {
+        joined = root.join(path);
+        &joined
+    };
+    let normal = normalize(path)?;
+    if let Some(rel) = relative(root, &normal) {
+        return Some(rel);
+    }
+    // Reached through a link (`/home/me/work -> /data/work`): resolve the directory only (the
+    // file may not exist yet, and a link at its name is protected as a link).
+    let dir = normal.parent()?.canonicalize().ok()?;
+    relative(root, &dir.join(normal.file_name()?))
+}
+
+/// `path` without `.` and with `..` applied, as a shell would read it; `None` past `/`.
+fn normalize(path: &Path) -> Option<PathBuf> {
+    let mut out = PathBuf::new();
+    for c in path.components() {
+        match c {
+            Component::ParentDir => {
+                if !out.pop() {
+                    return None;
+                }
+            }
+            Component::CurDir => {}
+            other => out.push(other),
+        }
+    }
+    Some(out)
+}
+
+fn relative(root: &Path, path: &Path) -> Option<String> {
+    let rel = path.strip_prefix(root).ok()?;
+    let rel = rel.as_os_str();
+    if rel.is_empty() {
+        return None;
+    }
+    String::from_utf8(rel.as_bytes().to_vec()).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn files(vars: &[(&str, &str)]) -> Vec<String> {
+        parse(Path::new("/p/proj"), vars.iter().copied()).files
+    }
+
+    #[test]
+    fn each_kind_of_variable_names_its_project_files() {
+        assert_eq!(
+            files(&[
+                ("BASH_ENV", "/p/proj/.bashenv"),
+                (
+                    "LD_PRELOAD",
+                    "/usr/lib/libfoo.so /p/proj/build/libhook.so:libc.so.6"
+                ),
+                (
+                    "NODE_OPTIONS",
+                    "--max-old-space-size=4096 --require /p/proj/.pnp.cjs"
+                ),
+                ("EDITOR", "/p/proj/scripts/edit.sh --wait"),
+                ("LESSOPEN", "|/p/proj/bin/lesspipe %s"),
+                ("ZDOTDIR", "/p/proj/dotfiles/"),
+                ("RUBYOPT", "-W0 -r./boot.rb"),
+                ("GIT_CONFIG_GLOBAL", "/p/proj/tools/../tools/gitconfig"),
+                ("KUBECONFIG", "/home/me/.kube/config:/p/proj/kube.yaml"),
+            ]),
+            [
+                ".bashenv",
+                "build/libhook.so",
+                ".pnp.cjs",
+                "scripts/edit.sh",
+                "bin/lesspipe",
+                "dotfiles/.zshenv",
+                "dotfiles/.zprofile",
+                "dotfiles/.zshrc",
+                "dotfiles/.zlogin",
+                "dotfiles/.zlogout",
+                "boot.rb",
+                "tools/gitconfig",
+                "kube.yaml",
+            ]
+        );
+    }
+
+    #[test]
+    fn what_is_not_a_project_path_is_left_alone() {
+        assert!(
+            files(&[
+                ("EDITOR", "vim"),
+                ("PAGER", "less -R"),
+                ("NODE_OPTIONS", "--require ts-node/register --import=tsx"),
+                ("RUBYOPT", "-rbundler/setup"),
+                ("BASH_ENV", "/p/project-other/.bashenv"),
+                ("ENV", "/p/proj/../x"),
+                ("GIT_CONFIG_GLOBAL", "/p/proj"),
+                ("HOME", "/p/proj/home/.bashrc"),
+                ("LD_PRELOAD", ""),
+            ])
+            .is_empty()
+        );
+    }
+
+    #[test]
+    fn node_options_forms() {
+        assert_eq!(
+            node_loads("-r ./a.js --import=file:///p/b.mjs --loader '/c.mjs' --inspect"),
+            ["./a.js", "/p/b.mjs", "/c.mjs"]
+        );
+    }
+}
