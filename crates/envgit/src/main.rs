@@ -8,6 +8,7 @@ mod demo;
 mod failure;
 mod git_layer;
 mod home_claim;
+mod hooks_path;
 mod host_loads;
 mod leave_to_exit;
 mod mcp;

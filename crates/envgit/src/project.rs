@@ -390,27 +390,6 @@ impl Project {
     }
 
     fn hooks_path(&self) -> Option<String> {
-        let bytes = read_nofollow(&self.root.join(".git/config")).ok()?;
-        let text = String::from_utf8_lossy(&bytes);
-        let mut in_core = false;
-        for line in text.lines() {
-            let l = line.trim();
-            if l.starts_with('[') {
-                in_core = l.to_ascii_lowercase().starts_with("[core");
-            } else if in_core
-                && let Some((k, v)) = l.split_once('=')
-                && k.trim().eq_ignore_ascii_case("hookspath")
-            {
-                let v = v.trim().trim_matches('"');
-                let rel = Path::new(v)
-                    .strip_prefix(&self.root)
-                    .map(Path::to_path_buf)
-                    .unwrap_or_else(|_| PathBuf::from(v));
-                if rel.is_relative() {
-                    return Some(rel.to_string_lossy().trim_end_matches('/').to_string());
-                }
-            }
-        }
-        None
+        crate::hooks_path::of(&self.root)
     }
 }

@@ -993,6 +993,62 @@ fn files_the_persons_environment_has_programs_load_are_protected() {
     assert!(!env.path(".bashenv").exists(), "{}", out.stderr);
 }
 
+/// `git config --global core.hooksPath .githooks` (the person's own configuration, in their
+/// home) makes every repository's `.githooks` its hooks: a hook a step writes there must not
+/// run at the person's next commit, through the global setting or the environment's
+/// (`GIT_CONFIG_COUNT`).
+#[test]
+fn the_hooks_directory_the_persons_own_git_configuration_names_is_protected() {
+    for (how, dir) in [("global", ".githooks"), ("environment", "tools/hooks")] {
+        let env = Env::new();
+        let marker = env.tmp.path().join("pwned");
+        std::fs::create_dir_all(env.user_home()).unwrap();
+        let mut vars: Vec<(&str, &str)> = Vec::new();
+        if how == "global" {
+            std::fs::write(
+                env.user_home().join(".gitconfig"),
+                format!("[core]\n\thooksPath = {dir}\n"),
+            )
+            .unwrap();
+        } else {
+            vars = vec![
+                ("GIT_CONFIG_COUNT", "1"),
+                ("GIT_CONFIG_KEY_0", "core.hooksPath"),
+                ("GIT_CONFIG_VALUE_0", dir),
+            ];
+        }
+        env.git(&env.project, &["init", "-q", "-b", "main"]);
+        env.write("a.txt", "a\n");
+        env.envgit(&["init"]).ok();
+        let script = format!(
+            "mkdir -p {dir} && printf '#!/bin/sh\\necho pwned >> {m}\\n' > {dir}/pre-commit; \
+             chmod +x {dir}/pre-commit; echo planted",
+            m = marker.display()
+        );
+        let mut step = env.cmd(&env.project);
+        step.envs(vars.iter().copied())
+            .env_remove("XDG_CONFIG_HOME")
+            .env_remove("GIT_CONFIG_GLOBAL");
+        let out =
+            Run::from(step.args(["run", "sh", "-c", &script]).output().unwrap()).ran_to("planted");
+        let mut commit = env.host_git(&env.project);
+        commit
+            .envs(vars.iter().copied())
+            .env_remove("XDG_CONFIG_HOME")
+            .env_remove("GIT_CONFIG_GLOBAL")
+            .args(["commit", "-q", "--allow-empty", "-m", "the person's commit"]);
+        let committed = commit.output().unwrap();
+        assert!(
+            !marker.exists(),
+            "{how}: the person's commit ran the hook the step wrote in {dir}\n{}\n--- the step:\n{}",
+            String::from_utf8_lossy(&committed.stderr),
+            out.stderr
+        );
+        assert!(committed.status.success(), "{how}: {committed:?}");
+        assert!(!env.path(&format!("{dir}/pre-commit")).exists(), "{how}");
+    }
+}
+
 /// `direnv ARGS` on the host as the person runs it: their home, their direnv allow list.
 fn direnv(env: &Env) -> Command {
     let mut c = Command::new("direnv");
