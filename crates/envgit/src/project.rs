@@ -315,10 +315,13 @@ impl Project {
                 top.insert(name);
             }
         }
-        if let Some(hooks) = self.hooks_path() {
-            out.push(hooks);
+        let git = crate::git_host_config::of(&self.root);
+        out.extend(git.hooks);
+        for f in git.files {
+            if !out.contains(&f) {
+                out.push(f);
+            }
         }
-        out.extend(self.config_includes());
         for f in &self.host_loads().files {
             if !out.contains(f) {
                 out.push(f.clone());
@@ -339,57 +342,5 @@ impl Project {
             }
         }
         out
-    }
-
-    /// Files in the project that `.git/config` includes (`[include]` / `[includeIf …]`
-    /// `path`): git reads them as its own configuration, so they are protected like it.
-    /// Relative paths are relative to `.git/`, as git reads them.
-    fn config_includes(&self) -> Vec<String> {
-        let Ok(bytes) = read_nofollow(&self.root.join(".git/config")) else {
-            return Vec::new();
-        };
-        let text = String::from_utf8_lossy(&bytes);
-        let mut in_include = false;
-        let mut out = Vec::new();
-        for line in text.lines() {
-            let l = line.trim();
-            if l.starts_with('[') {
-                let section = l.to_ascii_lowercase();
-                in_include = section.starts_with("[include]") || section.starts_with("[includeif");
-            } else if in_include
-                && let Some((k, v)) = l.split_once('=')
-                && k.trim().eq_ignore_ascii_case("path")
-            {
-                let v = Path::new(v.trim().trim_matches('"'));
-                let abs = if v.is_absolute() {
-                    v.to_path_buf()
-                } else {
-                    self.root.join(".git").join(v)
-                };
-                let Ok(rel) = abs.strip_prefix(&self.root) else {
-                    continue;
-                };
-                // Lexically: `..` out of the project is not the project's to protect.
-                let mut parts: Vec<String> = Vec::new();
-                let mut outside = false;
-                for c in rel.components() {
-                    match c {
-                        std::path::Component::Normal(n) => {
-                            parts.push(n.to_string_lossy().into_owned())
-                        }
-                        std::path::Component::ParentDir => outside |= parts.pop().is_none(),
-                        _ => {}
-                    }
-                }
-                if !outside && !parts.is_empty() {
-                    out.push(parts.join("/"));
-                }
-            }
-        }
-        out
-    }
-
-    fn hooks_path(&self) -> Option<String> {
-        crate::hooks_path::of(&self.root)
     }
 }

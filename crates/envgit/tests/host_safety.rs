@@ -1049,6 +1049,78 @@ fn the_hooks_directory_the_persons_own_git_configuration_names_is_protected() {
     }
 }
 
+/// The person's own `~/.gitconfig` runs project files (a `!` alias's script, a diff
+/// driver's `textconv`) and reads one as configuration (`include.path`): a step that writes
+/// them must not run on the host at the person's next `git st`, `git diff` or `git hi`.
+#[test]
+fn what_the_persons_own_git_configuration_runs_from_the_project_is_protected() {
+    let env = Env::new();
+    let marker = env.tmp.path().join("pwned");
+    std::fs::create_dir_all(env.user_home()).unwrap();
+    // Relative to the home, as git reads an include of ~/.gitconfig.
+    let include = std::path::Path::new("..")
+        .join(env.project.strip_prefix(env.tmp.path()).unwrap())
+        .join("tools/extra.gitconfig");
+    std::fs::write(
+        env.user_home().join(".gitconfig"),
+        format!(
+            "[alias]\n\tst = !./tools/st.sh\n[diff \"txt\"]\n\ttextconv = ./tools/textconv.sh\n\
+             [include]\n\tpath = {}\n",
+            include.display()
+        ),
+    )
+    .unwrap();
+    env.git(&env.project, &["init", "-q", "-b", "main"]);
+    env.write("a.txt", "a\n");
+    env.write(".gitattributes", "*.txt diff=txt\n");
+    env.write("tools/extra.gitconfig", "[user]\n\tname = Person\n");
+    for script in ["tools/st.sh", "tools/textconv.sh"] {
+        env.write(script, "#!/bin/sh\ncat \"$@\"\n");
+        std::fs::set_permissions(env.path(script), std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    env.git(&env.project, &["add", "-A"]);
+    env.git(&env.project, &["commit", "-q", "-m", "start"]);
+    env.envgit(&["init"]).ok();
+    let script = format!(
+        "for s in tools/st.sh tools/textconv.sh; do \
+           printf '#!/bin/sh\\necho pwned >> {m}\\n' > $s; done; \
+         printf '[alias]\\n\\thi = !echo pwned >> {m}\\n' >> tools/extra.gitconfig; \
+         echo b >> a.txt; echo planted",
+        m = marker.display()
+    );
+    let mut step = env.cmd(&env.project);
+    step.env_remove("XDG_CONFIG_HOME")
+        .env_remove("GIT_CONFIG_GLOBAL");
+    let out =
+        Run::from(step.args(["run", "sh", "-c", &script]).output().unwrap()).ran_to("planted");
+    let mut said = String::new();
+    for args in [&["st"][..], &["diff"], &["hi"]] {
+        let ran = env
+            .host_git(&env.project)
+            .env_remove("XDG_CONFIG_HOME")
+            .env_remove("GIT_CONFIG_GLOBAL")
+            .args(args)
+            .output()
+            .unwrap();
+        said.push_str(&format!(
+            "git {args:?}: {}\n",
+            String::from_utf8_lossy(&ran.stderr)
+        ));
+    }
+    assert!(
+        !marker.exists(),
+        "the person's git ran what the step wrote into files their configuration names \
+         ({} times)\n{said}--- the step:\n{}",
+        std::fs::read_to_string(&marker).unwrap_or_default().lines().count(),
+        out.stderr
+    );
+    assert_eq!(
+        env.read("tools/extra.gitconfig"),
+        "[user]\n\tname = Person\n"
+    );
+    assert_eq!(env.read("a.txt"), "a\nb\n", "the step's own edit stays");
+}
+
 /// `direnv ARGS` on the host as the person runs it: their home, their direnv allow list.
 fn direnv(env: &Env) -> Command {
     let mut c = Command::new("direnv");

@@ -1,0 +1,404 @@
+//! What the person's git runs or reads from the project because its configuration says so:
+//! the system's, the person's own (`GIT_CONFIG_GLOBAL`, or `$XDG_CONFIG_HOME/git/config` and
+//! `~/.gitconfig`), the repository's `.git/config` and the environment's (`GIT_CONFIG_COUNT`),
+//! read in git's order (the last `core.hooksPath` wins). Three kinds:
+//!
+//! - the hooks directory: a global `core.hooksPath = .githooks` makes every repository's
+//!   `.githooks` its hooks, this one's included;
+//! - files read as configuration (`include.path`, `includeIf.*.path`), relative to the file
+//!   that includes them;
+//! - programs its commands run (`core.fsmonitor`, `core.pager`, `diff.*.textconv`,
+//!   `filter.*.smudge`, `credential.helper`, a `!` alias, …) when they are paths in the
+//!   project (`./tools/textconv.sh` runs from the worktree's root).
+//!
+//! Each is protected like `.git/hooks`. Read without git (a step's set-up cannot afford a
+//! process); includes are not followed further.
+
+use std::ffi::OsString;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Component, Path, PathBuf};
+
+use crate::nofollow::read_nofollow;
+
+/// The most read of one configuration file: more is not a configuration a person wrote.
+const CONFIG_MAX_BYTES: u64 = 1 << 20;
+
+/// The project paths ('/'-separated, relative to the root) the person's git runs or reads.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(crate) struct GitLoads {
+    /// The hooks directory when `core.hooksPath` puts it in the project.
+    pub hooks: Option<String>,
+    /// Included configuration files and the programs commands run.
+    pub files: Vec<String>,
+}
+
+/// One `section[.subsection].key = value` of a configuration, names lower-cased (but the
+/// subsection's), `None` for a key written without `=`.
+#[derive(Debug, PartialEq, Eq)]
+struct Entry {
+    section: String,
+    subsection: Option<String>,
+    key: String,
+    value: Option<String>,
+}
+
+/// What the configurations of the repository at `root` have git run or read from it.
+pub(crate) fn of(root: &Path) -> GitLoads {
+    let home = std::env::var_os("HOME").map(PathBuf::from);
+    let var = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty());
+    // Each layer's entries, with the directory its relative includes start from.
+    let mut layers: Vec<(PathBuf, Vec<Entry>)> = Vec::new();
+    let mut read = |file: PathBuf| {
+        if let Ok(bytes) = std::fs::read(&file) {
+            let dir = file.parent().map(Path::to_path_buf).unwrap_or_default();
+            layers.push((dir, parse(&bytes)));
+        }
+    };
+    if !var("GIT_CONFIG_NOSYSTEM").is_some_and(|v| v != "0" && v != "false") {
+        match var("GIT_CONFIG_SYSTEM") {
+            Some(f) => read(f.into()),
+            // Debian's git, and a git built with its default prefix.
+            None => ["/etc/gitconfig", "/usr/local/etc/gitconfig"]
+                .into_iter()
+                .for_each(|f| read(f.into())),
+        }
+    }
+    match var("GIT_CONFIG_GLOBAL") {
+        Some(f) => read(f.into()),
+        None => {
+            let xdg = var("XDG_CONFIG_HOME")
+                .map(PathBuf::from)
+                .or_else(|| home.as_ref().map(|h| h.join(".config")));
+            if let Some(x) = xdg {
+                read(x.join("git/config"));
+            }
+            if let Some(h) = &home {
+                read(h.join(".gitconfig"));
+            }
+        }
+    }
+    // The repository's own, without following a link a step could have planted.
+    if let Ok(bytes) = read_nofollow(&root.join(".git/config")) {
+        layers.push((root.join(".git"), parse(&bytes)));
+    }
+    layers.push((root.to_path_buf(), from_environment(std::env::vars_os())));
+    let place = Place {
+        root,
+        home: home.as_deref(),
+    };
+    let mut loads = GitLoads::default();
+    let mut hooks = None;
+    for (dir, entries) in &layers {
+        for e in entries {
+            let Some(value) = e.value.as_deref() else {
+                continue;
+            };
+            if e.is("core", "hookspath") {
+                hooks = Some(value.to_string());
+            } else if e.section == "include" && e.key == "path"
+                || e.section == "includeif" && e.subsection.is_some() && e.key == "path"
+            {
+                // Relative to the including file (`.git/` for the repository's).
+                add(&mut loads.files, place.resolve(value, dir));
+            } else if let Some(program) = e.program(value) {
+                add(&mut loads.files, place.resolve(program, root));
+            }
+        }
+    }
+    loads.hooks = hooks.and_then(|h| place.resolve(&h, root));
+    loads
+}
+
+fn add(to: &mut Vec<String>, path: Option<String>) {
+    if let Some(p) = path
+        && !to.contains(&p)
+    {
+        to.push(p);
+    }
+}
+
+impl Entry {
+    fn is(&self, section: &str, key: &str) -> bool {
+        self.subsection.is_none() && self.section == section && self.key == key
+    }
+
+    /// The program a command key runs, when its value names one by path: the first word (of
+    /// a `!` shell command too). A bare name is found on `PATH` (or is `git credential-NAME`),
+    /// which other checks cover.
+    fn program<'v>(&self, value: &'v str) -> Option<&'v str> {
+        let sub = self.subsection.is_some();
+        let runs = match (self.section.as_str(), self.key.as_str()) {
+            ("core", "fsmonitor") => !matches!(value, "true" | "false" | "yes" | "no" | "1" | "0"),
+            ("core", "pager" | "editor" | "sshcommand" | "askpass") => !sub,
+            ("sequence", "editor") | ("interactive", "difffilter") => !sub,
+            ("diff", "external") => !sub,
+            ("diff", "textconv" | "command") | ("merge", "driver") => sub,
+            ("filter", "clean" | "smudge" | "process") => sub,
+            ("difftool" | "mergetool", "cmd" | "path") => sub,
+            ("remote", "uploadpack" | "receivepack") => sub,
+            ("gpg", "program") | ("credential", "helper") => true,
+            ("alias", _) => !sub && value.trim_start().starts_with('!'),
+            ("pager", _) => !sub,
+            _ => false,
+        };
+        if !runs {
+            return None;
+        }
+        let word = value
+            .trim()
+            .trim_start_matches('!')
+            .split_whitespace()
+            .next()?;
+        let word = word.trim_matches(['"', '\'']);
+        word.contains('/').then_some(word)
+    }
+}
+
+/// Where relative paths start.
+struct Place<'a> {
+    root: &'a Path,
+    home: Option<&'a Path>,
+}
+
+impl Place<'_> {
+    /// `value` (relative to `base`, absolute, or `~/…`) as a project path; `None` outside
+    /// the project, or for the root itself.
+    fn resolve(&self, value: &str, base: &Path) -> Option<String> {
+        let value = value.trim_end_matches('/');
+        let path = match value.strip_prefix("~/") {
+            Some(rest) => self.home?.join(rest),
+            None if value.starts_with('~') => return None,
+            None => base.join(value),
+        };
+        // `..` applied as git applies it, by name (`~/../proj/x` is in the project).
+        let mut normal = PathBuf::new();
+        for c in path.components() {
+            match c {
+                Component::ParentDir => {
+                    if !normal.pop() {
+                        return None;
+                    }
+                }
+                Component::CurDir => {}
+                c => normal.push(c),
+            }
+        }
+        let rel = normal.strip_prefix(self.root).ok()?;
+        if rel.as_os_str().is_empty() {
+            return None;
+        }
+        String::from_utf8(rel.as_os_str().as_bytes().to_vec()).ok()
+    }
+}
+
+/// The entries of one configuration file, in order. Enough of git's syntax for the keys
+/// above: `[section "sub"]` and `[section.sub]` headers, a key on a header's line, quotes,
+/// escapes, comments and continued lines.
+fn parse(bytes: &[u8]) -> Vec<Entry> {
+    if bytes.len() as u64 > CONFIG_MAX_BYTES {
+        return Vec::new();
+    }
+    let text = String::from_utf8_lossy(bytes);
+    let mut out = Vec::new();
+    let mut section = String::new();
+    let mut subsection: Option<String> = None;
+    let mut lines = text.lines();
+    while let Some(line) = lines.next() {
+        let mut l = line.trim().to_string();
+        // A value continued on the next line.
+        while l.ends_with('\\') && !l.ends_with("\\\\") {
+            l.pop();
+            match lines.next() {
+                Some(next) => l.push_str(next),
+                None => break,
+            }
+        }
+        let mut rest = l.as_str();
+        if let Some(header) = rest.strip_prefix('[') {
+            let Some((name, after)) = header.split_once(']') else {
+                continue;
+            };
+            (section, subsection) = match name.split_once([' ', '\t']) {
+                Some((s, sub)) => (s.to_ascii_lowercase(), Some(unquote(sub.trim()))),
+                None => match name.split_once('.') {
+                    Some((s, sub)) => (s.to_ascii_lowercase(), Some(sub.to_ascii_lowercase())),
+                    None => (name.trim().to_ascii_lowercase(), None),
+                },
+            };
+            rest = after.trim();
+        }
+        if rest.is_empty() || rest.starts_with(['#', ';']) || section.is_empty() {
+            continue;
+        }
+        let (key, value) = match rest.split_once('=') {
+            Some((k, v)) => (k.trim(), Some(unquote(v))),
+            None => (rest.trim(), None),
+        };
+        out.push(Entry {
+            section: section.clone(),
+            subsection: subsection.clone(),
+            key: key.to_ascii_lowercase(),
+            value,
+        });
+    }
+    out
+}
+
+/// A value as git reads it: an unquoted `#` or `;` starts a comment, quotes go, `\x` is `x`
+/// (`\t`, `\n` as such).
+fn unquote(raw: &str) -> String {
+    let mut out = String::new();
+    let mut quoted = false;
+    let mut chars = raw.trim().chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '"' => quoted = !quoted,
+            '\\' => match chars.next() {
+                Some('t') => out.push('\t'),
+                Some('n') => out.push('\n'),
+                Some(c) => out.push(c),
+                None => {}
+            },
+            '#' | ';' if !quoted => break,
+            c => out.push(c),
+        }
+    }
+    out.trim_end().to_string()
+}
+
+/// `GIT_CONFIG_COUNT`'s entries (`GIT_CONFIG_KEY_<n>`, `GIT_CONFIG_VALUE_<n>`).
+fn from_environment(vars: impl Iterator<Item = (OsString, OsString)>) -> Vec<Entry> {
+    let vars: Vec<(OsString, OsString)> = vars.collect();
+    let get = |k: &str| {
+        vars.iter()
+            .find(|(key, _)| key == k)
+            .and_then(|(_, v)| v.to_str())
+    };
+    let Some(count) = get("GIT_CONFIG_COUNT").and_then(|c| c.trim().parse::<usize>().ok()) else {
+        return Vec::new();
+    };
+    (0..count.min(1024))
+        .filter_map(|i| {
+            let key = get(&format!("GIT_CONFIG_KEY_{i}"))?;
+            let value = get(&format!("GIT_CONFIG_VALUE_{i}"))?;
+            // `section.sub.key`: the subsection is what lies between the first and last dot.
+            let (section, rest) = key.split_once('.')?;
+            let (subsection, key) = match rest.rsplit_once('.') {
+                Some((sub, k)) => (Some(sub.to_string()), k),
+                None => (None, rest),
+            };
+            Some(Entry {
+                section: section.to_ascii_lowercase(),
+                subsection,
+                key: key.to_ascii_lowercase(),
+                value: Some(value.to_string()),
+            })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(section: &str, sub: Option<&str>, key: &str, value: &str) -> Entry {
+        Entry {
+            section: section.into(),
+            subsection: sub.map(Into::into),
+            key: key.into(),
+            value: Some(value.into()),
+        }
+    }
+
+    #[test]
+    fn a_configuration_is_read_as_git_reads_it() {
+        let text = b"[user]\n\tname = A\n[core]\n\thooksPath = first\n\
+                     [core] HooksPath = \"./.githooks/\" ; a comment\n\
+                     [diff \"Pdf\"]\n\ttextconv = ./tools/pdf.sh \\\n  --plain\n\
+                     [branch.Main]\n\tremote = origin\n\tbare\n";
+        assert_eq!(
+            parse(text),
+            [
+                entry("user", None, "name", "A"),
+                entry("core", None, "hookspath", "first"),
+                entry("core", None, "hookspath", "./.githooks/"),
+                entry("diff", Some("Pdf"), "textconv", "./tools/pdf.sh   --plain"),
+                entry("branch", Some("main"), "remote", "origin"),
+                Entry {
+                    section: "branch".into(),
+                    subsection: Some("main".into()),
+                    key: "bare".into(),
+                    value: None
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn commands_name_their_program_only_by_path() {
+        let program = |s: &str, sub: Option<&str>, k: &str, v: &str| {
+            entry(s, sub, k, v).program(v).map(str::to_string)
+        };
+        assert_eq!(
+            program("diff", Some("pdf"), "textconv", "./tools/pdf.sh --plain").as_deref(),
+            Some("./tools/pdf.sh")
+        );
+        assert_eq!(
+            program("alias", None, "st", "!scripts/st.sh -s").as_deref(),
+            Some("scripts/st.sh")
+        );
+        assert_eq!(
+            program("core", None, "fsmonitor", "/p/proj/.fsmon").as_deref(),
+            Some("/p/proj/.fsmon")
+        );
+        assert_eq!(program("alias", None, "st", "status -s"), None);
+        assert_eq!(program("core", None, "pager", "less -R"), None);
+        assert_eq!(program("core", None, "fsmonitor", "true"), None);
+        assert_eq!(program("credential", None, "helper", "store"), None);
+        assert_eq!(program("diff", None, "textconv", "./x"), None);
+        assert_eq!(program("user", None, "name", "./x"), None);
+    }
+
+    #[test]
+    fn a_path_becomes_a_project_path_only_inside_the_project() {
+        let root = Path::new("/home/me/proj");
+        let place = Place {
+            root,
+            home: Some(Path::new("/home/me")),
+        };
+        let rel = |v: &str| place.resolve(&unquote(v), root);
+        assert_eq!(rel(".githooks").as_deref(), Some(".githooks"));
+        assert_eq!(rel("\"./tools/../hooks/\"").as_deref(), Some("hooks"));
+        assert_eq!(rel("/home/me/proj/ci/hooks").as_deref(), Some("ci/hooks"));
+        assert_eq!(rel("~/proj/h").as_deref(), Some("h"));
+        assert_eq!(rel("~/dotfiles/hooks"), None);
+        assert_eq!(rel("/etc/git-hooks"), None);
+        assert_eq!(rel("../shared-hooks"), None);
+        assert_eq!(rel("."), None);
+        assert_eq!(
+            place
+                .resolve("../tools/gitconfig", &root.join(".git"))
+                .as_deref(),
+            Some("tools/gitconfig")
+        );
+    }
+
+    #[test]
+    fn the_environments_configuration_is_read_with_its_subsections() {
+        let vars = [
+            ("GIT_CONFIG_COUNT", "2"),
+            ("GIT_CONFIG_KEY_0", "core.hooksPath"),
+            ("GIT_CONFIG_VALUE_0", "a"),
+            ("GIT_CONFIG_KEY_1", "diff.My.Tool.textconv"),
+            ("GIT_CONFIG_VALUE_1", "./b"),
+        ]
+        .map(|(k, v)| (OsString::from(k), OsString::from(v)));
+        assert_eq!(
+            from_environment(vars.into_iter()),
+            [
+                entry("core", None, "hookspath", "a"),
+                entry("diff", Some("My.Tool"), "textconv", "./b"),
+            ]
+        );
+    }
+}
