@@ -904,6 +904,51 @@ fn module_on_the_perl_path_is_removed(var: &str) {
     }
 }
 
+/// `RUBYLIB`: a `rubygems.rb` (which Ruby requires before every program) or a `json.rb` a
+/// step puts in a directory of it is removed; the project's own features stay.
+#[test]
+fn a_feature_the_step_puts_on_the_persons_rubylib_before_rubys_is_removed() {
+    let env = Env::new();
+    let marker = env.tmp.path().join("pwned");
+    let m = marker.display().to_string();
+    env.write(
+        "vendor/evil.rb",
+        &format!("File.open({m:?}, \"a\") {{ |f| f.puts \"pwned\" }}\nmodule JSON; end\n"),
+    );
+    env.write("lib/existing.rb", "module Existing; end\n");
+    env.envgit(&["init"]).ok();
+    let lib_dir = env.path("lib").display().to_string();
+    let out = step_with(
+        &env,
+        "RUBYLIB",
+        &lib_dir,
+        "cp vendor/evil.rb lib/rubygems.rb && cp vendor/evil.rb lib/json.rb \
+         && echo 'module MyProject; end' > lib/my_project.rb && echo planted",
+    );
+    let host = Command::new("ruby")
+        .args(["-e", "require 'json'; require 'my_project'; puts 'ok'"])
+        .env("RUBYLIB", &lib_dir)
+        .output()
+        .unwrap();
+    assert!(
+        !marker.exists(),
+        "the host's Ruby required what the step planted\n{}",
+        out.stderr
+    );
+    assert!(host.status.success(), "{host:?}");
+    for planted in ["lib/rubygems.rb", "lib/json.rb"] {
+        assert!(!env.path(planted).exists(), "{planted}\n{}", out.stderr);
+    }
+    assert!(
+        out.stderr.contains("RUBYLIB") && out.stderr.contains("filesystem.path-shadow"),
+        "{}",
+        out.stderr
+    );
+    for kept in ["lib/my_project.rb", "lib/existing.rb"] {
+        assert!(env.path(kept).exists(), "{kept}\n{}", out.stderr);
+    }
+}
+
 /// The person's own environment names project files their programs load or run
 /// (`BASH_ENV`, Yarn's `NODE_OPTIONS=--require .pnp.cjs`, `LD_PRELOAD`, `GIT_CONFIG_GLOBAL`,
 /// an `EDITOR` of the project's): a step that writes them must not run on the host at the
@@ -1111,7 +1156,10 @@ fn what_the_persons_own_git_configuration_runs_from_the_project_is_protected() {
         !marker.exists(),
         "the person's git ran what the step wrote into files their configuration names \
          ({} times)\n{said}--- the step:\n{}",
-        std::fs::read_to_string(&marker).unwrap_or_default().lines().count(),
+        std::fs::read_to_string(&marker)
+            .unwrap_or_default()
+            .lines()
+            .count(),
         out.stderr
     );
     assert_eq!(

@@ -16,8 +16,8 @@
 //!
 //! `PYTHONPATH` is read the same way, by module: a `json.py` or a package `email/` a step puts
 //! in a writable directory of it would be imported instead of Python's own by every Python
-//! program the person runs (`pip` included), so it goes too; `PERL5LIB`, by its directories'
-//! own `.pm` files.
+//! program the person runs (`pip` included), so it goes too; `PERL5LIB` (or `PERLLIB`), by its
+//! directories' own `.pm` files; `RUBYLIB`, by feature (`json.rb`, `etc.so`).
 //!
 //! Host-side operations resolve a directory beneath its writable root only
 //! (`RESOLVE_BENEATH`). A link that leads it out of the root is removed, unless it is the
@@ -27,6 +27,7 @@ mod entry;
 mod perl;
 mod python;
 mod python_stdlib;
+mod ruby;
 mod search;
 
 use std::collections::{BTreeSet, HashMap, HashSet};
@@ -128,7 +129,10 @@ impl PathShadows {
             .filter_map(|&search| {
                 let first: &[PathBuf] = match search {
                     Search::Programs => first_on_path,
-                    Search::Libraries | Search::PythonModules | Search::PerlModules => &[],
+                    Search::Libraries
+                    | Search::PythonModules
+                    | Search::PerlModules
+                    | Search::RubyFeatures => &[],
                 };
                 SearchPath::read(search, first, &roots, &project, cwd)
             })
@@ -207,9 +211,13 @@ impl SearchPath {
             }
             modules.push(found);
         }
-        if search == Search::PythonModules {
-            // Wherever the person's Python keeps its library, these are in it.
-            host_names.extend(python::always_on_host().map(<[u8]>::to_vec));
+        match search {
+            // Wherever the person's Python or Ruby keeps its library, these are in it.
+            Search::PythonModules => {
+                host_names.extend(python::always_on_host().map(<[u8]>::to_vec));
+            }
+            Search::RubyFeatures => host_names.extend(ruby::always_on_host().map(<[u8]>::to_vec)),
+            _ => {}
         }
         let mut read = SearchPath {
             search,
@@ -358,6 +366,9 @@ impl SearchPath {
             Entry::Host(_) if self.search == Search::PythonModules => {
                 self.modules[j].get(key).cloned()
             }
+            Entry::Host(dir) if self.search == Search::RubyFeatures => ruby::files_of(dir, key)
+                .into_iter()
+                .find(|p| self.search.finds_on_host(p)),
             Entry::Host(dir) => {
                 let p = dir.join(OsStr::from_bytes(key));
                 self.search.finds_on_host(&p).then_some(p)
@@ -367,10 +378,10 @@ impl SearchPath {
         if (0..i).any(|j| found(j).is_some()) {
             return None;
         }
-        let on_every_host = || {
-            (self.search == Search::PythonModules)
-                .then(|| python::on_every_host(key).map(PathBuf::from))
-                .flatten()
+        let on_every_host = || match self.search {
+            Search::PythonModules => python::on_every_host(key).map(PathBuf::from),
+            Search::RubyFeatures => ruby::on_every_host(key).map(PathBuf::from),
+            _ => None,
         };
         (i + 1..self.entries.len())
             .find_map(found)

@@ -35,7 +35,7 @@ pub(super) fn host_dirs() -> Vec<PathBuf> {
 }
 
 /// The directories `pattern` names (see [`INC`]), in name order.
-fn expand(pattern: &str) -> Vec<PathBuf> {
+pub(super) fn expand(pattern: &str) -> Vec<PathBuf> {
     let mut found = vec![PathBuf::from("/")];
     for part in pattern.split('/').filter(|p| !p.is_empty()) {
         let Some(prefix) = part.strip_suffix('*') else {

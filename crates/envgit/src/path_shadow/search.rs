@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 
 use rustix::fs::{AtFlags, FileType, Stat};
 
-use super::{perl, python};
+use super::{perl, python, ruby};
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub(super) enum Search {
@@ -18,14 +18,17 @@ pub(super) enum Search {
     Libraries,
     PythonModules,
     PerlModules,
+    /// `RUBYLIB`'s features.
+    RubyFeatures,
 }
 
 impl Search {
-    pub(super) const ALL: [Search; 4] = [
+    pub(super) const ALL: [Search; 5] = [
         Search::Programs,
         Search::Libraries,
         Search::PythonModules,
         Search::PerlModules,
+        Search::RubyFeatures,
     ];
 
     /// The variable that names its directories: for Perl `PERL5LIB`, or `PERLLIB` when
@@ -37,6 +40,7 @@ impl Search {
             Search::PythonModules => "PYTHONPATH",
             Search::PerlModules if std::env::var_os("PERL5LIB").is_none() => "PERLLIB",
             Search::PerlModules => "PERL5LIB",
+            Search::RubyFeatures => "RUBYLIB",
         }
     }
 
@@ -49,6 +53,7 @@ impl Search {
                 python::module_of(name, !name.contains(&b'.')).map(<[u8]>::to_vec)
             }
             Search::PerlModules => perl::is_module(name).then(|| name.to_vec()),
+            Search::RubyFeatures => ruby::feature_of(name).map(<[u8]>::to_vec),
         }
     }
 
@@ -58,6 +63,7 @@ impl Search {
             Search::Programs | Search::Libraries => Some(name.to_vec()),
             Search::PythonModules => python::module_of(name, dir).map(<[u8]>::to_vec),
             Search::PerlModules => (!dir && perl::is_module(name)).then(|| name.to_vec()),
+            Search::RubyFeatures => ruby::feature_of(name).filter(|_| !dir).map(<[u8]>::to_vec),
         }
     }
 
@@ -67,6 +73,12 @@ impl Search {
         match self {
             Search::Programs => Vec::new(),
             Search::PerlModules => perl::host_dirs(),
+            Search::RubyFeatures => {
+                let path: Vec<PathBuf> = std::env::var_os("PATH")
+                    .map(|p| std::env::split_paths(&p).collect())
+                    .unwrap_or_default();
+                ruby::host_dirs(&path)
+            }
             Search::PythonModules => {
                 let path: Vec<PathBuf> = std::env::var_os("PATH")
                     .map(|p| std::env::split_paths(&p).collect())
@@ -93,7 +105,10 @@ impl Search {
             !m.is_dir()
                 && match self {
                     Search::Programs => m.permissions().mode() & 0o111 != 0,
-                    Search::Libraries | Search::PythonModules | Search::PerlModules => true,
+                    Search::Libraries
+                    | Search::PythonModules
+                    | Search::PerlModules
+                    | Search::RubyFeatures => true,
                 }
         })
     }
@@ -105,7 +120,10 @@ impl Search {
             FileType::Symlink => true,
             FileType::RegularFile => match self {
                 Search::Programs => st.st_mode & 0o111 != 0,
-                Search::Libraries | Search::PythonModules | Search::PerlModules => true,
+                Search::Libraries
+                | Search::PythonModules
+                | Search::PerlModules
+                | Search::RubyFeatures => true,
             },
             FileType::Directory => self == Search::PythonModules,
             _ => false,
@@ -150,6 +168,10 @@ impl Search {
                 "would be loaded instead of {} by the Perl programs you run ({})",
                 host.display(),
                 self.variable()
+            ),
+            Search::RubyFeatures => format!(
+                "would be required instead of {} by the Ruby programs you run (RUBYLIB)",
+                host.display()
             ),
         }
     }
