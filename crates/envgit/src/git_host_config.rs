@@ -15,8 +15,7 @@
 //! process); includes are not followed further.
 
 use std::ffi::OsString;
-use std::os::unix::ffi::OsStrExt;
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 
 use crate::nofollow::read_nofollow;
 
@@ -170,24 +169,7 @@ impl Place<'_> {
             None if value.starts_with('~') => return None,
             None => base.join(value),
         };
-        // `..` applied as git applies it, by name (`~/../proj/x` is in the project).
-        let mut normal = PathBuf::new();
-        for c in path.components() {
-            match c {
-                Component::ParentDir => {
-                    if !normal.pop() {
-                        return None;
-                    }
-                }
-                Component::CurDir => {}
-                c => normal.push(c),
-            }
-        }
-        let rel = normal.strip_prefix(self.root).ok()?;
-        if rel.as_os_str().is_empty() {
-            return None;
-        }
-        String::from_utf8(rel.as_os_str().as_bytes().to_vec()).ok()
+        crate::project_path::of(self.root, &path)
     }
 }
 

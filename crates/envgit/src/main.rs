@@ -21,6 +21,7 @@ mod pager;
 mod path_shadow;
 mod project;
 mod project_facts;
+mod project_path;
 mod protected_links;
 mod runtime;
 mod scan_notes;

@@ -727,14 +727,10 @@ fn sigterm_ends_envgit_mcp_like_a_closed_stdin() {
     assert_eq!(m.repl_steps().len(), 1);
 }
 
-/// `kill -9` of `envgit mcp` while a downstream server's call is under way, after the server
-/// made a repository with a hook inside the project: nothing can run in envgit then, so the
-/// next envgit command checks the nested repositories against the tree the call began from,
-/// removes the hook and says so.
-#[test]
-fn after_a_kill_9_mid_execute_the_next_command_puts_the_nested_code_back() {
-    let (m, _markers) = with_fx("");
-    let calls = json!([{"code": "await fx.plant_nested_and_wait()"}]);
+/// Calls the fx server's `tool` through envgit mcp and, once the tool says it `PLANTED`,
+/// `kill -9`s that envgit mcp (its client with it).
+fn kill_mid_call(m: &Mcp, tool: &str) {
+    let calls = json!([{ "code": format!("await fx.{tool}()") }]);
     let mut driver = client(&m.env, calls, "auto", None, json!({}))
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
@@ -745,16 +741,25 @@ fn after_a_kill_9_mid_execute_the_next_command_puts_the_nested_code_back() {
         assert!(std::time::Instant::now() < deadline, "the call never ran");
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
-    let hook = m.env.path("libs/z/.git/hooks/pre-commit");
-    assert!(hook.exists());
     let pid = server_pid(&m.env).expect("envgit mcp is running");
-    let killed = std::process::Command::new("kill")
+    let killed = Command::new("kill")
         .args(["-9", &pid.to_string()])
         .status()
         .unwrap();
     assert!(killed.success());
     let _ = driver.kill();
     driver.wait().unwrap();
+}
+
+/// `kill -9` of `envgit mcp` while a downstream server's call is under way, after the server
+/// made a repository with a hook inside the project: nothing can run in envgit then, so the
+/// next envgit command checks the nested repositories against the tree the call began from,
+/// removes the hook and says so.
+#[test]
+fn after_a_kill_9_mid_execute_the_next_command_puts_the_nested_code_back() {
+    let (m, _markers) = with_fx("");
+    kill_mid_call(&m, "plant_nested_and_wait");
+    let hook = m.env.path("libs/z/.git/hooks/pre-commit");
     // The host of the downstream server dies with it (the test below); a host still winding
     // down is ended here, so the check below is the next command's alone.
     for host in envgit_mcp_pids(&m.env, |args| args.len() > 4) {
@@ -796,25 +801,7 @@ fn fx_server_pids(markers: &Path) -> Vec<u32> {
 #[test]
 fn a_killed_envgit_mcp_takes_its_downstream_servers_with_it() {
     let (m, markers) = with_fx("");
-    let calls = json!([{"code": "await fx.keep_planting()"}]);
-    let mut driver = client(&m.env, calls, "auto", None, json!({}))
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    while !m.env.path("PLANTED").exists() {
-        assert!(std::time::Instant::now() < deadline, "the call never ran");
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-    let pid = server_pid(&m.env).expect("envgit mcp is running");
-    let killed = Command::new("kill")
-        .args(["-9", &pid.to_string()])
-        .status()
-        .unwrap();
-    assert!(killed.success());
-    let _ = driver.kill();
-    driver.wait().unwrap();
+    kill_mid_call(&m, "keep_planting");
     // Bounded: the hosts and the server end with envgit mcp, or this fails (and ends them, so
     // nothing of the test is left running).
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);

@@ -7,8 +7,7 @@
 //! person's, as their shell handed it over (a variable exported later is not seen).
 
 use std::ffi::OsStr;
-use std::os::unix::ffi::OsStrExt;
-use std::path::{Component, Path, PathBuf};
+use std::path::Path;
 
 use super::{HostLoads, add_rel};
 
@@ -156,51 +155,9 @@ fn is_path(arg: &str) -> bool {
     arg.starts_with(['/', '.']) || arg.starts_with("file://")
 }
 
-/// `p` as a path inside the project ('/'-separated, relative to `root`), as written or with
-/// its directory's links resolved; `None` outside it, or for the root itself.
+/// `p` (absolute, or relative to `root`) as a project path.
 fn in_project(root: &Path, p: &str) -> Option<String> {
-    let path = Path::new(p);
-    let joined;
-    let path = if path.is_absolute() {
-        path
-    } else {
-        joined = root.join(path);
-        &joined
-    };
-    let normal = normalize(path)?;
-    if let Some(rel) = relative(root, &normal) {
-        return Some(rel);
-    }
-    // Reached through a link (`/home/me/work -> /data/work`): resolve the directory only (the
-    // file may not exist yet, and a link at its name is protected as a link).
-    let dir = normal.parent()?.canonicalize().ok()?;
-    relative(root, &dir.join(normal.file_name()?))
-}
-
-/// `path` without `.` and with `..` applied, as a shell would read it; `None` past `/`.
-fn normalize(path: &Path) -> Option<PathBuf> {
-    let mut out = PathBuf::new();
-    for c in path.components() {
-        match c {
-            Component::ParentDir => {
-                if !out.pop() {
-                    return None;
-                }
-            }
-            Component::CurDir => {}
-            other => out.push(other),
-        }
-    }
-    Some(out)
-}
-
-fn relative(root: &Path, path: &Path) -> Option<String> {
-    let rel = path.strip_prefix(root).ok()?;
-    let rel = rel.as_os_str();
-    if rel.is_empty() {
-        return None;
-    }
-    String::from_utf8(rel.as_bytes().to_vec()).ok()
+    crate::project_path::of(root, &root.join(p))
 }
 
 #[cfg(test)]

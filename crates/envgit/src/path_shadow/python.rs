@@ -75,21 +75,7 @@ pub(super) fn on_every_host(name: &[u8]) -> Option<String> {
 /// finds (a virtualenv's leads to the Python it was made from).
 pub(super) fn host_dirs(path_dirs: &[PathBuf], home: Option<&Path>) -> Vec<PathBuf> {
     let mut prefixes: Vec<PathBuf> = vec!["/usr".into(), "/usr/local".into()];
-    for dir in path_dirs {
-        for name in ["python3", "python"] {
-            let Ok(real) = dir.join(name).canonicalize() else {
-                continue;
-            };
-            if let Some(prefix) = real
-                .parent()
-                .filter(|b| b.ends_with("bin"))
-                .and_then(Path::parent)
-                && !prefixes.iter().any(|p| p == prefix)
-            {
-                prefixes.push(prefix.to_path_buf());
-            }
-        }
-    }
+    super::search::add_prefixes_on_path(&mut prefixes, path_dirs, &["python3", "python"]);
     let mut dirs = Vec::new();
     for prefix in &prefixes {
         for lib in versioned(&prefix.join("lib")) {

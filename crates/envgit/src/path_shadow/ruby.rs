@@ -72,22 +72,12 @@ pub(super) fn on_every_host(feature: &[u8]) -> Option<String> {
 }
 
 /// The host's Ruby library directories that exist: the system's (`/usr`), `/usr/local`'s, and
-/// those of each Ruby the host's `PATH` finds (rbenv's, asdf's, a `ruby-build` prefix).
+/// those of each Ruby the host's `PATH` finds as a program or a link to one (a `ruby-build`
+/// or `ruby-install` prefix; a version manager's shim is a script, whose Ruby is not known
+/// here: the start-up features are checked wherever it keeps them).
 pub(super) fn host_dirs(path_dirs: &[PathBuf]) -> Vec<PathBuf> {
     let mut prefixes: Vec<PathBuf> = vec!["/usr".into()];
-    for dir in path_dirs {
-        let Ok(real) = dir.join("ruby").canonicalize() else {
-            continue;
-        };
-        if let Some(prefix) = real
-            .parent()
-            .filter(|b| b.ends_with("bin"))
-            .and_then(Path::parent)
-            && !prefixes.iter().any(|p| p == prefix)
-        {
-            prefixes.push(prefix.to_path_buf());
-        }
-    }
+    super::search::add_prefixes_on_path(&mut prefixes, path_dirs, &["ruby"]);
     let mut dirs: Vec<PathBuf> = Vec::new();
     for prefix in &prefixes {
         for pattern in LOAD_PATH {

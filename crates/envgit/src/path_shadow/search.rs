@@ -199,3 +199,28 @@ fn loader_configured_dirs() -> Vec<PathBuf> {
     }
     dirs
 }
+
+/// The installation prefixes of the programs `names` the host's `PATH` (`path_dirs`) finds,
+/// added to `prefixes`: `/opt/py` for `/opt/py/bin/python3`, links resolved (a virtualenv's
+/// `python3` leads to the Python it was made from).
+pub(super) fn add_prefixes_on_path(
+    prefixes: &mut Vec<PathBuf>,
+    path_dirs: &[PathBuf],
+    names: &[&str],
+) {
+    for dir in path_dirs {
+        for name in names {
+            let Ok(real) = dir.join(name).canonicalize() else {
+                continue;
+            };
+            if let Some(prefix) = real
+                .parent()
+                .filter(|b| b.ends_with("bin"))
+                .and_then(Path::parent)
+                && !prefixes.iter().any(|p| p == prefix)
+            {
+                prefixes.push(prefix.to_path_buf());
+            }
+        }
+    }
+}
