@@ -15,6 +15,15 @@ pub const PROTECTED_PATHS: &[&str] = &[
     ".git/commondir",
     ".git/info",
     ".lfsconfig",
+    // Other version control systems' repository configuration, read by their every command:
+    // Mercurial's `[hooks]` and `[extensions]` (Python it imports), and what a shared
+    // repository reads through `sharedpath`; Sapling's; Jujutsu's (its pager, editor, aliases
+    // and `fix.tools` are commands).
+    ".hg/hgrc",
+    ".hg/hgrc-not-shared",
+    ".hg/sharedpath",
+    ".sl/config",
+    ".jj/repo/config.toml",
     ".husky",
     ".pre-commit-config.yaml",
     // Git hook managers installed on the host read their configuration from the project each
@@ -157,6 +166,10 @@ mod tests {
             (".git/config", true),
             (".git/commondir", true),
             (".git/info/attributes", true),
+            (".hg/hgrc", true),
+            (".hg/store/data/a.i", false),
+            (".jj/repo/config.toml", true),
+            (".jj/repo/store/x", false),
             (".git/objects/ab", false),
             (".git/refs/heads/main", false),
             (".husky/pre-commit", true),

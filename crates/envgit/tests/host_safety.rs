@@ -459,6 +459,10 @@ fn what_other_host_tools_run_from_the_project_is_put_back() {
         ".lefthook/pre-commit/x.sh",
         ".overcommit.yml",
         ".git-hooks/pre_commit/x.rb",
+        ".hg/hgrc",
+        ".hg/sharedpath",
+        ".sl/config",
+        ".jj/repo/config.toml",
         ".mise.local.toml",
         ".config/mise/conf.d/x.toml",
         ".helix/languages.toml",
@@ -499,6 +503,47 @@ fn what_other_host_tools_run_from_the_project_is_put_back() {
         left.is_empty(),
         "left on the host: {left:?}\n{}",
         out.stderr
+    );
+}
+
+/// A Mercurial repository's `.hg/hgrc` runs hooks and imports extensions at the person's
+/// every `hg` command: a hook a step adds there must not run on the host.
+#[test]
+fn a_mercurial_repositorys_configuration_is_protected() {
+    let env = Env::new();
+    let marker = env.tmp.path().join("pwned");
+    let hg = |args: &[&str]| {
+        Command::new("hg")
+            .args(args)
+            .current_dir(&env.project)
+            .env("HOME", env.user_home())
+            .env("HGUSER", "Person <p@example.invalid>")
+            .env("HGRCPATH", "")
+            .output()
+            .unwrap()
+    };
+    std::fs::create_dir_all(env.user_home()).unwrap();
+    env.write("a.txt", "a\n");
+    assert!(hg(&["init"]).status.success());
+    env.write(".hg/hgrc", "[ui]\nusername = Person <p@example.invalid>\n");
+    env.envgit(&["init"]).ok();
+    let script = format!(
+        "printf '[hooks]\\npre-status = echo pwned >> {m}\\n' >> .hg/hgrc; \
+         mv .hg .hg-moved && mkdir .hg && cp -r .hg-moved/* .hg/ \
+         && printf '[hooks]\\npre-status = echo pwned >> {m}\\n' >> .hg/hgrc; echo planted",
+        m = marker.display()
+    );
+    let out = env.envgit(&["run", "sh", "-c", &script]).ran_to("planted");
+    let status = hg(&["status"]);
+    assert!(
+        !marker.exists(),
+        "the person's hg ran the hook the step added\n{}\n--- the step:\n{}",
+        String::from_utf8_lossy(&status.stderr),
+        out.stderr
+    );
+    assert_eq!(
+        env.read(".hg/hgrc"),
+        "[ui]\nusername = Person <p@example.invalid>\n"
     );
 }
 
