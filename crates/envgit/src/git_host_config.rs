@@ -6,7 +6,8 @@
 //! - the hooks directory: a global `core.hooksPath = .githooks` makes every repository's
 //!   `.githooks` its hooks, this one's included;
 //! - files read as configuration (`include.path`, `includeIf.*.path`), relative to the file
-//!   that includes them;
+//!   that includes them, and the template directory every new repository's hooks are copied
+//!   from (`init.templateDir`);
 //! - programs its commands run (`core.fsmonitor`, `core.pager`, `diff.*.textconv`,
 //!   `filter.*.smudge`, `credential.helper`, a `!` alias, …) when they are paths in the
 //!   project (`./tools/textconv.sh` runs from the worktree's root).
@@ -99,6 +100,9 @@ pub(crate) fn of(root: &Path) -> GitLoads {
             {
                 // Relative to the including file (`.git/` for the repository's).
                 add(&mut loads.files, place.resolve(value, dir));
+            } else if e.is("init", "templatedir") {
+                // Copied into every repository the person makes or clones, hooks included.
+                add(&mut loads.files, place.resolve(value, root));
             } else if let Some(program) = e.program(value) {
                 add(&mut loads.files, place.resolve(program, root));
             }

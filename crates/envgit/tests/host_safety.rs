@@ -1155,12 +1155,14 @@ fn what_the_persons_own_git_configuration_runs_from_the_project_is_protected() {
         env.user_home().join(".gitconfig"),
         format!(
             "[alias]\n\tst = !./tools/st.sh\n[diff \"txt\"]\n\ttextconv = ./tools/textconv.sh\n\
-             [include]\n\tpath = {}\n",
-            include.display()
+             [include]\n\tpath = {}\n[init]\n\ttemplateDir = {}\n",
+            include.display(),
+            env.path("git-templates").display()
         ),
     )
     .unwrap();
     env.git(&env.project, &["init", "-q", "-b", "main"]);
+    std::fs::create_dir_all(env.path("git-templates/hooks")).unwrap();
     env.write("a.txt", "a\n");
     env.write(".gitattributes", "*.txt diff=txt\n");
     env.write("tools/extra.gitconfig", "[user]\n\tname = Person\n");
@@ -1175,6 +1177,8 @@ fn what_the_persons_own_git_configuration_runs_from_the_project_is_protected() {
         "for s in tools/st.sh tools/textconv.sh; do \
            printf '#!/bin/sh\\necho pwned >> {m}\\n' > $s; done; \
          printf '[alias]\\n\\thi = !echo pwned >> {m}\\n' >> tools/extra.gitconfig; \
+         printf '#!/bin/sh\\necho pwned >> {m}\\n' > git-templates/hooks/pre-commit; \
+         chmod +x git-templates/hooks/pre-commit; \
          echo b >> a.txt; echo planted",
         m = marker.display()
     );
@@ -1184,9 +1188,17 @@ fn what_the_persons_own_git_configuration_runs_from_the_project_is_protected() {
     let out =
         Run::from(step.args(["run", "sh", "-c", &script]).output().unwrap()).ran_to("planted");
     let mut said = String::new();
-    for args in [&["st"][..], &["diff"], &["hi"]] {
+    // A repository the person makes later, from the template directory, and commits in.
+    let later = env.tmp.path().join("later");
+    for (dir, args) in [
+        (&env.project, &["st"][..]),
+        (&env.project, &["diff"]),
+        (&env.project, &["hi"]),
+        (&env.project, &["init", "-q", later.to_str().unwrap()]),
+        (&later, &["commit", "-q", "--allow-empty", "-m", "later"]),
+    ] {
         let ran = env
-            .host_git(&env.project)
+            .host_git(dir)
             .env_remove("XDG_CONFIG_HOME")
             .env_remove("GIT_CONFIG_GLOBAL")
             .args(args)

@@ -11,8 +11,9 @@ use std::path::Path;
 
 use super::{HostLoads, add_rel};
 
-/// Variables whose value is one file that is read as code or as a configuration that runs
-/// commands (git's aliases and pager, npm's `script-shell`, AWS's `credential_process`).
+/// Variables whose value is one file (or directory) that is read as code or as a
+/// configuration that runs commands (git's aliases and pager, npm's `script-shell`, AWS's
+/// `credential_process`).
 const FILE_VARS: &[&str] = &[
     "BASH_ENV",
     "ENV",
@@ -27,6 +28,9 @@ const FILE_VARS: &[&str] = &[
     "npm_config_globalconfig",
     "AWS_CONFIG_FILE",
     "WGETRC",
+    // A directory: what `git init` and `git clone` copy into every new repository, hooks
+    // included.
+    "GIT_TEMPLATE_DIR",
 ];
 
 /// Variables whose value is a list of such files: the dynamic loader's (`:` or space between
@@ -187,6 +191,7 @@ mod tests {
                 ("RUBYOPT", "-W0 -r./boot.rb"),
                 ("GIT_CONFIG_GLOBAL", "/p/proj/tools/../tools/gitconfig"),
                 ("KUBECONFIG", "/home/me/.kube/config:/p/proj/kube.yaml"),
+                ("GIT_TEMPLATE_DIR", "/p/proj/git-templates/"),
             ]),
             [
                 ".bashenv",
@@ -202,6 +207,7 @@ mod tests {
                 "boot.rb",
                 "tools/gitconfig",
                 "kube.yaml",
+                "git-templates",
             ]
         );
     }
