@@ -316,16 +316,9 @@ impl Project {
             }
         }
         let git = crate::git_host_config::of(&self.root);
-        out.extend(git.hooks);
-        for f in git.files {
-            if !out.contains(&f) {
-                out.push(f);
-            }
-        }
-        for f in &self.host_loads().files {
-            if !out.contains(f) {
-                out.push(f.clone());
-            }
+        let named = git.hooks.into_iter().chain(git.files);
+        for f in named.chain(self.host_loads().files.iter().cloned()) {
+            add_protected(&mut out, f);
         }
         // What the host reaches through a link at, above or below one of them. Most are
         // absent, which the listing above shows: only the others are looked at.
@@ -342,5 +335,21 @@ impl Project {
             }
         }
         out
+    }
+}
+
+/// Adds `path` to the protected list `out` unless it is there already, or below a directory
+/// that is (git's sample `core.fsmonitor = .git/hooks/fsmonitor-watchman`): one copy and one
+/// read-only mount for each.
+fn add_protected(out: &mut Vec<String>, path: String) {
+    let covered = out.iter().any(|p| {
+        !p.contains('*')
+            && (*p == path
+                || path
+                    .strip_prefix(p.as_str())
+                    .is_some_and(|rest| rest.starts_with('/')))
+    });
+    if !covered {
+        out.push(path);
     }
 }
