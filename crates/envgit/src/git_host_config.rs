@@ -18,7 +18,7 @@
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
-use crate::nofollow::read_nofollow;
+use crate::nofollow::{read_nofollow, read_regular_bounded};
 
 /// The most read of one configuration file: more is not a configuration a person wrote.
 const CONFIG_MAX_BYTES: u64 = 1 << 20;
@@ -49,7 +49,7 @@ pub(crate) fn of(root: &Path) -> GitLoads {
     // Each layer's entries, with the directory its relative includes start from.
     let mut layers: Vec<(PathBuf, Vec<Entry>)> = Vec::new();
     let mut read = |file: PathBuf| {
-        if let Ok(bytes) = std::fs::read(&file) {
+        if let Ok(bytes) = read_regular_bounded(&file, CONFIG_MAX_BYTES) {
             let dir = file.parent().map(Path::to_path_buf).unwrap_or_default();
             layers.push((dir, parse(&bytes)));
         }

@@ -37,3 +37,27 @@ pub fn read_beneath_at(
     std::fs::File::from(fd).take(limit).read_to_end(&mut out)?;
     Ok(out)
 }
+
+/// Read the person's own file at `path` (a link followed: `~/.gitconfig` may lead into a
+/// dotfiles project, where a step could have put a pipe or a huge file in its place): a
+/// regular file only, opened without blocking, at most `limit` bytes (more is an error).
+pub fn read_regular_bounded(path: &Path, limit: u64) -> std::io::Result<Vec<u8>> {
+    use rustix::fs::{Mode, OFlags};
+    let fd = rustix::fs::open(
+        path,
+        OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NONBLOCK | OFlags::NOCTTY,
+        Mode::empty(),
+    )?;
+    let st = rustix::fs::fstat(&fd)?;
+    if rustix::fs::FileType::from_raw_mode(st.st_mode) != rustix::fs::FileType::RegularFile {
+        return Err(std::io::Error::other("not a regular file"));
+    }
+    let mut out = Vec::new();
+    std::fs::File::from(fd)
+        .take(limit.saturating_add(1))
+        .read_to_end(&mut out)?;
+    if out.len() as u64 > limit {
+        return Err(std::io::Error::other("larger than a configuration file"));
+    }
+    Ok(out)
+}

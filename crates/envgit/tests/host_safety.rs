@@ -506,6 +506,53 @@ fn what_other_host_tools_run_from_the_project_is_put_back() {
     );
 }
 
+/// The person's `~/.gitconfig` is a link into the project (a dotfiles repository): a step
+/// that puts a pipe in its place must not leave their next envgit command waiting on it
+/// forever (envgit reads that file before every step).
+#[test]
+fn a_pipe_in_place_of_the_persons_git_configuration_does_not_stop_envgit() {
+    let env = Env::new();
+    env.write("dotfiles/gitconfig", "[user]\n\tname = Person\n");
+    std::fs::create_dir_all(env.user_home()).unwrap();
+    std::os::unix::fs::symlink(
+        env.path("dotfiles/gitconfig"),
+        env.user_home().join(".gitconfig"),
+    )
+    .unwrap();
+    env.envgit(&["init"]).ok();
+    env.envgit(&[
+        "run",
+        "sh",
+        "-c",
+        "rm dotfiles/gitconfig && mkfifo dotfiles/gitconfig && echo planted",
+    ])
+    .ran_to("planted");
+    let mut next = env
+        .cmd(&env.project)
+        .env_remove("XDG_CONFIG_HOME")
+        .env_remove("GIT_CONFIG_GLOBAL")
+        .args(["run", "true"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // Bounded: a minute is far beyond a step, on any machine.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let status = loop {
+        if let Some(status) = next.try_wait().unwrap() {
+            break Some(status);
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = next.kill();
+            let _ = next.wait();
+            break None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let status = status.expect("envgit waited a minute on the pipe the step left");
+    assert!(status.success(), "{status:?}");
+}
+
 /// A Mercurial repository's `.hg/hgrc` runs hooks and imports extensions at the person's
 /// every `hg` command: a hook a step adds there must not run on the host.
 #[test]
