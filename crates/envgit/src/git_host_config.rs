@@ -30,6 +30,9 @@ pub(crate) struct GitLoads {
     pub hooks: Option<String>,
     /// Included configuration files and the programs commands run.
     pub files: Vec<String>,
+    /// Each of them with the key that names it (`core.hookspath`, `diff.txt.textconv`), as
+    /// `envgit doctor` shows them.
+    pub named: Vec<(String, String)>,
 }
 
 /// One `section[.subsection].key = value` of a configuration, names lower-cased (but the
@@ -93,34 +96,48 @@ pub(crate) fn of(root: &Path) -> GitLoads {
             let Some(value) = e.value.as_deref() else {
                 continue;
             };
-            if e.is("core", "hookspath") {
+            let path = if e.is("core", "hookspath") {
                 hooks = Some(value.to_string());
+                continue;
             } else if e.section == "include" && e.key == "path"
                 || e.section == "includeif" && e.subsection.is_some() && e.key == "path"
             {
                 // Relative to the including file (`.git/` for the repository's).
-                add(&mut loads.files, place.resolve(value, dir));
+                place.resolve(value, dir)
             } else if e.is("init", "templatedir") {
                 // Copied into every repository the person makes or clones, hooks included.
-                add(&mut loads.files, place.resolve(value, root));
+                place.resolve(value, root)
             } else if let Some(program) = e.program(value) {
-                add(&mut loads.files, place.resolve(program, root));
+                place.resolve(program, root)
+            } else {
+                continue;
+            };
+            if let Some(p) = path
+                && !loads.files.contains(&p)
+            {
+                loads.named.push((p.clone(), e.name()));
+                loads.files.push(p);
             }
         }
     }
     loads.hooks = hooks.and_then(|h| place.resolve(&h, root));
+    if let Some(h) = &loads.hooks {
+        loads
+            .named
+            .insert(0, (h.clone(), "core.hookspath".to_string()));
+    }
     loads
 }
 
-fn add(to: &mut Vec<String>, path: Option<String>) {
-    if let Some(p) = path
-        && !to.contains(&p)
-    {
-        to.push(p);
-    }
-}
-
 impl Entry {
+    /// `section[.subsection].key`, as `git config --list` writes it.
+    fn name(&self) -> String {
+        match &self.subsection {
+            Some(sub) => format!("{}.{sub}.{}", self.section, self.key),
+            None => format!("{}.{}", self.section, self.key),
+        }
+    }
+
     fn is(&self, section: &str, key: &str) -> bool {
         self.subsection.is_none() && self.section == section && self.key == key
     }

@@ -304,3 +304,42 @@ fn as_a_user_doctor_leaves_nothing_behind() {
     assert_eq!(check(&v, "selftest (quick)")["ok"], true, "{v:#}");
     assert!(left.is_empty(), "left behind: {left:?}");
 }
+
+/// What the person's own settings make read-only in the sandbox is named with the setting, so
+/// a tool that fails with "read-only file system" on it has its reason.
+#[test]
+fn the_project_files_the_persons_settings_name_are_listed() {
+    let env = Env::new();
+    env.init();
+    std::fs::create_dir_all(env.user_home()).unwrap();
+    std::fs::write(
+        env.user_home().join(".gitconfig"),
+        "[core]\n\thooksPath = .githooks\n[alias]\n\tst = !./tools/st.sh\n",
+    )
+    .unwrap();
+    let plain = doctor(&env, &env.project, true);
+    let v: Value = serde_json::from_str(&plain.stdout).unwrap();
+    let listed = check(&v, "read-only by your settings");
+    assert_eq!(listed["required"], false, "{listed:#}");
+    let detail = listed["detail"].as_str().unwrap();
+    assert!(
+        detail.contains(".githooks (git's core.hookspath)")
+            && detail.contains("tools/st.sh (git's alias.st)"),
+        "{detail}"
+    );
+    let pnp = env.path(".pnp.cjs").display().to_string();
+    let d = env
+        .cmd(&env.project)
+        .env("HOME", env.user_home())
+        .env_remove("XDG_DATA_HOME")
+        .env("NODE_OPTIONS", format!("--require {pnp}"))
+        .args(["doctor", "--json"])
+        .output()
+        .unwrap();
+    let v: Value = serde_json::from_slice(&d.stdout).unwrap();
+    let detail = check(&v, "read-only by your settings")["detail"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(detail.contains(".pnp.cjs (NODE_OPTIONS)"), "{detail}");
+}

@@ -69,18 +69,26 @@ const NODE_LOADS: &[&str] = &[
     "--experimental-loader",
 ];
 
-/// The project files (relative to `root`) that `vars` have programs load or run. A relative
-/// path is taken as relative to the root (where the person most often starts them).
+/// The project files (relative to `root`) that `vars` have programs load or run.
 pub(super) fn parse<K: AsRef<OsStr>, V: AsRef<OsStr>>(
     root: &Path,
     vars: impl IntoIterator<Item = (K, V)>,
 ) -> HostLoads {
     let mut loads = HostLoads::default();
-    let mut add = |p: &str| {
-        if let Some(rel) = in_project(root, p) {
-            add_rel(rel, &mut loads.files);
-        }
-    };
+    for (rel, _) in named(root, vars) {
+        add_rel(rel, &mut loads.files);
+    }
+    loads
+}
+
+/// Each project file (relative to `root`) that `vars` have programs load or run, with the
+/// first variable that names it. A relative path is taken as relative to the root (where the
+/// person most often starts them).
+pub(super) fn named<K: AsRef<OsStr>, V: AsRef<OsStr>>(
+    root: &Path,
+    vars: impl IntoIterator<Item = (K, V)>,
+) -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = Vec::new();
     for (key, value) in vars {
         let (Some(key), Some(value)) = (key.as_ref().to_str(), value.as_ref().to_str()) else {
             continue;
@@ -89,6 +97,13 @@ pub(super) fn parse<K: AsRef<OsStr>, V: AsRef<OsStr>>(
         if value.is_empty() {
             continue;
         }
+        let mut add = |p: &str| {
+            if let Some(rel) = in_project(root, p)
+                && !out.iter().any(|(r, _)| *r == rel)
+            {
+                out.push((rel, key.to_string()));
+            }
+        };
         // A program or library named without a `/` is looked for elsewhere (`PATH`, the
         // loader's directories), which other checks cover.
         let mut add_named = |p: &str| {
@@ -115,7 +130,7 @@ pub(super) fn parse<K: AsRef<OsStr>, V: AsRef<OsStr>>(
             ruby_requires(value).into_iter().for_each(&mut add);
         }
     }
-    loads
+    out
 }
 
 /// The paths among the modules `NODE_OPTIONS` has node load first (`--require X`, `-r X`,

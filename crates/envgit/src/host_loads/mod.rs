@@ -104,6 +104,12 @@ pub(crate) fn of(root: &Path) -> HostLoads {
     loads
 }
 
+/// The project files the person's own environment names (see [`environment`]), each with the
+/// variable that names it, as `envgit doctor` shows them.
+pub(crate) fn named_by_environment(root: &Path) -> Vec<(String, String)> {
+    environment::named(root, std::env::vars_os())
+}
+
 impl HostLoads {
     fn merge(&mut self, other: HostLoads) {
         for f in other.files {

@@ -46,7 +46,13 @@ impl Location {
 
 pub fn checks(at: &Location) -> Vec<Check> {
     match at {
-        Location::Inside(root) => vec![policy(root), fsck(root), writable(root), watch(root)],
+        Location::Inside(root) => vec![
+            policy(root),
+            fsck(root),
+            writable(root),
+            watch(root),
+            named_by_settings(root),
+        ],
         Location::Outside(start) => vec![Check::skip(
             "project",
             format!(
@@ -238,4 +244,39 @@ fn watch(root: &Path) -> Check {
         )
         .optional(),
     }
+}
+
+/// The project files a step cannot change because the person's own settings (their
+/// environment, their git configuration) have the host run or read them: a tool that must
+/// rewrite one fails with "read-only file system", and this says why.
+fn named_by_settings(root: &Path) -> Check {
+    const NAME: &str = "read-only by your settings";
+    let root = root.canonicalize().unwrap_or_else(|_| root.to_path_buf());
+    let mut named = crate::host_loads::named_by_environment(&root);
+    for (path, key) in crate::git_host_config::of(&root).named {
+        if !named.iter().any(|(p, _)| *p == path) {
+            named.push((path, format!("git's {key}")));
+        }
+    }
+    if named.is_empty() {
+        return Check::pass(
+            NAME,
+            "none: neither your environment nor your git configuration names a project file",
+        )
+        .optional();
+    }
+    let list: Vec<String> = named
+        .iter()
+        .map(|(path, by)| format!("{path} ({by})"))
+        .collect();
+    Check::pass(
+        NAME,
+        format!(
+            "steps cannot change {}: the host runs or reads them by your settings (a tool that \
+             must rewrite one fails with \"read-only file system\"; unset the setting for the \
+             session, or run that tool outside envgit)",
+            list.join(", ")
+        ),
+    )
+    .optional()
 }
