@@ -96,27 +96,28 @@ pub(crate) fn of(root: &Path) -> GitLoads {
             let Some(value) = e.value.as_deref() else {
                 continue;
             };
-            let path = if e.is("core", "hookspath") {
+            let paths = if e.is("core", "hookspath") {
                 hooks = Some(value.to_string());
                 continue;
             } else if e.section == "include" && e.key == "path"
                 || e.section == "includeif" && e.subsection.is_some() && e.key == "path"
             {
                 // Relative to the including file (`.git/` for the repository's).
-                place.resolve(value, dir)
+                vec![place.resolve(value, dir)]
             } else if e.is("init", "templatedir") {
                 // Copied into every repository the person makes or clones, hooks included.
-                place.resolve(value, root)
-            } else if let Some(program) = e.program(value) {
-                place.resolve(program, root)
+                vec![place.resolve(value, root)]
             } else {
-                continue;
+                e.programs(value)
+                    .into_iter()
+                    .map(|p| place.resolve(p, root))
+                    .collect()
             };
-            if let Some(p) = path
-                && !loads.files.contains(&p)
-            {
-                loads.named.push((p.clone(), e.name()));
-                loads.files.push(p);
+            for p in paths.into_iter().flatten() {
+                if !loads.files.contains(&p) {
+                    loads.named.push((p.clone(), e.name()));
+                    loads.files.push(p);
+                }
             }
         }
     }
@@ -142,10 +143,10 @@ impl Entry {
         self.subsection.is_none() && self.section == section && self.key == key
     }
 
-    /// The program a command key runs, when its value names one by path: the first word (of
-    /// a `!` shell command too). A bare name is found on `PATH` (or is `git credential-NAME`),
-    /// which other checks cover.
-    fn program<'v>(&self, value: &'v str) -> Option<&'v str> {
+    /// The files a command key runs, when its value names them by path: its program and the
+    /// scripts it is given (of a `!` shell command too). A bare name is found on `PATH` (or
+    /// is `git credential-NAME`), which other checks cover.
+    fn programs<'v>(&self, value: &'v str) -> Vec<&'v str> {
         let sub = self.subsection.is_some();
         let runs = match (self.section.as_str(), self.key.as_str()) {
             ("core", "fsmonitor") => !matches!(value, "true" | "false" | "yes" | "no" | "1" | "0"),
@@ -162,15 +163,9 @@ impl Entry {
             _ => false,
         };
         if !runs {
-            return None;
+            return Vec::new();
         }
-        let word = value
-            .trim()
-            .trim_start_matches('!')
-            .split_whitespace()
-            .next()?;
-        let word = word.trim_matches(['"', '\'']);
-        word.contains('/').then_some(word)
+        crate::project_path::path_words(value)
     }
 }
 
@@ -340,7 +335,10 @@ mod tests {
     #[test]
     fn commands_name_their_program_only_by_path() {
         let program = |s: &str, sub: Option<&str>, k: &str, v: &str| {
-            entry(s, sub, k, v).program(v).map(str::to_string)
+            entry(s, sub, k, v)
+                .programs(v)
+                .first()
+                .map(|p| p.to_string())
         };
         assert_eq!(
             program("diff", Some("pdf"), "textconv", "./tools/pdf.sh --plain").as_deref(),
@@ -355,6 +353,10 @@ mod tests {
             Some("/p/proj/.fsmon")
         );
         assert_eq!(program("alias", None, "st", "status -s"), None);
+        assert_eq!(
+            entry("alias", None, "t", "!").programs("!bash scripts/t.sh && node ./x.js"),
+            ["scripts/t.sh", "./x.js"]
+        );
         assert_eq!(program("core", None, "pager", "less -R"), None);
         assert_eq!(program("core", None, "fsmonitor", "true"), None);
         assert_eq!(program("credential", None, "helper", "store"), None);

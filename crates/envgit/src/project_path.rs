@@ -16,6 +16,18 @@ pub(crate) fn of(root: &Path, path: &Path) -> Option<String> {
     relative(root, &dir.join(normal.file_name()?))
 }
 
+/// The words of a command line that name files by path: its program (`./tools/st.sh`) and
+/// the scripts it is given (`sh tools/st.sh`, `node scripts/x.js`); not an option, not a URL,
+/// not a bare name (found on `PATH`, which other checks cover). Quotes around a word go; a
+/// shell's `!`, `|` and `;` before or after one too.
+pub(crate) fn path_words(command: &str) -> Vec<&str> {
+    command
+        .split_whitespace()
+        .map(|w| w.trim_matches(['"', '\'', '!', '|', ';', '(', ')']))
+        .filter(|w| w.contains('/') && !w.starts_with('-') && !w.contains("://"))
+        .collect()
+}
+
 /// `path` without `.` and with `..` applied by name; `None` past `/`.
 fn normalize(path: &Path) -> Option<PathBuf> {
     let mut out = PathBuf::new();
@@ -44,6 +56,16 @@ fn relative(root: &Path, path: &Path) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_paths_of_a_command_line() {
+        assert_eq!(
+            path_words("!sh ./tools/st.sh --flag=a/b -x https://h/p \"scripts/q.py\";"),
+            ["./tools/st.sh", "scripts/q.py"]
+        );
+        assert_eq!(path_words("|/p/lesspipe %s"), ["/p/lesspipe"]);
+        assert!(path_words("less -R").is_empty());
+    }
 
     #[test]
     fn paths_inside_the_project_only() {

@@ -1201,7 +1201,7 @@ fn what_the_persons_own_git_configuration_runs_from_the_project_is_protected() {
     std::fs::write(
         env.user_home().join(".gitconfig"),
         format!(
-            "[alias]\n\tst = !./tools/st.sh\n[diff \"txt\"]\n\ttextconv = ./tools/textconv.sh\n\
+            "[alias]\n\tst = !./tools/st.sh\n\tst2 = !sh tools/st2.sh -q\n[diff \"txt\"]\n\ttextconv = ./tools/textconv.sh\n\
              [include]\n\tpath = {}\n[init]\n\ttemplateDir = {}\n",
             include.display(),
             env.path("git-templates").display()
@@ -1213,7 +1213,7 @@ fn what_the_persons_own_git_configuration_runs_from_the_project_is_protected() {
     env.write("a.txt", "a\n");
     env.write(".gitattributes", "*.txt diff=txt\n");
     env.write("tools/extra.gitconfig", "[user]\n\tname = Person\n");
-    for script in ["tools/st.sh", "tools/textconv.sh"] {
+    for script in ["tools/st.sh", "tools/st2.sh", "tools/textconv.sh"] {
         env.write(script, "#!/bin/sh\ncat \"$@\"\n");
         std::fs::set_permissions(env.path(script), std::fs::Permissions::from_mode(0o755)).unwrap();
     }
@@ -1221,7 +1221,7 @@ fn what_the_persons_own_git_configuration_runs_from_the_project_is_protected() {
     env.git(&env.project, &["commit", "-q", "-m", "start"]);
     env.envgit(&["init"]).ok();
     let script = format!(
-        "for s in tools/st.sh tools/textconv.sh; do \
+        "for s in tools/st.sh tools/st2.sh tools/textconv.sh; do \
            printf '#!/bin/sh\\necho pwned >> {m}\\n' > $s; done; \
          printf '[alias]\\n\\thi = !echo pwned >> {m}\\n' >> tools/extra.gitconfig; \
          printf '#!/bin/sh\\necho pwned >> {m}\\n' > git-templates/hooks/pre-commit; \
@@ -1239,6 +1239,7 @@ fn what_the_persons_own_git_configuration_runs_from_the_project_is_protected() {
     let later = env.tmp.path().join("later");
     for (dir, args) in [
         (&env.project, &["st"][..]),
+        (&env.project, &["st2"]),
         (&env.project, &["diff"]),
         (&env.project, &["hi"]),
         (&env.project, &["init", "-q", later.to_str().unwrap()]),

@@ -116,10 +116,11 @@ pub(super) fn named<K: AsRef<OsStr>, V: AsRef<OsStr>>(
         } else if LIST_VARS.contains(&key) {
             value.split([':', ' ']).for_each(&mut add_named);
         } else if COMMAND_VARS.contains(&key) {
-            // `LESSOPEN='|/path/lesspipe %s'`: the program after the pipe marks.
-            if let Some(program) = value.trim_start_matches('|').split_whitespace().next() {
-                add_named(program);
-            }
+            // Its program and the scripts it is given (`LESSOPEN='|/path/lesspipe %s'`,
+            // `EDITOR='sh ./tools/edit.sh'`).
+            crate::project_path::path_words(value)
+                .into_iter()
+                .for_each(&mut add_named);
         } else if key == "ZDOTDIR" {
             for f in ZSH_FILES {
                 add(&format!("{}/{f}", value.trim_end_matches('/')));
