@@ -1065,6 +1065,9 @@ fn files_the_persons_environment_has_programs_load_are_protected() {
     cc(&lib, &["-shared", "-fPIC", "-o", "benign.so", "benign.c"]);
     cc(&lib, &["-shared", "-fPIC", "-o", "evil.so", "evil.c"]);
     env.write("a.txt", "a\n");
+    // The person's `BASH_ENV`, which sources another file of the project.
+    env.write(".bashenv", "[ -f tools/env.sh ] && . tools/env.sh\n");
+    env.write("tools/env.sh", "export PROJECT_MODE=dev\n");
     env.write(".pnp.cjs", "module.exports = {};\n");
     env.write("tools/gitconfig", "[user]\n\tname = Person\n");
     env.write("scripts/edit.sh", "#!/bin/sh\nexit 0\n");
@@ -1086,7 +1089,7 @@ fn files_the_persons_environment_has_programs_load_are_protected() {
         ("EDITOR", p("scripts/edit.sh")),
     ];
     let script = format!(
-        "echo 'echo bash >> {m}' > .bashenv; \
+        "echo 'echo bash >> {m}' >> .bashenv; echo 'echo sourced >> {m}' >> tools/env.sh; \
          echo 'require(\"fs\").appendFileSync({m:?}, \"node\\n\");' >> .pnp.cjs; \
          cat vendor-evil.so > build/libhook.so; \
          printf '[alias]\\n\\thi = !echo git >> {m}\\n' >> tools/gitconfig; \
@@ -1127,7 +1130,7 @@ fn files_the_persons_environment_has_programs_load_are_protected() {
     );
     assert_eq!(env.read(".pnp.cjs"), "module.exports = {};\n");
     assert_eq!(env.read("tools/gitconfig"), "[user]\n\tname = Person\n");
-    assert!(!env.path(".bashenv").exists(), "{}", out.stderr);
+    assert_eq!(env.read("tools/env.sh"), "export PROJECT_MODE=dev\n");
 }
 
 /// `git config --global core.hooksPath .githooks` (the person's own configuration, in their

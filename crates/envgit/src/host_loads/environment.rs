@@ -9,8 +9,6 @@
 use std::ffi::OsStr;
 use std::path::Path;
 
-use super::{HostLoads, add_rel};
-
 /// Variables whose value is one file (or directory) that is read as code or as a
 /// configuration that runs commands (git's aliases and pager, npm's `script-shell`, AWS's
 /// `credential_process`).
@@ -69,16 +67,9 @@ const NODE_LOADS: &[&str] = &[
     "--experimental-loader",
 ];
 
-/// The project files (relative to `root`) that `vars` have programs load or run.
-pub(super) fn parse<K: AsRef<OsStr>, V: AsRef<OsStr>>(
-    root: &Path,
-    vars: impl IntoIterator<Item = (K, V)>,
-) -> HostLoads {
-    let mut loads = HostLoads::default();
-    for (rel, _) in named(root, vars) {
-        add_rel(rel, &mut loads.files);
-    }
-    loads
+/// Whether `var` names a shell's start-up file, which runs what it sources too.
+pub(super) fn is_shell_start_up(var: &str) -> bool {
+    matches!(var, "BASH_ENV" | "ENV" | "ZDOTDIR")
 }
 
 /// Each project file (relative to `root`) that `vars` have programs load or run, with the
@@ -185,7 +176,10 @@ mod tests {
     use super::*;
 
     fn files(vars: &[(&str, &str)]) -> Vec<String> {
-        parse(Path::new("/p/proj"), vars.iter().copied()).files
+        named(Path::new("/p/proj"), vars.iter().copied())
+            .into_iter()
+            .map(|(rel, _)| rel)
+            .collect()
     }
 
     #[test]

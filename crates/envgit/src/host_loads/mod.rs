@@ -60,7 +60,11 @@ const CONFIG_MAX_BYTES: u64 = 1 << 20;
 /// `.env`) that exists is left out: the sandbox masks it, so a step cannot write it, and its
 /// content stays out of the pre-step copy.
 pub(crate) fn of(root: &Path) -> HostLoads {
-    let mut loads = environment::parse(root, std::env::vars_os());
+    let named = environment::named(root, std::env::vars_os());
+    let mut loads = HostLoads::default();
+    for (rel, _) in &named {
+        add_rel(rel.clone(), &mut loads.files);
+    }
     let Ok(dir) = envgit_store::beneath::open_root(root) else {
         return loads;
     };
@@ -82,6 +86,15 @@ pub(crate) fn of(root: &Path) -> HostLoads {
     };
     if let Some(text) = read(".envrc") {
         loads.merge(direnv::parse(&text, |rel| root.join(rel).is_dir()));
+    }
+    // A shell's start-up file the environment names (`BASH_ENV`) runs what it sources as
+    // well: read like `.envrc`, whose `source` and `.` lines it shares.
+    for (rel, var) in &named {
+        if environment::is_shell_start_up(var)
+            && let Some(text) = read(rel)
+        {
+            loads.merge(direnv::parse(&text, |rel| root.join(rel).is_dir()));
+        }
     }
     for config in MISE_CONFIGS {
         if let Some(text) = read(config) {
