@@ -22,6 +22,7 @@ mod path_shadow;
 mod project;
 mod project_facts;
 mod project_path;
+mod protected_by_settings;
 mod protected_links;
 mod runtime;
 mod scan_notes;

@@ -9,6 +9,8 @@
 //! checks after it fail, the nested repositories' code and the setid bits are found on disk
 //! instead, and the step fails.
 
+use std::path::Path;
+
 use envgit_store::{
     GitDropped, GitLayer, LiveTree, ObjectId, ProtectedCopy, Refusal, ScanProgress, ScanReport,
     SnapshotMode, Step, StepDraft, StepFlag, StepGuard, Store, WorkTree,
@@ -78,6 +80,15 @@ impl Snapshot<'_> {
             }
             Snapshot::Tree(id) => (*id, ScanReport::default(), false),
         })
+    }
+
+    /// The project's root, when this snapshot walks it.
+    fn root(&self) -> Option<&Path> {
+        match self {
+            Snapshot::Scan(wt, _) => Some(wt.root()),
+            Snapshot::Live(live) => Some(live.tree().root()),
+            Snapshot::Tree(_) => None,
+        }
     }
 
     /// `paths` (the project's, relative) were written by envgit: the directories holding one
@@ -213,7 +224,7 @@ impl OpenStep {
         };
         crate::timings::mark("  diff, nested, put back");
         if sandboxed.is_some() {
-            note_put_back(&put_back, &mut draft);
+            note_put_back(&put_back, snapshot.root(), &mut draft);
         }
         if let Some(wt) = snapshot.work_tree() {
             crate::owner::clear_setid(wt, &report, draft.started_at_ms, &mut draft.notes);
@@ -375,10 +386,19 @@ fn note_nested_put_back(paths: &[String], forged: &[GitDropped], draft: &mut Ste
     }
 }
 
-/// Protected paths put back: said (only what was put back), refused, flagged.
-fn note_put_back(paths: &[String], draft: &mut StepDraft) {
+/// Protected paths put back: said (only what was put back, and why when the person's own
+/// settings protect it), refused, flagged.
+fn note_put_back(paths: &[String], root: Option<&Path>, draft: &mut StepDraft) {
+    let named = match root {
+        Some(root) if !paths.is_empty() => crate::protected_by_settings::list(root),
+        _ => Vec::new(),
+    };
     for p in paths {
-        let said = format!("{p} changed during the step and was put back (protected path)");
+        let why = match crate::protected_by_settings::why(&named, p) {
+            Some(by) => format!("protected path: {by}"),
+            None => "protected path".to_string(),
+        };
+        let said = format!("{p} changed during the step and was put back ({why})");
         refuse_write(draft, p, "filesystem.protected", &said);
     }
     if !paths.is_empty() {

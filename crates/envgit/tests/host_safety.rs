@@ -1093,7 +1093,9 @@ fn files_the_persons_environment_has_programs_load_are_protected() {
          echo 'require(\"fs\").appendFileSync({m:?}, \"node\\n\");' >> .pnp.cjs; \
          cat vendor-evil.so > build/libhook.so; \
          printf '[alias]\\n\\thi = !echo git >> {m}\\n' >> tools/gitconfig; \
-         printf '#!/bin/sh\\necho editor >> {m}\\n' > scripts/edit.sh; \
+         mv scripts scripts-moved && mkdir scripts \
+           && printf '#!/bin/sh\\necho editor >> {m}\\n' > scripts/edit.sh \
+           && chmod +x scripts/edit.sh; \
          echo planted"
     );
     let mut step = env.cmd(&env.project);
@@ -1131,6 +1133,13 @@ fn files_the_persons_environment_has_programs_load_are_protected() {
     assert_eq!(env.read(".pnp.cjs"), "module.exports = {};\n");
     assert_eq!(env.read("tools/gitconfig"), "[user]\n\tname = Person\n");
     assert_eq!(env.read("tools/env.sh"), "export PROJECT_MODE=dev\n");
+    // Behind a renamed parent the write went through and was put back, saying why.
+    assert!(
+        out.stderr
+            .contains("scripts/edit.sh changed during the step and was put back (protected path: EDITOR names it)"),
+        "{}",
+        out.stderr
+    );
 }
 
 /// `git config --global core.hooksPath .githooks` (the person's own configuration, in their

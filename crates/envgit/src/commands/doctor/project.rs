@@ -252,12 +252,7 @@ fn watch(root: &Path) -> Check {
 fn named_by_settings(root: &Path) -> Check {
     const NAME: &str = "read-only by your settings";
     let root = root.canonicalize().unwrap_or_else(|_| root.to_path_buf());
-    let mut named = crate::host_loads::named_by_environment(&root);
-    for (path, key) in crate::git_host_config::of(&root).named {
-        if !named.iter().any(|(p, _)| *p == path) {
-            named.push((path, format!("git's {key}")));
-        }
-    }
+    let named = crate::protected_by_settings::list(&root);
     if named.is_empty() {
         return Check::pass(
             NAME,
