@@ -377,10 +377,20 @@ fn mise() -> std::path::PathBuf {
 /// `args` run in the project as the person: their home, mise's directories in it, and
 /// `$MISE_BIN`.
 fn as_the_person_with_mise(env: &Env, mise: &std::path::Path, args: &[&str]) -> Output {
+    as_the_person_with_mise_in(env, &env.project, mise, args)
+}
+
+/// [`as_the_person_with_mise`] in `dir`.
+fn as_the_person_with_mise_in(
+    env: &Env,
+    dir: &std::path::Path,
+    mise: &std::path::Path,
+    args: &[&str],
+) -> Output {
     let home = env.user_home();
     Command::new(args[0])
         .args(&args[1..])
-        .current_dir(&env.project)
+        .current_dir(dir)
         .env("HOME", &home)
         .env("MISE_DATA_DIR", home.join(".local/share/mise"))
         .env("MISE_STATE_DIR", home.join(".local/state/mise"))
@@ -440,6 +450,65 @@ fn a_trusted_environment_managers_configuration_is_protected() {
     assert!(
         out.stderr.contains("Read-only file system"),
         "{}",
+        out.stderr
+    );
+}
+
+/// mise trusts a directory by its path: one deeper in the project (a monorepo's
+/// `packages/web`) has its configuration loaded at the person's prompt there, whatever it now
+/// says, and the script its `_.source` names run. The agent rewrites both.
+#[test]
+fn a_directory_deeper_in_the_project_that_mise_trusts_is_protected_like_the_root() {
+    let mise = mise();
+    let env = Env::new();
+    env.write("a.txt", "a\n");
+    env.write(
+        "packages/web/mise.toml",
+        "[env]\nGREETING = \"from the person\"\n_.source = \"./tools/setup.sh\"\n",
+    );
+    env.write("packages/web/tools/setup.sh", "export SETUP=done\n");
+    let web = env.path("packages/web");
+    let as_the_person = |args: &[&str]| {
+        let out = as_the_person_with_mise_in(&env, &web, &mise, args);
+        assert!(out.status.success(), "{args:?}: {out:?}");
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    };
+    as_the_person(&[mise.to_str().unwrap(), "trust", "mise.toml"]);
+    env.envgit(&["init"]).ok();
+    let marker = env.tmp.path().join("MARKER");
+    let attack = format!(
+        "cd packages/web; \
+         echo 'echo pwned >> {m}' >> tools/setup.sh; \
+         printf '[env]\\nGREETING = \"from the agent\"\\n_.source = \"./evil.sh\"\\n' > mise.toml; \
+         printf 'echo pwned >> {m}\\n' > evil.sh; echo planted",
+        m = marker.display()
+    );
+    let out = Run::from(
+        env.cmd(&env.project)
+            .env("MISE_STATE_DIR", env.user_home().join(".local/state/mise"))
+            .args(["run", "sh", "-c", &attack])
+            .output()
+            .unwrap(),
+    )
+    .ran_to("planted");
+    let prompt = as_the_person(&[
+        "bash",
+        "-c",
+        "eval \"$(\"$MISE_BIN\" hook-env -s bash)\"; echo \"GREETING=$GREETING $SETUP\"",
+    ]);
+    assert!(
+        !marker.exists(),
+        "the person's shell ran what the agent wrote into a trusted directory's mise \
+         configuration: {prompt}\n--- the step:\n{}",
+        out.stderr
+    );
+    assert!(
+        prompt.contains("GREETING=from the person done"),
+        "{prompt}\n{}",
         out.stderr
     );
 }

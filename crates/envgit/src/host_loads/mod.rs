@@ -12,6 +12,7 @@ mod direnv;
 mod environment;
 mod lefthook;
 mod mise;
+mod mise_trust;
 
 use std::collections::HashSet;
 use std::os::fd::AsFd;
@@ -101,6 +102,25 @@ pub(crate) fn of(root: &Path) -> HostLoads {
             loads.merge(mise::parse(&text));
         }
     }
+    // Directories deeper in the project that mise trusts: their configuration (there or not
+    // yet: mise would load a new one) and what it loads, relative to that directory.
+    let trusted = mise_trust::inside(root);
+    for dir in &trusted.dirs {
+        for config in MISE_CONFIGS {
+            let rel = join(dir, config);
+            if let Some(text) = read(&rel) {
+                loads.merge(mise::parse(&text).under(dir));
+            }
+            add_rel(rel, &mut loads.files);
+        }
+    }
+    for file in &trusted.files {
+        if let Some(text) = read(file) {
+            let dir = file.rsplit_once('/').map_or("", |(d, _)| d);
+            loads.merge(mise::parse(&text).under(dir));
+        }
+        add_rel(file.clone(), &mut loads.files);
+    }
     let root_text = root.to_string_lossy();
     for base in LEFTHOOK_CONFIGS {
         for format in LEFTHOOK_FORMATS {
@@ -124,6 +144,25 @@ pub(crate) fn named_by_environment(root: &Path) -> Vec<(String, String)> {
 }
 
 impl HostLoads {
+    /// The same paths, for a configuration whose paths are relative to the project path
+    /// `dir` instead of the root.
+    fn under(self, dir: &str) -> HostLoads {
+        HostLoads {
+            files: self.files.iter().map(|f| join(dir, f)).collect(),
+            path_dirs: self
+                .path_dirs
+                .iter()
+                .map(|d| {
+                    if d.is_empty() {
+                        dir.to_string()
+                    } else {
+                        join(dir, d)
+                    }
+                })
+                .collect(),
+        }
+    }
+
     fn merge(&mut self, other: HostLoads) {
         for f in other.files {
             add_rel(f, &mut self.files);
