@@ -33,7 +33,9 @@ pub use network::{
     is_passthrough, is_special, loopback_forwards, raw_tcp_allowed, raw_tcp_allowed_for,
     resolved_private_reason, vet_address, websocket_allowed,
 };
-pub use protected::{PROTECTED_PATHS, is_protected, name_matches};
+pub use protected::{
+    PROTECTED_NAMES_BELOW, PROTECTED_PATHS, is_protected, name_matches, protected_below,
+};
 pub use request::{
     BODY_PREFIX_MAX, PathError, RequestDecision, RequestInfo, default_preset_ids, normalize_path,
 };

@@ -107,6 +107,59 @@ pub const PROTECTED_PATHS: &[&str] = &[
     "*.code-workspace",
 ];
 
+/// Names the tools that read them take from whatever directory they are opened or started in,
+/// not only the project's root: VS Code's workspace trust covers the subfolders of a trusted
+/// folder (its `tasks.json` runs on opening one), an agent started in a subfolder reads its
+/// configuration there, Vim's `exrc` is the directory Vim starts in. Below the root (where
+/// [`PROTECTED_PATHS`] has them) a step's change to one in a directory that was there before
+/// the step is put back after it, as the snapshot's diff shows it.
+pub const PROTECTED_NAMES_BELOW: &[&str] = &[
+    ".claude",
+    ".codex",
+    ".mcp.json",
+    ".vscode",
+    ".idea",
+    ".devcontainer",
+    ".devcontainer.json",
+    ".cursor",
+    ".gemini",
+    ".zed",
+    ".helix",
+    ".roo",
+    ".kiro",
+    ".amazonq",
+    ".continue",
+    ".junie",
+    ".qwen",
+    ".aider.conf.yml",
+    "opencode.json",
+    "opencode.jsonc",
+    ".opencode",
+    "crush.json",
+    ".crush.json",
+    ".exrc",
+    ".vimrc",
+    ".gvimrc",
+    ".nvimrc",
+    ".nvim.lua",
+];
+
+/// For a project-relative path below the root, the first `DIR/NAME` on it whose `NAME` is in
+/// [`PROTECTED_NAMES_BELOW`] (`packages/web/.vscode` for `packages/web/.vscode/tasks.json`),
+/// with `DIR`; `None` when there is none, or only at the root (which [`PROTECTED_PATHS`]
+/// covers).
+pub fn protected_below(rel: &str) -> Option<(&str, &str)> {
+    let mut start = 0;
+    for part in rel.split('/') {
+        let end = start + part.len();
+        if PROTECTED_NAMES_BELOW.contains(&part) {
+            return (start > 0).then(|| (&rel[..end], &rel[..start - 1]));
+        }
+        start = end + 1;
+    }
+    None
+}
+
 /// Whether a project-relative, `/`-separated, already-normalized path is a protected path or
 /// lies beneath one. (The `core.hooksPath` directory is the caller's to add.)
 pub fn is_protected(rel: &str) -> bool {
@@ -128,7 +181,23 @@ pub fn name_matches(pattern: &str, name: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::{is_protected, name_matches};
+    use super::{is_protected, name_matches, protected_below};
+
+    #[test]
+    fn names_below_the_root() {
+        assert_eq!(
+            protected_below("packages/web/.vscode/tasks.json"),
+            Some(("packages/web/.vscode", "packages/web"))
+        );
+        assert_eq!(protected_below("a/.mcp.json"), Some(("a/.mcp.json", "a")));
+        assert_eq!(protected_below(".vscode/tasks.json"), None);
+        assert_eq!(protected_below("src/vscode/x"), None);
+        assert_eq!(protected_below("a/.claudeX/y"), None);
+        assert_eq!(
+            protected_below("a/.vscode/b/.claude/x"),
+            Some(("a/.vscode", "a"))
+        );
+    }
 
     /// What a protected-name pattern matches: `*` is any run (possibly empty), everything
     /// else literal and case-sensitive.

@@ -292,6 +292,7 @@ fn snapshot_checked(
         nested_paths.extend(unfiltered);
         let mut protected = s.protected.to_vec();
         protected.extend(nested_paths.iter().cloned());
+        protected.extend(protected_below_changed(store, &before, &changes)?);
         if let Some(wt) = snapshot.work_tree() {
             let (from_snapshot, after) =
                 envgit_store::put_back(store, wt, &before, &tree, &protected)?;
@@ -309,6 +310,33 @@ fn snapshot_checked(
         note_nested_put_back(&nested_back, &forged, draft);
     }
     Ok((tree, report, rescanned))
+}
+
+/// Editor and agent configuration below the root the step changed
+/// ([`envgit_policy::PROTECTED_NAMES_BELOW`]: `packages/web/.vscode`), in a directory that was
+/// there before the step: the person opens such a directory. One the step made (a clone, a
+/// scaffold) is the step's own work, which the person looks at first.
+fn protected_below_changed(
+    store: &Store,
+    before: &ObjectId,
+    changes: &[envgit_store::EntryDiff],
+) -> CmdResult<Vec<String>> {
+    let mut out: Vec<String> = Vec::new();
+    for change in changes {
+        let Ok(path) = std::str::from_utf8(&change.path) else {
+            continue;
+        };
+        let Some((target, dir)) = envgit_policy::protected_below(path) else {
+            continue;
+        };
+        if out.iter().any(|t| t == target) {
+            continue;
+        }
+        if envgit_store::entry_at(store, before, dir)?.is_some() {
+            out.push(target.to_string());
+        }
+    }
+    Ok(out)
 }
 
 /// The snapshot after a sandboxed step failed, or what follows it did: the nested

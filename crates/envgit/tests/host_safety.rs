@@ -663,6 +663,53 @@ fn a_mercurial_repositorys_configuration_is_protected() {
     );
 }
 
+/// Editor and agent configuration in a subfolder the person opens (VS Code's trust of a folder
+/// covers its subfolders; an agent started there reads its own): a step's new
+/// `packages/web/.vscode/tasks.json` or `.claude/settings.json` there goes, as at the root. A
+/// directory the step made itself (a clone, a scaffold) keeps its own.
+#[test]
+fn editor_and_agent_configuration_below_the_root_is_put_back() {
+    let env = Env::new();
+    env.write("a.txt", "a\n");
+    env.write("packages/web/index.js", "module.exports = 1;\n");
+    env.write(
+        "packages/api/.vscode/settings.json",
+        "{\"the\": \"person's\"}\n",
+    );
+    env.envgit(&["init"]).ok();
+    let script = "mkdir -p packages/web/.vscode packages/web/.claude newclone/.vscode && \
+         echo '{\"tasks\": [{\"runOptions\": {\"runOn\": \"folderOpen\"}}]}' \
+           > packages/web/.vscode/tasks.json && \
+         echo '{\"hooks\": {}}' > packages/web/.claude/settings.json && \
+         echo '{}' > packages/web/.mcp.json && \
+         echo '{\"the\": \"agent'\"'\"'s\"}' > packages/api/.vscode/settings.json && \
+         echo '{}' > newclone/.vscode/settings.json && \
+         echo 'module.exports = 2;' > packages/web/index.js && echo planted";
+    let out = env.envgit(&["run", "sh", "-c", script]).ran_to("planted");
+    for gone in [
+        "packages/web/.vscode",
+        "packages/web/.claude",
+        "packages/web/.mcp.json",
+    ] {
+        assert!(!env.path(gone).exists(), "{gone} stayed\n{}", out.stderr);
+    }
+    assert_eq!(
+        env.read("packages/api/.vscode/settings.json"),
+        "{\"the\": \"person's\"}\n",
+        "{}",
+        out.stderr
+    );
+    assert!(
+        out.stderr
+            .contains("packages/web/.vscode changed during the step and was put back"),
+        "{}",
+        out.stderr
+    );
+    // The step's own work stays: a directory it made, and the project's code.
+    assert!(env.path("newclone/.vscode/settings.json").exists());
+    assert_eq!(env.read("packages/web/index.js"), "module.exports = 2;\n");
+}
+
 /// The person's `PATH` with `dirs` of the project first, as an activated virtualenv
 /// (`.venv/bin`) or direnv's `PATH_add bin` leaves it in their shell, and so in envgit's.
 fn path_with_project_dirs(env: &Env, dirs: &[&str]) -> String {
