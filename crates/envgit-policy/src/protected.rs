@@ -160,6 +160,50 @@ pub fn protected_below(rel: &str) -> Option<(&str, &str)> {
     None
 }
 
+/// What a git hook manager reads from a repository's own root at every commit there (the
+/// entries of [`PROTECTED_PATHS`] for husky, pre-commit, lefthook and overcommit, and the
+/// `.githooks` a `core.hooksPath` names by habit): a repository nested in the project has them
+/// at its own root.
+const HOOK_MANAGER_PATHS: &[&str] = &[
+    ".husky",
+    ".pre-commit-config.yaml",
+    "lefthook.*",
+    ".lefthook.*",
+    "lefthook-local.*",
+    ".lefthook-local.*",
+    ".lefthook",
+    ".lefthook-local",
+    ".config/lefthook.*",
+    ".config/lefthook-local.*",
+    ".overcommit.yml",
+    ".git-hooks",
+    ".githooks",
+];
+
+/// For a path relative to a repository's root, the entry of [`HOOK_MANAGER_PATHS`] it is or
+/// lies below (`.husky` for `.husky/pre-commit`, `lefthook.yml` itself).
+pub fn hook_manager_entry(rel: &str) -> Option<&str> {
+    HOOK_MANAGER_PATHS.iter().find_map(|p| {
+        let depth = p.matches('/').count() + 1;
+        let mut end = 0;
+        for (i, part) in rel.split('/').enumerate() {
+            end += part.len() + usize::from(i > 0);
+            if i + 1 == depth {
+                let candidate = &rel[..end];
+                let matched = match p.split_once('/') {
+                    Some((dir, name)) => candidate
+                        .strip_prefix(dir)
+                        .and_then(|r| r.strip_prefix('/'))
+                        .is_some_and(|n| name_matches(name, n)),
+                    None => name_matches(p, candidate),
+                };
+                return matched.then_some(candidate);
+            }
+        }
+        None
+    })
+}
+
 /// Whether a project-relative, `/`-separated, already-normalized path is a protected path or
 /// lies beneath one. (The `core.hooksPath` directory is the caller's to add.)
 pub fn is_protected(rel: &str) -> bool {
@@ -181,7 +225,21 @@ pub fn name_matches(pattern: &str, name: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::{is_protected, name_matches, protected_below};
+    use super::{hook_manager_entry, is_protected, name_matches, protected_below};
+
+    #[test]
+    fn hook_manager_entries_of_a_repository() {
+        assert_eq!(hook_manager_entry(".husky/pre-commit"), Some(".husky"));
+        assert_eq!(hook_manager_entry("lefthook.yml"), Some("lefthook.yml"));
+        assert_eq!(
+            hook_manager_entry(".config/lefthook.yaml"),
+            Some(".config/lefthook.yaml")
+        );
+        assert_eq!(hook_manager_entry(".githooks/x/y"), Some(".githooks"));
+        assert_eq!(hook_manager_entry("src/.husky"), None);
+        assert_eq!(hook_manager_entry(".config/other.yml"), None);
+        assert_eq!(hook_manager_entry(".huskyx"), None);
+    }
 
     #[test]
     fn names_below_the_root() {

@@ -312,28 +312,44 @@ fn snapshot_checked(
     Ok((tree, report, rescanned))
 }
 
-/// Editor and agent configuration below the root the step changed
-/// ([`envgit_policy::PROTECTED_NAMES_BELOW`]: `packages/web/.vscode`), in a directory that was
-/// there before the step: the person opens such a directory. One the step made (a clone, a
-/// scaffold) is the step's own work, which the person looks at first.
+/// What the step changed below the root that the host runs from there: editor and agent
+/// configuration ([`envgit_policy::PROTECTED_NAMES_BELOW`]: `packages/web/.vscode`) in a
+/// directory that was there before the step, which the person opens; and a hook manager's
+/// files at the root of a repository nested in the project that was there before the step
+/// (`libs/z/.husky`), which its installed hooks run at the person's commit there. What the step
+/// made (a clone, a scaffold) is its own work, which the person looks at first (a new
+/// repository's hooks are checked with its `.git`).
 fn protected_below_changed(
     store: &Store,
     before: &ObjectId,
     changes: &[envgit_store::EntryDiff],
 ) -> CmdResult<Vec<String>> {
     let mut out: Vec<String> = Vec::new();
+    let mut add = |target: &str| {
+        if !out.iter().any(|t| t == target) {
+            out.push(target.to_string());
+        }
+    };
     for change in changes {
         let Ok(path) = std::str::from_utf8(&change.path) else {
             continue;
         };
-        let Some((target, dir)) = envgit_policy::protected_below(path) else {
-            continue;
-        };
-        if out.iter().any(|t| t == target) {
-            continue;
+        if let Some((target, dir)) = envgit_policy::protected_below(path)
+            && envgit_store::entry_at(store, before, dir)?.is_some()
+        {
+            add(target);
         }
-        if envgit_store::entry_at(store, before, dir)?.is_some() {
-            out.push(target.to_string());
+        // Each `DIR/` on the path where a hook manager's entry starts, innermost first.
+        let starts: Vec<usize> = path.match_indices('/').map(|(i, _)| i).collect();
+        for &slash in starts.iter().rev() {
+            let Some(entry) = envgit_policy::hook_manager_entry(&path[slash + 1..]) else {
+                continue;
+            };
+            let repo = &path[..slash];
+            if envgit_store::entry_at(store, before, &format!("{repo}/.git"))?.is_some() {
+                add(&format!("{repo}/{entry}"));
+                break;
+            }
         }
     }
     Ok(out)

@@ -710,6 +710,56 @@ fn editor_and_agent_configuration_below_the_root_is_put_back() {
     assert_eq!(env.read("packages/web/index.js"), "module.exports = 2;\n");
 }
 
+/// A repository nested in the project (a submodule, a vendored checkout) whose hooks the
+/// person set up: its hook manager's files at its own root (`libs/z/.githooks` that its
+/// `core.hooksPath` names, `.husky/`, `lefthook.yml`) run at their commit there. A step's
+/// change to them goes back; a repository the step made itself keeps its own.
+#[test]
+fn a_nested_repositorys_hook_manager_files_are_put_back() {
+    let env = Env::new();
+    let marker = env.tmp.path().join("pwned");
+    env.write("a.txt", "a\n");
+    let z = env.path("libs/z");
+    std::fs::create_dir_all(&z).unwrap();
+    env.git(&z, &["init", "-q", "-b", "main"]);
+    env.git(&z, &["config", "core.hooksPath", ".githooks"]);
+    env.write("libs/z/.githooks/pre-commit", "#!/bin/sh\nexit 0\n");
+    std::fs::set_permissions(
+        env.path("libs/z/.githooks/pre-commit"),
+        std::fs::Permissions::from_mode(0o755),
+    )
+    .unwrap();
+    env.write("libs/z/lib.txt", "z\n");
+    env.envgit(&["init"]).ok();
+    let script = format!(
+        "printf '#!/bin/sh\\necho pwned >> {m}\\n' > libs/z/.githooks/pre-commit; \
+         mkdir -p new/.githooks && git -C new init -q && echo x > new/.githooks/pre-commit; \
+         echo zz >> libs/z/lib.txt; echo planted",
+        m = marker.display()
+    );
+    let out = env.envgit(&["run", "sh", "-c", &script]).ran_to("planted");
+    let commit = env
+        .host_git(&z)
+        .args(["commit", "-q", "--allow-empty", "-m", "the person's"])
+        .output()
+        .unwrap();
+    assert!(
+        !marker.exists(),
+        "the person's commit in the nested repository ran the hook the step wrote\n{}\n\
+         --- the step:\n{}",
+        String::from_utf8_lossy(&commit.stderr),
+        out.stderr
+    );
+    assert!(
+        out.stderr
+            .contains("libs/z/.githooks changed during the step and was put back"),
+        "{}",
+        out.stderr
+    );
+    assert_eq!(env.read("libs/z/lib.txt"), "z\nzz\n");
+    assert!(env.path("new/.githooks/pre-commit").exists());
+}
+
 /// The person's `PATH` with `dirs` of the project first, as an activated virtualenv
 /// (`.venv/bin`) or direnv's `PATH_add bin` leaves it in their shell, and so in envgit's.
 fn path_with_project_dirs(env: &Env, dirs: &[&str]) -> String {
