@@ -241,6 +241,19 @@ mod tests {
         assert_eq!(hook_manager_entry(".huskyx"), None);
     }
 
+    /// The hook managers' entries of a nested repository are those the root has protected
+    /// (and `.githooks`, protected at the root only when `core.hooksPath` names it).
+    #[test]
+    fn hook_manager_entries_are_protected_at_the_root() {
+        for entry in super::HOOK_MANAGER_PATHS {
+            let sample = entry.replace('*', "yml");
+            assert!(
+                *entry == ".githooks" || is_protected(&sample),
+                "{entry} is a hook manager's, not in PROTECTED_PATHS"
+            );
+        }
+    }
+
     #[test]
     fn names_below_the_root() {
         assert_eq!(
