@@ -23,18 +23,6 @@ use crate::nofollow::{read_nofollow, read_regular_bounded};
 /// The most read of one configuration file: more is not a configuration a person wrote.
 const CONFIG_MAX_BYTES: u64 = 1 << 20;
 
-/// The project paths ('/'-separated, relative to the root) the person's git runs or reads.
-#[derive(Debug, Default, PartialEq, Eq)]
-pub(crate) struct GitLoads {
-    /// The hooks directory when `core.hooksPath` puts it in the project.
-    pub hooks: Option<String>,
-    /// Included configuration files and the programs commands run.
-    pub files: Vec<String>,
-    /// Each of them with the key that names it (`core.hookspath`, `diff.txt.textconv`), as
-    /// `envgit doctor` shows them.
-    pub named: Vec<(String, String)>,
-}
-
 /// One `section[.subsection].key = value` of a configuration, names lower-cased (but the
 /// subsection's), `None` for a key written without `=`.
 #[derive(Debug, PartialEq, Eq)]
@@ -45,8 +33,10 @@ struct Entry {
     value: Option<String>,
 }
 
-/// What the configurations of the repository at `root` have git run or read from it.
-pub(crate) fn of(root: &Path) -> GitLoads {
+/// What the configurations of the repository at `root` have git run or read from it: each
+/// project path ('/'-separated, relative to the root) with the key that names it
+/// (`core.hookspath`, `diff.txt.textconv`), the hooks directory first.
+pub(crate) fn of(root: &Path) -> Vec<(String, String)> {
     let home = std::env::var_os("HOME").map(PathBuf::from);
     let var = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty());
     // Each layer's entries, with the directory its relative includes start from.
@@ -89,7 +79,7 @@ pub(crate) fn of(root: &Path) -> GitLoads {
         root,
         home: home.as_deref(),
     };
-    let mut loads = GitLoads::default();
+    let mut named: Vec<(String, String)> = Vec::new();
     let mut hooks = None;
     for (dir, entries) in &layers {
         for e in entries {
@@ -114,20 +104,18 @@ pub(crate) fn of(root: &Path) -> GitLoads {
                     .collect()
             };
             for p in paths.into_iter().flatten() {
-                if !loads.files.contains(&p) {
-                    loads.named.push((p.clone(), e.name()));
-                    loads.files.push(p);
+                if !named.iter().any(|(n, _)| *n == p) {
+                    named.push((p, e.name()));
                 }
             }
         }
     }
-    loads.hooks = hooks.and_then(|h| place.resolve(&h, root));
-    if let Some(h) = &loads.hooks {
-        loads
-            .named
-            .insert(0, (h.clone(), "core.hookspath".to_string()));
+    // The last `core.hooksPath` of all the layers is the one git uses.
+    if let Some(h) = hooks.and_then(|h| place.resolve(&h, root)) {
+        named.retain(|(n, _)| *n != h);
+        named.insert(0, (h, "core.hookspath".to_string()));
     }
-    loads
+    named
 }
 
 impl Entry {
@@ -149,8 +137,8 @@ impl Entry {
     fn programs<'v>(&self, value: &'v str) -> Vec<&'v str> {
         let sub = self.subsection.is_some();
         let runs = match (self.section.as_str(), self.key.as_str()) {
-            ("core", "fsmonitor") => !matches!(value, "true" | "false" | "yes" | "no" | "1" | "0"),
-            ("core", "pager" | "editor" | "sshcommand" | "askpass") => !sub,
+            // A boolean (`true`: git's own daemon) names no path.
+            ("core", "fsmonitor" | "pager" | "editor" | "sshcommand" | "askpass") => !sub,
             ("sequence", "editor") | ("interactive", "difffilter") => !sub,
             ("diff", "external") => !sub,
             ("diff", "textconv" | "command") | ("merge", "driver") => sub,

@@ -315,9 +315,10 @@ impl Project {
                 top.insert(name);
             }
         }
-        let git = crate::git_host_config::of(&self.root);
-        let named = git.hooks.into_iter().chain(git.files);
-        for f in named.chain(self.host_loads().files.iter().cloned()) {
+        let by_git = crate::git_host_config::of(&self.root)
+            .into_iter()
+            .map(|(p, _)| p);
+        for f in by_git.chain(self.host_loads().files.iter().cloned()) {
             add_protected(&mut out, f);
         }
         // What the host reaches through a link at, above or below one of them. Most are

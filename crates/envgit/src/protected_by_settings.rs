@@ -8,7 +8,7 @@ use std::path::Path;
 /// (`NODE_OPTIONS`, `git's core.hookspath`).
 pub(crate) fn list(root: &Path) -> Vec<(String, String)> {
     let mut named = crate::host_loads::named_by_environment(root);
-    for (path, key) in crate::git_host_config::of(root).named {
+    for (path, key) in crate::git_host_config::of(root) {
         if !named.iter().any(|(p, _)| *p == path) {
             named.push((path, format!("git's {key}")));
         }
