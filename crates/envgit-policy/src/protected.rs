@@ -160,11 +160,11 @@ pub fn protected_below(rel: &str) -> Option<(&str, &str)> {
     None
 }
 
-/// What a git hook manager reads from a repository's own root at every commit there (the
-/// entries of [`PROTECTED_PATHS`] for husky, pre-commit, lefthook and overcommit, and the
-/// `.githooks` a `core.hooksPath` names by habit): a repository nested in the project has them
-/// at its own root.
-const HOOK_MANAGER_PATHS: &[&str] = &[
+/// What the host runs or reads from a repository's own root (the entries of
+/// [`PROTECTED_PATHS`] for husky, pre-commit, lefthook and overcommit, the `.githooks` a
+/// `core.hooksPath` names by habit, and the other version control systems' repository
+/// configuration): a repository nested in the project has them at its own root.
+const REPOSITORY_ROOT_PATHS: &[&str] = &[
     ".husky",
     ".pre-commit-config.yaml",
     "lefthook.*",
@@ -178,12 +178,22 @@ const HOOK_MANAGER_PATHS: &[&str] = &[
     ".overcommit.yml",
     ".git-hooks",
     ".githooks",
+    ".hg/hgrc",
+    ".hg/hgrc-not-shared",
+    ".hg/sharedpath",
+    ".sl/config",
+    ".jj/repo/config.toml",
 ];
 
-/// For a path relative to a repository's root, the entry of [`HOOK_MANAGER_PATHS`] it is or
-/// lies below (`.husky` for `.husky/pre-commit`, `lefthook.yml` itself).
-pub fn hook_manager_entry(rel: &str) -> Option<&str> {
-    HOOK_MANAGER_PATHS.iter().find_map(|p| {
+/// What makes a directory a repository's root, for the version control systems of
+/// [`REPOSITORY_ROOT_PATHS`]: git's `.git` (a directory, or a file naming one), Mercurial's
+/// `.hg`, Sapling's `.sl`, Jujutsu's `.jj`.
+pub const REPOSITORY_MARKERS: &[&str] = &[".git", ".hg", ".sl", ".jj"];
+
+/// For a path relative to a repository's root, the entry of [`REPOSITORY_ROOT_PATHS`] it is
+/// or lies below (`.husky` for `.husky/pre-commit`, `lefthook.yml` and `.hg/hgrc` themselves).
+pub fn repository_root_entry(rel: &str) -> Option<&str> {
+    REPOSITORY_ROOT_PATHS.iter().find_map(|p| {
         let depth = p.matches('/').count() + 1;
         let mut end = 0;
         for (i, part) in rel.split('/').enumerate() {
@@ -225,31 +235,37 @@ pub fn name_matches(pattern: &str, name: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::{hook_manager_entry, is_protected, name_matches, protected_below};
+    use super::{is_protected, name_matches, protected_below, repository_root_entry};
 
     #[test]
-    fn hook_manager_entries_of_a_repository() {
-        assert_eq!(hook_manager_entry(".husky/pre-commit"), Some(".husky"));
-        assert_eq!(hook_manager_entry("lefthook.yml"), Some("lefthook.yml"));
+    fn entries_at_a_repositorys_root() {
+        assert_eq!(repository_root_entry(".husky/pre-commit"), Some(".husky"));
+        assert_eq!(repository_root_entry("lefthook.yml"), Some("lefthook.yml"));
         assert_eq!(
-            hook_manager_entry(".config/lefthook.yaml"),
+            repository_root_entry(".config/lefthook.yaml"),
             Some(".config/lefthook.yaml")
         );
-        assert_eq!(hook_manager_entry(".githooks/x/y"), Some(".githooks"));
-        assert_eq!(hook_manager_entry("src/.husky"), None);
-        assert_eq!(hook_manager_entry(".config/other.yml"), None);
-        assert_eq!(hook_manager_entry(".huskyx"), None);
+        assert_eq!(repository_root_entry(".githooks/x/y"), Some(".githooks"));
+        assert_eq!(repository_root_entry("src/.husky"), None);
+        assert_eq!(repository_root_entry(".config/other.yml"), None);
+        assert_eq!(repository_root_entry(".huskyx"), None);
+        assert_eq!(repository_root_entry(".hg/hgrc"), Some(".hg/hgrc"));
+        assert_eq!(
+            repository_root_entry(".jj/repo/config.toml"),
+            Some(".jj/repo/config.toml")
+        );
+        assert_eq!(repository_root_entry(".hg/store/data/a.i"), None);
     }
 
-    /// The hook managers' entries of a nested repository are those the root has protected
-    /// (and `.githooks`, protected at the root only when `core.hooksPath` names it).
+    /// The entries at a nested repository's root are those the root has protected (and
+    /// `.githooks`, protected at the root only when `core.hooksPath` names it).
     #[test]
-    fn hook_manager_entries_are_protected_at_the_root() {
-        for entry in super::HOOK_MANAGER_PATHS {
+    fn repository_root_entries_are_protected_at_the_root() {
+        for entry in super::REPOSITORY_ROOT_PATHS {
             let sample = entry.replace('*', "yml");
             assert!(
                 *entry == ".githooks" || is_protected(&sample),
-                "{entry} is a hook manager's, not in PROTECTED_PATHS"
+                "{entry} is a repository's, not in PROTECTED_PATHS"
             );
         }
     }

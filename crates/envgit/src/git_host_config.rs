@@ -37,6 +37,18 @@ struct Entry {
 /// project path ('/'-separated, relative to the root) with the key that names it
 /// (`core.hookspath`, `diff.txt.textconv`), the hooks directory first.
 pub(crate) fn of(root: &Path) -> Vec<(String, String)> {
+    // The repository's own, without following a link a step could have planted.
+    of_repository(root, root, read_nofollow(&root.join(".git/config")).ok())
+}
+
+/// [`of`] for the repository whose work tree is `worktree` (the project's `root` or a
+/// repository nested in it), its `.git/config` given (`None`: it has none; a nested one's as
+/// a snapshot holds it): paths relative to `root`.
+pub(crate) fn of_repository(
+    root: &Path,
+    worktree: &Path,
+    repository_config: Option<Vec<u8>>,
+) -> Vec<(String, String)> {
     let home = std::env::var_os("HOME").map(PathBuf::from);
     let var = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty());
     // Each layer's entries, with the directory its relative includes start from.
@@ -70,11 +82,13 @@ pub(crate) fn of(root: &Path) -> Vec<(String, String)> {
             }
         }
     }
-    // The repository's own, without following a link a step could have planted.
-    if let Ok(bytes) = read_nofollow(&root.join(".git/config")) {
-        layers.push((root.join(".git"), parse(&bytes)));
+    if let Some(bytes) = repository_config {
+        layers.push((worktree.join(".git"), parse(&bytes)));
     }
-    layers.push((root.to_path_buf(), from_environment(std::env::vars_os())));
+    layers.push((
+        worktree.to_path_buf(),
+        from_environment(std::env::vars_os()),
+    ));
     let place = Place {
         root,
         home: home.as_deref(),
@@ -96,11 +110,11 @@ pub(crate) fn of(root: &Path) -> Vec<(String, String)> {
                 vec![place.resolve(value, dir)]
             } else if e.is("init", "templatedir") {
                 // Copied into every repository the person makes or clones, hooks included.
-                vec![place.resolve(value, root)]
+                vec![place.resolve(value, worktree)]
             } else {
                 e.programs(value)
                     .into_iter()
-                    .map(|p| place.resolve(p, root))
+                    .map(|p| place.resolve(p, worktree))
                     .collect()
             };
             for p in paths.into_iter().flatten() {
@@ -111,7 +125,7 @@ pub(crate) fn of(root: &Path) -> Vec<(String, String)> {
         }
     }
     // The last `core.hooksPath` of all the layers is the one git uses.
-    if let Some(h) = hooks.and_then(|h| place.resolve(&h, root)) {
+    if let Some(h) = hooks.and_then(|h| place.resolve(&h, worktree)) {
         named.retain(|(n, _)| *n != h);
         named.insert(0, (h, "core.hookspath".to_string()));
     }

@@ -2,6 +2,7 @@
 
 mod agents;
 mod approvers;
+mod below_root;
 mod cli;
 mod commands;
 mod demo;

@@ -16,6 +16,12 @@ pub(crate) fn of(root: &Path, path: &Path) -> Option<String> {
     relative(root, &dir.join(normal.file_name()?))
 }
 
+/// Whether the project path `path` is `top` or lies below it.
+pub(crate) fn is_at_or_below(path: &str, top: &str) -> bool {
+    path.strip_prefix(top)
+        .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+}
+
 /// The words of a command line that name files by path: its program (`./tools/st.sh`) and
 /// the scripts it is given (`sh tools/st.sh`, `node scripts/x.js`); not an option, not a URL,
 /// not a bare name (found on `PATH`, which other checks cover). Quotes around a word go; a

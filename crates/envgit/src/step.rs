@@ -292,7 +292,13 @@ fn snapshot_checked(
         nested_paths.extend(unfiltered);
         let mut protected = s.protected.to_vec();
         protected.extend(nested_paths.iter().cloned());
-        protected.extend(protected_below_changed(store, &before, &changes)?);
+        let root = snapshot.work_tree().map(|wt| wt.root().to_path_buf());
+        protected.extend(crate::below_root::protected_below_changed(
+            store,
+            root.as_deref(),
+            &before,
+            &changes,
+        )?);
         if let Some(wt) = snapshot.work_tree() {
             let (from_snapshot, after) =
                 envgit_store::put_back(store, wt, &before, &tree, &protected)?;
@@ -310,49 +316,6 @@ fn snapshot_checked(
         note_nested_put_back(&nested_back, &forged, draft);
     }
     Ok((tree, report, rescanned))
-}
-
-/// What the step changed below the root that the host runs from there: editor and agent
-/// configuration ([`envgit_policy::PROTECTED_NAMES_BELOW`]: `packages/web/.vscode`) in a
-/// directory that was there before the step, which the person opens; and a hook manager's
-/// files at the root of a repository nested in the project that was there before the step
-/// (`libs/z/.husky`), which its installed hooks run at the person's commit there. What the step
-/// made (a clone, a scaffold) is its own work, which the person looks at first (a new
-/// repository's hooks are checked with its `.git`).
-fn protected_below_changed(
-    store: &Store,
-    before: &ObjectId,
-    changes: &[envgit_store::EntryDiff],
-) -> CmdResult<Vec<String>> {
-    let mut out: Vec<String> = Vec::new();
-    let mut add = |target: &str| {
-        if !out.iter().any(|t| t == target) {
-            out.push(target.to_string());
-        }
-    };
-    for change in changes {
-        let Ok(path) = std::str::from_utf8(&change.path) else {
-            continue;
-        };
-        if let Some((target, dir)) = envgit_policy::protected_below(path)
-            && envgit_store::entry_at(store, before, dir)?.is_some()
-        {
-            add(target);
-        }
-        // Each `DIR/` on the path where a hook manager's entry starts, innermost first.
-        let starts: Vec<usize> = path.match_indices('/').map(|(i, _)| i).collect();
-        for &slash in starts.iter().rev() {
-            let Some(entry) = envgit_policy::hook_manager_entry(&path[slash + 1..]) else {
-                continue;
-            };
-            let repo = &path[..slash];
-            if envgit_store::entry_at(store, before, &format!("{repo}/.git"))?.is_some() {
-                add(&format!("{repo}/{entry}"));
-                break;
-            }
-        }
-    }
-    Ok(out)
 }
 
 /// The snapshot after a sandboxed step failed, or what follows it did: the nested

@@ -663,6 +663,54 @@ fn a_mercurial_repositorys_configuration_is_protected() {
     );
 }
 
+/// A Mercurial repository nested in the project (a vendored checkout the person runs `hg` in):
+/// a hook a step adds to its `.hg/hgrc` must not run there either. One the step cloned itself
+/// keeps its own configuration.
+#[test]
+fn a_nested_mercurial_repositorys_configuration_is_put_back() {
+    let env = Env::new();
+    let marker = env.tmp.path().join("pwned");
+    let hg = |dir: &str, args: &[&str]| {
+        Command::new("hg")
+            .args(args)
+            .current_dir(env.path(dir))
+            .env("HOME", env.user_home())
+            .env("HGUSER", "Person <p@example.invalid>")
+            .env("HGRCPATH", "")
+            .output()
+            .unwrap()
+    };
+    std::fs::create_dir_all(env.user_home()).unwrap();
+    env.write("a.txt", "a\n");
+    env.write("vendor/h/lib.txt", "h\n");
+    assert!(hg("vendor/h", &["init"]).status.success());
+    env.write(
+        "vendor/h/.hg/hgrc",
+        "[ui]\nusername = Person <p@example.invalid>\n",
+    );
+    env.envgit(&["init"]).ok();
+    let script = format!(
+        "printf '[hooks]\\npre-status = echo pwned >> {m}\\n' >> vendor/h/.hg/hgrc; \
+         mkdir -p vendor/new/.hg && echo '[ui]' > vendor/new/.hg/hgrc; \
+         echo hh >> vendor/h/lib.txt; echo planted",
+        m = marker.display()
+    );
+    let out = env.envgit(&["run", "sh", "-c", &script]).ran_to("planted");
+    let status = hg("vendor/h", &["status"]);
+    assert!(
+        !marker.exists(),
+        "the person's hg in the nested repository ran the hook the step added\n{}\n--- the step:\n{}",
+        String::from_utf8_lossy(&status.stderr),
+        out.stderr
+    );
+    assert_eq!(
+        env.read("vendor/h/.hg/hgrc"),
+        "[ui]\nusername = Person <p@example.invalid>\n"
+    );
+    assert_eq!(env.read("vendor/h/lib.txt"), "h\nhh\n");
+    assert_eq!(env.read("vendor/new/.hg/hgrc"), "[ui]\n");
+}
+
 /// Editor and agent configuration in a subfolder the person opens (VS Code's trust of a folder
 /// covers its subfolders; an agent started there reads its own): a step's new
 /// `packages/web/.vscode/tasks.json` or `.claude/settings.json` there goes, as at the root. A
@@ -758,6 +806,77 @@ fn a_nested_repositorys_hook_manager_files_are_put_back() {
     );
     assert_eq!(env.read("libs/z/lib.txt"), "z\nzz\n");
     assert!(env.path("new/.githooks/pre-commit").exists());
+}
+
+/// What git configuration has the person's git run from a nested repository, beyond a hook
+/// manager's files: that repository's own `core.hooksPath` (`.config/hooks`) and a `!` alias's
+/// script, and the person's global `core.hooksPath = scripts/hooks`, which every repository's
+/// `scripts/hooks` answers, the nested ones' too. The person's commit and `git st` there must
+/// not run what the step wrote.
+#[test]
+fn what_a_nested_repositorys_git_configuration_runs_is_put_back() {
+    let env = Env::new();
+    let marker = env.tmp.path().join("pwned");
+    std::fs::create_dir_all(env.user_home()).unwrap();
+    std::fs::write(
+        env.user_home().join(".gitconfig"),
+        "[core]\n\thooksPath = scripts/hooks\n",
+    )
+    .unwrap();
+    env.write("a.txt", "a\n");
+    // `z` names its own hooks directory and an alias; `y` follows the person's global one.
+    for repo in ["libs/z", "libs/y"] {
+        let dir = env.path(repo);
+        std::fs::create_dir_all(&dir).unwrap();
+        env.git(&dir, &["init", "-q", "-b", "main"]);
+        env.write(&format!("{repo}/lib.txt"), "lib\n");
+    }
+    let z = env.path("libs/z");
+    env.git(&z, &["config", "core.hooksPath", ".config/hooks"]);
+    env.git(&z, &["config", "alias.st", "!./tools/st.sh"]);
+    for hook in [
+        "libs/z/.config/hooks/pre-commit",
+        "libs/y/scripts/hooks/pre-commit",
+    ] {
+        env.write(hook, ORIGINAL_HOOK);
+        std::fs::set_permissions(env.path(hook), std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    env.envgit(&["init"]).ok();
+    let script = format!(
+        "printf '#!/bin/sh\\necho pwned >> {m}\\n' > evil; chmod +x evil; \
+         cp evil libs/z/.config/hooks/pre-commit; mkdir -p libs/z/tools; cp evil libs/z/tools/st.sh; \
+         cp evil libs/y/scripts/hooks/pre-commit; echo yy >> libs/y/lib.txt; echo planted",
+        m = marker.display()
+    );
+    let out = env.envgit(&["run", "sh", "-c", &script]).ran_to("planted");
+    for (repo, args) in [
+        (
+            "libs/z",
+            &["commit", "-q", "--allow-empty", "-m", "the person's"][..],
+        ),
+        ("libs/z", &["st"][..]),
+        (
+            "libs/y",
+            &["commit", "-q", "--allow-empty", "-m", "the person's"][..],
+        ),
+    ] {
+        let ran = env.host_git(&env.path(repo)).args(args).output().unwrap();
+        assert!(
+            !marker.exists(),
+            "the person's `git {}` in {repo} ran what the step wrote\n{}\n--- the step:\n{}",
+            args.join(" "),
+            String::from_utf8_lossy(&ran.stderr),
+            out.stderr
+        );
+    }
+    assert!(
+        out.stderr
+            .contains("libs/z/.config/hooks changed during the step and was put back"),
+        "{}",
+        out.stderr
+    );
+    assert!(!env.path("libs/z/tools/st.sh").exists(), "{}", out.stderr);
+    assert_eq!(env.read("libs/y/lib.txt"), "lib\nyy\n");
 }
 
 /// The person's `PATH` with `dirs` of the project first, as an activated virtualenv
