@@ -16,8 +16,9 @@
 
 use std::collections::HashMap;
 use std::path::Path;
+use std::rc::Rc;
 
-use envgit_store::{EntryDiff, EntryKind, ObjectId, Store};
+use envgit_store::{EntryDiff, EntryKind, ObjectId, Store, Tree};
 
 use crate::failure::CmdResult;
 
@@ -38,7 +39,7 @@ pub(crate) fn protected_below_changed(
     let mut repositories = NestedRepositories {
         store,
         before,
-        known: HashMap::new(),
+        trees: HashMap::new(),
     };
     // Per nested repository: the project paths its git configuration names.
     let mut named_in: HashMap<String, Vec<String>> = HashMap::new();
@@ -74,12 +75,13 @@ pub(crate) fn protected_below_changed(
 }
 
 /// The repositories nested in the project that were there before the step: a directory of
-/// `before` holding one of [`envgit_policy::REPOSITORY_MARKERS`], each directory looked at
-/// once (a step's thousands of changes share their directories).
+/// `before` holding one of [`envgit_policy::REPOSITORY_MARKERS`]. Each directory's tree is
+/// read once, from its parent's (a step's thousands of changes share their directories).
 struct NestedRepositories<'a> {
     store: &'a Store,
     before: &'a ObjectId,
-    known: HashMap<String, bool>,
+    /// A directory's tree in `before` (`None`: not a directory there); the root's is `""`'s.
+    trees: HashMap<String, Option<Rc<Tree>>>,
 }
 
 impl NestedRepositories<'_> {
@@ -88,28 +90,35 @@ impl NestedRepositories<'_> {
         let slashes: Vec<usize> = path.match_indices('/').map(|(i, _)| i).collect();
         for &slash in slashes.iter().rev() {
             let dir = &path[..slash];
-            if self.is_repository(dir)? {
+            let is_repository = self.tree(dir)?.is_some_and(|t| {
+                envgit_policy::REPOSITORY_MARKERS
+                    .iter()
+                    .any(|m| t.get(m.as_bytes()).is_some())
+            });
+            if is_repository {
                 return Ok(Some((dir, &path[slash + 1..])));
             }
         }
         Ok(None)
     }
 
-    fn is_repository(&mut self, dir: &str) -> CmdResult<bool> {
-        if let Some(&known) = self.known.get(dir) {
-            return Ok(known);
+    fn tree(&mut self, dir: &str) -> CmdResult<Option<Rc<Tree>>> {
+        if let Some(known) = self.trees.get(dir) {
+            return Ok(known.clone());
         }
-        let is = match envgit_store::entry_at(self.store, self.before, dir)? {
-            Some(e) if e.kind == EntryKind::Dir => {
-                let tree = self.store.read_tree(&e.id)?;
-                envgit_policy::REPOSITORY_MARKERS
-                    .iter()
-                    .any(|m| tree.get(m.as_bytes()).is_some())
-            }
-            _ => false,
+        if dir.is_empty() {
+            let root = Some(Rc::new(self.store.read_tree(self.before)?));
+            self.trees.insert(String::new(), root.clone());
+            return Ok(root);
+        }
+        let (parent, name) = dir.rsplit_once('/').unwrap_or(("", dir));
+        let parent = self.tree(parent)?;
+        let tree = match parent.as_deref().and_then(|p| p.get(name.as_bytes())) {
+            Some(e) if e.kind == EntryKind::Dir => Some(Rc::new(self.store.read_tree(&e.id)?)),
+            _ => None,
         };
-        self.known.insert(dir.to_string(), is);
-        Ok(is)
+        self.trees.insert(dir.to_string(), tree.clone());
+        Ok(tree)
     }
 }
 
