@@ -50,15 +50,20 @@ pub const PROTECTED_PATHS: &[&str] = &[
     ".git-hooks",
     // mise's shell hook loads the project's configuration at every prompt once the person
     // trusted it, by its path, not its content (`_.source` runs a script, `[hooks]` commands):
-    // its files at the root (`mise.toml`, `.mise.local.toml`, `mise.ENV.toml`, …) and under
-    // `.mise/`, `mise/`, `.config/`.
+    // its files at the root (`mise.toml`, `.mise.local.toml`, `mise.ENV.toml`, …), the
+    // directories `.mise/`, `.config/mise/` (`config.toml`, `config.ENV.toml`, `conf.d/*.toml`),
+    // `mise/`'s configuration (a project's `mise/` may hold its code), `.config/mise.toml`
+    // and `.config/mise.local.toml` (the person's `MISE_ENV` names more there and in `mise/`:
+    // `envgit`'s `host_loads` adds them).
     "mise.*",
     ".mise.*",
     ".mise",
     "mise/config.toml",
     "mise/config.local.toml",
+    "mise/conf.d",
     ".config/mise",
     ".config/mise.toml",
+    ".config/mise.local.toml",
     ".miserc.toml",
     ".config/miserc.toml",
     // Editor and agent configuration that runs commands when the project is opened.
@@ -365,6 +370,8 @@ mod tests {
             (".mise.local.toml", true),
             (".mise/config.toml", true),
             ("mise/config.local.toml", true),
+            ("mise/conf.d/x.toml", true),
+            (".config/mise.local.toml", true),
             ("mise/src/main.rs", false),
             (".config/mise/conf.d/x.toml", true),
             (".config/mise.toml", true),

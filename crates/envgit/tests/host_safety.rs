@@ -513,6 +513,79 @@ fn a_directory_deeper_in_the_project_that_mise_trusts_is_protected_like_the_root
     );
 }
 
+/// mise loads more than `mise.toml` from a directory it trusts: `conf.d/*.toml` under
+/// `mise/` and `.config/mise/`, `.config/mise.local.toml`, and with the person's `MISE_ENV=dev`
+/// `mise.dev.toml`, `.config/mise.dev.toml`, `mise/config.dev.toml`. At the root and in a
+/// trusted directory deeper in the project, a step writes each; the person's prompt in either
+/// must not run what they source.
+#[test]
+fn every_configuration_mise_loads_in_a_trusted_directory_is_protected() {
+    let mise = mise();
+    let env = Env::new();
+    env.write("a.txt", "a\n");
+    for dir in [".", "packages/web"] {
+        env.write(&format!("{dir}/mise.toml"), "[env]\nGREETING = \"hi\"\n");
+        let out = as_the_person_with_mise_in(
+            &env,
+            &env.path(dir),
+            &mise,
+            &[mise.to_str().unwrap(), "trust", "mise.toml"],
+        );
+        assert!(out.status.success(), "{out:?}");
+    }
+    env.envgit(&["init"]).ok();
+    let marker = env.tmp.path().join("MARKER");
+    let names = [
+        "mise/conf.d/x.toml",
+        ".config/mise/conf.d/x.toml",
+        ".config/mise.local.toml",
+        ".config/mise.dev.toml",
+        "mise.dev.toml",
+        "mise/config.dev.toml",
+    ];
+    let mut attack = format!("printf 'echo pwned >> {}\\n' > evil.sh; ", marker.display());
+    for dir in [".", "packages/web"] {
+        for name in names {
+            let path = format!("{dir}/{name}");
+            let evil = env.path("evil.sh");
+            attack.push_str(&format!(
+                "mkdir -p $(dirname {path}) && printf '[env]\\n_.source = \"{}\"\\n' > {path}; ",
+                evil.display()
+            ));
+        }
+    }
+    attack.push_str("echo planted");
+    let out = Run::from(
+        env.cmd(&env.project)
+            .env("MISE_STATE_DIR", env.user_home().join(".local/state/mise"))
+            .env("MISE_ENV", "dev")
+            .args(["run", "sh", "-c", &attack])
+            .output()
+            .unwrap(),
+    )
+    .ran_to("planted");
+    for dir in [".", "packages/web"] {
+        let prompt = as_the_person_with_mise_in(
+            &env,
+            &env.path(dir),
+            &mise,
+            &[
+                "env",
+                "MISE_ENV=dev",
+                "bash",
+                "-c",
+                "eval \"$(\"$MISE_BIN\" hook-env -s bash)\"; echo \"GREETING=$GREETING\"",
+            ],
+        );
+        assert!(
+            !marker.exists(),
+            "the person's prompt in {dir} ran what the step wrote into mise's configuration: \
+             {prompt:?}\n--- the step:\n{}",
+            out.stderr
+        );
+    }
+}
+
 /// Configuration that other hook managers, environment managers, editors and coding agents
 /// read from the project and run commands from when the person uses them there (MCP servers
 /// they start, language servers, hook scripts): the agent's step writes each, and none is left

@@ -2,6 +2,8 @@
 //! variables and puts `env._.path` (and a `env._.python.venv`'s `bin`) first on `PATH` at every
 //! prompt in a trusted project. Paths are relative to the project (mise's `config_root`).
 
+use std::ffi::OsString;
+
 use toml::{Table, Value};
 
 use super::{HostLoads, add, join};
@@ -40,6 +42,66 @@ pub(super) fn parse(text: &str) -> HostLoads {
     out
 }
 
+/// mise's configuration files in a directory it trusts, for the environments the person's
+/// `MISE_ENV` names (`mise.dev.toml` then too), relative to that directory.
+pub(super) struct ConfigNames {
+    /// The files to read for what they load (a `conf.d/*.toml` is not read: see `protect`).
+    pub read: Vec<String>,
+    /// What to protect: the files above outside `.mise/` and `.config/mise/`, and those
+    /// directories whole (`conf.d/` with them), `mise/conf.d/` too.
+    pub protect: Vec<String>,
+}
+
+/// mise's directories of configuration (`config.toml`, `config.ENV.toml`, `conf.d/*.toml`).
+const CONFIG_DIRS: &[&str] = &[".mise", "mise", ".config/mise"];
+
+/// Those protected whole; in `mise/`, which may hold a project's code, its configuration only.
+const WHOLE_CONFIG_DIRS: &[&str] = &[".mise", ".config/mise", "mise/conf.d"];
+
+/// Files named after mise beside them (`mise.toml`, `.mise.local.toml`, `.config/mise.ENV.toml`).
+const CONFIG_STEMS: &[&str] = &["mise", ".mise", ".config/mise"];
+
+pub(super) fn config_names(mise_envs: &[String]) -> ConfigNames {
+    let mut suffixes = vec![".toml".to_string(), ".local.toml".to_string()];
+    for e in mise_envs {
+        suffixes.push(format!(".{e}.toml"));
+        suffixes.push(format!(".{e}.local.toml"));
+    }
+    let mut names = ConfigNames {
+        read: Vec::new(),
+        protect: WHOLE_CONFIG_DIRS.iter().map(|d| d.to_string()).collect(),
+    };
+    for suffix in &suffixes {
+        for stem in CONFIG_STEMS {
+            names.read.push(format!("{stem}{suffix}"));
+            names.protect.push(format!("{stem}{suffix}"));
+        }
+        for dir in CONFIG_DIRS {
+            names.read.push(format!("{dir}/config{suffix}"));
+        }
+        names.protect.push(format!("mise/config{suffix}"));
+    }
+    names
+}
+
+/// The environments the person's `MISE_ENV` (or the older `MISE_PROFILE`) names, for mise's
+/// `mise.ENV.toml` files; a name that is not one file name's part is left out.
+pub(super) fn environments(vars: impl Iterator<Item = (OsString, OsString)>) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for (k, v) in vars {
+        if k != "MISE_ENV" && k != "MISE_PROFILE" {
+            continue;
+        }
+        for e in v.to_string_lossy().split(',').map(str::trim) {
+            let plain = !e.is_empty() && e != "." && e != ".." && !e.contains('/');
+            if plain && !out.iter().any(|o| o == e) {
+                out.push(e.to_string());
+            }
+        }
+    }
+    out
+}
+
 /// A directive's paths: a string, a table with `path`, or an array of either.
 fn paths(v: Option<&Value>) -> Vec<&str> {
     match v {
@@ -53,6 +115,37 @@ fn paths(v: Option<&Value>) -> Vec<&str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_configuration_names_of_a_directory_with_the_persons_environments() {
+        let vars = [("MISE_ENV", "dev, ci,../x"), ("PATH", "/bin")]
+            .map(|(k, v)| (OsString::from(k), OsString::from(v)));
+        let envs = environments(vars.into_iter());
+        assert_eq!(envs, ["dev", "ci"]);
+        let names = config_names(&envs);
+        for read in [
+            "mise.toml",
+            ".mise.local.toml",
+            ".config/mise.local.toml",
+            "mise.dev.toml",
+            ".config/mise.ci.local.toml",
+            "mise/config.dev.toml",
+            ".config/mise/config.toml",
+        ] {
+            assert!(names.read.iter().any(|n| n == read), "{read}");
+        }
+        for protected in [
+            ".mise",
+            ".config/mise",
+            "mise/conf.d",
+            "mise/config.dev.toml",
+            "mise.dev.toml",
+            ".config/mise.dev.toml",
+        ] {
+            assert!(names.protect.iter().any(|n| n == protected), "{protected}");
+        }
+        assert!(!names.protect.iter().any(|n| n == "mise"));
+    }
 
     #[test]
     fn what_its_shell_hook_sources_reads_and_puts_on_path() {

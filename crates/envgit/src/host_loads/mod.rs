@@ -31,18 +31,6 @@ pub(crate) struct HostLoads {
     pub path_dirs: Vec<String>,
 }
 
-/// mise's project configuration files (see `envgit_policy::PROTECTED_PATHS`).
-const MISE_CONFIGS: &[&str] = &[
-    "mise.toml",
-    "mise.local.toml",
-    ".mise.toml",
-    ".mise.local.toml",
-    ".config/mise.toml",
-    ".config/mise/config.toml",
-    ".mise/config.toml",
-    "mise/config.toml",
-];
-
 /// lefthook's configuration files, in each format (see `envgit_policy::PROTECTED_PATHS`).
 const LEFTHOOK_CONFIGS: &[&str] = &[
     "lefthook",
@@ -97,21 +85,30 @@ pub(crate) fn of(root: &Path) -> HostLoads {
             loads.merge(direnv::parse(&text, |rel| root.join(rel).is_dir()));
         }
     }
-    for config in MISE_CONFIGS {
+    // mise's configuration at the root is protected by name (`envgit_policy::PROTECTED_PATHS`),
+    // but for the names the person's `MISE_ENV` adds under `.config/`.
+    let mise_names = mise::config_names(&mise::environments(std::env::vars_os()));
+    for config in &mise_names.read {
         if let Some(text) = read(config) {
             loads.merge(mise::parse(&text));
+        }
+    }
+    for name in &mise_names.protect {
+        if !envgit_policy::is_protected(name) {
+            add_rel(name.clone(), &mut loads.files);
         }
     }
     // Directories deeper in the project that mise trusts: their configuration (there or not
     // yet: mise would load a new one) and what it loads, relative to that directory.
     let trusted = mise_trust::inside(root);
     for dir in &trusted.dirs {
-        for config in MISE_CONFIGS {
-            let rel = join(dir, config);
-            if let Some(text) = read(&rel) {
+        for config in &mise_names.read {
+            if let Some(text) = read(&join(dir, config)) {
                 loads.merge(mise::parse(&text).under(dir));
             }
-            add_rel(rel, &mut loads.files);
+        }
+        for name in &mise_names.protect {
+            add_rel(join(dir, name), &mut loads.files);
         }
     }
     for file in &trusted.files {
