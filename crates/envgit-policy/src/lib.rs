@@ -34,8 +34,8 @@ pub use network::{
     resolved_private_reason, vet_address, websocket_allowed,
 };
 pub use protected::{
-    PROTECTED_NAMES_BELOW, PROTECTED_PATHS, REPOSITORY_MARKERS, is_protected, name_matches,
-    protected_below, repository_root_entry,
+    PROTECTED_NAMES_BELOW, PROTECTED_PATHS, REPOSITORY_MARKERS, REPOSITORY_ROOT_PATHS,
+    is_protected, name_matches, protected_below, repository_root_entry,
 };
 pub use request::{
     BODY_PREFIX_MAX, PathError, RequestDecision, RequestInfo, default_preset_ids, normalize_path,

@@ -169,7 +169,7 @@ pub fn protected_below(rel: &str) -> Option<(&str, &str)> {
 /// [`PROTECTED_PATHS`] for husky, pre-commit, lefthook and overcommit, the `.githooks` a
 /// `core.hooksPath` names by habit, and the other version control systems' repository
 /// configuration): a repository nested in the project has them at its own root.
-const REPOSITORY_ROOT_PATHS: &[&str] = &[
+pub const REPOSITORY_ROOT_PATHS: &[&str] = &[
     ".husky",
     ".pre-commit-config.yaml",
     "lefthook.*",

@@ -3,6 +3,7 @@
 
 use std::os::fd::AsFd;
 
+use crate::below_root::PROTECTED_RULE;
 use crate::error::{IoContext, Result};
 use crate::gitlayer::GIT_DATA_ONLY_RULE;
 use crate::journal;
@@ -181,6 +182,7 @@ impl Store {
             &config,
             &owed.before,
             begun.started_at_ms,
+            &owed.below,
         );
         if let Some(e) = &done.unchecked {
             let said = unchecked(e);
@@ -198,6 +200,18 @@ impl Store {
             refusals.push(Refusal {
                 what: format!("write {p}"),
                 rule: rule.into(),
+            });
+        }
+        for p in &done.put_back_below {
+            let said = format!(
+                "{p} was changed by a step whose envgit was killed before its end, and was put \
+                 back: the host runs it from there (rule {PROTECTED_RULE})"
+            );
+            notes.push(said.clone());
+            self.recovery_warnings.push(said);
+            refusals.push(Refusal {
+                what: format!("write {p}"),
+                rule: PROTECTED_RULE.into(),
             });
         }
         for (p, e) in &done.failed {

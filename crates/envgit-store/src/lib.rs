@@ -9,6 +9,7 @@
 //! [`Store`]'s reads and writes.
 
 mod backend;
+mod below_root;
 pub mod beneath;
 mod budget;
 mod byte_cursor;
@@ -63,6 +64,7 @@ mod worktree;
 mod write;
 
 pub use backend::{ObjectBackend, ObjectInfo, Untabled};
+pub use below_root::{BelowRoot, PROTECTED_RULE};
 pub use budget::BudgetLimit;
 pub use change_log::{ChangeLog, ChangeToken, RootGone, Since};
 pub use change_note::ChangeNote;

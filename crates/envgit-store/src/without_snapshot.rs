@@ -14,6 +14,7 @@ use std::path::Path;
 use rustix::fs::FileType;
 use rustix::io::Errno;
 
+use crate::below_root::{BelowRoot, FoundBelow};
 use crate::beneath::{self, cstr, depth_of, join_rel, lstat, parent_rel};
 use crate::error::{IoContext, Result, StoreError};
 use crate::exclude::Excludes;
@@ -38,6 +39,9 @@ pub struct EndedWithoutSnapshot {
     /// Why the nested repositories could not be checked at all (the tree before the step
     /// could not be read): nothing is known of what the step changed there.
     pub unchecked: Option<StoreError>,
+    /// What the host runs from below the root ([`BelowRoot`]) put back: changed since the step
+    /// began.
+    pub put_back_below: Vec<String>,
 }
 
 /// What a sandboxed step's end owes the project should its envgit die before making it: the
@@ -49,6 +53,10 @@ pub struct OwedEnd {
     /// `snapshot.exclude`, as the policy gives it.
     pub exclude: Vec<String>,
     pub max_file_size: u64,
+    /// What the host runs from below the root, to look for (none in a record written before
+    /// envgit looked).
+    #[serde(default)]
+    pub below: BelowRoot,
 }
 
 /// Ends a step begun at `since_ms` from the tree `before` it, without a snapshot after it, in
@@ -60,12 +68,24 @@ pub fn end_without_snapshot(
     config: &ScanConfig,
     before: &ObjectId,
     since_ms: u64,
+    below: &BelowRoot,
 ) -> EndedWithoutSnapshot {
-    let found = walk(root, &config.excludes);
+    let found = walk(root, &config.excludes, below);
     let mut out = EndedWithoutSnapshot {
         setid: clear_setid(root, &changed_since(&found.setid, since_ms)),
         ..EndedWithoutSnapshot::default()
     };
+    match below.changed(store, root, before, &found.below, since_ms) {
+        Ok(targets) => {
+            for target in targets {
+                match put_back_path(store, root, before, &target) {
+                    Ok(()) => out.put_back_below.push(target),
+                    Err(e) => out.failed.push((target, e)),
+                }
+            }
+        }
+        Err(e) => out.unchecked = Some(e),
+    }
     match nested_code_on_disk(store, root, config.max_file_size, before, &found.gits) {
         Ok(targets) => {
             for target in targets {
@@ -87,11 +107,13 @@ struct Found {
     gits: Vec<Vec<u8>>,
     /// Every regular file with a setuid or setgid bit.
     setid: Vec<SetidFile>,
+    /// What [`BelowRoot`] looks for.
+    below: FoundBelow,
 }
 
 /// The project below `root`, as the scan sees it: excluded directories and what lies deeper
 /// than its limit are left out, and so is the project's own `.git` (the git layer's).
-fn walk(root: BorrowedFd<'_>, excludes: &Excludes) -> Found {
+fn walk(root: BorrowedFd<'_>, excludes: &Excludes, below: &BelowRoot) -> Found {
     let mut found = Found::default();
     let mut dirs: Vec<Vec<u8>> = vec![Vec::new()];
     while let Some(rel) = dirs.pop() {
@@ -111,6 +133,7 @@ fn walk(root: BorrowedFd<'_>, excludes: &Excludes) -> Found {
             };
             let kind = beneath::file_type(&st);
             let is_dir = kind == FileType::Directory;
+            below.note(&rel, name.to_bytes(), &child, &mut found.below);
             if name.to_bytes() == b".git" {
                 if !rel.is_empty() {
                     found.gits.push(child);
@@ -316,7 +339,14 @@ mod tests {
         .collect();
         assert_eq!(expected, want, "the diff's own answer changed");
 
-        let done = end_without_snapshot(&store, wt.root_fd(), wt.config(), &before_tree, since);
+        let done = end_without_snapshot(
+            &store,
+            wt.root_fd(),
+            wt.config(),
+            &before_tree,
+            since,
+            &BelowRoot::default(),
+        );
         assert!(
             done.failed.is_empty() && done.unchecked.is_none(),
             "{done:?}"

@@ -202,6 +202,7 @@ impl Project {
             before,
             exclude: snap.exclude.clone(),
             max_file_size: snap.max_file_size,
+            below: below_root_checks(),
         }
     }
 
@@ -336,6 +337,17 @@ impl Project {
             }
         }
         out
+    }
+}
+
+/// What the host runs from below the root, for a step's end without a snapshot to look for on
+/// disk ([`envgit_store::BelowRoot`]): the policy's lists.
+pub(crate) fn below_root_checks() -> envgit_store::BelowRoot {
+    let owned = |list: &[&str]| list.iter().map(|s| s.to_string()).collect();
+    envgit_store::BelowRoot {
+        names: owned(envgit_policy::PROTECTED_NAMES_BELOW),
+        repository_markers: owned(envgit_policy::REPOSITORY_MARKERS),
+        repository_root_entries: owned(envgit_policy::REPOSITORY_ROOT_PATHS),
     }
 }
 

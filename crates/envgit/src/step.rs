@@ -331,8 +331,14 @@ fn end_without_snapshot(
         return;
     };
     let rule = crate::git_layer::RULE;
-    let done =
-        envgit_store::end_without_snapshot(store, wt.root_fd(), wt.config(), before, started_at_ms);
+    let done = envgit_store::end_without_snapshot(
+        store,
+        wt.root_fd(),
+        wt.config(),
+        before,
+        started_at_ms,
+        &crate::project::below_root_checks(),
+    );
     if let Some(e) = &done.unchecked {
         output::error(&format!(
             "the step's snapshot failed, and so did the look for code it left in \
@@ -347,6 +353,13 @@ fn end_without_snapshot(
              step's snapshot failed)"
         ));
     }
+    for p in &done.put_back_below {
+        output::warn(&format!(
+            "{p} changed during the step and was put back: the host runs it from there (rule \
+             {}; found on disk, as the step's snapshot failed)",
+            envgit_store::PROTECTED_RULE
+        ));
+    }
     for (p, e) in &done.failed {
         output::error(&format!(
             "{p} of a repository inside the project changed during the step and could not be \
@@ -355,6 +368,7 @@ fn end_without_snapshot(
     }
     crate::owner::say_setid_cleared(&done.setid);
     snapshot.mark_written(&done.put_back);
+    snapshot.mark_written(&done.put_back_below);
 }
 
 /// A write of the step's to `path` that envgit undid: said (`said` names the rule) and

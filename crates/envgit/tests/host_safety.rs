@@ -233,6 +233,92 @@ fn after_a_kill_9_the_next_command_puts_back_and_records_the_step() {
     env.host_commit_runs_no_planted_hook(&marker);
 }
 
+/// `kill -9` of envgit in the middle of a step that planted what the host runs below the root:
+/// editor configuration in a subfolder, a nested repository's hook manager file, a nested
+/// Mercurial repository's hook. No snapshot follows such a step, so the next envgit command
+/// finds them on disk (changed since the step began) and puts them back.
+#[test]
+fn after_a_kill_9_what_the_step_planted_below_the_root_goes_back() {
+    let env = Env::new();
+    let marker = env.tmp.path().join("MARKER");
+    env.write("a.txt", "a\n");
+    env.write("packages/web/index.js", "module.exports = 1;\n");
+    env.write(
+        "packages/api/.vscode/settings.json",
+        "{\"the\": \"person's\"}\n",
+    );
+    let z = env.path("libs/z");
+    std::fs::create_dir_all(&z).unwrap();
+    env.git(&z, &["init", "-q", "-b", "main"]);
+    env.git(&z, &["config", "core.hooksPath", ".husky"]);
+    env.write("libs/z/lib.txt", "z\n");
+    env.write("vendor/h/lib.txt", "h\n");
+    let hg_init = Command::new("hg")
+        .arg("init")
+        .current_dir(env.path("vendor/h"))
+        .env("HGRCPATH", "")
+        .output()
+        .unwrap();
+    assert!(hg_init.status.success(), "{hg_init:?}");
+    env.write("vendor/h/.hg/hgrc", "[ui]\n");
+    env.envgit(&["init"]).ok();
+    let attack = format!(
+        "printf '#!/bin/sh\\necho pwned >> {m}\\n' > evil; chmod +x evil; \
+         mkdir -p packages/web/.vscode libs/z/.husky && \
+         echo '{{\"tasks\": [{{\"runOptions\": {{\"runOn\": \"folderOpen\"}}}}]}}' > packages/web/.vscode/tasks.json && \
+         echo '{{\"the\": \"agent\"}}' > packages/api/.vscode/settings.json && \
+         cp evil libs/z/.husky/pre-commit && \
+         printf '[hooks]\\npre-status = echo pwned >> {m}\\n' >> vendor/h/.hg/hgrc && \
+         echo zz >> libs/z/lib.txt && touch PLANTED && sleep 600",
+        m = marker.display()
+    );
+    let mut child = env
+        .cmd(&env.project)
+        .args(["run", "sh", "-c", &attack])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for(&env, "PLANTED");
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(env.path("packages/web/.vscode/tasks.json").exists());
+    let log = env.envgit(&["log", "--json"]);
+    assert_eq!(log.code, 0, "{}", log.stderr);
+    assert!(
+        !env.path("packages/web/.vscode").exists(),
+        "the killed step's editor configuration stayed: {}",
+        log.stderr
+    );
+    assert_eq!(
+        env.read("packages/api/.vscode/settings.json"),
+        "{\"the\": \"person's\"}\n",
+        "{}",
+        log.stderr
+    );
+    let commit = env
+        .host_git(&z)
+        .args(["commit", "-q", "--allow-empty", "-m", "the person's"])
+        .output()
+        .unwrap();
+    let status = Command::new("hg")
+        .arg("status")
+        .current_dir(env.path("vendor/h"))
+        .env("HGRCPATH", "")
+        .output()
+        .unwrap();
+    assert!(
+        !marker.exists(),
+        "the host ran what the killed step planted\n{}{}\n--- the next command:\n{}",
+        String::from_utf8_lossy(&commit.stderr),
+        String::from_utf8_lossy(&status.stderr),
+        log.stderr
+    );
+    assert_eq!(env.read("vendor/h/.hg/hgrc"), "[ui]\n");
+    // The step's own work stays.
+    assert_eq!(env.read("libs/z/lib.txt"), "z\nzz\n");
+}
+
 /// A tool as the person installed it, outside the project (`scripts/install-deps-host-tools`,
 /// as a global install would be): its path under the tools' `node_modules`.
 fn host_tool(rel: &str) -> std::path::PathBuf {

@@ -1,0 +1,192 @@
+//! What the host runs from below a project's root, found on disk for a step's end that has no
+//! snapshot to diff ([`crate::end_without_snapshot`]: the snapshot failed, or envgit was
+//! killed): editor and agent configuration (`packages/web/.vscode`) in a directory that was
+//! there before the step, and the entries at the root of a repository nested in the project
+//! that was there before it (a hook manager's files, another version control system's
+//! configuration). The names are the caller's (this crate knows no policy). What the step
+//! changed is told by inode change times, which nothing a step does can set back: a write, a
+//! rename, a new link, a `chmod` each stamp the inode, and an entry added or removed stamps its
+//! directory.
+
+use std::os::fd::{AsFd, BorrowedFd};
+
+use rustix::fs::FileType;
+use rustix::io::Errno;
+use serde::{Deserialize, Serialize};
+
+use crate::beneath::{self, cstr, display_rel, join_rel, lstat, parent_rel};
+use crate::error::Result;
+use crate::graft::entry_at;
+use crate::id::ObjectId;
+use crate::store::Store;
+use crate::tree::EntryKind;
+
+/// The rule a put-back of these names (as the policy's protected paths' put-back does).
+pub const PROTECTED_RULE: &str = "filesystem.protected";
+
+/// What to look for below the root.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BelowRoot {
+    /// Names whose entry in any directory below the root goes back when changed (`.vscode`).
+    pub names: Vec<String>,
+    /// What makes a directory a repository's root (`.git`, `.hg`).
+    pub repository_markers: Vec<String>,
+    /// Entries at a nested repository's root that go back when changed (`.husky`,
+    /// `.hg/hgrc`, `lefthook.*`: one `*` in the last component).
+    pub repository_root_entries: Vec<String>,
+}
+
+/// What the walk of the project found for [`BelowRoot`].
+#[derive(Debug, Default)]
+pub(crate) struct FoundBelow {
+    /// Entries named in [`BelowRoot::names`], not at the root.
+    below: Vec<Vec<u8>>,
+    /// Directories holding a repository marker, not the root.
+    repositories: Vec<Vec<u8>>,
+}
+
+/// How much of a changed-looking entry is looked at before it is taken as changed: a step
+/// cannot make the look endless.
+const MOST_ENTRIES: usize = 10_000;
+const MOST_DEPTH: usize = 32;
+
+/// Margin for the coarse clock that stamps ctime (as for the setid bits).
+const CTIME_MARGIN_NS: i64 = 1_000_000_000;
+
+impl BelowRoot {
+    /// Notes `name` in the directory `dir` (its path `child`), as the walk lists it.
+    pub(crate) fn note(&self, dir: &[u8], name: &[u8], child: &[u8], found: &mut FoundBelow) {
+        if dir.is_empty() {
+            return;
+        }
+        if self.names.iter().any(|n| n.as_bytes() == name) {
+            found.below.push(child.to_vec());
+        }
+        let marker = self.repository_markers.iter().any(|m| m.as_bytes() == name);
+        if marker && found.repositories.last().map(Vec::as_slice) != Some(dir) {
+            found.repositories.push(dir.to_vec());
+        }
+    }
+
+    /// What of `found` changed since `since_ms` (ms since the epoch) and was there before the
+    /// step in its place: its directory, or for a repository's entry the repository.
+    pub(crate) fn changed(
+        &self,
+        store: &Store,
+        root: BorrowedFd<'_>,
+        before: &ObjectId,
+        found: &FoundBelow,
+        since_ms: u64,
+    ) -> Result<Vec<String>> {
+        let since_ns = (since_ms as i64).saturating_mul(1_000_000) - CTIME_MARGIN_NS;
+        let mut out: Vec<String> = Vec::new();
+        let mut add = |rel: &[u8]| {
+            let shown = display_rel(rel);
+            if !out.contains(&shown) {
+                out.push(shown);
+            }
+        };
+        for entry in &found.below {
+            let dir = display_rel(parent_rel(entry).unwrap_or_default());
+            let was_dir = entry_at(store, before, &dir)?.is_some_and(|e| e.kind == EntryKind::Dir);
+            if was_dir && touched_since(root, entry, since_ns) {
+                add(entry);
+            }
+        }
+        for repo in &found.repositories {
+            let shown = display_rel(repo);
+            let mut was_repository = false;
+            for m in &self.repository_markers {
+                was_repository |= entry_at(store, before, &format!("{shown}/{m}"))?.is_some();
+            }
+            if !was_repository {
+                continue;
+            }
+            for pattern in &self.repository_root_entries {
+                for rel in on_disk(root, repo, pattern) {
+                    if touched_since(root, &rel, since_ns) {
+                        add(&rel);
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// The paths `pattern` names below the directory `repo` (one `*` in its last component, matched
+/// against a listing of its directory).
+fn on_disk(root: BorrowedFd<'_>, repo: &[u8], pattern: &str) -> Vec<Vec<u8>> {
+    let (dir, last) = pattern.rsplit_once('/').unwrap_or(("", pattern));
+    let dir = if dir.is_empty() {
+        repo.to_vec()
+    } else {
+        join_rel(repo, dir.as_bytes())
+    };
+    let Some((head, tail)) = last.split_once('*') else {
+        return vec![join_rel(&dir, last.as_bytes())];
+    };
+    let Ok(fd) = beneath::open_dir_rel(root, &dir) else {
+        return Vec::new();
+    };
+    let Ok(names) = beneath::read_names(fd.as_fd()) else {
+        return Vec::new();
+    };
+    names
+        .iter()
+        .map(|n| n.to_bytes())
+        .filter(|n| {
+            n.len() >= head.len() + tail.len()
+                && n.starts_with(head.as_bytes())
+                && n.ends_with(tail.as_bytes())
+        })
+        .map(|n| join_rel(&dir, n))
+        .collect()
+}
+
+/// Whether the entry at `rel`, or anything below it, changed since `since_ns`. What cannot be
+/// looked at is taken as changed (it goes back); an entry that is not there did not change.
+fn touched_since(root: BorrowedFd<'_>, rel: &[u8], since_ns: i64) -> bool {
+    let Ok(parent) = beneath::open_dir_rel(root, parent_rel(rel).unwrap_or_default()) else {
+        return false;
+    };
+    let name = rel.rsplit(|&b| b == b'/').next().unwrap_or(rel);
+    let Ok(name) = cstr(name) else {
+        return true;
+    };
+    let mut budget = MOST_ENTRIES;
+    entry_touched(parent.as_fd(), &name, since_ns, 0, &mut budget)
+}
+
+fn entry_touched(
+    dir: BorrowedFd<'_>,
+    name: &std::ffi::CStr,
+    since_ns: i64,
+    depth: usize,
+    budget: &mut usize,
+) -> bool {
+    let st = match lstat(dir, name) {
+        Ok(st) => st,
+        Err(Errno::NOENT) => return false,
+        Err(_) => return true,
+    };
+    if st.st_ctime * 1_000_000_000 + st.st_ctime_nsec as i64 >= since_ns {
+        return true;
+    }
+    if beneath::file_type(&st) != FileType::Directory {
+        return false;
+    }
+    if depth >= MOST_DEPTH || *budget == 0 {
+        return true;
+    }
+    let Ok(fd) = beneath::open_dir_rel(dir, name.to_bytes()) else {
+        return true;
+    };
+    let Ok(names) = beneath::read_names(fd.as_fd()) else {
+        return true;
+    };
+    names.iter().any(|n| {
+        *budget = budget.saturating_sub(1);
+        entry_touched(fd.as_fd(), n, since_ns, depth + 1, budget)
+    })
+}
