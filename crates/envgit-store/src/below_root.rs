@@ -190,3 +190,63 @@ fn entry_touched(
         entry_touched(fd.as_fd(), n, since_ns, depth + 1, budget)
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn put(root: &std::path::Path, rel: &str) {
+        let p = root.join(rel);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, "x").unwrap();
+    }
+
+    #[test]
+    fn a_pattern_names_what_is_on_disk_and_a_plain_path_itself() {
+        let tmp = tempfile::tempdir().unwrap();
+        for rel in [
+            "z/lefthook.yml",
+            "z/lefthook-local.yml",
+            "z/.config/lefthook.toml",
+        ] {
+            put(tmp.path(), rel);
+        }
+        let root = beneath::open_root(tmp.path()).unwrap();
+        let shown = |pattern: &str| -> Vec<String> {
+            let mut v: Vec<String> = on_disk(root.as_fd(), b"z", pattern)
+                .iter()
+                .map(|r| display_rel(r))
+                .collect();
+            v.sort();
+            v
+        };
+        assert_eq!(shown("lefthook.*"), ["z/lefthook.yml"]);
+        assert_eq!(shown(".config/lefthook.*"), ["z/.config/lefthook.toml"]);
+        assert_eq!(shown(".hg/hgrc"), ["z/.hg/hgrc"]);
+        assert!(shown(".nothing/x.*").is_empty());
+    }
+
+    #[test]
+    fn a_change_anywhere_below_an_entry_counts_and_an_absent_one_is_unchanged() {
+        let tmp = tempfile::tempdir().unwrap();
+        put(tmp.path(), "w/.vscode/deep/settings.json");
+        let root = beneath::open_root(tmp.path()).unwrap();
+        // Everything is older than a start in the future, newer than one long past.
+        let future = i64::MAX / 2;
+        assert!(!touched_since(root.as_fd(), b"w/.vscode", future));
+        assert!(touched_since(root.as_fd(), b"w/.vscode", 0));
+        assert!(!touched_since(root.as_fd(), b"w/.absent", 0));
+        // A step that began after the entry was made (a few clock ticks later): unchanged,
+        // until a file is written deep below it.
+        let tick = std::time::Duration::from_millis(20);
+        std::thread::sleep(tick);
+        let began = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos() as i64;
+        assert!(!touched_since(root.as_fd(), b"w/.vscode", began));
+        std::thread::sleep(tick);
+        put(tmp.path(), "w/.vscode/deep/new.json");
+        assert!(touched_since(root.as_fd(), b"w/.vscode", began));
+    }
+}
