@@ -75,27 +75,23 @@ pub fn end_without_snapshot(
         setid: clear_setid(root, &changed_since(&found.setid, since_ms)),
         ..EndedWithoutSnapshot::default()
     };
-    match below.changed(store, root, before, &found.below, since_ms) {
-        Ok(targets) => {
-            for target in targets {
-                match put_back_path(store, root, before, &target) {
-                    Ok(()) => out.put_back_below.push(target),
-                    Err(e) => out.failed.push((target, e)),
-                }
+    let below_root = below.changed(store, root, before, &found.below, since_ms);
+    let nested = nested_code_on_disk(store, root, config.max_file_size, before, &found.gits);
+    for (targets, below_root) in [(below_root, true), (nested, false)] {
+        let targets = match targets {
+            Ok(targets) => targets,
+            Err(e) => {
+                out.unchecked = Some(e);
+                continue;
+            }
+        };
+        for target in targets {
+            match put_back_path(store, root, before, &target) {
+                Ok(()) if below_root => out.put_back_below.push(target),
+                Ok(()) => out.put_back.push(target),
+                Err(e) => out.failed.push((target, e)),
             }
         }
-        Err(e) => out.unchecked = Some(e),
-    }
-    match nested_code_on_disk(store, root, config.max_file_size, before, &found.gits) {
-        Ok(targets) => {
-            for target in targets {
-                match put_back_path(store, root, before, &target) {
-                    Ok(()) => out.put_back.push(target),
-                    Err(e) => out.failed.push((target, e)),
-                }
-            }
-        }
-        Err(e) => out.unchecked = Some(e),
     }
     out
 }

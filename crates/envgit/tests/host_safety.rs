@@ -193,6 +193,22 @@ fn git_files_that_redirect_or_write_through_are_put_back() {
     assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious\n");
 }
 
+/// `envgit run sh -c ATTACK` killed (`SIGKILL`) once the attack made `at` in the project, after
+/// `meanwhile` looked at the project mid-step.
+fn killed_once_at(env: &Env, attack: &str, at: &str, meanwhile: impl FnOnce()) {
+    let mut child = env
+        .cmd(&env.project)
+        .args(["run", "sh", "-c", attack])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for(env, at);
+    meanwhile();
+    child.kill().unwrap();
+    child.wait().unwrap();
+}
+
 /// `kill -9` of envgit in the middle of a step: nothing can run in envgit then, so the next
 /// envgit command puts the planted hook back from the copy in the store, before anything
 /// else, and records the step as interrupted with its command.
@@ -201,18 +217,10 @@ fn after_a_kill_9_the_next_command_puts_back_and_records_the_step() {
     let env = project();
     let marker = env.tmp.path().join("MARKER");
     let attack = tamper(&marker, "touch TAMPERED && sleep 600");
-    let mut child = env
-        .cmd(&env.project)
-        .args(["run", "sh", "-c", &attack])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    wait_for(&env, "TAMPERED");
-    assert_eq!(hook_of(&env), ORIGINAL_HOOK);
-    assert!(env.read(".github/hooks/hooks.json").contains("pwned"));
-    child.kill().unwrap();
-    child.wait().unwrap();
+    killed_once_at(&env, &attack, "TAMPERED", || {
+        assert_eq!(hook_of(&env), ORIGINAL_HOOK);
+        assert!(env.read(".github/hooks/hooks.json").contains("pwned"));
+    });
     let log = env.envgit(&["log", "--json"]);
     assert_eq!(log.code, 0, "{}", log.stderr);
     assert!(
@@ -272,17 +280,9 @@ fn after_a_kill_9_what_the_step_planted_below_the_root_goes_back() {
          echo zz >> libs/z/lib.txt && touch PLANTED && sleep 600",
         m = marker.display()
     );
-    let mut child = env
-        .cmd(&env.project)
-        .args(["run", "sh", "-c", &attack])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    wait_for(&env, "PLANTED");
-    child.kill().unwrap();
-    child.wait().unwrap();
-    assert!(env.path("packages/web/.vscode/tasks.json").exists());
+    killed_once_at(&env, &attack, "PLANTED", || {
+        assert!(env.path("packages/web/.vscode/tasks.json").exists());
+    });
     let log = env.envgit(&["log", "--json"]);
     assert_eq!(log.code, 0, "{}", log.stderr);
     assert!(
