@@ -137,7 +137,15 @@ pub(crate) fn of(root: &Path) -> HostLoads {
 /// The project files the person's own environment names (see [`environment`]), each with the
 /// variable that names it, as `envgit doctor` shows them.
 pub(crate) fn named_by_environment(root: &Path) -> Vec<(String, String)> {
-    environment::named(root, std::env::vars_os())
+    let mut named = environment::named(root, std::env::vars_os());
+    // mise's configuration for the person's `MISE_ENV` beyond what is protected by name.
+    let mise_names = mise::config_names(&mise::environments(std::env::vars_os()));
+    for name in mise_names.protect {
+        if !envgit_policy::is_protected(&name) && !named.iter().any(|(p, _)| *p == name) {
+            named.push((name, "MISE_ENV".to_string()));
+        }
+    }
+    named
 }
 
 impl HostLoads {
