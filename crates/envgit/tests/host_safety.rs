@@ -1816,19 +1816,32 @@ fn what_the_persons_envrc_has_direnv_load_is_protected_like_the_envrc() {
     assert!(!env.path(".direnv/flake-profile-x.rc").exists(), "{said}");
 }
 
+/// What a trusted mise configuration sources and puts on `PATH`, written in `mise.toml` or in
+/// a file of its `conf.d/` directories, which mise merges.
 #[test]
 fn what_a_trusted_mise_configuration_loads_is_protected_like_it() {
+    for config in [
+        "mise.toml",
+        "mise/conf.d/env.toml",
+        ".config/mise/conf.d/env.toml",
+    ] {
+        what_a_trusted_mise_configuration_in_loads_is_protected(config);
+    }
+}
+
+fn what_a_trusted_mise_configuration_in_loads_is_protected(config: &str) {
     let mise = mise();
     let env = Env::new();
     env.write("a.txt", "a\n");
     env.write("scripts/env.sh", "export PROJECT_MODE=dev\n");
+    env.write("mise.toml", "[env]\nPERSON = \"yes\"\n");
     env.write(
-        "mise.toml",
+        config,
         "[env]\n_.source = \"scripts/env.sh\"\n_.path = [\"bin\"]\n",
     );
     let as_the_person = |args: &[&str]| as_the_person_with_mise(&env, &mise, args);
     let trusted = as_the_person(&[mise.to_str().unwrap(), "trust"]);
-    assert!(trusted.status.success(), "{trusted:?}");
+    assert!(trusted.status.success(), "{config}: {trusted:?}");
     env.envgit(&["init"]).ok();
     let sourced = env.tmp.path().join("sourced");
     let ran = env.tmp.path().join("ran");
@@ -1846,7 +1859,7 @@ fn what_a_trusted_mise_configuration_loads_is_protected_like_it() {
         "-c",
         "eval \"$(\"$MISE_BIN\" hook-env -s bash)\"; echo mode=$PROJECT_MODE; git --version",
     ]);
-    let said = format!("{}\n--- prompt:\n{prompt:?}", out.stderr);
+    let said = format!("{config}: {}\n--- prompt:\n{prompt:?}", out.stderr);
     assert!(
         String::from_utf8_lossy(&prompt.stdout).contains("mode=dev"),
         "{said}"

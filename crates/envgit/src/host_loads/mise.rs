@@ -45,7 +45,7 @@ pub(super) fn parse(text: &str) -> HostLoads {
 /// mise's configuration files in a directory it trusts, for the environments the person's
 /// `MISE_ENV` names (`mise.dev.toml` then too), relative to that directory.
 pub(super) struct ConfigNames {
-    /// The files to read for what they load (a `conf.d/*.toml` is not read: see `protect`).
+    /// The files to read for what they load (and each `*.toml` of [`CONF_D_DIRS`]).
     pub read: Vec<String>,
     /// What to protect: the files above outside `.mise/` and `.config/mise/`, and those
     /// directories whole (`conf.d/` with them), `mise/conf.d/` too.
@@ -54,6 +54,9 @@ pub(super) struct ConfigNames {
 
 /// mise's directories of configuration (`config.toml`, `config.ENV.toml`, `conf.d/*.toml`).
 const CONFIG_DIRS: &[&str] = &[".mise", "mise", ".config/mise"];
+
+/// The directories whose `*.toml` files mise merges into a directory's configuration.
+pub(super) const CONF_D_DIRS: &[&str] = &["mise/conf.d", ".mise/conf.d", ".config/mise/conf.d"];
 
 /// Those protected whole; in `mise/`, which may hold a project's code, its configuration only.
 const WHOLE_CONFIG_DIRS: &[&str] = &[".mise", ".config/mise", "mise/conf.d"];

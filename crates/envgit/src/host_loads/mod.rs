@@ -15,7 +15,7 @@ mod mise;
 mod mise_trust;
 
 use std::collections::HashSet;
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path};
 
@@ -85,14 +85,27 @@ pub(crate) fn of(root: &Path) -> HostLoads {
             loads.merge(direnv::parse(&text, |rel| root.join(rel).is_dir()));
         }
     }
-    // mise's configuration at the root is protected by name (`envgit_policy::PROTECTED_PATHS`),
-    // but for the names the person's `MISE_ENV` adds under `.config/`.
     let mise_names = mise::config_names(&mise::environments(std::env::vars_os()));
-    for config in &mise_names.read {
-        if let Some(text) = read(config) {
+    // mise's configuration files in a directory it trusts (`""`: the root), `conf.d/`'s too.
+    let mise_configs = |base: &str| -> Vec<String> {
+        let mut configs: Vec<String> = mise_names.read.iter().map(|c| join(base, c)).collect();
+        for conf_d in mise::CONF_D_DIRS {
+            let rel = join(base, conf_d);
+            // Most projects have none: the root's listing says so without a system call.
+            let first = rel.split('/').next().unwrap_or(&rel);
+            if top.contains(first.as_bytes()) {
+                configs.extend(toml_files_in(dir.as_fd(), &rel));
+            }
+        }
+        configs
+    };
+    for config in mise_configs("") {
+        if let Some(text) = read(&config) {
             loads.merge(mise::parse(&text));
         }
     }
+    // mise's configuration at the root is protected by name (`envgit_policy::PROTECTED_PATHS`),
+    // but for the names the person's `MISE_ENV` adds under `.config/`.
     for name in &mise_names.protect {
         if !envgit_policy::is_protected(name) {
             add_rel(name.clone(), &mut loads.files);
@@ -102,8 +115,8 @@ pub(crate) fn of(root: &Path) -> HostLoads {
     // yet: mise would load a new one) and what it loads, relative to that directory.
     let trusted = mise_trust::inside(root);
     for dir in &trusted.dirs {
-        for config in &mise_names.read {
-            if let Some(text) = read(&join(dir, config)) {
+        for config in mise_configs(dir) {
+            if let Some(text) = read(&config) {
                 loads.merge(mise::parse(&text).under(dir));
             }
         }
@@ -190,6 +203,27 @@ fn add_rel(rel: String, to: &mut Vec<String>) {
         to.push(rel);
     }
 }
+
+/// The `*.toml` files in the project directory `rel` (none when it is not a directory there),
+/// listed without following a link; at most [`MOST_CONF_D_FILES`].
+fn toml_files_in(root: BorrowedFd<'_>, rel: &str) -> Vec<String> {
+    let Ok(fd) = envgit_store::beneath::open_dir_rel(root, rel.as_bytes()) else {
+        return Vec::new();
+    };
+    let Ok(names) = envgit_store::beneath::read_names(fd.as_fd()) else {
+        return Vec::new();
+    };
+    names
+        .iter()
+        .filter_map(|n| n.to_str().ok())
+        .filter(|n| n.ends_with(".toml"))
+        .take(MOST_CONF_D_FILES)
+        .map(|n| join(rel, n))
+        .collect()
+}
+
+/// The most `conf.d` files read in one directory: more is not a configuration a person wrote.
+const MOST_CONF_D_FILES: usize = 256;
 
 fn join(dir: &str, name: &str) -> String {
     let dir = dir.trim_end_matches('/');
