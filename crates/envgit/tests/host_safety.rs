@@ -1509,9 +1509,11 @@ fn files_the_persons_environment_has_programs_load_are_protected() {
     cc(&lib, &["-shared", "-fPIC", "-o", "benign.so", "benign.c"]);
     cc(&lib, &["-shared", "-fPIC", "-o", "evil.so", "evil.c"]);
     env.write("a.txt", "a\n");
-    // The person's `BASH_ENV`, which sources another file of the project.
+    // The person's `BASH_ENV`, which sources another file of the project, which sources one
+    // more.
     env.write(".bashenv", "[ -f tools/env.sh ] && . tools/env.sh\n");
-    env.write("tools/env.sh", "export PROJECT_MODE=dev\n");
+    env.write("tools/env.sh", "export PROJECT_MODE=dev\n. tools/more.sh\n");
+    env.write("tools/more.sh", "export MORE=1\n");
     env.write(".pnp.cjs", "module.exports = {};\n");
     env.write("tools/gitconfig", "[user]\n\tname = Person\n");
     env.write("scripts/edit.sh", "#!/bin/sh\nexit 0\n");
@@ -1534,6 +1536,7 @@ fn files_the_persons_environment_has_programs_load_are_protected() {
     ];
     let script = format!(
         "echo 'echo bash >> {m}' >> .bashenv; echo 'echo sourced >> {m}' >> tools/env.sh; \
+         echo 'echo deeper >> {m}' >> tools/more.sh; \
          echo 'require(\"fs\").appendFileSync({m:?}, \"node\\n\");' >> .pnp.cjs; \
          cat vendor-evil.so > build/libhook.so; \
          printf '[alias]\\n\\thi = !echo git >> {m}\\n' >> tools/gitconfig; \
@@ -1576,7 +1579,11 @@ fn files_the_persons_environment_has_programs_load_are_protected() {
     );
     assert_eq!(env.read(".pnp.cjs"), "module.exports = {};\n");
     assert_eq!(env.read("tools/gitconfig"), "[user]\n\tname = Person\n");
-    assert_eq!(env.read("tools/env.sh"), "export PROJECT_MODE=dev\n");
+    assert_eq!(
+        env.read("tools/env.sh"),
+        "export PROJECT_MODE=dev\n. tools/more.sh\n"
+    );
+    assert_eq!(env.read("tools/more.sh"), "export MORE=1\n");
     // Behind a renamed parent the write went through and was put back, saying why.
     assert!(
         out.stderr

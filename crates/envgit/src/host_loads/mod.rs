@@ -42,6 +42,20 @@ const LEFTHOOK_CONFIGS: &[&str] = &[
 ];
 const LEFTHOOK_FORMATS: &[&str] = &["yml", "yaml", "toml", "json", "jsonc"];
 
+/// Whether a file a shell file names may be shell code to follow: not a secret (`.env`, read
+/// by `dotenv` as data), not what `use flake`/`use nix` name, not nix-direnv's cache.
+fn may_be_shell(rel: &str) -> bool {
+    let name = rel.rsplit('/').next().unwrap_or(rel);
+    let data = [".nix", ".lock", ".yaml", ".yml", ".json", ".toml"];
+    !envgit_policy::is_secret_name(name.as_bytes())
+        && !data.iter().any(|ext| name.ends_with(ext))
+        && !rel.starts_with(".direnv/")
+}
+
+/// How deep sourced shell files are followed (`.envrc` → `tools/env.sh` → `tools/more.sh` is
+/// three levels).
+const SOURCED_LEVELS: usize = 4;
+
 /// The most read of one configuration file: more is not a configuration a person wrote.
 const CONFIG_MAX_BYTES: u64 = 1 << 20;
 
@@ -73,17 +87,32 @@ pub(crate) fn of(root: &Path) -> HostLoads {
         let bytes = read_beneath_at(dir.as_fd(), rel, CONFIG_MAX_BYTES).ok()?;
         Some(String::from_utf8_lossy(&bytes).into_owned())
     };
-    if let Some(text) = read(".envrc") {
-        loads.merge(direnv::parse(&text, |rel| root.join(rel).is_dir()));
-    }
-    // A shell's start-up file the environment names (`BASH_ENV`) runs what it sources as
-    // well: read like `.envrc`, whose `source` and `.` lines it shares.
-    for (rel, var) in &named {
-        if environment::is_shell_start_up(var)
-            && let Some(text) = read(rel)
-        {
-            loads.merge(direnv::parse(&text, |rel| root.join(rel).is_dir()));
+    // `.envrc`, and a shell's start-up file the environment names (`BASH_ENV`), run what they
+    // source; so does what those source, a few levels down. Read like `.envrc`, whose `source`
+    // and `.` lines they share.
+    let mut shell_code: Vec<String> = vec![".envrc".to_string()];
+    shell_code.extend(
+        named
+            .iter()
+            .filter(|(_, var)| environment::is_shell_start_up(var))
+            .map(|(rel, _)| rel.clone()),
+    );
+    let mut level = 0;
+    let mut read_already: HashSet<String> = HashSet::new();
+    while !shell_code.is_empty() && level < SOURCED_LEVELS {
+        let mut sourced: Vec<String> = Vec::new();
+        for rel in shell_code.drain(..) {
+            if !read_already.insert(rel.clone()) {
+                continue;
+            }
+            if let Some(text) = read(&rel) {
+                let found = direnv::parse(&text, |rel| root.join(rel).is_dir());
+                sourced.extend(found.files.iter().filter(|f| may_be_shell(f)).cloned());
+                loads.merge(found);
+            }
         }
+        shell_code = sourced;
+        level += 1;
     }
     let mise_names = mise::config_names(&mise::environments(std::env::vars_os()));
     // mise's configuration files in a directory it trusts (`""`: the root), `conf.d/`'s too.
