@@ -22,6 +22,10 @@ use envgit_store::{EntryDiff, EntryKind, ObjectId, Store, Tree};
 
 use crate::failure::CmdResult;
 
+/// The most read of a nested repository's `.git/config`: more is not a configuration a
+/// person wrote.
+const CONFIG_MAX_BYTES: u64 = 1 << 20;
+
 /// The paths to put back (project-relative, each once) for the step's `changes` from `before`;
 /// `root` is the project's directory on disk.
 pub(crate) fn protected_below_changed(
@@ -143,7 +147,8 @@ fn named_by_git_configuration(
         _ => None,
     };
     let mut named: Vec<String> = Vec::new();
-    let now = crate::nofollow::read_nofollow(&dir.join(".git/config")).ok();
+    // As the step left it: no link followed, a pipe not waited on.
+    let now = crate::nofollow::read_in_project(root, &config, CONFIG_MAX_BYTES).ok();
     for (path, _key) in crate::git_host_config::of_repository(root, &dir, earlier)
         .into_iter()
         .chain(crate::git_host_config::of_repository(root, &dir, now))

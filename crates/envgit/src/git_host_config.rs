@@ -18,7 +18,7 @@
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
-use crate::nofollow::{read_nofollow, read_regular_bounded};
+use crate::nofollow::{read_in_project, read_regular_bounded};
 
 /// The most read of one configuration file: more is not a configuration a person wrote.
 const CONFIG_MAX_BYTES: u64 = 1 << 20;
@@ -38,7 +38,11 @@ struct Entry {
 /// (`core.hookspath`, `diff.txt.textconv`), the hooks directory first.
 pub(crate) fn of(root: &Path) -> Vec<(String, String)> {
     // The repository's own, without following a link a step could have planted.
-    of_repository(root, root, read_nofollow(&root.join(".git/config")).ok())
+    of_repository(
+        root,
+        root,
+        read_in_project(root, ".git/config", CONFIG_MAX_BYTES).ok(),
+    )
 }
 
 /// [`of`] for the repository whose work tree is `worktree` (the project's `root` or a

@@ -38,6 +38,13 @@ pub fn read_beneath_at(
     Ok(out)
 }
 
+/// [`read_beneath_at`] from the project directory `root` itself: `rel` below it, no link
+/// followed on the way, a pipe read without waiting, at most `limit` bytes.
+pub fn read_in_project(root: &Path, rel: &str, limit: u64) -> std::io::Result<Vec<u8>> {
+    let dir = envgit_store::beneath::open_root(root)?;
+    read_beneath_at(std::os::fd::AsFd::as_fd(&dir), rel, limit)
+}
+
 /// Read the person's own file at `path` (a link followed: `~/.gitconfig` may lead into a
 /// dotfiles project, where a step could have put a pipe or a huge file in its place): a
 /// regular file only, opened without blocking, at most `limit` bytes (more is an error).

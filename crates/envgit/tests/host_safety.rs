@@ -755,30 +755,57 @@ fn a_pipe_in_place_of_the_persons_git_configuration_does_not_stop_envgit() {
         "rm dotfiles/gitconfig && mkfifo dotfiles/gitconfig && echo planted",
     ])
     .ran_to("planted");
-    let mut next = env
-        .cmd(&env.project)
-        .env_remove("XDG_CONFIG_HOME")
+    let mut next = env.cmd(&env.project);
+    next.env_remove("XDG_CONFIG_HOME")
         .env_remove("GIT_CONFIG_GLOBAL")
-        .args(["run", "true"])
+        .args(["run", "true"]);
+    let status = within_a_minute(next).expect("envgit waited a minute on the pipe the step left");
+    assert!(status.success(), "{status:?}");
+}
+
+/// A nested repository's `.git/config` is read at the end of a step that changed something in
+/// that repository: a pipe the step left in its place must not stop envgit.
+#[test]
+fn a_pipe_in_place_of_a_nested_repositorys_git_configuration_does_not_stop_envgit() {
+    let env = Env::new();
+    env.write("a.txt", "a\n");
+    let z = env.path("libs/z");
+    std::fs::create_dir_all(&z).unwrap();
+    env.git(&z, &["init", "-q", "-b", "main"]);
+    env.write("libs/z/lib.txt", "z\n");
+    env.envgit(&["init"]).ok();
+    let mut step = env.cmd(&env.project);
+    step.args([
+        "run",
+        "sh",
+        "-c",
+        "rm libs/z/.git/config && mkfifo libs/z/.git/config && echo zz >> libs/z/lib.txt",
+    ]);
+    let status = within_a_minute(step).expect("envgit waited a minute on the pipe the step left");
+    assert!(status.success(), "{status:?}");
+    assert_eq!(env.read("libs/z/lib.txt"), "z\nzz\n");
+}
+
+/// `cmd` run to its end, or killed after a minute (far beyond a step, on any machine): its
+/// status, `None` when it had to be killed.
+fn within_a_minute(mut cmd: Command) -> Option<std::process::ExitStatus> {
+    let mut child = cmd
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    // Bounded: a minute is far beyond a step, on any machine.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    let status = loop {
-        if let Some(status) = next.try_wait().unwrap() {
-            break Some(status);
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return Some(status);
         }
         if std::time::Instant::now() > deadline {
-            let _ = next.kill();
-            let _ = next.wait();
-            break None;
+            let _ = child.kill();
+            let _ = child.wait();
+            return None;
         }
         std::thread::sleep(std::time::Duration::from_millis(20));
-    };
-    let status = status.expect("envgit waited a minute on the pipe the step left");
-    assert!(status.success(), "{status:?}");
+    }
 }
 
 /// A Mercurial repository's `.hg/hgrc` runs hooks and imports extensions at the person's
