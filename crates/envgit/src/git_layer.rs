@@ -116,6 +116,9 @@ pub(crate) struct HiddenCredentials {
     pub notes: Vec<String>,
 }
 
+/// The most read of a git configuration file whose credentials are hidden.
+const CONFIG_MAX_BYTES: u64 = 16 << 20;
+
 /// Hides the credentials in the project's `.git/config` (through the layer) and in the
 /// home's git configuration (a sanitized copy under `dir`, bound over it). A credential that
 /// cannot be hidden fails the run: the file is never shown with it.
@@ -133,8 +136,24 @@ pub(crate) fn hide_credentials(
     };
     // The file with its credentials replaced; `None` when it has none (or is not there).
     let mut hide = |file: &Path, out: &mut HiddenCredentials| -> CmdResult<Option<HiddenConfig>> {
-        let Ok(text) = crate::nofollow::read_nofollow(file) else {
-            return Ok(None);
+        // Not there, or not a file git reads as one: nothing to hide. Anything else that
+        // cannot be read fails the run (closed): the sandbox could read it.
+        match std::fs::metadata(file) {
+            Ok(m) if m.is_file() => {}
+            _ => return Ok(None),
+        }
+        let text = match crate::nofollow::read_regular_bounded(file, CONFIG_MAX_BYTES) {
+            Ok(text) => text,
+            // envgit's own user cannot read it: nor can the sandbox, which runs as that user.
+            Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => return Ok(None),
+            Err(e) => {
+                return Err(crate::failure::Failure::failed(format!(
+                    "{}: {e}; envgit cannot read it to hide the credentials it may hold, so \
+                     it will not show it to the sandbox: make it a readable git \
+                     configuration file",
+                    file.display()
+                )));
+            }
         };
         let hidden = envgit_store::hide_git_config_secrets(&text, &mut token).map_err(|e| {
             crate::failure::Failure::failed(format!(
@@ -167,10 +186,14 @@ pub(crate) fn hide_credentials(
     {
         layer.hide_config(&hidden)?;
     }
-    // The home's as a copy bound over it.
+    // The home's as a copy bound over it: over the file a link there leads to (a dotfiles
+    // manager's `~/.gitconfig -> dotfiles/gitconfig`), which the sandbox reaches through the
+    // link and by its own path alike (a bind over the link itself would not be made).
     if let Some(home) = home {
         for (i, rel) in [".gitconfig", ".config/git/config"].iter().enumerate() {
-            let file = home.join(rel);
+            let Ok(file) = std::fs::canonicalize(home.join(rel)) else {
+                continue;
+            };
             if let Some(hidden) = hide(&file, &mut out)? {
                 let copy = dir.join(format!("gitconfig-{i}"));
                 std::fs::write(&copy, &hidden.text).map_err(|e| {

@@ -1005,3 +1005,45 @@ fn what_the_import_writes_is_the_steps_and_the_persons_git_stays_theirs() {
         after.stderr
     );
 }
+
+/// A credential in the person's own `~/.gitconfig` (an `http.<url>.extraheader`) never
+/// enters the sandbox: the step sees a placeholder there, also when `~/.gitconfig` is a link
+/// into a dotfiles directory (as GNU Stow or chezmoi's link mode leave it).
+#[test]
+fn a_credential_in_the_persons_git_configuration_stays_outside_even_behind_a_link() {
+    for linked in [false, true] {
+        let env = project();
+        let home = env.user_home();
+        std::fs::create_dir_all(home.join("dotfiles")).unwrap();
+        let text = "[http \"https://example.invalid/\"]\n\
+                    \textraheader = AUTHORIZATION: basic SECRETCANARY42\n";
+        if linked {
+            std::fs::write(home.join("dotfiles/gitconfig"), text).unwrap();
+            std::os::unix::fs::symlink("dotfiles/gitconfig", home.join(".gitconfig")).unwrap();
+        } else {
+            std::fs::write(home.join(".gitconfig"), text).unwrap();
+        }
+        let out = env.envgit(&[
+            "run",
+            "sh",
+            "-c",
+            "cat ~/.gitconfig ~/dotfiles/gitconfig 2>/dev/null; git config --global --list; \
+             echo done",
+        ]);
+        assert!(
+            out.stdout.contains("done"),
+            "linked={linked}: {}",
+            out.stderr
+        );
+        assert!(
+            !out.stdout.contains("SECRETCANARY42"),
+            "linked={linked}: the person's credential was readable inside:\n{}",
+            out.stdout
+        );
+        assert!(
+            out.stdout.contains("extraheader"),
+            "linked={linked}: {}",
+            out.stdout
+        );
+    }
+}
