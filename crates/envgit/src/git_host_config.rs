@@ -45,6 +45,51 @@ pub(crate) fn of(root: &Path) -> Vec<(String, String)> {
     )
 }
 
+/// Every file of the system's and the person's git configuration on this machine, whichever
+/// git would take (`GIT_CONFIG_GLOBAL`, `$XDG_CONFIG_HOME/git/config`, `~/.config/git/config`,
+/// `~/.gitconfig`, `GIT_CONFIG_SYSTEM` or `/etc/gitconfig`…) and the files their `include.path`
+/// and `includeIf.*.path` name (one level), each once: what the sandbox could read a
+/// credential from by its path. `home` is the person's.
+pub(crate) fn person_config_files(home: Option<&Path>) -> Vec<PathBuf> {
+    let var = |k: &str| {
+        std::env::var_os(k)
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+    };
+    let mut files: Vec<PathBuf> = Vec::new();
+    files.extend(var("GIT_CONFIG_SYSTEM"));
+    files.extend(["/etc/gitconfig", "/usr/local/etc/gitconfig"].map(PathBuf::from));
+    files.extend(var("GIT_CONFIG_GLOBAL"));
+    files.extend(var("XDG_CONFIG_HOME").map(|x| x.join("git/config")));
+    if let Some(h) = home {
+        files.push(h.join(".config/git/config"));
+        files.push(h.join(".gitconfig"));
+    }
+    let mut out: Vec<PathBuf> = Vec::new();
+    for file in files {
+        let Ok(bytes) = read_regular_bounded(&file, CONFIG_MAX_BYTES) else {
+            continue;
+        };
+        let dir = file.parent().map(Path::to_path_buf).unwrap_or_default();
+        let included = parse(&bytes).into_iter().filter_map(|e| {
+            let include = e.section == "include" && e.key == "path"
+                || e.section == "includeif" && e.subsection.is_some() && e.key == "path";
+            let value = e.value.filter(|_| include)?;
+            match value.strip_prefix("~/") {
+                Some(rest) => home.map(|h| h.join(rest)),
+                None if value.starts_with('~') => None,
+                None => Some(dir.join(value)),
+            }
+        });
+        for f in std::iter::once(file).chain(included) {
+            if !out.contains(&f) {
+                out.push(f);
+            }
+        }
+    }
+    out
+}
+
 /// [`of`] for the repository whose work tree is `worktree` (the project's `root` or a
 /// repository nested in it), its `.git/config` given (`None`: it has none; a nested one's as
 /// a snapshot holds it): paths relative to `root`.

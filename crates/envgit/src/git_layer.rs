@@ -186,21 +186,27 @@ pub(crate) fn hide_credentials(
     {
         layer.hide_config(&hidden)?;
     }
-    // The home's as a copy bound over it: over the file a link there leads to (a dotfiles
-    // manager's `~/.gitconfig -> dotfiles/gitconfig`), which the sandbox reaches through the
-    // link and by its own path alike (a bind over the link itself would not be made).
-    if let Some(home) = home {
-        for (i, rel) in [".gitconfig", ".config/git/config"].iter().enumerate() {
-            let Ok(file) = std::fs::canonicalize(home.join(rel)) else {
-                continue;
-            };
-            if let Some(hidden) = hide(&file, &mut out)? {
-                let copy = dir.join(format!("gitconfig-{i}"));
-                std::fs::write(&copy, &hidden.text).map_err(|e| {
-                    crate::failure::Failure::failed(format!("{}: {e}", copy.display()))
-                })?;
-                out.file_overrides.push((copy, file));
-            }
+    // The system's and the person's (and what they include) as copies bound over them: over
+    // the file a link leads to (a dotfiles manager's `~/.gitconfig -> dotfiles/gitconfig`),
+    // which the sandbox reaches through the link and by its own path alike (a bind over the
+    // link itself would not be made). Each file, wherever it is, may be read by its path.
+    let mut seen: Vec<std::path::PathBuf> = Vec::new();
+    for (i, named) in crate::git_host_config::person_config_files(home)
+        .into_iter()
+        .enumerate()
+    {
+        let Ok(file) = std::fs::canonicalize(&named) else {
+            continue;
+        };
+        if seen.contains(&file) {
+            continue;
+        }
+        seen.push(file.clone());
+        if let Some(hidden) = hide(&file, &mut out)? {
+            let copy = dir.join(format!("gitconfig-{i}"));
+            std::fs::write(&copy, &hidden.text)
+                .map_err(|e| crate::failure::Failure::failed(format!("{}: {e}", copy.display())))?;
+            out.file_overrides.push((copy, file));
         }
     }
     Ok(out)

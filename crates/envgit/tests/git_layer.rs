@@ -1006,44 +1006,66 @@ fn what_the_import_writes_is_the_steps_and_the_persons_git_stays_theirs() {
     );
 }
 
-/// A credential in the person's own `~/.gitconfig` (an `http.<url>.extraheader`) never
-/// enters the sandbox: the step sees a placeholder there, also when `~/.gitconfig` is a link
-/// into a dotfiles directory (as GNU Stow or chezmoi's link mode leave it).
+/// A credential in the person's own git configuration (an `http.<url>.extraheader`) never
+/// enters the sandbox: the step sees a placeholder in `~/.gitconfig`, also when it is a link
+/// into a dotfiles directory (as GNU Stow or chezmoi's link mode leave it), and in the file
+/// the person's `GIT_CONFIG_GLOBAL` or `XDG_CONFIG_HOME` names instead, or one it includes,
+/// which the step can read by its path.
 #[test]
-fn a_credential_in_the_persons_git_configuration_stays_outside_even_behind_a_link() {
-    for linked in [false, true] {
+fn a_credential_in_the_persons_git_configuration_stays_outside_wherever_it_is() {
+    for how in [
+        "plain",
+        "linked",
+        "GIT_CONFIG_GLOBAL",
+        "XDG_CONFIG_HOME",
+        "include",
+    ] {
         let env = project();
         let home = env.user_home();
-        std::fs::create_dir_all(home.join("dotfiles")).unwrap();
+        std::fs::create_dir_all(home.join("dotfiles/git")).unwrap();
         let text = "[http \"https://example.invalid/\"]\n\
                     \textraheader = AUTHORIZATION: basic SECRETCANARY42\n";
-        if linked {
-            std::fs::write(home.join("dotfiles/gitconfig"), text).unwrap();
-            std::os::unix::fs::symlink("dotfiles/gitconfig", home.join(".gitconfig")).unwrap();
-        } else {
-            std::fs::write(home.join(".gitconfig"), text).unwrap();
+        let mut step = env.cmd(&env.project);
+        match how {
+            "plain" => std::fs::write(home.join(".gitconfig"), text).unwrap(),
+            "linked" => {
+                std::fs::write(home.join("dotfiles/gitconfig"), text).unwrap();
+                std::os::unix::fs::symlink("dotfiles/gitconfig", home.join(".gitconfig")).unwrap();
+            }
+            "include" => {
+                std::fs::write(home.join("dotfiles/gitconfig"), text).unwrap();
+                std::fs::write(
+                    home.join(".gitconfig"),
+                    "[include]\n\tpath = dotfiles/gitconfig\n",
+                )
+                .unwrap();
+            }
+            "GIT_CONFIG_GLOBAL" => {
+                std::fs::write(home.join("dotfiles/gitconfig"), text).unwrap();
+                step.env("GIT_CONFIG_GLOBAL", home.join("dotfiles/gitconfig"));
+            }
+            _ => {
+                std::fs::write(home.join("dotfiles/git/config"), text).unwrap();
+                step.env("XDG_CONFIG_HOME", home.join("dotfiles"));
+            }
         }
-        let out = env.envgit(&[
-            "run",
-            "sh",
-            "-c",
-            "cat ~/.gitconfig ~/dotfiles/gitconfig 2>/dev/null; git config --global --list; \
-             echo done",
-        ]);
+        let ran = step
+            .args([
+                "run",
+                "sh",
+                "-c",
+                "cat ~/.gitconfig ~/dotfiles/gitconfig ~/dotfiles/git/config 2>/dev/null; \
+                 git config --global --list; echo done",
+            ])
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&ran.stdout);
+        let stderr = String::from_utf8_lossy(&ran.stderr);
+        assert!(stdout.contains("done"), "{how}: {stderr}");
         assert!(
-            out.stdout.contains("done"),
-            "linked={linked}: {}",
-            out.stderr
+            !stdout.contains("SECRETCANARY42"),
+            "{how}: the person's credential was readable inside:\n{stdout}"
         );
-        assert!(
-            !out.stdout.contains("SECRETCANARY42"),
-            "linked={linked}: the person's credential was readable inside:\n{}",
-            out.stdout
-        );
-        assert!(
-            out.stdout.contains("extraheader"),
-            "linked={linked}: {}",
-            out.stdout
-        );
+        assert!(stdout.contains("extraheader"), "{how}: {stdout}");
     }
 }
