@@ -79,6 +79,78 @@ pub const HOME_DENIES: &[&str] = &[
     ".lesshst",
 ];
 
+/// Credentials the person's environment moves out of the places [`HOME_DENIES`] names: the
+/// variable's value is the file or directory itself (`""`), or the directory holding it. A
+/// list variable (`KUBECONFIG`) names several, `:`-separated.
+const ENV_DENIES: &[(&str, &str)] = &[
+    ("GOOGLE_APPLICATION_CREDENTIALS", ""),
+    ("CLOUDSDK_CONFIG", ""),
+    ("AWS_SHARED_CREDENTIALS_FILE", ""),
+    ("AWS_CONFIG_FILE", ""),
+    ("AZURE_CONFIG_DIR", ""),
+    ("KUBECONFIG", ""),
+    ("DOCKER_CONFIG", "config.json"),
+    ("REGISTRY_AUTH_FILE", ""),
+    ("GNUPGHOME", ""),
+    ("PASSWORD_STORE_DIR", ""),
+    ("CARGO_HOME", "credentials.toml"),
+    ("CARGO_HOME", "credentials"),
+    ("GH_CONFIG_DIR", ""),
+    ("NPM_CONFIG_USERCONFIG", ""),
+    ("npm_config_userconfig", ""),
+    ("PGPASSFILE", ""),
+    ("TF_CLI_CONFIG_FILE", ""),
+    ("HF_HOME", "token"),
+    ("HF_TOKEN_PATH", ""),
+    ("RCLONE_CONFIG", ""),
+    ("PIP_CONFIG_FILE", ""),
+    ("GRADLE_USER_HOME", "gradle.properties"),
+    ("CODEX_HOME", "auth.json"),
+    ("CLAUDE_CONFIG_DIR", ".credentials.json"),
+    ("HISTFILE", ""),
+];
+
+/// The XDG base directories a person may move, with the home's default each replaces in
+/// [`HOME_DENIES`] (`.config/gh` is `$XDG_CONFIG_HOME/gh` then).
+const XDG_DIRS: &[(&str, &str)] = &[
+    ("XDG_CONFIG_HOME", ".config/"),
+    ("XDG_DATA_HOME", ".local/share/"),
+    ("XDG_CACHE_HOME", ".cache/"),
+];
+
+/// [`ENV_DENIES`] and [`HOME_DENIES`] under moved XDG directories, where `env` (the caller's)
+/// puts them; a relative value is taken from `cwd`, as the program reading it would.
+fn env_denies(env: &[(String, String)], cwd: &Path) -> Vec<PathBuf> {
+    let value = |name: &str| {
+        env.iter()
+            .rev()
+            .find(|(k, v)| k == name && !v.is_empty())
+            .map(|(_, v)| v.as_str())
+    };
+    let mut out: Vec<PathBuf> = Vec::new();
+    for (var, inner) in ENV_DENIES {
+        let Some(v) = value(var) else {
+            continue;
+        };
+        for p in v.split(':').filter(|p| !p.is_empty()) {
+            let p = cwd.join(p);
+            out.push(if inner.is_empty() { p } else { p.join(inner) });
+        }
+    }
+    for (var, default) in XDG_DIRS {
+        let Some(base) = value(var).map(|v| cwd.join(v)) else {
+            continue;
+        };
+        out.extend(
+            HOME_DENIES
+                .iter()
+                .filter_map(|d| d.strip_prefix(default))
+                .map(|rest| base.join(rest)),
+        );
+    }
+    out
+}
+
 /// Readable only by root, and masked when envgit runs as root. Besides these, every file or
 /// directory under `/etc` that others may not read is masked (see [`etc_private`]).
 const ROOT_DENIES: &[&str] = &[
@@ -360,6 +432,7 @@ fn masks(input: &PlanInput<'_>, system: &[PathBuf]) -> Vec<PathBuf> {
                 .map(|d| home.join(d)),
         );
     }
+    out.extend(env_denies(&input.caller_env, &input.cwd));
     for d in &input.policy.filesystem.deny_read {
         let has_glob = d.contains(['*', '?', '[']);
         let bases: Vec<(PathBuf, String)> = if let Some(rest) = d.strip_prefix("~/") {
@@ -632,6 +705,33 @@ fn hard_linked(facts: &ProjectFacts) -> impl Iterator<Item = PathBuf> + '_ {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn credentials_the_environment_moves_are_found_where_it_says() {
+        let env: Vec<(String, String)> = [
+            ("KUBECONFIG", "/k/a.yaml::rel/b.yaml"),
+            ("DOCKER_CONFIG", "/d"),
+            ("XDG_CONFIG_HOME", "/x"),
+            ("GNUPGHOME", ""),
+            ("PATH", "/bin"),
+        ]
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .into();
+        let got = env_denies(&env, Path::new("/cwd"));
+        for want in [
+            "/k/a.yaml",
+            "/cwd/rel/b.yaml",
+            "/d/config.json",
+            "/x/gh",
+            "/x/git/credentials",
+        ] {
+            assert!(got.contains(&PathBuf::from(want)), "{want}: {got:?}");
+        }
+        assert!(
+            !got.iter()
+                .any(|p| p.starts_with("/cwd/.gnupg") || p == Path::new("/cwd"))
+        );
+    }
 
     #[test]
     fn toolchains_path_names_and_nothing_broader() {

@@ -1293,6 +1293,77 @@ fn every_home_credential_file_is_masked() {
     }
 }
 
+/// The person's environment moves credentials out of the places the home's list names: a
+/// service account key (`GOOGLE_APPLICATION_CREDENTIALS`), AWS's, kubectl's, Docker's, GnuPG's,
+/// Cargo's, the GitHub CLI's directory, and everything under a relocated `XDG_CONFIG_HOME`.
+/// Where they point (here: directories of the home the default list does not name), the
+/// sandbox must not read them.
+#[test]
+fn credentials_the_persons_environment_moves_elsewhere_are_masked() {
+    let env = project();
+    let home = env.user_home();
+    let file = |rel: &str| {
+        let p = home.join(rel);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(&p, CANARY).unwrap();
+        p.display().to_string()
+    };
+    let dir = |rel: &str, inner: &str| {
+        file(&format!("{rel}/{inner}"));
+        home.join(rel).display().to_string()
+    };
+    let vars = [
+        ("GOOGLE_APPLICATION_CREDENTIALS", file("keys/gcp-sa.json")),
+        ("AWS_SHARED_CREDENTIALS_FILE", file("work/aws/credentials")),
+        (
+            "KUBECONFIG",
+            format!("{}:{}", file("work/kube/a.yaml"), file("work/kube/b.yaml")),
+        ),
+        ("DOCKER_CONFIG", dir("work/docker", "config.json")),
+        ("GNUPGHOME", dir("work/gnupg", "private-keys-v1.d/key.key")),
+        ("CARGO_HOME", dir("tools/cargo", "credentials.toml")),
+        ("GH_CONFIG_DIR", dir("work/gh", "hosts.yml")),
+        (
+            "XDG_CONFIG_HOME",
+            dir("dotfiles/config", "glab-cli/config.yml"),
+        ),
+    ];
+    let targets = [
+        "keys/gcp-sa.json",
+        "work/aws/credentials",
+        "work/kube/a.yaml",
+        "work/kube/b.yaml",
+        "work/docker/config.json",
+        "work/gnupg/private-keys-v1.d/key.key",
+        "tools/cargo/credentials.toml",
+        "work/gh/hosts.yml",
+        "dotfiles/config/glab-cli/config.yml",
+    ];
+    let script: String = targets
+        .iter()
+        .enumerate()
+        .map(|(i, rel)| format!("cat ~/{rel} 2>/dev/null; echo m{i}=$?\n"))
+        .collect();
+    let mut cmd = env.cmd(&env.project);
+    for (k, v) in &vars {
+        cmd.env(k, v);
+    }
+    let r = Run::from(
+        cmd.args(["run", "sh", "-c", &format!("{script}echo {RAN}")])
+            .output()
+            .unwrap(),
+    )
+    .ran_to(RAN);
+    assert_no_canary(&r);
+    for (i, rel) in targets.iter().enumerate() {
+        assert!(
+            !r.stdout.contains(&format!("m{i}=0\n")),
+            "~/{rel} is readable inside: {}",
+            r.stdout
+        );
+    }
+}
+
 #[test]
 fn project_credential_and_env_files_are_masked_in_every_directory() {
     let env = project();
