@@ -261,12 +261,7 @@ fn after_a_kill_9_what_the_step_planted_below_the_root_goes_back() {
     env.git(&z, &["config", "core.hooksPath", ".husky"]);
     env.write("libs/z/lib.txt", "z\n");
     env.write("vendor/h/lib.txt", "h\n");
-    let hg_init = Command::new("hg")
-        .arg("init")
-        .current_dir(env.path("vendor/h"))
-        .env("HGRCPATH", "")
-        .output()
-        .unwrap();
+    let hg_init = persons_hg(&env, "vendor/h", &["init"]);
     assert!(hg_init.status.success(), "{hg_init:?}");
     env.write("vendor/h/.hg/hgrc", "[ui]\n");
     env.envgit(&["init"]).ok();
@@ -301,12 +296,7 @@ fn after_a_kill_9_what_the_step_planted_below_the_root_goes_back() {
         .args(["commit", "-q", "--allow-empty", "-m", "the person's"])
         .output()
         .unwrap();
-    let status = Command::new("hg")
-        .arg("status")
-        .current_dir(env.path("vendor/h"))
-        .env("HGRCPATH", "")
-        .output()
-        .unwrap();
+    let status = persons_hg(&env, "vendor/h", &["status"]);
     assert!(
         !marker.exists(),
         "the host ran what the killed step planted\n{}{}\n--- the next command:\n{}",
@@ -814,16 +804,7 @@ fn within_a_minute(mut cmd: Command) -> Option<std::process::ExitStatus> {
 fn a_mercurial_repositorys_configuration_is_protected() {
     let env = Env::new();
     let marker = env.tmp.path().join("pwned");
-    let hg = |args: &[&str]| {
-        Command::new("hg")
-            .args(args)
-            .current_dir(&env.project)
-            .env("HOME", env.user_home())
-            .env("HGUSER", "Person <p@example.invalid>")
-            .env("HGRCPATH", "")
-            .output()
-            .unwrap()
-    };
+    let hg = |args: &[&str]| persons_hg(&env, ".", args);
     std::fs::create_dir_all(env.user_home()).unwrap();
     env.write("a.txt", "a\n");
     assert!(hg(&["init"]).status.success());
@@ -849,6 +830,19 @@ fn a_mercurial_repositorys_configuration_is_protected() {
     );
 }
 
+/// The person's `hg ARGS` in the project directory `dir`: their home, no system or user
+/// configuration but the repository's.
+fn persons_hg(env: &Env, dir: &str, args: &[&str]) -> Output {
+    Command::new("hg")
+        .args(args)
+        .current_dir(env.path(dir))
+        .env("HOME", env.user_home())
+        .env("HGUSER", "Person <p@example.invalid>")
+        .env("HGRCPATH", "")
+        .output()
+        .unwrap()
+}
+
 /// A Mercurial repository nested in the project (a vendored checkout the person runs `hg` in):
 /// a hook a step adds to its `.hg/hgrc` must not run there either. One the step cloned itself
 /// keeps its own configuration.
@@ -856,16 +850,7 @@ fn a_mercurial_repositorys_configuration_is_protected() {
 fn a_nested_mercurial_repositorys_configuration_is_put_back() {
     let env = Env::new();
     let marker = env.tmp.path().join("pwned");
-    let hg = |dir: &str, args: &[&str]| {
-        Command::new("hg")
-            .args(args)
-            .current_dir(env.path(dir))
-            .env("HOME", env.user_home())
-            .env("HGUSER", "Person <p@example.invalid>")
-            .env("HGRCPATH", "")
-            .output()
-            .unwrap()
-    };
+    let hg = |dir: &str, args: &[&str]| persons_hg(&env, dir, args);
     std::fs::create_dir_all(env.user_home()).unwrap();
     env.write("a.txt", "a\n");
     env.write("vendor/h/lib.txt", "h\n");
