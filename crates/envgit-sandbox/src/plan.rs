@@ -432,7 +432,15 @@ fn masks(input: &PlanInput<'_>, system: &[PathBuf]) -> Vec<PathBuf> {
                 .map(|d| home.join(d)),
         );
     }
-    out.extend(env_denies(&input.caller_env, &input.cwd));
+    // A variable set to the project, a home or above one (`HISTFILE=/`) names no credential
+    // file of its own: masking it would hide what the step works on.
+    out.extend(
+        env_denies(&input.caller_env, &input.cwd)
+            .into_iter()
+            .filter(|p| {
+                !input.project.starts_with(p) && !input.homes.iter().any(|h| h.starts_with(p))
+            }),
+    );
     for d in &input.policy.filesystem.deny_read {
         let has_glob = d.contains(['*', '?', '[']);
         let bases: Vec<(PathBuf, String)> = if let Some(rest) = d.strip_prefix("~/") {
