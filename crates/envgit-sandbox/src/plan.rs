@@ -267,6 +267,9 @@ pub struct PlanInput<'a> {
     pub envgit_exe: Option<PathBuf>,
     /// Protected paths relative to the project (the policy's list and `core.hooksPath`).
     pub protected: Vec<String>,
+    /// Credential files the caller found elsewhere (git's credential store where the person's
+    /// configuration moves it): masked.
+    pub more_masks: Vec<PathBuf>,
     /// From envgit's stat index ([`project_facts`]): the project's secrets to mask and its
     /// files with hard links outside it, made read-only.
     pub facts: ProjectFacts,
@@ -432,6 +435,7 @@ fn masks(input: &PlanInput<'_>, system: &[PathBuf]) -> Vec<PathBuf> {
                 .map(|d| home.join(d)),
         );
     }
+    out.extend(input.more_masks.iter().cloned());
     // A variable set to the project, a home or above one (`HISTFILE=/`) names no credential
     // file of its own: masking it would hide what the step works on.
     out.extend(

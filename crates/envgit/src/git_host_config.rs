@@ -90,6 +90,47 @@ pub(crate) fn person_config_files(home: Option<&Path>) -> Vec<PathBuf> {
     out
 }
 
+/// The files git's `store` credential helper keeps passwords in where the person's
+/// configuration moves them (`credential.helper = store --file ~/secrets/git`): the default
+/// ones (`~/.git-credentials`, `~/.config/git/credentials`) are masked already.
+pub(crate) fn credential_store_files(home: Option<&Path>) -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = Vec::new();
+    for file in person_config_files(home) {
+        let Ok(bytes) = read_regular_bounded(&file, CONFIG_MAX_BYTES) else {
+            continue;
+        };
+        for e in parse(&bytes) {
+            if e.section != "credential" || e.key != "helper" {
+                continue;
+            }
+            let Some(value) = e.value.as_deref() else {
+                continue;
+            };
+            let words = shlex::split(value).unwrap_or_default();
+            if words.first().map(String::as_str) != Some("store") {
+                continue;
+            }
+            let mut args = words.iter().skip(1);
+            while let Some(arg) = args.next() {
+                let named = match arg.strip_prefix("--file=") {
+                    Some(f) => Some(f.to_string()),
+                    None if arg == "--file" => args.next().cloned(),
+                    None => None,
+                };
+                let Some(named) = named else {
+                    continue;
+                };
+                let path = match named.strip_prefix("~/") {
+                    Some(rest) => home.map(|h| h.join(rest)),
+                    None => Some(PathBuf::from(named)),
+                };
+                out.extend(path.filter(|p| p.is_absolute()));
+            }
+        }
+    }
+    out
+}
+
 /// [`of`] for the repository whose work tree is `worktree` (the project's `root` or a
 /// repository nested in it), its `.git/config` given (`None`: it has none; a nested one's as
 /// a snapshot holds it): paths relative to `root`.

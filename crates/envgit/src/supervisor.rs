@@ -823,6 +823,9 @@ pub(crate) fn run_sandboxed(
         trust: Some(trust),
         envgit_exe: Some(exe.clone()),
         protected: protected.to_vec(),
+        more_masks: crate::git_host_config::credential_store_files(
+            run_as.homes.first().map(PathBuf::as_path),
+        ),
         facts,
         etc_private,
     });

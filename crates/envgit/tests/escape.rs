@@ -1364,6 +1364,24 @@ fn credentials_the_persons_environment_moves_elsewhere_are_masked() {
     }
 }
 
+/// git's `store` credential helper keeps passwords in plain text where the person's
+/// configuration says (`store --file ~/secrets/git-credentials`): the step must not read it.
+#[test]
+fn a_git_credential_store_the_person_moved_is_masked() {
+    let env = project();
+    let home = env.user_home();
+    std::fs::create_dir_all(home.join("secrets")).unwrap();
+    std::fs::write(home.join("secrets/git-credentials"), CANARY).unwrap();
+    std::fs::write(
+        home.join(".gitconfig"),
+        "[credential]\n\thelper = store --file ~/secrets/git-credentials\n",
+    )
+    .unwrap();
+    let r = attack(&env, "cat ~/secrets/git-credentials; echo m=$?");
+    assert_no_canary(&r);
+    assert!(!r.stdout.contains("m=0\n"), "{}", r.stdout);
+}
+
 #[test]
 fn project_credential_and_env_files_are_masked_in_every_directory() {
     let env = project();

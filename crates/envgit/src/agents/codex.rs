@@ -328,12 +328,16 @@ fn denied_reads(project: &Project, cwd: &Path) -> CmdResult<Vec<PathBuf>> {
         state_dirs: Vec::new(),
         staging: PathBuf::new(),
         home_overlay: None,
-        caller_env: Vec::new(),
+        // The person's: the credentials it moves into the project are masked there too.
+        caller_env: std::env::vars().collect(),
         extra_env: Vec::new(),
         trust: None,
         envgit_exe: None,
         relay: None,
         protected: Vec::new(),
+        more_masks: crate::git_host_config::credential_store_files(
+            crate::supervisor::homes(uid).first().map(PathBuf::as_path),
+        ),
         facts,
         etc_private: None,
         system: None,
