@@ -51,6 +51,45 @@ pub(crate) fn of(root: &Path) -> Vec<(String, String)> {
 /// and `includeIf.*.path` name (one level), each once: what the sandbox could read a
 /// credential from by its path. `home` is the person's.
 pub(crate) fn person_config_files(home: Option<&Path>) -> Vec<PathBuf> {
+    person_configs(home).into_iter().map(|(f, _)| f).collect()
+}
+
+/// The files git's `store` credential helper keeps passwords in where the person's
+/// configuration moves them (`credential.helper = store --file ~/secrets/git`): the default
+/// ones (`~/.git-credentials`, `~/.config/git/credentials`) are masked already.
+pub(crate) fn credential_store_files(home: Option<&Path>) -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = Vec::new();
+    for (_, entries) in person_configs(home) {
+        for e in entries {
+            let Some(value) = e
+                .value
+                .filter(|_| e.section == "credential" && e.key == "helper")
+            else {
+                continue;
+            };
+            let words = shlex::split(&value).unwrap_or_default();
+            if words.first().map(String::as_str) != Some("store") {
+                continue;
+            }
+            let mut args = words.iter().skip(1);
+            while let Some(arg) = args.next() {
+                let named = match arg.strip_prefix("--file=") {
+                    Some(f) => Some(f),
+                    None if arg == "--file" => args.next().map(String::as_str),
+                    None => None,
+                };
+                // A relative one is the caller's directory's: not this file's to know.
+                let absolute = named.filter(|n| n.starts_with('/') || n.starts_with("~/"));
+                out.extend(absolute.and_then(|n| in_home(n, home, Path::new("/"))));
+            }
+        }
+    }
+    out
+}
+
+/// [`person_config_files`], each with its entries (none for one that cannot be read as a
+/// configuration file).
+fn person_configs(home: Option<&Path>) -> Vec<(PathBuf, Vec<Entry>)> {
     let var = |k: &str| {
         std::env::var_os(k)
             .filter(|v| !v.is_empty())
@@ -65,70 +104,45 @@ pub(crate) fn person_config_files(home: Option<&Path>) -> Vec<PathBuf> {
         files.push(h.join(".config/git/config"));
         files.push(h.join(".gitconfig"));
     }
-    let mut out: Vec<PathBuf> = Vec::new();
+    let read = |file: &Path| {
+        read_regular_bounded(file, CONFIG_MAX_BYTES)
+            .map(|bytes| parse(&bytes))
+            .unwrap_or_default()
+    };
+    let mut out: Vec<(PathBuf, Vec<Entry>)> = Vec::new();
     for file in files {
-        let Ok(bytes) = read_regular_bounded(&file, CONFIG_MAX_BYTES) else {
+        if out.iter().any(|(f, _)| *f == file) {
             continue;
-        };
+        }
+        let entries = read(&file);
         let dir = file.parent().map(Path::to_path_buf).unwrap_or_default();
-        let included = parse(&bytes).into_iter().filter_map(|e| {
-            let include = e.section == "include" && e.key == "path"
-                || e.section == "includeif" && e.subsection.is_some() && e.key == "path";
-            let value = e.value.filter(|_| include)?;
-            match value.strip_prefix("~/") {
-                Some(rest) => home.map(|h| h.join(rest)),
-                None if value.starts_with('~') => None,
-                None => Some(dir.join(value)),
-            }
-        });
-        for f in std::iter::once(file).chain(included) {
-            if !out.contains(&f) {
-                out.push(f);
+        let included: Vec<PathBuf> = entries
+            .iter()
+            .filter(|e| {
+                e.section == "include" && e.key == "path"
+                    || e.section == "includeif" && e.subsection.is_some() && e.key == "path"
+            })
+            .filter_map(|e| in_home(e.value.as_deref()?, home, &dir))
+            .collect();
+        out.push((file, entries));
+        for f in included {
+            if !out.iter().any(|(known, _)| *known == f) {
+                let entries = read(&f);
+                out.push((f, entries));
             }
         }
     }
     out
 }
 
-/// The files git's `store` credential helper keeps passwords in where the person's
-/// configuration moves them (`credential.helper = store --file ~/secrets/git`): the default
-/// ones (`~/.git-credentials`, `~/.config/git/credentials`) are masked already.
-pub(crate) fn credential_store_files(home: Option<&Path>) -> Vec<PathBuf> {
-    let mut out: Vec<PathBuf> = Vec::new();
-    for file in person_config_files(home) {
-        let Ok(bytes) = read_regular_bounded(&file, CONFIG_MAX_BYTES) else {
-            continue;
-        };
-        for e in parse(&bytes) {
-            if e.section != "credential" || e.key != "helper" {
-                continue;
-            }
-            let Some(value) = e.value.as_deref() else {
-                continue;
-            };
-            let words = shlex::split(value).unwrap_or_default();
-            if words.first().map(String::as_str) != Some("store") {
-                continue;
-            }
-            let mut args = words.iter().skip(1);
-            while let Some(arg) = args.next() {
-                let named = match arg.strip_prefix("--file=") {
-                    Some(f) => Some(f.to_string()),
-                    None if arg == "--file" => args.next().cloned(),
-                    None => None,
-                };
-                let Some(named) = named else {
-                    continue;
-                };
-                let path = match named.strip_prefix("~/") {
-                    Some(rest) => home.map(|h| h.join(rest)),
-                    None => Some(PathBuf::from(named)),
-                };
-                out.extend(path.filter(|p| p.is_absolute()));
-            }
-        }
+/// A path as git's configuration writes one: `~/…` in `home`, else relative to `base`; `None`
+/// for another user's `~name/…`, or without a home.
+fn in_home(value: &str, home: Option<&Path>, base: &Path) -> Option<PathBuf> {
+    match value.strip_prefix("~/") {
+        Some(rest) => home.map(|h| h.join(rest)),
+        None if value.starts_with('~') => None,
+        None => Some(base.join(value)),
     }
-    out
 }
 
 /// [`of`] for the repository whose work tree is `worktree` (the project's `root` or a
@@ -272,11 +286,7 @@ impl Place<'_> {
     /// the project, or for the root itself.
     fn resolve(&self, value: &str, base: &Path) -> Option<String> {
         let value = value.trim_end_matches('/');
-        let path = match value.strip_prefix("~/") {
-            Some(rest) => self.home?.join(rest),
-            None if value.starts_with('~') => return None,
-            None => base.join(value),
-        };
+        let path = in_home(value, self.home, base)?;
         crate::project_path::of(self.root, &path)
     }
 }
