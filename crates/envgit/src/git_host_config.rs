@@ -45,29 +45,33 @@ pub(crate) fn of(root: &Path) -> Vec<(String, String)> {
     )
 }
 
-/// Every file of the system's and the person's git configuration on this machine, whichever
-/// git would take (`GIT_CONFIG_GLOBAL`, `$XDG_CONFIG_HOME/git/config`, `~/.config/git/config`,
-/// `~/.gitconfig`, `GIT_CONFIG_SYSTEM` or `/etc/gitconfig`…) and the files their `include.path`
-/// and `includeIf.*.path` name (one level), each once: what the sandbox could read a
-/// credential from by its path. `home` is the person's.
-pub(crate) fn person_config_files(home: Option<&Path>) -> Vec<PathBuf> {
-    person_configs(home).into_iter().map(|(f, _)| f).collect()
+/// The system's and the person's git configuration on this machine, as the sandbox could read
+/// a credential from it by path.
+pub(crate) struct PersonConfig {
+    /// Every file, whichever git would take (`GIT_CONFIG_GLOBAL`, `$XDG_CONFIG_HOME/git/config`,
+    /// `~/.config/git/config`, `~/.gitconfig`, `GIT_CONFIG_SYSTEM` or `/etc/gitconfig`…) and the
+    /// files their `include.path` and `includeIf.*.path` name (one level), each once.
+    pub files: Vec<PathBuf>,
+    /// The files git's `store` credential helper keeps passwords in where these move them
+    /// (`credential.helper = store --file ~/secrets/git`): the default ones
+    /// (`~/.git-credentials`, `~/.config/git/credentials`) are masked already.
+    pub credential_stores: Vec<PathBuf>,
 }
 
-/// The files git's `store` credential helper keeps passwords in where the person's
-/// configuration moves them (`credential.helper = store --file ~/secrets/git`): the default
-/// ones (`~/.git-credentials`, `~/.config/git/credentials`) are masked already.
-pub(crate) fn credential_store_files(home: Option<&Path>) -> Vec<PathBuf> {
-    let mut out: Vec<PathBuf> = Vec::new();
-    for (_, entries) in person_configs(home) {
+/// [`PersonConfig`], read once; `home` is the person's.
+pub(crate) fn person_config(home: Option<&Path>) -> PersonConfig {
+    let configs = person_configs(home);
+    let mut credential_stores: Vec<PathBuf> = Vec::new();
+    for (_, entries) in &configs {
         for e in entries {
             let Some(value) = e
                 .value
+                .as_deref()
                 .filter(|_| e.section == "credential" && e.key == "helper")
             else {
                 continue;
             };
-            let words = shlex::split(&value).unwrap_or_default();
+            let words = shlex::split(value).unwrap_or_default();
             if words.first().map(String::as_str) != Some("store") {
                 continue;
             }
@@ -80,14 +84,17 @@ pub(crate) fn credential_store_files(home: Option<&Path>) -> Vec<PathBuf> {
                 };
                 // A relative one is the caller's directory's: not this file's to know.
                 let absolute = named.filter(|n| n.starts_with('/') || n.starts_with("~/"));
-                out.extend(absolute.and_then(|n| in_home(n, home, Path::new("/"))));
+                credential_stores.extend(absolute.and_then(|n| in_home(n, home, Path::new("/"))));
             }
         }
     }
-    out
+    PersonConfig {
+        files: configs.into_iter().map(|(f, _)| f).collect(),
+        credential_stores,
+    }
 }
 
-/// [`person_config_files`], each with its entries (none for one that cannot be read as a
+/// [`PersonConfig::files`], each with its entries (none for one that cannot be read as a
 /// configuration file).
 fn person_configs(home: Option<&Path>) -> Vec<(PathBuf, Vec<Entry>)> {
     let var = |k: &str| {

@@ -114,6 +114,8 @@ pub(crate) struct HiddenCredentials {
     /// credential, shown read-only with placeholders.
     pub file_overrides: Vec<(std::path::PathBuf, std::path::PathBuf)>,
     pub notes: Vec<String>,
+    /// Where the person's git configuration moves its credential store: masked.
+    pub credential_stores: Vec<std::path::PathBuf>,
 }
 
 /// The most read of a git configuration file whose credentials are hidden.
@@ -190,11 +192,10 @@ pub(crate) fn hide_credentials(
     // the file a link leads to (a dotfiles manager's `~/.gitconfig -> dotfiles/gitconfig`),
     // which the sandbox reaches through the link and by its own path alike (a bind over the
     // link itself would not be made). Each file, wherever it is, may be read by its path.
+    let person = crate::git_host_config::person_config(home);
+    out.credential_stores = person.credential_stores;
     let mut seen: Vec<std::path::PathBuf> = Vec::new();
-    for (i, named) in crate::git_host_config::person_config_files(home)
-        .into_iter()
-        .enumerate()
-    {
+    for (i, named) in person.files.into_iter().enumerate() {
         let Ok(file) = std::fs::canonicalize(&named) else {
             continue;
         };

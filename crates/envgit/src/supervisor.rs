@@ -823,9 +823,7 @@ pub(crate) fn run_sandboxed(
         trust: Some(trust),
         envgit_exe: Some(exe.clone()),
         protected: protected.to_vec(),
-        more_masks: crate::git_host_config::credential_store_files(
-            run_as.homes.first().map(PathBuf::as_path),
-        ),
+        more_masks: hidden.credential_stores.clone(),
         facts,
         etc_private,
     });

@@ -335,9 +335,10 @@ fn denied_reads(project: &Project, cwd: &Path) -> CmdResult<Vec<PathBuf>> {
         envgit_exe: None,
         relay: None,
         protected: Vec::new(),
-        more_masks: crate::git_host_config::credential_store_files(
+        more_masks: crate::git_host_config::person_config(
             crate::supervisor::homes(uid).first().map(PathBuf::as_path),
-        ),
+        )
+        .credential_stores,
         facts,
         etc_private: None,
         system: None,
