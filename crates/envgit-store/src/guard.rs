@@ -41,11 +41,92 @@ enum Kind {
     Other,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 struct Entry {
     rel: Vec<u8>,
     mode: u32,
     kind: Kind,
+    /// The entry's `lstat` when it was copied, kept only where it proves later that nothing
+    /// changed ([`Stamp`]); a copy an older envgit left has none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    stamp: Option<Stamp>,
+}
+
+/// Two entries are the same when their path, mode and what they hold are: the stamp only
+/// says whether the put-back must read the entry to know.
+impl PartialEq for Entry {
+    fn eq(&self, other: &Self) -> bool {
+        self.rel == other.rel && self.mode == other.mode && self.kind == other.kind
+    }
+}
+
+impl Eq for Entry {}
+
+/// What a file's or directory's `lstat` says of it: equal stamps mean the same content (a
+/// directory: the same names), as in git's index. Nothing a step can do sets a ctime (only
+/// the kernel does, from its clock, at every write, `chmod`, link or rename), and a file
+/// replaced has another inode or a new ctime. A stamp is kept only where that holds: on a
+/// filesystem that keeps nanosecond timestamps from this kernel's clock (not FAT's, not a
+/// network filesystem's), and for an entry whose last change was more than
+/// [`crate::worktree::COARSE_MARGIN_NS`] before the copy began, so that a change in the same
+/// clock tick cannot leave the stamp as it was (git's racy-timestamp rule).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+struct Stamp {
+    dev: u64,
+    ino: u64,
+    size: i64,
+    mtime_ns: i64,
+    ctime_ns: i64,
+}
+
+impl Stamp {
+    fn of(st: &rustix::fs::Stat) -> Self {
+        const NS: i64 = 1_000_000_000;
+        Stamp {
+            dev: st.st_dev,
+            ino: st.st_ino,
+            size: st.st_size,
+            mtime_ns: st.st_mtime * NS + st.st_mtime_nsec as i64,
+            ctime_ns: st.st_ctime * NS + st.st_ctime_nsec as i64,
+        }
+    }
+}
+
+/// When stamps can be kept for a copy taken now of the tree at `root` ([`Stamp`]).
+#[derive(Clone, Copy)]
+struct Stamping {
+    /// The root's device, when its filesystem keeps ctimes no process can set.
+    dev: Option<u64>,
+    /// Entries changed at or after this (ns since the epoch) get no stamp.
+    settled_before_ns: i64,
+}
+
+impl Stamping {
+    fn for_root(root: BorrowedFd<'_>) -> Self {
+        Stamping {
+            dev: crate::worktree::RacyRule::fine_device(root),
+            settled_before_ns: crate::worktree::now_ns()
+                .saturating_sub(crate::worktree::COARSE_MARGIN_NS),
+        }
+    }
+
+    /// No stamps: every entry is read.
+    fn none() -> Self {
+        Stamping {
+            dev: None,
+            settled_before_ns: i64::MIN,
+        }
+    }
+
+    fn stamp(&self, st: &rustix::fs::Stat) -> Option<Stamp> {
+        const NS: i64 = 1_000_000_000;
+        let stamp = Stamp::of(st);
+        let keeps_ns = stamp.mtime_ns.rem_euclid(NS) != 0 || stamp.ctime_ns.rem_euclid(NS) != 0;
+        (self.dev == Some(stamp.dev)
+            && keeps_ns
+            && stamp.mtime_ns.max(stamp.ctime_ns) < self.settled_before_ns)
+            .then_some(stamp)
+    }
 }
 
 /// The state of one protected path: `None` when it did not exist.
@@ -98,8 +179,10 @@ impl ProtectedCopy {
         let paths = &literal;
         let mut budget = GUARD_MAX_BYTES;
         let mut states = Vec::with_capacity(paths.len());
+        let stamping = Stamping::for_root(fd.as_fd());
         for p in paths {
-            let state = top.capture(fd.as_fd(), p, &mut budget).map_err(|e| match e {
+            let read = Reading { stamping, was: &[] };
+            let state = top.capture(fd.as_fd(), p, &mut budget, read).map_err(|e| match e {
                 Captured::TooLarge => StoreError::Refused(format!(
                     "{}: the protected paths are over {} MiB together; envgit copies them before each step to put them back, so make them smaller",
                     root.join(p).display(),
@@ -174,7 +257,8 @@ impl ProtectedCopy {
         Box::new(move || durable(syncing, &dir))
     }
 
-    /// Puts back every protected path that differs from its copy, by content, and removes
+    /// Puts back every protected path that differs from its copy, by content (an entry whose
+    /// [`Stamp`] is as the copy recorded it is not read again), and removes
     /// symlinks planted where git writes ([`remove_planted_git_links`]); returns the paths
     /// put back or removed (and only those). A path that cannot be put back does not stop
     /// the others: all are tried, then the first failure is returned.
@@ -194,7 +278,11 @@ impl ProtectedCopy {
         for (p, was) in self.saved.paths.iter().zip(&self.saved.states) {
             // Read no more of what is there now than the copy holds, plus one byte.
             let mut budget = was.as_ref().map_or(0, |es| size_of(es)) + 1;
-            let now = top.capture(fd.as_fd(), p, &mut budget);
+            let read = Reading {
+                stamping: Stamping::none(),
+                was: was.as_deref().unwrap_or_default(),
+            };
+            let now = top.capture(fd.as_fd(), p, &mut budget, read);
             if matches!(&now, Ok(now) if now == was) {
                 continue;
             }
@@ -357,6 +445,7 @@ impl RootNames {
         root: BorrowedFd<'_>,
         rel: &str,
         budget: &mut u64,
+        read: Reading<'_>,
     ) -> Result<State, Captured> {
         if let Some(first) = top_name(rel)
             && self
@@ -366,7 +455,7 @@ impl RootNames {
         {
             return Ok(None);
         }
-        capture(root, rel.as_bytes(), budget)
+        capture(root, rel.as_bytes(), budget, read)
     }
 }
 
@@ -480,9 +569,52 @@ fn split_parent(rel: &[u8]) -> (&[u8], &[u8]) {
     }
 }
 
+/// How a capture reads: the stamps it keeps (at the copy), and the copy's entries of the same
+/// path (at the put-back), whose content or names are taken instead of read again where the
+/// entry's stamp is as the copy recorded it.
+#[derive(Clone, Copy)]
+struct Reading<'a> {
+    stamping: Stamping,
+    /// Sorted by `rel`, as [`capture`] leaves them.
+    was: &'a [Entry],
+}
+
+impl Reading<'_> {
+    /// The copy's entry at `rel`, when `st` shows it unchanged since.
+    fn unchanged(&self, rel: &[u8], st: &rustix::fs::Stat) -> Option<&Entry> {
+        let i = self
+            .was
+            .binary_search_by(|e| e.rel.as_slice().cmp(rel))
+            .ok()?;
+        let was = &self.was[i];
+        (was.stamp == Some(Stamp::of(st)) && was.mode == st.st_mode & 0o7777).then_some(was)
+    }
+
+    /// The names the copy recorded in directory `dir_rel`.
+    fn names_in(&self, dir_rel: &[u8]) -> Vec<CString> {
+        let mut prefix = dir_rel.to_vec();
+        prefix.push(b'/');
+        let start = self
+            .was
+            .partition_point(|e| e.rel.as_slice() < prefix.as_slice());
+        self.was[start..]
+            .iter()
+            .take_while(|e| e.rel.starts_with(&prefix))
+            .map(|e| &e.rel[prefix.len()..])
+            .filter(|name| !name.contains(&b'/'))
+            .filter_map(|name| CString::new(name).ok())
+            .collect()
+    }
+}
+
 /// The path `rel` and everything under it, walked without recursion and without following a
 /// symlink; `None` when it (or a parent) is not there or a parent is not a directory.
-fn capture(root: BorrowedFd<'_>, rel: &[u8], budget: &mut u64) -> Result<State, Captured> {
+fn capture(
+    root: BorrowedFd<'_>,
+    rel: &[u8],
+    budget: &mut u64,
+    read: Reading<'_>,
+) -> Result<State, Captured> {
     let (parent, name) = split_parent(rel);
     let parent_fd = match open_dir_rel(root, parent) {
         Ok(fd) => fd,
@@ -490,23 +622,29 @@ fn capture(root: BorrowedFd<'_>, rel: &[u8], budget: &mut u64) -> Result<State, 
         Err(e) => return Err(e.into()),
     };
     let name = cstr(name)?;
-    let Some(top) = entry_of(parent_fd.as_fd(), &name, rel, budget)? else {
+    let Some((top, same_names)) = entry_of(parent_fd.as_fd(), &name, rel, budget, read)? else {
         return Ok(None);
     };
     let mut out = vec![top];
-    let mut pending: Vec<Vec<u8>> = Vec::new();
+    let mut pending: Vec<(Vec<u8>, bool)> = Vec::new();
     if out[0].kind == Kind::Dir {
-        pending.push(rel.to_vec());
+        pending.push((rel.to_vec(), same_names));
     }
-    while let Some(dir_rel) = pending.pop() {
+    while let Some((dir_rel, same_names)) = pending.pop() {
         let dir = open_dir_rel(root, &dir_rel)?;
-        for child in read_names(dir.as_fd())? {
+        let names = if same_names {
+            read.names_in(&dir_rel)
+        } else {
+            read_names(dir.as_fd())?
+        };
+        for child in names {
             let mut child_rel = dir_rel.clone();
             child_rel.push(b'/');
             child_rel.extend_from_slice(child.to_bytes());
-            if let Some(e) = entry_of(dir.as_fd(), &child, &child_rel, budget)? {
+            if let Some((e, same_names)) = entry_of(dir.as_fd(), &child, &child_rel, budget, read)?
+            {
                 if e.kind == Kind::Dir {
-                    pending.push(child_rel);
+                    pending.push((child_rel, same_names));
                 }
                 out.push(e);
             }
@@ -516,18 +654,37 @@ fn capture(root: BorrowedFd<'_>, rel: &[u8], budget: &mut u64) -> Result<State, 
     Ok(Some(out))
 }
 
+/// One entry as it is now, and for a directory whether its names are the copy's (its stamp
+/// unchanged), so that it need not be listed.
 fn entry_of(
     dir: BorrowedFd<'_>,
     name: &CString,
     rel: &[u8],
     budget: &mut u64,
-) -> Result<Option<Entry>, Captured> {
+    read: Reading<'_>,
+) -> Result<Option<(Entry, bool)>, Captured> {
     let st = match lstat(dir, name) {
         Ok(st) => st,
         Err(Errno::NOENT) => return Ok(None),
         Err(e) => return Err(e.into()),
     };
     let mode = st.st_mode & 0o7777;
+    let stamp = read.stamping.stamp(&st);
+    if let Some(was) = read.unchanged(rel, &st) {
+        let same_type = matches!(
+            (&was.kind, file_type(&st)),
+            (Kind::Dir, FileType::Directory) | (Kind::File { .. }, FileType::RegularFile)
+        );
+        if same_type {
+            let entry = Entry {
+                rel: rel.to_vec(),
+                mode,
+                kind: was.kind.clone(),
+                stamp,
+            };
+            return Ok(Some((entry, was.kind == Kind::Dir)));
+        }
+    }
     let charge = |budget: &mut u64, n: u64| {
         if n > *budget {
             return Err(Captured::TooLarge);
@@ -557,11 +714,15 @@ fn entry_of(
         }
         _ => Kind::Other,
     };
-    Ok(Some(Entry {
-        rel: rel.to_vec(),
-        mode,
-        kind,
-    }))
+    Ok(Some((
+        Entry {
+            rel: rel.to_vec(),
+            mode,
+            kind,
+            stamp,
+        },
+        false,
+    )))
 }
 
 /// Makes `rel` what `was` says: its parents real directories (a symlink or file planted in
@@ -635,7 +796,7 @@ fn real_dirs(root: BorrowedFd<'_>, rel: &[u8]) -> rustix::io::Result<OwnedFd> {
 
 #[cfg(test)]
 mod tests {
-    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
 
     use super::*;
 
@@ -687,6 +848,74 @@ mod tests {
         assert!(!root.join(".envrc").exists());
         // Nothing else differs now: a second put-back puts nothing back.
         assert!(copy.put_back().unwrap().is_empty());
+        copy.discard();
+    }
+
+    /// A copy of entries last changed long enough ago keeps their stamps, and the put-back
+    /// then reads only what a stamp shows changed. A hook rewritten in place with content of
+    /// the same length and its mtime set back (`touch -r`) keeps its size, inode and mtime:
+    /// only its ctime shows the change, and that is enough to put it back; a hook added to
+    /// the settled `hooks/` changes that directory's stamp, so it is listed and the new one
+    /// removed.
+    #[test]
+    fn a_settled_hook_rewritten_with_its_mtime_set_back_is_put_back() {
+        let (_t, root, store) = project();
+        let hook = root.join(".git/hooks/pre-commit");
+        let before = std::fs::metadata(&hook).unwrap();
+        std::thread::sleep(std::time::Duration::from_nanos(
+            crate::worktree::COARSE_MARGIN_NS as u64 + 100_000_000,
+        ));
+        let copy = ProtectedCopy::take(&store, &root, &paths()).unwrap();
+        let root_fd = open_root(&root).unwrap();
+        if crate::worktree::RacyRule::fine_device(root_fd.as_fd()).is_some() {
+            let stamped = copy.saved.states.iter().flatten().flatten();
+            assert!(
+                stamped.clone().all(|e| e.stamp.is_some()),
+                "every settled entry keeps its stamp: {:?}",
+                stamped.collect::<Vec<_>>()
+            );
+        }
+        std::fs::write(&hook, "#!/bin/sh\nexit 7\n").unwrap();
+        let f = std::fs::File::options().write(true).open(&hook).unwrap();
+        f.set_modified(before.modified().unwrap()).unwrap();
+        let after = std::fs::metadata(&hook).unwrap();
+        assert_eq!(
+            (after.len(), after.ino(), after.mtime(), after.mtime_nsec()),
+            (
+                before.len(),
+                before.ino(),
+                before.mtime(),
+                before.mtime_nsec()
+            )
+        );
+        assert_eq!(copy.put_back().unwrap(), [".git/hooks"]);
+        assert_eq!(
+            std::fs::read_to_string(&hook).unwrap(),
+            "#!/bin/sh\nexit 0\n"
+        );
+
+        std::fs::write(root.join(".git/hooks/post-checkout"), "#!/bin/sh\n").unwrap();
+        assert_eq!(copy.put_back().unwrap(), [".git/hooks"]);
+        assert!(!root.join(".git/hooks/post-checkout").exists());
+        // Settled and unchanged now: nothing to put back.
+        assert!(copy.put_back().unwrap().is_empty());
+        copy.discard();
+    }
+
+    /// A copy taken right after its entries changed keeps no stamp: a change in the same
+    /// clock tick could leave one as it was.
+    #[test]
+    fn entries_changed_just_before_the_copy_get_no_stamp() {
+        let (_t, root, store) = project();
+        let copy = ProtectedCopy::take(&store, &root, &paths()).unwrap();
+        assert!(
+            copy.saved
+                .states
+                .iter()
+                .flatten()
+                .flatten()
+                .all(|e| e.stamp.is_none())
+        );
         copy.discard();
     }
 

@@ -16,6 +16,7 @@ mod entry;
 mod racy;
 #[cfg(test)]
 pub(crate) use racy::settle_time as racy_settle_time;
+pub(crate) use racy::{COARSE_MARGIN_NS, RacyRule};
 mod report;
 mod sealed;
 mod walk;

@@ -19,7 +19,7 @@ use std::os::fd::BorrowedFd;
 use super::entry::StatKey;
 
 /// Anywhere the filesystem's clock or granularity is not known.
-pub(super) const COARSE_MARGIN_NS: i64 = 2_000_000_000;
+pub(crate) const COARSE_MARGIN_NS: i64 = 2_000_000_000;
 /// A local filesystem with nanosecond timestamps from this kernel's clock: five ticks at HZ=100.
 pub(super) const FINE_MARGIN_NS: i64 = 50_000_000;
 
@@ -49,6 +49,12 @@ impl RacyRule {
         Self {
             fine_dev: dev.filter(|_| fine),
         }
+    }
+
+    /// The device of `root` when its filesystem keeps nanosecond timestamps from this kernel's
+    /// clock (and so a ctime no process can set): what the protected copy's stamps need.
+    pub(crate) fn fine_device(root: BorrowedFd<'_>) -> Option<u64> {
+        Self::for_root(root).fine_dev
     }
 
     /// The rule of an unknown filesystem (the coarse margin everywhere).
