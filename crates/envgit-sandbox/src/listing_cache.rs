@@ -23,7 +23,8 @@
 use std::collections::HashMap;
 use std::path::Path;
 
-const MAGIC: &[u8; 8] = b"EGLIST02";
+/// `03`: the names to mask include sockets (a listing that found none is not trusted).
+const MAGIC: &[u8; 8] = b"EGLIST03";
 const END: &[u8; 8] = b"EGLISTOK";
 /// As the store's stat index: a change within this of a listing makes the listing untrusted.
 pub(crate) const RACY_MARGIN_NS: i64 = 2_000_000_000;

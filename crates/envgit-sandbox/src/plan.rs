@@ -500,15 +500,20 @@ fn masks(input: &PlanInput<'_>, system: &[PathBuf]) -> Vec<PathBuf> {
             }
         }
         let matcher = b.build().ok();
-        walk(&root, max_depth, skip_hidden, &mut |p, is_dir| {
+        walk(&root, max_depth, skip_hidden, &mut |p, file_type| {
+            use std::os::unix::fs::FileTypeExt;
+            let is_dir = file_type.is_dir();
             // Bytes: a name that is not UTF-8 (`.env.\xff`) is still a `.env` file.
             let name = p
                 .file_name()
                 .map(std::os::unix::ffi::OsStrExt::as_bytes)
                 .unwrap_or_default();
-            let hit = (!is_dir
-                && (envgit_policy::is_env_file(name)
-                    || (!skip_hidden && envgit_policy::is_secret_name(name))))
+            // A socket: a host service listening on it, however it was bound (`/proc/net/unix`
+            // shows neither a relative path nor another network namespace's).
+            let hit = file_type.is_socket()
+                || (!is_dir
+                    && (envgit_policy::is_env_file(name)
+                        || (!skip_hidden && envgit_policy::is_secret_name(name))))
                 || matcher
                     .as_ref()
                     .is_some_and(|m| m.matched(p, is_dir).is_ignore());
@@ -554,7 +559,12 @@ fn resolve_all(paths: &[PathBuf]) -> Vec<PathBuf> {
     resolved
 }
 
-fn walk(dir: &Path, depth_left: usize, skip_hidden: bool, f: &mut dyn FnMut(&Path, bool)) {
+fn walk(
+    dir: &Path,
+    depth_left: usize,
+    skip_hidden: bool,
+    f: &mut dyn FnMut(&Path, std::fs::FileType),
+) {
     if depth_left == 0 {
         return;
     }
@@ -569,7 +579,7 @@ fn walk(dir: &Path, depth_left: usize, skip_hidden: bool, f: &mut dyn FnMut(&Pat
         // `.git` is skipped (its objects are data), and in the home the hidden directories
         // (caches, toolchains).
         let skip = name == ".git" || (skip_hidden && name.starts_with('.'));
-        f(&p, ft.is_dir());
+        f(&p, ft);
         if ft.is_dir() && !skip {
             walk(&p, depth_left - 1, skip_hidden, f);
         }

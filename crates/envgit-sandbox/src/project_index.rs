@@ -44,7 +44,12 @@ pub enum Seen {
     Dir,
     /// A directory the scan did not enter (excluded, too deep): listed by name here.
     Unwalked,
-    /// Anything else: a symlink, a socket, what could not be read.
+    /// A unix socket: a host process may be listening on it, whoever bound it and however
+    /// (a relative path, a path through a symbolic link, from another network namespace: a
+    /// container's socket directory mounted into the project), none of which the host's
+    /// `/proc/net/unix` shows as this path.
+    Socket,
+    /// Anything else: a symlink, a fifo or device, what could not be read.
     Other,
 }
 
@@ -59,7 +64,8 @@ pub trait ProjectIndex {
 /// What the plan needs of the project's files.
 #[derive(Clone, Debug, Default)]
 pub struct ProjectFacts {
-    /// Masked (absolute paths).
+    /// Masked (absolute paths): the secrets, and every unix socket (a host service
+    /// reachable through it would be a way out that the gate never judges).
     pub secrets: Vec<PathBuf>,
     /// Regular files with links outside the project: bound read-only (absolute paths).
     pub linked_out: Vec<PathBuf>,
@@ -167,7 +173,7 @@ pub fn project_facts(
                 .push(abs(project, rel));
         }
         let is_dir = matches!(seen, Seen::Dir | Seen::Unwalked);
-        let secret = !is_dir && is_secret_name(last_name(rel));
+        let secret = seen == Seen::Socket || (!is_dir && is_secret_name(last_name(rel)));
         if (secret || globs.is_some() || seen == Seen::Unwalked) && !under_git(rel) {
             if secret || (globs.is_some() && matches(&abs(project, rel), is_dir)) {
                 facts.secrets.push(abs(project, rel));
@@ -344,17 +350,18 @@ fn list_unwalked(
                 ));
                 break 'dirs;
             }
-            let is_dir = match e.file_type() {
-                FileType::Directory => true,
+            let file_type = match e.file_type() {
                 FileType::Unknown => rustix::fs::statat(
                     dir.fd().ok().as_ref().map_or(root.as_fd(), |d| d.as_fd()),
                     e.file_name(),
                     rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
                 )
-                .is_ok_and(|st| FileType::from_raw_mode(st.st_mode) == FileType::Directory),
-                _ => false,
+                .map_or(FileType::Unknown, |st| FileType::from_raw_mode(st.st_mode)),
+                known => known,
             };
-            if (!is_dir && is_secret_name(name))
+            let is_dir = file_type == FileType::Directory;
+            if file_type == FileType::Socket
+                || (!is_dir && is_secret_name(name))
                 || (globs && matches(&abs(project, &child(&rel, name)), is_dir))
             {
                 facts.secrets.push(abs(project, &child(&rel, name)));

@@ -39,6 +39,7 @@ impl ProjectIndex for Index<'_> {
                     Seen::Unwalked
                 }
                 EntryKind::Marker(_) if st.is_file() => file,
+                EntryKind::Marker(_) if st.is_socket() => Seen::Socket,
                 EntryKind::Marker(_) => Seen::Other,
             };
             f(&rel, seen);

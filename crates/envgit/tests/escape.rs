@@ -1239,6 +1239,100 @@ fn no_host_unix_socket_is_reachable() {
     assert!(a.accept().is_err() && b.accept().is_err());
 }
 
+/// A host service listening on a socket the host's `/proc/net/unix` does not show at its
+/// path: one bound by a relative name from the project (`gunicorn --bind unix:app.sock`), one
+/// bound in another network namespace (a container's socket directory mounted into the
+/// project or the home), one bound through a symbolic link into the project. Each is a way
+/// out the gate never judges; inside, none may be reached.
+#[test]
+fn host_sockets_bound_in_ways_proc_net_unix_hides_are_unreachable() {
+    let env = project();
+    let home = env.user_home();
+    std::fs::create_dir_all(env.path("node_modules/.cache")).unwrap();
+    std::fs::create_dir_all(env.path("sub")).unwrap();
+    std::fs::create_dir_all(home.join("run")).unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    std::os::unix::fs::symlink(env.path(""), outside.path().join("link")).unwrap();
+    // Binds each path given, says so, and reports any connection once its input closes.
+    let listen = "import socket, sys\nsocks = []\nfor p in sys.argv[1:]:\n    s = socket.socket(socket.AF_UNIX)\n    s.bind(p); s.listen(); s.setblocking(False); socks.append((p, s))\nprint('ready', flush=True)\nsys.stdin.read()\nfor p, s in socks:\n    try:\n        s.accept(); print('ACCEPTED', p)\n    except BlockingIOError:\n        pass\n";
+    let start = |cmd: &mut std::process::Command| {
+        let mut child = cmd
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        std::io::BufRead::read_line(
+            &mut std::io::BufReader::new(child.stdout.as_mut().unwrap()),
+            &mut line,
+        )
+        .unwrap();
+        assert_eq!(line, "ready\n", "a listener did not start");
+        child
+    };
+    let relative = start(
+        std::process::Command::new(PY)
+            .args(["-c", listen, "rel.sock"])
+            .current_dir(env.path("")),
+    );
+    let other_namespace = start(
+        std::process::Command::new("unshare").args([
+            "-n",
+            PY,
+            "-c",
+            listen,
+            env.path("node_modules/.cache/other-ns.sock")
+                .to_str()
+                .unwrap(),
+            home.join("run/other-ns.sock").to_str().unwrap(),
+        ]),
+    );
+    let through_link = start(
+        std::process::Command::new(PY).args([
+            "-c",
+            listen,
+            outside
+                .path()
+                .join("link/sub/linked.sock")
+                .to_str()
+                .unwrap(),
+        ]),
+    );
+    let targets = [
+        env.path("rel.sock"),
+        env.path("node_modules/.cache/other-ns.sock"),
+        home.join("run/other-ns.sock"),
+        env.path("sub/linked.sock"),
+    ];
+    let list = targets
+        .iter()
+        .map(|p| format!("{:?}", p.display().to_string()))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let script = format!(
+        "{PY} - <<'PY'\nimport socket\nfor p in [{list}]:\n    s = socket.socket(socket.AF_UNIX)\n    try:\n        s.connect(p); s.send(b'x'); print('CONNECTED', p)\n    except OSError as e:\n        print('refused', e.errno, p)\nPY"
+    );
+    let r = attack(&env, &script);
+    let mut accepted = String::new();
+    for mut child in [relative, other_namespace, through_link] {
+        drop(child.stdin.take());
+        let out = child.wait_with_output().unwrap();
+        accepted.push_str(&String::from_utf8_lossy(&out.stdout));
+    }
+    assert!(
+        !r.stdout.contains("CONNECTED") && !accepted.contains("ACCEPTED"),
+        "{}{}{accepted}",
+        r.stdout,
+        r.stderr
+    );
+    let refused = r
+        .stdout
+        .lines()
+        .filter(|l| l.starts_with("refused "))
+        .count();
+    assert_eq!(refused, targets.len(), "{}{}", r.stdout, r.stderr);
+}
+
 #[test]
 fn every_home_credential_file_is_masked() {
     let env = project();

@@ -41,6 +41,11 @@ impl StatKey {
     pub fn is_file(&self) -> bool {
         self.mode & libc_mode::S_IFMT == libc_mode::S_IFREG
     }
+    /// A socket: a host process may be listening on it.
+    pub fn is_socket(&self) -> bool {
+        self.mode & libc_mode::S_IFMT == libc_mode::S_IFSOCK
+    }
+
     /// A key that never matches: the file is read again next time.
     pub(crate) fn smudged(mut self) -> Self {
         self.size = u64::MAX;
@@ -53,6 +58,7 @@ mod libc_mode {
     pub const S_IFMT: u32 = 0o170_000;
     pub const S_IFDIR: u32 = 0o040_000;
     pub const S_IFREG: u32 = 0o100_000;
+    pub const S_IFSOCK: u32 = 0o140_000;
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
