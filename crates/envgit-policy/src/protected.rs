@@ -66,6 +66,13 @@ pub const PROTECTED_PATHS: &[&str] = &[
     ".config/mise.local.toml",
     ".miserc.toml",
     ".config/miserc.toml",
+    // Toolchain files the person's version managers read from the directory they are in
+    // (and its parents), naming a directory whose programs they then run for the person's
+    // `rustc`, `node`, …, as shell prompts do at every prompt (starship's `rustc --version`):
+    // rustup's `path = "…"` toolchain, asdf's and mise's `path:` versions.
+    "rust-toolchain",
+    "rust-toolchain.toml",
+    ".tool-versions",
     // Editor and agent configuration that runs commands when the project is opened.
     ".claude",
     ".codex",
@@ -115,10 +122,14 @@ pub const PROTECTED_PATHS: &[&str] = &[
 /// Names the tools that read them take from whatever directory they are opened or started in,
 /// not only the project's root: VS Code's workspace trust covers the subfolders of a trusted
 /// folder (its `tasks.json` runs on opening one), an agent started in a subfolder reads its
-/// configuration there, Vim's `exrc` is the directory Vim starts in. Below the root (where
+/// configuration there, Vim's `exrc` is the directory Vim starts in, rustup and asdf look in
+/// the directory the person is in and each parent. Below the root (where
 /// [`PROTECTED_PATHS`] has them) a step's change to one in a directory that was there before
 /// the step is put back after it, as the snapshot's diff shows it.
 pub const PROTECTED_NAMES_BELOW: &[&str] = &[
+    "rust-toolchain",
+    "rust-toolchain.toml",
+    ".tool-versions",
     ".claude",
     ".codex",
     ".mcp.json",

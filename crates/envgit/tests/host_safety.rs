@@ -724,6 +724,60 @@ fn what_other_host_tools_run_from_the_project_is_put_back() {
     );
 }
 
+/// rustup's proxies (the person's `rustc`, `cargo`, what a shell prompt runs at every prompt)
+/// read `rust-toolchain.toml` from the directory the person is in and each parent, and run
+/// the programs of the directory its `path` names. A step that writes one, at the root or in
+/// a directory of the project that was there before it, must not make the person's next
+/// `rustc --version` run the step's program.
+#[test]
+fn a_toolchain_file_the_step_writes_does_not_choose_the_persons_rustc() {
+    let rustup_rustc = std::env::var_os("CARGO_HOME")
+        .map(std::path::PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| std::path::PathBuf::from(h).join(".cargo")))
+        .map(|c| c.join("bin/rustc"))
+        .filter(|p| p.exists())
+        .expect(
+            "rustup's rustc proxy in $CARGO_HOME/bin (the machine's toolchain comes from rustup)",
+        );
+    let env = project();
+    env.write("crates/x/src/lib.rs", "\n");
+    env.envgit(&["run", "true"]).ok();
+    let marker = env.path("../toolchain-ran");
+    let script = format!(
+        "mkdir -p tc/bin && printf '#!/bin/sh\\necho ran >> {m}\\necho rustc 9.9.9\\n' > tc/bin/rustc \
+         && chmod +x tc/bin/rustc \
+         && printf '[toolchain]\\npath = \"{tc}\"\\n' > rust-toolchain.toml \
+         && cp rust-toolchain.toml crates/x/rust-toolchain.toml \
+         && printf 'rust path:{tc}\\n' > .tool-versions && echo planted",
+        m = marker.display(),
+        tc = env.path("tc").display(),
+    );
+    let out = env.envgit(&["run", "sh", "-c", &script]).ran_to("planted");
+    for dir in ["", "crates/x"] {
+        // As in the person's shell: cargo, which runs this test, names its own toolchain.
+        let rustc = Command::new(&rustup_rustc)
+            .env_remove("RUSTUP_TOOLCHAIN")
+            .arg("--version")
+            .current_dir(env.path(dir))
+            .output()
+            .unwrap();
+        assert!(
+            !marker.exists(),
+            "the person's rustc in '{dir}' ran the step's program: {}{}\n{}",
+            String::from_utf8_lossy(&rustc.stdout),
+            String::from_utf8_lossy(&rustc.stderr),
+            out.stderr
+        );
+    }
+    for left in [
+        "rust-toolchain.toml",
+        "crates/x/rust-toolchain.toml",
+        ".tool-versions",
+    ] {
+        assert!(!env.path(left).exists(), "{left} left: {}", out.stderr);
+    }
+}
+
 /// The person's `~/.gitconfig` is a link into the project (a dotfiles repository): a step
 /// that puts a pipe in its place must not leave their next envgit command waiting on it
 /// forever (envgit reads that file before every step).
