@@ -16,11 +16,11 @@
 
 use std::collections::HashMap;
 use std::path::Path;
-use std::rc::Rc;
 
-use envgit_store::{EntryDiff, EntryKind, ObjectId, Store, Tree};
+use envgit_store::{EntryDiff, EntryKind, ObjectId, Store};
 
 use crate::failure::CmdResult;
+use crate::snapshot_trees::SnapshotTrees;
 
 /// The most read of a nested repository's `.git/config`: more is not a configuration a
 /// person wrote.
@@ -41,9 +41,7 @@ pub(crate) fn protected_below_changed(
         }
     };
     let mut repositories = NestedRepositories {
-        store,
-        before,
-        trees: HashMap::new(),
+        before: SnapshotTrees::new(store, before),
     };
     // Per nested repository: the project paths its git configuration names.
     let mut named_in: HashMap<String, Vec<String>> = HashMap::new();
@@ -79,13 +77,9 @@ pub(crate) fn protected_below_changed(
 }
 
 /// The repositories nested in the project that were there before the step: a directory of
-/// `before` holding one of [`envgit_policy::REPOSITORY_MARKERS`]. Each directory's tree is
-/// read once, from its parent's (a step's thousands of changes share their directories).
+/// `before` holding one of [`envgit_policy::REPOSITORY_MARKERS`].
 struct NestedRepositories<'a> {
-    store: &'a Store,
-    before: &'a ObjectId,
-    /// A directory's tree in `before` (`None`: not a directory there); the root's is `""`'s.
-    trees: HashMap<String, Option<Rc<Tree>>>,
+    before: SnapshotTrees<'a>,
 }
 
 impl NestedRepositories<'_> {
@@ -94,7 +88,7 @@ impl NestedRepositories<'_> {
         let slashes: Vec<usize> = path.match_indices('/').map(|(i, _)| i).collect();
         for &slash in slashes.iter().rev() {
             let dir = &path[..slash];
-            let is_repository = self.tree(dir)?.is_some_and(|t| {
+            let is_repository = self.before.dir(dir)?.is_some_and(|t| {
                 envgit_policy::REPOSITORY_MARKERS
                     .iter()
                     .any(|m| t.get(m.as_bytes()).is_some())
@@ -104,25 +98,6 @@ impl NestedRepositories<'_> {
             }
         }
         Ok(None)
-    }
-
-    fn tree(&mut self, dir: &str) -> CmdResult<Option<Rc<Tree>>> {
-        if let Some(known) = self.trees.get(dir) {
-            return Ok(known.clone());
-        }
-        if dir.is_empty() {
-            let root = Some(Rc::new(self.store.read_tree(self.before)?));
-            self.trees.insert(String::new(), root.clone());
-            return Ok(root);
-        }
-        let (parent, name) = dir.rsplit_once('/').unwrap_or(("", dir));
-        let parent = self.tree(parent)?;
-        let tree = match parent.as_deref().and_then(|p| p.get(name.as_bytes())) {
-            Some(e) if e.kind == EntryKind::Dir => Some(Rc::new(self.store.read_tree(&e.id)?)),
-            _ => None,
-        };
-        self.trees.insert(dir.to_string(), tree.clone());
-        Ok(tree)
     }
 }
 

@@ -2,6 +2,7 @@
 
 mod agents;
 mod approvers;
+mod bare_repositories;
 mod below_root;
 mod cli;
 mod commands;
@@ -28,6 +29,7 @@ mod protected_links;
 mod runtime;
 mod scan_notes;
 mod signal_watch;
+mod snapshot_trees;
 mod step;
 mod step_ca;
 mod supervisor;

@@ -272,6 +272,10 @@ fn snapshot_checked(
                 .is_ok_and(|text| envgit_store::git_text_only_comments(&text))
         };
         let mut nested = envgit_store::nested_git_code_paths(&changes, &comments_only);
+        // Directories git takes for a repository by their layout alone (no `.git`): the same.
+        let bare = crate::bare_repositories::code(store, &before, &tree, &changes)?;
+        nested.put_back.extend(bare.put_back);
+        nested.configs.extend(bare.configs);
         nested
             .put_back
             .extend(envgit_store::nested_git_replace_ref_stores(

@@ -724,6 +724,49 @@ fn what_other_host_tools_run_from_the_project_is_put_back() {
     );
 }
 
+/// git takes a directory for a repository by its layout alone (`HEAD`, `objects/`, `refs/`),
+/// before looking further up for the project's `.git`: a step that writes that layout and a
+/// `config` naming a `core.fsmonitor` into the project's `src/` would have every git the
+/// person runs below `src/` run it. The same in a directory the step makes, and in a bare
+/// repository the project already had (a test fixture).
+#[test]
+fn a_directory_the_step_makes_a_repository_by_its_layout_runs_nothing() {
+    let env = project();
+    env.write("src/pkg/deep/lib.rs", "\n");
+    env.git(&env.project, &["init", "-q", "--bare", "fixtures/repo.git"]);
+    env.envgit(&["run", "true"]).ok();
+    let marker = env.path("../fsmonitor-ran");
+    let plant = |dir: &str| {
+        format!(
+            "mkdir -p {dir}/objects {dir}/refs/heads && echo 'ref: refs/heads/main' > {dir}/HEAD \
+             && printf '[core]\\n\\trepositoryformatversion = 0\\n\\tbare = false\\n\\tworktree = .\\n\\tfsmonitor = \"echo ran >> {m}; false\"\\n' > {dir}/config",
+            m = marker.display()
+        )
+    };
+    let script = format!(
+        "{} && {} && {} && echo planted",
+        plant("src"),
+        plant("made"),
+        plant("fixtures/repo.git")
+    );
+    let out = env.envgit(&["run", "sh", "-c", &script]).ran_to("planted");
+    for dir in ["src", "src/pkg/deep", "made", "fixtures/repo.git"] {
+        let status = env
+            .host_git(&env.path(dir))
+            .args(["status"])
+            .output()
+            .unwrap();
+        assert!(
+            !marker.exists(),
+            "the person's git status in {dir} ran the step's fsmonitor: {}{}\n{}",
+            String::from_utf8_lossy(&status.stdout),
+            String::from_utf8_lossy(&status.stderr),
+            out.stderr
+        );
+    }
+    assert!(!env.path("src/HEAD").exists(), "{}", out.stderr);
+}
+
 /// rustup's proxies (the person's `rustc`, `cargo`, what a shell prompt runs at every prompt)
 /// read `rust-toolchain.toml` from the directory the person is in and each parent, and run
 /// the programs of the directory its `path` names. A step that writes one, at the root or in

@@ -1,0 +1,143 @@
+//! Directories git takes for a repository with no `.git` in them. git's discovery looks in
+//! each directory from where it starts up to the root for a `.git`, and then at whether the
+//! directory itself is one: `HEAD` with `objects/` and `refs/` (a bare repository), or `HEAD`
+//! with `commondir` (a worktree's). With `safe.bareRepository` at its default (`all`), a step
+//! that writes `HEAD`, `objects/`, `refs/` and a `config` naming a `core.fsmonitor` into the
+//! project's `src/` makes `src/` the repository of every git the person, their prompt or their
+//! editor runs anywhere below it, and the `config` runs on the host.
+//!
+//! So, after each step, for each directory a changed path names one of git's repository
+//! entries in:
+//! - one the step made a repository that was a plain directory before: the entries that make
+//!   it one (`HEAD`, `commondir`) go back to what they were, and git no longer takes it;
+//! - one that is new (the step's `git init --bare`, `git clone --bare`) or was a repository
+//!   before (a fixture's `tests/fixtures/repo.git`): what git runs there goes back or through
+//!   the allow-list, as for a nested `.git`: its `config` filtered, `hooks/`, `info/` and
+//!   `commondir` put back.
+//!
+//! A `.git` directory (the project's, a nested repository's, `modules/` inside one) is the git
+//! layer's (`envgit_store::nested_git_code_paths`), and is left out here.
+
+use std::collections::HashMap;
+
+use envgit_store::{EntryDiff, EntryKind, NestedGitCode, ObjectId, Store, Tree};
+
+use crate::failure::CmdResult;
+use crate::snapshot_trees::SnapshotTrees;
+
+/// Entries of a repository's directory whose change makes it one, or that git runs or
+/// follows there.
+const MAKE_IT_ONE: &[&str] = &["HEAD", "commondir", "objects", "refs"];
+const PUT_BACK: &[&str] = &["hooks", "info", "commondir"];
+const CONFIG: &str = "config";
+
+/// Whether git takes the directory whose listing is `tree` for a repository (its
+/// `is_git_directory`, without reading `HEAD`: any `HEAD` counts).
+pub(crate) fn is_git_directory(tree: &Tree) -> bool {
+    let kind = |name: &str| tree.get(name.as_bytes()).map(|e| e.kind);
+    let head = matches!(kind("HEAD"), Some(EntryKind::File | EntryKind::Symlink));
+    let common = matches!(kind("commondir"), Some(EntryKind::File));
+    let own = kind("objects") == Some(EntryKind::Dir) && kind("refs") == Some(EntryKind::Dir);
+    head && (common || own)
+}
+
+/// What goes back, or through the allow-list, of the repositories without a `.git` the step's
+/// `changes` (from `before` to `after`) touched.
+pub(crate) fn code(
+    store: &Store,
+    before: &ObjectId,
+    after: &ObjectId,
+    changes: &[EntryDiff],
+) -> CmdResult<NestedGitCode> {
+    let mut out = NestedGitCode::default();
+    let add = |list: &mut Vec<String>, path: String| {
+        if !list.contains(&path) {
+            list.push(path);
+        }
+    };
+    let mut before_trees = SnapshotTrees::new(store, before);
+    let mut after_trees = SnapshotTrees::new(store, after);
+    // Per directory: what it was before the step (absent, a plain directory, a repository)
+    // and whether it is a repository after.
+    let mut seen: HashMap<String, (Was, bool)> = HashMap::new();
+    for change in changes {
+        let Ok(path) = std::str::from_utf8(&change.path) else {
+            continue;
+        };
+        for (dir, name) in candidates(path) {
+            if !seen.contains_key(dir) {
+                let was = match before_trees.dir(dir)? {
+                    None => Was::Absent,
+                    Some(t) if is_git_directory(&t) => Was::Repository,
+                    Some(_) => Was::Plain,
+                };
+                let is = after_trees.dir(dir)?.is_some_and(|t| is_git_directory(&t));
+                seen.insert(dir.to_string(), (was, is));
+            }
+            let at = |entry: &str| match dir {
+                "" => entry.to_string(),
+                _ => format!("{dir}/{entry}"),
+            };
+            match seen[dir] {
+                (Was::Plain, true) => {
+                    add(&mut out.put_back, at("HEAD"));
+                    add(&mut out.put_back, at("commondir"));
+                }
+                (Was::Absent, true) | (Was::Repository, _) if name == CONFIG => {
+                    add(&mut out.configs, at(CONFIG));
+                }
+                (Was::Absent, true) | (Was::Repository, _) if PUT_BACK.contains(&name) => {
+                    add(&mut out.put_back, at(name));
+                }
+                _ => {}
+            }
+        }
+    }
+    Ok(out)
+}
+
+#[derive(Clone, Copy)]
+enum Was {
+    Absent,
+    Plain,
+    Repository,
+}
+
+/// Each directory of `path` (project-relative) a repository's entry is named in, with that
+/// entry's name: `src` and `hooks` for `src/hooks/pre-commit`. Nothing at or below a `.git`.
+fn candidates(path: &str) -> Vec<(&str, &str)> {
+    let mut out = Vec::new();
+    let mut start = 0;
+    for part in path.split('/') {
+        if part == ".git" {
+            break;
+        }
+        if MAKE_IT_ONE.contains(&part) || PUT_BACK.contains(&part) || part == CONFIG {
+            let dir = if start == 0 { "" } else { &path[..start - 1] };
+            out.push((dir, part));
+        }
+        start += part.len() + 1;
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_directories_a_path_names_repository_entries_in() {
+        assert_eq!(
+            candidates("src/hooks/pre-commit"),
+            [("src", "hooks")],
+            "the entry's directory"
+        );
+        assert_eq!(candidates("HEAD"), [("", "HEAD")]);
+        assert_eq!(
+            candidates("a/config/refs/x"),
+            [("a", "config"), ("a/config", "refs")]
+        );
+        assert!(candidates("lib/.git/hooks/pre-commit").is_empty());
+        assert!(candidates("src/main.rs").is_empty());
+    }
+}
