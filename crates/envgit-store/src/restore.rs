@@ -336,7 +336,16 @@ impl Ctx<'_> {
                 Some(EntryKind::Marker(r)) => Some(r),
                 _ => None,
             };
-            if let Some(reason) = marker(t).or(marker(c)) {
+            // A fifo the step made where the snapshot holds a file or nothing goes: it holds no
+            // content to lose, and the person's git hangs reading a `.gitattributes` that is
+            // one. A socket stays (a live service may be bound to it), as do other markers.
+            let planted_fifo = marker(c) == Some(MarkerReason::Special)
+                && t.is_none_or(|t| !matches!(t.kind, EntryKind::Marker(_)))
+                && beneath::cstr(name).is_ok_and(|n| {
+                    beneath::lstat(dir, &n)
+                        .is_ok_and(|st| beneath::file_type(&st) == rustix::fs::FileType::Fifo)
+                });
+            if !planted_fifo && let Some(reason) = marker(t).or(marker(c)) {
                 self.not_restored(&child, reason, t.is_some());
                 continue;
             }

@@ -4,7 +4,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::os::fd::AsFd;
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use super::*;
@@ -29,6 +29,8 @@ enum Node<'a> {
     File(&'a [u8], u32),
     Link(&'a str),
     Dir(u32, Vec<(&'a str, Node<'a>)>),
+    /// A socket, fifo or device node: a marker.
+    Special,
 }
 
 fn put(store: &Store, node: &Node<'_>) -> (EntryKind, u32, u64, ObjectId) {
@@ -46,6 +48,12 @@ fn put(store: &Store, node: &Node<'_>) -> (EntryKind, u32, u64, ObjectId) {
             store.put(ObjectKind::Blob, to.as_bytes()).unwrap(),
         ),
         Node::Dir(mode, children) => (EntryKind::Dir, *mode, 0, tree(store, children)),
+        Node::Special => (
+            EntryKind::Marker(MarkerReason::Special),
+            0,
+            0,
+            store.put(ObjectKind::Blob, b"").unwrap(),
+        ),
     }
 }
 
@@ -185,6 +193,64 @@ fn files_no_tree_knows_of_are_left_alone() {
     assert_eq!(
         std::fs::read(f.root.join("d/untracked")).unwrap(),
         b"mine too"
+    );
+}
+
+/// A fifo the step put where the target holds a file (`.gitattributes`, which the person's git
+/// would block reading) or nothing is removed and the file written back; a socket, which a
+/// live service may be bound to, stays.
+#[test]
+fn a_fifo_the_target_does_not_hold_goes_and_a_socket_stays() {
+    let f = fixture();
+    let target = tree(
+        &f.store,
+        &[(".gitattributes", Node::File(b"* text\n", 0o644))],
+    );
+    let current = tree(
+        &f.store,
+        &[
+            (".gitattributes", Node::Special),
+            ("pipe", Node::Special),
+            ("sock", Node::Special),
+        ],
+    );
+    run(&f, None, &target).unwrap();
+    std::fs::remove_file(f.root.join(".gitattributes")).unwrap();
+    for fifo in [".gitattributes", "pipe"] {
+        let path = std::ffi::CString::new(f.root.join(fifo).into_os_string().into_encoded_bytes())
+            .unwrap();
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            &path,
+            rustix::fs::FileType::Fifo,
+            rustix::fs::Mode::from_raw_mode(0o644),
+            0,
+        )
+        .unwrap();
+    }
+    let _listener = std::os::unix::net::UnixListener::bind(f.root.join("sock")).unwrap();
+    let report = run(&f, Some(&current), &target).unwrap();
+    // Looked at before it is read: a fifo left there would block the read.
+    assert!(
+        std::fs::symlink_metadata(f.root.join(".gitattributes"))
+            .unwrap()
+            .is_file()
+    );
+    assert_eq!(
+        std::fs::read(f.root.join(".gitattributes")).unwrap(),
+        b"* text\n"
+    );
+    assert!(!f.root.join("pipe").exists());
+    assert!(
+        std::fs::symlink_metadata(f.root.join("sock"))
+            .unwrap()
+            .file_type()
+            .is_socket()
+    );
+    assert!(
+        report.not_restored.iter().any(|n| n.path == "sock"),
+        "{:?}",
+        report.not_restored
     );
 }
 
