@@ -1,10 +1,11 @@
 //! `ask`: a request held while a person decides. Each held request gets a small
 //! id; `envgit approve ID` / `envgit deny ID` answer it over the control socket
 //! ([`crate::control`]); past the timeout it is denied. An approval covers that request and
-//! later requests of the same *identity* in this run — the same rule and the same summary
-//! (the same ref updates old→new, the same name@version, the same repository+tag), plus the
-//! same body when the summary says no more than `METHOD host/path` — never another push to
-//! the same repository, never the rest of the run.
+//! later requests of the same *identity* in this run — the same rule, host and port, and the
+//! same summary (the same ref updates old→new, the same name@version, the same
+//! repository+tag) and query, plus the same method, target and body when the summary does not
+//! name the whole effect (`METHOD host/path?query`, an API write, a GraphQL mutation) — never
+//! another push to the same repository, never the rest of the run.
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Mutex;
@@ -134,19 +135,43 @@ pub(crate) fn is_generic(summary: &str, method: &str, host: &str) -> bool {
     summary.starts_with(&format!("{} {host}", method.to_ascii_uppercase()))
 }
 
-/// The identity an approval covers (see the module comment).
-pub(crate) fn identity(
-    rule: &str,
-    summary: &str,
-    method: &str,
-    host: &str,
-    body_hash: &str,
-) -> String {
-    if is_generic(summary, method, host) {
-        format!("{rule}\n{summary}\n{body_hash}")
-    } else {
-        format!("{rule}\n{summary}")
+/// What an approval is bound to: one asked request, as the gate saw it.
+pub(crate) struct Identity<'a> {
+    pub(crate) rule: &'a str,
+    pub(crate) summary: &'a str,
+    pub(crate) method: &'a str,
+    pub(crate) host: &'a str,
+    pub(crate) port: u16,
+    /// The origin-form target as sent: the raw path and, when there is one, `?query`.
+    pub(crate) target: &'a str,
+    /// The raw query without `?` (may be empty).
+    pub(crate) query: &'a str,
+    /// BLAKE3 (hex) of the body the gate read for the approval.
+    pub(crate) body_hash: &'a str,
+    /// The summary does not name the whole effect: the method, the target and the body are
+    /// part of the identity.
+    pub(crate) whole_request: bool,
+    /// The rule's requests share one approval whatever their queries (the parts of one OCI
+    /// push); otherwise the query is part of the identity.
+    pub(crate) query_free: bool,
+}
+
+/// The identity an approval covers (see the module comment). Never shortened: the summary
+/// a person reads is cut to a line, the identity holds the whole query and target.
+pub(crate) fn identity(i: &Identity<'_>) -> String {
+    let mut out = format!("{}\n{}:{}\n{}", i.rule, i.host, i.port, i.summary);
+    if !i.query_free {
+        out.push_str(&format!("\n?{}", i.query));
     }
+    if i.whole_request || is_generic(i.summary, i.method, i.host) {
+        out.push_str(&format!(
+            "\n{} {}\n{}",
+            i.method.to_ascii_uppercase(),
+            i.target,
+            i.body_hash
+        ));
+    }
+    out
 }
 
 #[cfg(test)]
@@ -274,11 +299,89 @@ mod tests {
         assert!(a.list().is_empty());
     }
 
+    fn id<'a>(summary: &'a str, target: &'a str, body: &'a str) -> Identity<'a> {
+        let query = target.split_once('?').map_or("", |(_, q)| q);
+        Identity {
+            rule: "r",
+            summary,
+            method: "post",
+            host: "h",
+            port: 443,
+            target,
+            query,
+            body_hash: body,
+            whole_request: false,
+            query_free: false,
+        }
+    }
+
     #[test]
     fn a_generic_summary_binds_the_body() {
-        let g = identity("r", "POST h/p", "post", "h", "b1");
-        assert_ne!(g, identity("r", "POST h/p", "post", "h", "b2"));
-        let s = identity("r", "npm publish a@1.0.0", "PUT", "h", "b1");
-        assert_eq!(s, identity("r", "npm publish a@1.0.0", "PUT", "h", "b2"));
+        let g = identity(&id("POST h/p", "/p", "b1"));
+        assert_ne!(g, identity(&id("POST h/p", "/p", "b2")));
+        let s = identity(&id("npm publish a@1.0.0", "/a", "b1"));
+        assert_eq!(s, identity(&id("npm publish a@1.0.0", "/a", "b2")));
+        // A summary that does not name the whole effect binds the body when the policy says
+        // so (a GraphQL mutation's variables, an API write).
+        let whole = |body| {
+            identity(&Identity {
+                whole_request: true,
+                ..id("GraphQL h mutation addStar: addStar", "/graphql", body)
+            })
+        };
+        assert_ne!(whole("b1"), whole("b2"));
+    }
+
+    #[test]
+    fn the_query_and_the_port_are_part_of_the_identity() {
+        let plain = identity(&id("POST h/deploy", "/deploy", "b"));
+        let query = id(
+            "POST h/deploy?env=production&force=1",
+            "/deploy?env=production&force=1",
+            "b",
+        );
+        assert_ne!(plain, identity(&query));
+        // A named effect binds its query too, and the whole query: the summary a person reads
+        // is cut to a line, the identity never is.
+        let long = "x".repeat(400);
+        let named = |target: &str| {
+            identity(&Identity {
+                query: target.split_once('?').map_or("", |(_, q)| q),
+                ..id("git push h/app.git: refs/heads/main a..b", "/", "b")
+            })
+        };
+        assert_ne!(named(&format!("/p?{long}a")), named(&format!("/p?{long}b")));
+        let generic_long = |tail: &str| {
+            let target = format!("/p?{long}{tail}");
+            let summary = cut(&format!("POST h{target}"));
+            identity(&Identity {
+                target: &target,
+                query: &target[3..],
+                ..id(&summary, "", "b")
+            })
+        };
+        assert_ne!(generic_long("a"), generic_long("b"));
+        // Another port of the same host is another destination.
+        assert_ne!(
+            plain,
+            identity(&Identity {
+                port: 8443,
+                ..id("POST h/deploy", "/deploy", "b")
+            })
+        );
+        // The parts of one OCI push share one approval whatever their queries.
+        let oci = |target| {
+            identity(&Identity {
+                query_free: true,
+                query: target,
+                ..id("OCI blob upload to h/app", "/v2/app/blobs/uploads/1", "b")
+            })
+        };
+        assert_eq!(oci("_state=1"), oci("_state=2&digest=sha256:00"));
+    }
+
+    /// The summary as the policy cuts it (300 characters).
+    fn cut(s: &str) -> String {
+        s.chars().take(300).collect()
     }
 }

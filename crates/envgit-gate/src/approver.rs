@@ -22,6 +22,8 @@ pub struct PendingAsk {
     pub id: u64,
     pub method: String,
     pub host: String,
+    /// The target as held: the path and, when there is one, `?query` (part of what is
+    /// approved).
     pub path: String,
     pub rule: String,
     pub summary: String,

@@ -11,7 +11,11 @@ use crate::shared::Shared;
 pub(crate) struct Asked<'a> {
     pub(crate) method: &'a str,
     pub(crate) host: &'a str,
+    pub(crate) port: u16,
+    /// The raw path as sent, without the query.
     pub(crate) path: &'a str,
+    /// The raw query without `?` (may be empty).
+    pub(crate) query: &'a str,
     pub(crate) rule: &'a str,
     pub(crate) summary: &'a str,
     /// BLAKE3 (hex) of the whole body, or of the prefix the rule read when its summary names
@@ -19,6 +23,22 @@ pub(crate) struct Asked<'a> {
     pub(crate) body_hash: String,
     /// The body's first bytes, control bytes escaped: what the person is shown.
     pub(crate) body_preview: String,
+    /// The summary does not name the whole effect (the gate read and hashed the whole body):
+    /// the approval is bound to the method, target and body as well.
+    pub(crate) whole_request: bool,
+    /// The rule's requests share one approval whatever their queries.
+    pub(crate) query_free: bool,
+}
+
+impl Asked<'_> {
+    /// The origin-form target as sent: the path and, when there is one, `?query`.
+    fn target(&self) -> String {
+        if self.query.is_empty() {
+            self.path.to_owned()
+        } else {
+            format!("{}?{}", self.path, self.query)
+        }
+    }
 }
 
 /// Does an approval of this request have to cover its exact body? When the summary says no
@@ -47,7 +67,19 @@ pub(crate) async fn settle(
     a: Asked<'_>,
 ) -> Result<(), AskRefused> {
     let summary = a.summary;
-    let identity = approvals::identity(a.rule, summary, a.method, a.host, &a.body_hash);
+    let target = a.target();
+    let identity = approvals::identity(&approvals::Identity {
+        rule: a.rule,
+        summary,
+        method: a.method,
+        host: a.host,
+        port: a.port,
+        target: &target,
+        query: a.query,
+        body_hash: &a.body_hash,
+        whole_request: a.whole_request,
+        query_free: a.query_free,
+    });
     let Some(approvals) = &shared.approvals else {
         return Err(AskRefused::NoApprover {
             summary: summary.to_owned(),
@@ -66,7 +98,9 @@ pub(crate) async fn settle(
         id: 0,
         method: a.method.to_ascii_uppercase(),
         host: a.host.to_owned(),
-        path: a.path.to_owned(),
+        // The query is part of what is approved, so the person is shown it (whole: the
+        // target is visible ASCII, escaped again in case that ever changes).
+        path: crate::body::preview(target.as_bytes(), usize::MAX),
         rule: a.rule.to_owned(),
         summary: summary.to_owned(),
         body_hash: a.body_hash,

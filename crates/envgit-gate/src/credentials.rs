@@ -1,11 +1,17 @@
 //! Credentials the sandbox never holds: it is given a placeholder, and the gate
-//! puts the real secret in its place on requests to the one host it belongs to. A request to
+//! puts the real secret in its place on requests to the one host it belongs to, in the
+//! headers that carry credentials ([`CARRIERS`]) and nowhere else: a placeholder in any other
+//! header (`X-Debug`, `Cookie`) goes out as it is, so a host that echoes request headers
+//! cannot hand the secret back. Where the host echoes a credential header in its answer's
+//! headers, the gate puts the placeholder back ([`conceal`]); TRACE and TRACK, which echo the
+//! whole request, are refused to a credential's host ([`echoes_the_request`]). A request to
 //! that host carrying a credential of its own (not the placeholder) is refused, so a key
 //! brought from inside cannot leave through the host the agent is trusted to reach.
 
 use std::fmt;
 
-/// Requests to `host:port` get `secret` in place of `placeholder` in their header values.
+/// Requests to `host:port` get `secret` in place of `placeholder` in the values of their
+/// credential headers ([`CARRIERS`]).
 #[derive(Clone)]
 pub struct Credential {
     /// Compared case-insensitively.
@@ -28,7 +34,10 @@ impl fmt::Debug for Credential {
     }
 }
 
-/// Headers that carry a credential: present without the placeholder, they are refused.
+/// Headers that carry a credential: the only ones the secret is put in, and present without
+/// the placeholder, they are refused. The kinds of credential the gate is given travel in
+/// these: git's (`Authorization: Basic`, an `extraheader` of `Authorization`), API keys
+/// (`x-api-key`, `api-key`), OAuth and bearer tokens (`Authorization`).
 const CARRIERS: &[&str] = &[
     "authorization",
     "x-api-key",
@@ -86,24 +95,62 @@ impl Value for hyper::header::HeaderValue {
     }
 }
 
+/// The credentials whose secret goes to `host:port`.
+fn for_target<'c>(
+    credentials: &'c [Credential],
+    host: &'c str,
+    port: u16,
+) -> impl Iterator<Item = &'c Credential> + Clone {
+    credentials
+        .iter()
+        .filter(move |c| c.port == port && same_host(&c.host, host))
+}
+
+/// Does `host:port` get a credential's secret?
+pub(crate) fn held_for(credentials: &[Credential], host: &str, port: u16) -> bool {
+    for_target(credentials, host, port).next().is_some()
+}
+
+/// Methods whose answer is the request itself (TRACE, and IIS's TRACK): refused to a
+/// credential's host, whose request carries the secret. `methods` are the request's own and
+/// every one an override header names.
+pub(crate) fn echoes_the_request<'m>(
+    methods: impl IntoIterator<Item = &'m str>,
+) -> Option<&'m str> {
+    methods.into_iter().find(|m| {
+        let m = m.trim();
+        m.eq_ignore_ascii_case("TRACE") || m.eq_ignore_ascii_case("TRACK")
+    })
+}
+
+/// Why a TRACE (or TRACK) to a credential's host is refused.
+pub(crate) fn echo_reason(method: &str, host: &str) -> String {
+    format!(
+        "{} to {host} is refused: the server answers with the request itself, and requests to \
+         {host} carry a credential envgit keeps outside the sandbox",
+        method.trim().to_ascii_uppercase()
+    )
+}
+
 /// Puts the secrets of the credentials for `host:port` in place of their placeholders in
-/// the request's header values, or refuses a request there whose credential header lacks
-/// the placeholder. Requests to other hosts, and requests without a credential header, pass
-/// unchanged. Header values only: the path, query and body are never touched.
+/// the request's credential headers ([`CARRIERS`]), or refuses a request there whose
+/// credential header lacks the placeholder. Any other header keeps what it holds, the
+/// placeholder included. Requests to other hosts, and requests without a credential header,
+/// pass unchanged. The path, query and body are never touched.
 pub(crate) fn apply<'h, V: Value + 'h>(
     credentials: &[Credential],
     host: &str,
     port: u16,
     headers: impl IntoIterator<Item = (&'h str, &'h mut V)>,
 ) -> Result<(), Refused> {
-    let mut mine = credentials
-        .iter()
-        .filter(|c| c.port == port && same_host(&c.host, host))
-        .peekable();
-    if mine.peek().is_none() {
+    let mine = for_target(credentials, host, port);
+    if mine.clone().next().is_none() {
         return Ok(());
     }
     for (name, value) in headers {
+        if !CARRIERS.iter().any(|c| name.eq_ignore_ascii_case(c)) {
+            continue;
+        }
         let mut carried = false;
         for c in mine.clone() {
             if let Some(new) =
@@ -118,13 +165,39 @@ pub(crate) fn apply<'h, V: Value + 'h>(
                 carried = true;
             }
         }
-        if !carried && CARRIERS.iter().any(|c| name.eq_ignore_ascii_case(c)) {
+        if !carried {
             return Err(Refused {
                 header: name.to_ascii_lowercase(),
             });
         }
     }
     Ok(())
+}
+
+/// Puts the placeholders back in place of the secrets in the header values of an answer from
+/// `host:port`: a host that echoes the request's credential header in its answer's headers
+/// does not hand the secret to the sandbox. (A body that quotes it is beyond any proxy.)
+pub(crate) fn conceal<'h, V: Value + 'h>(
+    credentials: &[Credential],
+    host: &str,
+    port: u16,
+    headers: impl IntoIterator<Item = &'h mut V>,
+) {
+    let mine = for_target(credentials, host, port);
+    if mine.clone().next().is_none() {
+        return;
+    }
+    for value in headers {
+        for c in mine.clone() {
+            if let Some(new) =
+                replace_all(value.bytes(), c.secret.as_bytes(), c.placeholder.as_bytes())
+                && !value.set(new)
+            {
+                // Cannot happen (the placeholder is printable), but never let the secret by.
+                value.set(Vec::new());
+            }
+        }
+    }
 }
 
 /// Case-insensitive, and blind to a trailing dot: `api.example.com.` is the same server, and
@@ -225,11 +298,13 @@ mod tests {
     }
 
     #[test]
-    fn placeholder_becomes_the_secret_in_every_header_value() {
+    fn the_secret_goes_only_into_the_headers_that_carry_credentials() {
         let mut h = headers(&[
             ("Host", "api.example.com"),
             ("Authorization", &format!("Bearer {PH}")),
             ("X-Other", &format!("{PH},{PH}")),
+            ("Cookie", &format!("s={PH}")),
+            ("Authorization-Debug", PH),
             ("Accept", "*/*"),
         ]);
         run("api.example.com", 443, &mut h).unwrap();
@@ -238,10 +313,66 @@ mod tests {
             [
                 ("Host".into(), "api.example.com".into()),
                 ("Authorization".into(), format!("Bearer {SECRET}")),
-                ("X-Other".into(), format!("{SECRET},{SECRET}")),
+                // A header a host may echo back keeps the placeholder.
+                ("X-Other".into(), format!("{PH},{PH}")),
+                ("Cookie".into(), format!("s={PH}")),
+                ("Authorization-Debug".into(), PH.into()),
                 ("Accept".into(), "*/*".into()),
             ]
         );
+        // Every carrier, however it is spelled.
+        for name in [
+            "authorization",
+            "PROXY-AUTHORIZATION",
+            "X-Api-Key",
+            "api-key",
+        ] {
+            let mut h = headers(&[(name, &format!("Basic {PH}"))]);
+            run("api.example.com", 443, &mut h).unwrap();
+            assert_eq!(h[0].1, format!("Basic {SECRET}").as_bytes(), "{name}");
+        }
+    }
+
+    #[test]
+    fn an_answer_echoing_the_secret_gets_the_placeholder_back() {
+        let mut h = headers(&[
+            ("X-Echo-Authorization", &format!("Basic {SECRET}")),
+            ("X-Twice", &format!("{SECRET}{SECRET}")),
+            ("Content-Type", "text/plain"),
+        ]);
+        conceal(
+            &creds(),
+            "api.example.com",
+            443,
+            h.iter_mut().map(|(_, v)| v),
+        );
+        assert_eq!(
+            text(&h),
+            [
+                ("X-Echo-Authorization".into(), format!("Basic {PH}")),
+                ("X-Twice".into(), format!("{PH}{PH}")),
+                ("Content-Type".into(), "text/plain".into()),
+            ]
+        );
+        // Answers from other hosts are not touched (the secret never went there).
+        let mut h = headers(&[("X-Echo", SECRET)]);
+        conceal(
+            &creds(),
+            "elsewhere.example",
+            443,
+            h.iter_mut().map(|(_, v)| v),
+        );
+        assert_eq!(h[0].1, SECRET.as_bytes());
+    }
+
+    #[test]
+    fn methods_that_echo_the_request_are_named() {
+        assert_eq!(echoes_the_request(["TRACE"]), Some("TRACE"));
+        assert_eq!(echoes_the_request(["POST", " track"]), Some(" track"));
+        assert_eq!(echoes_the_request(["GET", "POST"]), None);
+        assert!(echo_reason(" track", "h").starts_with("TRACK to h is refused"));
+        assert!(held_for(&creds(), "api.example.com.", 443));
+        assert!(!held_for(&creds(), "api.example.com", 80));
     }
 
     #[test]

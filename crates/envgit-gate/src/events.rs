@@ -19,7 +19,8 @@ pub struct GateEvent {
     pub method: String,
     pub host: String,
     pub port: u16,
-    /// Origin-form path without the query; `""` for CONNECT.
+    /// The origin-form target as sent: the path and, when there is one, `?query` (the
+    /// server reads both); `""` for CONNECT.
     pub path: String,
     pub decision: Decision,
     /// The `network.allow` entry that matched, or the rule id that refused.

@@ -25,7 +25,7 @@ use crate::head::{self, HEAD_TIMEOUT};
 use crate::pool::Pool;
 use crate::reply::{self, Reply};
 use crate::rules::{
-    RULE_CREDENTIAL, RULE_MALFORMED, RULE_MISDIRECTED, RULE_TIMEOUT, RULE_WEBSOCKET,
+    RULE_CREDENTIAL, RULE_MALFORMED, RULE_MISDIRECTED, RULE_TIMEOUT, RULE_TRACE, RULE_WEBSOCKET,
 };
 use crate::shared::Shared;
 use crate::splice;
@@ -92,7 +92,12 @@ where
 async fn one(mut req: Request<Incoming>, conn: &Conn) -> Response<Out> {
     let (host, port, shared) = (conn.host.as_str(), conn.port, &conn.shared);
     let mut rec = Recorder::new(&shared.events, req.method().as_str());
-    rec.target(host, port, req.uri().path());
+    // The query is part of what the step records: the server reads it as much as the path.
+    let recorded = req
+        .uri()
+        .path_and_query()
+        .map_or_else(|| req.uri().path(), |pq| pq.as_str());
+    rec.target(host, port, recorded);
     let accepted = match canonical::accept(
         conn.proto,
         req.method(),
@@ -138,6 +143,18 @@ async fn one(mut req: Request<Incoming>, conn: &Conn) -> Response<Out> {
     } else {
         None
     };
+    // TRACE and TRACK answer with the request itself: to a credential's host, that is the
+    // secret handed back to the sandbox.
+    if credentials::held_for(&shared.credentials, host, port) {
+        let methods = std::iter::once(method.as_str())
+            .chain(accepted.method_overrides.iter().map(String::as_str));
+        if let Some(echo) = credentials::echoes_the_request(methods) {
+            let reason = credentials::echo_reason(echo, host);
+            rec.reason(&reason);
+            let reply = reply::forbidden(&what, RULE_TRACE, &reason);
+            return refuse(conn, &mut rec, RULE_TRACE, req.body_mut(), reply).await;
+        }
+    }
     let (mut parts, mut body) = req.into_parts();
     // The secret in place of the placeholder, before the judgement (no person is asked about
     // a request refused here); the rewritten map is what goes upstream.
@@ -246,11 +263,15 @@ async fn one(mut req: Request<Incoming>, conn: &Conn) -> Response<Out> {
             let asked = Asked {
                 method: &method,
                 host,
+                port,
                 path,
+                query,
                 rule: &rule,
                 summary: &summary,
                 body_hash: blake3::hash(hashed).to_hex().to_string(),
                 body_preview: body::preview(&read.bytes, PREVIEW_MAX),
+                whole_request: whole,
+                query_free: shared.policy.identity_ignores_query(&rule),
             };
             if let Err(refused) = ask::settle(shared, &mut rec, asked).await {
                 let reason = refused.to_string();
@@ -351,6 +372,10 @@ async fn send_upstream(
         }
     };
     rec.status(resp.status().as_u16());
+    // A host that echoes the credential header it was sent gets the placeholder shown back.
+    let mut resp = resp;
+    let held = &conn.shared.credentials;
+    credentials::conceal(held, host, port, resp.headers_mut().values_mut());
     if resp.status() == StatusCode::SWITCHING_PROTOCOLS
         && let Some(client_upgrade) = client_upgrade
     {

@@ -11,6 +11,8 @@ pub(crate) const RULE_MISDIRECTED: &str = "gate.host-mismatch";
 pub(crate) const RULE_SNI: &str = "gate.sni-mismatch";
 /// A request to a credential's host carrying a credential other than envgit's placeholder.
 pub(crate) const RULE_CREDENTIAL: &str = "gate.credential";
+/// TRACE or TRACK to a credential's host: the answer would be the request, secret included.
+pub(crate) const RULE_TRACE: &str = "gate.trace";
 /// A request whose framing, target or headers could be read two ways.
 pub(crate) const RULE_MALFORMED: &str = "gate.malformed";
 /// A WebSocket request the policy did not mark `websocket: true` for its host.

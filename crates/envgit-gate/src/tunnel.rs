@@ -2,7 +2,8 @@
 //! how long they take to come.
 //!
 //! TLS is terminated ([`crate::tls`]) unless the host is under `network.passthrough`, where it
-//! is spliced and recorded as uninspected; HTTP is judged request by request
+//! is spliced and recorded as uninspected once its ClientHello's SNI names the CONNECT host
+//! (read from peeked bytes, left for the splice); HTTP is judged request by request
 //! ([`crate::forward`]); anything else is closed, except on a loopback or private `host:port`
 //! entry the policy marks `raw: true`, where raw TCP is spliced and recorded as uninspected.
 
@@ -21,11 +22,12 @@ use crate::head::{self, RequestHead};
 use crate::pool::Pool;
 use crate::redial::redialer;
 use crate::reply;
-use crate::rules::RULE_OPAQUE;
+use crate::rules::{RULE_OPAQUE, RULE_SNI};
 use crate::shared::Shared;
 use crate::splice::splice;
 use crate::tls;
 use crate::upstream::{self, DialError};
+use crate::upstream_tls::HANDSHAKE_TIMEOUT;
 use crate::verdict;
 
 /// How long a client may stay silent after `200` before its tunnel is closed.
@@ -92,6 +94,23 @@ pub(crate) async fn connect(
     }
     match tokio::time::timeout(SNIFF_TIMEOUT, sniff(&mut client)).await {
         Ok(Sniffed::Tls) if envgit_policy::is_passthrough(&shared.policy, &host, port) => {
+            // Spliced unread, but only for the host the tunnel was allowed for: a ClientHello
+            // naming another (domain fronting through an allowed CDN name), or none, is
+            // refused as the terminated path refuses it, before a byte of it leaves.
+            let sni = tokio::time::timeout(HANDSHAKE_TIMEOUT, tls::peek_sni(&mut client)).await;
+            let sni = match sni {
+                Ok(Ok(sni)) => sni,
+                _ => {
+                    rec.decide(false, RULE_OPAQUE);
+                    return;
+                }
+            };
+            let nameless_ok = host.parse::<std::net::IpAddr>().is_ok();
+            if let Some(why) = tls::sni_refusal(sni.as_deref(), &host, nameless_ok) {
+                rec.reason(&why);
+                rec.decide(false, RULE_SNI);
+                return;
+            }
             rec.uninspected();
             splice(client, upstream, &rec).await;
         }

@@ -1087,3 +1087,290 @@ fn an_http2_client_reaches_an_http2_only_upstream_through_the_gate() {
     let log = w.last_log();
     assert!(log.contains("allowed GET l7.envgit.test/a"), "{log}");
 }
+
+/// Polls `envgit status --json` until a request other than `seen` waits, or `child` (the run
+/// that makes the requests) has ended: `Err` then, with what it printed.
+fn next_ask_or_end(
+    env: &Env,
+    seen: &[u64],
+    child: &mut Child,
+) -> Result<serde_json::Value, String> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let list = env.envgit(&["status", "--json"]).ok().json();
+        if let Some(ask) = list
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|a| !seen.contains(&a["id"].as_u64().unwrap()))
+        {
+            return Ok(ask.clone());
+        }
+        if child.try_wait().unwrap().is_some() {
+            let mut out = String::new();
+            use std::io::Read;
+            child.stdout.take().unwrap().read_to_string(&mut out).ok();
+            child.stderr.take().unwrap().read_to_string(&mut out).ok();
+            return Err(out);
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no request came to be asked about"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
+/// An approval of `POST /deploy` does not cover `POST /deploy?env=production&force=1` with
+/// the same body: the query is part of what the person is shown, of what the approval covers,
+/// and of what the step records.
+#[test]
+fn an_approval_covers_its_query_and_the_query_is_shown_and_recorded() {
+    let w = world(
+        "  - net: { host: \"l7.envgit.test\", method: POST, path: \"/deploy\" }\n    action: ask\n    id: test.deploy\n",
+    );
+    let script = "curl -sS -X POST --data same https://l7.envgit.test/deploy; echo; \
+                  curl -sS -X POST --data same \
+                  'https://l7.envgit.test/deploy?env=production&force=1'; echo; echo done";
+    let mut child = w.spawn_run(script);
+    let first = next_ask(&w.env, &[]);
+    assert_eq!(first["rule"], "test.deploy", "{first}");
+    let id = first["id"].as_u64().unwrap();
+    w.env.envgit(&["approve", &id.to_string()]).ok();
+    // The request with a query must be asked about again, not let out by the approval above.
+    let second = match next_ask_or_end(&w.env, &[id], &mut child) {
+        Ok(ask) => ask,
+        Err(out) => panic!(
+            "the request with a query went out on the earlier approval (reached the upstream: {}):\n{out}",
+            out.contains("seen POST /deploy?env=production&force=1")
+        ),
+    };
+    let query = "?env=production&force=1";
+    assert!(
+        second["path"].as_str().unwrap().ends_with(query),
+        "the person is not shown the query: {second}"
+    );
+    assert!(
+        second["summary"].as_str().unwrap().contains(query),
+        "{second}"
+    );
+    w.env.envgit(&["deny", &second["id"].to_string()]).ok();
+    let out = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("seen POST /deploy host="), "{stdout}");
+    assert!(!stdout.contains("seen POST /deploy?"), "{stdout}");
+    assert!(stdout.contains("done"), "{stdout}");
+    let log = w.last_log();
+    assert!(
+        log.contains(&format!("l7.envgit.test/deploy{query}")),
+        "the log does not record the query: {log}"
+    );
+}
+
+/// A plain HTTP server that reflects what it received: every request header comes back as a
+/// response header `X-Echo-NAME`, and in the body (all but the credential headers: no proxy
+/// can take a credential back out of a body the host itself writes); TRACE and TRACK answer
+/// with the whole request head, as TRACE does. Logs the heads it received to argv[1].
+const HEADER_ECHO: &str = r#"
+import http.server, sys
+log = open(sys.argv[1], "a")
+class H(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    def answer(self):
+        n = int(self.headers.get("Content-Length") or 0)
+        if n:
+            self.rfile.read(n)
+        log.write(self.requestline + "\n" + str(self.headers) + "\n")
+        log.flush()
+        if self.command in ("TRACE", "TRACK"):
+            body = (self.requestline + "\r\n" + str(self.headers)).encode()
+        else:
+            body = "".join("%s: %s\n" % (k, v) for k, v in self.headers.items()
+                           if k.lower() not in ("authorization", "proxy-authorization")).encode()
+        self.send_response(200)
+        for k, v in self.headers.items():
+            self.send_header("X-Echo-" + k, v)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    do_GET = do_POST = do_TRACE = do_TRACK = answer
+    def log_message(self, *a):
+        pass
+s = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+print(s.server_address[1], flush=True)
+s.serve_forever()
+"#;
+
+/// The person's git token is only a placeholder inside; the gate puts the real one in the
+/// headers that carry credentials and nowhere else, refuses TRACE and TRACK to the token's
+/// host, and puts the placeholder back where the host echoes the secret in a response header.
+/// A command that sends `base64("bot:" + placeholder)` in every header it can think of to an
+/// upstream that reflects them never sees the real token.
+#[test]
+fn the_real_git_token_never_comes_back_into_the_sandbox() {
+    let w = world("");
+    let log = w.env.tmp.path().join("echo.log");
+    let mut echo = Command::new("python3")
+        .args(["-c", HEADER_ECHO])
+        .arg(&log)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(echo.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let _echo = KillOnDrop(echo);
+    let port: u16 = line.trim().parse().unwrap();
+    let token = "ghp_canaryTOKEN0123456789";
+    w.env.git(&w.env.project, &["init", "-q", "-b", "main"]);
+    w.env.git(
+        &w.env.project,
+        &[
+            "remote",
+            "add",
+            "origin",
+            &format!("https://bot:{token}@{L7_HOST}/app.git"),
+        ],
+    );
+    use base64::Engine;
+    let secret = base64::engine::general_purpose::STANDARD.encode(format!("bot:{token}"));
+    let script = format!(
+        r#"PH=$(git remote get-url origin | sed -n 's#https://bot:\([^@]*\)@.*#\1#p')
+echo "placeholder=$PH"
+B=$(printf 'bot:%s' "$PH" | base64 -w0)
+for v in --http1.1 --http2; do
+  curl -sS -i $v -H "X-Debug: Basic $B" -H "x-lower: $B" -H "X-Raw: $PH" \
+    -H "Cookie: s=$B" -H "X-Forwarded-Authorization: Basic $B" -H "Authorization-Debug: $B" \
+    -H "Authorization: Basic $B" https://{L7_HOST}/headers
+  curl -sS -i $v -X TRACE -H "Authorization: Basic $B" -H "X-Debug: $B" https://{L7_HOST}/trace
+  curl -sS -i $v -X TRACK -H "Authorization: Basic $B" https://{L7_HOST}/track
+done
+echo done"#
+    );
+    let out = w
+        .env
+        .envgit(&[
+            "run",
+            "--resolve",
+            &format!("{L7_HOST}:443=http://127.0.0.1:{port}"),
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ])
+        .ran_to("done");
+    assert!(
+        out.stdout.contains("placeholder=envgit-placeholder-"),
+        "{}",
+        out.stdout
+    );
+    for seen in [&secret, token] {
+        assert!(
+            !out.stdout.contains(seen),
+            "the real token came back into the sandbox:\n{}",
+            out.stdout
+        );
+    }
+    // The host still gets the real token where a credential travels, and only there.
+    let heads = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        heads.contains(&format!("Authorization: Basic {secret}")),
+        "the token did not reach its host: {heads}"
+    );
+    assert!(!heads.contains("X-Debug: Basic Ym90OmdocF9"), "{heads}");
+    assert!(
+        !heads.contains("TRACE") && !heads.contains("TRACK"),
+        "{heads}"
+    );
+    let log = w.last_log();
+    assert!(log.contains("rule=gate.trace"), "{log}");
+}
+
+/// A client inside that opens a CONNECT to `HOST:443` through the sandbox's proxy and starts
+/// TLS naming `SNI` (`-`: no name at all), printing how the handshake ended.
+const TLS_NAMING: &str = r#"
+import socket, ssl, sys
+host, sni = sys.argv[1], sys.argv[2]
+s = socket.create_connection(("127.0.0.1", 3128), timeout=10)
+s.sendall(b"CONNECT %s:443 HTTP/1.1\r\nHost: %s:443\r\n\r\n" % (host.encode(), host.encode()))
+head = b""
+while b"\r\n\r\n" not in head:
+    c = s.recv(1)
+    if not c:
+        break
+    head += c
+print(host, sni, head.split(b"\r\n")[0].decode())
+ctx = ssl.create_default_context()
+ctx.check_hostname = False
+ctx.verify_mode = ssl.CERT_NONE
+try:
+    ctx.wrap_socket(s, server_hostname=None if sni == "-" else sni)
+    print(host, sni, "handshake completed")
+except Exception as e:
+    print(host, sni, "handshake failed", e.__class__.__name__)
+"#;
+
+/// `network.passthrough` splices TLS unread, but not for another site: a ClientHello whose
+/// SNI names another host than the CONNECT (domain fronting through an allowed CDN name), or
+/// no host at all, is refused before a byte of it reaches the upstream, naming the rule. A
+/// handshake naming the CONNECT's host is still spliced.
+#[test]
+fn passthrough_tunnels_refuse_a_client_hello_for_another_host() {
+    let w = world("");
+    let yaml = w.env.read("envgit.yaml").replacen(
+        "network:\n",
+        &format!("network:\n  passthrough: [\"{L7_HOST}\", \"{API_HOST}\", \"{GIT_HOST}\"]\n"),
+        1,
+    );
+    w.env.write("envgit.yaml", &yaml);
+    w.env.write(".sni.py", TLS_NAMING);
+    let fronted = Upstream::start(w.env.tmp.path(), "fronted");
+    let nameless = Upstream::start(w.env.tmp.path(), "nameless");
+    let control = Upstream::start(w.env.tmp.path(), "control");
+    let resolve = [
+        format!("{L7_HOST}:443={}", fronted.addr),
+        format!("{API_HOST}:443={}", nameless.addr),
+        format!("{GIT_HOST}:443={}", control.addr),
+    ];
+    let mut args: Vec<&str> = vec!["run"];
+    for r in &resolve {
+        args.extend(["--resolve", r.as_str()]);
+    }
+    let script = format!(
+        "python3 .sni.py {L7_HOST} fronted.cdn.envgit.test; python3 .sni.py {API_HOST} -; \
+         python3 .sni.py {GIT_HOST} {GIT_HOST}; echo done"
+    );
+    args.extend(["--", "sh", "-c", &script]);
+    let out = w.env.envgit(&args).ran_to("done");
+    let leaked = fronted.bytes();
+    assert!(
+        leaked.is_empty(),
+        "the ClientHello for another host reached the upstream ({} bytes, naming \
+         fronted.cdn.envgit.test: {})\n{}",
+        leaked.len(),
+        leaked.contains("fronted.cdn.envgit.test"),
+        out.stdout
+    );
+    assert!(
+        nameless.bytes().is_empty(),
+        "the ClientHello naming no host reached the upstream ({} bytes)",
+        nameless.bytes().len()
+    );
+    assert!(
+        control.bytes().contains(GIT_HOST),
+        "the passthrough for its own host reached no upstream: {:?}\n{}{}",
+        control.bytes(),
+        out.stdout,
+        out.stderr
+    );
+    let log = w.last_log();
+    for host in [L7_HOST, API_HOST] {
+        assert!(
+            log.lines()
+                .any(|l| l.contains(&format!("CONNECT {host}:443"))
+                    && l.contains("rule=gate.sni-mismatch")),
+            "{host}: {log}"
+        );
+    }
+}

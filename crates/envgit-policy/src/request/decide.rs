@@ -13,7 +13,7 @@ use super::payload::Body;
 use super::prepared::Prepared;
 use super::preset::default_rules;
 use super::rule::{Rule, decides, from_net};
-use super::summary::clean;
+use super::summary::{clean, with_query};
 use super::{RequestDecision, RequestInfo};
 
 impl Policy {
@@ -68,7 +68,7 @@ impl Policy {
                 "{} {}{} is not permitted by network.l7",
                 prepared.methods.label(),
                 req.host,
-                shown_path
+                with_query(&shown_path, req.query)
             );
             return (
                 RequestDecision::Deny {

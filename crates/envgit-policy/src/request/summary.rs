@@ -1,6 +1,6 @@
 //! The short human line shown in logs and approval prompts for a matched request: ref updates
 //! for a push, `name@version` for a package, the operation for GraphQL. Built from cheap reads
-//! of the path and the body prefix; never fails (falls back to `METHOD host/path`).
+//! of the path and the body prefix; never fails (falls back to `METHOD host/path?query`).
 
 use super::RequestInfo;
 use super::graphql;
@@ -42,19 +42,31 @@ impl Summary {
     ) -> String {
         let body = req.body.unwrap_or_default();
         let whole = req.body.filter(|_| req.body_complete);
-        let fallback = || format!("{method} {}{}", req.host, path);
+        // Where a line names the request rather than its effect, it names the query too: the
+        // server reads it (`?force=1`), so the person must see it.
+        let target = with_query(path, req.query);
+        let fallback = || format!("{method} {}{}", req.host, target);
         let line = match self {
             Summary::Request => fallback(),
             Summary::GitPush => git_push(req.host, path, body),
             Summary::Lfs => lfs(rule_id, req.host, path, whole),
             Summary::Npm => npm(rule_id, req, method, path, whole),
             Summary::Pypi => pypi(body, req.body_complete),
-            Summary::Cargo => cargo(rule_id, req.method, path, body),
-            Summary::Oci => oci(rule_id, req.host, path),
-            Summary::Gem => gem(rule_id, path, body, req.body_complete),
+            Summary::Cargo => cargo(rule_id, req.method, path, &target, body),
+            Summary::Oci => oci(rule_id, req.host, path, &target),
+            Summary::Gem => gem(rule_id, path, &target, body, req.body_complete),
             Summary::Graphql => graphql_line(req),
         };
         clean(&line)
+    }
+}
+
+/// `path?query`, or `path` when there is no query.
+pub(crate) fn with_query(path: &str, query: &str) -> String {
+    if query.is_empty() {
+        path.to_owned()
+    } else {
+        format!("{path}?{query}")
     }
 }
 
@@ -182,7 +194,7 @@ fn npm(
                 format!("npm dist-tag add {name} {tag}{version}")
             }
         }
-        "write" => format!("npm {method} {}{}", req.host, path),
+        "write" => format!("npm {method} {}{}", req.host, with_query(path, req.query)),
         verb => format!("npm {verb} {name}"),
     }
 }
@@ -232,7 +244,7 @@ fn pypi(body: &[u8], complete: bool) -> String {
     line
 }
 
-fn cargo(rule_id: &str, method: &str, path: &str, body: &[u8]) -> String {
+fn cargo(rule_id: &str, method: &str, path: &str, target: &str, body: &[u8]) -> String {
     // The registry API may sit under a prefix: read from `api/v1/crates` on.
     let lower = path.to_ascii_lowercase();
     let api = lower.rfind("/api/v1/crates").map_or(path, |at| &path[at..]);
@@ -255,7 +267,7 @@ fn cargo(rule_id: &str, method: &str, path: &str, body: &[u8]) -> String {
             ["api", "v1", "crates", name, version, verb] => {
                 format!("cargo {verb} {name}@{version}")
             }
-            _ => format!("cargo yank {path}"),
+            _ => format!("cargo yank {target}"),
         },
         "crates.owners" => {
             let name = segs.get(3).copied().unwrap_or_default();
@@ -280,11 +292,11 @@ fn cargo(rule_id: &str, method: &str, path: &str, body: &[u8]) -> String {
                 .trim_end()
                 .to_owned()
         }
-        _ => format!("crates.io {} {path}", method.to_ascii_uppercase()),
+        _ => format!("crates.io {} {target}", method.to_ascii_uppercase()),
     }
 }
 
-fn oci(rule_id: &str, host: &str, path: &str) -> String {
+fn oci(rule_id: &str, host: &str, path: &str, target: &str) -> String {
     let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
     let at = |word: &str| segs.iter().rposition(|s| s.eq_ignore_ascii_case(word));
     let name = |end: usize| segs.get(1..end).map(|s| s.join("/")).unwrap_or_default();
@@ -303,10 +315,10 @@ fn oci(rule_id: &str, host: &str, path: &str) -> String {
         };
         return format!("OCI {verb} {host}/{}", name(i));
     }
-    format!("OCI {host}{path}")
+    format!("OCI {host}{target}")
 }
 
-fn gem(rule_id: &str, path: &str, body: &[u8], complete: bool) -> String {
+fn gem(rule_id: &str, path: &str, target: &str, body: &[u8], complete: bool) -> String {
     match rule_id {
         "rubygems.push" => "gem push".to_owned(),
         "rubygems.yank" => {
@@ -323,7 +335,7 @@ fn gem(rule_id: &str, path: &str, body: &[u8], complete: bool) -> String {
             let name = path.trim_matches('/').split('/').nth(3).unwrap_or_default();
             format!("gem owner {name}")
         }
-        _ => format!("rubygems.org {path}"),
+        _ => format!("rubygems.org {target}"),
     }
 }
 

@@ -301,14 +301,14 @@ fn absolute_form_get_allowed_and_denied() {
     let allowed = ev.iter().find(|e| e.decision == "allowed").unwrap();
     assert_eq!(
         (allowed.method.as_str(), allowed.path.as_str()),
-        ("GET", "/hello")
+        ("GET", "/hello?x=1")
     );
     assert_eq!(allowed.status, Some(200));
     assert!(allowed.bytes_out > 0 && allowed.bytes_in > 0);
     let denied = ev.iter().find(|e| e.decision == "denied").unwrap();
     assert_eq!(
         (denied.host.as_str(), denied.port, denied.path.as_str()),
-        ("example.com", 80, "/secret/path")
+        ("example.com", 80, "/secret/path?q=1")
     );
     assert_eq!(denied.rule.as_deref(), Some("network.allow"));
 }

@@ -432,3 +432,53 @@ fn arbitrary_requests_never_panic() {
         panic!("{e}");
     }
 }
+
+/// A summary that names the request names its query: the server reads it (`?force=1`), and
+/// the person approving it must see it. GitHub's REST writes, npm's other writes and the
+/// rest of the preset's request-shaped lines alike.
+#[test]
+fn a_summary_of_the_request_names_its_query() {
+    let p = policy(
+        "version: 1\nirreversible:\n  - net: { host: \"deploy.example.com\", method: POST, path: \"/deploy\" }\n    action: ask\n    id: deploy\n  - preset: default\n",
+    );
+    let rows: &[(&str, &str, &str, &str)] = &[
+        (
+            "deploy.example.com",
+            "POST",
+            "/deploy?env=production&force=1",
+            "POST deploy.example.com/deploy?env=production&force=1",
+        ),
+        (
+            "deploy.example.com",
+            "POST",
+            "/deploy",
+            "POST deploy.example.com/deploy",
+        ),
+        (
+            "api.github.com",
+            "DELETE",
+            "/repos/o/r?confirm=1",
+            "DELETE api.github.com/repos/o/r?confirm=1",
+        ),
+        (
+            "registry.npmjs.org",
+            "POST",
+            "/-/org/acme/team?x=1",
+            "npm POST registry.npmjs.org/-/org/acme/team?x=1",
+        ),
+        (
+            "crates.io",
+            "POST",
+            "/api/v1/me/tokens?scope=all",
+            "crates.io POST /api/v1/me/tokens?scope=all",
+        ),
+    ];
+    for (host, method, target, want) in rows {
+        let d = p.decide_request(&req(method, host, target, Some(b"")));
+        assert_eq!(d.summary(), Some(*want), "{target}: {d:?}");
+    }
+    // What a line shows is cut to one line of 300 characters, control characters replaced.
+    let long = format!("/deploy?{}", "a".repeat(400));
+    let d = p.decide_request(&req("POST", "deploy.example.com", &long, Some(b"")));
+    assert_eq!(d.summary().unwrap().chars().count(), 301, "{d:?}");
+}

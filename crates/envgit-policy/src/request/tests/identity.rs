@@ -45,3 +45,18 @@ fn identity_needs_whole_body_where_the_summary_does_not_name_the_effect() {
     assert!(d.identity_needs_whole_body("github.rest.write"));
     assert!(!d.identity_needs_whole_body("pypi.upload"));
 }
+
+#[test]
+fn only_the_parts_of_an_oci_push_share_an_approval_across_queries() {
+    let p = policy(
+        "version: 1\nirreversible:\n  - net: { host: \"api.example.com\", method: POST }\n    action: ask\n    id: oci.push\n  - preset: default\n",
+    );
+    // A user's rule named like the preset's entry binds its query.
+    assert!(!p.identity_ignores_query("oci.push"));
+    let d = crate::Policy::default();
+    for id in default_preset_ids() {
+        assert_eq!(d.identity_ignores_query(id), id == "oci.push", "{id}");
+    }
+    assert!(!d.identity_ignores_query("net.0"));
+    assert!(!d.identity_ignores_query("nope"));
+}
