@@ -25,10 +25,18 @@ pub(crate) fn open(store_dir: &Path, root: &Path) -> CmdResult<Option<Arc<GitLay
 /// The protected list under a layer: `.git/config` is imported key by key through the
 /// allow-list, so it is writable inside and never put back wholesale (that would undo the
 /// keys the import let through); `.git/info` is never imported, so it may be written inside
-/// (`git gc` updates `info/refs`) without reaching the host.
+/// (`git gc` updates `info/refs`) without reaching the host. The layer is told the list: its
+/// imports keep out an index or a commit that changes a protected path behind the working
+/// tree (the host's `git stash` or `git restore` would write it).
 pub(crate) fn protected_under(layer: Option<&GitLayer>, mut protected: Vec<String>) -> Vec<String> {
-    if layer.is_some() {
+    if let Some(layer) = layer {
         protected.retain(|p| p != ".git/config" && p != ".git/info");
+        if let Err(e) = layer.protect(&protected) {
+            // This run's imports still judge by it; only a recovery after a kill would not.
+            output::warn(&format!(
+                "saving the protected list beside the git layer: {e}"
+            ));
+        }
     }
     protected
 }
@@ -44,9 +52,14 @@ pub(crate) fn overlay(layer: &GitLayer) -> envgit_sandbox::spec::Overlay {
     }
 }
 
-/// Imports what the step wrote into `.git` and says so on the step.
-pub(crate) fn import_into(layer: &GitLayer, draft: &mut StepDraft) -> CmdResult<GitImport> {
-    let report = layer.import()?;
+/// Imports what the step wrote into `.git` and says so on the step. `put_back` returns once
+/// the protected paths are back on disk (the import may need to read them as they were).
+pub(crate) fn import_into(
+    layer: &GitLayer,
+    draft: &mut StepDraft,
+    put_back: &mut dyn FnMut(),
+) -> CmdResult<GitImport> {
+    let report = layer.import_beside(put_back)?;
     report_into(&report, draft);
     Ok(report)
 }

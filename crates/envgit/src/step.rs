@@ -156,20 +156,30 @@ impl OpenStep {
                 )
             };
             let (import, (restored, swept)) = std::thread::scope(|scope| {
-                let beside = std::thread::Builder::new()
-                    .name("envgit-put-back".into())
-                    .spawn_scoped(scope, put_back_and_sweep);
+                let mut beside = Some(
+                    std::thread::Builder::new()
+                        .name("envgit-put-back".into())
+                        .spawn_scoped(scope, put_back_and_sweep),
+                );
+                let mut others = None;
+                // Waited for by the import only when it must read a protected file as the
+                // put-back leaves it; otherwise after it.
+                let mut put_back = || {
+                    if let Some(beside) = beside.take() {
+                        others = Some(match beside {
+                            Ok(beside) => beside
+                                .join()
+                                .unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
+                            // No thread: here, after the import or when it asks.
+                            Err(_) => put_back_and_sweep(),
+                        });
+                    }
+                };
                 let import = s
                     .git
-                    .map(|git| crate::git_layer::import_into(git, &mut draft));
-                let others = match beside {
-                    Ok(beside) => beside
-                        .join()
-                        .unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
-                    // No thread: here, after the import.
-                    Err(_) => put_back_and_sweep(),
-                };
-                (import, others)
+                    .map(|git| crate::git_layer::import_into(git, &mut draft, &mut put_back));
+                put_back();
+                (import, others.unwrap_or_else(put_back_and_sweep))
             });
             if let Some(swept) = swept {
                 note_path_shadows(&swept, &mut draft);

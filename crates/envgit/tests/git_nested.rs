@@ -514,3 +514,52 @@ fn after_a_kill_9_the_next_command_puts_the_nested_repositories_code_back() {
         "the host ran the hook the killed step planted"
     );
 }
+
+/// A step stages a file in the nested repository, then renames its index entry
+/// `.git/hooks/pre-commit` (fixing the index's checksum; the blob is genuine). Kept as data,
+/// the user's `git restore .` there wrote the hook, executable, and their next commit there
+/// ran it. The index goes back to its pre-step state.
+#[test]
+fn a_nested_index_entry_at_a_path_git_never_allows_goes_back() {
+    let (env, nested) = project_with_nested(1, false);
+    let marker = env.tmp.path().join("MARKER");
+    let name = "-aaaaaaaaaaaaaaaaaaaa"; // as long as `.git/hooks/pre-commit`, sorted first
+    let out = run(
+        &env,
+        &format!(
+            "cd libs/foo && printf '#!/bin/sh\\necho pwned >> {m}\\n' > ./{name} && \
+             chmod +x ./{name} && git add -- ./{name} && rm -- ./{name} && \
+             /usr/bin/python3 -c \"import hashlib; d=open('.git/index','rb').read()[:-20]; \
+             d=d.replace(b'{name}', b'.git/hooks/pre-commit'); \
+             open('.git/index','wb').write(d+hashlib.sha1(d).digest())\" && \
+             git ls-files && echo staged",
+            m = marker.display()
+        ),
+    );
+    assert!(
+        out.stdout.contains("staged") && out.stdout.contains(".git/hooks/pre-commit"),
+        "{}",
+        out.stdout
+    );
+    // The user's git in the nested repository, as they run it next.
+    let _ = env.host_git(&nested).args(["restore", "."]).output();
+    let _ = env
+        .host_git(&nested)
+        .args(["checkout-index", "-a", "-f"])
+        .output();
+    assert!(
+        !nested.join(".git/hooks/pre-commit").exists(),
+        "the user's git wrote the agent's hook"
+    );
+    std::fs::write(nested.join("build.sh"), "echo changed\n").unwrap();
+    env.git(&nested, &["commit", "-q", "-am", "user commit"]);
+    assert!(
+        !marker.exists(),
+        "the user's git ran a hook the agent wrote"
+    );
+    assert!(
+        out.stderr.contains("libs/foo/.git/index") && out.stderr.contains("verify_path"),
+        "{}",
+        out.stderr
+    );
+}

@@ -73,7 +73,7 @@ pub const REFTABLE_LIST: &str = "reftable/tables.list";
 
 /// A split index's shared part (`core.splitIndex`): `sharedindex.<hash>`, named by its
 /// content like an object, and named in turn by the index, so it must arrive before it.
-fn is_shared_index(rel: &str) -> bool {
+pub fn is_shared_index(rel: &str) -> bool {
     rel.strip_prefix("sharedindex.").is_some_and(is_object_id)
 }
 

@@ -11,8 +11,8 @@ use rustix::fs::{FileType, Mode, OFlags};
 use serde::{Deserialize, Serialize};
 
 use super::classify::{
-    Class, REFTABLE_LIST, SHALLOW, classify, is_leftover, is_object_store_path, shallow_ids,
-    valid_head, valid_tables_list,
+    Class, REFTABLE_LIST, SHALLOW, classify, is_leftover, is_object_store_path, is_shared_index,
+    shallow_ids, valid_head, valid_tables_list,
 };
 use super::verify::{self, lfs_matches, loose_matches};
 use super::{config, write};
@@ -57,6 +57,11 @@ pub struct PreStep {
     /// value holding one is never imported (the host's real value stays).
     #[serde(default)]
     pub placeholders: Vec<String>,
+    /// The paths the run protects (project-relative; `*` a name at the top): the step's
+    /// index, refs and `HEAD` may not change what the host's git holds for them
+    /// (`protected`).
+    #[serde(default)]
+    pub protected: Vec<String>,
 }
 
 fn hash(data: &[u8]) -> String {
@@ -91,7 +96,7 @@ fn stat_mark(st: &rustix::fs::Stat) -> String {
 
 /// The metadata of `rel` beneath `root`, never through a symlink; `None` when absent or
 /// unreachable.
-fn stat_beneath(root: BorrowedFd<'_>, rel: &str) -> Option<rustix::fs::Stat> {
+pub(super) fn stat_beneath(root: BorrowedFd<'_>, rel: &str) -> Option<rustix::fs::Stat> {
     let (dir, name) = match rel.rsplit_once('/') {
         Some((_, name)) => (Some(write::parent(root, rel, false).ok()?), name),
         None => (None, rel),
@@ -208,8 +213,22 @@ impl PreStep {
 }
 
 /// Import `upper` (the overlay's upper directory over `git_dir`) into `git_dir`. `pre` is
-/// updated to what was imported, so a session's next import compares against it.
+/// updated to what was imported, so a session's next import compares against it. The
+/// protected paths are on disk as they were before the step (see [`import_beside`]).
 pub fn import(git_dir: &Path, upper: &Path, pre: &mut PreStep) -> std::io::Result<GitImport> {
+    import_beside(git_dir, upper, pre, &mut || {})
+}
+
+/// [`import`] beside the put-back of the protected paths: `put_back` returns once they are
+/// back on disk as they were before the step. Called (at most once) only when an index entry
+/// or a commit of the step's holds other content for a protected path than the pre-step
+/// index, to see whether that content is the file's own.
+pub fn import_beside(
+    git_dir: &Path,
+    upper: &Path,
+    pre: &mut PreStep,
+    put_back: &mut dyn FnMut(),
+) -> std::io::Result<GitImport> {
     let root = open_git(git_dir)?;
     let up = open_git(upper)?;
     let mut rep = GitImport::default();
@@ -268,7 +287,10 @@ pub fn import(git_dir: &Path, upper: &Path, pre: &mut PreStep) -> std::io::Resul
     }
     // Objects first, so no ref ever names an object the host lacks; HEAD last.
     work.sort();
-    for (class, rel, whiteout) in work {
+    // Why the step's index, refs and `HEAD` stay out: they change a protected path behind the
+    // working tree. Judged once, when the first of them comes (the objects are in by then).
+    let mut protected_refused: Option<Option<String>> = None;
+    for (class, rel, whiteout) in work.clone() {
         if class == Class::Config {
             if !whiteout {
                 import_config(git_dir, up.as_fd(), pre, &mut rep);
@@ -279,6 +301,25 @@ pub fn import(git_dir: &Path, upper: &Path, pre: &mut PreStep) -> std::io::Resul
             rep.dropped.push(Dropped {
                 path: rel,
                 why: "an object of the step's was refused, and this may name it".into(),
+            });
+            continue;
+        }
+        if matches!(class, Class::Cas | Class::Head)
+            && let Some(why) = protected_refused.get_or_insert_with(|| {
+                let upper = |rel: &str| upper_file(up.as_fd(), rel).ok();
+                super::protected::refusal(
+                    git_dir,
+                    root.as_fd(),
+                    &upper,
+                    &work,
+                    &pre.protected,
+                    put_back,
+                )
+            })
+        {
+            rep.dropped.push(Dropped {
+                path: rel,
+                why: why.clone(),
             });
             continue;
         }
@@ -415,6 +456,23 @@ fn one(
             rep,
             "tables.list names a file that is not a reftable table".into(),
         );
+    }
+    // An index (or a split index's shared part) holding a path git itself never lets into
+    // one: the host's `git restore` would write its blob there (`.git/hooks/pre-commit`).
+    if (rel == INDEX || is_shared_index(rel))
+        && let Some(d) = new.as_deref()
+    {
+        let shared = |hex: &str| {
+            let rel = format!("sharedindex.{hex}");
+            upper_file(up, &rel)
+                .ok()
+                .or_else(|| write::read(root, &rel).ok().flatten())
+        };
+        let none = |_: &str| None;
+        let shared: &dyn Fn(&str) -> Option<Vec<u8>> = if rel == INDEX { &shared } else { &none };
+        if let Some(why) = super::index::refusal(d, shared) {
+            return drop(rep, why);
+        }
     }
     let cur = match write::read(root, rel) {
         Ok(c) => c,

@@ -3,15 +3,19 @@
 //! imports from that upper directory only data git reads (objects, refs, the index, logs, the
 //! allow-listed config keys) and lists everything else as dropped. Refs, `packed-refs`, `HEAD`
 //! and the index are written compare-and-swap against their pre-step content; objects are
-//! taken only for what their content is (`verify`).
+//! taken only for what their content is (`verify`); an index only when git could have written
+//! its every path (`index`), and refs and the index only when they leave the protected paths
+//! as the host's git had them (`protected`).
 
 mod classify;
 mod config;
 mod import;
+mod index;
 mod layer;
 mod nested;
 mod nested_objects;
 mod nested_on_disk;
+mod protected;
 mod secrets;
 mod verify;
 mod write;

@@ -4,7 +4,8 @@
 //! is put back to its pre-step state (absent when new): hooks, `commondir`, `info/`, rebase
 //! state, and a `.git` that is a file (a `gitdir:` pointer) or a link. Their `config` keeps
 //! the allow-listed keys the step set (a clone keeps its remote) and loses the others. Their
-//! objects, refs, index and logs stay: data, as for the project's own `.git`.
+//! objects, refs, index and logs stay: data, as for the project's own `.git` (an index listing
+//! a path git never lets into one goes back: `nested_objects`).
 
 use std::os::fd::AsFd;
 use std::path::Path;

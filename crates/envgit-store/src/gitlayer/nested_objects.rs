@@ -1,6 +1,7 @@
 //! The object stores of repositories nested in the project (see `nested`): their data stays as
 //! the step left it, but not data that would make the user's git there read other content for
-//! an id they trust, or lose history. A loose object and a Git LFS object must hash to their
+//! an id they trust, or lose history, nor an index listing a path git never lets into one
+//! (`index`). A loose object and a Git LFS object must hash to their
 //! names, a pack must match its index (the host's `git verify-pack`), what git derives from the
 //! objects and believes over them (commit-graphs, multi-pack indexes, bitmaps) goes back, and a
 //! `shallow` file may not name a commit the repository had before the step. Everything is read
@@ -13,8 +14,9 @@ use std::os::fd::AsFd;
 
 use sha2::Digest;
 
-use super::classify::{Class, SHALLOW, classify, lfs_oid, shallow_ids};
+use super::classify::{Class, SHALLOW, classify, is_shared_index, lfs_oid, shallow_ids};
 use super::import::Dropped;
+use super::index::refusal as index_refusal;
 use super::nested::split_nested;
 use super::verify::{
     LFS_REFUSAL, LOOSE_REFUSAL, SHALLOW_REFUSAL, index_ids, loose_matches, to_hex, verify_pack,
@@ -72,7 +74,7 @@ pub fn nested_object_refusals(
             EntryKind::File
             | EntryKind::Marker(MarkerReason::TooLarge | MarkerReason::OverBudget) => {}
             _ => {
-                if rest.starts_with("objects") || rest == SHALLOW {
+                if rest.starts_with("objects") || rest == SHALLOW || rest == "index" {
                     refuse(&mut out, &path, LINK_REFUSAL);
                 }
                 continue;
@@ -83,6 +85,21 @@ pub fn nested_object_refusals(
             continue;
         }
         match classify(rest) {
+            // An index (or a split index's shared part) holding a path git never lets into
+            // one: the user's `git restore` there would write `.git/hooks/pre-commit`.
+            Ok(Class::Cas | Class::Object) if rest == "index" || is_shared_index(rest) => {
+                let shared = |hex: &str| {
+                    let at = format!("{git}/sharedindex.{hex}");
+                    let entry = entry_at(store, after, &at).ok().flatten()?;
+                    read_entry(store, &at, &entry).ok()
+                };
+                let none = |_: &str| None;
+                let shared: &dyn Fn(&str) -> Option<Vec<u8>> =
+                    if rest == "index" { &shared } else { &none };
+                if let Some(why) = index_refusal(&read_entry(store, &path, new)?, shared) {
+                    refuse(&mut out, &path, &why);
+                }
+            }
             Ok(Class::Loose) if !loose_matches(rest, &read_entry(store, &path, new)?) => {
                 refuse(&mut out, &path, LOOSE_REFUSAL);
             }

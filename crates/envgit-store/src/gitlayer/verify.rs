@@ -226,7 +226,12 @@ pub fn packed_replace_refs(text: &[u8]) -> BTreeSet<String> {
 
 /// The host's replace refs in `git_dir`, as `<id> refs/replace/<name>` lines.
 pub fn host_replace_refs(git_dir: &Path) -> Result<BTreeSet<String>, String> {
-    replace_refs_via_git(git_dir)
+    refs_via_git(git_dir, "refs/replace/")
+}
+
+/// The host's refs in `git_dir` under `prefix`, as `<id> <name>` lines.
+pub fn host_refs(git_dir: &Path, prefix: &str) -> Result<BTreeSet<String>, String> {
+    refs_via_git(git_dir, prefix)
 }
 
 /// The replace refs a reftable `tables.list` would give a repository, each table it names
@@ -234,7 +239,17 @@ pub fn host_replace_refs(git_dir: &Path) -> Result<BTreeSet<String>, String> {
 /// tables (the format asked for needs no object, so a ref naming one absent is listed too).
 pub fn reftable_replace_refs(
     list: &[u8],
+    table: impl FnMut(&str) -> Result<Vec<u8>, String>,
+) -> Result<BTreeSet<String>, String> {
+    reftable_refs(list, table, "refs/replace/")
+}
+
+/// The refs under `prefix` a reftable `tables.list` would give a repository, as
+/// [`reftable_replace_refs`] reads them: `<id> <name>` lines.
+pub fn reftable_refs(
+    list: &[u8],
     mut table: impl FnMut(&str) -> Result<Vec<u8>, String>,
+    prefix: &str,
 ) -> Result<BTreeSet<String>, String> {
     let scratch = tempfile::tempdir().map_err(|e| format!("a scratch repository: {e}"))?;
     let repo = scratch.path().join("r.git");
@@ -251,18 +266,14 @@ pub fn reftable_replace_refs(
         std::fs::write(repo.join("reftable").join(name), table(name)?).map_err(io)?;
     }
     std::fs::write(repo.join("reftable/tables.list"), list).map_err(io)?;
-    replace_refs_via_git(&repo)
+    refs_via_git(&repo, prefix)
 }
 
-fn replace_refs_via_git(git_dir: &Path) -> Result<BTreeSet<String>, String> {
+fn refs_via_git(git_dir: &Path, prefix: &str) -> Result<BTreeSet<String>, String> {
     let out = git()
         .arg("--git-dir")
         .arg(git_dir)
-        .args([
-            "for-each-ref",
-            "--format=%(objectname) %(refname)",
-            "refs/replace/",
-        ])
+        .args(["for-each-ref", "--format=%(objectname) %(refname)", prefix])
         .output()
         .map_err(|e| format!("the host's git could not run: {e}"))?;
     if !out.status.success() {
@@ -282,7 +293,7 @@ fn replace_refs_via_git(git_dir: &Path) -> Result<BTreeSet<String>, String> {
 /// one the step wrote). It is told the repository is safe to use: envgit names it with
 /// `--git-dir`, which git 2.47 does not check for ownership, but a git that did would refuse
 /// another user's repository to envgit running as root ("dubious ownership").
-fn git() -> Command {
+pub(super) fn git() -> Command {
     let mut git = Command::new("git");
     for (name, _) in std::env::vars_os() {
         if name.to_string_lossy().starts_with("GIT_") {

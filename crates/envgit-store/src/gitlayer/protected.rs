@@ -1,0 +1,369 @@
+//! The protected paths behind the working tree. The put-back keeps a protected file on disk
+//! as it was, but the host's git writes what its index and its commits hold for that path
+//! (`git restore`, `git stash`, `git reset --hard`, `git checkout <branch>`): an index entry
+//! or a commit the step made with other content for `.husky/pre-commit` would plant the
+//! step's hook all the same. So an index from the step must keep the protected paths' entries
+//! of the host's index as it was before the step, and every ref (or detached `HEAD`) the step
+//! moved must name a commit whose protected paths hold what that index held (or what the
+//! ref's previous commit held): otherwise the step's refs, `HEAD` and index stay out together.
+//!
+//! The reference is the pre-step index, not the file on disk: the put-back runs beside the
+//! import (the disk is not yet the pre-step state while the import reads it), and a person's
+//! own unstaged edit of a protected file must not make every later `git add` of the step's
+//! refused. What the index held before the step is what the person's git would already
+//! write; anything else the step chose.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::os::fd::{AsFd, BorrowedFd};
+
+use sha1::Digest;
+use std::path::Path;
+
+use super::classify::{Class, REFTABLE_LIST, valid_tables_list};
+use super::index::{self, ProtectedEntries, is_protected};
+use super::verify;
+use super::write;
+
+/// A path's entry in a commit or at stage 0 of an index: mode and object id (hex).
+type Entries = BTreeMap<Vec<u8>, (u32, String)>;
+
+/// The step's index, refs and `HEAD` to be written (`work`: class, path below `.git`,
+/// whiteout), judged against `protected`: why they stay out, or `None`. `upper` reads a file
+/// of the step's (regular files only), `root` is the host's `.git`, whose objects already
+/// include the step's.
+pub fn refusal(
+    git_dir: &Path,
+    root: BorrowedFd<'_>,
+    upper: &dyn Fn(&str) -> Option<Vec<u8>>,
+    work: &[(Class, String, bool)],
+    protected: &[String],
+    put_back: &mut dyn FnMut(),
+) -> Option<String> {
+    if protected.is_empty() {
+        return None;
+    }
+    let project = git_dir
+        .parent()
+        .and_then(|p| crate::beneath::open_root(p).ok());
+    // An entry for a protected path holding what its file holds once the put-back is done
+    // (what it held before the step) is the person's own content (an untracked `.envrc` a
+    // `git add -A` staged). Waited for only when an entry differs from the pre-step index.
+    let put_back = std::cell::RefCell::new(Some(put_back));
+    let on_disk = |path: &[u8], (mode, oid): &(u32, String)| {
+        if let Some(wait) = put_back.borrow_mut().take() {
+            wait();
+        }
+        project
+            .as_ref()
+            .is_some_and(|root| disk_holds(root.as_fd(), path, *mode, oid))
+    };
+    let is_prot = |p: &[u8]| is_protected(p, protected);
+    let host = |rel: &str| write::read(root, rel).ok().flatten();
+    let host_shared = |hex: &str| host(&format!("sharedindex.{hex}"));
+    let step_shared = |hex: &str| {
+        let rel = format!("sharedindex.{hex}");
+        upper(&rel).or_else(|| host(&rel))
+    };
+    // The host's index as the step began (a host that changed it meanwhile keeps its own: the
+    // compare-and-swap refuses the step's).
+    let before: Vec<ProtectedEntries> = host("index")
+        .map(|d| index::protected_entries(&d, &host_shared, &is_prot).unwrap_or_default())
+        .unwrap_or_default();
+    let mut targets: Vec<(String, String, Option<String>)> = Vec::new();
+    for (class, rel, whiteout) in work {
+        if *whiteout {
+            continue;
+        }
+        match (class, rel.as_str()) {
+            (Class::Cas, "index") => {
+                let Some(new) = upper("index") else { continue };
+                // An index git itself could not have written is refused on its own (`one`),
+                // and its refs need not stay out with it.
+                if index::refusal(&new, &step_shared).is_some() {
+                    continue;
+                }
+                let after = match index::protected_entries(&new, &step_shared, &is_prot) {
+                    Ok(a) => a,
+                    Err(why) => return Some(format!("git cannot read the index: {why}")),
+                };
+                // Judged against the pre-step index read the same way (an index the host could
+                // not read counts as holding no protected entry).
+                for a in &after {
+                    if before.contains(a) {
+                        continue;
+                    }
+                    let b = before.first().cloned().unwrap_or_default();
+                    let changed =
+                        first_difference(&b, a, |(path, stage), v| *stage == 0 && on_disk(path, v));
+                    if let Some((path, _)) = changed {
+                        return Some(index_refusal(&path));
+                    }
+                }
+            }
+            (Class::Cas, "packed-refs") => {
+                let new = upper(rel).unwrap_or_default();
+                let old = packed(&host(rel).unwrap_or_default());
+                for (name, id) in packed(&new) {
+                    // Replace refs are refused on their own (`no_new_replace_refs`).
+                    if old.get(&name) != Some(&id) && !name.starts_with("refs/replace/") {
+                        targets.push((name.clone(), id, old.get(&name).cloned()));
+                    }
+                }
+            }
+            (Class::Cas, REFTABLE_LIST) => {
+                let new = upper(rel).unwrap_or_default();
+                // A list naming anything but tables is refused on its own (`one`).
+                if !valid_tables_list(&new) {
+                    continue;
+                }
+                let after = verify::reftable_refs(
+                    &new,
+                    |name| {
+                        let table = format!("reftable/{name}");
+                        upper(&table)
+                            .or_else(|| host(&table))
+                            .ok_or_else(|| format!("it names {table}, which is not there"))
+                    },
+                    "",
+                );
+                let before = verify::host_refs(git_dir, "");
+                let (after, before) = match (after, before) {
+                    (Ok(a), Ok(b)) => (split_refs(&a), split_refs(&b)),
+                    (Err(why), _) | (_, Err(why)) => {
+                        return Some(format!("the step's refs could not be read: {why}"));
+                    }
+                };
+                for (name, id) in after {
+                    if before.get(&name) != Some(&id) && !name.starts_with("refs/replace/") {
+                        targets.push((name.clone(), id, before.get(&name).cloned()));
+                    }
+                }
+            }
+            (Class::Cas | Class::Head, _) if rel == "HEAD" || rel.starts_with("refs/") => {
+                let Some(new) = upper(rel).as_deref().and_then(object_id) else {
+                    continue; // a symbolic ref names a branch, whose own file is judged
+                };
+                let old = host(rel).as_deref().and_then(object_id);
+                if old.as_deref() != Some(new.as_str()) {
+                    targets.push((rel.clone(), new, old));
+                }
+            }
+            _ => {}
+        }
+    }
+    if targets.is_empty() {
+        return None;
+    }
+    // The pre-step index's stage-0 entries, as a commit's tree would hold them.
+    let staged: Entries = before
+        .first()
+        .map(|b| {
+            b.iter()
+                .filter(|((_, stage), _)| *stage == 0)
+                .map(|((p, _), v)| (p.clone(), v.clone()))
+                .collect()
+        })
+        .unwrap_or_default();
+    let mut known: BTreeMap<String, Result<Option<Entries>, String>> = BTreeMap::new();
+    let mut tree = |id: &str| {
+        known
+            .entry(id.to_owned())
+            .or_insert_with(|| tree_entries(git_dir, id, protected))
+            .clone()
+    };
+    for (name, new, old) in targets {
+        let now = match tree(&new) {
+            Ok(Some(t)) => t,
+            // No tree to check out (a tag of a blob).
+            Ok(None) => continue,
+            Err(why) => {
+                return Some(format!(
+                    "{name}: the protected paths of the commit it names could not be read: {why}"
+                ));
+            }
+        };
+        let Some(path) = first_difference(&staged, &now, |p, v| on_disk(p, v)) else {
+            continue;
+        };
+        if let Some(old) = old
+            && let Ok(Some(was)) = tree(&old)
+            && first_difference(&was, &now, |_, _| false).is_none()
+        {
+            continue;
+        }
+        return Some(format!(
+            "{name} names a commit whose `{}` (a protected path) is not what the host's index \
+             held before the step: the host's `git reset --hard`, `git stash` or `git checkout` \
+             would write the step's version",
+            String::from_utf8_lossy(&path).escape_debug()
+        ));
+    }
+    None
+}
+
+fn index_refusal(path: &[u8]) -> String {
+    format!(
+        "it changes `{}`, a protected path, behind the working tree: the host's `git restore`, \
+         `git stash` or `git checkout -- .` would write the step's version",
+        String::from_utf8_lossy(path).escape_debug()
+    )
+}
+
+/// The first key whose value differs between `before` and `after`, unless `after`'s value
+/// is one `fine` takes.
+fn first_difference<K: Ord + Clone, V: PartialEq>(
+    before: &BTreeMap<K, V>,
+    after: &BTreeMap<K, V>,
+    fine: impl Fn(&K, &V) -> bool,
+) -> Option<K> {
+    let keys: BTreeSet<&K> = before.keys().chain(after.keys()).collect();
+    keys.into_iter()
+        .find(|k| before.get(*k) != after.get(*k) && !after.get(*k).is_some_and(|v| fine(k, v)))
+        .cloned()
+}
+
+/// Whether the project's file at `path` (beneath `root`, never through a link) is a regular
+/// file whose content is the blob `oid`, with `mode`'s executable bit.
+fn disk_holds(root: BorrowedFd<'_>, path: &[u8], mode: u32, oid: &str) -> bool {
+    let Ok(rel) = std::str::from_utf8(path) else {
+        return false;
+    };
+    if !matches!(mode, 0o100644 | 0o100755) {
+        return false;
+    }
+    let Some(st) = super::import::stat_beneath(root, rel) else {
+        return false;
+    };
+    if rustix::fs::FileType::from_raw_mode(st.st_mode) != rustix::fs::FileType::RegularFile
+        || (st.st_mode & 0o100 != 0) != (mode == 0o100755)
+    {
+        return false;
+    }
+    let Ok(Some(content)) = write::read(root, rel) else {
+        return false;
+    };
+    let header = format!("blob {}\0", content.len());
+    let id = if oid.len() == 64 {
+        let mut h = sha2::Sha256::new();
+        h.update(header.as_bytes());
+        h.update(&content);
+        verify::to_hex(&h.finalize())
+    } else {
+        let mut h = sha1::Sha1::new();
+        h.update(header.as_bytes());
+        h.update(&content);
+        verify::to_hex(&h.finalize())
+    };
+    id == oid
+}
+
+/// An object id in hex, `content` trimmed; `None` for anything else (a symbolic ref).
+fn object_id(content: &[u8]) -> Option<String> {
+    let s = std::str::from_utf8(content).ok()?.trim();
+    ((s.len() == 40 || s.len() == 64) && s.bytes().all(|b| b.is_ascii_hexdigit()))
+        .then(|| s.to_ascii_lowercase())
+}
+
+/// `packed-refs`' refs: name → id (peeled lines and comments left out).
+fn packed(text: &[u8]) -> BTreeMap<String, String> {
+    String::from_utf8_lossy(text)
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.starts_with('^'))
+        .filter_map(|l| {
+            let (id, name) = l.split_once(' ')?;
+            Some((name.to_owned(), object_id(id.as_bytes())?))
+        })
+        .collect()
+}
+
+/// `<id> <name>` lines as name → id.
+fn split_refs(lines: &BTreeSet<String>) -> BTreeMap<String, String> {
+    lines
+        .iter()
+        .filter_map(|l| {
+            let (id, name) = l.split_once(' ')?;
+            Some((name.to_owned(), id.to_ascii_lowercase()))
+        })
+        .collect()
+}
+
+/// The entries at protected paths in the tree of `id` (a commit, or a tag of one), read by
+/// the host's `git ls-tree`: its top level first, then, recursively, only the protected
+/// paths whose first component is there (most are absent).
+fn tree_entries(git_dir: &Path, id: &str, protected: &[String]) -> Result<Option<Entries>, String> {
+    let Some(top) = ls_tree(git_dir, id, &[], false)? else {
+        return Ok(None);
+    };
+    let names: BTreeSet<&[u8]> = top.keys().map(Vec::as_slice).collect();
+    let mut wanted: Vec<String> = Vec::new();
+    for p in protected {
+        if p.contains('*') {
+            for n in &names {
+                if is_protected(n, std::slice::from_ref(p)) {
+                    wanted.push(String::from_utf8_lossy(n).into_owned());
+                }
+            }
+        } else if names.contains(p.split('/').next().unwrap_or(p).as_bytes()) {
+            wanted.push(p.clone());
+        }
+    }
+    if wanted.is_empty() {
+        return Ok(Some(Entries::new()));
+    }
+    let mut out = ls_tree(git_dir, id, &wanted, true)?.unwrap_or_default();
+    out.retain(|p, _| is_protected(p, protected));
+    Ok(Some(out))
+}
+
+/// `None`: `id` names no tree-ish (a blob).
+fn ls_tree(
+    git_dir: &Path,
+    id: &str,
+    paths: &[String],
+    recurse: bool,
+) -> Result<Option<Entries>, String> {
+    let mut cmd = verify::git();
+    cmd.env("LC_ALL", "C")
+        .arg("--literal-pathspecs")
+        .arg("--git-dir")
+        .arg(git_dir)
+        .args(["ls-tree", "-z", "--full-tree"]);
+    if recurse {
+        cmd.arg("-r");
+    }
+    let out = cmd
+        .arg(id)
+        .arg("--")
+        .args(paths)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .output()
+        .map_err(|e| format!("the host's `git ls-tree` could not run: {e}"))?;
+    if !out.status.success() {
+        let why = String::from_utf8_lossy(&out.stderr).trim().to_owned();
+        if why.contains("not a tree object") {
+            return Ok(None);
+        }
+        return Err(why);
+    }
+    // `<mode> SP <type> SP <id> TAB <path> NUL`
+    let mut entries = Entries::new();
+    for item in out.stdout.split(|&b| b == 0).filter(|i| !i.is_empty()) {
+        let tab = item
+            .iter()
+            .position(|&b| b == b'\t')
+            .ok_or("bad ls-tree output")?;
+        let meta = String::from_utf8_lossy(&item[..tab]);
+        let mut parts = meta.split(' ');
+        let mode = parts
+            .next()
+            .and_then(|m| u32::from_str_radix(m, 8).ok())
+            .ok_or("bad ls-tree output")?;
+        let oid = parts
+            .nth(1)
+            .ok_or("bad ls-tree output")?
+            .to_ascii_lowercase();
+        entries.insert(item[tab + 1..].to_vec(), (mode, oid));
+    }
+    Ok(Some(entries))
+}
