@@ -21,6 +21,9 @@ pub struct Credential {
     pub placeholder: String,
     /// Never printed, and sent to `host:port` only.
     pub secret: String,
+    /// A header of its own it travels in besides [`CARRIERS`] (an `http.extraheader` of
+    /// GitLab's `PRIVATE-TOKEN`): the secret goes there too, and nowhere else.
+    pub header: Option<String>,
 }
 
 impl fmt::Debug for Credential {
@@ -148,7 +151,12 @@ pub(crate) fn apply<'h, V: Value + 'h>(
         return Ok(());
     }
     for (name, value) in headers {
-        if !CARRIERS.iter().any(|c| name.eq_ignore_ascii_case(c)) {
+        let own = |c: &Credential| {
+            c.header
+                .as_deref()
+                .is_some_and(|h| name.eq_ignore_ascii_case(h))
+        };
+        if !CARRIERS.iter().any(|c| name.eq_ignore_ascii_case(c)) && !mine.clone().any(own) {
             continue;
         }
         let mut carried = false;
@@ -273,6 +281,7 @@ mod tests {
             port: 443,
             placeholder: PH.into(),
             secret: SECRET.into(),
+            header: None,
         }]
     }
 
@@ -331,6 +340,47 @@ mod tests {
             run("api.example.com", 443, &mut h).unwrap();
             assert_eq!(h[0].1, format!("Basic {SECRET}").as_bytes(), "{name}");
         }
+    }
+
+    /// A credential sent in a header of its own (git's `http.extraheader` of GitLab's
+    /// `PRIVATE-TOKEN`) gets the secret there, and only there.
+    #[test]
+    fn a_credential_of_its_own_header_gets_the_secret_there() {
+        let own = vec![Credential {
+            header: Some("private-token".into()),
+            ..creds().remove(0)
+        }];
+        let mut h = headers(&[
+            ("Private-Token", PH),
+            ("X-Echo", PH),
+            ("Authorization", &format!("Bearer {PH}")),
+        ]);
+        apply(
+            &own,
+            "api.example.com",
+            443,
+            h.iter_mut().map(|(n, v)| (n.as_str(), v)),
+        )
+        .unwrap();
+        assert_eq!(
+            text(&h),
+            [
+                ("Private-Token".into(), SECRET.into()),
+                ("X-Echo".into(), PH.into()),
+                ("Authorization".into(), format!("Bearer {SECRET}")),
+            ]
+        );
+        // Without the placeholder there, a key brought from inside: refused.
+        let mut h = headers(&[("PRIVATE-TOKEN", "glpat-brought-in")]);
+        assert!(
+            apply(
+                &own,
+                "api.example.com",
+                443,
+                h.iter_mut().map(|(n, v)| (n.as_str(), v)),
+            )
+            .is_err()
+        );
     }
 
     #[test]
@@ -434,6 +484,7 @@ mod tests {
             port: 443,
             placeholder: "envgit-placeholder-2".into(),
             secret: "oauth-token".into(),
+            header: None,
         });
         let mut h = headers(&[
             ("x-api-key", PH),

@@ -192,6 +192,7 @@ pub(crate) fn hide_credentials(
                 port: s.port,
                 placeholder: s.placeholder.clone(),
                 secret: s.secret.clone(),
+                header: s.header.clone(),
             }));
         Ok(Some(hidden))
     };

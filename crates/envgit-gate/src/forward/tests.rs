@@ -78,6 +78,7 @@ fn shared_with_credential(port: u16) -> Arc<Shared> {
         port,
         placeholder: PH.into(),
         secret: SECRET.into(),
+        header: None,
     }];
     Arc::new(sh)
 }

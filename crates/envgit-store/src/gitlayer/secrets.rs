@@ -17,6 +17,9 @@ pub struct ConfigSecret {
     pub port: u16,
     pub placeholder: String,
     pub secret: String,
+    /// The header an `http.extraheader` sends it in (lowercase), when that is not one the gate
+    /// knows carries credentials (`PRIVATE-TOKEN`): the gate puts the secret there too.
+    pub header: Option<String>,
 }
 
 impl std::fmt::Debug for ConfigSecret {
@@ -177,6 +180,7 @@ fn url_secret(value: &str, token: &mut impl FnMut() -> String) -> Option<Found> 
             port,
             placeholder: basic(&placeholder),
             secret: basic(&decode(password)),
+            header: None,
         }],
     ))
 }
@@ -188,7 +192,8 @@ fn extraheader_secret(
     remote_hosts: &[(String, u16)],
     token: &mut impl FnMut() -> String,
 ) -> Option<Found> {
-    let (_, header_value) = value.split_once(':')?;
+    let (header, header_value) = value.split_once(':')?;
+    let header = header.trim().to_ascii_lowercase();
     let secret = header_value.split_whitespace().last()?;
     let scope = key
         .strip_prefix("http.")
@@ -206,6 +211,7 @@ fn extraheader_secret(
             port,
             placeholder: placeholder.clone(),
             secret: secret.to_string(),
+            header: Some(header.clone()),
         })
         .collect();
     Some((secret.to_string(), placeholder, secrets))
@@ -279,6 +285,11 @@ mod tests {
             .collect();
         assert_eq!(hosts, [("one.example", 443), ("two.example", 8080)]);
         assert!(!String::from_utf8_lossy(&h.text).contains("tok123"));
+        // The header it is sent in, for the gate (one of its own, GitLab's, as much).
+        assert_eq!(h.secrets[0].header.as_deref(), Some("authorization"));
+        let gitlab = b"[http \"https://gl.example/\"]\n\textraheader = PRIVATE-TOKEN: glpat-1\n";
+        let h = hide_secrets(gitlab, tokens()).unwrap();
+        assert_eq!(h.secrets[0].header.as_deref(), Some("private-token"));
         let rewrite =
             b"[url \"https://me:tok456@forge.example/\"]\n\tinsteadOf = https://forge.example/\n";
         let h = hide_secrets(rewrite, tokens()).unwrap();

@@ -71,6 +71,7 @@ pub(crate) fn prepare(config_dir: Option<&Path>, scratch: &Path) -> CmdResult<Lo
             port,
             placeholder,
             secret,
+            header: None,
         });
     }
     // Claude prefers a key from the environment; only without one does the login matter.
@@ -135,6 +136,7 @@ fn oauth_login(path: &Path, host: &str, port: u16) -> CmdResult<Option<(Vec<u8>,
             port,
             placeholder: access,
             secret,
+            header: None,
         },
     )))
 }
