@@ -292,12 +292,16 @@ mod tests {
     }
 
     fn run(host: &str, port: u16, h: &mut [(String, Vec<u8>)]) -> Result<(), Refused> {
-        apply(
-            &creds(),
-            host,
-            port,
-            h.iter_mut().map(|(n, v)| (n.as_str(), v)),
-        )
+        apply_to(&creds(), host, port, h)
+    }
+
+    fn apply_to(
+        list: &[Credential],
+        host: &str,
+        port: u16,
+        h: &mut [(String, Vec<u8>)],
+    ) -> Result<(), Refused> {
+        apply(list, host, port, h.iter_mut().map(|(n, v)| (n.as_str(), v)))
     }
 
     fn text(h: &[(String, Vec<u8>)]) -> Vec<(String, String)> {
@@ -355,13 +359,7 @@ mod tests {
             ("X-Echo", PH),
             ("Authorization", &format!("Bearer {PH}")),
         ]);
-        apply(
-            &own,
-            "api.example.com",
-            443,
-            h.iter_mut().map(|(n, v)| (n.as_str(), v)),
-        )
-        .unwrap();
+        apply_to(&own, "api.example.com", 443, &mut h).unwrap();
         assert_eq!(
             text(&h),
             [
@@ -372,15 +370,7 @@ mod tests {
         );
         // Without the placeholder there, a key brought from inside: refused.
         let mut h = headers(&[("PRIVATE-TOKEN", "glpat-brought-in")]);
-        assert!(
-            apply(
-                &own,
-                "api.example.com",
-                443,
-                h.iter_mut().map(|(n, v)| (n.as_str(), v)),
-            )
-            .is_err()
-        );
+        assert!(apply_to(&own, "api.example.com", 443, &mut h).is_err());
     }
 
     #[test]
@@ -490,13 +480,7 @@ mod tests {
             ("x-api-key", PH),
             ("Authorization", "Bearer envgit-placeholder-2"),
         ]);
-        apply(
-            &list,
-            "api.example.com",
-            443,
-            h.iter_mut().map(|(n, v)| (n.as_str(), v)),
-        )
-        .unwrap();
+        apply_to(&list, "api.example.com", 443, &mut h).unwrap();
         assert_eq!(
             text(&h),
             [

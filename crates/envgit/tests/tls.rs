@@ -55,9 +55,14 @@ fn mint(dir: &Path, hosts: &[&str]) {
 
 /// Starts a Python helper that prints its port first.
 fn spawn_py(script: &str, args: &[&str]) -> (Child, u16) {
-    let mut child = Command::new("python3")
-        .arg(support_script(script))
-        .args(args)
+    let mut python = Command::new("python3");
+    python.arg(support_script(script)).args(args);
+    spawn_port_first(script, &mut python)
+}
+
+/// Starts `python` (a server) and reads the port it prints first.
+fn spawn_port_first(what: &str, python: &mut Command) -> (Child, u16) {
+    let mut child = python
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
@@ -69,7 +74,7 @@ fn spawn_py(script: &str, args: &[&str]) -> (Child, u16) {
     let port = line
         .trim()
         .parse()
-        .unwrap_or_else(|_| panic!("{script}: no port"));
+        .unwrap_or_else(|_| panic!("{what}: no port"));
     (child, port)
 }
 
@@ -538,23 +543,7 @@ impl Drop for KillOnDrop {
 
 /// Polls `envgit status --json` until a request other than `seen` waits (bounded).
 fn next_ask(env: &Env, seen: &[u64]) -> serde_json::Value {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    loop {
-        let list = env.envgit(&["status", "--json"]).ok().json();
-        if let Some(ask) = list
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|a| !seen.contains(&a["id"].as_u64().unwrap()))
-        {
-            return ask.clone();
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "no request came to be asked about"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    }
+    next_ask_or_end(env, seen, None).unwrap_or_else(|out| panic!("{out}"))
 }
 
 #[test]
@@ -1089,11 +1078,11 @@ fn an_http2_client_reaches_an_http2_only_upstream_through_the_gate() {
 }
 
 /// Polls `envgit status --json` until a request other than `seen` waits, or `child` (the run
-/// that makes the requests) has ended: `Err` then, with what it printed.
+/// that makes the requests, when given) has ended: `Err` then, with what it printed.
 fn next_ask_or_end(
     env: &Env,
     seen: &[u64],
-    child: &mut Child,
+    mut child: Option<&mut Child>,
 ) -> Result<serde_json::Value, String> {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
     loop {
@@ -1106,7 +1095,9 @@ fn next_ask_or_end(
         {
             return Ok(ask.clone());
         }
-        if child.try_wait().unwrap().is_some() {
+        if let Some(child) = child.as_deref_mut()
+            && child.try_wait().unwrap().is_some()
+        {
             let mut out = String::new();
             use std::io::Read;
             child.stdout.take().unwrap().read_to_string(&mut out).ok();
@@ -1138,7 +1129,7 @@ fn an_approval_covers_its_query_and_the_query_is_shown_and_recorded() {
     let id = first["id"].as_u64().unwrap();
     w.env.envgit(&["approve", &id.to_string()]).ok();
     // The request with a query must be asked about again, not let out by the approval above.
-    let second = match next_ask_or_end(&w.env, &[id], &mut child) {
+    let second = match next_ask_or_end(&w.env, &[id], Some(&mut child)) {
         Ok(ask) => ask,
         Err(out) => panic!(
             "the request with a query went out on the earlier approval (reached the upstream: {}):\n{out}",
@@ -1210,18 +1201,11 @@ s.serve_forever()
 fn the_real_git_token_never_comes_back_into_the_sandbox() {
     let w = world("");
     let log = w.env.tmp.path().join("echo.log");
-    let mut echo = Command::new("python3")
-        .args(["-c", HEADER_ECHO])
-        .arg(&log)
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(echo.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
+    let (echo, port) = spawn_port_first(
+        "the header echo",
+        Command::new("python3").args(["-c", HEADER_ECHO]).arg(&log),
+    );
     let _echo = KillOnDrop(echo);
-    let port: u16 = line.trim().parse().unwrap();
     let token = "ghp_canaryTOKEN0123456789";
     w.env.git(&w.env.project, &["init", "-q", "-b", "main"]);
     w.env.git(
