@@ -14,6 +14,7 @@ use rustix::fs::FileType;
 use rustix::io::Errno;
 use serde::{Deserialize, Serialize};
 
+use crate::bare_repository::{CODE_ENTRIES, CONFIG_ENTRY, MAKING_ENTRIES, is_git_directory};
 use crate::beneath::{self, cstr, display_rel, join_rel, lstat, parent_rel};
 use crate::error::Result;
 use crate::graft::entry_at;
@@ -112,6 +113,49 @@ impl BelowRoot {
         }
         Ok(out)
     }
+}
+
+/// What goes back of the directories git takes for a repository by their layout alone
+/// (`dirs`, found on disk; [`crate::bare_repository`]): of one that was a plain directory
+/// before the step, the entries that made it one; of one that is new or was a repository
+/// before, what git runs there ([`CODE_ENTRIES`] and its `config`, whole) that changed since
+/// `since_ms`.
+pub(crate) fn bare_repositories_changed(
+    store: &Store,
+    root: BorrowedFd<'_>,
+    before: &ObjectId,
+    dirs: &[Vec<u8>],
+    since_ms: u64,
+) -> Result<Vec<String>> {
+    let since_ns = (since_ms as i64).saturating_mul(1_000_000) - CTIME_MARGIN_NS;
+    let mut out = Vec::new();
+    for dir in dirs {
+        let shown = display_rel(dir);
+        let was_plain = match entry_at(store, before, &shown)? {
+            Some(e) if e.kind == EntryKind::Dir => {
+                let tree = store.read_tree(&e.id)?;
+                !is_git_directory(|n| tree.get(n.as_bytes()).map(|e| e.kind))
+            }
+            _ => false,
+        };
+        let entries: Vec<&str> = if was_plain {
+            MAKING_ENTRIES.to_vec()
+        } else {
+            CODE_ENTRIES
+                .iter()
+                .copied()
+                .chain([CONFIG_ENTRY])
+                .filter(|e| touched_since(root, &join_rel(dir, e.as_bytes()), since_ns))
+                .collect()
+        };
+        for e in entries {
+            let target = format!("{shown}/{e}");
+            if !out.contains(&target) {
+                out.push(target);
+            }
+        }
+    }
+    Ok(out)
 }
 
 /// The paths `pattern` names below the directory `repo` (one `*` in its last component, matched

@@ -9,6 +9,7 @@
 //! [`Store`]'s reads and writes.
 
 mod backend;
+pub mod bare_repository;
 mod below_root;
 pub mod beneath;
 mod budget;

@@ -14,6 +14,7 @@ use std::path::Path;
 use rustix::fs::FileType;
 use rustix::io::Errno;
 
+use crate::bare_repository::{LAYOUT_ENTRIES, is_git_directory};
 use crate::below_root::{BelowRoot, FoundBelow};
 use crate::beneath::{self, cstr, depth_of, join_rel, lstat, parent_rel};
 use crate::error::{IoContext, Result, StoreError};
@@ -24,7 +25,7 @@ use crate::id::ObjectId;
 use crate::restore::{RestoreOptions, restore_trees};
 use crate::setid::{Cleared, SETID_BITS, SetidFile, changed_since, clear_setid};
 use crate::store::Store;
-use crate::tree::Tree;
+use crate::tree::{EntryKind, Tree};
 use crate::worktree::{MAX_TREE_DEPTH, ScanConfig};
 
 /// What [`end_without_snapshot`] did.
@@ -77,7 +78,9 @@ pub fn end_without_snapshot(
     };
     let below_root = below.changed(store, root, before, &found.below, since_ms);
     let nested = nested_code_on_disk(store, root, config.max_file_size, before, &found.gits);
-    for (targets, below_root) in [(below_root, true), (nested, false)] {
+    let bare =
+        crate::below_root::bare_repositories_changed(store, root, before, &found.bare, since_ms);
+    for (targets, below_root) in [(below_root, true), (nested, false), (bare, false)] {
         let targets = match targets {
             Ok(targets) => targets,
             Err(e) => {
@@ -105,6 +108,9 @@ struct Found {
     setid: Vec<SetidFile>,
     /// What [`BelowRoot`] looks for.
     below: FoundBelow,
+    /// Directories git takes for a repository by their layout alone
+    /// ([`crate::bare_repository`]), not the root.
+    bare: Vec<Vec<u8>>,
 }
 
 /// The project below `root`, as the scan sees it: excluded directories and what lies deeper
@@ -122,6 +128,7 @@ fn walk(root: BorrowedFd<'_>, excludes: &Excludes, below: &BelowRoot) -> Found {
         let Ok(names) = beneath::read_names(dir.as_fd()) else {
             continue;
         };
+        let mut layout: Vec<(&str, EntryKind)> = Vec::new();
         for name in names {
             let child = join_rel(&rel, name.to_bytes());
             let Ok(st) = lstat(dir.as_fd(), &name) else {
@@ -129,6 +136,20 @@ fn walk(root: BorrowedFd<'_>, excludes: &Excludes, below: &BelowRoot) -> Found {
             };
             let kind = beneath::file_type(&st);
             let is_dir = kind == FileType::Directory;
+            if let Some(entry) = LAYOUT_ENTRIES
+                .iter()
+                .find(|e| e.as_bytes() == name.to_bytes())
+            {
+                layout.push((
+                    entry,
+                    match kind {
+                        FileType::Directory => EntryKind::Dir,
+                        FileType::Symlink => EntryKind::Symlink,
+                        FileType::RegularFile => EntryKind::File,
+                        _ => EntryKind::Marker(crate::tree::MarkerReason::Special),
+                    },
+                ));
+            }
             below.note(&rel, name.to_bytes(), &child, &mut found.below);
             if name.to_bytes() == b".git" {
                 if !rel.is_empty() {
@@ -147,6 +168,11 @@ fn walk(root: BorrowedFd<'_>, excludes: &Excludes, below: &BelowRoot) -> Found {
                     ctime_ns: st.st_ctime * 1_000_000_000 + st.st_ctime_nsec as i64,
                 });
             }
+        }
+        if !rel.is_empty()
+            && is_git_directory(|n| layout.iter().find(|(e, _)| *e == n).map(|(_, k)| *k))
+        {
+            found.bare.push(rel);
         }
     }
     found

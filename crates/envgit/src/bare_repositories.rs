@@ -16,29 +16,23 @@
 //!   `commondir` put back.
 //!
 //! A `.git` directory (the project's, a nested repository's, `modules/` inside one) is the git
-//! layer's (`envgit_store::nested_git_code_paths`), and is left out here.
+//! layer's (`envgit_store::nested_git_code_paths`), and is left out here. A step with no
+//! snapshot after it is checked on disk by the store (`end_without_snapshot`).
 
 use std::collections::HashMap;
 
-use envgit_store::{EntryDiff, EntryKind, NestedGitCode, ObjectId, Store, Tree};
+use envgit_store::{EntryDiff, NestedGitCode, ObjectId, Store, Tree};
 
 use crate::failure::CmdResult;
 use crate::snapshot_trees::SnapshotTrees;
 
-/// Entries of a repository's directory whose change makes it one, or that git runs or
-/// follows there.
-const MAKE_IT_ONE: &[&str] = &["HEAD", "commondir", "objects", "refs"];
-const PUT_BACK: &[&str] = &["hooks", "info", "commondir"];
-const CONFIG: &str = "config";
+use envgit_store::bare_repository::{
+    CODE_ENTRIES, CONFIG_ENTRY, LAYOUT_ENTRIES, MAKING_ENTRIES, is_git_directory,
+};
 
-/// Whether git takes the directory whose listing is `tree` for a repository (its
-/// `is_git_directory`, without reading `HEAD`: any `HEAD` counts).
-pub(crate) fn is_git_directory(tree: &Tree) -> bool {
-    let kind = |name: &str| tree.get(name.as_bytes()).map(|e| e.kind);
-    let head = matches!(kind("HEAD"), Some(EntryKind::File | EntryKind::Symlink));
-    let common = matches!(kind("commondir"), Some(EntryKind::File));
-    let own = kind("objects") == Some(EntryKind::Dir) && kind("refs") == Some(EntryKind::Dir);
-    head && (common || own)
+/// Whether git takes the directory whose listing is `tree` for a repository.
+fn is_repository(tree: &Tree) -> bool {
+    is_git_directory(|name| tree.get(name.as_bytes()).map(|e| e.kind))
 }
 
 /// What goes back, or through the allow-list, of the repositories without a `.git` the step's
@@ -68,10 +62,10 @@ pub(crate) fn code(
             if !seen.contains_key(dir) {
                 let was = match before_trees.dir(dir)? {
                     None => Was::Absent,
-                    Some(t) if is_git_directory(&t) => Was::Repository,
+                    Some(t) if is_repository(&t) => Was::Repository,
                     Some(_) => Was::Plain,
                 };
-                let is = after_trees.dir(dir)?.is_some_and(|t| is_git_directory(&t));
+                let is = after_trees.dir(dir)?.is_some_and(|t| is_repository(&t));
                 seen.insert(dir.to_string(), (was, is));
             }
             let at = |entry: &str| match dir {
@@ -80,13 +74,14 @@ pub(crate) fn code(
             };
             match seen[dir] {
                 (Was::Plain, true) => {
-                    add(&mut out.put_back, at("HEAD"));
-                    add(&mut out.put_back, at("commondir"));
+                    for entry in MAKING_ENTRIES {
+                        add(&mut out.put_back, at(entry));
+                    }
                 }
-                (Was::Absent, true) | (Was::Repository, _) if name == CONFIG => {
-                    add(&mut out.configs, at(CONFIG));
+                (Was::Absent, true) | (Was::Repository, _) if name == CONFIG_ENTRY => {
+                    add(&mut out.configs, at(CONFIG_ENTRY));
                 }
-                (Was::Absent, true) | (Was::Repository, _) if PUT_BACK.contains(&name) => {
+                (Was::Absent, true) | (Was::Repository, _) if CODE_ENTRIES.contains(&name) => {
                     add(&mut out.put_back, at(name));
                 }
                 _ => {}
@@ -112,7 +107,7 @@ fn candidates(path: &str) -> Vec<(&str, &str)> {
         if part == ".git" {
             break;
         }
-        if MAKE_IT_ONE.contains(&part) || PUT_BACK.contains(&part) || part == CONFIG {
+        if LAYOUT_ENTRIES.contains(&part) || CODE_ENTRIES.contains(&part) || part == CONFIG_ENTRY {
             let dir = if start == 0 { "" } else { &path[..start - 1] };
             out.push((dir, part));
         }

@@ -243,7 +243,8 @@ fn after_a_kill_9_the_next_command_puts_back_and_records_the_step() {
 
 /// `kill -9` of envgit in the middle of a step that planted what the host runs below the root:
 /// editor configuration in a subfolder, a nested repository's hook manager file, a nested
-/// Mercurial repository's hook. No snapshot follows such a step, so the next envgit command
+/// Mercurial repository's hook, a subfolder made a git repository by its layout alone. No
+/// snapshot follows such a step, so the next envgit command
 /// finds them on disk (changed since the step began) and puts them back.
 #[test]
 fn after_a_kill_9_what_the_step_planted_below_the_root_goes_back() {
@@ -272,6 +273,9 @@ fn after_a_kill_9_what_the_step_planted_below_the_root_goes_back() {
          echo '{{\"the\": \"agent\"}}' > packages/api/.vscode/settings.json && \
          cp evil libs/z/.husky/pre-commit && \
          printf '[hooks]\\npre-status = echo pwned >> {m}\\n' >> vendor/h/.hg/hgrc && \
+         mkdir -p packages/web/objects packages/web/refs/heads && \
+         echo 'ref: refs/heads/main' > packages/web/HEAD && \
+         printf '[core]\\n\\trepositoryformatversion = 0\\n\\tbare = false\\n\\tworktree = .\\n\\tfsmonitor = \"echo pwned >> {m}; false\"\\n' > packages/web/config && \
          echo zz >> libs/z/lib.txt && touch PLANTED && sleep 600",
         m = marker.display()
     );
@@ -297,13 +301,21 @@ fn after_a_kill_9_what_the_step_planted_below_the_root_goes_back() {
         .output()
         .unwrap();
     let status = persons_hg(&env, "vendor/h", &["status"]);
+    // A directory the step made a repository by its layout (`HEAD`, `objects/`, `refs/`).
+    let git_status = env
+        .host_git(&env.path("packages/web"))
+        .args(["status"])
+        .output()
+        .unwrap();
     assert!(
         !marker.exists(),
-        "the host ran what the killed step planted\n{}{}\n--- the next command:\n{}",
+        "the host ran what the killed step planted\n{}{}{}\n--- the next command:\n{}",
         String::from_utf8_lossy(&commit.stderr),
         String::from_utf8_lossy(&status.stderr),
+        String::from_utf8_lossy(&git_status.stdout),
         log.stderr
     );
+    assert!(!env.path("packages/web/HEAD").exists(), "{}", log.stderr);
     assert_eq!(env.read("vendor/h/.hg/hgrc"), "[ui]\n");
     // The step's own work stays.
     assert_eq!(env.read("libs/z/lib.txt"), "z\nzz\n");
