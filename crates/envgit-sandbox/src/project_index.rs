@@ -172,8 +172,14 @@ pub fn project_facts(
                 .1
                 .push(abs(project, rel));
         }
+        // A socket counts in a nested repository's `.git` too (a daemon's, such as git's
+        // fsmonitor): it is bound into the sandbox like the rest of the project.
+        if seen == Seen::Socket {
+            facts.secrets.push(abs(project, rel));
+            return;
+        }
         let is_dir = matches!(seen, Seen::Dir | Seen::Unwalked);
-        let secret = seen == Seen::Socket || (!is_dir && is_secret_name(last_name(rel)));
+        let secret = !is_dir && is_secret_name(last_name(rel));
         if (secret || globs.is_some() || seen == Seen::Unwalked) && !under_git(rel) {
             if secret || (globs.is_some() && matches(&abs(project, rel), is_dir)) {
                 facts.secrets.push(abs(project, rel));

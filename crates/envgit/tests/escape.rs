@@ -1250,6 +1250,7 @@ fn host_sockets_bound_in_ways_proc_net_unix_hides_are_unreachable() {
     let home = env.user_home();
     std::fs::create_dir_all(env.path("node_modules/.cache")).unwrap();
     std::fs::create_dir_all(env.path("sub")).unwrap();
+    std::fs::create_dir_all(env.path("libs/z/.git")).unwrap();
     std::fs::create_dir_all(home.join("run")).unwrap();
     let outside = tempfile::tempdir().unwrap();
     std::os::unix::fs::symlink(env.path(""), outside.path().join("link")).unwrap();
@@ -1285,6 +1286,8 @@ fn host_sockets_bound_in_ways_proc_net_unix_hides_are_unreachable() {
                 .to_str()
                 .unwrap(),
             home.join("run/other-ns.sock").to_str().unwrap(),
+            // A daemon's in a nested repository's `.git`, bound in with the project.
+            env.path("libs/z/.git/daemon.sock").to_str().unwrap(),
         ]),
     );
     let through_link = start(
@@ -1303,6 +1306,7 @@ fn host_sockets_bound_in_ways_proc_net_unix_hides_are_unreachable() {
         env.path("node_modules/.cache/other-ns.sock"),
         home.join("run/other-ns.sock"),
         env.path("sub/linked.sock"),
+        env.path("libs/z/.git/daemon.sock"),
     ];
     let list = targets
         .iter()
