@@ -434,6 +434,16 @@ pub fn verify_path(path: &[u8], mode: u32) -> bool {
     };
     let mut parts = path.split(|&b| b == b'/').peekable();
     while let Some(part) = parts.next() {
+        // Every spelling the checks below refuse starts with `.`, `g` or `G`, holds a byte
+        // outside ASCII (HFS+'s ignorable code points), a `\`, or is empty: most components
+        // of an index of 20,000 entries are none of these, and need no closer look.
+        if part
+            .first()
+            .is_some_and(|c| !matches!(c, b'.' | b'g' | b'G'))
+            && part.iter().all(|&c| c.is_ascii() && c != b'\\')
+        {
+            continue;
+        }
         let mode = (link && parts.peek().is_none()).then_some(Mode::Symlink);
         if gix_validate::path::component(part.into(), mode, opts).is_err() {
             return false;
@@ -453,35 +463,78 @@ pub fn verify_path(path: &[u8], mode: u32) -> bool {
 /// Whether project-relative `path` is a protected path or lies beneath one; an entry of
 /// `protected` holding `*` is a pattern for a name at the project's top.
 pub fn is_protected(path: &[u8], protected: &[String]) -> bool {
-    let top = path.split(|&b| b == b'/').next().unwrap_or(path);
-    protected.iter().any(|p| {
-        if p.contains('*') {
-            return star_match(p.as_bytes(), top);
-        }
-        path.strip_prefix(p.as_bytes())
-            .is_some_and(|rest| rest.is_empty() || rest.starts_with(b"/"))
-    })
+    ProtectedPaths::new(protected).contains(path)
 }
 
-/// `*`-only glob over a whole name.
-fn star_match(pattern: &[u8], name: &[u8]) -> bool {
-    let mut parts = pattern.split(|&b| b == b'*');
-    let first = parts.next().unwrap_or_default();
-    let Some(mut rest) = name.strip_prefix(first) else {
-        return false;
-    };
-    let parts: Vec<&[u8]> = parts.collect();
-    let Some((last, middle)) = parts.split_last() else {
-        return rest.is_empty();
-    };
-    for part in middle {
-        match rest.windows(part.len().max(1)).position(|w| w == *part) {
-            Some(i) if !part.is_empty() => rest = &rest[i + part.len()..],
-            _ if part.is_empty() => {}
-            _ => return false,
+/// The protected list as an index's entries are looked up in it, by each entry's first
+/// component first: an index of 20,000 entries is judged against ~80 paths at a step's end,
+/// where comparing each entry with each path (and a pattern's parts collected anew each
+/// time) cost ~40 ms.
+pub struct ProtectedPaths<'a> {
+    literal: Vec<&'a [u8]>,
+    /// The first component of each literal path.
+    tops: std::collections::HashSet<&'a [u8]>,
+    /// Patterns for a name at the project's top.
+    patterns: Vec<&'a [u8]>,
+}
+
+impl<'a> ProtectedPaths<'a> {
+    pub fn new(protected: &'a [String]) -> Self {
+        let (patterns, literal): (Vec<&[u8]>, Vec<&[u8]>) = protected
+            .iter()
+            .map(|p| p.as_bytes())
+            .partition(|p| p.contains(&b'*'));
+        let tops = literal.iter().map(|p| first_component(p)).collect();
+        ProtectedPaths {
+            literal,
+            tops,
+            patterns,
         }
     }
-    rest.len() >= last.len() && rest.ends_with(last)
+
+    /// Whether `path` is one of the paths or lies beneath one, or its first component
+    /// matches a pattern.
+    pub fn contains(&self, path: &[u8]) -> bool {
+        let top = first_component(path);
+        if self.patterns.iter().any(|p| star_match(p, top)) {
+            return true;
+        }
+        self.tops.contains(top)
+            && self.literal.iter().any(|p| {
+                path.strip_prefix(*p)
+                    .is_some_and(|rest| rest.is_empty() || rest.starts_with(b"/"))
+            })
+    }
+}
+
+fn first_component(path: &[u8]) -> &[u8] {
+    path.split(|&b| b == b'/').next().unwrap_or(path)
+}
+
+/// `*`-only glob over a whole name, without allocating: the part before the first `*` and
+/// after the last anchor it, the parts between are found in order, each leftmost.
+fn star_match(pattern: &[u8], name: &[u8]) -> bool {
+    let Some(first) = pattern.iter().position(|&b| b == b'*') else {
+        return pattern == name;
+    };
+    let last = pattern.iter().rposition(|&b| b == b'*').unwrap_or(first);
+    let (head, tail) = (&pattern[..first], &pattern[last + 1..]);
+    if name.len() < head.len() + tail.len() || !name.starts_with(head) || !name.ends_with(tail) {
+        return false;
+    }
+    let mut rest = &name[head.len()..name.len() - tail.len()];
+    let middle: &[u8] = if last > first {
+        &pattern[first + 1..last]
+    } else {
+        &[]
+    };
+    for part in middle.split(|&b| b == b'*').filter(|p| !p.is_empty()) {
+        match rest.windows(part.len()).position(|w| w == part) {
+            Some(i) => rest = &rest[i + part.len()..],
+            None => return false,
+        }
+    }
+    true
 }
 
 #[cfg(test)]
@@ -567,6 +620,26 @@ mod tests {
         assert!(!is_protected(b".huskyx", &protected));
         assert!(!is_protected(b"src/lefthook.yml", &protected));
         assert!(!is_protected(b".envrc.d/x", &protected));
+        // Patterns: anchored at both ends, the middle parts in order.
+        for (pattern, name, matches) in [
+            ("lefthook.*", "lefthook.yml", true),
+            ("lefthook.*", "lefthook", false),
+            ("*.code-workspace", "a.code-workspace", true),
+            ("*.code-workspace", ".code-workspace", true),
+            ("a*b*c", "abc", true),
+            ("a*b*c", "axxbyyc", true),
+            ("a*b*c", "acb", false),
+            ("a*bc*bc", "abc", false),
+            ("a*", "a", true),
+            ("*", "", true),
+            ("x", "x", true),
+        ] {
+            assert_eq!(
+                star_match(pattern.as_bytes(), name.as_bytes()),
+                matches,
+                "{pattern} {name}"
+            );
+        }
     }
 
     fn git(dir: &Path, args: &[&str]) {

@@ -57,7 +57,8 @@ pub fn refusal(
             .as_ref()
             .is_some_and(|root| disk_holds(root.as_fd(), path, *mode, oid))
     };
-    let is_prot = |p: &[u8]| is_protected(p, protected);
+    let protected_paths = index::ProtectedPaths::new(protected);
+    let is_prot = |p: &[u8]| protected_paths.contains(p);
     let host = |rel: &str| write::read(root, rel).ok().flatten();
     let host_shared = |hex: &str| host(&format!("sharedindex.{hex}"));
     let step_shared = |hex: &str| {
@@ -311,7 +312,8 @@ fn tree_entries(git_dir: &Path, id: &str, protected: &[String]) -> Result<Option
         return Ok(Some(Entries::new()));
     }
     let mut out = ls_tree(git_dir, id, &wanted, true)?.unwrap_or_default();
-    out.retain(|p, _| is_protected(p, protected));
+    let protected_paths = index::ProtectedPaths::new(protected);
+    out.retain(|p, _| protected_paths.contains(p));
     Ok(Some(out))
 }
 
