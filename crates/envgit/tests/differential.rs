@@ -1142,7 +1142,8 @@ fn hostile_requests_are_read_one_way_through_the_gate_and_legitimate_ones_arrive
         for r in entries {
             let method = r["method"].as_str().unwrap().to_owned();
             let target = r["target"].as_str().unwrap();
-            let path = target.split('?').next().unwrap().to_owned();
+            // The gate records the target with its query, as the upstream received it.
+            let path = target.to_owned();
             let body = r["body"].as_str().unwrap_or_default().len() as u64;
             let slot = judged.get_mut(&(method.clone(), path.clone()));
             let Some(sent) = slot.and_then(|v| v.pop()) else {
