@@ -434,7 +434,11 @@ impl RootNames {
         self.0
             .iter()
             .filter_map(|n| n.to_str().ok())
-            .filter(|n| patterns.iter().any(|p| star_match(p, n)))
+            .filter(|n| {
+                patterns
+                    .iter()
+                    .any(|p| crate::star_glob::matches(p.as_bytes(), n.as_bytes()))
+            })
             .map(str::to_owned)
             .collect()
     }
@@ -465,26 +469,6 @@ impl RootNames {
 pub fn top_name(rel: &str) -> Option<&str> {
     let first = rel.split('/').next().unwrap_or(rel);
     (!matches!(first, "" | "." | "..")).then_some(first)
-}
-
-/// `*`-only glob over a whole name.
-fn star_match(pattern: &str, name: &str) -> bool {
-    let mut parts = pattern.split('*');
-    let first = parts.next().unwrap_or("");
-    let Some(mut rest) = name.strip_prefix(first) else {
-        return false;
-    };
-    let parts: Vec<&str> = parts.collect();
-    let Some((last, middle)) = parts.split_last() else {
-        return rest.is_empty();
-    };
-    for part in middle {
-        match rest.find(part) {
-            Some(i) => rest = &rest[i + part.len()..],
-            None => return false,
-        }
-    }
-    rest.len() >= last.len() && rest.ends_with(last)
 }
 
 /// Symlinks planted in `.git` where the host's git writes through a path (`git commit`

@@ -50,6 +50,7 @@ mod restore;
 mod rewind;
 mod setid;
 mod stale_temporaries;
+mod star_glob;
 mod stat_index;
 mod step;
 mod step_log;

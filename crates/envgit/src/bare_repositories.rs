@@ -1,10 +1,6 @@
-//! Directories git takes for a repository with no `.git` in them. git's discovery looks in
-//! each directory from where it starts up to the root for a `.git`, and then at whether the
-//! directory itself is one: `HEAD` with `objects/` and `refs/` (a bare repository), or `HEAD`
-//! with `commondir` (a worktree's). With `safe.bareRepository` at its default (`all`), a step
-//! that writes `HEAD`, `objects/`, `refs/` and a `config` naming a `core.fsmonitor` into the
-//! project's `src/` makes `src/` the repository of every git the person, their prompt or their
-//! editor runs anywhere below it, and the `config` runs on the host.
+//! Directories git takes for a repository with no `.git` in them, by their layout alone
+//! (`envgit_store::bare_repository` says which and why that runs the step's code on the host),
+//! checked from the step's snapshot.
 //!
 //! So, after each step, for each directory a changed path names one of git's repository
 //! entries in:

@@ -55,14 +55,9 @@ fn mint(dir: &Path, hosts: &[&str]) {
 
 /// Starts a Python helper that prints its port first.
 fn spawn_py(script: &str, args: &[&str]) -> (Child, u16) {
-    let mut python = Command::new("python3");
-    python.arg(support_script(script)).args(args);
-    spawn_port_first(script, &mut python)
-}
-
-/// Starts `python` (a server) and reads the port it prints first.
-fn spawn_port_first(what: &str, python: &mut Command) -> (Child, u16) {
-    let mut child = python
+    let mut child = Command::new("python3")
+        .arg(support_script(script))
+        .args(args)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
@@ -74,7 +69,7 @@ fn spawn_port_first(what: &str, python: &mut Command) -> (Child, u16) {
     let port = line
         .trim()
         .parse()
-        .unwrap_or_else(|_| panic!("{what}: no port"));
+        .unwrap_or_else(|_| panic!("{script}: no port"));
     (child, port)
 }
 
@@ -1158,40 +1153,6 @@ fn an_approval_covers_its_query_and_the_query_is_shown_and_recorded() {
     );
 }
 
-/// A plain HTTP server that reflects what it received: every request header comes back as a
-/// response header `X-Echo-NAME`, and in the body (all but the credential headers: no proxy
-/// can take a credential back out of a body the host itself writes); TRACE and TRACK answer
-/// with the whole request head, as TRACE does. Logs the heads it received to argv[1].
-const HEADER_ECHO: &str = r#"
-import http.server, sys
-log = open(sys.argv[1], "a")
-class H(http.server.BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    def answer(self):
-        n = int(self.headers.get("Content-Length") or 0)
-        if n:
-            self.rfile.read(n)
-        log.write(self.requestline + "\n" + str(self.headers) + "\n")
-        log.flush()
-        if self.command in ("TRACE", "TRACK"):
-            body = (self.requestline + "\r\n" + str(self.headers)).encode()
-        else:
-            body = "".join("%s: %s\n" % (k, v) for k, v in self.headers.items()
-                           if k.lower() not in ("authorization", "proxy-authorization")).encode()
-        self.send_response(200)
-        for k, v in self.headers.items():
-            self.send_header("X-Echo-" + k, v)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-    do_GET = do_POST = do_TRACE = do_TRACK = answer
-    def log_message(self, *a):
-        pass
-s = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
-print(s.server_address[1], flush=True)
-s.serve_forever()
-"#;
-
 /// The person's git token is only a placeholder inside; the gate puts the real one in the
 /// headers that carry credentials and nowhere else, refuses TRACE and TRACK to the token's
 /// host, and puts the placeholder back where the host echoes the secret in a response header.
@@ -1201,10 +1162,7 @@ s.serve_forever()
 fn the_real_git_token_never_comes_back_into_the_sandbox() {
     let w = world("");
     let log = w.env.tmp.path().join("echo.log");
-    let (echo, port) = spawn_port_first(
-        "the header echo",
-        Command::new("python3").args(["-c", HEADER_ECHO]).arg(&log),
-    );
+    let (echo, port) = spawn_py("header_echo.py", &[log.to_str().unwrap()]);
     let _echo = KillOnDrop(echo);
     let token = "ghp_canaryTOKEN0123456789";
     w.env.git(&w.env.project, &["init", "-q", "-b", "main"]);
