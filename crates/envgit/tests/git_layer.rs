@@ -1199,6 +1199,100 @@ fn a_commit_that_changes_a_protected_path_behind_the_worktree_is_refused() {
     assert!(flags(&step).contains(&"git_dropped".to_string()), "{step}");
 }
 
+/// The same commit named not by a ref but by what git keeps beside them: `ORIG_HEAD` (the
+/// person's `git reset --hard ORIG_HEAD`, git's own "undo"), a line of `HEAD`'s reflog
+/// (`git reset --hard HEAD@{1}`) or of a branch's (`main@{1}`), `FETCH_HEAD`, `MERGE_HEAD`.
+/// Each was imported as data, and each undo wrote the agent's hook. Now what each names is
+/// judged as a ref's commit is, and they stay out with the refs.
+#[test]
+fn a_pseudo_ref_or_reflog_naming_a_protected_change_stays_out() {
+    // The agent's commit, made without moving HEAD or touching the index: a tree from a
+    // scratch index, its hook in `.husky/pre-commit`.
+    let make = |marker: &std::path::Path| {
+        format!(
+            "export GIT_INDEX_FILE=$PWD/.scratch-index && git read-tree HEAD && \
+             id=$(printf '#!/bin/sh\\necho pwned >> {m}\\n' | git hash-object -w --stdin) && \
+             git update-index --cacheinfo 100755,$id,.husky/pre-commit && \
+             c=$(git commit-tree $(git write-tree) -p HEAD -m agent) && rm .scratch-index && \
+             unset GIT_INDEX_FILE && h=$(git rev-parse HEAD) && \
+             who='A <a@example.invalid> 1700000000 +0000' && ",
+            m = marker.display()
+        )
+    };
+    let plants: [(&str, &str, &[&str]); 5] = [
+        (
+            "ORIG_HEAD",
+            "echo $c > .git/ORIG_HEAD",
+            &["reset", "-q", "--hard", "ORIG_HEAD"],
+        ),
+        (
+            "logs/HEAD",
+            "printf '%s %s %s\\tagent\\n%s %s %s\\tback\\n' $h $c \"$who\" $c $h \"$who\" \
+             >> .git/logs/HEAD",
+            &["reset", "-q", "--hard", "HEAD@{1}"],
+        ),
+        (
+            "logs/refs/heads/main",
+            "printf '%s %s %s\\tagent\\n%s %s %s\\tback\\n' $h $c \"$who\" $c $h \"$who\" \
+             >> .git/logs/refs/heads/main",
+            &["reset", "-q", "--hard", "main@{1}"],
+        ),
+        (
+            "FETCH_HEAD",
+            "printf '%s\\t\\tbranch main of elsewhere\\n' $c > .git/FETCH_HEAD",
+            &["reset", "-q", "--hard", "FETCH_HEAD"],
+        ),
+        (
+            "MERGE_HEAD",
+            "echo $c > .git/MERGE_HEAD",
+            &["reset", "-q", "--hard", "MERGE_HEAD"],
+        ),
+    ];
+    let mut wrote = Vec::new();
+    for (what, plant, undo) in plants {
+        let env = project_with_husky();
+        env.git(&env.project, &["branch", "-M", "main"]);
+        let marker = env.tmp.path().join("MARKER");
+        let script = format!("{}{plant} && echo planted", make(&marker));
+        let out = env.envgit(&["run", "sh", "-c", &script]);
+        assert_eq!(out.code, 0, "{what}: {}{}", out.stdout, out.stderr);
+        assert!(out.stdout.contains("planted"), "{what}: {}", out.stdout);
+
+        // The person's undo, as they run it next.
+        let _ = env.host_git(&env.project).args(undo).output();
+        if env.read(".husky/pre-commit") != "#!/bin/sh\nexit 0\n" {
+            wrote.push(format!("{what}: the host's `git {}`", undo.join(" ")));
+            continue;
+        }
+        env.host_commit_runs_no_planted_hook(&marker);
+        assert!(
+            out.stderr.contains(what)
+                && out.stderr.contains("protected path")
+                && out.stderr.contains("rule git.data-only"),
+            "{what}: {}",
+            out.stderr
+        );
+    }
+    assert!(wrote.is_empty(), "wrote the agent's hook: {wrote:#?}");
+
+    // Ordinary work writes all of them and still arrives: commits, a reset that leaves
+    // `ORIG_HEAD`, their reflog lines.
+    let env = project_with_husky();
+    let out = env.envgit(&[
+        "run",
+        "sh",
+        "-c",
+        "echo b > b.txt && git add b.txt && git commit -q -m one && echo c > c.txt && \
+         git add c.txt && git commit -q -m two && git reset -q --soft HEAD~1 && echo done",
+    ]);
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    assert!(!out.stderr.contains("protected path"), "{}", out.stderr);
+    let head = env.git(&env.project, &["log", "-1", "--format=%s"]);
+    assert_eq!(head.trim(), "one");
+    let orig = env.git(&env.project, &["log", "-1", "--format=%s", "ORIG_HEAD"]);
+    assert_eq!(orig.trim(), "two");
+}
+
 /// The same behind a staged entry alone: `.envrc` (which direnv runs) changed in the index
 /// only; the person's `git checkout -- .` would write it.
 #[test]

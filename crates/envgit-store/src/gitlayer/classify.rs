@@ -50,6 +50,24 @@ const TOP_DATA: &[&str] = &[
     "description",
 ];
 
+/// The top-level data files that name commits (or, `AUTO_MERGE`, a tree) the person's git
+/// checks out by name: `git reset --hard ORIG_HEAD` is git's own "undo".
+const PSEUDO_REFS: &[&str] = &[
+    "ORIG_HEAD",
+    "FETCH_HEAD",
+    "MERGE_HEAD",
+    "AUTO_MERGE",
+    "CHERRY_PICK_HEAD",
+    "REVERT_HEAD",
+];
+
+/// Whether the data file `rel` names commits the person's git checks out by name: a
+/// pseudo-ref, or a reflog (`git reset --hard HEAD@{1}`). What it names is judged as a
+/// ref's commit is, and it stays out with the refs.
+pub fn names_commits(rel: &str) -> bool {
+    PSEUDO_REFS.contains(&rel) || rel.starts_with("logs/")
+}
+
 /// Whether `rel` is git's own run-time bookkeeping, left by a git process the step's end
 /// killed: a `*.lock` (on the host it would block the user's own git: "Unable to create
 /// ….lock: File exists"), a detached `gc --auto`'s `gc.pid` (it would hold off the host's gc)
@@ -296,6 +314,9 @@ mod tests {
         assert!(!is_leftover("hooks/pre-commit") && !is_leftover("gc.pid.sh"));
         assert!(is_leftover("objects/pack/tmp_pack_x1Y2") && is_leftover("objects/0a/tmp_obj_Q"));
         assert_eq!(classify("logs/HEAD"), Ok(Class::Data));
+        assert!(names_commits("logs/refs/heads/main") && names_commits("ORIG_HEAD"));
+        assert!(!names_commits("MERGE_MSG") && !names_commits("description"));
+        assert!(PSEUDO_REFS.iter().all(|p| TOP_DATA.contains(p)));
         let oid = format!("ab12{}", "0".repeat(60));
         assert_eq!(
             classify(&format!("lfs/objects/ab/12/{oid}")),

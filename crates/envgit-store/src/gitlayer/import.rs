@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use super::classify::{
     Class, REFTABLE_LIST, SHALLOW, classify, is_leftover, is_object_store_path, is_shared_index,
-    shallow_ids, valid_head, valid_tables_list,
+    names_commits, shallow_ids, valid_head, valid_tables_list,
 };
 use super::verify::{self, lfs_matches, loose_matches};
 use super::{config, write};
@@ -289,6 +289,7 @@ pub fn import_beside(
     work.sort();
     // Why the step's index, refs and `HEAD` stay out: they change a protected path behind the
     // working tree. Judged once, when the first of them comes (the objects are in by then).
+    // The pseudo-refs and reflogs, which name commits too, come with them.
     let mut protected_refused: Option<Option<String>> = None;
     for (class, rel, whiteout) in work.clone() {
         if class == Class::Config {
@@ -297,14 +298,16 @@ pub fn import_beside(
             }
             continue;
         }
-        if objects_refused && matches!(class, Class::Cas | Class::Head) {
+        let names_refs = matches!(class, Class::Cas | Class::Head)
+            || (class == Class::Data && names_commits(&rel));
+        if objects_refused && names_refs {
             rep.dropped.push(Dropped {
                 path: rel,
                 why: "an object of the step's was refused, and this may name it".into(),
             });
             continue;
         }
-        if matches!(class, Class::Cas | Class::Head)
+        if names_refs
             && let Some(why) = protected_refused.get_or_insert_with(|| {
                 let upper = |rel: &str| upper_file(up.as_fd(), rel).ok();
                 super::protected::refusal(

@@ -6,6 +6,9 @@
 //! of the host's index as it was before the step, and every ref (or detached `HEAD`) the step
 //! moved must name a commit whose protected paths hold what that index held (or what the
 //! ref's previous commit held): otherwise the step's refs, `HEAD` and index stay out together.
+//! What git keeps beside the refs names commits the same way (`git reset --hard ORIG_HEAD`,
+//! `HEAD@{1}`, `FETCH_HEAD`): each id on a pseudo-ref's or reflog's new line is judged as a
+//! ref's commit is (against what its ref held), and those files stay out with the refs.
 //!
 //! The reference is the pre-step index, not the file on disk: the put-back runs beside the
 //! import (the disk is not yet the pre-step state while the import reads it), and a person's
@@ -19,7 +22,7 @@ use std::os::fd::{AsFd, BorrowedFd};
 use sha1::Digest;
 use std::path::Path;
 
-use super::classify::{Class, REFTABLE_LIST, valid_tables_list};
+use super::classify::{Class, REFTABLE_LIST, names_commits, valid_tables_list};
 use super::index::{self, ProtectedEntries, is_protected};
 use super::verify;
 use super::write;
@@ -137,6 +140,20 @@ pub fn refusal(
                 for (name, id) in after {
                     if before.get(&name) != Some(&id) && !name.starts_with("refs/replace/") {
                         targets.push((name.clone(), id, before.get(&name).cloned()));
+                    }
+                }
+            }
+            (Class::Data, _) if names_commits(rel) => {
+                // Every id on a line the host's file did not have: a reflog's line names two
+                // (`HEAD@{n}` reads the new one; past the oldest entry, its old one), a
+                // pseudo-ref one per line. Judged against what the ref it is kept for held.
+                let host_file = host(rel).unwrap_or_default();
+                let had: BTreeSet<&[u8]> = host_file.split(|&b| b == b'\n').collect();
+                let new = upper(rel).unwrap_or_default();
+                let was = host_ref(&host, rel.strip_prefix("logs/").unwrap_or("HEAD"));
+                for line in new.split(|&b| b == b'\n').filter(|l| !had.contains(l)) {
+                    for id in named_ids(rel, line) {
+                        targets.push((rel.clone(), id, was.clone()));
                     }
                 }
             }
@@ -263,6 +280,43 @@ fn object_id(content: &[u8]) -> Option<String> {
     let s = std::str::from_utf8(content).ok()?.trim();
     ((s.len() == 40 || s.len() == 64) && s.bytes().all(|b| b.is_ascii_hexdigit()))
         .then(|| s.to_ascii_lowercase())
+}
+
+/// The object ids one line of the data file `rel` names: a reflog line's old and new ids, the
+/// id a pseudo-ref's line begins with (`FETCH_HEAD`'s before its tab). Never the null id.
+fn named_ids(rel: &str, line: &[u8]) -> Vec<String> {
+    let text = String::from_utf8_lossy(line);
+    let mut fields = text.split(['\t', ' ']);
+    let ids: Vec<Option<String>> = if rel.starts_with("logs/") {
+        vec![fields.next().and_then(id_of), fields.next().and_then(id_of)]
+    } else {
+        vec![fields.next().and_then(id_of)]
+    };
+    ids.into_iter().flatten().collect()
+}
+
+fn id_of(field: &str) -> Option<String> {
+    object_id(field.as_bytes()).filter(|id| id.bytes().any(|b| b != b'0'))
+}
+
+/// What the host's ref `name` held before the step: a loose ref or `packed-refs`, `HEAD`
+/// followed once to its branch. `None` when it names nothing (or lives in a reftable).
+fn host_ref(host: &dyn Fn(&str) -> Option<Vec<u8>>, name: &str) -> Option<String> {
+    if let Some(content) = host(name) {
+        if let Some(id) = object_id(&content) {
+            return Some(id);
+        }
+        let text = String::from_utf8_lossy(&content);
+        if name == "HEAD"
+            && let Some(branch) = text.trim().strip_prefix("ref: ")
+            && branch.starts_with("refs/")
+        {
+            return host_ref(host, branch);
+        }
+    }
+    packed(&host("packed-refs").unwrap_or_default())
+        .get(name)
+        .cloned()
 }
 
 /// `packed-refs`' refs: name → id (peeled lines and comments left out).
