@@ -21,6 +21,12 @@ fn project() -> Env {
 
 /// [`project`] with its refs kept the way `ref_format` says (`files`, `reftable`).
 fn project_with(ref_format: &str) -> Env {
+    project_in(ref_format, "sha1")
+}
+
+/// [`project`] with its refs kept the way `ref_format` says and its objects named by
+/// `object_format` (`sha1`, `sha256`).
+fn project_in(ref_format: &str, object_format: &str) -> Env {
     let env = Env::new();
     env.git(
         &env.project,
@@ -30,6 +36,7 @@ fn project_with(ref_format: &str) -> Env {
             "-b",
             "main",
             &format!("--ref-format={ref_format}"),
+            &format!("--object-format={object_format}"),
         ],
     );
     env.git(&env.project, &["config", "user.name", "Host User"]);
@@ -1088,7 +1095,14 @@ fn retarget_index_entry(from: &str, to: &str) -> String {
 /// index is refused whole; the step's commit still arrives.
 #[test]
 fn an_index_entry_at_a_path_git_never_allows_is_refused() {
-    let env = project();
+    // A SHA-256 repository's index too: it is read with the hash size its configuration names.
+    for object_format in ["sha1", "sha256"] {
+        an_index_entry_at_a_path_git_never_allows_is_refused_in(object_format);
+    }
+}
+
+fn an_index_entry_at_a_path_git_never_allows_is_refused_in(object_format: &str) {
+    let env = project_in("files", object_format);
     let marker = env.tmp.path().join("MARKER");
     let name = "-aaaaaaaaaaaaaaaaaaaa"; // as long as `.git/hooks/pre-commit`, sorted first
     let script = format!(

@@ -473,7 +473,9 @@ fn one(
         };
         let none = |_: &str| None;
         let shared: &dyn Fn(&str) -> Option<Vec<u8>> = if rel == INDEX { &shared } else { &none };
-        if let Some(why) = super::index::refusal(d, shared) {
+        let config = write::read(root, "config").ok().flatten();
+        let sizes = super::index::hash_sizes(config.as_deref());
+        if let Some(why) = super::index::refusal(d, sizes, shared) {
             return drop(rep, why);
         }
     }

@@ -30,8 +30,26 @@ pub struct Link {
 }
 
 /// The hash sizes git knows (SHA-1, SHA-256). The index does not say which one it uses (the
-/// repository's `extensions.objectFormat` does): every one it can be read with is checked.
-const HASH_SIZES: [usize; 2] = [20, 32];
+/// repository's `extensions.objectFormat` does): every one it can be read with is checked,
+/// unless the repository's configuration rules SHA-256 out ([`hash_sizes`]).
+pub const HASH_SIZES: &[usize] = &[20, 32];
+
+/// The hash sizes an index of the repository whose `config` holds these bytes can use: SHA-1
+/// alone when no line mentions an object format (git's default) nor an include (git reads
+/// the format from the file itself, but a guess is never made here on its behalf); both
+/// otherwise. A cheap look, so a 20,000-entry index is not read twice for nothing.
+pub fn hash_sizes(config: Option<&[u8]>) -> &'static [usize] {
+    let Some(text) = config else {
+        return HASH_SIZES;
+    };
+    let lower = text.to_ascii_lowercase();
+    let mentions = |word: &[u8]| lower.windows(word.len()).any(|w| w == word);
+    if mentions(b"objectformat") || mentions(b"include") {
+        HASH_SIZES
+    } else {
+        &HASH_SIZES[..1]
+    }
+}
 
 fn be32(d: &[u8], at: usize) -> Result<u32, String> {
     d.get(at..at + 4)
@@ -255,10 +273,14 @@ fn ewah_bits(d: &[u8]) -> Result<(Vec<usize>, usize), String> {
 /// leading or trailing `/`, a `.gitmodules` that is a link), or bytes git cannot read as an
 /// index. `shared` gives a split index's shared part by its hash (hex); its entries are
 /// checked too. `None`: every path is one git itself writes.
-pub fn refusal(data: &[u8], shared: &dyn Fn(&str) -> Option<Vec<u8>>) -> Option<String> {
+pub fn refusal(
+    data: &[u8],
+    sizes: &[usize],
+    shared: &dyn Fn(&str) -> Option<Vec<u8>>,
+) -> Option<String> {
     let mut read = false;
     let mut last = None;
-    for hashsz in HASH_SIZES {
+    for &hashsz in sizes {
         match check(data, hashsz, shared) {
             Ok(()) => read = true,
             Err(Why::Unreadable(why)) => last = Some(why),
@@ -331,12 +353,13 @@ fn check(data: &[u8], hashsz: usize, shared: &dyn Fn(&str) -> Option<Vec<u8>>) -
 /// each hash size the index can be read with. `Err` when it cannot be read.
 pub fn protected_entries(
     data: &[u8],
+    sizes: &[usize],
     shared: &dyn Fn(&str) -> Option<Vec<u8>>,
     protected: &dyn Fn(&[u8]) -> bool,
 ) -> Result<Vec<ProtectedEntries>, String> {
     let mut out = Vec::new();
     let mut last = String::new();
-    for hashsz in HASH_SIZES {
+    for &hashsz in sizes {
         match protected_at(data, hashsz, shared, protected) {
             Ok(e) => out.push(e),
             Err(e) => last = e,
@@ -527,6 +550,21 @@ mod tests {
     const DIR: u32 = 0o040000;
 
     #[test]
+    fn the_hash_size_comes_from_the_configuration_when_it_can() {
+        assert_eq!(hash_sizes(Some(b"[core]\n\tbare = false\n")), &[20]);
+        assert_eq!(
+            hash_sizes(Some(b"[extensions]\n\tobjectFormat = sha256\n")),
+            HASH_SIZES
+        );
+        assert_eq!(
+            hash_sizes(Some(b"[Extensions]\n\tOBJECTFORMAT=sha1\n")),
+            HASH_SIZES
+        );
+        assert_eq!(hash_sizes(Some(b"[include]\n\tpath = other\n")), HASH_SIZES);
+        assert_eq!(hash_sizes(None), HASH_SIZES);
+    }
+
+    #[test]
     fn paths_git_lets_into_an_index() {
         for p in [
             "a",
@@ -680,22 +718,27 @@ mod tests {
                 ],
                 "version {version}"
             );
-            assert_eq!(refusal(&data, &|_| None), None, "version {version}");
+            assert_eq!(
+                refusal(&data, HASH_SIZES, &|_| None),
+                None,
+                "version {version}"
+            );
             let bad = retarget(&data, b"-aaaaaaaaaaaaaaaaaaaa", b".git/hooks/pre-commit");
-            let why = refusal(&bad, &|_| None).expect("a hook's path was allowed");
+            let why = refusal(&bad, HASH_SIZES, &|_| None).expect("a hook's path was allowed");
             assert!(why.contains(".git/hooks/pre-commit"), "{why}");
             // git reads it as it is: the check is envgit's.
-            let mut protected = protected_entries(&data, &|_| None, &|p| p.starts_with(b"dir/"))
-                .unwrap()
-                .remove(0)
-                .into_keys()
-                .map(|(p, _)| String::from_utf8(p).unwrap());
+            let mut protected =
+                protected_entries(&data, HASH_SIZES, &|_| None, &|p| p.starts_with(b"dir/"))
+                    .unwrap()
+                    .remove(0)
+                    .into_keys()
+                    .map(|(p, _)| String::from_utf8(p).unwrap());
             assert_eq!(protected.next().as_deref(), Some("dir/b.txt"));
             assert_eq!(protected.next().as_deref(), Some("dir/sub/c.txt"));
             assert_eq!(protected.next(), None);
         }
-        assert!(refusal(b"DIRC\0\0\0\x05\0\0\0\0", &|_| None).is_some());
-        assert!(refusal(b"not an index at all, not at all", &|_| None).is_some());
+        assert!(refusal(b"DIRC\0\0\0\x05\0\0\0\0", HASH_SIZES, &|_| None).is_some());
+        assert!(refusal(b"not an index at all, not at all", HASH_SIZES, &|_| None).is_some());
     }
 
     #[test]
@@ -713,13 +756,14 @@ mod tests {
             .expect("no link extension");
         let shared_file = d.join(format!(".git/sharedindex.{}", link.shared));
         let shared = |hex: &str| std::fs::read(d.join(format!(".git/sharedindex.{hex}"))).ok();
-        assert_eq!(refusal(&data, &shared), None);
+        assert_eq!(refusal(&data, HASH_SIZES, &shared), None);
         // Without its shared part git cannot read it.
-        assert!(refusal(&data, &|_| None).is_some());
-        let entries =
-            protected_entries(&data, &shared, &|p| p.starts_with(b"dir/") || p == b"a.txt")
-                .unwrap()
-                .remove(0);
+        assert!(refusal(&data, HASH_SIZES, &|_| None).is_some());
+        let entries = protected_entries(&data, HASH_SIZES, &shared, &|p| {
+            p.starts_with(b"dir/") || p == b"a.txt"
+        })
+        .unwrap()
+        .remove(0);
         let names: Vec<String> = entries
             .keys()
             .map(|(p, _)| String::from_utf8(p.clone()).unwrap())
@@ -738,7 +782,7 @@ mod tests {
             b"-aaaaaaaaaaaaaaaaaaaa",
             b".git/hooks/pre-commit",
         );
-        let why = refusal(&data, &|_| Some(bad_shared.clone())).expect("allowed");
+        let why = refusal(&data, HASH_SIZES, &|_| Some(bad_shared.clone())).expect("allowed");
         assert!(why.contains(".git/hooks/pre-commit"), "{why}");
     }
 

@@ -16,7 +16,7 @@ use sha2::Digest;
 
 use super::classify::{Class, SHALLOW, classify, is_shared_index, lfs_oid, shallow_ids};
 use super::import::Dropped;
-use super::index::refusal as index_refusal;
+use super::index::{HASH_SIZES, refusal as index_refusal};
 use super::nested::split_nested;
 use super::verify::{
     LFS_REFUSAL, LOOSE_REFUSAL, SHALLOW_REFUSAL, index_ids, loose_matches, to_hex, verify_pack,
@@ -96,7 +96,9 @@ pub fn nested_object_refusals(
                 let none = |_: &str| None;
                 let shared: &dyn Fn(&str) -> Option<Vec<u8>> =
                     if rest == "index" { &shared } else { &none };
-                if let Some(why) = index_refusal(&read_entry(store, &path, new)?, shared) {
+                if let Some(why) =
+                    index_refusal(&read_entry(store, &path, new)?, HASH_SIZES, shared)
+                {
                     refuse(&mut out, &path, &why);
                 }
             }

@@ -70,8 +70,9 @@ pub fn refusal(
     };
     // The host's index as the step began (a host that changed it meanwhile keeps its own: the
     // compare-and-swap refuses the step's).
+    let sizes = index::hash_sizes(host("config").as_deref());
     let before: Vec<ProtectedEntries> = host("index")
-        .map(|d| index::protected_entries(&d, &host_shared, &is_prot).unwrap_or_default())
+        .map(|d| index::protected_entries(&d, sizes, &host_shared, &is_prot).unwrap_or_default())
         .unwrap_or_default();
     let mut targets: Vec<(String, String, Option<String>)> = Vec::new();
     for (class, rel, whiteout) in work {
@@ -83,10 +84,10 @@ pub fn refusal(
                 let Some(new) = upper("index") else { continue };
                 // An index git itself could not have written is refused on its own (`one`),
                 // and its refs need not stay out with it.
-                if index::refusal(&new, &step_shared).is_some() {
+                if index::refusal(&new, sizes, &step_shared).is_some() {
                     continue;
                 }
-                let after = match index::protected_entries(&new, &step_shared, &is_prot) {
+                let after = match index::protected_entries(&new, sizes, &step_shared, &is_prot) {
                     Ok(a) => a,
                     Err(why) => return Some(format!("git cannot read the index: {why}")),
                 };
