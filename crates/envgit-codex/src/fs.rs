@@ -34,6 +34,33 @@ pub struct FsPolicy {
     pub deny_read: Vec<PathBuf>,
     /// Read-only paths relative to the project (and everything beneath them).
     pub protected: Vec<String>,
+    /// The policy's `filesystem.deny_read` entries, as written: the relative globs among them
+    /// (`**/*.pem`) are matched at each call, as the sandbox matches them at each step (their
+    /// matches at the session's start are in `deny_read`, but not a file made since).
+    pub deny_read_globs: Vec<String>,
+}
+
+/// The relative globs of `deny_read` (what the sandbox's mount plan matches against the
+/// project's files: an entry with `~/` or `/` is a path of its own, one without a glob
+/// character is in [`FsPolicy::deny_read`] already), gitignore-style from the project's root.
+fn deny_read_matcher(root: &Path, entries: &[String]) -> Option<ignore::gitignore::Gitignore> {
+    let mut b = ignore::gitignore::GitignoreBuilder::new(root);
+    let mut any = false;
+    for d in entries {
+        if d.starts_with("~/") || d.starts_with('/') || !d.contains(['*', '?', '[']) {
+            continue;
+        }
+        any |= b.add_line(None, d).is_ok();
+    }
+    any.then(|| b.build().ok()).flatten()
+}
+
+/// Whether the `fs/*` method `method` may change the project.
+pub fn may_write(method: &str) -> bool {
+    matches!(
+        method,
+        "fs/writeFile" | "fs/createDirectory" | "fs/remove" | "fs/copy"
+    )
 }
 
 /// One thing envgit refused: `what` is `read PATH` or `write PATH`.
@@ -59,6 +86,7 @@ fn under(rel: &str, base: &str) -> bool {
 pub struct Fs {
     policy: FsPolicy,
     root: OwnedFd,
+    deny_read_globs: Option<ignore::gitignore::Gitignore>,
 }
 
 struct Target {
@@ -166,7 +194,12 @@ impl Fs {
             OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
             Mode::empty(),
         )?;
-        Ok(Self { policy, root })
+        let deny_read_globs = deny_read_matcher(&policy.root, &policy.deny_read_globs);
+        Ok(Self {
+            policy,
+            root,
+            deny_read_globs,
+        })
     }
 
     pub fn root(&self) -> &Path {
@@ -197,9 +230,24 @@ impl Fs {
         }
     }
 
+    /// `t` or a directory above it matches a relative `deny_read` glob (as a file or as a
+    /// directory: what it is may change under the call, and either is masked in the sandbox).
+    fn glob_denied(&self, t: &Target) -> bool {
+        let Some(globs) = &self.deny_read_globs else {
+            return false;
+        };
+        !t.rel.is_empty()
+            && [false, true].into_iter().any(|is_dir| {
+                globs
+                    .matched_path_or_any_parents(&t.abs, is_dir)
+                    .is_ignore()
+            })
+    }
+
     fn check_read(&self, t: &Target, effect: &mut Effect) -> Result<(), RpcError> {
         let (_, name) = split(&t.rel);
         let denied = self.policy.deny_read.iter().any(|d| t.abs.starts_with(d))
+            || self.glob_denied(t)
             || t.rel.split(|&b| b == b'/').any(is_secret_name)
             || is_secret_name(name);
         if denied {
@@ -224,13 +272,20 @@ impl Fs {
             ));
         }
         let rel = String::from_utf8_lossy(&t.rel);
-        // A write to a protected path, beneath one, or to a directory holding one.
+        // A write to a protected path, beneath one, or to a directory holding one; what the
+        // host runs by name wherever it is (a root-level pattern's new match, editor
+        // configuration below the root, a hook manager's files at a nested repository's
+        // root): a sandboxed step's write there is put back, and this one would land on the
+        // host as it is.
         let hit = rel.is_empty()
             || self
                 .policy
                 .protected
                 .iter()
-                .any(|p| under(&rel, p) || under(p, &rel));
+                .any(|p| under(&rel, p) || under(p, &rel))
+            || envgit_policy::is_protected(&rel)
+            || envgit_policy::protected_below(&rel).is_some()
+            || self.in_nested_repository_root(&t.rel);
         if hit {
             return Err(refusal(
                 effect,
@@ -243,6 +298,7 @@ impl Fs {
             .deny_read
             .iter()
             .any(|d| t.abs.starts_with(d) || d.starts_with(&t.abs))
+            || self.glob_denied(t)
             || t.rel.split(|&b| b == b'/').any(is_secret_name)
         {
             return Err(refusal(
@@ -252,6 +308,28 @@ impl Fs {
             ));
         }
         Ok(())
+    }
+
+    /// Whether `rel` is one of [`envgit_policy::REPOSITORY_ROOT_PATHS`] (`.husky`, `lefthook.*`,
+    /// `.githooks`, …), or beneath one, at the root of a repository nested in the project: a
+    /// directory on `rel`'s way holding a repository marker (`.git`, `.hg`, …), looked at
+    /// beneath the root without following a link.
+    fn in_nested_repository_root(&self, rel: &[u8]) -> bool {
+        let parts: Vec<&[u8]> = rel.split(|&b| b == b'/').collect();
+        (1..parts.len()).any(|depth| {
+            let dir = parts[..depth].join(&b'/');
+            let rest = String::from_utf8_lossy(&rel[dir.len() + 1..]).into_owned();
+            if envgit_policy::repository_root_entry(&rest).is_none() {
+                return false;
+            }
+            let Ok(d) = open_dir(self.root.as_fd(), &dir) else {
+                // Not a directory (yet): nothing there holds a repository.
+                return false;
+            };
+            envgit_policy::REPOSITORY_MARKERS
+                .iter()
+                .any(|m| rustix::fs::statat(&d, *m, AtFlags::SYMLINK_NOFOLLOW).is_ok())
+        })
     }
 
     /// Answer one `fs/*` method; `None` when the method is not an fs method.
@@ -362,15 +440,11 @@ impl Fs {
         let dir = self
             .mkdirs(parent)
             .map_err(|e| map_errno(e, t, effect, "write"))?;
+        // Not truncated on open: what is opened is looked at first.
         let fd = rustix::fs::openat(
             &dir,
             cname(name).map_err(RpcError::errno)?.as_c_str(),
-            OFlags::WRONLY
-                | OFlags::CREATE
-                | OFlags::TRUNC
-                | OFlags::CLOEXEC
-                | OFlags::NOFOLLOW
-                | OFlags::NONBLOCK,
+            OFlags::WRONLY | OFlags::CREATE | OFlags::CLOEXEC | OFlags::NOFOLLOW | OFlags::NONBLOCK,
             Mode::from_raw_mode(0o644),
         )
         .map_err(|e| map_errno(e, t, effect, "write"))?;
@@ -381,6 +455,17 @@ impl Fs {
                 t.show()
             )));
         }
+        // A file with another link (`ln ~/file project/x`, a pnpm store's files in
+        // `node_modules/`, `git clone --local`) may be the same file outside the project: a
+        // write in place would change it there, where the sandbox binds such a file read-only.
+        if st.st_nlink > 1 {
+            return Err(refusal(
+                effect,
+                format!("write {}", t.show()),
+                "filesystem.hard_link",
+            ));
+        }
+        rustix::fs::ftruncate(&fd, 0).map_err(RpcError::errno)?;
         std::fs::File::from(fd)
             .write_all(data)
             .map_err(|e| RpcError::io(&e))?;

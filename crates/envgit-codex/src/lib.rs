@@ -47,6 +47,10 @@ pub trait Host: Send + Sync {
     fn step_command(&self, intent: &StepIntent) -> Result<std::process::Command, StepCommandError>;
     /// Record what a burst of `fs/*` calls wrote or was refused, as one step.
     fn record_fs(&self, effect: Effect);
+    /// Before a burst's first call that may write: what changed since the last step is the
+    /// person's, recorded as theirs, so the burst's step (and what its checks put back) is
+    /// Codex's alone.
+    fn before_fs_writes(&self) {}
     /// The directory processes start in when Codex names none.
     fn default_cwd(&self) -> PathBuf;
 }
@@ -146,6 +150,10 @@ impl Server {
                 return;
             }
             m if m.starts_with("fs/") => {
+                let burst_begins = self.pending.lock().is_ok_and(|p| p.is_none());
+                if burst_begins && fs::may_write(m) {
+                    self.host.before_fs_writes();
+                }
                 let mut effect = Effect::default();
                 let r = self.fs.call(m, &params, &mut effect);
                 self.add_effect(effect);

@@ -54,6 +54,7 @@ impl Conn {
             root: root.to_path_buf(),
             deny_read: vec![root.join("secret.pem"), root.join("secrets")],
             protected: vec!["envgit.yaml".into(), ".git/hooks".into()],
+            deny_read_globs: Vec::new(),
         };
         let h: Arc<dyn Host> = host.clone();
         let server = std::thread::spawn(move || {

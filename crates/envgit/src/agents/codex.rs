@@ -43,14 +43,8 @@ pub fn run(dir: Option<&Path>, args: &CodexArgs) -> CmdResult<ExitCode> {
     let project = Project::find(dir)?;
     let cwd = start_dir(dir)?;
     let codex = find_codex()?;
-    {
-        // No command of the session runs yet: what changed since the last step is the user's.
-        let mut store = project.open_store()?;
-        let mut wt = project.worktree(&store)?;
-        let (now, _) = wt.full_scan(&store, None)?;
-        crate::outside::record_outside_edits(&project, &mut store, &now)?;
-        wt.save_index(&store)?;
-    }
+    // No command of the session runs yet: what changed since the last step is the user's.
+    record_outside(&project)?;
     let exe = std::env::current_exe()
         .map_err(|e| Failure::failed(format!("cannot find envgit's own binary: {e}")))?;
     let envgit_home = envgit_store::envgit_home()?;
@@ -235,6 +229,15 @@ impl Host for CodexHost {
         }
     }
 
+    fn before_fs_writes(&self) {
+        if let Err(f) = record_outside(&self.project) {
+            output::error(&format!(
+                "recording your edits before Codex's: {}",
+                f.message
+            ));
+        }
+    }
+
     fn default_cwd(&self) -> PathBuf {
         self.cwd.clone()
     }
@@ -263,6 +266,16 @@ fn intent_notes(intent: &StepIntent) -> Vec<String> {
         ))
     })
     .collect()
+}
+
+/// What changed in the project since its last step, recorded as the person's edits.
+fn record_outside(project: &Project) -> CmdResult<()> {
+    let mut store = project.open_store()?;
+    let mut wt = project.worktree(&store)?;
+    let (now, _) = wt.full_scan(&store, None)?;
+    crate::outside::record_outside_edits(project, &mut store, &now)?;
+    wt.save_index(&store)?;
+    Ok(())
 }
 
 fn record_fs(
@@ -297,14 +310,18 @@ fn record_fs(
             .collect(),
         ..Default::default()
     };
-    // Only the search-path check: the calls were judged one by one against the protected
-    // paths already, and nothing of the sandbox's ran.
-    let checked = shadows.map(|shadows| Sandboxed {
+    // The calls were judged one by one against the protected paths already, and nothing of
+    // the sandbox's ran (no copy, no git layer); what the snapshot's diff from the newest step
+    // (the person's edits were recorded before the burst began, `before_fs_writes`) shows is
+    // checked as for a sandboxed step all the same: a repository's code the calls
+    // made or changed inside the project (its hooks, its `core.hooksPath`'s scripts, a bare
+    // layout's config) and what the host runs below the root go back, and the search paths.
+    let checked = Some(Sandboxed {
         protected: &[],
         copy: None,
-        shadows: Some(shadows),
+        shadows,
         git: None,
-        before: None,
+        before: store.head().and_then(|h| h.tree),
         too_deep_before: &[],
         late: None,
     });
@@ -398,6 +415,7 @@ pub fn exec_server(dir: Option<&Path>) -> CmdResult<ExitCode> {
         root: project.root.clone(),
         deny_read: denied_reads(&project, &cwd)?,
         protected: project.protected_paths(),
+        deny_read_globs: project.policy.filesystem.deny_read.clone(),
     };
     let shadows = crate::path_shadow::PathShadows::of_project(&project, &cwd);
     let host = Arc::new(CodexHost {

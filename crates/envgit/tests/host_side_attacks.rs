@@ -1,0 +1,326 @@
+//! What the agent's data can make envgit do on the host, outside the sandbox: the calls envgit
+//! carries out itself for an agent (Codex's `fs/*`) must leave the host nothing a sandboxed
+//! step could not, whatever path and content the agent chose.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::process::Stdio;
+
+use serde_json::{Value, json};
+use support::Env;
+
+/// `calls` sent to `envgit codex-exec-server` in the project, as Codex sends them (one JSON
+/// object per line); their answers, then the server's stderr once it has recorded the session.
+fn codex_fs(env: &Env, calls: &[(&str, Value)]) -> (Vec<Value>, String) {
+    let mut child = env
+        .cmd(&env.project)
+        .arg("codex-exec-server")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut input = child.stdin.take().unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut call = |id: u64, method: &str, params: &Value| -> Value {
+        let msg = json!({"id": id, "method": method, "params": params});
+        writeln!(input, "{msg}").unwrap();
+        loop {
+            let v: Value = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
+            if v["id"] == id {
+                return v;
+            }
+        }
+    };
+    call(1, "initialize", &json!({"clientName": "test"}));
+    let answers = calls
+        .iter()
+        .enumerate()
+        .map(|(i, (method, params))| call(i as u64 + 2, method, params))
+        .collect();
+    drop(input);
+    let out = child.wait_with_output().unwrap();
+    (answers, String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+fn uri(env: &Env, rel: &str) -> String {
+    format!(
+        "file://{}/{rel}",
+        env.project.canonicalize().unwrap().display()
+    )
+}
+
+/// A repository nested in the project whose own configuration sets `core.hooksPath`
+/// (`.githooks` by habit, or any directory): a link Codex copies there is a hook the person's
+/// next `git commit` in it runs. A sandboxed step's write there is put back; an `fs/copy` must
+/// not leave it either (refused by name, or put back once the calls are recorded).
+#[test]
+fn codex_fs_cannot_plant_a_hook_a_nested_repository_runs() {
+    for hooks in [".githooks", "scripts/hooks"] {
+        let env = Env::new();
+        let marker = env.tmp.path().join("pwned");
+        env.write(
+            "hook.sh",
+            &format!("#!/bin/sh\necho pwned >> {}\n", marker.display()),
+        );
+        std::fs::set_permissions(env.path("hook.sh"), std::fs::Permissions::from_mode(0o755))
+            .unwrap();
+        env.git(&env.project, &["init", "-q", "sub"]);
+        env.git(&env.path("sub"), &["config", "core.hooksPath", hooks]);
+        env.write("sub/f.txt", "one\n");
+        let root = env.project.canonicalize().unwrap();
+        std::os::unix::fs::symlink(root.join("hook.sh"), env.path("link")).unwrap();
+        env.init();
+        let (answers, stderr) = codex_fs(
+            &env,
+            &[(
+                "fs/copy",
+                json!({"sourcePath": uri(&env, "link"),
+                    "destinationPath": uri(&env, &format!("sub/{hooks}/pre-commit")),
+                    "recursive": false, "sandbox": null}),
+            )],
+        );
+        let said = format!("{answers:#?}\n{stderr}");
+        env.git(&env.path("sub"), &["add", "f.txt"]);
+        let _ = env
+            .host_git(&env.path("sub"))
+            .args(["commit", "-qm", "person's commit"])
+            .output()
+            .unwrap();
+        assert!(
+            !marker.exists(),
+            "the person's `git commit` in the nested repository ran the hook Codex's fs/copy \
+             planted in {hooks}\n{said}"
+        );
+    }
+}
+
+/// What the host runs from the project by name (root-level patterns such as `lefthook-local.*`
+/// and `*.code-workspace`, editor configuration below the root, a hook manager's directory at a
+/// nested repository's root) is as protected from `fs/writeFile` as from a sandboxed step: the
+/// write is refused or put back, and the host never keeps it.
+#[test]
+fn codex_fs_writes_nothing_the_host_runs_by_name() {
+    let env = Env::new();
+    env.write("sub/a.txt", "a\n");
+    env.git(&env.project, &["init", "-q", "lib"]);
+    env.write("lib/a.txt", "a\n");
+    env.init();
+    let planted = [
+        // lefthook merges it into the project's lefthook.yml on the person's next commit.
+        "lefthook-local.yml",
+        // VS Code runs its `folderOpen` tasks.
+        "evil.code-workspace",
+        // VS Code's workspace trust covers a trusted folder's subfolders.
+        "sub/.vscode/tasks.json",
+        // husky at a nested repository's root.
+        "lib/.husky/pre-commit",
+    ];
+    let calls: Vec<(&str, Value)> = planted
+        .iter()
+        .map(|rel| {
+            (
+                "fs/writeFile",
+                json!({"path": uri(&env, rel), "dataBase64": "cnVuOiB0b3VjaCAvdG1wL3B3bmVkCg=="}),
+            )
+        })
+        .collect();
+    let (answers, stderr) = codex_fs(&env, &calls);
+    let said = format!("{answers:#?}\n{stderr}");
+    let kept: Vec<&str> = planted
+        .iter()
+        .copied()
+        .filter(|rel| std::fs::symlink_metadata(env.path(rel)).is_ok())
+        .collect();
+    assert!(
+        kept.is_empty(),
+        "Codex's fs/writeFile left on the host what it runs by name: {kept:?}\n{said}"
+    );
+    // Nothing else was lost: the history still names the refusals.
+    let log = env.log_json();
+    assert!(
+        log.iter().any(|s| s["summary"]
+            .as_str()
+            .is_some_and(|t| t.starts_with("codex fs:"))),
+        "{log:#?}"
+    );
+}
+
+/// Not an attack: an ordinary file is still written.
+#[test]
+fn codex_fs_still_writes_an_ordinary_file() {
+    let env = Env::new();
+    env.write("sub/a.txt", "a\n");
+    env.init();
+    let (answers, stderr) = codex_fs(
+        &env,
+        &[(
+            "fs/writeFile",
+            json!({"path": uri(&env, "sub/b.txt"), "dataBase64": "aGkK"}),
+        )],
+    );
+    assert!(answers[0]["error"].is_null(), "{answers:#?}\n{stderr}");
+    assert_eq!(
+        std::fs::read_to_string(env.path("sub/b.txt")).unwrap(),
+        "hi\n"
+    );
+}
+
+/// Not an attack either: the person's own edit of a file the host runs by name below the root,
+/// made since the last step, is theirs. The checks of Codex's step put back what Codex did, and
+/// the person's edit is recorded as theirs before Codex's first write, not undone with it.
+#[test]
+fn codex_fs_keeps_the_persons_own_edit_of_a_file_the_host_runs() {
+    let env = Env::new();
+    env.write("sub/.vscode/tasks.json", "{\"tasks\": []}\n");
+    env.init();
+    env.write("sub/.vscode/tasks.json", "{\"tasks\": [\"mine\"]}\n");
+    let (answers, stderr) = codex_fs(
+        &env,
+        &[(
+            "fs/writeFile",
+            json!({"path": uri(&env, "sub/b.txt"), "dataBase64": "aGkK"}),
+        )],
+    );
+    assert!(answers[0]["error"].is_null(), "{answers:#?}\n{stderr}");
+    assert_eq!(
+        std::fs::read_to_string(env.path("sub/.vscode/tasks.json")).unwrap(),
+        "{\"tasks\": [\"mine\"]}\n",
+        "the person's own edit was undone with Codex's step\n{stderr}"
+    );
+    let log = env.log_json();
+    assert!(
+        log.iter().any(|s| s["flags"]
+            .as_array()
+            .is_some_and(|f| f.iter().any(|f| f == "outside"))),
+        "the person's edit was not recorded as theirs: {log:#?}"
+    );
+}
+
+/// A project whose `node_modules/` files are hard links into a store outside it, as pnpm lays
+/// them out (`ln`, exactly what pnpm does): the file outside is the one `node_modules` holds.
+fn project_with_a_linked_package(env: &Env) -> std::path::PathBuf {
+    let store = env.tmp.path().join("pnpm-store");
+    std::fs::create_dir_all(&store).unwrap();
+    let blob = store.join("index.js");
+    std::fs::write(&blob, "module.exports = 1;\n").unwrap();
+    std::fs::create_dir_all(env.path("node_modules/lodash")).unwrap();
+    std::fs::hard_link(&blob, env.path("node_modules/lodash/index.js")).unwrap();
+    env.write("a.txt", "a\n");
+    env.init();
+    blob
+}
+
+/// Codex's `fs/writeFile` to a file with a hard link outside the project must not write the
+/// file outside (every other project pnpm linked the package into would run it).
+#[test]
+fn codex_fs_does_not_write_through_a_hard_link_to_outside_the_project() {
+    let env = Env::new();
+    let blob = project_with_a_linked_package(&env);
+    let (answers, stderr) = codex_fs(
+        &env,
+        &[(
+            "fs/writeFile",
+            json!({"path": uri(&env, "node_modules/lodash/index.js"),
+                "dataBase64": "cmVxdWlyZSgnY2hpbGRfcHJvY2VzcycpOwo="}),
+        )],
+    );
+    assert_eq!(
+        std::fs::read_to_string(&blob).unwrap(),
+        "module.exports = 1;\n",
+        "fs/writeFile wrote the file outside the project through its hard link\n{answers:#?}\n{stderr}"
+    );
+}
+
+/// The same write from a sandboxed step: the sandbox binds a file linked outside read-only,
+/// but only the files its pre-step scan indexed; `node_modules/` (excluded by `envgit init`)
+/// is listed for secrets only, so its hard links, pnpm's whole layout, stay writable.
+#[test]
+#[ignore = "sandbox side (envgit-sandbox project_index: files in unwalked directories are \
+            never checked for links outside), the other helper's crate: reported, not fixed here"]
+fn a_step_does_not_write_through_a_hard_link_in_an_excluded_directory() {
+    let env = Env::new();
+    let blob = project_with_a_linked_package(&env);
+    let r = env.envgit(&[
+        "run",
+        "--",
+        "sh",
+        "-c",
+        "echo 'require(\"child_process\")' > node_modules/lodash/index.js",
+    ]);
+    assert_eq!(
+        std::fs::read_to_string(&blob).unwrap(),
+        "module.exports = 1;\n",
+        "a sandboxed step wrote the file outside the project through its hard link\n{}\n{}",
+        r.stdout,
+        r.stderr
+    );
+}
+
+/// A `deny_read` glob of `envgit.yaml` masks every match in the sandbox, whenever it appeared;
+/// Codex's `fs/readFile` must refuse it too, not only the matches the session found at its
+/// start (a key the person saves during the session, one a rewind or a checkout brings back).
+#[test]
+fn codex_fs_does_not_read_what_a_deny_read_glob_matches() {
+    const SECRET: &str = "-----BEGIN PRIVATE KEY----- hunter2";
+    let env = Env::new();
+    env.write("keys/old.pem", SECRET);
+    env.init();
+    let mut yaml = std::fs::read_to_string(env.path("envgit.yaml")).unwrap();
+    yaml.push_str("\nfilesystem:\n  deny_read: [\"**/*.pem\"]\n");
+    std::fs::write(env.path("envgit.yaml"), yaml).unwrap();
+    env.record();
+    // What a sandboxed step sees: no key.
+    let run = env.envgit(&["run", "--", "sh", "-c", "cat keys/*.pem; true"]);
+    assert!(!run.stdout.contains("hunter2"), "{}", run.stdout);
+    let mut child = env
+        .cmd(&env.project)
+        .arg("codex-exec-server")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut input = child.stdin.take().unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut call = |id: u64, method: &str, params: Value| -> Value {
+        let msg = json!({"id": id, "method": method, "params": params});
+        writeln!(input, "{msg}").unwrap();
+        loop {
+            let v: Value = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
+            if v["id"] == id {
+                return v;
+            }
+        }
+    };
+    call(1, "initialize", json!({"clientName": "test"}));
+    // The person saves a new key while the session runs.
+    env.write("keys/new.pem", SECRET);
+    let read: Vec<Value> = ["keys/old.pem", "keys/new.pem"]
+        .iter()
+        .enumerate()
+        .map(|(i, rel)| call(i as u64 + 2, "fs/readFile", json!({"path": uri(&env, rel)})))
+        .collect();
+    let copied = call(
+        9,
+        "fs/copy",
+        json!({"sourcePath": uri(&env, "keys"), "destinationPath": uri(&env, "copied"),
+            "recursive": true, "sandbox": null}),
+    );
+    drop(input);
+    let _ = child.wait_with_output();
+    for (rel, answer) in ["keys/old.pem", "keys/new.pem"].iter().zip(&read) {
+        assert!(
+            answer["result"]["dataBase64"].is_null(),
+            "fs/readFile returned {rel}, which deny_read masks in the sandbox: {answer}"
+        );
+    }
+    let leaked = std::fs::read_to_string(env.path("copied/new.pem")).unwrap_or_default();
+    assert!(
+        !leaked.contains("hunter2"),
+        "fs/copy copied keys/new.pem out of the mask: {copied}"
+    );
+}
