@@ -7,16 +7,17 @@
 /// included), besides `.env` files: registry credentials and direnv files.
 pub const PROJECT_DENIES: &[&str] = &[".npmrc", ".pypirc", ".envrc"];
 
-/// `.env` and `.env.*`, except the example, sample and template files. Bytes, since a file
-/// name need not be UTF-8 (`.env.\xff` is an env file).
+/// `.env` and `.env.*`, and Cloudflare Wrangler's `.dev.vars` and `.dev.vars.*` (its local
+/// secrets, read as `.env` is), except the example, sample and template files. Bytes, since a
+/// file name need not be UTF-8 (`.env.\xff` is an env file).
 pub fn is_env_file(name: &[u8]) -> bool {
-    if name == b".env" {
-        return true;
-    }
-    match name.strip_prefix(b".env.") {
-        Some(rest) => !matches!(rest, b"example" | b"sample" | b"template"),
-        None => false,
-    }
+    [&b".env"[..], b".dev.vars"].iter().any(|stem| {
+        name == *stem
+            || name
+                .strip_prefix(*stem)
+                .and_then(|rest| rest.strip_prefix(b"."))
+                .is_some_and(|rest| !matches!(rest, b"example" | b"sample" | b"template"))
+    })
 }
 
 /// A file name that is a secret wherever it is: a `.env` file or one of [`PROJECT_DENIES`].
@@ -37,6 +38,8 @@ mod tests {
             ".npmrc",
             ".pypirc",
             ".envrc",
+            ".dev.vars",
+            ".dev.vars.staging",
         ] {
             assert!(is_secret_name(yes.as_bytes()), "{yes}");
         }
@@ -45,6 +48,8 @@ mod tests {
             ".env.example",
             ".env.sample",
             ".env.template",
+            ".dev.vars.example",
+            ".dev.varsx",
             "env",
             ".environment",
             "npmrc",

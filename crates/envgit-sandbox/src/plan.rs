@@ -63,6 +63,40 @@ pub const HOME_DENIES: &[&str] = &[
     ".pip/pip.conf",
     ".config/hub",
     ".config/glab-cli",
+    // Object-store, cloud and platform CLIs' keys and tokens, kept in plain files.
+    ".s3cfg",
+    ".boto",
+    ".mc/config.json",
+    ".oci",
+    ".fly/config.yml",
+    ".databrickscfg",
+    ".pulumi/credentials.json",
+    ".config/doctl/config.yaml",
+    ".config/hcloud/cli.toml",
+    ".wrangler/config/default.toml",
+    ".config/.wrangler/config/default.toml",
+    ".config/netlify/config.json",
+    ".local/share/com.vercel.cli/auth.json",
+    ".config/configstore/firebase-tools.json",
+    ".config/ngrok/ngrok.yml",
+    ".ngrok2/ngrok.yml",
+    ".snowflake/connections.toml",
+    ".snowsql/config",
+    ".dbt/profiles.yml",
+    ".terraformrc",
+    ".gemini/oauth_creds.json",
+    // sops' age keys: every secret the project's sops files encrypt.
+    ".config/sops/age/keys.txt",
+    // Package indexes' and registries' passwords (Poetry's and uv's when no keyring,
+    // Composer's, Bundler's, NuGet's, sbt's and Ivy's).
+    ".config/pypoetry/auth.toml",
+    ".local/share/uv/credentials",
+    ".config/composer/auth.json",
+    ".composer/auth.json",
+    ".bundle/config",
+    ".nuget/NuGet/NuGet.Config",
+    ".sbt/.credentials",
+    ".ivy2/.credentials",
     // Shell and REPL histories (tokens typed or pasted at a prompt).
     ".bash_history",
     ".zsh_history",
@@ -77,6 +111,7 @@ pub const HOME_DENIES: &[&str] = &[
     ".rediscli_history",
     ".irb_history",
     ".lesshst",
+    ".local/share/atuin",
 ];
 
 /// Credentials the person's environment moves out of the places [`HOME_DENIES`] names: the

@@ -16,7 +16,7 @@
 //!   through one (a chmod + write to an object `clone --local` hard-linked) lands in the
 //!   run's layer, and the import never rewrites an object the host has.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::os::fd::AsFd;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
@@ -158,6 +158,8 @@ pub fn project_facts(
     let mut unwalked: Vec<Vec<u8>> = Vec::new();
     // (dev, ino) -> (st_nlink, the links the index holds)
     let mut linked: HashMap<(u64, u64), (u64, Vec<PathBuf>)> = HashMap::new();
+    // The secrets with more than one link: each link is the secret under another name.
+    let mut linked_secrets: HashSet<(u64, u64)> = HashSet::new();
     // Nothing below the project's own `.git` counts (the two filters below): its records,
     // 20,000 loose objects' worth after a first `git add` of a large tree, are not read.
     let below_git = |dir: &[u8]| dir == b".git" || dir.starts_with(b".git/");
@@ -183,12 +185,61 @@ pub fn project_facts(
         if (secret || globs.is_some() || seen == Seen::Unwalked) && !under_git(rel) {
             if secret || (globs.is_some() && matches(&abs(project, rel), is_dir)) {
                 facts.secrets.push(abs(project, rel));
+                if let Seen::File { dev, ino, nlink } = seen
+                    && nlink > 1
+                {
+                    linked_secrets.insert((dev, ino));
+                }
             }
             if seen == Seen::Unwalked && last_name(rel) != b".git" {
                 unwalked.push(rel.to_vec());
             }
         }
     });
+    // A file below a masked directory (a `deny_read` glob's or literal path's) is a secret
+    // too: only files with more than one link are looked at, each up its parents.
+    if !linked.is_empty() {
+        let mut masked_dirs: HashSet<&Path> = facts.secrets.iter().map(PathBuf::as_path).collect();
+        let relative_literal = |d: &&String| {
+            !d.starts_with("~/") && !d.starts_with('/') && !d.contains(['*', '?', '['])
+        };
+        let literal: Vec<PathBuf> = policy
+            .filesystem
+            .deny_read
+            .iter()
+            .filter(relative_literal)
+            .map(|d| project.join(d.trim_end_matches('/')))
+            .collect();
+        masked_dirs.extend(literal.iter().map(PathBuf::as_path));
+        for (key, (_, paths)) in &linked {
+            if !linked_secrets.contains(key)
+                && paths
+                    .iter()
+                    .any(|p| p.ancestors().any(|a| masked_dirs.contains(a)))
+            {
+                linked_secrets.insert(*key);
+            }
+        }
+    }
+    // A secret's other links are masked like it (a step that plants `.env` and a link to it
+    // reads what the person then writes into `.env`). Those the index does not hold are
+    // looked for by inode number in the listing of the directories it does not cover (the
+    // only other place in the project's mount a step could link it from); only then is that
+    // listing made afresh, without its cache.
+    let mut hunt: HashMap<u64, (PathBuf, u64)> = HashMap::new();
+    for key in &linked_secrets {
+        let Some((nlink, paths)) = linked.get(key) else {
+            continue;
+        };
+        facts.secrets.extend(paths.iter().cloned());
+        let missing = nlink.saturating_sub(paths.len() as u64);
+        if missing > 0
+            && let Some(first) = paths.first()
+        {
+            hunt.insert(key.1, (first.clone(), missing));
+        }
+    }
+    let listing_cache = listing_cache.filter(|_| hunt.is_empty());
     if !unwalked.is_empty() {
         unwalked.sort();
         let cached = listing_cache.and_then(|p| std::fs::read(p).ok());
@@ -214,6 +265,7 @@ pub fn project_facts(
                     &matches,
                     &mut facts,
                     cache.as_mut(),
+                    &mut hunt,
                 );
                 if let (Some(mut cache), Some(path)) = (cache, listing_cache) {
                     // A listing cut short is never vouched for.
@@ -233,6 +285,13 @@ pub fn project_facts(
                 }
             }
         }
+    }
+    for (secret, missing) in hunt.into_values().filter(|(_, missing)| *missing > 0) {
+        facts.notes.push(format!(
+            "{} has {missing} hard link(s) envgit did not find in the project: the secret is \
+             readable inside through them (`find / -samefile` lists them)",
+            secret.display()
+        ));
     }
     let mut out: Vec<PathBuf> = linked
         .into_values()
@@ -263,7 +322,9 @@ pub fn project_facts(
 /// `lstat`) are those `cache` holds for it is taken from the cache, the others are read with
 /// `getdents`:
 /// subdirectories are known from the entry's type, nothing is `stat`ed, and a path is built
-/// only for a subdirectory or a match. `cache` is left holding this step's listings.
+/// only for a subdirectory or a match. `cache` is left holding this step's listings. An entry
+/// whose inode number (from `getdents`) is in `hunt`, a secret's link the index did not hold,
+/// is masked too and counted off there (the caller lists without the cache then).
 fn list_unwalked(
     project: &Path,
     mut stack: Vec<Vec<u8>>,
@@ -271,6 +332,7 @@ fn list_unwalked(
     matches: &dyn Fn(&Path, bool) -> bool,
     facts: &mut ProjectFacts,
     mut cache: Option<&mut ListingCache>,
+    hunt: &mut HashMap<u64, (PathBuf, u64)>,
 ) {
     use rustix::fs::{Dir, FileType, Mode, OFlags, ResolveFlags};
     let Ok(root) = rustix::fs::open(
@@ -366,7 +428,14 @@ fn list_unwalked(
                 known => known,
             };
             let is_dir = file_type == FileType::Directory;
+            let a_secrets_link = !hunt.is_empty()
+                && !is_dir
+                && hunt.get_mut(&e.ino()).is_some_and(|(_, missing)| {
+                    *missing = missing.saturating_sub(1);
+                    true
+                });
             if file_type == FileType::Socket
+                || a_secrets_link
                 || (!is_dir && is_secret_name(name))
                 || (globs && matches(&abs(project, &child(&rel, name)), is_dir))
             {
@@ -456,6 +525,76 @@ mod tests {
         );
         // The project's own `.git` is an overlay inside: its hard links need no bind.
         assert_eq!(facts.linked_out, [root.join("linked.txt")]);
+    }
+
+    /// A secret's other links are the secret by another name: masked with it. One the index
+    /// does not hold (outside the project, or where nothing lists it) is named in a note.
+    #[test]
+    fn every_link_of_a_secret_is_masked() {
+        let index = Fixed(vec![
+            (".env", file(1, 2)),
+            ("notes.txt", file(1, 2)),
+            ("config/.env.local", file(2, 3)),
+            ("config/README", file(2, 3)),
+            ("plain", file(3, 2)),
+            ("plain2", file(3, 2)),
+        ]);
+        let root = Path::new("/proj");
+        let facts = project_facts(&policy(""), root, &index, None, None).unwrap();
+        let rel: Vec<&Path> = facts
+            .secrets
+            .iter()
+            .map(|s| s.strip_prefix(root).unwrap())
+            .collect();
+        assert_eq!(
+            rel,
+            [
+                Path::new(".env"),
+                Path::new("config/.env.local"),
+                Path::new("config/README"),
+                Path::new("notes.txt"),
+            ]
+        );
+        assert!(
+            facts
+                .notes
+                .iter()
+                .any(|n| n.contains("config/.env.local") && n.contains("1 hard link(s)")),
+            "{:?}",
+            facts.notes
+        );
+    }
+
+    /// Below a directory `deny_read` masks (a literal path or a glob's match), a file's other
+    /// links are masked too.
+    #[test]
+    fn links_of_a_file_below_a_denied_directory_are_masked() {
+        let index = Fixed(vec![
+            ("private", Seen::Dir),
+            ("private/api.key", file(1, 2)),
+            ("copy1", file(1, 2)),
+            ("vault1", Seen::Dir),
+            ("vault1/db.key", file(2, 2)),
+            ("copy2", file(2, 2)),
+            ("open/x", file(3, 2)),
+            ("open/y", file(3, 2)),
+        ]);
+        let root = Path::new("/proj");
+        let p = policy("filesystem:\n  deny_read: [\"private\", \"vault*/\"]\n");
+        let facts = project_facts(&p, root, &index, None, None).unwrap();
+        for want in ["copy1", "copy2", "private/api.key", "vault1/db.key"] {
+            assert!(
+                facts.secrets.contains(&root.join(want)),
+                "{want}: {:?}",
+                facts.secrets
+            );
+        }
+        assert!(
+            !facts
+                .secrets
+                .iter()
+                .any(|s| s.starts_with(root.join("open")))
+        );
     }
 
     #[test]

@@ -10,8 +10,9 @@
 //! - desktop notifications, shown outside the terminal in the command's words (iTerm2's and
 //!   ConEmu's OSC 9, kitty's OSC 99, rxvt's OSC 777);
 //! - a DCS that carries another escape: `tmux;` and GNU screen pass their DCS bodies on to the
-//!   terminal outside them, so an OSC 52 wrapped that way would reach it; kitty's remote
-//!   control (`DCS @kitty-cmd`);
+//!   terminal outside them, so an OSC 52 wrapped that way would reach it (tmux finds `tmux;`
+//!   after parameters and intermediates too, and a C1 control such as `U+009D` needs no
+//!   escape: a DCS is ended and dropped at one); kitty's remote control (`DCS @kitty-cmd`);
 //! - kitty's graphics commands that make the terminal read an image from a path on the host
 //!   (`APC G t=f`, `t=t`, `t=s`): the answer tells the command whether a host file exists;
 //! - iTerm2's tmux control mode (`DCS 1000p`): iTerm2 then reads the output as tmux's and types
@@ -29,6 +30,10 @@
 //! - reads of the screen (`CSI … * y`, DECRQCRA, a rectangle's checksum): the screen holds what
 //!   the person's own commands printed before this one.
 //!
+//! An OSC's number is read as terminals read it, as a number: `OSC 052` is OSC 52 to xterm,
+//! kitty and foot (leading zeros are judged away), and a number longer than any a terminal
+//! knows (kitty reads five digits and takes the rest for the body) is dropped unjudged.
+//!
 //! Both the 7-bit forms (`ESC ]`, `ESC P`, `ESC [`, `ESC \`) and the C1 ones (`U+009D`,
 //! `U+0090`, `U+009B`, `U+009C`, as UTF-8 or as single bytes outside a UTF-8 sequence) are
 //! read. The filter keeps
@@ -40,6 +45,10 @@ const BLOCKED_OSC: [&[u8]; 9] = [
 ];
 /// The starts of a DCS a multiplexer hands on (tmux) or that commands kitty.
 const DCS_BLOCKED: [&[u8]; 3] = [b"tmux;", b"@kitty", b"1000p"];
+/// tmux's passthrough, which it finds after a DCS's parameters and intermediates too.
+const TMUX_PASSTHROUGH: &[u8] = b"tmux;";
+/// The most parameter and intermediate bytes read before a DCS's `tmux;` (tmux keeps 63).
+const DCS_PARAMS_MAX: usize = 64;
 /// The window operations (`CSI Ps t`) that stay on the screen: the size reports (numbers the
 /// terminal chose) and saving and restoring the title (vim, tmux).
 const WINDOW_OPS_KEPT: [u32; 7] = [14, 15, 16, 18, 19, 22, 23];
@@ -55,8 +64,11 @@ const COLOUR_BODY_MAX: usize = 8192;
 const CSI_MAX: usize = 256;
 /// How many bytes of an APC's head (kitty's graphics keys) are read before it is judged.
 const APC_HEAD_MAX: usize = 512;
-/// How many bytes of an OSC number or a DCS's start are read before it is judged.
+/// How many bytes of a DCS's start are read before it is judged.
 const HEAD_MAX: usize = 12;
+/// The most digits an OSC number has: kitty reads five and takes what follows for the body
+/// (`OSC 000527;…` is its OSC 52), xterm reads them all; a longer one is dropped.
+const OSC_DIGITS_MAX: usize = 5;
 
 const ESC: u8 = 0x1b;
 const BEL: u8 = 0x07;
@@ -243,11 +255,13 @@ impl TerminalFilter {
         let start = self.body_start();
         let allowed = match kind {
             // The number ends at `;` or at anything else that is not a digit.
-            Kind::Osc if b.is_ascii_digit() && self.held.len() - start < HEAD_MAX => {
+            Kind::Osc if b.is_ascii_digit() && self.held.len() - start < OSC_DIGITS_MAX => {
                 self.held.push(b);
                 return;
             }
-            Kind::Osc if COLOUR_OSC.contains(&&self.held[start..]) => {
+            // A number longer than any a terminal knows: not judged, dropped.
+            Kind::Osc if b.is_ascii_digit() => false,
+            Kind::Osc if COLOUR_OSC.contains(&osc_number(&self.held[start..])) => {
                 self.state = State::Colour {
                     esc: false,
                     lead: false,
@@ -255,11 +269,16 @@ impl TerminalFilter {
                 self.byte(b, out);
                 return;
             }
-            Kind::Osc => !BLOCKED_OSC.contains(&&self.held[start..]),
+            Kind::Osc => !BLOCKED_OSC.contains(&osc_number(&self.held[start..])),
             Kind::Dcs => {
                 self.held.push(b);
                 let body = &self.held[start..];
-                if DCS_BLOCKED.iter().any(|p| body.starts_with(p)) {
+                // tmux takes `tmux;` after any parameters and intermediates (`ESC P 1 tmux;`
+                // passes on as `ESC P tmux;` does): they are skipped before the match.
+                let after_params = skip_dcs_params(body);
+                if DCS_BLOCKED.iter().any(|p| body.starts_with(p))
+                    || after_params.starts_with(TMUX_PASSTHROUGH)
+                {
                     self.held.clear();
                     self.state = State::Drop {
                         kind,
@@ -268,7 +287,20 @@ impl TerminalFilter {
                     };
                     return;
                 }
-                if DCS_BLOCKED.iter().any(|p| p.starts_with(body)) && body.len() < HEAD_MAX {
+                if (DCS_BLOCKED.iter().any(|p| p.starts_with(body)) && body.len() < HEAD_MAX)
+                    || (TMUX_PASSTHROUGH.starts_with(after_params)
+                        && body.len() < DCS_PARAMS_MAX + TMUX_PASSTHROUGH.len())
+                {
+                    return;
+                }
+                // Parameters past any a multiplexer reads: not judged, dropped.
+                if TMUX_PASSTHROUGH.starts_with(after_params) {
+                    self.held.clear();
+                    self.state = State::Drop {
+                        kind,
+                        esc: false,
+                        lead: false,
+                    };
                     return;
                 }
                 // Judged: the byte read is part of what is passed on, read as such.
@@ -394,6 +426,18 @@ impl TerminalFilter {
             self.byte(b, out);
             return;
         }
+        // A C1 control other than ST inside a DCS (`U+009D`, an OSC's introducer): a
+        // multiplexer passing the DCS on hands it to the terminal outside, which reads it as
+        // the control. Ended and dropped as an escape is.
+        if lead && kind == Kind::Dcs && (0x80..=0x9f).contains(&b) && b != 0x9c {
+            out.extend_from_slice(&[ESC, b'\\']);
+            self.state = State::Drop {
+                kind,
+                esc: false,
+                lead: false,
+            };
+            return;
+        }
         if lead {
             out.push(0xc2);
             out.push(b);
@@ -469,7 +513,7 @@ fn only_asks_or_resets(body: &[u8]) -> bool {
     let mut fields = body.split(|&b| b == b';');
     let number = fields.next().unwrap_or_default();
     let rest: Vec<&[u8]> = fields.collect();
-    match number {
+    match osc_number(number) {
         b"4" | b"5" => rest.iter().skip(1).step_by(2).all(|spec| *spec == b"?"),
         b"21" => rest
             .iter()
@@ -479,6 +523,25 @@ fn only_asks_or_resets(body: &[u8]) -> bool {
             }),
         _ => rest.iter().all(|spec| *spec == b"?"),
     }
+}
+
+/// A DCS's body without its leading parameters and intermediates (`0x20`–`0x3f`).
+fn skip_dcs_params(body: &[u8]) -> &[u8] {
+    let n = body
+        .iter()
+        .take_while(|b| (0x20..=0x3f).contains(*b))
+        .count();
+    &body[n..]
+}
+
+/// An OSC's number as terminals read it (they parse it, `052` is 52): its digits without
+/// leading zeros, `0` for zeros alone, empty for none.
+fn osc_number(digits: &[u8]) -> &[u8] {
+    let first = digits
+        .iter()
+        .position(|&d| d != b'0')
+        .unwrap_or(digits.len().saturating_sub(1));
+    &digits[first..]
 }
 
 /// A control sequence (its parameters and intermediates, then `last`, its final byte) that acts
@@ -558,6 +621,7 @@ mod tests {
             b"\x1b]7;file://host/dir\x07",
             b"\x1bP$qm\x1b\\\x1bP+q544e\x1b\\",
             b"\x1b]10;?\x07\x1b]4;1;?\x07",
+            b"\x1b]00;zero title\x07\x1b]010;?\x07\x1b]04;1;?\x07",
             // Colour queries and resets.
             b"\x1b]11;?\x1b\\\x1b]10;?;?\x07\x1b]4;1;?;2;?\x07\x1b]104;1\x07\x1b]110\x1b\\",
             b"\x1b]21;foreground=?;background=;cursor\x1b\\",
@@ -636,6 +700,27 @@ mod tests {
             (b"a\x1b[5i\x1b[?5i\x1b[0i\x1b[4ib", b"ab"),
             // iTerm2's tmux control mode, whole.
             (b"a\x1bP1000p%begin 1 1 1\r\n%exit\r\n\x1b\\b", b"ab"),
+            // The number as terminals read it: leading zeros are no other number, and one
+            // longer than any terminal knows is dropped (kitty reads `000527` as 52).
+            (b"a\x1b]052;c;eA==\x07b", b"ab"),
+            (b"a\x1b]00052;c;eA==\x1b\\b", b"ab"),
+            (b"a\x9d052;c;eA==\x9cb", b"ab"),
+            (b"a\x1b]01337;File=name=eA==:aGk=\x07b", b"ab"),
+            (b"a\x1b]09;run envgit approve 3\x07b", b"ab"),
+            (b"a\x1b]010;#000000\x07\x1b]004;1;#ff0000\x07b", b"ab"),
+            (
+                b"a\x1b]000527;c;eA==\x07\x1b]000000000052;c;eA==\x07b",
+                b"ab",
+            ),
+            // tmux's passthrough after parameters or intermediates, and a C1 OSC carried in
+            // a DCS (GNU screen hands any DCS on; tmux its `tmux;` ones).
+            ("a\x1bP1tmux;\u{9d}52;c;eA==\x07\x1b\\b".as_bytes(), b"ab"),
+            ("a\x1bP$tmux;\u{9d}52;c;eA==\x07\x1b\\b".as_bytes(), b"ab"),
+            ("a\x1bP1;2;3;4;5;6;7tmux;x\x1b\\b".as_bytes(), b"ab"),
+            (
+                "a\x1bP\u{9d}52;c;eA==\x07\x1b\\b".as_bytes(),
+                b"a\x1bP\x1b\\b",
+            ),
         ] {
             assert_eq!(
                 String::from_utf8_lossy(&filtered(input)),

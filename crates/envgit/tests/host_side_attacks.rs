@@ -235,31 +235,6 @@ fn codex_fs_does_not_write_through_a_hard_link_to_outside_the_project() {
     );
 }
 
-/// The same write from a sandboxed step: the sandbox binds a file linked outside read-only,
-/// but only the files its pre-step scan indexed; `node_modules/` (excluded by `envgit init`)
-/// is listed for secrets only, so its hard links, pnpm's whole layout, stay writable.
-#[test]
-#[ignore = "sandbox side (envgit-sandbox project_index: files in unwalked directories are \
-            never checked for links outside), the other helper's crate: reported, not fixed here"]
-fn a_step_does_not_write_through_a_hard_link_in_an_excluded_directory() {
-    let env = Env::new();
-    let blob = project_with_a_linked_package(&env);
-    let r = env.envgit(&[
-        "run",
-        "--",
-        "sh",
-        "-c",
-        "echo 'require(\"child_process\")' > node_modules/lodash/index.js",
-    ]);
-    assert_eq!(
-        std::fs::read_to_string(&blob).unwrap(),
-        "module.exports = 1;\n",
-        "a sandboxed step wrote the file outside the project through its hard link\n{}\n{}",
-        r.stdout,
-        r.stderr
-    );
-}
-
 /// A `deny_read` glob of `envgit.yaml` masks every match in the sandbox, whenever it appeared;
 /// Codex's `fs/readFile` must refuse it too, not only the matches the session found at its
 /// start (a key the person saves during the session, one a rewind or a checkout brings back).
