@@ -77,6 +77,30 @@ fn a_hard_link_planted_beside_a_secret_does_not_reach_it() {
     );
 }
 
+/// `script` run in a step on a terminal: what reached the person's terminal, checked to hold
+/// none of `gone` and each of `kept`.
+fn on_terminal_shows(env: &Env, script: &str, gone: &[&str], kept: &[&str]) {
+    let out = env
+        .on_terminal("never-asked", "", &["run", "--"])
+        .args(["sh", "-c", script])
+        .output()
+        .unwrap();
+    let shown = String::from_utf8_lossy(&out.stdout);
+    assert!(shown.contains("EXIT=0"), "{shown:?}");
+    for gone in gone {
+        assert!(
+            !shown.contains(gone),
+            "{gone:?} reached the terminal: {shown:?}"
+        );
+    }
+    for kept in kept {
+        assert!(
+            shown.contains(kept),
+            "{kept:?} did not reach the terminal: {shown:?}"
+        );
+    }
+}
+
 /// Terminals read an OSC's number as a number: `OSC 052` is a clipboard write to xterm,
 /// kitty and foot (kitty reads up to five digits with `utoi`), `OSC 01337` iTerm2's file
 /// download, `OSC 010` the default foreground. The relay's filter must judge the number a
@@ -91,33 +115,20 @@ fn an_osc_number_spelled_with_leading_zeros_never_leaves_the_relay() {
                   printf 'g\\033]010;#000000\\007h\\n'; \
                   printf 'i\\033]000527;c;eA==\\007j\\n'; \
                   printf 'k\\033]09;run envgit approve 1\\007l\\n'";
-    let out = env
-        .on_terminal("never-asked", "", &["run", "--"])
-        .args(["sh", "-c", script])
-        .output()
-        .unwrap();
-    let shown = String::from_utf8_lossy(&out.stdout);
-    assert!(shown.contains("EXIT=0"), "{shown:?}");
-    for gone in [
-        "]052;",
-        "]0052;",
-        "ZWNobyBvd25lZA",
-        "]01337;",
-        "]010;",
-        "]000527;",
-        "]09;",
-    ] {
-        assert!(
-            !shown.contains(gone),
-            "{gone:?} reached the terminal: {shown:?}"
-        );
-    }
-    for kept in ["ab\r\n", "cd\r\n", "ef\r\n", "gh\r\n", "ij\r\n", "kl\r\n"] {
-        assert!(
-            shown.contains(kept),
-            "{kept:?} did not reach the terminal: {shown:?}"
-        );
-    }
+    on_terminal_shows(
+        &env,
+        script,
+        &[
+            "]052;",
+            "]0052;",
+            "ZWNobyBvd25lZA",
+            "]01337;",
+            "]010;",
+            "]000527;",
+            "]09;",
+        ],
+        &["ab\r\n", "cd\r\n", "ef\r\n", "gh\r\n", "ij\r\n", "kl\r\n"],
+    );
 }
 
 /// Plaintext credentials well-known tools keep in the home, beyond those `escape.rs` checks:
@@ -198,25 +209,12 @@ fn a_c1_osc_inside_a_dcs_a_multiplexer_passes_on_never_leaves_the_relay() {
     let script = "printf 'a\\033P1tmux;\\302\\23552;c;ZWNobyBvd25lZA==\\007\\033\\\\b\\n'; \
                   printf 'c\\033P$tmux;\\302\\23552;c;eA==\\007\\033\\\\d\\n'; \
                   printf 'e\\033P\\302\\23552;c;eA==\\007\\033\\\\f\\n'";
-    let out = env
-        .on_terminal("never-asked", "", &["run", "--"])
-        .args(["sh", "-c", script])
-        .output()
-        .unwrap();
-    let shown = String::from_utf8_lossy(&out.stdout);
-    assert!(shown.contains("EXIT=0"), "{shown:?}");
-    for gone in ["tmux;", "\u{9d}52", "ZWNobyBvd25lZA", "eA=="] {
-        assert!(
-            !shown.contains(gone),
-            "{gone:?} reached the terminal: {shown:?}"
-        );
-    }
-    for kept in ["ab\r\n", "cd\r\n", "f\r\n"] {
-        assert!(
-            shown.contains(kept),
-            "{kept:?} did not reach the terminal: {shown:?}"
-        );
-    }
+    on_terminal_shows(
+        &env,
+        script,
+        &["tmux;", "\u{9d}52", "ZWNobyBvd25lZA", "eA=="],
+        &["ab\r\n", "cd\r\n", "f\r\n"],
+    );
 }
 
 /// The same through a directory `filesystem.deny_read` masks (a literal path, or a glob that

@@ -15,6 +15,16 @@ use support::Env;
 /// `calls` sent to `envgit codex-exec-server` in the project, as Codex sends them (one JSON
 /// object per line); their answers, then the server's stderr once it has recorded the session.
 fn codex_fs(env: &Env, calls: &[(&str, Value)]) -> (Vec<Value>, String) {
+    codex_fs_after(env, || {}, calls)
+}
+
+/// [`codex_fs`], with `meanwhile` done once the session has begun (its `initialize`
+/// answered) and before the first call.
+fn codex_fs_after(
+    env: &Env,
+    meanwhile: impl FnOnce(),
+    calls: &[(&str, Value)],
+) -> (Vec<Value>, String) {
     let mut child = env
         .cmd(&env.project)
         .arg("codex-exec-server")
@@ -36,6 +46,7 @@ fn codex_fs(env: &Env, calls: &[(&str, Value)]) -> (Vec<Value>, String) {
         }
     };
     call(1, "initialize", &json!({"clientName": "test"}));
+    meanwhile();
     let answers = calls
         .iter()
         .enumerate()
@@ -251,43 +262,22 @@ fn codex_fs_does_not_read_what_a_deny_read_glob_matches() {
     // What a sandboxed step sees: no key.
     let run = env.envgit(&["run", "--", "sh", "-c", "cat keys/*.pem; true"]);
     assert!(!run.stdout.contains("hunter2"), "{}", run.stdout);
-    let mut child = env
-        .cmd(&env.project)
-        .arg("codex-exec-server")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut input = child.stdin.take().unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let mut call = |id: u64, method: &str, params: Value| -> Value {
-        let msg = json!({"id": id, "method": method, "params": params});
-        writeln!(input, "{msg}").unwrap();
-        loop {
-            let v: Value = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
-            if v["id"] == id {
-                return v;
-            }
-        }
-    };
-    call(1, "initialize", json!({"clientName": "test"}));
     // The person saves a new key while the session runs.
-    env.write("keys/new.pem", SECRET);
-    let read: Vec<Value> = ["keys/old.pem", "keys/new.pem"]
-        .iter()
-        .enumerate()
-        .map(|(i, rel)| call(i as u64 + 2, "fs/readFile", json!({"path": uri(&env, rel)})))
-        .collect();
-    let copied = call(
-        9,
-        "fs/copy",
-        json!({"sourcePath": uri(&env, "keys"), "destinationPath": uri(&env, "copied"),
-            "recursive": true, "sandbox": null}),
+    let (answers, _) = codex_fs_after(
+        &env,
+        || env.write("keys/new.pem", SECRET),
+        &[
+            ("fs/readFile", json!({"path": uri(&env, "keys/old.pem")})),
+            ("fs/readFile", json!({"path": uri(&env, "keys/new.pem")})),
+            (
+                "fs/copy",
+                json!({"sourcePath": uri(&env, "keys"), "destinationPath": uri(&env, "copied"),
+                    "recursive": true, "sandbox": null}),
+            ),
+        ],
     );
-    drop(input);
-    let _ = child.wait_with_output();
-    for (rel, answer) in ["keys/old.pem", "keys/new.pem"].iter().zip(&read) {
+    let (read, copied) = (&answers[..2], &answers[2]);
+    for (rel, answer) in ["keys/old.pem", "keys/new.pem"].iter().zip(read) {
         assert!(
             answer["result"]["dataBase64"].is_null(),
             "fs/readFile returned {rel}, which deny_read masks in the sandbox: {answer}"
