@@ -153,7 +153,12 @@ pub fn refusal(
                 let new = upper(rel).unwrap_or_default();
                 let was = host_ref(&host, rel.strip_prefix("logs/").unwrap_or("HEAD"));
                 for line in new.split(|&b| b == b'\n').filter(|l| !had.contains(l)) {
-                    for id in named_ids(rel, line) {
+                    // What the ref held before the step is the person's own (a commit's
+                    // reflog line starts from it): not looked up again.
+                    for id in named_ids(rel, line)
+                        .into_iter()
+                        .filter(|id| Some(id) != was.as_ref())
+                    {
                         targets.push((rel.clone(), id, was.clone()));
                     }
                 }
