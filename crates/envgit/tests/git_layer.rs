@@ -1152,7 +1152,12 @@ fn an_index_entry_at_a_path_git_never_allows_is_refused_in(object_format: &str) 
 /// A project whose husky hook is committed and run by the host's git
 /// (`core.hooksPath=.husky`), and a `.envrc`, both protected paths.
 fn project_with_husky() -> Env {
-    let env = project();
+    project_with_husky_in("files")
+}
+
+/// [`project_with_husky`] with its refs kept the way `ref_format` says.
+fn project_with_husky_in(ref_format: &str) -> Env {
+    let env = project_with(ref_format);
     std::fs::create_dir_all(env.path(".husky")).unwrap();
     env.write(".husky/pre-commit", "#!/bin/sh\nexit 0\n");
     std::fs::set_permissions(
@@ -1213,6 +1218,21 @@ fn a_commit_that_changes_a_protected_path_behind_the_worktree_is_refused() {
     assert!(flags(&step).contains(&"git_dropped".to_string()), "{step}");
 }
 
+/// A shell script's start that makes the agent's commit without moving `HEAD` or touching the
+/// index (a tree from a scratch index, its hook in `.husky/pre-commit`, which appends to
+/// `marker`), leaving `$c` its id, `$h` the commit `HEAD` names and `$who` an identity.
+fn agents_commit_script(marker: &std::path::Path) -> String {
+    format!(
+        "export GIT_INDEX_FILE=$PWD/.scratch-index && git read-tree HEAD && \
+         id=$(printf '#!/bin/sh\\necho pwned >> {m}\\n' | git hash-object -w --stdin) && \
+         git update-index --cacheinfo 100755,$id,.husky/pre-commit && \
+         c=$(git commit-tree $(git write-tree) -p HEAD -m agent) && rm .scratch-index && \
+         unset GIT_INDEX_FILE && h=$(git rev-parse HEAD) && \
+         who='A <a@example.invalid> 1700000000 +0000' && ",
+        m = marker.display()
+    )
+}
+
 /// The same commit named not by a ref but by what git keeps beside them: `ORIG_HEAD` (the
 /// person's `git reset --hard ORIG_HEAD`, git's own "undo"), a line of `HEAD`'s reflog
 /// (`git reset --hard HEAD@{1}`) or of a branch's (`main@{1}`), `FETCH_HEAD`, `MERGE_HEAD`.
@@ -1220,19 +1240,7 @@ fn a_commit_that_changes_a_protected_path_behind_the_worktree_is_refused() {
 /// judged as a ref's commit is, and they stay out with the refs.
 #[test]
 fn a_pseudo_ref_or_reflog_naming_a_protected_change_stays_out() {
-    // The agent's commit, made without moving HEAD or touching the index: a tree from a
-    // scratch index, its hook in `.husky/pre-commit`.
-    let make = |marker: &std::path::Path| {
-        format!(
-            "export GIT_INDEX_FILE=$PWD/.scratch-index && git read-tree HEAD && \
-             id=$(printf '#!/bin/sh\\necho pwned >> {m}\\n' | git hash-object -w --stdin) && \
-             git update-index --cacheinfo 100755,$id,.husky/pre-commit && \
-             c=$(git commit-tree $(git write-tree) -p HEAD -m agent) && rm .scratch-index && \
-             unset GIT_INDEX_FILE && h=$(git rev-parse HEAD) && \
-             who='A <a@example.invalid> 1700000000 +0000' && ",
-            m = marker.display()
-        )
-    };
+    let make = agents_commit_script;
     let plants: [(&str, &str, &[&str]); 5] = [
         (
             "ORIG_HEAD",
@@ -1274,7 +1282,9 @@ fn a_pseudo_ref_or_reflog_naming_a_protected_change_stays_out() {
 
         // The person's undo, as they run it next.
         let _ = env.host_git(&env.project).args(undo).output();
-        if env.read(".husky/pre-commit") != "#!/bin/sh\nexit 0\n" {
+        // The person's undo may legitimately go back past the hook's first commit.
+        let hook = std::fs::read_to_string(env.path(".husky/pre-commit")).unwrap_or_default();
+        if hook.contains("pwned") {
             wrote.push(format!("{what}: the host's `git {}`", undo.join(" ")));
             continue;
         }
@@ -1305,6 +1315,53 @@ fn a_pseudo_ref_or_reflog_naming_a_protected_change_stays_out() {
     assert_eq!(head.trim(), "one");
     let orig = env.git(&env.project, &["log", "-1", "--format=%s", "ORIG_HEAD"]);
     assert_eq!(orig.trim(), "two");
+}
+
+/// A reftable repository keeps `HEAD` and the reflogs in its tables: a detached `HEAD` the
+/// step set to its commit (the person's `git reset --hard` writes it), and reflog entries
+/// naming it while every ref ends where it was (`main@{1}`, `HEAD@{1}`).
+#[test]
+fn a_reftable_head_or_reflog_naming_a_protected_change_stays_out() {
+    let plants: [(&str, &str, &[&str]); 3] = [
+        (
+            "detached HEAD",
+            "git update-ref --no-deref HEAD $c",
+            &["reset", "-q", "--hard"],
+        ),
+        (
+            "main's reflog",
+            "git update-ref -m agent refs/heads/main $c && git update-ref -m back refs/heads/main $h",
+            &["reset", "-q", "--hard", "main@{1}"],
+        ),
+        (
+            "HEAD's reflog",
+            "git update-ref -m agent refs/heads/main $c && git update-ref -m back refs/heads/main $h",
+            &["reset", "-q", "--hard", "HEAD@{1}"],
+        ),
+    ];
+    let mut wrote = Vec::new();
+    for (what, plant, undo) in plants {
+        let env = project_with_husky_in("reftable");
+        let marker = env.tmp.path().join("MARKER");
+        let script = format!("{}{plant} && echo planted", agents_commit_script(&marker));
+        let out = env.envgit(&["run", "sh", "-c", &script]);
+        assert_eq!(out.code, 0, "{what}: {}{}", out.stdout, out.stderr);
+        assert!(out.stdout.contains("planted"), "{what}: {}", out.stdout);
+        let _ = env.host_git(&env.project).args(undo).output();
+        // The person's undo may legitimately go back past the hook's first commit.
+        let hook = std::fs::read_to_string(env.path(".husky/pre-commit")).unwrap_or_default();
+        if hook.contains("pwned") {
+            wrote.push(format!("{what}: the host's `git {}`", undo.join(" ")));
+            continue;
+        }
+        env.host_commit_runs_no_planted_hook(&marker);
+        assert!(
+            out.stderr.contains("protected path") && out.stderr.contains("rule git.data-only"),
+            "{what}: {}",
+            out.stderr
+        );
+    }
+    assert!(wrote.is_empty(), "wrote the agent's hook: {wrote:#?}");
 }
 
 /// The same behind a staged entry alone: `.envrc` (which direnv runs) changed in the index

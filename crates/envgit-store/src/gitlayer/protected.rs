@@ -138,9 +138,39 @@ pub fn refusal(
                         return Some(format!("the step's refs could not be read: {why}"));
                     }
                 };
-                for (name, id) in after {
-                    if before.get(&name) != Some(&id) && !name.starts_with("refs/replace/") {
-                        targets.push((name.clone(), id, before.get(&name).cloned()));
+                for (name, id) in &after {
+                    if before.get(name) != Some(id) && !name.starts_with("refs/replace/") {
+                        targets.push((name.clone(), id.clone(), before.get(name).cloned()));
+                    }
+                }
+                // A detached `HEAD` and the reflogs live in the tables too: each id one names
+                // that the host's did not is judged as a ref's commit, against what its ref
+                // held (the person's own commit is not looked up).
+                let named_after = verify::reftable_named(
+                    &new,
+                    |name| {
+                        let table = format!("reftable/{name}");
+                        upper(&table)
+                            .or_else(|| host(&table))
+                            .ok_or_else(|| format!("it names {table}, which is not there"))
+                    },
+                    &git_dir.join("objects"),
+                );
+                let named_before = verify::host_named(git_dir);
+                let (named_after, named_before) = match (named_after, named_before) {
+                    (Ok(a), Ok(b)) => (a, b),
+                    (Err(why), _) | (_, Err(why)) => {
+                        return Some(format!("the step's refs could not be read: {why}"));
+                    }
+                };
+                for line in named_after.difference(&named_before) {
+                    let Some((id, name)) = line.split_once(' ') else {
+                        continue;
+                    };
+                    let of = name.strip_suffix("@{log}").unwrap_or(name);
+                    let was = before.get(of).cloned();
+                    if was.as_deref() != Some(id) {
+                        targets.push((name.to_owned(), id.to_ascii_lowercase(), was));
                     }
                 }
             }

@@ -248,9 +248,72 @@ pub fn reftable_replace_refs(
 /// [`reftable_replace_refs`] reads them: `<id> <name>` lines.
 pub fn reftable_refs(
     list: &[u8],
-    mut table: impl FnMut(&str) -> Result<Vec<u8>, String>,
+    table: impl FnMut(&str) -> Result<Vec<u8>, String>,
     prefix: &str,
 ) -> Result<BTreeSet<String>, String> {
+    let (_scratch, repo) = reftable_scratch(list, table, None)?;
+    refs_via_git(&repo, prefix)
+}
+
+/// What else a reftable `tables.list` names beside its refs, which a reftable keeps in its
+/// tables too: a detached `HEAD` (`<id> HEAD`) and every reflog entry (`<id> <ref>@{log}`),
+/// read from a scratch repository borrowing `objects` (git reads a reflog's commits).
+pub fn reftable_named(
+    list: &[u8],
+    table: impl FnMut(&str) -> Result<Vec<u8>, String>,
+    objects: &Path,
+) -> Result<BTreeSet<String>, String> {
+    let (_scratch, repo) = reftable_scratch(list, table, Some(objects))?;
+    named_via_git(&repo)
+}
+
+/// [`reftable_named`] of the host's own repository.
+pub fn host_named(git_dir: &Path) -> Result<BTreeSet<String>, String> {
+    named_via_git(git_dir)
+}
+
+fn named_via_git(git_dir: &Path) -> Result<BTreeSet<String>, String> {
+    let run = |args: &[&str]| {
+        git()
+            .arg("--git-dir")
+            .arg(git_dir)
+            .args(args)
+            .output()
+            .map_err(|e| format!("the host's git could not run: {e}"))
+    };
+    let mut named = BTreeSet::new();
+    // `HEAD`'s id, then its name: `HEAD` itself when it is detached.
+    let head = run(&["rev-parse", "HEAD", "--symbolic-full-name", "HEAD"])?;
+    if head.status.success() {
+        let text = String::from_utf8_lossy(&head.stdout);
+        let mut lines = text.lines();
+        if let (Some(id), Some("HEAD")) = (lines.next(), lines.next()) {
+            named.insert(format!("{id} HEAD"));
+        }
+    }
+    let logs = run(&["log", "--walk-reflogs", "--all", "--format=%H %gD"])?;
+    if !logs.status.success() {
+        return Err(format!(
+            "the host's git could not read the reflogs: {}",
+            String::from_utf8_lossy(&logs.stderr).trim()
+        ));
+    }
+    for line in String::from_utf8_lossy(&logs.stdout).lines() {
+        // `<id> <ref>@{<n>}`: the entry's position changes as entries are added.
+        if let Some((entry, _)) = line.rsplit_once("@{") {
+            named.insert(format!("{entry}@{{log}}"));
+        }
+    }
+    Ok(named)
+}
+
+/// A scratch bare reftable repository holding the tables `list` names (each read by
+/// `table`), borrowing `objects` when given; kept while the returned directory lives.
+fn reftable_scratch(
+    list: &[u8],
+    mut table: impl FnMut(&str) -> Result<Vec<u8>, String>,
+    objects: Option<&Path>,
+) -> Result<(tempfile::TempDir, std::path::PathBuf), String> {
     let scratch = tempfile::tempdir().map_err(|e| format!("a scratch repository: {e}"))?;
     let repo = scratch.path().join("r.git");
     let init = git()
@@ -266,7 +329,12 @@ pub fn reftable_refs(
         std::fs::write(repo.join("reftable").join(name), table(name)?).map_err(io)?;
     }
     std::fs::write(repo.join("reftable/tables.list"), list).map_err(io)?;
-    refs_via_git(&repo, prefix)
+    if let Some(objects) = objects {
+        let mut line = objects.as_os_str().as_encoded_bytes().to_vec();
+        line.push(b'\n');
+        std::fs::write(repo.join("objects/info/alternates"), line).map_err(io)?;
+    }
+    Ok((scratch, repo))
 }
 
 fn refs_via_git(git_dir: &Path, prefix: &str) -> Result<BTreeSet<String>, String> {
