@@ -85,6 +85,8 @@ fn under(rel: &str, base: &str) -> bool {
 
 pub struct Fs {
     policy: FsPolicy,
+    /// Unreadable paths found since the session began ([`Fs::deny_also`]).
+    denied_since: std::sync::RwLock<Vec<PathBuf>>,
     root: OwnedFd,
     deny_read_globs: Option<ignore::gitignore::Gitignore>,
 }
@@ -197,9 +199,25 @@ impl Fs {
         let deny_read_globs = deny_read_matcher(&policy.root, &policy.deny_read_globs);
         Ok(Self {
             policy,
+            denied_since: std::sync::RwLock::default(),
             root,
             deny_read_globs,
         })
+    }
+
+    /// Also refuse `denied` (absolute paths, as [`FsPolicy::deny_read`]): the sandbox's
+    /// unreadable paths as found after a step, which may have made another.
+    pub fn deny_also(&self, denied: Vec<PathBuf>) {
+        if let Ok(mut d) = self.denied_since.write() {
+            *d = denied;
+        }
+    }
+
+    /// `abs` is, is beneath, or (`or_above`) holds a path the sandbox makes unreadable.
+    fn is_denied(&self, abs: &Path, or_above: bool) -> bool {
+        let hit = |d: &PathBuf| abs.starts_with(d) || (or_above && d.starts_with(abs));
+        self.policy.deny_read.iter().any(hit)
+            || self.denied_since.read().map_or(true, |d| d.iter().any(hit))
     }
 
     pub fn root(&self) -> &Path {
@@ -246,7 +264,7 @@ impl Fs {
 
     fn check_read(&self, t: &Target, effect: &mut Effect) -> Result<(), RpcError> {
         let (_, name) = split(&t.rel);
-        let denied = self.policy.deny_read.iter().any(|d| t.abs.starts_with(d))
+        let denied = self.is_denied(&t.abs, false)
             || self.glob_denied(t)
             || t.rel.split(|&b| b == b'/').any(is_secret_name)
             || is_secret_name(name);
@@ -293,11 +311,7 @@ impl Fs {
                 "filesystem.protected",
             ));
         }
-        if self
-            .policy
-            .deny_read
-            .iter()
-            .any(|d| t.abs.starts_with(d) || d.starts_with(&t.abs))
+        if self.is_denied(&t.abs, true)
             || self.glob_denied(t)
             || t.rel.split(|&b| b == b'/').any(is_secret_name)
         {

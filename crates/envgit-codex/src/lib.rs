@@ -51,6 +51,11 @@ pub trait Host: Send + Sync {
     /// person's, recorded as theirs, so the burst's step (and what its checks put back) is
     /// Codex's alone.
     fn before_fs_writes(&self) {}
+    /// The paths unreadable in the sandbox as its plan finds them now (a step that ended may
+    /// have made another: a hard link to `.env`); `None` when they cannot be found.
+    fn denied_reads(&self) -> Option<Vec<PathBuf>> {
+        None
+    }
     /// The directory processes start in when Codex names none.
     fn default_cwd(&self) -> PathBuf;
 }
@@ -67,6 +72,8 @@ struct Server {
     out: Out,
     pending: Arc<Mutex<Option<Pending>>>,
     session: String,
+    /// The number of processes ended when the unreadable paths were last found.
+    denies_as_of: std::sync::atomic::AtomicU64,
 }
 
 /// `n` random bytes from the operating system (getrandom), hex. No randomness is an error,
@@ -150,6 +157,15 @@ impl Server {
                 return;
             }
             m if m.starts_with("fs/") => {
+                let ended = self.procs.ended();
+                let as_of = self
+                    .denies_as_of
+                    .swap(ended, std::sync::atomic::Ordering::AcqRel);
+                if as_of != ended
+                    && let Some(denied) = self.host.denied_reads()
+                {
+                    self.fs.deny_also(denied);
+                }
                 let burst_begins = self.pending.lock().is_ok_and(|p| p.is_none());
                 if burst_begins && fs::may_write(m) {
                     self.host.before_fs_writes();
@@ -184,6 +200,7 @@ pub fn serve(
         out: Out::new(output, trace),
         pending: Arc::default(),
         session: random_hex(16)?,
+        denies_as_of: std::sync::atomic::AtomicU64::new(0),
     };
     let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let flusher = {

@@ -77,6 +77,16 @@ impl Proc {
 #[derive(Default, Clone)]
 pub struct Table {
     procs: Arc<Mutex<HashMap<String, Arc<Proc>>>>,
+    /// How many processes (steps) have ended: what a step leaves can change what is secret
+    /// (a hard link it made to `.env`).
+    ended: Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl Table {
+    /// How many processes have ended so far.
+    pub fn ended(&self) -> u64 {
+        self.ended.load(std::sync::atomic::Ordering::Acquire)
+    }
 }
 
 fn open_pty() -> std::io::Result<(OwnedFd, OwnedFd)> {
@@ -224,7 +234,7 @@ impl Table {
                 std::thread::spawn(move || reader(p2, o2, f, stream))
             })
             .collect();
-        let (p2, o2) = (proc_.clone(), out.clone());
+        let (p2, o2, ended) = (proc_.clone(), out.clone(), self.ended.clone());
         std::thread::spawn(move || {
             let code = match child.wait() {
                 Ok(st) => st
@@ -241,6 +251,8 @@ impl Table {
             if let Ok(mut i) = p2.stdin.lock() {
                 *i = None;
             }
+            // Before Codex hears of the exit, so its next `fs/*` call sees the step's end.
+            ended.fetch_add(1, std::sync::atomic::Ordering::Release);
             p2.event(&o2, |s, seq| {
                 s.exit_code = Some(code);
                 (

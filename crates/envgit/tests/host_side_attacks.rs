@@ -19,7 +19,8 @@ fn codex_fs(env: &Env, calls: &[(&str, Value)]) -> (Vec<Value>, String) {
 }
 
 /// [`codex_fs`], with `meanwhile` done once the session has begun (its `initialize`
-/// answered) and before the first call.
+/// answered) and before the first call. A `process/start` is answered once its process (a
+/// step) has closed.
 fn codex_fs_after(
     env: &Env,
     meanwhile: impl FnOnce(),
@@ -38,12 +39,19 @@ fn codex_fs_after(
     let mut call = |id: u64, method: &str, params: &Value| -> Value {
         let msg = json!({"id": id, "method": method, "params": params});
         writeln!(input, "{msg}").unwrap();
-        loop {
+        let mut answer = None;
+        let mut closed = method != "process/start";
+        while answer.is_none() || !closed {
             let v: Value = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
             if v["id"] == id {
-                return v;
+                answer = Some(v);
+            } else if v["method"] == "process/closed"
+                && v["params"]["processId"] == params["processId"]
+            {
+                closed = true;
             }
         }
+        answer.unwrap()
     };
     call(1, "initialize", &json!({"clientName": "test"}));
     meanwhile();
@@ -209,6 +217,43 @@ fn codex_fs_keeps_the_persons_own_edit_of_a_file_the_host_runs() {
             .is_some_and(|f| f.iter().any(|f| f == "outside"))),
         "the person's edit was not recorded as theirs: {log:#?}"
     );
+}
+
+/// A step of the session links a file to `.env` (`ln .env notes.txt`) and the person then
+/// fills `.env` in: the sandbox masks the link from the next step on, and Codex's
+/// `fs/readFile` of it must be refused as well, though the session began before the link.
+#[test]
+fn codex_fs_does_not_read_a_link_a_step_made_to_a_secret() {
+    let env = Env::new();
+    env.write("a.txt", "a\n");
+    env.init();
+    let cwd = env.project.canonicalize().unwrap();
+    let (answers, stderr) = codex_fs_after(
+        &env,
+        || {},
+        &[
+            (
+                "process/start",
+                json!({"processId": "p1", "argv": ["/bin/sh", "-c", ": > .env && ln .env notes.txt"],
+                    "cwd": cwd, "env": {}, "envPolicy": null, "tty": false, "pipeStdin": false,
+                    "arg0": null, "sandbox": null, "enforceManagedNetwork": false,
+                    "managedNetwork": null}),
+            ),
+            // Whatever `.env` holds once the person fills it in, this would return.
+            ("fs/readFile", json!({"path": uri(&env, "notes.txt")})),
+        ],
+    );
+    assert!(answers[0]["error"].is_null(), "{answers:#?}\n{stderr}");
+    assert!(
+        std::fs::metadata(env.path("notes.txt")).is_ok(),
+        "the step made no link: {stderr}"
+    );
+    let read = &answers[1];
+    assert!(
+        read["result"]["dataBase64"].is_null(),
+        "fs/readFile returned notes.txt, a link to .env: {read}\n{stderr}"
+    );
+    assert!(read.to_string().contains("filesystem.deny_read"), "{read}");
 }
 
 /// A project whose `node_modules/` files are hard links into a store outside it, as pnpm lays

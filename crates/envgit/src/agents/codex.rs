@@ -229,6 +229,10 @@ impl Host for CodexHost {
         }
     }
 
+    fn denied_reads(&self) -> Option<Vec<PathBuf>> {
+        denied_reads(&self.project, &self.cwd).ok()
+    }
+
     fn before_fs_writes(&self) {
         if let Err(f) = record_outside(&self.project) {
             output::error(&format!(
