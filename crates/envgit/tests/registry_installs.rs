@@ -456,6 +456,60 @@ fn npm_install_goes_to_the_mirror_the_users_npmrc_names() {
     assert!(!r.stdout.contains("MIRROR_SECRET"), "{}", r.stdout);
 }
 
+/// A private npm registry (GitHub Packages' host here), where the gate judges a `PUT` by its
+/// body: a publish whose packument a strict JSON reader refuses (nesting deeper than
+/// serde_json's 128 levels, or a lone surrogate `\ud800`) while the registry's `JSON.parse`
+/// reads it is still a publish, and is refused. The plain publish beside it is the control.
+#[test]
+fn a_publish_whose_packument_a_strict_json_reader_refuses_is_still_judged() {
+    let registry = "npm.pkg.github.com";
+    let mut w = World::new(&[registry]);
+    let (port, token) = verdaccio(&mut w, &format!("https://{registry}/"));
+    w.front(&[registry], port);
+    std::fs::write(
+        w.env.user_home().join(".npmrc"),
+        format!("registry=https://{registry}/\n"),
+    )
+    .unwrap();
+    w.env.write(
+        "package.json",
+        r#"{"name":"app","version":"1.0.0","private":true}"#,
+    );
+    w.init(&[registry]);
+    let deep = format!("{}1{}", "[".repeat(200), "]".repeat(200));
+    for (name, extra) in [
+        ("envgit-plain-pkg", String::new()),
+        ("envgit-deep-pkg", format!(r#","nested":{deep}"#)),
+        (
+            "envgit-surrogate-pkg",
+            r#","description":"\ud800""#.to_owned(),
+        ),
+    ] {
+        w.env.write(
+            &format!("{name}/package.json"),
+            &format!(r#"{{"name":"{name}","version":"0.1.0"{extra}}}"#),
+        );
+        let publish = format!(
+            "cd {name} && npm publish --registry https://{registry}/ --//{registry}/:_authToken={token}"
+        );
+        let r = w.run(&["sh", "-c", &publish], &[]);
+        assert_eq!(
+            status_of(port, &format!("/{name}")),
+            "404",
+            "{name} reached the registry (npm exit {}):\n{}",
+            r.code,
+            r.stderr
+        );
+        assert!(
+            r.stderr.contains(&format!(
+                "envgit: denied PUT {registry}/{name} (rule npm.publish)"
+            )),
+            "{name}:\n{}",
+            r.stderr
+        );
+    }
+}
+
 // ---------------------------------------------------------------------------------------
 // PyPI: pypiserver as pypi.org and files.pythonhosted.org
 
@@ -611,6 +665,85 @@ fn pip_install_works_after_init_and_upload_is_refused() {
         files,
         [extra.as_str(), "envgit_demo_py-1.0-py2.py3-none-any.whl"],
         "the upload arrived"
+    );
+}
+
+/// Legacy PyPI upload forms, sent by python's own HTTP client to pypiserver as a private
+/// index: the gate must read the form as the server does (cgi.FieldStorage, behind bottle),
+/// whatever the spelling: an unquoted or upper-case `name` parameter, the boundary the
+/// `Content-Type` names after a preamble that opens with another, a delimiter line ending in
+/// a bare LF; and a legacy action other than `file_upload` (pypiserver's `remove_pkg` deletes
+/// a release). The plain form first, as the control.
+const LEGACY_FORMS: &str = r#"
+import sys, urllib.request, urllib.error
+case = sys.argv[1]
+wheel = "envgit_%s-1.0-py3-none-any.whl" % case
+def part(disposition, value, end=b"\r\n"):
+    return b"Content-Disposition: form-data; " + disposition + b"\r\n\r\n" + value + end
+real = (b"--B\r\n" + part(b'name=":action"', b"file_upload") + b"--B\r\n"
+        + part(b'name="content"; filename="' + wheel.encode() + b'"', b"PK\x03\x04")
+        + b"--B--\r\n")
+ct = "multipart/form-data; boundary=B"
+if case == "plain":
+    body = real
+elif case == "unquoted":
+    body = real.replace(b'name=":action"', b"name=:action")
+elif case == "upper":
+    body = real.replace(b'name=":action"', b'NAME=":action"')
+elif case == "preamble":
+    body = b"--A\r\n" + part(b'name="pad"', b"x\r\n" + real, b"\r\n--A--\r\n")
+elif case == "lf":
+    body = b"--B\r\n" + part(b'name="comment"', b"hi", b"\n") + real
+elif case == "remove":
+    body = b":action=remove_pkg&name=envgit_demo_py&version=1.0"
+    ct = "application/x-www-form-urlencoded"
+req = urllib.request.Request("https://pypi.internal.example/", data=body, method="POST",
+                             headers={"Content-Type": ct})
+try:
+    with urllib.request.urlopen(req) as r:
+        print(case, r.status)
+except urllib.error.HTTPError as e:
+    print(case, e.code, e.reason)
+"#;
+
+#[test]
+fn legacy_pypi_forms_are_judged_as_the_index_reads_them() {
+    let index = "pypi.internal.example";
+    let mut w = World::new(&[index]);
+    let packages = w.dir("packages");
+    let demo = wheel(&w, "envgit-demo-py", &packages);
+    let port = free_port();
+    let mut cmd = Command::new("python3");
+    cmd.args(["-m", "pypiserver", "run", "-i", "127.0.0.1", "-p"])
+        .arg(port.to_string())
+        .args(["-a", ".", "-P", ".", "--disable-fallback"])
+        .arg(&packages)
+        .env("PYTHONPATH", deps().join("py"));
+    w.serve("pypiserver", &mut cmd, Some(port));
+    w.front(&[index], port);
+    w.env.write("legacy_form.py", LEGACY_FORMS);
+    let r = w.envgit(&["init", "--allow", index], &[]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let mut let_out = Vec::new();
+    for case in ["plain", "unquoted", "upper", "preamble", "lf", "remove"] {
+        let r = w.run(&["python3", "legacy_form.py", case], &[]);
+        if !r
+            .stderr
+            .contains(&format!("envgit: denied POST {index}/ (rule pypi.upload)"))
+        {
+            let_out.push(format!("{case}: {}{}", r.stdout, r.stderr));
+        }
+    }
+    let mut files: Vec<String> = std::fs::read_dir(&packages)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    files.sort();
+    assert!(
+        let_out.is_empty() && files == [demo.as_str()],
+        "forms let out unjudged:\n{}\nthe index now holds {files:?}\n{}",
+        let_out.join("\n"),
+        w.log("pypiserver")
     );
 }
 

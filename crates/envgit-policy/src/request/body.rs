@@ -8,7 +8,7 @@ use super::graphql;
 use super::json::{Doc, entries, parse_doc, value_text};
 use super::matchers::{Tri, glob_exact};
 use super::packument::packument;
-use super::payload::{Body, form_fields};
+use super::payload::{Body, form_fields_as};
 use super::pktline;
 use super::prepared::Prepared;
 
@@ -82,16 +82,16 @@ impl Matcher {
                         }
                 })
             }),
-            Matcher::FormField(name, want) => form_field(body, name, want),
+            Matcher::FormField(name, want) => form_field(body, req.content_type, name, want),
             Matcher::Pktline(want) => pktline_commands(body, *want),
             Matcher::Exact(want) => exact(body, want),
             Matcher::Packument(attachments) => packument(body, *attachments),
             Matcher::UploadForm(name, want) => match media_type(req.content_type).as_deref() {
-                Some(FORM | MULTIPART) => form_field(body, name, want),
+                Some(FORM | MULTIPART) => form_field(body, req.content_type, name, want),
                 Some(_) => Tri::NoMatch,
                 None => match body.bytes {
                     Some(b) if !b.starts_with(b"--") => Tri::NoMatch,
-                    _ => form_field(body, name, want),
+                    _ => form_field(body, None, name, want),
                 },
             },
         }
@@ -155,11 +155,11 @@ fn exact(body: Body<'_>, want: &[u8]) -> Tri {
 
 /// A form field, urlencoded or `multipart/form-data` (the boundary is read from the first
 /// line, as the body has no headers here).
-fn form_field(body: Body<'_>, name: &str, want: &str) -> Tri {
+fn form_field(body: Body<'_>, content_type: Option<&str>, name: &str, want: &str) -> Tri {
     let Some(bytes) = body.bytes else {
         return Tri::Unknown("body not read".to_owned());
     };
-    match form_fields(bytes, body.complete) {
+    match form_fields_as(bytes, body.complete, content_type) {
         Err(why) => Tri::Unknown(format!("form: {why}")),
         Ok((fields, _)) if fields.iter().any(|(k, v)| k == name && glob_exact(want, v)) => {
             Tri::Match

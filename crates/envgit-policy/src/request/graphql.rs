@@ -14,7 +14,7 @@ use crate::GraphqlOperation;
 use super::content_type::{FORM, MULTIPART, media_type};
 use super::form_error::FormError;
 use super::json::{Doc, NotJson, entries, parse_doc};
-use super::payload::{Body, Unavailable, form_fields};
+use super::payload::{Body, Unavailable, form_fields_as};
 
 /// Nesting deeper than this (selection sets, values, types) is refused, not parsed.
 const RECURSION_LIMIT: usize = 128;
@@ -195,7 +195,8 @@ fn body_requests(body: Body<'_>, content_type: Option<&str>) -> Result<Vec<Param
             }])
         }
         Some(FORM | MULTIPART) => {
-            let (fields, _) = form_fields(bytes, true).map_err(GraphqlError::Form)?;
+            let (fields, _) =
+                form_fields_as(bytes, true, content_type).map_err(GraphqlError::Form)?;
             // The GraphQL multipart request spec puts the JSON request in `operations`.
             let mut out = Vec::new();
             for (_, json) in fields.iter().filter(|(k, _)| k == "operations") {

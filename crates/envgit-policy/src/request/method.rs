@@ -8,7 +8,7 @@ use super::RequestInfo;
 use super::content_type::{FORM, MULTIPART, media_type};
 use super::form_error::FormError;
 use super::matchers::{Methods, Tri, form_decode};
-use super::payload::form_fields;
+use super::payload::form_fields_as;
 
 /// Every method the request names.
 #[derive(Debug, Clone)]
@@ -85,7 +85,7 @@ impl MethodSet {
         let Some(bytes) = req.body else {
             return Err("body not read (a form may name a method)".to_owned());
         };
-        let (fields, all) = form_fields(bytes, req.body_complete)
+        let (fields, all) = form_fields_as(bytes, req.body_complete, req.content_type)
             .map_err(|why| format!("form body may name a method ({why})"))?;
         fields
             .iter()

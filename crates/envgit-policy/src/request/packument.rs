@@ -15,15 +15,22 @@ pub(crate) fn packument(body: Body<'_>, attachments: bool) -> Tri {
     if !body.complete {
         // npm writes `versions` and `_attachments` after a few short keys, but a prefix of a
         // JSON object cannot settle it; anything else is no packument.
-        let starts_object = bytes.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{');
-        return if starts_object {
+        return if opens_object(bytes) {
             Tri::Unknown("body larger than the inspected prefix".to_owned())
         } else {
             Tri::NoMatch
         };
     }
-    let Ok(Doc::Object(fields)) = parse_doc(bytes) else {
-        return Tri::NoMatch;
+    let fields = match parse_doc(bytes) {
+        Ok(Doc::Object(fields)) => fields,
+        Ok(_) => return Tri::NoMatch,
+        // A registry's own JSON reader may take what serde_json refuses (nesting past its
+        // 128 levels, a lone surrogate, a number past f64, a byte-order mark, UTF-16): an object
+        // it may read cannot be settled here.
+        Err(why) if opens_object(bytes) => {
+            return Tri::Unknown(format!("packument: {why}"));
+        }
+        Err(_) => return Tri::NoMatch,
     };
     let non_empty = |key: &str| {
         entries(&fields, key).any(|v| match v {
@@ -37,4 +44,16 @@ pub(crate) fn packument(body: Body<'_>, attachments: bool) -> Tri {
     } else {
         Tri::from_bool(non_empty("versions") && (non_empty("name") || non_empty("_id")))
     }
+}
+
+/// Does the body open a JSON object, after whitespace and any byte-order mark, in UTF-8,
+/// UTF-16 or UTF-32 (the encodings a registry's JSON reader may accept)?
+fn opens_object(bytes: &[u8]) -> bool {
+    bytes
+        .strip_prefix(b"\xEF\xBB\xBF")
+        .unwrap_or(bytes)
+        .iter()
+        .take(1024)
+        .find(|&&b| !b.is_ascii_whitespace() && !matches!(b, 0 | 0xFE | 0xFF))
+        == Some(&b'{')
 }

@@ -284,10 +284,12 @@ fn build() -> Vec<Rule> {
             Summary::Pypi,
             vec![
                 shape(&["upload.pypi.org", "test.pypi.org"], writes(), None),
-                // twine's upload form, wherever it is sent (devpi, Nexus, a private index).
+                // twine's upload form, wherever it is sent (devpi, Nexus, a private index), and
+                // the legacy API's other actions there (`remove_pkg`, `doc_upload`, `submit`):
+                // a form with an `:action` field is that API.
                 with_body(
                     shape(ANY, post(), None),
-                    Matcher::UploadForm(":action".into(), "file_upload".into()),
+                    Matcher::UploadForm(":action".into(), "*".into()),
                 ),
             ],
             vec![],
@@ -347,29 +349,27 @@ fn build() -> Vec<Rule> {
             ],
             vec![],
         ),
+        // The RubyGems API on every host (GitHub Packages serves it under `/OWNER`,
+        // Gemfury, Artifactory and Gemstash under other prefixes).
         rule(
             "rubygems.push",
             Summary::Gem,
-            vec![shape(&["rubygems.org"], post(), Some("/api/v1/gems"))],
+            vec![shape(ANY, post(), Some("/**/api/v1/gems"))],
             vec![],
         ),
         rule(
             "rubygems.yank",
             Summary::Gem,
-            vec![shape(
-                &["rubygems.org"],
-                only(&["DELETE"]),
-                Some("/api/v1/gems/yank"),
-            )],
+            vec![shape(ANY, only(&["DELETE"]), Some("/**/api/v1/gems/yank"))],
             vec![],
         ),
         rule(
             "rubygems.owners",
             Summary::Gem,
             vec![shape(
-                &["rubygems.org"],
+                ANY,
                 only(&["POST", "PUT", "DELETE"]),
-                Some("/api/v1/gems/*/owners"),
+                Some("/**/api/v1/gems/*/owners"),
             )],
             vec![],
         ),

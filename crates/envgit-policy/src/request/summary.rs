@@ -332,7 +332,12 @@ fn gem(rule_id: &str, path: &str, target: &str, body: &[u8], complete: bool) -> 
             }
         }
         "rubygems.owners" => {
-            let name = path.trim_matches('/').split('/').nth(3).unwrap_or_default();
+            // `…/api/v1/gems/NAME/owners`, under any prefix.
+            let name = path
+                .trim_matches('/')
+                .rsplit('/')
+                .nth(1)
+                .unwrap_or_default();
             format!("gem owner {name}")
         }
         _ => format!("rubygems.org {target}"),

@@ -580,8 +580,27 @@ fn registries_on_any_host() {
 --B0undary--\r\n";
     let upload = b"--B0undary\r\nContent-Disposition: form-data; name=\"file\"; filename=\"a.txt\"\r\n\r\nhi\r\n--B0undary--\r\n";
     let fetch = (pkt("command=ls-refs\n") + "0000").into_bytes();
+    // Packuments a registry's `JSON.parse` (or body-parser, which strips a BOM and reads
+    // UTF-16) takes and serde_json refuses: still judged, never read as "no packument".
+    let deep = format!(
+        r#"{{"name":"pkg","versions":{{"1.0.0":{{"x":{}1{}}}}},"_attachments":{{"a":{{}}}}}}"#,
+        "[".repeat(200),
+        "]".repeat(200)
+    );
+    let surrogate = br#"{"name":"pkg","description":"\ud800","_attachments":{"a":{}}}"#;
+    let mut bom = b"\xEF\xBB\xBF".to_vec();
+    bom.extend_from_slice(PUBLISH);
+    let utf16: Vec<u8> = b"\xFF\xFE"
+        .iter()
+        .copied()
+        .chain(PUBLISH.iter().flat_map(|&b| [b, 0]))
+        .collect();
     let bodies: &[(&str, &[u8])] = &[
         ("publish", PUBLISH),
+        ("deep", deep.as_bytes()),
+        ("surrogate", surrogate),
+        ("bom", &bom),
+        ("utf16", &utf16),
         (
             "deprecate",
             br#"{"_id":"pkg","name":"pkg","versions":{"1.0.0":{"deprecated":"no"}}}"#,
@@ -614,6 +633,10 @@ fn registries_on_any_host() {
             "PUT H/@scope%2fpkg [publish] => npm.publish",
             "PUT H/@scope%2Fpkg [publish] => npm.publish",
             "PUT H/pkg [-] => npm.publish",
+            "PUT H/pkg [deep] => npm.publish",
+            "PUT H/pkg [surrogate] => npm.publish",
+            "PUT H/@scope%2fpkg [bom] => npm.publish",
+            "PUT H/pkg [utf16] => npm.publish",
             "POST H/-/stage/package/pkg [publish] => npm.publish",
             "PUT H/pkg [deprecate] => npm.deprecate",
             "PUT H/@scope%2fpkg [deprecate] => npm.deprecate",
@@ -671,6 +694,12 @@ fn registries_on_any_host() {
             "GET registry.internal:5000/v2/o/img/manifests/v1 => allow",
             "GET registry.internal:5000/v2/o/img/blobs/sha256:ab => allow",
             "GET auth.internal/token?scope=repository:o/img:pull,push&service=registry => allow",
+            // the RubyGems API anywhere (GitHub Packages under `/OWNER`)
+            "POST rubygems.pkg.github.com/acme/api/v1/gems [text] => rubygems.push",
+            "POST gems.internal/api/v1/gems [text] => rubygems.push",
+            "DELETE gems.internal/private/api/v1/gems/yank [form] => rubygems.yank",
+            "POST gems.internal/api/v1/gems/demo/owners [form] => rubygems.owners",
+            "GET rubygems.pkg.github.com/acme/api/v1/gems/demo.json => allow",
             // git and LFS anywhere
             "POST git.internal:8443/o/r.git/info/lfs/objects/batch [lfs-up] => git.lfs.upload",
             "POST git.internal:8443/o/r.git/info/lfs/objects/batch [lfs-down] => allow",
@@ -713,4 +742,88 @@ fn registries_on_any_host() {
         ..req("POST", "pypi.internal", "/legacy/", None)
     };
     assert!(matches!(decide(&r), RequestDecision::Deny { .. }), "{r:?}");
+}
+
+/// A legacy PyPI form on any host, read as servers read it (Python's `cgi`, behind bottle
+/// and WebOb; Rack): what a lenient parser may read as `:action` is judged, never missed.
+#[test]
+fn legacy_pypi_forms_however_spelled() {
+    let real = "--B\r\nContent-Disposition: form-data; name=\":action\"\r\n\r\nfile_upload\r\n\
+                --B\r\nContent-Disposition: form-data; name=\"content\"; filename=\"x-1.0-py3-none-any.whl\"\r\n\r\nPK\r\n\
+                --B--\r\n";
+    let multipart = "multipart/form-data; boundary=B";
+    let cases: Vec<(String, &str)> = vec![
+        (real.to_owned(), multipart),
+        (real.replace("name=\":action\"", "name=:action"), multipart),
+        (real.replace("name=\":action\"", "NAME=\":action\""), multipart),
+        (real.replace("name=\":action\"", "name = \":action\""), multipart),
+        (real.to_owned(), "multipart/form-data; BOUNDARY=\"B\""),
+        // a preamble that opens with another boundary, the one the body's first line names
+        (
+            format!(
+                "--A\r\nContent-Disposition: form-data; name=\"pad\"\r\n\r\nx\r\n{real}\r\n--A--\r\n"
+            ),
+            multipart,
+        ),
+        // a delimiter line ending in a bare LF, or with more after it
+        (
+            format!("--B\r\nContent-Disposition: form-data; name=\"c\"\r\n\r\nhi\n{real}"),
+            multipart,
+        ),
+        (
+            real.replacen("--B--", "--B--x\r\n--B\r\nContent-Disposition: form-data; name=\":action\"\r\n\r\nfile_upload\r\n--B", 1)
+                .replacen("--B\r\nContent-Disposition: form-data; name=\":action\"", "--B\r\nContent-Disposition: form-data; name=\"a\"", 1),
+            multipart,
+        ),
+        // headers ending in bare LFs; a folded or doubled Content-Disposition; RFC 2231
+        (
+            real.replace("name=\":action\"\r\n\r\n", "name=\"a\"\n\n"),
+            multipart,
+        ),
+        (
+            real.replace("name=\":action\"", "name=\"a\"; name=\":action\""),
+            multipart,
+        ),
+        (
+            real.replace("name=\":action\"", "name*=UTF-8''%3Aaction"),
+            multipart,
+        ),
+        // urlencoded: another action, `;` as a separator
+        (
+            ":action=remove_pkg&name=x&version=1.0".to_owned(),
+            "application/x-www-form-urlencoded",
+        ),
+        (
+            "a=1;:action=remove_pkg&name=x&version=1.0".to_owned(),
+            "application/x-www-form-urlencoded",
+        ),
+    ];
+    let failed: Vec<String> = cases
+        .iter()
+        .filter_map(|(body, ct)| {
+            let d = decide(&RequestInfo {
+                content_type: Some(ct),
+                ..req("POST", "pypi.internal", "/", Some(body.as_bytes()))
+            });
+            match &d {
+                RequestDecision::Deny { rule, .. } if rule == "pypi.upload" => None,
+                _ => Some(format!("{ct} {body:?}: {d:?}")),
+            }
+        })
+        .collect();
+    assert!(failed.is_empty(), "let through:\n{}", failed.join("\n"));
+    // Ordinary forms elsewhere stay allowed.
+    for (body, ct) in [
+        (
+            "--B\r\nContent-Disposition: form-data; name=\"file\"; filename=\"a.txt\"\r\n\r\nhi\r\n--B--\r\n",
+            multipart,
+        ),
+        ("a=1&b=2", "application/x-www-form-urlencoded"),
+    ] {
+        let d = decide(&RequestInfo {
+            content_type: Some(ct),
+            ..req("POST", "example.com", "/upload", Some(body.as_bytes()))
+        });
+        assert_eq!(d, RequestDecision::Allow, "{body:?}");
+    }
 }

@@ -1,0 +1,170 @@
+//! Further writes through the gate from inside a step, with real clients, against loopback
+//! upstreams reached under their public names (`--resolve`, behind TLS fronts whose test CA
+//! only the gate trusts, `--upstream-ca`): each must be judged by the rule for it, and an
+//! upstream that records every request shows that nothing arrived.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+use rcgen::{
+    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
+    KeyUsagePurpose,
+};
+use support::{Env, Run};
+
+fn support_script(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/support")
+        .join(name)
+}
+
+/// A test CA and a leaf for each host, as PEM files in `dir`: `ca.pem`, `HOST.pem`, `HOST.key`.
+fn mint(dir: &Path, hosts: &[&str]) {
+    let mut ca = CertificateParams::default();
+    ca.distinguished_name
+        .push(DnType::CommonName, "envgit test upstream CA");
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+    let ca_key = KeyPair::generate().unwrap();
+    let ca_cert = ca.self_signed(&ca_key).unwrap();
+    std::fs::write(dir.join("ca.pem"), ca_cert.pem()).unwrap();
+    let issuer = Issuer::new(ca, ca_key);
+    for host in hosts {
+        let mut leaf = CertificateParams::new(vec![(*host).to_owned()]).unwrap();
+        leaf.use_authority_key_identifier_extension = true;
+        leaf.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+        let key = KeyPair::generate().unwrap();
+        let cert = leaf.signed_by(&key, &issuer).unwrap();
+        std::fs::write(dir.join(format!("{host}.pem")), cert.pem()).unwrap();
+        std::fs::write(dir.join(format!("{host}.key")), key.serialize_pem()).unwrap();
+    }
+}
+
+/// Starts a Python helper that prints its port first.
+fn spawn_py(script: &str, args: &[&str]) -> (Child, u16) {
+    let mut child = Command::new("python3")
+        .arg(support_script(script))
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let port = line
+        .trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("{script}: no port"));
+    (child, port)
+}
+
+/// A project whose policy allows `hosts`, each served by `echo_http.py` (which answers every
+/// request with `seen METHOD PATH …`) behind an HTTPS front.
+struct World {
+    env: Env,
+    certs: PathBuf,
+    children: Vec<Child>,
+    resolve: Vec<String>,
+}
+
+impl Drop for World {
+    fn drop(&mut self) {
+        for c in &mut self.children {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl World {
+    fn new(hosts: &[&str]) -> World {
+        let env = Env::new();
+        let certs = env.tmp.path().join("certs");
+        std::fs::create_dir_all(&certs).unwrap();
+        mint(&certs, hosts);
+        let (echo, echo_port) = spawn_py("echo_http.py", &[]);
+        let mut children = vec![echo];
+        let mut resolve = Vec::new();
+        let mut init = vec!["init"];
+        for host in hosts {
+            let cert = certs.join(format!("{host}.pem"));
+            let key = certs.join(format!("{host}.key"));
+            let (front, port) = spawn_py(
+                "tls_front.py",
+                &[
+                    cert.to_str().unwrap(),
+                    key.to_str().unwrap(),
+                    &echo_port.to_string(),
+                ],
+            );
+            children.push(front);
+            resolve.push(format!("{host}:443=127.0.0.1:{port}"));
+            init.extend(["--allow", host]);
+        }
+        env.envgit(&init).ok();
+        World {
+            env,
+            certs,
+            children,
+            resolve,
+        }
+    }
+
+    /// `envgit run` of a shell line with the resolve entries and the test CA for upstreams.
+    fn run(&self, script: &str) -> Run {
+        let ca = self.certs.join("ca.pem");
+        let mut cmd = self.env.cmd(&self.env.project);
+        cmd.args(["run", "--upstream-ca", ca.to_str().unwrap()]);
+        for r in &self.resolve {
+            cmd.args(["--resolve", r]);
+        }
+        cmd.args(["--", "sh", "-c", script]);
+        Run::from(cmd.output().unwrap())
+    }
+}
+
+/// `gem push` to a RubyGems host other than rubygems.org (GitHub Packages serves the same
+/// API under `/OWNER`; Gemfury, Artifactory and Gemstash under other prefixes) is a publish:
+/// refused by `rubygems.push`, the upstream never answering it.
+#[test]
+fn gem_push_to_a_private_gem_host_is_refused() {
+    let host = "rubygems.pkg.github.com";
+    let w = World::new(&[host]);
+    w.env.write(
+        "demo.gemspec",
+        "Gem::Specification.new do |s|\n  s.name = \"envgit-demo-gem\"\n  s.version = \"0.1.0\"\n  \
+         s.summary = \"demo\"\n  s.authors = [\"a\"]\n  s.files = []\nend\n",
+    );
+    let built = Command::new("gem")
+        .args(["build", "demo.gemspec"])
+        .current_dir(&w.env.project)
+        .env("HOME", w.env.user_home())
+        .output()
+        .unwrap();
+    assert!(built.status.success(), "{built:?}");
+    let r = w.run(&format!(
+        "GEM_HOST_API_KEY=k gem push --host https://{host}/acme envgit-demo-gem-0.1.0.gem"
+    ));
+    assert!(
+        !r.stdout.contains("seen POST"),
+        "the push reached the upstream:\n{}\n{}",
+        r.stdout,
+        r.stderr
+    );
+    assert!(
+        r.stderr.contains(&format!(
+            "envgit: denied POST {host}/acme/api/v1/gems (rule rubygems.push)"
+        )) || r.stdout.contains(&format!(
+            "envgit: denied POST {host}/acme/api/v1/gems (rule rubygems.push)"
+        )),
+        "{}\n{}",
+        r.stdout,
+        r.stderr
+    );
+}
