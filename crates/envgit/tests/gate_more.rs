@@ -168,3 +168,39 @@ fn gem_push_to_a_private_gem_host_is_refused() {
         r.stderr
     );
 }
+
+/// A Maven repository's deploy is a PUT of each artifact (what `mvn deploy` and Gradle's
+/// `publish` send, here with curl as they send it) and a NuGet push a PUT to the publish
+/// resource, on whatever host the project's repository is: each refused by its rule, the
+/// upstream never seeing it; a read of the same repository passes.
+#[test]
+fn maven_deploys_and_nuget_pushes_are_refused_on_any_host() {
+    let (maven, nuget) = ("maven.pkg.github.com", "nuget.pkg.github.com");
+    let w = World::new(&[maven, nuget]);
+    w.env.write("demo-1.0.jar", "PK\u{3}\u{4}");
+    w.env.write("demo.nupkg", "PK\u{3}\u{4}");
+    let jar = format!("https://{maven}/acme/repo/com/acme/demo/1.0/demo-1.0.jar");
+    let r = w.run(&format!(
+        "curl -sS -T demo-1.0.jar {jar}; echo; \
+         curl -sS -X PUT -H 'X-NuGet-ApiKey: k' -F package=@demo.nupkg https://{nuget}/acme/; echo; \
+         curl -sS {jar}; echo"
+    ));
+    let said = format!("{}\n{}", r.stdout, r.stderr);
+    assert!(
+        !said.contains("seen PUT"),
+        "a publish reached the upstream:\n{said}"
+    );
+    for (line, rule) in [
+        (
+            format!("PUT {maven}/acme/repo/com/acme/demo/1.0/demo-1.0.jar"),
+            "maven.deploy",
+        ),
+        (format!("PUT {nuget}/acme/"), "nuget.push"),
+    ] {
+        assert!(
+            said.contains(&format!("envgit: denied {line} (rule {rule})")),
+            "{line}:\n{said}"
+        );
+    }
+    assert!(said.contains("seen GET"), "the read did not pass:\n{said}");
+}

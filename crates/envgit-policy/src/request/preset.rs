@@ -379,5 +379,43 @@ fn build() -> Vec<Rule> {
             vec![shape(&["rubygems.org"], writes(), Some("/api/**"))],
             vec![],
         ),
+        // A Maven repository's deploy (`mvn deploy`, Gradle's `publish`): a PUT of each
+        // artifact, its POM and the metadata, on every host (Sonatype, GitHub Packages,
+        // Nexus, Artifactory, reposilite). Checksums and signatures alone publish nothing.
+        rule(
+            "maven.deploy",
+            Summary::Request,
+            ["pom", "jar", "war", "aar", "module", "klib"]
+                .iter()
+                .map(|ext| shape(ANY, only(&["PUT", "POST"]), Some(&format!("/**/*.{ext}"))))
+                .chain([shape(
+                    ANY,
+                    only(&["PUT", "POST"]),
+                    Some("/**/maven-metadata.xml"),
+                )])
+                .collect(),
+            vec![],
+        ),
+        // NuGet's push and delete (unlist) where its V2 publish resource is (nuget.org,
+        // ProGet, Nexus, BaGet), and GitHub Packages' NuGet host, which publishes at the
+        // owner's root.
+        rule(
+            "nuget.push",
+            Summary::Request,
+            vec![
+                shape(
+                    ANY,
+                    only(&["PUT", "POST", "DELETE"]),
+                    Some("/**/api/v2/package"),
+                ),
+                shape(
+                    ANY,
+                    only(&["PUT", "POST", "DELETE"]),
+                    Some("/**/api/v2/package/**"),
+                ),
+                shape(&["nuget.pkg.github.com"], writes(), None),
+            ],
+            vec![],
+        ),
     ]
 }

@@ -93,6 +93,8 @@ fn ids_are_stable() {
             "rubygems.yank",
             "rubygems.owners",
             "rubygems.write",
+            "maven.deploy",
+            "nuget.push",
         ]
     );
 }
@@ -700,6 +702,20 @@ fn registries_on_any_host() {
             "DELETE gems.internal/private/api/v1/gems/yank [form] => rubygems.yank",
             "POST gems.internal/api/v1/gems/demo/owners [form] => rubygems.owners",
             "GET rubygems.pkg.github.com/acme/api/v1/gems/demo.json => allow",
+            // a Maven repository's deploy anywhere; its reads and lone checksums pass
+            "PUT maven.pkg.github.com/acme/repo/com/acme/demo/1.0/demo-1.0.jar [text] => maven.deploy",
+            "PUT nexus.internal/repository/releases/com/acme/demo/1.0/demo-1.0.pom [text] => maven.deploy",
+            "PUT nexus.internal/repository/releases/com/acme/demo/maven-metadata.xml [text] => maven.deploy",
+            "PUT repo.internal/releases/com/acme/demo/1.0/demo-1.0.module [text] => maven.deploy",
+            "GET nexus.internal/repository/releases/com/acme/demo/1.0/demo-1.0.jar => allow",
+            "GET nexus.internal/repository/releases/com/acme/demo/maven-metadata.xml => allow",
+            // NuGet's push and unlist anywhere, GitHub Packages' NuGet host
+            "PUT www.nuget.org/api/v2/package [text] => nuget.push",
+            "PUT proget.internal/nuget/feed/api/v2/package [text] => nuget.push",
+            "DELETE proget.internal/nuget/feed/api/v2/package/Demo/1.0.0 => nuget.push",
+            "PUT nuget.pkg.github.com/acme/ [text] => nuget.push",
+            "GET nuget.pkg.github.com/acme/index.json => allow",
+            "GET api.nuget.org/v3-flatcontainer/demo/index.json => allow",
             // git and LFS anywhere
             "POST git.internal:8443/o/r.git/info/lfs/objects/batch [lfs-up] => git.lfs.upload",
             "POST git.internal:8443/o/r.git/info/lfs/objects/batch [lfs-down] => allow",
