@@ -473,3 +473,43 @@ fn identifiers() {
     assert_eq!(sanitize_identifier("3d.model"), "_3d_model");
     assert_eq!(sanitize_identifier("delete"), "delete_");
 }
+
+/// The agent's code that runs after the cell's own (rendering its value, describing what it
+/// threw, a cell run again wrapped in a function, a job it left queued) is bounded too.
+#[tokio::test]
+async fn code_run_after_the_cell_is_bounded() {
+    let s = session().await;
+    let opts = CellOptions {
+        timeout: Some(Duration::from_millis(300)),
+    };
+    for code in [
+        "({ toJSON() { for (;;) {} } })",
+        "({ get x() { for (;;) {} } })",
+        "new Proxy({}, { ownKeys() { for (;;) {} } })",
+        "const e = new Error('x'); Object.defineProperty(e, 'message', { get() { for (;;) {} } }); throw e",
+        "const f = new Error('x'); Object.defineProperty(f, 'name', { get() { for (;;) {} } }); throw f",
+        "throw { toJSON() { for (;;) {} } }",
+        "for (;;) {}\nreturn 1",
+        "Promise.resolve().then(() => { for (;;) {} }); 1",
+    ] {
+        let started = Instant::now();
+        let o = tokio::time::timeout(
+            Duration::from_secs(10),
+            s.execute(code, &opts, Arc::new(NoHost)),
+        )
+        .await
+        .unwrap_or_else(|_| panic!("{code}: still running after 10 s"))
+        .unwrap();
+        assert!(
+            started.elapsed() < Duration::from_secs(3),
+            "{code}: {:?}",
+            started.elapsed()
+        );
+        let _ = o;
+        assert_eq!(
+            value(&s, "40 + 2").await,
+            "42",
+            "{code}: the session is gone"
+        );
+    }
+}

@@ -26,6 +26,10 @@ const PRELUDE: &str = include_str!("prelude.js");
 /// stopped by the interrupt handler (with a readable stack) rather than by the timer.
 const GRACE: Duration = Duration::from_millis(100);
 
+/// How long describing a failed cell's error may run (a thrown value's getters are the
+/// cell's code).
+const DESCRIBE_BUDGET: Duration = Duration::from_millis(500);
+
 pub(crate) struct Setup {
     pub catalog_json: String,
     pub seed: u32,
@@ -386,7 +390,8 @@ async fn run_cell<'js>(
             }
         }
     };
-    deadline.store(0, Ordering::SeqCst);
+    // Rendering runs the cell's code again (a `toJSON`, a getter, a Proxy's traps): it stays
+    // within the cell's deadline.
     let render = render.restore(ctx).map_err(|e| Failure {
         status: CellStatus::Error,
         message: e.to_string(),
@@ -408,8 +413,13 @@ fn failure<'js>(
 ) -> Failure {
     let d = deadline.load(Ordering::SeqCst);
     let past_deadline = d != 0 && base.elapsed().as_nanos() as u64 >= d;
-    // Stop the interrupt handler from firing while we describe the error.
-    deadline.store(0, Ordering::SeqCst);
+    // Describing the error runs the cell's code (a thrown value's getters, `toJSON`): it gets
+    // a deadline of its own, past the cell's (which may be over), and the cell's is put back
+    // after (a cell run again wrapped in a function is still bounded by it).
+    deadline.store(
+        (base.elapsed() + DESCRIBE_BUDGET).as_nanos() as u64,
+        Ordering::SeqCst,
+    );
     let was_cancelled = cancel.swap(false, Ordering::SeqCst);
     let message = if e.is_exception() {
         let exc = ctx.catch();
@@ -421,6 +431,8 @@ fn failure<'js>(
                 x.message().unwrap_or_default()
             )
         });
+        // A getter above that was stopped left its own exception behind.
+        let _ = ctx.catch();
         match describe
             .clone()
             .restore(ctx)
@@ -436,6 +448,7 @@ fn failure<'js>(
     } else {
         e.to_string()
     };
+    deadline.store(d, Ordering::SeqCst);
     if was_cancelled {
         // Let the caller see it after this cell too.
         cancel.store(true, Ordering::SeqCst);

@@ -385,3 +385,46 @@ fn a_hook_replanted_between_calls_is_put_back_during_the_session() {
     assert_eq!(env.read(".git/hooks/pre-commit"), "#!/bin/sh\nexit 0\n");
     assert_eq!(env.read(".github/hooks/hooks.json"), "{}");
 }
+
+/// The hooks socket is inside the sandbox, so anything there can connect to it. A process
+/// that connects and sends nothing must not stop the session's sweep: a protected file
+/// planted meanwhile is put back while the silent connections still wait for their answer
+/// (which comes only when the supervisor's own read timeout ends them), not after. Judged by
+/// which comes first, never by a duration.
+#[test]
+fn silent_connections_to_the_hooks_socket_do_not_stop_the_sweep() {
+    let (env, server) = project_with_model(vec![
+        Turn::Shell(
+            "for i in 1; do python3 -c 'import socket; \
+             s = socket.socket(socket.AF_UNIX); s.connect(\"/run/envgit/hooks.sock\"); \
+             s.recv(100); open(\"ANSWERED\", \"w\").close()' > /dev/null 2>&1 & done; \
+             sleep 0.5; mkdir -p planted/hooks && printf evil > planted/hooks/hooks.json; \
+             mv .github .gh; mv planted .github; touch REPLANTED; \
+             i=0; while [ $i -lt 1200 ]; do \
+               if [ -e ANSWERED ]; then echo answered-first > ORDER; break; fi; \
+               if [ \"$(cat .github/hooks/hooks.json 2>/dev/null)\" = '{}' ]; then \
+                 echo put-back-first > ORDER; break; fi; \
+               sleep 0.1; i=$((i+1)); done; true"
+                .into(),
+        ),
+        Turn::Say("done".into()),
+    ]);
+    env.git(&env.project, &["init", "-q", "-b", "main"]);
+    env.write(".github/hooks/hooks.json", "{}");
+    let mut cmd = claude(&env, &server, &["-p", "go", "--allowedTools", "Bash"]);
+    cmd.env("ANTHROPIC_API_KEY", "sk-ant-test-stall");
+    let (stdout, stderr) = run_bounded(cmd, Duration::from_secs(240));
+    let ctx = format!("stdout:\n{stdout}\nstderr:\n{stderr}");
+    assert!(
+        env.path("REPLANTED").exists(),
+        "the planter never ran: {ctx}"
+    );
+    let order = std::fs::read_to_string(env.path("ORDER")).unwrap_or_default();
+    assert_eq!(
+        order.trim(),
+        "put-back-first",
+        "the planted hook stayed in place until the silent connections to the hooks socket \
+         were answered: {ctx}"
+    );
+    assert_eq!(env.read(".github/hooks/hooks.json"), "{}");
+}

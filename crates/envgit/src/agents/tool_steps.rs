@@ -11,7 +11,7 @@
 //! from inside, so it is bounded, and it only ever decides how steps are cut and named: what a
 //! call may do is still decided by the sandbox and the gate.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::os::fd::OwnedFd;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
@@ -386,18 +386,88 @@ impl<'a> ToolSteps<'a> {
         }
     }
 
+    /// One hook connection. Everything on it came from inside, so the session keeps sweeping
+    /// its protected paths while it waits for the message and for room to answer: a
+    /// connection that sends nothing, or never reads, holds up only itself.
     fn answer(&mut self, stream: UnixStream) {
-        let _ = stream.set_nonblocking(false);
-        let _ = stream.set_read_timeout(Some(READ_TIMEOUT));
-        let mut line = String::new();
-        let read = BufReader::new((&stream).take(MAX_MESSAGE)).read_line(&mut line);
-        let reply = match read
-            .ok()
-            .and_then(|_| serde_json::from_str::<Value>(&line).ok())
-        {
+        let deadline = std::time::Instant::now() + READ_TIMEOUT;
+        if stream.set_nonblocking(true).is_err() {
+            return;
+        }
+        let mut message = Vec::new();
+        let mut chunk = [0u8; 64 << 10];
+        let complete = loop {
+            if message.len() as u64 > MAX_MESSAGE || !self.wait_sweeping(&stream, true, deadline) {
+                break false;
+            }
+            match (&stream).read(&mut chunk) {
+                Ok(0) => break true,
+                Ok(n) => {
+                    message.extend_from_slice(&chunk[..n]);
+                    if chunk[..n].contains(&b'\n') {
+                        break true;
+                    }
+                }
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted
+                    ) => {}
+                Err(_) => break false,
+            }
+        };
+        let line = message.split(|&b| b == b'\n').next().unwrap_or_default();
+        let parsed = (complete && line.len() as u64 <= MAX_MESSAGE)
+            .then(|| serde_json::from_slice::<Value>(line).ok())
+            .flatten();
+        let reply = match parsed {
             Some(message) => self.handle(&message),
             None => json!({"allow": false, "reason": "envgit: unreadable hook message"}),
         };
-        let _ = writeln!(&stream, "{reply}");
+        let mut out = format!("{reply}\n").into_bytes();
+        let deadline = std::time::Instant::now() + READ_TIMEOUT;
+        while !out.is_empty() && self.wait_sweeping(&stream, false, deadline) {
+            match (&stream).write(&out) {
+                Ok(0) => return,
+                Ok(n) => {
+                    out.drain(..n);
+                }
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted
+                    ) => {}
+                Err(_) => return,
+            }
+        }
+    }
+
+    /// Waits until `stream` can be read (`read`) or written, sweeping the protected paths at
+    /// the session's pace meanwhile; false once `deadline` has passed.
+    fn wait_sweeping(
+        &mut self,
+        stream: &UnixStream,
+        read: bool,
+        deadline: std::time::Instant,
+    ) -> bool {
+        use rustix::event::{PollFd, PollFlags, Timespec, poll};
+        let flags = if read { PollFlags::IN } else { PollFlags::OUT };
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                return false;
+            }
+            let wait = left.min(Duration::from_millis(SWEEP_EVERY_MS as u64));
+            let timeout = Timespec {
+                tv_sec: wait.as_secs() as i64,
+                tv_nsec: i64::from(wait.subsec_nanos()),
+            };
+            let mut fds = [PollFd::new(stream, flags)];
+            match poll(&mut fds, Some(&timeout)) {
+                Ok(0) | Err(rustix::io::Errno::INTR) => self.sweep_protected(),
+                Ok(_) => return true,
+                Err(_) => return false,
+            }
+        }
     }
 }

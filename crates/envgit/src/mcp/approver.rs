@@ -22,21 +22,56 @@ pub struct Parked {
     pub reply: oneshot::Sender<Answer>,
 }
 
-/// A downstream tool call as a question: `CALL server/tool`, summarised `server.tool`. It has
-/// no body, and no control channel lists it (the client's form is the only way to answer).
-pub fn tool_ask(server: &str, tool: &str, rule: &str) -> PendingAsk {
+/// A downstream tool call as a question: `CALL server/tool`, summarised
+/// `server.tool(ARGUMENTS)`, the arguments being what the call does (the agent's code chose
+/// them; the person must see them to know what they approve). They are shown as the JSON that
+/// is sent, control and direction-changing characters escaped, and cut at [`ARGS_SHOWN`]
+/// characters with the rest counted. It has no body, and no control channel lists it (the
+/// client's form is the only way to answer).
+pub fn tool_ask(server: &str, tool: &str, args: &Value, rule: &str) -> PendingAsk {
+    let json = args.to_string();
+    let shown = shown_args(&json);
     PendingAsk {
         id: 0,
         method: "CALL".into(),
         host: server.into(),
         path: format!("/{tool}"),
         rule: rule.into(),
-        summary: format!("{server}.{tool}"),
-        body_hash: String::new(),
-        body_preview: String::new(),
+        summary: format!("{server}.{tool}({shown})"),
+        body_hash: blake3::hash(json.as_bytes()).to_hex().to_string(),
+        body_preview: shown,
         asked_at_ms: envgit_store::now_ms(),
         expires_at_ms: 0,
     }
+}
+
+/// Characters of a call's arguments a question shows.
+pub const ARGS_SHOWN: usize = 2000;
+
+/// The arguments as the person reads them: controls and the characters that reorder or hide
+/// text (bidirectional overrides, zero-width) escaped, cut with what was left out counted.
+fn shown_args(json: &str) -> String {
+    let hidden = |c: char| {
+        c.is_control()
+            || matches!(c, '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2060}'..='\u{2069}' | '\u{061c}' | '\u{feff}')
+    };
+    let mut out = String::new();
+    let total = json.chars().count();
+    for (count, c) in json.chars().enumerate() {
+        if count >= ARGS_SHOWN {
+            out.push_str(&format!(
+                "… [{} more characters not shown: deny unless you know what they hold]",
+                total - count
+            ));
+            break;
+        }
+        if hidden(c) {
+            out.push_str(&format!("\\u{{{:x}}}", c as u32));
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 /// How a cell's `ask` is put to the person.
@@ -206,5 +241,31 @@ impl Elicitation {
 impl Approver for Elicitation {
     fn ask<'a>(&'a self, ask: &'a PendingAsk) -> AskFuture<'a> {
         Box::pin(self.answer(ask))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_tool_question_shows_the_arguments_escaped_and_says_what_it_cut() {
+        let ask = tool_ask(
+            "gh",
+            "create_issue",
+            &json!({"title": "a\u{202e}b\u{1b}[2J"}),
+            "mcp.tools.gh.*",
+        );
+        assert_eq!(
+            ask.summary,
+            "gh.create_issue({\"title\":\"a\\u{202e}b\\u001b[2J\"})"
+        );
+        let long = tool_ask("gh", "t", &json!({"x": "y".repeat(5000)}), "r");
+        assert!(
+            long.summary.contains("more characters not shown"),
+            "{}",
+            long.summary
+        );
+        assert!(long.summary.chars().count() < ARGS_SHOWN + 200);
     }
 }

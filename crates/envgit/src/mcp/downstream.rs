@@ -202,12 +202,11 @@ impl Downstreams {
             }
             Action::Ask => {
                 rec.decision = ToolDecision::Ask;
-                let answer = approver
-                    .ask(&tool_ask(&call.server, &call.tool, &rule))
-                    .await;
+                let ask = tool_ask(&call.server, &call.tool, &call.args, &rule);
+                let answer = approver.ask(&ask).await;
                 if let Ok(mut a) = approvals.lock() {
                     a.push(Approval {
-                        what: format!("tool {what}"),
+                        what: format!("tool {}", ask.summary),
                         rule: rule.clone(),
                         approver: answer.by().to_owned(),
                         answer: if answer.is_approved() {

@@ -136,7 +136,7 @@ pub(crate) fn diff_page(
             for (i, e) in entries.iter().enumerate().skip(offset).take(FILES_PER_PAGE) {
                 files.push(file_diff(store, masks, i, e, 0)?);
             }
-            let end = offset + FILES_PER_PAGE;
+            let end = offset.saturating_add(FILES_PER_PAGE);
             next_offset = (end < total_files).then_some(end);
         }
     }
