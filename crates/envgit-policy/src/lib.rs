@@ -48,7 +48,7 @@ pub use schema::{
 };
 pub use secrets::{PROJECT_DENIES, is_env_file, is_secret_name};
 pub use shell::{ShellMatch, command_line};
-pub use shown_text::escape_controls;
+pub use shown_text::{escape_controls, is_hiding};
 pub use size::{SizeError, parse_size};
 pub use template::INIT_TEMPLATE;
 

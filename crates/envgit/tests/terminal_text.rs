@@ -9,24 +9,28 @@ mod support;
 use support::Env;
 
 /// A clipboard write, a line erase with the cursor moved up, a hidden-text switch, the same
-/// CSI in its one-byte C1 form (UTF-8 `U+009B`), and a newline that would forge a line of the
-/// listing.
-const HOSTILE: [&str; 5] = [
+/// CSI in its one-byte C1 form (UTF-8 `U+009B`), a newline that would forge a line of the
+/// listing, and a right-to-left override that shows `exe.txt` as `txt.exe` (the person reads
+/// a name other than the one there).
+const HOSTILE: [&str; 6] = [
     "clip\x1b]52;c;ZWNobyBvd25lZA==\x07.txt",
     "erase\r\x1b[2K\x1b[1Afake.txt",
     "hide\x1b[8m.txt",
     "c1\u{9b}8m.txt",
     "nl\n   9  run     FORGED.txt",
+    "bidi\u{202e}txt.exe",
 ];
 
 /// The start of a line the newline in a name would forge.
 const FORGED: &str = "\n   9  run     FORGED";
 
 /// Any byte a terminal treats as a control: C0 but newline and tab, DEL, and C1 (raw or as
-/// UTF-8).
+/// UTF-8); and the characters that reorder the text around them (bidirectional overrides
+/// and isolates).
 fn controls(text: &str) -> Vec<String> {
+    let reorders = |c: char| matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}');
     text.char_indices()
-        .filter(|(_, c)| c.is_control() && *c != '\n' && *c != '\t')
+        .filter(|(_, c)| (c.is_control() && *c != '\n' && *c != '\t') || reorders(*c))
         .map(|(i, c)| {
             let from = text[..i].char_indices().rev().nth(30).map_or(0, |(j, _)| j);
             format!("{:?} in …{:?}", c, &text[from..i])
@@ -58,6 +62,7 @@ fn names_and_commands_from_a_step_reach_the_terminal_escaped() {
                     .replace('\r', "\\r")
                     .replace('\n', "\\n")
                     .replace('\u{9b}', "\\302\\233")
+                    .replace('\u{202e}', "\\342\\200\\256")
             ))
             .collect::<Vec<_>>()
             .join(" ")

@@ -74,7 +74,13 @@ pub(crate) fn with_query(path: &str, query: &str) -> String {
 pub(crate) fn clean(text: &str) -> String {
     let mut out: String = text
         .chars()
-        .map(|c| if c.is_control() { '?' } else { c })
+        .map(|c| {
+            if c.is_control() || crate::is_hiding(c) {
+                '?'
+            } else {
+                c
+            }
+        })
         .take(MAX_LEN)
         .collect();
     if text.chars().count() > MAX_LEN {

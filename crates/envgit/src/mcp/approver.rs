@@ -51,10 +51,7 @@ pub const ARGS_SHOWN: usize = 2000;
 /// The arguments as the person reads them: controls and the characters that reorder or hide
 /// text (bidirectional overrides, zero-width) escaped, cut with what was left out counted.
 fn shown_args(json: &str) -> String {
-    let hidden = |c: char| {
-        c.is_control()
-            || matches!(c, '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2060}'..='\u{2069}' | '\u{061c}' | '\u{feff}')
-    };
+    let hidden = |c: char| c.is_control() || envgit_policy::is_hiding(c);
     let mut out = String::new();
     let total = json.chars().count();
     for (count, c) in json.chars().enumerate() {
