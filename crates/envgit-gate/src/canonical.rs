@@ -69,6 +69,9 @@ pub(crate) struct Accepted {
     pub(crate) method_overrides: Vec<String>,
     /// An `Upgrade: websocket` request.
     pub(crate) websocket: bool,
+    /// The origin-form target a WebDAV `Destination` header names (`MOVE`, `COPY`): where
+    /// the request writes, judged as its path is. It must name this connection's host.
+    pub(crate) destination: Option<String>,
 }
 
 /// Checks one request against the connection's target `host:port`; the form that passes is
@@ -91,12 +94,45 @@ pub(crate) fn accept(
     let host_value = check_authority(proto, uri, version, headers, host, port)?;
     let method_overrides = method_overrides(headers)?;
     let websocket = upgrade_is_websocket(headers);
+    let destination = destination(headers, host, port)?;
     Ok(Accepted {
         origin,
         host_value,
         method_overrides,
         websocket,
+        destination,
     })
+}
+
+/// The target of a WebDAV `Destination` header (RFC 4918 §10.3: an absolute URI, or a path
+/// servers take relative to the request's host), read as the request's own target is. One
+/// header at most; one naming another host than the connection's is misdirected.
+fn destination(headers: &HeaderMap, host: &str, port: u16) -> Result<Option<String>, Malformed> {
+    let values: Vec<&HeaderValue> = headers.get_all("destination").iter().collect();
+    let value = match values.as_slice() {
+        [] => return Ok(None),
+        [one] => one
+            .to_str()
+            .map_err(|_| malformed("a Destination that is not ASCII"))?,
+        _ => return Err(malformed("more than one Destination header")),
+    };
+    let uri: Uri = value
+        .trim()
+        .parse()
+        .map_err(|_| malformed("a Destination that is not a URI"))?;
+    if let Some(authority) = uri.authority()
+        && !head::parse_authority(authority.as_str(), Some(port))
+            .is_some_and(|(h, p)| h == host && p == port)
+    {
+        return Err(Malformed {
+            why: format!(
+                "this connection goes to {}; a Destination naming another host is refused",
+                head::authority(host, port)
+            ),
+            misdirected: true,
+        });
+    }
+    check_target(&uri).map(Some)
 }
 
 /// The request target (RFC 9112 §3.2): origin form, or absolute form with `http`/`https`;
@@ -342,6 +378,35 @@ mod tests {
             "example.com",
             443,
         )
+    }
+
+    #[test]
+    fn a_destination_is_read_as_a_target_of_this_host() {
+        let host = ("host", "example.com");
+        let dest = |value: &str| check(Proto::Http1, "/a", &[host, ("destination", value)]);
+        assert_eq!(
+            dest("https://example.com/r.git/refs/heads/main")
+                .unwrap()
+                .destination
+                .as_deref(),
+            Some("/r.git/refs/heads/main")
+        );
+        assert_eq!(
+            dest("/b?x=1").unwrap().destination.as_deref(),
+            Some("/b?x=1")
+        );
+        assert!(dest("https://other.example/b").unwrap_err().misdirected);
+        assert!(!dest("/b\\c").unwrap_err().misdirected);
+        let two = check(
+            Proto::Http1,
+            "/a",
+            &[host, ("destination", "/b"), ("destination", "/c")],
+        );
+        assert!(two.is_err());
+        assert_eq!(
+            check(Proto::Http1, "/a", &[host]).unwrap().destination,
+            None
+        );
     }
 
     #[test]

@@ -129,6 +129,41 @@ async fn one(mut req: Request<Incoming>, conn: &Conn) -> Response<Out> {
             return refuse(conn, &mut rec, &rule, req.body_mut(), reply).await;
         }
     }
+    // A `MOVE` or `COPY` writes at its `Destination`: that path is judged as a request's
+    // own would be (no body), and a rule that would deny or ask about a write there refuses
+    // the request, naming it (`MOVE …/tmp` onto `…/refs/heads/main` is a push).
+    if let Some(dest) = &accepted.destination {
+        let (dest_path, dest_query) = dest.split_once('?').unwrap_or((dest.as_str(), ""));
+        let overrides: Vec<&str> = accepted
+            .method_overrides
+            .iter()
+            .map(String::as_str)
+            .collect();
+        let at_destination = RequestInfo {
+            method: &method,
+            host,
+            port,
+            path: dest_path,
+            query: dest_query,
+            body: None,
+            body_complete: false,
+            method_overrides: &overrides,
+            content_type: None,
+        };
+        match shared.policy.decide_request(&at_destination) {
+            RequestDecision::Allow => {}
+            RequestDecision::Marked { rule, .. } => rec.mark(&rule),
+            RequestDecision::Deny { rule, summary } | RequestDecision::Ask { rule, summary } => {
+                let reason = format!(
+                    "its Destination is a write rule {rule} judges ({summary}): a {method} onto it \
+                     is refused"
+                );
+                rec.reason(&reason);
+                let reply = reply::forbidden(&what, &rule, &reason);
+                return refuse(conn, &mut rec, &rule, req.body_mut(), reply).await;
+            }
+        }
+    }
     let client_upgrade = if accepted.websocket {
         if conn.proto != Proto::Http1 || !websocket_allowed(shared, host, port) {
             let reason = format!(

@@ -204,3 +204,79 @@ fn maven_deploys_and_nuget_pushes_are_refused_on_any_host() {
     }
     assert!(said.contains("seen GET"), "the read did not pass:\n{said}");
 }
+
+/// git's dumb-HTTP push (`git http-push`, which `git push` falls back to on a WebDAV remote
+/// without smart HTTP: Apache mod_dav and the like) moves refs with WebDAV writes, not a
+/// `git-receive-pack` POST: the `LOCK` of `info/refs` it opens with, a `PUT` of each ref
+/// (`refs/heads/main` holding the new id), a `DELETE` for a deleted ref. Each is refused by
+/// `git.dumb-push` on any host, the upstream never seeing it; the reads of the same
+/// repository (`GET`, `PROPFIND`) pass.
+#[test]
+fn dumb_http_pushes_are_refused_on_any_host() {
+    let host = "git.example.org";
+    let w = World::new(&[host]);
+    let repo = format!("https://{host}/srv/app.git");
+    let sha = "1111111111111111111111111111111111111111";
+    let r = w.run(&format!(
+        "curl -sS -X LOCK -H 'Timeout: Second-600' --data-binary '<lockinfo/>' {repo}/info/refs; echo; \
+         curl -sS -X PUT --data-binary '{sha}' {repo}/refs/heads/main; echo; \
+         curl -sS -X DELETE {repo}/refs/tags/v1; echo; \
+         curl -sS {repo}/info/refs; echo; \
+         curl -sS -X PROPFIND -H 'Depth: 1' {repo}/refs/; echo"
+    ));
+    let said = format!("{}\n{}", r.stdout, r.stderr);
+    for method in ["LOCK", "PUT", "DELETE"] {
+        assert!(
+            !said.contains(&format!("seen {method}")),
+            "a dumb-HTTP push reached the upstream ({method}):\n{said}"
+        );
+    }
+    for line in [
+        format!("LOCK {host}/srv/app.git/info/refs"),
+        format!("PUT {host}/srv/app.git/refs/heads/main"),
+        format!("DELETE {host}/srv/app.git/refs/tags/v1"),
+    ] {
+        assert!(
+            said.contains(&format!("envgit: denied {line} (rule git.dumb-push)")),
+            "{line}:\n{said}"
+        );
+    }
+    assert!(
+        said.contains("seen GET /srv/app.git/info/refs")
+            && said.contains("seen PROPFIND /srv/app.git/refs/"),
+        "the reads did not pass:\n{said}"
+    );
+}
+
+/// A WebDAV `MOVE` (or `COPY`) writes where its `Destination` header says, which the rule
+/// never reads: a ref file `PUT` at a path no rule names, then moved onto
+/// `refs/heads/main`, moves the branch with `git.dumb-push` never consulted.
+#[test]
+fn a_webdav_move_onto_a_ref_is_refused() {
+    let host = "git.example.org";
+    let w = World::new(&[host]);
+    let repo = format!("https://{host}/srv/app.git");
+    let r = w.run(&format!(
+        "curl -sS -X MOVE -H 'Destination: {repo}/refs/heads/main' -H 'Overwrite: T' \
+         {repo}/objects/tmp-ref; echo; \
+         curl -sS -X COPY -H 'Destination: /srv/app.git/refs/tags/v1' {repo}/objects/tmp-ref; echo; \
+         curl -sS -X MOVE -H 'Destination: https://elsewhere.example/srv/app.git/x' \
+         {repo}/objects/tmp-ref; echo"
+    ));
+    let said = format!("{}\n{}", r.stdout, r.stderr);
+    for method in ["MOVE", "COPY"] {
+        assert!(
+            !said.contains(&format!("seen {method}")),
+            "a {method} onto a ref or another host reached the upstream:\n{said}"
+        );
+    }
+    assert!(
+        said.contains("(rule git.dumb-push)") && said.contains("(rule gate.host-mismatch)"),
+        "the refusals name no rule:\n{said}"
+    );
+    // A move that writes no ref still passes.
+    let r = w.run(&format!(
+        "curl -sS -X MOVE -H 'Destination: {repo}/objects/other' {repo}/objects/tmp-ref; echo"
+    ));
+    assert!(r.stdout.contains("seen MOVE"), "{}\n{}", r.stdout, r.stderr);
+}

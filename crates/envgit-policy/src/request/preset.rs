@@ -417,5 +417,31 @@ fn build() -> Vec<Rule> {
             ],
             vec![],
         ),
+        // git's dumb-HTTP push (`git http-push`, what `git push` falls back to on a remote
+        // without smart HTTP): WebDAV writes of a repository's refs on any host, the `LOCK`
+        // of `info/refs` it opens with, and the `PUT` of each ref that moves it. Reads
+        // (`GET`, `PROPFIND`) pass.
+        rule(
+            "git.dumb-push",
+            Summary::Request,
+            ["/**/refs/*/**", "/**/info/refs", "/**/packed-refs"]
+                .iter()
+                .map(|path| shape(ANY, only(DAV_WRITES), Some(path)))
+                .collect(),
+            vec![],
+        ),
     ]
 }
+
+/// The methods that write through WebDAV (RFC 4918) and plain HTTP.
+const DAV_WRITES: &[&str] = &[
+    "PUT",
+    "POST",
+    "PATCH",
+    "DELETE",
+    "MOVE",
+    "COPY",
+    "LOCK",
+    "MKCOL",
+    "PROPPATCH",
+];

@@ -20,6 +20,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self.wfile.write(out)
 
     do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = answer
+    # WebDAV, as a dumb-HTTP git remote (Apache mod_dav) serves it
+    do_LOCK = do_UNLOCK = do_MKCOL = do_MOVE = do_COPY = do_PROPFIND = answer
 
     def log_message(self, *args):
         pass

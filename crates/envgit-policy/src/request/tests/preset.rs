@@ -95,6 +95,7 @@ fn ids_are_stable() {
             "rubygems.write",
             "maven.deploy",
             "nuget.push",
+            "git.dumb-push",
         ]
     );
 }
@@ -723,6 +724,16 @@ fn registries_on_any_host() {
             "POST git.internal:8443/o/r.git/info/lfs/locks/1/unlock [{}] => git.lfs.lock",
             "POST git.internal:8443/o/r.git/info/lfs/locks/verify [{}] => allow",
             "POST git.internal:8443/o/r.git/git-upload-pack [fetch] => allow",
+            // git's dumb-HTTP (WebDAV) push anywhere; its reads pass
+            "LOCK git.internal/o/r.git/info/refs [text] => git.dumb-push",
+            "PUT git.internal/o/r.git/refs/heads/main [text] => git.dumb-push",
+            "DELETE git.internal/o/r.git/refs/tags/v1 => git.dumb-push",
+            "MKCOL git.internal/o/r.git/refs/heads/topic/ => git.dumb-push",
+            "PUT git.internal/srv/r/info/refs [text] => git.dumb-push",
+            "PUT git.internal/r.git/packed-refs [text] => git.dumb-push",
+            "PROPFIND git.internal/o/r.git/refs/ => allow",
+            "GET git.internal/o/r.git/info/refs => allow",
+            "GET git.internal/o/r.git/refs/heads/main => allow",
         ],
         bodies,
     );
