@@ -24,12 +24,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use support::Env;
-
-fn support_script(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/support")
-        .join(name)
-}
+use support::upstreams::support_script;
 
 /// Waits for `cond`, polling, up to `limit`; panics with `what` after that.
 fn wait_for(what: &str, limit: Duration, mut cond: impl FnMut() -> bool) {

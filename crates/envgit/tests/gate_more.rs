@@ -6,63 +6,11 @@
 
 mod support;
 
-use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::PathBuf;
+use std::process::{Child, Command};
 
-use rcgen::{
-    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
-    KeyUsagePurpose,
-};
+use support::upstreams::{mint, spawn_py};
 use support::{Env, Run};
-
-fn support_script(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/support")
-        .join(name)
-}
-
-/// A test CA and a leaf for each host, as PEM files in `dir`: `ca.pem`, `HOST.pem`, `HOST.key`.
-fn mint(dir: &Path, hosts: &[&str]) {
-    let mut ca = CertificateParams::default();
-    ca.distinguished_name
-        .push(DnType::CommonName, "envgit test upstream CA");
-    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
-    let ca_key = KeyPair::generate().unwrap();
-    let ca_cert = ca.self_signed(&ca_key).unwrap();
-    std::fs::write(dir.join("ca.pem"), ca_cert.pem()).unwrap();
-    let issuer = Issuer::new(ca, ca_key);
-    for host in hosts {
-        let mut leaf = CertificateParams::new(vec![(*host).to_owned()]).unwrap();
-        leaf.use_authority_key_identifier_extension = true;
-        leaf.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
-        let key = KeyPair::generate().unwrap();
-        let cert = leaf.signed_by(&key, &issuer).unwrap();
-        std::fs::write(dir.join(format!("{host}.pem")), cert.pem()).unwrap();
-        std::fs::write(dir.join(format!("{host}.key")), key.serialize_pem()).unwrap();
-    }
-}
-
-/// Starts a Python helper that prints its port first.
-fn spawn_py(script: &str, args: &[&str]) -> (Child, u16) {
-    let mut child = Command::new("python3")
-        .arg(support_script(script))
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let port = line
-        .trim()
-        .parse()
-        .unwrap_or_else(|_| panic!("{script}: no port"));
-    (child, port)
-}
 
 /// A project whose policy allows `hosts`, each served by `echo_http.py` (which answers every
 /// request with `seen METHOD PATH …`) behind an HTTPS front.

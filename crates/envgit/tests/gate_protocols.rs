@@ -6,16 +6,10 @@
 mod support;
 
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
 use support::Env;
-
-fn support_script(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/support")
-        .join(name)
-}
+use support::upstreams::support_script;
 
 struct Server(Child, u16);
 

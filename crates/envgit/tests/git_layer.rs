@@ -1233,6 +1233,46 @@ fn agents_commit_script(marker: &std::path::Path) -> String {
     )
 }
 
+/// Each of `plants` (what it plants, the script that names the agent's commit there, the
+/// person's undo) in a fresh husky project of `ref_format`: a step makes the agent's commit
+/// ([`agents_commit_script`]) and plants it, the person's git runs the undo. Returns the
+/// plants whose undo wrote the agent's hook; for the others, checks that the person's next
+/// commit runs no planted hook and that the step said why its refs stayed out (naming what
+/// it planted when `names_the_file`).
+fn plant_then_undo(
+    ref_format: &str,
+    plants: &[(&str, &str, &[&str])],
+    names_the_file: bool,
+) -> Vec<String> {
+    let mut wrote = Vec::new();
+    for (what, plant, undo) in plants {
+        let env = project_with_husky_in(ref_format);
+        env.git(&env.project, &["branch", "-M", "main"]);
+        let marker = env.tmp.path().join("MARKER");
+        let script = format!("{}{plant} && echo planted", agents_commit_script(&marker));
+        let out = env.envgit(&["run", "sh", "-c", &script]);
+        assert_eq!(out.code, 0, "{what}: {}{}", out.stdout, out.stderr);
+        assert!(out.stdout.contains("planted"), "{what}: {}", out.stdout);
+        // The person's undo, as they run it next; it may legitimately go back past the
+        // hook's first commit.
+        let _ = env.host_git(&env.project).args(*undo).output();
+        let hook = std::fs::read_to_string(env.path(".husky/pre-commit")).unwrap_or_default();
+        if hook.contains("pwned") {
+            wrote.push(format!("{what}: the host's `git {}`", undo.join(" ")));
+            continue;
+        }
+        env.host_commit_runs_no_planted_hook(&marker);
+        assert!(
+            (!names_the_file || out.stderr.contains(what))
+                && out.stderr.contains("protected path")
+                && out.stderr.contains("rule git.data-only"),
+            "{what}: {}",
+            out.stderr
+        );
+    }
+    wrote
+}
+
 /// The same commit named not by a ref but by what git keeps beside them: `ORIG_HEAD` (the
 /// person's `git reset --hard ORIG_HEAD`, git's own "undo"), a line of `HEAD`'s reflog
 /// (`git reset --hard HEAD@{1}`) or of a branch's (`main@{1}`), `FETCH_HEAD`, `MERGE_HEAD`.
@@ -1240,7 +1280,6 @@ fn agents_commit_script(marker: &std::path::Path) -> String {
 /// judged as a ref's commit is, and they stay out with the refs.
 #[test]
 fn a_pseudo_ref_or_reflog_naming_a_protected_change_stays_out() {
-    let make = agents_commit_script;
     let plants: [(&str, &str, &[&str]); 5] = [
         (
             "ORIG_HEAD",
@@ -1270,33 +1309,7 @@ fn a_pseudo_ref_or_reflog_naming_a_protected_change_stays_out() {
             &["reset", "-q", "--hard", "MERGE_HEAD"],
         ),
     ];
-    let mut wrote = Vec::new();
-    for (what, plant, undo) in plants {
-        let env = project_with_husky();
-        env.git(&env.project, &["branch", "-M", "main"]);
-        let marker = env.tmp.path().join("MARKER");
-        let script = format!("{}{plant} && echo planted", make(&marker));
-        let out = env.envgit(&["run", "sh", "-c", &script]);
-        assert_eq!(out.code, 0, "{what}: {}{}", out.stdout, out.stderr);
-        assert!(out.stdout.contains("planted"), "{what}: {}", out.stdout);
-
-        // The person's undo, as they run it next.
-        let _ = env.host_git(&env.project).args(undo).output();
-        // The person's undo may legitimately go back past the hook's first commit.
-        let hook = std::fs::read_to_string(env.path(".husky/pre-commit")).unwrap_or_default();
-        if hook.contains("pwned") {
-            wrote.push(format!("{what}: the host's `git {}`", undo.join(" ")));
-            continue;
-        }
-        env.host_commit_runs_no_planted_hook(&marker);
-        assert!(
-            out.stderr.contains(what)
-                && out.stderr.contains("protected path")
-                && out.stderr.contains("rule git.data-only"),
-            "{what}: {}",
-            out.stderr
-        );
-    }
+    let wrote = plant_then_undo("files", &plants, true);
     assert!(wrote.is_empty(), "wrote the agent's hook: {wrote:#?}");
 
     // Ordinary work writes all of them and still arrives: commits, a reset that leaves
@@ -1339,28 +1352,7 @@ fn a_reftable_head_or_reflog_naming_a_protected_change_stays_out() {
             &["reset", "-q", "--hard", "HEAD@{1}"],
         ),
     ];
-    let mut wrote = Vec::new();
-    for (what, plant, undo) in plants {
-        let env = project_with_husky_in("reftable");
-        let marker = env.tmp.path().join("MARKER");
-        let script = format!("{}{plant} && echo planted", agents_commit_script(&marker));
-        let out = env.envgit(&["run", "sh", "-c", &script]);
-        assert_eq!(out.code, 0, "{what}: {}{}", out.stdout, out.stderr);
-        assert!(out.stdout.contains("planted"), "{what}: {}", out.stdout);
-        let _ = env.host_git(&env.project).args(undo).output();
-        // The person's undo may legitimately go back past the hook's first commit.
-        let hook = std::fs::read_to_string(env.path(".husky/pre-commit")).unwrap_or_default();
-        if hook.contains("pwned") {
-            wrote.push(format!("{what}: the host's `git {}`", undo.join(" ")));
-            continue;
-        }
-        env.host_commit_runs_no_planted_hook(&marker);
-        assert!(
-            out.stderr.contains("protected path") && out.stderr.contains("rule git.data-only"),
-            "{what}: {}",
-            out.stderr
-        );
-    }
+    let wrote = plant_then_undo("reftable", &plants, false);
     assert!(wrote.is_empty(), "wrote the agent's hook: {wrote:#?}");
 }
 

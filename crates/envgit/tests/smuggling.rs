@@ -8,16 +8,11 @@
 mod support;
 
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 
 use support::Env;
-
-fn support_script(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/support")
-        .join(name)
-}
+use support::upstreams::support_script;
 
 /// A logging upstream: the child, its port, and the JSON-lines file it appends to.
 struct Upstream {

@@ -392,4 +392,5 @@ pub mod git_forge;
 pub mod mcp_client;
 pub mod mid_step;
 pub mod ui_client;
+pub mod upstreams;
 pub mod webdriver;
