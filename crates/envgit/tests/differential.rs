@@ -16,7 +16,6 @@
 mod support;
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -24,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use support::Env;
-use support::upstreams::support_script;
+use support::upstreams::{spawn_server, support_script};
 
 /// Waits for `cond`, polling, up to `limit`; panics with `what` after that.
 fn wait_for(what: &str, limit: Duration, mut cond: impl FnMut() -> bool) {
@@ -55,20 +54,8 @@ impl Drop for Server {
 impl Server {
     /// A server script that prints its port on its first line.
     fn script(name: &'static str, mut cmd: Command, log: PathBuf) -> Server {
-        let mut child = cmd
-            .arg(&log)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let port = line
-            .trim()
-            .parse()
-            .unwrap_or_else(|_| panic!("{name}: no port in {line:?}"));
+        cmd.arg(&log);
+        let (child, port) = spawn_server(name, cmd);
         Server {
             name,
             children: vec![child],

@@ -9,7 +9,7 @@ use std::io::Read;
 use std::path::Path;
 use std::process::Command;
 
-use support::{Env, Run};
+use support::{Env, RAN, Run};
 
 const CANARY: &str = "CANARY-7f3a9c-secret-key-material";
 const PY: &str = "/usr/bin/python3";
@@ -36,15 +36,6 @@ fn run(env: &Env, script: &str) -> Run {
     env.envgit(&["run", "sh", "-c", script])
 }
 
-/// Printed by every attack script as its last line: the attack ran to its end inside.
-const RAN: &str = "ATTACK-SCRIPT-RAN-TO-ITS-END";
-
-/// Runs `script` inside and proves it ran: envgit did not fail on its own (125) and the
-/// script reached its last line. Each command in an attack prints its own result.
-fn attack(env: &Env, script: &str) -> Run {
-    run(env, &format!("{script}\necho {RAN}")).ran_to(RAN)
-}
-
 /// A directory on the host that the sandbox sees (read-only) and that is not under its
 /// private /tmp: canaries and targets there are really within its reach.
 fn visible_dir() -> tempfile::TempDir {
@@ -63,20 +54,10 @@ fn var_lib_dir() -> tempfile::TempDir {
         .unwrap()
 }
 
-fn assert_no_canary(r: &Run) {
-    assert!(
-        !r.stdout.contains(CANARY) && !r.stderr.contains(CANARY),
-        "leaked:\n{}\n{}",
-        r.stdout,
-        r.stderr
-    );
-}
-
 #[test]
 fn secrets_in_the_home_are_unreadable() {
     let env = project();
-    let r = attack(
-        &env,
+    let r = env.attack(
         "echo HOME=$HOME; cat ~/.ssh/id_ed25519; echo cat=$?; ls -la ~/.ssh; echo ls=$?; \
          cat ~/.netrc; echo netrc=$?; cat ~/other/.env; echo dotenv=$?; \
          grep -r CANARY ~ 2>/dev/null; cat /etc/shadow; echo shadow=$?",
@@ -97,7 +78,7 @@ fn secrets_in_the_home_are_unreadable() {
         );
     }
     assert!(!r.stdout.contains("id_ed25519"), "{}", r.stdout);
-    assert_no_canary(&r);
+    r.assert_lacks(CANARY);
     assert_eq!(
         std::fs::read_to_string(env.user_home().join(".ssh/id_ed25519")).unwrap(),
         CANARY
@@ -107,9 +88,9 @@ fn secrets_in_the_home_are_unreadable() {
 #[test]
 fn env_files_in_the_project_are_unreadable_but_examples_are_not() {
     let env = project();
-    let r = attack(&env, "cat .env; echo cat=$?");
+    let r = env.attack("cat .env; echo cat=$?");
     assert!(!r.stdout.contains("cat=0\n"), "{}{}", r.stdout, r.stderr);
-    assert_no_canary(&r);
+    r.assert_lacks(CANARY);
     let r = run(&env, "cat .env.example").ok();
     assert_eq!(r.stdout, "EXAMPLE=1");
     assert_eq!(env.read(".env"), CANARY);
@@ -136,15 +117,12 @@ fn a_writable_directory_does_not_uncover_a_private_file_below_it() {
         ),
     );
     env.write("envgit.yaml", &yaml);
-    let r = attack(
-        &env,
-        &format!(
-            "cat {k}; echo key=$?; touch {d}/made; echo made=$?",
-            k = key.display(),
-            d = dir.path().display()
-        ),
-    );
-    assert_no_canary(&r);
+    let r = env.attack(&format!(
+        "cat {k}; echo key=$?; touch {d}/made; echo made=$?",
+        k = key.display(),
+        d = dir.path().display()
+    ));
+    r.assert_lacks(CANARY);
     // The directory is writable inside (the bind happened), and the key is still masked.
     assert!(r.stdout.contains("made=0\n"), "{}{}", r.stdout, r.stderr);
     assert!(r.stdout.contains("key=1\n"), "{}{}", r.stdout, r.stderr);
@@ -168,17 +146,14 @@ fn links_to_a_secret_do_not_reach_it() {
     env.write("envgit.yaml", &yaml);
     std::os::unix::fs::symlink(&canary, env.path("planted")).unwrap();
     std::os::unix::fs::symlink(&secret, env.path("planted2")).unwrap();
-    let r = attack(
-        &env,
-        &format!(
-            "cat planted; echo planted=$?; cat planted2; echo planted2=$?; \
+    let r = env.attack(&format!(
+        "cat planted; echo planted=$?; cat planted2; echo planted2=$?; \
              ln -s {c} made; cat made; echo made=$?; ln {c} hard; echo hard=$?; cat hard; \
              ln {s} hard2; echo hard2=$?; cat hard2; cat {s}; echo direct=$?",
-            c = canary.display(),
-            s = secret.display()
-        ),
-    );
-    assert_no_canary(&r);
+        c = canary.display(),
+        s = secret.display()
+    ));
+    r.assert_lacks(CANARY);
     for what in ["planted", "planted2", "made", "hard", "hard2", "direct"] {
         assert!(
             !r.stdout.contains(&format!("{what}=0\n")),
@@ -216,8 +191,7 @@ fn a_hard_link_to_a_file_outside_the_project_is_read_only_inside() {
     );
     assert_eq!(std::fs::read_to_string(&outside).unwrap(), "original\n");
     // Every other way to write through it fails too; the project's own files stay writable.
-    let r = attack(
-        &env,
+    let r = env.attack(
         "echo pwned > linked.txt; echo trunc=$?; chmod 600 linked.txt; echo chmod=$?; \
          true > linked.txt; echo empty=$?; \
          echo more >> normal.txt; echo normal=$?; echo more >> pair-b.txt; echo pair=$?",
@@ -273,13 +247,10 @@ fn objects_hard_linked_by_git_clone_local_stay_intact_and_git_still_works() {
         2,
         "the clone did not hard-link its objects"
     );
-    let r = attack(
-        &env,
-        &format!(
-            "echo b > b.txt && git add b.txt && git commit -qm b && echo commit=$?; \
+    let r = env.attack(&format!(
+        "echo b > b.txt && git add b.txt && git commit -qm b && echo commit=$?; \
              chmod u+w {object}; echo chmod=$?; echo junk >> {object}; echo write=$?"
-        ),
-    );
+    ));
     // The write lands in the run's layer over `.git` (inside, the object was copied up):
     // neither the repository it was cloned from nor the project's own object changes.
     assert!(r.stdout.contains("commit=0\n"), "{}{}", r.stdout, r.stderr);
@@ -342,15 +313,12 @@ fn env_files_at_any_depth_and_in_excluded_directories_are_unreadable() {
     env.write("node_modules/x/y/z/w/.env.production", CANARY);
     env.write("target/debug/.npmrc", CANARY);
     env.write("node_modules/x/.env.example", "EXAMPLE=1");
-    let r = attack(
-        &env,
-        &format!(
-            "cat {deep}; echo deep=$?; cat node_modules/x/.env; echo nm=$?; \
+    let r = env.attack(&format!(
+        "cat {deep}; echo deep=$?; cat node_modules/x/.env; echo nm=$?; \
              cat node_modules/x/y/z/w/.env.production; echo nmdeep=$?; \
              cat target/debug/.npmrc; echo npmrc=$?; grep -r CANARY . 2>/dev/null; \
              cat node_modules/x/.env.example; echo example=$?"
-        ),
-    );
+    ));
     for what in ["deep", "nm", "nmdeep", "npmrc"] {
         assert!(
             r.stdout.contains(&format!("{what}=")) && !r.stdout.contains(&format!("{what}=0\n")),
@@ -359,7 +327,7 @@ fn env_files_at_any_depth_and_in_excluded_directories_are_unreadable() {
             r.stderr
         );
     }
-    assert_no_canary(&r);
+    r.assert_lacks(CANARY);
     assert!(r.stdout.contains("EXAMPLE=1"), "{}", r.stdout);
     assert_eq!(env.read(deep), CANARY);
 }
@@ -370,15 +338,12 @@ fn writes_outside_the_project_fail() {
     let dir = visible_dir();
     let outside = dir.path().join("outside.txt");
     let home_file = env.user_home().join("written.txt");
-    let r = attack(
-        &env,
-        &format!(
-            "echo pwned > {}; echo outside=$?; echo pwned > /usr/pwned; echo usr=$?; \
+    let r = env.attack(&format!(
+        "echo pwned > {}; echo outside=$?; echo pwned > /usr/pwned; echo usr=$?; \
              echo pwned > /etc/pwned; echo etc=$?; echo ok > ~/written.txt; echo home=$?; \
              cat ~/written.txt; echo ok > /tmp/scratch; echo tmp=$?",
-            outside.display()
-        ),
-    );
+        outside.display()
+    ));
     for what in ["outside", "usr", "etc"] {
         assert!(
             r.stdout.contains(&format!("{what}=")) && !r.stdout.contains(&format!("{what}=0\n")),
@@ -411,8 +376,7 @@ fn protected_files_are_read_only() {
     let env = project();
     let yaml = env.read("envgit.yaml");
     let config = env.read(".git/config");
-    let r = attack(
-        &env,
+    let r = env.attack(
         "echo 'version: 2' > envgit.yaml; echo yaml=$?; echo evil > .git/hooks/pre-commit; \
          echo hook=$?; echo '[core] fsmonitor = evil' >> .git/config; echo config=$?",
     );
@@ -446,8 +410,7 @@ fn renaming_a_protected_parent_is_put_back_and_flagged() {
     let env = project();
     let config = env.read(".git/config");
     env.write(".github/hooks/hooks.json", "{}");
-    let r = attack(
-        &env,
+    let r = env.attack(
         "mv .git .g; echo mv-git=$?; \
          mv .github .gh && mkdir -p .github/hooks && echo evil > .github/hooks/hooks.json; \
          echo mv-github=$?; mkdir -p .claude && echo '{\"hooks\":1}' > .claude/settings.json",
@@ -484,15 +447,12 @@ fn the_store_and_envgit_state_are_invisible() {
     let env = project();
     let store = env.store_dir();
     let journal_before = std::fs::read(store.join("journal")).unwrap();
-    let r = attack(
-        &env,
-        &format!(
-            "ls {s}; echo ls=$?; cat {s}/journal; echo cat=$?; echo x >> {s}/journal; \
+    let r = env.attack(&format!(
+        "ls {s}; echo ls=$?; cat {s}/journal; echo cat=$?; echo x >> {s}/journal; \
              echo append=$?; ls {h}; echo home=$?",
-            s = store.display(),
-            h = env.home.display()
-        ),
-    );
+        s = store.display(),
+        h = env.home.display()
+    ));
     for what in ["ls", "cat", "append", "home"] {
         assert!(
             !r.stdout.contains(&format!("{what}=0\n")),
@@ -595,7 +555,7 @@ fn unix_sockets_on_the_host_are_unreachable() {
         d = docker.display(),
         h = home_docker.display()
     );
-    let r = attack(&env, &script);
+    let r = env.attack(&script);
     assert!(!r.stdout.contains("CONNECTED"), "{}{}", r.stdout, r.stderr);
     // ECONNREFUSED (abstract name in another network namespace), ENOENT or EACCES.
     let errnos: Vec<&str> = r
@@ -628,7 +588,7 @@ except OSError as e:
 PY
 unshare -U true; echo unshare=$?"#
     );
-    let r = attack(&env, &script);
+    let r = env.attack(&script);
     for name in [
         "io_uring_setup",
         "setns",
@@ -695,10 +655,7 @@ int main(int argc, char **argv) {
         let said = String::from_utf8_lossy(&host.stdout);
         assert!(said.starts_with(&format!("survived {abi} ")), "{said}");
     }
-    let r = attack(
-        &env,
-        "./abi x32; echo \"x32 exit=$?\"; ./abi i386; echo \"i386 exit=$?\"",
-    );
+    let r = env.attack("./abi x32; echo \"x32 exit=$?\"; ./abi i386; echo \"i386 exit=$?\"");
     assert!(!r.stdout.contains("survived"), "{}{}", r.stdout, r.stderr);
     for abi in ["x32", "i386"] {
         // SIGSYS (31): seccomp's kill.
@@ -744,7 +701,7 @@ except OSError:
     print('failed dns')
 PY"#
     );
-    let r = attack(&env, &script);
+    let r = env.attack(&script);
     assert!(
         !r.stdout.contains("CONNECTED") && !r.stdout.contains("SENT"),
         "{}{}",
@@ -1160,8 +1117,8 @@ fn only_what_the_command_needs_is_visible() {
          echo var-tmp > /var/tmp/envgit-test-marker; echo vartmp=$?; echo etc-ok; cat /etc/passwd >/dev/null; echo passwd=$?\n",
         k = key.display()
     ));
-    let r = attack(&env, &script);
-    assert_no_canary(&r);
+    let r = env.attack(&script);
+    r.assert_lacks(CANARY);
     for (i, dir) in dirs.iter().enumerate() {
         for what in ["read", "seen"] {
             assert!(
@@ -1222,7 +1179,7 @@ fn no_host_unix_socket_is_reachable() {
     let script = format!(
         "{PY} - <<'PY'\nimport socket\nfor p in [{list}]:\n    for kind in (socket.SOCK_STREAM, socket.SOCK_DGRAM, socket.SOCK_SEQPACKET):\n        s = socket.socket(socket.AF_UNIX, kind)\n        try:\n            s.connect(p); print('CONNECTED', p, kind)\n        except OSError as e:\n            print('refused', e.errno, p)\nPY"
     );
-    let r = attack(&env, &script);
+    let r = env.attack(&script);
     println!("{} host sockets tried:\n{}", paths.len(), r.stdout);
     assert!(!r.stdout.contains("CONNECTED"), "{}{}", r.stdout, r.stderr);
     let refused: Vec<&str> = r
@@ -1316,7 +1273,7 @@ fn host_sockets_bound_in_ways_proc_net_unix_hides_are_unreachable() {
     let script = format!(
         "{PY} - <<'PY'\nimport socket\nfor p in [{list}]:\n    s = socket.socket(socket.AF_UNIX)\n    try:\n        s.connect(p); s.send(b'x'); print('CONNECTED', p)\n    except OSError as e:\n        print('refused', e.errno, p)\nPY"
     );
-    let r = attack(&env, &script);
+    let r = env.attack(&script);
     let mut accepted = String::new();
     for mut child in [relative, other_namespace, through_link] {
         drop(child.stdin.take());
@@ -1380,8 +1337,8 @@ fn every_home_credential_file_is_masked() {
         .enumerate()
         .map(|(i, rel)| format!("cat ~/{rel} 2>/dev/null; echo m{i}=$?\n"))
         .collect();
-    let r = attack(&env, &script);
-    assert_no_canary(&r);
+    let r = env.attack(&script);
+    r.assert_lacks(CANARY);
     for (i, rel) in all.iter().enumerate() {
         assert!(
             r.stdout.contains(&format!("m{i}=")) && !r.stdout.contains(&format!("m{i}=0\n")),
@@ -1452,7 +1409,7 @@ fn credentials_the_persons_environment_moves_elsewhere_are_masked() {
             .unwrap(),
     )
     .ran_to(RAN);
-    assert_no_canary(&r);
+    r.assert_lacks(CANARY);
     for (i, rel) in targets.iter().enumerate() {
         assert!(
             !r.stdout.contains(&format!("m{i}=0\n")),
@@ -1475,8 +1432,8 @@ fn a_git_credential_store_the_person_moved_is_masked() {
         "[credential]\n\thelper = store --file ~/secrets/git-credentials\n",
     )
     .unwrap();
-    let r = attack(&env, "cat ~/secrets/git-credentials; echo m=$?");
-    assert_no_canary(&r);
+    let r = env.attack("cat ~/secrets/git-credentials; echo m=$?");
+    r.assert_lacks(CANARY);
     assert!(!r.stdout.contains("m=0\n"), "{}", r.stdout);
 }
 
@@ -1505,8 +1462,8 @@ fn project_credential_and_env_files_are_masked_in_every_directory() {
             "cat node_modules/pkg/.env.example; echo\n".to_owned(),
         ))
         .collect();
-    let r = attack(&env, &script);
-    assert_no_canary(&r);
+    let r = env.attack(&script);
+    r.assert_lacks(CANARY);
     for (i, rel) in planted.iter().enumerate() {
         assert!(
             r.stdout.contains(&format!("m{i}=")) && !r.stdout.contains(&format!("m{i}=0\n")),
@@ -1636,14 +1593,14 @@ fn an_etc_file_made_private_since_the_cached_walk_is_masked() {
     }
     // A chmod, in a directory that did not change.
     std::fs::set_permissions(&conf, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
-    let r = attack(&env, &read);
-    assert_no_canary(&r);
+    let r = env.attack(&read);
+    r.assert_lacks(CANARY);
     assert!(r.stdout.contains("conf=1\n"), "{}{}", r.stdout, r.stderr);
     // A new private file.
     let key = etc.path().join("new.key");
     std::fs::write(&key, CANARY).unwrap();
     std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
-    let r = attack(&env, &format!("cat {}; echo key=$?", key.display()));
-    assert_no_canary(&r);
+    let r = env.attack(&format!("cat {}; echo key=$?", key.display()));
+    r.assert_lacks(CANARY);
     assert!(r.stdout.contains("key=1\n"), "{}{}", r.stdout, r.stderr);
 }

@@ -6,12 +6,9 @@ mod support;
 
 use std::io::Write;
 
-use support::{Env, Run};
+use support::Env;
 
 const CANARY: &str = "CANARY-5d1e07-secret-key-material";
-
-/// Printed by every attack script as its last line: the attack ran to its end inside.
-const RAN: &str = "ATTACK-SCRIPT-RAN-TO-ITS-END";
 
 fn project() -> Env {
     let env = Env::new();
@@ -22,20 +19,6 @@ fn project() -> Env {
     env
 }
 
-fn attack(env: &Env, script: &str) -> Run {
-    env.envgit(&["run", "sh", "-c", &format!("{script}\necho {RAN}")])
-        .ran_to(RAN)
-}
-
-fn assert_no_canary(r: &Run) {
-    assert!(
-        !r.stdout.contains(CANARY) && !r.stderr.contains(CANARY),
-        "leaked:\n{}\n{}",
-        r.stdout,
-        r.stderr
-    );
-}
-
 /// A step plants an empty `.env` file for the person to fill in ("put your API key here"),
 /// and hard links to it under other names: in the project, and in a directory the snapshot
 /// excludes (`node_modules/`). The person writes the key into the file in place (`>>`, or an
@@ -44,8 +27,7 @@ fn assert_no_canary(r: &Run) {
 #[test]
 fn a_hard_link_planted_beside_a_secret_does_not_reach_it() {
     let env = project();
-    attack(
-        &env,
+    env.attack(
         "mkdir -p config node_modules/.cache && : > config/.env.local && \
          ln config/.env.local config/README && ln config/.env.local node_modules/.cache/x && \
          : > .env && ln .env notes.txt && ls -li config node_modules/.cache",
@@ -57,12 +39,11 @@ fn a_hard_link_planted_beside_a_secret_does_not_reach_it() {
             .unwrap();
         writeln!(f, "API_KEY={CANARY}").unwrap();
     }
-    let r = attack(
-        &env,
+    let r = env.attack(
         "cat config/.env.local; echo direct=$?; cat config/README; echo readme=$?; \
          cat node_modules/.cache/x; echo cache=$?; cat notes.txt; echo notes=$?",
     );
-    assert_no_canary(&r);
+    r.assert_lacks(CANARY);
     for what in ["direct", "readme", "cache", "notes"] {
         assert!(
             !r.stdout.contains(&format!("{what}=0\n")),
@@ -185,7 +166,7 @@ fn more_home_credential_files_are_masked() {
         .enumerate()
         .map(|(i, rel)| format!("cat ~/{rel} 2>/dev/null; echo m{i}=$?\n"))
         .collect();
-    let r = attack(&env, &script);
+    let r = env.attack(&script);
     let readable: Vec<&str> = files
         .iter()
         .enumerate()
@@ -195,7 +176,7 @@ fn more_home_credential_files_are_masked() {
         .map(|(_, rel)| *rel)
         .collect();
     assert!(readable.is_empty(), "readable inside: {readable:?}");
-    assert_no_canary(&r);
+    r.assert_lacks(CANARY);
 }
 
 /// A multiplexer hands a DCS's payload to the terminal outside it: tmux its `tmux;` ones,
@@ -230,8 +211,7 @@ fn a_hard_link_to_a_file_below_a_denied_directory_does_not_reach_it() {
     env.write("envgit.yaml", &yaml);
     // The step makes the directories (absent, nothing masks them yet) with a file each for
     // the person to fill in, and a link to each outside them.
-    attack(
-        &env,
+    env.attack(
         "mkdir private vault1 && : > private/api.key && ln private/api.key copy1 && \
          : > vault1/db.key && ln vault1/db.key copy2; echo planted=$?",
     );
@@ -242,8 +222,8 @@ fn a_hard_link_to_a_file_below_a_denied_directory_does_not_reach_it() {
             .unwrap();
         writeln!(f, "KEY={CANARY}").unwrap();
     }
-    let r = attack(&env, "cat copy1; echo copy1=$?; cat copy2; echo copy2=$?");
-    assert_no_canary(&r);
+    let r = env.attack("cat copy1; echo copy1=$?; cat copy2; echo copy2=$?");
+    r.assert_lacks(CANARY);
 }
 
 /// Cloudflare Wrangler keeps a project's local secrets in `.dev.vars` (and `.dev.vars.ENV`),
@@ -257,12 +237,11 @@ fn wranglers_dev_vars_are_masked_like_env_files() {
         &format!("API_TOKEN={CANARY}\n"),
     );
     env.write(".dev.vars.example", "API_TOKEN=\n");
-    let r = attack(
-        &env,
+    let r = env.attack(
         "cat .dev.vars; echo a=$?; cat workers/api/.dev.vars.staging; echo b=$?; \
          cat .dev.vars.example; echo example=$?",
     );
-    assert_no_canary(&r);
+    r.assert_lacks(CANARY);
     assert!(r.stdout.contains("example=0\n"), "{}", r.stdout);
 }
 
@@ -286,8 +265,7 @@ fn a_hard_link_in_an_excluded_directory_cannot_change_the_file_outside() {
         env.path("node_modules/lodash/index.js"),
     )
     .unwrap();
-    attack(
-        &env,
+    env.attack(
         "echo 'require(\"child_process\").execSync(\"id\")' >> node_modules/lodash/index.js; \
          echo wrote=$?",
     );

@@ -7,12 +7,11 @@
 
 mod support;
 
-use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 
 use support::Env;
-use support::upstreams::support_script;
+use support::upstreams::{spawn_server, support_script};
 
 /// A logging upstream: the child, its port, and the JSON-lines file it appends to.
 struct Upstream {
@@ -30,21 +29,9 @@ impl Drop for Upstream {
 
 impl Upstream {
     fn start(program: &str, script: &str, log: PathBuf) -> Upstream {
-        let mut child = Command::new(program)
-            .arg(support_script(script))
-            .arg(&log)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let port = line
-            .trim()
-            .parse()
-            .unwrap_or_else(|_| panic!("{script}: no port in {line:?}"));
+        let mut cmd = Command::new(program);
+        cmd.arg(support_script(script)).arg(&log);
+        let (child, port) = spawn_server(script, cmd);
         Upstream { child, port, log }
     }
 

@@ -5,6 +5,9 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+/// Printed by every attack script as its last line: the attack ran to its end inside.
+pub const RAN: &str = "ATTACK-SCRIPT-RAN-TO-ITS-END";
+
 pub struct Env {
     pub tmp: tempfile::TempDir,
     pub home: PathBuf,
@@ -32,6 +35,15 @@ impl Run {
             self.stdout, self.stderr
         );
         self
+    }
+    /// No stream of the step holds `secret`.
+    pub fn assert_lacks(&self, secret: &str) {
+        assert!(
+            !self.stdout.contains(secret) && !self.stderr.contains(secret),
+            "leaked:\n{}\n{}",
+            self.stdout,
+            self.stderr
+        );
     }
     /// An attack's step: envgit did not fail on its own (125) and the script reached the
     /// line that prints `last` (so each earlier command ran).
@@ -236,6 +248,14 @@ impl Env {
         self.git(&self.project, &["add", "a.txt"]);
         self.git(&self.project, &["commit", "-q", "-m", "host commit"]);
         assert!(!marker.exists(), "the host ran a hook the agent wrote");
+    }
+
+    /// Runs the attack `script` inside `envgit run` and proves it ran: envgit did not fail on
+    /// its own (125) and the script reached its last line ([`RAN`]). Each command in an attack
+    /// prints its own result.
+    pub fn attack(&self, script: &str) -> Run {
+        self.envgit(&["run", "sh", "-c", &format!("{script}\necho {RAN}")])
+            .ran_to(RAN)
     }
 
     pub fn sh(&self, script: &str) -> Run {

@@ -41,9 +41,15 @@ pub fn mint(dir: &Path, hosts: &[&str]) {
 
 /// Starts a Python helper that prints its port first.
 pub fn spawn_py(script: &str, args: &[&str]) -> (Child, u16) {
-    let mut child = Command::new("python3")
-        .arg(support_script(script))
-        .args(args)
+    let mut cmd = Command::new("python3");
+    cmd.arg(support_script(script)).args(args);
+    spawn_server(script, cmd)
+}
+
+/// Starts `cmd`, a server that prints the port it listens on as its first line (`name` says
+/// which in a failure), its stderr discarded.
+pub fn spawn_server(name: &str, mut cmd: Command) -> (Child, u16) {
+    let mut child = cmd
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
@@ -55,6 +61,6 @@ pub fn spawn_py(script: &str, args: &[&str]) -> (Child, u16) {
     let port = line
         .trim()
         .parse()
-        .unwrap_or_else(|_| panic!("{script}: no port"));
+        .unwrap_or_else(|_| panic!("{name}: no port in {line:?}"));
     (child, port)
 }
