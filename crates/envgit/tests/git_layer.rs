@@ -1403,3 +1403,143 @@ fn an_index_that_changes_a_protected_path_behind_the_worktree_is_refused() {
         "ordinary\n"
     );
 }
+
+/// A Python script, run inside a step as the agent would, that rewrites `.git/index` (a
+/// version 2 index of SHA-1 ids) and its checksum: `tree NAME HEX` gives the cache-tree
+/// (`TREE` extension) node named `NAME` the tree `HEX` while every entry stays as it was;
+/// `reuc PATH HEX` adds a resolve-undo (`REUC`) record for `PATH` whose three stages are the
+/// blob `HEX`.
+const PATCH_INDEX: &str = r#"
+import hashlib, struct, sys
+d = open('.git/index', 'rb').read()[:-20]
+n = struct.unpack('>I', d[8:12])[0]
+off = 12
+for _ in range(n):
+    off += (62 + (struct.unpack('>H', d[off + 60:off + 62])[0] & 0xfff) + 8) & ~7
+entries, exts = d[:off], []
+while off + 8 <= len(d):
+    size = struct.unpack('>I', d[off + 4:off + 8])[0]
+    exts.append([d[off:off + 4], d[off + 8:off + 8 + size]])
+    off += 8 + size
+what, name, new = sys.argv[1], sys.argv[2].encode(), bytes.fromhex(sys.argv[3])
+if what == 'tree':
+    found = False
+    for ext in exts:
+        if ext[0] != b'TREE':
+            continue
+        t, i, out = ext[1], 0, b''
+        while i < len(t):
+            z = t.index(b'\0', i)
+            nl = t.index(b'\n', z)
+            valid = int(t[z + 1:nl].split(b' ')[0]) >= 0
+            here = t[i:z] == name and valid
+            out += t[i:nl + 1] + (new if here else t[nl + 1:nl + 21] if valid else b'')
+            found |= here
+            i = nl + 1 + (20 if valid else 0)
+        ext[1] = out
+    assert found, 'no valid cache-tree node ' + sys.argv[2]
+else:
+    exts.append([b'REUC', name + b'\0' + b'100755\0' * 3 + new * 3])
+body = entries + b''.join(s + struct.pack('>I', len(b)) + b for s, b in exts)
+open('.git/index', 'wb').write(body + hashlib.sha1(body).digest())
+"#;
+
+/// An index whose entries hold the protected paths as they were, naming the agent's version
+/// another way the host's git reads. Imported as data: the cache-tree's node for `.husky`
+/// (git's `commit` takes a valid node's tree without reading the entries, and `git status`
+/// compares by it too, so nothing showed) put the agent's hook in the person's next commit,
+/// and a checkout away and back wrote it; a resolve-undo record gave it to the person's
+/// `git checkout -m`; a sparse index's directory entry for `.github/` (git expands it where
+/// sparse checkout is off) put the agent's `.github/hooks` in the person's next commit.
+#[test]
+fn an_index_naming_a_protected_change_another_way_stays_out() {
+    let evil_blob =
+        "b=$(printf '#!/bin/sh\\necho pwned >> \"$M\"\\n' | git hash-object -w --stdin)";
+    // What each case plants, how, the person's git after it, and what the refusal names.
+    let cases: [(&str, String, &[&[&str]], &str); 3] = [
+        (
+            "the cache-tree",
+            format!(
+                "{evil_blob} && t=$(printf '100755 blob %s\\tpre-commit\\n' $b | git mktree) && \
+                 git write-tree > /dev/null && python3 $P tree .husky $t"
+            ),
+            &[
+                &["add", "a.txt"],
+                &["commit", "-q", "-m", "person"],
+                &["checkout", "-q", "HEAD~1"],
+                &["checkout", "-q", "main"],
+            ],
+            "its cache-tree gives `.husky` a tree its entries do not make",
+        ),
+        (
+            "a resolve-undo record",
+            format!("{evil_blob} && python3 $P reuc .husky/pre-commit $b"),
+            &[&["checkout", "-m", "--", ".husky/pre-commit"]],
+            "it changes `.husky/pre-commit`, a protected path",
+        ),
+        (
+            "a sparse directory entry",
+            format!(
+                "{evil_blob} && h=$(printf '100644 blob %s\\thooks.json\\n' $b | git mktree) && \
+                 g=$(printf '040000 tree %s\\thooks\\n' $h | git mktree) && \
+                 r=$( (git ls-tree HEAD; printf '040000 tree %s\\t.github\\n' $g) | git mktree) && \
+                 git sparse-checkout set --cone --sparse-index .husky src && \
+                 git read-tree -m HEAD $r && git ls-files --sparse | grep -qx .github/"
+            ),
+            &[
+                &["add", "a.txt"],
+                &["commit", "-q", "-m", "person"],
+                &["checkout", "-q", "HEAD~1"],
+                &["checkout", "-q", "main"],
+            ],
+            "it changes `.github/`, a protected path",
+        ),
+    ];
+    let mut wrote = Vec::new();
+    for (what, plant, person, why) in cases {
+        let env = project_with_husky();
+        let marker = env.tmp.path().join("MARKER");
+        // The agent's tool, beside its work.
+        env.write("patch_index.py", PATCH_INDEX);
+        let script = format!(
+            "M={m} && P=patch_index.py && {plant} && echo planted",
+            m = marker.display()
+        );
+        let out = env.envgit(&["run", "sh", "-c", &script]);
+        let (stdout, stderr) = (out.stdout, out.stderr);
+        assert_eq!(out.code, 0, "{what}: {stdout}{stderr}");
+        assert!(stdout.contains("planted"), "{what}: {stdout}{stderr}");
+        // The person's git, as they run it next.
+        env.write("a.txt", "the person's edit\n");
+        for args in person {
+            let _ = env.host_git(&env.project).args(*args).output();
+        }
+        let grep = env
+            .host_git(&env.project)
+            .args(["grep", "-l", "pwned", "HEAD", "--"])
+            .output()
+            .unwrap();
+        let committed = String::from_utf8_lossy(&grep.stdout).into_owned();
+        let on_disk: Vec<&str> = [".husky/pre-commit", ".github/hooks/hooks.json"]
+            .into_iter()
+            .filter(|p| std::fs::read_to_string(env.path(p)).is_ok_and(|c| c.contains("pwned")))
+            .collect();
+        if !committed.trim().is_empty() || !on_disk.is_empty() {
+            wrote.push(format!(
+                "{what}: committed {committed:?}, written {on_disk:?}"
+            ));
+            continue;
+        }
+        env.host_commit_runs_no_planted_hook(&marker);
+        assert!(
+            stderr.contains(".git/index was not imported")
+                && stderr.contains(why)
+                && stderr.contains("rule git.data-only"),
+            "{what}: {stderr}"
+        );
+    }
+    assert!(
+        wrote.is_empty(),
+        "the host's git took the agent's version: {wrote:#?}"
+    );
+}

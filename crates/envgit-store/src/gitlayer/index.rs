@@ -5,19 +5,24 @@
 //! only when every path in it is one git itself would have let into an index (`verify_path`),
 //! and (see `import`) when it leaves the entries of the protected paths as they were.
 //!
-//! Versions 2, 3 and 4 (prefix-compressed paths); the extensions after the entries are
-//! skipped, except a split index's `link` (the shared index it names, the entries it deletes
-//! and replaces there). No crate in the workspace's lock reads the format.
+//! Versions 2, 3 and 4 (prefix-compressed paths); of the extensions after the entries, those
+//! that name paths or objects the host's git acts on are kept for the caller ([`Tail`]): a
+//! split index's `link`, the cache-tree (`TREE`) and the resolve-undo records (`REUC`, see
+//! `index_extensions`). No crate in the workspace's lock reads the format.
 
 use std::collections::BTreeMap;
 
-/// One entry: its path, mode, stage and object id (raw bytes).
-#[derive(Debug, Clone, PartialEq, Eq)]
+use super::index_extensions::{self, CacheTree};
+
+/// One entry: its path, mode, stage, object id (raw bytes), and whether it is only an intent
+/// to add (`git add -N`: in no tree git writes).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Entry {
     pub path: Vec<u8>,
     pub mode: u32,
     pub stage: u8,
     pub oid: Vec<u8>,
+    pub intent_to_add: bool,
 }
 
 /// A split index's `link` extension: the shared index it builds on (hex), and the positions
@@ -80,14 +85,25 @@ fn varint(d: &[u8]) -> Option<(usize, usize)> {
     Some((usize::try_from(val).ok()?, i + 1))
 }
 
+/// What an index holds after its entries that the host's git acts on: a split index's `link`,
+/// and the bodies of its cache-tree (`TREE`: `git commit` takes a valid node's tree without
+/// reading the entries below it) and resolve-undo (`REUC`: `git checkout -m` brings its
+/// stages back) extensions.
+#[derive(Debug, Default)]
+pub struct Tail<'a> {
+    pub link: Option<Link>,
+    pub cache_tree: Option<&'a [u8]>,
+    pub resolve_undo: Option<&'a [u8]>,
+}
+
 /// Reads `data` as an index whose object ids are `hashsz` bytes, giving each entry to `each`
-/// in order; returns its `link` extension, if any. `Err` says why git could not read it so
-/// (or why it is read differently by git's threaded loader).
+/// in order; returns what follows the entries ([`Tail`]). `Err` says why git could not read
+/// it so (or why it is read differently by git's threaded loader).
 pub fn walk(
     data: &[u8],
     hashsz: usize,
     mut each: impl FnMut(&Entry) -> Result<(), String>,
-) -> Result<Option<Link>, String> {
+) -> Result<Tail<'_>, String> {
     if data.len() < 12 + hashsz || &data[..4] != b"DIRC" {
         return Err("it is not a git index (no `DIRC` header)".into());
     }
@@ -98,12 +114,7 @@ pub fn walk(
     let count = be32(data, 8)?;
     let end = data.len() - hashsz;
     let mut off = 12;
-    let mut entry = Entry {
-        path: Vec::new(),
-        mode: 0,
-        stage: 0,
-        oid: Vec::new(),
-    };
+    let mut entry = Entry::default();
     for i in 0..count {
         let flags_at = off + 40 + hashsz;
         if flags_at + 2 > end {
@@ -116,10 +127,13 @@ pub fn walk(
         entry.stage = ((flags >> 12) & 3) as u8;
         let extended = flags & 0x4000 != 0;
         let mut name_at = flags_at + 2;
+        entry.intent_to_add = false;
         if extended {
-            if be16(data, name_at)? & !0x6000 != 0 {
+            let more = be16(data, name_at)?;
+            if more & !0x6000 != 0 {
                 return Err("an entry has flags git does not know".into());
             }
+            entry.intent_to_add = more & 0x2000 != 0;
             name_at += 2;
         }
         let len = usize::from(flags & 0xfff);
@@ -173,7 +187,7 @@ pub fn walk(
         }
         each(&entry)?;
     }
-    let mut link = None;
+    let mut tail = Tail::default();
     while off + 8 <= end {
         let sig = &data[off..off + 4];
         let size = usize::try_from(be32(data, off + 4)?).unwrap_or(usize::MAX);
@@ -182,7 +196,9 @@ pub fn walk(
             .filter(|_| off + 8 + size <= end)
             .ok_or("an extension runs past the end")?;
         match sig {
-            b"link" => link = Some(read_link(body, hashsz)?),
+            b"link" => tail.link = Some(read_link(body, hashsz)?),
+            b"TREE" => tail.cache_tree = Some(body),
+            b"REUC" => tail.resolve_undo = Some(body),
             // Its blocks' first paths are read without their prefix by git's threaded loader,
             // in order here: the two could differ. git writes it only when asked
             // (`index.recordOffsetTable`).
@@ -201,7 +217,7 @@ pub fn walk(
         }
         off += 8 + size;
     }
-    Ok(link)
+    Ok(tail)
 }
 
 fn read_link(body: &[u8], hashsz: usize) -> Result<Link, String> {
@@ -312,7 +328,7 @@ fn check(data: &[u8], hashsz: usize, shared: &dyn Fn(&str) -> Option<Vec<u8>>) -
     // a good index yields garbage paths.
     let mut bad = None;
     let mut unnamed = None;
-    let link = walk(data, hashsz, |e| {
+    let tail = walk(data, hashsz, |e| {
         if e.path.is_empty() {
             // A split index's replacements carry no name: they take the shared entry's.
             unnamed.get_or_insert_with(|| describe(e));
@@ -322,7 +338,18 @@ fn check(data: &[u8], hashsz: usize, shared: &dyn Fn(&str) -> Option<Vec<u8>>) -
         Ok(())
     })
     .map_err(Why::Unreadable)?;
-    let link = link.filter(|l| l.shared.bytes().any(|b| b != b'0'));
+    // `git update-index --unresolve` adds a record's stages as entries.
+    if let Some(body) = tail.resolve_undo {
+        let records = index_extensions::resolve_undo(body, hashsz).map_err(Why::Unreadable)?;
+        if let Some((path, _)) = records.iter().find(|(p, _)| !verify_path(p, 0o100644)) {
+            bad = bad.or(Some(describe(&Entry {
+                path: path.clone(),
+                mode: 0o100644,
+                ..Entry::default()
+            })));
+        }
+    }
+    let link = tail.link.filter(|l| l.shared.bytes().any(|b| b != b'0'));
     if let Some(link) = link {
         let base = shared(&link.shared).ok_or_else(|| {
             Why::Unreadable(format!(
@@ -348,15 +375,28 @@ fn check(data: &[u8], hashsz: usize, shared: &dyn Fn(&str) -> Option<Vec<u8>>) -
     }
 }
 
-/// The entries at protected paths (`protected` says which) of the index `data`, a split
-/// index's merged with its shared part's as git merges them, keyed by path and stage; for
-/// each hash size the index can be read with. `Err` when it cannot be read.
+/// What an index read with `hashsz`-byte ids holds for the protected paths: its entries
+/// there, keyed by path and stage (a split index's merged with its shared part's as git
+/// merges them; a sparse index's directory entry above a protected path, `dir/`, among them;
+/// a resolve-undo record's stages as stages 5 to 7), and its cache-tree's valid nodes.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ProtectedView {
+    pub hashsz: usize,
+    pub entries: ProtectedEntries,
+    pub cache_tree: CacheTree,
+}
+
+/// The stage a resolve-undo record's stage `n` (1 to 3) is kept under in [`ProtectedEntries`].
+pub const RESOLVE_UNDO_STAGE: u8 = 4;
+
+/// What the index `data` holds for the paths `protected` names ([`ProtectedView`]), for each
+/// hash size the index can be read with. `Err` when it cannot be read.
 pub fn protected_entries(
     data: &[u8],
     sizes: &[usize],
     shared: &dyn Fn(&str) -> Option<Vec<u8>>,
-    protected: &dyn Fn(&[u8]) -> bool,
-) -> Result<Vec<ProtectedEntries>, String> {
+    protected: &ProtectedPaths<'_>,
+) -> Result<Vec<ProtectedView>, String> {
     let mut out = Vec::new();
     let mut last = String::new();
     for &hashsz in sizes {
@@ -378,25 +418,44 @@ fn protected_at(
     data: &[u8],
     hashsz: usize,
     shared: &dyn Fn(&str) -> Option<Vec<u8>>,
-    protected: &dyn Fn(&[u8]) -> bool,
-) -> Result<ProtectedEntries, String> {
+    protected: &ProtectedPaths<'_>,
+) -> Result<ProtectedView, String> {
     let mut own: Vec<(usize, Entry)> = Vec::new();
     let mut n = 0usize;
-    let link = walk(data, hashsz, |e| {
-        if e.path.is_empty() || protected(&e.path) {
+    let tail = walk(data, hashsz, |e| {
+        if e.path.is_empty() || protected.contains(&e.path) {
             own.push((n, e.clone()));
         }
         n += 1;
         Ok(())
     })?;
+    let mut view = ProtectedView {
+        hashsz,
+        ..ProtectedView::default()
+    };
+    if let Some(body) = tail.cache_tree {
+        view.cache_tree = index_extensions::cache_tree(body, hashsz)?;
+    }
+    if let Some(body) = tail.resolve_undo {
+        for (path, stages) in index_extensions::resolve_undo(body, hashsz)? {
+            if protected.contains(&path) {
+                for (n, stage) in (1u8..).zip(stages) {
+                    if let Some(v) = stage {
+                        view.entries
+                            .insert((path.clone(), RESOLVE_UNDO_STAGE + n), v);
+                    }
+                }
+            }
+        }
+    }
+    let out = &mut view.entries;
     let value = |e: &Entry| (e.mode, super::verify::to_hex(&e.oid));
-    let mut out = ProtectedEntries::new();
-    let link = link.filter(|l| l.shared.bytes().any(|b| b != b'0'));
+    let link = tail.link.filter(|l| l.shared.bytes().any(|b| b != b'0'));
     let Some(link) = link else {
         for (_, e) in own {
             out.insert((e.path.clone(), e.stage), value(&e));
         }
-        return Ok(out);
+        return Ok(view);
     };
     let base = shared(&link.shared)
         .ok_or_else(|| format!("it names sharedindex.{}, which is not there", link.shared))?;
@@ -406,7 +465,7 @@ fn protected_at(
     let mut base_entries: BTreeMap<usize, Entry> = BTreeMap::new();
     let mut pos = 0usize;
     walk(&base, hashsz, |e| {
-        if protected(&e.path) || link.replace.contains(&pos) {
+        if protected.contains(&e.path) || link.replace.contains(&pos) {
             base_entries.insert(pos, e.clone());
         }
         pos += 1;
@@ -423,7 +482,7 @@ fn protected_at(
         }
     }
     for (at, e) in &base_entries {
-        if !link.delete.contains(at) && protected(&e.path) {
+        if !link.delete.contains(at) && protected.contains(&e.path) {
             out.insert((e.path.clone(), e.stage), value(e));
         }
     }
@@ -432,7 +491,56 @@ fn protected_at(
             out.insert((e.path.clone(), e.stage), value(&e));
         }
     }
-    Ok(out)
+    Ok(view)
+}
+
+/// Every entry of the index `data` in git's order (path, then stage), a split index's merged
+/// with its shared part's as git merges them.
+pub fn all_entries(
+    data: &[u8],
+    hashsz: usize,
+    shared: &dyn Fn(&str) -> Option<Vec<u8>>,
+) -> Result<Vec<Entry>, String> {
+    let mut own = Vec::new();
+    let tail = walk(data, hashsz, |e| {
+        own.push(e.clone());
+        Ok(())
+    })?;
+    let link = tail.link.filter(|l| l.shared.bytes().any(|b| b != b'0'));
+    let Some(link) = link else {
+        return Ok(own);
+    };
+    let base = shared(&link.shared)
+        .ok_or_else(|| format!("it names sharedindex.{}, which is not there", link.shared))?;
+    let mut merged: Vec<Entry> = Vec::new();
+    walk(&base, hashsz, |e| {
+        merged.push(e.clone());
+        Ok(())
+    })?;
+    // As in `protected_at`: the k-th replaced shared entry takes this index's k-th entry.
+    let replaced = link.replace.len();
+    for (k, &at) in link.replace.iter().enumerate() {
+        let (Some(by), Some(e)) = (own.get(k), merged.get_mut(at)) else {
+            return Err("a replacement the split index does not hold".into());
+        };
+        let path = std::mem::take(&mut e.path);
+        *e = Entry { path, ..by.clone() };
+    }
+    let deleted: std::collections::HashSet<usize> = link.delete.iter().copied().collect();
+    let mut by_key: BTreeMap<(Vec<u8>, u8), Entry> = merged
+        .into_iter()
+        .enumerate()
+        .filter(|(at, _)| !deleted.contains(at))
+        .map(|(_, e)| ((e.path.clone(), e.stage), e))
+        .collect();
+    for e in own
+        .into_iter()
+        .skip(replaced)
+        .filter(|e| !e.path.is_empty())
+    {
+        by_key.insert((e.path.clone(), e.stage), e);
+    }
+    Ok(by_key.into_values().collect())
 }
 
 /// git's `verify_path` (read-cache.c) as it judges an index entry (`add_index_entry`): what
@@ -516,8 +624,17 @@ impl<'a> ProtectedPaths<'a> {
     }
 
     /// Whether `path` is one of the paths or lies beneath one, or its first component
-    /// matches a pattern.
+    /// matches a pattern. A path ending in `/` is a sparse index's directory entry, which
+    /// stands for everything beneath it: it is protected when a protected path lies there.
     pub fn contains(&self, path: &[u8]) -> bool {
+        if let Some(dir) = path.strip_suffix(b"/")
+            && self.literal.iter().any(|p| {
+                p.strip_prefix(dir)
+                    .is_some_and(|rest| rest.starts_with(b"/"))
+            })
+        {
+            return true;
+        }
         let top = first_component(path);
         if self
             .patterns
@@ -727,10 +844,12 @@ mod tests {
             let why = refusal(&bad, HASH_SIZES, &|_| None).expect("a hook's path was allowed");
             assert!(why.contains(".git/hooks/pre-commit"), "{why}");
             // git reads it as it is: the check is envgit's.
+            let dir = ["dir".to_string()];
             let mut protected =
-                protected_entries(&data, HASH_SIZES, &|_| None, &|p| p.starts_with(b"dir/"))
+                protected_entries(&data, HASH_SIZES, &|_| None, &ProtectedPaths::new(&dir))
                     .unwrap()
                     .remove(0)
+                    .entries
                     .into_keys()
                     .map(|(p, _)| String::from_utf8(p).unwrap());
             assert_eq!(protected.next().as_deref(), Some("dir/b.txt"));
@@ -753,17 +872,19 @@ mod tests {
         let data = std::fs::read(d.join(".git/index")).unwrap();
         let link = walk(&data, 20, |_| Ok(()))
             .unwrap()
+            .link
             .expect("no link extension");
         let shared_file = d.join(format!(".git/sharedindex.{}", link.shared));
         let shared = |hex: &str| std::fs::read(d.join(format!(".git/sharedindex.{hex}"))).ok();
         assert_eq!(refusal(&data, HASH_SIZES, &shared), None);
         // Without its shared part git cannot read it.
         assert!(refusal(&data, HASH_SIZES, &|_| None).is_some());
-        let entries = protected_entries(&data, HASH_SIZES, &shared, &|p| {
-            p.starts_with(b"dir/") || p == b"a.txt"
-        })
-        .unwrap()
-        .remove(0);
+        let protected = ["dir".to_string(), "a.txt".to_string()];
+        let entries =
+            protected_entries(&data, HASH_SIZES, &shared, &ProtectedPaths::new(&protected))
+                .unwrap()
+                .remove(0)
+                .entries;
         let names: Vec<String> = entries
             .keys()
             .map(|(p, _)| String::from_utf8(p.clone()).unwrap())

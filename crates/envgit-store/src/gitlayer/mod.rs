@@ -7,10 +7,12 @@
 //! its every path (`index`), and refs and the index only when they leave the protected paths
 //! as the host's git had them (`protected`).
 
+mod cache_tree;
 mod classify;
 mod config;
 mod import;
 mod index;
+mod index_extensions;
 mod layer;
 mod nested;
 mod nested_objects;

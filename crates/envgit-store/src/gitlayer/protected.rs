@@ -22,8 +22,9 @@ use std::os::fd::{AsFd, BorrowedFd};
 use sha1::Digest;
 use std::path::Path;
 
+use super::cache_tree;
 use super::classify::{Class, REFTABLE_LIST, names_commits, valid_tables_list};
-use super::index::{self, ProtectedEntries, is_protected};
+use super::index::{self, ProtectedView, is_protected};
 use super::verify;
 use super::write;
 
@@ -61,7 +62,6 @@ pub fn refusal(
             .is_some_and(|root| disk_holds(root.as_fd(), path, *mode, oid))
     };
     let protected_paths = index::ProtectedPaths::new(protected);
-    let is_prot = |p: &[u8]| protected_paths.contains(p);
     let host = |rel: &str| write::read(root, rel).ok().flatten();
     let host_shared = |hex: &str| host(&format!("sharedindex.{hex}"));
     let step_shared = |hex: &str| {
@@ -71,8 +71,10 @@ pub fn refusal(
     // The host's index as the step began (a host that changed it meanwhile keeps its own: the
     // compare-and-swap refuses the step's).
     let sizes = index::hash_sizes(host("config").as_deref());
-    let before: Vec<ProtectedEntries> = host("index")
-        .map(|d| index::protected_entries(&d, sizes, &host_shared, &is_prot).unwrap_or_default())
+    let before: Vec<ProtectedView> = host("index")
+        .map(|d| {
+            index::protected_entries(&d, sizes, &host_shared, &protected_paths).unwrap_or_default()
+        })
         .unwrap_or_default();
     let mut targets: Vec<(String, String, Option<String>)> = Vec::new();
     for (class, rel, whiteout) in work {
@@ -87,10 +89,11 @@ pub fn refusal(
                 if index::refusal(&new, sizes, &step_shared).is_some() {
                     continue;
                 }
-                let after = match index::protected_entries(&new, sizes, &step_shared, &is_prot) {
-                    Ok(a) => a,
-                    Err(why) => return Some(format!("git cannot read the index: {why}")),
-                };
+                let after =
+                    match index::protected_entries(&new, sizes, &step_shared, &protected_paths) {
+                        Ok(a) => a,
+                        Err(why) => return Some(format!("git cannot read the index: {why}")),
+                    };
                 // Judged against the pre-step index read the same way (an index the host could
                 // not read counts as holding no protected entry).
                 for a in &after {
@@ -98,10 +101,24 @@ pub fn refusal(
                         continue;
                     }
                     let b = before.first().cloned().unwrap_or_default();
-                    let changed =
-                        first_difference(&b, a, |(path, stage), v| *stage == 0 && on_disk(path, v));
+                    let changed = first_difference(&b.entries, &a.entries, |(path, stage), v| {
+                        *stage == 0 && on_disk(path, v)
+                    });
                     if let Some((path, _)) = changed {
                         return Some(index_refusal(&path));
+                    }
+                    // git's commit takes a valid cache-tree node's tree without reading the
+                    // entries below it: each node the step changed must be the tree they make.
+                    if a.cache_tree != b.cache_tree {
+                        let entries = match index::all_entries(&new, a.hashsz, &step_shared) {
+                            Ok(e) => e,
+                            Err(why) => return Some(format!("git cannot read the index: {why}")),
+                        };
+                        if let Some(why) =
+                            cache_tree::lie(&entries, &a.cache_tree, &b.cache_tree, a.hashsz)
+                        {
+                            return Some(why);
+                        }
                     }
                 }
             }
@@ -212,7 +229,8 @@ pub fn refusal(
     let staged: Entries = before
         .first()
         .map(|b| {
-            b.iter()
+            b.entries
+                .iter()
                 .filter(|((_, stage), _)| *stage == 0)
                 .map(|((p, _), v)| (p.clone(), v.clone()))
                 .collect()
