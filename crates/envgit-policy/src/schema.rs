@@ -127,8 +127,8 @@ pub struct NetRule {
 
 /// What a `net` rule asks of the request body (a bounded prefix, see
 /// [`crate::BODY_PREFIX_MAX`]). A body that cannot be evaluated (not read, cut short where the
-/// matcher needs all of it, unparseable) fails closed: a `deny`/`ask` rule matches, an `allow`
-/// rule does not.
+/// matcher needs all of it, unparseable) fails closed: a `deny`/`ask` rule matches; an `allow`
+/// rule does not decide (a later rule still may), and marks the request when none does.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct BodyMatch {
     /// The GraphQL operation that could run: `query`/`operationName` from the query string

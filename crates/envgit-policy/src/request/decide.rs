@@ -35,8 +35,10 @@ impl Policy {
     /// `l7` of the host (a request no entry permits → `Deny` with rule `l7.<host>`), then the
     /// `irreversible` rules in order, presets expanded in place; the first match decides. A
     /// rule that cannot be evaluated (body needed but missing, cut short or unparseable; an
-    /// ambiguous path whose readings disagree) counts as matching for `deny` and `ask`, and
-    /// as not matching for `allow`.
+    /// ambiguous path whose readings disagree) counts as matching for `deny` and `ask`; for
+    /// `allow` it does not decide (a later `deny` or `ask` still takes the request), but when
+    /// no later rule decides, the request goes out [`RequestDecision::Marked`] by that `allow`
+    /// rule: what may be an irreversible request is never let out unmarked.
     pub fn decide_request(&self, req: &RequestInfo<'_>) -> RequestDecision {
         self.judge(req).0
     }
@@ -80,6 +82,11 @@ impl Policy {
         }
 
         let mut consulted = false;
+        // The first `allow` rule that could not be evaluated. It does not decide, so a later
+        // `deny` or `ask` still takes the request (else an allow would preempt it on a body it
+        // cannot read), but when nothing else decides the request may be the one it lets out
+        // and marks: it goes out marked, never unmarked.
+        let mut unsettled: Option<(RequestDecision, bool)> = None;
         for (index, entry) in self.irreversible.iter().enumerate() {
             let (rules, action): (Vec<Cow<'_, Rule>>, Action) = match entry {
                 IrreversibleEntry::Preset {
@@ -94,25 +101,42 @@ impl Policy {
             for rule in rules {
                 let (answer, used_body) = rule.eval(&prepared);
                 consulted |= used_body;
-                if !decides(&answer, action) {
+                let settles = decides(&answer, action);
+                if !settles && (!matches!(answer, Tri::Unknown(_)) || unsettled.is_some()) {
                     continue;
                 }
-                consulted |= rule.summary.wants_body();
                 let method = prepared.methods.label();
                 let mut summary = rule.summary.describe(&rule.id, req, &method, &shown_path);
                 if let Tri::Unknown(why) = &answer {
                     summary = clean(&format!("{summary} [not evaluated: {why}]"));
                 }
-                let rule = rule.id.clone();
+                let rule_id = rule.id.clone();
                 let decision = match action {
-                    Action::Deny => RequestDecision::Deny { rule, summary },
-                    Action::Ask => RequestDecision::Ask { rule, summary },
-                    Action::Allow => RequestDecision::Marked { rule, summary },
+                    Action::Deny => RequestDecision::Deny {
+                        rule: rule_id,
+                        summary,
+                    },
+                    Action::Ask => RequestDecision::Ask {
+                        rule: rule_id,
+                        summary,
+                    },
+                    Action::Allow => RequestDecision::Marked {
+                        rule: rule_id,
+                        summary,
+                    },
                 };
+                if !settles {
+                    unsettled = Some((decision, rule.summary.wants_body()));
+                    continue;
+                }
+                consulted |= rule.summary.wants_body();
                 return (decision, consulted);
             }
         }
-        (RequestDecision::Allow, consulted)
+        match unsettled {
+            Some((marked, wants_body)) => (marked, consulted || wants_body),
+            None => (RequestDecision::Allow, consulted),
+        }
     }
 
     /// The `l7` key that refuses this request: the entries whose host pattern names the

@@ -64,7 +64,8 @@ pub struct RequestInfo<'a> {
 pub enum RequestDecision {
     /// No rule matched.
     Allow,
-    /// An `allow` rule matched: the request goes out and its step is marked.
+    /// An `allow` rule matched, or could not be ruled out and no later rule decided: the
+    /// request goes out and its step is marked.
     Marked {
         rule: String,
         summary: String,

@@ -98,7 +98,9 @@ impl Rule {
 }
 
 /// Does the rule decide for this action? `Unknown` is a match for `deny` and `ask` (fail
-/// closed) and not for `allow`.
+/// closed) and not for `allow`: an allow that decided on what it could not read would preempt
+/// a later `deny`. The judgement still marks what such an allow leaves undecided
+/// (`decide.rs`).
 pub(crate) fn decides(answer: &Tri, action: Action) -> bool {
     match answer {
         Tri::Match => true,

@@ -109,6 +109,116 @@ fn allow_rules_do_not_match_what_they_cannot_evaluate() {
     );
 }
 
+/// In mark mode (the preset's `action: allow`) a request a rule cannot rule out is let out
+/// marked by that rule, as a deny-mode preset would have refused it: never let out unmarked.
+#[test]
+fn mark_mode_marks_what_it_cannot_rule_out() {
+    let p = policy("version: 1\nirreversible:\n  - preset: default\n    action: allow\n");
+    let deny = policy("version: 1\nirreversible:\n  - preset: default\n");
+    let deep = format!(
+        r#"{{"name":"x","versions":{{}},"n":{}1{}}}"#,
+        "[".repeat(200),
+        "]".repeat(200)
+    );
+    let form = "multipart/form-data; boundary=B";
+    let bare_lf =
+        b"--B\nContent-Disposition: form-data; name=\":action\"\r\n\r\nfile_upload\r\n--B--\r\n";
+    let cases: Vec<(RequestInfo<'_>, &str)> = vec![
+        // a packument serde_json cannot read, on a host where the body decides
+        (
+            req("PUT", "npm.example.com", "/pkg", Some(deep.as_bytes())),
+            "npm.publish",
+        ),
+        (
+            req("PUT", "npm.example.com", "/pkg", Some(br#"{"d":"\ud800"}"#)),
+            "npm.publish",
+        ),
+        // a packument longer than the prefix the gate reads
+        (
+            RequestInfo {
+                body_complete: false,
+                ..req("PUT", "npm.example.com", "/pkg", Some(br#"{"name":"pkg""#))
+            },
+            "npm.publish",
+        ),
+        // a body never read
+        (req("PUT", "npm.example.com", "/pkg", None), "npm.publish"),
+        // an upload form a lenient parser reads another way
+        (
+            RequestInfo {
+                content_type: Some(form),
+                ..req("POST", "pypi.example.com", "/legacy/", Some(bare_lf))
+            },
+            "pypi.upload",
+        ),
+    ];
+    for (r, rule) in cases {
+        let d = p.decide_request(&r);
+        assert!(
+            matches!(&d, RequestDecision::Marked { rule: got, summary }
+                if got == rule && summary.contains("[not evaluated: ")),
+            "{} {}{}: {d:?}",
+            r.method,
+            r.host,
+            r.path
+        );
+        // the same request is refused by the same rule in deny mode
+        assert_eq!(deny.decide_request(&r).rule(), Some(rule), "{}", r.path);
+    }
+    // what the rules rule out is still not marked
+    assert_eq!(
+        p.decide_request(&req("PUT", "npm.example.com", "/pkg", Some(b"[1]"))),
+        RequestDecision::Allow
+    );
+    assert!(p.needs_body(&req("PUT", "npm.example.com", "/pkg", None)));
+}
+
+/// An `allow` that cannot be evaluated does not decide: a `deny` or `ask` after it still
+/// takes the request; a later rule that surely matches decides; the allow's mark is only
+/// what is left when no later rule decides. An allow that matches still overrides the preset.
+#[test]
+fn an_allow_that_cannot_be_evaluated_never_preempts_a_later_rule() {
+    let mine = "  - net: { host: \"npm.example.com\", method: PUT, body: { json_field: { name: mine } } }\n    action: allow\n    id: publish.mine\n";
+    let p = policy(&format!(
+        "version: 1\nirreversible:\n{mine}  - preset: default\n"
+    ));
+    let unreadable = br#"{"name":"mine","versions":{"1.0.0":{}},"d":"\ud800"}"#;
+    let d = p.decide_request(&req("PUT", "npm.example.com", "/mine", Some(unreadable)));
+    assert!(
+        matches!(&d, RequestDecision::Deny { rule, .. } if rule == "npm.publish"),
+        "{d:?}"
+    );
+    let d = p.decide_request(&req("PUT", "npm.example.com", "/mine", None));
+    assert!(matches!(&d, RequestDecision::Deny { .. }), "{d:?}");
+    // the user's allow for exactly this request: out, marked by it
+    let ok = br#"{"name":"mine","versions":{"1.0.0":{}},"_attachments":{"a":{}}}"#;
+    assert_eq!(
+        p.decide_request(&req("PUT", "npm.example.com", "/mine", Some(ok)))
+            .rule(),
+        Some("publish.mine")
+    );
+    let p = policy(&format!(
+        "version: 1\nirreversible:\n{mine}  - preset: default\n    action: ask\n"
+    ));
+    let d = p.decide_request(&req("PUT", "npm.example.com", "/mine", Some(unreadable)));
+    assert!(matches!(&d, RequestDecision::Ask { .. }), "{d:?}");
+    // a later allow that surely matches decides; else the first undecided allow marks
+    let p = policy(&format!(
+        "version: 1\nirreversible:\n{mine}  - net: {{ host: \"npm.example.com\", path: \"/mine\" }}\n    action: allow\n    id: all.mine\n"
+    ));
+    assert_eq!(
+        p.decide_request(&req("PUT", "npm.example.com", "/mine", Some(unreadable)))
+            .rule(),
+        Some("all.mine")
+    );
+    let d = p.decide_request(&req("PUT", "npm.example.com", "/other", Some(unreadable)));
+    assert!(
+        matches!(&d, RequestDecision::Marked { rule, summary }
+            if rule == "publish.mine" && summary.contains("not evaluated")),
+        "{d:?}"
+    );
+}
+
 #[test]
 fn deny_rules_fail_closed() {
     let p = policy(

@@ -1,7 +1,8 @@
 //! A request is judged as every method it names: its own, `X-HTTP-Method-Override` and
 //! friends, and `_method` in the query or a form body. Where they differ, a `deny`/`ask`
-//! rule matching any of them matches (fail closed); an `allow` rule or an `l7` permission
-//! must hold for all of them.
+//! rule matching any of them matches (fail closed); an `l7` permission must hold for all of
+//! them, and so must an `allow` rule to decide (to preempt a later rule). An `allow` rule that
+//! holds for some of them only still marks the request when no later rule decides.
 
 use crate::{Policy, RequestDecision, RequestInfo};
 
@@ -68,9 +69,10 @@ fn method_named_in_the_query_or_a_form_body() {
                 "allow",
             ),
             ("POST api.example.com/items/1?_method=PATCH", b"", None, "allow"),
-            // an allow rule must hold for every method the request names
+            // an allow rule must hold for every method the request names to decide; read as
+            // the GET it lets out, the request is still marked
             ("GET api.example.com/items", b"", None, "marked:list.items"),
-            ("GET api.example.com/items?_method=POST", b"", None, "allow"),
+            ("GET api.example.com/items?_method=POST", b"", None, "marked:list.items"),
             // the preset: a read by its own method, a write by the one it names
             (
                 "GET crates.io/api/v1/crates/demo/0.1.0/yank?_method=DELETE",
@@ -129,12 +131,19 @@ fn method_named_in_override_headers() {
             "{method} {overrides:?}"
         );
     }
-    // the allow rule must hold for every method named; the summary shows them
+    // the allow rule must hold for every method named to decide; where it cannot, the request
+    // (which may be the GET it lets out) is marked, saying why; the summary shows the methods
     let r = RequestInfo {
         method_overrides: &["DELETE"],
         ..req("GET", "api.example.com", "/items", Some(b""))
     };
-    assert_eq!(p.decide_request(&r), RequestDecision::Allow);
+    assert_eq!(
+        p.decide_request(&r),
+        RequestDecision::Marked {
+            rule: "list.items".into(),
+            summary: "GET (as DELETE) api.example.com/items [not evaluated: the request names several methods (GET, DELETE)]".into(),
+        }
+    );
     let r = RequestInfo {
         method_overrides: &["DELETE"],
         ..req("POST", "api.example.com", "/items/1", Some(b""))
