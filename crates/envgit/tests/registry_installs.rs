@@ -510,6 +510,83 @@ fn a_publish_whose_packument_a_strict_json_reader_refuses_is_still_judged() {
     }
 }
 
+/// The same publishes with the preset letting irreversible requests out and marking them
+/// (`action: allow`): a packument the gate cannot read (too deep for serde_json, a lone
+/// surrogate) cannot be ruled out as a publish, so when it is let out its step must say so,
+/// under the rule that could not rule it out, exactly as the readable publish beside it is.
+#[test]
+fn in_mark_mode_a_publish_the_gate_cannot_read_is_let_out_and_marked() {
+    let registry = "npm.pkg.github.com";
+    let mut w = World::new(&[registry]);
+    let (port, token) = verdaccio(&mut w, &format!("https://{registry}/"));
+    w.front(&[registry], port);
+    std::fs::write(
+        w.env.user_home().join(".npmrc"),
+        format!("registry=https://{registry}/\n"),
+    )
+    .unwrap();
+    w.env.write(
+        "package.json",
+        r#"{"name":"app","version":"1.0.0","private":true}"#,
+    );
+    w.init(&[registry]);
+    let yaml = w.env.read("envgit.yaml");
+    let marking = yaml.replacen(
+        "  - preset: default",
+        "  - preset: default\n    action: allow",
+        1,
+    );
+    assert_ne!(marking, yaml, "no preset entry in:\n{yaml}");
+    w.env.write("envgit.yaml", &marking);
+    let deep = format!("{}1{}", "[".repeat(200), "]".repeat(200));
+    for (name, extra) in [
+        ("envgit-plain-pkg", String::new()),
+        ("envgit-deep-pkg", format!(r#","nested":{deep}"#)),
+        (
+            "envgit-surrogate-pkg",
+            r#","description":"\ud800""#.to_owned(),
+        ),
+    ] {
+        w.env.write(
+            &format!("{name}/package.json"),
+            &format!(r#"{{"name":"{name}","version":"0.1.0"{extra}}}"#),
+        );
+        let publish = format!(
+            "cd {name} && npm publish --registry https://{registry}/ --//{registry}/:_authToken={token}"
+        );
+        let r = w.run(&["sh", "-c", &publish], &[]);
+        assert_eq!(r.code, 0, "{name}: npm publish failed:\n{}", r.stderr);
+        assert_eq!(
+            status_of(port, &format!("/{name}")),
+            "200",
+            "{name} did not reach the registry"
+        );
+        let log = w.env.log_json();
+        let puts: Vec<&serde_json::Value> = log[0]["requests"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|q| q["method"] == "PUT")
+            .collect();
+        assert!(
+            !puts.is_empty()
+                && puts
+                    .iter()
+                    .all(|q| q["irreversible"] == true && q["rule"] == "npm.publish"),
+            "{name} left the sandbox unmarked: {puts:?}"
+        );
+        assert!(
+            log[0]["flags"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|f| f == "irreversible"),
+            "{name}: the step is not marked: {}",
+            log[0]
+        );
+    }
+}
+
 // ---------------------------------------------------------------------------------------
 // PyPI: pypiserver as pypi.org and files.pythonhosted.org
 
