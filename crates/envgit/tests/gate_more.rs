@@ -228,3 +228,72 @@ fn a_webdav_move_onto_a_ref_is_refused() {
     ));
     assert!(r.stdout.contains("seen MOVE"), "{}\n{}", r.stdout, r.stderr);
 }
+
+/// With the preset letting irreversible requests out and marking them (`action: allow`), a
+/// request a rule cannot rule out is let out marked by that rule, on every path a request
+/// takes: an npm packument longer than the prefix the gate reads (its verdict is reached
+/// before the whole body arrives), sent over HTTP/2 and over HTTP/1.1 on a connection a read
+/// already used, and an upload form a lenient parser reads otherwise (a bare-LF delimiter).
+/// The upstream gets each; the step's record must mark each, naming the rule.
+#[test]
+fn in_mark_mode_requests_a_rule_cannot_rule_out_are_let_out_marked() {
+    let (npm, pypi) = ("npm.pkg.github.com", "pypi.example.org");
+    let w = World::new(&[npm, pypi]);
+    let yaml = w.env.read("envgit.yaml");
+    let marking = yaml.replacen(
+        "  - preset: default",
+        "  - preset: default\n    action: allow",
+        1,
+    );
+    assert_ne!(marking, yaml, "no preset entry in:\n{yaml}");
+    w.env.write("envgit.yaml", &marking);
+    // npm's own layout: the attachment comes last, past the 1 MiB the gate reads.
+    let data = "A".repeat(3 << 19);
+    w.env.write(
+        "big.json",
+        &format!(
+            r#"{{"_id":"big-pkg","name":"big-pkg","versions":{{"1.0.0":{{"name":"big-pkg"}}}},"_attachments":{{"big-pkg-1.0.0.tgz":{{"data":"{data}"}}}}}}"#
+        ),
+    );
+    w.env.write(
+        "form.bin",
+        "--B\nContent-Disposition: form-data; name=\":action\"\r\n\r\nfile_upload\r\n--B--\r\n",
+    );
+    let out = "-o /dev/null -w '%{http_version} %{response_code} connects=%{num_connects}\\n'";
+    let r = w.run(&format!(
+        "for v in --http2 --http1.1; do \
+           curl -sS $v https://{npm}/-/ping {out} --next -sS $v -X PUT \
+             -H 'Content-Type: application/json' --data-binary @big.json \
+             https://{npm}/big-pkg {out}; \
+         done; \
+         curl -sS -X POST -H 'Content-Type: multipart/form-data; boundary=B' \
+           --data-binary @form.bin https://{pypi}/legacy/ {out}"
+    ));
+    let said = format!("{}\n{}", r.stdout, r.stderr);
+    // Each PUT went out on the connection the read before it opened.
+    for v in ["2", "1.1"] {
+        assert!(
+            said.contains(&format!("{v} 200 connects=0")),
+            "HTTP/{v}: the PUT did not go out on the read's connection:\n{said}"
+        );
+    }
+    let log = w.env.log_json();
+    let requests = log[0]["requests"].as_array().unwrap();
+    let sent: Vec<&serde_json::Value> = requests
+        .iter()
+        .filter(|q| q["method"] == "PUT" || q["method"] == "POST")
+        .collect();
+    assert_eq!(sent.len(), 3, "{requests:?}\n{said}");
+    for q in &sent {
+        let rule = if q["method"] == "PUT" {
+            "npm.publish"
+        } else {
+            "pypi.upload"
+        };
+        assert_eq!(q["status"], 200, "{q}");
+        assert!(
+            q["irreversible"] == true && q["rule"] == rule,
+            "let out unmarked (want {rule}): {q}"
+        );
+    }
+}
