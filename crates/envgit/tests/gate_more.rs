@@ -19,6 +19,8 @@ struct World {
     certs: PathBuf,
     children: Vec<Child>,
     resolve: Vec<String>,
+    /// The plain `echo_http.py` behind the fronts, for a test that reaches it without TLS.
+    echo_port: u16,
 }
 
 impl Drop for World {
@@ -61,6 +63,7 @@ impl World {
             certs,
             children,
             resolve,
+            echo_port,
         }
     }
 
@@ -233,19 +236,29 @@ fn a_webdav_move_onto_a_ref_is_refused() {
 /// request a rule cannot rule out is let out marked by that rule, on every path a request
 /// takes: an npm packument longer than the prefix the gate reads (its verdict is reached
 /// before the whole body arrives), sent over HTTP/2 and over HTTP/1.1 on a connection a read
-/// already used, and an upload form a lenient parser reads otherwise (a bare-LF delimiter).
-/// The upstream gets each; the step's record must mark each, naming the rule.
+/// already used, and through a CONNECT tunnel to a plain-HTTP port; and an upload form a
+/// lenient parser reads otherwise (a bare-LF delimiter). The upstream gets each; the step's
+/// record must mark each, naming the rule.
 #[test]
 fn in_mark_mode_requests_a_rule_cannot_rule_out_are_let_out_marked() {
     let (npm, pypi) = ("npm.pkg.github.com", "pypi.example.org");
-    let w = World::new(&[npm, pypi]);
+    let mut w = World::new(&[npm, pypi]);
+    // The same upstream unencrypted on port 8080, reached through `CONNECT npm…:8080`.
+    w.resolve
+        .push(format!("{npm}:8080=127.0.0.1:{}", w.echo_port));
     let yaml = w.env.read("envgit.yaml");
-    let marking = yaml.replacen(
-        "  - preset: default",
-        "  - preset: default\n    action: allow",
-        1,
-    );
-    assert_ne!(marking, yaml, "no preset entry in:\n{yaml}");
+    let marking = yaml
+        .replacen(
+            "  - preset: default",
+            "  - preset: default\n    action: allow",
+            1,
+        )
+        .replacen(
+            &format!("    - \"{npm}\""),
+            &format!("    - \"{npm}\"\n    - \"{npm}:8080\""),
+            1,
+        );
+    assert_eq!(marking.lines().count(), yaml.lines().count() + 2, "{yaml}");
     w.env.write("envgit.yaml", &marking);
     // npm's own layout: the attachment comes last, past the 1 MiB the gate reads.
     let data = "A".repeat(3 << 19);
@@ -266,34 +279,42 @@ fn in_mark_mode_requests_a_rule_cannot_rule_out_are_let_out_marked() {
              -H 'Content-Type: application/json' --data-binary @big.json \
              https://{npm}/big-pkg {out}; \
          done; \
+         curl -sS -p http://{npm}:8080/-/ping {out} --next -sS -p -X PUT \
+           -H 'Content-Type: application/json' --data-binary @big.json \
+           http://{npm}:8080/big-pkg {out}; \
          curl -sS -X POST -H 'Content-Type: multipart/form-data; boundary=B' \
            --data-binary @form.bin https://{pypi}/legacy/ {out}"
     ));
     let said = format!("{}\n{}", r.stdout, r.stderr);
     // Each PUT went out on the connection the read before it opened.
-    for v in ["2", "1.1"] {
-        assert!(
-            said.contains(&format!("{v} 200 connects=0")),
-            "HTTP/{v}: the PUT did not go out on the read's connection:\n{said}"
-        );
-    }
+    assert_eq!(
+        said.matches(" 200 connects=0").count(),
+        3,
+        "a PUT did not go out on the read's connection:\n{said}"
+    );
+    assert!(said.contains("2 200 connects=0"), "no HTTP/2:\n{said}");
     let log = w.env.log_json();
     let requests = log[0]["requests"].as_array().unwrap();
     let sent: Vec<&serde_json::Value> = requests
         .iter()
         .filter(|q| q["method"] == "PUT" || q["method"] == "POST")
         .collect();
-    assert_eq!(sent.len(), 3, "{requests:?}\n{said}");
-    for q in &sent {
-        let rule = if q["method"] == "PUT" {
-            "npm.publish"
-        } else {
-            "pypi.upload"
-        };
-        assert_eq!(q["status"], 200, "{q}");
-        assert!(
-            q["irreversible"] == true && q["rule"] == rule,
-            "let out unmarked (want {rule}): {q}"
-        );
-    }
+    assert_eq!(sent.len(), 4, "{requests:?}\n{said}");
+    let unmarked: Vec<String> = sent
+        .iter()
+        .filter(|q| {
+            let rule = if q["method"] == "PUT" {
+                "npm.publish"
+            } else {
+                "pypi.upload"
+            };
+            q["status"] != 200 || q["irreversible"] != true || q["rule"] != rule
+        })
+        .map(|q| q.to_string())
+        .collect();
+    assert!(
+        unmarked.is_empty(),
+        "let out unmarked:\n{}",
+        unmarked.join("\n")
+    );
 }
