@@ -131,7 +131,10 @@ async fn one(mut req: Request<Incoming>, conn: &Conn) -> Response<Out> {
     }
     // A `MOVE` or `COPY` writes at its `Destination`: that path is judged as a request's
     // own would be (no body), and a rule that would deny or ask about a write there refuses
-    // the request, naming it (`MOVE …/tmp` onto `…/refs/heads/main` is a push).
+    // the request, naming it (`MOVE …/tmp` onto `…/refs/heads/main` is a push). A rule that
+    // lets the write there out marks the request once the request itself is let out: a
+    // refused one left nothing.
+    let mut destination_mark = None;
     if let Some(dest) = &accepted.destination {
         let (dest_path, dest_query) = dest.split_once('?').unwrap_or((dest.as_str(), ""));
         let overrides: Vec<&str> = accepted
@@ -152,7 +155,7 @@ async fn one(mut req: Request<Incoming>, conn: &Conn) -> Response<Out> {
         };
         match shared.policy.decide_request(&at_destination) {
             RequestDecision::Allow => {}
-            RequestDecision::Marked { rule, .. } => rec.mark(&rule),
+            RequestDecision::Marked { rule, .. } => destination_mark = Some(rule),
             RequestDecision::Deny { rule, summary } | RequestDecision::Ask { rule, summary } => {
                 let reason = format!(
                     "its Destination is a write rule {rule} judges ({summary}): a {method} onto it \
@@ -259,7 +262,11 @@ async fn one(mut req: Request<Incoming>, conn: &Conn) -> Response<Out> {
     };
     let refusal_shape = reply::Shape::of(path, content_type.as_deref());
     match decision {
-        RequestDecision::Allow => {}
+        RequestDecision::Allow => {
+            if let Some(rule) = &destination_mark {
+                rec.mark(rule);
+            }
+        }
         RequestDecision::Marked { rule, .. } => rec.mark(&rule),
         RequestDecision::Deny { rule, summary } => {
             let reply = reply::forbidden_for_client(&what, &rule, &summary, refusal_shape);

@@ -318,3 +318,67 @@ fn in_mark_mode_requests_a_rule_cannot_rule_out_are_let_out_marked() {
         unmarked.join("\n")
     );
 }
+
+/// In mark mode a WebDAV `MOVE` onto a ref is let out marked by the rule that judges its
+/// `Destination`; the same `MOVE` refused by a rule of its own (its source) left nothing, so
+/// its record carries no mark and the step is not said to have sent anything irreversible.
+#[test]
+fn in_mark_mode_a_move_is_marked_by_its_destination_only_when_it_goes_out() {
+    let host = "git.example.org";
+    let w = World::new(&[host]);
+    let yaml = w.env.read("envgit.yaml");
+    let held = format!(
+        "  - net: {{ host: \"{host}\", method: MOVE, path: \"/srv/app.git/objects/held/**\" }}\n    \
+         action: deny\n    id: held.objects\n  - preset: default\n    action: allow"
+    );
+    let policy = yaml.replacen("  - preset: default", &held, 1);
+    assert_ne!(policy, yaml, "no preset entry in:\n{yaml}");
+    w.env.write("envgit.yaml", &policy);
+    let repo = format!("https://{host}/srv/app.git");
+    let mv = |from: &str| {
+        w.run(&format!(
+            "curl -sS -X MOVE -H 'Destination: {repo}/refs/heads/main' {repo}/objects/{from}; echo"
+        ))
+    };
+    let r = mv("held/tmp-ref");
+    assert!(
+        !r.stdout.contains("seen MOVE"),
+        "{}\n{}",
+        r.stdout,
+        r.stderr
+    );
+    let log = w.env.log_json();
+    let moves: Vec<&serde_json::Value> = log[0]["requests"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|q| q["method"] == "MOVE")
+        .collect();
+    assert!(
+        moves.len() == 1 && moves[0]["rule"] == "held.objects" && moves[0]["irreversible"] == false,
+        "the refused MOVE: {moves:?}"
+    );
+    assert!(
+        !log[0]["flags"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|f| f == "irreversible"),
+        "a step whose MOVE was refused is marked: {}",
+        log[0]
+    );
+    let r = mv("tmp-ref");
+    assert!(r.stdout.contains("seen MOVE"), "{}\n{}", r.stdout, r.stderr);
+    let log = w.env.log_json();
+    assert!(
+        log[0]["requests"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|q| q["method"] == "MOVE"
+                && q["irreversible"] == true
+                && q["rule"] == "git.dumb-push"),
+        "the MOVE let out is not marked: {}",
+        log[0]
+    );
+}
