@@ -236,7 +236,8 @@ fn a_webdav_move_onto_a_ref_is_refused() {
 /// request a rule cannot rule out is let out marked by that rule, on every path a request
 /// takes: an npm packument longer than the prefix the gate reads (its verdict is reached
 /// before the whole body arrives), sent over HTTP/2 and over HTTP/1.1 on a connection a read
-/// already used, and through a CONNECT tunnel to a plain-HTTP port; and an upload form a
+/// already used, through a CONNECT tunnel to a plain-HTTP port and as an explicit-proxy
+/// request (`PUT http://…` to the proxy, no tunnel); and an upload form a
 /// lenient parser reads otherwise (a bare-LF delimiter). The upstream gets each; the step's
 /// record must mark each, naming the rule.
 #[test]
@@ -282,6 +283,8 @@ fn in_mark_mode_requests_a_rule_cannot_rule_out_are_let_out_marked() {
          curl -sS -p http://{npm}:8080/-/ping {out} --next -sS -p -X PUT \
            -H 'Content-Type: application/json' --data-binary @big.json \
            http://{npm}:8080/big-pkg {out}; \
+         curl -sS -X PUT -H 'Content-Type: application/json' --data-binary @big.json \
+           http://{npm}:8080/big-pkg {out}; \
          curl -sS -X POST -H 'Content-Type: multipart/form-data; boundary=B' \
            --data-binary @form.bin https://{pypi}/legacy/ {out}"
     ));
@@ -299,7 +302,7 @@ fn in_mark_mode_requests_a_rule_cannot_rule_out_are_let_out_marked() {
         .iter()
         .filter(|q| q["method"] == "PUT" || q["method"] == "POST")
         .collect();
-    assert_eq!(sent.len(), 4, "{requests:?}\n{said}");
+    assert_eq!(sent.len(), 5, "{requests:?}\n{said}");
     let unmarked: Vec<String> = sent
         .iter()
         .filter(|q| {
