@@ -144,3 +144,32 @@ fn websockets_are_judged_at_the_upgrade_and_allowed_only_where_marked() {
         "{requests:?}"
     );
 }
+
+/// An `allow` rule of `irreversible` that matches the upgrade lets it out marked: the mark
+/// survives the `101` and the splice, on the record the closed WebSocket leaves.
+#[test]
+fn a_websocket_an_allow_rule_lets_out_is_marked() {
+    let s = server("ws");
+    let ws = project(&format!(
+        "{{ host: \"127.0.0.1:{}\", websocket: true }}",
+        s.1
+    ));
+    let yaml = ws.read("envgit.yaml");
+    let marked = yaml.replacen(
+        "  - preset: default",
+        "  - net: { host: \"127.0.0.1\", path: \"/chat\" }\n    action: allow\n    id: chat.send\n  - preset: default",
+        1,
+    );
+    assert_ne!(marked, yaml, "{yaml}");
+    ws.write("envgit.yaml", &marked);
+    let out = client(&ws, "ws", s.1);
+    assert!(out.contains("got: ws:frame-bytes"), "{out}");
+    let requests = last_requests(&ws);
+    assert!(
+        requests.iter().any(|q| q["path"] == "/chat"
+            && q["status"] == 101
+            && q["irreversible"] == true
+            && q["rule"] == "chat.send"),
+        "{requests:?}"
+    );
+}
