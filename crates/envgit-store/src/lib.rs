@@ -77,11 +77,11 @@ pub use fork::{ForkOptions, fork};
 pub use fsck::{FsckReport, fsck};
 pub use gc::{GcOptions, GcReport, gc};
 pub use gitlayer::{
-    ConfigSecret, Dropped as GitDropped, GIT_DATA_ONLY_RULE, GitConfigError, GitImport, GitLayer,
-    HiddenConfig, HideSecretsError, NestedCode as NestedGitCode, NestedConfigError,
-    PreStep as GitPreStep, filter_nested_config as filter_nested_git_config,
-    hide_secrets as hide_git_config_secrets, import as git_import,
-    nested_code_paths as nested_git_code_paths,
+    BELOW_ROOT as GIT_PROTECTED_BELOW_ROOT, ConfigSecret, Dropped as GitDropped,
+    GIT_DATA_ONLY_RULE, GitConfigError, GitImport, GitLayer, HiddenConfig, HideSecretsError,
+    NestedCode as NestedGitCode, NestedConfigError, PreStep as GitPreStep,
+    filter_nested_config as filter_nested_git_config, hide_secrets as hide_git_config_secrets,
+    import as git_import, nested_code_paths as nested_git_code_paths,
     nested_object_refusals as nested_git_object_refusals,
     nested_replace_ref_stores as nested_git_replace_ref_stores,
     only_comments as git_text_only_comments, recover as recover_git_layers,

@@ -31,7 +31,18 @@ pub(crate) fn open(store_dir: &Path, root: &Path) -> CmdResult<Option<Arc<GitLay
 pub(crate) fn protected_under(layer: Option<&GitLayer>, mut protected: Vec<String>) -> Vec<String> {
     if let Some(layer) = layer {
         protected.retain(|p| p != ".git/config" && p != ".git/info");
-        if let Err(e) = layer.protect(&protected) {
+        // The names put back below the root are judged there too (`**/.vscode`): the host's
+        // `git reset --hard` would write a commit's `packages/web/.vscode/tasks.json`.
+        let judged: Vec<String> = protected
+            .iter()
+            .cloned()
+            .chain(
+                envgit_policy::PROTECTED_NAMES_BELOW
+                    .iter()
+                    .map(|n| format!("{}{n}", envgit_store::GIT_PROTECTED_BELOW_ROOT)),
+            )
+            .collect();
+        if let Err(e) = layer.protect(&judged) {
             // This run's imports still judge by it; only a recovery after a kill would not.
             output::warn(&format!(
                 "saving the protected list beside the git layer: {e}"
@@ -53,13 +64,15 @@ pub(crate) fn overlay(layer: &GitLayer) -> envgit_sandbox::spec::Overlay {
 }
 
 /// Imports what the step wrote into `.git` and says so on the step. `put_back` returns once
-/// the protected paths are back on disk (the import may need to read them as they were).
+/// the protected paths are back on disk (the import may need to read them as they were);
+/// `existed_before` says whether the project held a directory before the step.
 pub(crate) fn import_into(
     layer: &GitLayer,
     draft: &mut StepDraft,
     put_back: &mut dyn FnMut(),
+    existed_before: &dyn Fn(&[u8]) -> bool,
 ) -> CmdResult<GitImport> {
-    let report = layer.import_beside(put_back)?;
+    let report = layer.import_beside(put_back, existed_before)?;
     report_into(&report, draft);
     Ok(report)
 }

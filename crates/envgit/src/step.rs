@@ -175,9 +175,18 @@ impl OpenStep {
                         });
                     }
                 };
-                let import = s
-                    .git
-                    .map(|git| crate::git_layer::import_into(git, &mut draft, &mut put_back));
+                // In the snapshot before the step (unknown: it was, and the import judges as
+                // strictly as it can).
+                let store_read: &Store = store;
+                let existed_before = |dir: &[u8]| {
+                    let (Some(before), Ok(dir)) = (&s.before, std::str::from_utf8(dir)) else {
+                        return true;
+                    };
+                    envgit_store::entry_at(store_read, before, dir).map_or(true, |e| e.is_some())
+                };
+                let import = s.git.map(|git| {
+                    crate::git_layer::import_into(git, &mut draft, &mut put_back, &existed_before)
+                });
                 put_back();
                 (import, others.unwrap_or_else(put_back_and_sweep))
             });

@@ -1543,3 +1543,69 @@ fn an_index_naming_a_protected_change_another_way_stays_out() {
         "the host's git took the agent's version: {wrote:#?}"
     );
 }
+
+/// The names the tools that run them find in any folder (`.vscode`, `.claude`, `.mcp.json`,
+/// `rust-toolchain.toml`, …: VS Code runs a subfolder's `tasks.json` when it is opened) are put
+/// back below the root as at it, and the host's git may not write them either. A step that
+/// committed, or only staged, `packages/web/.vscode/tasks.json` in a directory that was there
+/// had its commit imported: the put-back removed the file, the person's `git reset --hard` (or
+/// `git checkout -- .`) wrote the agent's. A new package's own configuration still arrives.
+#[test]
+fn a_commit_or_index_naming_a_protected_name_below_the_root_stays_out() {
+    let tasks = "packages/web/.vscode/tasks.json";
+    let cases: [(&str, &str, &[&str]); 2] = [
+        ("a staged entry", "true", &["checkout", "--", "."]),
+        (
+            "a commit",
+            "git commit -q -m agent",
+            &["reset", "-q", "--hard"],
+        ),
+    ];
+    for (what, then, person) in cases {
+        let env = project();
+        env.write("packages/web/index.js", "x\n");
+        env.git(&env.project, &["add", "packages"]);
+        env.git(&env.project, &["commit", "-q", "-m", "web"]);
+        env.envgit(&["record"]).ok();
+        let out = env.envgit(&[
+            "run",
+            "sh",
+            "-c",
+            &format!(
+                "mkdir -p packages/web/.vscode && echo '{{\"pwned\": 1}}' > {tasks} && \
+                 git add {tasks} && {then} && echo done"
+            ),
+        ]);
+        assert_eq!(out.code, 0, "{what}: {}{}", out.stdout, out.stderr);
+        assert!(out.stdout.contains("done"), "{what}: {}", out.stdout);
+        let _ = env.host_git(&env.project).args(person).output();
+        assert!(
+            !env.path(tasks).exists(),
+            "{what}: the host's `git {}` wrote the agent's {tasks}",
+            person.join(" ")
+        );
+        assert!(
+            out.stderr.contains(tasks)
+                && out.stderr.contains("protected path")
+                && out.stderr.contains("rule git.data-only"),
+            "{what}: {}",
+            out.stderr
+        );
+    }
+
+    // A package the step made, with its own editor configuration, arrives whole.
+    let env = project();
+    let out = env.envgit(&[
+        "run",
+        "sh",
+        "-c",
+        "mkdir -p new/.vscode && echo '{}' > new/.vscode/settings.json && echo n > new/n.js && \
+         git add new && git commit -q -m new && echo done",
+    ]);
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    assert!(!out.stderr.contains("protected path"), "{}", out.stderr);
+    assert_eq!(
+        env.git(&env.project, &["log", "-1", "--format=%s"]),
+        "new\n"
+    );
+}

@@ -216,18 +216,22 @@ impl PreStep {
 /// updated to what was imported, so a session's next import compares against it. The
 /// protected paths are on disk as they were before the step (see [`import_beside`]).
 pub fn import(git_dir: &Path, upper: &Path, pre: &mut PreStep) -> std::io::Result<GitImport> {
-    import_beside(git_dir, upper, pre, &mut || {})
+    import_beside(git_dir, upper, pre, &mut || {}, &|_| true)
 }
 
 /// [`import`] beside the put-back of the protected paths: `put_back` returns once they are
 /// back on disk as they were before the step. Called (at most once) only when an index entry
 /// or a commit of the step's holds other content for a protected path than the pre-step
-/// index, to see whether that content is the file's own.
+/// index, to see whether that content is the file's own. `existed_before` says whether the
+/// project held a directory before the step: a protected name below the root (`**/.vscode`)
+/// is put back after the import only in one that did, so a commit may hold the step's own
+/// only in one that did not (unknown: `true`).
 pub fn import_beside(
     git_dir: &Path,
     upper: &Path,
     pre: &mut PreStep,
     put_back: &mut dyn FnMut(),
+    existed_before: &dyn Fn(&[u8]) -> bool,
 ) -> std::io::Result<GitImport> {
     let root = open_git(git_dir)?;
     let up = open_git(upper)?;
@@ -317,6 +321,7 @@ pub fn import_beside(
                     &work,
                     &pre.protected,
                     put_back,
+                    existed_before,
                 )
             })
         {

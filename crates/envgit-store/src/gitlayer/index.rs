@@ -591,8 +591,13 @@ pub fn verify_path(path: &[u8], mode: u32) -> bool {
     true
 }
 
+/// The start of a protected list's entry naming a file or directory at any depth
+/// (`**/.vscode`): the names put back below the root, whatever folder they are in.
+pub const BELOW_ROOT: &str = "**/";
+
 /// Whether project-relative `path` is a protected path or lies beneath one; an entry of
-/// `protected` holding `*` is a pattern for a name at the project's top.
+/// `protected` holding `*` is a pattern for a name at the project's top, one starting with
+/// [`BELOW_ROOT`] a name at any depth.
 pub fn is_protected(path: &[u8], protected: &[String]) -> bool {
     ProtectedPaths::new(protected).contains(path)
 }
@@ -607,12 +612,19 @@ pub struct ProtectedPaths<'a> {
     tops: std::collections::HashSet<&'a [u8]>,
     /// Patterns for a name at the project's top.
     patterns: Vec<&'a [u8]>,
+    /// Names at any depth ([`BELOW_ROOT`]).
+    below: std::collections::HashSet<&'a [u8]>,
 }
 
 impl<'a> ProtectedPaths<'a> {
     pub fn new(protected: &'a [String]) -> Self {
+        let mut below = std::collections::HashSet::new();
         let (patterns, literal): (Vec<&[u8]>, Vec<&[u8]>) = protected
             .iter()
+            .filter(|p| match p.strip_prefix(BELOW_ROOT) {
+                Some(name) => !below.insert(name.as_bytes()),
+                None => true,
+            })
             .map(|p| p.as_bytes())
             .partition(|p| p.contains(&b'*'));
         let tops = literal.iter().map(|p| first_component(p)).collect();
@@ -620,13 +632,43 @@ impl<'a> ProtectedPaths<'a> {
             literal,
             tops,
             patterns,
+            below,
         }
+    }
+
+    /// Whether names at any depth are protected ([`BELOW_ROOT`]).
+    pub fn has_names_below(&self) -> bool {
+        !self.below.is_empty()
+    }
+
+    /// For a path below the root on which a name protected at any depth lies
+    /// (`packages/web/.vscode/tasks.json`), the directory holding the first such name
+    /// (`packages/web`); `None` when the first lies at the root, or none does.
+    pub fn below_dir<'p>(&self, path: &'p [u8]) -> Option<&'p [u8]> {
+        let mut start = 0;
+        for part in path.split(|&b| b == b'/') {
+            if self.below.contains(part) {
+                return (start > 0).then(|| &path[..start - 1]);
+            }
+            start += part.len() + 1;
+        }
+        None
     }
 
     /// Whether `path` is one of the paths or lies beneath one, or its first component
     /// matches a pattern. A path ending in `/` is a sparse index's directory entry, which
     /// stands for everything beneath it: it is protected when a protected path lies there.
     pub fn contains(&self, path: &[u8]) -> bool {
+        if !self.below.is_empty() {
+            let mut parts = path.split(|&b| b == b'/');
+            if parts.any(|c| self.below.contains(c)) {
+                return true;
+            }
+            // A sparse index's directory entry may hold such a name anywhere beneath it.
+            if path.ends_with(b"/") {
+                return true;
+            }
+        }
         if let Some(dir) = path.strip_suffix(b"/")
             && self.literal.iter().any(|p| {
                 p.strip_prefix(dir)

@@ -27,6 +27,7 @@ pub const GIT_DATA_ONLY_RULE: &str = "git.data-only";
 
 pub use config::GitConfigError;
 pub use import::{Dropped, GitImport, PreStep, import};
+pub use index::BELOW_ROOT;
 pub use layer::{GitLayer, recover};
 pub use nested::{
     NestedCode, NestedConfigError, filter_nested_config, nested_code_paths,

@@ -42,6 +42,7 @@ pub fn refusal(
     work: &[(Class, String, bool)],
     protected: &[String],
     put_back: &mut dyn FnMut(),
+    existed_before: &dyn Fn(&[u8]) -> bool,
 ) -> Option<String> {
     if protected.is_empty() {
         return None;
@@ -62,6 +63,27 @@ pub fn refusal(
             .is_some_and(|root| disk_holds(root.as_fd(), path, *mode, oid))
     };
     let protected_paths = index::ProtectedPaths::new(protected);
+    // A commit's tree is read for the paths at the root; the names below it
+    // (`index::BELOW_ROOT`) are found among what the commit changed.
+    let at_root: Vec<String> = protected
+        .iter()
+        .filter(|p| !p.starts_with(index::BELOW_ROOT))
+        .cloned()
+        .collect();
+    let root_paths = index::ProtectedPaths::new(&at_root);
+    // Whether the step's entry `v` for the protected `path` is the person's or its own work:
+    // at the root, what the file holds once the put-back is done; below it, where the names
+    // are put back after the import and only in a directory that was there, any in a
+    // directory the step made (a scaffold), none elsewhere. Removing one plants nothing.
+    let fine = |path: &[u8], v: Option<&(u32, String)>| {
+        if root_paths.contains(path) {
+            v.is_some_and(|v| on_disk(path, v))
+        } else if let Some(dir) = protected_paths.below_dir(path) {
+            v.is_none() || !existed_before(dir)
+        } else {
+            false
+        }
+    };
     let host = |rel: &str| write::read(root, rel).ok().flatten();
     let host_shared = |hex: &str| host(&format!("sharedindex.{hex}"));
     let step_shared = |hex: &str| {
@@ -102,7 +124,7 @@ pub fn refusal(
                     }
                     let b = before.first().cloned().unwrap_or_default();
                     let changed = first_difference(&b.entries, &a.entries, |(path, stage), v| {
-                        *stage == 0 && on_disk(path, v)
+                        *stage == 0 && fine(path, v)
                     });
                     if let Some((path, _)) = changed {
                         return Some(index_refusal(&path));
@@ -236,13 +258,21 @@ pub fn refusal(
                 .collect()
         })
         .unwrap_or_default();
+    let staged_at_root: Entries = staged
+        .iter()
+        .filter(|(p, _)| root_paths.contains(p))
+        .map(|(p, v)| (p.clone(), v.clone()))
+        .collect();
+    let head_before = host_ref(&host, "HEAD");
     let mut known: BTreeMap<String, Result<Option<Entries>, String>> = BTreeMap::new();
     let mut tree = |id: &str| {
         known
             .entry(id.to_owned())
-            .or_insert_with(|| tree_entries(git_dir, id, protected))
+            .or_insert_with(|| tree_entries(git_dir, id, &at_root))
             .clone()
     };
+    let mut known_below: BTreeMap<(Option<String>, String), Result<Changes, String>> =
+        BTreeMap::new();
     for (name, new, old) in targets {
         let now = match tree(&new) {
             Ok(Some(t)) => t,
@@ -254,15 +284,38 @@ pub fn refusal(
                 ));
             }
         };
-        let Some(path) = first_difference(&staged, &now, |p, v| on_disk(p, v)) else {
-            continue;
-        };
-        if let Some(old) = old
-            && let Ok(Some(was)) = tree(&old)
+        let mut changed = first_difference(&staged_at_root, &now, |p, v| {
+            v.is_some_and(|v| on_disk(p, v))
+        });
+        if changed.is_some()
+            && let Some(old) = &old
+            && let Ok(Some(was)) = tree(old)
             && first_difference(&was, &now, |_, _| false).is_none()
         {
-            continue;
+            changed = None;
         }
+        if changed.is_none() && protected_paths.has_names_below() {
+            let base = old.clone().or_else(|| head_before.clone());
+            let below = known_below
+                .entry((base.clone(), new.clone()))
+                .or_insert_with(|| changed_below(git_dir, base.as_deref(), &new, &protected_paths));
+            match below {
+                Ok(changes) => {
+                    changed = changes
+                        .iter()
+                        .find(|(p, v)| staged.get(*p) != v.as_ref() && !fine(p, v.as_ref()))
+                        .map(|(p, _)| p.clone());
+                }
+                Err(why) => {
+                    return Some(format!(
+                        "{name}: what the commit it names changes could not be read: {why}"
+                    ));
+                }
+            }
+        }
+        let Some(path) = changed else {
+            continue;
+        };
         return Some(format!(
             "{name} names a commit whose `{}` (a protected path) is not what the host's index \
              held before the step: the host's `git reset --hard`, `git stash` or `git checkout` \
@@ -281,16 +334,16 @@ fn index_refusal(path: &[u8]) -> String {
     )
 }
 
-/// The first key whose value differs between `before` and `after`, unless `after`'s value
-/// is one `fine` takes.
+/// The first key whose value differs between `before` and `after`, unless `fine` takes
+/// `after`'s value (`None`: gone).
 fn first_difference<K: Ord + Clone, V: PartialEq>(
     before: &BTreeMap<K, V>,
     after: &BTreeMap<K, V>,
-    fine: impl Fn(&K, &V) -> bool,
+    fine: impl Fn(&K, Option<&V>) -> bool,
 ) -> Option<K> {
     let keys: BTreeSet<&K> = before.keys().chain(after.keys()).collect();
     keys.into_iter()
-        .find(|k| before.get(*k) != after.get(*k) && !after.get(*k).is_some_and(|v| fine(k, v)))
+        .find(|k| before.get(*k) != after.get(*k) && !fine(k, after.get(*k)))
         .cloned()
 }
 
@@ -423,6 +476,67 @@ fn tree_entries(git_dir: &Path, id: &str, protected: &[String]) -> Result<Option
     let protected_paths = index::ProtectedPaths::new(protected);
     out.retain(|p, _| protected_paths.contains(p));
     Ok(Some(out))
+}
+
+/// The paths below the root a commit changed that a protected name lies on
+/// (`index::BELOW_ROOT`), with what the commit holds there (`None`: removed).
+type Changes = BTreeMap<Vec<u8>, Option<(u32, String)>>;
+
+/// [`Changes`] of the commit `new` against `base` (the ref's commit before the step, else
+/// `HEAD`'s), by the host's `git diff-tree`; against nothing, every path of `new`.
+fn changed_below(
+    git_dir: &Path,
+    base: Option<&str>,
+    new: &str,
+    protected: &index::ProtectedPaths<'_>,
+) -> Result<Changes, String> {
+    let mut out = Changes::new();
+    let Some(base) = base else {
+        let all = ls_tree(git_dir, new, &[], true)?.unwrap_or_default();
+        for (p, v) in all {
+            if protected.contains(&p) {
+                out.insert(p, Some(v));
+            }
+        }
+        return Ok(out);
+    };
+    let run = verify::git()
+        .env("LC_ALL", "C")
+        .arg("--git-dir")
+        .arg(git_dir)
+        .args([
+            "diff-tree",
+            "-r",
+            "-z",
+            "--no-renames",
+            "--no-ext-diff",
+            base,
+            new,
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .output()
+        .map_err(|e| format!("the host's `git diff-tree` could not run: {e}"))?;
+    if !run.status.success() {
+        return Err(String::from_utf8_lossy(&run.stderr).trim().to_owned());
+    }
+    // `:<old mode> <new mode> <old id> <new id> <status>` NUL `<path>` NUL
+    let mut fields = run.stdout.split(|&b| b == 0);
+    while let Some(meta) = fields.next().filter(|m| !m.is_empty()) {
+        let path = fields.next().ok_or("bad diff-tree output")?;
+        let meta = String::from_utf8_lossy(meta);
+        let parts: Vec<&str> = meta.trim_start_matches(':').split(' ').collect();
+        let [_, mode, _, id, _] = parts[..] else {
+            return Err("bad diff-tree output".into());
+        };
+        if !protected.contains(path) {
+            continue;
+        }
+        let mode = u32::from_str_radix(mode, 8).map_err(|_| "bad diff-tree output")?;
+        let held = (mode != 0).then(|| (mode, id.to_ascii_lowercase()));
+        out.insert(path.to_vec(), held);
+    }
+    Ok(out)
 }
 
 /// `None`: `id` names no tree-ish (a blob).
