@@ -365,6 +365,9 @@ impl Fs {
 
     fn metadata(&self, p: &PathParams, effect: &mut Effect) -> RpcResult {
         let t = self.target(&p.path, "stat", effect)?;
+        // The sandbox shows a masked file empty and a masked directory empty: its real size,
+        // times and entries are refused here as its content is.
+        self.check_read(&t, effect)?;
         let (parent, name) = split(&t.rel);
         let st = if t.rel.is_empty() {
             rustix::fs::fstat(&self.root)
@@ -643,6 +646,9 @@ impl Fs {
     /// leading out of it is refused.
     fn canonicalize(&self, p: &PathParams, effect: &mut Effect) -> RpcResult {
         let t = self.target(&p.path, "read", effect)?;
+        // What lies beneath a masked directory does not exist in the sandbox: neither the
+        // path asked for nor where its links lead may show it.
+        self.check_read(&t, effect)?;
         let fd = rustix::fs::openat2(
             &self.root,
             os(&t.rel),
@@ -653,6 +659,15 @@ impl Fs {
         .map_err(|e| map_errno(e, &t, effect, "read"))?;
         let link = format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&fd));
         let real = std::fs::read_link(&link).map_err(|e| RpcError::io(&e))?;
+        if let Some(rel) = paths::relative(&self.policy.root, &real) {
+            self.check_read(
+                &Target {
+                    abs: real.clone(),
+                    rel,
+                },
+                effect,
+            )?;
+        }
         result(&CanonicalPath {
             path: paths::to_uri(&real),
         })

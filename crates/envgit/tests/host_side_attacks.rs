@@ -334,3 +334,82 @@ fn codex_fs_does_not_read_what_a_deny_read_glob_matches() {
         "fs/copy copied keys/new.pem out of the mask: {copied}"
     );
 }
+
+/// What the sandbox masks (`.env`, a `deny_read` glob's match, a `deny_read` directory, a hard
+/// link a step made to a secret) shows a step nothing of its size, times or what lies beneath a
+/// masked directory: Codex's `fs/getMetadata` and `fs/canonicalize` must not show it either.
+/// They are refused as `fs/readFile` is, naming the rule.
+#[test]
+fn codex_fs_does_not_stat_what_the_sandbox_masks() {
+    const SECRET: &str = "API_KEY=hunter2-and-then-some\n";
+    let env = Env::new();
+    env.write(".env", SECRET);
+    env.write("keys/k.pem", SECRET);
+    env.write("secrets/id", SECRET);
+    env.write("a.txt", "a\n");
+    env.init();
+    let mut yaml = std::fs::read_to_string(env.path("envgit.yaml")).unwrap();
+    yaml.push_str("\nfilesystem:\n  deny_read: [\"**/*.pem\", \"secrets\"]\n");
+    std::fs::write(env.path("envgit.yaml"), yaml).unwrap();
+    env.record();
+    // What a sandboxed step sees: empty files, and nothing beneath the masked directory.
+    let run = env.envgit(&[
+        "run",
+        "--",
+        "sh",
+        "-c",
+        "stat -c %s .env keys/k.pem; ls secrets/id 2>&1; true",
+    ]);
+    assert!(run.stdout.starts_with("0\n0\n"), "{}", run.stdout);
+    assert!(!run.stdout.contains("\nsecrets/id\n"), "{}", run.stdout);
+
+    let cwd = env.project.canonicalize().unwrap();
+    let stat = |rel: &str| ("fs/getMetadata", json!({"path": uri(&env, rel)}));
+    let (answers, stderr) = codex_fs(
+        &env,
+        &[
+            (
+                "process/start",
+                json!({"processId": "p1", "argv": ["/bin/sh", "-c",
+                    "echo API_KEY=hunter2 > .env.local && ln .env.local notes.txt"],
+                    "cwd": cwd, "env": {}, "envPolicy": null, "tty": false, "pipeStdin": false,
+                    "arg0": null, "sandbox": null, "enforceManagedNetwork": false,
+                    "managedNetwork": null}),
+            ),
+            stat(".env"),
+            stat("keys/k.pem"),
+            stat("secrets"),
+            stat("secrets/id"),
+            stat("notes.txt"),
+            ("fs/canonicalize", json!({"path": uri(&env, "secrets/id")})),
+            // Still answered: what the sandbox shows.
+            stat("a.txt"),
+        ],
+    );
+    assert!(answers[0]["error"].is_null(), "{answers:#?}\n{stderr}");
+    assert!(
+        std::fs::metadata(env.path("notes.txt")).is_ok(),
+        "the step made no link: {stderr}"
+    );
+    let rels = [
+        ".env",
+        "keys/k.pem",
+        "secrets",
+        "secrets/id",
+        "notes.txt",
+        "secrets/id",
+    ];
+    let shown: Vec<String> = rels
+        .iter()
+        .zip(&answers[1..7])
+        .filter(|(_, a)| !a.to_string().contains("filesystem.deny_read"))
+        .map(|(rel, a)| format!("{rel}: {a}"))
+        .collect();
+    assert!(
+        shown.is_empty(),
+        "the host answered for what the sandbox masks:\n{}",
+        shown.join("\n")
+    );
+    assert!(answers[1..7].iter().all(|a| a["result"].is_null()));
+    assert_eq!(answers[7]["result"]["size"], 2, "{}", answers[7]);
+}
