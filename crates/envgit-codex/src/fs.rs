@@ -25,6 +25,30 @@ use crate::rpc::{NOT_FOUND, RpcError, RpcResult};
 /// Largest file `fs/readFile` returns.
 const MAX_READ: u64 = 256 << 20;
 
+/// Deepest directory `fs/remove` and `fs/copy` descend to beneath their target: the store's
+/// bound on what a step snapshots (`MAX_TREE_DEPTH`). Both walk with an explicit stack, so a
+/// deeper chain (a step's `mkdir d; cd d` loop) costs a refusal, not the server's own stack.
+const MAX_DEPTH: usize = 1024;
+
+fn too_deep(t: &Target) -> RpcError {
+    RpcError::params(format!(
+        "{}: holds directories more than {MAX_DEPTH} deep (fs/remove and fs/copy stop there)",
+        t.show()
+    ))
+}
+
+/// Why [`remove_at`] stopped.
+enum Walk {
+    Errno(Errno),
+    TooDeep,
+}
+
+impl From<Errno> for Walk {
+    fn from(e: Errno) -> Self {
+        Walk::Errno(e)
+    }
+}
+
 /// What the sandbox would refuse, as data.
 #[derive(Debug, Clone)]
 pub struct FsPolicy {
@@ -528,8 +552,13 @@ impl Fs {
         let n = cname(name).map_err(RpcError::errno)?;
         match remove_at(dir.as_fd(), &n, p.recursive) {
             Ok(()) => {}
-            Err(Errno::NOENT) if p.force => return result(&Empty {}),
-            Err(e) => return Err(map_errno(e, &t, effect, "write")),
+            Err(Walk::Errno(Errno::NOENT)) if p.force => return result(&Empty {}),
+            Err(Walk::Errno(e)) => return Err(map_errno(e, &t, effect, "write")),
+            Err(Walk::TooDeep) => {
+                // What lay above the bound is gone: history must show the call wrote.
+                effect.wrote.push(t.show());
+                return Err(too_deep(&t));
+            }
         }
         effect.wrote.push(t.show());
         result(&Empty {})
@@ -546,17 +575,58 @@ impl Fs {
                 dst.show()
             )));
         }
-        self.copy_tree(&src, &dst, p.recursive, effect)?;
+        self.copy_tree(src, dst, p.recursive, effect)?;
         result(&Empty {})
     }
 
+    /// Depth first with an explicit stack of what is left to copy (never one call per level).
     fn copy_tree(
+        &self,
+        src: Target,
+        dst: Target,
+        recursive: bool,
+        effect: &mut Effect,
+    ) -> Result<(), RpcError> {
+        let top = Target {
+            abs: src.abs.clone(),
+            rel: src.rel.clone(),
+        };
+        let mut todo = vec![(src, dst, 0usize)];
+        while let Some((src, dst, depth)) = todo.pop() {
+            if !self.copy_one(&src, &dst, recursive || depth > 0, effect)? {
+                continue;
+            }
+            if depth >= MAX_DEPTH {
+                return Err(too_deep(&top));
+            }
+            let d = open_dir(self.root.as_fd(), &src.rel)
+                .map_err(|e| map_errno(e, &src, effect, "read"))?;
+            // Reversed, so the first name is copied first.
+            for n in names(d.as_fd()).map_err(RpcError::errno)?.iter().rev() {
+                let n = n.to_bytes();
+                let s = Target {
+                    abs: src.abs.join(OsStr::from_bytes(n)),
+                    rel: join(&src.rel, n),
+                };
+                let t = Target {
+                    abs: dst.abs.join(OsStr::from_bytes(n)),
+                    rel: join(&dst.rel, n),
+                };
+                todo.push((s, t, depth + 1));
+            }
+        }
+        Ok(())
+    }
+
+    /// Copy `src` itself: a directory is made at `dst` (its entries are the caller's: true), a
+    /// link is copied as a link, a file's content is copied.
+    fn copy_one(
         &self,
         src: &Target,
         dst: &Target,
         recursive: bool,
         effect: &mut Effect,
-    ) -> Result<(), RpcError> {
+    ) -> Result<bool, RpcError> {
         self.check_read(src, effect)?;
         let (parent, name) = split(&src.rel);
         let st = open_dir(self.root.as_fd(), parent)
@@ -575,20 +645,7 @@ impl Fs {
                 self.check_write(dst, effect)?;
                 self.mkdirs(&dst.rel)
                     .map_err(|e| map_errno(e, dst, effect, "write"))?;
-                let d = open_dir(self.root.as_fd(), &src.rel)
-                    .map_err(|e| map_errno(e, src, effect, "read"))?;
-                for n in names(d.as_fd()).map_err(RpcError::errno)? {
-                    let s = Target {
-                        abs: src.abs.join(OsStr::from_bytes(n.to_bytes())),
-                        rel: join(&src.rel, n.to_bytes()),
-                    };
-                    let t = Target {
-                        abs: dst.abs.join(OsStr::from_bytes(n.to_bytes())),
-                        rel: join(&dst.rel, n.to_bytes()),
-                    };
-                    self.copy_tree(&s, &t, true, effect)?;
-                }
-                Ok(())
+                Ok(true)
             }
             FileType::Symlink => {
                 // Copied as a link, never followed.
@@ -611,11 +668,12 @@ impl Fs {
                 )
                 .map_err(|e| map_errno(e, dst, effect, "write"))?;
                 effect.wrote.push(dst.show());
-                Ok(())
+                Ok(false)
             }
             FileType::RegularFile => {
                 let data = self.read_bytes(src, effect)?;
-                self.write_bytes(dst, &data, effect)
+                self.write_bytes(dst, &data, effect)?;
+                Ok(false)
             }
             _ => Err(RpcError::params(format!(
                 "{}: not a file, directory or link",
@@ -674,21 +732,60 @@ impl Fs {
     }
 }
 
-fn remove_at(dir: BorrowedFd<'_>, name: &CString, recursive: bool) -> rustix::io::Result<()> {
+/// Remove `name` in `dir`, and with `recursive` what a directory holds, depth first with an
+/// explicit stack of directory fds (each opened beneath the last without following a link),
+/// never one call per level.
+fn remove_at(dir: BorrowedFd<'_>, name: &CString, recursive: bool) -> Result<(), Walk> {
     let st = rustix::fs::statat(dir, name.as_c_str(), AtFlags::SYMLINK_NOFOLLOW)?;
     if FileType::from_raw_mode(st.st_mode) != FileType::Directory {
-        return rustix::fs::unlinkat(dir, name.as_c_str(), AtFlags::empty());
-    }
-    if recursive {
-        let sub = rustix::fs::openat(
+        return Ok(rustix::fs::unlinkat(
             dir,
             name.as_c_str(),
-            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC | OFlags::NOFOLLOW,
-            Mode::empty(),
-        )?;
-        for n in names(sub.as_fd())? {
-            remove_at(sub.as_fd(), &n, true)?;
+            AtFlags::empty(),
+        )?);
+    }
+    if recursive {
+        // Each open directory, the names left in it, and its own name in the one above.
+        let top = open_sub(dir, name)?;
+        let left = names(top.as_fd())?;
+        let mut stack = vec![(top, left, name.clone())];
+        loop {
+            let depth = stack.len();
+            let Some((fd, left, _)) = stack.last_mut() else {
+                break;
+            };
+            let Some(n) = left.pop() else {
+                let (_, _, done) = stack.pop().ok_or(Walk::Errno(Errno::INVAL))?;
+                if let Some((parent, _, _)) = stack.last() {
+                    rustix::fs::unlinkat(parent, done.as_c_str(), AtFlags::REMOVEDIR)?;
+                }
+                continue;
+            };
+            let st = rustix::fs::statat(&*fd, n.as_c_str(), AtFlags::SYMLINK_NOFOLLOW)?;
+            if FileType::from_raw_mode(st.st_mode) != FileType::Directory {
+                rustix::fs::unlinkat(&*fd, n.as_c_str(), AtFlags::empty())?;
+                continue;
+            }
+            if depth >= MAX_DEPTH {
+                return Err(Walk::TooDeep);
+            }
+            let sub = open_sub(fd.as_fd(), &n)?;
+            let left = names(sub.as_fd())?;
+            stack.push((sub, left, n));
         }
     }
-    rustix::fs::unlinkat(dir, name.as_c_str(), AtFlags::REMOVEDIR)
+    Ok(rustix::fs::unlinkat(
+        dir,
+        name.as_c_str(),
+        AtFlags::REMOVEDIR,
+    )?)
+}
+
+fn open_sub(dir: BorrowedFd<'_>, name: &CString) -> rustix::io::Result<OwnedFd> {
+    rustix::fs::openat(
+        dir,
+        name.as_c_str(),
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC | OFlags::NOFOLLOW,
+        Mode::empty(),
+    )
 }

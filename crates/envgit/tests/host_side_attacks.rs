@@ -42,7 +42,13 @@ fn codex_fs_after(
         let mut answer = None;
         let mut closed = method != "process/start";
         while answer.is_none() || !closed {
-            let v: Value = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
+            let Some(line) = lines.next() else {
+                let status = child.wait().unwrap();
+                let mut err = String::new();
+                std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut err).unwrap();
+                panic!("the exec-server ended ({status}) without answering {method}:\n{err}");
+            };
+            let v: Value = serde_json::from_str(&line.unwrap()).unwrap();
             if v["id"] == id {
                 answer = Some(v);
             } else if v["method"] == "process/closed"
@@ -412,4 +418,84 @@ fn codex_fs_does_not_stat_what_the_sandbox_masks() {
     );
     assert!(answers[1..7].iter().all(|a| a["result"].is_null()));
     assert_eq!(answers[7]["result"]["size"], 2, "{}", answers[7]);
+}
+
+/// A directory chain far deeper than any project's, as a step can make one (a `mkdir d; cd d`
+/// loop): 10,000 levels under `tower/`.
+const DEEP: usize = 10_000;
+
+fn deep_tree_step(env: &Env) -> (&'static str, Value) {
+    let script = format!(
+        "import os\nos.mkdir('tower')\nos.chdir('tower')\nfor _ in range({DEEP}):\n    os.mkdir('d')\n    os.chdir('d')\n"
+    );
+    (
+        "process/start",
+        json!({"processId": "deep", "argv": ["python3", "-c", script],
+            "cwd": env.project.canonicalize().unwrap(), "env": {}, "envPolicy": null,
+            "tty": false, "pipeStdin": false, "arg0": null, "sandbox": null,
+            "enforceManagedNetwork": false, "managedNetwork": null}),
+    )
+}
+
+/// How many `d` directories are chained under `dir` (one descriptor at a time: the chain is
+/// longer than a path may be).
+fn chain_depth(dir: &std::path::Path) -> usize {
+    use rustix::fs::{Mode, OFlags};
+    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let Ok(mut cur) = rustix::fs::open(dir, flags, Mode::empty()) else {
+        return 0;
+    };
+    let mut n = 0;
+    while let Ok(fd) = rustix::fs::openat(&cur, c"d", flags, Mode::empty()) {
+        cur = fd;
+        n += 1;
+    }
+    n
+}
+
+/// `call` on the 10,000-deep tree a step made is answered, and the exec-server answers the
+/// next call: it does not descend one Rust call per level until its stack overflows. The
+/// answer is an error naming `tower` when the call stops at a depth bound.
+fn survives_a_deep_tree(call: impl FnOnce(&Env) -> (&'static str, Value)) {
+    let env = Env::new();
+    env.write("a.txt", "a\n");
+    env.init();
+    let (made, stderr) = codex_fs(&env, &[deep_tree_step(&env)]);
+    assert!(made[0]["error"].is_null(), "{made:#?}\n{stderr}");
+    assert_eq!(chain_depth(&env.path("tower")), DEEP, "{stderr}");
+    let call = call(&env);
+    let (answers, stderr) = codex_fs(
+        &env,
+        &[
+            call,
+            ("fs/getMetadata", json!({"path": uri(&env, "a.txt")})),
+        ],
+    );
+    let answer = &answers[0];
+    if !answer["error"].is_null() {
+        let message = answer["error"]["message"].as_str().unwrap_or_default();
+        assert!(message.starts_with("tower: "), "{answer}");
+    }
+    assert_eq!(answers[1]["result"]["size"], 2, "{answers:#?}\n{stderr}");
+}
+
+#[test]
+fn codex_fs_remove_of_a_deep_tree_does_not_crash_the_exec_server() {
+    survives_a_deep_tree(|env| {
+        (
+            "fs/remove",
+            json!({"path": uri(env, "tower"), "recursive": true, "force": true}),
+        )
+    });
+}
+
+#[test]
+fn codex_fs_copy_of_a_deep_tree_does_not_crash_the_exec_server() {
+    survives_a_deep_tree(|env| {
+        (
+            "fs/copy",
+            json!({"sourcePath": uri(env, "tower"), "destinationPath": uri(env, "copied"),
+                "recursive": true, "sandbox": null}),
+        )
+    });
 }
