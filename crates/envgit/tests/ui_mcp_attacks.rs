@@ -166,3 +166,91 @@ fn the_ui_answers_the_largest_numbers_in_its_queries() {
     }
     ui.stop();
 }
+
+/// What the test saw happen, in order.
+enum Seen {
+    /// The server ended the silent connection (EOF or reset), though the test held it open.
+    Closed,
+    /// The real request's answer (its status, 0 for none).
+    Answered(u16),
+}
+
+/// Connections that send half a request head and then nothing, more than the UI can hold open
+/// (any web page can open that many to 127.0.0.1): the UI closes each once its header
+/// deadline passes, so the person's own request is answered while the test still holds every
+/// one of them open, not only once they go away.
+#[test]
+fn half_sent_request_heads_do_not_keep_the_ui_from_answering() {
+    use std::io::{Read, Write};
+    use std::net::{Shutdown, TcpStream};
+    use std::sync::mpsc;
+
+    const FILES: u32 = 64;
+    let env = Env::new();
+    env.init();
+    let ui = Ui::start_with_nofile(&env, FILES);
+    let host = format!("Host: {}", ui.host());
+    let before = request(ui.port, "GET", "/", std::slice::from_ref(&host));
+    assert_ne!(before.status, 0, "no answer before the attack");
+
+    // More than the descriptors it may open, each with half a head.
+    let silent: Vec<TcpStream> = (0..FILES + 8)
+        .map(|_| {
+            let mut s = TcpStream::connect(("127.0.0.1", ui.port)).unwrap();
+            s.write_all(b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+                .unwrap();
+            s
+        })
+        .collect();
+    let (tx, rx) = mpsc::channel();
+    for s in &silent {
+        let (mut s, tx) = (s.try_clone().unwrap(), tx.clone());
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 512];
+            while matches!(s.read(&mut buf), Ok(n) if n > 0) {}
+            let _ = tx.send(Seen::Closed);
+        });
+    }
+    {
+        let (port, host, tx) = (ui.port, host.clone(), tx.clone());
+        std::thread::spawn(move || {
+            let answer = request(port, "GET", "/", &[host]);
+            let _ = tx.send(Seen::Answered(answer.status));
+        });
+    }
+    // Only so that the unpatched server fails this test instead of hanging it: each wait is
+    // for the next event, and the deadline the server keeps is a fraction of it.
+    let hang_guard = Duration::from_secs(90);
+    let mut closed_by_server = 0;
+    loop {
+        match rx.recv_timeout(hang_guard) {
+            Ok(Seen::Closed) => closed_by_server += 1,
+            Ok(Seen::Answered(status)) => {
+                assert_ne!(status, 0, "the real request got an empty answer");
+                break;
+            }
+            Err(_) => {
+                // Show what held it: the real request is answered once the test lets go.
+                for s in &silent {
+                    let _ = s.shutdown(Shutdown::Both);
+                }
+                let status = rx.iter().find_map(|e| match e {
+                    Seen::Answered(s) => Some(s),
+                    Seen::Closed => None,
+                });
+                panic!(
+                    "the real request got no answer while {} half-sent requests were open \
+                     ({closed_by_server} closed by the server); it got one ({status:?}) once \
+                     the test closed them",
+                    silent.len()
+                );
+            }
+        }
+    }
+    assert!(
+        closed_by_server > 0,
+        "answered though the silent connections held nothing"
+    );
+    drop(silent);
+    ui.stop();
+}

@@ -24,7 +24,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use envgit_store::Store;
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use serde::Serialize;
 use signal_hook::consts::{SIGINT, SIGTERM};
 
@@ -134,6 +134,20 @@ fn open_browser(url: &str) {
     }
 }
 
+/// How long a connection may take to send a request's head, or sit idle between requests: one
+/// that sends half a head and then nothing is closed then, not held (with its descriptor) for
+/// ever. A browser opens a new connection for its next request.
+const HEADER_DEADLINE: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Connections served at once: half the descriptors this process may open (the store's reads
+/// need the rest), at most 512. Past it a connection waits in the listen queue until one ends.
+fn max_connections() -> usize {
+    let soft = rustix::process::getrlimit(rustix::process::Resource::Nofile)
+        .current
+        .unwrap_or(1024);
+    usize::try_from(soft / 2).unwrap_or(512).clamp(8, 512)
+}
+
 /// Serves until SIGINT or SIGTERM (then returns, so the port's registration is removed).
 fn serve(
     listener: std::net::TcpListener,
@@ -161,15 +175,29 @@ fn serve(
     runtime.block_on(async move {
         let listener = tokio::net::TcpListener::from_std(listener)
             .map_err(|e| Failure::failed(format!("cannot serve: {e}")))?;
+        let slots = Arc::new(tokio::sync::Semaphore::new(max_connections()));
         loop {
+            let slot = tokio::select! {
+                () = stop.notified() => return Ok(()),
+                slot = Arc::clone(&slots).acquire_owned() => slot
+                    .map_err(|e| Failure::failed(format!("cannot serve: {e}")))?,
+            };
             tokio::select! {
                 () = stop.notified() => return Ok(()),
                 accepted = listener.accept() => {
-                    let Ok((stream, _)) = accepted else { continue };
+                    let Ok((stream, _)) = accepted else {
+                        // Out of descriptors (the connection stays queued): wait for one to
+                        // be closed rather than spin on the same error.
+                        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                        continue;
+                    };
                     let ui = Arc::clone(&ui);
                     tokio::spawn(async move {
+                        let _slot = slot;
                         let service = service_fn(move |req| routes::handle(Arc::clone(&ui), req));
                         let _ = http1::Builder::new()
+                            .timer(TokioTimer::new())
+                            .header_read_timeout(HEADER_DEADLINE)
                             .serve_connection(TokioIo::new(stream), service)
                             .await;
                     });

@@ -21,9 +21,24 @@ impl Ui {
 
     /// `envgit ui` for the project at `dir` (another than `env`'s own, as a fork).
     pub fn start_in(env: &Env, dir: &std::path::Path) -> Ui {
-        let mut child = env
-            .cmd(dir)
-            .args(["ui", "--json"])
+        let mut cmd = env.cmd(dir);
+        cmd.args(["ui", "--json"]);
+        Ui::start_cmd(cmd)
+    }
+
+    /// `envgit ui` able to open at most `files` descriptors (`prlimit`), as a person's shell
+    /// may start it with 1024.
+    pub fn start_with_nofile(env: &Env, files: u32) -> Ui {
+        let mut cmd = env.cmd_of("prlimit", &env.project);
+        cmd.arg(format!("--nofile={files}:{files}"))
+            .arg(super::envgit_bin())
+            .args(["ui", "--json"]);
+        Ui::start_cmd(cmd)
+    }
+
+    /// `cmd` runs `envgit ui --json`.
+    pub fn start_cmd(mut cmd: std::process::Command) -> Ui {
+        let mut child = cmd
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
