@@ -41,6 +41,8 @@ fn too_deep(t: &Target) -> RpcError {
 enum Walk {
     Errno(Errno),
     TooDeep,
+    /// This project-relative path is masked in the sandbox, where no step can remove it.
+    Masked(Vec<u8>),
 }
 
 impl From<Errno> for Walk {
@@ -286,13 +288,17 @@ impl Fs {
             })
     }
 
-    fn check_read(&self, t: &Target, effect: &mut Effect) -> Result<(), RpcError> {
+    /// The sandbox masks `t`: what [`Fs::check_read`] refuses.
+    fn masked(&self, t: &Target) -> bool {
         let (_, name) = split(&t.rel);
-        let denied = self.is_denied(&t.abs, false)
+        self.is_denied(&t.abs, false)
             || self.glob_denied(t)
             || t.rel.split(|&b| b == b'/').any(is_secret_name)
-            || is_secret_name(name);
-        if denied {
+            || is_secret_name(name)
+    }
+
+    fn check_read(&self, t: &Target, effect: &mut Effect) -> Result<(), RpcError> {
+        if self.masked(t) {
             return Err(refusal(
                 effect,
                 format!("read {}", t.show()),
@@ -550,8 +556,24 @@ impl Fs {
             Err(e) => return Err(map_errno(e, &t, effect, "write")),
         };
         let n = cname(name).map_err(RpcError::errno)?;
-        match remove_at(dir.as_fd(), &n, p.recursive) {
+        // A masked file beneath is a mount in the sandbox, which no step's `rm -rf` removes
+        // (and history holds no copy of a secret): the walk stops there.
+        let masked = |rel: &[u8]| {
+            self.masked(&Target {
+                abs: self.policy.root.join(OsStr::from_bytes(rel)),
+                rel: rel.to_vec(),
+            })
+        };
+        match remove_at(dir.as_fd(), &n, p.recursive, &t.rel, &masked) {
             Ok(()) => {}
+            Err(Walk::Masked(rel)) => {
+                effect.wrote.push(t.show());
+                return Err(refusal(
+                    effect,
+                    format!("write {}", paths::display(&rel)),
+                    "filesystem.deny_read",
+                ));
+            }
             Err(Walk::Errno(Errno::NOENT)) if p.force => return result(&Empty {}),
             Err(Walk::Errno(e)) => return Err(map_errno(e, &t, effect, "write")),
             Err(Walk::TooDeep) => {
@@ -735,7 +757,13 @@ impl Fs {
 /// Remove `name` in `dir`, and with `recursive` what a directory holds, depth first with an
 /// explicit stack of directory fds (each opened beneath the last without following a link),
 /// never one call per level.
-fn remove_at(dir: BorrowedFd<'_>, name: &CString, recursive: bool) -> Result<(), Walk> {
+fn remove_at(
+    dir: BorrowedFd<'_>,
+    name: &CString,
+    recursive: bool,
+    rel: &[u8],
+    masked: &dyn Fn(&[u8]) -> bool,
+) -> Result<(), Walk> {
     let st = rustix::fs::statat(dir, name.as_c_str(), AtFlags::SYMLINK_NOFOLLOW)?;
     if FileType::from_raw_mode(st.st_mode) != FileType::Directory {
         return Ok(rustix::fs::unlinkat(
@@ -745,22 +773,27 @@ fn remove_at(dir: BorrowedFd<'_>, name: &CString, recursive: bool) -> Result<(),
         )?);
     }
     if recursive {
-        // Each open directory, the names left in it, and its own name in the one above.
+        // Each open directory, the names left in it, its own name in the one above, and its
+        // project-relative path.
         let top = open_sub(dir, name)?;
         let left = names(top.as_fd())?;
-        let mut stack = vec![(top, left, name.clone())];
+        let mut stack = vec![(top, left, name.clone(), rel.to_vec())];
         loop {
             let depth = stack.len();
-            let Some((fd, left, _)) = stack.last_mut() else {
+            let Some((fd, left, _, at)) = stack.last_mut() else {
                 break;
             };
             let Some(n) = left.pop() else {
-                let (_, _, done) = stack.pop().ok_or(Walk::Errno(Errno::INVAL))?;
-                if let Some((parent, _, _)) = stack.last() {
+                let (_, _, done, _) = stack.pop().ok_or(Walk::Errno(Errno::INVAL))?;
+                if let Some((parent, _, _, _)) = stack.last() {
                     rustix::fs::unlinkat(parent, done.as_c_str(), AtFlags::REMOVEDIR)?;
                 }
                 continue;
             };
+            let sub_rel = join(at, n.to_bytes());
+            if masked(&sub_rel) {
+                return Err(Walk::Masked(sub_rel));
+            }
             let st = rustix::fs::statat(&*fd, n.as_c_str(), AtFlags::SYMLINK_NOFOLLOW)?;
             if FileType::from_raw_mode(st.st_mode) != FileType::Directory {
                 rustix::fs::unlinkat(&*fd, n.as_c_str(), AtFlags::empty())?;
@@ -771,7 +804,7 @@ fn remove_at(dir: BorrowedFd<'_>, name: &CString, recursive: bool) -> Result<(),
             }
             let sub = open_sub(fd.as_fd(), &n)?;
             let left = names(sub.as_fd())?;
-            stack.push((sub, left, n));
+            stack.push((sub, left, n, sub_rel));
         }
     }
     Ok(rustix::fs::unlinkat(

@@ -499,3 +499,59 @@ fn codex_fs_copy_of_a_deep_tree_does_not_crash_the_exec_server() {
         )
     });
 }
+
+/// A step's `rm -rf dir` leaves what the sandbox masks in it (the mask is a mount: `Device or
+/// resource busy`), and history holds no copy of a secret to bring back: Codex's `fs/remove`
+/// of `dir` must leave it too, whether it was there when the session began or saved since
+/// (`.env`, a `deny_read` glob's match).
+#[test]
+fn codex_fs_remove_leaves_what_the_sandbox_masks() {
+    const SECRET: &str = "API_KEY=hunter2\n";
+    let env = Env::new();
+    env.write("a.txt", "a\n");
+    env.init();
+    let mut yaml = std::fs::read_to_string(env.path("envgit.yaml")).unwrap();
+    yaml.push_str("\nfilesystem:\n  deny_read: [\"**/*.pem\"]\n");
+    std::fs::write(env.path("envgit.yaml"), yaml).unwrap();
+    let secrets = ["old/k.pem", "old/.env", "new/k.pem", "new/.env"];
+    for rel in secrets {
+        env.write(rel, SECRET);
+    }
+    env.write("old/plain.txt", "p\n");
+    env.write("new/plain.txt", "p\n");
+    env.record();
+    let run = env.envgit(&["run", "--", "sh", "-c", "rm -rf old new; true"]);
+    for rel in secrets {
+        assert_eq!(env.read(rel), SECRET, "{rel}: {}", run.stderr);
+    }
+    std::fs::remove_dir_all(env.path("new")).unwrap();
+
+    let (answers, stderr) = codex_fs_after(
+        &env,
+        || {
+            env.write("new/k.pem", SECRET);
+            env.write("new/.env", SECRET);
+        },
+        &[
+            (
+                "fs/remove",
+                json!({"path": uri(&env, "old"), "recursive": true, "force": true}),
+            ),
+            (
+                "fs/remove",
+                json!({"path": uri(&env, "new"), "recursive": true, "force": true}),
+            ),
+        ],
+    );
+    let gone: Vec<&str> = secrets
+        .into_iter()
+        .filter(|rel| std::fs::read_to_string(env.path(rel)).ok().as_deref() != Some(SECRET))
+        .collect();
+    assert!(
+        gone.is_empty(),
+        "fs/remove deleted {gone:?}, which a step cannot: {answers:#?}\n{stderr}"
+    );
+    for a in &answers {
+        assert!(a.to_string().contains("filesystem.deny_read"), "{a}");
+    }
+}
