@@ -456,12 +456,13 @@ fn npm_install_goes_to_the_mirror_the_users_npmrc_names() {
     assert!(!r.stdout.contains("MIRROR_SECRET"), "{}", r.stdout);
 }
 
-/// A private npm registry (GitHub Packages' host here), where the gate judges a `PUT` by its
-/// body: a publish whose packument a strict JSON reader refuses (nesting deeper than
-/// serde_json's 128 levels, or a lone surrogate `\ud800`) while the registry's `JSON.parse`
-/// reads it is still a publish, and is refused. The plain publish beside it is the control.
-#[test]
-fn a_publish_whose_packument_a_strict_json_reader_refuses_is_still_judged() {
+/// Publishes to a private npm registry (GitHub Packages' host, served by verdaccio), where the
+/// gate judges a `PUT` by its body, with the preset's `action: allow` when `marking`: a plain
+/// package (the control), one whose packument nests deeper than serde_json's 128 levels, and
+/// one with a lone surrogate `\ud800` (the registry's `JSON.parse` reads both). Each `npm
+/// publish` runs in a step of its own; `check` gets the package's name, the step's run and
+/// the registry's port.
+fn publish_unreadable_packuments(marking: bool, check: impl Fn(&World, &str, &Run, u16)) {
     let registry = "npm.pkg.github.com";
     let mut w = World::new(&[registry]);
     let (port, token) = verdaccio(&mut w, &format!("https://{registry}/"));
@@ -476,6 +477,16 @@ fn a_publish_whose_packument_a_strict_json_reader_refuses_is_still_judged() {
         r#"{"name":"app","version":"1.0.0","private":true}"#,
     );
     w.init(&[registry]);
+    if marking {
+        let yaml = w.env.read("envgit.yaml");
+        let marked = yaml.replacen(
+            "  - preset: default",
+            "  - preset: default\n    action: allow",
+            1,
+        );
+        assert_ne!(marked, yaml, "no preset entry in:\n{yaml}");
+        w.env.write("envgit.yaml", &marked);
+    }
     let deep = format!("{}1{}", "[".repeat(200), "]".repeat(200));
     for (name, extra) in [
         ("envgit-plain-pkg", String::new()),
@@ -493,6 +504,15 @@ fn a_publish_whose_packument_a_strict_json_reader_refuses_is_still_judged() {
             "cd {name} && npm publish --registry https://{registry}/ --//{registry}/:_authToken={token}"
         );
         let r = w.run(&["sh", "-c", &publish], &[]);
+        check(&w, name, &r, port);
+    }
+}
+
+/// A publish whose packument a strict JSON reader refuses while the registry reads it is still
+/// a publish, and is refused, as the plain one beside it is.
+#[test]
+fn a_publish_whose_packument_a_strict_json_reader_refuses_is_still_judged() {
+    publish_unreadable_packuments(false, |_, name, r, port| {
         assert_eq!(
             status_of(port, &format!("/{name}")),
             "404",
@@ -502,59 +522,21 @@ fn a_publish_whose_packument_a_strict_json_reader_refuses_is_still_judged() {
         );
         assert!(
             r.stderr.contains(&format!(
-                "envgit: denied PUT {registry}/{name} (rule npm.publish)"
+                "envgit: denied PUT npm.pkg.github.com/{name} (rule npm.publish)"
             )),
             "{name}:\n{}",
             r.stderr
         );
-    }
+    });
 }
 
-/// The same publishes with the preset letting irreversible requests out and marking them
-/// (`action: allow`): a packument the gate cannot read (too deep for serde_json, a lone
-/// surrogate) cannot be ruled out as a publish, so when it is let out its step must say so,
-/// under the rule that could not rule it out, exactly as the readable publish beside it is.
+/// The same publishes with the preset letting irreversible requests out and marking them: a
+/// packument the gate cannot read cannot be ruled out as a publish, so when it is let out its
+/// step must say so, under the rule that could not rule it out, exactly as the readable
+/// publish beside it is.
 #[test]
 fn in_mark_mode_a_publish_the_gate_cannot_read_is_let_out_and_marked() {
-    let registry = "npm.pkg.github.com";
-    let mut w = World::new(&[registry]);
-    let (port, token) = verdaccio(&mut w, &format!("https://{registry}/"));
-    w.front(&[registry], port);
-    std::fs::write(
-        w.env.user_home().join(".npmrc"),
-        format!("registry=https://{registry}/\n"),
-    )
-    .unwrap();
-    w.env.write(
-        "package.json",
-        r#"{"name":"app","version":"1.0.0","private":true}"#,
-    );
-    w.init(&[registry]);
-    let yaml = w.env.read("envgit.yaml");
-    let marking = yaml.replacen(
-        "  - preset: default",
-        "  - preset: default\n    action: allow",
-        1,
-    );
-    assert_ne!(marking, yaml, "no preset entry in:\n{yaml}");
-    w.env.write("envgit.yaml", &marking);
-    let deep = format!("{}1{}", "[".repeat(200), "]".repeat(200));
-    for (name, extra) in [
-        ("envgit-plain-pkg", String::new()),
-        ("envgit-deep-pkg", format!(r#","nested":{deep}"#)),
-        (
-            "envgit-surrogate-pkg",
-            r#","description":"\ud800""#.to_owned(),
-        ),
-    ] {
-        w.env.write(
-            &format!("{name}/package.json"),
-            &format!(r#"{{"name":"{name}","version":"0.1.0"{extra}}}"#),
-        );
-        let publish = format!(
-            "cd {name} && npm publish --registry https://{registry}/ --//{registry}/:_authToken={token}"
-        );
-        let r = w.run(&["sh", "-c", &publish], &[]);
+    publish_unreadable_packuments(true, |w, name, r, port| {
         assert_eq!(r.code, 0, "{name}: npm publish failed:\n{}", r.stderr);
         assert_eq!(
             status_of(port, &format!("/{name}")),
@@ -584,7 +566,7 @@ fn in_mark_mode_a_publish_the_gate_cannot_read_is_let_out_and_marked() {
             "{name}: the step is not marked: {}",
             log[0]
         );
-    }
+    });
 }
 
 // ---------------------------------------------------------------------------------------
