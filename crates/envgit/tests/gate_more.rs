@@ -156,6 +156,68 @@ fn maven_deploys_and_nuget_pushes_are_refused_on_any_host() {
     assert!(said.contains("seen GET"), "the read did not pass:\n{said}");
 }
 
+/// Hex's publish (`mix hex.publish` posts the tarball to `hex.pm/api/publish`), pub's (`dart
+/// pub publish` begins and ends with a `GET` of pub's own paths, on pub.dev or a private
+/// repository below its prefix), CocoaPods trunk's and JSR's are refused naming their rules,
+/// the upstream never seeing them; the same registries' reads pass.
+#[test]
+fn hex_pub_cocoapods_and_jsr_publishes_are_refused() {
+    let hosts = [
+        "hex.pm",
+        "pub.dev",
+        "pub.internal",
+        "trunk.cocoapods.org",
+        "api.jsr.io",
+    ];
+    let w = World::new(&hosts);
+    w.env.write("demo.tar", "tarball");
+    let r = w.run(
+        "curl -sS -X POST --data-binary @demo.tar 'https://hex.pm/api/publish?replace=false'; echo; \
+         curl -sS https://pub.dev/api/packages/versions/new; echo; \
+         curl -sS 'https://pub.dev/api/packages/versions/newUploadFinish?upload_id=1'; echo; \
+         curl -sS -X POST -d '{}' https://pub.internal/pub/main/api/packages/versions/new; echo; \
+         curl -sS -X POST -H 'Content-Type: application/json' -d '{}' \
+           https://trunk.cocoapods.org/api/v1/pods; echo; \
+         curl -sS -X POST --data-binary @demo.tar \
+           https://api.jsr.io/scopes/acme/packages/demo/versions/1.0.0; echo; \
+         curl -sS https://hex.pm/api/packages/demo; echo; \
+         curl -sS https://pub.dev/api/packages/demo; echo",
+    );
+    let said = format!("{}\n{}", r.stdout, r.stderr);
+    assert!(
+        !said.contains("seen POST") && !said.contains("seen GET /api/packages/versions"),
+        "a publish reached the upstream:\n{said}"
+    );
+    for (line, rule) in [
+        ("POST hex.pm/api/publish", "hex.publish"),
+        ("GET pub.dev/api/packages/versions/new", "pub.publish"),
+        (
+            "GET pub.dev/api/packages/versions/newUploadFinish",
+            "pub.publish",
+        ),
+        (
+            "POST pub.internal/pub/main/api/packages/versions/new",
+            "pub.publish",
+        ),
+        ("POST trunk.cocoapods.org/api/v1/pods", "cocoapods.push"),
+        (
+            "POST api.jsr.io/scopes/acme/packages/demo/versions/1.0.0",
+            "jsr.publish",
+        ),
+    ] {
+        assert!(
+            said.contains(&format!("envgit: denied {line}"))
+                && said.contains(&format!("(rule {rule})")),
+            "{line}:\n{said}"
+        );
+    }
+    assert_eq!(
+        said.matches("seen GET").count(),
+        2,
+        "the reads did not pass:\n{said}"
+    );
+}
+
 /// git's dumb-HTTP push (`git http-push`, which `git push` falls back to on a WebDAV remote
 /// without smart HTTP: Apache mod_dav and the like) moves refs with WebDAV writes, not a
 /// `git-receive-pack` POST: the `LOCK` of `info/refs` it opens with, a `PUT` of each ref

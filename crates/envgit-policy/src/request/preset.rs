@@ -417,6 +417,63 @@ fn build() -> Vec<Rule> {
             ],
             vec![],
         ),
+        // Hex (Elixir, Erlang): `mix hex.publish` and `rebar3 hex publish` post the tarball to
+        // `/api/publish` (older clients to `/api/packages/NAME/releases`), an organization's
+        // below `/api/repos/ORG/`; a release's revert, retirement, docs and a package's owners
+        // are writes below the package.
+        rule(
+            "hex.publish",
+            Summary::Request,
+            [
+                "/api/publish",
+                "/api/packages/**",
+                "/api/repos/*/publish",
+                "/api/repos/*/packages/**",
+            ]
+            .iter()
+            .map(|path| shape(&["hex.pm"], writes(), Some(path)))
+            .collect(),
+            vec![],
+        ),
+        // pub (Dart, Flutter): `dart pub publish` asks `api/packages/versions/new` for an
+        // upload form (a `GET` in pub's repository spec, a `POST` on some servers), sends the
+        // archive where it says, and makes the version with a `GET` of `newUploadFinish`:
+        // judged at each of pub's own paths whatever the method, on any host (a private
+        // repository serves them below its prefix).
+        rule(
+            "pub.publish",
+            Summary::Request,
+            ["new", "newUpload", "newUploadFinish"]
+                .iter()
+                .map(|last| {
+                    let path = format!("/**/api/packages/versions/{last}");
+                    shape(ANY, Methods::Any, Some(&path))
+                })
+                .collect(),
+            vec![],
+        ),
+        // CocoaPods trunk: `pod trunk push` posts the podspec; a version's deletion and
+        // deprecation and a pod's owners are writes below it.
+        rule(
+            "cocoapods.push",
+            Summary::Request,
+            ["/api/v1/pods", "/api/v1/pods/**"]
+                .iter()
+                .map(|path| shape(&["trunk.cocoapods.org"], writes(), Some(path)))
+                .collect(),
+            vec![],
+        ),
+        // JSR (Deno, npm): `deno publish` and `npx jsr publish` post a version's tarball below
+        // its scope and package; a package's creation and settings are writes there too.
+        rule(
+            "jsr.publish",
+            Summary::Request,
+            vec![
+                shape(&["api.jsr.io"], writes(), Some("/scopes/*/packages/**")),
+                shape(&["api.jsr.io"], writes(), Some("/scopes/*/packages")),
+            ],
+            vec![],
+        ),
         // git's dumb-HTTP push (`git http-push`, what `git push` falls back to on a remote
         // without smart HTTP): WebDAV writes of a repository's refs on any host, the `LOCK`
         // of `info/refs` it opens with, and the `PUT` of each ref that moves it. Reads

@@ -95,6 +95,10 @@ fn ids_are_stable() {
             "rubygems.write",
             "maven.deploy",
             "nuget.push",
+            "hex.publish",
+            "pub.publish",
+            "cocoapods.push",
+            "jsr.publish",
             "git.dumb-push",
         ]
     );
@@ -717,6 +721,31 @@ fn registries_on_any_host() {
             "PUT nuget.pkg.github.com/acme/ [text] => nuget.push",
             "GET nuget.pkg.github.com/acme/index.json => allow",
             "GET api.nuget.org/v3-flatcontainer/demo/index.json => allow",
+            // Hex's publish, revert, retirement and owners; its reads pass
+            "POST hex.pm/api/publish?replace=false [text] => hex.publish",
+            "POST hex.pm/api/packages/demo/releases [text] => hex.publish",
+            "DELETE hex.pm/api/packages/demo/releases/1.0.0 => hex.publish",
+            "POST hex.pm/api/packages/demo/releases/1.0.0/retire [{}] => hex.publish",
+            "PUT hex.pm/api/packages/demo/owners/a%40example.com [{}] => hex.publish",
+            "POST hex.pm/api/repos/acme/publish [text] => hex.publish",
+            "GET hex.pm/api/packages/demo => allow",
+            "POST hex.pm/api/keys [{}] => allow",
+            // pub's upload form and its finish, whatever the method, on any host
+            "GET pub.dev/api/packages/versions/new => pub.publish",
+            "GET pub.dev/api/packages/versions/newUploadFinish?upload_id=1 => pub.publish",
+            "POST pub.internal/pub/main/api/packages/versions/new [{}] => pub.publish",
+            "POST pub.internal/pub/main/api/packages/versions/newUpload [text] => pub.publish",
+            "GET pub.dev/api/packages/demo => allow",
+            "GET pub.dev/api/packages/demo/versions/1.0.0 => allow",
+            // CocoaPods trunk and JSR; their reads pass
+            "POST trunk.cocoapods.org/api/v1/pods [{}] => cocoapods.push",
+            "DELETE trunk.cocoapods.org/api/v1/pods/Demo/1.0.0 => cocoapods.push",
+            "PATCH trunk.cocoapods.org/api/v1/pods/Demo/owners [{}] => cocoapods.push",
+            "GET trunk.cocoapods.org/api/v1/pods/Demo => allow",
+            "POST trunk.cocoapods.org/api/v1/sessions [{}] => allow",
+            "POST api.jsr.io/scopes/acme/packages/demo/versions/1.0.0 [text] => jsr.publish",
+            "POST api.jsr.io/scopes/acme/packages [{}] => jsr.publish",
+            "GET api.jsr.io/scopes/acme/packages/demo => allow",
             // git and LFS anywhere
             "POST git.internal:8443/o/r.git/info/lfs/objects/batch [lfs-up] => git.lfs.upload",
             "POST git.internal:8443/o/r.git/info/lfs/objects/batch [lfs-down] => allow",
