@@ -152,6 +152,7 @@ async fn one(mut req: Request<Incoming>, conn: &Conn) -> Response<Out> {
             body_complete: false,
             method_overrides: &overrides,
             content_type: None,
+            header_names: &[],
         };
         match shared.policy.decide_request(&at_destination) {
             RequestDecision::Allow => {}
@@ -211,6 +212,7 @@ async fn one(mut req: Request<Incoming>, conn: &Conn) -> Response<Out> {
         .iter()
         .map(String::as_str)
         .collect();
+    let header_names: Vec<&str> = parts.headers.keys().map(|n| n.as_str()).collect();
     let mut info = RequestInfo {
         method: &method,
         host,
@@ -221,6 +223,7 @@ async fn one(mut req: Request<Incoming>, conn: &Conn) -> Response<Out> {
         body_complete: false,
         method_overrides: &overrides,
         content_type: content_type.as_deref(),
+        header_names: &header_names,
     };
     let mut read = Read {
         bytes: Vec::new(),

@@ -126,14 +126,21 @@ fn gem_push_to_a_private_gem_host_is_refused() {
 /// upstream never seeing it; a read of the same repository passes.
 #[test]
 fn maven_deploys_and_nuget_pushes_are_refused_on_any_host() {
-    let (maven, nuget) = ("maven.pkg.github.com", "nuget.pkg.github.com");
-    let w = World::new(&[maven, nuget]);
+    let (maven, nuget, azure) = (
+        "maven.pkg.github.com",
+        "nuget.pkg.github.com",
+        "pkgs.dev.azure.com",
+    );
+    let w = World::new(&[maven, nuget, azure]);
     w.env.write("demo-1.0.jar", "PK\u{3}\u{4}");
     w.env.write("demo.nupkg", "PK\u{3}\u{4}");
     let jar = format!("https://{maven}/acme/repo/com/acme/demo/1.0/demo-1.0.jar");
+    // Azure Artifacts' feed takes pushes at `…/nuget/v2/`, known by NuGet's key header.
+    let feed = format!("https://{azure}/acme/_packaging/feed/nuget/v2/");
     let r = w.run(&format!(
         "curl -sS -T demo-1.0.jar {jar}; echo; \
          curl -sS -X PUT -H 'X-NuGet-ApiKey: k' -F package=@demo.nupkg https://{nuget}/acme/; echo; \
+         curl -sS -X PUT -H 'X-NuGet-ApiKey: az' -F package=@demo.nupkg {feed}; echo; \
          curl -sS {jar}; echo"
     ));
     let said = format!("{}\n{}", r.stdout, r.stderr);
@@ -147,6 +154,10 @@ fn maven_deploys_and_nuget_pushes_are_refused_on_any_host() {
             "maven.deploy",
         ),
         (format!("PUT {nuget}/acme/"), "nuget.push"),
+        (
+            format!("PUT {azure}/acme/_packaging/feed/nuget/v2/"),
+            "nuget.push",
+        ),
     ] {
         assert!(
             said.contains(&format!("envgit: denied {line} (rule {rule})")),

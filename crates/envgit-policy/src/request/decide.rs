@@ -63,6 +63,7 @@ impl Policy {
                 complete: req.body_complete,
             },
             content_type: req.content_type,
+            header_names: req.header_names,
         };
 
         if let Some(key) = self.l7_refusal(&prepared) {

@@ -57,6 +57,8 @@ pub struct RequestInfo<'a> {
     pub body_complete: bool,
     /// The `Content-Type` header's value, as sent (`None` when absent).
     pub content_type: Option<&'a str>,
+    /// The names of the request's headers, lowercase (as hyper and HTTP/2 give them).
+    pub header_names: &'a [&'a str],
 }
 
 /// What to do with a request.

@@ -15,4 +15,6 @@ pub(crate) struct Prepared<'a> {
     pub body: Body<'a>,
     /// The `Content-Type` header, as sent.
     pub content_type: Option<&'a str>,
+    /// The request's header names, lowercase.
+    pub header_names: &'a [&'a str],
 }

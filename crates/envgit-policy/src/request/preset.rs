@@ -32,6 +32,7 @@ fn shape(hosts: &[&str], methods: Methods, path: Option<&str>) -> Shape {
         methods,
         paths: path.map(|p| vec![pattern_segments(p)]),
         query: Vec::new(),
+        headers: Vec::new(),
         body: Vec::new(),
     }
 }
@@ -397,8 +398,8 @@ fn build() -> Vec<Rule> {
             vec![],
         ),
         // NuGet's push and delete (unlist) where its V2 publish resource is (nuget.org,
-        // ProGet, Nexus, BaGet), and GitHub Packages' NuGet host, which publishes at the
-        // owner's root.
+        // ProGet, Nexus, BaGet), GitHub Packages' NuGet host, which publishes at the owner's
+        // root, and a write carrying NuGet's API key header anywhere.
         rule(
             "nuget.push",
             Summary::Request,
@@ -414,6 +415,13 @@ fn build() -> Vec<Rule> {
                     Some("/**/api/v2/package/**"),
                 ),
                 shape(&["nuget.pkg.github.com"], writes(), None),
+                // Any other feed (Azure Artifacts' `…/nuget/v2/`, Artifactory's
+                // `api/nuget/REPO`, GitLab's): NuGet's client sends its API key header with
+                // every push and delete, and reads carry none.
+                Shape {
+                    headers: vec!["x-nuget-apikey".to_owned()],
+                    ..shape(ANY, only(&["PUT", "POST", "DELETE"]), None)
+                },
             ],
             vec![],
         ),

@@ -18,6 +18,8 @@ pub(crate) struct Shape {
     /// Path globs as segments, any of which may match; `None` is any path.
     pub paths: Option<Vec<Vec<String>>>,
     pub query: Vec<(String, String)>,
+    /// Header names (lowercase) the request must carry, each.
+    pub headers: Vec<String>,
     pub body: Vec<Matcher>,
 }
 
@@ -44,6 +46,10 @@ impl Shape {
             .hosts
             .iter()
             .any(|h| rule_host_matches(h, req.host, req.port))
+            || !self
+                .headers
+                .iter()
+                .all(|h| req.header_names.contains(&h.as_str()))
         {
             return (Tri::NoMatch, false);
         }
@@ -126,6 +132,7 @@ pub(crate) fn from_net(rule: &NetRule, id: String) -> Rule {
                 .iter()
                 .map(|(k, v)| (k.clone(), v.clone()))
                 .collect(),
+            headers: Vec::new(),
             body: rule
                 .body
                 .as_ref()

@@ -153,6 +153,7 @@ fn eval(m: &Matcher, body: Option<&[u8]>, complete: bool) -> Tri {
             complete,
         },
         content_type: None,
+        header_names: &[],
     })
 }
 

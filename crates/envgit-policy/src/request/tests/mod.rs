@@ -30,6 +30,7 @@ pub(super) fn req<'a>(
         body,
         body_complete: true,
         content_type: None,
+        header_names: &[],
     }
 }
 

@@ -883,3 +883,60 @@ fn legacy_pypi_forms_however_spelled() {
         assert_eq!(d, RequestDecision::Allow, "{body:?}");
     }
 }
+
+/// A NuGet feed anywhere (Azure Artifacts, Artifactory, GitLab) is pushed to by NuGet's
+/// client with its API key header: a write carrying it is `nuget.push`; the same write
+/// without it, and a read with it, are not.
+#[test]
+fn nuget_pushes_by_their_api_key_header() {
+    let with_key: &[&str] = &["content-type", "x-nuget-apikey"];
+    let cases = [
+        (
+            "PUT",
+            "pkgs.dev.azure.com",
+            "/acme/_packaging/feed/nuget/v2/",
+            with_key,
+            "nuget.push",
+        ),
+        (
+            "PUT",
+            "art.internal",
+            "/artifactory/api/nuget/nuget-local",
+            with_key,
+            "nuget.push",
+        ),
+        (
+            "DELETE",
+            "art.internal",
+            "/artifactory/api/nuget/nuget-local/Demo/1.0.0",
+            with_key,
+            "nuget.push",
+        ),
+        (
+            "PUT",
+            "pkgs.dev.azure.com",
+            "/acme/_packaging/feed/nuget/v2/",
+            &["content-type"],
+            "allow",
+        ),
+        (
+            "GET",
+            "pkgs.dev.azure.com",
+            "/acme/_packaging/feed/nuget/v3/index.json",
+            with_key,
+            "allow",
+        ),
+    ];
+    for (method, host, path, header_names, want) in cases {
+        let r = RequestInfo {
+            header_names,
+            ..req(method, host, path, Some(b"PK\x03\x04"))
+        };
+        let got = decide(&r);
+        assert_eq!(
+            got.rule().unwrap_or("allow"),
+            want,
+            "{method} {host}{path} {header_names:?}: {got:?}"
+        );
+    }
+}
