@@ -83,6 +83,7 @@ pub use gitlayer::{
     filter_nested_config as filter_nested_git_config, hide_secrets as hide_git_config_secrets,
     import as git_import, nested_code_paths as nested_git_code_paths,
     nested_object_refusals as nested_git_object_refusals,
+    nested_protected_refusals as nested_git_protected_refusals,
     nested_replace_ref_stores as nested_git_replace_ref_stores,
     only_comments as git_text_only_comments, recover as recover_git_layers,
 };

@@ -76,6 +76,40 @@ pub(crate) fn protected_below_changed(
     Ok(out)
 }
 
+/// The paths, relative to the nested git repository `repo` that was there before the step,
+/// whose content its index and refs may not change behind its work tree (they are put back
+/// on disk, see [`protected_below_changed`]): its hook manager's files, the names put back
+/// below a root (`**/.vscode`), and what git's configuration names there. A configuration
+/// that cannot be read adds nothing: the others are still judged.
+pub(crate) fn protected_in_repository(
+    store: &Store,
+    before: &ObjectId,
+    root: Option<&Path>,
+    repo: &str,
+) -> Vec<String> {
+    let mut out: Vec<String> = envgit_policy::REPOSITORY_ROOT_PATHS
+        .iter()
+        .map(|p| p.to_string())
+        .chain(
+            envgit_policy::PROTECTED_NAMES_BELOW
+                .iter()
+                .map(|n| format!("{}{n}", envgit_store::GIT_PROTECTED_BELOW_ROOT)),
+        )
+        .collect();
+    if let Some(root) = root
+        && let Ok(named) = named_by_git_configuration(store, before, root, repo)
+    {
+        for path in named {
+            if let Some(rel) = path.strip_prefix(repo).and_then(|r| r.strip_prefix('/'))
+                && !out.iter().any(|p| p == rel)
+            {
+                out.push(rel.to_owned());
+            }
+        }
+    }
+    out
+}
+
 /// The repositories nested in the project that were there before the step: a directory of
 /// `before` holding one of [`envgit_policy::REPOSITORY_MARKERS`].
 struct NestedRepositories<'a> {

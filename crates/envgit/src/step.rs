@@ -301,7 +301,7 @@ fn snapshot_checked(
                 store, &before, &tree, &changes,
             )?);
         // Their objects must be what their names say, their history stays whole.
-        let forged = envgit_store::nested_git_object_refusals(store, &before, &tree, &changes)?;
+        let mut forged = envgit_store::nested_git_object_refusals(store, &before, &tree, &changes)?;
         nested
             .put_back
             .extend(forged.iter().map(|d| d.path.clone()));
@@ -311,6 +311,22 @@ fn snapshot_checked(
             // A config was rewritten after the snapshot: take it again (stat-cached).
             (tree, report, rescanned) = snapshot.take(store)?;
         }
+        // Nor may their index, refs, pseudo-refs and reflogs name other content for their
+        // hook manager's files than they did: the put-back below keeps those files on disk,
+        // the person's `git reset --hard` there would write the step's.
+        let root_dir = snapshot.root().map(Path::to_path_buf);
+        let mut protected_of = |repo: &str| {
+            crate::below_root::protected_in_repository(store, &before, root_dir.as_deref(), repo)
+        };
+        let named = envgit_store::nested_git_protected_refusals(
+            store,
+            &before,
+            &tree,
+            &changes,
+            &mut protected_of,
+        )?;
+        nested.put_back.extend(named.iter().map(|d| d.path.clone()));
+        forged.extend(named);
         let mut nested_paths = nested.put_back;
         nested_paths.extend(unfiltered);
         let mut protected = s.protected.to_vec();

@@ -563,3 +563,203 @@ fn a_nested_index_entry_at_a_path_git_never_allows_goes_back() {
         out.stderr
     );
 }
+
+/// A project holding `libs/z`, a repository of its own whose husky hook is committed and run
+/// by its git (`core.hooksPath=.husky`, set by the person), recorded.
+fn project_with_nested_husky() -> (Env, PathBuf) {
+    let env = Env::new();
+    env.git(&env.project, &["init", "-q", "-b", "main"]);
+    let nested = env.path("libs/z");
+    std::fs::create_dir_all(nested.join(".husky")).unwrap();
+    env.git(&nested, &["init", "-q", "-b", "main"]);
+    env.git(&nested, &["config", "user.name", "person"]);
+    env.git(&nested, &["config", "user.email", "person@example.invalid"]);
+    std::fs::write(nested.join(".husky/pre-commit"), "#!/bin/sh\nexit 0\n").unwrap();
+    std::fs::set_permissions(
+        nested.join(".husky/pre-commit"),
+        std::fs::Permissions::from_mode(0o755),
+    )
+    .unwrap();
+    std::fs::write(nested.join("build.sh"), "echo hello\n").unwrap();
+    env.git(&nested, &["add", "-A"]);
+    env.git(&nested, &["commit", "-q", "-m", "husky"]);
+    env.git(&nested, &["config", "core.hooksPath", ".husky"]);
+    env.envgit(&["init"]).ok();
+    (env, nested)
+}
+
+/// A shell script's start, run in `libs/z`, that makes the agent's commit there without
+/// moving `HEAD` or touching the index (its hook in `.husky/pre-commit`, appending to `$M`),
+/// leaving `$b` its hook's blob, `$t` its `.husky` tree, `$c` the commit, `$h` the commit
+/// `HEAD` names and `$who` an identity.
+const NESTED_AGENTS_COMMIT: &str = "\
+    b=$(printf '#!/bin/sh\\necho pwned >> %s\\n' \"$M\" | git hash-object -w --stdin) && \
+    t=$(printf '100755 blob %s\\tpre-commit\\n' $b | git mktree) && \
+    export GIT_INDEX_FILE=$PWD/.git/scratch-index && git read-tree HEAD && \
+    git update-index --cacheinfo 100755,$b,.husky/pre-commit && \
+    c=$(git commit-tree $(git write-tree) -p HEAD -m agent) && rm .git/scratch-index && \
+    unset GIT_INDEX_FILE && h=$(git rev-parse HEAD) && \
+    who='A <a@example.invalid> 1700000000 +0000'";
+
+/// The class of the project's own git layer (`git_layer.rs`: a commit, index, pseudo-ref,
+/// reflog, cache-tree, resolve-undo record or sparse directory entry naming another version of
+/// a protected path), in a repository nested in the project: its `.git` is no overlay, the
+/// put-back restores `libs/z/.husky/pre-commit` on disk, and the person's git there then wrote
+/// the agent's hook (and their next commit ran it). Each must leave the person's git writing
+/// and committing their own hook, and the step must say why.
+#[test]
+fn a_nested_repositorys_git_naming_its_hook_managers_change_goes_back() {
+    // What each plants (in `libs/z`), the person's git there after it.
+    let cases: [(&str, &str, &[&[&str]]); 10] = [
+        (
+            "a commit",
+            "printf '#!/bin/sh\\necho pwned >> %s\\n' \"$M\" > .husky/pre-commit && \
+             git add .husky/pre-commit && git commit -q -m agent",
+            &[&["reset", "-q", "--hard"]],
+        ),
+        (
+            "a commit behind the worktree",
+            "git update-index --cacheinfo 100755,$b,.husky/pre-commit && git commit -q -m agent",
+            &[&["stash"], &["reset", "-q", "--hard"]],
+        ),
+        (
+            "a staged entry",
+            "git update-index --cacheinfo 100755,$b,.husky/pre-commit",
+            &[&["checkout", "--", "."]],
+        ),
+        (
+            "ORIG_HEAD",
+            "echo $c > .git/ORIG_HEAD",
+            &[&["reset", "-q", "--hard", "ORIG_HEAD"]],
+        ),
+        (
+            "HEAD's reflog",
+            "printf '%s %s %s\\tagent\\n%s %s %s\\tback\\n' $h $c \"$who\" $c $h \"$who\" \
+             >> .git/logs/HEAD",
+            &[&["reset", "-q", "--hard", "HEAD@{1}"]],
+        ),
+        (
+            "FETCH_HEAD",
+            "printf '%s\\t\\tbranch main of elsewhere\\n' $c > .git/FETCH_HEAD",
+            &[&["reset", "-q", "--hard", "FETCH_HEAD"]],
+        ),
+        (
+            "MERGE_HEAD",
+            "echo $c > .git/MERGE_HEAD",
+            &[&["reset", "-q", "--hard", "MERGE_HEAD"]],
+        ),
+        (
+            "the cache-tree",
+            "git write-tree > /dev/null && python3 $P tree .husky $t",
+            &[
+                &["add", "build.sh"],
+                &["commit", "-q", "-m", "person"],
+                &["checkout", "-q", "HEAD~1"],
+                &["checkout", "-q", "main"],
+            ],
+        ),
+        (
+            "a resolve-undo record",
+            "python3 $P reuc .husky/pre-commit $b",
+            &[&["checkout", "-m", "--", ".husky/pre-commit"]],
+        ),
+        (
+            "a sparse directory entry",
+            "r=$( (git ls-tree HEAD | grep -v '\t.husky$'; \
+             printf '040000 tree %s\\t.husky\\n' $t) | git mktree) && \
+             git sparse-checkout set --cone --sparse-index src && \
+             git read-tree -m HEAD $r && git ls-files --sparse | grep -qx .husky/",
+            &[
+                &["add", "build.sh"],
+                &["commit", "-q", "-m", "person"],
+                &["checkout", "-q", "HEAD~1"],
+                &["checkout", "-q", "main"],
+            ],
+        ),
+    ];
+    let mut wrote = Vec::new();
+    for (what, plant, person) in cases {
+        let (env, nested) = project_with_nested_husky();
+        let marker = env.tmp.path().join("MARKER");
+        // The agent's tool, beside its work.
+        env.write("patch_index.py", support::git_forge::PATCH_INDEX);
+        let script = format!(
+            "M={m} && P=$PWD/patch_index.py && cd libs/z && {NESTED_AGENTS_COMMIT} && \
+             {plant} && echo planted",
+            m = marker.display()
+        );
+        let out = env.envgit(&["run", "sh", "-c", &script]);
+        let (stdout, stderr) = (out.stdout, out.stderr);
+        assert_eq!(out.code, 0, "{what}: {stdout}{stderr}");
+        assert!(stdout.contains("planted"), "{what}: {stdout}{stderr}");
+        // The put-back keeps the file on disk the person's.
+        assert_eq!(
+            std::fs::read_to_string(nested.join(".husky/pre-commit")).unwrap(),
+            "#!/bin/sh\nexit 0\n",
+            "{what}"
+        );
+        // The person's git in `libs/z`, as they run it next.
+        std::fs::write(nested.join("build.sh"), "echo the person's edit\n").unwrap();
+        for args in person {
+            let _ = env.host_git(&nested).args(*args).output();
+        }
+        let grep = env
+            .host_git(&nested)
+            .args(["grep", "-l", "pwned", "HEAD", "--"])
+            .output()
+            .unwrap();
+        let committed = String::from_utf8_lossy(&grep.stdout).into_owned();
+        let hook = std::fs::read_to_string(nested.join(".husky/pre-commit")).unwrap_or_default();
+        // The person's next commit there.
+        std::fs::write(nested.join("build.sh"), "echo the person's commit\n").unwrap();
+        let _ = env
+            .host_git(&nested)
+            .args(["commit", "-q", "-am", "person"])
+            .output();
+        if !committed.trim().is_empty() || hook.contains("pwned") || marker.exists() {
+            wrote.push(format!(
+                "{what}: committed {committed:?}, written {}, run {}",
+                hook.contains("pwned"),
+                marker.exists()
+            ));
+            continue;
+        }
+        assert!(
+            stderr.contains("libs/z/.git/")
+                && stderr.contains("`.husky")
+                && stderr.contains("rule git.data-only"),
+            "{what}: {stderr}"
+        );
+    }
+    assert!(
+        wrote.is_empty(),
+        "the person's git in libs/z took the agent's hook: {wrote:#?}"
+    );
+}
+
+/// Ordinary work in a nested repository with a hook manager still arrives: commits of its
+/// files, a reset that leaves `ORIG_HEAD`, their reflog lines, a staged file.
+#[test]
+fn ordinary_work_in_a_nested_repository_with_a_hook_manager_arrives() {
+    let (env, nested) = project_with_nested_husky();
+    let out = run(
+        &env,
+        "cd libs/z && echo b > b.txt && git add b.txt && git commit -q -m one && \
+         echo c > c.txt && git add c.txt && git commit -q -m two && \
+         git reset -q --soft HEAD~1 && echo d > d.txt && git add d.txt && echo done",
+    );
+    assert!(out.stdout.contains("done"), "{}", out.stdout);
+    assert!(
+        !out.stderr.contains("protected path") && !out.stderr.contains("put back"),
+        "{}",
+        out.stderr
+    );
+    assert_eq!(
+        env.git(&nested, &["log", "-1", "--format=%s"]).trim(),
+        "one"
+    );
+    let orig = env.git(&nested, &["log", "-1", "--format=%s", "ORIG_HEAD"]);
+    assert_eq!(orig.trim(), "two");
+    let staged = env.git(&nested, &["diff", "--cached", "--name-only"]);
+    assert_eq!(staged, "c.txt\nd.txt\n");
+}

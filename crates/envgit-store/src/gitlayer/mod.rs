@@ -17,6 +17,7 @@ mod layer;
 mod nested;
 mod nested_objects;
 mod nested_on_disk;
+mod nested_protected;
 mod protected;
 mod secrets;
 mod verify;
@@ -35,4 +36,5 @@ pub use nested::{
 };
 pub use nested_objects::nested_object_refusals;
 pub use nested_on_disk::nested_code_on_disk;
+pub use nested_protected::nested_protected_refusals;
 pub use secrets::{ConfigSecret, HiddenConfig, HideSecretsError, hide_secrets};

@@ -54,14 +54,74 @@ pub fn refusal(
     // (what it held before the step) is the person's own content (an untracked `.envrc` a
     // `git add -A` staged). Waited for only when an entry differs from the pre-step index.
     let put_back = std::cell::RefCell::new(Some(put_back));
-    let on_disk = |path: &[u8], (mode, oid): &(u32, String)| {
+    let holds = |path: &[u8], mode: u32, oid: &str| {
         if let Some(wait) = put_back.borrow_mut().take() {
             wait();
         }
         project
             .as_ref()
-            .is_some_and(|root| disk_holds(root.as_fd(), path, *mode, oid))
+            .is_some_and(|root| disk_holds(root.as_fd(), path, mode, oid))
     };
+    let host = |rel: &str| write::read(root, rel).ok().flatten();
+    let reftable_before = || {
+        Ok((
+            verify::host_refs(git_dir, "")?,
+            verify::host_named(git_dir)?,
+        ))
+    };
+    let sides = Sides {
+        git_dir,
+        host: &host,
+        upper,
+        reftable_before: &reftable_before,
+        holds: &holds,
+        existed_before,
+    };
+    judge(&sides, work, protected)
+}
+
+/// The refs (`<id> <name>` lines) and the ids the refs, `HEAD` and the reflogs name
+/// (`verify::host_named`) of a reftable repository before the step.
+pub(super) type ReftableBefore = (BTreeSet<String>, BTreeSet<String>);
+
+/// Where [`judge`] reads a repository on each side of the step: the project's own `.git`
+/// (the host's directory and the layer's upper), or a repository nested in the project (the
+/// snapshots before and after the step).
+pub(super) struct Sides<'a> {
+    /// The repository's `.git` as the host's git reads commits there: its objects hold the
+    /// step's.
+    pub git_dir: &'a Path,
+    /// A file below `.git` as it was before the step.
+    pub host: &'a dyn Fn(&str) -> Option<Vec<u8>>,
+    /// A file below `.git` as the step left it (regular files only).
+    pub upper: &'a dyn Fn(&str) -> Option<Vec<u8>>,
+    /// [`ReftableBefore`], read when the step changed a reftable.
+    pub reftable_before: &'a dyn Fn() -> Result<ReftableBefore, String>,
+    /// Whether the work tree's file at `path` (relative to it) holds the blob `oid` with
+    /// `mode` once the put-back is done.
+    pub holds: &'a dyn Fn(&[u8], u32, &str) -> bool,
+    /// Whether the work tree's directory `dir` was there before the step.
+    pub existed_before: &'a dyn Fn(&[u8]) -> bool,
+}
+
+/// [`refusal`] for a repository read through `sides`.
+pub(super) fn judge(
+    sides: &Sides<'_>,
+    work: &[(Class, String, bool)],
+    protected: &[String],
+) -> Option<String> {
+    if protected.is_empty() {
+        return None;
+    }
+    let Sides {
+        git_dir,
+        host,
+        upper,
+        reftable_before,
+        holds,
+        existed_before,
+    } = *sides;
+    let on_disk = |path: &[u8], (mode, oid): &(u32, String)| holds(path, *mode, oid);
     let protected_paths = index::ProtectedPaths::new(protected);
     // A commit's tree is read for the paths at the root; the names below it
     // (`index::BELOW_ROOT`) are found among what the commit changed.
@@ -84,7 +144,6 @@ pub fn refusal(
             false
         }
     };
-    let host = |rel: &str| write::read(root, rel).ok().flatten();
     let host_shared = |hex: &str| host(&format!("sharedindex.{hex}"));
     let step_shared = |hex: &str| {
         let rel = format!("sharedindex.{hex}");
@@ -170,8 +229,9 @@ pub fn refusal(
                     },
                     "",
                 );
-                let before = verify::host_refs(git_dir, "");
-                let (after, before) = match (after, before) {
+                let host_before = reftable_before();
+                let before = host_before.as_ref().map(|(refs, _)| refs.clone());
+                let (after, before) = match (after, before.map_err(String::clone)) {
                     (Ok(a), Ok(b)) => (split_refs(&a), split_refs(&b)),
                     (Err(why), _) | (_, Err(why)) => {
                         return Some(format!("the step's refs could not be read: {why}"));
@@ -195,7 +255,7 @@ pub fn refusal(
                     },
                     &git_dir.join("objects"),
                 );
-                let named_before = verify::host_named(git_dir);
+                let named_before = host_before.map(|(_, named)| named);
                 let (named_after, named_before) = match (named_after, named_before) {
                     (Ok(a), Ok(b)) => (a, b),
                     (Err(why), _) | (_, Err(why)) => {
@@ -220,7 +280,7 @@ pub fn refusal(
                 let host_file = host(rel).unwrap_or_default();
                 let had: BTreeSet<&[u8]> = host_file.split(|&b| b == b'\n').collect();
                 let new = upper(rel).unwrap_or_default();
-                let was = host_ref(&host, rel.strip_prefix("logs/").unwrap_or("HEAD"));
+                let was = host_ref(host, rel.strip_prefix("logs/").unwrap_or("HEAD"));
                 for line in new.split(|&b| b == b'\n').filter(|l| !had.contains(l)) {
                     // What the ref held before the step is the person's own (a commit's
                     // reflog line starts from it): not looked up again.
@@ -263,7 +323,7 @@ pub fn refusal(
         .filter(|(p, _)| root_paths.contains(p))
         .map(|(p, v)| (p.clone(), v.clone()))
         .collect();
-    let head_before = host_ref(&host, "HEAD");
+    let head_before = host_ref(host, "HEAD");
     let mut known: BTreeMap<String, Result<Option<Entries>, String>> = BTreeMap::new();
     let mut tree = |id: &str| {
         known
@@ -367,19 +427,23 @@ fn disk_holds(root: BorrowedFd<'_>, path: &[u8], mode: u32, oid: &str) -> bool {
     let Ok(Some(content)) = write::read(root, rel) else {
         return false;
     };
+    blob_id(&content, oid.len() == 64) == oid
+}
+
+/// git's id (hex) of a blob holding `content`, SHA-256 or SHA-1.
+pub(super) fn blob_id(content: &[u8], sha256: bool) -> String {
     let header = format!("blob {}\0", content.len());
-    let id = if oid.len() == 64 {
+    if sha256 {
         let mut h = sha2::Sha256::new();
         h.update(header.as_bytes());
-        h.update(&content);
+        h.update(content);
         verify::to_hex(&h.finalize())
     } else {
         let mut h = sha1::Sha1::new();
         h.update(header.as_bytes());
-        h.update(&content);
+        h.update(content);
         verify::to_hex(&h.finalize())
-    };
-    id == oid
+    }
 }
 
 /// An object id in hex, `content` trimmed; `None` for anything else (a symbolic ref).

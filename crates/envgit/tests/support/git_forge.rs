@@ -151,3 +151,43 @@ pub fn lfs_commit(env: &Env, repo: &Path, name: &str, content: &str) -> String {
 pub fn lfs_path(oid: &str) -> String {
     format!("lfs/objects/{}/{}/{oid}", &oid[..2], &oid[2..4])
 }
+
+/// A Python script, run inside a step as the agent would, that rewrites `.git/index` (a
+/// version 2 index of SHA-1 ids) and its checksum: `tree NAME HEX` gives the cache-tree
+/// (`TREE` extension) node named `NAME` the tree `HEX` while every entry stays as it was;
+/// `reuc PATH HEX` adds a resolve-undo (`REUC`) record for `PATH` whose three stages are the
+/// blob `HEX`.
+pub const PATCH_INDEX: &str = r#"
+import hashlib, struct, sys
+d = open('.git/index', 'rb').read()[:-20]
+n = struct.unpack('>I', d[8:12])[0]
+off = 12
+for _ in range(n):
+    off += (62 + (struct.unpack('>H', d[off + 60:off + 62])[0] & 0xfff) + 8) & ~7
+entries, exts = d[:off], []
+while off + 8 <= len(d):
+    size = struct.unpack('>I', d[off + 4:off + 8])[0]
+    exts.append([d[off:off + 4], d[off + 8:off + 8 + size]])
+    off += 8 + size
+what, name, new = sys.argv[1], sys.argv[2].encode(), bytes.fromhex(sys.argv[3])
+if what == 'tree':
+    found = False
+    for ext in exts:
+        if ext[0] != b'TREE':
+            continue
+        t, i, out = ext[1], 0, b''
+        while i < len(t):
+            z = t.index(b'\0', i)
+            nl = t.index(b'\n', z)
+            valid = int(t[z + 1:nl].split(b' ')[0]) >= 0
+            here = t[i:z] == name and valid
+            out += t[i:nl + 1] + (new if here else t[nl + 1:nl + 21] if valid else b'')
+            found |= here
+            i = nl + 1 + (20 if valid else 0)
+        ext[1] = out
+    assert found, 'no valid cache-tree node ' + sys.argv[2]
+else:
+    exts.append([b'REUC', name + b'\0' + b'100755\0' * 3 + new * 3])
+body = entries + b''.join(s + struct.pack('>I', len(b)) + b for s, b in exts)
+open('.git/index', 'wb').write(body + hashlib.sha1(body).digest())
+"#;
