@@ -567,23 +567,32 @@ fn a_nested_index_entry_at_a_path_git_never_allows_goes_back() {
 /// A project holding `libs/z`, a repository of its own whose husky hook is committed and run
 /// by its git (`core.hooksPath=.husky`, set by the person), recorded.
 fn project_with_nested_husky() -> (Env, PathBuf) {
+    project_with_nested_hook(".husky/pre-commit", Some(".husky"), "files")
+}
+
+/// A project holding `libs/z`, a repository of its own (refs kept as `ref_format` says) with
+/// `file` committed, executable, and `core.hooksPath` set to `hooks_path`, recorded.
+fn project_with_nested_hook(
+    file: &str,
+    hooks_path: Option<&str>,
+    ref_format: &str,
+) -> (Env, PathBuf) {
     let env = Env::new();
     env.git(&env.project, &["init", "-q", "-b", "main"]);
     let nested = env.path("libs/z");
-    std::fs::create_dir_all(nested.join(".husky")).unwrap();
-    env.git(&nested, &["init", "-q", "-b", "main"]);
+    std::fs::create_dir_all(nested.join(file).parent().unwrap()).unwrap();
+    let format = format!("--ref-format={ref_format}");
+    env.git(&nested, &["init", "-q", "-b", "main", &format]);
     env.git(&nested, &["config", "user.name", "person"]);
     env.git(&nested, &["config", "user.email", "person@example.invalid"]);
-    std::fs::write(nested.join(".husky/pre-commit"), "#!/bin/sh\nexit 0\n").unwrap();
-    std::fs::set_permissions(
-        nested.join(".husky/pre-commit"),
-        std::fs::Permissions::from_mode(0o755),
-    )
-    .unwrap();
+    std::fs::write(nested.join(file), "#!/bin/sh\nexit 0\n").unwrap();
+    std::fs::set_permissions(nested.join(file), std::fs::Permissions::from_mode(0o755)).unwrap();
     std::fs::write(nested.join("build.sh"), "echo hello\n").unwrap();
     env.git(&nested, &["add", "-A"]);
-    env.git(&nested, &["commit", "-q", "-m", "husky"]);
-    env.git(&nested, &["config", "core.hooksPath", ".husky"]);
+    env.git(&nested, &["commit", "-q", "-m", "hook"]);
+    if let Some(hooks) = hooks_path {
+        env.git(&nested, &["config", "core.hooksPath", hooks]);
+    }
     env.envgit(&["init"]).ok();
     (env, nested)
 }
@@ -762,4 +771,68 @@ fn ordinary_work_in_a_nested_repository_with_a_hook_manager_arrives() {
     assert_eq!(orig.trim(), "two");
     let staged = env.git(&nested, &["diff", "--cached", "--name-only"]);
     assert_eq!(staged, "c.txt\nd.txt\n");
+}
+
+/// The same for the other files a nested repository's git hands the person's machine: a hook
+/// in the directory its `core.hooksPath` names (`tools/hooks`, no hook manager's name), a
+/// `lefthook.yml` or `.config/lefthook.yml` (lefthook's hook runs its commands), in a
+/// repository of either ref format. The step commits its version behind the work tree; the
+/// person's `git reset --hard` there must write theirs.
+#[test]
+fn a_nested_commit_naming_a_hook_file_its_config_or_a_manager_names_goes_back() {
+    let cases: [(&str, Option<&str>, &str); 5] = [
+        (".config/lefthook.yml", None, "files"),
+        ("tools/hooks/pre-commit", Some("tools/hooks"), "files"),
+        ("lefthook.yml", None, "files"),
+        (".husky/pre-commit", Some(".husky"), "reftable"),
+        ("tools/hooks/pre-commit", Some("tools/hooks"), "reftable"),
+    ];
+    let mut wrote = Vec::new();
+    for (file, hooks_path, ref_format) in cases {
+        let what = format!("{file} ({ref_format})");
+        let (env, nested) = project_with_nested_hook(file, hooks_path, ref_format);
+        let marker = env.tmp.path().join("MARKER");
+        let script = format!(
+            "cd libs/z && b=$(printf '#!/bin/sh\\necho pwned >> %s\\n' {m} | \
+             git hash-object -w --stdin) && \
+             git update-index --cacheinfo 100755,$b,{file} && git commit -q -m agent && \
+             echo planted",
+            m = marker.display()
+        );
+        let out = env.envgit(&["run", "sh", "-c", &script]);
+        assert_eq!(out.code, 0, "{what}: {}{}", out.stdout, out.stderr);
+        assert!(out.stdout.contains("planted"), "{what}: {}", out.stdout);
+        let _ = env
+            .host_git(&nested)
+            .args(["reset", "-q", "--hard"])
+            .output();
+        std::fs::write(nested.join("build.sh"), "echo the person's commit\n").unwrap();
+        let _ = env
+            .host_git(&nested)
+            .args(["commit", "-q", "-am", "person"])
+            .output();
+        let on_disk = std::fs::read_to_string(nested.join(file)).unwrap_or_default();
+        let committed = env.git(&nested, &["show", &format!("HEAD:{file}")]);
+        if on_disk.contains("pwned") || committed.contains("pwned") || marker.exists() {
+            wrote.push(format!(
+                "{what}: written {}, committed {}, run {}; {}",
+                on_disk.contains("pwned"),
+                committed.contains("pwned"),
+                marker.exists(),
+                out.stderr
+            ));
+            continue;
+        }
+        assert!(
+            out.stderr.contains("libs/z/.git/")
+                && out.stderr.contains(&format!("`{file}`"))
+                && out.stderr.contains("rule git.data-only"),
+            "{what}: {}",
+            out.stderr
+        );
+    }
+    assert!(
+        wrote.is_empty(),
+        "the person's git in libs/z took the agent's version: {wrote:#?}"
+    );
 }
