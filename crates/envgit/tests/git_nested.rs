@@ -619,7 +619,12 @@ const NESTED_AGENTS_COMMIT: &str = "\
 #[test]
 fn a_nested_repositorys_git_naming_its_hook_managers_change_goes_back() {
     // What each plants (in `libs/z`), the person's git there after it.
-    let cases: [(&str, &str, &[&[&str]]); 10] = [
+    let cases: [(&str, &str, &[&[&str]]); 11] = [
+        (
+            "a packed branch",
+            "git update-ref refs/heads/feature $c && git pack-refs --all",
+            &[&["checkout", "-q", "feature"]],
+        ),
         (
             "a commit",
             "printf '#!/bin/sh\\necho pwned >> %s\\n' \"$M\" > .husky/pre-commit && \
@@ -834,5 +839,66 @@ fn a_nested_commit_naming_a_hook_file_its_config_or_a_manager_names_goes_back() 
     assert!(
         wrote.is_empty(),
         "the person's git in libs/z took the agent's version: {wrote:#?}"
+    );
+}
+
+/// A submodule's checkout (`libs/z/.git` a file naming the project's `.git/modules/z`): its
+/// git directory is the project's, behind the git layer, which takes nothing of `modules/`.
+/// The step's commit there, naming its `.husky/pre-commit`, reaches neither the person's
+/// `git reset --hard` in the submodule nor their next commit.
+#[test]
+fn a_submodules_commit_naming_its_hook_managers_change_stays_out() {
+    let env = Env::new();
+    let (_origin_env, origin) =
+        project_with_nested_hook(".husky/pre-commit", Some(".husky"), "files");
+    env.git(&env.project, &["init", "-q", "-b", "main"]);
+    env.git(&env.project, &["config", "user.name", "person"]);
+    env.git(
+        &env.project,
+        &["config", "user.email", "person@example.invalid"],
+    );
+    let url = origin.display().to_string();
+    env.git(
+        &env.project,
+        &[
+            "-c",
+            "protocol.file.allow=always",
+            "submodule",
+            "add",
+            "-q",
+            &url,
+            "libs/z",
+        ],
+    );
+    env.git(&env.project, &["commit", "-q", "-m", "submodule"]);
+    let nested = env.path("libs/z");
+    env.git(&nested, &["config", "core.hooksPath", ".husky"]);
+    env.envgit(&["init"]).ok();
+    let marker = env.tmp.path().join("MARKER");
+    let script = format!(
+        "cd libs/z && b=$(printf '#!/bin/sh\\necho pwned >> %s\\n' {m} | \
+         git hash-object -w --stdin) && \
+         git update-index --cacheinfo 100755,$b,.husky/pre-commit && \
+         git -c user.name=a -c user.email=a@example.invalid commit -q -m agent && echo planted",
+        m = marker.display()
+    );
+    let out = env.envgit(&["run", "sh", "-c", &script]);
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    assert!(out.stdout.contains("planted"), "{}", out.stdout);
+    let _ = env
+        .host_git(&nested)
+        .args(["reset", "-q", "--hard"])
+        .output();
+    std::fs::write(nested.join("build.sh"), "echo the person's commit\n").unwrap();
+    let _ = env
+        .host_git(&nested)
+        .args(["commit", "-q", "-am", "person"])
+        .output();
+    let hook = std::fs::read_to_string(nested.join(".husky/pre-commit")).unwrap();
+    assert_eq!(hook, "#!/bin/sh\nexit 0\n", "{}", out.stderr);
+    assert!(!marker.exists(), "the person's git ran the agent's hook");
+    assert_eq!(
+        env.git(&nested, &["log", "-1", "--format=%s"]).trim(),
+        "person"
     );
 }
