@@ -77,7 +77,28 @@ pub fn end_without_snapshot(
         ..EndedWithoutSnapshot::default()
     };
     let below_root = below.changed(store, root, before, &found.below, since_ms);
-    let nested = nested_code_on_disk(store, root, config.max_file_size, before, &found.gits);
+    // What a nested repository's index and refs may not change behind its work tree: its hook
+    // manager's files and the names put back below a root (what its config names needs
+    // envgit's reading of git's configuration, which the store has not).
+    let protected: Vec<String> = below
+        .repository_root_entries
+        .iter()
+        .cloned()
+        .chain(
+            below
+                .names
+                .iter()
+                .map(|n| format!("{}{n}", crate::gitlayer::BELOW_ROOT)),
+        )
+        .collect();
+    let nested = nested_code_on_disk(
+        store,
+        root,
+        config.max_file_size,
+        before,
+        &found.gits,
+        &protected,
+    );
     let bare =
         crate::below_root::bare_repositories_changed(store, root, before, &found.bare, since_ms);
     for (targets, below_root) in [(below_root, true), (nested, false), (bare, false)] {

@@ -87,22 +87,9 @@ pub(crate) fn protected_in_repository(
     root: Option<&Path>,
     repo: &str,
 ) -> Vec<String> {
-    // The git layer's check reads a pattern as a name at the top (`lefthook.*`): one below
-    // it (`.config/lefthook.*`) is given as the project's protected list spells it out.
     let mut out: Vec<String> = envgit_policy::REPOSITORY_ROOT_PATHS
         .iter()
-        .flat_map(|p| match p.split_once('/').filter(|_| p.contains('*')) {
-            Some((dir, name)) => envgit_policy::PROTECTED_PATHS
-                .iter()
-                .filter(|q| {
-                    q.strip_prefix(dir)
-                        .and_then(|r| r.strip_prefix('/'))
-                        .is_some_and(|n| envgit_policy::name_matches(name, n))
-                })
-                .map(|q| q.to_string())
-                .collect(),
-            None => vec![p.to_string()],
-        })
+        .map(|p| p.to_string())
         .chain(
             envgit_policy::PROTECTED_NAMES_BELOW
                 .iter()

@@ -902,3 +902,67 @@ fn a_submodules_commit_naming_its_hook_managers_change_stays_out() {
         "person"
     );
 }
+
+/// The same when the step's snapshot fails (the store's packs made immutable mid-step,
+/// standing in for a disk the step filled): the put-back of `libs/z/.husky/pre-commit` is then
+/// found on disk, and so must be what the nested repository's index and refs name for it.
+/// Needs `chattr +i`; says so and passes without it.
+#[test]
+fn a_nested_commit_naming_its_hook_managers_change_goes_back_without_a_snapshot() {
+    let (env, nested) = project_with_nested_husky();
+    let marker = env.tmp.path().join("MARKER");
+    let attack = pausing(&format!(
+        "cd libs/z && printf '#!/bin/sh\\necho pwned >> %s\\n' {m} > .husky/pre-commit && \
+         git add .husky/pre-commit && git commit -q -m agent && cd ../..",
+        m = marker.display()
+    ));
+    let child = started_until_go(env.cmd(&env.project), &env, &attack);
+    let packs_dir = env.store_dir().join("packs");
+    let mut packs: Vec<PathBuf> = std::fs::read_dir(&packs_dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    packs.push(packs_dir);
+    let immutable = chattr("+i", &packs);
+    go(&env);
+    let out = child.wait_with_output().unwrap();
+    chattr("-i", &packs);
+    if !immutable {
+        eprintln!("skipped: `chattr +i` is not available here");
+        return;
+    }
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        !out.status.success(),
+        "the store's failure went unsaid: {said}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(nested.join(".husky/pre-commit")).unwrap(),
+        "#!/bin/sh\nexit 0\n",
+        "{said}"
+    );
+    let _ = env
+        .host_git(&nested)
+        .args(["reset", "-q", "--hard"])
+        .output();
+    std::fs::write(nested.join("build.sh"), "echo the person's commit\n").unwrap();
+    let _ = env
+        .host_git(&nested)
+        .args(["commit", "-q", "-am", "person"])
+        .output();
+    let hook = std::fs::read_to_string(nested.join(".husky/pre-commit")).unwrap_or_default();
+    assert!(
+        !hook.contains("pwned") && !marker.exists(),
+        "the person's git wrote ({}) or ran ({}) the agent's hook: {said}",
+        hook.contains("pwned"),
+        marker.exists()
+    );
+    assert!(
+        said.contains("libs/z/.git/") && said.contains("put back"),
+        "{said}"
+    );
+}

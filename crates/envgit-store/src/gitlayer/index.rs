@@ -716,11 +716,7 @@ impl<'a> ProtectedPaths<'a> {
             return true;
         }
         let top = first_component(path);
-        if self
-            .patterns
-            .iter()
-            .any(|p| crate::star_glob::matches(p, top))
-        {
+        if self.patterns.iter().any(|p| pattern_holds(p, path)) {
             return true;
         }
         self.tops.contains(top)
@@ -729,6 +725,22 @@ impl<'a> ProtectedPaths<'a> {
                     .is_some_and(|rest| rest.is_empty() || rest.starts_with(b"/"))
             })
     }
+}
+
+/// Whether the pattern `p` (a name at the top, `lefthook.*`, or below a directory there,
+/// `.config/lefthook.*`: each component matched on its own) is `path` or lies above it; a
+/// sparse index's directory entry (`.config/`) holds it when it lies below.
+fn pattern_holds(p: &[u8], path: &[u8]) -> bool {
+    let mut parts = path.split(|&b| b == b'/');
+    for want in p.split(|&b| b == b'/') {
+        match parts.next() {
+            Some(part) if crate::star_glob::matches(want, part) => {}
+            // The directory entry's trailing `/`: what it stands for may hold the rest.
+            Some(b"") => return path.ends_with(b"/"),
+            _ => return false,
+        }
+    }
+    true
 }
 
 fn first_component(path: &[u8]) -> &[u8] {
@@ -833,6 +845,16 @@ mod tests {
         assert!(!is_protected(b".huskyx", &protected));
         assert!(!is_protected(b"src/lefthook.yml", &protected));
         assert!(!is_protected(b".envrc.d/x", &protected));
+        // A pattern below a directory at the top, each component matched on its own.
+        let below = [".config/lefthook.*".to_string()];
+        assert!(is_protected(b".config/lefthook.yml", &below));
+        assert!(
+            is_protected(b".config/", &below),
+            "a sparse directory entry"
+        );
+        assert!(!is_protected(b".config/other.yml", &below));
+        assert!(!is_protected(b".config", &below));
+        assert!(!is_protected(b"x/.config/lefthook.yml", &below));
     }
 
     #[test]

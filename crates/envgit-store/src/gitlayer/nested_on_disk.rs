@@ -17,6 +17,7 @@ use rustix::io::Errno;
 
 use super::classify::{Class, REFTABLE_LIST, classify, is_object_store_path};
 use super::nested::{nested_code_paths, only_comments, split_nested};
+use super::nested_protected::{names_content, refusals};
 use super::verify::packed_replace_refs;
 use crate::beneath::{self, cstr, display_rel, join_rel, lstat, open_file, open_subdir};
 use crate::chunk;
@@ -28,13 +29,15 @@ use crate::store::Store;
 use crate::tree::{EntryKind, MarkerReason, Tree, TreeEntry, ZERO_ID};
 
 /// The project-relative paths of the nested repositories `gits` (each a `.git`, found on disk)
-/// to put back to their state in `before`.
+/// to put back to their state in `before`: their code, and their index and refs when these
+/// name other content for `protected` (relative to each repository's work tree) than they did.
 pub fn nested_code_on_disk(
     store: &Store,
     root: BorrowedFd<'_>,
     max_file_size: u64,
     before: &ObjectId,
     gits: &[Vec<u8>],
+    protected: &[String],
 ) -> Result<Vec<String>> {
     let mut walk = OnDisk {
         store,
@@ -56,6 +59,15 @@ pub fn nested_code_on_disk(
     let mut out: BTreeSet<String> = code.put_back.into_iter().chain(code.configs).collect();
     out.extend(whole);
     out.extend(walk.replace_ref_stores(root)?);
+    let upper = |rel: &str| read_beneath(root, rel.as_bytes()).ok();
+    let refused = refusals(
+        store,
+        before,
+        &walk.changes,
+        &mut |_| protected.to_vec(),
+        &upper,
+    )?;
+    out.extend(refused.into_iter().map(|d| d.path));
     Ok(out.into_iter().collect())
 }
 
@@ -83,7 +95,8 @@ fn unread(rest: &str, dir: bool) -> bool {
     if is_object_store_path(rest) {
         return true;
     }
-    let kept = rest == "packed-refs" || rest == REFTABLE_LIST;
+    // What names content for the work tree is judged against its protected paths.
+    let kept = rest == "packed-refs" || rest == REFTABLE_LIST || names_content(rest);
     !dir && !kept && matches!(classify(rest), Ok(class) if class != Class::Config)
 }
 

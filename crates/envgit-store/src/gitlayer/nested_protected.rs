@@ -35,6 +35,30 @@ pub fn nested_protected_refusals(
     changes: &[EntryDiff],
     protected_of: &mut dyn FnMut(&str) -> Vec<String>,
 ) -> Result<Vec<Dropped>> {
+    let upper = |rel: &str| read_file(store, after, rel);
+    refusals(store, before, changes, protected_of, &upper)
+}
+
+/// Whether `rest` (below a `.git`) names content the work tree gets: the index (and a split
+/// index's shared part), refs, `HEAD`, the reftable's tables, pseudo-refs, reflogs.
+pub(super) fn names_content(rest: &str) -> bool {
+    match classify(rest) {
+        Ok(Class::Cas | Class::Head) => rest != SHALLOW,
+        Ok(Class::Data) => names_commits(rest),
+        Ok(Class::Object) => !rest.starts_with("objects/"),
+        _ => false,
+    }
+}
+
+/// [`nested_protected_refusals`] with the step's side of each file read by `upper`
+/// (project-relative; regular files only).
+pub(super) fn refusals(
+    store: &Store,
+    before: &ObjectId,
+    changes: &[EntryDiff],
+    protected_of: &mut dyn FnMut(&str) -> Vec<String>,
+    upper: &dyn Fn(&str) -> Option<Vec<u8>>,
+) -> Result<Vec<Dropped>> {
     // Per `.git`: what the step changed there that names content (class, path below it,
     // removed).
     let mut work: BTreeMap<String, Vec<(Class, String, bool)>> = BTreeMap::new();
@@ -46,9 +70,8 @@ pub fn nested_protected_refusals(
         let Ok(class) = classify(rest) else {
             continue;
         };
-        let names = matches!(class, Class::Cas | Class::Head) && rest != SHALLOW
-            || (class == Class::Data && names_commits(rest));
-        if names {
+        // The tables and shared indexes are read through what names them.
+        if names_content(rest) && class != Class::Object {
             let removed = change.new.is_none();
             work.entry(git.to_owned())
                 .or_default()
@@ -63,7 +86,8 @@ pub fn nested_protected_refusals(
             continue;
         }
         let protected = protected_of(repo);
-        if let Some(why) = judge_repository(store, before, after, &git, repo, &work, &protected) {
+        let upper = |rel: &str| upper(&format!("{git}/{rel}"));
+        if let Some(why) = judge_repository(store, before, &git, repo, &upper, &work, &protected) {
             let mut back: BTreeSet<String> = BTreeSet::new();
             for (_, rest, _) in &work {
                 back.insert(match rest.as_str() {
@@ -81,31 +105,31 @@ pub fn nested_protected_refusals(
     Ok(out)
 }
 
+/// The file at `rel` in the snapshot `tree` (or, too large for it, in the project), else
+/// `None`.
+fn read_file(store: &Store, tree: &ObjectId, rel: &str) -> Option<Vec<u8>> {
+    let entry = entry_at(store, tree, rel).ok().flatten()?;
+    match entry.kind {
+        EntryKind::File | EntryKind::Marker(MarkerReason::TooLarge | MarkerReason::OverBudget) => {
+            read_entry(store, rel, &entry).ok()
+        }
+        _ => None,
+    }
+}
+
 /// [`judge`] for the nested repository whose `.git` is `git` and work tree `repo`: its files
-/// read from the snapshots, its objects (the step's included) by the host's git from the
-/// project.
+/// before the step read from the snapshot, the step's by `upper` (below `.git`), its objects
+/// (the step's included) by the host's git from the project.
 fn judge_repository(
     store: &Store,
     before: &ObjectId,
-    after: &ObjectId,
     git: &str,
     repo: &str,
+    upper: &dyn Fn(&str) -> Option<Vec<u8>>,
     work: &[(Class, String, bool)],
     protected: &[String],
 ) -> Option<String> {
-    // Read from a snapshot: a file (or one too large for it, from the project), else `None`.
-    let read = |tree: &ObjectId, rel: &str| -> Option<Vec<u8>> {
-        let entry = entry_at(store, tree, rel).ok().flatten()?;
-        match entry.kind {
-            EntryKind::File
-            | EntryKind::Marker(MarkerReason::TooLarge | MarkerReason::OverBudget) => {
-                read_entry(store, rel, &entry).ok()
-            }
-            _ => None,
-        }
-    };
-    let host = |rel: &str| read(before, &format!("{git}/{rel}"));
-    let upper = |rel: &str| read(after, &format!("{git}/{rel}"));
+    let host = |rel: &str| read_file(store, before, &format!("{git}/{rel}"));
     let git_dir = store.project().join(git);
     let reftable_before = || -> std::result::Result<ReftableBefore, String> {
         let Some(list) = host(REFTABLE_LIST) else {
@@ -147,7 +171,7 @@ fn judge_repository(
     let sides = Sides {
         git_dir: &git_dir,
         host: &host,
-        upper: &upper,
+        upper,
         reftable_before: &reftable_before,
         holds: &holds,
         existed_before: &existed_before,

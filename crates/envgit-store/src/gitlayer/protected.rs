@@ -523,7 +523,13 @@ fn tree_entries(git_dir: &Path, id: &str, protected: &[String]) -> Result<Option
     let names: BTreeSet<&[u8]> = top.keys().map(Vec::as_slice).collect();
     let mut wanted: Vec<String> = Vec::new();
     for p in protected {
-        if p.contains('*') {
+        if p.contains('*') && p.contains('/') {
+            // A pattern below a directory at the top: that directory, filtered below.
+            let dir = p.split('/').next().unwrap_or(p);
+            if names.contains(dir.as_bytes()) {
+                wanted.push(dir.to_owned());
+            }
+        } else if p.contains('*') {
             for n in &names {
                 if is_protected(n, std::slice::from_ref(p)) {
                     wanted.push(String::from_utf8_lossy(n).into_owned());
