@@ -131,12 +131,20 @@ pub(crate) fn bare_repositories_changed(
     let mut out = Vec::new();
     for dir in dirs {
         let shown = display_rel(dir);
-        let was_plain = match entry_at(store, before, &shown)? {
-            Some(e) if e.kind == EntryKind::Dir => {
-                let tree = store.read_tree(&e.id)?;
+        // The project's root is the tree `before` itself.
+        let was = match dir.is_empty() {
+            true => Some(*before),
+            false => match entry_at(store, before, &shown)? {
+                Some(e) if e.kind == EntryKind::Dir => Some(e.id),
+                _ => None,
+            },
+        };
+        let was_plain = match was {
+            Some(id) => {
+                let tree = store.read_tree(&id)?;
                 !is_git_directory(|n| tree.get(n.as_bytes()).map(|e| e.kind))
             }
-            _ => false,
+            None => false,
         };
         let entries: Vec<&str> = if was_plain {
             MAKING_ENTRIES.to_vec()
@@ -149,7 +157,7 @@ pub(crate) fn bare_repositories_changed(
                 .collect()
         };
         for e in entries {
-            let target = format!("{shown}/{e}");
+            let target = display_rel(&join_rel(dir, e.as_bytes()));
             if !out.contains(&target) {
                 out.push(target);
             }

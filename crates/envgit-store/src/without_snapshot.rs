@@ -130,7 +130,7 @@ struct Found {
     /// What [`BelowRoot`] looks for.
     below: FoundBelow,
     /// Directories git takes for a repository by their layout alone
-    /// ([`crate::bare_repository`]), not the root.
+    /// ([`crate::bare_repository`]), the root included.
     bare: Vec<Vec<u8>>,
 }
 
@@ -190,9 +190,9 @@ fn walk(root: BorrowedFd<'_>, excludes: &Excludes, below: &BelowRoot) -> Found {
                 });
             }
         }
-        if !rel.is_empty()
-            && is_git_directory(|n| layout.iter().find(|(e, _)| *e == n).map(|(_, k)| *k))
-        {
+        // The root too: a project without a `.git` that the step gave that layout is the
+        // repository of every git the person runs in it.
+        if is_git_directory(|n| layout.iter().find(|(e, _)| *e == n).map(|(_, k)| *k)) {
             found.bare.push(rel);
         }
     }

@@ -966,3 +966,58 @@ fn a_nested_commit_naming_its_hook_managers_change_goes_back_without_a_snapshot(
         "{said}"
     );
 }
+
+/// A project with no `.git` made a bare repository at its root by a step (`HEAD`, `objects/`,
+/// `refs/` and a `config` naming a `core.fsmonitor`) whose snapshot then fails (the store's
+/// packs made immutable mid-step): git takes the root for a repository by its layout, so the
+/// person's `git status` anywhere in the project would run the step's program. Needs
+/// `chattr +i`; says so and passes without it.
+#[test]
+fn the_project_root_made_a_bare_repository_runs_nothing_without_a_snapshot() {
+    let env = Env::new();
+    env.write("src/lib.rs", "\n");
+    env.envgit(&["init"]).ok();
+    let marker = env.tmp.path().join("MARKER");
+    let attack = pausing(&format!(
+        "mkdir -p objects refs/heads && echo 'ref: refs/heads/main' > HEAD && \
+         printf '[core]\\n\\trepositoryformatversion = 0\\n\\tbare = false\\n\\tworktree = .\\n\\tfsmonitor = \"echo pwned >> {m}; false\"\\n' > config",
+        m = marker.display()
+    ));
+    let child = started_until_go(env.cmd(&env.project), &env, &attack);
+    let packs_dir = env.store_dir().join("packs");
+    let mut packs: Vec<PathBuf> = std::fs::read_dir(&packs_dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    packs.push(packs_dir);
+    let immutable = chattr("+i", &packs);
+    go(&env);
+    let out = child.wait_with_output().unwrap();
+    chattr("-i", &packs);
+    if !immutable {
+        eprintln!("skipped: `chattr +i` is not available here");
+        return;
+    }
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        !out.status.success(),
+        "the store's failure went unsaid: {said}"
+    );
+    for dir in [".", "src"] {
+        let status = env
+            .host_git(&env.path(dir))
+            .args(["status"])
+            .output()
+            .unwrap();
+        assert!(
+            !marker.exists(),
+            "the person's git status in {dir} ran the step's fsmonitor: {}{}\n{said}",
+            String::from_utf8_lossy(&status.stdout),
+            String::from_utf8_lossy(&status.stderr),
+        );
+    }
+}
