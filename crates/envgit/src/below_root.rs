@@ -76,7 +76,8 @@ pub(crate) fn protected_below_changed(
     Ok(out)
 }
 
-/// The paths, relative to the nested git repository `repo` that was there before the step,
+/// The paths, relative to the nested git repository `repo` that was there before the step
+/// (`None`: a git directory whose work tree is not known),
 /// whose content its index and refs may not change behind its work tree (they are put back
 /// on disk, see [`protected_below_changed`]): its hook manager's files, the names put back
 /// below a root (`**/.vscode`), and what git's configuration names there. A configuration
@@ -85,7 +86,7 @@ pub(crate) fn protected_in_repository(
     store: &Store,
     before: &ObjectId,
     root: Option<&Path>,
-    repo: &str,
+    repo: Option<&str>,
 ) -> Vec<String> {
     let mut out: Vec<String> = envgit_policy::REPOSITORY_ROOT_PATHS
         .iter()
@@ -96,7 +97,7 @@ pub(crate) fn protected_in_repository(
                 .map(|n| format!("{}{n}", envgit_store::GIT_PROTECTED_BELOW_ROOT)),
         )
         .collect();
-    if let Some(root) = root
+    if let (Some(root), Some(repo)) = (root, repo)
         && let Ok(named) = named_by_git_configuration(store, before, root, repo)
     {
         for path in named {

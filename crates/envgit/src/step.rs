@@ -315,7 +315,7 @@ fn snapshot_checked(
         // hook manager's files than they did: the put-back below keeps those files on disk,
         // the person's `git reset --hard` there would write the step's.
         let root_dir = snapshot.root().map(Path::to_path_buf);
-        let mut protected_of = |repo: &str| {
+        let mut protected_of = |repo: Option<&str>| {
             crate::below_root::protected_in_repository(store, &before, root_dir.as_deref(), repo)
         };
         let named = envgit_store::nested_git_protected_refusals(

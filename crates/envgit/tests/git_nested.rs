@@ -1021,3 +1021,65 @@ fn the_project_root_made_a_bare_repository_runs_nothing_without_a_snapshot() {
         );
     }
 }
+
+/// A nested repository whose git directory lies elsewhere in the project (`git init
+/// --separate-git-dir`: `libs/z/.git` a file naming `gitdirs/z`): the step's commit there,
+/// through `libs/z`, naming its `.husky/pre-commit`, must not reach the person's
+/// `git reset --hard` in `libs/z` either.
+#[test]
+fn a_nested_repository_with_its_git_directory_elsewhere_in_the_project_keeps_its_hook() {
+    let env = Env::new();
+    let nested = env.path("libs/z");
+    std::fs::create_dir_all(nested.join(".husky")).unwrap();
+    std::fs::create_dir_all(env.path("gitdirs")).unwrap();
+    env.git(
+        &nested,
+        &[
+            "init",
+            "-q",
+            "-b",
+            "main",
+            "--separate-git-dir",
+            "../../gitdirs/z",
+        ],
+    );
+    env.git(&nested, &["config", "user.name", "person"]);
+    env.git(&nested, &["config", "user.email", "person@example.invalid"]);
+    std::fs::write(nested.join(".husky/pre-commit"), "#!/bin/sh\nexit 0\n").unwrap();
+    std::fs::set_permissions(
+        nested.join(".husky/pre-commit"),
+        std::fs::Permissions::from_mode(0o755),
+    )
+    .unwrap();
+    std::fs::write(nested.join("build.sh"), "echo hello\n").unwrap();
+    env.git(&nested, &["add", "-A"]);
+    env.git(&nested, &["commit", "-q", "-m", "hook"]);
+    env.git(&nested, &["config", "core.hooksPath", ".husky"]);
+    env.envgit(&["init"]).ok();
+    let marker = env.tmp.path().join("MARKER");
+    let script = format!(
+        "cd libs/z && printf '#!/bin/sh\\necho pwned >> %s\\n' {m} > .husky/pre-commit && \
+         git add .husky/pre-commit && git commit -q -m agent && echo planted",
+        m = marker.display()
+    );
+    let out = env.envgit(&["run", "sh", "-c", &script]);
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    assert!(out.stdout.contains("planted"), "{}", out.stdout);
+    let _ = env
+        .host_git(&nested)
+        .args(["reset", "-q", "--hard"])
+        .output();
+    std::fs::write(nested.join("build.sh"), "echo the person's commit\n").unwrap();
+    let _ = env
+        .host_git(&nested)
+        .args(["commit", "-q", "-am", "person"])
+        .output();
+    let hook = std::fs::read_to_string(nested.join(".husky/pre-commit")).unwrap_or_default();
+    assert!(
+        !hook.contains("pwned") && !marker.exists(),
+        "the person's git wrote ({}) or ran ({}) the agent's hook: {}",
+        hook.contains("pwned"),
+        marker.exists(),
+        out.stderr
+    );
+}

@@ -64,7 +64,7 @@ pub fn nested_code_on_disk(
         store,
         before,
         &walk.changes,
-        &mut |_| protected.to_vec(),
+        &mut |_: Option<&str>| protected.to_vec(),
         &upper,
     )?;
     out.extend(refused.into_iter().map(|d| d.path));

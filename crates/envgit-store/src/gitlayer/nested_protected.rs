@@ -16,6 +16,7 @@ use super::nested::split_nested;
 use super::nested_objects::read_entry;
 use super::protected::{ReftableBefore, Sides, blob_id, judge};
 use super::verify;
+use crate::bare_repository::is_git_directory;
 use crate::diff::EntryDiff;
 use crate::error::Result;
 use crate::graft::entry_at;
@@ -26,14 +27,15 @@ use crate::tree::{EntryKind, MarkerReason};
 /// What of the nested repositories' refs and indexes goes back, and why: for each repository
 /// nested in the project that was there before the step (a `.git` directory in `before`) and
 /// whose index, refs, `HEAD`, pseudo-refs or reflogs the step changed, judged against
-/// `protected_of(repo)` (its protected paths, relative to its work tree `repo`). `after` is
-/// the snapshot after the step.
+/// `protected_of(repo)` (its protected paths, relative to its work tree `repo`; `None` for a
+/// git directory found by its layout, whose work tree is not known). `after` is the snapshot
+/// after the step.
 pub fn nested_protected_refusals(
     store: &Store,
     before: &ObjectId,
     after: &ObjectId,
     changes: &[EntryDiff],
-    protected_of: &mut dyn FnMut(&str) -> Vec<String>,
+    protected_of: &mut dyn FnMut(Option<&str>) -> Vec<String>,
 ) -> Result<Vec<Dropped>> {
     let upper = |rel: &str| read_file(store, after, rel);
     refusals(store, before, changes, protected_of, &upper)
@@ -56,15 +58,20 @@ pub(super) fn refusals(
     store: &Store,
     before: &ObjectId,
     changes: &[EntryDiff],
-    protected_of: &mut dyn FnMut(&str) -> Vec<String>,
+    protected_of: &mut dyn FnMut(Option<&str>) -> Vec<String>,
     upper: &dyn Fn(&str) -> Option<Vec<u8>>,
 ) -> Result<Vec<Dropped>> {
-    // Per `.git`: what the step changed there that names content (class, path below it,
-    // removed).
+    // Per git directory: what the step changed there that names content (class, path below
+    // it, removed).
     let mut work: BTreeMap<String, Vec<(Class, String, bool)>> = BTreeMap::new();
+    let mut git_dirs = GitDirs {
+        store,
+        before,
+        known: BTreeMap::new(),
+    };
     for change in changes {
         let path = String::from_utf8_lossy(&change.path);
-        let Some((git, rest)) = split_nested(&path) else {
+        let Some((git, rest)) = split_nested(&path).or(git_dirs.holding(&path)?) else {
             continue;
         };
         let Ok(class) = classify(rest) else {
@@ -80,11 +87,13 @@ pub(super) fn refusals(
     }
     let mut out = Vec::new();
     for (git, work) in work {
-        let repo = git.strip_suffix("/.git").unwrap_or_default();
         // A repository the step made is its own work; a `.git` file or link is put back.
         if !matches!(entry_at(store, before, &git)?, Some(e) if e.kind == EntryKind::Dir) {
             continue;
         }
+        // A git directory by its layout (`git init --separate-git-dir`, a `.git` file naming
+        // it) has no work tree of its own to read: every change of a protected path counts.
+        let repo = git.strip_suffix("/.git");
         let protected = protected_of(repo);
         let upper = |rel: &str| upper(&format!("{git}/{rel}"));
         if let Some(why) = judge_repository(store, before, &git, repo, &upper, &work, &protected) {
@@ -103,6 +112,45 @@ pub(super) fn refusals(
         }
     }
     Ok(out)
+}
+
+/// The directories of the project that were git directories by their layout before the step
+/// (`crate::bare_repository`), looked up once each.
+struct GitDirs<'a> {
+    store: &'a Store,
+    before: &'a ObjectId,
+    known: BTreeMap<String, bool>,
+}
+
+impl GitDirs<'_> {
+    /// For a path below such a directory that names content ([`names_content`]), the
+    /// directory and the path below it.
+    fn holding<'p>(&mut self, path: &'p str) -> Result<Option<(&'p str, &'p str)>> {
+        for (slash, _) in path.match_indices('/') {
+            let (dir, rest) = (&path[..slash], &path[slash + 1..]);
+            if !names_content(rest) {
+                continue;
+            }
+            let is = match self.known.get(dir) {
+                Some(is) => *is,
+                None => {
+                    let is = match entry_at(self.store, self.before, dir)? {
+                        Some(e) if e.kind == EntryKind::Dir => {
+                            let tree = self.store.read_tree(&e.id)?;
+                            is_git_directory(|n| tree.get(n.as_bytes()).map(|e| e.kind))
+                        }
+                        _ => false,
+                    };
+                    self.known.insert(dir.to_owned(), is);
+                    is
+                }
+            };
+            if is {
+                return Ok(Some((dir, rest)));
+            }
+        }
+        Ok(None)
+    }
 }
 
 /// The file at `rel` in the snapshot `tree` (or, too large for it, in the project), else
@@ -124,7 +172,7 @@ fn judge_repository(
     store: &Store,
     before: &ObjectId,
     git: &str,
-    repo: &str,
+    repo: Option<&str>,
     upper: &dyn Fn(&str) -> Option<Vec<u8>>,
     work: &[(Class, String, bool)],
     protected: &[String],
@@ -146,7 +194,7 @@ fn judge_repository(
     // The put-back leaves the repository's protected files as the snapshot before the step
     // holds them.
     let holds = |path: &[u8], mode: u32, oid: &str| {
-        let Ok(path) = std::str::from_utf8(path) else {
+        let (Some(repo), Ok(path)) = (repo, std::str::from_utf8(path)) else {
             return false;
         };
         let at = format!("{repo}/{path}");
@@ -165,6 +213,9 @@ fn judge_repository(
         blob_id(&content, oid.len() == 64) == oid
     };
     let existed_before = |dir: &[u8]| {
+        let Some(repo) = repo else {
+            return true;
+        };
         let at = format!("{repo}/{}", String::from_utf8_lossy(dir));
         entry_at(store, before, &at).map_or(true, |e| e.is_some())
     };
