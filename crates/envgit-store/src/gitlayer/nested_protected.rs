@@ -126,6 +126,10 @@ impl GitDirs<'_> {
     /// For a path below such a directory that names content ([`names_content`]), the
     /// directory and the path below it.
     fn holding<'p>(&mut self, path: &'p str) -> Result<Option<(&'p str, &'p str)>> {
+        // The project's own `.git` (its `modules/` too) is the git layer's.
+        if path.starts_with(".git/") {
+            return Ok(None);
+        }
         for (slash, _) in path.match_indices('/') {
             let (dir, rest) = (&path[..slash], &path[slash + 1..]);
             if !names_content(rest) {
