@@ -71,7 +71,12 @@ pub(super) fn refusals(
     };
     for change in changes {
         let path = String::from_utf8_lossy(&change.path);
-        let Some((git, rest)) = split_nested(&path).or(git_dirs.holding(&path)?) else {
+        // A `.git` directory first; only then a directory git takes for one by its layout.
+        let found = match split_nested(&path) {
+            Some(found) => Some(found),
+            None => git_dirs.holding(&path)?,
+        };
+        let Some((git, rest)) = found else {
             continue;
         };
         let Ok(class) = classify(rest) else {
