@@ -8,6 +8,7 @@ mod support;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
+use std::process::Output;
 
 use support::Env;
 use support::git_forge::{blob, forge_commit_graph, lfs_commit, lfs_path, lying_pack, scratch};
@@ -395,6 +396,29 @@ fn chattr(flag: &str, paths: &[PathBuf]) -> bool {
         .is_ok_and(|o| o.status.success())
 }
 
+/// Runs the paused step `attack` ([`pausing`]) and makes the store's packs immutable while it
+/// waits, standing in for a disk the step filled, so its snapshot fails; the output and what
+/// it said. `None` without `chattr +i`.
+fn run_with_a_failing_snapshot(env: &Env, attack: &str) -> Option<(Output, String)> {
+    let child = started_until_go(env.cmd(&env.project), env, attack);
+    let packs_dir = env.store_dir().join("packs");
+    let mut packs: Vec<PathBuf> = std::fs::read_dir(&packs_dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    packs.push(packs_dir);
+    let immutable = chattr("+i", &packs);
+    go(env);
+    let out = child.wait_with_output().unwrap();
+    chattr("-i", &packs);
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    immutable.then_some((out, said))
+}
+
 /// The step plants a hook in the nested repository, makes a repository of its own with a
 /// hook and a config that runs a program, and leaves a file setuid; then the store cannot be
 /// written (its packs made immutable on the host mid-step, standing in for a disk the step
@@ -414,26 +438,10 @@ fn a_snapshot_that_fails_still_puts_the_nested_repositories_code_back() {
          && cp /bin/true setid-tool && chmod u+s setid-tool",
         m = marker.display()
     ));
-    let child = started_until_go(env.cmd(&env.project), &env, &attack);
-    let packs_dir = env.store_dir().join("packs");
-    let mut packs: Vec<PathBuf> = std::fs::read_dir(&packs_dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .collect();
-    packs.push(packs_dir);
-    let immutable = chattr("+i", &packs);
-    go(&env);
-    let out = child.wait_with_output().unwrap();
-    chattr("-i", &packs);
-    if !immutable {
+    let Some((out, said)) = run_with_a_failing_snapshot(&env, &attack) else {
         eprintln!("skipped: `chattr +i` is not available here");
         return;
-    }
-    let said = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    };
     assert!(
         !out.status.success(),
         "the store's failure went unsaid: {said}"
@@ -916,26 +924,10 @@ fn a_nested_commit_naming_its_hook_managers_change_goes_back_without_a_snapshot(
          git add .husky/pre-commit && git commit -q -m agent && cd ../..",
         m = marker.display()
     ));
-    let child = started_until_go(env.cmd(&env.project), &env, &attack);
-    let packs_dir = env.store_dir().join("packs");
-    let mut packs: Vec<PathBuf> = std::fs::read_dir(&packs_dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .collect();
-    packs.push(packs_dir);
-    let immutable = chattr("+i", &packs);
-    go(&env);
-    let out = child.wait_with_output().unwrap();
-    chattr("-i", &packs);
-    if !immutable {
+    let Some((out, said)) = run_with_a_failing_snapshot(&env, &attack) else {
         eprintln!("skipped: `chattr +i` is not available here");
         return;
-    }
-    let said = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    };
     assert!(
         !out.status.success(),
         "the store's failure went unsaid: {said}"
@@ -983,26 +975,10 @@ fn the_project_root_made_a_bare_repository_runs_nothing_without_a_snapshot() {
          printf '[core]\\n\\trepositoryformatversion = 0\\n\\tbare = false\\n\\tworktree = .\\n\\tfsmonitor = \"echo pwned >> {m}; false\"\\n' > config",
         m = marker.display()
     ));
-    let child = started_until_go(env.cmd(&env.project), &env, &attack);
-    let packs_dir = env.store_dir().join("packs");
-    let mut packs: Vec<PathBuf> = std::fs::read_dir(&packs_dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .collect();
-    packs.push(packs_dir);
-    let immutable = chattr("+i", &packs);
-    go(&env);
-    let out = child.wait_with_output().unwrap();
-    chattr("-i", &packs);
-    if !immutable {
+    let Some((out, said)) = run_with_a_failing_snapshot(&env, &attack) else {
         eprintln!("skipped: `chattr +i` is not available here");
         return;
-    }
-    let said = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    };
     assert!(
         !out.status.success(),
         "the store's failure went unsaid: {said}"
