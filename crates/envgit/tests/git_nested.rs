@@ -7,7 +7,7 @@
 mod support;
 
 use std::os::unix::fs::PermissionsExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Output;
 
 use support::Env;
@@ -396,6 +396,20 @@ fn chattr(flag: &str, paths: &[PathBuf]) -> bool {
         .is_ok_and(|o| o.status.success())
 }
 
+/// The person's git in `nested` after the step: `git reset --hard`, then a commit of an edit
+/// of theirs (which runs the repository's pre-commit hook); the hook's file as it is then.
+fn persons_reset_and_commit(env: &Env, nested: &Path) -> String {
+    let _ = env
+        .host_git(nested)
+        .args(["reset", "-q", "--hard"])
+        .output();
+    std::fs::write(nested.join("build.sh"), "echo the person's commit\n").unwrap();
+    let _ = env
+        .host_git(nested)
+        .args(["commit", "-q", "-am", "person"])
+        .output();
+    std::fs::read_to_string(nested.join(".husky/pre-commit")).unwrap_or_default()
+}
 /// Runs the paused step `attack` ([`pausing`]) and makes the store's packs immutable while it
 /// waits, standing in for a disk the step filled, so its snapshot fails; the output and what
 /// it said. `None` without `chattr +i`.
@@ -893,16 +907,7 @@ fn a_submodules_commit_naming_its_hook_managers_change_stays_out() {
     let out = env.envgit(&["run", "sh", "-c", &script]);
     assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
     assert!(out.stdout.contains("planted"), "{}", out.stdout);
-    let _ = env
-        .host_git(&nested)
-        .args(["reset", "-q", "--hard"])
-        .output();
-    std::fs::write(nested.join("build.sh"), "echo the person's commit\n").unwrap();
-    let _ = env
-        .host_git(&nested)
-        .args(["commit", "-q", "-am", "person"])
-        .output();
-    let hook = std::fs::read_to_string(nested.join(".husky/pre-commit")).unwrap();
+    let hook = persons_reset_and_commit(&env, &nested);
     assert_eq!(hook, "#!/bin/sh\nexit 0\n", "{}", out.stderr);
     assert!(!marker.exists(), "the person's git ran the agent's hook");
     assert_eq!(
@@ -937,16 +942,7 @@ fn a_nested_commit_naming_its_hook_managers_change_goes_back_without_a_snapshot(
         "#!/bin/sh\nexit 0\n",
         "{said}"
     );
-    let _ = env
-        .host_git(&nested)
-        .args(["reset", "-q", "--hard"])
-        .output();
-    std::fs::write(nested.join("build.sh"), "echo the person's commit\n").unwrap();
-    let _ = env
-        .host_git(&nested)
-        .args(["commit", "-q", "-am", "person"])
-        .output();
-    let hook = std::fs::read_to_string(nested.join(".husky/pre-commit")).unwrap_or_default();
+    let hook = persons_reset_and_commit(&env, &nested);
     assert!(
         !hook.contains("pwned") && !marker.exists(),
         "the person's git wrote ({}) or ran ({}) the agent's hook: {said}",
@@ -1041,16 +1037,7 @@ fn a_nested_repository_with_its_git_directory_elsewhere_in_the_project_keeps_its
     let out = env.envgit(&["run", "sh", "-c", &script]);
     assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
     assert!(out.stdout.contains("planted"), "{}", out.stdout);
-    let _ = env
-        .host_git(&nested)
-        .args(["reset", "-q", "--hard"])
-        .output();
-    std::fs::write(nested.join("build.sh"), "echo the person's commit\n").unwrap();
-    let _ = env
-        .host_git(&nested)
-        .args(["commit", "-q", "-am", "person"])
-        .output();
-    let hook = std::fs::read_to_string(nested.join(".husky/pre-commit")).unwrap_or_default();
+    let hook = persons_reset_and_commit(&env, &nested);
     assert!(
         !hook.contains("pwned") && !marker.exists(),
         "the person's git wrote ({}) or ran ({}) the agent's hook: {}",
