@@ -341,6 +341,19 @@ async fn check(sh: &Arc<Shared>, req: &Req) -> Result<(), TestCaseError> {
                 String::from_utf8_lossy(&seen)
             );
         }
+        // The policy's own refusal (a random `PUT` whose body opens like a packument it
+        // cannot read is a publish it cannot rule out): refused whole, naming its rule.
+        "403" => {
+            prop_assert!(
+                reply.contains("x-envgit-decision: deny; rule="),
+                "a 403 that names no rule: {reply}"
+            );
+            prop_assert!(
+                seen.is_empty(),
+                "refused, yet the upstream saw {:?}",
+                String::from_utf8_lossy(&seen)
+            );
+        }
         "200" => {
             prop_assert!(!refusable, "let %00 through");
             let (method, target, headers, body, took) = parse(&seen).unwrap_or_else(|| {
