@@ -158,6 +158,9 @@ pub(super) fn judge(
         })
         .unwrap_or_default();
     let mut targets: Vec<(String, String, Option<String>)> = Vec::new();
+    // The trees of the step's index as judged below (its valid root cache-tree node, the tree
+    // its entries make): a commit of one of these holds what that index holds.
+    let mut judged_trees: BTreeSet<String> = BTreeSet::new();
     for (class, rel, whiteout) in work {
         if *whiteout {
             continue;
@@ -179,6 +182,7 @@ pub(super) fn judge(
                 // not read counts as holding no protected entry).
                 for a in &after {
                     if before.contains(a) {
+                        judged_trees.extend(a.cache_tree.get(&b""[..]).map(|(_, t)| t.clone()));
                         continue;
                     }
                     let b = before.first().cloned().unwrap_or_default();
@@ -201,6 +205,7 @@ pub(super) fn judge(
                             return Some(why);
                         }
                     }
+                    judged_trees.extend(a.cache_tree.get(&b""[..]).map(|(_, t)| t.clone()));
                 }
             }
             (Class::Cas, "packed-refs") => {
@@ -334,6 +339,11 @@ pub(super) fn judge(
     let mut known_below: BTreeMap<(Option<String>, String), Result<Changes, String>> =
         BTreeMap::new();
     for (name, new, old) in targets {
+        // `git commit`'s commit: its tree is the step's index, whose every protected entry
+        // was judged above by the same rules (no `git` runs for it).
+        if loose_commit_tree(upper, &new).is_some_and(|t| judged_trees.contains(&t)) {
+            continue;
+        }
         let now = match tree(&new) {
             Ok(Some(t)) => t,
             // No tree to check out (a tag of a blob).
@@ -607,6 +617,30 @@ fn changed_below(
         out.insert(path.to_vec(), held);
     }
     Ok(out)
+}
+
+/// The tree the commit `id` names, when the step wrote it as a loose object (read by `upper`
+/// and checked against its id); `None` for anything else.
+fn loose_commit_tree(upper: &dyn Fn(&str) -> Option<Vec<u8>>, id: &str) -> Option<String> {
+    use std::io::Read;
+    let rel = format!("objects/{}/{}", id.get(..2)?, id.get(2..)?);
+    let compressed = upper(&rel)?;
+    if !verify::loose_matches(&rel, &compressed) {
+        return None;
+    }
+    // `commit <size>\0tree <hex>\n…`: the first line of a commit is its tree.
+    let mut head = Vec::new();
+    flate2::read::ZlibDecoder::new(&compressed[..])
+        .take(256)
+        .read_to_end(&mut head)
+        .ok()?;
+    let nul = head.iter().position(|&b| b == 0)?;
+    if !head.starts_with(b"commit ") {
+        return None;
+    }
+    let line = head[nul + 1..].strip_prefix(b"tree ")?;
+    let end = line.iter().position(|&b| b == b'\n')?;
+    object_id(&line[..end])
 }
 
 /// `None`: `id` names no tree-ish (a blob).
