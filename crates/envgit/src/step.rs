@@ -301,10 +301,11 @@ fn snapshot_checked(
                 store, &before, &tree, &changes,
             )?);
         // Their objects must be what their names say, their history stays whole.
-        let mut forged = envgit_store::nested_git_object_refusals(store, &before, &tree, &changes)?;
+        let mut refused =
+            envgit_store::nested_git_object_refusals(store, &before, &tree, &changes)?;
         nested
             .put_back
-            .extend(forged.iter().map(|d| d.path.clone()));
+            .extend(refused.iter().map(|d| d.path.clone()));
         let (rewritten, unfiltered) =
             crate::git_layer::filter_nested_configs(store, &before, &nested, draft)?;
         if rewritten {
@@ -326,7 +327,7 @@ fn snapshot_checked(
             &mut protected_of,
         )?;
         nested.put_back.extend(named.iter().map(|d| d.path.clone()));
-        forged.extend(named);
+        refused.extend(named);
         let mut nested_paths = nested.put_back;
         nested_paths.extend(unfiltered);
         let mut protected = s.protected.to_vec();
@@ -352,7 +353,7 @@ fn snapshot_checked(
         (nested_back, *put_back) = std::mem::take(put_back)
             .into_iter()
             .partition(|p| nested_paths.contains(p));
-        note_nested_put_back(&nested_back, &forged, draft);
+        note_nested_put_back(&nested_back, &refused, draft);
     }
     Ok((tree, report, rescanned))
 }
@@ -420,19 +421,20 @@ pub(crate) fn refuse_write(draft: &mut StepDraft, path: &str, rule: &str, said: 
     });
 }
 
-/// Repositories inside the project whose code was put back (`paths`), or whose forged object
-/// data was put back or removed (`forged`, with why): said, refused, flagged.
-fn note_nested_put_back(paths: &[String], forged: &[GitDropped], draft: &mut StepDraft) {
+/// Repositories inside the project whose code was put back (`paths`), or whose data was put
+/// back or removed (`refused`, with why: forged objects, or an index or refs naming another
+/// hook than they did): said, refused, flagged.
+fn note_nested_put_back(paths: &[String], refused: &[GitDropped], draft: &mut StepDraft) {
     let rule = crate::git_layer::RULE;
     let code = paths
         .iter()
-        .filter(|p| !forged.iter().any(|d| d.path == **p))
+        .filter(|p| !refused.iter().any(|d| d.path == **p))
         .map(|p| {
             let what = "changed during the step and was put back: git would run or follow it \
                         on the host";
             (p, what.to_owned())
         });
-    let data = forged
+    let data = refused
         .iter()
         .map(|d| (&d.path, format!("was put back: {}", d.why)));
     let mut any = false;

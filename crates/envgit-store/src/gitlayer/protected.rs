@@ -161,6 +161,8 @@ pub(super) fn judge(
     // The trees of the step's index as judged below (its valid root cache-tree node, the tree
     // its entries make): a commit of one of these holds what that index holds.
     let mut judged_trees: BTreeSet<String> = BTreeSet::new();
+    // What an index the host did not have (or could not read) holds: nothing.
+    let no_index = ProtectedView::default();
     for (class, rel, whiteout) in work {
         if *whiteout {
             continue;
@@ -185,7 +187,7 @@ pub(super) fn judge(
                         judged_trees.extend(a.cache_tree.get(&b""[..]).map(|(_, t)| t.clone()));
                         continue;
                     }
-                    let b = before.first().cloned().unwrap_or_default();
+                    let b = before.first().unwrap_or(&no_index);
                     let changed = first_difference(&b.entries, &a.entries, |(path, stage), v| {
                         *stage == 0 && fine(path, v)
                     });
