@@ -140,7 +140,7 @@ pub(crate) fn counted_response(inner: Incoming, rec: Recorder) -> Out {
     .boxed()
 }
 
-/// The prefix read for judgement, then the rest of the client's body.
+/// The prefix read for judgement, then the rest of the client's body, its data only.
 struct PrefixThen {
     prefix: Option<Bytes>,
     rest: Counted,
@@ -157,7 +157,14 @@ impl Body for PrefixThen {
         if let Some(prefix) = self.prefix.take() {
             return Poll::Ready(Some(Ok(Frame::data(prefix))));
         }
-        Pin::new(&mut self.rest).poll_frame(cx)
+        // Trailer fields are not passed on: no rule reads them, and a server that takes them
+        // as headers (a method override, a credential) would act on what was never judged.
+        loop {
+            match Pin::new(&mut self.rest).poll_frame(cx) {
+                Poll::Ready(Some(Ok(frame))) if !frame.is_data() => continue,
+                polled => return polled,
+            }
+        }
     }
 
     fn is_end_stream(&self) -> bool {

@@ -550,3 +550,133 @@ async fn a_chunked_body_on_a_get_arrives() {
 
 mod h2_downgrade;
 mod prop;
+
+/// What an HTTP/2 upstream on loopback (prior knowledge, no TLS) got: the body and the
+/// trailer fields, if any came.
+type H2Seen = (Vec<u8>, Option<hyper::HeaderMap>);
+
+async fn h2_upstream() -> (TcpStream, oneshot::Receiver<H2Seen>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (tx, rx) = oneshot::channel();
+    let tx = Arc::new(std::sync::Mutex::new(Some(tx)));
+    tokio::spawn(async move {
+        let (s, _) = listener.accept().await.unwrap();
+        let service = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
+            let tx = Arc::clone(&tx);
+            async move {
+                let got = req.into_body().collect().await.unwrap();
+                let trailers = got.trailers().cloned();
+                if let Some(tx) = tx.lock().unwrap().take() {
+                    let _ = tx.send((got.to_bytes().to_vec(), trailers));
+                }
+                Ok::<_, std::convert::Infallible>(hyper::Response::new(body::full(&b"ok"[..])))
+            }
+        });
+        let _ = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+            .serve_connection(TokioIo::new(s), service)
+            .await;
+    });
+    (TcpStream::connect(addr).await.unwrap(), rx)
+}
+
+/// A client's body given frame by frame (data, then trailers).
+struct Frames(std::collections::VecDeque<hyper::body::Frame<hyper::body::Bytes>>);
+
+impl hyper::body::Body for Frames {
+    type Data = hyper::body::Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Self::Data>, Self::Error>>> {
+        std::task::Poll::Ready(self.0.pop_front().map(Ok))
+    }
+}
+
+/// Over an HTTP/2 upstream a trailer frame would travel as it came: from an HTTP/1 client's
+/// chunked body and from an HTTP/2 client's HEADERS after its DATA alike.
+#[tokio::test]
+async fn request_trailers_never_reach_an_http2_upstream() {
+    let sh = Arc::new(Shared::for_tests(&["example.com"]));
+    // Past the prefix a rule reads: the rest of the body is streamed, not read whole.
+    let first = vec![b'x'; envgit_policy::BODY_PREFIX_MAX + 1];
+    for client in [Proto::Http1, Proto::Http2] {
+        let (up, seen) = h2_upstream().await;
+        let conn = Conn {
+            shared: Arc::clone(&sh),
+            host: "example.com".into(),
+            port: 443,
+            forwarded_https: false,
+            https: true,
+            proto: client,
+            keep_alive: true,
+            pool: Pool::new(Some(Ok((Box::new(up), true))), no_redial()),
+        };
+        let (near, far) = tokio::io::duplex(64 * 1024);
+        let server = tokio::spawn(serve(far, conn));
+        let status = match client {
+            Proto::Http1 => {
+                let mut near = near;
+                near.write_all(
+                    format!(
+                        "POST /upload HTTP/1.1\r\nHost: example.com\r\n\
+                         Trailer: X-HTTP-Method-Override\r\n\
+                         Transfer-Encoding: chunked\r\n\r\n{:x}\r\n",
+                        first.len()
+                    )
+                    .as_bytes(),
+                )
+                .await
+                .unwrap();
+                near.write_all(&first).await.unwrap();
+                near.write_all(b"\r\n3\r\n!!!\r\n0\r\nX-HTTP-Method-Override: DELETE\r\n\r\n")
+                    .await
+                    .unwrap();
+                let mut reply = vec![0u8; 256];
+                let n = near.read(&mut reply).await.unwrap();
+                String::from_utf8_lossy(&reply[..n])
+                    .split(' ')
+                    .nth(1)
+                    .and_then(|c| c.parse::<u16>().ok())
+                    .unwrap_or(0)
+            }
+            Proto::Http2 => {
+                let (mut send, c) =
+                    hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(near))
+                        .await
+                        .unwrap();
+                tokio::spawn(c);
+                let mut trailers = hyper::HeaderMap::new();
+                trailers.insert("x-http-method-override", "DELETE".parse().unwrap());
+                let frames = Frames(
+                    [
+                        hyper::body::Frame::data(hyper::body::Bytes::from(first.clone())),
+                        hyper::body::Frame::data(hyper::body::Bytes::from_static(b"!!!")),
+                        hyper::body::Frame::trailers(trailers),
+                    ]
+                    .into(),
+                );
+                let req = Request::builder()
+                    .method("POST")
+                    .uri("https://example.com/upload")
+                    .body(frames)
+                    .unwrap();
+                send.send_request(req).await.unwrap().status().as_u16()
+            }
+        };
+        let (body, trailers) = tokio::time::timeout(Duration::from_secs(10), seen)
+            .await
+            .expect("the upstream got the request")
+            .unwrap();
+        server.abort();
+        assert_eq!(status, 200, "{client:?}");
+        assert_eq!(body.len(), first.len() + 3, "{client:?}");
+        assert!(body.ends_with(b"x!!!"), "{client:?}");
+        assert!(
+            trailers.as_ref().is_none_or(hyper::HeaderMap::is_empty),
+            "{client:?}: trailers upstream: {trailers:?}"
+        );
+    }
+}
