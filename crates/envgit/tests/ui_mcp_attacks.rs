@@ -181,6 +181,23 @@ enum Seen {
 /// one of them open, not only once they go away.
 #[test]
 fn half_sent_request_heads_do_not_keep_the_ui_from_answering() {
+    silent_connections_do_not_keep_the_ui_from_answering(b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n");
+}
+
+/// The same with whole heads and half a body, which the UI never reads (it answers at once)
+/// but which holds the connection for the next request on it: a GET and a POST, each
+/// framed by length and chunked.
+#[test]
+fn half_sent_request_bodies_do_not_keep_the_ui_from_answering() {
+    for head in [
+        &b"POST /api/held/r/1/1/approve HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 100000\r\n\r\nab"[..],
+        b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: chunked\r\n\r\n100\r\nab",
+    ] {
+        silent_connections_do_not_keep_the_ui_from_answering(head);
+    }
+}
+
+fn silent_connections_do_not_keep_the_ui_from_answering(sent: &[u8]) {
     use std::io::{Read, Write};
     use std::net::{Shutdown, TcpStream};
     use std::sync::mpsc;
@@ -193,12 +210,11 @@ fn half_sent_request_heads_do_not_keep_the_ui_from_answering() {
     let before = request(ui.port, "GET", "/", std::slice::from_ref(&host));
     assert_ne!(before.status, 0, "no answer before the attack");
 
-    // More than the descriptors it may open, each with half a head.
+    // More than the descriptors it may open, each with a request it never finishes.
     let silent: Vec<TcpStream> = (0..FILES + 8)
         .map(|_| {
             let mut s = TcpStream::connect(("127.0.0.1", ui.port)).unwrap();
-            s.write_all(b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n")
-                .unwrap();
+            s.write_all(sent).unwrap();
             s
         })
         .collect();
@@ -239,10 +255,11 @@ fn half_sent_request_heads_do_not_keep_the_ui_from_answering() {
                     Seen::Closed => None,
                 });
                 panic!(
-                    "the real request got no answer while {} half-sent requests were open \
-                     ({closed_by_server} closed by the server); it got one ({status:?}) once \
-                     the test closed them",
-                    silent.len()
+                    "the real request got no answer while {} half-sent requests ({:?}) were \
+                     open ({closed_by_server} closed by the server); it got one ({status:?}) \
+                     once the test closed them",
+                    silent.len(),
+                    String::from_utf8_lossy(sent)
                 );
             }
         }
