@@ -70,7 +70,9 @@ impl BelowRoot {
     }
 
     /// What of `found` changed since `since_ms` (ms since the epoch) and was there before the
-    /// step in its place: its directory, or for a repository's entry the repository.
+    /// step in its place: its directory, or for a repository's entry the repository. A
+    /// repository's entries are its hook managers' files and `configured(repo)`: what its git
+    /// configuration names there (relative to it).
     pub(crate) fn changed(
         &self,
         store: &Store,
@@ -78,6 +80,7 @@ impl BelowRoot {
         before: &ObjectId,
         found: &FoundBelow,
         since_ms: u64,
+        configured: &mut dyn FnMut(&str) -> Vec<String>,
     ) -> Result<Vec<String>> {
         let since_ns = (since_ms as i64).saturating_mul(1_000_000) - CTIME_MARGIN_NS;
         let mut out: Vec<String> = Vec::new();
@@ -103,7 +106,8 @@ impl BelowRoot {
             if !was_repository {
                 continue;
             }
-            for pattern in &self.repository_root_entries {
+            let named = configured(&shown);
+            for pattern in self.repository_root_entries.iter().chain(&named) {
                 for rel in on_disk(root, repo, pattern) {
                     if touched_since(root, &rel, since_ns) {
                         add(&rel);

@@ -176,6 +176,10 @@ impl Store {
                 return;
             }
         };
+        // What a nested repository's git config names is not read here (that is envgit's
+        // reading of git's configuration): its hook managers' files and the names below a
+        // root are judged.
+        let fixed = crate::without_snapshot::fixed_nested_protected(&owed.below);
         let done = end_without_snapshot(
             self,
             root.as_fd(),
@@ -183,6 +187,7 @@ impl Store {
             &owed.before,
             begun.started_at_ms,
             &owed.below,
+            &mut |_| fixed.clone(),
         );
         if let Some(e) = &done.unchecked {
             let said = unchecked(e);

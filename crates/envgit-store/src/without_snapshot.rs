@@ -63,6 +63,11 @@ pub struct OwedEnd {
 /// Ends a step begun at `since_ms` from the tree `before` it, without a snapshot after it, in
 /// the project at `root` scanned with `config`. What cannot be read on disk is passed over,
 /// or its repository put back whole; the result says what could not be done.
+///
+/// `protected_of(repo)`: what a nested repository's index and refs may not change behind its
+/// work tree `repo` (relative to it; `None` for a git directory found by its layout): its hook
+/// manager's files, the names put back below a root, and what its git config names, which
+/// needs envgit's reading of git's configuration ([`fixed_nested_protected`] is the rest).
 pub fn end_without_snapshot(
     store: &Store,
     root: BorrowedFd<'_>,
@@ -70,34 +75,32 @@ pub fn end_without_snapshot(
     before: &ObjectId,
     since_ms: u64,
     below: &BelowRoot,
+    protected_of: &mut dyn FnMut(Option<&str>) -> Vec<String>,
 ) -> EndedWithoutSnapshot {
     let found = walk(root, &config.excludes, below);
     let mut out = EndedWithoutSnapshot {
         setid: clear_setid(root, &changed_since(&found.setid, since_ms)),
         ..EndedWithoutSnapshot::default()
     };
-    let below_root = below.changed(store, root, before, &found.below, since_ms);
-    // What a nested repository's index and refs may not change behind its work tree: its hook
-    // manager's files and the names put back below a root (what its config names needs
-    // envgit's reading of git's configuration, which the store has not).
-    let protected: Vec<String> = below
-        .repository_root_entries
-        .iter()
-        .cloned()
-        .chain(
-            below
-                .names
-                .iter()
-                .map(|n| format!("{}{n}", crate::gitlayer::BELOW_ROOT)),
-        )
-        .collect();
+    // What a nested repository's git configuration names (its `core.hooksPath`) is found by
+    // `protected_of` beside its fixed names.
+    let mut configured = |repo: &str| {
+        protected_of(Some(repo))
+            .into_iter()
+            .filter(|p| {
+                !p.starts_with(crate::gitlayer::BELOW_ROOT)
+                    && !below.repository_root_entries.contains(p)
+            })
+            .collect()
+    };
+    let below_root = below.changed(store, root, before, &found.below, since_ms, &mut configured);
     let nested = nested_code_on_disk(
         store,
         root,
         config.max_file_size,
         before,
         &found.gits,
-        &protected,
+        protected_of,
     );
     let bare =
         crate::below_root::bare_repositories_changed(store, root, before, &found.bare, since_ms);
@@ -118,6 +121,22 @@ pub fn end_without_snapshot(
         }
     }
     out
+}
+
+/// The protected paths of every nested repository that need no reading of its git config:
+/// its hook manager's files and the names put back below a root.
+pub fn fixed_nested_protected(below: &BelowRoot) -> Vec<String> {
+    below
+        .repository_root_entries
+        .iter()
+        .cloned()
+        .chain(
+            below
+                .names
+                .iter()
+                .map(|n| format!("{}{n}", crate::gitlayer::BELOW_ROOT)),
+        )
+        .collect()
 }
 
 /// What the walk found (it cannot fail: what cannot be read is passed over).
@@ -389,6 +408,7 @@ mod tests {
             &before_tree,
             since,
             &BelowRoot::default(),
+            &mut |_| Vec::new(),
         );
         assert!(
             done.failed.is_empty() && done.unchecked.is_none(),

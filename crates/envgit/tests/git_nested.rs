@@ -955,6 +955,71 @@ fn a_nested_commit_naming_its_hook_managers_change_goes_back_without_a_snapshot(
     );
 }
 
+/// The same for the hooks directory a nested repository's own config names
+/// (`core.hooksPath = tools/hooks`, no hook manager's name): without a snapshot its
+/// protected paths were only the hook managers' fixed names, so a commit behind the work tree
+/// naming the step's `tools/hooks/pre-commit` stayed (the person's `git reset --hard` there
+/// wrote it), and so did the hook written on disk; their next commit ran it. Needs
+/// `chattr +i`; says so and passes without it.
+#[test]
+fn a_nested_repositorys_configured_hook_goes_back_without_a_snapshot() {
+    let file = "tools/hooks/pre-commit";
+    // What the step plants in `libs/z`, whether the person resets there before committing,
+    // and the path the step's refusal names.
+    let attacks = [
+        (
+            format!("git update-index --cacheinfo 100755,$b,{file} && git commit -q -m agent"),
+            true,
+            "libs/z/.git/".to_owned(),
+        ),
+        (
+            format!("git cat-file blob $b > {file}"),
+            false,
+            "libs/z/tools/hooks changed".to_owned(),
+        ),
+    ];
+    for (plant, reset, named) in attacks {
+        let (env, nested) = project_with_nested_hook(file, Some("tools/hooks"), "files");
+        let marker = env.tmp.path().join("MARKER");
+        let attack = pausing(&format!(
+            "cd libs/z && b=$(printf '#!/bin/sh\\necho pwned >> %s\\n' {m} | \
+             git hash-object -w --stdin) && {plant} && cd ../..",
+            m = marker.display()
+        ));
+        let Some((out, said)) = run_with_a_failing_snapshot(&env, &attack) else {
+            eprintln!("skipped: `chattr +i` is not available here");
+            return;
+        };
+        assert!(
+            !out.status.success(),
+            "{plant}: the store's failure went unsaid: {said}"
+        );
+        if reset {
+            let _ = env
+                .host_git(&nested)
+                .args(["reset", "-q", "--hard"])
+                .output();
+        }
+        std::fs::write(nested.join("build.sh"), "echo the person's commit\n").unwrap();
+        let _ = env
+            .host_git(&nested)
+            .args(["commit", "-q", "-am", "person"])
+            .output();
+        let hook = std::fs::read_to_string(nested.join(file)).unwrap_or_default();
+        assert!(
+            !hook.contains("pwned") && !marker.exists(),
+            "{plant}: the person's git wrote ({}) or ran ({}) the agent's hook: {said}",
+            hook.contains("pwned"),
+            marker.exists()
+        );
+        assert!(
+            said.lines()
+                .any(|l| l.contains(&named) && l.contains("put back")),
+            "{plant}: {said}"
+        );
+    }
+}
+
 /// A project with no `.git` made a bare repository at its root by a step (`HEAD`, `objects/`,
 /// `refs/` and a `config` naming a `core.fsmonitor`) whose snapshot then fails (the store's
 /// packs made immutable mid-step): git takes the root for a repository by its layout, so the

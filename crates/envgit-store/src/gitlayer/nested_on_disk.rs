@@ -30,14 +30,15 @@ use crate::tree::{EntryKind, MarkerReason, Tree, TreeEntry, ZERO_ID};
 
 /// The project-relative paths of the nested repositories `gits` (each a `.git`, found on disk)
 /// to put back to their state in `before`: their code, and their index and refs when these
-/// name other content for `protected` (relative to each repository's work tree) than they did.
+/// name other content for `protected_of(repo)` (relative to each repository's work tree
+/// `repo`, as [`super::nested_protected_refusals`] asks it) than they did.
 pub fn nested_code_on_disk(
     store: &Store,
     root: BorrowedFd<'_>,
     max_file_size: u64,
     before: &ObjectId,
     gits: &[Vec<u8>],
-    protected: &[String],
+    protected_of: &mut dyn FnMut(Option<&str>) -> Vec<String>,
 ) -> Result<Vec<String>> {
     let mut walk = OnDisk {
         store,
@@ -60,13 +61,7 @@ pub fn nested_code_on_disk(
     out.extend(whole);
     out.extend(walk.replace_ref_stores(root)?);
     let upper = |rel: &str| read_beneath(root, rel.as_bytes()).ok();
-    let refused = refusals(
-        store,
-        before,
-        &walk.changes,
-        &mut |_: Option<&str>| protected.to_vec(),
-        &upper,
-    )?;
+    let refused = refusals(store, before, &walk.changes, protected_of, &upper)?;
     out.extend(refused.into_iter().map(|d| d.path));
     Ok(out.into_iter().collect())
 }
