@@ -33,6 +33,11 @@ pub(crate) const METHOD_OVERRIDE_HEADERS: &[&str] = &[
     "x-method-override",
 ];
 
+/// Headers that name the path a server routes the request by instead of its own (IIS's URL
+/// Rewrite sets `X-Original-URL`; frameworks that trust a front proxy read both): the policy
+/// judges the request at every path they name.
+pub(crate) const PATH_OVERRIDE_HEADERS: &[&str] = &["x-original-url", "x-rewrite-url"];
+
 /// Where a request came from, as far as its form goes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Proto {
@@ -67,6 +72,9 @@ pub(crate) struct Accepted {
     pub(crate) host_value: String,
     /// Every method named by an override header (see [`METHOD_OVERRIDE_HEADERS`]).
     pub(crate) method_overrides: Vec<String>,
+    /// Every path named by a path-override header (see [`PATH_OVERRIDE_HEADERS`]), its query
+    /// cut off.
+    pub(crate) path_overrides: Vec<String>,
     /// An `Upgrade: websocket` request.
     pub(crate) websocket: bool,
     /// The origin-form target a WebDAV `Destination` header names (`MOVE`, `COPY`): where
@@ -93,12 +101,14 @@ pub(crate) fn accept(
     check_connection(headers)?;
     let host_value = check_authority(proto, uri, version, headers, host, port)?;
     let method_overrides = method_overrides(headers)?;
+    let path_overrides = path_overrides(headers)?;
     let websocket = upgrade_is_websocket(headers);
     let destination = destination(headers, host, port)?;
     Ok(Accepted {
         origin,
         host_value,
         method_overrides,
+        path_overrides,
         websocket,
         destination,
     })
@@ -296,6 +306,20 @@ fn method_overrides(headers: &HeaderMap) -> Result<Vec<String>, Malformed> {
             for m in text.split(',').map(str::trim).filter(|m| !m.is_empty()) {
                 out.push(m.to_ascii_uppercase());
             }
+        }
+    }
+    Ok(out)
+}
+
+fn path_overrides(headers: &HeaderMap) -> Result<Vec<String>, Malformed> {
+    let mut out = Vec::new();
+    for name in PATH_OVERRIDE_HEADERS {
+        for value in headers.get_all(*name) {
+            let text = value
+                .to_str()
+                .map_err(|_| malformed(format!("a malformed {name}")))?;
+            let path = text.split_once('?').map_or(text, |(path, _)| path).trim();
+            out.push(path.to_owned());
         }
     }
     Ok(out)

@@ -147,6 +147,7 @@ async fn one(mut req: Request<Incoming>, conn: &Conn) -> Response<Out> {
             host,
             port,
             path: dest_path,
+            path_overrides: &[],
             query: dest_query,
             body: None,
             body_complete: false,
@@ -212,12 +213,14 @@ async fn one(mut req: Request<Incoming>, conn: &Conn) -> Response<Out> {
         .iter()
         .map(String::as_str)
         .collect();
+    let path_overrides: Vec<&str> = accepted.path_overrides.iter().map(String::as_str).collect();
     let header_names: Vec<&str> = parts.headers.keys().map(|n| n.as_str()).collect();
     let mut info = RequestInfo {
         method: &method,
         host,
         port,
         path,
+        path_overrides: &path_overrides,
         query,
         body: None,
         body_complete: false,

@@ -272,6 +272,49 @@ fn dumb_http_pushes_are_refused_on_any_host() {
     );
 }
 
+/// `X-Original-URL` and `X-Rewrite-URL` name the path a server behind IIS's URL Rewrite, or a
+/// framework that trusts them (Symfony and Zend before 2018, apps configured for a front
+/// proxy), routes the request by instead of its own: a fetch (`git-upload-pack`) naming
+/// `git-receive-pack` there is a push. The request is judged at every path it names, so
+/// `git.push` refuses it and the upstream never sees it; one naming its own path passes.
+#[test]
+fn a_header_naming_another_path_is_judged_at_that_path() {
+    let host = "git.example.org";
+    let w = World::new(&[host]);
+    let repo = format!("https://{host}/srv/app.git");
+    // A ref update as git sends it: one command, then the flush.
+    let zero = "0".repeat(40);
+    let one = "1".repeat(40);
+    w.env.write(
+        "push.pkt",
+        &format!("0074{zero} {one} refs/heads/main\0report-status\n0000"),
+    );
+    let fetch = "-X POST -H 'Content-Type: application/x-git-upload-pack-request' \
+                 --data-binary @push.pkt";
+    let r = w.run(&format!(
+        "curl -sS {fetch} -H 'X-Original-URL: /srv/app.git/git-receive-pack' \
+           {repo}/git-upload-pack; echo; \
+         curl -sS {fetch} -H 'X-Rewrite-URL: /srv/app.git/git-receive-pack?x=1' \
+           {repo}/git-upload-pack; echo; \
+         curl -sS {fetch} -H 'X-Original-URL: /srv/app.git/git-upload-pack' \
+           {repo}/git-upload-pack; echo"
+    ));
+    let said = format!("{}\n{}", r.stdout, r.stderr);
+    let seen = said
+        .matches("seen POST /srv/app.git/git-upload-pack")
+        .count();
+    assert_eq!(
+        seen, 1,
+        "a request naming another path reached the upstream, or the plain one did not:\n{said}"
+    );
+    let refused = format!("envgit: denied POST {host}/srv/app.git/git-upload-pack (rule git.push)");
+    assert_eq!(
+        r.stdout.matches(&refused).count(),
+        2,
+        "not both refused by git.push:\n{said}"
+    );
+}
+
 /// A WebDAV `MOVE` (or `COPY`) writes where its `Destination` header says, which the rule
 /// never reads: a ref file `PUT` at a path no rule names, then moved onto
 /// `refs/heads/main`, moves the branch with `git.dumb-push` never consulted.

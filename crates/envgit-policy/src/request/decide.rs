@@ -8,7 +8,7 @@ use crate::{Action, IrreversibleEntry, L7Rule, Policy, Preset};
 
 use super::matchers::{Tri, parse_query, path_tri, pattern_segments};
 use super::method::{MethodSet, body_may_name_method};
-use super::normalize::{normalize_path, path_views};
+use super::normalize::{normalize_path, request_path_views};
 use super::payload::Body;
 use super::prepared::Prepared;
 use super::preset::default_rules;
@@ -56,7 +56,7 @@ impl Policy {
             methods: MethodSet::of(req, &query),
             host: req.host,
             port: req.port,
-            views: path_views(req.path),
+            views: request_path_views(req.path, req.path_overrides),
             query,
             body: Body {
                 bytes: req.body,

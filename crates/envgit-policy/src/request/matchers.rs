@@ -130,7 +130,10 @@ pub(crate) fn path_tri(
     } else if hits == 0 {
         Tri::NoMatch
     } else {
-        Tri::Unknown("ambiguous path: its readings match differently".to_owned())
+        Tri::Unknown(
+            "ambiguous path: its readings (and any path a header routes it by) match differently"
+                .to_owned(),
+        )
     }
 }
 

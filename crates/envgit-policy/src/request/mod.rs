@@ -48,6 +48,11 @@ pub struct RequestInfo<'a> {
     pub port: u16,
     /// The raw path as sent (may contain `%xx`, `//`, `./`, `../`), without the query.
     pub path: &'a str,
+    /// Every path the request's `X-Original-URL` and `X-Rewrite-URL` headers name (their
+    /// query cut off), as sent: a server behind IIS's URL Rewrite, or a framework trusting a
+    /// front proxy, routes the request by them. The request is judged at its own path and at
+    /// each of these; a rule decides only when it reads them all alike.
+    pub path_overrides: &'a [&'a str],
     /// The raw query without `?`; may be empty.
     pub query: &'a str,
     /// A bounded prefix of the body, when the caller read one. A request without a body is

@@ -108,6 +108,24 @@ pub(crate) fn path_views(raw: &str) -> Result<Vec<Vec<String>>, PathError> {
     Ok(views)
 }
 
+/// [`path_views`] of a request's own path and of every path a header has a server route it
+/// by (`overrides`): a rule matches only when it matches all of them, and an unreadable one
+/// leaves the request unreadable.
+pub(crate) fn request_path_views(
+    path: &str,
+    overrides: &[&str],
+) -> Result<Vec<Vec<String>>, PathError> {
+    let mut views = path_views(path)?;
+    for other in overrides {
+        for view in path_views(other)? {
+            if !views.contains(&view) {
+                views.push(view);
+            }
+        }
+    }
+    Ok(views)
+}
+
 /// Which optional readings a path admits.
 #[derive(Debug, Default)]
 struct Found {

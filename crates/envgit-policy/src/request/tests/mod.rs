@@ -8,6 +8,7 @@ mod matchers;
 mod method_override;
 mod normalize;
 mod parse;
+mod path_override;
 mod preset;
 
 use crate::{Policy, RequestInfo};
@@ -26,6 +27,7 @@ pub(super) fn req<'a>(
         host,
         port: 443,
         path,
+        path_overrides: &[],
         query,
         body,
         body_complete: true,
