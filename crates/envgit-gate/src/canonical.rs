@@ -75,6 +75,10 @@ pub(crate) struct Accepted {
     /// Every path named by a path-override header (see [`PATH_OVERRIDE_HEADERS`]), its query
     /// cut off.
     pub(crate) path_overrides: Vec<String>,
+    /// Every `Content-Encoding` line joined as one list, as a server reads the field.
+    pub(crate) content_encoding: Option<String>,
+    /// The `Content-Type` (one value: two that disagree are refused).
+    pub(crate) content_type: Option<String>,
     /// An `Upgrade: websocket` request.
     pub(crate) websocket: bool,
     /// The origin-form target a WebDAV `Destination` header names (`MOVE`, `COPY`): where
@@ -102,6 +106,8 @@ pub(crate) fn accept(
     let host_value = check_authority(proto, uri, version, headers, host, port)?;
     let method_overrides = method_overrides(headers)?;
     let path_overrides = path_overrides(headers)?;
+    let content_encoding = content_encoding(headers)?;
+    let content_type = content_type(headers)?;
     let websocket = upgrade_is_websocket(headers);
     let destination = destination(headers, host, port)?;
     Ok(Accepted {
@@ -109,6 +115,8 @@ pub(crate) fn accept(
         host_value,
         method_overrides,
         path_overrides,
+        content_encoding,
+        content_type,
         websocket,
         destination,
     })
@@ -323,6 +331,35 @@ fn path_overrides(headers: &HeaderMap) -> Result<Vec<String>, Malformed> {
         }
     }
     Ok(out)
+}
+
+/// `Content-Encoding` is a list (RFC 9110 §8.4): its lines are one field, `identity` then
+/// `gzip` a gzip body. The rule reads the body decoded by all of them.
+fn content_encoding(headers: &HeaderMap) -> Result<Option<String>, Malformed> {
+    let mut codings = Vec::new();
+    for value in headers.get_all("content-encoding") {
+        let text = value
+            .to_str()
+            .map_err(|_| malformed("a malformed Content-Encoding"))?;
+        codings.push(text.to_owned());
+    }
+    Ok((!codings.is_empty()).then(|| codings.join(", ")))
+}
+
+/// `Content-Type` holds one value; servers read two lines differently (the first, the last,
+/// or both joined), and the rules that read a form or a packument by it would read one of
+/// them: two that disagree are refused.
+fn content_type(headers: &HeaderMap) -> Result<Option<String>, Malformed> {
+    let mut values = headers.get_all("content-type").iter();
+    let Some(first) = values.next() else {
+        return Ok(None);
+    };
+    if values.any(|v| v != first) {
+        return Err(malformed(
+            "two Content-Type headers that disagree (a server may read either)",
+        ));
+    }
+    Ok(Some(String::from_utf8_lossy(first.as_bytes()).into_owned()))
 }
 
 fn upgrade_is_websocket(headers: &HeaderMap) -> bool {

@@ -203,11 +203,7 @@ async fn one(mut req: Request<Incoming>, conn: &Conn) -> Response<Out> {
         let reply = reply::forbidden(&what, RULE_CREDENTIAL, &refused.reason(host));
         return refuse(conn, &mut rec, RULE_CREDENTIAL, &mut body, reply).await;
     }
-    let content_type = parts
-        .headers
-        .get(hyper::header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_owned);
+    let content_type = accepted.content_type.clone();
     let overrides: Vec<&str> = accepted
         .method_overrides
         .iter()
@@ -240,10 +236,7 @@ async fn one(mut req: Request<Incoming>, conn: &Conn) -> Response<Out> {
             Err(e) => return body_failed(conn, &mut rec, &mut body, e).await,
         };
     }
-    let content_encoding = parts
-        .headers
-        .get(hyper::header::CONTENT_ENCODING)
-        .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
+    let content_encoding = accepted.content_encoding.clone();
     let decoded;
     let decision = {
         let prefix = &read.bytes[..read.bytes.len().min(BODY_PREFIX_MAX)];

@@ -315,6 +315,49 @@ fn a_header_naming_another_path_is_judged_at_that_path() {
     );
 }
 
+/// Fields a request may carry twice, read as a server reads them: `Content-Encoding` is a list,
+/// so `identity` then `gzip` is a gzip body (the gate had judged the compressed bytes by the
+/// first line, so a gzip packument went out as no publish); two `Content-Type`s that disagree
+/// (servers take the first, the last or both) are refused as malformed.
+#[test]
+fn fields_sent_twice_are_read_as_the_server_reads_them() {
+    let host = "registry.example.org";
+    let w = World::new(&[host]);
+    w.env.write(
+        "pkg.json",
+        r#"{"_id":"demo-pkg","name":"demo-pkg","versions":{"1.0.0":{"name":"demo-pkg"}},"_attachments":{"demo-pkg-1.0.0.tgz":{"data":"AAAA"}}}"#,
+    );
+    let r = w.run(&format!(
+        "gzip -c pkg.json > pkg.json.gz && \
+         curl -sS -X PUT -H 'Content-Type: application/json' -H 'Content-Encoding: identity' \
+           -H 'Content-Encoding: gzip' --data-binary @pkg.json.gz https://{host}/demo-pkg; echo; \
+         curl -sS -X POST -H 'Content-Type: text/plain' \
+           -H 'Content-Type: application/x-www-form-urlencoded' --data-binary _method=DELETE \
+           https://{host}/demo-pkg/-rev/1; echo; \
+         curl -sS -X PUT -H 'Content-Type: application/json' -H 'Content-Encoding: identity' \
+           --data-binary '{{\"ok\":1}}' https://{host}/-/v1/login; echo"
+    ));
+    let said = format!("{}\n{}", r.stdout, r.stderr);
+    assert!(
+        !said.contains("seen PUT /demo-pkg") && !said.contains("seen POST"),
+        "a request read one way by the gate reached the upstream:\n{said}"
+    );
+    assert!(
+        r.stdout.contains(&format!(
+            "envgit: denied PUT {host}/demo-pkg (rule npm.publish)"
+        )),
+        "{said}"
+    );
+    assert!(
+        said.contains("Content-Type") && said.contains("gate.malformed"),
+        "{said}"
+    );
+    assert!(
+        said.contains("seen PUT /-/v1/login"),
+        "a plain request did not pass:\n{said}"
+    );
+}
+
 /// A WebDAV `MOVE` (or `COPY`) writes where its `Destination` header says, which the rule
 /// never reads: a ref file `PUT` at a path no rule names, then moved onto
 /// `refs/heads/main`, moves the branch with `git.dumb-push` never consulted.
