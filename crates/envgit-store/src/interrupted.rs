@@ -176,18 +176,25 @@ impl Store {
                 return;
             }
         };
-        // What a nested repository's git config names is not read here (that is envgit's
-        // reading of git's configuration): its hook managers' files and the names below a
-        // root are judged.
+        // What a nested repository's git config names is read by the reader envgit set (the
+        // store has no reading of git's configuration); without one, its hook managers'
+        // files and the names below a root are judged.
         let fixed = crate::without_snapshot::fixed_nested_protected(&owed.below);
+        let reader = crate::without_snapshot::nested_protected_reader();
+        let project = self.project().to_path_buf();
+        let store: &Store = self;
+        let mut protected_of = |repo: Option<&str>| match reader {
+            Some(read) => read(store, &owed.before, Some(&project), repo),
+            None => fixed.clone(),
+        };
         let done = end_without_snapshot(
-            self,
+            store,
             root.as_fd(),
             &config,
             &owed.before,
             begun.started_at_ms,
             &owed.below,
-            &mut |_| fixed.clone(),
+            &mut protected_of,
         );
         if let Some(e) = &done.unchecked {
             let said = unchecked(e);

@@ -115,7 +115,10 @@ pub use trash::{
 };
 pub use tree::{EntryKind, MarkerReason, Tree, TreeEntry};
 pub use watch::{LiveTree, SnapshotMode};
-pub use without_snapshot::{EndedWithoutSnapshot, OwedEnd, end_without_snapshot};
+pub use without_snapshot::{
+    EndedWithoutSnapshot, NestedProtectedReader, OwedEnd, end_without_snapshot,
+    set_nested_protected_reader,
+};
 pub use worktree::{
     CachedEntry, DEFAULT_MAX_FILE_SIZE, MAX_TREE_DEPTH, MAX_TREE_PATH, ScanConfig, ScanProgress,
     ScanReport, StatKey, WorkTree,

@@ -123,6 +123,26 @@ pub fn end_without_snapshot(
     out
 }
 
+/// A nested repository's protected paths as the caller reads them ([`end_without_snapshot`]'s
+/// `protected_of`), from the store, the tree before the step, the project's root and the
+/// repository's work tree: what git's configuration names there needs a reading of git's
+/// configuration, which is envgit's, not the store's.
+pub type NestedProtectedReader = fn(&Store, &ObjectId, Option<&Path>, Option<&str>) -> Vec<String>;
+
+static NESTED_PROTECTED_READER: std::sync::OnceLock<NestedProtectedReader> =
+    std::sync::OnceLock::new();
+
+/// Sets, once per process, how the end a killed step owed (made as the store opens, whatever
+/// command opens it) reads a nested repository's protected paths. Without one it judges
+/// [`fixed_nested_protected`] only.
+pub fn set_nested_protected_reader(reader: NestedProtectedReader) {
+    let _ = NESTED_PROTECTED_READER.set(reader);
+}
+
+pub(crate) fn nested_protected_reader() -> Option<NestedProtectedReader> {
+    NESTED_PROTECTED_READER.get().copied()
+}
+
 /// The protected paths of every nested repository that need no reading of its git config:
 /// its hook manager's files and the names put back below a root.
 pub fn fixed_nested_protected(below: &BelowRoot) -> Vec<String> {

@@ -55,6 +55,9 @@ fn main() -> ExitCode {
     }
     timings::init();
     output::quiet_on_broken_pipe();
+    // The end a killed step owed is made by whichever command opens the store next: it reads
+    // nested repositories' protected paths as a step's end does.
+    envgit_store::set_nested_protected_reader(below_root::protected_in_repository);
     let cli = cli::Cli::parse();
     if matches!(cli.command, cli::Command::Run(_)) {
         // While envgit is single-threaded: its sandbox then starts as a fork, not a

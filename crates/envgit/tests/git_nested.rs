@@ -1020,6 +1020,61 @@ fn a_nested_repositorys_configured_hook_goes_back_without_a_snapshot() {
     }
 }
 
+/// The same after envgit is killed mid-step (an agent's harness ends a command it timed out
+/// with `SIGKILL`): the next envgit command makes the end the step owed, and judges the nested
+/// repository's index, refs and files at what its git config names too.
+#[test]
+fn after_a_kill_9_a_nested_repositorys_configured_hook_goes_back() {
+    let file = "tools/hooks/pre-commit";
+    for (plant, reset) in [
+        (
+            format!("git update-index --cacheinfo 100755,$b,{file} && git commit -q -m agent"),
+            true,
+        ),
+        (format!("git cat-file blob $b > {file}"), false),
+    ] {
+        let (env, nested) = project_with_nested_hook(file, Some("tools/hooks"), "files");
+        let marker = env.tmp.path().join("MARKER");
+        let attack = format!(
+            "cd libs/z && b=$(printf '#!/bin/sh\\necho pwned >> %s\\n' {m} | \
+             git hash-object -w --stdin) && {plant} && cd ../.. && touch PLANTED && sleep 600",
+            m = marker.display()
+        );
+        let mut child = env
+            .cmd(&env.project)
+            .args(["run", "sh", "-c", &attack])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        wait_for(&env, "PLANTED");
+        child.kill().unwrap();
+        child.wait().unwrap();
+        let log = env.envgit(&["log", "--json"]);
+        assert_eq!(log.code, 0, "{plant}: {}", log.stderr);
+        if reset {
+            let _ = env
+                .host_git(&nested)
+                .args(["reset", "-q", "--hard"])
+                .output();
+        }
+        std::fs::write(nested.join("build.sh"), "echo the person's commit\n").unwrap();
+        let _ = env
+            .host_git(&nested)
+            .args(["commit", "-q", "-am", "person"])
+            .output();
+        let hook = std::fs::read_to_string(nested.join(file)).unwrap_or_default();
+        assert!(
+            !hook.contains("pwned") && !marker.exists(),
+            "{plant}: the person's git wrote ({}) or ran ({}) the agent's hook: {}",
+            hook.contains("pwned"),
+            marker.exists(),
+            log.stderr
+        );
+        assert!(log.stderr.contains("libs/z/"), "{plant}: {}", log.stderr);
+    }
+}
+
 /// A project with no `.git` made a bare repository at its root by a step (`HEAD`, `objects/`,
 /// `refs/` and a `config` naming a `core.fsmonitor`) whose snapshot then fails (the store's
 /// packs made immutable mid-step): git takes the root for a repository by its layout, so the
