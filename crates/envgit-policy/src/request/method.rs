@@ -1,7 +1,7 @@
 //! The methods a request may be served as. Frameworks let a request name another method
 //! (`X-HTTP-Method-Override` and friends, which the gate hands over as
-//! [`RequestInfo::method_overrides`]; Rails/Laravel/Symfony's `_method` in the query or a
-//! form body), so a rule judges every method named. A `_method` the gate cannot read (body
+//! [`RequestInfo::method_overrides`]; Rails/Laravel/Symfony's `_method` and Slim's `_METHOD`
+//! in the query or a form body, read in any case), so a rule judges every method named. A `_method` the gate cannot read (body
 //! not read or cut short, an undecodable query) may name any method.
 
 use super::RequestInfo;
@@ -9,6 +9,12 @@ use super::content_type::{FORM, MULTIPART, media_type};
 use super::form_error::FormError;
 use super::matchers::{Methods, Tri, form_decode};
 use super::payload::form_fields_as;
+
+/// A field naming the method: `_method` (Rails, Laravel, Symfony), `_METHOD` (Slim), in any
+/// case.
+fn is_method_field(name: &str) -> bool {
+    name.eq_ignore_ascii_case("_method")
+}
 
 /// Every method the request names.
 #[derive(Debug, Clone)]
@@ -59,7 +65,7 @@ impl MethodSet {
         match query {
             Ok(pairs) => pairs
                 .iter()
-                .filter(|(k, _)| k == "_method")
+                .filter(|(k, _)| is_method_field(k))
                 .for_each(|(_, v)| set.add(v)),
             Err(why) => set.any = Some(format!("query may name a method ({why})")),
         }
@@ -89,7 +95,7 @@ impl MethodSet {
             .map_err(|why| format!("form body may name a method ({why})"))?;
         fields
             .iter()
-            .filter(|(k, _)| k == "_method")
+            .filter(|(k, _)| is_method_field(k))
             .for_each(|(_, v)| self.add(v));
         if all {
             Ok(())
@@ -107,7 +113,7 @@ impl MethodSet {
         let text = String::from_utf8_lossy(bytes);
         for pair in text.split('&') {
             let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-            if form_decode(k).is_ok_and(|k| k == "_method") {
+            if form_decode(k).is_ok_and(|k| is_method_field(&k)) {
                 self.add(&form_decode(v).unwrap_or_else(|_| v.to_owned()));
             }
         }

@@ -61,6 +61,16 @@ fn method_named_in_the_query_or_a_form_body() {
                 Some("multipart/form-data; boundary=B0undary"),
                 "delete.item",
             ),
+            // Slim reads `_METHOD`; a name is read in any case
+            ("POST api.example.com/items/1", b"_METHOD=DELETE", Some(FORM), "delete.item"),
+            ("POST api.example.com/items/1?_Method=DELETE", b"", None, "delete.item"),
+            ("POST api.example.com/items/1", b"_METHOD=DELETE", None, "delete.item"),
+            (
+                "POST api.example.com/items/1",
+                b"--B0undary\r\nContent-Disposition: form-data; name=\"_METHOD\"\r\n\r\nDELETE\r\n--B0undary--\r\n",
+                Some("multipart/form-data; boundary=B0undary"),
+                "delete.item",
+            ),
             // a JSON body's `_method` is not a form field
             (
                 "POST api.example.com/items/1",
