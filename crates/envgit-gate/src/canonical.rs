@@ -77,7 +77,7 @@ pub(crate) struct Accepted {
     pub(crate) path_overrides: Vec<String>,
     /// Every `Content-Encoding` line joined as one list, as a server reads the field.
     pub(crate) content_encoding: Option<String>,
-    /// The `Content-Type` (one value: two that disagree are refused).
+    /// The `Content-Type` (one value: two that disagree are refused; `None` when not text).
     pub(crate) content_type: Option<String>,
     /// An `Upgrade: websocket` request.
     pub(crate) websocket: bool,
@@ -359,7 +359,8 @@ fn content_type(headers: &HeaderMap) -> Result<Option<String>, Malformed> {
             "two Content-Type headers that disagree (a server may read either)",
         ));
     }
-    Ok(Some(String::from_utf8_lossy(first.as_bytes()).into_owned()))
+    // Not text: read as no type at all, so a POST's body is still read as a form might be.
+    Ok(first.to_str().ok().map(str::to_owned))
 }
 
 fn upgrade_is_websocket(headers: &HeaderMap) -> bool {
