@@ -955,6 +955,62 @@ fn a_nested_commit_naming_its_hook_managers_change_goes_back_without_a_snapshot(
     );
 }
 
+/// The hook file `core.hooksPath = tools/hooks` makes `libs/z`'s pre-commit hook.
+const CONFIGURED_HOOK: &str = "tools/hooks/pre-commit";
+
+/// How a step plants its version of [`CONFIGURED_HOOK`] in `libs/z` (`$b` its blob, `$M` the
+/// marker it appends to): behind the work tree in a commit, which the person's `git reset
+/// --hard` writes (`true`: the person resets first), or on disk.
+fn configured_hook_plants() -> [(String, bool); 2] {
+    let file = CONFIGURED_HOOK;
+    [
+        (
+            format!("git update-index --cacheinfo 100755,$b,{file} && git commit -q -m agent"),
+            true,
+        ),
+        (format!("git cat-file blob $b > {file}"), false),
+    ]
+}
+
+/// The shell line that plants with `plant` in `libs/z`, its hook appending to `marker`.
+fn configured_hook_attack(plant: &str, marker: &Path) -> String {
+    format!(
+        "cd libs/z && b=$(printf '#!/bin/sh\\necho pwned >> %s\\n' {m} | \
+         git hash-object -w --stdin) && {plant} && cd ../..",
+        m = marker.display()
+    )
+}
+
+/// The person's git in `nested` after the step (`git reset --hard` first when `reset`, then a
+/// commit of an edit of theirs, which runs the hook): whether it wrote or ran the agent's
+/// [`CONFIGURED_HOOK`], said when it did.
+fn persons_git_took_the_configured_hook(
+    env: &Env,
+    nested: &Path,
+    reset: bool,
+    marker: &Path,
+) -> Option<String> {
+    if reset {
+        let _ = env
+            .host_git(nested)
+            .args(["reset", "-q", "--hard"])
+            .output();
+    }
+    std::fs::write(nested.join("build.sh"), "echo the person's commit\n").unwrap();
+    let _ = env
+        .host_git(nested)
+        .args(["commit", "-q", "-am", "person"])
+        .output();
+    let hook = std::fs::read_to_string(nested.join(CONFIGURED_HOOK)).unwrap_or_default();
+    (hook.contains("pwned") || marker.exists()).then(|| {
+        format!(
+            "the person's git wrote ({}) or ran ({}) the agent's hook",
+            hook.contains("pwned"),
+            marker.exists()
+        )
+    })
+}
+
 /// The same for the hooks directory a nested repository's own config names
 /// (`core.hooksPath = tools/hooks`, no hook manager's name): without a snapshot its
 /// protected paths were only the hook managers' fixed names, so a commit behind the work tree
@@ -963,29 +1019,10 @@ fn a_nested_commit_naming_its_hook_managers_change_goes_back_without_a_snapshot(
 /// `chattr +i`; says so and passes without it.
 #[test]
 fn a_nested_repositorys_configured_hook_goes_back_without_a_snapshot() {
-    let file = "tools/hooks/pre-commit";
-    // What the step plants in `libs/z`, whether the person resets there before committing,
-    // and the path the step's refusal names.
-    let attacks = [
-        (
-            format!("git update-index --cacheinfo 100755,$b,{file} && git commit -q -m agent"),
-            true,
-            "libs/z/.git/".to_owned(),
-        ),
-        (
-            format!("git cat-file blob $b > {file}"),
-            false,
-            "libs/z/tools/hooks changed".to_owned(),
-        ),
-    ];
-    for (plant, reset, named) in attacks {
-        let (env, nested) = project_with_nested_hook(file, Some("tools/hooks"), "files");
+    for (plant, reset) in configured_hook_plants() {
+        let (env, nested) = project_with_nested_hook(CONFIGURED_HOOK, Some("tools/hooks"), "files");
         let marker = env.tmp.path().join("MARKER");
-        let attack = pausing(&format!(
-            "cd libs/z && b=$(printf '#!/bin/sh\\necho pwned >> %s\\n' {m} | \
-             git hash-object -w --stdin) && {plant} && cd ../..",
-            m = marker.display()
-        ));
+        let attack = pausing(&configured_hook_attack(&plant, &marker));
         let Some((out, said)) = run_with_a_failing_snapshot(&env, &attack) else {
             eprintln!("skipped: `chattr +i` is not available here");
             return;
@@ -994,27 +1031,18 @@ fn a_nested_repositorys_configured_hook_goes_back_without_a_snapshot() {
             !out.status.success(),
             "{plant}: the store's failure went unsaid: {said}"
         );
-        if reset {
-            let _ = env
-                .host_git(&nested)
-                .args(["reset", "-q", "--hard"])
-                .output();
+        if let Some(took) = persons_git_took_the_configured_hook(&env, &nested, reset, &marker) {
+            panic!("{plant}: {took}: {said}");
         }
-        std::fs::write(nested.join("build.sh"), "echo the person's commit\n").unwrap();
-        let _ = env
-            .host_git(&nested)
-            .args(["commit", "-q", "-am", "person"])
-            .output();
-        let hook = std::fs::read_to_string(nested.join(file)).unwrap_or_default();
-        assert!(
-            !hook.contains("pwned") && !marker.exists(),
-            "{plant}: the person's git wrote ({}) or ran ({}) the agent's hook: {said}",
-            hook.contains("pwned"),
-            marker.exists()
-        );
+        // Behind the work tree the repository's data goes back; on disk, the hooks directory.
+        let named = if reset {
+            "libs/z/.git/"
+        } else {
+            "libs/z/tools/hooks changed"
+        };
         assert!(
             said.lines()
-                .any(|l| l.contains(&named) && l.contains("put back")),
+                .any(|l| l.contains(named) && l.contains("put back")),
             "{plant}: {said}"
         );
     }
@@ -1025,20 +1053,12 @@ fn a_nested_repositorys_configured_hook_goes_back_without_a_snapshot() {
 /// repository's index, refs and files at what its git config names too.
 #[test]
 fn after_a_kill_9_a_nested_repositorys_configured_hook_goes_back() {
-    let file = "tools/hooks/pre-commit";
-    for (plant, reset) in [
-        (
-            format!("git update-index --cacheinfo 100755,$b,{file} && git commit -q -m agent"),
-            true,
-        ),
-        (format!("git cat-file blob $b > {file}"), false),
-    ] {
-        let (env, nested) = project_with_nested_hook(file, Some("tools/hooks"), "files");
+    for (plant, reset) in configured_hook_plants() {
+        let (env, nested) = project_with_nested_hook(CONFIGURED_HOOK, Some("tools/hooks"), "files");
         let marker = env.tmp.path().join("MARKER");
         let attack = format!(
-            "cd libs/z && b=$(printf '#!/bin/sh\\necho pwned >> %s\\n' {m} | \
-             git hash-object -w --stdin) && {plant} && cd ../.. && touch PLANTED && sleep 600",
-            m = marker.display()
+            "{} && touch PLANTED && sleep 600",
+            configured_hook_attack(&plant, &marker)
         );
         let mut child = env
             .cmd(&env.project)
@@ -1052,25 +1072,9 @@ fn after_a_kill_9_a_nested_repositorys_configured_hook_goes_back() {
         child.wait().unwrap();
         let log = env.envgit(&["log", "--json"]);
         assert_eq!(log.code, 0, "{plant}: {}", log.stderr);
-        if reset {
-            let _ = env
-                .host_git(&nested)
-                .args(["reset", "-q", "--hard"])
-                .output();
+        if let Some(took) = persons_git_took_the_configured_hook(&env, &nested, reset, &marker) {
+            panic!("{plant}: {took}: {}", log.stderr);
         }
-        std::fs::write(nested.join("build.sh"), "echo the person's commit\n").unwrap();
-        let _ = env
-            .host_git(&nested)
-            .args(["commit", "-q", "-am", "person"])
-            .output();
-        let hook = std::fs::read_to_string(nested.join(file)).unwrap_or_default();
-        assert!(
-            !hook.contains("pwned") && !marker.exists(),
-            "{plant}: the person's git wrote ({}) or ran ({}) the agent's hook: {}",
-            hook.contains("pwned"),
-            marker.exists(),
-            log.stderr
-        );
         assert!(log.stderr.contains("libs/z/"), "{plant}: {}", log.stderr);
     }
 }
