@@ -399,16 +399,24 @@ fn chattr(flag: &str, paths: &[PathBuf]) -> bool {
 /// The person's git in `nested` after the step: `git reset --hard`, then a commit of an edit
 /// of theirs (which runs the repository's pre-commit hook); the hook's file as it is then.
 fn persons_reset_and_commit(env: &Env, nested: &Path) -> String {
-    let _ = env
-        .host_git(nested)
-        .args(["reset", "-q", "--hard"])
-        .output();
+    persons_commit(env, nested, true);
+    std::fs::read_to_string(nested.join(".husky/pre-commit")).unwrap_or_default()
+}
+
+/// The person's `git reset --hard` in `nested` (when `reset`), then their commit of an edit,
+/// which runs the repository's pre-commit hook.
+fn persons_commit(env: &Env, nested: &Path, reset: bool) {
+    if reset {
+        let _ = env
+            .host_git(nested)
+            .args(["reset", "-q", "--hard"])
+            .output();
+    }
     std::fs::write(nested.join("build.sh"), "echo the person's commit\n").unwrap();
     let _ = env
         .host_git(nested)
         .args(["commit", "-q", "-am", "person"])
         .output();
-    std::fs::read_to_string(nested.join(".husky/pre-commit")).unwrap_or_default()
 }
 /// Runs the paused step `attack` ([`pausing`]) and makes the store's packs immutable while it
 /// waits, standing in for a disk the step filled, so its snapshot fails; the output and what
@@ -490,18 +498,10 @@ fn a_snapshot_that_fails_still_puts_the_nested_repositories_code_back() {
     );
 }
 
-/// `kill -9` of envgit in the middle of a step that planted a hook in the nested repository:
-/// nothing can run in envgit then, so the next envgit command checks the nested repositories
-/// against the tree before the step, puts the hook back and says so on the interrupted step.
-#[test]
-fn after_a_kill_9_the_next_command_puts_the_nested_repositories_code_back() {
-    let (env, nested) = project_with_nested(1, false);
-    let marker = env.tmp.path().join("MARKER");
-    let attack = format!(
-        "printf '#!/bin/sh\\necho pwned >> {m}\\n' > libs/foo/.git/hooks/pre-commit \
-         && chmod +x libs/foo/.git/hooks/pre-commit && touch PLANTED && sleep 600",
-        m = marker.display()
-    );
+/// `envgit run sh -c PLANT` killed with `SIGKILL` once `plant` has run (an event: the step
+/// touches `PLANTED` and waits).
+fn killed_after(env: &Env, plant: &str) {
+    let attack = format!("{plant} && touch PLANTED && sleep 600");
     let mut child = env
         .cmd(&env.project)
         .args(["run", "sh", "-c", &attack])
@@ -509,9 +509,26 @@ fn after_a_kill_9_the_next_command_puts_the_nested_repositories_code_back() {
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    wait_for(&env, "PLANTED");
+    wait_for(env, "PLANTED");
     child.kill().unwrap();
     child.wait().unwrap();
+}
+
+/// `kill -9` of envgit in the middle of a step that planted a hook in the nested repository:
+/// nothing can run in envgit then, so the next envgit command checks the nested repositories
+/// against the tree before the step, puts the hook back and says so on the interrupted step.
+#[test]
+fn after_a_kill_9_the_next_command_puts_the_nested_repositories_code_back() {
+    let (env, nested) = project_with_nested(1, false);
+    let marker = env.tmp.path().join("MARKER");
+    killed_after(
+        &env,
+        &format!(
+            "printf '#!/bin/sh\\necho pwned >> {m}\\n' > libs/foo/.git/hooks/pre-commit \
+             && chmod +x libs/foo/.git/hooks/pre-commit",
+            m = marker.display()
+        ),
+    );
     assert!(nested.join(".git/hooks/pre-commit").exists());
     let log = env.envgit(&["log", "--json"]);
     assert_eq!(log.code, 0, "{}", log.stderr);
@@ -990,17 +1007,7 @@ fn persons_git_took_the_configured_hook(
     reset: bool,
     marker: &Path,
 ) -> Option<String> {
-    if reset {
-        let _ = env
-            .host_git(nested)
-            .args(["reset", "-q", "--hard"])
-            .output();
-    }
-    std::fs::write(nested.join("build.sh"), "echo the person's commit\n").unwrap();
-    let _ = env
-        .host_git(nested)
-        .args(["commit", "-q", "-am", "person"])
-        .output();
+    persons_commit(env, nested, reset);
     let hook = std::fs::read_to_string(nested.join(CONFIGURED_HOOK)).unwrap_or_default();
     (hook.contains("pwned") || marker.exists()).then(|| {
         format!(
@@ -1056,20 +1063,7 @@ fn after_a_kill_9_a_nested_repositorys_configured_hook_goes_back() {
     for (plant, reset) in configured_hook_plants() {
         let (env, nested) = project_with_nested_hook(CONFIGURED_HOOK, Some("tools/hooks"), "files");
         let marker = env.tmp.path().join("MARKER");
-        let attack = format!(
-            "{} && touch PLANTED && sleep 600",
-            configured_hook_attack(&plant, &marker)
-        );
-        let mut child = env
-            .cmd(&env.project)
-            .args(["run", "sh", "-c", &attack])
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap();
-        wait_for(&env, "PLANTED");
-        child.kill().unwrap();
-        child.wait().unwrap();
+        killed_after(&env, &configured_hook_attack(&plant, &marker));
         let log = env.envgit(&["log", "--json"]);
         assert_eq!(log.code, 0, "{plant}: {}", log.stderr);
         if let Some(took) = persons_git_took_the_configured_hook(&env, &nested, reset, &marker) {
