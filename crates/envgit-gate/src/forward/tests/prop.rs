@@ -331,7 +331,15 @@ async fn check(sh: &Arc<Shared>, req: &Req) -> Result<(), TestCaseError> {
         .await
         .map_err(|_| TestCaseError::fail("the upstream never finished"))?
         .unwrap_or_default();
-    let refusable = req.target.to_ascii_lowercase().contains("%00");
+    // Two `Content-Type`s that disagree are refused as malformed (servers read either).
+    let types: Vec<&str> = req
+        .headers
+        .iter()
+        .filter(|(n, _)| n.eq_ignore_ascii_case("content-type"))
+        .map(|(_, v)| v.as_str())
+        .collect();
+    let refusable =
+        req.target.to_ascii_lowercase().contains("%00") || types.iter().any(|t| *t != types[0]);
     match status.as_str() {
         "400" | "421" => {
             prop_assert!(refusable, "refused a plain request: {reply}");
