@@ -304,13 +304,28 @@ fn default_host(host: &str, port: u16) -> String {
     }
 }
 
+/// Every line of the header `name`, each as text: a line that is not is malformed (`shown` is
+/// the header's name as said).
+fn text_lines<'h>(
+    headers: &'h HeaderMap,
+    name: &str,
+    shown: &str,
+) -> Result<Vec<&'h str>, Malformed> {
+    headers
+        .get_all(name)
+        .iter()
+        .map(|value| {
+            value
+                .to_str()
+                .map_err(|_| malformed(format!("a malformed {shown}")))
+        })
+        .collect()
+}
+
 fn method_overrides(headers: &HeaderMap) -> Result<Vec<String>, Malformed> {
     let mut out = Vec::new();
     for name in METHOD_OVERRIDE_HEADERS {
-        for value in headers.get_all(*name) {
-            let text = value
-                .to_str()
-                .map_err(|_| malformed(format!("a malformed {name}")))?;
+        for text in text_lines(headers, name, name)? {
             for m in text.split(',').map(str::trim).filter(|m| !m.is_empty()) {
                 out.push(m.to_ascii_uppercase());
             }
@@ -322,10 +337,7 @@ fn method_overrides(headers: &HeaderMap) -> Result<Vec<String>, Malformed> {
 fn path_overrides(headers: &HeaderMap) -> Result<Vec<String>, Malformed> {
     let mut out = Vec::new();
     for name in PATH_OVERRIDE_HEADERS {
-        for value in headers.get_all(*name) {
-            let text = value
-                .to_str()
-                .map_err(|_| malformed(format!("a malformed {name}")))?;
+        for text in text_lines(headers, name, name)? {
             let path = text.split_once('?').map_or(text, |(path, _)| path).trim();
             out.push(path.to_owned());
         }
@@ -336,13 +348,7 @@ fn path_overrides(headers: &HeaderMap) -> Result<Vec<String>, Malformed> {
 /// `Content-Encoding` is a list (RFC 9110 §8.4): its lines are one field, `identity` then
 /// `gzip` a gzip body. The rule reads the body decoded by all of them.
 fn content_encoding(headers: &HeaderMap) -> Result<Option<String>, Malformed> {
-    let mut codings = Vec::new();
-    for value in headers.get_all("content-encoding") {
-        let text = value
-            .to_str()
-            .map_err(|_| malformed("a malformed Content-Encoding"))?;
-        codings.push(text.to_owned());
-    }
+    let codings = text_lines(headers, "content-encoding", "Content-Encoding")?;
     Ok((!codings.is_empty()).then(|| codings.join(", ")))
 }
 

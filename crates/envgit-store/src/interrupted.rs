@@ -176,25 +176,15 @@ impl Store {
                 return;
             }
         };
-        // What a nested repository's git config names is read by the reader envgit set (the
-        // store has no reading of git's configuration); without one, its hook managers'
-        // files and the names below a root are judged.
-        let fixed = crate::without_snapshot::fixed_nested_protected(&owed.below);
-        let reader = crate::without_snapshot::nested_protected_reader();
-        let project = self.project().to_path_buf();
-        let store: &Store = self;
-        let mut protected_of = |repo: Option<&str>| match reader {
-            Some(read) => read(store, &owed.before, Some(&project), repo),
-            None => fixed.clone(),
-        };
+        // What a nested repository's git config names is read by the reader envgit set.
         let done = end_without_snapshot(
-            store,
+            self,
             root.as_fd(),
             &config,
             &owed.before,
             begun.started_at_ms,
             &owed.below,
-            &mut protected_of,
+            Some(self.project()),
         );
         if let Some(e) = &done.unchecked {
             let said = unchecked(e);

@@ -64,10 +64,11 @@ pub struct OwedEnd {
 /// the project at `root` scanned with `config`. What cannot be read on disk is passed over,
 /// or its repository put back whole; the result says what could not be done.
 ///
-/// `protected_of(repo)`: what a nested repository's index and refs may not change behind its
-/// work tree `repo` (relative to it; `None` for a git directory found by its layout): its hook
-/// manager's files, the names put back below a root, and what its git config names, which
-/// needs envgit's reading of git's configuration ([`fixed_nested_protected`] is the rest).
+/// What a nested repository's index and refs may not change behind its work tree is read by
+/// the reader envgit set ([`set_nested_protected_reader`]), from `project` (the root's path,
+/// when known): its hook manager's files, the names put back below a root, and what its git
+/// config names. Without a reader, [`fixed_nested_protected`] only: the store has no reading
+/// of git's configuration.
 pub fn end_without_snapshot(
     store: &Store,
     root: BorrowedFd<'_>,
@@ -75,15 +76,21 @@ pub fn end_without_snapshot(
     before: &ObjectId,
     since_ms: u64,
     below: &BelowRoot,
-    protected_of: &mut dyn FnMut(Option<&str>) -> Vec<String>,
+    project: Option<&Path>,
 ) -> EndedWithoutSnapshot {
+    let reader = NESTED_PROTECTED_READER.get().copied();
+    let fixed = fixed_nested_protected(below);
+    let protected_of = &mut |repo: Option<&str>| match reader {
+        Some(read) => read(store, before, project, repo),
+        None => fixed.clone(),
+    };
     let found = walk(root, &config.excludes, below);
     let mut out = EndedWithoutSnapshot {
         setid: clear_setid(root, &changed_since(&found.setid, since_ms)),
         ..EndedWithoutSnapshot::default()
     };
     // What a nested repository's git configuration names (its `core.hooksPath`) is found by
-    // `protected_of` beside its fixed names.
+    // the reader beside its fixed names.
     let mut configured = |repo: &str| {
         protected_of(Some(repo))
             .into_iter()
@@ -123,29 +130,26 @@ pub fn end_without_snapshot(
     out
 }
 
-/// A nested repository's protected paths as the caller reads them ([`end_without_snapshot`]'s
-/// `protected_of`), from the store, the tree before the step, the project's root and the
-/// repository's work tree: what git's configuration names there needs a reading of git's
-/// configuration, which is envgit's, not the store's.
+/// A nested repository's protected paths as envgit reads them, from the store, the tree before
+/// the step, the project's root and the repository's work tree (relative to the root; `None`
+/// for a git directory found by its layout): what git's configuration names there needs a
+/// reading of git's configuration, which is envgit's, not the store's.
 pub type NestedProtectedReader = fn(&Store, &ObjectId, Option<&Path>, Option<&str>) -> Vec<String>;
 
 static NESTED_PROTECTED_READER: std::sync::OnceLock<NestedProtectedReader> =
     std::sync::OnceLock::new();
 
-/// Sets, once per process, how the end a killed step owed (made as the store opens, whatever
-/// command opens it) reads a nested repository's protected paths. Without one it judges
+/// Sets, once per process, how a step's end without a snapshot reads a nested repository's
+/// protected paths: the end a failed snapshot leaves, and the end a killed step owed (made as
+/// the store opens, whatever command opens it). Without one it judges
 /// [`fixed_nested_protected`] only.
 pub fn set_nested_protected_reader(reader: NestedProtectedReader) {
     let _ = NESTED_PROTECTED_READER.set(reader);
 }
 
-pub(crate) fn nested_protected_reader() -> Option<NestedProtectedReader> {
-    NESTED_PROTECTED_READER.get().copied()
-}
-
 /// The protected paths of every nested repository that need no reading of its git config:
 /// its hook manager's files and the names put back below a root.
-pub fn fixed_nested_protected(below: &BelowRoot) -> Vec<String> {
+pub(crate) fn fixed_nested_protected(below: &BelowRoot) -> Vec<String> {
     below
         .repository_root_entries
         .iter()
@@ -428,7 +432,7 @@ mod tests {
             &before_tree,
             since,
             &BelowRoot::default(),
-            &mut |_| Vec::new(),
+            None,
         );
         assert!(
             done.failed.is_empty() && done.unchecked.is_none(),

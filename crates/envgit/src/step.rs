@@ -367,16 +367,13 @@ fn end_without_snapshot(
     before: &ObjectId,
     started_at_ms: u64,
 ) {
-    // Each nested repository's protected paths as the snapshot's judging has them, what its
-    // git config names included.
+    // Each nested repository's protected paths are read as the snapshot's judging reads them
+    // (the reader `main` set), what its git config names included.
     let root = snapshot.root().map(Path::to_path_buf);
     let Some(wt) = snapshot.work_tree() else {
         return;
     };
     let rule = crate::git_layer::RULE;
-    let mut protected_of = |repo: Option<&str>| {
-        crate::below_root::protected_in_repository(store, before, root.as_deref(), repo)
-    };
     let done = envgit_store::end_without_snapshot(
         store,
         wt.root_fd(),
@@ -384,7 +381,7 @@ fn end_without_snapshot(
         before,
         started_at_ms,
         &crate::project::below_root_checks(),
-        &mut protected_of,
+        root.as_deref(),
     );
     if let Some(e) = &done.unchecked {
         output::error(&format!(
