@@ -8,7 +8,9 @@ use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
-use envgit_policy::{BODY_PREFIX_MAX, ConnectDecision, RequestDecision, RequestInfo};
+use envgit_policy::{
+    BODY_PREFIX_MAX, ConnectDecision, Decided, Policy, RequestDecision, RequestInfo,
+};
 use hyper::body::{Body, Incoming};
 use hyper::header::{HOST, HeaderValue};
 use hyper::{Request, Response, StatusCode, Uri, Version};
@@ -211,7 +213,7 @@ async fn one(mut req: Request<Incoming>, conn: &Conn) -> Response<Out> {
         .collect();
     let path_overrides: Vec<&str> = accepted.path_overrides.iter().map(String::as_str).collect();
     let header_names: Vec<&str> = parts.headers.keys().map(|n| n.as_str()).collect();
-    let mut info = RequestInfo {
+    let info = RequestInfo {
         method: &method,
         host,
         port,
@@ -236,29 +238,42 @@ async fn one(mut req: Request<Incoming>, conn: &Conn) -> Response<Out> {
             Err(e) => return body_failed(conn, &mut rec, &mut body, e).await,
         };
     }
-    let content_encoding = accepted.content_encoding.clone();
-    let decoded;
-    let decision = {
-        let prefix = &read.bytes[..read.bytes.len().min(BODY_PREFIX_MAX)];
-        if read.ended || !read.bytes.is_empty() {
-            info.body = Some(prefix);
-            info.body_complete = read.ended && read.bytes.len() <= BODY_PREFIX_MAX;
-            // The rule reads what the server will read: the body with its coding undone.
-            if let Some(coding) = &content_encoding {
-                decoded =
-                    match encoding::decode(coding, prefix, info.body_complete, BODY_PREFIX_MAX) {
-                        Ok(d) => d,
-                        Err(why) => {
-                            let reply = reply::malformed(&why.to_string());
-                            return refuse(conn, &mut rec, RULE_MALFORMED, &mut body, reply).await;
-                        }
-                    };
-                info.body = Some(&decoded.bytes);
-                info.body_complete = decoded.complete;
-            }
+    let coding = accepted.content_encoding.as_deref();
+    let mut decided = match judge_read(&shared.policy, info, &read, coding, BODY_PREFIX_MAX) {
+        Ok(decided) => decided,
+        Err(why) => {
+            let reply = reply::malformed(&why.to_string());
+            return refuse(conn, &mut rec, RULE_MALFORMED, &mut body, reply).await;
         }
-        shared.policy.decide_request(&info)
     };
+    if decided.rest_of_body_needed {
+        // The decision rests on what the prefix could not show (a `_method` past it, a form
+        // field of an upload): the body is read whole, bounded and held in the gate's memory,
+        // and judged again. Past the bound the prefix's decision stands (failing closed).
+        if !read.ended {
+            read = match body::read_at_least(
+                &mut body,
+                read,
+                body::WHOLE_BODY_MAX + 1,
+                body::BODY_DEADLINE,
+            )
+            .await
+            {
+                Ok(read) => read,
+                Err(e) => return body_failed(conn, &mut rec, &mut body, e).await,
+            };
+        }
+        if read.ended && read.bytes.len() <= body::WHOLE_BODY_MAX {
+            decided = match judge_read(&shared.policy, info, &read, coding, body::WHOLE_BODY_MAX) {
+                Ok(decided) => decided,
+                Err(why) => {
+                    let reply = reply::malformed(&why.to_string());
+                    return refuse(conn, &mut rec, RULE_MALFORMED, &mut body, reply).await;
+                }
+            };
+        }
+    }
+    let decision = decided.decision;
     let refusal_shape = reply::Shape::of(path, content_type.as_deref());
     match decision {
         RequestDecision::Allow => {
@@ -322,6 +337,31 @@ async fn one(mut req: Request<Incoming>, conn: &Conn) -> Response<Out> {
         }
     }
     send_upstream(conn, rec, parts, accepted, read, body, client_upgrade).await
+}
+
+/// The policy's decision on `read`, at most `max` bytes of it, decoded as the server will
+/// read it (the rule reads what the server reads: the body with its coding undone).
+fn judge_read(
+    policy: &Policy,
+    info: RequestInfo<'_>,
+    read: &Read,
+    coding: Option<&str>,
+    max: usize,
+) -> Result<Decided, encoding::DecodeError> {
+    let decoded;
+    // The same request, borrowing the body read here.
+    let mut info = RequestInfo { ..info };
+    if read.ended || !read.bytes.is_empty() {
+        let raw = &read.bytes[..read.bytes.len().min(max)];
+        info.body = Some(raw);
+        info.body_complete = read.ended && read.bytes.len() <= max;
+        if let Some(coding) = coding {
+            decoded = encoding::decode(coding, raw, info.body_complete, max)?;
+            info.body = Some(&decoded.bytes);
+            info.body_complete = decoded.complete;
+        }
+    }
+    Ok(policy.decide_request_from_prefix(&info))
 }
 
 /// Builds the upstream request from the judged form and passes the answer back.

@@ -38,7 +38,8 @@ pub use protected::{
     is_protected, name_matches, protected_below, repository_root_entry,
 };
 pub use request::{
-    BODY_PREFIX_MAX, PathError, RequestDecision, RequestInfo, default_preset_ids, normalize_path,
+    BODY_PREFIX_MAX, Decided, PathError, RequestDecision, RequestInfo, default_preset_ids,
+    normalize_path,
 };
 pub use reserved::{RULE_UI_PORT, is_this_machine, names_this_machine, refuse_reserved};
 pub use schema::{

@@ -358,6 +358,78 @@ fn fields_sent_twice_are_read_as_the_server_reads_them() {
     );
 }
 
+/// Laravel (its JSON input) and Slim (its parsed body) read `_method` from a JSON `POST`'s
+/// top-level keys, so `POST {"_method":"PUT", …packument}` is a publish to a registry served
+/// by one. The key is read however far into the body it comes: a body longer than the prefix
+/// the gate inspects is read whole (bounded) when its decision rests on the rest. Bodies that
+/// name no other method go out whole, large ones included, and a large upload form that is not
+/// PyPI's is not refused as one.
+#[test]
+fn a_json_body_naming_another_method_is_judged_as_it() {
+    let host = "registry.example.org";
+    let w = World::new(&[host]);
+    let packument = r#""name":"demo-pkg","versions":{"1.0.0":{"name":"demo-pkg"}},"_attachments":{"demo-pkg-1.0.0.tgz":{"data":"AAAA"}}"#;
+    // Past the 1 MiB the gate inspects first.
+    let pad = "A".repeat(3 << 19);
+    w.env
+        .write("small.json", &format!(r#"{{"_method":"PUT",{packument}}}"#));
+    w.env.write(
+        "late.json",
+        &format!(r#"{{{packument},"pad":"{pad}","_METHOD":"put"}}"#),
+    );
+    w.env
+        .write("plain.json", &format!(r#"{{"model":"m","pad":"{pad}"}}"#));
+    w.env.write(
+        "upload.bin",
+        &format!(
+            "--B\r\nContent-Disposition: form-data; name=\"file\"; filename=\"a.bin\"\r\n\r\n\
+             {pad}\r\n--B--\r\n"
+        ),
+    );
+    // Past the 64 MiB the gate holds, what the first MiB could not rule out is refused.
+    let huge = "A".repeat(65 << 20);
+    w.env
+        .write("huge.json", &format!(r#"{{"model":"m","pad":"{huge}"}}"#));
+    let json = "-X POST -H 'Content-Type: application/json'";
+    let r = w.run(&format!(
+        "curl -sS {json} --data-binary @small.json https://{host}/demo-pkg; echo; \
+         curl -sS {json} --data-binary @late.json https://{host}/demo-pkg; echo; \
+         curl -sS {json} --data-binary @plain.json https://{host}/v1/messages; echo; \
+         curl -sS {json} --data-binary @huge.json https://{host}/v1/huge; echo; \
+         curl -sS -X POST -H 'Content-Type: multipart/form-data; boundary=B' \
+           --data-binary @upload.bin https://{host}/files; echo"
+    ));
+    let said = format!("{}\n{}", r.stdout, r.stderr);
+    assert!(
+        !said.contains("seen POST /demo-pkg"),
+        "a JSON body naming PUT reached the upstream as a POST:\n{said}"
+    );
+    let refused = format!("envgit: denied POST {host}/demo-pkg (rule npm.publish)");
+    assert_eq!(
+        r.stdout.matches(&refused).count(),
+        2,
+        "not both refused by npm.publish:\n{said}"
+    );
+    assert!(
+        !said.contains("seen POST /v1/huge")
+            && r.stdout
+                .contains(&format!("envgit: denied POST {host}/v1/huge (rule ")),
+        "a body past what the gate holds went out, or was not refused:\n{said}"
+    );
+    let plain = std::fs::metadata(w.env.path("plain.json")).unwrap().len();
+    let upload = std::fs::metadata(w.env.path("upload.bin")).unwrap().len();
+    for (path, len) in [("/v1/messages", plain), ("/files", upload)] {
+        let whole = said.lines().any(|l| {
+            l.starts_with(&format!("seen POST {path} host={host} "))
+                && l.ends_with(&format!(" body={len}"))
+        });
+        assert!(
+            whole,
+            "a large POST naming no other method did not go out whole ({len} bytes):\n{said}"
+        );
+    }
+}
+
 /// A WebDAV `MOVE` (or `COPY`) writes where its `Destination` header says, which the rule
 /// never reads: a ref file `PUT` at a path no rule names, then moved onto
 /// `refs/heads/main`, moves the branch with `git.dumb-push` never consulted.

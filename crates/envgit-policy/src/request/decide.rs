@@ -27,9 +27,19 @@ impl Policy {
             body_complete: false,
             ..*req
         };
+        let judged = self.judge_as(&probe, true);
+        if judged.consulted {
+            return true;
+        }
         let rules = !self.irreversible.is_empty() || !self.network.l7.is_empty();
-        // A form body may name another method (`_method`), which every rule depends on.
-        self.judge(&probe).1 || (rules && body_may_name_method(req))
+        if !rules || !body_may_name_method(req) {
+            return false;
+        }
+        // A body may name another method (`_method`), which every rule depends on: it is read
+        // where that could change the decision, judged as though it named any method (not
+        // read) against as though it named none.
+        let named_none = self.judge_as(&probe, false).decision;
+        !same_outcome(&judged.decision, &named_none)
     }
 
     /// `l7` of the host (a request no entry permits → `Deny` with rule `l7.<host>`), then the
@@ -40,11 +50,42 @@ impl Policy {
     /// no later rule decides, the request goes out [`RequestDecision::Marked`] by that `allow`
     /// rule: what may be an irreversible request is never let out unmarked.
     pub fn decide_request(&self, req: &RequestInfo<'_>) -> RequestDecision {
-        self.judge(req).0
+        self.judge(req).decision
     }
 
-    /// The decision, and whether the body was (or would have been) consulted on the way.
-    fn judge(&self, req: &RequestInfo<'_>) -> (RequestDecision, bool) {
+    /// [`Policy::decide_request`] on what the gate read of the body, and whether the rest of
+    /// a body cut short (`body_complete: false`) could change the decision: it rests on a rule
+    /// or a method (`_method` past the prefix) the prefix could not settle. The gate then reads
+    /// the body whole, bounded, and decides again, rather than refuse a large upload or
+    /// API call for what the prefix could not show.
+    pub fn decide_request_from_prefix(&self, req: &RequestInfo<'_>) -> Decided {
+        let judged = self.judge(req);
+        Decided {
+            rest_of_body_needed: judged.unsettled && req.body.is_some() && !req.body_complete,
+            decision: judged.decision,
+        }
+    }
+
+    fn judge(&self, req: &RequestInfo<'_>) -> Judged {
+        let judged = self.judge_as(req, true);
+        if req.body.is_some() || !body_may_name_method(req) {
+            return judged;
+        }
+        // A body not read may name any method. Where that changes nothing (which is why
+        // `needs_body` left it unread), the request is described by the methods it names.
+        let named_none = self.judge_as(req, false);
+        if same_outcome(&judged.decision, &named_none.decision) {
+            Judged {
+                consulted: judged.consulted,
+                ..named_none
+            }
+        } else {
+            judged
+        }
+    }
+
+    /// [`Self::judge`]; `methods_from_body: false` reads no method from the body.
+    fn judge_as(&self, req: &RequestInfo<'_>, methods_from_body: bool) -> Judged {
         let normalized = normalize_path(req.path);
         let shown_path: Cow<'_, str> = match &normalized {
             Ok(p) => Cow::Borrowed(p.as_str()),
@@ -53,7 +94,7 @@ impl Policy {
         };
         let query = parse_query(req.query);
         let prepared = Prepared {
-            methods: MethodSet::of(req, &query),
+            methods: MethodSet::of(req, &query, methods_from_body),
             host: req.host,
             port: req.port,
             views: request_path_views(req.path, req.path_overrides),
@@ -73,13 +114,15 @@ impl Policy {
                 req.host,
                 with_query(&shown_path, req.query)
             );
-            return (
-                RequestDecision::Deny {
+            return Judged {
+                decision: RequestDecision::Deny {
                     rule: format!("l7.{key}"),
                     summary: clean(&summary),
                 },
-                false,
-            );
+                consulted: false,
+                // A method a body may name refuses what the methods seen would not.
+                unsettled: prepared.methods.any.is_some(),
+            };
         }
 
         let mut consulted = false;
@@ -131,12 +174,24 @@ impl Policy {
                     continue;
                 }
                 consulted |= rule.summary.wants_body();
-                return (decision, consulted);
+                return Judged {
+                    decision,
+                    consulted,
+                    unsettled: matches!(answer, Tri::Unknown(_)),
+                };
             }
         }
         match unsettled {
-            Some((marked, wants_body)) => (marked, consulted || wants_body),
-            None => (RequestDecision::Allow, consulted),
+            Some((marked, wants_body)) => Judged {
+                decision: marked,
+                consulted: consulted || wants_body,
+                unsettled: true,
+            },
+            None => Judged {
+                decision: RequestDecision::Allow,
+                consulted,
+                unsettled: false,
+            },
         }
     }
 
@@ -155,6 +210,28 @@ impl Policy {
         }
         first
     }
+}
+
+/// The same action by the same rule (summaries aside).
+fn same_outcome(a: &RequestDecision, b: &RequestDecision) -> bool {
+    std::mem::discriminant(a) == std::mem::discriminant(b) && a.rule() == b.rule()
+}
+
+/// A decision on a body's prefix ([`Policy::decide_request_from_prefix`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Decided {
+    pub decision: RequestDecision,
+    /// The rest of the body could change the decision.
+    pub rest_of_body_needed: bool,
+}
+
+/// A decision, and what it rested on.
+struct Judged {
+    decision: RequestDecision,
+    /// The body was (or would have been) consulted on the way.
+    consulted: bool,
+    /// The decision rests on something not evaluated (a rule's `Unknown`, or any method).
+    unsettled: bool,
 }
 
 /// Method listed (or none listed) and path matching a listed glob (or none listed). An

@@ -4,7 +4,7 @@
 use std::fmt;
 
 use serde::Deserialize;
-use serde::de::{Deserializer, MapAccess, SeqAccess, Visitor};
+use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::Value;
 
 /// A JSON document whose top-level objects (and those of a top-level array) keep every key
@@ -30,6 +30,121 @@ pub(crate) fn parse_doc(body: &[u8]) -> Result<Doc, NotJson> {
     serde_json::from_slice(body).map_err(|e: serde_json::Error| NotJson {
         category: e.classify_name(),
     })
+}
+
+/// The string values of a top-level object's keys that `wanted` picks (every occurrence, in
+/// order; none for another top-level value), as PHP frameworks read `_method` from a JSON
+/// body. Other values are skipped unparsed: serde_json skips without recursion or range
+/// checks, so no nesting depth or number PHP accepts makes the body unreadable here.
+pub(crate) fn top_level_strings(
+    body: &[u8],
+    wanted: fn(&str) -> bool,
+) -> Result<Vec<String>, NotJson> {
+    let mut de = serde_json::Deserializer::from_slice(body);
+    let classify = |e: serde_json::Error| NotJson {
+        category: e.classify_name(),
+    };
+    let found = de.deserialize_any(TopLevel { wanted }).map_err(classify)?;
+    de.end().map_err(classify)?;
+    Ok(found)
+}
+
+struct TopLevel {
+    wanted: fn(&str) -> bool,
+}
+
+impl<'de> Visitor<'de> for TopLevel {
+    type Value = Vec<String>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Vec<String>, A::Error> {
+        let mut out = Vec::new();
+        while let Some(key) = map.next_key::<String>()? {
+            if (self.wanted)(&key) {
+                out.extend(map.next_value_seed(StringOrSkip)?);
+            } else {
+                map.next_value::<IgnoredAny>()?;
+            }
+        }
+        Ok(out)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<String>, A::Error> {
+        while seq.next_element::<IgnoredAny>()?.is_some() {}
+        Ok(Vec::new())
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<Vec<String>, E> {
+        Ok(Vec::new())
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<Vec<String>, E> {
+        Ok(Vec::new())
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<Vec<String>, E> {
+        Ok(Vec::new())
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<Vec<String>, E> {
+        Ok(Vec::new())
+    }
+    fn visit_str<E>(self, _: &str) -> Result<Vec<String>, E> {
+        Ok(Vec::new())
+    }
+    fn visit_unit<E>(self) -> Result<Vec<String>, E> {
+        Ok(Vec::new())
+    }
+}
+
+/// A value that is kept when it is a string and skipped unparsed otherwise (a method named by
+/// anything but a string is ignored by the frameworks).
+struct StringOrSkip;
+
+impl<'de> DeserializeSeed<'de> for StringOrSkip {
+    type Value = Option<String>;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Option<String>, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for StringOrSkip {
+    type Value = Option<String>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_str<E>(self, s: &str) -> Result<Option<String>, E> {
+        Ok(Some(s.to_owned()))
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Option<String>, A::Error> {
+        while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+        Ok(None)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Option<String>, A::Error> {
+        while seq.next_element::<IgnoredAny>()?.is_some() {}
+        Ok(None)
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<Option<String>, E> {
+        Ok(None)
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<Option<String>, E> {
+        Ok(None)
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<Option<String>, E> {
+        Ok(None)
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<Option<String>, E> {
+        Ok(None)
+    }
+    fn visit_unit<E>(self) -> Result<Option<String>, E> {
+        Ok(None)
+    }
 }
 
 /// The values of every `key` entry, in order.

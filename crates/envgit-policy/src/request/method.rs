@@ -1,12 +1,14 @@
 //! The methods a request may be served as. Frameworks let a request name another method
 //! (`X-HTTP-Method-Override` and friends, which the gate hands over as
 //! [`RequestInfo::method_overrides`]; Rails/Laravel/Symfony's `_method` and Slim's `_METHOD`
-//! in the query or a form body, read in any case), so a rule judges every method named. A `_method` the gate cannot read (body
-//! not read or cut short, an undecodable query) may name any method.
+//! in the query or a form body, and Laravel's and Slim's in a JSON `POST`'s top-level keys,
+//! read in any case), so a rule judges every method named. A `_method` the gate cannot read
+//! (body not read or cut short, an undecodable query) may name any method.
 
 use super::RequestInfo;
 use super::content_type::{FORM, MULTIPART, media_type};
 use super::form_error::FormError;
+use super::json::top_level_strings;
 use super::matchers::{Methods, Tri, form_decode};
 use super::payload::form_fields_as;
 
@@ -33,14 +35,28 @@ enum BodyForm {
     Declared,
     /// A POST without `Content-Type`, which Rack reads as a form too, whatever it holds.
     Sniffed,
+    /// A JSON POST: Laravel (whose input is the JSON body of a request whose `Content-Type`
+    /// holds `/json` or `+json` anywhere) and Slim (`application/json`, `…+json`) read
+    /// `_method` from its top-level object, for a POST only.
+    Json,
 }
 
 fn body_form(req: &RequestInfo<'_>) -> BodyForm {
+    let post = req.method.eq_ignore_ascii_case("POST");
     match media_type(req.content_type).as_deref() {
         Some(FORM | MULTIPART) => BodyForm::Declared,
-        None if req.method.eq_ignore_ascii_case("POST") => BodyForm::Sniffed,
+        None if post => BodyForm::Sniffed,
+        Some(_) if post && declares_json(req.content_type) => BodyForm::Json,
         _ => BodyForm::None,
     }
+}
+
+/// Laravel's `isJson`: the header holds `/json` or `+json` anywhere (read in any case here).
+fn declares_json(content_type: Option<&str>) -> bool {
+    content_type.is_some_and(|t| {
+        let t = t.to_ascii_lowercase();
+        t.contains("/json") || t.contains("+json")
+    })
 }
 
 /// Can the body carry a `_method` form field?
@@ -49,9 +65,12 @@ pub(crate) fn body_may_name_method(req: &RequestInfo<'_>) -> bool {
 }
 
 impl MethodSet {
+    /// `from_body`: whether a body that may name a method is read for it (`false` judges the
+    /// request as though it named none, to tell whether reading it matters).
     pub fn of(
         req: &RequestInfo<'_>,
         query: &Result<Vec<(String, String)>, FormError>,
+        from_body: bool,
     ) -> MethodSet {
         let mut set = MethodSet {
             known: Vec::new(),
@@ -69,11 +88,12 @@ impl MethodSet {
                 .for_each(|(_, v)| set.add(v)),
             Err(why) => set.any = Some(format!("query may name a method ({why})")),
         }
-        if set.any.is_none() {
+        if set.any.is_none() && from_body {
             set.any = match body_form(req) {
                 BodyForm::None => None,
                 BodyForm::Declared => set.add_from_form(req).err(),
                 BodyForm::Sniffed => set.add_from_any_body(req).err(),
+                BodyForm::Json => set.add_from_json(req).err(),
             };
         }
         set
@@ -122,6 +142,27 @@ impl MethodSet {
         } else {
             Err("body larger than the inspected prefix (it may name a method)".to_owned())
         }
+    }
+
+    /// The JSON body's top-level `_method` strings; `Err` when the body could hold one not
+    /// seen: cut short, or not read as JSON (fail closed: a server's parser may differ).
+    fn add_from_json(&mut self, req: &RequestInfo<'_>) -> Result<(), String> {
+        let Some(bytes) = req.body else {
+            return Err("body not read (a JSON body may name a method)".to_owned());
+        };
+        if !req.body_complete {
+            return Err(
+                "JSON body larger than the inspected prefix (it may name a method)".to_owned(),
+            );
+        }
+        // No body at all is no JSON (PHP reads it as nothing), and a common POST.
+        if bytes.trim_ascii().is_empty() {
+            return Ok(());
+        }
+        let named = top_level_strings(bytes, is_method_field)
+            .map_err(|why| format!("JSON body may name a method ({why})"))?;
+        named.iter().for_each(|m| self.add(m));
+        Ok(())
     }
 
     /// `Match` when every method named matches, `NoMatch` when none does, `Unknown` when

@@ -26,6 +26,7 @@ mod summary;
 #[cfg(test)]
 mod tests;
 
+pub use decide::Decided;
 pub use normalize::{PathError, normalize_path};
 pub use preset::default_preset_ids;
 

@@ -1,10 +1,10 @@
 //! A request is judged as every method it names: its own, `X-HTTP-Method-Override` and
-//! friends, and `_method` in the query or a form body. Where they differ, a `deny`/`ask`
+//! friends, and `_method` in the query, a form body or a JSON `POST`'s top-level keys. Where they differ, a `deny`/`ask`
 //! rule matching any of them matches (fail closed); an `l7` permission must hold for all of
 //! them, and so must an `allow` rule to decide (to preempt a later rule). An `allow` rule that
 //! holds for some of them only still marks the request when no later rule decides.
 
-use crate::{Policy, RequestDecision, RequestInfo};
+use crate::{Decided, Policy, RequestDecision, RequestInfo};
 
 use super::{policy, req};
 
@@ -71,13 +71,6 @@ fn method_named_in_the_query_or_a_form_body() {
                 Some("multipart/form-data; boundary=B0undary"),
                 "delete.item",
             ),
-            // a JSON body's `_method` is not a form field
-            (
-                "POST api.example.com/items/1",
-                br#"{"_method":"DELETE"}"#,
-                Some("application/json"),
-                "allow",
-            ),
             ("POST api.example.com/items/1?_method=PATCH", b"", None, "allow"),
             // an allow rule must hold for every method the request names to decide; read as
             // the GET it lets out, the request is still marked
@@ -111,6 +104,167 @@ fn method_named_in_the_query_or_a_form_body() {
             ("POST api.example.com/items/1?_method=%zz", b"", None, "delete.item"),
         ],
     );
+}
+
+/// Laravel (its JSON input) and Slim (its parsed body) read `_method` from a JSON `POST`'s
+/// top-level object: every one is read, however deep the values around it or whatever numbers
+/// they hold; a body that is not read as JSON may name any method.
+#[test]
+fn method_named_in_a_json_post() {
+    let p = policy(POLICY);
+    let json = Some("application/json");
+    let deep = format!(
+        r#"{{"a":{}1{},"_method":"DELETE"}}"#,
+        "[".repeat(5000),
+        "]".repeat(5000)
+    );
+    check(
+        &p,
+        &[
+            ("POST api.example.com/items/1", br#"{"_method":"DELETE"}"#, json, "delete.item"),
+            (
+                "POST api.example.com/items/1",
+                br#"{"a":1,"_METHOD":"delete"}"#,
+                Some("application/vnd.api+json; charset=utf-8"),
+                "delete.item",
+            ),
+            // Laravel's `isJson` looks for `/json` anywhere in the header
+            (
+                "POST api.example.com/items/1",
+                br#"{"_method":"DELETE"}"#,
+                Some("text/plain; profile=/json"),
+                "delete.item",
+            ),
+            (
+                "POST api.example.com/items/1",
+                br#"{"_method":"DELETE"}"#,
+                json,
+                "delete.item",
+            ),
+            // duplicate keys: PHP keeps the last, another parser the first
+            (
+                "POST api.example.com/items/1",
+                br#"{"_method":"DELETE","_method":"GET"}"#,
+                json,
+                "delete.item",
+            ),
+            ("POST api.example.com/items/1", deep.as_bytes(), json, "delete.item"),
+            (
+                "POST api.example.com/items/1",
+                br#"{"a":1E400,"b":[-0.0e-999],"_method":"DELETE"}"#,
+                json,
+                "delete.item",
+            ),
+            // not read as JSON here: any method (fail closed)
+            ("POST api.example.com/items/1", br#"{"_method":"#, json, "delete.item"),
+            ("POST api.example.com/items/1", br#"{"a":1} x"#, json, "delete.item"),
+            // none named: nested, in an array, not a string, no body at all
+            (
+                "POST api.example.com/items/1",
+                br#"{"a":{"_method":"DELETE"}}"#,
+                json,
+                "allow",
+            ),
+            ("POST api.example.com/items/1", br#"[{"_method":"DELETE"}]"#, json, "allow"),
+            (
+                "POST api.example.com/items/1",
+                br#"{"_method":["DELETE"],"x":{"_method":"DELETE"}}"#,
+                json,
+                "allow",
+            ),
+            ("POST api.example.com/items/1", b" \n", json, "allow"),
+            ("POST api.example.com/items/1", b"{}", json, "allow"),
+            // read for a POST only, as the frameworks do
+            ("PATCH api.example.com/items/1", br#"{"_method":"DELETE"}"#, json, "allow"),
+            // a packument POSTed as a PUT is a publish on any host
+            (
+                "POST registry.example.org/demo-pkg",
+                br#"{"_method":"PUT","name":"demo-pkg","versions":{"1.0.0":{}},"_attachments":{"demo-pkg-1.0.0.tgz":{"data":"AAAA"}}}"#,
+                json,
+                "npm.publish",
+            ),
+        ],
+    );
+}
+
+/// (request, body, content type, complete, rule or `allow`, rest of the body needed)
+type PrefixRow<'a> = (&'a str, &'a [u8], &'a str, bool, &'a str, bool);
+
+/// A decision resting on what a prefix could not show says the rest of the body is needed,
+/// so that the gate reads it whole and decides again; one the prefix settled does not.
+#[test]
+fn a_decision_resting_on_the_rest_of_the_body_says_so() {
+    let p = policy(POLICY);
+    let upload =
+        b"--B\r\nContent-Disposition: form-data; name=\"file\"; filename=\"a\"\r\n\r\nAAAA";
+    let rows: &[PrefixRow<'_>] = &[
+        (
+            "POST api.example.com/items/1",
+            br#"{"a":"AAAA"#,
+            "application/json",
+            false,
+            "delete.item",
+            true,
+        ),
+        (
+            "POST api.example.com/items/1",
+            br#"{"a":"AAAA"}"#,
+            "application/json",
+            true,
+            "allow",
+            false,
+        ),
+        (
+            "DELETE api.example.com/items/1",
+            br#"{"a":"#,
+            "application/json",
+            false,
+            "delete.item",
+            false,
+        ),
+        (
+            "POST upload.example.org/files",
+            upload,
+            "multipart/form-data; boundary=B",
+            false,
+            "pypi.upload",
+            true,
+        ),
+        (
+            "POST read.example.com/x",
+            b"a=1&b=",
+            FORM,
+            false,
+            "l7.read.example.com",
+            true,
+        ),
+        (
+            "GET read.example.com/x?_method=DELETE",
+            b"{",
+            "application/json",
+            false,
+            "l7.read.example.com",
+            false,
+        ),
+    ];
+    for (request, body, content_type, complete, want, rest) in rows {
+        let (method, url) = request.split_once(' ').unwrap_or_default();
+        let (host, target) = url.split_at(url.find('/').unwrap_or_default());
+        let r = RequestInfo {
+            content_type: Some(content_type),
+            body_complete: *complete,
+            ..req(method, host, target, Some(body))
+        };
+        let Decided {
+            decision,
+            rest_of_body_needed,
+        } = p.decide_request_from_prefix(&r);
+        assert_eq!(
+            (decision.rule().unwrap_or("allow"), rest_of_body_needed),
+            (*want, *rest),
+            "{request} complete={complete}: {decision:?}"
+        );
+    }
 }
 
 #[test]
@@ -174,4 +328,24 @@ fn method_named_in_override_headers() {
         ..req("GET", "read.example.com", "/x", Some(b""))
     };
     assert_eq!(p.decide_request(&r).rule(), Some("l7.read.example.com"));
+}
+
+/// A body left unread because no method it could name would change the decision does not
+/// make the refusal say it was not evaluated: a JSON write to GitHub's API is refused as the
+/// `POST` it is.
+#[test]
+fn a_body_not_read_for_its_method_leaves_the_summary_plain() {
+    let p = policy(POLICY);
+    let r = RequestInfo {
+        content_type: Some("application/json"),
+        ..req("POST", "api.github.com", "/repos/o/r/issues", None)
+    };
+    assert!(!p.needs_body(&r));
+    let decision = p.decide_request(&r);
+    assert_eq!(decision.rule(), Some("github.rest.write"), "{decision:?}");
+    let summary = decision.summary().unwrap_or_default();
+    assert!(
+        !summary.contains("not evaluated") && !summary.contains("as any method"),
+        "{summary}"
+    );
 }
