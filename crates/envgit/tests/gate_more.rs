@@ -430,6 +430,57 @@ fn a_json_body_naming_another_method_is_judged_as_it() {
     }
 }
 
+/// Rack (and so Rails' `Rack::MethodOverride`) reads `_method` from a `multipart/mixed` or
+/// `multipart/related` POST as from a form, and Rack and PHP take a `Content-Type` up to a
+/// comma (PHP up to a space too) as its media type: such a body naming `DELETE` at npm's
+/// `-rev` path is an unpublish, refused by `npm.unpublish`; one naming nothing goes out.
+#[test]
+fn a_body_a_server_reads_as_a_form_is_judged_by_the_method_it_names() {
+    let host = "registry.example.org";
+    let w = World::new(&[host]);
+    let part = |name: &str, value: &str| {
+        format!("--B\r\nContent-Disposition: form-data; name=\"{name}\"\r\n\r\n{value}\r\n")
+    };
+    w.env.write(
+        "delete.bin",
+        &format!("{}--B--\r\n", part("_method", "DELETE")),
+    );
+    w.env
+        .write("plain.bin", &format!("{}--B--\r\n", part("note", "DELETE")));
+    w.env.write("delete.form", "_method=DELETE");
+    let post = |ty: &str, file: &str| {
+        format!(
+            "curl -sS -X POST -H 'Content-Type: {ty}' --data-binary @{file} \
+               https://{host}/demo-pkg/-rev/1; echo; "
+        )
+    };
+    let r = w.run(
+        &[
+            post("multipart/mixed; boundary=B", "delete.bin"),
+            post("Multipart/Related; boundary=B", "delete.bin"),
+            post(
+                "application/x-www-form-urlencoded, text/plain",
+                "delete.form",
+            ),
+            post("application/x-www-form-urlencoded x", "delete.form"),
+            post("multipart/mixed; boundary=B", "plain.bin"),
+        ]
+        .concat(),
+    );
+    let said = format!("{}\n{}", r.stdout, r.stderr);
+    let refused = format!("envgit: denied POST {host}/demo-pkg/-rev/1 (rule npm.unpublish)");
+    assert_eq!(
+        r.stdout.matches(&refused).count(),
+        4,
+        "a body naming DELETE was not refused as the unpublish it is:\n{said}"
+    );
+    assert_eq!(
+        said.matches("seen POST /demo-pkg/-rev/1").count(),
+        1,
+        "one naming no method did not go out, or one naming DELETE did:\n{said}"
+    );
+}
+
 /// A WebDAV `MOVE` (or `COPY`) writes where its `Destination` header says, which the rule
 /// never reads: a ref file `PUT` at a path no rule names, then moved onto
 /// `refs/heads/main`, moves the branch with `git.dumb-push` never consulted.

@@ -6,7 +6,7 @@
 //! (body not read or cut short, an undecodable query) may name any method.
 
 use super::RequestInfo;
-use super::content_type::{FORM, MULTIPART, media_type};
+use super::content_type::{FORM, is_multipart_form, media_type};
 use super::form_error::FormError;
 use super::json::top_level_strings;
 use super::matchers::{Methods, Tri, form_decode};
@@ -31,7 +31,8 @@ pub(crate) struct MethodSet {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum BodyForm {
     None,
-    /// A form `Content-Type`: read as the form it says it is.
+    /// A form `Content-Type` (or a multipart one Rack reads as a form): read as the form it
+    /// says it is.
     Declared,
     /// A POST without `Content-Type`, which Rack reads as a form too, whatever it holds.
     Sniffed,
@@ -44,7 +45,7 @@ enum BodyForm {
 fn body_form(req: &RequestInfo<'_>) -> BodyForm {
     let post = req.method.eq_ignore_ascii_case("POST");
     match media_type(req.content_type).as_deref() {
-        Some(FORM | MULTIPART) => BodyForm::Declared,
+        Some(t) if t == FORM || is_multipart_form(t) => BodyForm::Declared,
         None if post => BodyForm::Sniffed,
         Some(_) if post && declares_json(req.content_type) => BodyForm::Json,
         _ => BodyForm::None,

@@ -2,7 +2,7 @@
 //! encodings read from it (`application/x-www-form-urlencoded`, `multipart/form-data`), which
 //! the body matchers, the GraphQL reader, method overrides and summaries all need.
 
-use super::content_type::{FORM, MULTIPART, media_type};
+use super::content_type::{FORM, is_multipart_form, media_type};
 use super::form_error::FormError;
 use super::matchers::form_decode;
 
@@ -43,14 +43,15 @@ pub(crate) fn form_fields(
 }
 
 /// [`form_fields`], read as a server reads the request: the encoding its `Content-Type`
-/// declares (`multipart/form-data` with the boundary it names), else told from the body.
+/// declares (`multipart/form-data`, or a multipart type Rack reads as a form, with the
+/// boundary it names), else told from the body.
 pub(crate) fn form_fields_as(
     bytes: &[u8],
     complete: bool,
     content_type: Option<&str>,
 ) -> Result<(Vec<(String, String)>, bool), FormError> {
     match media_type(content_type).as_deref() {
-        Some(MULTIPART) => {
+        Some(t) if is_multipart_form(t) => {
             let boundary = header_boundary(content_type).ok_or(FormError::BadBoundary)?;
             multipart_fields(bytes, complete, Some(&boundary))
         }

@@ -61,6 +61,41 @@ fn method_named_in_the_query_or_a_form_body() {
                 Some("multipart/form-data; boundary=B0undary"),
                 "delete.item",
             ),
+            // Rack reads `multipart/mixed` and `multipart/related` as forms too (Rails'
+            // `Rack::MethodOverride`); without a boundary, any method (fail closed)
+            (
+                "POST api.example.com/items/1",
+                b"--B0undary\r\nContent-Disposition: form-data; name=\"_method\"\r\n\r\nDELETE\r\n--B0undary--\r\n",
+                Some("multipart/mixed; boundary=B0undary"),
+                "delete.item",
+            ),
+            (
+                "POST api.example.com/items/1",
+                b"--B0undary\r\nContent-Disposition: form-data; name=\"_method\"\r\n\r\nDELETE\r\n--B0undary--\r\n",
+                Some("Multipart/Related; boundary=\"B0undary\""),
+                "delete.item",
+            ),
+            (
+                "POST api.example.com/items/1",
+                b"--B0undary\r\nContent-Type: application/json\r\n\r\n{}\r\n--B0undary--\r\n",
+                Some("multipart/related; boundary=B0undary"),
+                "allow",
+            ),
+            ("POST api.example.com/items/1", b"_method=DELETE", Some("multipart/mixed"), "delete.item"),
+            // the media type ends where Rack (`;`, `,`) or PHP (and a space) ends it
+            (
+                "POST api.example.com/items/1",
+                b"_method=DELETE",
+                Some("application/x-www-form-urlencoded, text/plain"),
+                "delete.item",
+            ),
+            (
+                "POST api.example.com/items/1",
+                b"_method=DELETE",
+                Some(" Application/X-WWW-Form-Urlencoded charset=x"),
+                "delete.item",
+            ),
+            ("POST api.example.com/items/1", b"_method=DELETE", Some("text/plain, x"), "allow"),
             // Slim reads `_METHOD`; a name is read in any case
             ("POST api.example.com/items/1", b"_METHOD=DELETE", Some(FORM), "delete.item"),
             ("POST api.example.com/items/1?_Method=DELETE", b"", None, "delete.item"),
