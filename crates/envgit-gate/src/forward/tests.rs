@@ -680,3 +680,33 @@ async fn request_trailers_never_reach_an_http2_upstream() {
         );
     }
 }
+
+/// A streaming call's body is not held for a prefix its client sends only after an answer
+/// (a gRPC or Connect stream, whose messages are JSON under `+json`): its head goes upstream
+/// and the answer comes back while the body is still open.
+#[tokio::test]
+async fn a_streaming_call_is_answered_while_its_body_is_open() {
+    let sh = Arc::new(Shared::for_tests(&["example.com"]));
+    for ty in ["application/grpc+json", "application/connect+json"] {
+        let (up, _seen) = upstream(0).await;
+        let (mut near, far) = tokio::io::duplex(64 * 1024);
+        let server = tokio::spawn(serve(far, conn(&sh, Proto::Http1, 80, up)));
+        let head = format!(
+            "POST /svc.Chat/Talk HTTP/1.1\r\nHost: example.com\r\nContent-Type: {ty}\r\n\
+             Transfer-Encoding: chunked\r\n\r\n9\r\n{{\"a\":\"b\"}}\r\n"
+        );
+        near.write_all(head.as_bytes()).await.unwrap();
+        // Far past a served answer's time, far short of the 60 s the gate waits for a body.
+        let mut answer = [0u8; 16];
+        let read = tokio::time::timeout(Duration::from_secs(20), near.read(&mut answer)).await;
+        server.abort();
+        let n = read
+            .unwrap_or_else(|_| panic!("{ty}: no answer while the body was open"))
+            .unwrap();
+        assert!(
+            answer[..n].starts_with(b"HTTP/1.1 200"),
+            "{ty}: {}",
+            String::from_utf8_lossy(&answer[..n])
+        );
+    }
+}

@@ -53,11 +53,18 @@ fn body_form(req: &RequestInfo<'_>) -> BodyForm {
 }
 
 /// Laravel's `isJson`: the header holds `/json` or `+json` anywhere (read in any case here).
+/// Not the streaming RPCs (`application/grpc+json`, `application/connect+json`), whose
+/// servers are no such framework: their bodies are message streams, and waiting for a prefix
+/// of one would stall a call whose client waits for an answer before it sends more.
 fn declares_json(content_type: Option<&str>) -> bool {
-    content_type.is_some_and(|t| {
-        let t = t.to_ascii_lowercase();
-        t.contains("/json") || t.contains("+json")
-    })
+    let streams = media_type(content_type).is_some_and(|m| {
+        m.starts_with("application/grpc") || m.starts_with("application/connect+")
+    });
+    !streams
+        && content_type.is_some_and(|t| {
+            let t = t.to_ascii_lowercase();
+            t.contains("/json") || t.contains("+json")
+        })
 }
 
 /// Can the body carry a `_method` form field?

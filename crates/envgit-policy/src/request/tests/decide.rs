@@ -414,6 +414,14 @@ fn needs_body() {
         ("POST", "example.com", "/items/1", None, true),
         ("POST", "example.com", "/items/1", JSON, true),
         ("POST", "example.com", "/items/1", Some("text/plain"), false),
+        // a streaming RPC is never held for a prefix its client may not send yet
+        (
+            "POST",
+            "example.com",
+            "/svc/Chat",
+            Some("application/grpc+json"),
+            false,
+        ),
         ("GET", "example.com", "/items/1", None, false),
     ];
     for (method, host, target, content_type, want) in rows {

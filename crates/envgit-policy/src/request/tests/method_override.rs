@@ -209,6 +209,19 @@ fn method_named_in_a_json_post() {
             ),
             ("POST api.example.com/items/1", b" \n", json, "allow"),
             ("POST api.example.com/items/1", b"{}", json, "allow"),
+            // not a streaming RPC's messages, which no such framework serves
+            (
+                "POST api.example.com/items/1",
+                br#"{"_method":"DELETE"}"#,
+                Some("application/grpc+json"),
+                "allow",
+            ),
+            (
+                "POST api.example.com/items/1",
+                br#"{"_method":"DELETE"}"#,
+                Some("application/connect+json"),
+                "allow",
+            ),
             // read for a POST only, as the frameworks do
             ("PATCH api.example.com/items/1", br#"{"_method":"DELETE"}"#, json, "allow"),
             // a packument POSTed as a PUT is a publish on any host
