@@ -39,7 +39,7 @@ impl Policy {
         // where that could change the decision, judged as though it named any method (not
         // read) against as though it named none.
         let named_none = self.judge_as(&probe, false).decision;
-        !same_outcome(&judged.decision, &named_none)
+        !settled_without_the_body(&judged.decision, &named_none)
     }
 
     /// `l7` of the host (a request no entry permits → `Deny` with rule `l7.<host>`), then the
@@ -74,7 +74,7 @@ impl Policy {
         // A body not read may name any method. Where that changes nothing (which is why
         // `needs_body` left it unread), the request is described by the methods it names.
         let named_none = self.judge_as(req, false);
-        if same_outcome(&judged.decision, &named_none.decision) {
+        if settled_without_the_body(&judged.decision, &named_none.decision) {
             Judged {
                 consulted: judged.consulted,
                 ..named_none
@@ -212,9 +212,16 @@ impl Policy {
     }
 }
 
-/// The same action by the same rule (summaries aside).
-fn same_outcome(a: &RequestDecision, b: &RequestDecision) -> bool {
-    std::mem::discriminant(a) == std::mem::discriminant(b) && a.rule() == b.rule()
+/// Whether a method the body names cannot matter: judged as naming any method (`any`) and as
+/// naming none (`none`), the request goes out unmarked both ways, or is refused by the same
+/// rule. An ask or a mark describes the request to a person (what they approve, what the step
+/// says it sent), so the body is read for every method it names.
+fn settled_without_the_body(any: &RequestDecision, none: &RequestDecision) -> bool {
+    match (any, none) {
+        (RequestDecision::Allow, RequestDecision::Allow) => true,
+        (RequestDecision::Deny { rule: a, .. }, RequestDecision::Deny { rule: b, .. }) => a == b,
+        _ => false,
+    }
 }
 
 /// A decision on a body's prefix ([`Policy::decide_request_from_prefix`]).

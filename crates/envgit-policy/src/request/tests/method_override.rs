@@ -397,3 +397,29 @@ fn a_body_not_read_for_its_method_leaves_the_summary_plain() {
         "{summary}"
     );
 }
+
+/// Where a person is asked (or the step marked), a body is read for the method it names even
+/// when that cannot change the rule: the question says what the request is.
+#[test]
+fn an_ask_says_the_method_a_body_names() {
+    let p = policy(
+        "version: 1\nirreversible:\n  - net: { host: \"api.example.com\", method: [POST, DELETE], path: \"/items/*\" }\n    action: ask\n    id: items.write\n",
+    );
+    let form = RequestInfo {
+        content_type: Some(FORM),
+        ..req("POST", "api.example.com", "/items/1", None)
+    };
+    assert!(p.needs_body(&form));
+    let read = RequestInfo {
+        body: Some(b"_method=DELETE"),
+        ..form
+    };
+    let decision = p.decide_request(&read);
+    assert_eq!(decision.rule(), Some("items.write"));
+    assert!(
+        decision
+            .summary()
+            .is_some_and(|s| s.contains("POST (as DELETE)")),
+        "{decision:?}"
+    );
+}
