@@ -228,3 +228,59 @@ impl<'de> Deserialize<'de> for Doc {
         d.deserialize_any(DocVisitor)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+    use serde_json::Value;
+
+    use super::top_level_strings;
+
+    fn is_method(key: &str) -> bool {
+        key.eq_ignore_ascii_case("_method")
+    }
+
+    /// Any JSON value, its objects sometimes holding a `_method` of their own.
+    fn value() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            any::<i64>().prop_map(Value::from),
+            "[a-zA-Z_\"\\\\ é{}\\[\\],:]{0,6}".prop_map(Value::String),
+        ];
+        leaf.prop_recursive(4, 32, 4, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+                prop::collection::vec(("(_method|_METHOD|[a-z]{1,4})", inner), 0..4)
+                    .prop_map(|kv| Value::Object(kv.into_iter().collect())),
+            ]
+        })
+    }
+
+    proptest! {
+        /// Every top-level `_method` string is found, wherever it stands among the other keys
+        /// and however many there are; none from inside another value.
+        #[test]
+        fn top_level_method_keys_are_found_and_nested_ones_are_not(
+            fields in prop::collection::vec(("[a-z]{1,4}", value()), 0..6),
+            named in prop::collection::vec(("(_method|_METHOD|_Method)", "[A-Z]{1,7}"), 0..3),
+            places in prop::collection::vec(any::<prop::sample::Index>(), 3),
+        ) {
+            // Written by hand, so that repeated keys stay repeated.
+            let mut members: Vec<String> = fields
+                .iter()
+                .map(|(k, v)| format!("{}:{v}", Value::from(k.as_str())))
+                .collect();
+            for ((key, method), place) in named.iter().zip(&places) {
+                let at = place.index(members.len() + 1);
+                members.insert(at, format!("{}:{}", Value::from(key.as_str()), Value::from(method.as_str())));
+            }
+            let body = format!("{{{}}}", members.join(","));
+            let mut got = top_level_strings(body.as_bytes(), is_method).unwrap();
+            let mut want: Vec<String> = named.iter().map(|(_, m)| m.clone()).collect();
+            got.sort();
+            want.sort();
+            prop_assert_eq!(got, want, "{}", body);
+        }
+    }
+}
