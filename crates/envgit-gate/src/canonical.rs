@@ -104,6 +104,7 @@ pub(crate) fn accept(
     check_framing(proto, version, headers)?;
     check_connection(headers)?;
     let host_value = check_authority(proto, uri, version, headers, host, port)?;
+    check_underscored_body_fields(headers)?;
     let method_overrides = method_overrides(headers)?;
     let path_overrides = path_overrides(headers)?;
     let content_encoding = content_encoding(headers)?;
@@ -304,17 +305,53 @@ fn default_host(host: &str, port: u16) -> String {
     }
 }
 
-/// Every line of the header `name`, each as text: a line that is not is malformed (`shown` is
-/// the header's name as said).
+/// Whether the header `name` is the field `field` (lower case, with dashes) to some server:
+/// one that hands headers to the application as CGI variables (WEBrick, PHP's own server,
+/// Puma before it dropped them) reads `X_Api_Key` as `X-Api-Key`, so `_` counts as `-`.
+pub(crate) fn names_field(name: &str, field: &str) -> bool {
+    name.len() == field.len()
+        && name.bytes().zip(field.bytes()).all(|(n, f)| {
+            let n = if n == b'_' {
+                b'-'
+            } else {
+                n.to_ascii_lowercase()
+            };
+            n == f
+        })
+}
+
+/// The fields that say how to read the body, which the rules read too: a server handing
+/// headers over as CGI variables may take `Content_Encoding` for `Content-Encoding`, another
+/// ignores it, and reading the body one way is not reading it the other (a gzip body's header
+/// may hold a form the raw reading finds). Such a spelling is refused, not guessed.
+fn check_underscored_body_fields(headers: &HeaderMap) -> Result<(), Malformed> {
+    for name in headers.keys().map(HeaderName::as_str) {
+        if !name.contains('_') {
+            continue;
+        }
+        if let Some(field) = ["content-encoding", "content-type"]
+            .into_iter()
+            .find(|f| names_field(name, f))
+        {
+            return Err(malformed(format!(
+                "a {name} header, which a server may read as {field} or not at all"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Every line of the header `name` (however a server reads its name: [`names_field`]), each as
+/// text: a line that is not is malformed (`shown` is the header's name as said).
 fn text_lines<'h>(
     headers: &'h HeaderMap,
     name: &str,
     shown: &str,
 ) -> Result<Vec<&'h str>, Malformed> {
     headers
-        .get_all(name)
         .iter()
-        .map(|value| {
+        .filter(|(n, _)| names_field(n.as_str(), name))
+        .map(|(_, value)| {
             value
                 .to_str()
                 .map_err(|_| malformed(format!("a malformed {shown}")))
@@ -594,6 +631,39 @@ mod tests {
         )
         .unwrap();
         assert!(w.websocket);
+    }
+
+    /// Spelled with underscores, as a server handing headers over as CGI variables reads
+    /// them: overrides are read all the same; the fields that say how to read the body are
+    /// refused.
+    #[test]
+    fn fields_spelled_with_underscores() {
+        let a = check(
+            Proto::Http1,
+            "/",
+            &[
+                ("host", "example.com:443"),
+                ("x_http_method_override", "delete"),
+                ("x-original_url", "/b"),
+            ],
+        )
+        .unwrap();
+        assert_eq!(a.method_overrides, ["DELETE"]);
+        assert_eq!(a.path_overrides, ["/b"]);
+        for name in ["content_encoding", "content_type"] {
+            let got = check(
+                Proto::Http1,
+                "/",
+                &[("host", "example.com:443"), (name, "gzip")],
+            );
+            assert!(
+                got.as_ref().is_err_and(|m| m.why.contains(name)),
+                "{name}: {:?}",
+                got.map(|a| a.content_encoding)
+            );
+        }
+        assert!(names_field("X_Api_Key", "x-api-key"));
+        assert!(!names_field("x-api-keys", "x-api-key"));
     }
 
     #[test]

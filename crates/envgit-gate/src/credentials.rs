@@ -10,6 +10,8 @@
 
 use std::fmt;
 
+use crate::canonical::names_field;
+
 /// Requests to `host:port` get `secret` in place of `placeholder` in the values of their
 /// credential headers ([`CARRIERS`]).
 #[derive(Clone)]
@@ -151,12 +153,13 @@ pub(crate) fn apply<'h, V: Value + 'h>(
         return Ok(());
     }
     for (name, value) in headers {
+        // A name spelled with underscores is the same header to some servers.
         let own = |c: &Credential| {
             c.header
                 .as_deref()
-                .is_some_and(|h| name.eq_ignore_ascii_case(h))
+                .is_some_and(|h| names_field(name, &h.to_ascii_lowercase()))
         };
-        if !CARRIERS.iter().any(|c| name.eq_ignore_ascii_case(c)) && !mine.clone().any(own) {
+        if !CARRIERS.iter().any(|c| names_field(name, c)) && !mine.clone().any(own) {
             continue;
         }
         let mut carried = false;

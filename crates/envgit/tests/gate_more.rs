@@ -481,6 +481,44 @@ fn a_body_a_server_reads_as_a_form_is_judged_by_the_method_it_names() {
     );
 }
 
+/// Servers that hand headers to the application as CGI variables (WEBrick, PHP's own server,
+/// Puma before it dropped them) read `X_HTTP_Method_Override` as `X-HTTP-Method-Override` and
+/// `X_Original_URL` as `X-Original-URL`: spelled with underscores, they are judged all the same;
+/// a `Content_Encoding`, which one server would decode by and another not, is refused.
+#[test]
+fn override_headers_spelled_with_underscores_are_judged() {
+    let host = "registry.example.org";
+    let w = World::new(&[host]);
+    let zero = "0".repeat(40);
+    let one = "1".repeat(40);
+    w.env.write(
+        "push.pkt",
+        &format!("0074{zero} {one} refs/heads/main\0report-status\n0000"),
+    );
+    let r = w.run(&format!(
+        "curl -sS -X POST -H 'X_HTTP_Method_Override: DELETE' https://{host}/demo-pkg/-rev/1; echo; \
+         curl -sS -X POST -H 'x_method_override: DELETE' https://{host}/demo-pkg/-rev/1; echo; \
+         curl -sS -X POST -H 'Content-Type: application/x-git-upload-pack-request' \
+           --data-binary @push.pkt -H 'X_Original_URL: /srv/app.git/git-receive-pack' \
+           https://{host}/srv/app.git/git-upload-pack; echo; \
+         curl -sS -X POST -H 'Content_Encoding: gzip' --data-binary 'a=1' \
+           https://{host}/items; echo"
+    ));
+    let said = format!("{}\n{}", r.stdout, r.stderr);
+    assert!(
+        !said.contains("seen POST"),
+        "a request overridden under an underscored name reached the upstream:\n{said}"
+    );
+    let unpublish = format!("envgit: denied POST {host}/demo-pkg/-rev/1 (rule npm.unpublish)");
+    let push = format!("envgit: denied POST {host}/srv/app.git/git-upload-pack (rule git.push)");
+    assert_eq!(r.stdout.matches(&unpublish).count(), 2, "{said}");
+    assert_eq!(r.stdout.matches(&push).count(), 1, "{said}");
+    assert!(
+        said.contains("content_encoding header") && said.contains("gate.malformed"),
+        "a body coding under an underscored name was not refused:\n{said}"
+    );
+}
+
 /// A WebDAV `MOVE` (or `COPY`) writes where its `Destination` header says, which the rule
 /// never reads: a ref file `PUT` at a path no rule names, then moved onto
 /// `refs/heads/main`, moves the branch with `git.dumb-push` never consulted.

@@ -281,6 +281,29 @@ async fn a_credential_brought_from_inside_is_refused_before_it_leaves() {
     assert!(!reply.contains(SECRET) && seen.is_empty(), "{reply} {seen}");
 }
 
+/// Servers that pass headers to the application as CGI variables (WEBrick, PHP's own server,
+/// Puma before it dropped them) read `X_Api_Key` as `X-Api-Key`: a credential in a header
+/// spelled with underscores is a credential header too, and so is a placeholder there.
+#[tokio::test]
+async fn a_credential_header_spelled_with_underscores_is_one() {
+    let sh = shared_with_credential(80);
+    for header in [
+        "X_Api_Key: sk-own",
+        "Proxy_Authorization: Basic c2stb3du",
+        "API_KEY: sk-own",
+    ] {
+        let request = format!("GET / HTTP/1.1\r\nHost: example.com\r\n{header}\r\n\r\n");
+        let (reply, seen) = h1(&sh, request.as_bytes(), 0).await;
+        assert!(reply.starts_with("HTTP/1.1 403 "), "{header}: {reply}");
+        assert!(reply.contains("rule=gate.credential"), "{header}: {reply}");
+        assert!(seen.is_empty(), "{header}: {seen}");
+    }
+    let request = format!("GET / HTTP/1.1\r\nHost: example.com\r\nX_Api_Key: {PH}\r\n\r\n");
+    let (reply, seen) = h1(&sh, request.as_bytes(), 0).await;
+    assert!(reply.starts_with("HTTP/1.1 200 "), "{reply}");
+    assert!(seen.contains(SECRET), "{seen}");
+}
+
 /// TRACE and TRACK answer with the request, credential included: refused to a credential's
 /// host, however the method is named; elsewhere they pass. A placeholder in a header that
 /// carries no credential goes out as it is.
