@@ -271,6 +271,11 @@ async fn one(mut req: Request<Incoming>, conn: &Conn) -> Response<Out> {
                     return refuse(conn, &mut rec, RULE_MALFORMED, &mut body, reply).await;
                 }
             };
+        } else {
+            decided.decision = decided.decision.noted(&format!(
+                "the body is over the {} MiB envgit reads to judge one",
+                body::WHOLE_BODY_MAX >> 20
+            ));
         }
     }
     let decision = decided.decision;

@@ -413,8 +413,9 @@ fn a_json_body_naming_another_method_is_judged_as_it() {
     assert!(
         !said.contains("seen POST /v1/huge")
             && r.stdout
-                .contains(&format!("envgit: denied POST {host}/v1/huge (rule ")),
-        "a body past what the gate holds went out, or was not refused:\n{said}"
+                .contains(&format!("envgit: denied POST {host}/v1/huge (rule "))
+            && said.contains("over the 64 MiB envgit reads"),
+        "a body past what the gate holds went out, or was refused without saying why:\n{said}"
     );
     let plain = std::fs::metadata(w.env.path("plain.json")).unwrap().len();
     let upload = std::fs::metadata(w.env.path("upload.bin")).unwrap().len();

@@ -108,4 +108,19 @@ impl RequestDecision {
             | RequestDecision::Ask { summary, .. } => Some(summary),
         }
     }
+
+    /// The same decision, its summary ending with `note` (why it could not be settled).
+    pub fn noted(mut self, note: &str) -> RequestDecision {
+        match &mut self {
+            RequestDecision::Allow => {}
+            RequestDecision::Marked { summary, .. }
+            | RequestDecision::Deny { summary, .. }
+            | RequestDecision::Ask { summary, .. } => {
+                summary.push_str(" (");
+                summary.push_str(note);
+                summary.push(')');
+            }
+        }
+        self
+    }
 }
