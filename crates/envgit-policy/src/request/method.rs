@@ -67,7 +67,7 @@ fn declares_json(content_type: Option<&str>) -> bool {
         })
 }
 
-/// Can the body carry a `_method` form field?
+/// Can the body name a method (a `_method` form field, or a JSON POST's top-level key)?
 pub(crate) fn body_may_name_method(req: &RequestInfo<'_>) -> bool {
     body_form(req) != BodyForm::None
 }
