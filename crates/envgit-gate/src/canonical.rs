@@ -305,19 +305,22 @@ fn default_host(host: &str, port: u16) -> String {
     }
 }
 
-/// Whether the header `name` is the field `field` (lower case, with dashes) to some server:
-/// one that hands headers to the application as CGI variables (WEBrick, PHP's own server,
-/// Puma before it dropped them) reads `X_Api_Key` as `X-Api-Key`, so `_` counts as `-`.
+/// Whether the header `name` is the field `field` to some server: one that hands headers to
+/// the application as CGI variables (WEBrick, PHP's own server, Puma before it dropped them)
+/// reads `X_Api_Key` as `X-Api-Key`, so `_` counts as `-`, in any case.
 pub(crate) fn names_field(name: &str, field: &str) -> bool {
+    let fold = |b: u8| {
+        if b == b'_' {
+            b'-'
+        } else {
+            b.to_ascii_lowercase()
+        }
+    };
     name.len() == field.len()
-        && name.bytes().zip(field.bytes()).all(|(n, f)| {
-            let n = if n == b'_' {
-                b'-'
-            } else {
-                n.to_ascii_lowercase()
-            };
-            n == f
-        })
+        && name
+            .bytes()
+            .zip(field.bytes())
+            .all(|(n, f)| fold(n) == fold(f))
 }
 
 /// The fields that say how to read the body, which the rules read too: a server handing
@@ -663,6 +666,7 @@ mod tests {
             );
         }
         assert!(names_field("X_Api_Key", "x-api-key"));
+        assert!(names_field("private-token", "PRIVATE_TOKEN"));
         assert!(!names_field("x-api-keys", "x-api-key"));
     }
 

@@ -154,11 +154,7 @@ pub(crate) fn apply<'h, V: Value + 'h>(
     }
     for (name, value) in headers {
         // A name spelled with underscores is the same header to some servers.
-        let own = |c: &Credential| {
-            c.header
-                .as_deref()
-                .is_some_and(|h| names_field(name, &h.to_ascii_lowercase()))
-        };
+        let own = |c: &Credential| c.header.as_deref().is_some_and(|h| names_field(name, h));
         if !CARRIERS.iter().any(|c| names_field(name, c)) && !mine.clone().any(own) {
             continue;
         }
