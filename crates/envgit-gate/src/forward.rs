@@ -230,55 +230,15 @@ async fn one(mut req: Request<Incoming>, conn: &Conn) -> Response<Out> {
         bytes: Vec::new(),
         ended: body.is_end_stream(),
     };
-    if shared.policy.needs_body(&info) {
-        read = match body::read_at_least(&mut body, read, BODY_PREFIX_MAX, body::BODY_DEADLINE)
-            .await
-        {
-            Ok(read) => read,
-            Err(e) => return body_failed(conn, &mut rec, &mut body, e).await,
-        };
-    }
     let coding = accepted.content_encoding.as_deref();
-    let mut decided = match judge_read(&shared.policy, info, &read, coding, BODY_PREFIX_MAX) {
-        Ok(decided) => decided,
-        Err(why) => {
+    let decision = match judge_body(&shared.policy, info, &mut read, &mut body, coding).await {
+        Ok(decision) => decision,
+        Err(Unjudged::Body(e)) => return body_failed(conn, &mut rec, &mut body, e).await,
+        Err(Unjudged::Coding(why)) => {
             let reply = reply::malformed(&why.to_string());
             return refuse(conn, &mut rec, RULE_MALFORMED, &mut body, reply).await;
         }
     };
-    if decided.rest_of_body_needed {
-        // The decision rests on what the prefix could not show (a `_method` past it, a form
-        // field of an upload): the body is read whole, bounded and held in the gate's memory,
-        // and judged again. Past the bound the prefix's decision stands (failing closed).
-        if !read.ended {
-            read = match body::read_at_least(
-                &mut body,
-                read,
-                body::WHOLE_BODY_MAX + 1,
-                body::BODY_DEADLINE,
-            )
-            .await
-            {
-                Ok(read) => read,
-                Err(e) => return body_failed(conn, &mut rec, &mut body, e).await,
-            };
-        }
-        if read.ended && read.bytes.len() <= body::WHOLE_BODY_MAX {
-            decided = match judge_read(&shared.policy, info, &read, coding, body::WHOLE_BODY_MAX) {
-                Ok(decided) => decided,
-                Err(why) => {
-                    let reply = reply::malformed(&why.to_string());
-                    return refuse(conn, &mut rec, RULE_MALFORMED, &mut body, reply).await;
-                }
-            };
-        } else {
-            decided.decision = decided.decision.noted(&format!(
-                "the body is over the {} MiB envgit reads to judge one",
-                body::WHOLE_BODY_MAX >> 20
-            ));
-        }
-    }
-    let decision = decided.decision;
     let refusal_shape = reply::Shape::of(path, content_type.as_deref());
     match decision {
         RequestDecision::Allow => {
@@ -342,6 +302,60 @@ async fn one(mut req: Request<Incoming>, conn: &Conn) -> Response<Out> {
         }
     }
     send_upstream(conn, rec, parts, accepted, read, body, client_upgrade).await
+}
+
+/// Why a body could not be judged.
+enum Unjudged {
+    Body(BodyError),
+    Coding(encoding::DecodeError),
+}
+
+/// The policy's decision on the request, reading as much of its body as that needs: its first
+/// MiB where a rule reads the body (or the body may name a method), and where the decision on
+/// that rests on what the prefix could not show (a `_method` past it, a form field of an
+/// upload), the whole body, bounded and held in the gate's memory, judged again; past the
+/// bound the prefix's decision stands (failing closed), saying why. `read` ends as all that
+/// was read, to go upstream first.
+async fn judge_body(
+    policy: &Policy,
+    info: RequestInfo<'_>,
+    read: &mut Read,
+    body: &mut Incoming,
+    coding: Option<&str>,
+) -> Result<RequestDecision, Unjudged> {
+    if policy.needs_body(&info) {
+        read_on(read, body, BODY_PREFIX_MAX).await?;
+    }
+    let decided =
+        judge_read(policy, info, read, coding, BODY_PREFIX_MAX).map_err(Unjudged::Coding)?;
+    if !decided.rest_of_body_needed {
+        return Ok(decided.decision);
+    }
+    read_on(read, body, body::WHOLE_BODY_MAX + 1).await?;
+    if read.ended && read.bytes.len() <= body::WHOLE_BODY_MAX {
+        let whole = judge_read(policy, info, read, coding, body::WHOLE_BODY_MAX)
+            .map_err(Unjudged::Coding)?;
+        return Ok(whole.decision);
+    }
+    Ok(decided.decision.noted(&format!(
+        "the body is over the {} MiB envgit reads to judge one",
+        body::WHOLE_BODY_MAX >> 20
+    )))
+}
+
+/// Reads on until `read` holds at least `want` bytes or the whole body.
+async fn read_on(read: &mut Read, body: &mut Incoming, want: usize) -> Result<(), Unjudged> {
+    let have = std::mem::replace(
+        read,
+        Read {
+            bytes: Vec::new(),
+            ended: false,
+        },
+    );
+    *read = body::read_at_least(body, have, want, body::BODY_DEADLINE)
+        .await
+        .map_err(Unjudged::Body)?;
+    Ok(())
 }
 
 /// The policy's decision on `read`, at most `max` bytes of it, decoded as the server will

@@ -16,7 +16,7 @@ pub(crate) const FORM: &str = "application/x-www-form-urlencoded";
 pub(crate) const MULTIPART: &str = "multipart/form-data";
 /// Multipart types Rack parses as a form too (`PARSEABLE_DATA_MEDIA_TYPES`), so Rails'
 /// `Rack::MethodOverride` reads `_method` from them.
-pub(crate) const RACK_MULTIPART: &[&str] = &["multipart/mixed", "multipart/related"];
+const RACK_MULTIPART: &[&str] = &["multipart/mixed", "multipart/related"];
 
 /// Read as a multipart form by some server: `multipart/form-data`, or one Rack reads as one.
 pub(crate) fn is_multipart_form(media_type: &str) -> bool {
