@@ -13,6 +13,7 @@ use std::time::Duration;
 use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full};
 use hyper::body::{Body, Bytes, Frame, Incoming, SizeHint};
+use tokio::sync::{Semaphore, SemaphorePermit};
 
 use crate::events::Recorder;
 
@@ -23,6 +24,25 @@ pub(crate) const BODY_DEADLINE: Duration = Duration::from_secs(60);
 /// The most an approval's identity reads of a body it hashes whole (held in the gate's
 /// memory, outside the sandbox); a longer body under such a rule is refused.
 pub(crate) const WHOLE_BODY_MAX: usize = 64 << 20;
+/// How many bodies this process holds whole at once, for every gate and connection in it: each
+/// may be [`WHOLE_BODY_MAX`] and its decoded copy as much again, in the host's memory, outside
+/// the sandbox's memory limit. A request past them waits its turn (within [`BODY_DEADLINE`]);
+/// a turn lasts until the body has gone upstream or been dropped.
+const WHOLE_BODIES_AT_ONCE: usize = 2;
+static WHOLE_BODIES: Semaphore = Semaphore::const_new(WHOLE_BODIES_AT_ONCE);
+
+/// A turn to hold a body whole ([`WHOLE_BODIES_AT_ONCE`]).
+pub(crate) type Turn = SemaphorePermit<'static>;
+
+/// Waits for a turn to hold a body whole, up to `deadline`.
+pub(crate) async fn turn_to_hold_whole(deadline: Duration) -> Result<Turn, BodyError> {
+    match tokio::time::timeout(deadline, WHOLE_BODIES.acquire()).await {
+        Ok(Ok(turn)) => Ok(turn),
+        // Never closed; waiting out the deadline is the busy case.
+        Ok(Err(_)) | Err(_) => Err(BodyError::Busy),
+    }
+}
+
 /// What is read and dropped of a refused request's body so the client sees the refusal
 /// (closing on unread input makes the kernel reset the connection, losing the answer).
 const DRAIN_MAX: u64 = 64 << 20;
@@ -43,6 +63,8 @@ pub(crate) enum BodyError {
     TimedOut,
     /// Longer than the cap.
     TooLarge,
+    /// No turn to hold it whole came within the deadline: others held theirs.
+    Busy,
 }
 
 /// What was read of a body.
@@ -50,6 +72,19 @@ pub(crate) struct Read {
     pub(crate) bytes: Vec<u8>,
     /// `bytes` is all of it.
     pub(crate) ended: bool,
+    /// Held while `bytes` may be a whole body (up to [`WHOLE_BODY_MAX`]), until they are sent.
+    pub(crate) turn: Option<Turn>,
+}
+
+impl Read {
+    /// Nothing read yet; `ended` when the body has none.
+    pub(crate) fn empty(ended: bool) -> Read {
+        Read {
+            bytes: Vec::new(),
+            ended,
+            turn: None,
+        }
+    }
 }
 
 /// Reads until at least `want` bytes are there or the body ends; the bytes may run past
@@ -81,18 +116,32 @@ pub(crate) async fn read_at_least(
     }
 }
 
-/// Reads the whole body (after what is already `have`), refusing past `max`.
+/// Reads the whole body (after what is already `have`) in a turn to hold it
+/// ([`turn_to_hold_whole`]), refusing past [`WHOLE_BODY_MAX`].
 pub(crate) async fn read_whole(
     body: &mut Incoming,
     have: Read,
-    max: usize,
     deadline: Duration,
-) -> Result<Vec<u8>, BodyError> {
-    let read = read_at_least(body, have, max + 1, deadline).await?;
-    if !read.ended || read.bytes.len() > max {
+) -> Result<Read, BodyError> {
+    let read = read_at_least_whole(body, have, WHOLE_BODY_MAX + 1, deadline).await?;
+    if !read.ended || read.bytes.len() > WHOLE_BODY_MAX {
         return Err(BodyError::TooLarge);
     }
-    Ok(read.bytes)
+    Ok(read)
+}
+
+/// [`read_at_least`] of a `want` that may be a whole body: in a turn to hold it, which the
+/// read keeps.
+pub(crate) async fn read_at_least_whole(
+    body: &mut Incoming,
+    mut have: Read,
+    want: usize,
+    deadline: Duration,
+) -> Result<Read, BodyError> {
+    if have.turn.is_none() && !have.ended && have.bytes.len() < want {
+        have.turn = Some(turn_to_hold_whole(deadline).await?);
+    }
+    read_at_least(body, have, want, deadline).await
 }
 
 /// Reads and drops the rest of a refused request's body, within bounds.
@@ -115,16 +164,18 @@ pub(crate) async fn drain(body: &mut Incoming) {
 /// rest as it arrives, counted into `count`.
 pub(crate) fn onward(read: Read, rest: Incoming, count: Arc<AtomicU64>) -> Out {
     count.fetch_add(read.bytes.len() as u64, Ordering::Relaxed);
-    if read.ended {
-        return full(read.bytes);
+    let Read { bytes, ended, turn } = read;
+    if ended && turn.is_none() {
+        return full(bytes);
     }
     PrefixThen {
-        prefix: (!read.bytes.is_empty()).then(|| Bytes::from(read.bytes)),
-        rest: Counted {
+        prefix: (!bytes.is_empty()).then(|| Bytes::from(bytes)),
+        rest: (!ended).then_some(Counted {
             inner: rest,
             count,
             rec: None,
-        },
+        }),
+        _turn: turn,
     }
     .boxed()
 }
@@ -140,10 +191,12 @@ pub(crate) fn counted_response(inner: Incoming, rec: Recorder) -> Out {
     .boxed()
 }
 
-/// The prefix read for judgement, then the rest of the client's body, its data only.
+/// The prefix read for judgement, then the rest of the client's body (none when the prefix is
+/// all of it), its data only; a turn to hold the body whole is kept until this is dropped.
 struct PrefixThen {
     prefix: Option<Bytes>,
-    rest: Counted,
+    rest: Option<Counted>,
+    _turn: Option<Turn>,
 }
 
 impl Body for PrefixThen {
@@ -157,10 +210,13 @@ impl Body for PrefixThen {
         if let Some(prefix) = self.prefix.take() {
             return Poll::Ready(Some(Ok(Frame::data(prefix))));
         }
+        let Some(rest) = self.rest.as_mut() else {
+            return Poll::Ready(None);
+        };
         // Trailer fields are not passed on: no rule reads them, and a server that takes them
         // as headers (a method override, a credential) would act on what was never judged.
         loop {
-            match Pin::new(&mut self.rest).poll_frame(cx) {
+            match Pin::new(&mut *rest).poll_frame(cx) {
                 Poll::Ready(Some(Ok(frame))) if !frame.is_data() => continue,
                 polled => return polled,
             }
@@ -168,14 +224,17 @@ impl Body for PrefixThen {
     }
 
     fn is_end_stream(&self) -> bool {
-        self.prefix.is_none() && self.rest.is_end_stream()
+        self.prefix.is_none() && self.rest.as_ref().is_none_or(Body::is_end_stream)
     }
 
     /// Exact when the client framed its body by length, so the upstream leg gets a
     /// `Content-Length` of the same value.
     fn size_hint(&self) -> SizeHint {
         let have = self.prefix.as_ref().map_or(0, |p| p.len() as u64);
-        let rest = self.rest.size_hint();
+        let rest = self
+            .rest
+            .as_ref()
+            .map_or_else(|| SizeHint::with_exact(0), Body::size_hint);
         let mut hint = SizeHint::new();
         hint.set_lower(rest.lower() + have);
         if let Some(upper) = rest.upper() {

@@ -226,10 +226,7 @@ async fn one(mut req: Request<Incoming>, conn: &Conn) -> Response<Out> {
         content_type: content_type.as_deref(),
         header_names: &header_names,
     };
-    let mut read = Read {
-        bytes: Vec::new(),
-        ended: body.is_end_stream(),
-    };
+    let mut read = Read::empty(body.is_end_stream());
     let coding = accepted.content_encoding.as_deref();
     let decision = match judge_body(&shared.policy, info, &mut read, &mut body, coding).await {
         Ok(decision) => decision,
@@ -255,15 +252,8 @@ async fn one(mut req: Request<Incoming>, conn: &Conn) -> Response<Out> {
             let whole = shared.policy.identity_needs_whole_body(&rule)
                 || ask::identity_needs_body(&method, host, &summary);
             if whole && !read.ended {
-                read = match body::read_whole(
-                    &mut body,
-                    read,
-                    body::WHOLE_BODY_MAX,
-                    body::BODY_DEADLINE,
-                )
-                .await
-                {
-                    Ok(bytes) => Read { bytes, ended: true },
+                read = match body::read_whole(&mut body, read, body::BODY_DEADLINE).await {
+                    Ok(whole) => whole,
                     Err(BodyError::TooLarge) => {
                         let reason = format!(
                             "{summary}: the body is over {} MiB, too large to approve by its content",
@@ -331,7 +321,7 @@ async fn judge_body(
     if !decided.rest_of_body_needed {
         return Ok(decided.decision);
     }
-    read_on(read, body, body::WHOLE_BODY_MAX + 1).await?;
+    read_on_whole(read, body).await?;
     if read.ended && read.bytes.len() <= body::WHOLE_BODY_MAX {
         let whole = judge_read(policy, info, read, coding, body::WHOLE_BODY_MAX)
             .map_err(Unjudged::Coding)?;
@@ -345,14 +335,18 @@ async fn judge_body(
 
 /// Reads on until `read` holds at least `want` bytes or the whole body.
 async fn read_on(read: &mut Read, body: &mut Incoming, want: usize) -> Result<(), Unjudged> {
-    let have = std::mem::replace(
-        read,
-        Read {
-            bytes: Vec::new(),
-            ended: false,
-        },
-    );
+    let have = std::mem::replace(read, Read::empty(false));
     *read = body::read_at_least(body, have, want, body::BODY_DEADLINE)
+        .await
+        .map_err(Unjudged::Body)?;
+    Ok(())
+}
+
+/// Reads on until `read` holds the whole body or one byte past the most the gate holds, in a
+/// turn to hold it ([`body::turn_to_hold_whole`]).
+async fn read_on_whole(read: &mut Read, body: &mut Incoming) -> Result<(), Unjudged> {
+    let have = std::mem::replace(read, Read::empty(false));
+    *read = body::read_at_least_whole(body, have, body::WHOLE_BODY_MAX + 1, body::BODY_DEADLINE)
         .await
         .map_err(Unjudged::Body)?;
     Ok(())
@@ -532,7 +526,16 @@ async fn body_failed(
                 "envgit: the body did not arrive in time for the rule that reads it\n",
             ),
         ),
-        _ => (
+        BodyError::Busy => (
+            RULE_TIMEOUT,
+            reply::plain(
+                503,
+                "Service Unavailable",
+                "envgit: other requests' bodies, read whole to judge them, held the gate for as \
+                 long as this one could wait: send fewer large bodies at once\n",
+            ),
+        ),
+        BodyError::Broken | BodyError::TooLarge => (
             RULE_MALFORMED,
             reply::malformed("the body's framing is broken"),
         ),

@@ -431,6 +431,71 @@ fn a_json_body_naming_another_method_is_judged_as_it() {
     }
 }
 
+/// Bodies the gate reads whole to judge (up to 64 MiB each, beside their decoded copy) are held
+/// in envgit's memory, outside the sandbox's memory limit: a step that sends many at once must
+/// not make the host hold them all. Eight 40 MiB JSON POSTs, each read whole (the first MiB
+/// cannot rule out a `_method` later), go out all the same, while envgit's peak memory stays
+/// within a few of them.
+#[test]
+fn many_large_bodies_at_once_do_not_fill_the_hosts_memory() {
+    let host = "registry.example.org";
+    let w = World::new(&[host]);
+    let pad = "A".repeat(40 << 20);
+    w.env
+        .write("big.json", &format!(r#"{{"model":"m","pad":"{pad}"}}"#));
+    drop(pad);
+    let one = format!(
+        "curl -sS -X POST -H 'Content-Type: application/json' -H 'Expect:' -T big.json \
+           -o /dev/null -w '%{{http_code}}\\n' https://{host}/v1/big"
+    );
+    // Once every request has ended, the step waits for the test to read envgit's peak
+    // memory (bounded: 60 s).
+    let script = format!(
+        "for i in 1 2 3 4 5 6 7 8; do {one} & done; wait; : > done; \
+         i=0; while [ ! -e go ] && [ $i -lt 1200 ]; do sleep 0.05; i=$((i+1)); done"
+    );
+    let ca = w.certs.join("ca.pem");
+    let mut cmd = w.env.cmd(&w.env.project);
+    cmd.args(["run", "--upstream-ca", ca.to_str().unwrap()]);
+    for r in &w.resolve {
+        cmd.args(["--resolve", r]);
+    }
+    cmd.args(["--", "sh", "-c", &script]);
+    cmd.stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let child = cmd.spawn().unwrap();
+    let status = format!("/proc/{}/status", child.id());
+    let done = w.env.path("done");
+    // Bounded by the step's own end: a step that ends without `done` fails below.
+    let mut peak_kib = None;
+    for _ in 0..6000 {
+        if done.exists() {
+            peak_kib = std::fs::read_to_string(&status).ok().and_then(|s| {
+                s.lines()
+                    .find_map(|l| l.strip_prefix("VmHWM:"))
+                    .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            });
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    std::fs::write(w.env.path("go"), "").unwrap();
+    let r = Run::from(child.wait_with_output().unwrap());
+    let said = format!("{}\n{}", r.stdout, r.stderr);
+    assert_eq!(
+        r.stdout.matches("200\n").count(),
+        8,
+        "not every large POST went out:\n{said}"
+    );
+    let peak_mib = peak_kib.expect("the step never said its requests ended") >> 10;
+    // Eight bodies held at once are 320 MiB beside envgit's own (~350 MiB at its peak when
+    // they were); two at a time, ~150 MiB.
+    assert!(
+        peak_mib < 250,
+        "envgit held {peak_mib} MiB at its peak: the bodies were held all at once"
+    );
+}
+
 /// Rack (and so Rails' `Rack::MethodOverride`) reads `_method` from a `multipart/mixed` or
 /// `multipart/related` POST as from a form, and Rack and PHP take a `Content-Type` up to a
 /// comma (PHP up to a space too) as its media type: such a body naming `DELETE` at npm's
