@@ -24,19 +24,51 @@ pub(crate) const BODY_DEADLINE: Duration = Duration::from_secs(60);
 /// The most an approval's identity reads of a body it hashes whole (held in the gate's
 /// memory, outside the sandbox); a longer body under such a rule is refused.
 pub(crate) const WHOLE_BODY_MAX: usize = 64 << 20;
-/// How many bodies this process holds whole at once, for every gate and connection in it: each
-/// may be [`WHOLE_BODY_MAX`] and its decoded copy as much again, in the host's memory, outside
-/// the sandbox's memory limit. A request past them waits its turn (within [`BODY_DEADLINE`]);
-/// a turn lasts until the body has gone upstream or been dropped.
+/// How many bodies this process holds for judgement at once, for every gate and connection in
+/// it: that memory is the host's, outside the sandbox's memory limit, and a step may open
+/// hundreds of requests. The first MiB a rule reads of a body (and its decoded copy as much
+/// again) is held in one of [`PREFIXES_AT_ONCE`] turns; a whole body ([`WHOLE_BODY_MAX`] and its
+/// decoded copy) in one of [`WHOLE_BODIES_AT_ONCE`]. A request past them waits its turn (within
+/// [`BODY_DEADLINE`]); a turn lasts until the body has gone upstream or been dropped. A request
+/// takes its prefix turn before its whole one, and nothing holding a whole turn waits for
+/// another, so no two requests wait for each other.
+const PREFIXES_AT_ONCE: usize = 64;
 const WHOLE_BODIES_AT_ONCE: usize = 2;
+static PREFIXES: Semaphore = Semaphore::const_new(PREFIXES_AT_ONCE);
 static WHOLE_BODIES: Semaphore = Semaphore::const_new(WHOLE_BODIES_AT_ONCE);
 
-/// A turn to hold a body whole ([`WHOLE_BODIES_AT_ONCE`]).
-pub(crate) type Turn = SemaphorePermit<'static>;
+/// A turn to hold a body for judgement.
+type Turn = SemaphorePermit<'static>;
 
-/// Waits for a turn to hold a body whole, up to `deadline`.
-pub(crate) async fn turn_to_hold_whole(deadline: Duration) -> Result<Turn, BodyError> {
-    match tokio::time::timeout(deadline, WHOLE_BODIES.acquire()).await {
+/// How much of a body a read holds, and so which turn it takes.
+#[derive(Clone, Copy)]
+pub(crate) enum Hold {
+    /// The first MiB a rule reads.
+    Prefix,
+    /// The whole body, up to [`WHOLE_BODY_MAX`].
+    Whole,
+}
+
+/// The turns a read holds, kept with its bytes until they have gone upstream.
+#[derive(Default)]
+pub(crate) struct Turns {
+    prefix: Option<Turn>,
+    whole: Option<Turn>,
+}
+
+impl Turns {
+    fn any(&self) -> bool {
+        self.prefix.is_some() || self.whole.is_some()
+    }
+}
+
+/// Waits for a turn to hold a body as `hold` says, up to `deadline`.
+async fn take_turn(hold: Hold, deadline: Duration) -> Result<Turn, BodyError> {
+    let turns = match hold {
+        Hold::Prefix => &PREFIXES,
+        Hold::Whole => &WHOLE_BODIES,
+    };
+    match tokio::time::timeout(deadline, turns.acquire()).await {
         Ok(Ok(turn)) => Ok(turn),
         // Never closed; waiting out the deadline is the busy case.
         Ok(Err(_)) | Err(_) => Err(BodyError::Busy),
@@ -63,7 +95,7 @@ pub(crate) enum BodyError {
     TimedOut,
     /// Longer than the cap.
     TooLarge,
-    /// No turn to hold it whole came within the deadline: others held theirs.
+    /// No turn to hold it came within the deadline: other requests held theirs.
     Busy,
 }
 
@@ -72,8 +104,8 @@ pub(crate) struct Read {
     pub(crate) bytes: Vec<u8>,
     /// `bytes` is all of it.
     pub(crate) ended: bool,
-    /// Held while `bytes` may be a whole body (up to [`WHOLE_BODY_MAX`]), until they are sent.
-    pub(crate) turn: Option<Turn>,
+    /// Held with `bytes` until they are sent.
+    pub(crate) turns: Turns,
 }
 
 impl Read {
@@ -82,7 +114,7 @@ impl Read {
         Read {
             bytes: Vec::new(),
             ended,
-            turn: None,
+            turns: Turns::default(),
         }
     }
 }
@@ -116,30 +148,36 @@ pub(crate) async fn read_at_least(
     }
 }
 
-/// Reads the whole body (after what is already `have`) in a turn to hold it
-/// ([`turn_to_hold_whole`]), refusing past [`WHOLE_BODY_MAX`].
+/// Reads the whole body (after what is already `have`) in a turn to hold it, refusing past
+/// [`WHOLE_BODY_MAX`].
 pub(crate) async fn read_whole(
     body: &mut Incoming,
     have: Read,
     deadline: Duration,
 ) -> Result<Read, BodyError> {
-    let read = read_at_least_whole(body, have, WHOLE_BODY_MAX + 1, deadline).await?;
+    let read = read_held(body, have, WHOLE_BODY_MAX + 1, deadline, Hold::Whole).await?;
     if !read.ended || read.bytes.len() > WHOLE_BODY_MAX {
         return Err(BodyError::TooLarge);
     }
     Ok(read)
 }
 
-/// [`read_at_least`] of a `want` that may be a whole body: in a turn to hold it, which the
-/// read keeps.
-pub(crate) async fn read_at_least_whole(
+/// [`read_at_least`] in a turn to hold what it reads as `hold` says, which the read keeps.
+pub(crate) async fn read_held(
     body: &mut Incoming,
     mut have: Read,
     want: usize,
     deadline: Duration,
+    hold: Hold,
 ) -> Result<Read, BodyError> {
-    if have.turn.is_none() && !have.ended && have.bytes.len() < want {
-        have.turn = Some(turn_to_hold_whole(deadline).await?);
+    if !have.ended && have.bytes.len() < want {
+        let slot = match hold {
+            Hold::Prefix => &mut have.turns.prefix,
+            Hold::Whole => &mut have.turns.whole,
+        };
+        if slot.is_none() {
+            *slot = Some(take_turn(hold, deadline).await?);
+        }
     }
     read_at_least(body, have, want, deadline).await
 }
@@ -164,8 +202,12 @@ pub(crate) async fn drain(body: &mut Incoming) {
 /// rest as it arrives, counted into `count`.
 pub(crate) fn onward(read: Read, rest: Incoming, count: Arc<AtomicU64>) -> Out {
     count.fetch_add(read.bytes.len() as u64, Ordering::Relaxed);
-    let Read { bytes, ended, turn } = read;
-    if ended && turn.is_none() {
+    let Read {
+        bytes,
+        ended,
+        turns,
+    } = read;
+    if ended && !turns.any() {
         return full(bytes);
     }
     PrefixThen {
@@ -175,7 +217,7 @@ pub(crate) fn onward(read: Read, rest: Incoming, count: Arc<AtomicU64>) -> Out {
             count,
             rec: None,
         }),
-        _turn: turn,
+        _turns: turns,
     }
     .boxed()
 }
@@ -192,11 +234,11 @@ pub(crate) fn counted_response(inner: Incoming, rec: Recorder) -> Out {
 }
 
 /// The prefix read for judgement, then the rest of the client's body (none when the prefix is
-/// all of it), its data only; a turn to hold the body whole is kept until this is dropped.
+/// all of it), its data only; the read's turns are kept until this is dropped.
 struct PrefixThen {
     prefix: Option<Bytes>,
     rest: Option<Counted>,
-    _turn: Option<Turn>,
+    _turns: Turns,
 }
 
 impl Body for PrefixThen {

@@ -18,7 +18,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncWrite};
 
 use crate::ask::{self, Asked};
-use crate::body::{self, BodyError, Out, Read};
+use crate::body::{self, BodyError, Hold, Out, Read};
 use crate::canonical::{self, Accepted, Proto};
 use crate::credentials;
 use crate::encoding;
@@ -314,14 +314,14 @@ async fn judge_body(
     coding: Option<&str>,
 ) -> Result<RequestDecision, Unjudged> {
     if policy.needs_body(&info) {
-        read_on(read, body, BODY_PREFIX_MAX).await?;
+        read_on(read, body, BODY_PREFIX_MAX, Hold::Prefix).await?;
     }
     let decided =
         judge_read(policy, info, read, coding, BODY_PREFIX_MAX).map_err(Unjudged::Coding)?;
     if !decided.rest_of_body_needed {
         return Ok(decided.decision);
     }
-    read_on_whole(read, body).await?;
+    read_on(read, body, body::WHOLE_BODY_MAX + 1, Hold::Whole).await?;
     if read.ended && read.bytes.len() <= body::WHOLE_BODY_MAX {
         let whole = judge_read(policy, info, read, coding, body::WHOLE_BODY_MAX)
             .map_err(Unjudged::Coding)?;
@@ -333,20 +333,16 @@ async fn judge_body(
     )))
 }
 
-/// Reads on until `read` holds at least `want` bytes or the whole body.
-async fn read_on(read: &mut Read, body: &mut Incoming, want: usize) -> Result<(), Unjudged> {
+/// Reads on until `read` holds at least `want` bytes or the whole body, in a turn to hold them
+/// as `hold` says.
+async fn read_on(
+    read: &mut Read,
+    body: &mut Incoming,
+    want: usize,
+    hold: Hold,
+) -> Result<(), Unjudged> {
     let have = std::mem::replace(read, Read::empty(false));
-    *read = body::read_at_least(body, have, want, body::BODY_DEADLINE)
-        .await
-        .map_err(Unjudged::Body)?;
-    Ok(())
-}
-
-/// Reads on until `read` holds the whole body or one byte past the most the gate holds, in a
-/// turn to hold it ([`body::turn_to_hold_whole`]).
-async fn read_on_whole(read: &mut Read, body: &mut Incoming) -> Result<(), Unjudged> {
-    let have = std::mem::replace(read, Read::empty(false));
-    *read = body::read_at_least_whole(body, have, body::WHOLE_BODY_MAX + 1, body::BODY_DEADLINE)
+    *read = body::read_held(body, have, want, body::BODY_DEADLINE, hold)
         .await
         .map_err(Unjudged::Body)?;
     Ok(())
@@ -531,8 +527,8 @@ async fn body_failed(
             reply::plain(
                 503,
                 "Service Unavailable",
-                "envgit: other requests' bodies, read whole to judge them, held the gate for as \
-                 long as this one could wait: send fewer large bodies at once\n",
+                "envgit: other requests' bodies, held to judge them, filled the gate for as \
+                 long as this one could wait: send fewer at once\n",
             ),
         ),
         BodyError::Broken | BodyError::TooLarge => (
