@@ -4,6 +4,7 @@
 //! when dropped, so an event is recorded however handling ends (done, failed, or cut short by
 //! [`crate::Gate::stop`]).
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -42,7 +43,25 @@ pub struct GateEvent {
     pub uninspected: bool,
     /// The request was asked about: how it was answered.
     pub approval: Option<EventApproval>,
+    /// Not one request but this many, past the first [`LISTED_MAX`] since the events were last
+    /// taken, to the same host with the same decision and rule: their bytes summed, the method
+    /// the first one's, no path. 0 for a request listed on its own.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub unlisted: u64,
 }
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+/// How many requests are listed one by one until the events are taken (a step's): the rest are
+/// counted per host, decision and rule ([`GateEvent::unlisted`]), so that a step's record and
+/// envgit's memory, the host's, stay bounded whatever the step sends.
+pub const LISTED_MAX: usize = 10_000;
+/// How many such counts are kept; the requests past them are counted under host `*`.
+const COUNTED_MAX: usize = 256;
+/// The longest path (with its query) an event keeps; a longer one ends with `…`.
+const PATH_MAX: usize = 2048;
 
 /// How an `ask` was answered.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -137,8 +156,60 @@ pub type Announce = Box<dyn Fn(&GateEvent) + Send + Sync>;
 
 #[derive(Default)]
 pub(crate) struct Events {
-    list: Mutex<Vec<GateEvent>>,
+    list: Mutex<List>,
     announce: Option<Announce>,
+}
+
+/// The events since the last take: the first [`LISTED_MAX`] requests, then counts.
+#[derive(Default)]
+struct List {
+    events: Vec<GateEvent>,
+    listed: usize,
+    /// Where each count is in `events`, by host, decision and rule.
+    counted: HashMap<(String, Decision, Option<String>), usize>,
+}
+
+impl List {
+    fn push(&mut self, mut event: GateEvent) {
+        if self.listed < LISTED_MAX {
+            self.listed += 1;
+            shorten_path(&mut event.path);
+            self.events.push(event);
+            return;
+        }
+        let mut key = (event.host.clone(), event.decision, event.rule.clone());
+        if !self.counted.contains_key(&key) && self.counted.len() >= COUNTED_MAX {
+            key.0 = "*".to_owned();
+        }
+        if let Some(&at) = self.counted.get(&key) {
+            let count = &mut self.events[at];
+            count.unlisted += 1;
+            count.bytes_out += event.bytes_out;
+            count.bytes_in += event.bytes_in;
+            count.irreversible |= event.irreversible;
+            count.uninspected |= event.uninspected;
+            return;
+        }
+        event.host.clone_from(&key.0);
+        event.path.clear();
+        event.reason = None;
+        event.approval = None;
+        event.unlisted = 1;
+        self.counted.insert(key, self.events.len());
+        self.events.push(event);
+    }
+}
+
+/// Cuts `path` to [`PATH_MAX`] bytes at a character boundary, ending it with `…`.
+fn shorten_path(path: &mut String) {
+    if path.len() > PATH_MAX {
+        let mut end = PATH_MAX;
+        while !path.is_char_boundary(end) {
+            end -= 1;
+        }
+        path.truncate(end);
+        path.push('…');
+    }
 }
 
 impl Events {
@@ -157,7 +228,7 @@ impl Events {
     }
 
     pub(crate) fn take(&self) -> Vec<GateEvent> {
-        std::mem::take(&mut *self.list.lock().unwrap_or_else(|p| p.into_inner()))
+        std::mem::take(&mut *self.list.lock().unwrap_or_else(|p| p.into_inner())).events
     }
 }
 
@@ -190,6 +261,7 @@ impl Recorder {
                 irreversible: false,
                 uninspected: false,
                 approval: None,
+                unlisted: 0,
             },
             bytes_out: Arc::default(),
             bytes_in: Arc::default(),
@@ -285,5 +357,72 @@ mod tests {
         assert_eq!(e.approval.unwrap().answer, ApprovalAnswer::Refused);
         // An event that never reached a decision is denied.
         assert_eq!(GateEvent::default().decision, Decision::Denied);
+    }
+
+    fn request(host: &str, path: &str, decision: Decision, rule: Option<&str>) -> GateEvent {
+        GateEvent {
+            method: "GET".into(),
+            host: host.into(),
+            port: 443,
+            path: path.into(),
+            decision,
+            rule: rule.map(str::to_owned),
+            bytes_out: 10,
+            bytes_in: 100,
+            ..GateEvent::default()
+        }
+    }
+
+    /// Past the listed ones, requests are counted per host, decision and rule, with their bytes
+    /// summed; past the counts kept, under host `*`; a long path is cut at a character.
+    #[test]
+    fn the_list_is_bounded_and_the_rest_counted() {
+        let mut list = List::default();
+        let long = format!("/{}", "é".repeat(PATH_MAX));
+        list.push(request("a.example", &long, Decision::Allowed, None));
+        for _ in 1..LISTED_MAX {
+            list.push(request("a.example", "/x", Decision::Allowed, None));
+        }
+        assert!(list.events[0].path.len() <= PATH_MAX + '…'.len_utf8());
+        assert!(list.events[0].path.ends_with('…'));
+        for _ in 0..3 {
+            list.push(request("a.example", "/y", Decision::Allowed, None));
+            list.push(request(
+                "a.example",
+                "/z",
+                Decision::Denied,
+                Some("npm.publish"),
+            ));
+        }
+        for i in 0..COUNTED_MAX + 5 {
+            list.push(request(
+                &format!("h{i}.example"),
+                "/",
+                Decision::Allowed,
+                None,
+            ));
+        }
+        let counts: Vec<&GateEvent> = list.events.iter().filter(|e| e.unlisted > 0).collect();
+        assert_eq!(list.events.len() - counts.len(), LISTED_MAX);
+        assert_eq!(counts.len(), COUNTED_MAX + 1);
+        let allowed = counts[0];
+        assert_eq!(
+            (
+                allowed.host.as_str(),
+                allowed.unlisted,
+                allowed.bytes_in,
+                allowed.path.as_str()
+            ),
+            ("a.example", 3, 300, "")
+        );
+        let denied = counts[1];
+        assert_eq!(denied.rule.as_deref(), Some("npm.publish"));
+        assert_eq!((denied.decision, denied.unlisted), (Decision::Denied, 3));
+        let rest = counts.last().unwrap();
+        assert_eq!((rest.host.as_str(), rest.unlisted), ("*", 7));
+        assert_eq!(
+            counts.iter().map(|e| e.unlisted).sum::<u64>(),
+            6 + COUNTED_MAX as u64 + 5
+        );
     }
 }

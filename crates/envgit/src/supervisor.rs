@@ -310,10 +310,11 @@ pub fn run_step(
     // ahead of what the import and the put-back refused. The gate announced its refusals as
     // they happened.
     let gate_events = move |draft: &mut StepDraft| {
-        let (requests, refusals, approvals) = requests_of(&gate.events());
-        draft.requests = requests;
-        draft.refusals.splice(0..0, refusals);
-        draft.approvals.splice(0..0, approvals);
+        let record = requests_of(&gate.events());
+        draft.requests = record.requests;
+        draft.refusals.splice(0..0, record.refusals);
+        draft.approvals.splice(0..0, record.approvals);
+        draft.notes.extend(record.notes);
     };
     let sandboxed = Sandboxed {
         protected: &protected,
@@ -444,10 +445,10 @@ fn count_repeats(events: &[GateEvent]) {
             .find(|(key, ..)| *key == (e.host.as_str(), rule))
         {
             Some((_, first, n, varied)) => {
-                *n += 1;
+                *n += e.unlisted.max(1);
                 *varied |= event_target(first).1 != event_target(e).1 || first.method != e.method;
             }
-            None => seen.push(((e.host.as_str(), rule), e, 1, false)),
+            None => seen.push(((e.host.as_str(), rule), e, e.unlisted.max(1), false)),
         }
     }
     for ((host, rule), first, n, varied) in seen {
@@ -467,13 +468,25 @@ fn count_repeats(events: &[GateEvent]) {
 
 /// The gate's events as step records: every request, and the refused ones as refusals.
 /// Prints the count of repeated refusals (the step has ended).
-pub(crate) fn requests_of(events: &[GateEvent]) -> (Vec<Request>, Vec<Refusal>, Vec<Approval>) {
+pub(crate) fn requests_of(events: &[GateEvent]) -> GateRecord {
     count_repeats(events);
     let mut requests = Vec::new();
     let mut refusals = Vec::new();
     let mut approvals = Vec::new();
+    let mut notes = Vec::new();
     for e in events {
         let (host, target) = event_target(e);
+        if e.unlisted > 0 {
+            let what = unlisted_line(e, &host);
+            if e.decision != Decision::Allowed {
+                refusals.push(Refusal {
+                    what: what.clone(),
+                    rule: e.rule.clone().unwrap_or_else(|| "gate".into()),
+                });
+            }
+            notes.push(what);
+            continue;
+        }
         if let Some(a) = &e.approval {
             approvals.push(Approval {
                 what: format!("{} {target}: {}", e.method, a.summary),
@@ -512,7 +525,45 @@ pub(crate) fn requests_of(events: &[GateEvent]) -> (Vec<Request>, Vec<Refusal>, 
             irreversible: e.irreversible,
         });
     }
-    (requests, refusals, approvals)
+    GateRecord {
+        requests,
+        refusals,
+        approvals,
+        notes,
+    }
+}
+
+/// What a step's gate events become in its record: the requests listed one by one, the
+/// refusals and approvals among them, and a note for each count of requests past the listed
+/// ones.
+pub(crate) struct GateRecord {
+    pub(crate) requests: Vec<Request>,
+    pub(crate) refusals: Vec<Refusal>,
+    pub(crate) approvals: Vec<Approval>,
+    pub(crate) notes: Vec<String>,
+}
+
+/// `2,000 more requests to example.com, allowed, not listed one by one (…)`.
+fn unlisted_line(e: &GateEvent, host: &str) -> String {
+    let outcome = match (e.decision, &e.rule) {
+        (Decision::Allowed, _) => "allowed".to_owned(),
+        (Decision::Denied, Some(rule)) => format!("denied (rule {rule})"),
+        (Decision::Denied, None) => "denied".to_owned(),
+    };
+    let host = if host == "*" { "other hosts" } else { host };
+    format!(
+        "{} more request(s) to {host}, {outcome}, past the {} listed one by one \
+         ({} bytes out, {} in){}",
+        e.unlisted,
+        envgit_gate::LISTED_MAX,
+        e.bytes_out,
+        e.bytes_in,
+        if e.irreversible {
+            "; irreversible ones among them"
+        } else {
+            ""
+        }
+    )
 }
 
 /// `(host, what)`: CONNECT names host:port; a request names host (with a non-default port)

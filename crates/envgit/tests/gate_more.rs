@@ -546,6 +546,55 @@ fn many_bodies_stopped_short_do_not_fill_the_hosts_memory() {
     );
 }
 
+/// A step's requests are listed one by one in its record up to 10,000; past them they are
+/// counted per host, decision and rule, so that neither the record nor envgit's memory (the
+/// host's) grows with whatever a step sends (a crawler, a load test, a loop). Refused npm
+/// dist-tag removals on one HTTP/2 connection: the gate answers them itself, quickly.
+#[test]
+fn a_step_past_ten_thousand_requests_lists_the_rest_as_counts() {
+    let host = "registry.example.org";
+    let w = World::new(&[host]);
+    let sent = 10_050;
+    let urls: String = (0..sent)
+        .map(|i| {
+            format!(
+                "url = \"https://{host}/-/package/demo/dist-tags/t{i}\"\noutput = \"/dev/null\"\n"
+            )
+        })
+        .collect();
+    w.env.write("urls.cfg", &urls);
+    let r = w.run("curl -sS --http2 -X DELETE -K urls.cfg -w '%{http_code}\\n'");
+    let said = format!("{}\n{}", r.stdout, r.stderr);
+    assert_eq!(
+        r.stdout.matches("403\n").count(),
+        sent,
+        "not every removal was refused:\n{}",
+        said.chars().take(2000).collect::<String>()
+    );
+    let log = w.env.log_json();
+    let listed = log[0]["requests"].as_array().unwrap();
+    assert_eq!(
+        listed.len(),
+        10_000,
+        "the step listed {} requests",
+        listed.len()
+    );
+    let connects = listed.iter().filter(|q| q["method"] == "CONNECT").count();
+    let notes = log[0]["notes"].to_string();
+    assert!(
+        notes.contains(&format!(
+            "{} more request(s) to {host}, denied (rule npm.dist-tag), past the 10000 listed",
+            sent + connects - 10_000
+        )),
+        "no count of the requests past the listed ones: {notes}"
+    );
+    let refusals = log[0]["refusals"].to_string();
+    assert!(
+        refusals.contains("more request(s) to"),
+        "the counted refusals are not among the step's refusals"
+    );
+}
+
 /// What a script waits with for the test's `go` file, once it wrote `sent` (60 s at most).
 const WAIT_FOR_GO: &str =
     "i=0; while [ ! -e go ] && [ $i -lt 1200 ]; do sleep 0.05; i=$((i+1)); done";

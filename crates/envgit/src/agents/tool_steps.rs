@@ -241,18 +241,19 @@ impl<'a> ToolSteps<'a> {
 
     fn close(&mut self, call: OpenCall, failed: bool) {
         self.calls += 1;
-        let (requests, refusals, approvals) = requests_of(&call.events);
+        let record = requests_of(&call.events);
         let summary = if failed {
             format!("{} (failed)", call.summary)
         } else {
             call.summary
         };
-        let draft = StepDraft {
-            requests,
-            refusals,
-            approvals,
+        let mut draft = StepDraft {
+            requests: record.requests,
+            refusals: record.refusals,
+            approvals: record.approvals,
             ..self.draft(summary, call.started)
         };
+        draft.notes.extend(record.notes);
         if let Err(f) = self.commit(draft) {
             output::error(&format!("recording a tool call: {}", f.message));
         }
@@ -325,18 +326,19 @@ impl<'a> ToolSteps<'a> {
         events.extend(rest);
         self.file(events);
         self.close_all();
-        let (requests, refusals, approvals) = requests_of(&std::mem::take(&mut self.between));
+        let record = requests_of(&std::mem::take(&mut self.between));
         let line = envgit_policy::command_line(&argv);
-        let draft = StepDraft {
+        let mut draft = StepDraft {
             kind: Some(StepKind::Run),
             summary: format!("{line} (session: {} tool call(s))", self.calls),
             command: Some(argv),
             exit_code: Some(code),
-            requests,
-            refusals,
-            approvals,
+            requests: record.requests,
+            refusals: record.refusals,
+            approvals: record.approvals,
             ..self.draft(String::new(), started)
         };
+        draft.notes.extend(record.notes);
         self.commit(draft)?;
         let ToolSteps {
             store, live, git, ..

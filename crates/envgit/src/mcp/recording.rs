@@ -25,18 +25,19 @@ impl Inner {
             .map(|e| e.at_ms)
             .min()
             .unwrap_or_else(envgit_store::now_ms);
-        let (requests, refusals, approvals) = crate::supervisor::requests_of(&events);
+        let gate = crate::supervisor::requests_of(&events);
         let draft = StepDraft {
             kind: Some(StepKind::Repl),
             started_at_ms: started,
             summary: format!(
                 "mcp servers after the last execute: {} request(s)",
-                requests.len()
+                gate.requests.len()
             ),
             policy_hash: Some(self.policy_hash.clone()),
-            requests,
-            refusals,
-            approvals,
+            requests: gate.requests,
+            refusals: gate.refusals,
+            approvals: gate.approvals,
+            notes: gate.notes,
             ..Default::default()
         };
         let recorder = self.recorder.clone();
@@ -89,8 +90,8 @@ impl Inner {
             .map(|c| c.server.as_str())
             .collect();
         let events = self.downstreams.gate_events(&called).await;
-        let (requests, refusals, gate_approvals) = crate::supervisor::requests_of(&events);
-        approvals.extend(gate_approvals);
+        let gate = crate::supervisor::requests_of(&events);
+        approvals.extend(gate.approvals);
         let (status, text, is_error, truncated) = render(&outcome);
         let bytes_in: u64 = calls.iter().map(|c| c.bytes_in).sum();
         let bytes_out = text.len() as u64;
@@ -119,8 +120,9 @@ impl Inner {
             policy_hash: Some(self.policy_hash.clone()),
             flags,
             approvals,
-            requests,
-            refusals,
+            requests: gate.requests,
+            refusals: gate.refusals,
+            notes: gate.notes,
             repl: Some(record),
             ..Default::default()
         };
