@@ -43,9 +43,9 @@ pub struct GateEvent {
     pub uninspected: bool,
     /// The request was asked about: how it was answered.
     pub approval: Option<EventApproval>,
-    /// Not one request but this many, past the first [`LISTED_MAX`] since the events were last
-    /// taken, to the same host with the same decision and rule: their bytes summed, the method
-    /// the first one's, no path. 0 for a request listed on its own.
+    /// Not one request but this many, past the first [`LISTED_MAX`] of a step's list
+    /// ([`EventList`]), to the same host with the same decision and rule: their bytes summed,
+    /// the method the first one's, no path. 0 for a request listed on its own.
     #[serde(skip_serializing_if = "is_zero")]
     pub unlisted: u64,
 }
@@ -156,22 +156,27 @@ pub type Announce = Box<dyn Fn(&GateEvent) + Send + Sync>;
 
 #[derive(Default)]
 pub(crate) struct Events {
-    list: Mutex<List>,
+    list: Mutex<EventList>,
     announce: Option<Announce>,
 }
 
-/// The events since the last take: the first [`LISTED_MAX`] requests, then counts.
+/// Events as a step keeps them: the first [`LISTED_MAX`] requests one by one, then counts per
+/// host, decision and rule ([`GateEvent::unlisted`]). The gate keeps its events so until they
+/// are taken, and whoever gathers several takes into one step's (a session's tool calls,
+/// `envgit mcp`'s servers) gathers them into one of these, so that a step's list is bounded
+/// however often it was taken.
 #[derive(Default)]
-struct List {
+pub struct EventList {
     events: Vec<GateEvent>,
     listed: usize,
     /// Where each count is in `events`, by host, decision and rule.
     counted: HashMap<(String, Decision, Option<String>), usize>,
 }
 
-impl List {
-    fn push(&mut self, mut event: GateEvent) {
-        if self.listed < LISTED_MAX {
+impl EventList {
+    /// Adds one request (listed while fewer than [`LISTED_MAX`] are), or a count of them.
+    pub fn push(&mut self, mut event: GateEvent) {
+        if event.unlisted == 0 && self.listed < LISTED_MAX {
             self.listed += 1;
             shorten_path(&mut event.path);
             self.events.push(event);
@@ -181,9 +186,10 @@ impl List {
         if !self.counted.contains_key(&key) && self.counted.len() >= COUNTED_MAX {
             key.0 = "*".to_owned();
         }
+        let requests = event.unlisted.max(1);
         if let Some(&at) = self.counted.get(&key) {
             let count = &mut self.events[at];
-            count.unlisted += 1;
+            count.unlisted += requests;
             count.bytes_out += event.bytes_out;
             count.bytes_in += event.bytes_in;
             count.irreversible |= event.irreversible;
@@ -194,9 +200,31 @@ impl List {
         event.path.clear();
         event.reason = None;
         event.approval = None;
-        event.unlisted = 1;
+        event.unlisted = requests;
         self.counted.insert(key, self.events.len());
         self.events.push(event);
+    }
+
+    /// The events in the order they came, each count where its first request came.
+    pub fn into_events(self) -> Vec<GateEvent> {
+        self.events
+    }
+
+    /// [`EventList::into_events`], leaving this empty.
+    pub fn take(&mut self) -> Vec<GateEvent> {
+        std::mem::take(self).into_events()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.events.is_empty()
+    }
+}
+
+impl Extend<GateEvent> for EventList {
+    fn extend<I: IntoIterator<Item = GateEvent>>(&mut self, events: I) {
+        for e in events {
+            self.push(e);
+        }
     }
 }
 
@@ -228,7 +256,7 @@ impl Events {
     }
 
     pub(crate) fn take(&self) -> Vec<GateEvent> {
-        std::mem::take(&mut *self.list.lock().unwrap_or_else(|p| p.into_inner())).events
+        self.list.lock().unwrap_or_else(|p| p.into_inner()).take()
     }
 }
 
@@ -377,7 +405,7 @@ mod tests {
     /// summed; past the counts kept, under host `*`; a long path is cut at a character.
     #[test]
     fn the_list_is_bounded_and_the_rest_counted() {
-        let mut list = List::default();
+        let mut list = EventList::default();
         let long = format!("/{}", "é".repeat(PATH_MAX));
         list.push(request("a.example", &long, Decision::Allowed, None));
         for _ in 1..LISTED_MAX {
@@ -424,5 +452,28 @@ mod tests {
             counts.iter().map(|e| e.unlisted).sum::<u64>(),
             6 + COUNTED_MAX as u64 + 5
         );
+    }
+
+    /// A step gathered from several takes (a session's tool calls, `envgit mcp`'s servers) is
+    /// bounded as one: the counts a take brings join the list's own.
+    #[test]
+    fn takes_gathered_into_one_list_stay_bounded() {
+        let mut gate = EventList::default();
+        for _ in 0..LISTED_MAX + 3 {
+            gate.push(request("a.example", "/x", Decision::Allowed, None));
+        }
+        let first_take = gate.take();
+        assert!(gate.is_empty());
+        let mut step = EventList::default();
+        step.extend(first_take);
+        for _ in 0..5 {
+            gate.push(request("a.example", "/x", Decision::Allowed, None));
+        }
+        step.extend(gate.take());
+        let events = step.into_events();
+        let counts: Vec<&GateEvent> = events.iter().filter(|e| e.unlisted > 0).collect();
+        assert_eq!(events.len() - counts.len(), LISTED_MAX);
+        assert_eq!(counts.len(), 1);
+        assert_eq!((counts[0].unlisted, counts[0].bytes_out), (8, 80));
     }
 }

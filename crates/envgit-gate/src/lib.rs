@@ -77,7 +77,9 @@ pub use ca::{CaError, RunCa, StoredCa};
 pub use control::{CONTROL_TOKEN_FILE, ControlAnswer, ControlOp, ControlRequest};
 pub use control_client::{control_request, control_request_via};
 pub use credentials::Credential;
-pub use events::{Announce, ApprovalAnswer, Decision, EventApproval, GateEvent, LISTED_MAX};
+pub use events::{
+    Announce, ApprovalAnswer, Decision, EventApproval, EventList, GateEvent, LISTED_MAX,
+};
 pub use reserved_ports::entry_is_live as reserved_port_entry_is_live;
 pub use resolve::{Resolve, ResolveError, parse_list as parse_resolve_list};
 

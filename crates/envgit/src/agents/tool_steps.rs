@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::sync::mpsc::Receiver;
 use std::time::Duration;
 
-use envgit_gate::{EventTap, GateEvent};
+use envgit_gate::{EventList, EventTap, GateEvent};
 use envgit_store::{
     GitLayer, LiveTree, ObjectId, ProtectedCopy, Refusal, StepDraft, StepFlag, StepKind, Store,
     now_ms,
@@ -48,7 +48,7 @@ struct OpenCall {
     id: String,
     summary: String,
     started: u64,
-    events: Vec<GateEvent>,
+    events: EventList,
 }
 
 /// The open run: its store, its working tree, one step guard for all its steps.
@@ -74,7 +74,7 @@ pub(crate) struct ToolSteps<'a> {
     /// Oldest first.
     open: Vec<OpenCall>,
     /// Requests that finished while no call was open (the agent's own model traffic).
-    between: Vec<GateEvent>,
+    between: EventList,
     tap: Option<EventTap>,
     tap_rx: Receiver<EventTap>,
     calls: u64,
@@ -114,7 +114,7 @@ impl<'a> ToolSteps<'a> {
             swept: Vec::new(),
             last_tree,
             open: Vec::new(),
-            between: Vec::new(),
+            between: EventList::default(),
             tap: None,
             tap_rx,
             calls: 0,
@@ -192,7 +192,7 @@ impl<'a> ToolSteps<'a> {
                     id,
                     summary,
                     started: now_ms(),
-                    events: Vec::new(),
+                    events: EventList::default(),
                 });
                 json!({"allow": true})
             }
@@ -204,7 +204,7 @@ impl<'a> ToolSteps<'a> {
                         id,
                         summary,
                         started: now_ms(),
-                        events: Vec::new(),
+                        events: EventList::default(),
                     },
                 };
                 // Finished by the time this call ended: with calls in parallel, the one
@@ -241,7 +241,7 @@ impl<'a> ToolSteps<'a> {
 
     fn close(&mut self, call: OpenCall, failed: bool) {
         self.calls += 1;
-        let record = requests_of(&call.events);
+        let record = requests_of(&call.events.into_events());
         let summary = if failed {
             format!("{} (failed)", call.summary)
         } else {
@@ -326,7 +326,7 @@ impl<'a> ToolSteps<'a> {
         events.extend(rest);
         self.file(events);
         self.close_all();
-        let record = requests_of(&std::mem::take(&mut self.between));
+        let record = requests_of(&self.between.take());
         let line = envgit_policy::command_line(&argv);
         let mut draft = StepDraft {
             kind: Some(StepKind::Run),

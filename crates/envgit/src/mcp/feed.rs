@@ -29,7 +29,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use envgit_gate::{EventTap, GateEvent};
+use envgit_gate::{EventList, EventTap, GateEvent};
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::unix::OwnedWriteHalf;
@@ -175,7 +175,7 @@ fn send(stream: &mut UnixStream, lines: &[Line]) -> std::io::Result<()> {
 /// has taken yet.
 pub(crate) struct Feeds {
     dir: Option<PathBuf>,
-    pending: Arc<Mutex<Vec<GateEvent>>>,
+    pending: Arc<Mutex<EventList>>,
     opened: usize,
 }
 
@@ -233,7 +233,10 @@ impl Feeds {
 
     /// Everything received and not yet taken, oldest first.
     pub fn take(&self) -> Vec<GateEvent> {
-        std::mem::take(&mut *self.pending.lock().unwrap_or_else(|p| p.into_inner()))
+        self.pending
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
     }
 }
 
@@ -251,7 +254,7 @@ async fn read_feed(
     path: PathBuf,
     writer: Arc<tokio::sync::Mutex<Option<OwnedWriteHalf>>>,
     flushed: watch::Sender<u64>,
-    pending: Arc<Mutex<Vec<GateEvent>>>,
+    pending: Arc<Mutex<EventList>>,
 ) {
     let accepted = tokio::time::timeout(ACCEPT_TIMEOUT, listener.accept()).await;
     // One connection only: nothing else can connect once the path is gone.
