@@ -54,9 +54,9 @@ fn is_zero(n: &u64) -> bool {
     *n == 0
 }
 
-/// How many requests are listed one by one until the events are taken (a step's): the rest are
-/// counted per host, decision and rule ([`GateEvent::unlisted`]), so that a step's record and
-/// envgit's memory, the host's, stay bounded whatever the step sends.
+/// How many requests a step lists one by one ([`EventList`]): the rest are counted per host,
+/// decision and rule ([`GateEvent::unlisted`]), so that a step's record and envgit's memory,
+/// the host's, stay bounded whatever the step sends.
 pub const LISTED_MAX: usize = 10_000;
 /// How many such counts are kept; the requests past them are counted under host `*`.
 const COUNTED_MAX: usize = 256;

@@ -466,8 +466,9 @@ fn count_repeats(events: &[GateEvent]) {
     ANNOUNCED.lock().unwrap_or_else(|p| p.into_inner()).clear();
 }
 
-/// The gate's events as step records: every request, and the refused ones as refusals.
-/// Prints the count of repeated refusals (the step has ended).
+/// The gate's events as step records: every request listed, the refused ones as refusals, and
+/// each count of requests past the listed ones as a note (and a refusal when refused). Prints
+/// the count of repeated refusals (the step has ended).
 pub(crate) fn requests_of(events: &[GateEvent]) -> GateRecord {
     count_repeats(events);
     let mut requests = Vec::new();
@@ -543,7 +544,8 @@ pub(crate) struct GateRecord {
     pub(crate) notes: Vec<String>,
 }
 
-/// `2,000 more requests to example.com, allowed, not listed one by one (…)`.
+/// `2000 more request(s) to example.com, allowed, past the 10000 listed one by one (… bytes
+/// out, … in)`.
 fn unlisted_line(e: &GateEvent, host: &str) -> String {
     let outcome = match (e.decision, &e.rule) {
         (Decision::Allowed, _) => "allowed".to_owned(),
