@@ -167,8 +167,8 @@ pub(crate) struct Events {
 /// however often it was taken.
 #[derive(Default)]
 pub struct EventList {
+    /// The requests listed, and the counts where `counted` says.
     events: Vec<GateEvent>,
-    listed: usize,
     /// Where each count is in `events`, by host, decision and rule.
     counted: HashMap<(String, Decision, Option<String>), usize>,
 }
@@ -176,8 +176,8 @@ pub struct EventList {
 impl EventList {
     /// Adds one request (listed while fewer than [`LISTED_MAX`] are), or a count of them.
     pub fn push(&mut self, mut event: GateEvent) {
-        if event.unlisted == 0 && self.listed < LISTED_MAX {
-            self.listed += 1;
+        let listed = self.events.len() - self.counted.len();
+        if event.unlisted == 0 && listed < LISTED_MAX {
             shorten_path(&mut event.path);
             self.events.push(event);
             return;
