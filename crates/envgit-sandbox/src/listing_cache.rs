@@ -16,6 +16,11 @@
 //! same, nothing changed there, and the next step takes what was found without one `lstat`
 //! ([`ListingCache::vouched`]).
 //!
+//! Each listing also keeps the names of the regular files with more than one link (one
+//! `lstat` per file, made only when a directory is read afresh): the step gives the project
+//! its own copy of each ([`crate::plan::ProjectFacts::linked_excluded`]), which changes the
+//! directory, so it is read again the next time.
+//!
 //! It is a cache kept in the store (outside every sandbox): written to a temporary file and
 //! renamed into place, and a missing, torn, foreign (other `deny_read` globs) or other-version
 //! file is ignored — everything is listed — never trusted.
@@ -23,8 +28,9 @@
 use std::collections::HashMap;
 use std::path::Path;
 
-/// `03`: the names to mask include sockets (a listing that found none is not trusted).
-const MAGIC: &[u8; 8] = b"EGLIST03";
+/// `04`: each listing holds its files with more than one link (one made before them did not
+/// look: it is not trusted).
+const MAGIC: &[u8; 8] = b"EGLIST04";
 const END: &[u8; 8] = b"EGLISTOK";
 /// As the store's stat index: a change within this of a listing makes the listing untrusted.
 pub(crate) const RACY_MARGIN_NS: i64 = 2_000_000_000;
@@ -40,6 +46,8 @@ pub(crate) struct Listed {
     pub subdirs: Vec<Vec<u8>>,
     /// Names in it to mask.
     pub secrets: Vec<Vec<u8>>,
+    /// Names of its regular files with more than one link (none of them masked).
+    pub linked: Vec<Vec<u8>>,
 }
 
 impl Listed {
@@ -59,6 +67,15 @@ pub struct ListingVouch {
     pub count: u64,
 }
 
+/// What a whole listing found, relative to the project.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub(crate) struct Found {
+    /// To mask.
+    pub secrets: Vec<Vec<u8>>,
+    /// Regular files with more than one link.
+    pub linked: Vec<Vec<u8>>,
+}
+
 /// The listings of one step, by directory (relative to the project), and the globs they were
 /// matched against.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -66,10 +83,10 @@ pub(crate) struct ListingCache {
     pub globs: Vec<u8>,
     /// The daemon's count just before the listing, when it covered every directory.
     pub vouch: Option<ListingVouch>,
-    /// The directories the listing started from (sorted), and what it found to mask below
-    /// them (relative to the project).
+    /// The directories the listing started from (sorted), and what it found below them
+    /// (relative to the project): to mask, and with more than one link.
     pub roots: Vec<Vec<u8>>,
-    pub found: Vec<Vec<u8>>,
+    pub found: Found,
     pub dirs: HashMap<Vec<u8>, Listed>,
     /// Whether `dirs` differs from the file it was loaded from (not stored): an unchanged cache
     /// is not written again.
@@ -104,7 +121,7 @@ impl ListingCache {
         globs: &[u8],
         vouch: ListingVouch,
         roots: &[Vec<u8>],
-    ) -> Option<Vec<Vec<u8>>> {
+    ) -> Option<Found> {
         let mut r = Reader(body(bytes)?);
         let head = header(&mut r)?;
         (head.globs == globs && head.vouch == Some(vouch) && head.roots == roots)
@@ -146,7 +163,8 @@ fn encode(cache: &ListingCache) -> Vec<u8> {
         None => out.push(0),
     }
     put_names(&mut out, &cache.roots);
-    put_names(&mut out, &cache.found);
+    put_names(&mut out, &cache.found.secrets);
+    put_names(&mut out, &cache.found.linked);
     out.extend_from_slice(&(cache.dirs.len() as u32).to_le_bytes());
     for (rel, d) in &cache.dirs {
         put_bytes(&mut out, rel);
@@ -155,6 +173,7 @@ fn encode(cache: &ListingCache) -> Vec<u8> {
         out.extend_from_slice(&d.listed_ns.to_le_bytes());
         put_names(&mut out, &d.subdirs);
         put_names(&mut out, &d.secrets);
+        put_names(&mut out, &d.linked);
     }
     let len = out.len() as u64;
     out.extend_from_slice(&len.to_le_bytes());
@@ -207,7 +226,7 @@ struct Header {
     globs: Vec<u8>,
     vouch: Option<ListingVouch>,
     roots: Vec<Vec<u8>>,
-    found: Vec<Vec<u8>>,
+    found: Found,
 }
 
 fn header(r: &mut Reader<'_>) -> Option<Header> {
@@ -227,7 +246,10 @@ fn header(r: &mut Reader<'_>) -> Option<Header> {
         globs,
         vouch,
         roots: r.names()?,
-        found: r.names()?,
+        found: Found {
+            secrets: r.names()?,
+            linked: r.names()?,
+        },
     })
 }
 
@@ -250,6 +272,7 @@ fn decode(b: &[u8]) -> Option<ListingCache> {
             listed_ns: r.u64()? as i64,
             subdirs: r.names()?,
             secrets: r.names()?,
+            linked: r.names()?,
         };
         dirs.insert(rel, listed);
     }
@@ -277,6 +300,7 @@ mod tests {
                 listed_ns: 5_000_000_000,
                 subdirs: vec![b"a".to_vec(), b"\xffb".to_vec()],
                 secrets: vec![b".env".to_vec()],
+                linked: vec![b"index.js".to_vec()],
             },
         );
         ListingCache {
@@ -286,7 +310,10 @@ mod tests {
                 count: 41,
             }),
             roots: vec![b"node_modules".to_vec()],
-            found: vec![b"node_modules/.env".to_vec()],
+            found: Found {
+                secrets: vec![b"node_modules/.env".to_vec()],
+                linked: vec![b"node_modules/index.js".to_vec()],
+            },
             dirs,
             changed: false,
         }

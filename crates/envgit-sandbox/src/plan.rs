@@ -7,7 +7,7 @@ use envgit_policy::Policy;
 use ignore::gitignore::GitignoreBuilder;
 
 pub use crate::project_index::{
-    ListingVouch, ProjectFacts, ProjectIndex, Seen, TooManyHardLinks, project_facts,
+    ListingVouch, MAX_LINK_BINDS, ProjectFacts, ProjectIndex, Seen, TooManyHardLinks, project_facts,
 };
 use crate::spec::{Overlay, RelaySpec, Spec};
 use crate::trust::{self, TrustFiles};

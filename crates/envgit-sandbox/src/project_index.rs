@@ -15,6 +15,11 @@
 //!   Files under the project's own `.git` are left out: inside it is an overlay, so a write
 //!   through one (a chmod + write to an object `clone --local` hard-linked) lands in the
 //!   run's layer, and the import never rewrites an object the host has.
+//! - the regular files with more than one link in the directories the scan does not enter
+//!   (a pnpm `node_modules/` linked to its store, a uv `.venv/` to its cache, both shared by
+//!   every project of the person's): too many to bind one by one, so the caller gives the
+//!   project its own copy of each before the step. Their listing `lstat`s each regular file
+//!   it reads afresh; the cache keeps what it found.
 
 use std::collections::{HashMap, HashSet};
 use std::os::fd::AsFd;
@@ -25,7 +30,7 @@ use envgit_policy::Policy;
 use ignore::gitignore::{Gitignore, GitignoreBuilder};
 
 pub use crate::listing_cache::ListingVouch;
-use crate::listing_cache::{Listed, ListingCache};
+use crate::listing_cache::{Found, Listed, ListingCache};
 
 /// Read-only binds for hard-linked files: each is a mount in the sandbox's namespace (the
 /// kernel caps a namespace at `fs.mount-max`, 100,000 by default) and costs its setup time.
@@ -69,6 +74,10 @@ pub struct ProjectFacts {
     pub secrets: Vec<PathBuf>,
     /// Regular files with links outside the project: bound read-only (absolute paths).
     pub linked_out: Vec<PathBuf>,
+    /// Regular files with more than one link in the directories the scan does not enter, none
+    /// of them masked (absolute paths): the caller makes each the project's own copy before
+    /// the step, or adds it to [`Self::linked_out`].
+    pub linked_excluded: Vec<PathBuf>,
     /// What the search could not cover, for a warning.
     pub notes: Vec<String>,
     /// Whether the directories the scan does not enter were taken from the cached listing on
@@ -251,7 +260,10 @@ pub fn project_facts(
             Some(found) => {
                 facts
                     .secrets
-                    .extend(found.iter().map(|rel| abs(project, rel)));
+                    .extend(found.secrets.iter().map(|rel| abs(project, rel)));
+                facts
+                    .linked_excluded
+                    .extend(found.linked.iter().map(|rel| abs(project, rel)));
                 facts.listing_vouched = true;
             }
             None => {
@@ -270,11 +282,17 @@ pub fn project_facts(
                 if let (Some(mut cache), Some(path)) = (cache, listing_cache) {
                     // A listing cut short is never vouched for.
                     let vouch = vouch.filter(|_| facts.notes.len() == notes_before);
-                    let found: Vec<Vec<u8>> = facts.secrets[secrets_before..]
-                        .iter()
-                        .filter_map(|p| p.strip_prefix(project).ok())
-                        .map(|rel| rel.as_os_str().as_bytes().to_vec())
-                        .collect();
+                    let relative = |paths: &[PathBuf]| -> Vec<Vec<u8>> {
+                        paths
+                            .iter()
+                            .filter_map(|p| p.strip_prefix(project).ok())
+                            .map(|rel| rel.as_os_str().as_bytes().to_vec())
+                            .collect()
+                    };
+                    let found = Found {
+                        secrets: relative(&facts.secrets[secrets_before..]),
+                        linked: relative(&facts.linked_excluded),
+                    };
                     // What it started from and found is only ever read with a count.
                     cache.changed |= cache.vouch != vouch
                         || (vouch.is_some() && (cache.roots != unwalked || cache.found != found));
@@ -311,6 +329,7 @@ pub fn project_facts(
         });
     }
     facts.linked_out = out;
+    facts.linked_excluded.sort();
     facts.secrets.sort();
     facts.secrets.dedup();
     Ok(facts)
@@ -321,8 +340,9 @@ pub fn project_facts(
 /// (a directory swapped for a link since the scan is skipped); one whose inode and ctime (by
 /// `lstat`) are those `cache` holds for it is taken from the cache, the others are read with
 /// `getdents`:
-/// subdirectories are known from the entry's type, nothing is `stat`ed, and a path is built
-/// only for a subdirectory or a match. `cache` is left holding this step's listings. An entry
+/// subdirectories are known from the entry's type, only regular files are `lstat`ed (for
+/// their link count), and a path is built only for a subdirectory, a match or a file with
+/// more than one link. `cache` is left holding this step's listings. An entry
 /// whose inode number (from `getdents`) is in `hunt`, a secret's link the index did not hold,
 /// is masked too and counted off there (the caller lists without the cache then).
 fn list_unwalked(
@@ -374,6 +394,9 @@ fn list_unwalked(
             facts
                 .secrets
                 .extend(l.secrets.iter().map(|n| abs(project, &child(&rel, n))));
+            facts
+                .linked_excluded
+                .extend(l.linked.iter().map(|n| abs(project, &child(&rel, n))));
             stack.extend(l.subdirs.iter().map(|n| child(&rel, n)));
             new.insert(rel, l);
             continue;
@@ -398,6 +421,7 @@ fn list_unwalked(
             listed_ns: now_ns(),
             subdirs: Vec::new(),
             secrets: Vec::new(),
+            linked: Vec::new(),
         };
         let Ok(mut dir) = Dir::new(fd) else { continue };
         while let Some(entry) = dir.read() {
@@ -418,14 +442,22 @@ fn list_unwalked(
                 ));
                 break 'dirs;
             }
-            let file_type = match e.file_type() {
-                FileType::Unknown => rustix::fs::statat(
+            // A regular file's link count is read too: only `lstat` has it.
+            let lstat = || {
+                rustix::fs::statat(
                     dir.fd().ok().as_ref().map_or(root.as_fd(), |d| d.as_fd()),
                     e.file_name(),
                     rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
                 )
-                .map_or(FileType::Unknown, |st| FileType::from_raw_mode(st.st_mode)),
-                known => known,
+                .ok()
+            };
+            let (file_type, st) = match e.file_type() {
+                FileType::Unknown | FileType::RegularFile => {
+                    let st = lstat();
+                    let t = st.map_or(FileType::Unknown, |st| FileType::from_raw_mode(st.st_mode));
+                    (t, st)
+                }
+                known => (known, None),
             };
             let is_dir = file_type == FileType::Directory;
             let a_secrets_link = !hunt.is_empty()
@@ -441,6 +473,9 @@ fn list_unwalked(
             {
                 facts.secrets.push(abs(project, &child(&rel, name)));
                 here.secrets.push(name.to_vec());
+            } else if file_type == FileType::RegularFile && st.is_some_and(|st| st.st_nlink > 1) {
+                facts.linked_excluded.push(abs(project, &child(&rel, name)));
+                here.linked.push(name.to_vec());
             }
             if is_dir && name != b".git" {
                 stack.push(child(&rel, name));
@@ -637,6 +672,59 @@ mod tests {
             ]
         );
         assert!(facts.notes.is_empty());
+    }
+
+    /// A file in an excluded directory with another link (a pnpm store's, outside the
+    /// project) is listed for its own copy; a masked one is not (its copy would be readable),
+    /// nor a file with one link, a symlink or a directory. The cache serves what it found
+    /// while the directory stays unchanged; once the link is gone (the file replaced), the
+    /// directory is read again and the file is no longer listed.
+    #[test]
+    fn files_with_other_links_in_excluded_directories_are_listed() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (root, store) = (tmp.path().join("p"), tmp.path().join("store"));
+        std::fs::create_dir_all(root.join("node_modules/lodash/fp")).unwrap();
+        std::fs::create_dir_all(&store).unwrap();
+        for n in ["index.js", "map.js", "secret"] {
+            std::fs::write(store.join(n), n).unwrap();
+        }
+        let link = |from: &str, to: &str| std::fs::hard_link(store.join(from), root.join(to));
+        link("index.js", "node_modules/lodash/index.js").unwrap();
+        link("map.js", "node_modules/lodash/fp/map.js").unwrap();
+        link("secret", "node_modules/lodash/.env").unwrap();
+        std::fs::write(root.join("node_modules/lodash/package.json"), "{}").unwrap();
+        std::os::unix::fs::symlink(store.join("map.js"), root.join("node_modules/m.js")).unwrap();
+        let index = Fixed(vec![("node_modules", Seen::Unwalked)]);
+        let cache_path = tmp.path().join("listing.cache");
+        let facts = || project_facts(&policy(""), &root, &index, Some(&cache_path), None).unwrap();
+        let first = facts();
+        let want = [
+            root.join("node_modules/lodash/fp/map.js"),
+            root.join("node_modules/lodash/index.js"),
+        ];
+        assert_eq!(first.linked_excluded, want);
+        assert_eq!(first.secrets, [root.join("node_modules/lodash/.env")]);
+        assert!(first.linked_out.is_empty(), "{:?}", first.linked_out);
+        // Aged past the racy margin, the listing is served from the cache, links and all.
+        // A name only the cache holds shows which directories it served.
+        let mut c = ListingCache::load(&cache_path, b"");
+        for (rel, l) in &mut c.dirs {
+            l.listed_ns += 10 * crate::listing_cache::RACY_MARGIN_NS;
+            if rel.as_slice() == b"node_modules/lodash/fp" {
+                l.linked.push(b"ghost.js".to_vec());
+            }
+        }
+        c.save(&cache_path);
+        let ghost = root.join("node_modules/lodash/fp/ghost.js");
+        let mut with_ghost = want.to_vec();
+        with_ghost.insert(0, ghost.clone());
+        assert_eq!(facts().linked_excluded, with_ghost);
+        // The project's own copy in place of `index.js`: its directory is read again, the
+        // unchanged `fp/` still served.
+        let own = root.join("node_modules/lodash/index.js.own");
+        std::fs::write(&own, "index.js").unwrap();
+        std::fs::rename(&own, root.join("node_modules/lodash/index.js")).unwrap();
+        assert_eq!(facts().linked_excluded, [ghost, want[0].clone()]);
     }
 
     /// A project whose `node_modules` (unwalked in `index`) holds `x/.env` and the directories

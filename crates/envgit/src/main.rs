@@ -17,6 +17,7 @@ mod mcp;
 mod nofollow;
 mod output;
 mod outside;
+mod own_copies;
 mod own_exe;
 mod owner;
 mod pager;

@@ -3,7 +3,9 @@
 
 use std::path::Path;
 
-use envgit_sandbox::plan::{ListingVouch, ProjectFacts, ProjectIndex, Seen, project_facts};
+use envgit_sandbox::plan::{
+    ListingVouch, MAX_LINK_BINDS, ProjectFacts, ProjectIndex, Seen, project_facts,
+};
 use envgit_store::{EntryKind, MarkerReason, Store, WorkTree};
 
 use crate::failure::{CmdResult, Failure};
@@ -68,6 +70,8 @@ pub(crate) fn of(
         vouch,
     )
     .map_err(|e| Failure::usage(e.to_string()))?;
+    let mut facts = facts;
+    own_copies_of_linked_files(project, &mut facts)?;
     for n in &facts.notes {
         output::warn(n);
     }
@@ -85,4 +89,55 @@ pub(crate) fn from_cache(project: &Project, store: &Store) -> CmdResult<ProjectF
         wt.full_scan(store, None)?;
     }
     of(project, store.dir(), &wt, None)
+}
+
+/// The files of the excluded directories with more than one link become the project's own
+/// copies ([`crate::own_copies`]); one that cannot is bound read-only like a tracked file
+/// linked outside, and past what the sandbox can bind the step is refused.
+fn own_copies_of_linked_files(project: &Project, facts: &mut ProjectFacts) -> CmdResult<()> {
+    let files = std::mem::take(&mut facts.linked_excluded);
+    if files.is_empty() {
+        return Ok(());
+    }
+    let done = crate::own_copies::make_own_copies(&project.root, &files);
+    crate::timings::mark("own copies of linked files");
+    if done.copied > 0 {
+        output::note(&format!(
+            "envgit: {} file(s) in {} ({}) were hard links to files outside the project, \
+             which a write inside the sandbox would have changed too (a pnpm store, a uv \
+             cache): each is now the project's own copy. To have copies from the start: \
+             `pnpm config set package-import-method copy`, `UV_LINK_MODE=copy`.",
+            done.copied,
+            crate::own_copies::where_they_are(&project.root, &files),
+            output::size(done.bytes),
+        ));
+    }
+    if done.failed.is_empty() {
+        return Ok(());
+    }
+    if facts.linked_out.len() + done.failed.len() > MAX_LINK_BINDS {
+        let (path, why) = &done.failed[0];
+        return Err(Failure::usage(format!(
+            "{} file(s) in the project's excluded directories are hard links to files \
+             outside it, which a write inside the sandbox would change, and envgit could not \
+             make them copies of their own ({}: {why}; {} more), nor make that many read-only; \
+             refusing to run. Make them copies (`find . -type f -links +1` lists them), or \
+             see why the copy failed",
+            done.failed.len(),
+            path.display(),
+            done.failed.len() - 1,
+        )));
+    }
+    for (path, why) in &done.failed {
+        facts.notes.push(format!(
+            "{} is a hard link to a file outside the project and could not be made a copy of \
+             its own ({why}): it is read-only inside",
+            path.display()
+        ));
+    }
+    facts
+        .linked_out
+        .extend(done.failed.into_iter().map(|(p, _)| p));
+    facts.linked_out.sort();
+    Ok(())
 }

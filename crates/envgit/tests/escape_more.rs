@@ -247,10 +247,9 @@ fn wranglers_dev_vars_are_masked_like_env_files() {
 
 /// A file in an excluded directory that is a hard link to a file outside the project (pnpm's
 /// `node_modules/`, linked to the store every project of the person's shares): a write through
-/// it changes the file outside, which the person's other projects then run on the host.
+/// it would change the file outside, which the person's other projects then run on the host.
+/// The project gets its own copy, which the step's write changes.
 #[test]
-#[ignore = "known limit (README): hard links in excluded directories are not made read-only; \
-            finding them needs an lstat of every entry the listing now reads by name only"]
 fn a_hard_link_in_an_excluded_directory_cannot_change_the_file_outside() {
     let env = project();
     let store = env
@@ -265,13 +264,104 @@ fn a_hard_link_in_an_excluded_directory_cannot_change_the_file_outside() {
         env.path("node_modules/lodash/index.js"),
     )
     .unwrap();
-    env.attack(
+    let r = env.attack(
         "echo 'require(\"child_process\").execSync(\"id\")' >> node_modules/lodash/index.js; \
          echo wrote=$?",
     );
+    assert!(r.stdout.contains("wrote=0\n"), "{}{}", r.stdout, r.stderr);
     assert_eq!(
         std::fs::read_to_string(store.join("index.js")).unwrap(),
         "module.exports = 1;\n",
         "the store's file outside the project changed"
+    );
+    assert!(
+        env.read("node_modules/lodash/index.js")
+            .contains("execSync"),
+        "the step's write went nowhere"
+    );
+    assert!(r.stderr.contains("the project's own copy"), "{}", r.stderr);
+}
+
+/// The same for a uv `.venv/`, linked file by file to uv's cache, at depth, and for a link
+/// the person's tools make on the host between two steps, in a directory an earlier step
+/// listed already: each becomes the project's own copy, with its mode and times, and the
+/// files outside stay as they were.
+#[test]
+fn links_of_a_venv_and_links_made_between_steps_cannot_change_the_files_outside() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let env = project();
+    let cache = env.tmp.path().join("userhome/.cache/uv/archive-v0/abc");
+    std::fs::create_dir_all(&cache).unwrap();
+    let site = ".venv/lib/python3.11/site-packages";
+    std::fs::write(cache.join("__init__.py"), "import os\n").unwrap();
+    std::fs::write(cache.join("tool"), "#!/bin/sh\necho tool\n").unwrap();
+    std::fs::set_permissions(cache.join("tool"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::create_dir_all(env.path(&format!("{site}/requests"))).unwrap();
+    std::fs::create_dir_all(env.path(".venv/bin")).unwrap();
+    let link = |from: &str, to: &str| std::fs::hard_link(cache.join(from), env.path(to)).unwrap();
+    link("__init__.py", &format!("{site}/requests/__init__.py"));
+    link("tool", ".venv/bin/tool");
+    let r = env.attack(&format!(
+        "echo 'print(1)' >> {site}/requests/__init__.py; echo py=$?; \
+         echo 'echo pwned' >> .venv/bin/tool; echo bin=$?"
+    ));
+    assert!(
+        r.stdout.contains("py=0\nbin=0\n"),
+        "{}{}",
+        r.stdout,
+        r.stderr
+    );
+    assert_eq!(
+        std::fs::read_to_string(cache.join("__init__.py")).unwrap(),
+        "import os\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(cache.join("tool")).unwrap(),
+        "#!/bin/sh\necho tool\n"
+    );
+    // The copies kept what the links had: the tool still runs, as the person's.
+    let tool = std::fs::metadata(env.path(".venv/bin/tool")).unwrap();
+    assert_eq!(tool.mode() & 0o7777, 0o755);
+    assert_eq!(tool.nlink(), 1);
+    // A link made on the host after that step, in a directory its listing holds, and one in
+    // a new directory.
+    std::fs::write(cache.join("api.py"), "API = 1\n").unwrap();
+    std::fs::write(cache.join("core.py"), "CORE = 1\n").unwrap();
+    link("api.py", &format!("{site}/requests/api.py"));
+    std::fs::create_dir_all(env.path(&format!("{site}/urllib3"))).unwrap();
+    link("core.py", &format!("{site}/urllib3/core.py"));
+    let r = env.attack(&format!(
+        "echo 'import os' >> {site}/requests/api.py; echo api=$?; \
+         echo 'import os' >> {site}/urllib3/core.py; echo core=$?"
+    ));
+    assert!(
+        r.stdout.contains("api=0\ncore=0\n"),
+        "{}{}",
+        r.stdout,
+        r.stderr
+    );
+    assert_eq!(
+        std::fs::read_to_string(cache.join("api.py")).unwrap(),
+        "API = 1\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(cache.join("core.py")).unwrap(),
+        "CORE = 1\n"
+    );
+    // A link no step writes to: its copy keeps the times and owner the link had.
+    std::fs::write(cache.join("util.py"), "U = 1\n").unwrap();
+    link("util.py", &format!("{site}/requests/util.py"));
+    let before = std::fs::metadata(cache.join("util.py")).unwrap();
+    env.attack("true");
+    let after = std::fs::metadata(env.path(&format!("{site}/requests/util.py"))).unwrap();
+    assert_eq!(after.nlink(), 1, "not made a copy of its own");
+    assert_eq!(
+        (after.mtime(), after.mtime_nsec(), after.uid(), after.gid()),
+        (
+            before.mtime(),
+            before.mtime_nsec(),
+            before.uid(),
+            before.gid()
+        )
     );
 }

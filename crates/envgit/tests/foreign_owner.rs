@@ -313,3 +313,39 @@ fn as_the_owner_doctor_names_files_they_cannot_write() {
         "{check:#}"
     );
 }
+
+/// A file of the owner's `node_modules/` hard-linked to their pnpm store: envgit (root) makes
+/// it the project's own copy, still the owner's, so the command (the owner) can write it and
+/// the store's file stays as it was.
+#[test]
+fn a_linked_file_of_the_owners_becomes_their_own_copy() {
+    if !is_root() {
+        eprintln!("skipped: needs root");
+        return;
+    }
+    let env = Env::new();
+    env.write("README", "hello\n");
+    let store = env.tmp.path().join("pnpm-store");
+    std::fs::create_dir_all(&store).unwrap();
+    std::fs::write(store.join("index.js"), "module.exports = 1;\n").unwrap();
+    std::fs::create_dir_all(env.path("node_modules/left-pad")).unwrap();
+    std::fs::hard_link(
+        store.join("index.js"),
+        env.path("node_modules/left-pad/index.js"),
+    )
+    .unwrap();
+    chown_r(&env.project, &format!("{OWNER}:{OWNER}"));
+    env.init();
+    let r = run(
+        &env,
+        "echo 'process.exit(1)' >> node_modules/left-pad/index.js; echo wrote=$?",
+    );
+    assert!(r.stdout.contains("wrote=0\n"), "{}{}", r.stdout, r.stderr);
+    assert_eq!(
+        std::fs::read_to_string(store.join("index.js")).unwrap(),
+        "module.exports = 1;\n"
+    );
+    let copy = std::fs::metadata(env.path("node_modules/left-pad/index.js")).unwrap();
+    assert_eq!((copy.uid(), copy.gid(), copy.nlink()), (OWNER, OWNER, 1));
+    assert_eq!(mode(&env.path("node_modules/left-pad/index.js")), 0o644);
+}

@@ -17,7 +17,7 @@ mod mcp;
 mod mcp_bridge;
 mod path_filter;
 mod proc;
-mod progress;
+pub(crate) mod progress;
 mod record;
 mod rewind;
 mod run;
