@@ -198,6 +198,15 @@ pub(crate) async fn drain(body: &mut Incoming) {
     let _ = tokio::time::timeout(DRAIN_DEADLINE, draining).await;
 }
 
+/// `body`, holding `permit` until it is sent or dropped.
+pub(crate) fn holding(body: Out, permit: tokio::sync::OwnedSemaphorePermit) -> Out {
+    body.map_frame(move |frame| {
+        let _held = &permit;
+        frame
+    })
+    .boxed()
+}
+
 /// The body to send upstream: what was read for the judgement, then (unless it ended) the
 /// rest as it arrives, counted into `count`.
 pub(crate) fn onward(read: Read, rest: Incoming, count: Arc<AtomicU64>) -> Out {

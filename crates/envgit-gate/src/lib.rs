@@ -200,6 +200,7 @@ impl Gate {
             approvals: control.as_ref().map(|c| Arc::clone(&c.approvals)),
             credentials: cfg.credentials,
             reserved_ports: cfg.reserved_ports,
+            requests: Arc::new(tokio::sync::Semaphore::new(forward::REQUESTS_AT_ONCE)),
         });
         let serving = serving::Serving::start(serving::Work {
             listener,

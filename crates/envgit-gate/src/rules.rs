@@ -19,3 +19,5 @@ pub(crate) const RULE_MALFORMED: &str = "gate.malformed";
 pub(crate) const RULE_WEBSOCKET: &str = "gate.websocket";
 /// A body that did not arrive in time for the rule that reads it.
 pub(crate) const RULE_TIMEOUT: &str = "gate.timeout";
+/// A request past the most the gate holds at once ([`crate::forward::REQUESTS_AT_ONCE`]).
+pub(crate) const RULE_BUSY: &str = "gate.busy";

@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use envgit_policy::Policy;
+use tokio::sync::Semaphore;
 
 use crate::approvals::Approvals;
 use crate::ca::RunCa;
@@ -28,6 +29,8 @@ pub(crate) struct Shared {
     pub(crate) credentials: Vec<Credential>,
     /// See [`crate::GateConfig::reserved_ports`].
     pub(crate) reserved_ports: Option<PathBuf>,
+    /// The requests being served ([`crate::forward::REQUESTS_AT_ONCE`] permits).
+    pub(crate) requests: Arc<Semaphore>,
 }
 
 #[cfg(test)]
@@ -46,6 +49,7 @@ impl Shared {
             approvals: None,
             credentials: Vec::new(),
             reserved_ports: None,
+            requests: Arc::new(Semaphore::new(crate::forward::REQUESTS_AT_ONCE)),
         }
     }
 }

@@ -546,6 +546,54 @@ fn many_bodies_stopped_short_do_not_fill_the_hosts_memory() {
     );
 }
 
+/// HTTP/2 multiplies what a connection costs the gate: each of a step's 1,024 connections
+/// carried 200 requests at once, and every one of them was held (its head decoded, up to 16 KiB)
+/// while it waited, here for a body that never comes. Forty connections of 200 such POSTs: a
+/// connection now carries 100 at once (the rest refused by HTTP/2 itself, `REFUSED_STREAM`),
+/// and the gate holds 1,024 requests at once, however they are multiplexed, answering the
+/// others at once (`503`, rule `gate.busy`) rather than hold them on the host.
+#[test]
+fn many_http2_streams_at_once_do_not_fill_the_hosts_memory() {
+    let host = "registry.example.org";
+    let w = World::new(&[host]);
+    std::fs::copy(
+        support::upstreams::support_script("h2_streams.py"),
+        w.env.path("h2_streams.py"),
+    )
+    .unwrap();
+    let streams = |conns: u32| {
+        let (peak, r) = w.peak_memory(&format!(
+            "python3 h2_streams.py {host} /v1/part {conns} 200 12000; {WAIT_FOR_GO}"
+        ));
+        let said = format!("{}\n{}", r.stdout, r.stderr);
+        assert!(!said.contains("error "), "{said}");
+        let answered: u32 = said
+            .split("answered ")
+            .nth(1)
+            .and_then(|rest| rest.split(' ').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("no count of the answers:\n{said}"));
+        (peak, answered, w.env.log_json()[0].clone())
+    };
+    let (one, answered_one, _) = streams(1);
+    assert_eq!(answered_one, 100, "past 100 streams a connection refuses");
+    let (many, answered, step) = streams(40);
+    // Held all at once, 8,000 streams were ~255 MiB more than 200; now ~75.
+    assert!(
+        many.saturating_sub(one) < 150,
+        "envgit's peak was {many} MiB with 8,000 streams waiting, {one} MiB with 200"
+    );
+    assert_eq!(
+        answered,
+        40 * 200 - 1024,
+        "past the 1024 held, each stream is answered at once"
+    );
+    assert!(
+        step.to_string().contains("gate.busy"),
+        "the refusals are not on the step: {step}"
+    );
+}
+
 /// A step's requests are listed one by one in its record up to 10,000; past them they are
 /// counted per host, decision and rule, so that neither the record nor envgit's memory (the
 /// host's) grows with whatever a step sends (a crawler, a load test, a loop). Refused npm
