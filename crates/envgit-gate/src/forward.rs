@@ -97,8 +97,8 @@ where
 
 /// Requests one gate serves at once, however they come: each is memory of the host's, outside
 /// the sandbox's limit (its head, its body's turn, the answer's send buffer), and one HTTP/2
-/// connection carries up to 200 at once. As many as the connections it takes
-/// ([`crate::listener`]'s 1,024), so HTTP/2 multiplies nothing.
+/// connection carries up to [`STREAMS_PER_CONNECTION`] at once. As many as the connections it
+/// takes ([`crate::listener`]'s 1,024), so HTTP/2 multiplies nothing.
 pub(crate) const REQUESTS_AT_ONCE: usize = 1024;
 /// HTTP/2 streams one connection carries at once.
 const STREAMS_PER_CONNECTION: u32 = 100;

@@ -301,23 +301,28 @@ fn links_of_a_venv_and_links_made_between_steps_cannot_change_the_files_outside(
     let link = |from: &str, to: &str| std::fs::hard_link(cache.join(from), env.path(to)).unwrap();
     link("__init__.py", &format!("{site}/requests/__init__.py"));
     link("tool", ".venv/bin/tool");
-    let r = env.attack(&format!(
-        "echo 'print(1)' >> {site}/requests/__init__.py; echo py=$?; \
-         echo 'echo pwned' >> .venv/bin/tool; echo bin=$?"
-    ));
-    assert!(
-        r.stdout.contains("py=0\nbin=0\n"),
-        "{}{}",
-        r.stdout,
-        r.stderr
-    );
-    assert_eq!(
-        std::fs::read_to_string(cache.join("__init__.py")).unwrap(),
-        "import os\n"
-    );
-    assert_eq!(
-        std::fs::read_to_string(cache.join("tool")).unwrap(),
-        "#!/bin/sh\necho tool\n"
+    // Each of `files` (relative to the project) appended to in a step, which must succeed;
+    // the cache's file of each name (`cached`) must hold what it held.
+    let append_to = |files: &[String], cached: &[(&str, &str)]| {
+        let script: String = files
+            .iter()
+            .map(|f| format!("echo '# more' >> {f} && "))
+            .collect();
+        let r = env.attack(&format!("{script}echo appended"));
+        assert!(r.stdout.contains("appended\n"), "{}{}", r.stdout, r.stderr);
+        for (name, was) in cached {
+            assert_eq!(&std::fs::read_to_string(cache.join(name)).unwrap(), was);
+        }
+    };
+    append_to(
+        &[
+            format!("{site}/requests/__init__.py"),
+            ".venv/bin/tool".into(),
+        ],
+        &[
+            ("__init__.py", "import os\n"),
+            ("tool", "#!/bin/sh\necho tool\n"),
+        ],
     );
     // The copies kept what the links had: the tool still runs, as the person's.
     let tool = std::fs::metadata(env.path(".venv/bin/tool")).unwrap();
@@ -330,23 +335,12 @@ fn links_of_a_venv_and_links_made_between_steps_cannot_change_the_files_outside(
     link("api.py", &format!("{site}/requests/api.py"));
     std::fs::create_dir_all(env.path(&format!("{site}/urllib3"))).unwrap();
     link("core.py", &format!("{site}/urllib3/core.py"));
-    let r = env.attack(&format!(
-        "echo 'import os' >> {site}/requests/api.py; echo api=$?; \
-         echo 'import os' >> {site}/urllib3/core.py; echo core=$?"
-    ));
-    assert!(
-        r.stdout.contains("api=0\ncore=0\n"),
-        "{}{}",
-        r.stdout,
-        r.stderr
-    );
-    assert_eq!(
-        std::fs::read_to_string(cache.join("api.py")).unwrap(),
-        "API = 1\n"
-    );
-    assert_eq!(
-        std::fs::read_to_string(cache.join("core.py")).unwrap(),
-        "CORE = 1\n"
+    append_to(
+        &[
+            format!("{site}/requests/api.py"),
+            format!("{site}/urllib3/core.py"),
+        ],
+        &[("api.py", "API = 1\n"), ("core.py", "CORE = 1\n")],
     );
     // A link no step writes to: its copy keeps the times and owner the link had.
     std::fs::write(cache.join("util.py"), "U = 1\n").unwrap();

@@ -211,58 +211,17 @@ fn main() -> Result<()> {
         },
         reps,
     )?;
-    let (index_only, _) = p50(
-        || {
-            let f = project_facts(
-                &policy,
-                &root,
-                &Index {
-                    wt: &wt,
-                    unwalked: false,
-                },
-                None,
-                None,
-            )
-            .map_err(anyhow::Error::msg)?;
-            Ok(f.secrets.len())
-        },
-        reps,
-    )?;
-    let (after, after_found) = p50(
-        || {
-            let f = project_facts(
-                &policy,
-                &root,
-                &Index {
-                    wt: &wt,
-                    unwalked: true,
-                },
-                None,
-                None,
-            )
-            .map_err(anyhow::Error::msg)?;
-            Ok(f.secrets.len())
-        },
-        reps,
-    )?;
+    // What the plan's search finds: with the excluded directories listed or not, with the
+    // listing cache or without.
     let cache = tmp.path().join("listing.cache");
-    let (cached, _) = p50(
-        || {
-            let f = project_facts(
-                &policy,
-                &root,
-                &Index {
-                    wt: &wt,
-                    unwalked: true,
-                },
-                Some(&cache),
-                None,
-            )
-            .map_err(anyhow::Error::msg)?;
-            Ok(f.secrets.len())
-        },
-        reps,
-    )?;
+    let search = |unwalked: bool, cache: Option<&Path>| {
+        let index = Index { wt: &wt, unwalked };
+        let f = project_facts(&policy, &root, &index, cache, None).map_err(anyhow::Error::msg)?;
+        Ok(f.secrets.len())
+    };
+    let (index_only, _) = p50(|| search(false, None), reps)?;
+    let (after, after_found) = p50(|| search(true, None), reps)?;
+    let (cached, _) = p50(|| search(true, Some(&cache)), reps)?;
     let (stat_nm, _) = p50(|| Ok(list_and_stat(&root.join("node_modules"))), reps)?;
     let ms = |d: Duration| d.as_secs_f64() * 1e3;
     println!(
