@@ -1,7 +1,7 @@
 //! The sandbox plan's facts about the project's files (secrets to mask, files hard-linked to
 //! outside it), taken from the stat index of the scan a step already made: no walk of its own.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use envgit_sandbox::plan::{
     ListingVouch, MAX_LINK_BINDS, ProjectFacts, ProjectIndex, Seen, project_facts,
@@ -71,7 +71,21 @@ pub(crate) fn of(
     )
     .map_err(|e| Failure::usage(e.to_string()))?;
     let mut facts = facts;
-    own_copies_of_linked_files(project, &mut facts)?;
+    let failed = own_copies_of_linked_files(project, &mut facts);
+    if let Some((path, why)) = failed.first() {
+        // Bound read-only like a tracked file linked outside, as far as the sandbox can.
+        if facts.linked_out.len() + failed.len() > MAX_LINK_BINDS {
+            return Err(no_own_copy(path, why));
+        }
+        facts.notes.push(format!(
+            "{} file(s) hard-linked to outside the project could not be made copies of their \
+             own ({}: {why}): they are read-only inside",
+            failed.len(),
+            path.display()
+        ));
+        facts.linked_out.extend(failed.into_iter().map(|(p, _)| p));
+        facts.linked_out.sort();
+    }
     for n in &facts.notes {
         output::warn(n);
     }
@@ -91,13 +105,39 @@ pub(crate) fn from_cache(project: &Project, store: &Store) -> CmdResult<ProjectF
     of(project, store.dir(), &wt, None)
 }
 
+/// Before a tool call of a session whose sandbox was set up at its start: the files of the
+/// excluded directories linked outside since (the person's `pnpm install` in their own
+/// terminal) become the project's own copies too. One that cannot refuses the call: the
+/// running sandbox cannot bind it read-only.
+pub(crate) fn own_copies_before_call(
+    project: &Project,
+    store_dir: &Path,
+    wt: &WorkTree,
+) -> CmdResult<()> {
+    let cache = store_dir.join(LISTING_CACHE);
+    let mut facts = project_facts(
+        &project.policy,
+        &project.root,
+        &Index(wt),
+        Some(&cache),
+        None,
+    )
+    .map_err(|e| Failure::usage(e.to_string()))?;
+    match own_copies_of_linked_files(project, &mut facts).first() {
+        Some((path, why)) => Err(no_own_copy(path, why)),
+        None => Ok(()),
+    }
+}
+
 /// The files of the excluded directories with more than one link become the project's own
-/// copies ([`crate::own_copies`]); one that cannot is bound read-only like a tracked file
-/// linked outside, and past what the sandbox can bind the step is refused.
-fn own_copies_of_linked_files(project: &Project, facts: &mut ProjectFacts) -> CmdResult<()> {
+/// copies ([`crate::own_copies`]), said in a note; those that could not, with why.
+fn own_copies_of_linked_files(
+    project: &Project,
+    facts: &mut ProjectFacts,
+) -> Vec<(PathBuf, std::io::Error)> {
     let files = std::mem::take(&mut facts.linked_excluded);
     if files.is_empty() {
-        return Ok(());
+        return Vec::new();
     }
     let done = crate::own_copies::make_own_copies(&project.root, &files);
     crate::timings::mark("own copies of linked files");
@@ -112,32 +152,16 @@ fn own_copies_of_linked_files(project: &Project, facts: &mut ProjectFacts) -> Cm
             output::size(done.bytes),
         ));
     }
-    if done.failed.is_empty() {
-        return Ok(());
-    }
-    if facts.linked_out.len() + done.failed.len() > MAX_LINK_BINDS {
-        let (path, why) = &done.failed[0];
-        return Err(Failure::usage(format!(
-            "{} file(s) in the project's excluded directories are hard links to files \
-             outside it, which a write inside the sandbox would change, and envgit could not \
-             make them copies of their own ({}: {why}; {} more), nor make that many read-only; \
-             refusing to run. Make them copies (`find . -type f -links +1` lists them), or \
-             see why the copy failed",
-            done.failed.len(),
-            path.display(),
-            done.failed.len() - 1,
-        )));
-    }
-    for (path, why) in &done.failed {
-        facts.notes.push(format!(
-            "{} is a hard link to a file outside the project and could not be made a copy of \
-             its own ({why}): it is read-only inside",
-            path.display()
-        ));
-    }
-    facts
-        .linked_out
-        .extend(done.failed.into_iter().map(|(p, _)| p));
-    facts.linked_out.sort();
-    Ok(())
+    done.failed
+}
+
+/// The refusal when a file linked outside can neither be copied nor made read-only.
+fn no_own_copy(path: &Path, why: &std::io::Error) -> Failure {
+    Failure::usage(format!(
+        "{} is a hard link to a file outside the project, which a write inside the sandbox \
+         would change, and envgit could not make it a copy of its own ({why}) nor read-only; \
+         refusing to run. Make it a copy (`find . -type f -links +1` lists such files), or \
+         fix what stopped the copy",
+        path.display()
+    ))
 }

@@ -428,3 +428,59 @@ fn silent_connections_to_the_hooks_socket_do_not_stop_the_sweep() {
     );
     assert_eq!(env.read(".github/hooks/hooks.json"), "{}");
 }
+
+/// A file the person's tools link to outside the project during a session (their own
+/// `pnpm install` in another terminal, while Claude works) becomes the project's own copy
+/// before the next tool call: that call's write reaches the copy, never the store's file,
+/// which every other project of theirs runs on the host.
+#[test]
+fn a_link_made_on_the_host_during_a_session_becomes_the_projects_own_copy() {
+    let (env, server) = project_with_model(vec![
+        Turn::Shell(
+            "touch STARTED; i=0; while [ ! -e LINKED ] && [ $i -lt 600 ]; do sleep 0.1; \
+             i=$((i+1)); done; true"
+                .into(),
+        ),
+        Turn::Shell(
+            "echo 'process.exit(1)' >> node_modules/left-pad/index.js; echo $? > wrote.txt".into(),
+        ),
+        Turn::Say("done".into()),
+    ]);
+    std::fs::create_dir_all(env.path("node_modules")).unwrap();
+    let store = env.tmp.path().join("pnpm-store");
+    std::fs::create_dir_all(&store).unwrap();
+    std::fs::write(store.join("index.js"), "module.exports = 1;\n").unwrap();
+    // The person's pnpm, once the first call is under way: bounded by that call's own wait.
+    let linker = {
+        let (started, linked) = (env.path("STARTED"), env.path("LINKED"));
+        let (from, to) = (store.join("index.js"), env.path("node_modules/left-pad"));
+        std::thread::spawn(move || {
+            for _ in 0..2400 {
+                if started.exists() {
+                    std::fs::create_dir_all(&to).unwrap();
+                    std::fs::hard_link(&from, to.join("index.js")).unwrap();
+                    std::fs::write(&linked, "").unwrap();
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        })
+    };
+    let mut cmd = claude(&env, &server, &["-p", "go", "--allowedTools", "Bash"]);
+    cmd.env("ANTHROPIC_API_KEY", "sk-ant-test-links");
+    let (stdout, stderr) = run_bounded(cmd, Duration::from_secs(240));
+    linker.join().unwrap();
+    let ctx = format!("stdout:\n{stdout}\nstderr:\n{stderr}");
+    assert!(env.path("LINKED").exists(), "the host never linked: {ctx}");
+    assert_eq!(env.read("wrote.txt"), "0\n", "{ctx}");
+    assert_eq!(
+        std::fs::read_to_string(store.join("index.js")).unwrap(),
+        "module.exports = 1;\n",
+        "the call wrote through the link into the store: {ctx}"
+    );
+    assert!(
+        env.read("node_modules/left-pad/index.js")
+            .contains("process.exit"),
+        "{ctx}"
+    );
+}

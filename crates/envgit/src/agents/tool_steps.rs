@@ -183,6 +183,16 @@ impl<'a> ToolSteps<'a> {
                     }
                     return json!({"allow": false, "reason": reason});
                 }
+                // Files the person linked outside since the session began (a `pnpm install`
+                // in their own terminal): copies of the project's own before the call.
+                if let Err(f) = crate::project_facts::own_copies_before_call(
+                    self.project,
+                    self.store.dir(),
+                    self.live.tree(),
+                ) {
+                    output::error(&f.message);
+                    return json!({"allow": false, "reason": f.message});
+                }
                 // A crash during the call leaves it for the next command to record, and to
                 // check the nested repositories for (best effort, as the record itself).
                 self.step.guard().keep_if_uncommitted();
