@@ -200,11 +200,39 @@ pub(crate) async fn drain(body: &mut Incoming) {
 
 /// `body`, holding `permit` until it is sent or dropped.
 pub(crate) fn holding(body: Out, permit: tokio::sync::OwnedSemaphorePermit) -> Out {
-    body.map_frame(move |frame| {
-        let _held = &permit;
-        frame
-    })
+    Holding {
+        body,
+        _permit: permit,
+    }
     .boxed()
+}
+
+/// A body and what it holds while it lives. Its size is the body's: an answer with a known
+/// length keeps its `Content-Length` (a combinator such as `map_frame` forgets it, and HTTP/1
+/// answers went out chunked).
+struct Holding {
+    body: Out,
+    _permit: tokio::sync::OwnedSemaphorePermit,
+}
+
+impl Body for Holding {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
+    }
 }
 
 /// The body to send upstream: what was read for the judgement, then (unless it ended) the
