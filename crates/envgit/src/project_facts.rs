@@ -61,16 +61,7 @@ pub(crate) fn of(
     wt: &WorkTree,
     vouch: Option<ListingVouch>,
 ) -> CmdResult<ProjectFacts> {
-    let cache = store_dir.join(LISTING_CACHE);
-    let facts = project_facts(
-        &project.policy,
-        &project.root,
-        &Index(wt),
-        Some(&cache),
-        vouch,
-    )
-    .map_err(|e| Failure::usage(e.to_string()))?;
-    let mut facts = facts;
+    let mut facts = searched(project, store_dir, wt, vouch)?;
     let failed = own_copies_of_linked_files(project, &mut facts);
     if let Some((path, why)) = failed.first() {
         // Bound read-only like a tracked file linked outside, as far as the sandbox can.
@@ -95,6 +86,24 @@ pub(crate) fn of(
     Ok(facts)
 }
 
+/// The plan's search of `wt`, with the listing cache in the store at `store_dir`.
+fn searched(
+    project: &Project,
+    store_dir: &Path,
+    wt: &WorkTree,
+    vouch: Option<ListingVouch>,
+) -> CmdResult<ProjectFacts> {
+    let cache = store_dir.join(LISTING_CACHE);
+    project_facts(
+        &project.policy,
+        &project.root,
+        &Index(wt),
+        Some(&cache),
+        vouch,
+    )
+    .map_err(|e| Failure::usage(e.to_string()))
+}
+
 /// From the stat cache the last step saved (a scan first if there is none), for a sandbox
 /// started without a step's own scan at hand.
 pub(crate) fn from_cache(project: &Project, store: &Store) -> CmdResult<ProjectFacts> {
@@ -114,15 +123,7 @@ pub(crate) fn own_copies_before_call(
     store_dir: &Path,
     wt: &WorkTree,
 ) -> CmdResult<()> {
-    let cache = store_dir.join(LISTING_CACHE);
-    let mut facts = project_facts(
-        &project.policy,
-        &project.root,
-        &Index(wt),
-        Some(&cache),
-        None,
-    )
-    .map_err(|e| Failure::usage(e.to_string()))?;
+    let mut facts = searched(project, store_dir, wt, None)?;
     match own_copies_of_linked_files(project, &mut facts).first() {
         Some((path, why)) => Err(no_own_copy(path, why)),
         None => Ok(()),
