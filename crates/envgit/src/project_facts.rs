@@ -1,6 +1,7 @@
 //! The sandbox plan's facts about the project's files (secrets to mask, files hard-linked to
 //! outside it), taken from the stat index of the scan a step already made: no walk of its own.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use envgit_sandbox::plan::{
@@ -114,18 +115,100 @@ pub(crate) fn from_cache(project: &Project, store: &Store) -> CmdResult<ProjectF
     of(project, store.dir(), &wt, None)
 }
 
-/// Before a tool call of a session whose sandbox was set up at its start: the files of the
-/// excluded directories linked outside since (the person's `pnpm install` in their own
-/// terminal) become the project's own copies too. One that cannot refuses the call: the
-/// running sandbox cannot bind it read-only.
-pub(crate) fn own_copies_before_call(
+/// What a session's sandbox hides as it was set up: each secret it masks and each file it
+/// binds read-only, with the inode found at that path then. Those mounts sit on the inodes:
+/// a secret made since (the person's key saved into a new `.env`, a `.env` the agent made), a
+/// file saved in its place (an editor's write and rename) and a file linked outside since are
+/// not covered in the running sandbox, which cannot be given mounts.
+#[derive(Default)]
+pub(crate) struct SessionCover(HashMap<PathBuf, Option<(u64, u64)>>);
+
+impl SessionCover {
+    /// What the sandbox planned from `facts` covers (the paths as they are now).
+    pub(crate) fn of(facts: &ProjectFacts) -> Self {
+        let covered = facts.secrets.iter().chain(&facts.linked_out);
+        SessionCover(covered.map(|p| (p.clone(), inode(p))).collect())
+    }
+
+    /// The first path of `facts` the session's sandbox does not cover, with the rule it is
+    /// under.
+    fn uncovered(&self, facts: &ProjectFacts) -> Option<(PathBuf, &'static str)> {
+        let secrets = facts.secrets.iter().map(|p| (p, "filesystem.deny_read"));
+        let linked = facts.linked_out.iter().map(|p| (p, "filesystem.hard_link"));
+        secrets.chain(linked).find_map(|(p, rule)| {
+            let now = inode(p)?;
+            let covered = self.0.get(p).is_some_and(|was| *was == Some(now));
+            (!covered).then(|| (p.clone(), rule))
+        })
+    }
+}
+
+/// What the sandboxes a session is about to set up will cover: the search they will make of
+/// `wt` (saved as their stat cache), without its copies or notes, which each sandbox makes.
+pub(crate) fn cover_of(
     project: &Project,
     store_dir: &Path,
     wt: &WorkTree,
-) -> CmdResult<()> {
-    let mut facts = searched(project, store_dir, wt, None)?;
+) -> CmdResult<SessionCover> {
+    Ok(SessionCover::of(&searched(project, store_dir, wt, None)?))
+}
+
+/// The `(dev, ino)` at `p`, not following a link; `None` when nothing is there.
+fn inode(p: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::symlink_metadata(p)
+        .ok()
+        .map(|m| (m.dev(), m.ino()))
+}
+
+/// Why a session's tool call does not run: what it would have reached, the rule, and the
+/// whole message for the person and the model.
+pub(crate) struct CallRefused {
+    pub what: String,
+    pub rule: &'static str,
+    pub message: String,
+}
+
+/// Before a tool call of a session whose sandbox was set up at its start (`cover`; how to start
+/// the session again: `start_again`): a secret
+/// or a file linked outside that sandbox does not cover refuses the call, and the files of the
+/// excluded directories linked outside since (the person's `pnpm install` in their own
+/// terminal) become the project's own copies (one that cannot refuses the call: the running
+/// sandbox cannot bind it read-only).
+pub(crate) fn before_session_call(
+    project: &Project,
+    store_dir: &Path,
+    wt: &WorkTree,
+    cover: &SessionCover,
+    start_again: &str,
+) -> Result<(), CallRefused> {
+    let mut facts = searched(project, store_dir, wt, None).map_err(|f| CallRefused {
+        what: "the project's secrets".into(),
+        rule: "filesystem.deny_read",
+        message: f.message,
+    })?;
+    if let Some((path, rule)) = cover.uncovered(&facts) {
+        let why = match rule {
+            "filesystem.deny_read" => "a secret made or replaced since the session began",
+            _ => "a file hard-linked to outside the project since the session began",
+        };
+        return Err(CallRefused {
+            what: format!("read {}", path.display()),
+            rule,
+            message: format!(
+                "{} is {why}: this session's sandbox, set up when it began, cannot hide it \
+                 (rule {rule}), so its tool calls are refused. End the session and start it \
+                 again ({start_again}): the new sandbox covers it",
+                path.display()
+            ),
+        });
+    }
     match own_copies_of_linked_files(project, &mut facts).first() {
-        Some((path, why)) => Err(no_own_copy(path, why)),
+        Some((path, why)) => Err(CallRefused {
+            what: format!("write {}", path.display()),
+            rule: "filesystem.hard_link",
+            message: no_own_copy(path, why).message,
+        }),
         None => Ok(()),
     }
 }

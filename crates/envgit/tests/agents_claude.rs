@@ -484,3 +484,71 @@ fn a_link_made_on_the_host_during_a_session_becomes_the_projects_own_copy() {
         "{ctx}"
     );
 }
+
+/// A key the person saves while a session runs (their own editor, between two tool calls)
+/// is a secret like one that was there when the session began: into a new file, or into
+/// `.env` by an editor's write and rename (the sandbox's mask sat on the old file). The
+/// session's sandbox, set up before, cannot hide either: the next call is refused, said in
+/// the log with the rule, and reads nothing.
+#[test]
+fn a_secret_saved_on_the_host_during_a_session_is_unreadable_to_the_next_call() {
+    const KEY: &str = "sk-live-saved-during-the-session";
+    for replaced in [false, true] {
+        let (env, server) = project_with_model(vec![
+            Turn::Shell(
+                "touch STARTED; i=0; while [ ! -e SAVED ] && [ $i -lt 600 ]; do sleep 0.1; \
+                 i=$((i+1)); done; true"
+                    .into(),
+            ),
+            Turn::Shell("cat .e''nv config/.e''nv.local > seen.txt 2>&1; true".into()),
+            Turn::Say("done".into()),
+        ]);
+        env.write(".env", "KEY=placeholder\n");
+        // The person's editor, once the first call is under way: bounded by that call's wait.
+        let saver = {
+            let (started, saved) = (env.path("STARTED"), env.path("SAVED"));
+            let (dotenv, nested) = (env.path(".env"), env.path("config/.env.local"));
+            std::thread::spawn(move || {
+                for _ in 0..2400 {
+                    if started.exists() {
+                        if replaced {
+                            let tmp = dotenv.with_extension("swp");
+                            std::fs::write(&tmp, format!("KEY={KEY}\n")).unwrap();
+                            std::fs::rename(&tmp, &dotenv).unwrap();
+                        } else {
+                            std::fs::create_dir_all(nested.parent().unwrap()).unwrap();
+                            std::fs::write(&nested, format!("KEY={KEY}\n")).unwrap();
+                        }
+                        std::fs::write(&saved, "").unwrap();
+                        return;
+                    }
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+            })
+        };
+        let mut cmd = claude(&env, &server, &["-p", "go", "--allowedTools", "Bash"]);
+        cmd.env("ANTHROPIC_API_KEY", "sk-ant-test-saved");
+        let (stdout, stderr) = run_bounded(cmd, Duration::from_secs(240));
+        saver.join().unwrap();
+        let ctx = format!("replaced: {replaced}\nstdout:\n{stdout}\nstderr:\n{stderr}");
+        assert!(env.path("SAVED").exists(), "the host never saved: {ctx}");
+        if env.path("seen.txt").exists() {
+            let seen = env.read("seen.txt");
+            assert!(!seen.contains(KEY), "the call read the key: {seen}\n{ctx}");
+        }
+        assert!(
+            stderr.contains("cannot hide it (rule filesystem.deny_read)")
+                && stderr.contains("envgit claude --continue"),
+            "{ctx}"
+        );
+        let refused = env.log_json().into_iter().any(|s| {
+            s["refusals"].as_array().is_some_and(|r| {
+                r.iter().any(|r| {
+                    r["rule"] == "filesystem.deny_read"
+                        && r["what"].as_str().unwrap().contains(".env")
+                })
+            })
+        });
+        assert!(refused, "the refused call is not in the log: {ctx}");
+    }
+}

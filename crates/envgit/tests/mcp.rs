@@ -276,6 +276,60 @@ fn a_hook_a_downstream_server_plants_is_put_back() {
     );
 }
 
+/// pnpm links each file of `node_modules/` to its store, which every project of the person's
+/// shares. The downstream servers' sandbox is set up once, when the session begins: a
+/// `node_modules/` the person's own `pnpm install` makes between two calls must become the
+/// project's own copies before the next call can write through the links.
+#[test]
+fn a_link_made_on_the_host_during_a_session_becomes_the_projects_own_copy() {
+    let (m, _markers) = with_fx("");
+    let store = m.env.tmp.path().join("pnpm-store");
+    std::fs::create_dir_all(&store).unwrap();
+    std::fs::write(store.join("index.js"), "module.exports = 1;\n").unwrap();
+    let link = m.env.path("node_modules/left-pad/index.js");
+    let out = m.run(json!([
+        {"code": "await fx.echo({text: 'before'})"},
+        {"__hard_link": [store.join("index.js"), link]},
+        {"code": "await fx.write({name: 'node_modules/left-pad/index.js'})"},
+    ]));
+    let r = out["results"].as_array().unwrap();
+    assert!(text(&r[2]).starts_with("\"ok\""), "{out:#}");
+    assert_eq!(
+        std::fs::read_to_string(store.join("index.js")).unwrap(),
+        "module.exports = 1;\n",
+        "the downstream server wrote through the link into the store: {out:#}"
+    );
+    assert_eq!(
+        m.env.read("node_modules/left-pad/index.js"),
+        "from the downstream server"
+    );
+}
+
+/// A key the person saves into a new `.env` between two calls is not hidden by the downstream
+/// servers' sandboxes, set up when the session began: the next call is refused, naming the
+/// rule and how to start again.
+#[test]
+fn a_secret_saved_on_the_host_during_a_session_refuses_the_next_call() {
+    const KEY: &str = "sk-live-saved-during-the-session";
+    let (m, _markers) = with_fx("");
+    let out = m.run(json!([
+        {"code": "await fx.echo({text: 'before'})"},
+        {"__write": [m.env.path("config/.env"), format!("KEY={KEY}\n")]},
+        {"code": "await fx.read({name: 'config/.env'})"},
+    ]));
+    let r = out["results"].as_array().unwrap();
+    assert!(
+        !out.to_string().contains(KEY),
+        "the call read the key: {out:#}"
+    );
+    assert_eq!(r[2]["is_error"], true, "{out:#}");
+    assert!(
+        text(&r[2]).contains("cannot hide it (rule filesystem.deny_read)")
+            && text(&r[2]).contains("envgit mcp"),
+        "{out:#}"
+    );
+}
+
 #[test]
 fn a_program_a_downstream_server_puts_on_the_persons_path_is_removed() {
     let (m, _markers) = with_fx("");

@@ -31,6 +31,7 @@ use crate::failure::CmdResult;
 use crate::output;
 use crate::path_shadow::PathShadows;
 use crate::project::Project;
+use crate::project_facts::SessionCover;
 use crate::step::{OpenStep, Sandboxed, Snapshot};
 use crate::supervisor::{EXIT_REFUSED, requests_of};
 
@@ -78,6 +79,9 @@ pub(crate) struct ToolSteps<'a> {
     tap: Option<EventTap>,
     tap_rx: Receiver<EventTap>,
     calls: u64,
+    /// What the session's sandbox hides ([`ToolSteps::project_facts`]); none until it is
+    /// planned: then every secret is uncovered.
+    cover: SessionCover,
 }
 
 impl<'a> ToolSteps<'a> {
@@ -118,6 +122,7 @@ impl<'a> ToolSteps<'a> {
             tap: None,
             tap_rx,
             calls: 0,
+            cover: SessionCover::default(),
         })
     }
 
@@ -133,8 +138,11 @@ impl<'a> ToolSteps<'a> {
 
     /// The project's secrets and hard-linked files for the sandbox's plan, from the session's
     /// first snapshot.
-    pub fn project_facts(&self) -> CmdResult<envgit_sandbox::plan::ProjectFacts> {
-        crate::project_facts::of(self.project, self.store.dir(), self.live.tree(), None)
+    pub fn project_facts(&mut self) -> CmdResult<envgit_sandbox::plan::ProjectFacts> {
+        let facts =
+            crate::project_facts::of(self.project, self.store.dir(), self.live.tree(), None)?;
+        self.cover = SessionCover::of(&facts);
+        Ok(facts)
     }
 
     /// The project's store directory (the sandbox keeps its home overlay there).
@@ -183,15 +191,29 @@ impl<'a> ToolSteps<'a> {
                     }
                     return json!({"allow": false, "reason": reason});
                 }
-                // Files the person linked outside since the session began (a `pnpm install`
-                // in their own terminal): copies of the project's own before the call.
-                if let Err(f) = crate::project_facts::own_copies_before_call(
+                // What the session's sandbox does not cover (a key the person saved into a
+                // new `.env`), and files the person linked outside since it began (a `pnpm
+                // install` in their own terminal: they become copies of the project's own).
+                if let Err(refused) = crate::project_facts::before_session_call(
                     self.project,
                     self.store.dir(),
                     self.live.tree(),
+                    &self.cover,
+                    "`envgit claude --continue` keeps the conversation",
                 ) {
-                    output::error(&f.message);
-                    return json!({"allow": false, "reason": f.message});
+                    output::error(&refused.message);
+                    let draft = StepDraft {
+                        exit_code: Some(EXIT_REFUSED),
+                        refusals: vec![Refusal {
+                            what: refused.what,
+                            rule: refused.rule.to_string(),
+                        }],
+                        ..self.draft(summary, now_ms())
+                    };
+                    if let Err(f) = self.commit(draft) {
+                        output::error(&format!("recording the refused call: {}", f.message));
+                    }
+                    return json!({"allow": false, "reason": refused.message});
                 }
                 // A crash during the call leaves it for the next command to record, and to
                 // check the nested repositories for (best effort, as the record itself).

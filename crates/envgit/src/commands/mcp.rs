@@ -31,6 +31,7 @@ pub fn run(dir: Option<&Path>, args: &McpArgs) -> CmdResult<ExitCode> {
     crate::outside::record_outside_edits(&project, &mut store, &now)?;
     // The downstream servers' sandboxes read the project's secrets and hard links from it.
     wt.save_index(&store)?;
+    let cover = crate::project_facts::cover_of(&project, store.dir(), &wt)?;
     // Before any downstream server runs: what every step puts protected paths back to.
     let copy =
         envgit_store::ProtectedCopy::take(store.dir(), &project.root, &project.protected_paths())?;
@@ -58,6 +59,7 @@ pub fn run(dir: Option<&Path>, args: &McpArgs) -> CmdResult<ExitCode> {
                 wt,
                 copy,
                 shadows,
+                cover,
             },
             downstreams,
             Limits::default(),

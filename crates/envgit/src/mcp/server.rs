@@ -31,6 +31,8 @@ pub struct Recorder {
     pub copy: envgit_store::ProtectedCopy,
     /// The writable directories of the person's `PATH` as `envgit mcp` found them.
     pub shadows: Option<crate::path_shadow::PathShadows>,
+    /// What the downstream servers' sandboxes hide, as found before they started.
+    pub cover: crate::project_facts::SessionCover,
 }
 
 /// The `execute` server (cheap to clone: the state is shared).

@@ -38,6 +38,21 @@ impl Inner {
                     .lock()
                     .map_err(|_| ExecuteError::RecorderPoisoned)?;
                 r.store.catch_up()?;
+                let r = &mut *r;
+                // The downstream servers' sandboxes were set up when the session began: a
+                // secret they do not cover (a key the person saved into a new `.env`) refuses
+                // the call, and files the person linked outside since (a `pnpm install` in
+                // their own terminal) become the project's own copies. The scan finds what
+                // was made since the last step's.
+                r.wt.full_scan(&r.store, None)?;
+                crate::project_facts::before_session_call(
+                    &r.project,
+                    r.store.dir(),
+                    &r.wt,
+                    &r.cover,
+                    "your MCP client starts `envgit mcp` again when it reconnects",
+                )
+                .map_err(|refused| ExecuteError::Step(refused.message))?;
                 let steps: Vec<(u64, Option<u64>)> = r
                     .store
                     .steps()?

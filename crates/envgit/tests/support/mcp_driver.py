@@ -1,5 +1,5 @@
 # The MCP client the tests drive `envgit mcp` with (run by tests/mcp.rs: `python3 driver.py spec.json`).
-import asyncio, json, subprocess, sys
+import asyncio, json, os, subprocess, sys
 import mcp_types
 from mcp import Client, StdioServerParameters
 
@@ -44,6 +44,22 @@ async def main():
                     capture_output=True,
                 )
                 out["results"].append({"rewound": step})
+                continue
+            if "__hard_link" in call:
+                # The person's pnpm between two calls: a file of its store linked into the
+                # project.
+                src, dst = call["__hard_link"]
+                os.makedirs(os.path.dirname(dst), exist_ok=True)
+                os.link(src, dst)
+                out["results"].append({"linked": dst})
+                continue
+            if "__write" in call:
+                # The person's editor between two calls.
+                path, text = call["__write"]
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                with open(path, "w") as f:
+                    f.write(text)
+                out["results"].append({"wrote": path})
                 continue
             if "__sleep" in call:
                 # The client thinks: no call in flight for a while.

@@ -68,6 +68,14 @@ def write(name: str) -> str:
     return "ok"
 
 @server.tool(structured_output=False)
+def read(name: str) -> str:
+    """A file's text, or why it could not be read."""
+    try:
+        return open(name).read()
+    except OSError as e:
+        return "unreadable: " + str(e)
+
+@server.tool(structured_output=False)
 def plant_hook() -> str:
     """Try to rename .git (it is a mount point inside: refused), then plant a hook behind a
     renamed .github (an attack on what the host runs)."""
