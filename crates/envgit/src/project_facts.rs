@@ -169,12 +169,11 @@ pub(crate) struct CallRefused {
     pub message: String,
 }
 
-/// Before a tool call of a session whose sandbox was set up at its start (`cover`; how to start
-/// the session again: `start_again`): a secret
-/// or a file linked outside that sandbox does not cover refuses the call, and the files of the
-/// excluded directories linked outside since (the person's `pnpm install` in their own
-/// terminal) become the project's own copies (one that cannot refuses the call: the running
-/// sandbox cannot bind it read-only).
+/// Before a tool call of a session whose sandbox was set up at its start (`cover`; how to
+/// start the session again: `start_again`): a secret or a file linked outside that sandbox
+/// does not cover refuses the call, and the files of the excluded directories linked outside
+/// since (the person's `pnpm install` in their own terminal) become the project's own copies
+/// (one that cannot refuses the call: the running sandbox cannot bind it read-only).
 pub(crate) fn before_session_call(
     project: &Project,
     store_dir: &Path,
@@ -188,15 +187,23 @@ pub(crate) fn before_session_call(
         message: f.message,
     })?;
     if let Some((path, rule)) = cover.uncovered(&facts) {
-        let why = match rule {
-            "filesystem.deny_read" => "a secret made or replaced since the session began",
-            _ => "a file hard-linked to outside the project since the session began",
+        let (what, why, cannot) = match rule {
+            "filesystem.deny_read" => (
+                "read",
+                "a secret made or replaced since the session began",
+                "hide it",
+            ),
+            _ => (
+                "write",
+                "a file hard-linked to outside the project since the session began",
+                "make it read-only",
+            ),
         };
         return Err(CallRefused {
-            what: format!("read {}", path.display()),
+            what: format!("{what} {}", path.display()),
             rule,
             message: format!(
-                "{} is {why}: this session's sandbox, set up when it began, cannot hide it \
+                "{} is {why}: this session's sandbox, set up when it began, cannot {cannot} \
                  (rule {rule}), so its tool calls are refused. End the session and start it \
                  again ({start_again}): the new sandbox covers it",
                 path.display()
@@ -248,4 +255,64 @@ fn no_own_copy(path: &Path, why: &std::io::Error) -> Failure {
          fix what stopped the copy",
         path.display()
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn facts(secrets: &[&Path], linked_out: &[&Path]) -> ProjectFacts {
+        ProjectFacts {
+            secrets: secrets.iter().map(|p| p.to_path_buf()).collect(),
+            linked_out: linked_out.iter().map(|p| p.to_path_buf()).collect(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_secret_made_or_saved_over_since_is_uncovered_one_edited_in_place_is_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let (env, notes, linked) = (
+            dir.path().join(".env"),
+            dir.path().join("notes.txt"),
+            dir.path().join("shared.txt"),
+        );
+        std::fs::write(&env, "KEY=1\n").unwrap();
+        std::fs::write(&linked, "shared\n").unwrap();
+        let cover = SessionCover::of(&facts(&[&env], &[&linked]));
+        // Edited in place: the mask is still on it.
+        std::fs::write(&env, "KEY=2\n").unwrap();
+        assert_eq!(cover.uncovered(&facts(&[&env], &[&linked])), None);
+        // Gone: nothing to read.
+        let gone = dir.path().join(".env.gone");
+        assert_eq!(cover.uncovered(&facts(&[&gone], &[])), None);
+        // A new name for it (a link made since) is not masked.
+        std::fs::hard_link(&env, &notes).unwrap();
+        assert_eq!(
+            cover.uncovered(&facts(&[&env, &notes], &[&linked])),
+            Some((notes.clone(), "filesystem.deny_read"))
+        );
+        // Saved by a write and a rename: a new file where the mask was.
+        let tmp = dir.path().join(".env.swp");
+        std::fs::write(&tmp, "KEY=3\n").unwrap();
+        std::fs::rename(&tmp, &env).unwrap();
+        assert_eq!(
+            cover.uncovered(&facts(&[&env], &[&linked])),
+            Some((env.clone(), "filesystem.deny_read"))
+        );
+        // A file linked outside since the session began is not bound read-only.
+        let later = dir.path().join("later.txt");
+        std::fs::write(&later, "x").unwrap();
+        assert_eq!(
+            cover.uncovered(&facts(&[], &[&linked, &later])),
+            Some((later, "filesystem.hard_link"))
+        );
+        // No cover at all (the sandbox not planned yet): every secret is uncovered.
+        assert!(
+            SessionCover::default()
+                .uncovered(&facts(&[&notes], &[]))
+                .is_some()
+        );
+    }
 }
