@@ -14,6 +14,7 @@
 
 mod child;
 pub mod console;
+pub mod cover;
 mod detached_close;
 mod etc_cache;
 pub mod etc_walk;

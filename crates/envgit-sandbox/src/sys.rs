@@ -32,6 +32,8 @@ struct MountAttr {
 
 pub const MOUNT_ATTR_RDONLY: u64 = 0x1;
 pub const MOUNT_ATTR_NOSUID: u64 = 0x2;
+pub const MOUNT_ATTR_NODEV: u64 = 0x4;
+pub const MOUNT_ATTR_NOEXEC: u64 = 0x8;
 
 /// mount_setattr(2): set attributes on the mount at `fd` (and below it when `recursive`).
 pub fn mount_setattr(fd: BorrowedFd<'_>, recursive: bool, set: u64) -> io::Result<()> {

@@ -54,6 +54,13 @@ fn main() -> ExitCode {
     {
         envgit_sandbox::sandbox_main();
     }
+    // Mounts added to a running session's sandbox: `setns` wants a single-threaded process.
+    if std::env::args_os()
+        .nth(1)
+        .is_some_and(|a| a == envgit_sandbox::cover::SUBCOMMAND)
+    {
+        envgit_sandbox::cover::helper_main();
+    }
     timings::init();
     output::quiet_on_broken_pipe();
     // The end a killed step owed is made by whichever command opens the store next: it reads

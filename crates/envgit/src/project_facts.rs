@@ -130,17 +130,41 @@ impl SessionCover {
         SessionCover(covered.map(|p| (p.clone(), inode(p))).collect())
     }
 
-    /// The first path of `facts` the session's sandbox does not cover, with the rule it is
-    /// under.
-    fn uncovered(&self, facts: &ProjectFacts) -> Option<(PathBuf, &'static str)> {
-        let secrets = facts.secrets.iter().map(|p| (p, "filesystem.deny_read"));
-        let linked = facts.linked_out.iter().map(|p| (p, "filesystem.hard_link"));
-        secrets.chain(linked).find_map(|(p, rule)| {
-            let now = inode(p)?;
-            let covered = self.0.get(p).is_some_and(|was| *was == Some(now));
-            (!covered).then(|| (p.clone(), rule))
-        })
+    /// The paths of `facts` the session's sandbox does not cover, with the rule each is under
+    /// and the inode found there now.
+    fn uncovered(&self, facts: &ProjectFacts) -> Vec<Uncovered> {
+        let secrets = facts.secrets.iter().map(|p| (p, DENY_READ));
+        let linked = facts.linked_out.iter().map(|p| (p, HARD_LINK));
+        secrets
+            .chain(linked)
+            .filter_map(|(p, rule)| {
+                let now = inode(p)?;
+                let covered = self.0.get(p).is_some_and(|was| *was == Some(now));
+                (!covered).then(|| Uncovered {
+                    path: p.clone(),
+                    rule,
+                    inode: now,
+                })
+            })
+            .collect()
     }
+
+    /// `u` is covered now (its inode as found before the mount was made: a file saved in its
+    /// place meanwhile is found again at the next call).
+    fn add(&mut self, u: &Uncovered) {
+        self.0.insert(u.path.clone(), Some(u.inode));
+    }
+}
+
+const DENY_READ: &str = "filesystem.deny_read";
+const HARD_LINK: &str = "filesystem.hard_link";
+
+/// A path a session's sandbox does not cover.
+#[derive(Debug, PartialEq)]
+struct Uncovered {
+    path: PathBuf,
+    rule: &'static str,
+    inode: (u64, u64),
 }
 
 /// What the sandboxes a session is about to set up will cover: the search they will make of
@@ -169,46 +193,68 @@ pub(crate) struct CallRefused {
     pub message: String,
 }
 
-/// Before a tool call of a session whose sandbox was set up at its start (`cover`; how to
-/// start the session again: `start_again`): a secret or a file linked outside that sandbox
-/// does not cover refuses the call, and the files of the excluded directories linked outside
-/// since (the person's `pnpm install` in their own terminal) become the project's own copies
-/// (one that cannot refuses the call: the running sandbox cannot bind it read-only).
+/// Before a tool call of a session whose sandbox was set up at its start (`cover`): a secret
+/// that sandbox does not cover is masked in it, a file linked outside since made read-only
+/// (`sandbox`: the pid of its first process, or why mounts cannot be added to it; then, or
+/// when the mount fails, the call is refused, saying how to start the session again: `start_again`), and the files of the
+/// excluded directories linked outside since (the person's `pnpm install` in their own
+/// terminal) become the project's own copies (one that cannot refuses the call: the running
+/// sandbox cannot bind it read-only).
 pub(crate) fn before_session_call(
     project: &Project,
     store_dir: &Path,
     wt: &WorkTree,
-    cover: &SessionCover,
+    cover: &mut SessionCover,
+    sandbox: Result<u32, &str>,
     start_again: &str,
 ) -> Result<(), CallRefused> {
     let mut facts = searched(project, store_dir, wt, None).map_err(|f| CallRefused {
         what: "the project's secrets".into(),
-        rule: "filesystem.deny_read",
+        rule: DENY_READ,
         message: f.message,
     })?;
-    if let Some((path, rule)) = cover.uncovered(&facts) {
-        let (what, why, cannot) = match rule {
-            "filesystem.deny_read" => (
-                "read",
-                "a secret made or replaced since the session began",
-                "hide it",
-            ),
-            _ => (
-                "write",
-                "a file hard-linked to outside the project since the session began",
-                "make it read-only",
-            ),
+    let uncovered = cover.uncovered(&facts);
+    if let Some(first) = uncovered.first() {
+        let paths = |rule| {
+            uncovered
+                .iter()
+                .filter(|u| u.rule == rule)
+                .map(|u| u.path.clone())
+                .collect::<Vec<_>>()
         };
-        return Err(CallRefused {
-            what: format!("{what} {}", path.display()),
-            rule,
-            message: format!(
-                "{} is {why}: this session's sandbox, set up when it began, cannot {cannot} \
-                 (rule {rule}), so its tool calls are refused. End the session and start it \
-                 again ({start_again}): the new sandbox covers it",
-                path.display()
-            ),
-        });
+        let covered = match sandbox {
+            Ok(pid) => std::env::current_exe()
+                .map_err(|e| format!("envgit's own binary: {e}"))
+                .and_then(|exe| {
+                    envgit_sandbox::cover::cover_running(
+                        &exe,
+                        pid,
+                        &paths(DENY_READ),
+                        &paths(HARD_LINK),
+                    )
+                }),
+            Err(why) => Err(why.to_string()),
+        };
+        if let Err(e) = covered {
+            return Err(not_covered(first, &e, start_again));
+        }
+        for u in &uncovered {
+            cover.add(u);
+        }
+        output::note(&format!(
+            "envgit: {} made since the session began (rule {}){}: {} in the session's sandbox",
+            first.path.display(),
+            first.rule,
+            match uncovered.len() {
+                1 => String::new(),
+                n => format!(" and {} more", n - 1),
+            },
+            if first.rule == DENY_READ {
+                "masked"
+            } else {
+                "read-only"
+            },
+        ));
     }
     match own_copies_of_linked_files(project, &mut facts).first() {
         Some((path, why)) => Err(CallRefused {
@@ -217,6 +263,33 @@ pub(crate) fn before_session_call(
             message: no_own_copy(path, why).message,
         }),
         None => Ok(()),
+    }
+}
+
+/// The refusal of a call when the running sandbox could not be given the mount `u` needs.
+fn not_covered(u: &Uncovered, why: &str, start_again: &str) -> CallRefused {
+    let (what, is, cannot) = match u.rule {
+        DENY_READ => (
+            "read",
+            "a secret made or replaced since the session began",
+            "hide it",
+        ),
+        _ => (
+            "write",
+            "a file hard-linked to outside the project since the session began",
+            "make it read-only",
+        ),
+    };
+    let rule = u.rule;
+    CallRefused {
+        what: format!("{what} {}", u.path.display()),
+        rule,
+        message: format!(
+            "{} is {is}, and this session's sandbox, set up when it began, cannot {cannot} \
+             ({why}; rule {rule}), so its tool calls are refused. End the session and start it \
+             again ({start_again}): the new sandbox covers it",
+            u.path.display()
+        ),
     }
 }
 
@@ -270,6 +343,12 @@ mod tests {
         }
     }
 
+    /// The paths and rules `cover` leaves uncovered in `facts`.
+    fn left(cover: &SessionCover, facts: &ProjectFacts) -> Vec<(PathBuf, &'static str)> {
+        let u = cover.uncovered(facts);
+        u.into_iter().map(|u| (u.path, u.rule)).collect()
+    }
+
     #[test]
     fn a_secret_made_or_saved_over_since_is_uncovered_one_edited_in_place_is_not() {
         let dir = tempfile::tempdir().unwrap();
@@ -280,39 +359,43 @@ mod tests {
         );
         std::fs::write(&env, "KEY=1\n").unwrap();
         std::fs::write(&linked, "shared\n").unwrap();
-        let cover = SessionCover::of(&facts(&[&env], &[&linked]));
+        let mut cover = SessionCover::of(&facts(&[&env], &[&linked]));
         // Edited in place: the mask is still on it.
         std::fs::write(&env, "KEY=2\n").unwrap();
-        assert_eq!(cover.uncovered(&facts(&[&env], &[&linked])), None);
+        assert_eq!(left(&cover, &facts(&[&env], &[&linked])), []);
         // Gone: nothing to read.
         let gone = dir.path().join(".env.gone");
-        assert_eq!(cover.uncovered(&facts(&[&gone], &[])), None);
+        assert_eq!(left(&cover, &facts(&[&gone], &[])), []);
         // A new name for it (a link made since) is not masked.
         std::fs::hard_link(&env, &notes).unwrap();
         assert_eq!(
-            cover.uncovered(&facts(&[&env, &notes], &[&linked])),
-            Some((notes.clone(), "filesystem.deny_read"))
+            left(&cover, &facts(&[&env, &notes], &[&linked])),
+            [(notes.clone(), DENY_READ)]
         );
+        // Once masked, it is covered.
+        for u in cover.uncovered(&facts(&[&notes], &[])) {
+            cover.add(&u);
+        }
+        assert_eq!(left(&cover, &facts(&[&env, &notes], &[&linked])), []);
         // Saved by a write and a rename: a new file where the mask was.
         let tmp = dir.path().join(".env.swp");
         std::fs::write(&tmp, "KEY=3\n").unwrap();
         std::fs::rename(&tmp, &env).unwrap();
         assert_eq!(
-            cover.uncovered(&facts(&[&env], &[&linked])),
-            Some((env.clone(), "filesystem.deny_read"))
+            left(&cover, &facts(&[&env], &[&linked])),
+            [(env.clone(), DENY_READ)]
         );
         // A file linked outside since the session began is not bound read-only.
         let later = dir.path().join("later.txt");
         std::fs::write(&later, "x").unwrap();
         assert_eq!(
-            cover.uncovered(&facts(&[], &[&linked, &later])),
-            Some((later, "filesystem.hard_link"))
+            left(&cover, &facts(&[], &[&linked, &later])),
+            [(later, HARD_LINK)]
         );
         // No cover at all (the sandbox not planned yet): every secret is uncovered.
-        assert!(
-            SessionCover::default()
-                .uncovered(&facts(&[&notes], &[]))
-                .is_some()
+        assert_eq!(
+            left(&SessionCover::default(), &facts(&[&notes], &[])).len(),
+            1
         );
     }
 }

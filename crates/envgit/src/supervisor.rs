@@ -649,6 +649,9 @@ pub(crate) struct RunExtras<'scope> {
     /// The process ends with this run (`envgit run`): its cgroups are removed by the child
     /// that ends it (`close_detached`), not waited for here.
     pub cgroups_after_exit: bool,
+    /// Gets the pid of the sandbox's first process once it is spawned: a session adds mounts
+    /// to the running sandbox through it (`envgit_sandbox::cover`).
+    pub sandbox: Option<Arc<std::sync::OnceLock<u32>>>,
 }
 
 /// The git layer and the protected list, taken beside the scan, until the step owns them: a
@@ -914,6 +917,9 @@ pub(crate) fn run_sandboxed(
         let mut child = envgit_sandbox::spawn_on(&exe, &spec, pty.is_some())
             .map_err(|e| Failure::failed(format!("cannot start the sandbox: {e}")))?;
         unused_limits.0 = None;
+        if let Some(slot) = &extras.sandbox {
+            let _ = slot.set(child.id());
+        }
         crate::timings::mark("spawn");
         // The directories earlier runs were done with, removed while this one's sandbox runs
         // and envgit's own thread only waits.

@@ -485,41 +485,62 @@ fn a_link_made_on_the_host_during_a_session_becomes_the_projects_own_copy() {
     );
 }
 
-/// A key the person saves while a session runs (their own editor, between two tool calls)
-/// is a secret like one that was there when the session began: into a new file, or into
-/// `.env` by an editor's write and rename (the sandbox's mask sat on the old file). The
-/// session's sandbox, set up before, cannot hide either: the next call is refused, said in
-/// the log with the rule, and reads nothing.
+/// How the person's key comes to the project during a session, between two tool calls.
+#[derive(Clone, Copy, Debug)]
+enum Saved {
+    /// Into a new file.
+    NewFile,
+    /// Into `.env` by an editor's write and rename: the sandbox's mask sat on the old file.
+    RenamedOver,
+    /// Into the `.env` the agent's first call made (the same file, written in place).
+    IntoTheAgentsFile,
+}
+
+/// A key the person saves while a session runs is a secret like one that was there when the
+/// session began: the session's sandbox, set up before, is given a mask for it before the
+/// next call, which reads nothing and is not refused.
 #[test]
 fn a_secret_saved_on_the_host_during_a_session_is_unreadable_to_the_next_call() {
     const KEY: &str = "sk-live-saved-during-the-session";
-    for replaced in [false, true] {
+    for saved in [Saved::NewFile, Saved::RenamedOver, Saved::IntoTheAgentsFile] {
         let (env, server) = project_with_model(vec![
             Turn::Shell(
-                "touch STARTED; i=0; while [ ! -e SAVED ] && [ $i -lt 600 ]; do sleep 0.1; \
-                 i=$((i+1)); done; true"
+                "echo KEY= > .env.local; touch STARTED; i=0; \
+                 while [ ! -e SAVED ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done; true"
                     .into(),
             ),
-            Turn::Shell("cat .e''nv config/.e''nv.local > seen.txt 2>&1; true".into()),
+            Turn::Shell(
+                "cat .e''nv config/.e''nv.local .e''nv.local > seen.txt 2>&1; echo $? >> seen.txt"
+                    .into(),
+            ),
             Turn::Say("done".into()),
         ]);
         env.write(".env", "KEY=placeholder\n");
         // The person's editor, once the first call is under way: bounded by that call's wait.
         let saver = {
-            let (started, saved) = (env.path("STARTED"), env.path("SAVED"));
-            let (dotenv, nested) = (env.path(".env"), env.path("config/.env.local"));
+            let (started, done) = (env.path("STARTED"), env.path("SAVED"));
+            let (dotenv, nested, agents) = (
+                env.path(".env"),
+                env.path("config/.env.local"),
+                env.path(".env.local"),
+            );
             std::thread::spawn(move || {
                 for _ in 0..2400 {
                     if started.exists() {
-                        if replaced {
-                            let tmp = dotenv.with_extension("swp");
-                            std::fs::write(&tmp, format!("KEY={KEY}\n")).unwrap();
-                            std::fs::rename(&tmp, &dotenv).unwrap();
-                        } else {
-                            std::fs::create_dir_all(nested.parent().unwrap()).unwrap();
-                            std::fs::write(&nested, format!("KEY={KEY}\n")).unwrap();
+                        let key = format!("KEY={KEY}\n");
+                        match saved {
+                            Saved::NewFile => {
+                                std::fs::create_dir_all(nested.parent().unwrap()).unwrap();
+                                std::fs::write(&nested, key).unwrap();
+                            }
+                            Saved::RenamedOver => {
+                                let tmp = dotenv.with_extension("swp");
+                                std::fs::write(&tmp, key).unwrap();
+                                std::fs::rename(&tmp, &dotenv).unwrap();
+                            }
+                            Saved::IntoTheAgentsFile => std::fs::write(&agents, key).unwrap(),
                         }
-                        std::fs::write(&saved, "").unwrap();
+                        std::fs::write(&done, "").unwrap();
                         return;
                     }
                     std::thread::sleep(Duration::from_millis(100));
@@ -530,25 +551,79 @@ fn a_secret_saved_on_the_host_during_a_session_is_unreadable_to_the_next_call() 
         cmd.env("ANTHROPIC_API_KEY", "sk-ant-test-saved");
         let (stdout, stderr) = run_bounded(cmd, Duration::from_secs(240));
         saver.join().unwrap();
-        let ctx = format!("replaced: {replaced}\nstdout:\n{stdout}\nstderr:\n{stderr}");
+        let ctx = format!("saved: {saved:?}\nstdout:\n{stdout}\nstderr:\n{stderr}");
         assert!(env.path("SAVED").exists(), "the host never saved: {ctx}");
-        if env.path("seen.txt").exists() {
-            let seen = env.read("seen.txt");
-            assert!(!seen.contains(KEY), "the call read the key: {seen}\n{ctx}");
-        }
+        let seen = env.read("seen.txt");
+        assert!(!seen.contains(KEY), "the call read the key: {seen}\n{ctx}");
+        let masked = match saved {
+            Saved::NewFile => "config/.env.local",
+            Saved::RenamedOver => ".env",
+            Saved::IntoTheAgentsFile => ".env.local",
+        };
         assert!(
-            stderr.contains("cannot hide it (rule filesystem.deny_read)")
-                && stderr.contains("envgit claude --continue"),
+            seen.contains(&format!("{masked}: Permission denied")),
+            "{seen}\n{ctx}"
+        );
+        assert!(stderr.contains("masked in the session's sandbox"), "{ctx}");
+        // The key is where the person put it, and the session went on.
+        assert!(
+            [".env", "config/.env.local", ".env.local"]
+                .iter()
+                .any(|p| env.path(p).exists() && env.read(p).contains(KEY)),
             "{ctx}"
         );
-        let refused = env.log_json().into_iter().any(|s| {
-            s["refusals"].as_array().is_some_and(|r| {
-                r.iter().any(|r| {
-                    r["rule"] == "filesystem.deny_read"
-                        && r["what"].as_str().unwrap().contains(".env")
-                })
-            })
-        });
-        assert!(refused, "the refused call is not in the log: {ctx}");
+        let refused = env
+            .log_json()
+            .into_iter()
+            .any(|s| s["refusals"].as_array().is_some_and(|r| !r.is_empty()));
+        assert!(!refused, "a call was refused: {ctx}");
     }
+}
+
+/// A file the person hard-links into the project from outside while a session runs (`ln
+/// ~/notes.md project/`) is made read-only in the session's sandbox before the next call, as a
+/// run binds such a file: a write there would change the file outside.
+#[test]
+fn a_file_linked_in_from_outside_during_a_session_is_read_only_to_the_next_call() {
+    let (env, server) = project_with_model(vec![
+        Turn::Shell(
+            "touch STARTED; i=0; while [ ! -e LINKED ] && [ $i -lt 600 ]; do sleep 0.1; \
+             i=$((i+1)); done; true"
+                .into(),
+        ),
+        Turn::Shell("echo 'changed by the agent' >> notes.md; echo $? > wrote.txt".into()),
+        Turn::Say("done".into()),
+    ]);
+    let outside = env.tmp.path().join("notes.md");
+    std::fs::write(&outside, "the person's notes\n").unwrap();
+    let linker = {
+        let (started, linked) = (env.path("STARTED"), env.path("LINKED"));
+        let (from, to) = (outside.clone(), env.path("notes.md"));
+        std::thread::spawn(move || {
+            for _ in 0..2400 {
+                if started.exists() {
+                    std::fs::hard_link(&from, &to).unwrap();
+                    std::fs::write(&linked, "").unwrap();
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        })
+    };
+    let mut cmd = claude(&env, &server, &["-p", "go", "--allowedTools", "Bash"]);
+    cmd.env("ANTHROPIC_API_KEY", "sk-ant-test-linked-in");
+    let (stdout, stderr) = run_bounded(cmd, Duration::from_secs(240));
+    linker.join().unwrap();
+    let ctx = format!("stdout:\n{stdout}\nstderr:\n{stderr}");
+    assert!(env.path("LINKED").exists(), "the host never linked: {ctx}");
+    assert_eq!(
+        std::fs::read_to_string(&outside).unwrap(),
+        "the person's notes\n",
+        "the call wrote through the link: {ctx}"
+    );
+    assert_ne!(env.read("wrote.txt"), "0\n", "{ctx}");
+    assert!(
+        stderr.contains("read-only in the session's sandbox"),
+        "{ctx}"
+    );
 }

@@ -324,8 +324,9 @@ fn a_secret_saved_on_the_host_during_a_session_refuses_the_next_call() {
     );
     assert_eq!(r[2]["is_error"], true, "{out:#}");
     assert!(
-        text(&r[2]).contains("cannot hide it (rule filesystem.deny_read)")
-            && text(&r[2]).contains("envgit mcp"),
+        text(&r[2]).contains("cannot hide it (")
+            && text(&r[2]).contains("rule filesystem.deny_read)")
+            && text(&r[2]).contains("envgit mcp` again"),
         "{out:#}"
     );
 }

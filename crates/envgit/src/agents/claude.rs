@@ -180,6 +180,7 @@ pub fn run(dir: Option<&Path>, args: &ClaudeArgs) -> CmdResult<ExitCode> {
         before_start: None,
         early: None,
         cgroups_after_exit: false,
+        sandbox: Some(steps.sandbox_slot()),
     };
     output::note(&format!(
         "Claude Code runs in envgit's sandbox and gate; each tool call is a step; its model \

@@ -82,6 +82,8 @@ pub(crate) struct ToolSteps<'a> {
     /// What the session's sandbox hides ([`ToolSteps::project_facts`]); none until it is
     /// planned: then every secret is uncovered.
     cover: SessionCover,
+    /// The pid of the session sandbox's first process, once it runs.
+    sandbox: Arc<std::sync::OnceLock<u32>>,
 }
 
 impl<'a> ToolSteps<'a> {
@@ -123,6 +125,7 @@ impl<'a> ToolSteps<'a> {
             tap_rx,
             calls: 0,
             cover: SessionCover::default(),
+            sandbox: Arc::default(),
         })
     }
 
@@ -143,6 +146,11 @@ impl<'a> ToolSteps<'a> {
             crate::project_facts::of(self.project, self.store.dir(), self.live.tree(), None)?;
         self.cover = SessionCover::of(&facts);
         Ok(facts)
+    }
+
+    /// Where the session's sandbox says its pid once spawned (`RunExtras::sandbox`).
+    pub fn sandbox_slot(&self) -> Arc<std::sync::OnceLock<u32>> {
+        self.sandbox.clone()
     }
 
     /// The project's store directory (the sandbox keeps its home overlay there).
@@ -191,14 +199,18 @@ impl<'a> ToolSteps<'a> {
                     }
                     return json!({"allow": false, "reason": reason});
                 }
-                // What the session's sandbox does not cover (a key the person saved into a
-                // new `.env`), and files the person linked outside since it began (a `pnpm
-                // install` in their own terminal: they become copies of the project's own).
+                // What the session's sandbox does not cover yet (a key the person saved into a
+                // new `.env`: masked in it), and files the person linked outside since it began
+                // (a `pnpm install` in their own terminal: copies of the project's own).
                 if let Err(refused) = crate::project_facts::before_session_call(
                     self.project,
                     self.store.dir(),
                     self.live.tree(),
-                    &self.cover,
+                    &mut self.cover,
+                    self.sandbox
+                        .get()
+                        .copied()
+                        .ok_or("the session's sandbox has not started"),
                     "`envgit claude --continue` keeps the conversation",
                 ) {
                     output::error(&refused.message);

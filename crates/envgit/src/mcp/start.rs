@@ -49,7 +49,11 @@ impl Inner {
                     &r.project,
                     r.store.dir(),
                     &r.wt,
-                    &r.cover,
+                    &mut r.cover,
+                    Err(
+                        "each downstream server's sandbox is in a process of its own, \
+                         which envgit mcp cannot add mounts to yet",
+                    ),
                     "your MCP client starts `envgit mcp` again when it reconnects",
                 )
                 .map_err(|refused| ExecuteError::Step(refused.message))?;

@@ -1,0 +1,213 @@
+//! Mounts added to a sandbox that is already running: a session (`envgit claude`) keeps one
+//! sandbox for all its tool calls, and a secret made since it was set up (a key the person
+//! saved into a new `.env`, one an editor saved by renaming a new file over the masked one) is
+//! masked before the next call; a file linked outside since is made read-only.
+//!
+//! `setns` into a mount namespace needs a single-threaded caller, which envgit is not, so a
+//! fresh process of this binary does it ([`SUBCOMMAND`], routed by `main` to [`helper_main`]
+//! before anything else runs): it joins the sandbox's user and mount namespaces and mounts
+//! with the new mount API on targets opened beneath the sandbox's root without following a
+//! link, so nothing a step planted can redirect a mount.
+
+use std::ffi::OsString;
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use rustix::fs::{Mode, OFlags, ResolveFlags};
+use rustix::mount::{
+    FsMountFlags, FsOpenFlags, MountAttrFlags, MoveMountFlags, OpenTreeFlags, fsconfig_create,
+    fsconfig_set_string, fsmount, fsopen, move_mount, open_tree,
+};
+use rustix::thread::{LinkNameSpaceType, move_into_link_name_space};
+
+use crate::sys;
+
+/// The hidden subcommand the binary must route to [`helper_main`].
+pub const SUBCOMMAND: &str = "__cover";
+
+/// What to add to the running sandbox whose first process is `sandbox` (a child of this
+/// process, so its pid cannot be reused meanwhile): `masks` become unreadable, `read_only`
+/// read-only (absolute paths, as inside). Runs `exe` (this binary) as the helper.
+pub fn cover_running(
+    exe: &Path,
+    sandbox: u32,
+    masks: &[PathBuf],
+    read_only: &[PathBuf],
+) -> Result<(), String> {
+    let mut cmd = Command::new(exe);
+    cmd.arg(SUBCOMMAND).arg(sandbox.to_string());
+    for (how, paths) in [("mask", masks), ("read-only", read_only)] {
+        for p in paths {
+            cmd.arg(how).arg(p);
+        }
+    }
+    let out = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .output()
+        .map_err(|e| format!("cannot start {}: {e}", exe.display()))?;
+    if out.status.success() {
+        return Ok(());
+    }
+    let said = String::from_utf8_lossy(&out.stderr);
+    Err(match said.trim() {
+        "" => format!("the helper ended with {}", out.status),
+        said => said.to_string(),
+    })
+}
+
+/// The helper: `__cover PID (mask|read-only PATH)…`. Exits 0 once every path is covered (one
+/// gone meanwhile needs nothing), else 1 with why on stderr. Never returns.
+pub fn helper_main() -> ! {
+    let args: Vec<OsString> = std::env::args_os().skip(2).collect();
+    match helper(&args) {
+        Ok(()) => std::process::exit(0),
+        Err(e) => {
+            eprintln!("{e}");
+            std::process::exit(1)
+        }
+    }
+}
+
+fn helper(args: &[OsString]) -> Result<(), String> {
+    let (pid, rest) = args
+        .split_first()
+        .ok_or("no sandbox named (this subcommand is internal to envgit)")?;
+    let pid = pid
+        .to_str()
+        .and_then(|p| p.parse::<u32>().ok())
+        .ok_or("the sandbox is named by its pid")?;
+    let mut todo = Vec::new();
+    for pair in rest.chunks(2) {
+        match pair {
+            [how, path] if how == "mask" || how == "read-only" => {
+                todo.push((how == "mask", PathBuf::from(path)));
+            }
+            _ => return Err("expected `mask PATH` or `read-only PATH`".into()),
+        }
+    }
+    let ns = |kind: &str| {
+        rustix::fs::open(
+            format!("/proc/{pid}/ns/{kind}").as_str(),
+            OFlags::RDONLY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| format!("the sandbox's {kind} namespace (pid {pid}): {e}"))
+    };
+    let (user, mnt) = (ns("user")?, ns("mnt")?);
+    // The user namespace first: it gives the capabilities the mount namespace asks for. This
+    // process has one thread, as `setns` into either needs.
+    move_into_link_name_space(user.as_fd(), Some(LinkNameSpaceType::User))
+        .map_err(|e| format!("joining the sandbox's user namespace: {e}"))?;
+    move_into_link_name_space(mnt.as_fd(), Some(LinkNameSpaceType::Mount))
+        .map_err(|e| format!("joining the sandbox's mount namespace: {e}"))?;
+    // Now this process's root is the sandbox's.
+    let root = rustix::fs::open(
+        "/",
+        OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| format!("the sandbox's root: {e}"))?;
+    for (mask, path) in &todo {
+        let target = match open_beneath(&root, path) {
+            Ok(t) => t,
+            Err(rustix::io::Errno::NOENT) => continue,
+            Err(e) => return Err(format!("{}: {e}", path.display())),
+        };
+        let done = if *mask {
+            mask_at(&target)
+        } else {
+            read_only_at(&target)
+        };
+        done.map_err(|e| format!("covering {}: {e}", path.display()))?;
+    }
+    Ok(())
+}
+
+/// `p` (absolute, as inside) opened as a path beneath `root`, no link followed on the way.
+fn open_beneath(root: &OwnedFd, p: &Path) -> rustix::io::Result<OwnedFd> {
+    let rel = p.strip_prefix("/").unwrap_or(p);
+    if rel.as_os_str().as_bytes().is_empty() {
+        return Err(rustix::io::Errno::INVAL);
+    }
+    rustix::fs::openat2(
+        root,
+        rel,
+        OFlags::PATH | OFlags::CLOEXEC | OFlags::NOFOLLOW,
+        Mode::empty(),
+        ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
+    )
+}
+
+const NOTHING_RUNS: u64 = sys::MOUNT_ATTR_RDONLY
+    | sys::MOUNT_ATTR_NOSUID
+    | sys::MOUNT_ATTR_NODEV
+    | sys::MOUNT_ATTR_NOEXEC;
+
+/// A directory becomes an empty, read-only tmpfs nobody may enter; anything else the
+/// sandbox's `/dev/null` on a mount without devices, which no one can open.
+fn mask_at(target: &OwnedFd) -> std::io::Result<()> {
+    let st = rustix::fs::fstat(target)?;
+    let cover = if rustix::fs::FileType::from_raw_mode(st.st_mode).is_dir() {
+        let fs = fsopen("tmpfs", FsOpenFlags::FSOPEN_CLOEXEC)?;
+        fsconfig_set_string(fs.as_fd(), "mode", "000")?;
+        fsconfig_create(fs.as_fd())?;
+        fsmount(
+            fs.as_fd(),
+            FsMountFlags::FSMOUNT_CLOEXEC,
+            MountAttrFlags::MOUNT_ATTR_RDONLY
+                | MountAttrFlags::MOUNT_ATTR_NOSUID
+                | MountAttrFlags::MOUNT_ATTR_NODEV
+                | MountAttrFlags::MOUNT_ATTR_NOEXEC,
+        )?
+    } else {
+        // The command may have replaced `/dev/null` (with a link to the very secret): only
+        // the null device itself, reached without a link, is a mask.
+        let null = open_tree(
+            rustix::fs::CWD,
+            "/dev/null",
+            OpenTreeFlags::OPEN_TREE_CLONE
+                | OpenTreeFlags::OPEN_TREE_CLOEXEC
+                | OpenTreeFlags::AT_SYMLINK_NOFOLLOW,
+        )?;
+        let st = rustix::fs::fstat(&null)?;
+        let is_null = rustix::fs::FileType::from_raw_mode(st.st_mode)
+            == rustix::fs::FileType::CharacterDevice
+            && (rustix::fs::major(st.st_rdev), rustix::fs::minor(st.st_rdev)) == (1, 3);
+        if !is_null {
+            return Err(std::io::Error::other(
+                "the sandbox's /dev/null is not the null device",
+            ));
+        }
+        sys::mount_setattr(null.as_fd(), false, NOTHING_RUNS)?;
+        null
+    };
+    attach(&cover, target)
+}
+
+/// The file bound over itself, read-only.
+fn read_only_at(target: &OwnedFd) -> std::io::Result<()> {
+    let tree = open_tree(
+        target,
+        "",
+        OpenTreeFlags::OPEN_TREE_CLONE
+            | OpenTreeFlags::OPEN_TREE_CLOEXEC
+            | OpenTreeFlags::AT_EMPTY_PATH,
+    )?;
+    sys::mount_setattr(tree.as_fd(), false, sys::MOUNT_ATTR_RDONLY)?;
+    attach(&tree, target)
+}
+
+fn attach(mount: &OwnedFd, target: &OwnedFd) -> std::io::Result<()> {
+    move_mount(
+        mount,
+        "",
+        target,
+        "",
+        MoveMountFlags::MOVE_MOUNT_F_EMPTY_PATH | MoveMountFlags::MOVE_MOUNT_T_EMPTY_PATH,
+    )?;
+    Ok(())
+}
