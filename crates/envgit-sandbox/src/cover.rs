@@ -1,17 +1,20 @@
-//! Mounts added to a sandbox that is already running: a session (`envgit claude`) keeps one
-//! sandbox for all its tool calls, and a secret made since it was set up (a key the person
-//! saved into a new `.env`, one an editor saved by renaming a new file over the masked one) is
-//! masked before the next call; a file linked outside since is made read-only.
+//! Mounts added to a sandbox that is already running: a session (`envgit claude`, `envgit
+//! mcp`'s downstream servers) keeps one sandbox for all its tool calls, and a secret made
+//! since it was set up (a key the person saved into a new `.env`, one an editor saved by
+//! renaming a new file over the masked one) is masked before the next call; a file linked
+//! outside since is made read-only.
 //!
 //! `setns` into a mount namespace needs a single-threaded caller, which envgit is not, so a
 //! fresh process of this binary does it ([`SUBCOMMAND`], routed by `main` to [`helper_main`]
-//! before anything else runs): it joins the sandbox's user and mount namespaces and mounts
-//! with the new mount API on targets opened beneath the sandbox's root without following a
-//! link, so nothing a step planted can redirect a mount.
+//! before anything else runs): it joins the sandbox's user and mount namespaces through a
+//! pidfd of the sandbox's first process and mounts with the new mount API on targets opened
+//! beneath the sandbox's root without following a link, so nothing a step planted can
+//! redirect a mount.
 
 use std::ffi::OsString;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
@@ -20,28 +23,47 @@ use rustix::mount::{
     FsMountFlags, FsOpenFlags, MountAttrFlags, MoveMountFlags, OpenTreeFlags, fsconfig_create,
     fsconfig_set_string, fsmount, fsopen, move_mount, open_tree,
 };
-use rustix::thread::{LinkNameSpaceType, move_into_link_name_space};
+use rustix::thread::{ThreadNameSpaceType, move_into_thread_name_spaces};
 
 use crate::sys;
 
 /// The hidden subcommand the binary must route to [`helper_main`].
 pub const SUBCOMMAND: &str = "__cover";
 
-/// What to add to the running sandbox whose first process is `sandbox` (a child of this
-/// process, so its pid cannot be reused meanwhile): `masks` become unreadable, `read_only`
+/// The helper finds the sandbox's first process, as a pidfd, on this descriptor.
+const SANDBOX_FD: i32 = 3;
+
+/// What to add to the running sandbox whose first process `sandbox` (a pidfd: it names that
+/// process and no other, whatever pid it had) is: `masks` become unreadable, `read_only`
 /// read-only (absolute paths, as inside). Runs `exe` (this binary) as the helper.
 pub fn cover_running(
     exe: &Path,
-    sandbox: u32,
+    sandbox: BorrowedFd<'_>,
     masks: &[PathBuf],
     read_only: &[PathBuf],
 ) -> Result<(), String> {
     let mut cmd = Command::new(exe);
-    cmd.arg(SUBCOMMAND).arg(sandbox.to_string());
+    cmd.arg(SUBCOMMAND);
     for (how, paths) in [("mask", masks), ("read-only", read_only)] {
         for p in paths {
             cmd.arg(how).arg(p);
         }
+    }
+    let fd = sandbox.as_raw_fd();
+    // SAFETY: between fork and exec the closure makes only async-signal-safe calls (dup2,
+    // fcntl) on a descriptor this process keeps open across the spawn.
+    unsafe {
+        cmd.pre_exec(move || {
+            let r = if fd == SANDBOX_FD {
+                libc::fcntl(fd, libc::F_SETFD, 0)
+            } else {
+                libc::dup2(fd, SANDBOX_FD)
+            };
+            if r == -1 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
     }
     let out = cmd
         .stdin(Stdio::null())
@@ -59,8 +81,9 @@ pub fn cover_running(
     })
 }
 
-/// The helper: `__cover PID (mask|read-only PATH)…`. Exits 0 once every path is covered (one
-/// gone meanwhile needs nothing), else 1 with why on stderr. Never returns.
+/// The helper: `__cover (mask|read-only PATH)…`, the sandbox's pidfd on descriptor 3. Exits 0
+/// once every path is covered (one gone meanwhile needs nothing), else 1 with why on stderr.
+/// Never returns.
 pub fn helper_main() -> ! {
     let args: Vec<OsString> = std::env::args_os().skip(2).collect();
     match helper(&args) {
@@ -73,37 +96,28 @@ pub fn helper_main() -> ! {
 }
 
 fn helper(args: &[OsString]) -> Result<(), String> {
-    let (pid, rest) = args
-        .split_first()
-        .ok_or("no sandbox named (this subcommand is internal to envgit)")?;
-    let pid = pid
-        .to_str()
-        .and_then(|p| p.parse::<u32>().ok())
-        .ok_or("the sandbox is named by its pid")?;
     let mut todo = Vec::new();
-    for pair in rest.chunks(2) {
+    for pair in args.chunks(2) {
         match pair {
             [how, path] if how == "mask" || how == "read-only" => {
                 todo.push((how == "mask", PathBuf::from(path)));
             }
-            _ => return Err("expected `mask PATH` or `read-only PATH`".into()),
+            _ => return Err(
+                "expected `mask PATH` or `read-only PATH` (this subcommand is internal to envgit)"
+                    .into(),
+            ),
         }
     }
-    let ns = |kind: &str| {
-        rustix::fs::open(
-            format!("/proc/{pid}/ns/{kind}").as_str(),
-            OFlags::RDONLY | OFlags::CLOEXEC,
-            Mode::empty(),
-        )
-        .map_err(|e| format!("the sandbox's {kind} namespace (pid {pid}): {e}"))
-    };
-    let (user, mnt) = (ns("user")?, ns("mnt")?);
-    // The user namespace first: it gives the capabilities the mount namespace asks for. This
-    // process has one thread, as `setns` into either needs.
-    move_into_link_name_space(user.as_fd(), Some(LinkNameSpaceType::User))
-        .map_err(|e| format!("joining the sandbox's user namespace: {e}"))?;
-    move_into_link_name_space(mnt.as_fd(), Some(LinkNameSpaceType::Mount))
-        .map_err(|e| format!("joining the sandbox's mount namespace: {e}"))?;
+    // SAFETY: the parent left the pidfd open on this descriptor for this process
+    // (`cover_running`); nothing else here uses or closes it.
+    let sandbox = unsafe { BorrowedFd::borrow_raw(SANDBOX_FD) };
+    // The user namespace with the mount namespace: it gives the capabilities the mount
+    // namespace asks for. This process has one thread, as `setns` into either needs.
+    move_into_thread_name_spaces(
+        sandbox,
+        ThreadNameSpaceType::USER | ThreadNameSpaceType::MOUNT,
+    )
+    .map_err(|e| format!("joining the sandbox's namespaces: {e}"))?;
     // Now this process's root is the sandbox's.
     let root = rustix::fs::open(
         "/",

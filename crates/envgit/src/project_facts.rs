@@ -2,6 +2,7 @@
 //! outside it), taken from the stat index of the scan a step already made: no walk of its own.
 
 use std::collections::HashMap;
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
 use envgit_sandbox::plan::{
@@ -195,8 +196,8 @@ pub(crate) struct CallRefused {
 
 /// Before a tool call of a session whose sandbox was set up at its start (`cover`): a secret
 /// that sandbox does not cover is masked in it, a file linked outside since made read-only
-/// (`sandbox`: the pid of its first process, or why mounts cannot be added to it; then, or
-/// when the mount fails, the call is refused, saying how to start the session again: `start_again`), and the files of the
+/// (`sandboxes`: pidfds of the first processes of the session's sandboxes, or why mounts
+/// cannot be added to them; then, or when a mount fails, the call is refused, saying how to start the session again: `start_again`), and the files of the
 /// excluded directories linked outside since (the person's `pnpm install` in their own
 /// terminal) become the project's own copies (one that cannot refuses the call: the running
 /// sandbox cannot bind it read-only).
@@ -205,7 +206,7 @@ pub(crate) fn before_session_call(
     store_dir: &Path,
     wt: &WorkTree,
     cover: &mut SessionCover,
-    sandbox: Result<u32, &str>,
+    sandboxes: Result<&[OwnedFd], &str>,
     start_again: &str,
 ) -> Result<(), CallRefused> {
     let mut facts = searched(project, store_dir, wt, None).map_err(|f| CallRefused {
@@ -222,19 +223,17 @@ pub(crate) fn before_session_call(
                 .map(|u| u.path.clone())
                 .collect::<Vec<_>>()
         };
-        let covered = match sandbox {
-            Ok(pid) => std::env::current_exe()
-                .map_err(|e| format!("envgit's own binary: {e}"))
-                .and_then(|exe| {
-                    envgit_sandbox::cover::cover_running(
-                        &exe,
-                        pid,
-                        &paths(DENY_READ),
-                        &paths(HARD_LINK),
-                    )
-                }),
-            Err(why) => Err(why.to_string()),
-        };
+        let covered = sandboxes.map_err(str::to_string).and_then(|sandboxes| {
+            let exe = std::env::current_exe().map_err(|e| format!("envgit's own binary: {e}"))?;
+            sandboxes.iter().try_for_each(|sandbox| {
+                envgit_sandbox::cover::cover_running(
+                    &exe,
+                    sandbox.as_fd(),
+                    &paths(DENY_READ),
+                    &paths(HARD_LINK),
+                )
+            })
+        });
         if let Err(e) = covered {
             return Err(not_covered(first, &e, start_again));
         }

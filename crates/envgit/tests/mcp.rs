@@ -306,10 +306,10 @@ fn a_link_made_on_the_host_during_a_session_becomes_the_projects_own_copy() {
 }
 
 /// A key the person saves into a new `.env` between two calls is not hidden by the downstream
-/// servers' sandboxes, set up when the session began: the next call is refused, naming the
-/// rule and how to start again.
+/// servers' sandboxes, set up when the session began: it is masked in them before the next
+/// call, which reads nothing.
 #[test]
-fn a_secret_saved_on_the_host_during_a_session_refuses_the_next_call() {
+fn a_secret_saved_on_the_host_during_a_session_is_unreadable_to_the_next_call() {
     const KEY: &str = "sk-live-saved-during-the-session";
     let (m, _markers) = with_fx("");
     let out = m.run(json!([
@@ -322,13 +322,12 @@ fn a_secret_saved_on_the_host_during_a_session_refuses_the_next_call() {
         !out.to_string().contains(KEY),
         "the call read the key: {out:#}"
     );
-    assert_eq!(r[2]["is_error"], true, "{out:#}");
+    assert_eq!(r[2]["is_error"], false, "{out:#}");
     assert!(
-        text(&r[2]).contains("cannot hide it (")
-            && text(&r[2]).contains("rule filesystem.deny_read)")
-            && text(&r[2]).contains("envgit mcp` again"),
+        text(&r[2]).contains("unreadable: [Errno 13] Permission denied"),
         "{out:#}"
     );
+    assert_eq!(m.env.read("config/.env"), format!("KEY={KEY}\n"));
 }
 
 #[test]

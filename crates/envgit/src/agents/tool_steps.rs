@@ -84,6 +84,9 @@ pub(crate) struct ToolSteps<'a> {
     cover: SessionCover,
     /// The pid of the session sandbox's first process, once it runs.
     sandbox: Arc<std::sync::OnceLock<u32>>,
+    /// A pidfd of that process, opened when first needed (it is envgit's child: its pid
+    /// cannot name another process before envgit waits for it).
+    sandbox_fd: Option<OwnedFd>,
 }
 
 impl<'a> ToolSteps<'a> {
@@ -126,6 +129,7 @@ impl<'a> ToolSteps<'a> {
             calls: 0,
             cover: SessionCover::default(),
             sandbox: Arc::default(),
+            sandbox_fd: None,
         })
     }
 
@@ -146,6 +150,22 @@ impl<'a> ToolSteps<'a> {
             crate::project_facts::of(self.project, self.store.dir(), self.live.tree(), None)?;
         self.cover = SessionCover::of(&facts);
         Ok(facts)
+    }
+
+    /// A pidfd of the session sandbox's first process, or why there is none.
+    fn sandbox_fd(&mut self) -> Result<OwnedFd, String> {
+        if let Some(fd) = &self.sandbox_fd {
+            return fd.try_clone().map_err(|e| e.to_string());
+        }
+        let pid = self
+            .sandbox
+            .get()
+            .and_then(|p| rustix::process::Pid::from_raw(*p as i32))
+            .ok_or("the session's sandbox has not started")?;
+        let fd = rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty())
+            .map_err(|e| format!("the session's sandbox (pid {pid:?}): {e}"))?;
+        self.sandbox_fd = Some(fd.try_clone().map_err(|e| e.to_string())?);
+        Ok(fd)
     }
 
     /// Where the session's sandbox says its pid once spawned (`RunExtras::sandbox`).
@@ -202,15 +222,16 @@ impl<'a> ToolSteps<'a> {
                 // What the session's sandbox does not cover yet (a key the person saved into a
                 // new `.env`: masked in it), and files the person linked outside since it began
                 // (a `pnpm install` in their own terminal: copies of the project's own).
+                let sandbox = self.sandbox_fd();
                 if let Err(refused) = crate::project_facts::before_session_call(
                     self.project,
                     self.store.dir(),
                     self.live.tree(),
                     &mut self.cover,
-                    self.sandbox
-                        .get()
-                        .copied()
-                        .ok_or("the session's sandbox has not started"),
+                    sandbox
+                        .as_ref()
+                        .map(std::slice::from_ref)
+                        .map_err(String::as_str),
                     "`envgit claude --continue` keeps the conversation",
                 ) {
                     output::error(&refused.message);

@@ -147,23 +147,27 @@ fn downstream(project: &Project, name: &str, events: Option<&Path>) -> CmdResult
     let protected = crate::git_layer::protected_under(git.as_deref(), project.protected_paths());
     let upstreams = Upstreams::new(&[], None)?;
     let (tap_tx, tap_rx) = std::sync::mpsc::channel();
-    let forwarder = events.and_then(|path| match Forwarder::start(path, tap_rx) {
-        Ok(f) => Some(f),
-        Err(e) => {
-            output::warn(&format!(
-                "mcp server {name}: cannot reach envgit mcp at {} ({e}): its requests are not \
+    let sandbox = std::sync::Arc::new(std::sync::OnceLock::new());
+    let forwarder = events.and_then(
+        |path| match Forwarder::start(path, tap_rx, sandbox.clone()) {
+            Ok(f) => Some(f),
+            Err(e) => {
+                output::warn(&format!(
+                    "mcp server {name}: cannot reach envgit mcp at {} ({e}): its requests are not \
                  recorded on the steps",
-                path.display()
-            ));
-            None
-        }
-    });
+                    path.display()
+                ));
+                None
+            }
+        },
+    );
     let extras = supervisor::RunExtras {
         tap: forwarder.is_some().then_some(tap_tx),
         facts: Some(supervisor::Facts::Known(crate::project_facts::from_cache(
             project, &store,
         )?)),
         git: git.clone(),
+        sandbox: Some(sandbox),
         ..Default::default()
     };
     let ran = supervisor::run_sandboxed(

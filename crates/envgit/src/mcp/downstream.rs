@@ -48,6 +48,20 @@ pub struct Downstreams {
 }
 
 impl Downstreams {
+    /// Pidfds of the servers' sandboxes, when every server has said its own; else why not.
+    pub fn sandboxes(&self) -> Result<super::feed::Sandboxes, String> {
+        let sandboxes = self.feeds.sandboxes();
+        let said = sandboxes.lock().unwrap_or_else(|p| p.into_inner()).len();
+        if said < self.servers.len() {
+            return Err(format!(
+                "{} of the {} downstream servers' sandboxes have not said where they are yet",
+                self.servers.len() - said,
+                self.servers.len()
+            ));
+        }
+        Ok(sandboxes)
+    }
+
     pub fn none(policy: McpSection) -> Self {
         Downstreams {
             servers: BTreeMap::new(),

@@ -8,7 +8,8 @@
 //!
 //! - downstream → `envgit mcp`: `{"event": GateEvent}`, what the gate recorded, polled every
 //!   [`POLL`] and sent as it comes; `{"flushed": N}` once everything the gate held when flush
-//!   request `N` arrived has been sent.
+//!   request `N` arrived has been sent; `{"sandbox": PID}` once, when the server's sandbox
+//!   runs.
 //! - `envgit mcp` → downstream: `N`, a flush request.
 //!
 //! `envgit mcp` files everything received under the next step it commits. A cell that called a
@@ -21,11 +22,12 @@
 //! is done with it, and on a `Connection: close` exchange that is when the upstream hangs up.
 
 use std::io::{ErrorKind, Read, Write};
+use std::os::fd::OwnedFd;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::Receiver;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -56,6 +58,9 @@ const MAX_LINE: u64 = 1 << 20;
 enum Line {
     Event(Box<GateEvent>),
     Flushed(u64),
+    /// The pid of the first process of the server's sandbox, once it runs: `envgit mcp` adds
+    /// mounts to it before a call (`envgit_sandbox::cover`).
+    Sandbox(u32),
 }
 
 // ----- the downstream process -----
@@ -67,8 +72,13 @@ pub(crate) struct Forwarder {
 }
 
 impl Forwarder {
-    /// Connects to `envgit mcp` at `path`; forwards once the gate's tap arrives on `taps`.
-    pub fn start(path: &Path, taps: Receiver<EventTap>) -> std::io::Result<Forwarder> {
+    /// Connects to `envgit mcp` at `path`; forwards once the gate's tap arrives on `taps`, and
+    /// the sandbox's pid once it is in `sandbox`.
+    pub fn start(
+        path: &Path,
+        taps: Receiver<EventTap>,
+        sandbox: Arc<OnceLock<u32>>,
+    ) -> std::io::Result<Forwarder> {
         let stream = UnixStream::connect(path)?;
         stream.set_read_timeout(Some(POLL))?;
         stream.set_write_timeout(Some(WRITE_TIMEOUT))?;
@@ -76,7 +86,7 @@ impl Forwarder {
         let flag = stop.clone();
         let thread = std::thread::Builder::new()
             .name("envgit-feed".into())
-            .spawn(move || forward(stream, &taps, &flag))?;
+            .spawn(move || forward(stream, &taps, &sandbox, &flag))?;
         Ok(Forwarder { stop, thread })
     }
 
@@ -108,9 +118,11 @@ impl Forwarder {
 fn forward(
     mut stream: UnixStream,
     taps: &Receiver<EventTap>,
+    sandbox: &OnceLock<u32>,
     stop: &AtomicBool,
 ) -> Option<UnixStream> {
     let mut tap: Option<EventTap> = None;
+    let mut sandbox_said = false;
     let mut inbox: Vec<u8> = Vec::new();
     let mut buf = [0u8; 512];
     loop {
@@ -148,6 +160,10 @@ fn forward(
             .map(|e| Line::Event(Box::new(e)))
             .collect();
         lines.extend(flushed.map(Line::Flushed));
+        if !sandbox_said && let Some(pid) = sandbox.get() {
+            lines.push(Line::Sandbox(*pid));
+            sandbox_said = true;
+        }
         if send(&mut stream, &lines).is_err() {
             return None;
         }
@@ -177,7 +193,11 @@ pub(crate) struct Feeds {
     dir: Option<PathBuf>,
     pending: Arc<Mutex<EventList>>,
     opened: usize,
+    sandboxes: Sandboxes,
 }
+
+/// Pidfds of the downstream servers' sandboxes, as their processes said them.
+pub(crate) type Sandboxes = Arc<Mutex<Vec<OwnedFd>>>;
 
 impl Feeds {
     pub fn new() -> Feeds {
@@ -185,6 +205,7 @@ impl Feeds {
             dir: None,
             pending: Arc::default(),
             opened: 0,
+            sandboxes: Arc::default(),
         }
     }
 
@@ -221,6 +242,7 @@ impl Feeds {
             writer.clone(),
             tx,
             self.pending.clone(),
+            self.sandboxes.clone(),
         ));
         let feed = Feed {
             writer,
@@ -229,6 +251,11 @@ impl Feeds {
             task: tokio::sync::Mutex::new(Some(task)),
         };
         Ok((path, feed))
+    }
+
+    /// The downstream servers' sandboxes said so far.
+    pub fn sandboxes(&self) -> Sandboxes {
+        self.sandboxes.clone()
     }
 
     /// Everything received and not yet taken, oldest first.
@@ -255,6 +282,7 @@ async fn read_feed(
     writer: Arc<tokio::sync::Mutex<Option<OwnedWriteHalf>>>,
     flushed: watch::Sender<u64>,
     pending: Arc<Mutex<EventList>>,
+    sandboxes: Sandboxes,
 ) {
     let accepted = tokio::time::timeout(ACCEPT_TIMEOUT, listener.accept()).await;
     // One connection only: nothing else can connect once the path is gone.
@@ -275,6 +303,16 @@ async fn read_feed(
                 Ok(Line::Event(e)) => pending.lock().unwrap_or_else(|p| p.into_inner()).push(*e),
                 Ok(Line::Flushed(n)) => {
                     flushed.send_modify(|v| *v = (*v).max(n));
+                }
+                // The downstream process waits for its sandbox, its child: the pid names
+                // that process until then, and the pidfd for good.
+                Ok(Line::Sandbox(pid)) => {
+                    let fd = rustix::process::Pid::from_raw(pid as i32).and_then(|pid| {
+                        rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()).ok()
+                    });
+                    if let Some(fd) = fd {
+                        sandboxes.lock().unwrap_or_else(|p| p.into_inner()).push(fd);
+                    }
                 }
                 Err(_) => {}
             }

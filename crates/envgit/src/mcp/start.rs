@@ -1,6 +1,7 @@
 //! Starting an `execute`: its step opened, a rewind followed, its session and approver
 //! chosen, and its cell started on the session.
 
+use std::os::fd::OwnedFd;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -15,6 +16,7 @@ use tokio::sync::mpsc;
 use super::approver::Elicitation;
 use super::downstream;
 use super::error::ExecuteError;
+use super::feed::Sandboxes;
 use super::running::Running;
 use super::server::Inner;
 use super::session::DEFAULT_SESSION;
@@ -33,6 +35,7 @@ impl Inner {
         let guard = {
             let recorder = self.recorder.clone();
             let what = format!("repl {session_name}");
+            let sandboxes = self.downstreams.sandboxes();
             tokio::task::spawn_blocking(move || {
                 let mut r = recorder
                     .lock()
@@ -40,20 +43,18 @@ impl Inner {
                 r.store.catch_up()?;
                 let r = &mut *r;
                 // The downstream servers' sandboxes were set up when the session began: a
-                // secret they do not cover (a key the person saved into a new `.env`) refuses
-                // the call, and files the person linked outside since (a `pnpm install` in
-                // their own terminal) become the project's own copies. The scan finds what
+                // secret they do not cover yet (a key the person saved into a new `.env`) is
+                // masked in each, and files the person linked outside since (a `pnpm install`
+                // in their own terminal) become the project's own copies. The scan finds what
                 // was made since the last step's.
                 r.wt.full_scan(&r.store, None)?;
+                let held = held(sandboxes);
                 crate::project_facts::before_session_call(
                     &r.project,
                     r.store.dir(),
                     &r.wt,
                     &mut r.cover,
-                    Err(
-                        "each downstream server's sandbox is in a process of its own, \
-                         which envgit mcp cannot add mounts to yet",
-                    ),
+                    held.as_deref().map_err(String::as_str),
                     "your MCP client starts `envgit mcp` again when it reconnects",
                 )
                 .map_err(|refused| ExecuteError::Step(refused.message))?;
@@ -133,4 +134,13 @@ impl Inner {
         }
         Ok(run)
     }
+}
+
+/// The downstream servers' sandboxes, held for one call's check; or why they cannot be.
+fn held(sandboxes: Result<Sandboxes, String>) -> Result<Vec<OwnedFd>, String> {
+    let sandboxes = sandboxes?;
+    let fds = sandboxes.lock().unwrap_or_else(|p| p.into_inner());
+    fds.iter()
+        .map(|fd| fd.try_clone().map_err(|e| e.to_string()))
+        .collect()
 }
