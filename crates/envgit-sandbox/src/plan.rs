@@ -457,19 +457,7 @@ fn expand_home(p: &str, home: &Path) -> Option<PathBuf> {
 /// resolved target too. `system` is the spec's (read once: canonicalizing PATH's entries is
 /// ~50 `readlink`s).
 fn masks(input: &PlanInput<'_>, system: &[PathBuf]) -> Vec<PathBuf> {
-    let mut out: Vec<PathBuf> = Vec::new();
-    let mut globs: Vec<(PathBuf, String)> = Vec::new();
-    for home in &input.homes {
-        // Most are absent: one listing of the home rules out those whose first component is
-        // not there, before each of the others is looked at below.
-        let names = names_in(home);
-        out.extend(
-            HOME_DENIES
-                .iter()
-                .filter(|d| may_exist(names.as_ref(), d))
-                .map(|d| home.join(d)),
-        );
-    }
+    let mut out: Vec<PathBuf> = home_secrets_unresolved(&input.homes, input.policy);
     out.extend(input.more_masks.iter().cloned());
     // A variable set to the project, a home or above one (`HISTFILE=/`) names no credential
     // file of its own: masking it would hide what the step works on.
@@ -481,25 +469,15 @@ fn masks(input: &PlanInput<'_>, system: &[PathBuf]) -> Vec<PathBuf> {
             }),
     );
     for d in &input.policy.filesystem.deny_read {
-        let has_glob = d.contains(['*', '?', '[']);
-        let bases: Vec<(PathBuf, String)> = if let Some(rest) = d.strip_prefix("~/") {
-            input
-                .homes
-                .iter()
-                .map(|h| (h.clone(), rest.to_string()))
-                .collect()
-        } else if d.starts_with('/') {
-            vec![(PathBuf::from("/"), d.trim_start_matches('/').to_string())]
-        } else {
-            vec![(input.project.to_path_buf(), d.clone())]
-        };
-        for (base, rest) in bases {
-            if has_glob {
-                globs.push((base, rest));
-            } else {
-                out.push(base.join(rest));
-            }
+        // The homes' are [`home_secrets_unresolved`]'s; the project's globs are matched in
+        // its index (`input.facts`).
+        if d.starts_with("~/") || d.contains(['*', '?', '[']) {
+            continue;
         }
+        out.push(match d.strip_prefix('/') {
+            Some(rest) => Path::new("/").join(rest),
+            None => input.project.join(d),
+        });
     }
     match &input.etc_private {
         Some(private) => out.extend(private.iter().cloned()),
@@ -522,11 +500,61 @@ fn masks(input: &PlanInput<'_>, system: &[PathBuf]) -> Vec<PathBuf> {
     }
     // The project's `.env` files and deny_read glob matches, at any depth, from the index.
     out.extend(input.facts.secrets.iter().cloned());
-    // The homes' by one bounded walk of each.
-    let roots = input
-        .homes
+    // What is not there is not masked; a symlinked secret is masked where it really lives,
+    // too.
+    out.retain(|p| p.symlink_metadata().is_ok());
+    let resolved = resolve_all(&out);
+    out.extend(resolved);
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// The secrets of the homes a sandbox sees: [`HOME_DENIES`] that exist, `filesystem.deny_read`'s
+/// `~/` entries, and what one bounded walk of each home finds (`.env` files, sockets,
+/// `deny_read`'s `~/` globs), each that exists and, for one that is a link or under one, its
+/// real path too. The plan masks them; a session that keeps one sandbox looks again before
+/// each call for those made since.
+pub fn home_secrets(homes: &[PathBuf], policy: &Policy) -> Vec<PathBuf> {
+    let mut out = home_secrets_unresolved(homes, policy);
+    out.retain(|p| p.symlink_metadata().is_ok());
+    let resolved = resolve_all(&out);
+    out.extend(resolved);
+    out.sort();
+    out.dedup();
+    out
+}
+
+fn home_secrets_unresolved(homes: &[PathBuf], policy: &Policy) -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = Vec::new();
+    for home in homes {
+        // Most are absent: one listing of the home rules out those whose first component is
+        // not there, before each of the others is looked at below.
+        let names = names_in(home);
+        out.extend(
+            HOME_DENIES
+                .iter()
+                .filter(|d| may_exist(names.as_ref(), d))
+                .map(|d| home.join(d)),
+        );
+    }
+    let mut globs: Vec<(PathBuf, String)> = Vec::new();
+    for rest in policy
+        .filesystem
+        .deny_read
         .iter()
-        .map(|h| (h.clone(), HOME_SEARCH_DEPTH, true));
+        .filter_map(|d| d.strip_prefix("~/"))
+    {
+        for home in homes {
+            if rest.contains(['*', '?', '[']) {
+                globs.push((home.clone(), rest.to_string()));
+            } else {
+                out.push(home.join(rest));
+            }
+        }
+    }
+    // The homes' by one bounded walk of each.
+    let roots = homes.iter().map(|h| (h.clone(), HOME_SEARCH_DEPTH, true));
     for (root, max_depth, skip_hidden) in roots {
         let mut b = GitignoreBuilder::new(&root);
         for (base, pat) in &globs {
@@ -557,13 +585,6 @@ fn masks(input: &PlanInput<'_>, system: &[PathBuf]) -> Vec<PathBuf> {
             }
         });
     }
-    // What is not there is not masked; a symlinked secret is masked where it really lives,
-    // too.
-    out.retain(|p| p.symlink_metadata().is_ok());
-    let resolved = resolve_all(&out);
-    out.extend(resolved);
-    out.sort();
-    out.dedup();
     out
 }
 

@@ -5,6 +5,7 @@ use std::collections::HashMap;
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
+use envgit_policy::Policy;
 use envgit_sandbox::plan::{
     ListingVouch, MAX_LINK_BINDS, ProjectFacts, ProjectIndex, Seen, project_facts,
 };
@@ -125,16 +126,20 @@ pub(crate) fn from_cache(project: &Project, store: &Store) -> CmdResult<ProjectF
 pub(crate) struct SessionCover(HashMap<PathBuf, Option<(u64, u64)>>);
 
 impl SessionCover {
-    /// What the sandbox planned from `facts` covers (the paths as they are now).
-    pub(crate) fn of(facts: &ProjectFacts) -> Self {
-        let covered = facts.secrets.iter().chain(&facts.linked_out);
+    /// What a sandbox planned from `facts` covers, with the secrets of `homes` (the paths as
+    /// they are now). Call it before the plan: what it leaves out is masked again at the first
+    /// call, which costs a mount and hides nothing more, where what it claimed and the plan
+    /// missed would stay readable.
+    pub(crate) fn of(facts: &ProjectFacts, homes: &[PathBuf], policy: &Policy) -> Self {
+        let home = envgit_sandbox::plan::home_secrets(homes, policy);
+        let covered = facts.secrets.iter().chain(&facts.linked_out).chain(&home);
         SessionCover(covered.map(|p| (p.clone(), inode(p))).collect())
     }
 
     /// The paths of `facts` the session's sandbox does not cover, with the rule each is under
     /// and the inode found there now.
-    fn uncovered(&self, facts: &ProjectFacts) -> Vec<Uncovered> {
-        let secrets = facts.secrets.iter().map(|p| (p, DENY_READ));
+    fn uncovered(&self, facts: &ProjectFacts, home: &[PathBuf]) -> Vec<Uncovered> {
+        let secrets = facts.secrets.iter().chain(home).map(|p| (p, DENY_READ));
         let linked = facts.linked_out.iter().map(|p| (p, HARD_LINK));
         secrets
             .chain(linked)
@@ -174,8 +179,10 @@ pub(crate) fn cover_of(
     project: &Project,
     store_dir: &Path,
     wt: &WorkTree,
+    homes: &[PathBuf],
 ) -> CmdResult<SessionCover> {
-    Ok(SessionCover::of(&searched(project, store_dir, wt, None)?))
+    let facts = searched(project, store_dir, wt, None)?;
+    Ok(SessionCover::of(&facts, homes, &project.policy))
 }
 
 /// The `(dev, ino)` at `p`, not following a link; `None` when nothing is there.
@@ -196,8 +203,8 @@ pub(crate) struct CallRefused {
 
 /// Before a tool call of a session whose sandbox was set up at its start (`cover`): a secret
 /// that sandbox does not cover is masked in it, a file linked outside since made read-only
-/// (`sandboxes`: pidfds of the first processes of the session's sandboxes, or why mounts
-/// cannot be added to them; then, or when a mount fails, the call is refused, saying how to start the session again: `start_again`), and the files of the
+/// (`sandboxes`: pidfds of the first processes of the session's sandboxes and the homes they
+/// see, whose credentials made since are masked too; or why mounts cannot be added to them; then, or when a mount fails, the call is refused, saying how to start the session again: `start_again`), and the files of the
 /// excluded directories linked outside since (the person's `pnpm install` in their own
 /// terminal) become the project's own copies (one that cannot refuses the call: the running
 /// sandbox cannot bind it read-only).
@@ -206,7 +213,7 @@ pub(crate) fn before_session_call(
     store_dir: &Path,
     wt: &WorkTree,
     cover: &mut SessionCover,
-    sandboxes: Result<&[OwnedFd], &str>,
+    sandboxes: Result<(&[OwnedFd], &[PathBuf]), &str>,
     start_again: &str,
 ) -> Result<(), CallRefused> {
     let mut facts = searched(project, store_dir, wt, None).map_err(|f| CallRefused {
@@ -214,7 +221,9 @@ pub(crate) fn before_session_call(
         rule: DENY_READ,
         message: f.message,
     })?;
-    let uncovered = cover.uncovered(&facts);
+    let homes = sandboxes.map(|(_, homes)| homes).unwrap_or_default();
+    let home = envgit_sandbox::plan::home_secrets(homes, &project.policy);
+    let uncovered = cover.uncovered(&facts, &home);
     if let Some(first) = uncovered.first() {
         let paths = |rule| {
             uncovered
@@ -223,17 +232,20 @@ pub(crate) fn before_session_call(
                 .map(|u| u.path.clone())
                 .collect::<Vec<_>>()
         };
-        let covered = sandboxes.map_err(str::to_string).and_then(|sandboxes| {
-            let exe = std::env::current_exe().map_err(|e| format!("envgit's own binary: {e}"))?;
-            sandboxes.iter().try_for_each(|sandbox| {
-                envgit_sandbox::cover::cover_running(
-                    &exe,
-                    sandbox.as_fd(),
-                    &paths(DENY_READ),
-                    &paths(HARD_LINK),
-                )
-            })
-        });
+        let covered = sandboxes
+            .map_err(str::to_string)
+            .and_then(|(sandboxes, _)| {
+                let exe =
+                    std::env::current_exe().map_err(|e| format!("envgit's own binary: {e}"))?;
+                sandboxes.iter().try_for_each(|sandbox| {
+                    envgit_sandbox::cover::cover_running(
+                        &exe,
+                        sandbox.as_fd(),
+                        &paths(DENY_READ),
+                        &paths(HARD_LINK),
+                    )
+                })
+            });
         if let Err(e) = covered {
             return Err(not_covered(first, &e, start_again));
         }
@@ -344,7 +356,7 @@ mod tests {
 
     /// The paths and rules `cover` leaves uncovered in `facts`.
     fn left(cover: &SessionCover, facts: &ProjectFacts) -> Vec<(PathBuf, &'static str)> {
-        let u = cover.uncovered(facts);
+        let u = cover.uncovered(facts, &[]);
         u.into_iter().map(|u| (u.path, u.rule)).collect()
     }
 
@@ -358,7 +370,7 @@ mod tests {
         );
         std::fs::write(&env, "KEY=1\n").unwrap();
         std::fs::write(&linked, "shared\n").unwrap();
-        let mut cover = SessionCover::of(&facts(&[&env], &[&linked]));
+        let mut cover = SessionCover::of(&facts(&[&env], &[&linked]), &[], &Policy::default());
         // Edited in place: the mask is still on it.
         std::fs::write(&env, "KEY=2\n").unwrap();
         assert_eq!(left(&cover, &facts(&[&env], &[&linked])), []);
@@ -372,7 +384,7 @@ mod tests {
             [(notes.clone(), DENY_READ)]
         );
         // Once masked, it is covered.
-        for u in cover.uncovered(&facts(&[&notes], &[])) {
+        for u in cover.uncovered(&facts(&[&notes], &[]), &[]) {
             cover.add(&u);
         }
         assert_eq!(left(&cover, &facts(&[&env, &notes], &[&linked])), []);

@@ -649,9 +649,18 @@ pub(crate) struct RunExtras<'scope> {
     /// The process ends with this run (`envgit run`): its cgroups are removed by the child
     /// that ends it (`close_detached`), not waited for here.
     pub cgroups_after_exit: bool,
-    /// Gets the pid of the sandbox's first process once it is spawned: a session adds mounts
+    /// Gets the sandbox's first process and homes once it is spawned: a session adds mounts
     /// to the running sandbox through it (`envgit_sandbox::cover`).
-    pub sandbox: Option<Arc<std::sync::OnceLock<u32>>>,
+    pub sandbox: Option<Arc<std::sync::OnceLock<SandboxStarted>>>,
+}
+
+/// A session's sandbox, once spawned.
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+pub(crate) struct SandboxStarted {
+    /// Its first process (envgit's child until envgit waits for it).
+    pub pid: u32,
+    /// The homes it sees, whose credentials its plan masked.
+    pub homes: Vec<PathBuf>,
 }
 
 /// The git layer and the protected list, taken beside the scan, until the step owns them: a
@@ -842,6 +851,11 @@ pub(crate) fn run_sandboxed(
     if envgit_sandbox::etc_walk::taken_from_cache() {
         crate::timings::note("the walk of /etc taken from its cache");
     }
+    // Only a session asks (`extras.sandbox`): a step's sandbox is gone before anyone looks.
+    let spec_homes = match &extras.sandbox {
+        Some(_) => run_as.homes.clone(),
+        None => Vec::new(),
+    };
     let spec = plan(PlanInput {
         system,
         policy: &project.policy,
@@ -918,7 +932,10 @@ pub(crate) fn run_sandboxed(
             .map_err(|e| Failure::failed(format!("cannot start the sandbox: {e}")))?;
         unused_limits.0 = None;
         if let Some(slot) = &extras.sandbox {
-            let _ = slot.set(child.id());
+            let _ = slot.set(SandboxStarted {
+                pid: child.id(),
+                homes: spec_homes.clone(),
+            });
         }
         crate::timings::mark("spawn");
         // The directories earlier runs were done with, removed while this one's sandbox runs

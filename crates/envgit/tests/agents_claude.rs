@@ -627,3 +627,57 @@ fn a_file_linked_in_from_outside_during_a_session_is_read_only_to_the_next_call(
         "{ctx}"
     );
 }
+
+/// Credentials the person makes in their home while a session runs (`aws configure` in their
+/// own terminal) are masked in the session's sandbox before the next call, as they would be
+/// at its start.
+#[test]
+fn credentials_made_in_the_home_during_a_session_are_unreadable_to_the_next_call() {
+    const KEY: &str = "aws-secret-made-during-the-session";
+    let (env, server) = project_with_model(vec![
+        Turn::Shell(
+            "touch STARTED; i=0; while [ ! -e SAVED ] && [ $i -lt 600 ]; do sleep 0.1; \
+             i=$((i+1)); done; true"
+                .into(),
+        ),
+        Turn::Shell(
+            "cat ~/.aws/credentials ~/.config/gh/hosts.yml > seen.txt 2>&1; echo $? >> seen.txt"
+                .into(),
+        ),
+        Turn::Say("done".into()),
+    ]);
+    let home = env.user_home();
+    let saver = {
+        let (started, saved) = (env.path("STARTED"), env.path("SAVED"));
+        let home = home.clone();
+        std::thread::spawn(move || {
+            for _ in 0..2400 {
+                if started.exists() {
+                    for (dir, file) in [(".aws", "credentials"), (".config/gh", "hosts.yml")] {
+                        std::fs::create_dir_all(home.join(dir)).unwrap();
+                        std::fs::write(home.join(dir).join(file), format!("key = {KEY}\n"))
+                            .unwrap();
+                    }
+                    std::fs::write(&saved, "").unwrap();
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        })
+    };
+    let mut cmd = claude(&env, &server, &["-p", "go", "--allowedTools", "Bash"]);
+    cmd.env("ANTHROPIC_API_KEY", "sk-ant-test-home");
+    let (stdout, stderr) = run_bounded(cmd, Duration::from_secs(240));
+    saver.join().unwrap();
+    let ctx = format!("stdout:\n{stdout}\nstderr:\n{stderr}");
+    assert!(env.path("SAVED").exists(), "the host never saved: {ctx}");
+    let seen = env.read("seen.txt");
+    assert!(!seen.contains(KEY), "the call read the key: {seen}\n{ctx}");
+    // `~/.aws` is masked; `~/.config/gh` is not even there (the home's overlay had looked for
+    // it before the person made it, and keeps that answer), which hides it as well.
+    assert!(
+        seen.contains(".aws/credentials: Permission denied"),
+        "{seen}\n{ctx}"
+    );
+    assert!(stderr.contains("masked in the session's sandbox"), "{ctx}");
+}

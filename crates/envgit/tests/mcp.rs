@@ -330,6 +330,29 @@ fn a_secret_saved_on_the_host_during_a_session_is_unreadable_to_the_next_call() 
     assert_eq!(m.env.read("config/.env"), format!("KEY={KEY}\n"));
 }
 
+/// Credentials the person makes in their home between two calls (`aws configure` in their own
+/// terminal) are masked in the downstream servers' sandboxes before the next call.
+#[test]
+fn credentials_made_in_the_home_during_a_session_are_unreadable_to_the_next_call() {
+    const KEY: &str = "aws-secret-made-during-the-session";
+    let (m, _markers) = with_fx("");
+    let credentials = m.env.user_home().join(".aws/credentials");
+    let out = m.run(json!([
+        {"code": "await fx.echo({text: 'before'})"},
+        {"__write": [credentials, format!("key = {KEY}\n")]},
+        {"code": format!("await fx.read({{name: '{}'}})", credentials.display())},
+    ]));
+    let r = out["results"].as_array().unwrap();
+    assert!(
+        !out.to_string().contains(KEY),
+        "the call read the key: {out:#}"
+    );
+    assert!(
+        text(&r[2]).contains("unreadable: [Errno 13] Permission denied"),
+        "{out:#}"
+    );
+}
+
 #[test]
 fn a_program_a_downstream_server_puts_on_the_persons_path_is_removed() {
     let (m, _markers) = with_fx("");

@@ -33,7 +33,7 @@ use crate::path_shadow::PathShadows;
 use crate::project::Project;
 use crate::project_facts::SessionCover;
 use crate::step::{OpenStep, Sandboxed, Snapshot};
-use crate::supervisor::{EXIT_REFUSED, requests_of};
+use crate::supervisor::{EXIT_REFUSED, SandboxStarted, requests_of};
 
 /// Where the hooks socket is inside the sandbox (a `/run/envgit` file).
 pub(crate) const HOOKS_SOCKET_NAME: &str = "hooks.sock";
@@ -82,8 +82,8 @@ pub(crate) struct ToolSteps<'a> {
     /// What the session's sandbox hides ([`ToolSteps::project_facts`]); none until it is
     /// planned: then every secret is uncovered.
     cover: SessionCover,
-    /// The pid of the session sandbox's first process, once it runs.
-    sandbox: Arc<std::sync::OnceLock<u32>>,
+    /// The session sandbox's first process and homes, once it runs.
+    sandbox: Arc<std::sync::OnceLock<SandboxStarted>>,
     /// A pidfd of that process, opened when first needed (it is envgit's child: its pid
     /// cannot name another process before envgit waits for it).
     sandbox_fd: Option<OwnedFd>,
@@ -148,7 +148,8 @@ impl<'a> ToolSteps<'a> {
     pub fn project_facts(&mut self) -> CmdResult<envgit_sandbox::plan::ProjectFacts> {
         let facts =
             crate::project_facts::of(self.project, self.store.dir(), self.live.tree(), None)?;
-        self.cover = SessionCover::of(&facts);
+        let homes = crate::supervisor::homes(rustix::process::getuid().as_raw());
+        self.cover = SessionCover::of(&facts, &homes, &self.project.policy);
         Ok(facts)
     }
 
@@ -160,7 +161,7 @@ impl<'a> ToolSteps<'a> {
         let pid = self
             .sandbox
             .get()
-            .and_then(|p| rustix::process::Pid::from_raw(*p as i32))
+            .and_then(|s| rustix::process::Pid::from_raw(s.pid as i32))
             .ok_or("the session's sandbox has not started")?;
         let fd = rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty())
             .map_err(|e| format!("the session's sandbox (pid {pid:?}): {e}"))?;
@@ -169,7 +170,7 @@ impl<'a> ToolSteps<'a> {
     }
 
     /// Where the session's sandbox says its pid once spawned (`RunExtras::sandbox`).
-    pub fn sandbox_slot(&self) -> Arc<std::sync::OnceLock<u32>> {
+    pub fn sandbox_slot(&self) -> Arc<std::sync::OnceLock<SandboxStarted>> {
         self.sandbox.clone()
     }
 
@@ -223,6 +224,11 @@ impl<'a> ToolSteps<'a> {
                 // new `.env`: masked in it), and files the person linked outside since it began
                 // (a `pnpm install` in their own terminal: copies of the project's own).
                 let sandbox = self.sandbox_fd();
+                let homes = self
+                    .sandbox
+                    .get()
+                    .map(|s| s.homes.clone())
+                    .unwrap_or_default();
                 if let Err(refused) = crate::project_facts::before_session_call(
                     self.project,
                     self.store.dir(),
@@ -230,7 +236,7 @@ impl<'a> ToolSteps<'a> {
                     &mut self.cover,
                     sandbox
                         .as_ref()
-                        .map(std::slice::from_ref)
+                        .map(|fd| (std::slice::from_ref(fd), homes.as_slice()))
                         .map_err(String::as_str),
                     "`envgit claude --continue` keeps the conversation",
                 ) {

@@ -31,7 +31,8 @@ pub fn run(dir: Option<&Path>, args: &McpArgs) -> CmdResult<ExitCode> {
     crate::outside::record_outside_edits(&project, &mut store, &now)?;
     // The downstream servers' sandboxes read the project's secrets and hard links from it.
     wt.save_index(&store)?;
-    let cover = crate::project_facts::cover_of(&project, store.dir(), &wt)?;
+    let homes = crate::supervisor::homes(rustix::process::getuid().as_raw());
+    let cover = crate::project_facts::cover_of(&project, store.dir(), &wt, &homes)?;
     // Before any downstream server runs: what every step puts protected paths back to.
     let copy =
         envgit_store::ProtectedCopy::take(store.dir(), &project.root, &project.protected_paths())?;

@@ -8,8 +8,8 @@
 //!
 //! - downstream → `envgit mcp`: `{"event": GateEvent}`, what the gate recorded, polled every
 //!   [`POLL`] and sent as it comes; `{"flushed": N}` once everything the gate held when flush
-//!   request `N` arrived has been sent; `{"sandbox": PID}` once, when the server's sandbox
-//!   runs.
+//!   request `N` arrived has been sent; `{"sandbox": {"pid": PID, "homes": […]}}` once,
+//!   when the server's sandbox runs.
 //! - `envgit mcp` → downstream: `N`, a flush request.
 //!
 //! `envgit mcp` files everything received under the next step it commits. A cell that called a
@@ -38,6 +38,7 @@ use tokio::net::unix::OwnedWriteHalf;
 use tokio::sync::watch;
 
 use super::error::FeedError;
+use crate::supervisor::SandboxStarted;
 
 /// How often the downstream process looks at its gate's events when nobody asks.
 const POLL: Duration = Duration::from_millis(50);
@@ -58,9 +59,9 @@ const MAX_LINE: u64 = 1 << 20;
 enum Line {
     Event(Box<GateEvent>),
     Flushed(u64),
-    /// The pid of the first process of the server's sandbox, once it runs: `envgit mcp` adds
-    /// mounts to it before a call (`envgit_sandbox::cover`).
-    Sandbox(u32),
+    /// The first process of the server's sandbox and its homes, once it runs: `envgit mcp`
+    /// adds mounts to it before a call (`envgit_sandbox::cover`).
+    Sandbox(SandboxStarted),
 }
 
 // ----- the downstream process -----
@@ -77,7 +78,7 @@ impl Forwarder {
     pub fn start(
         path: &Path,
         taps: Receiver<EventTap>,
-        sandbox: Arc<OnceLock<u32>>,
+        sandbox: Arc<OnceLock<SandboxStarted>>,
     ) -> std::io::Result<Forwarder> {
         let stream = UnixStream::connect(path)?;
         stream.set_read_timeout(Some(POLL))?;
@@ -118,7 +119,7 @@ impl Forwarder {
 fn forward(
     mut stream: UnixStream,
     taps: &Receiver<EventTap>,
-    sandbox: &OnceLock<u32>,
+    sandbox: &OnceLock<SandboxStarted>,
     stop: &AtomicBool,
 ) -> Option<UnixStream> {
     let mut tap: Option<EventTap> = None;
@@ -160,8 +161,8 @@ fn forward(
             .map(|e| Line::Event(Box::new(e)))
             .collect();
         lines.extend(flushed.map(Line::Flushed));
-        if !sandbox_said && let Some(pid) = sandbox.get() {
-            lines.push(Line::Sandbox(*pid));
+        if !sandbox_said && let Some(started) = sandbox.get() {
+            lines.push(Line::Sandbox(started.clone()));
             sandbox_said = true;
         }
         if send(&mut stream, &lines).is_err() {
@@ -196,8 +197,9 @@ pub(crate) struct Feeds {
     sandboxes: Sandboxes,
 }
 
-/// Pidfds of the downstream servers' sandboxes, as their processes said them.
-pub(crate) type Sandboxes = Arc<Mutex<Vec<OwnedFd>>>;
+/// The downstream servers' sandboxes as their processes said them: a pidfd of each one's first
+/// process, and the homes each sees.
+pub(crate) type Sandboxes = Arc<Mutex<Vec<(OwnedFd, Vec<PathBuf>)>>>;
 
 impl Feeds {
     pub fn new() -> Feeds {
@@ -306,12 +308,14 @@ async fn read_feed(
                 }
                 // The downstream process waits for its sandbox, its child: the pid names
                 // that process until then, and the pidfd for good.
-                Ok(Line::Sandbox(pid)) => {
-                    let fd = rustix::process::Pid::from_raw(pid as i32).and_then(|pid| {
+                Ok(Line::Sandbox(started)) => {
+                    let pid = rustix::process::Pid::from_raw(started.pid as i32);
+                    let fd = pid.and_then(|pid| {
                         rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()).ok()
                     });
                     if let Some(fd) = fd {
-                        sandboxes.lock().unwrap_or_else(|p| p.into_inner()).push(fd);
+                        let mut said = sandboxes.lock().unwrap_or_else(|p| p.into_inner());
+                        said.push((fd, started.homes));
                     }
                 }
                 Err(_) => {}

@@ -2,6 +2,7 @@
 //! chosen, and its cell started on the session.
 
 use std::os::fd::OwnedFd;
+use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -54,7 +55,9 @@ impl Inner {
                     r.store.dir(),
                     &r.wt,
                     &mut r.cover,
-                    held.as_deref().map_err(String::as_str),
+                    held.as_ref()
+                        .map(|(fds, homes)| (fds.as_slice(), homes.as_slice()))
+                        .map_err(String::as_str),
                     "your MCP client starts `envgit mcp` again when it reconnects",
                 )
                 .map_err(|refused| ExecuteError::Step(refused.message))?;
@@ -136,11 +139,22 @@ impl Inner {
     }
 }
 
-/// The downstream servers' sandboxes, held for one call's check; or why they cannot be.
-fn held(sandboxes: Result<Sandboxes, String>) -> Result<Vec<OwnedFd>, String> {
+/// The downstream servers' sandboxes, held for one call's check (their pidfds, and the homes
+/// they see together); or why they cannot be.
+fn held(sandboxes: Result<Sandboxes, String>) -> Result<(Vec<OwnedFd>, Vec<PathBuf>), String> {
     let sandboxes = sandboxes?;
-    let fds = sandboxes.lock().unwrap_or_else(|p| p.into_inner());
-    fds.iter()
-        .map(|fd| fd.try_clone().map_err(|e| e.to_string()))
-        .collect()
+    let said = sandboxes.lock().unwrap_or_else(|p| p.into_inner());
+    let mut fds = Vec::new();
+    let mut homes: Vec<PathBuf> = Vec::new();
+    for (fd, theirs) in said.iter() {
+        fds.push(fd.try_clone().map_err(|e| e.to_string())?);
+        homes.extend(
+            theirs
+                .iter()
+                .filter(|h| !homes.contains(h))
+                .cloned()
+                .collect::<Vec<_>>(),
+        );
+    }
+    Ok((fds, homes))
 }
