@@ -13,12 +13,11 @@
 
 use std::ffi::OsString;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
-use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use rustix::fs::{Mode, OFlags, ResolveFlags};
+use rustix::fs::{Mode, OFlags};
 use rustix::mount::{
     FsMountFlags, FsOpenFlags, MountAttrFlags, MoveMountFlags, OpenTreeFlags, fsconfig_create,
     fsconfig_set_string, fsmount, fsopen, move_mount, open_tree,
@@ -126,7 +125,7 @@ fn helper(args: &[OsString]) -> Result<(), String> {
     )
     .map_err(|e| format!("the sandbox's root: {e}"))?;
     for (mask, path) in &todo {
-        let target = match open_beneath(&root, path) {
+        let target = match crate::mounts::open_beneath(&root, path) {
             Ok(t) => t,
             Err(rustix::io::Errno::NOENT) => continue,
             Err(e) => return Err(format!("{}: {e}", path.display())),
@@ -139,21 +138,6 @@ fn helper(args: &[OsString]) -> Result<(), String> {
         done.map_err(|e| format!("covering {}: {e}", path.display()))?;
     }
     Ok(())
-}
-
-/// `p` (absolute, as inside) opened as a path beneath `root`, no link followed on the way.
-fn open_beneath(root: &OwnedFd, p: &Path) -> rustix::io::Result<OwnedFd> {
-    let rel = p.strip_prefix("/").unwrap_or(p);
-    if rel.as_os_str().as_bytes().is_empty() {
-        return Err(rustix::io::Errno::INVAL);
-    }
-    rustix::fs::openat2(
-        root,
-        rel,
-        OFlags::PATH | OFlags::CLOEXEC | OFlags::NOFOLLOW,
-        Mode::empty(),
-        ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
-    )
 }
 
 const NOTHING_RUNS: u64 = sys::MOUNT_ATTR_RDONLY

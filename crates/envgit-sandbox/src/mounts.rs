@@ -46,7 +46,7 @@ fn inside(root: &Path, p: &Path) -> PathBuf {
 }
 
 /// Open `p` (absolute) below `root` as an O_PATH fd without following any symlink.
-fn open_beneath(root_fd: &OwnedFd, p: &Path) -> rustix::io::Result<OwnedFd> {
+pub(crate) fn open_beneath(root_fd: &OwnedFd, p: &Path) -> rustix::io::Result<OwnedFd> {
     let rel = p.strip_prefix("/").unwrap_or(p);
     let rel = if rel.as_os_str().is_empty() {
         Path::new(".")

@@ -500,14 +500,18 @@ fn masks(input: &PlanInput<'_>, system: &[PathBuf]) -> Vec<PathBuf> {
     }
     // The project's `.env` files and deny_read glob matches, at any depth, from the index.
     out.extend(input.facts.secrets.iter().cloned());
-    // What is not there is not masked; a symlinked secret is masked where it really lives,
-    // too.
-    out.retain(|p| p.symlink_metadata().is_ok());
-    let resolved = resolve_all(&out);
-    out.extend(resolved);
-    out.sort();
-    out.dedup();
-    out
+    existing_and_resolved(out)
+}
+
+/// What of `paths` exists, sorted: what is not there is not masked, and a symlinked secret is
+/// masked where it really lives too.
+fn existing_and_resolved(mut paths: Vec<PathBuf>) -> Vec<PathBuf> {
+    paths.retain(|p| p.symlink_metadata().is_ok());
+    let resolved = resolve_all(&paths);
+    paths.extend(resolved);
+    paths.sort();
+    paths.dedup();
+    paths
 }
 
 /// The secrets of the homes a sandbox sees: [`HOME_DENIES`] that exist, `filesystem.deny_read`'s
@@ -516,13 +520,7 @@ fn masks(input: &PlanInput<'_>, system: &[PathBuf]) -> Vec<PathBuf> {
 /// real path too. The plan masks them; a session that keeps one sandbox looks again before
 /// each call for those made since.
 pub fn home_secrets(homes: &[PathBuf], policy: &Policy) -> Vec<PathBuf> {
-    let mut out = home_secrets_unresolved(homes, policy);
-    out.retain(|p| p.symlink_metadata().is_ok());
-    let resolved = resolve_all(&out);
-    out.extend(resolved);
-    out.sort();
-    out.dedup();
-    out
+    existing_and_resolved(home_secrets_unresolved(homes, policy))
 }
 
 fn home_secrets_unresolved(homes: &[PathBuf], policy: &Policy) -> Vec<PathBuf> {

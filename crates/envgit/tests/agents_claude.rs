@@ -49,6 +49,31 @@ fn project_with_model(script: Vec<Turn>) -> (Env, ModelServer) {
     (env, server)
 }
 
+/// A first tool call that waits (a minute at most) while the person's own tools act on the
+/// host ([`on_the_host_during_the_first_call`]).
+const WAIT_FOR_THE_HOST: &str = "touch STARTED; i=0; while [ ! -e DONE ] && [ $i -lt 600 ]; \
+                                 do sleep 0.1; i=$((i+1)); done; true";
+
+/// The person's own tools on the host during the session: once its first call
+/// ([`WAIT_FOR_THE_HOST`]) is under way, `act` runs, then the call is let go. Bounded by that
+/// call's own wait.
+fn on_the_host_during_the_first_call(
+    env: &Env,
+    act: impl FnOnce() + Send + 'static,
+) -> std::thread::JoinHandle<()> {
+    let (started, done) = (env.path("STARTED"), env.path("DONE"));
+    std::thread::spawn(move || {
+        for _ in 0..2400 {
+            if started.exists() {
+                act();
+                std::fs::write(&done, "").unwrap();
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    })
+}
+
 #[test]
 fn claude_tool_calls_are_steps_and_its_key_stays_outside() {
     let env = Env::new();
@@ -436,11 +461,7 @@ fn silent_connections_to_the_hooks_socket_do_not_stop_the_sweep() {
 #[test]
 fn a_link_made_on_the_host_during_a_session_becomes_the_projects_own_copy() {
     let (env, server) = project_with_model(vec![
-        Turn::Shell(
-            "touch STARTED; i=0; while [ ! -e LINKED ] && [ $i -lt 600 ]; do sleep 0.1; \
-             i=$((i+1)); done; true"
-                .into(),
-        ),
+        Turn::Shell(WAIT_FOR_THE_HOST.into()),
         Turn::Shell(
             "echo 'process.exit(1)' >> node_modules/left-pad/index.js; echo $? > wrote.txt".into(),
         ),
@@ -450,20 +471,12 @@ fn a_link_made_on_the_host_during_a_session_becomes_the_projects_own_copy() {
     let store = env.tmp.path().join("pnpm-store");
     std::fs::create_dir_all(&store).unwrap();
     std::fs::write(store.join("index.js"), "module.exports = 1;\n").unwrap();
-    // The person's pnpm, once the first call is under way: bounded by that call's own wait.
+    // The person's pnpm.
     let linker = {
-        let (started, linked) = (env.path("STARTED"), env.path("LINKED"));
         let (from, to) = (store.join("index.js"), env.path("node_modules/left-pad"));
-        std::thread::spawn(move || {
-            for _ in 0..2400 {
-                if started.exists() {
-                    std::fs::create_dir_all(&to).unwrap();
-                    std::fs::hard_link(&from, to.join("index.js")).unwrap();
-                    std::fs::write(&linked, "").unwrap();
-                    return;
-                }
-                std::thread::sleep(Duration::from_millis(100));
-            }
+        on_the_host_during_the_first_call(&env, move || {
+            std::fs::create_dir_all(&to).unwrap();
+            std::fs::hard_link(&from, to.join("index.js")).unwrap();
         })
     };
     let mut cmd = claude(&env, &server, &["-p", "go", "--allowedTools", "Bash"]);
@@ -471,7 +484,7 @@ fn a_link_made_on_the_host_during_a_session_becomes_the_projects_own_copy() {
     let (stdout, stderr) = run_bounded(cmd, Duration::from_secs(240));
     linker.join().unwrap();
     let ctx = format!("stdout:\n{stdout}\nstderr:\n{stderr}");
-    assert!(env.path("LINKED").exists(), "the host never linked: {ctx}");
+    assert!(env.path("DONE").exists(), "the host never linked: {ctx}");
     assert_eq!(env.read("wrote.txt"), "0\n", "{ctx}");
     assert_eq!(
         std::fs::read_to_string(store.join("index.js")).unwrap(),
@@ -504,11 +517,7 @@ fn a_secret_saved_on_the_host_during_a_session_is_unreadable_to_the_next_call() 
     const KEY: &str = "sk-live-saved-during-the-session";
     for saved in [Saved::NewFile, Saved::RenamedOver, Saved::IntoTheAgentsFile] {
         let (env, server) = project_with_model(vec![
-            Turn::Shell(
-                "echo KEY= > .env.local; touch STARTED; i=0; \
-                 while [ ! -e SAVED ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done; true"
-                    .into(),
-            ),
+            Turn::Shell(format!("echo KEY= > .env.local; {WAIT_FOR_THE_HOST}")),
             Turn::Shell(
                 "cat .e''nv config/.e''nv.local .e''nv.local > seen.txt 2>&1; echo $? >> seen.txt"
                     .into(),
@@ -516,34 +525,26 @@ fn a_secret_saved_on_the_host_during_a_session_is_unreadable_to_the_next_call() 
             Turn::Say("done".into()),
         ]);
         env.write(".env", "KEY=placeholder\n");
-        // The person's editor, once the first call is under way: bounded by that call's wait.
+        // The person's editor.
         let saver = {
-            let (started, done) = (env.path("STARTED"), env.path("SAVED"));
             let (dotenv, nested, agents) = (
                 env.path(".env"),
                 env.path("config/.env.local"),
                 env.path(".env.local"),
             );
-            std::thread::spawn(move || {
-                for _ in 0..2400 {
-                    if started.exists() {
-                        let key = format!("KEY={KEY}\n");
-                        match saved {
-                            Saved::NewFile => {
-                                std::fs::create_dir_all(nested.parent().unwrap()).unwrap();
-                                std::fs::write(&nested, key).unwrap();
-                            }
-                            Saved::RenamedOver => {
-                                let tmp = dotenv.with_extension("swp");
-                                std::fs::write(&tmp, key).unwrap();
-                                std::fs::rename(&tmp, &dotenv).unwrap();
-                            }
-                            Saved::IntoTheAgentsFile => std::fs::write(&agents, key).unwrap(),
-                        }
-                        std::fs::write(&done, "").unwrap();
-                        return;
+            on_the_host_during_the_first_call(&env, move || {
+                let key = format!("KEY={KEY}\n");
+                match saved {
+                    Saved::NewFile => {
+                        std::fs::create_dir_all(nested.parent().unwrap()).unwrap();
+                        std::fs::write(&nested, key).unwrap();
                     }
-                    std::thread::sleep(Duration::from_millis(100));
+                    Saved::RenamedOver => {
+                        let tmp = dotenv.with_extension("swp");
+                        std::fs::write(&tmp, key).unwrap();
+                        std::fs::rename(&tmp, &dotenv).unwrap();
+                    }
+                    Saved::IntoTheAgentsFile => std::fs::write(&agents, key).unwrap(),
                 }
             })
         };
@@ -552,7 +553,7 @@ fn a_secret_saved_on_the_host_during_a_session_is_unreadable_to_the_next_call() 
         let (stdout, stderr) = run_bounded(cmd, Duration::from_secs(240));
         saver.join().unwrap();
         let ctx = format!("saved: {saved:?}\nstdout:\n{stdout}\nstderr:\n{stderr}");
-        assert!(env.path("SAVED").exists(), "the host never saved: {ctx}");
+        assert!(env.path("DONE").exists(), "the host never saved: {ctx}");
         let seen = env.read("seen.txt");
         assert!(!seen.contains(KEY), "the call read the key: {seen}\n{ctx}");
         let masked = match saved {
@@ -586,36 +587,22 @@ fn a_secret_saved_on_the_host_during_a_session_is_unreadable_to_the_next_call() 
 #[test]
 fn a_file_linked_in_from_outside_during_a_session_is_read_only_to_the_next_call() {
     let (env, server) = project_with_model(vec![
-        Turn::Shell(
-            "touch STARTED; i=0; while [ ! -e LINKED ] && [ $i -lt 600 ]; do sleep 0.1; \
-             i=$((i+1)); done; true"
-                .into(),
-        ),
+        Turn::Shell(WAIT_FOR_THE_HOST.into()),
         Turn::Shell("echo 'changed by the agent' >> notes.md; echo $? > wrote.txt".into()),
         Turn::Say("done".into()),
     ]);
     let outside = env.tmp.path().join("notes.md");
     std::fs::write(&outside, "the person's notes\n").unwrap();
     let linker = {
-        let (started, linked) = (env.path("STARTED"), env.path("LINKED"));
         let (from, to) = (outside.clone(), env.path("notes.md"));
-        std::thread::spawn(move || {
-            for _ in 0..2400 {
-                if started.exists() {
-                    std::fs::hard_link(&from, &to).unwrap();
-                    std::fs::write(&linked, "").unwrap();
-                    return;
-                }
-                std::thread::sleep(Duration::from_millis(100));
-            }
-        })
+        on_the_host_during_the_first_call(&env, move || std::fs::hard_link(&from, &to).unwrap())
     };
     let mut cmd = claude(&env, &server, &["-p", "go", "--allowedTools", "Bash"]);
     cmd.env("ANTHROPIC_API_KEY", "sk-ant-test-linked-in");
     let (stdout, stderr) = run_bounded(cmd, Duration::from_secs(240));
     linker.join().unwrap();
     let ctx = format!("stdout:\n{stdout}\nstderr:\n{stderr}");
-    assert!(env.path("LINKED").exists(), "the host never linked: {ctx}");
+    assert!(env.path("DONE").exists(), "the host never linked: {ctx}");
     assert_eq!(
         std::fs::read_to_string(&outside).unwrap(),
         "the person's notes\n",
@@ -635,33 +622,20 @@ fn a_file_linked_in_from_outside_during_a_session_is_read_only_to_the_next_call(
 fn credentials_made_in_the_home_during_a_session_are_unreadable_to_the_next_call() {
     const KEY: &str = "aws-secret-made-during-the-session";
     let (env, server) = project_with_model(vec![
-        Turn::Shell(
-            "touch STARTED; i=0; while [ ! -e SAVED ] && [ $i -lt 600 ]; do sleep 0.1; \
-             i=$((i+1)); done; true"
-                .into(),
-        ),
+        Turn::Shell(WAIT_FOR_THE_HOST.into()),
         Turn::Shell(
             "cat ~/.aws/credentials ~/.config/gh/hosts.yml > seen.txt 2>&1; echo $? >> seen.txt"
                 .into(),
         ),
         Turn::Say("done".into()),
     ]);
-    let home = env.user_home();
+    // The person's `aws configure` and `gh auth login`.
     let saver = {
-        let (started, saved) = (env.path("STARTED"), env.path("SAVED"));
-        let home = home.clone();
-        std::thread::spawn(move || {
-            for _ in 0..2400 {
-                if started.exists() {
-                    for (dir, file) in [(".aws", "credentials"), (".config/gh", "hosts.yml")] {
-                        std::fs::create_dir_all(home.join(dir)).unwrap();
-                        std::fs::write(home.join(dir).join(file), format!("key = {KEY}\n"))
-                            .unwrap();
-                    }
-                    std::fs::write(&saved, "").unwrap();
-                    return;
-                }
-                std::thread::sleep(Duration::from_millis(100));
+        let home = env.user_home();
+        on_the_host_during_the_first_call(&env, move || {
+            for (dir, file) in [(".aws", "credentials"), (".config/gh", "hosts.yml")] {
+                std::fs::create_dir_all(home.join(dir)).unwrap();
+                std::fs::write(home.join(dir).join(file), format!("key = {KEY}\n")).unwrap();
             }
         })
     };
@@ -670,7 +644,7 @@ fn credentials_made_in_the_home_during_a_session_are_unreadable_to_the_next_call
     let (stdout, stderr) = run_bounded(cmd, Duration::from_secs(240));
     saver.join().unwrap();
     let ctx = format!("stdout:\n{stdout}\nstderr:\n{stderr}");
-    assert!(env.path("SAVED").exists(), "the host never saved: {ctx}");
+    assert!(env.path("DONE").exists(), "the host never saved: {ctx}");
     let seen = env.read("seen.txt");
     assert!(!seen.contains(KEY), "the call read the key: {seen}\n{ctx}");
     // `~/.aws` is masked; `~/.config/gh` is not even there (the home's overlay had looked for
