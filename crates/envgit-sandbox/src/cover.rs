@@ -34,13 +34,16 @@ const SANDBOX_FD: i32 = 3;
 
 /// What to add to the running sandbox whose first process `sandbox` (a pidfd: it names that
 /// process and no other, whatever pid it had) is: `masks` become unreadable, `read_only`
-/// read-only (absolute paths, as inside). Runs `exe` (this binary) as the helper.
+/// read-only (absolute paths, as inside). Runs `exe` (this binary) as the helper. Says, for
+/// each of `masks` then `read_only`, whether it is covered now: one the sandbox does not see
+/// (absent inside, as a file made in the host's home after the home's overlay looked for it)
+/// got no mount, and may appear there later.
 pub fn cover_running(
     exe: &Path,
     sandbox: BorrowedFd<'_>,
     masks: &[PathBuf],
     read_only: &[PathBuf],
-) -> Result<(), String> {
+) -> Result<Vec<bool>, String> {
     let mut cmd = Command::new(exe);
     cmd.arg(SUBCOMMAND);
     for (how, paths) in [("mask", masks), ("read-only", read_only)] {
@@ -66,12 +69,16 @@ pub fn cover_running(
     }
     let out = cmd
         .stdin(Stdio::null())
-        .stdout(Stdio::null())
+        .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .output()
         .map_err(|e| format!("cannot start {}: {e}", exe.display()))?;
     if out.status.success() {
-        return Ok(());
+        let said: Vec<bool> = out.stdout.iter().map(|&b| b == COVERED).collect();
+        if said.len() != masks.len() + read_only.len() {
+            return Err("the helper did not say what it covered".into());
+        }
+        return Ok(said);
     }
     let said = String::from_utf8_lossy(&out.stderr);
     Err(match said.trim() {
@@ -80,13 +87,24 @@ pub fn cover_running(
     })
 }
 
+/// What the helper writes on stdout for each path, in order: [`COVERED`], or [`ABSENT`] when
+/// the sandbox does not see it.
+const COVERED: u8 = b'c';
+const ABSENT: u8 = b'a';
+
 /// The helper: `__cover (mask|read-only PATH)…`, the sandbox's pidfd on descriptor 3. Exits 0
-/// once every path is covered (one gone meanwhile needs nothing), else 1 with why on stderr.
-/// Never returns.
+/// once every path the sandbox sees is covered, having said which on stdout, else 1 with why
+/// on stderr. Never returns.
 pub fn helper_main() -> ! {
     let args: Vec<OsString> = std::env::args_os().skip(2).collect();
     match helper(&args) {
-        Ok(()) => std::process::exit(0),
+        Ok(said) => {
+            use std::io::Write;
+            match std::io::stdout().write_all(&said) {
+                Ok(()) => std::process::exit(0),
+                Err(_) => std::process::exit(1),
+            }
+        }
         Err(e) => {
             eprintln!("{e}");
             std::process::exit(1)
@@ -94,7 +112,7 @@ pub fn helper_main() -> ! {
     }
 }
 
-fn helper(args: &[OsString]) -> Result<(), String> {
+fn helper(args: &[OsString]) -> Result<Vec<u8>, String> {
     let mut todo = Vec::new();
     for pair in args.chunks(2) {
         match pair {
@@ -124,10 +142,14 @@ fn helper(args: &[OsString]) -> Result<(), String> {
         Mode::empty(),
     )
     .map_err(|e| format!("the sandbox's root: {e}"))?;
+    let mut said = Vec::with_capacity(todo.len());
     for (mask, path) in &todo {
         let target = match crate::mounts::open_beneath(&root, path) {
             Ok(t) => t,
-            Err(rustix::io::Errno::NOENT) => continue,
+            Err(rustix::io::Errno::NOENT) => {
+                said.push(ABSENT);
+                continue;
+            }
             Err(e) => return Err(format!("{}: {e}", path.display())),
         };
         let done = if *mask {
@@ -136,8 +158,9 @@ fn helper(args: &[OsString]) -> Result<(), String> {
             read_only_at(&target)
         };
         done.map_err(|e| format!("covering {}: {e}", path.display()))?;
+        said.push(COVERED);
     }
-    Ok(())
+    Ok(said)
 }
 
 const NOTHING_RUNS: u64 = sys::MOUNT_ATTR_RDONLY

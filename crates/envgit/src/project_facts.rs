@@ -117,11 +117,11 @@ pub(crate) fn from_cache(project: &Project, store: &Store) -> CmdResult<ProjectF
     of(project, store.dir(), &wt, None)
 }
 
-/// What a session's sandbox hides as it was set up: each secret it masks and each file it
-/// binds read-only, with the inode found at that path then. Those mounts sit on the inodes:
-/// a secret made since (the person's key saved into a new `.env`, a `.env` the agent made), a
+/// What a session's sandbox hides: each secret it masks and each file it binds read-only, with
+/// the inode found at that path when the mount was planned. Those mounts sit on the inodes: a
+/// secret made since (the person's key saved into a new `.env`, a `.env` the agent made), a
 /// file saved in its place (an editor's write and rename) and a file linked outside since are
-/// not covered in the running sandbox, which cannot be given mounts.
+/// not covered until [`before_session_call`] mounts them into the running sandbox.
 #[derive(Default)]
 pub(crate) struct SessionCover(HashMap<PathBuf, Option<(u64, u64)>>);
 
@@ -204,10 +204,11 @@ pub(crate) struct CallRefused {
 /// Before a tool call of a session whose sandbox was set up at its start (`cover`): a secret
 /// that sandbox does not cover is masked in it, a file linked outside since made read-only
 /// (`sandboxes`: pidfds of the first processes of the session's sandboxes and the homes they
-/// see, whose credentials made since are masked too; or why mounts cannot be added to them; then, or when a mount fails, the call is refused, saying how to start the session again: `start_again`), and the files of the
-/// excluded directories linked outside since (the person's `pnpm install` in their own
-/// terminal) become the project's own copies (one that cannot refuses the call: the running
-/// sandbox cannot bind it read-only).
+/// see, whose credentials made since are masked too; or why mounts cannot be added to them:
+/// then, or when a mount fails, the call is refused, saying how to start the session again,
+/// `start_again`), and the files of the excluded directories linked outside since (the
+/// person's `pnpm install` in their own terminal) become the project's own copies (one that
+/// cannot refuses the call: the running sandbox cannot bind it read-only).
 pub(crate) fn before_session_call(
     project: &Project,
     store_dir: &Path,
@@ -225,52 +226,63 @@ pub(crate) fn before_session_call(
     let home = envgit_sandbox::plan::home_secrets(homes, &project.policy);
     let uncovered = cover.uncovered(&facts, &home);
     if let Some(first) = uncovered.first() {
-        let paths = |rule| {
-            uncovered
-                .iter()
-                .filter(|u| u.rule == rule)
-                .map(|u| u.path.clone())
-                .collect::<Vec<_>>()
-        };
+        // The helper takes the masks, then the read-only files, and says the same order.
+        let (masks, read_only): (Vec<&Uncovered>, Vec<&Uncovered>) =
+            uncovered.iter().partition(|u| u.rule == DENY_READ);
+        let paths = |us: &[&Uncovered]| us.iter().map(|u| u.path.clone()).collect::<Vec<_>>();
         let covered = sandboxes
             .map_err(str::to_string)
             .and_then(|(sandboxes, _)| {
                 let exe =
                     std::env::current_exe().map_err(|e| format!("envgit's own binary: {e}"))?;
-                sandboxes.iter().try_for_each(|sandbox| {
-                    envgit_sandbox::cover::cover_running(
+                let mut everywhere = vec![true; uncovered.len()];
+                for sandbox in sandboxes {
+                    let said = envgit_sandbox::cover::cover_running(
                         &exe,
                         sandbox.as_fd(),
-                        &paths(DENY_READ),
-                        &paths(HARD_LINK),
-                    )
-                })
+                        &paths(&masks),
+                        &paths(&read_only),
+                    )?;
+                    for (all, this) in everywhere.iter_mut().zip(said) {
+                        *all &= this;
+                    }
+                }
+                Ok(everywhere)
             });
-        if let Err(e) = covered {
-            return Err(not_covered(first, &e, start_again));
+        let covered = match covered {
+            Ok(covered) => covered,
+            Err(e) => return Err(not_covered(first, &e, start_again)),
+        };
+        // One a sandbox does not see yet got no mount there: looked at again next call.
+        let mut now_covered = Vec::new();
+        for (u, covered) in masks.iter().chain(&read_only).zip(covered) {
+            if covered {
+                cover.add(u);
+                now_covered.push(*u);
+            }
         }
-        for u in &uncovered {
-            cover.add(u);
+        if let Some(first) = now_covered.first() {
+            output::note(&format!(
+                "envgit: {} made or replaced since the session began (rule {}){}: {} in the \
+                 session's sandbox",
+                first.path.display(),
+                first.rule,
+                match now_covered.len() {
+                    1 => String::new(),
+                    n => format!(" and {} more", n - 1),
+                },
+                if first.rule == DENY_READ {
+                    "masked"
+                } else {
+                    "read-only"
+                },
+            ));
         }
-        output::note(&format!(
-            "envgit: {} made since the session began (rule {}){}: {} in the session's sandbox",
-            first.path.display(),
-            first.rule,
-            match uncovered.len() {
-                1 => String::new(),
-                n => format!(" and {} more", n - 1),
-            },
-            if first.rule == DENY_READ {
-                "masked"
-            } else {
-                "read-only"
-            },
-        ));
     }
     match own_copies_of_linked_files(project, &mut facts).first() {
         Some((path, why)) => Err(CallRefused {
             what: format!("write {}", path.display()),
-            rule: "filesystem.hard_link",
+            rule: HARD_LINK,
             message: no_own_copy(path, why).message,
         }),
         None => Ok(()),

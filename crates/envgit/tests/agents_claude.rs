@@ -655,3 +655,61 @@ fn credentials_made_in_the_home_during_a_session_are_unreadable_to_the_next_call
     );
     assert!(stderr.contains("masked in the session's sandbox"), "{ctx}");
 }
+
+/// A credential the sandbox did not see when the call before was checked (its home's overlay
+/// had looked for the directory and kept that answer) is looked at again at each call: once
+/// the kernel forgets that answer (here: the host drops its dentry cache), it is there, and
+/// it is masked before the call that could read it.
+#[test]
+fn a_credential_the_sandbox_did_not_see_yet_is_masked_once_it_appears() {
+    const KEY: &str = "gh-token-made-during-the-session";
+    let wait = |started: &str, done: &str| {
+        format!(
+            "touch {started}; i=0; while [ ! -e {done} ] && [ $i -lt 600 ]; do sleep 0.1; \
+             i=$((i+1)); done"
+        )
+    };
+    let (env, server) = project_with_model(vec![
+        Turn::Shell(format!(
+            "ls ~/.config/gh > /dev/null 2>&1; {}",
+            wait("STARTED", "DONE")
+        )),
+        Turn::Shell(format!(
+            "cat ~/.config/gh/hosts.yml > seen-1.txt 2>&1; {}",
+            wait("STARTED-2", "DONE-2")
+        )),
+        Turn::Shell("cat ~/.config/gh/hosts.yml > seen-2.txt 2>&1; true".into()),
+        Turn::Say("done".into()),
+    ]);
+    std::fs::create_dir_all(env.user_home().join(".config")).unwrap();
+    // The person's `gh auth login` during the first call; the host forgets its dentries
+    // during the second.
+    let host = {
+        let home = env.user_home();
+        let (started_2, done_2) = (env.path("STARTED-2"), env.path("DONE-2"));
+        on_the_host_during_the_first_call(&env, move || {
+            std::fs::create_dir_all(home.join(".config/gh")).unwrap();
+            std::fs::write(home.join(".config/gh/hosts.yml"), format!("token: {KEY}\n")).unwrap();
+            std::thread::spawn(move || {
+                for _ in 0..2400 {
+                    if started_2.exists() {
+                        std::fs::write("/proc/sys/vm/drop_caches", "2\n").unwrap();
+                        std::fs::write(&done_2, "").unwrap();
+                        return;
+                    }
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+            });
+        })
+    };
+    let mut cmd = claude(&env, &server, &["-p", "go", "--allowedTools", "Bash"]);
+    cmd.env("ANTHROPIC_API_KEY", "sk-ant-test-appears");
+    let (stdout, stderr) = run_bounded(cmd, Duration::from_secs(240));
+    host.join().unwrap();
+    let ctx = format!("stdout:\n{stdout}\nstderr:\n{stderr}");
+    assert!(env.path("DONE-2").exists(), "the host never acted: {ctx}");
+    for seen in ["seen-1.txt", "seen-2.txt"] {
+        let seen = env.read(seen);
+        assert!(!seen.contains(KEY), "a call read the key: {seen}\n{ctx}");
+    }
+}

@@ -44,7 +44,13 @@ fn generate(home: &Path, projects: usize) -> std::io::Result<()> {
     std::fs::write(home.join(".bashrc"), "")?;
     for p in 0..projects {
         let project = home.join("src").join(format!("project-{p}"));
-        for sub in ["src", "tests", "docs", "node_modules/left-pad", "node_modules/lodash"] {
+        for sub in [
+            "src",
+            "tests",
+            "docs",
+            "node_modules/left-pad",
+            "node_modules/lodash",
+        ] {
             let dir = project.join(sub);
             std::fs::create_dir_all(&dir)?;
             for f in 0..20 {
