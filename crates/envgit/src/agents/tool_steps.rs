@@ -169,6 +169,19 @@ impl<'a> ToolSteps<'a> {
         Ok(fd)
     }
 
+    /// A call refused before it ran: its refused step, and PreToolUse's answer with `reason`.
+    fn refused(&mut self, summary: String, refusal: Refusal, reason: String) -> Value {
+        let draft = StepDraft {
+            exit_code: Some(EXIT_REFUSED),
+            refusals: vec![refusal],
+            ..self.draft(summary, now_ms())
+        };
+        if let Err(f) = self.commit(draft) {
+            output::error(&format!("recording the refused call: {}", f.message));
+        }
+        json!({"allow": false, "reason": reason})
+    }
+
     /// Where the session's sandbox says its pid once spawned (`RunExtras::sandbox`).
     pub fn sandbox_slot(&self) -> Arc<std::sync::OnceLock<SandboxStarted>> {
         self.sandbox.clone()
@@ -210,15 +223,7 @@ impl<'a> ToolSteps<'a> {
                 if let Some((what, rule)) = refusal_of(self.project, &self.cwd, tool, input) {
                     let reason = super::tool_call::refusal_reason(&what, &rule);
                     output::error(&format!("denied {what} (rule {rule})"));
-                    let refused = StepDraft {
-                        exit_code: Some(EXIT_REFUSED),
-                        refusals: vec![Refusal { what, rule }],
-                        ..self.draft(summary, now_ms())
-                    };
-                    if let Err(f) = self.commit(refused) {
-                        output::error(&format!("recording the refused call: {}", f.message));
-                    }
-                    return json!({"allow": false, "reason": reason});
+                    return self.refused(summary, Refusal { what, rule }, reason);
                 }
                 // What the session's sandbox does not cover yet (a key the person saved into a
                 // new `.env`: masked in it), and files the person linked outside since it began
@@ -241,18 +246,11 @@ impl<'a> ToolSteps<'a> {
                     "`envgit claude --continue` keeps the conversation",
                 ) {
                     output::error(&refused.message);
-                    let draft = StepDraft {
-                        exit_code: Some(EXIT_REFUSED),
-                        refusals: vec![Refusal {
-                            what: refused.what,
-                            rule: refused.rule.to_string(),
-                        }],
-                        ..self.draft(summary, now_ms())
+                    let refusal = Refusal {
+                        what: refused.what,
+                        rule: refused.rule.to_string(),
                     };
-                    if let Err(f) = self.commit(draft) {
-                        output::error(&format!("recording the refused call: {}", f.message));
-                    }
-                    return json!({"allow": false, "reason": refused.message});
+                    return self.refused(summary, refusal, refused.message);
                 }
                 // A crash during the call leaves it for the next command to record, and to
                 // check the nested repositories for (best effort, as the record itself).
