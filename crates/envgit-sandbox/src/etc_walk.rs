@@ -6,8 +6,8 @@
 //! ~470 `lstat`s, 0.3 ms) and the zygote's early start, which waits for them, begins sooner.
 
 use std::path::PathBuf;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, OnceLock};
 use std::thread::JoinHandle;
 
 type Walk = JoinHandle<Vec<PathBuf>>;
@@ -17,6 +17,25 @@ static EARLY: Mutex<Option<Walk>> = Mutex::new(None);
 /// Where the walk is cached (`etc_cache.rs`), once [`start_early`] was
 /// told.
 static CACHE: Mutex<Option<PathBuf>> = Mutex::new(None);
+
+/// How the commands that do not start the walk early ([`start_early`]: `envgit run`) find
+/// where it is cached, when a walk first needs it.
+static FIND_CACHE: OnceLock<fn() -> Option<PathBuf>> = OnceLock::new();
+
+/// Says how to find where the walk may be cached (see [`start_early`]), for a command that
+/// walks later, or more than once (a session's look before each call).
+pub fn cache_found_by(find: fn() -> Option<PathBuf>) {
+    let _ = FIND_CACHE.set(find);
+}
+
+/// Where the walk is cached, if anywhere.
+fn cache() -> Option<PathBuf> {
+    let mut cache = CACHE.lock().unwrap_or_else(|p| p.into_inner());
+    if cache.is_none() {
+        *cache = FIND_CACHE.get().and_then(|find| find());
+    }
+    cache.clone()
+}
 
 /// Starts the walk on a thread now, for the next [`take_or_start`]. Call it after
 /// [`crate::prefork`]: the zygote is only forked while the process has one thread. The
@@ -46,9 +65,14 @@ pub fn take_or_start() -> Option<Walk> {
     early.or_else(start)
 }
 
+/// The walk on this thread, now, from its cache while `/etc` is unchanged: for a session's
+/// look before each call ([`crate::host_secrets::HostSecrets::now`]).
+pub fn now() -> Vec<PathBuf> {
+    of(cache().as_deref())
+}
+
 fn start() -> Option<Walk> {
-    let cache = CACHE.lock().unwrap_or_else(|p| p.into_inner()).clone();
-    spawn(move || of(cache.as_deref()))
+    spawn(move || of(cache().as_deref()))
 }
 
 /// Whether the last walk was taken from its cache (what `ENVGIT_TIMINGS` says).

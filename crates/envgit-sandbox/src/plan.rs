@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use envgit_policy::Policy;
 use ignore::gitignore::GitignoreBuilder;
 
+use crate::host_secrets::HostSecrets;
 pub use crate::project_index::{
     ListingVouch, MAX_LINK_BINDS, ProjectFacts, ProjectIndex, Seen, TooManyHardLinks, project_facts,
 };
@@ -155,7 +156,7 @@ const XDG_DIRS: &[(&str, &str)] = &[
 
 /// [`ENV_DENIES`] and [`HOME_DENIES`] under moved XDG directories, where `env` (the caller's)
 /// puts them; a relative value is taken from `cwd`, as the program reading it would.
-fn env_denies(env: &[(String, String)], cwd: &Path) -> Vec<PathBuf> {
+pub(crate) fn env_denies(env: &[(String, String)], cwd: &Path) -> Vec<PathBuf> {
     let value = |name: &str| {
         env.iter()
             .rev()
@@ -188,7 +189,7 @@ fn env_denies(env: &[(String, String)], cwd: &Path) -> Vec<PathBuf> {
 
 /// Readable only by root, and masked when envgit runs as root. Besides these, every file or
 /// directory under `/etc` that others may not read is masked (see [`etc_private`]).
-const ROOT_DENIES: &[&str] = &[
+pub(crate) const ROOT_DENIES: &[&str] = &[
     "/etc/shadow",
     "/etc/gshadow",
     "/etc/shadow-",
@@ -416,7 +417,7 @@ pub fn etc_private() -> Vec<PathBuf> {
 /// Linux 7.1 (Landlock ABI 9, which `landlock_rules` asks for best effort): a socket a host
 /// process binds inside the project or the home *after* the step started is not masked;
 /// seccomp cannot see a `connect` target, so nothing else closes that gap there.
-fn host_sockets(visible: &[PathBuf]) -> Vec<PathBuf> {
+pub(crate) fn host_sockets(visible: &[PathBuf]) -> Vec<PathBuf> {
     let Ok(table) = std::fs::read_to_string("/proc/net/unix") else {
         return Vec::new();
     };
@@ -454,49 +455,13 @@ fn expand_home(p: &str, home: &Path) -> Option<PathBuf> {
 
 /// Every path to mask: the defaults, `filesystem.deny_read` and `.env` files (the project's
 /// from its index, the homes' by a bounded walk), with symlinked paths masked at their
-/// resolved target too. `system` is the spec's (read once: canonicalizing PATH's entries is
-/// ~50 `readlink`s).
-fn masks(input: &PlanInput<'_>, system: &[PathBuf]) -> Vec<PathBuf> {
-    let mut out: Vec<PathBuf> = home_secrets_unresolved(&input.homes, input.policy);
-    out.extend(input.more_masks.iter().cloned());
-    // A variable set to the project, a home or above one (`HISTFILE=/`) names no credential
-    // file of its own: masking it would hide what the step works on.
-    out.extend(
-        env_denies(&input.caller_env, &input.cwd)
-            .into_iter()
-            .filter(|p| {
-                !input.project.starts_with(p) && !input.homes.iter().any(|h| h.starts_with(p))
-            }),
-    );
-    for d in &input.policy.filesystem.deny_read {
-        // The homes' are [`home_secrets_unresolved`]'s; the project's globs are matched in
-        // its index (`input.facts`).
-        if d.starts_with("~/") || d.contains(['*', '?', '[']) {
-            continue;
-        }
-        out.push(match d.strip_prefix('/') {
-            Some(rest) => Path::new("/").join(rest),
-            None => input.project.join(d),
-        });
-    }
+/// resolved target too: what is at `secrets`' places (found from `input`), `/etc`'s files
+/// others may not read, and the project's.
+fn masks(input: &PlanInput<'_>, secrets: &HostSecrets) -> Vec<PathBuf> {
+    let mut out = secrets.unresolved();
     match &input.etc_private {
         Some(private) => out.extend(private.iter().cloned()),
         None => out.extend(etc_private()),
-    }
-    let mut visible: Vec<PathBuf> = system.to_vec();
-    visible.push(input.project.to_path_buf());
-    visible.extend(input.homes.iter().cloned());
-    out.extend(host_sockets(&visible));
-    if input.uid == 0 {
-        out.extend(ROOT_DENIES.iter().map(PathBuf::from));
-        if let Ok(entries) = std::fs::read_dir("/home") {
-            for e in entries.flatten() {
-                let p = e.path();
-                if !input.homes.contains(&p) && !input.project.starts_with(&p) {
-                    out.push(p);
-                }
-            }
-        }
     }
     // The project's `.env` files and deny_read glob matches, at any depth, from the index.
     out.extend(input.facts.secrets.iter().cloned());
@@ -505,7 +470,7 @@ fn masks(input: &PlanInput<'_>, system: &[PathBuf]) -> Vec<PathBuf> {
 
 /// What of `paths` exists, sorted: what is not there is not masked, and a symlinked secret is
 /// masked where it really lives too.
-fn existing_and_resolved(mut paths: Vec<PathBuf>) -> Vec<PathBuf> {
+pub(crate) fn existing_and_resolved(mut paths: Vec<PathBuf>) -> Vec<PathBuf> {
     paths.retain(|p| p.symlink_metadata().is_ok());
     let resolved = resolve_all(&paths);
     paths.extend(resolved);
@@ -520,10 +485,12 @@ fn existing_and_resolved(mut paths: Vec<PathBuf>) -> Vec<PathBuf> {
 /// real path too. The plan masks them; a session that keeps one sandbox looks again before
 /// each call for those made since.
 pub fn home_secrets(homes: &[PathBuf], policy: &Policy) -> Vec<PathBuf> {
-    existing_and_resolved(home_secrets_unresolved(homes, policy))
+    existing_and_resolved(home_secrets_unresolved(homes, &policy.filesystem.deny_read))
 }
 
-fn home_secrets_unresolved(homes: &[PathBuf], policy: &Policy) -> Vec<PathBuf> {
+/// [`home_secrets`] before links are resolved, `deny_read` being the policy's
+/// `filesystem.deny_read`.
+pub(crate) fn home_secrets_unresolved(homes: &[PathBuf], deny_read: &[String]) -> Vec<PathBuf> {
     let mut out: Vec<PathBuf> = Vec::new();
     for home in homes {
         // Most are absent: one listing of the home rules out those whose first component is
@@ -537,12 +504,7 @@ fn home_secrets_unresolved(homes: &[PathBuf], policy: &Policy) -> Vec<PathBuf> {
         );
     }
     let mut globs: Vec<(PathBuf, String)> = Vec::new();
-    for rest in policy
-        .filesystem
-        .deny_read
-        .iter()
-        .filter_map(|d| d.strip_prefix("~/"))
-    {
+    for rest in deny_read.iter().filter_map(|d| d.strip_prefix("~/")) {
         for home in homes {
             if rest.contains(['*', '?', '[']) {
                 globs.push((home.clone(), rest.to_string()));
@@ -683,7 +645,14 @@ pub const ENVGIT_INSIDE: &str = "/run/envgit/envgit";
 const BUNDLE_NAME: &str = "ca-bundle.pem";
 const CA_NAME: &str = "run-ca.pem";
 
+/// The sandbox `input` describes.
 pub fn plan(input: PlanInput<'_>) -> Spec {
+    plan_keeping_secrets(input).0
+}
+
+/// [`plan`], and where it found the secrets outside the project it masks: a session that
+/// keeps one sandbox looks there again before each call.
+pub fn plan_keeping_secrets(input: PlanInput<'_>) -> (Spec, HostSecrets) {
     let protected = present(input.project, &input.protected);
     let writable = allow_write_paths(input.policy, input.homes.first().map(PathBuf::as_path));
     let home = home_overlay(&input.homes, input.home_overlay.as_ref());
@@ -694,14 +663,15 @@ pub fn plan(input: PlanInput<'_>) -> Spec {
             input.homes.first().map(PathBuf::as_path),
         )
     });
-    Spec {
+    let secrets = HostSecrets::of(&input, &system);
+    let spec = Spec {
         argv: input.argv.clone(),
         cwd: input.cwd.clone(),
         env: environment(&input),
         uid: input.uid,
         gid: input.gid,
         staging: input.staging.clone(),
-        masks: masks(&input, &system),
+        masks: masks(&input, &secrets),
         system,
         project: input.project.to_path_buf(),
         cgroups: Vec::new(),
@@ -724,7 +694,8 @@ pub fn plan(input: PlanInput<'_>) -> Spec {
             .unwrap_or_default(),
         run_files: Vec::new(),
         base_run_files: base_run_files(input.trust.as_ref(), input.envgit_exe.as_deref()),
-    }
+    };
+    (spec, secrets)
 }
 
 /// The protected paths (relative to `project`) that exist, to be bound read-only. Most of

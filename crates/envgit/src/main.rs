@@ -73,16 +73,12 @@ fn main() -> ExitCode {
         timings::mark("parse arguments");
         envgit_sandbox::prefork();
         timings::mark("zygote forked");
-        envgit_sandbox::etc_walk::start_early(|| {
-            let uid = rustix::process::getuid().as_raw();
-            runtime::runtime_dir(uid)
-                .ok()
-                .map(|dir| dir.join("etc-private.cache"))
-        });
+        envgit_sandbox::etc_walk::start_early(etc_walk_cache);
         envgit_sandbox::limits::prepare_early();
         timings::mark("cgroups made");
     } else {
         timings::mark("parse arguments");
+        envgit_sandbox::etc_walk::cache_found_by(etc_walk_cache);
     }
     let code = match commands::run(cli) {
         Ok(code) => code,
@@ -99,4 +95,12 @@ fn main() -> ExitCode {
     timings::mark("cgroups removed");
     timings::report();
     code
+}
+
+/// Where the walk of `/etc` is cached: the user's runtime directory, which only they can write.
+fn etc_walk_cache() -> Option<std::path::PathBuf> {
+    let uid = rustix::process::getuid().as_raw();
+    runtime::runtime_dir(uid)
+        .ok()
+        .map(|dir| dir.join("etc-private.cache"))
 }

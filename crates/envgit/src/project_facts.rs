@@ -14,6 +14,7 @@ use envgit_store::{EntryKind, MarkerReason, Store, WorkTree};
 use crate::failure::{CmdResult, Failure};
 use crate::output;
 use crate::project::Project;
+use crate::supervisor::SandboxStarted;
 
 /// A scanned [`WorkTree`] as the plan reads it.
 struct Index<'a>(&'a WorkTree);
@@ -136,16 +137,29 @@ impl SessionCover {
         SessionCover(covered.map(|p| (p.clone(), inode(p))).collect())
     }
 
-    /// The paths of `facts` the session's sandbox does not cover, with the rule each is under
-    /// and the inode found there now.
-    fn uncovered(&self, facts: &ProjectFacts, home: &[PathBuf]) -> Vec<Uncovered> {
-        let secrets = facts.secrets.iter().chain(home).map(|p| (p, DENY_READ));
+    /// The paths of `facts` and `outside` (the secrets outside the project) the session's
+    /// sandboxes do not cover, with the rule each is under and the inode found there now. A
+    /// mask every sandbox's plan made at that inode (`started`) covers it too.
+    fn uncovered(
+        &self,
+        facts: &ProjectFacts,
+        outside: &[PathBuf],
+        started: &[SandboxStarted],
+    ) -> Vec<Uncovered> {
+        let secrets = facts.secrets.iter().chain(outside).map(|p| (p, DENY_READ));
         let linked = facts.linked_out.iter().map(|p| (p, HARD_LINK));
+        let planned = |p: &PathBuf, now: (u64, u64)| {
+            !started.is_empty()
+                && started
+                    .iter()
+                    .all(|s| s.masked.iter().any(|(m, at)| m == p && *at == now))
+        };
         secrets
             .chain(linked)
             .filter_map(|(p, rule)| {
                 let now = inode(p)?;
-                let covered = self.0.get(p).is_some_and(|was| *was == Some(now));
+                let covered = self.0.get(p).is_some_and(|was| *was == Some(now))
+                    || (rule == DENY_READ && planned(p, now));
                 (!covered).then(|| Uncovered {
                     path: p.clone(),
                     rule,
@@ -186,7 +200,7 @@ pub(crate) fn cover_of(
 }
 
 /// The `(dev, ino)` at `p`, not following a link; `None` when nothing is there.
-fn inode(p: &Path) -> Option<(u64, u64)> {
+pub(crate) fn inode(p: &Path) -> Option<(u64, u64)> {
     use std::os::unix::fs::MetadataExt;
     std::fs::symlink_metadata(p)
         .ok()
@@ -203,8 +217,8 @@ pub(crate) struct CallRefused {
 
 /// Before a tool call of a session whose sandbox was set up at its start (`cover`): a secret
 /// that sandbox does not cover is masked in it, a file linked outside since made read-only
-/// (`sandboxes`: pidfds of the first processes of the session's sandboxes and the homes they
-/// see, whose credentials made since are masked too; or why mounts cannot be added to them:
+/// (`sandboxes`: pidfds of the first processes of the session's sandboxes and where their
+/// plans found the secrets outside the project, where those made since are masked too; or why mounts cannot be added to them:
 /// then, or when a mount fails, the call is refused, saying how to start the session again,
 /// `start_again`), and the files of the excluded directories linked outside since (the
 /// person's `pnpm install` in their own terminal) become the project's own copies (one that
@@ -214,7 +228,7 @@ pub(crate) fn before_session_call(
     store_dir: &Path,
     wt: &WorkTree,
     cover: &mut SessionCover,
-    sandboxes: Result<(&[OwnedFd], &[PathBuf]), &str>,
+    sandboxes: Result<(&[OwnedFd], &[SandboxStarted]), &str>,
     start_again: &str,
 ) -> Result<(), CallRefused> {
     let mut facts = searched(project, store_dir, wt, None).map_err(|f| CallRefused {
@@ -222,9 +236,11 @@ pub(crate) fn before_session_call(
         rule: DENY_READ,
         message: f.message,
     })?;
-    let homes = sandboxes.map(|(_, homes)| homes).unwrap_or_default();
-    let home = envgit_sandbox::plan::home_secrets(homes, &project.policy);
-    let uncovered = cover.uncovered(&facts, &home);
+    let started = sandboxes.map(|(_, started)| started).unwrap_or_default();
+    let mut outside: Vec<PathBuf> = started.iter().flat_map(|s| s.secrets.now()).collect();
+    outside.sort();
+    outside.dedup();
+    let uncovered = cover.uncovered(&facts, &outside, started);
     if let Some(first) = uncovered.first() {
         // The helper takes the masks, then the read-only files, and says the same order.
         let (masks, read_only): (Vec<&Uncovered>, Vec<&Uncovered>) =
@@ -253,12 +269,21 @@ pub(crate) fn before_session_call(
             Ok(covered) => covered,
             Err(e) => return Err(not_covered(first, &e, start_again)),
         };
-        // One a sandbox does not see yet got no mount there: looked at again next call.
+        // One a sandbox does not see got no mount there. In a home it may not be there *yet*
+        // (the home's overlay remembers having looked for it): looked at again next call.
+        // Elsewhere the view shows the host's directories as they are, or not at all (a
+        // private `/tmp`, a directory outside the view): it will not be seen later either.
         let mut now_covered = Vec::new();
         for (u, covered) in masks.iter().chain(&read_only).zip(covered) {
             if covered {
                 cover.add(u);
                 now_covered.push(*u);
+            } else if !started
+                .iter()
+                .flat_map(|s| &s.secrets.homes)
+                .any(|h| u.path.starts_with(h))
+            {
+                cover.add(u);
             }
         }
         if let Some(first) = now_covered.first() {
@@ -368,7 +393,7 @@ mod tests {
 
     /// The paths and rules `cover` leaves uncovered in `facts`.
     fn left(cover: &SessionCover, facts: &ProjectFacts) -> Vec<(PathBuf, &'static str)> {
-        let u = cover.uncovered(facts, &[]);
+        let u = cover.uncovered(facts, &[], &[]);
         u.into_iter().map(|u| (u.path, u.rule)).collect()
     }
 
@@ -396,7 +421,7 @@ mod tests {
             [(notes.clone(), DENY_READ)]
         );
         // Once masked, it is covered.
-        for u in cover.uncovered(&facts(&[&notes], &[]), &[]) {
+        for u in cover.uncovered(&facts(&[&notes], &[]), &[], &[]) {
             cover.add(&u);
         }
         assert_eq!(left(&cover, &facts(&[&env, &notes], &[&linked])), []);

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use envgit_gate::{Credential, Decision, EventTap, Gate, GateConfig, GateEvent};
-use envgit_sandbox::plan::{PlanInput, plan};
+use envgit_sandbox::plan::{PlanInput, plan_keeping_secrets};
 use envgit_sandbox::spec::RelaySpec;
 use envgit_sandbox::{Outcome, SignalGuard};
 
@@ -659,8 +659,12 @@ pub(crate) struct RunExtras<'scope> {
 pub(crate) struct SandboxStarted {
     /// Its first process (envgit's child until envgit waits for it).
     pub pid: u32,
-    /// The homes it sees, whose credentials its plan masked.
-    pub homes: Vec<PathBuf>,
+    /// Where its plan found the secrets outside the project it masked: looked at again
+    /// before each call.
+    pub secrets: envgit_sandbox::host_secrets::HostSecrets,
+    /// What its plan masked, each with the `(dev, ino)` found there before the sandbox
+    /// mounted over it.
+    pub masked: Vec<(PathBuf, (u64, u64))>,
 }
 
 /// The git layer and the protected list, taken beside the scan, until the step owns them: a
@@ -851,12 +855,7 @@ pub(crate) fn run_sandboxed(
     if envgit_sandbox::etc_walk::taken_from_cache() {
         crate::timings::note("the walk of /etc taken from its cache");
     }
-    // Only a session asks (`extras.sandbox`): a step's sandbox is gone before anyone looks.
-    let spec_homes = match &extras.sandbox {
-        Some(_) => run_as.homes.clone(),
-        None => Vec::new(),
-    };
-    let spec = plan(PlanInput {
+    let (spec, secrets) = plan_keeping_secrets(PlanInput {
         system,
         policy: &project.policy,
         project: &project.root,
@@ -898,6 +897,17 @@ pub(crate) fn run_sandboxed(
         etc_private,
     });
     let mut spec = spec;
+    // Only a session asks (`extras.sandbox`): a step's sandbox is gone before anyone looks.
+    // Each inode is taken before the sandbox mounts over the path: one replaced between the
+    // two is looked at again at the next call.
+    let masked: Vec<(PathBuf, (u64, u64))> = match &extras.sandbox {
+        Some(_) => spec
+            .masks
+            .iter()
+            .filter_map(|p| crate::project_facts::inode(p).map(|i| (p.clone(), i)))
+            .collect(),
+        None => Vec::new(),
+    };
     crate::timings::mark("plan");
     spec.cgroups = limits.cgroups.clone();
     if let Some(tx) = &extras.step_notes {
@@ -934,7 +944,8 @@ pub(crate) fn run_sandboxed(
         if let Some(slot) = &extras.sandbox {
             let _ = slot.set(SandboxStarted {
                 pid: child.id(),
-                homes: spec_homes.clone(),
+                secrets,
+                masked,
             });
         }
         crate::timings::mark("spawn");

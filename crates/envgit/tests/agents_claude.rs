@@ -656,6 +656,49 @@ fn credentials_made_in_the_home_during_a_session_are_unreadable_to_the_next_call
     assert!(stderr.contains("masked in the session's sandbox"), "{ctx}");
 }
 
+/// The same for a credential where the person's environment puts it
+/// (`AWS_SHARED_CREDENTIALS_FILE`), which no name in the home gives away.
+#[test]
+fn a_credential_the_environment_names_made_during_a_session_is_unreadable_to_the_next_call() {
+    const KEY: &str = "aws-secret-where-the-variable-says";
+    let (env, server) = project_with_model(vec![
+        Turn::Shell(WAIT_FOR_THE_HOST.into()),
+        Turn::Shell("cat ~/keys/aws > seen.txt 2>&1; echo $? >> seen.txt".into()),
+        Turn::Say("done".into()),
+    ]);
+    let keys = env.user_home().join("keys");
+    std::fs::create_dir_all(&keys).unwrap();
+    let saver = {
+        let file = keys.join("aws");
+        on_the_host_during_the_first_call(&env, move || {
+            std::fs::write(file, format!("key = {KEY}\n")).unwrap();
+        })
+    };
+    let mut cmd = claude(&env, &server, &["-p", "go", "--allowedTools", "Bash"]);
+    cmd.env("ANTHROPIC_API_KEY", "sk-ant-test-env-named")
+        .env("AWS_SHARED_CREDENTIALS_FILE", keys.join("aws"));
+    let (stdout, stderr) = run_bounded(cmd, Duration::from_secs(240));
+    saver.join().unwrap();
+    let ctx = format!("stdout:\n{stdout}\nstderr:\n{stderr}");
+    assert!(env.path("DONE").exists(), "the host never saved: {ctx}");
+    let seen = env.read("seen.txt");
+    assert!(!seen.contains(KEY), "the call read the key: {seen}\n{ctx}");
+    assert!(
+        seen.contains("keys/aws: Permission denied"),
+        "{seen}\n{ctx}"
+    );
+    assert!(
+        stderr.contains("keys/aws made or replaced since the session began"),
+        "{ctx}"
+    );
+    // What the session's plan masked already (`/etc`'s private files, …) is not masked again.
+    assert_eq!(
+        stderr.matches("since the session began").count(),
+        1,
+        "{ctx}"
+    );
+}
+
 /// A credential the sandbox did not see when the call before was checked (its home's overlay
 /// had looked for the directory and kept that answer) is looked at again at each call: once
 /// the kernel forgets that answer (here: the host drops its dentry cache), it is there, and

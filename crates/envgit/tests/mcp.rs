@@ -353,6 +353,68 @@ fn credentials_made_in_the_home_during_a_session_are_unreadable_to_the_next_call
     );
 }
 
+/// The same for the credentials the plan finds elsewhere than by the homes' names: where the
+/// person's environment puts one (`AWS_SHARED_CREDENTIALS_FILE`), where their git
+/// configuration keeps its passwords (`credential.helper = store --file …`) and a path the
+/// policy's `filesystem.deny_read` names.
+#[test]
+fn credentials_named_elsewhere_made_during_a_session_are_unreadable_to_the_next_call() {
+    const KEY: &str = "secret-made-during-the-session";
+    let m = Mcp::new("");
+    let keys = m.env.user_home().join("keys");
+    std::fs::create_dir_all(&keys).unwrap();
+    let (by_env, by_git, by_policy) = (
+        keys.join("aws-credentials"),
+        keys.join("git-credentials"),
+        keys.join("deploy-token"),
+    );
+    std::fs::write(
+        m.env.user_home().join(".gitconfig"),
+        format!(
+            "[credential]\n\thelper = store --file {}\n",
+            by_git.display()
+        ),
+    )
+    .unwrap();
+    let mut policy = m.env.read("envgit.yaml");
+    policy.push_str(&format!(
+        "filesystem:\n  deny_read: [\"{}\"]\n",
+        by_policy.display()
+    ));
+    m.env.write("envgit.yaml", &policy);
+    add_fx_server(&m.env, "");
+    let made = [&by_env, &by_git, &by_policy];
+    let mut calls = vec![json!({"code": "await fx.echo({text: 'before'})"})];
+    calls.extend(
+        made.iter()
+            .map(|p| json!({"__write": [p, format!("token = {KEY}\n")]})),
+    );
+    calls.extend(
+        made.iter()
+            .map(|p| json!({"code": format!("await fx.read({{name: '{}'}})", p.display())})),
+    );
+    let out = drive_with(
+        &m.env,
+        Value::Array(calls),
+        "auto",
+        None,
+        json!({"AWS_SHARED_CREDENTIALS_FILE": by_env}),
+    );
+    let r = out["results"].as_array().unwrap();
+    assert!(
+        !out.to_string().contains(KEY),
+        "a call read the key: {out:#}"
+    );
+    for (i, path) in made.iter().enumerate() {
+        let said = text(&r[4 + i]);
+        assert!(
+            said.contains("unreadable: [Errno 13] Permission denied"),
+            "{}: {said}",
+            path.display()
+        );
+    }
+}
+
 #[test]
 fn a_program_a_downstream_server_puts_on_the_persons_path_is_removed() {
     let (m, _markers) = with_fx("");

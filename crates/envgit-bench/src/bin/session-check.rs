@@ -1,7 +1,9 @@
-//! What a session's check before each tool call costs in the home (`envgit claude`, `envgit
-//! mcp`): the homes' secrets found again (`plan::home_secrets`: the credentials' paths, then a
-//! walk three levels deep for `.env` files and sockets) to compare with what the sandbox
-//! masks. Anchor, measured in the same run: a bare `read_dir` walk of the same home to the same
+//! What a session's check before each tool call costs outside the project (`envgit claude`,
+//! `envgit mcp`): the homes' secrets found again (`plan::home_secrets`: the credentials' paths,
+//! then a walk three levels deep for `.env` files and sockets) to compare with what the sandbox
+//! masks, and everything else its plan looked at (`HostSecrets::now`: the paths this process's
+//! environment names, `/etc`'s private files from the walk's cache, the host's sockets in view).
+//! Anchor, measured in the same run: a bare `read_dir` walk of the same home to the same
 //! depth, hidden directories skipped as the search skips them (the traversal's floor). On a
 //! generated home (projects with sources and `node_modules/`) or the one given. Prints p50 and
 //! the ratio; never fails on timing.
@@ -92,6 +94,9 @@ fn p50(reps: usize, mut f: impl FnMut()) -> Duration {
     percentile(&times, 0.5)
 }
 
+/// Where this run keeps the walk of `/etc`'s cache.
+static ETC_CACHE: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+
 fn main() -> Result<()> {
     let args: Args = clap::Parser::parse();
     let tmp = tempfile::tempdir()?;
@@ -110,6 +115,31 @@ fn main() -> Result<()> {
     let check = p50(args.reps, || {
         std::hint::black_box(envgit_sandbox::plan::home_secrets(&homes, &policy));
     });
+    // The `/etc` walk's cache where `envgit` keeps it would be another user's business: this
+    // run keeps its own, made by the first look.
+    let _ = ETC_CACHE.set(tmp.path().join("etc-private.cache"));
+    envgit_sandbox::etc_walk::cache_found_by(|| ETC_CACHE.get().cloned());
+    let env: Vec<(String, String)> = std::env::vars().collect();
+    let system: Vec<PathBuf> = envgit_sandbox::plan::SYSTEM_DIRS
+        .iter()
+        .map(PathBuf::from)
+        .collect();
+    let project = tmp.path().join("project");
+    let places =
+        envgit_sandbox::host_secrets::HostSecrets::new(envgit_sandbox::host_secrets::Places {
+            homes: &homes,
+            policy: &policy,
+            caller_env: &env,
+            cwd: &project,
+            project: &project,
+            more_masks: &[],
+            uid: rustix::process::getuid().as_raw(),
+            system: &system,
+        });
+    let outside = places.now().len();
+    let whole = p50(args.reps, || {
+        std::hint::black_box(places.now());
+    });
     let floor = p50(args.reps, || {
         std::hint::black_box(bare_walk(&home, 3));
     });
@@ -120,9 +150,13 @@ fn main() -> Result<()> {
         args.reps
     );
     println!("  home_secrets                 {:8.3} ms", ms(check));
+    println!(
+        "  HostSecrets::now             {:8.3} ms   (all a plan looks at outside the project: {outside} found)",
+        ms(whole)
+    );
     println!("  bare read_dir walk (anchor)  {:8.3} ms", ms(floor));
     println!(
-        "  ratio                        {:8.2}x",
+        "  ratio home_secrets / walk    {:8.2}x",
         check.as_secs_f64() / floor.as_secs_f64().max(1e-9)
     );
     Ok(())

@@ -229,11 +229,7 @@ impl<'a> ToolSteps<'a> {
                 // new `.env`: masked in it), and files the person linked outside since it began
                 // (a `pnpm install` in their own terminal: copies of the project's own).
                 let sandbox = self.sandbox_fd();
-                let homes = self
-                    .sandbox
-                    .get()
-                    .map(|s| s.homes.clone())
-                    .unwrap_or_default();
+                let started = self.sandbox.get();
                 if let Err(refused) = crate::project_facts::before_session_call(
                     self.project,
                     self.store.dir(),
@@ -241,7 +237,12 @@ impl<'a> ToolSteps<'a> {
                     &mut self.cover,
                     sandbox
                         .as_ref()
-                        .map(|fd| (std::slice::from_ref(fd), homes.as_slice()))
+                        .map(|fd| {
+                            (
+                                std::slice::from_ref(fd),
+                                started.map(std::slice::from_ref).unwrap_or_default(),
+                            )
+                        })
                         .map_err(String::as_str),
                     "`envgit claude --continue` keeps the conversation",
                 ) {

@@ -198,8 +198,8 @@ pub(crate) struct Feeds {
 }
 
 /// The downstream servers' sandboxes as their processes said them: a pidfd of each one's first
-/// process, and the homes each sees.
-pub(crate) type Sandboxes = Arc<Mutex<Vec<(OwnedFd, Vec<PathBuf>)>>>;
+/// process, and what its plan masked and where it looked for the secrets outside the project.
+pub(crate) type Sandboxes = Arc<Mutex<Vec<(OwnedFd, SandboxStarted)>>>;
 
 impl Feeds {
     pub fn new() -> Feeds {
@@ -315,7 +315,7 @@ async fn read_feed(
                     });
                     if let Some(fd) = fd {
                         let mut said = sandboxes.lock().unwrap_or_else(|p| p.into_inner());
-                        said.push((fd, started.homes));
+                        said.push((fd, started));
                     }
                 }
                 Err(_) => {}

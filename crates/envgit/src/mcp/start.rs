@@ -2,7 +2,6 @@
 //! chosen, and its cell started on the session.
 
 use std::os::fd::OwnedFd;
-use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -22,6 +21,7 @@ use super::running::Running;
 use super::server::Inner;
 use super::session::DEFAULT_SESSION;
 use super::tool::{ExecuteArgs, tool_error};
+use crate::supervisor::SandboxStarted;
 
 impl Inner {
     /// Open the step, follow a rewind, pick the session and the approver, and start the cell.
@@ -56,7 +56,7 @@ impl Inner {
                     &r.wt,
                     &mut r.cover,
                     held.as_ref()
-                        .map(|(fds, homes)| (fds.as_slice(), homes.as_slice()))
+                        .map(|(fds, started)| (fds.as_slice(), started.as_slice()))
                         .map_err(String::as_str),
                     "your MCP client starts `envgit mcp` again when it reconnects",
                 )
@@ -141,20 +141,16 @@ impl Inner {
 
 /// The downstream servers' sandboxes, held for one call's check (their pidfds, and the homes
 /// they see together); or why they cannot be.
-fn held(sandboxes: Result<Sandboxes, String>) -> Result<(Vec<OwnedFd>, Vec<PathBuf>), String> {
+fn held(
+    sandboxes: Result<Sandboxes, String>,
+) -> Result<(Vec<OwnedFd>, Vec<SandboxStarted>), String> {
     let sandboxes = sandboxes?;
     let said = sandboxes.lock().unwrap_or_else(|p| p.into_inner());
     let mut fds = Vec::new();
-    let mut homes: Vec<PathBuf> = Vec::new();
+    let mut started = Vec::new();
     for (fd, theirs) in said.iter() {
         fds.push(fd.try_clone().map_err(|e| e.to_string())?);
-        homes.extend(
-            theirs
-                .iter()
-                .filter(|h| !homes.contains(h))
-                .cloned()
-                .collect::<Vec<_>>(),
-        );
+        started.push(theirs.clone());
     }
-    Ok((fds, homes))
+    Ok((fds, started))
 }
