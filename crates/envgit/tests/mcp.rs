@@ -415,6 +415,32 @@ fn credentials_named_elsewhere_made_during_a_session_are_unreadable_to_the_next_
     }
 }
 
+/// What a downstream server's sandbox masked when it was set up (`/etc`'s private files, the
+/// home's credentials, envgit's own sockets) is not masked again at each call: nothing is said
+/// and no helper runs when nothing was made.
+#[test]
+fn calls_of_a_session_mask_nothing_its_plan_masked_already() {
+    let (m, _markers) = with_fx("");
+    std::fs::create_dir_all(m.env.user_home().join(".aws")).unwrap();
+    std::fs::write(m.env.user_home().join(".aws/credentials"), "key = x\n").unwrap();
+    let calls = json!([
+        {"code": "await fx.echo({text: 'one'})"},
+        {"code": "await fx.echo({text: 'two'})"},
+        {"code": "await fx.echo({text: 'three'})"},
+    ]);
+    let out = client(&m.env, calls, "auto", None, json!({}))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let said: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(text(&said["results"][2]).contains("three"), "{said:#}");
+    assert!(
+        !stderr.contains("since the session began"),
+        "a call masked again what the plan masked: {stderr}"
+    );
+}
+
 #[test]
 fn a_program_a_downstream_server_puts_on_the_persons_path_is_removed() {
     let (m, _markers) = with_fx("");

@@ -140,6 +140,9 @@ fn main() -> Result<()> {
     let whole = p50(args.reps, || {
         std::hint::black_box(places.now());
     });
+    let etc = p50(args.reps, || {
+        std::hint::black_box(envgit_sandbox::etc_walk::now());
+    });
     let floor = p50(args.reps, || {
         std::hint::black_box(bare_walk(&home, 3));
     });
@@ -153,6 +156,11 @@ fn main() -> Result<()> {
     println!(
         "  HostSecrets::now             {:8.3} ms   (all a plan looks at outside the project: {outside} found)",
         ms(whole)
+    );
+    println!(
+        "    of which /etc's (cache)    {:8.3} ms   (taken from the cache: {})",
+        ms(etc),
+        envgit_sandbox::etc_walk::taken_from_cache()
     );
     println!("  bare read_dir walk (anchor)  {:8.3} ms", ms(floor));
     println!(
