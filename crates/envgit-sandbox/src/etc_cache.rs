@@ -74,16 +74,32 @@ pub fn private_below_cached(top: &Path, cache: &Path) -> (Vec<PathBuf>, bool) {
 }
 
 fn private_below_with(top: &Path, cache: &Path, margin_ns: i64) -> (Vec<PathBuf>, bool) {
+    let (w, taken) = walk_cached(top, cache, margin_ns);
+    (w.private, taken)
+}
+
+/// [`private_below_cached`] and the directories its walk listed (what a change below `top`
+/// that could change the answer changes: see the module's note).
+/// Without a cache, walked.
+pub(crate) fn private_and_listed(top: &Path, cache: Option<&Path>) -> (Vec<PathBuf>, Vec<PathBuf>) {
+    let w = match cache {
+        Some(cache) => walk_cached(top, cache, RACY_MARGIN_NS).0,
+        None => walk(top),
+    };
+    (w.private, w.listed.into_iter().map(|d| d.path).collect())
+}
+
+fn walk_cached(top: &Path, cache: &Path, margin_ns: i64) -> (Walk, bool) {
     if let Some(kept) = std::fs::read(cache)
         .ok()
         .and_then(|bytes| serde_json::from_slice::<Walk>(&bytes).ok())
         .filter(|w| still_holds(w, top, margin_ns))
     {
-        return (kept.private, true);
+        return (kept, true);
     }
     let walked = walk(top);
     save(&walked, cache);
-    (walked.private, false)
+    (walked, false)
 }
 
 fn walk(top: &Path) -> Walk {

@@ -65,10 +65,18 @@ pub fn take_or_start() -> Option<Walk> {
     early.or_else(start)
 }
 
-/// The walk on this thread, now, from its cache while `/etc` is unchanged: for a session's
-/// look before each call ([`crate::host_secrets::HostSecrets::now`]).
+/// What the walk would find now, on this thread: for a session's look before each call
+/// ([`crate::host_secrets::HostSecrets::now`]), so kept between calls while inotify reports
+/// nothing in `/etc`'s directories (`etc_watch.rs`), else from the walk's cache while `/etc`
+/// is unchanged.
 pub fn now() -> Vec<PathBuf> {
-    of(cache().as_deref())
+    static WATCH: Mutex<Option<crate::etc_watch::EtcWatch>> = Mutex::new(None);
+    let mut watch = WATCH.lock().unwrap_or_else(|p| p.into_inner());
+    watch
+        .get_or_insert_with(|| {
+            crate::etc_watch::EtcWatch::new(std::path::Path::new("/etc"), cache())
+        })
+        .private_now()
 }
 
 fn start() -> Option<Walk> {

@@ -18,6 +18,7 @@ pub mod cover;
 mod detached_close;
 mod etc_cache;
 pub mod etc_walk;
+mod etc_watch;
 pub mod host_secrets;
 mod init;
 mod landlock_rules;

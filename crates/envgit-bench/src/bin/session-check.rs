@@ -2,7 +2,8 @@
 //! `envgit mcp`): the homes' secrets found again (`plan::home_secrets`: the credentials' paths,
 //! then a walk three levels deep for `.env` files and sockets) to compare with what the sandbox
 //! masks, and everything else its plan looked at (`HostSecrets::now`: the paths this process's
-//! environment names, `/etc`'s private files from the walk's cache, the host's sockets in view).
+//! environment names, `/etc`'s private files, kept while inotify reports no change there, the
+//! host's sockets in view).
 //! Anchor, measured in the same run: a bare `read_dir` walk of the same home to the same
 //! depth, hidden directories skipped as the search skips them (the traversal's floor). On a
 //! generated home (projects with sources and `node_modules/`) or the one given. Prints p50 and
@@ -158,9 +159,8 @@ fn main() -> Result<()> {
         ms(whole)
     );
     println!(
-        "    of which /etc's (cache)    {:8.3} ms   (taken from the cache: {})",
-        ms(etc),
-        envgit_sandbox::etc_walk::taken_from_cache()
+        "    of which /etc's            {:8.3} ms   (kept while inotify reports no change there)",
+        ms(etc)
     );
     println!("  bare read_dir walk (anchor)  {:8.3} ms", ms(floor));
     println!(
