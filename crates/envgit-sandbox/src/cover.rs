@@ -32,6 +32,19 @@ pub const SUBCOMMAND: &str = "__cover";
 /// The helper finds the sandbox's first process, as a pidfd, on this descriptor.
 const SANDBOX_FD: i32 = 3;
 
+/// Whether the sandbox whose first process `sandbox` is (a pidfd) has ended. That process
+/// lives until nothing else runs in the sandbox (its PID 1 says so, or dies and takes the
+/// rest with it), so once it is gone nothing there can read or write a file: no mount is owed.
+pub fn has_ended(sandbox: BorrowedFd<'_>) -> bool {
+    use rustix::event::{PollFd, PollFlags, Timespec, poll};
+    let mut fds = [PollFd::new(&sandbox, PollFlags::IN)];
+    let now = Timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    poll(&mut fds, Some(&now)).is_ok_and(|ready| ready > 0)
+}
+
 /// What to add to the running sandbox whose first process `sandbox` (a pidfd: it names that
 /// process and no other, whatever pid it had) is: `masks` become unreadable, `read_only`
 /// read-only (absolute paths, as inside). Runs `exe` (this binary) as the helper. Says, for

@@ -144,7 +144,7 @@ impl SessionCover {
         &self,
         facts: &ProjectFacts,
         outside: &[PathBuf],
-        started: &[SandboxStarted],
+        started: &[&SandboxStarted],
     ) -> Vec<Uncovered> {
         let secrets = facts.secrets.iter().chain(outside).map(|p| (p, DENY_READ));
         let linked = facts.linked_out.iter().map(|p| (p, HARD_LINK));
@@ -236,12 +236,24 @@ pub(crate) fn before_session_call(
         rule: DENY_READ,
         message: f.message,
     })?;
-    let started = sandboxes.map(|(_, started)| started).unwrap_or_default();
+    // A sandbox whose processes all ended (a downstream server that crashed) has nothing left
+    // to hide a file from.
+    let sandboxes = sandboxes.map(|(fds, started)| {
+        fds.iter()
+            .zip(started)
+            .filter(|(fd, _)| !envgit_sandbox::cover::has_ended(fd.as_fd()))
+            .unzip::<_, _, Vec<&OwnedFd>, Vec<&SandboxStarted>>()
+    });
+    let started: Vec<&SandboxStarted> = sandboxes
+        .as_ref()
+        .map(|(_, started)| started.clone())
+        .unwrap_or_default();
     let mut outside: Vec<PathBuf> = started.iter().flat_map(|s| s.secrets.now()).collect();
     outside.sort();
     outside.dedup();
-    let uncovered = cover.uncovered(&facts, &outside, started);
-    if let Some(first) = uncovered.first() {
+    let uncovered = cover.uncovered(&facts, &outside, &started);
+    let none_running = matches!(&sandboxes, Ok((live, _)) if live.is_empty());
+    if let Some(first) = uncovered.first().filter(|_| !none_running) {
         // The helper takes the masks, then the read-only files, and says the same order.
         let (masks, read_only): (Vec<&Uncovered>, Vec<&Uncovered>) =
             uncovered.iter().partition(|u| u.rule == DENY_READ);

@@ -415,6 +415,22 @@ fn credentials_named_elsewhere_made_during_a_session_are_unreadable_to_the_next_
     }
 }
 
+/// A downstream server that ended (a crash) leaves a sandbox in which nothing runs: a secret
+/// made after it is nothing to hide there, and the session's later calls still run.
+#[test]
+fn a_downstream_server_that_ended_does_not_refuse_the_calls_after_it() {
+    let (m, _markers) = with_fx("");
+    let out = m.run(json!([
+        {"code": "await fx.echo({text: 'one'})"},
+        {"code": "try { await fx.exit_now() } catch (e) { 'ended' }"},
+        {"__write": [m.env.path(".env"), "KEY=made-after-the-server-ended\n"]},
+        {"code": "1 + 1"},
+    ]));
+    let r = out["results"].as_array().unwrap();
+    assert!(!r[3]["is_error"].as_bool().unwrap(), "{out:#}");
+    assert!(text(&r[3]).starts_with("2\n"), "{out:#}");
+}
+
 /// What a downstream server's sandbox masked when it was set up (`/etc`'s private files, the
 /// home's credentials, envgit's own sockets) is not masked again at each call: nothing is said
 /// and no helper runs when nothing was made.

@@ -131,6 +131,12 @@ def plant_on_path() -> str:
         os.chmod(path, 0o755)
     return "planted on PATH"
 
+@server.tool(structured_output=False)
+def exit_now() -> str:
+    """End this server's process at once, as a crash would."""
+    import os
+    os._exit(3)
+
 @server.tool()
 def delete_everything() -> str:
     """Denied by the policy."""
