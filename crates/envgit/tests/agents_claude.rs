@@ -13,6 +13,7 @@ mod support;
 #[path = "../src/demo/git_server.rs"]
 mod git_server;
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -615,6 +616,28 @@ fn a_file_linked_in_from_outside_during_a_session_is_read_only_to_the_next_call(
     );
 }
 
+/// Runs the session (`vars` in envgit's environment) while `save` acts on the host during its
+/// first call; what the later call wrote to `seen.txt`, envgit's stderr and both outputs for
+/// messages.
+fn session_saving_on_the_host(
+    env: &Env,
+    server: &ModelServer,
+    vars: &[(&str, PathBuf)],
+    save: impl FnOnce() + Send + 'static,
+) -> (String, String, String) {
+    let saver = on_the_host_during_the_first_call(env, save);
+    let mut cmd = claude(env, server, &["-p", "go", "--allowedTools", "Bash"]);
+    cmd.env("ANTHROPIC_API_KEY", "sk-ant-test-saved-on-the-host");
+    for (name, value) in vars {
+        cmd.env(name, value);
+    }
+    let (stdout, stderr) = run_bounded(cmd, Duration::from_secs(240));
+    saver.join().unwrap();
+    let ctx = format!("stdout:\n{stdout}\nstderr:\n{stderr}");
+    assert!(env.path("DONE").exists(), "the host never saved: {ctx}");
+    (env.read("seen.txt"), stderr, ctx)
+}
+
 /// Credentials the person makes in their home while a session runs (`aws configure` in their
 /// own terminal) are masked in the session's sandbox before the next call, as they would be
 /// at its start.
@@ -630,22 +653,13 @@ fn credentials_made_in_the_home_during_a_session_are_unreadable_to_the_next_call
         Turn::Say("done".into()),
     ]);
     // The person's `aws configure` and `gh auth login`.
-    let saver = {
-        let home = env.user_home();
-        on_the_host_during_the_first_call(&env, move || {
-            for (dir, file) in [(".aws", "credentials"), (".config/gh", "hosts.yml")] {
-                std::fs::create_dir_all(home.join(dir)).unwrap();
-                std::fs::write(home.join(dir).join(file), format!("key = {KEY}\n")).unwrap();
-            }
-        })
-    };
-    let mut cmd = claude(&env, &server, &["-p", "go", "--allowedTools", "Bash"]);
-    cmd.env("ANTHROPIC_API_KEY", "sk-ant-test-home");
-    let (stdout, stderr) = run_bounded(cmd, Duration::from_secs(240));
-    saver.join().unwrap();
-    let ctx = format!("stdout:\n{stdout}\nstderr:\n{stderr}");
-    assert!(env.path("DONE").exists(), "the host never saved: {ctx}");
-    let seen = env.read("seen.txt");
+    let home = env.user_home();
+    let (seen, stderr, ctx) = session_saving_on_the_host(&env, &server, &[], move || {
+        for (dir, file) in [(".aws", "credentials"), (".config/gh", "hosts.yml")] {
+            std::fs::create_dir_all(home.join(dir)).unwrap();
+            std::fs::write(home.join(dir).join(file), format!("key = {KEY}\n")).unwrap();
+        }
+    });
     assert!(!seen.contains(KEY), "the call read the key: {seen}\n{ctx}");
     // `~/.aws` is masked; `~/.config/gh` is not even there (the home's overlay had looked for
     // it before the person made it, and keeps that answer), which hides it as well.
@@ -668,20 +682,13 @@ fn a_credential_the_environment_names_made_during_a_session_is_unreadable_to_the
     ]);
     let keys = env.user_home().join("keys");
     std::fs::create_dir_all(&keys).unwrap();
-    let saver = {
-        let file = keys.join("aws");
-        on_the_host_during_the_first_call(&env, move || {
-            std::fs::write(file, format!("key = {KEY}\n")).unwrap();
-        })
-    };
-    let mut cmd = claude(&env, &server, &["-p", "go", "--allowedTools", "Bash"]);
-    cmd.env("ANTHROPIC_API_KEY", "sk-ant-test-env-named")
-        .env("AWS_SHARED_CREDENTIALS_FILE", keys.join("aws"));
-    let (stdout, stderr) = run_bounded(cmd, Duration::from_secs(240));
-    saver.join().unwrap();
-    let ctx = format!("stdout:\n{stdout}\nstderr:\n{stderr}");
-    assert!(env.path("DONE").exists(), "the host never saved: {ctx}");
-    let seen = env.read("seen.txt");
+    let file = keys.join("aws");
+    let (seen, stderr, ctx) = session_saving_on_the_host(
+        &env,
+        &server,
+        &[("AWS_SHARED_CREDENTIALS_FILE", file.clone())],
+        move || std::fs::write(file, format!("key = {KEY}\n")).unwrap(),
+    );
     assert!(!seen.contains(KEY), "the call read the key: {seen}\n{ctx}");
     assert!(
         seen.contains("keys/aws: Permission denied"),
