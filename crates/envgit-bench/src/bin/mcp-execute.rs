@@ -174,10 +174,16 @@ async fn over_mcp(runs: usize) -> Result<()> {
     if !init.status.success() {
         bail!("envgit init: {}", String::from_utf8_lossy(&init.stderr));
     }
+    // The downstream server is this binary, run in envgit's sandbox: it must be where the
+    // sandbox shows it, which a build directory may not be (`/work` here), and the home is.
+    let person = tmp.path().join("person");
+    std::fs::create_dir_all(&person)?;
+    let fixture = person.join("mcp-execute-fixture");
+    std::fs::copy(&me, &fixture)?;
     let mut policy = std::fs::read_to_string(project.join("envgit.yaml"))?;
     policy.push_str(&format!(
         "mcp:\n  servers:\n    fx: {{ command: {:?}, args: [\"--serve-fixture\"] }}\n",
-        me.display().to_string()
+        fixture.display().to_string()
     ));
     std::fs::write(project.join("envgit.yaml"), policy)?;
 
@@ -188,7 +194,7 @@ async fn over_mcp(runs: usize) -> Result<()> {
         .env_clear()
         .env("ENVGIT_HOME", &home)
         .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .env("HOME", std::env::var_os("HOME").unwrap_or_default())
+        .env("HOME", &person)
         .stderr(std::process::Stdio::null());
     let t = Instant::now();
     let client = ().serve(TokioChildProcess::new(cmd)?).await?;
