@@ -45,6 +45,19 @@ pub fn has_ended(sandbox: BorrowedFd<'_>) -> bool {
     poll(&mut fds, Some(&now)).is_ok_and(|ready| ready > 0)
 }
 
+/// The unix sockets at absolute paths the processes of the sandbox whose first process is `pid`
+/// are listening on and no host process is: a server the session started (sockets bound in
+/// the sandbox's network namespace, read through that process; a host service's are in the
+/// host's, which envgit's own process is in). A session's look before each call leaves them
+/// as they are, where a socket anything else made is masked.
+pub fn own_sockets(pid: u32) -> Vec<PathBuf> {
+    let host = crate::plan::bound_sockets(Path::new("/proc/self/net/unix"));
+    let mut own =
+        crate::plan::bound_sockets(&Path::new("/proc").join(pid.to_string()).join("net/unix"));
+    own.retain(|p| !host.contains(p));
+    own
+}
+
 /// What to add to the running sandbox whose first process `sandbox` (a pidfd: it names that
 /// process and no other, whatever pid it had) is: `masks` become unreadable, `read_only`
 /// read-only (absolute paths, as inside). Runs `exe` (this binary) as the helper. Says, for

@@ -418,7 +418,16 @@ pub fn etc_private() -> Vec<PathBuf> {
 /// process binds inside the project or the home *after* the step started is not masked;
 /// seccomp cannot see a `connect` target, so nothing else closes that gap there.
 pub(crate) fn host_sockets(visible: &[PathBuf]) -> Vec<PathBuf> {
-    let Ok(table) = std::fs::read_to_string("/proc/net/unix") else {
+    bound_sockets(Path::new("/proc/net/unix"))
+        .into_iter()
+        .filter(|p| visible.iter().any(|v| p.starts_with(v)))
+        .collect()
+}
+
+/// The absolute paths pathname unix sockets are bound at in the network namespace whose
+/// `/proc/…/net/unix` table is `table` (a relative bind path says nothing of where it is).
+pub(crate) fn bound_sockets(table: &Path) -> Vec<PathBuf> {
+    let Ok(table) = std::fs::read_to_string(table) else {
         return Vec::new();
     };
     table
@@ -427,7 +436,6 @@ pub(crate) fn host_sockets(visible: &[PathBuf]) -> Vec<PathBuf> {
         .filter_map(|l| l.split_whitespace().nth(7))
         .filter(|p| p.starts_with('/'))
         .map(PathBuf::from)
-        .filter(|p| visible.iter().any(|v| p.starts_with(v)))
         .collect()
 }
 

@@ -251,7 +251,20 @@ pub(crate) fn before_session_call(
     let mut outside: Vec<PathBuf> = started.iter().flat_map(|s| s.secrets.now()).collect();
     outside.sort();
     outside.dedup();
-    let uncovered = cover.uncovered(&facts, &outside, &started);
+    let mut uncovered = cover.uncovered(&facts, &outside, &started);
+    // A socket a process of the session's sandbox listens on (a dev server the agent started)
+    // is the session's own: left reachable, where one anything else made is masked.
+    let is_socket = |p: &Path| {
+        use std::os::unix::fs::FileTypeExt;
+        std::fs::symlink_metadata(p).is_ok_and(|m| m.file_type().is_socket())
+    };
+    if uncovered.iter().any(|u| is_socket(&u.path)) {
+        let own: Vec<PathBuf> = started
+            .iter()
+            .flat_map(|s| envgit_sandbox::cover::own_sockets(s.pid))
+            .collect();
+        uncovered.retain(|u| !(own.contains(&u.path) && is_socket(&u.path)));
+    }
     let none_running = matches!(&sandboxes, Ok((live, _)) if live.is_empty());
     if let Some(first) = uncovered.first().filter(|_| !none_running) {
         // The helper takes the masks, then the read-only files, and says the same order.

@@ -706,6 +706,36 @@ fn a_credential_the_environment_names_made_during_a_session_is_unreadable_to_the
     );
 }
 
+/// A server the agent starts in one call, listening on a unix socket in the project, is still
+/// reachable in the next: the session's own socket is not masked as a host service's would be.
+#[test]
+fn a_socket_the_agent_listens_on_stays_reachable_in_the_next_call() {
+    const SERVE: &str = "import os, socket\n\
+        s = socket.socket(socket.AF_UNIX)\n\
+        s.bind(os.path.abspath('dev.sock'))\n\
+        s.listen(4)\n\
+        while True:\n    c, _ = s.accept()\n    c.sendall(b'pong')\n    c.close()\n";
+    const ASK: &str = "import socket\n\
+        s = socket.socket(socket.AF_UNIX)\n\
+        s.connect('dev.sock')\n\
+        print(s.recv(16).decode())\n";
+    let (env, server) = project_with_model(vec![
+        Turn::Shell(format!(
+            "printf \"{SERVE}\" > serve.py; (python3 serve.py > /dev/null 2>&1 &); i=0; \
+             while [ ! -S dev.sock ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done"
+        )),
+        Turn::Shell(format!(
+            "printf \"{ASK}\" > ask.py; python3 ask.py > seen.txt 2>&1"
+        )),
+        Turn::Say("done".into()),
+    ]);
+    let mut cmd = claude(&env, &server, &["-p", "go", "--allowedTools", "Bash"]);
+    cmd.env("ANTHROPIC_API_KEY", "sk-ant-test-own-socket");
+    let (stdout, stderr) = run_bounded(cmd, Duration::from_secs(240));
+    let ctx = format!("stdout:\n{stdout}\nstderr:\n{stderr}");
+    assert_eq!(env.read("seen.txt").trim(), "pong", "{ctx}");
+}
+
 /// A credential the sandbox did not see when the call before was checked (its home's overlay
 /// had looked for the directory and kept that answer) is looked at again at each call: once
 /// the kernel forgets that answer (here: the host drops its dentry cache), it is there, and

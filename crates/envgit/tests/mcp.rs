@@ -431,6 +431,26 @@ fn a_downstream_server_that_ended_does_not_refuse_the_calls_after_it() {
     assert!(text(&r[3]).starts_with("2\n"), "{out:#}");
 }
 
+/// A socket a downstream server listens on in the project (a dev server's) stays its own:
+/// the next call connects to it. One a host service binds there during the session is masked
+/// before the next call.
+#[test]
+fn a_socket_the_session_listens_on_is_its_own_and_a_hosts_is_masked() {
+    let (m, _markers) = with_fx("");
+    let out = m.run(json!([
+        {"code": "await fx.serve_unix({name: 'app.sock'})"},
+        {"code": "await fx.ask_unix({name: 'app.sock'})"},
+        {"__listen_unix": m.env.path("host.sock")},
+        {"code": "await fx.ask_unix({name: 'host.sock'})"},
+        {"code": "await fx.ask_unix({name: 'app.sock'})"},
+    ]));
+    let r = out["results"].as_array().unwrap();
+    assert!(text(&r[0]).contains("listening"), "{out:#}");
+    assert!(text(&r[1]).contains("answered: pong"), "{out:#}");
+    assert!(text(&r[3]).contains("unreachable"), "{out:#}");
+    assert!(text(&r[4]).contains("answered: pong"), "{out:#}");
+}
+
 /// What a downstream server's sandbox masked when it was set up (`/etc`'s private files, the
 /// home's credentials, envgit's own sockets) is not masked again at each call: nothing is said
 /// and no helper runs when nothing was made.

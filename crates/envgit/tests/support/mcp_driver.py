@@ -61,6 +61,24 @@ async def main():
                     f.write(text)
                 out["results"].append({"wrote": path})
                 continue
+            if "__listen_unix" in call:
+                # A service of the person's, started on the host between two calls, listening
+                # in the project.
+                import socket, threading
+                path = call["__listen_unix"]
+                listener = socket.socket(socket.AF_UNIX)
+                listener.bind(path)
+                listener.listen(8)
+
+                def answer():
+                    while True:
+                        conn, _ = listener.accept()
+                        conn.sendall(b"the host's service")
+                        conn.close()
+
+                threading.Thread(target=answer, daemon=True).start()
+                out["results"].append({"listening": path})
+                continue
             if "__sleep" in call:
                 # The client thinks: no call in flight for a while.
                 await asyncio.sleep(call["__sleep"])

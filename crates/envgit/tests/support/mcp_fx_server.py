@@ -132,6 +132,35 @@ def plant_on_path() -> str:
     return "planted on PATH"
 
 @server.tool(structured_output=False)
+def serve_unix(name: str) -> str:
+    """Listen on a unix socket in the working directory (a dev server's), answering "pong"."""
+    import os, socket
+    listener = socket.socket(socket.AF_UNIX)
+    listener.bind(os.path.abspath(name))
+    listener.listen(8)
+
+    def answer():
+        while True:
+            conn, _ = listener.accept()
+            conn.sendall(b"pong")
+            conn.close()
+
+    threading.Thread(target=answer, daemon=True).start()
+    return "listening"
+
+@server.tool(structured_output=False)
+def ask_unix(name: str) -> str:
+    """What the unix socket `name` answers, or why it could not be reached."""
+    import socket
+    try:
+        s = socket.socket(socket.AF_UNIX)
+        s.settimeout(5)
+        s.connect(name)
+        return "answered: " + s.recv(64).decode()
+    except OSError as e:
+        return "unreachable: " + str(e)
+
+@server.tool(structured_output=False)
 def exit_now() -> str:
     """End this server's process at once, as a crash would."""
     import os
