@@ -217,10 +217,10 @@ pub(crate) struct CallRefused {
 
 /// Before a tool call of a session whose sandbox was set up at its start (`cover`): a secret
 /// that sandbox does not cover is masked in it, a file linked outside since made read-only
-/// (`sandboxes`: pidfds of the first processes of the session's sandboxes and where their
-/// plans found the secrets outside the project, where those made since are masked too; or why mounts cannot be added to them:
-/// then, or when a mount fails, the call is refused, saying how to start the session again,
-/// `start_again`), and the files of the excluded directories linked outside since (the
+/// (`sandboxes`: pidfds of the first processes of the session's sandboxes and what each
+/// said when it started, where its plan found the secrets outside the project, those made
+/// since masked too; or why mounts cannot be added to them: then, or when a mount fails, the
+/// call is refused, saying how to start the session again, `start_again`), and the files of the excluded directories linked outside since (the
 /// person's `pnpm install` in their own terminal) become the project's own copies (one that
 /// cannot refuses the call: the running sandbox cannot bind it read-only).
 pub(crate) fn before_session_call(
