@@ -28,9 +28,9 @@
 use std::collections::HashMap;
 use std::path::Path;
 
-/// `04`: each listing holds its files with more than one link (one made before them did not
-/// look: it is not trusted).
-const MAGIC: &[u8; 8] = b"EGLIST04";
+/// `05`: each listing says whether the directory holds a repository (one made before did not
+/// look: it is not trusted, or a repository the step found would be taken for one it made).
+const MAGIC: &[u8; 8] = b"EGLIST05";
 const END: &[u8; 8] = b"EGLISTOK";
 /// As the store's stat index: a change within this of a listing makes the listing untrusted.
 pub(crate) const RACY_MARGIN_NS: i64 = 2_000_000_000;
@@ -48,7 +48,16 @@ pub(crate) struct Listed {
     pub secrets: Vec<Vec<u8>>,
     /// Names of its regular files with more than one link (none of them masked).
     pub linked: Vec<Vec<u8>>,
+    /// What makes it, or a repository in it, one git works in: [`REPO_DOT_GIT`] and
+    /// [`REPO_LAYOUT`] bits.
+    pub repo: u8,
 }
+
+/// The directory holds a `.git` (a directory, a `gitdir:` file or a link).
+pub(crate) const REPO_DOT_GIT: u8 = 1;
+/// The directory is a git directory by its layout alone (`HEAD` with `objects/` and `refs/`,
+/// or with `commondir`): git takes it for a repository with no `.git` in it.
+pub(crate) const REPO_LAYOUT: u8 = 2;
 
 impl Listed {
     /// Whether this listing still holds for a directory now at (`ino`, `ctime_ns`).
@@ -74,6 +83,8 @@ pub(crate) struct Found {
     pub secrets: Vec<Vec<u8>>,
     /// Regular files with more than one link.
     pub linked: Vec<Vec<u8>>,
+    /// The directories holding a repository, each prefixed with its [`Listed::repo`] bits.
+    pub repos: Vec<Vec<u8>>,
 }
 
 /// The listings of one step, by directory (relative to the project), and the globs they were
@@ -165,6 +176,7 @@ fn encode(cache: &ListingCache) -> Vec<u8> {
     put_names(&mut out, &cache.roots);
     put_names(&mut out, &cache.found.secrets);
     put_names(&mut out, &cache.found.linked);
+    put_names(&mut out, &cache.found.repos);
     out.extend_from_slice(&(cache.dirs.len() as u32).to_le_bytes());
     for (rel, d) in &cache.dirs {
         put_bytes(&mut out, rel);
@@ -174,6 +186,7 @@ fn encode(cache: &ListingCache) -> Vec<u8> {
         put_names(&mut out, &d.subdirs);
         put_names(&mut out, &d.secrets);
         put_names(&mut out, &d.linked);
+        out.push(d.repo);
     }
     let len = out.len() as u64;
     out.extend_from_slice(&len.to_le_bytes());
@@ -249,6 +262,7 @@ fn header(r: &mut Reader<'_>) -> Option<Header> {
         found: Found {
             secrets: r.names()?,
             linked: r.names()?,
+            repos: r.names()?,
         },
     })
 }
@@ -273,6 +287,7 @@ fn decode(b: &[u8]) -> Option<ListingCache> {
             subdirs: r.names()?,
             secrets: r.names()?,
             linked: r.names()?,
+            repo: r.take(1)?[0],
         };
         dirs.insert(rel, listed);
     }
@@ -301,6 +316,7 @@ mod tests {
                 subdirs: vec![b"a".to_vec(), b"\xffb".to_vec()],
                 secrets: vec![b".env".to_vec()],
                 linked: vec![b"index.js".to_vec()],
+                repo: REPO_DOT_GIT,
             },
         );
         ListingCache {
@@ -313,6 +329,7 @@ mod tests {
             found: Found {
                 secrets: vec![b"node_modules/.env".to_vec()],
                 linked: vec![b"node_modules/index.js".to_vec()],
+                repos: vec![b"\x01node_modules".to_vec()],
             },
             dirs,
             changed: false,

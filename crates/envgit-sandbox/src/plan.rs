@@ -8,7 +8,8 @@ use ignore::gitignore::GitignoreBuilder;
 
 use crate::host_secrets::HostSecrets;
 pub use crate::project_index::{
-    ListingVouch, MAX_LINK_BINDS, ProjectFacts, ProjectIndex, Seen, TooManyHardLinks, project_facts,
+    ExcludedRepository, ListingVouch, MAX_LINK_BINDS, ProjectFacts, ProjectIndex, Seen,
+    TooManyHardLinks, excluded_repositories, project_facts, unwalked_roots,
 };
 use crate::spec::{Overlay, RelaySpec, Spec};
 use crate::trust::{self, TrustFiles};

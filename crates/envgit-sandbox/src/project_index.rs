@@ -20,6 +20,10 @@
 //!   every project of the person's): too many to bind one by one, so the caller gives the
 //!   project its own copy of each before the step. Their listing `lstat`s each regular file
 //!   it reads afresh; the cache keeps what it found.
+//! - the repositories in the directories the scan does not enter (a `.git` in
+//!   `.venv/src/pkg/`, a `target/` made a git directory by its layout): the snapshot holds
+//!   nothing of them, so the caller copies their code before the step and puts it back after
+//!   ([`excluded_repositories`] finds them again after it).
 
 use std::collections::{HashMap, HashSet};
 use std::os::fd::AsFd;
@@ -30,7 +34,7 @@ use envgit_policy::Policy;
 use ignore::gitignore::{Gitignore, GitignoreBuilder};
 
 pub use crate::listing_cache::ListingVouch;
-use crate::listing_cache::{Found, Listed, ListingCache};
+use crate::listing_cache::{Found, Listed, ListingCache, REPO_DOT_GIT, REPO_LAYOUT};
 
 /// Read-only binds for hard-linked files: each is a mount in the sandbox's namespace (the
 /// kernel caps a namespace at `fs.mount-max`, 100,000 by default) and costs its setup time.
@@ -83,6 +87,50 @@ pub struct ProjectFacts {
     /// Whether the directories the scan does not enter were taken from the cached listing on
     /// a watching daemon's word, without a look at them.
     pub listing_vouched: bool,
+    /// The repositories in the directories the scan does not enter, sorted.
+    pub excluded_repositories: Vec<ExcludedRepository>,
+}
+
+/// A repository in a directory the scan does not enter: the snapshot holds nothing of it, so
+/// nothing of it is compared after a step, while the person's git runs its configuration and
+/// hooks (a shell prompt's `git status` in it, an editor that opens every repository it finds
+/// below the project).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ExcludedRepository {
+    /// The directory, relative to the project.
+    pub dir: Vec<u8>,
+    /// `false`: it holds a `.git` (a directory, a `gitdir:` file or a link); `true`: it is a
+    /// git directory by its layout alone (`HEAD` with `objects/` and `refs/`, or with
+    /// `commondir`).
+    pub layout: bool,
+}
+
+impl ExcludedRepository {
+    fn from_bits(dir: &[u8], bits: u8) -> impl Iterator<Item = ExcludedRepository> + '_ {
+        [(REPO_DOT_GIT, false), (REPO_LAYOUT, true)]
+            .into_iter()
+            .filter(move |(bit, _)| bits & bit != 0)
+            .map(move |(_, layout)| ExcludedRepository {
+                dir: dir.to_vec(),
+                layout,
+            })
+    }
+
+    /// As a listing cache keeps it: its bits, then the directory.
+    fn encoded(&self) -> Vec<u8> {
+        let mut out = vec![if self.layout {
+            REPO_LAYOUT
+        } else {
+            REPO_DOT_GIT
+        }];
+        out.extend_from_slice(&self.dir);
+        out
+    }
+
+    fn decoded(bytes: &[u8]) -> impl Iterator<Item = ExcludedRepository> + '_ {
+        let (bits, dir) = bytes.split_first().map_or((0, &[][..]), |(b, d)| (*b, d));
+        Self::from_bits(dir, bits)
+    }
 }
 
 fn is_secret_name(name: &[u8]) -> bool {
@@ -264,6 +312,12 @@ pub fn project_facts(
                 facts
                     .linked_excluded
                     .extend(found.linked.iter().map(|rel| abs(project, rel)));
+                facts.excluded_repositories.extend(
+                    found
+                        .repos
+                        .iter()
+                        .flat_map(|r| ExcludedRepository::decoded(r)),
+                );
                 facts.listing_vouched = true;
             }
             None => {
@@ -292,6 +346,11 @@ pub fn project_facts(
                     let found = Found {
                         secrets: relative(&facts.secrets[secrets_before..]),
                         linked: relative(&facts.linked_excluded),
+                        repos: facts
+                            .excluded_repositories
+                            .iter()
+                            .map(ExcludedRepository::encoded)
+                            .collect(),
                     };
                     // What it started from and found is only ever read with a count.
                     cache.changed |= cache.vouch != vouch
@@ -330,9 +389,56 @@ pub fn project_facts(
     }
     facts.linked_out = out;
     facts.linked_excluded.sort();
+    facts.excluded_repositories.sort();
     facts.secrets.sort();
     facts.secrets.dedup();
     Ok(facts)
+}
+
+/// The directories `index` holds as not entered by its scan (excluded, too deep), outside
+/// every `.git`, sorted: where the listing of [`excluded_repositories`] starts.
+pub fn unwalked_roots(index: &dyn ProjectIndex) -> Vec<Vec<u8>> {
+    let below_git = |dir: &[u8]| dir == b".git" || dir.starts_with(b".git/");
+    let mut roots = Vec::new();
+    index.visit(&below_git, &mut |rel, seen| {
+        if seen == Seen::Unwalked && !under_git(rel) && last_name(rel) != b".git" {
+            roots.push(rel.to_vec());
+        }
+    });
+    roots.sort();
+    roots
+}
+
+/// The repositories below `roots` (directories the scan did not enter, [`unwalked_roots`]) as
+/// they are now (after a step: the ones it made too), with what could not be looked at as
+/// notes. The same listing as [`project_facts`]'s: a directory unchanged since the listing
+/// cached at `listing_cache` (made with `policy`'s globs) is taken from it and not read; the
+/// cache is left as it is.
+pub fn excluded_repositories(
+    policy: &Policy,
+    project: &Path,
+    roots: Vec<Vec<u8>>,
+    listing_cache: Option<&Path>,
+) -> (Vec<ExcludedRepository>, Vec<String>) {
+    if roots.is_empty() {
+        return (Vec::new(), Vec::new());
+    }
+    let (_, glob_lines) = project_globs(policy, project);
+    let cached = listing_cache.and_then(|p| std::fs::read(p).ok());
+    let mut cache = ListingCache::from_bytes(cached.as_deref(), &glob_lines);
+    let mut facts = ProjectFacts::default();
+    // Only repositories are wanted: no glob is matched, no link hunted.
+    list_unwalked(
+        project,
+        roots,
+        false,
+        &|_, _| false,
+        &mut facts,
+        Some(&mut cache),
+        &mut HashMap::new(),
+    );
+    facts.excluded_repositories.sort();
+    (facts.excluded_repositories, facts.notes)
 }
 
 /// Lists the directories the scan did not enter, depth first with an explicit stack, at most
@@ -397,6 +503,9 @@ fn list_unwalked(
             facts
                 .linked_excluded
                 .extend(l.linked.iter().map(|n| abs(project, &child(&rel, n))));
+            facts
+                .excluded_repositories
+                .extend(ExcludedRepository::from_bits(&rel, l.repo));
             stack.extend(l.subdirs.iter().map(|n| child(&rel, n)));
             new.insert(rel, l);
             continue;
@@ -422,7 +531,10 @@ fn list_unwalked(
             subdirs: Vec::new(),
             secrets: Vec::new(),
             linked: Vec::new(),
+            repo: 0,
         };
+        // The names git tells a repository by (`setup.c`'s `is_git_directory`).
+        let (mut head, mut objects, mut refs, mut commondir) = (false, false, false, false);
         let Ok(mut dir) = Dir::new(fd) else { continue };
         while let Some(entry) = dir.read() {
             // A read error leaves this directory unlisted, and out of the cache.
@@ -477,11 +589,25 @@ fn list_unwalked(
                 facts.linked_excluded.push(abs(project, &child(&rel, name)));
                 here.linked.push(name.to_vec());
             }
+            match name {
+                b".git" => here.repo |= REPO_DOT_GIT,
+                b"HEAD" => head = true,
+                b"objects" => objects |= is_dir,
+                b"refs" => refs |= is_dir,
+                b"commondir" => commondir = true,
+                _ => {}
+            }
             if is_dir && name != b".git" {
                 stack.push(child(&rel, name));
                 here.subdirs.push(name.to_vec());
             }
         }
+        if head && ((objects && refs) || commondir) {
+            here.repo |= REPO_LAYOUT;
+        }
+        facts
+            .excluded_repositories
+            .extend(ExcludedRepository::from_bits(&rel, here.repo));
         new.insert(rel, here);
     }
     if let Some(cache) = cache {
@@ -672,6 +798,65 @@ mod tests {
             ]
         );
         assert!(facts.notes.is_empty());
+    }
+
+    /// Repositories in excluded directories are found by their `.git` (any kind) or their
+    /// layout, at any depth, by the plan's listing and by [`excluded_repositories`] after a
+    /// step, from the cache while a directory is unchanged and afresh once it changed.
+    #[test]
+    fn repositories_in_excluded_directories_are_found_fresh_and_from_the_cache() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (root, store) = (tmp.path().join("p"), tmp.path().join("store"));
+        let cache = store.join("listing.cache");
+        std::fs::create_dir_all(root.join(".venv/src/pkg/.git")).unwrap();
+        std::fs::create_dir_all(root.join(".venv/src/sub")).unwrap();
+        std::fs::write(root.join(".venv/src/sub/.git"), "gitdir: ../pkg/.git").unwrap();
+        for d in ["objects", "refs"] {
+            std::fs::create_dir_all(root.join(".venv/bare").join(d)).unwrap();
+        }
+        std::fs::write(root.join(".venv/bare/HEAD"), "ref: refs/heads/main\n").unwrap();
+        // `HEAD` alone is no repository.
+        std::fs::create_dir_all(root.join(".venv/notes")).unwrap();
+        std::fs::write(root.join(".venv/notes/HEAD"), "").unwrap();
+        std::fs::create_dir_all(&store).unwrap();
+        let index = Fixed(vec![(".venv", Seen::Unwalked), ("src", Seen::Dir)]);
+        let repo = |dir: &str, layout: bool| ExcludedRepository {
+            dir: dir.as_bytes().to_vec(),
+            layout,
+        };
+        let expected = vec![
+            repo(".venv/bare", true),
+            repo(".venv/src/pkg", false),
+            repo(".venv/src/sub", false),
+        ];
+        let facts = project_facts(&policy(""), &root, &index, Some(&cache), None).unwrap();
+        assert_eq!(facts.excluded_repositories, expected);
+        // Listed long after each directory last changed (past the racy margin), and the
+        // cache made to say `.venv/notes` is a repository: an unchanged directory is taken
+        // from it, not read.
+        let mut c = ListingCache::load(&cache, b"");
+        for l in c.dirs.values_mut() {
+            l.listed_ns += 10_000_000_000;
+        }
+        c.dirs.get_mut(&b".venv/notes"[..]).unwrap().repo = REPO_LAYOUT;
+        c.save(&cache);
+        let (found, notes) =
+            excluded_repositories(&policy(""), &root, unwalked_roots(&index), Some(&cache));
+        assert!(found.contains(&repo(".venv/notes", true)), "{found:?}");
+        assert!(expected.iter().all(|r| found.contains(r)), "{found:?}");
+        assert!(notes.is_empty());
+        // A repository made since, in a directory the cache holds: its directory changed.
+        std::fs::create_dir_all(root.join(".venv/src/new/.git")).unwrap();
+        let (found, _) =
+            excluded_repositories(&policy(""), &root, unwalked_roots(&index), Some(&cache));
+        assert!(found.contains(&repo(".venv/src/new", false)), "{found:?}");
+        // A listing an earlier envgit cached (without repositories) is not trusted.
+        let mut bytes = std::fs::read(&cache).unwrap();
+        bytes[..8].copy_from_slice(b"EGLIST04");
+        std::fs::write(&cache, &bytes).unwrap();
+        let (found, _) =
+            excluded_repositories(&policy(""), &root, unwalked_roots(&index), Some(&cache));
+        assert!(found.contains(&repo(".venv/src/pkg", false)), "{found:?}");
     }
 
     /// A file in an excluded directory with another link (a pnpm store's, outside the

@@ -234,6 +234,11 @@ impl ProtectedCopy {
         })
     }
 
+    /// The paths copied (relative to the project), each put back to its copy.
+    pub fn paths(&self) -> &[String] {
+        &self.saved.paths
+    }
+
     /// Waits until the copy is on disk: call it before the step's command starts (once;
     /// later calls return at once).
     pub fn wait_durable(&self) -> Result<()> {

@@ -77,9 +77,10 @@ pub use fork::{ForkOptions, fork};
 pub use fsck::{FsckReport, fsck};
 pub use gc::{GcOptions, GcReport, gc};
 pub use gitlayer::{
-    BELOW_ROOT as GIT_PROTECTED_BELOW_ROOT, ConfigSecret, Dropped as GitDropped,
-    GIT_DATA_ONLY_RULE, GitConfigError, GitImport, GitLayer, HiddenConfig, HideSecretsError,
-    NestedCode as NestedGitCode, NestedConfigError, PreStep as GitPreStep,
+    BELOW_ROOT as GIT_PROTECTED_BELOW_ROOT, ConfigSecret, Disarmed as DisarmedRepository,
+    Dropped as GitDropped, GIT_DATA_ONLY_RULE, GitConfigError, GitImport, GitLayer, HiddenConfig,
+    HideSecretsError, NestedCode as NestedGitCode, NestedConfigError, PreStep as GitPreStep,
+    disarm_excluded as disarm_excluded_repository, excluded_code_paths as excluded_repository_code,
     filter_nested_config as filter_nested_git_config, hide_secrets as hide_git_config_secrets,
     import as git_import, nested_code_paths as nested_git_code_paths,
     nested_object_refusals as nested_git_object_refusals,

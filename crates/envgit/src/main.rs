@@ -7,6 +7,7 @@ mod below_root;
 mod cli;
 mod commands;
 mod demo;
+mod excluded_repos;
 mod failure;
 mod git_host_config;
 mod git_layer;

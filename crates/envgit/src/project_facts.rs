@@ -108,6 +108,16 @@ fn searched(
     .map_err(|e| Failure::usage(e.to_string()))
 }
 
+/// The directories `wt`'s scan did not enter, where repositories no snapshot holds may be.
+pub(crate) fn unwalked_roots(wt: &WorkTree) -> Vec<Vec<u8>> {
+    envgit_sandbox::plan::unwalked_roots(&Index(wt))
+}
+
+/// The listing cache in the store at `store_dir`.
+pub(crate) fn listing_cache(store_dir: &Path) -> PathBuf {
+    store_dir.join(LISTING_CACHE)
+}
+
 /// From the stat cache the last step saved (a scan first if there is none), for a sandbox
 /// started without a step's own scan at hand.
 pub(crate) fn from_cache(project: &Project, store: &Store) -> CmdResult<ProjectFacts> {

@@ -64,6 +64,9 @@ pub(crate) struct Sandboxed<'a> {
     /// Completes the draft once the git layer's import and the put-back are done: what was
     /// still being gathered beside them (`envgit run`: the gate's events, its stop on a thread).
     pub late: Option<CompleteDraft<'a>>,
+    /// The repositories in the directories the snapshot leaves out: their code goes back, new
+    /// ones are disarmed ([`crate::excluded_repos`]). `None`: not looked at.
+    pub excluded: Option<crate::excluded_repos::Excluded<'a>>,
 }
 
 impl Snapshot<'_> {
@@ -137,6 +140,16 @@ impl OpenStep {
         mut draft: StepDraft,
     ) -> CmdResult<Step> {
         let mut put_back = Vec::new();
+        // The listing for repositories in excluded directories runs beside the step's end.
+        let mut looking = match (&sandboxed, snapshot.work_tree()) {
+            (
+                Some(Sandboxed {
+                    excluded: Some(ex), ..
+                }),
+                Some(wt),
+            ) => Some(ex.start_looking(wt, store.dir())),
+            _ => None,
+        };
         if let Some(s) = &sandboxed {
             // What envgit itself writes is read again by the snapshot whether or not a watch
             // saw it (a one-shot step leaves the host's `.git` unwatched).
@@ -212,6 +225,7 @@ impl OpenStep {
             if let Some(e) = failed {
                 // The step fails before its snapshot: what the snapshot's diff would have
                 // undone is found on disk, as when the snapshot itself fails.
+                excluded_after(store, &mut snapshot, s, &mut draft);
                 if let Some(before) = s.before {
                     end_without_snapshot(store, &mut snapshot, &before, draft.started_at_ms);
                 }
@@ -233,15 +247,30 @@ impl OpenStep {
             Ok(taken) => taken,
             Err(e) => {
                 // No snapshot to diff: what the diff would have undone is found on disk.
-                if let Some(s) = &sandboxed
-                    && let Some(before) = s.before
-                {
-                    end_without_snapshot(store, &mut snapshot, &before, draft.started_at_ms);
+                if let Some(s) = &sandboxed {
+                    excluded_after(store, &mut snapshot, s, &mut draft);
+                    if let Some(before) = s.before {
+                        end_without_snapshot(store, &mut snapshot, &before, draft.started_at_ms);
+                    }
                 }
                 return Err(e);
             }
         };
         crate::timings::mark("  diff, nested, put back");
+        if let Some(s) = &sandboxed
+            && let Some(ex) = &s.excluded
+            && let Some(wt) = snapshot.work_tree()
+        {
+            crate::excluded_repos::after_step(
+                ex,
+                looking.take(),
+                wt,
+                store.dir(),
+                s.copy,
+                &mut draft,
+            )?;
+            crate::timings::mark("  excluded repositories");
+        }
         if sandboxed.is_some() {
             note_put_back(&put_back, snapshot.root(), &mut draft);
         }
@@ -252,6 +281,25 @@ impl OpenStep {
         let step = store.commit(&mut self.guard, draft, tree)?;
         crate::timings::mark("  commit");
         Ok(step)
+    }
+}
+
+/// [`crate::excluded_repos::after_step`] on a step that fails: said, never in the way of the
+/// step's own failure.
+fn excluded_after(
+    store: &Store,
+    snapshot: &mut Snapshot<'_>,
+    s: &Sandboxed<'_>,
+    draft: &mut StepDraft,
+) {
+    if let Some(ex) = &s.excluded
+        && let Some(wt) = snapshot.work_tree()
+        && let Err(e) = crate::excluded_repos::after_step(ex, None, wt, store.dir(), s.copy, draft)
+    {
+        output::error(&format!(
+            "putting back the code of repositories inside excluded directories: {}",
+            e.message
+        ));
     }
 }
 

@@ -154,6 +154,15 @@ pub fn run_step(
     // would have started.
     let shadows_slot = std::sync::Mutex::new(None);
     let copy_slot = std::sync::Mutex::new(EarlyCopy(None));
+    // The copy of the code of the repositories the listing of the excluded directories found
+    // (it ends after the protected copy was taken): taken on the facts' thread, on disk
+    // before the command starts.
+    let excluded_slot = std::sync::Mutex::new(EarlyCopy(None));
+    let excluded_taken: std::sync::Mutex<Option<CmdResult<EarlyCopy>>> =
+        std::sync::Mutex::new(None);
+    // What that listing found: taken as it is after the step when a watching daemon says
+    // nothing happened in those directories meanwhile.
+    let repos_before = std::sync::Mutex::new(None);
     let (ran, mut step, git, protected, notes_rx, before, walked) = std::thread::scope(|s| {
         // Owned: the thread outlives the store's borrows below (the outside edits' record).
         let store_dir = store.dir().to_path_buf();
@@ -202,10 +211,24 @@ pub fn run_step(
         let tree = live.tree();
         let vouch = feed.as_ref().and_then(|f| f.listing_vouch());
         let (facts_tx, facts) = std::sync::mpsc::channel();
+        let excluded_taken_write = &excluded_taken;
+        let repos_before_write = &repos_before;
         let reading_path = std::thread::Builder::new()
             .name("envgit-facts".into())
             .spawn_scoped(s, move || {
-                let _ = facts_tx.send(crate::project_facts::of(project, &store_dir, tree, vouch));
+                let facts = crate::project_facts::of(project, &store_dir, tree, vouch);
+                let repos = facts
+                    .as_ref()
+                    .map(|f| f.excluded_repositories.clone())
+                    .unwrap_or_default();
+                let _ = facts_tx.send(facts);
+                *repos_before_write.lock().unwrap_or_else(|p| p.into_inner()) = Some(repos.clone());
+                if !repos.is_empty() {
+                    let copy = crate::excluded_repos::copy_before(project, &store_dir, &repos);
+                    *excluded_taken_write
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner()) = Some(copy.map(EarlyCopy));
+                }
                 crate::path_shadow::PathShadows::of_project(project, cwd)
             })
             .map_err(|e| Failure::failed(format!("cannot start a thread: {e}")))?;
@@ -218,6 +241,7 @@ pub fn run_step(
             .ok_or_else(|| Failure::failed("the git layer was taken twice".to_string()))?;
         let shadows_read = &shadows_slot;
         let copy_read = &copy_slot;
+        let (excluded_read, excluded_taken_read) = (&excluded_slot, &excluded_taken);
         step.guard().describe(
             &argv,
             Some(&cwd.display().to_string()),
@@ -245,6 +269,17 @@ pub fn run_step(
                 .join()
                 .map_err(|_| Failure::failed("the thread reading PATH panicked".to_string()))?;
             *shadows_read.lock().unwrap_or_else(|p| p.into_inner()) = read;
+            let excluded = excluded_taken_read
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .take();
+            if let Some(excluded) = excluded {
+                let excluded = excluded?;
+                if let Some(copy) = &excluded.0 {
+                    copy.wait_durable()?;
+                }
+                *excluded_read.lock().unwrap_or_else(|p| p.into_inner()) = excluded;
+            }
             guard.keep_if_uncommitted();
             Ok(())
         };
@@ -272,6 +307,12 @@ pub fn run_step(
     // thread's copy was then discarded with its result).
     let mut copy = copy_slot.into_inner().unwrap_or_else(|p| p.into_inner());
     let shadows = shadows_slot.into_inner().unwrap_or_else(|p| p.into_inner());
+    let excluded_copy = excluded_slot
+        .into_inner()
+        .unwrap_or_else(|p| p.into_inner())
+        .take();
+    // Taken, but the command never started: dropped, it is discarded.
+    drop(excluded_taken);
     if git_unwatched && git.is_none() {
         // `.git` went before the layer could open: the sandbox wrote whatever is there now
         // directly, unwatched.
@@ -282,7 +323,7 @@ pub fn run_step(
         Err(f) => {
             // envgit failed around the command: its protected paths are put back all the same,
             // and what it wrote in `.git` is imported as data.
-            if let Some(copy) = copy.take() {
+            for copy in [copy.take(), excluded_copy].into_iter().flatten() {
                 put_back_now(&copy);
                 copy.discard();
             }
@@ -316,7 +357,7 @@ pub fn run_step(
         draft.approvals.splice(0..0, record.approvals);
         draft.notes.extend(record.notes);
     };
-    let sandboxed = Sandboxed {
+    let mut sandboxed = Sandboxed {
         protected: &protected,
         copy: Some(&copy),
         shadows: shadows.as_ref(),
@@ -324,9 +365,19 @@ pub fn run_step(
         before: Some(before),
         too_deep_before: &walked.too_deep,
         late: Some(Box::new(gate_events)),
+        excluded: Some(crate::excluded_repos::Excluded {
+            project,
+            copy: excluded_copy.as_ref(),
+            unchanged: None,
+        }),
     };
     if let Some(feed) = &mut feed {
         feed.refresh(&mut live);
+        if feed.unscanned_unchanged()
+            && let Some(ex) = &mut sandboxed.excluded
+        {
+            ex.unchanged = repos_before.into_inner().unwrap_or_else(|p| p.into_inner());
+        }
     }
     let committed = step.finish(
         &mut store,
@@ -342,6 +393,9 @@ pub fn run_step(
         let removing = s.spawn(|| {
             crate::git_layer::finish(git);
             copy.discard();
+            if let Some(copy) = excluded_copy {
+                copy.discard();
+            }
         });
         let saved = committed.map(drop).and_then(|()| {
             drop(step);

@@ -437,3 +437,43 @@ fn a_secret_made_where_the_scan_does_not_go_is_masked_at_the_next_step() {
     masked("made while no daemon watched", "node_modules/new/.env");
     env.envgit(&["watch", "stop"]).ok();
 }
+
+/// With the daemon, a step that leaves the excluded directories alone does not list them
+/// again after it (the daemon counted no event there); one that makes a repository there
+/// moves the count, so the repository is found and its code taken as without a daemon.
+#[test]
+fn a_repository_made_where_the_scan_does_not_go_is_found_with_the_daemon() {
+    let env = Env::new();
+    env.write("src/main.js", "x\n");
+    env.write("node_modules/pkg/lib/index.js", "module.exports = 1\n");
+    env.init();
+    env.envgit(&["watch", "start"]).ok();
+    const UNCHANGED: &str = "excluded directories unchanged on the daemon's word";
+    run(&env, "true");
+    let (r, asked) = run(&env, "echo quiet > src/main.js");
+    assert!(asked, "the daemon was not asked: {}", r.stderr);
+    assert!(r.stderr.contains(UNCHANGED), "listed again: {}", r.stderr);
+    let marker = env.tmp.path().join("MARKER");
+    let (r, _) = run(
+        &env,
+        &format!(
+            "git init -q node_modules/pkg && \
+             git -C node_modules/pkg config core.fsmonitor 'touch {}; false'",
+            marker.display()
+        ),
+    );
+    assert!(!r.stderr.contains(UNCHANGED), "{}", r.stderr);
+    assert!(
+        r.stderr
+            .contains("node_modules/pkg/.git/config core.fsmonitor"),
+        "{}",
+        r.stderr
+    );
+    let _ = env
+        .host_git(&env.path("node_modules/pkg"))
+        .arg("status")
+        .output()
+        .unwrap();
+    assert!(!marker.exists(), "the host's git ran the step's fsmonitor");
+    env.envgit(&["watch", "stop"]).ok();
+}

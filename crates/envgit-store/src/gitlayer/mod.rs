@@ -10,6 +10,7 @@
 mod cache_tree;
 mod classify;
 mod config;
+mod excluded;
 mod import;
 mod index;
 mod index_extensions;
@@ -27,6 +28,7 @@ mod write;
 pub const GIT_DATA_ONLY_RULE: &str = "git.data-only";
 
 pub use config::GitConfigError;
+pub use excluded::{Disarmed, disarm_excluded, excluded_code_paths};
 pub use import::{Dropped, GitImport, PreStep, import};
 pub use index::BELOW_ROOT;
 pub use layer::{GitLayer, recover};

@@ -106,7 +106,15 @@ impl<'a> ToolSteps<'a> {
         let step = crate::step::begin(&store, &format!("{agent} session"))?;
         let git = crate::git_layer::open(store.dir(), &project.root)?;
         let protected = crate::git_layer::protected_under(git.as_deref(), protected);
-        let copy = ProtectedCopy::take(store.dir(), &project.root, &protected)?;
+        // With the code of the repositories in excluded directories, which no snapshot holds
+        // (copied only: bound read-only, it would keep `rm -rf node_modules` from working).
+        let mut copied = protected.clone();
+        copied.extend(crate::excluded_repos::code_before(
+            project,
+            store.dir(),
+            live.tree(),
+        ));
+        let copy = ProtectedCopy::take(store.dir(), &project.root, &copied)?;
         copy.wait_durable()?;
         let shadows = PathShadows::of_project(project, cwd);
         Ok(ToolSteps {
@@ -369,6 +377,12 @@ impl<'a> ToolSteps<'a> {
             before: Some(self.last_tree),
             too_deep_before: &[],
             late: None,
+            // The session's copy holds their code (taken at its start).
+            excluded: Some(crate::excluded_repos::Excluded {
+                project: self.project,
+                copy: None,
+                unchanged: None,
+            }),
         };
         let step = self.step.finish(
             &mut self.store,

@@ -34,8 +34,14 @@ pub fn run(dir: Option<&Path>, args: &McpArgs) -> CmdResult<ExitCode> {
     let homes = crate::supervisor::homes(rustix::process::getuid().as_raw());
     let cover = crate::project_facts::cover_of(&project, store.dir(), &wt, &homes)?;
     // Before any downstream server runs: what every step puts protected paths back to.
-    let copy =
-        envgit_store::ProtectedCopy::take(store.dir(), &project.root, &project.protected_paths())?;
+    // With the code of the repositories in excluded directories, which no snapshot holds.
+    let mut protected = project.protected_paths();
+    protected.extend(crate::excluded_repos::code_before(
+        &project,
+        store.dir(),
+        &wt,
+    ));
+    let copy = envgit_store::ProtectedCopy::take(store.dir(), &project.root, &protected)?;
     copy.wait_durable()?;
     let cwd = std::env::current_dir().unwrap_or_else(|_| project.root.clone());
     let shadows = crate::path_shadow::PathShadows::of_project(&project, &cwd);

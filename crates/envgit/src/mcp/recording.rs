@@ -46,6 +46,7 @@ impl Inner {
                 .lock()
                 .map_err(|_| ExecuteError::RecorderPoisoned)?;
             let Recorder {
+                project,
                 store,
                 wt,
                 copy,
@@ -54,7 +55,14 @@ impl Inner {
             } = &mut *r;
             store.catch_up()?;
             let mut step = crate::step::begin(store, "mcp servers after the last execute")?;
-            finish_repl_step(&mut step, store, wt, copy, shadows.as_ref(), draft)?;
+            finish_repl_step(
+                &mut step,
+                (project, store),
+                wt,
+                copy,
+                shadows.as_ref(),
+                draft,
+            )?;
             drop(step);
             let _ = wt.save_index(store);
             Ok(())
@@ -132,13 +140,21 @@ impl Inner {
                 .lock()
                 .map_err(|_| ExecuteError::RecorderPoisoned)?;
             let Recorder {
+                project,
                 store,
                 wt,
                 copy,
                 shadows,
                 ..
             } = &mut *r;
-            let committed = finish_repl_step(&mut step, store, wt, copy, shadows.as_ref(), draft)?;
+            let committed = finish_repl_step(
+                &mut step,
+                (project, store),
+                wt,
+                copy,
+                shadows.as_ref(),
+                draft,
+            )?;
             drop(step);
             let _ = wt.save_index(store);
             Ok(committed)
@@ -170,7 +186,7 @@ impl Inner {
 /// is compared with the newest step's (repositories made inside the project).
 fn finish_repl_step(
     step: &mut crate::step::OpenStep,
-    store: &mut envgit_store::Store,
+    (project, store): (&crate::project::Project, &mut envgit_store::Store),
     wt: &mut envgit_store::WorkTree,
     copy: &envgit_store::ProtectedCopy,
     shadows: Option<&crate::path_shadow::PathShadows>,
@@ -188,6 +204,12 @@ fn finish_repl_step(
             before,
             too_deep_before: &[],
             late: None,
+            // The session's copy holds their code (`envgit mcp`'s start).
+            excluded: Some(crate::excluded_repos::Excluded {
+                project,
+                copy: None,
+                unchanged: None,
+            }),
         }),
         draft,
     )

@@ -125,6 +125,15 @@ pub(crate) fn since_index(
     Some(answer)
 }
 
+/// The daemon's count of events in the directories the scan does not enter, as `answer`
+/// gave it.
+fn vouch_of(answer: &Answer) -> Option<ListingVouch> {
+    answer.unscanned.map(|count| ListingVouch {
+        instance: answer.token.instance,
+        count,
+    })
+}
+
 /// A one-shot step's link to the daemon: it tells the step's live tree what changed, before
 /// the command and after it, instead of the tree walking the project and watching it itself.
 pub(crate) struct Feed {
@@ -133,6 +142,8 @@ pub(crate) struct Feed {
     /// The daemon's count of events in the directories the scan does not enter, at the first
     /// answer (before anything of the step looked at them).
     unscanned: Option<ListingVouch>,
+    /// The same count at the answer after the command ([`Feed::refresh`]).
+    unscanned_after: Option<ListingVouch>,
 }
 
 impl Feed {
@@ -145,15 +156,21 @@ impl Feed {
         live: &mut LiveTree,
     ) -> Option<Self> {
         let answer = since_index(daemon, store_dir, live.tree())?;
+        let unscanned = vouch_of(&answer);
         live.feed(answer.changes);
         Some(Self {
             store_dir: store_dir.to_path_buf(),
             token: Some(answer.token),
-            unscanned: answer.unscanned.map(|count| ListingVouch {
-                instance: answer.token.instance,
-                count,
-            }),
+            unscanned,
+            unscanned_after: None,
         })
+    }
+
+    /// Whether nothing happened in the directories the scan does not enter from the first
+    /// answer to the one after the command, by the daemon's count: what the step's listing
+    /// found there before the command still holds.
+    pub(crate) fn unscanned_unchanged(&self) -> bool {
+        self.unscanned.is_some() && self.unscanned_after == self.unscanned
     }
 
     /// What the step's listing of the directories the scan does not enter may be saved with,
@@ -168,6 +185,7 @@ impl Feed {
         let answer = since(&self.store_dir, self.token)
             .filter(|a| a.fingerprint == live.tree().config().fingerprint);
         self.token = answer.as_ref().map(|a| a.token);
+        self.unscanned_after = answer.as_ref().and_then(vouch_of);
         live.feed(answer.and_then(|a| a.changes));
     }
 
