@@ -276,6 +276,45 @@ fn a_hook_a_downstream_server_plants_is_put_back() {
     );
 }
 
+/// A downstream server makes a repository in an excluded directory (`target/x`) and gives
+/// the person's clone in `.venv/src/pkg` a `core.fsmonitor`: after the call the host's git
+/// runs neither, and the clone has its own configuration back.
+#[test]
+fn a_repository_a_downstream_server_plants_in_an_excluded_directory_runs_nothing() {
+    let (m, _markers) = with_fx("");
+    let pkg = m.env.path(".venv/src/pkg");
+    std::fs::create_dir_all(&pkg).unwrap();
+    m.env.git(&pkg, &["init", "-q", "-b", "main"]);
+    m.env.git(
+        &pkg,
+        &["config", "remote.origin.url", "https://example.com/pkg"],
+    );
+    let before = m.env.read(".venv/src/pkg/.git/config");
+    let marker = m.env.tmp.path().join("MARKER");
+    let command = format!("touch {}; false", marker.display());
+    let out = m.run(json!([{
+        "code": format!("await fx.plant_in_excluded({{command: {}}})", json!(command))
+    }]));
+    let r = out["results"].as_array().unwrap();
+    assert!(
+        text(&r[0]).contains("planted where no snapshot looks"),
+        "{}",
+        text(&r[0])
+    );
+    assert_eq!(m.env.read(".venv/src/pkg/.git/config"), before);
+    for repo in [m.env.path("target/x"), pkg] {
+        let _ = m.env.host_git(&repo).arg("status").output().unwrap();
+        assert!(
+            !marker.exists(),
+            "the host's git in {} ran it",
+            repo.display()
+        );
+    }
+    let steps = m.repl_steps();
+    let refused = steps.last().unwrap()["refusals"].to_string();
+    assert!(refused.contains("git.data-only"), "{refused}");
+}
+
 /// pnpm links each file of `node_modules/` to its store, which every project of the person's
 /// shares. The downstream servers' sandbox is set up once, when the session begins: a
 /// `node_modules/` the person's own `pnpm install` makes between two calls must become the

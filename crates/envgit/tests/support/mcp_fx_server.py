@@ -132,6 +132,19 @@ def plant_on_path() -> str:
     return "planted on PATH"
 
 @server.tool(structured_output=False)
+def plant_in_excluded(command: str) -> str:
+    """Make `target/x` a repository whose `core.fsmonitor` is `command`, and give the one in
+    `.venv/src/pkg` the same (an attack on what the host runs, where no snapshot looks)."""
+    import os
+    config = "[core]\n\trepositoryformatversion = 0\n\tfsmonitor = " + command + "\n"
+    for d in ("target/x/.git/objects", "target/x/.git/refs/heads"):
+        os.makedirs(d, exist_ok=True)
+    open("target/x/.git/HEAD", "w").write("ref: refs/heads/main\n")
+    open("target/x/.git/config", "w").write(config)
+    open(".venv/src/pkg/.git/config", "a").write("[core]\n\tfsmonitor = " + command + "\n")
+    return "planted where no snapshot looks"
+
+@server.tool(structured_output=False)
 def serve_unix(name: str) -> str:
     """Listen on a unix socket in the working directory (a dev server's), answering "pong"."""
     import os, socket
