@@ -89,6 +89,9 @@ pub struct ProjectFacts {
     pub listing_vouched: bool,
     /// The repositories in the directories the scan does not enter, sorted.
     pub excluded_repositories: Vec<ExcludedRepository>,
+    /// The directories the scan did not enter that the listing started from (sorted, relative
+    /// to the project): where [`excluded_repositories`] looks again after a step.
+    pub unwalked: Vec<Vec<u8>>,
 }
 
 /// A repository in a directory the scan does not enter: the snapshot holds nothing of it, so
@@ -297,8 +300,9 @@ pub fn project_facts(
         }
     }
     let listing_cache = listing_cache.filter(|_| hunt.is_empty());
+    unwalked.sort();
+    facts.unwalked = unwalked.clone();
     if !unwalked.is_empty() {
-        unwalked.sort();
         let cached = listing_cache.and_then(|p| std::fs::read(p).ok());
         let vouched = cached
             .as_deref()

@@ -12,8 +12,8 @@
 use std::path::Path;
 
 use envgit_store::{
-    GitDropped, GitLayer, LiveTree, ObjectId, ProtectedCopy, Refusal, ScanProgress, ScanReport,
-    SnapshotMode, Step, StepDraft, StepFlag, StepGuard, Store, WorkTree,
+    EntryKind, GitDropped, GitLayer, LiveTree, MarkerReason, ObjectId, ProtectedCopy, Refusal,
+    ScanProgress, ScanReport, SnapshotMode, Step, StepDraft, StepFlag, StepGuard, Store, WorkTree,
 };
 
 use crate::failure::CmdResult;
@@ -236,11 +236,12 @@ impl OpenStep {
         if let Some(late) = sandboxed.as_mut().and_then(|s| s.late.take()) {
             late(&mut draft);
         }
+        let mut made_unwalked = None;
         let checked = snapshot_checked(
             store,
             &mut snapshot,
             sandboxed.as_ref(),
-            &mut put_back,
+            (&mut put_back, &mut made_unwalked),
             &mut draft,
         );
         let (tree, report, rescanned) = match checked {
@@ -263,7 +264,7 @@ impl OpenStep {
         {
             crate::excluded_repos::after_step(
                 ex,
-                looking.take(),
+                (looking.take(), made_unwalked),
                 wt,
                 store.dir(),
                 s.copy,
@@ -284,6 +285,25 @@ impl OpenStep {
     }
 }
 
+/// What the step made that the scan does not enter (a `target/` it created): the markers the
+/// diff shows new or changed, which the listing for repositories looks below (one that is no
+/// directory is passed over there).
+fn made_unwalked_of(changes: &[envgit_store::EntryDiff]) -> Vec<Vec<u8>> {
+    let unwalked = |e: &Option<envgit_store::TreeEntry>| {
+        e.as_ref().is_some_and(|e| {
+            matches!(
+                e.kind,
+                EntryKind::Marker(MarkerReason::Excluded | MarkerReason::TooDeep)
+            )
+        })
+    };
+    changes
+        .iter()
+        .filter(|c| unwalked(&c.new) && !unwalked(&c.old))
+        .map(|c| c.path.clone())
+        .collect()
+}
+
 /// [`crate::excluded_repos::after_step`] on a step that fails: said, never in the way of the
 /// step's own failure.
 fn excluded_after(
@@ -294,7 +314,8 @@ fn excluded_after(
 ) {
     if let Some(ex) = &s.excluded
         && let Some(wt) = snapshot.work_tree()
-        && let Err(e) = crate::excluded_repos::after_step(ex, None, wt, store.dir(), s.copy, draft)
+        && let Err(e) =
+            crate::excluded_repos::after_step(ex, (None, None), wt, store.dir(), s.copy, draft)
     {
         output::error(&format!(
             "putting back the code of repositories inside excluded directories: {}",
@@ -310,7 +331,7 @@ fn snapshot_checked(
     store: &mut Store,
     snapshot: &mut Snapshot<'_>,
     sandboxed: Option<&Sandboxed<'_>>,
-    put_back: &mut Vec<String>,
+    (put_back, made_unwalked): (&mut Vec<String>, &mut Option<Vec<Vec<u8>>>),
     draft: &mut StepDraft,
 ) -> CmdResult<(ObjectId, ScanReport, bool)> {
     let (mut tree, mut report, mut rescanned) = snapshot.take(store)?;
@@ -329,6 +350,7 @@ fn snapshot_checked(
         && !matches!(snapshot, Snapshot::Tree(_))
     {
         let changes = envgit_store::diff_entries(store, Some(&before), Some(&tree))?;
+        *made_unwalked = Some(made_unwalked_of(&changes));
         note_gitmodules(&changes, draft);
         crate::scan_notes::unreadable(&changes, draft);
         // Repositories the step made or changed inside the project: their code goes back.

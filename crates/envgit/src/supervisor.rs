@@ -160,8 +160,9 @@ pub fn run_step(
     let excluded_slot = std::sync::Mutex::new(EarlyCopy(None));
     let excluded_taken: std::sync::Mutex<Option<CmdResult<EarlyCopy>>> =
         std::sync::Mutex::new(None);
-    // What that listing found: taken as it is after the step when a watching daemon says
-    // nothing happened in those directories meanwhile.
+    // Where that listing started and what it found: the listing after the step starts there
+    // too, and takes what was found as it is when a watching daemon says nothing happened in
+    // those directories meanwhile.
     let repos_before = std::sync::Mutex::new(None);
     let (ran, mut step, git, protected, notes_rx, before, walked) = std::thread::scope(|s| {
         // Owned: the thread outlives the store's borrows below (the outside edits' record).
@@ -217,12 +218,16 @@ pub fn run_step(
             .name("envgit-facts".into())
             .spawn_scoped(s, move || {
                 let facts = crate::project_facts::of(project, &store_dir, tree, vouch);
-                let repos = facts
+                let (roots, repos) = facts
                     .as_ref()
-                    .map(|f| f.excluded_repositories.clone())
+                    .map(|f| (f.unwalked.clone(), f.excluded_repositories.clone()))
                     .unwrap_or_default();
                 let _ = facts_tx.send(facts);
-                *repos_before_write.lock().unwrap_or_else(|p| p.into_inner()) = Some(repos.clone());
+                *repos_before_write.lock().unwrap_or_else(|p| p.into_inner()) =
+                    Some(crate::excluded_repos::ListedBefore {
+                        roots,
+                        repos: repos.clone(),
+                    });
                 if !repos.is_empty() {
                     let copy = crate::excluded_repos::copy_before(project, &store_dir, &repos);
                     *excluded_taken_write
@@ -369,14 +374,17 @@ pub fn run_step(
             project,
             copy: excluded_copy.as_ref(),
             unchanged: None,
+            roots_before: None,
         }),
     };
+    let listed_before = repos_before.into_inner().unwrap_or_else(|p| p.into_inner());
     if let Some(feed) = &mut feed {
         feed.refresh(&mut live);
-        if feed.unscanned_unchanged()
-            && let Some(ex) = &mut sandboxed.excluded
-        {
-            ex.unchanged = repos_before.into_inner().unwrap_or_else(|p| p.into_inner());
+    }
+    if let (Some(ex), Some(listed)) = (&mut sandboxed.excluded, listed_before) {
+        ex.roots_before = Some(listed.roots);
+        if feed.as_ref().is_some_and(|f| f.unscanned_unchanged()) {
+            ex.unchanged = Some(listed.repos);
         }
     }
     let committed = step.finish(

@@ -382,6 +382,7 @@ impl<'a> ToolSteps<'a> {
                 project: self.project,
                 copy: None,
                 unchanged: None,
+                roots_before: None,
             }),
         };
         let step = self.step.finish(

@@ -209,6 +209,7 @@ fn finish_repl_step(
                 project,
                 copy: None,
                 unchanged: None,
+                roots_before: None,
             }),
         }),
         draft,
