@@ -45,26 +45,9 @@ impl Inner {
             let mut r = recorder
                 .lock()
                 .map_err(|_| ExecuteError::RecorderPoisoned)?;
-            let Recorder {
-                project,
-                store,
-                wt,
-                copy,
-                shadows,
-                ..
-            } = &mut *r;
-            store.catch_up()?;
-            let mut step = crate::step::begin(store, "mcp servers after the last execute")?;
-            finish_repl_step(
-                &mut step,
-                (project, store),
-                wt,
-                copy,
-                shadows.as_ref(),
-                draft,
-            )?;
-            drop(step);
-            let _ = wt.save_index(store);
+            r.store.catch_up()?;
+            let step = crate::step::begin(&r.store, "mcp servers after the last execute")?;
+            r.finish_repl_step(step, draft)?;
             Ok(())
         })
         .await
@@ -81,7 +64,7 @@ impl Inner {
             session_name,
             code,
             started,
-            mut step,
+            step,
             log,
             approvals,
             rewound,
@@ -139,25 +122,7 @@ impl Inner {
             let mut r = recorder
                 .lock()
                 .map_err(|_| ExecuteError::RecorderPoisoned)?;
-            let Recorder {
-                project,
-                store,
-                wt,
-                copy,
-                shadows,
-                ..
-            } = &mut *r;
-            let committed = finish_repl_step(
-                &mut step,
-                (project, store),
-                wt,
-                copy,
-                shadows.as_ref(),
-                draft,
-            )?;
-            drop(step);
-            let _ = wt.save_index(store);
-            Ok(committed)
+            Ok(r.finish_repl_step(step, draft)?)
         })
         .await
         .map_err(ExecuteError::task("recording"))
@@ -181,37 +146,48 @@ impl Inner {
     }
 }
 
-/// Ends an `execute`'s step (or the downstream servers' last one): the downstream servers ran
-/// in the sandbox, so the protected paths are put back from the session's copy, and the tree
-/// is compared with the newest step's (repositories made inside the project).
-fn finish_repl_step(
-    step: &mut crate::step::OpenStep,
-    (project, store): (&crate::project::Project, &mut envgit_store::Store),
-    wt: &mut envgit_store::WorkTree,
-    copy: &envgit_store::ProtectedCopy,
-    shadows: Option<&crate::path_shadow::PathShadows>,
-    draft: StepDraft,
-) -> crate::failure::CmdResult<Step> {
-    let before = store.head().and_then(|h| h.tree);
-    step.finish(
-        store,
-        crate::step::Snapshot::Scan(wt, None),
-        Some(crate::step::Sandboxed {
-            protected: &[],
-            copy: Some(copy),
+impl Recorder {
+    /// Ends an `execute`'s step (or the downstream servers' last one): the downstream servers
+    /// ran in the sandbox, so the protected paths are put back from the session's copy, and
+    /// the tree is compared with the newest step's (repositories made inside the project);
+    /// then the stat index is saved.
+    fn finish_repl_step(
+        &mut self,
+        mut step: crate::step::OpenStep,
+        draft: StepDraft,
+    ) -> crate::failure::CmdResult<Step> {
+        let Recorder {
+            project,
+            store,
+            wt,
+            copy,
             shadows,
-            git: None,
-            before,
-            too_deep_before: &[],
-            late: None,
-            // The session's copy holds their code (`envgit mcp`'s start).
-            excluded: Some(crate::excluded_repos::Excluded {
-                project,
-                copy: None,
-                unchanged: None,
-                roots_before: None,
+            ..
+        } = self;
+        let before = store.head().and_then(|h| h.tree);
+        let committed = step.finish(
+            store,
+            crate::step::Snapshot::Scan(wt, None),
+            Some(crate::step::Sandboxed {
+                protected: &[],
+                copy: Some(copy),
+                shadows: shadows.as_ref(),
+                git: None,
+                before,
+                too_deep_before: &[],
+                late: None,
+                // The session's copy holds their code (`envgit mcp`'s start).
+                excluded: Some(crate::excluded_repos::Excluded {
+                    project,
+                    copy: None,
+                    unchanged: None,
+                    roots_before: None,
+                }),
             }),
-        }),
-        draft,
-    )
+            draft,
+        )?;
+        drop(step);
+        let _ = wt.save_index(store);
+        Ok(committed)
+    }
 }
