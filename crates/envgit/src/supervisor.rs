@@ -154,16 +154,10 @@ pub fn run_step(
     // would have started.
     let shadows_slot = std::sync::Mutex::new(None);
     let copy_slot = std::sync::Mutex::new(EarlyCopy(None));
-    // The copy of the code of the repositories the listing of the excluded directories found
-    // (it ends after the protected copy was taken): taken on the facts' thread, on disk
-    // before the command starts.
-    let excluded_slot = std::sync::Mutex::new(EarlyCopy(None));
-    let excluded_taken: std::sync::Mutex<Option<CmdResult<EarlyCopy>>> =
-        std::sync::Mutex::new(None);
-    // Where that listing started and what it found: the listing after the step starts there
-    // too, and takes what was found as it is when a watching daemon says nothing happened in
-    // those directories meanwhile.
-    let repos_before = std::sync::Mutex::new(None);
+    // What the listing of the excluded directories found, and the copy of its repositories'
+    // code (that listing ends after the protected copy was taken): filled on the facts'
+    // thread, the copy on disk before the command starts.
+    let excluded_slot: std::sync::Mutex<Option<ExcludedBefore>> = std::sync::Mutex::new(None);
     let (ran, mut step, git, protected, notes_rx, before, walked) = std::thread::scope(|s| {
         // Owned: the thread outlives the store's borrows below (the outside edits' record).
         let store_dir = store.dir().to_path_buf();
@@ -212,8 +206,7 @@ pub fn run_step(
         let tree = live.tree();
         let vouch = feed.as_ref().and_then(|f| f.listing_vouch());
         let (facts_tx, facts) = std::sync::mpsc::channel();
-        let excluded_taken_write = &excluded_taken;
-        let repos_before_write = &repos_before;
+        let excluded_write = &excluded_slot;
         let reading_path = std::thread::Builder::new()
             .name("envgit-facts".into())
             .spawn_scoped(s, move || {
@@ -223,17 +216,11 @@ pub fn run_step(
                     .map(|f| (f.unwalked.clone(), f.excluded_repositories.clone()))
                     .unwrap_or_default();
                 let _ = facts_tx.send(facts);
-                *repos_before_write.lock().unwrap_or_else(|p| p.into_inner()) =
-                    Some(crate::excluded_repos::ListedBefore {
-                        roots,
-                        repos: repos.clone(),
-                    });
-                if !repos.is_empty() {
-                    let copy = crate::excluded_repos::copy_before(project, &store_dir, &repos);
-                    *excluded_taken_write
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner()) = Some(copy.map(EarlyCopy));
-                }
+                let copy = crate::excluded_repos::copy_before(project, &store_dir, &repos);
+                *excluded_write.lock().unwrap_or_else(|p| p.into_inner()) = Some(ExcludedBefore {
+                    listed: crate::excluded_repos::ListedBefore { roots, repos },
+                    copy: copy.map(EarlyCopy),
+                });
                 crate::path_shadow::PathShadows::of_project(project, cwd)
             })
             .map_err(|e| Failure::failed(format!("cannot start a thread: {e}")))?;
@@ -246,7 +233,7 @@ pub fn run_step(
             .ok_or_else(|| Failure::failed("the git layer was taken twice".to_string()))?;
         let shadows_read = &shadows_slot;
         let copy_read = &copy_slot;
-        let (excluded_read, excluded_taken_read) = (&excluded_slot, &excluded_taken);
+        let excluded_read = &excluded_slot;
         step.guard().describe(
             &argv,
             Some(&cwd.display().to_string()),
@@ -274,16 +261,18 @@ pub fn run_step(
                 .join()
                 .map_err(|_| Failure::failed("the thread reading PATH panicked".to_string()))?;
             *shadows_read.lock().unwrap_or_else(|p| p.into_inner()) = read;
-            let excluded = excluded_taken_read
+            if let Some(before) = excluded_read
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
-                .take();
-            if let Some(excluded) = excluded {
-                let excluded = excluded?;
-                if let Some(copy) = &excluded.0 {
-                    copy.wait_durable()?;
+                .as_mut()
+            {
+                match &before.copy {
+                    Ok(EarlyCopy(Some(copy))) => copy.wait_durable()?,
+                    Ok(EarlyCopy(None)) => {}
+                    Err(_) => {
+                        return std::mem::replace(&mut before.copy, Ok(EarlyCopy(None))).map(drop);
+                    }
                 }
-                *excluded_read.lock().unwrap_or_else(|p| p.into_inner()) = excluded;
             }
             guard.keep_if_uncommitted();
             Ok(())
@@ -312,12 +301,16 @@ pub fn run_step(
     // thread's copy was then discarded with its result).
     let mut copy = copy_slot.into_inner().unwrap_or_else(|p| p.into_inner());
     let shadows = shadows_slot.into_inner().unwrap_or_else(|p| p.into_inner());
-    let excluded_copy = excluded_slot
+    let (listed_before, excluded_copy) = match excluded_slot
         .into_inner()
         .unwrap_or_else(|p| p.into_inner())
-        .take();
-    // Taken, but the command never started: dropped, it is discarded.
-    drop(excluded_taken);
+    {
+        Some(ExcludedBefore {
+            listed,
+            copy: Ok(mut copy),
+        }) => (Some(listed), copy.take()),
+        _ => (None, None),
+    };
     if git_unwatched && git.is_none() {
         // `.git` went before the layer could open: the sandbox wrote whatever is there now
         // directly, unwatched.
@@ -377,7 +370,6 @@ pub fn run_step(
             roots_before: None,
         }),
     };
-    let listed_before = repos_before.into_inner().unwrap_or_else(|p| p.into_inner());
     if let Some(feed) = &mut feed {
         feed.refresh(&mut live);
     }
@@ -764,6 +756,13 @@ impl Drop for EarlyCopy {
             copy.discard();
         }
     }
+}
+
+/// The listing before the step of the repositories in excluded directories, and the copy of
+/// their code (none when it found none).
+struct ExcludedBefore {
+    listed: crate::excluded_repos::ListedBefore,
+    copy: CmdResult<EarlyCopy>,
 }
 
 /// What `run_step` decides before the store opens, for the zygote's early start.
