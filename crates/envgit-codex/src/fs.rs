@@ -312,7 +312,10 @@ impl Fs {
         // fs/* writes land on the host directly, so nothing may reach a repository's `.git`
         // (directory or gitdir file, at any depth): git config, hooks and commondir there
         // would run on the user's next git command. The path is lexical (no link followed).
-        if t.rel.split(|&b| b == b'/').any(|c| c == b".git") {
+        // A directory laid out as a git directory is a repository's `.git` by another name,
+        // and the layout can be written file by file (`target/HEAD`, `target/objects/`, …):
+        // in the directories the snapshot leaves out, nothing after the calls would see it.
+        if t.rel.split(|&b| b == b'/').any(|c| c == b".git") || self.in_git_layout(&t.rel) {
             return Err(refusal(
                 effect,
                 format!("write {}", t.show()),
@@ -352,6 +355,32 @@ impl Fs {
             ));
         }
         Ok(())
+    }
+
+    /// Whether a write at `rel` lands in a directory git takes for a repository's own, or makes
+    /// one: a directory on its way holding, with the name the write adds to it, `HEAD` with
+    /// `objects` and `refs`, or `HEAD` with `commondir` (git's discovery, `envgit_store`'s
+    /// `bare_repository.rs`; any kind of entry counts, which refuses more than git would take).
+    /// Looked at beneath the root without following a link.
+    fn in_git_layout(&self, rel: &[u8]) -> bool {
+        let parts: Vec<&[u8]> = rel
+            .split(|&b| b == b'/')
+            .filter(|c| !c.is_empty())
+            .collect();
+        (0..parts.len()).any(|depth| {
+            let Ok(d) = open_dir(self.root.as_fd(), &parts[..depth].join(&b'/')) else {
+                // Not a directory (yet): the write makes it holding one name.
+                return false;
+            };
+            let added = parts[depth];
+            let has = |name: &[u8]| {
+                name == added
+                    || cname(name).is_ok_and(|n| {
+                        rustix::fs::statat(&d, n.as_c_str(), AtFlags::SYMLINK_NOFOLLOW).is_ok()
+                    })
+            };
+            has(b"HEAD") && ((has(b"objects") && has(b"refs")) || has(b"commondir"))
+        })
     }
 
     /// Whether `rel` is one of [`envgit_policy::REPOSITORY_ROOT_PATHS`] (`.husky`, `lefthook.*`,

@@ -555,3 +555,98 @@ fn codex_fs_remove_leaves_what_the_sandbox_masks() {
         assert!(a.to_string().contains("filesystem.deny_read"), "{a}");
     }
 }
+
+/// Codex's `fs/*` calls write on the host, file by file: a directory laid out as a git
+/// directory (`HEAD` with `objects/` and `refs/`, or with `commondir`) and a `config` naming a
+/// `core.fsmonitor` and a `core.worktree` is the repository of every git run in it, so the
+/// person's prompt's `git status` there runs the agent's command. In the directories
+/// `snapshot.exclude` leaves out (`target/`, `node_modules/`) no snapshot sees it; anywhere,
+/// the write that makes the layout or lands in one is refused, in whatever order it comes.
+#[test]
+fn codex_fs_cannot_lay_out_a_repository_the_hosts_git_runs() {
+    use base64::Engine;
+    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+    for (dir, head_last) in [
+        ("target", false),
+        ("node_modules/left-pad/lib", true),
+        ("lib", false),
+        ("sub", true),
+    ] {
+        let env = Env::new();
+        env.write("a.txt", "a\n");
+        env.write("node_modules/left-pad/index.js", "module.exports = 1;\n");
+        env.init();
+        let marker = env.tmp.path().join("pwned");
+        let root = env.project.canonicalize().unwrap();
+        let config = format!(
+            "[core]\n\trepositoryformatversion = 0\n\tbare = false\n\tworktree = {}\n\tfsmonitor = \"touch {}; false\"\n",
+            root.display(),
+            marker.display()
+        );
+        let write = |rel: &str, data: &str| {
+            (
+                "fs/writeFile",
+                json!({"path": uri(&env, &format!("{dir}/{rel}")), "dataBase64": b64(data)}),
+            )
+        };
+        let mkdir = |rel: &str| {
+            (
+                "fs/createDirectory",
+                json!({"path": uri(&env, &format!("{dir}/{rel}")), "recursive": true}),
+            )
+        };
+        let head = write("HEAD", "ref: refs/heads/main\n");
+        let mut calls = vec![write("config", &config)];
+        if !head_last {
+            calls.push(head.clone());
+        }
+        calls.extend([mkdir("objects/info"), mkdir("refs/heads")]);
+        if head_last {
+            calls.push(head);
+        }
+        let (answers, stderr) = codex_fs(&env, &calls);
+        let said = format!("{answers:#?}\n{stderr}");
+        let _ = env
+            .host_git(&env.path(dir))
+            .args(["status", "--short"])
+            .output()
+            .unwrap();
+        assert!(
+            !marker.exists(),
+            "the host's `git status` in {dir} ran the core.fsmonitor Codex's fs/* calls laid \
+             out there\n{said}"
+        );
+        // The refusal names its rule, and the history keeps it.
+        assert!(said.contains("git.data-only"), "{said}");
+    }
+}
+
+/// Not an attack: a file named `HEAD`, or a directory named `refs`, where they make no
+/// repository (no `objects/` or `commondir` beside them) is written.
+#[test]
+fn codex_fs_still_writes_a_head_that_makes_no_repository() {
+    let env = Env::new();
+    env.write("docs/a.txt", "a\n");
+    env.init();
+    let (answers, stderr) = codex_fs(
+        &env,
+        &[
+            (
+                "fs/writeFile",
+                json!({"path": uri(&env, "docs/HEAD"), "dataBase64": "aGkK"}),
+            ),
+            (
+                "fs/createDirectory",
+                json!({"path": uri(&env, "docs/refs"), "recursive": false}),
+            ),
+        ],
+    );
+    for a in &answers {
+        assert!(a["error"].is_null(), "{answers:#?}\n{stderr}");
+    }
+    assert!(env.path("docs/refs").is_dir());
+    assert_eq!(
+        std::fs::read_to_string(env.path("docs/HEAD")).unwrap(),
+        "hi\n"
+    );
+}

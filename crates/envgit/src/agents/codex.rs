@@ -328,9 +328,9 @@ fn record_fs(
         before: store.head().and_then(|h| h.tree),
         too_deep_before: &[],
         late: None,
-        // The calls write on the host, refused anywhere in a `.git` and at a path the host
-        // runs by name; a repository's layout they make in an excluded directory is not
-        // looked at (no copy of what was there before to tell it from the person's).
+        // The calls write on the host, refused anywhere in a `.git`, in or making a git
+        // directory's layout and at a path the host runs by name: a repository in an excluded
+        // directory is already out of their reach.
         excluded: None,
     });
     step.finish(&mut store, Snapshot::Scan(&mut wt, None), checked, draft)?;
