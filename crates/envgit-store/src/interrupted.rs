@@ -225,9 +225,67 @@ impl Store {
             notes.push(said.clone());
             self.recovery_warnings.push(said);
         }
+        if let Some(before) = &owed.excluded_before {
+            self.disarm_excluded_made(root.as_fd(), &done.excluded_dirs, before, notes, refusals);
+        }
         let setid = crate::setid::setid_notes(&done.setid);
         self.recovery_warnings.extend(setid.iter().cloned());
         notes.extend(setid);
+    }
+
+    /// The repositories below `excluded` (the directories the snapshot leaves out) that were
+    /// not there before the dead step (`before`) lose what git would run; said in `notes` and
+    /// `refusals`. Those that were have their code put back from the step's copy after this
+    /// open.
+    fn disarm_excluded_made(
+        &mut self,
+        root: std::os::fd::BorrowedFd<'_>,
+        excluded: &[Vec<u8>],
+        before: &[crate::gitlayer::RepositoryAt],
+        notes: &mut Vec<String>,
+        refusals: &mut Vec<Refusal>,
+    ) {
+        let rule = GIT_DATA_ONLY_RULE;
+        let project = self.project().to_path_buf();
+        let (now, stopped) = crate::gitlayer::repositories_below(root, excluded);
+        let mut said = Vec::new();
+        if stopped {
+            said.push(format!(
+                "the directories snapshot.exclude leaves out hold too many entries to look                  through all of them for repositories an interrupted step made: check the                  .git/hooks and .git/config of those below before running git in them                  (rule {rule})"
+            ));
+        }
+        for repo in now.iter().filter(|r| !before.contains(r)) {
+            let mut own = repo.dir.clone();
+            own.push(b'/');
+            let code: Vec<Vec<u8>> =
+                crate::gitlayer::excluded_code_paths(&project, &repo.dir, repo.layout)
+                    .into_iter()
+                    .filter(|p| p.starts_with(&own))
+                    .collect();
+            match crate::gitlayer::disarm_excluded(&project, &code) {
+                Ok(done) => {
+                    let dropped = done.dropped.iter().map(|d| (&d.path, Some(&d.why)));
+                    for (p, why) in done.removed.iter().map(|p| (p, None)).chain(dropped) {
+                        let why = why.map(|w| format!(": {w}")).unwrap_or_default();
+                        said.push(format!(
+                            "{p} of a repository a step whose envgit was killed before its end                              made inside a directory snapshot.exclude leaves out was                              removed{why}: git would run or follow it on the host (rule {rule})"
+                        ));
+                        refusals.push(Refusal {
+                            what: format!("write {p}"),
+                            rule: rule.into(),
+                        });
+                    }
+                }
+                Err(e) => said.push(format!(
+                    "a repository at {} a step whose envgit was killed before its end made                      could not be disarmed ({e}): check its .git/hooks and .git/config before                      running git in it (rule {rule})",
+                    crate::beneath::display_rel(&repo.dir)
+                )),
+            }
+        }
+        for s in said {
+            notes.push(s.clone());
+            self.recovery_warnings.push(s);
+        }
     }
 
     /// What recovering interrupted steps at this open did that the person should hear.

@@ -219,6 +219,21 @@ impl StepGuard {
         self.rewrite()
     }
 
+    /// The repositories the directories the snapshot leaves out held before the step, once
+    /// their code is copied ([`crate::without_snapshot::OwedEnd::excluded_before`]): an
+    /// interrupted step's end then disarms any other found there. Written now when the step
+    /// is already open, else with [`StepGuard::keep_if_uncommitted`]'s write.
+    pub fn owe_excluded(&mut self, before: Vec<crate::gitlayer::RepositoryAt>) -> Result<()> {
+        let Some(owed) = self.begun.owed_end.as_mut() else {
+            return Ok(());
+        };
+        owed.excluded_before = Some(before);
+        if self.begun.open {
+            self.rewrite()?;
+        }
+        Ok(())
+    }
+
     /// The step's command has started: from now until the next commit, dropping the guard
     /// without committing (the commit failed, the disk is full) leaves the step for the next
     /// command to record as interrupted, instead of ending it as if nothing happened. For a

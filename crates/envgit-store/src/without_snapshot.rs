@@ -43,6 +43,8 @@ pub struct EndedWithoutSnapshot {
     /// What the host runs from below the root ([`BelowRoot`]) put back: changed since the step
     /// began.
     pub put_back_below: Vec<String>,
+    /// The directories the walk did not enter (`exclude`'s matches), project-relative.
+    pub excluded_dirs: Vec<Vec<u8>>,
 }
 
 /// What a sandboxed step's end owes the project should its envgit die before making it: the
@@ -58,6 +60,12 @@ pub struct OwedEnd {
     /// envgit looked).
     #[serde(default)]
     pub below: BelowRoot,
+    /// The repositories the directories `exclude` leaves out held before the step, once their
+    /// code was copied (the copy goes back at the next open): any other found there is the
+    /// step's, and loses what git would run. `None`: not known (the step died before the copy,
+    /// or a record written before envgit looked), and nothing there is touched.
+    #[serde(default)]
+    pub excluded_before: Option<Vec<crate::gitlayer::RepositoryAt>>,
 }
 
 /// Ends a step begun at `since_ms` from the tree `before` it, without a snapshot after it, in
@@ -87,6 +95,7 @@ pub fn end_without_snapshot(
     let found = walk(root, &config.excludes, below);
     let mut out = EndedWithoutSnapshot {
         setid: clear_setid(root, &changed_since(&found.setid, since_ms)),
+        excluded_dirs: found.excluded,
         ..EndedWithoutSnapshot::default()
     };
     // What a nested repository's git configuration names (its `core.hooksPath`) is found by
@@ -172,6 +181,8 @@ struct Found {
     setid: Vec<SetidFile>,
     /// What [`BelowRoot`] looks for.
     below: FoundBelow,
+    /// The directories the excludes kept the walk out of.
+    excluded: Vec<Vec<u8>>,
     /// Directories git takes for a repository by their layout alone
     /// ([`crate::bare_repository`]), the root included.
     bare: Vec<Vec<u8>>,
@@ -222,6 +233,9 @@ fn walk(root: BorrowedFd<'_>, excludes: &Excludes, below: &BelowRoot) -> Found {
                 continue;
             }
             if excludes.may_exclude(is_dir) && excludes.is_excluded(&child, is_dir) {
+                if is_dir {
+                    found.excluded.push(child);
+                }
                 continue;
             }
             if is_dir && depth_of(&child) <= MAX_TREE_DEPTH {

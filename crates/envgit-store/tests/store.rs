@@ -376,6 +376,7 @@ fn the_end_a_dead_sandboxed_step_owed_is_made_by_the_next_open_once_no_step_is_o
         exclude: Vec::new(),
         max_file_size: u64::MAX,
         below: envgit_store::BelowRoot::default(),
+        excluded_before: None,
     };
     g.describe(&["sh".into()], None, Some(owed)).unwrap();
     g.keep_if_uncommitted();

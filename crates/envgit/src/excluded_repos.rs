@@ -8,7 +8,9 @@ use std::path::Path;
 
 use envgit_policy::Policy;
 use envgit_sandbox::plan::ExcludedRepository;
-use envgit_store::{GIT_DATA_ONLY_RULE, ProtectedCopy, StepDraft, StepFlag, WorkTree};
+use envgit_store::{
+    ExcludedRepositoryAt, GIT_DATA_ONLY_RULE, ProtectedCopy, StepDraft, StepFlag, WorkTree,
+};
 
 use crate::failure::CmdResult;
 use crate::output;
@@ -26,8 +28,13 @@ pub(crate) fn code_paths(root: &Path, repos: &[ExcludedRepository]) -> Vec<Strin
 }
 
 /// The code of the repositories in the directories `wt`'s scan did not enter, as protected
-/// paths (a session's copy, taken once before its first call).
-pub(crate) fn code_before(project: &Project, store_dir: &Path, wt: &WorkTree) -> Vec<String> {
+/// paths (a session's copy, taken once before its first call), and the repositories, as an
+/// interrupted call's end is owed them ([`owed`]).
+pub(crate) fn code_before(
+    project: &Project,
+    store_dir: &Path,
+    wt: &WorkTree,
+) -> (Vec<String>, Vec<ExcludedRepositoryAt>) {
     let (repos, notes) = list(
         (&project.policy, &project.root),
         store_dir,
@@ -36,7 +43,18 @@ pub(crate) fn code_before(project: &Project, store_dir: &Path, wt: &WorkTree) ->
     for n in notes {
         output::warn(&n);
     }
-    code_paths(&project.root, &repos)
+    (code_paths(&project.root, &repos), owed(&repos))
+}
+
+/// `repos`, found before a step whose code is copied, as its begin record keeps them: should
+/// envgit die before the step's end, the next command disarms any other repository there
+/// (`StepGuard::owe_excluded`).
+pub(crate) fn owed(repos: &[ExcludedRepository]) -> Vec<ExcludedRepositoryAt> {
+    let at = |r: &ExcludedRepository| ExcludedRepositoryAt {
+        dir: r.dir.clone(),
+        layout: r.layout,
+    };
+    repos.iter().map(at).collect()
 }
 
 /// The repositories below `roots` now, and what could not be looked at.

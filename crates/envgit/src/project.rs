@@ -203,6 +203,8 @@ impl Project {
             exclude: snap.exclude.clone(),
             max_file_size: snap.max_file_size,
             below: below_root_checks(),
+            // Known once the step's copy of their code is on disk (`StepGuard::owe_excluded`).
+            excluded_before: None,
         }
     }
 

@@ -273,6 +273,9 @@ pub fn run_step(
                         return std::mem::replace(&mut before.copy, Ok(EarlyCopy(None))).map(drop);
                     }
                 }
+                // Should envgit die before the step's end, the next command disarms what
+                // else it finds there (their code copied and on disk: it puts theirs back).
+                guard.owe_excluded(crate::excluded_repos::owed(&before.listed.repos))?;
             }
             guard.keep_if_uncommitted();
             Ok(())

@@ -192,3 +192,51 @@ fn a_clone_into_an_excluded_directory_keeps_its_remote_and_work_silently() {
     assert!(repo.join(".git/hooks/pre-commit.sample").exists(), "{said}");
     assert!(!out.stderr.contains("snapshot.exclude"), "{said}");
 }
+
+/// `kill -9` of envgit while the step runs: nothing of envgit ends the step, so the next
+/// envgit command makes the end it owed. A repository the step made in an excluded directory
+/// loses what git would run there too; the person's own repository there keeps its hook
+/// (its copy goes back).
+#[test]
+fn after_a_kill_9_a_repository_the_step_made_in_an_excluded_directory_runs_nothing() {
+    let env = project();
+    let own = env.path(".venv/src/pkg");
+    std::fs::create_dir_all(&own).unwrap();
+    env.git(&own, &["init", "-q", "-b", "main"]);
+    let hook = own.join(".git/hooks/pre-commit");
+    let persons_hook = "#!/bin/sh\necho the person's own hook\n";
+    std::fs::write(&hook, persons_hook).unwrap();
+    std::fs::set_permissions(&hook, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    env.envgit(&["record"]).ok();
+    let marker = env.tmp.path().join("MARKER");
+    let attack = format!(
+        "{} && touch PLANTED && sleep 600",
+        new_repository_with_code("target", &marker)
+    );
+    let mut child = env
+        .cmd(&env.project)
+        .args(["run", "sh", "-c", &attack])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    support::mid_step::wait_for(&env, "PLANTED");
+    child.kill().unwrap(); // SIGKILL: nothing of envgit ends the step
+    child.wait().unwrap();
+    let log = env.envgit(&["log", "--json"]);
+    assert_eq!(log.code, 0, "{}", log.stderr);
+    persons_git_runs_nothing(&env, &env.path("target"), &marker, &log.stderr);
+    assert!(
+        log.stderr.contains("target/.git/hooks/pre-commit")
+            && log.stderr.contains("rule git.data-only"),
+        "{}",
+        log.stderr
+    );
+    assert_eq!(std::fs::read_to_string(&hook).unwrap(), persons_hook);
+    let last = &log.json()[0];
+    assert_eq!(last["kind"], "interrupted", "{last:#}");
+    assert!(
+        last["refusals"].to_string().contains("git.data-only"),
+        "{last:#}"
+    );
+}

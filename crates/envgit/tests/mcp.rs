@@ -970,7 +970,12 @@ fn sigterm_ends_envgit_mcp_like_a_closed_stdin() {
 /// Calls the fx server's `tool` through envgit mcp and, once the tool says it `PLANTED`,
 /// `kill -9`s that envgit mcp (its client with it).
 fn kill_mid_call(m: &Mcp, tool: &str) {
-    let calls = json!([{ "code": format!("await fx.{tool}()") }]);
+    kill_mid_cell(m, &format!("await fx.{tool}()"));
+}
+
+/// [`kill_mid_call`] of the cell `code`.
+fn kill_mid_cell(m: &Mcp, code: &str) {
+    let calls = json!([{ "code": code }]);
     let mut driver = client(&m.env, calls, "auto", None, json!({}))
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
@@ -1015,6 +1020,45 @@ fn after_a_kill_9_mid_execute_the_next_command_puts_the_nested_code_back() {
         log.stderr
     );
     assert!(log.stderr.contains("libs/z/.git/hooks"), "{}", log.stderr);
+}
+
+/// The same, after the server made a repository in an excluded directory and changed the
+/// person's there: the next command disarms the new one and puts the person's config back.
+#[test]
+fn after_a_kill_9_mid_execute_a_repository_made_in_an_excluded_directory_runs_nothing() {
+    let (m, _markers) = with_fx("");
+    let pkg = m.env.path(".venv/src/pkg");
+    std::fs::create_dir_all(&pkg).unwrap();
+    m.env.git(&pkg, &["init", "-q", "-b", "main"]);
+    let before = m.env.read(".venv/src/pkg/.git/config");
+    let marker = m.env.tmp.path().join("MARKER");
+    let command = json!(format!("touch {}; false", marker.display()));
+    kill_mid_cell(
+        &m,
+        &format!("await fx.plant_in_excluded_and_wait({{command: {command}}})"),
+    );
+    for host in envgit_mcp_pids(&m.env, |args| args.len() > 4) {
+        let _ = std::process::Command::new("kill")
+            .args(["-9", &host.to_string()])
+            .status();
+    }
+    let log = m.env.envgit(&["log", "--json"]);
+    assert_eq!(log.code, 0, "{}", log.stderr);
+    assert_eq!(m.env.read(".venv/src/pkg/.git/config"), before);
+    for repo in [m.env.path("target/x"), pkg] {
+        let _ = m.env.host_git(&repo).arg("status").output().unwrap();
+        assert!(
+            !marker.exists(),
+            "the host's git in {} ran what the server planted: {}",
+            repo.display(),
+            log.stderr
+        );
+    }
+    assert!(
+        log.stderr.contains("target/x/.git/config"),
+        "{}",
+        log.stderr
+    );
 }
 
 /// The processes of `env`'s fx server (any of its pids: the sandbox's view of it is the

@@ -94,6 +94,85 @@ fn gitdir_inside(root: std::os::fd::BorrowedFd<'_>, dir: &[u8]) -> Option<Vec<u8
     (!parts.is_empty()).then(|| parts.join(&b'/'))
 }
 
+/// A repository in an excluded directory: `dir` (project-relative) holds a `.git` (`layout`
+/// false), or is a git directory by its layout alone (true).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
+pub struct RepositoryAt {
+    pub dir: Vec<u8>,
+    pub layout: bool,
+}
+
+/// The most entries [`repositories_below`] looks at, as the sandbox's listing of the excluded
+/// directories bounds its own.
+const MAX_LOOKED_AT: usize = 1 << 20;
+
+/// The repositories at and below `roots` (project-relative directories below `root`), never
+/// through a link, and whether the bound on entries stopped the walk first. What cannot be
+/// read is passed over: a directory gone or made unreadable holds nothing git could run.
+pub fn repositories_below(
+    root: std::os::fd::BorrowedFd<'_>,
+    roots: &[Vec<u8>],
+) -> (Vec<RepositoryAt>, bool) {
+    use crate::bare_repository::{LAYOUT_ENTRIES, is_git_directory};
+    use crate::tree::EntryKind;
+    let mut found = Vec::new();
+    let mut looked_at = 0usize;
+    let mut dirs: Vec<Vec<u8>> = roots.to_vec();
+    while let Some(rel) = dirs.pop() {
+        let Ok(dir) = open_dir_rel(root, &rel) else {
+            continue;
+        };
+        let Ok(names) = read_names(dir.as_fd()) else {
+            continue;
+        };
+        looked_at += names.len();
+        if looked_at > MAX_LOOKED_AT {
+            return (found, true);
+        }
+        let mut layout: Vec<(&str, EntryKind)> = Vec::new();
+        for name in names {
+            let Ok(st) = lstat(dir.as_fd(), &name) else {
+                continue;
+            };
+            let kind = file_type(&st);
+            if name.to_bytes() == b".git" {
+                found.push(RepositoryAt {
+                    dir: rel.clone(),
+                    layout: false,
+                });
+                continue;
+            }
+            if let Some(entry) = LAYOUT_ENTRIES
+                .iter()
+                .find(|e| e.as_bytes() == name.to_bytes())
+            {
+                let kind = match kind {
+                    FileType::Directory => EntryKind::Dir,
+                    FileType::Symlink => EntryKind::Symlink,
+                    FileType::RegularFile => EntryKind::File,
+                    _ => EntryKind::Marker(crate::tree::MarkerReason::Special),
+                };
+                layout.push((entry, kind));
+            }
+            let child = join_rel(&rel, name.to_bytes());
+            if kind == FileType::Directory && crate::beneath::depth_of(&child) <= MAX_DEPTH {
+                dirs.push(child);
+            }
+        }
+        if is_git_directory(|n| layout.iter().find(|(e, _)| *e == n).map(|(_, k)| *k)) {
+            found.push(RepositoryAt {
+                dir: rel,
+                layout: true,
+            });
+        }
+    }
+    found.sort();
+    (found, false)
+}
+
+/// How deep [`repositories_below`] goes, as the store's trees do.
+const MAX_DEPTH: usize = crate::worktree::MAX_TREE_DEPTH;
+
 /// What [`disarm_excluded`] did.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Disarmed {
@@ -192,6 +271,42 @@ mod tests {
             .unwrap()
             .success();
         assert!(ok, "git {args:?}");
+    }
+
+    /// A `.git` of any kind and a layout are found at any depth below the roots; a link is
+    /// never followed, and nothing outside the roots is looked at.
+    #[test]
+    fn repositories_below_finds_each_kind_and_follows_no_link() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path();
+        let mk = |rel: &str| std::fs::create_dir_all(root.join(rel)).unwrap();
+        mk("target/a/.git");
+        mk("node_modules/b/lib");
+        std::fs::write(root.join("node_modules/b/lib/.git"), "gitdir: ../x\n").unwrap();
+        for d in ["objects", "refs"] {
+            mk(&format!("node_modules/c/{d}"));
+        }
+        std::fs::write(root.join("node_modules/c/HEAD"), "ref: refs/heads/main\n").unwrap();
+        // Outside the roots, and behind a link: neither is looked at.
+        mk("src/d/.git");
+        mk("elsewhere/e/.git");
+        std::os::unix::fs::symlink(root.join("elsewhere"), root.join("target/link")).unwrap();
+        let fd = open_root(root).unwrap();
+        let roots = [b"target".to_vec(), b"node_modules".to_vec()];
+        let (found, stopped) = repositories_below(fd.as_fd(), &roots);
+        let at = |dir: &str, layout| RepositoryAt {
+            dir: dir.as_bytes().to_vec(),
+            layout,
+        };
+        assert!(!stopped);
+        assert_eq!(
+            found,
+            [
+                at("node_modules/b/lib", false),
+                at("node_modules/c", true),
+                at("target/a", false)
+            ]
+        );
     }
 
     #[test]

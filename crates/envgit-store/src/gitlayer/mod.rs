@@ -28,7 +28,9 @@ mod write;
 pub const GIT_DATA_ONLY_RULE: &str = "git.data-only";
 
 pub use config::GitConfigError;
-pub use excluded::{Disarmed, disarm_excluded, excluded_code_paths};
+pub use excluded::{
+    Disarmed, RepositoryAt, disarm_excluded, excluded_code_paths, repositories_below,
+};
 pub use import::{Dropped, GitImport, PreStep, import};
 pub use index::BELOW_ROOT;
 pub use layer::{GitLayer, recover};

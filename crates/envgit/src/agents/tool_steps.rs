@@ -82,6 +82,9 @@ pub(crate) struct ToolSteps<'a> {
     /// What the session's sandbox hides ([`ToolSteps::project_facts`]); none until it is
     /// planned: then every secret is uncovered.
     cover: SessionCover,
+    /// The repositories in the excluded directories before the session, whose code its copy
+    /// holds: what an interrupted call's end leaves armed.
+    excluded_before: Vec<envgit_store::ExcludedRepositoryAt>,
     /// The session sandbox's first process and homes, once it runs.
     sandbox: Arc<std::sync::OnceLock<SandboxStarted>>,
     /// A pidfd of that process, opened when first needed (it is envgit's child: its pid
@@ -109,11 +112,9 @@ impl<'a> ToolSteps<'a> {
         // With the code of the repositories in excluded directories, which no snapshot holds
         // (copied only: bound read-only, it would keep `rm -rf node_modules` from working).
         let mut copied = protected.clone();
-        copied.extend(crate::excluded_repos::code_before(
-            project,
-            store.dir(),
-            live.tree(),
-        ));
+        let (code, excluded_before) =
+            crate::excluded_repos::code_before(project, store.dir(), live.tree());
+        copied.extend(code);
         let copy = ProtectedCopy::take(store.dir(), &project.root, &copied)?;
         copy.wait_durable()?;
         let shadows = PathShadows::of_project(project, cwd);
@@ -136,6 +137,7 @@ impl<'a> ToolSteps<'a> {
             tap_rx,
             calls: 0,
             cover: SessionCover::default(),
+            excluded_before,
             sandbox: Arc::default(),
             sandbox_fd: None,
         })
@@ -264,7 +266,8 @@ impl<'a> ToolSteps<'a> {
                 // A crash during the call leaves it for the next command to record, and to
                 // check the nested repositories for (best effort, as the record itself).
                 self.step.guard().keep_if_uncommitted();
-                let owed = self.project.owed_end(self.last_tree);
+                let mut owed = self.project.owed_end(self.last_tree);
+                owed.excluded_before = Some(self.excluded_before.clone());
                 let _ = self.step.guard().owe_end(owed);
                 self.open.push(OpenCall {
                     id,

@@ -36,11 +36,8 @@ pub fn run(dir: Option<&Path>, args: &McpArgs) -> CmdResult<ExitCode> {
     // Before any downstream server runs: what every step puts protected paths back to.
     // With the code of the repositories in excluded directories, which no snapshot holds.
     let mut protected = project.protected_paths();
-    protected.extend(crate::excluded_repos::code_before(
-        &project,
-        store.dir(),
-        &wt,
-    ));
+    let (code, excluded_before) = crate::excluded_repos::code_before(&project, store.dir(), &wt);
+    protected.extend(code);
     let copy = envgit_store::ProtectedCopy::take(store.dir(), &project.root, &protected)?;
     copy.wait_durable()?;
     let cwd = std::env::current_dir().unwrap_or_else(|_| project.root.clone());
@@ -67,6 +64,7 @@ pub fn run(dir: Option<&Path>, args: &McpArgs) -> CmdResult<ExitCode> {
                 copy,
                 shadows,
                 cover,
+                excluded_before,
             },
             downstreams,
             Limits::default(),

@@ -33,6 +33,9 @@ pub struct Recorder {
     pub shadows: Option<crate::path_shadow::PathShadows>,
     /// What the downstream servers' sandboxes hide, as found before they started.
     pub cover: crate::project_facts::SessionCover,
+    /// The repositories in the excluded directories before any server started, whose code
+    /// `copy` holds: what an interrupted call's end leaves armed.
+    pub excluded_before: Vec<envgit_store::ExcludedRepositoryAt>,
 }
 
 /// The `execute` server (cheap to clone: the state is shared).

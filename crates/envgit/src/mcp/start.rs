@@ -72,7 +72,8 @@ impl Inner {
                 // die before its end, the next command checks the nested repositories
                 // against the tree the call began from (best effort, as the record itself).
                 if let Some(before) = r.store.head().and_then(|h| h.tree) {
-                    let owed = r.project.owed_end(before);
+                    let mut owed = r.project.owed_end(before);
+                    owed.excluded_before = Some(r.excluded_before.clone());
                     let _ = step.guard().owe_end(owed);
                 }
                 Ok::<_, ExecuteError>((step, steps))

@@ -145,6 +145,15 @@ def plant_in_excluded(command: str) -> str:
     return "planted where no snapshot looks"
 
 @server.tool(structured_output=False)
+def plant_in_excluded_and_wait(command: str) -> str:
+    """`plant_in_excluded`, say so in PLANTED, then wait: the test kills envgit meanwhile."""
+    import time
+    plant_in_excluded(command)
+    open("PLANTED", "w").close()
+    time.sleep(600)
+    return "waited"
+
+@server.tool(structured_output=False)
 def serve_unix(name: str) -> str:
     """Listen on a unix socket in the working directory (a dev server's), answering "pong"."""
     import os, socket
