@@ -234,6 +234,20 @@ impl ProtectedCopy {
         })
     }
 
+    /// Keeps `data` with the copy under `name` (letters and `-` only), for whoever recovers
+    /// the copy should this process die before its step's end ([`Recovered::attached`]): what
+    /// the caller's own end would have done with it. Not synced, as a step's begin record is
+    /// not: a kill leaves it in the page cache.
+    pub fn attach(&self, name: &str, data: &[u8]) -> Result<()> {
+        if name.is_empty() || !name.bytes().all(|b| b.is_ascii_lowercase() || b == b'-') {
+            return Err(StoreError::Refused(format!(
+                "{name:?}: not a name for what a protected copy keeps"
+            )));
+        }
+        let file = self.dir.join(format!("{ATTACHED}{name}"));
+        std::fs::write(&file, data).at(&file)
+    }
+
     /// The paths copied (relative to the project), each put back to its copy.
     pub fn paths(&self) -> &[String] {
         &self.saved.paths
@@ -362,6 +376,27 @@ pub struct Recovered {
     pub put_back: Vec<String>,
     /// Each copy that could not be put back (kept for a later command), and why.
     pub failed: Vec<StoreError>,
+    /// What the dead processes attached to their copies ([`ProtectedCopy::attach`]), by name.
+    pub attached: Vec<(String, Vec<u8>)>,
+}
+
+/// The file name prefix of what a copy keeps for its recovery.
+const ATTACHED: &str = "attached-";
+
+/// What is attached to the copy in `dir`.
+fn attached(dir: &Path) -> Vec<(String, Vec<u8>)> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut out: Vec<(String, Vec<u8>)> = entries
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().to_str()?.strip_prefix(ATTACHED)?.to_string();
+            Some((name, std::fs::read(e.path()).ok()?))
+        })
+        .collect();
+    out.sort();
+    out
 }
 
 /// Copies left by envgit processes that are gone (killed, crashed) for the project at
@@ -399,6 +434,7 @@ pub fn recover(store_dir: &Path, root: &Path) -> Result<Recovered> {
         if saved.root != root {
             continue;
         }
+        out.attached.extend(attached(&dir));
         let copy = ProtectedCopy {
             dir,
             saved,

@@ -130,6 +130,23 @@ impl ProjectDirs {
                         "putting protected paths back: {e}; kept, the next envgit command tries again"
                     ));
                 }
+                // The sweep of the person's search paths those steps owed.
+                let rule = crate::path_shadow::RULE;
+                match crate::path_shadow::sweep_owed(&recovered.attached) {
+                    Ok(removed) => {
+                        for r in removed {
+                            crate::output::warn(&format!(
+                                "{} {}: put there by a step whose envgit was killed before its \
+                                 end, and removed now (rule {rule}; {})",
+                                r.shown, r.why, r.fix
+                            ));
+                        }
+                    }
+                    Err(e) => crate::output::error(&format!(
+                        "{e}: look for programs a step put on your PATH before running them \
+                         (rule {rule})"
+                    )),
+                }
             }
             Err(e) => crate::output::error(&format!("putting protected paths back: {e}")),
         }

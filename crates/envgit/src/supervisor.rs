@@ -260,6 +260,13 @@ pub fn run_step(
             let read = reading_path
                 .join()
                 .map_err(|_| Failure::failed("the thread reading PATH panicked".to_string()))?;
+            // Should envgit die before the step's end, the next command sweeps for it.
+            if let (Some(shadows), Some(copy)) = (
+                &read,
+                &copy_read.lock().unwrap_or_else(|p| p.into_inner()).0,
+            ) {
+                crate::path_shadow::keep_owed_sweep_with(copy, shadows)?;
+            }
             *shadows_read.lock().unwrap_or_else(|p| p.into_inner()) = read;
             if let Some(before) = excluded_read
                 .lock()

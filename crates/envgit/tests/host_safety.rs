@@ -2197,3 +2197,67 @@ fn one_protected_path_that_cannot_be_put_back_does_not_stop_the_others() {
     assert!(log.stderr.contains("put back"), "{}", log.stderr);
     assert_eq!(env.read(".github/hooks/hooks.json"), ORIGINAL_TASKS);
 }
+
+/// `kill -9` of envgit while the step runs, after it put a `git` on the person's `PATH` ahead
+/// of the host's: nothing of envgit swept the `PATH` at the step's end, so the next envgit
+/// command does, before anything else (and the run after it would otherwise take the planted
+/// `git` for the person's own).
+#[test]
+fn after_a_kill_9_a_program_the_step_put_on_the_persons_path_is_removed() {
+    let env = Env::new();
+    env.write("a.txt", "a\n");
+    env.write(".venv/bin/activate", "# the venv's\n");
+    env.envgit(&["init"]).ok();
+    let path = path_with_project_dirs(&env, &[".venv/bin"]);
+    let marker = env.tmp.path().join("pwned");
+    let script = format!(
+        "printf '#!/bin/sh\\necho pwned >> {m}\\n' > .venv/bin/git && chmod +x .venv/bin/git \
+         && touch PLANTED && sleep 600",
+        m = marker.display()
+    );
+    let mut child = env
+        .cmd(&env.project)
+        .env("PATH", &path)
+        .args(["run", "sh", "-c", &script])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for(&env, "PLANTED");
+    child.kill().unwrap(); // SIGKILL: nothing of envgit ends the step
+    child.wait().unwrap();
+    // The person's next envgit command, with the same PATH, then a run of theirs.
+    let log = Run::from(
+        env.cmd(&env.project)
+            .env("PATH", &path)
+            .args(["log", "--json"])
+            .output()
+            .unwrap(),
+    );
+    assert_eq!(log.code, 0, "{}", log.stderr);
+    let run = Run::from(
+        env.cmd(&env.project)
+            .env("PATH", &path)
+            .args(["run", "sh", "-c", "echo planted"])
+            .output()
+            .unwrap(),
+    );
+    let ran = Command::new("sh")
+        .args(["-c", "git --version"])
+        .current_dir(&env.project)
+        .env("PATH", &path)
+        .output()
+        .unwrap();
+    assert!(
+        !marker.exists(),
+        "the host's `git` ran what the killed step planted on the PATH ({})\n{}\n{}",
+        String::from_utf8_lossy(&ran.stderr),
+        log.stderr,
+        run.stderr
+    );
+    assert!(
+        log.stderr.contains(".venv/bin/git") && log.stderr.contains("filesystem.path-shadow"),
+        "{}",
+        log.stderr
+    );
+}

@@ -547,6 +547,42 @@ fn a_program_a_downstream_server_puts_on_the_persons_path_is_removed() {
     );
 }
 
+/// The same, with `kill -9` of `envgit mcp` while the call runs: the next envgit command
+/// removes the server's `git` (and leaves its own tool).
+#[test]
+fn after_a_kill_9_mid_execute_a_program_put_on_the_persons_path_is_removed() {
+    let (m, _markers) = with_fx("");
+    m.env.write(".venv/bin/activate", "# the venv's\n");
+    let path = format!(
+        "{}:{}",
+        m.env.path(".venv/bin").display(),
+        std::env::var("PATH").unwrap()
+    );
+    kill_mid_cell(
+        &m,
+        "await fx.plant_on_path_and_wait()",
+        json!({ "PATH": path }),
+    );
+    for host in envgit_mcp_pids(&m.env, |args| args.len() > 4) {
+        let _ = std::process::Command::new("kill")
+            .args(["-9", &host.to_string()])
+            .status();
+    }
+    let log = m.env.envgit(&["log", "--json"]);
+    assert_eq!(log.code, 0, "{}", log.stderr);
+    assert!(
+        !m.env.path(".venv/bin/git").exists(),
+        "the server's git is still first on the person's PATH: {}",
+        log.stderr
+    );
+    assert!(m.env.path(".venv/bin/fx-own-tool").exists());
+    assert!(
+        log.stderr.contains(".venv/bin/git") && log.stderr.contains("filesystem.path-shadow"),
+        "{}",
+        log.stderr
+    );
+}
+
 #[test]
 fn rewind_from_another_terminal_rewinds_the_repl_by_replay() {
     let m = Mcp::new("");
@@ -970,13 +1006,13 @@ fn sigterm_ends_envgit_mcp_like_a_closed_stdin() {
 /// Calls the fx server's `tool` through envgit mcp and, once the tool says it `PLANTED`,
 /// `kill -9`s that envgit mcp (its client with it).
 fn kill_mid_call(m: &Mcp, tool: &str) {
-    kill_mid_cell(m, &format!("await fx.{tool}()"));
+    kill_mid_cell(m, &format!("await fx.{tool}()"), json!({}));
 }
 
-/// [`kill_mid_call`] of the cell `code`.
-fn kill_mid_cell(m: &Mcp, code: &str) {
+/// [`kill_mid_call`] of the cell `code`, envgit mcp started with `env`.
+fn kill_mid_cell(m: &Mcp, code: &str, env: Value) {
     let calls = json!([{ "code": code }]);
-    let mut driver = client(&m.env, calls, "auto", None, json!({}))
+    let mut driver = client(&m.env, calls, "auto", None, env)
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()
@@ -1036,6 +1072,7 @@ fn after_a_kill_9_mid_execute_a_repository_made_in_an_excluded_directory_runs_no
     kill_mid_cell(
         &m,
         &format!("await fx.plant_in_excluded_and_wait({{command: {command}}})"),
+        json!({}),
     );
     for host in envgit_mcp_pids(&m.env, |args| args.len() > 4) {
         let _ = std::process::Command::new("kill")

@@ -118,6 +118,9 @@ impl<'a> ToolSteps<'a> {
         let copy = ProtectedCopy::take(store.dir(), &project.root, &copied)?;
         copy.wait_durable()?;
         let shadows = PathShadows::of_project(project, cwd);
+        if let Some(shadows) = &shadows {
+            crate::path_shadow::keep_owed_sweep_with(&copy, shadows)?;
+        }
         Ok(ToolSteps {
             project,
             agent,

@@ -42,6 +42,9 @@ pub fn run(dir: Option<&Path>, args: &McpArgs) -> CmdResult<ExitCode> {
     copy.wait_durable()?;
     let cwd = std::env::current_dir().unwrap_or_else(|_| project.root.clone());
     let shadows = crate::path_shadow::PathShadows::of_project(&project, &cwd);
+    if let Some(shadows) = &shadows {
+        crate::path_shadow::keep_owed_sweep_with(&copy, shadows)?;
+    }
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

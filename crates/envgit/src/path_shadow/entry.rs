@@ -11,6 +11,7 @@ use rustix::fs::{AtFlags, FileType};
 use rustix::io::Errno;
 
 /// One directory of a search path.
+#[derive(Clone, serde::Serialize, serde::Deserialize)]
 pub(super) enum Entry {
     /// A directory the sandbox can write: `rel` ('/'-separated, maybe empty) below `root`.
     Writable {

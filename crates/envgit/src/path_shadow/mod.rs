@@ -24,6 +24,8 @@
 //! person's own and leads where it led when the run began.
 
 mod entry;
+mod owed;
+pub(crate) use owed::{keep_with as keep_owed_sweep_with, sweep_owed};
 mod perl;
 mod python;
 mod python_stdlib;
@@ -180,8 +182,25 @@ impl SearchPath {
                 entries.push(entry);
             }
         }
-        let first_writable = entries.iter().position(Entry::is_writable)?;
         entries.extend(search.after_the_variable().into_iter().map(Entry::Host));
+        let mut read = SearchPath::of_entries(search, entries)?;
+        read.accepted = (0..read.entries.len())
+            .map(|i| match read.dir(i) {
+                Some(Found::Dir(dir)) => read
+                    .shadows_of(i, dir.as_fd())
+                    .into_iter()
+                    .map(|s| s.name)
+                    .collect(),
+                _ => BTreeSet::new(),
+            })
+            .collect();
+        Some(read)
+    }
+
+    /// The search over `entries` (the host's directories read now), nothing accepted yet;
+    /// `None` when none of them is writable.
+    fn of_entries(search: Search, entries: Vec<Entry>) -> Option<SearchPath> {
+        let first_writable = entries.iter().position(Entry::is_writable)?;
         let mut host_names = HashSet::new();
         let mut modules = Vec::new();
         for (i, e) in entries.iter().enumerate() {
@@ -219,24 +238,13 @@ impl SearchPath {
             Search::RubyFeatures => host_names.extend(ruby::always_on_host().map(<[u8]>::to_vec)),
             _ => {}
         }
-        let mut read = SearchPath {
+        Some(SearchPath {
             search,
             entries,
             host_names,
             modules,
             accepted: Vec::new(),
-        };
-        read.accepted = (0..read.entries.len())
-            .map(|i| match read.dir(i) {
-                Some(Found::Dir(dir)) => read
-                    .shadows_of(i, dir.as_fd())
-                    .into_iter()
-                    .map(|s| s.name)
-                    .collect(),
-                _ => BTreeSet::new(),
-            })
-            .collect();
-        Some(read)
+        })
     }
 
     fn dir(&self, i: usize) -> Option<Found> {

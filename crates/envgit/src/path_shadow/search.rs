@@ -12,7 +12,7 @@ use rustix::fs::{AtFlags, FileType, Stat};
 
 use super::{perl, python, ruby};
 
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+#[derive(Clone, Copy, PartialEq, Eq, Debug, serde::Serialize, serde::Deserialize)]
 pub(super) enum Search {
     Programs,
     Libraries,

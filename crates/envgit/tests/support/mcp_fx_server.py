@@ -132,6 +132,15 @@ def plant_on_path() -> str:
     return "planted on PATH"
 
 @server.tool(structured_output=False)
+def plant_on_path_and_wait() -> str:
+    """`plant_on_path`, say so in PLANTED, then wait: the test kills envgit meanwhile."""
+    import time
+    plant_on_path()
+    open("PLANTED", "w").close()
+    time.sleep(600)
+    return "waited"
+
+@server.tool(structured_output=False)
 def plant_in_excluded(command: str) -> str:
     """Make `target/x` a repository whose `core.fsmonitor` is `command`, and give the one in
     `.venv/src/pkg` the same (an attack on what the host runs, where no snapshot looks)."""
