@@ -235,7 +235,7 @@ impl ProtectedCopy {
     }
 
     /// Keeps `data` with the copy under `name` (letters and `-` only), for whoever recovers
-    /// the copy should this process die before its step's end ([`Recovered::attached`]): what
+    /// the copy should this process die before its step's end ([`recover`]): what
     /// the caller's own end would have done with it. Not synced, as a step's begin record is
     /// not: a kill leaves it in the page cache.
     pub fn attach(&self, name: &str, data: &[u8]) -> Result<()> {
@@ -376,15 +376,13 @@ pub struct Recovered {
     pub put_back: Vec<String>,
     /// Each copy that could not be put back (kept for a later command), and why.
     pub failed: Vec<StoreError>,
-    /// What the dead processes attached to their copies ([`ProtectedCopy::attach`]), by name.
-    pub attached: Vec<(String, Vec<u8>)>,
 }
 
 /// The file name prefix of what a copy keeps for its recovery.
 const ATTACHED: &str = "attached-";
 
 /// What is attached to the copy in `dir`.
-fn attached(dir: &Path) -> Vec<(String, Vec<u8>)> {
+fn attached_to(dir: &Path) -> Vec<(String, Vec<u8>)> {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return Vec::new();
     };
@@ -400,9 +398,15 @@ fn attached(dir: &Path) -> Vec<(String, Vec<u8>)> {
 }
 
 /// Copies left by envgit processes that are gone (killed, crashed) for the project at
-/// `root`: each put back now, then removed. A copy that cannot be put back does not stop the
-/// others. An error means the copies could not be looked at.
-pub fn recover(store_dir: &Path, root: &Path) -> Result<Recovered> {
+/// `root`: each put back now, what was attached to it ([`ProtectedCopy::attach`], by name)
+/// handed to `attached` (the rest of the dead step's end, the caller's), then removed; a
+/// recovery killed before that finds the copy again. A copy that cannot be put back does not
+/// stop the others. An error means the copies could not be looked at.
+pub fn recover(
+    store_dir: &Path,
+    root: &Path,
+    mut attached: impl FnMut(&[(String, Vec<u8>)]),
+) -> Result<Recovered> {
     let base = guard_root(store_dir);
     let Ok(entries) = std::fs::read_dir(&base) else {
         return Ok(Recovered::default());
@@ -434,7 +438,7 @@ pub fn recover(store_dir: &Path, root: &Path) -> Result<Recovered> {
         if saved.root != root {
             continue;
         }
-        out.attached.extend(attached(&dir));
+        let kept = attached_to(&dir);
         let copy = ProtectedCopy {
             dir,
             saved,
@@ -448,6 +452,7 @@ pub fn recover(store_dir: &Path, root: &Path) -> Result<Recovered> {
             Ok(put_back) => out.put_back.extend(put_back),
             Err(e) => out.failed.push(e),
         }
+        attached(&kept);
         copy.discard();
     }
     Ok(out)
@@ -1040,7 +1045,7 @@ mod tests {
         let (_t, root, store) = project();
         let making = store.join("guard").join("4242-1");
         std::fs::create_dir_all(&making).unwrap();
-        assert!(recover(&store, &root).unwrap().put_back.is_empty());
+        assert!(recover(&store, &root, |_| {}).unwrap().put_back.is_empty());
         assert!(
             making.is_dir(),
             "recover removed a copy another process was making"
@@ -1060,9 +1065,19 @@ mod tests {
     fn a_copy_left_by_a_dead_process_is_put_back_by_the_next_command() {
         let (_t, root, store) = project();
         let copy = ProtectedCopy::take(&store, &root, &paths()).unwrap();
+        copy.attach("the-rest", b"owed").unwrap();
+        assert!(copy.attach("../x", b"").is_err());
         std::fs::write(root.join(".git/hooks/pre-commit"), "evil").unwrap();
         // While its owner holds it, nobody else touches it.
-        assert!(recover(&store, &root).unwrap().put_back.is_empty());
+        let mut handed = Vec::new();
+        let mut hand = |a: &[(String, Vec<u8>)]| handed.extend_from_slice(a);
+        assert!(
+            recover(&store, &root, &mut hand)
+                .unwrap()
+                .put_back
+                .is_empty()
+        );
+        assert!(handed.is_empty());
         assert_eq!(
             std::fs::read_to_string(root.join(".git/hooks/pre-commit")).unwrap(),
             "evil"
@@ -1072,13 +1087,16 @@ mod tests {
         // lock's descriptor until its exec: wait for the release, bounded.
         let mut put_back = Vec::new();
         for _ in 0..500 {
-            put_back = recover(&store, &root).unwrap().put_back;
+            let mut hand = |a: &[(String, Vec<u8>)]| handed.extend_from_slice(a);
+            put_back = recover(&store, &root, &mut hand).unwrap().put_back;
             if !put_back.is_empty() {
                 break;
             }
             std::thread::sleep(std::time::Duration::from_millis(10));
         }
         assert_eq!(put_back, [".git/hooks"]);
+        // What was attached is handed over once, with the put-back.
+        assert_eq!(handed, [("the-rest".to_string(), b"owed".to_vec())]);
         assert_eq!(
             std::fs::read_to_string(root.join(".git/hooks/pre-commit")).unwrap(),
             "#!/bin/sh\nexit 0\n"

@@ -118,7 +118,26 @@ impl ProjectDirs {
         for said in store.take_recovery_warnings() {
             crate::output::warn(&said);
         }
-        match envgit_store::recover_protected(&self.store_dir, &self.root) {
+        // The sweep of the person's search paths a dead step owed, made before its copy goes.
+        let sweep = |attached: &[(String, Vec<u8>)]| {
+            let rule = crate::path_shadow::RULE;
+            match crate::path_shadow::sweep_owed(attached) {
+                Ok(removed) => {
+                    for r in removed {
+                        crate::output::warn(&format!(
+                            "{} {}: put there by a step whose envgit was killed before its end, \
+                             and removed now (rule {rule}; {})",
+                            r.shown, r.why, r.fix
+                        ));
+                    }
+                }
+                Err(e) => crate::output::error(&format!(
+                    "{e}: look for programs a step put on your PATH before running them \
+                     (rule {rule})"
+                )),
+            }
+        };
+        match envgit_store::recover_protected(&self.store_dir, &self.root, sweep) {
             Ok(recovered) => {
                 for p in recovered.put_back {
                     crate::output::warn(&format!(
@@ -129,23 +148,6 @@ impl ProjectDirs {
                     crate::output::error(&format!(
                         "putting protected paths back: {e}; kept, the next envgit command tries again"
                     ));
-                }
-                // The sweep of the person's search paths those steps owed.
-                let rule = crate::path_shadow::RULE;
-                match crate::path_shadow::sweep_owed(&recovered.attached) {
-                    Ok(removed) => {
-                        for r in removed {
-                            crate::output::warn(&format!(
-                                "{} {}: put there by a step whose envgit was killed before its \
-                                 end, and removed now (rule {rule}; {})",
-                                r.shown, r.why, r.fix
-                            ));
-                        }
-                    }
-                    Err(e) => crate::output::error(&format!(
-                        "{e}: look for programs a step put on your PATH before running them \
-                         (rule {rule})"
-                    )),
                 }
             }
             Err(e) => crate::output::error(&format!("putting protected paths back: {e}")),

@@ -12,7 +12,8 @@ use std::process::Command;
 use serde_json::{Value, json};
 use support::Env;
 use support::mcp_client::{
-    add_fx_server, client, drive, drive_with, envgit_mcp_pids, pydeps, server_pid,
+    add_fx_server, client, drive, drive_with, envgit_mcp_pids, kill_all_envgit_mcp, pydeps,
+    server_pid,
 };
 
 struct Mcp {
@@ -563,11 +564,7 @@ fn after_a_kill_9_mid_execute_a_program_put_on_the_persons_path_is_removed() {
         "await fx.plant_on_path_and_wait()",
         json!({ "PATH": path }),
     );
-    for host in envgit_mcp_pids(&m.env, |args| args.len() > 4) {
-        let _ = std::process::Command::new("kill")
-            .args(["-9", &host.to_string()])
-            .status();
-    }
+    kill_all_envgit_mcp(&m.env);
     let log = m.env.envgit(&["log", "--json"]);
     assert_eq!(log.code, 0, "{}", log.stderr);
     assert!(
@@ -1043,11 +1040,7 @@ fn after_a_kill_9_mid_execute_the_next_command_puts_the_nested_code_back() {
     let hook = m.env.path("libs/z/.git/hooks/pre-commit");
     // The host of the downstream server dies with it (the test below); a host still winding
     // down is ended here, so the check below is the next command's alone.
-    for host in envgit_mcp_pids(&m.env, |args| args.len() > 4) {
-        let _ = std::process::Command::new("kill")
-            .args(["-9", &host.to_string()])
-            .status();
-    }
+    kill_all_envgit_mcp(&m.env);
     let log = m.env.envgit(&["log", "--json"]);
     assert_eq!(log.code, 0, "{}", log.stderr);
     assert!(
@@ -1074,11 +1067,7 @@ fn after_a_kill_9_mid_execute_a_repository_made_in_an_excluded_directory_runs_no
         &format!("await fx.plant_in_excluded_and_wait({{command: {command}}})"),
         json!({}),
     );
-    for host in envgit_mcp_pids(&m.env, |args| args.len() > 4) {
-        let _ = std::process::Command::new("kill")
-            .args(["-9", &host.to_string()])
-            .status();
-    }
+    kill_all_envgit_mcp(&m.env);
     let log = m.env.envgit(&["log", "--json"]);
     assert_eq!(log.code, 0, "{}", log.stderr);
     assert_eq!(m.env.read(".venv/src/pkg/.git/config"), before);

@@ -131,6 +131,31 @@ pub fn envgit_mcp_pids(env: &Env, pick: impl Fn(&[&[u8]]) -> bool) -> Vec<u32> {
         .collect()
 }
 
+/// Kills (SIGKILL) every `envgit mcp` process of `env`'s project (the server, the hosts of
+/// its downstream servers winding down) and waits, bounded, until none runs: a killed process
+/// lets go of its locks only as it exits, after `kill` returned, and the next command must not
+/// find the dead session's copy still held.
+pub fn kill_all_envgit_mcp(env: &Env) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        // A process that exited (a zombie too) has no command line: it is not listed.
+        let running = envgit_mcp_pids(env, |_| true);
+        if running.is_empty() {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "envgit mcp processes outlived SIGKILL: {running:?}"
+        );
+        for pid in running {
+            let _ = std::process::Command::new("kill")
+                .args(["-9", &pid.to_string()])
+                .status();
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
 /// Gives `env`'s project the fx server (in the sandbox: its script lives in the project, which
 /// it can see), denies `fx.delete_*` and asks for `fx.create_issue`, then `extra`; returns
 /// the folder its marker files go to.
