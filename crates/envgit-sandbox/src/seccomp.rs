@@ -1,6 +1,7 @@
 //! The seccomp filter: io_uring, ptrace, process_vm_*, bpf, keys, the mount
 //! family, setns, nested user namespaces, TIOCSTI/TIOCLINUX, socket families other than unix,
-//! inet, inet6 and netlink, and x32 (whose syscall numbers would slip past the per-number rules).
+//! inet, inet6 and netlink, setuid and setgid modes, and x32 (whose syscall numbers would slip
+//! past the per-number rules).
 
 use std::collections::BTreeMap;
 
@@ -113,6 +114,7 @@ fn eperm_filter() -> R<BpfProgram> {
         other_family.push(cond(0, Dword, SeccompCmpOp::Ne, af as u64)?);
     }
     rules.insert(libc::SYS_socket, vec![rule(other_family)?]);
+    setid_rules(&mut rules)?;
     let filter = SeccompFilter::new(
         rules,
         SeccompAction::Allow,
@@ -145,10 +147,56 @@ fn eperm_filter() -> R<BpfProgram> {
     Ok(prog)
 }
 
-/// clone3 takes its flags in memory seccomp cannot read: ENOSYS makes libc fall back to clone,
-/// whose flags the first filter checks.
-fn clone3_filter() -> R<BpfProgram> {
-    let rules: BTreeMap<i64, Vec<SeccompRule>> = [(libc::SYS_clone3, vec![])].into_iter().collect();
+/// A setuid or setgid mode, given by `chmod` or at a file's creation: a file the step leaves so
+/// is its owner's program (or group's) for whoever runs it on the host, a setuid-root one in
+/// root's own project, wherever it lies (in `node_modules/` or an `allow_write` directory,
+/// which no snapshot checks) and whenever the step ends (a killed envgit clears nothing).
+/// `openat2` takes its mode in memory: answered as `clone3` is ([`enosys_filter`]).
+fn setid_rules(rules: &mut BTreeMap<i64, Vec<SeccompRule>>) -> R<()> {
+    use SeccompCmpArgLen::Dword;
+    const SETID: [u64; 2] = [libc::S_ISUID as u64, libc::S_ISGID as u64];
+    let has = |arg: u8, bits: u64| cond(arg, Dword, SeccompCmpOp::MaskedEq(bits), bits);
+    // The mode in argument `mode` has either bit.
+    let setid_mode = |mode: u8| -> R<Vec<SeccompRule>> {
+        SETID
+            .iter()
+            .map(|&bit| rule(vec![has(mode, bit)?]))
+            .collect()
+    };
+    // The same, where the flags in argument `flags` create a file (the mode is read only then).
+    let creating_setid = |flags: u8, mode: u8| -> R<Vec<SeccompRule>> {
+        let creating = [libc::O_CREAT as u64, libc::O_TMPFILE as u64];
+        let mut out = Vec::new();
+        for f in creating {
+            for bit in SETID {
+                out.push(rule(vec![has(flags, f)?, has(mode, bit)?])?);
+            }
+        }
+        Ok(out)
+    };
+    rules.insert(libc::SYS_fchmod, setid_mode(1)?);
+    rules.insert(libc::SYS_fchmodat, setid_mode(2)?);
+    rules.insert(libc::SYS_fchmodat2, setid_mode(2)?);
+    rules.insert(libc::SYS_mknodat, setid_mode(2)?);
+    rules.insert(libc::SYS_openat, creating_setid(2, 3)?);
+    #[cfg(target_arch = "x86_64")]
+    {
+        rules.insert(libc::SYS_chmod, setid_mode(1)?);
+        rules.insert(libc::SYS_creat, setid_mode(1)?);
+        rules.insert(libc::SYS_mknod, setid_mode(1)?);
+        rules.insert(libc::SYS_open, creating_setid(1, 2)?);
+    }
+    Ok(())
+}
+
+/// What takes its arguments in memory seccomp cannot read, answered ENOSYS so that libc and
+/// the runtimes fall back to the call whose arguments the first filter checks: `clone3`'s
+/// flags (to `clone`), `openat2`'s mode (to `openat`; a setuid one: [`setid_rules`]).
+fn enosys_filter() -> R<BpfProgram> {
+    let rules: BTreeMap<i64, Vec<SeccompRule>> =
+        [(libc::SYS_clone3, vec![]), (libc::SYS_openat2, vec![])]
+            .into_iter()
+            .collect();
     let filter = SeccompFilter::new(
         rules,
         SeccompAction::Allow,
@@ -164,7 +212,7 @@ fn clone3_filter() -> R<BpfProgram> {
 static COMPILED: std::sync::OnceLock<Option<[BpfProgram; 2]>> = std::sync::OnceLock::new();
 
 fn compile() -> R<[BpfProgram; 2]> {
-    Ok([eperm_filter()?, clone3_filter()?])
+    Ok([eperm_filter()?, enosys_filter()?])
 }
 
 /// Compiles the filters now, for a later [`apply`] in this process or a child forked from it.

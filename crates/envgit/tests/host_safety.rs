@@ -2261,3 +2261,57 @@ fn after_a_kill_9_a_program_the_step_put_on_the_persons_path_is_removed() {
         log.stderr
     );
 }
+
+/// Every file below `dir` with a setuid or setgid bit, never through a link.
+fn setid_files(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut found = Vec::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for e in std::fs::read_dir(&d).unwrap().flatten() {
+            let m = std::fs::symlink_metadata(e.path()).unwrap();
+            if m.is_dir() {
+                todo.push(e.path());
+            } else if m.permissions().mode() & 0o6000 != 0 {
+                found.push(e.path());
+            }
+        }
+    }
+    found
+}
+
+/// A setuid or setgid file a step leaves is its owner's program (or group's) for whoever runs
+/// it on the host: a setuid-root one in root's own project. Refused at the source, wherever
+/// the step writes: in the project and in the excluded directories no snapshot checks
+/// (`node_modules/`, `target/`), by `chmod`, `install -m`, `cp -p`, `mknod` and a file
+/// created with the mode.
+#[test]
+fn a_step_leaves_no_setuid_or_setgid_file_anywhere() {
+    let env = Env::new();
+    env.write("a.txt", "a\n");
+    env.envgit(&["init"]).ok();
+    let out = step_with(
+        &env,
+        "ENVGIT_TEST",
+        "1",
+        "mkdir -p node_modules/.bin target; \
+         cp /bin/true node_modules/.bin/t && chmod u+s node_modules/.bin/t; \
+         cp /bin/true target/g && chmod 2755 target/g; \
+         install -m 4755 /bin/true target/i; \
+         cp /bin/true ./p && chmod 4755 ./p; cp -p ./p target/copied; \
+         python3 -c 'import os; os.close(os.open(\"target/o\", os.O_CREAT | os.O_WRONLY, 0o4755))'; \
+         python3 -c 'import os, stat; os.mknod(\"node_modules/n\", stat.S_IFREG | 0o6755)'; \
+         echo planted",
+    );
+    let left = setid_files(&env.project);
+    assert!(
+        left.is_empty(),
+        "the step left setuid or setgid files on the host: {left:?}\n{}{}",
+        out.stdout,
+        out.stderr
+    );
+    assert!(
+        out.stderr.contains("Operation not permitted"),
+        "{}",
+        out.stderr
+    );
+}
