@@ -378,6 +378,36 @@ pub struct Recovered {
     pub failed: Vec<StoreError>,
 }
 
+/// The lock of the copy in `dir` (named `PID-…` by its owner), when its owner is gone. An owner
+/// killed a moment ago may hold it still: its first thread is a zombie before the others have
+/// exited, and their shared files close only with the last. Waited for then, bounded.
+fn lock_of_the_dead(dir: &Path) -> Result<Option<Flock>> {
+    let lock = dir.join("lock");
+    let owner = dir
+        .file_name()
+        .and_then(|n| n.to_str())
+        .and_then(|n| n.split('-').next())
+        .and_then(|pid| pid.parse::<u32>().ok());
+    let exiting = || {
+        owner.is_some_and(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+                stat.rsplit_once(')')
+                    .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z'))
+            })
+        })
+    };
+    for _ in 0..200 {
+        if let Some(held) = Flock::try_exclusive_existing(&lock)? {
+            return Ok(Some(held));
+        }
+        if !exiting() {
+            return Ok(None);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    Ok(None)
+}
+
 /// The file name prefix of what a copy keeps for its recovery.
 const ATTACHED: &str = "attached-";
 
@@ -417,7 +447,7 @@ pub fn recover(
         // Held by a live process: its own put-back will run. No lock file: its owner is
         // between making the directory and taking the lock (or died there, before any copy
         // existed), or it went to the trash since the listing; neither is this one's.
-        let Some(lock) = Flock::try_exclusive_existing(&dir.join("lock"))? else {
+        let Some(lock) = lock_of_the_dead(&dir)? else {
             continue;
         };
         let file = dir.join("copy.json");

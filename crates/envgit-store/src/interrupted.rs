@@ -251,7 +251,9 @@ impl Store {
         let mut said = Vec::new();
         if stopped {
             said.push(format!(
-                "the directories snapshot.exclude leaves out hold too many entries to look                  through all of them for repositories an interrupted step made: check the                  .git/hooks and .git/config of those below before running git in them                  (rule {rule})"
+                "the directories snapshot.exclude leaves out hold too many entries to look through all \
+                 of them for repositories an interrupted step made: check the .git/hooks and \
+                 .git/config of those below before running git in them (rule {rule})"
             ));
         }
         for repo in now.iter().filter(|r| !before.contains(r)) {
@@ -268,7 +270,9 @@ impl Store {
                     for (p, why) in done.removed.iter().map(|p| (p, None)).chain(dropped) {
                         let why = why.map(|w| format!(": {w}")).unwrap_or_default();
                         said.push(format!(
-                            "{p} of a repository a step whose envgit was killed before its end                              made inside a directory snapshot.exclude leaves out was                              removed{why}: git would run or follow it on the host (rule {rule})"
+                            "{p} of a repository a step whose envgit was killed before its end made inside a \
+                             directory snapshot.exclude leaves out was removed{why}: git would run or follow it \
+                             on the host (rule {rule})"
                         ));
                         refusals.push(Refusal {
                             what: format!("write {p}"),
@@ -277,7 +281,9 @@ impl Store {
                     }
                 }
                 Err(e) => said.push(format!(
-                    "a repository at {} a step whose envgit was killed before its end made                      could not be disarmed ({e}): check its .git/hooks and .git/config before                      running git in it (rule {rule})",
+                    "a repository at {} a step whose envgit was killed before its end made could not be \
+                     disarmed ({e}): check its .git/hooks and .git/config before running git in it \
+                     (rule {rule})",
                     crate::beneath::display_rel(&repo.dir)
                 )),
             }

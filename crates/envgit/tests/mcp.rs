@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 use support::Env;
 use support::mcp_client::{
     add_fx_server, client, drive, drive_with, envgit_mcp_pids, kill_all_envgit_mcp, pydeps,
-    server_pid,
+    server_pid, wait_exited,
 };
 
 struct Mcp {
@@ -1027,6 +1027,7 @@ fn kill_mid_cell(m: &Mcp, code: &str, env: Value) {
     assert!(killed.success());
     let _ = driver.kill();
     driver.wait().unwrap();
+    wait_exited(pid);
 }
 
 /// `kill -9` of `envgit mcp` while a downstream server's call is under way, after the server
@@ -1070,7 +1071,12 @@ fn after_a_kill_9_mid_execute_a_repository_made_in_an_excluded_directory_runs_no
     kill_all_envgit_mcp(&m.env);
     let log = m.env.envgit(&["log", "--json"]);
     assert_eq!(log.code, 0, "{}", log.stderr);
-    assert_eq!(m.env.read(".venv/src/pkg/.git/config"), before);
+    assert_eq!(
+        m.env.read(".venv/src/pkg/.git/config"),
+        before,
+        "{}",
+        log.stderr
+    );
     for repo in [m.env.path("target/x"), pkg] {
         let _ = m.env.host_git(&repo).arg("status").output().unwrap();
         assert!(

@@ -132,28 +132,60 @@ pub fn envgit_mcp_pids(env: &Env, pick: impl Fn(&[&[u8]]) -> bool) -> Vec<u32> {
 }
 
 /// Kills (SIGKILL) every `envgit mcp` process of `env`'s project (the server, the hosts of
-/// its downstream servers winding down) and waits, bounded, until none runs: a killed process
-/// lets go of its locks only as it exits, after `kill` returned, and the next command must not
-/// find the dead session's copy still held.
+/// its downstream servers winding down) and waits, bounded, until each has exited: a killed
+/// process lets go of its locks only as it exits, after `kill` returned (and after its memory,
+/// so an empty command line does not say it), and the next command must not find the dead
+/// session's copy still held.
 pub fn kill_all_envgit_mcp(env: &Env) {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let mut killed: Vec<u32> = Vec::new();
     loop {
-        // A process that exited (a zombie too) has no command line: it is not listed.
         let running = envgit_mcp_pids(env, |_| true);
-        if running.is_empty() {
-            return;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "envgit mcp processes outlived SIGKILL: {running:?}"
-        );
-        for pid in running {
+        for pid in &running {
             let _ = std::process::Command::new("kill")
                 .args(["-9", &pid.to_string()])
                 .status();
         }
+        killed.extend(running);
+        killed.retain(|pid| !has_exited(*pid));
+        if killed.is_empty() && envgit_mcp_pids(env, |_| true).is_empty() {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "envgit mcp processes outlived SIGKILL: {killed:?}"
+        );
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
+}
+
+/// Waits, bounded, until `pid` (killed) has exited.
+pub fn wait_exited(pid: u32) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !has_exited(pid) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{pid} outlived SIGKILL"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
+/// Whether `pid` has exited with all its threads: gone, or every thread a zombie. A leader
+/// thread turns zombie before the others have exited, and their shared files (the session's
+/// locks) are closed only with the last.
+fn has_exited(pid: u32) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return true;
+    };
+    tasks.flatten().all(|t| {
+        let Ok(stat) = std::fs::read_to_string(t.path().join("stat")) else {
+            return true;
+        };
+        // `pid (comm) STATE …`: the state follows the last `)`.
+        stat.rsplit_once(')')
+            .is_some_and(|(_, rest)| rest.trim_start().starts_with(['Z', 'X']))
+    })
 }
 
 /// Gives `env`'s project the fx server (in the sandbox: its script lives in the project, which
