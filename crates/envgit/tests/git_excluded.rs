@@ -209,20 +209,8 @@ fn after_a_kill_9_a_repository_the_step_made_in_an_excluded_directory_runs_nothi
     std::fs::set_permissions(&hook, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     env.envgit(&["record"]).ok();
     let marker = env.tmp.path().join("MARKER");
-    let attack = format!(
-        "{} && touch PLANTED && sleep 600",
-        new_repository_with_code("target", &marker)
-    );
-    let mut child = env
-        .cmd(&env.project)
-        .args(["run", "sh", "-c", &attack])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    support::mid_step::wait_for(&env, "PLANTED");
-    child.kill().unwrap(); // SIGKILL: nothing of envgit ends the step
-    child.wait().unwrap();
+    let plant = new_repository_with_code("target", &marker);
+    support::mid_step::killed_once_planted(env.cmd(&env.project), &env, &plant);
     let log = env.envgit(&["log", "--json"]);
     assert_eq!(log.code, 0, "{}", log.stderr);
     persons_git_runs_nothing(&env, &env.path("target"), &marker, &log.stderr);

@@ -12,7 +12,7 @@ use std::process::Output;
 
 use support::Env;
 use support::git_forge::{blob, forge_commit_graph, lfs_commit, lfs_path, lying_pack, scratch};
-use support::mid_step::{go, pausing, started_until_go, wait_for};
+use support::mid_step::{go, killed_once_planted, pausing, started_until_go};
 
 /// A git project holding `libs/foo`, a repository of its own with `build.sh` in `commits`
 /// commits, recorded; with `small_files`, files over 16 bytes are markers in the snapshot (the
@@ -501,17 +501,7 @@ fn a_snapshot_that_fails_still_puts_the_nested_repositories_code_back() {
 /// `envgit run sh -c PLANT` killed with `SIGKILL` once `plant` has run (an event: the step
 /// touches `PLANTED` and waits).
 fn killed_after(env: &Env, plant: &str) {
-    let attack = format!("{plant} && touch PLANTED && sleep 600");
-    let mut child = env
-        .cmd(&env.project)
-        .args(["run", "sh", "-c", &attack])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    wait_for(env, "PLANTED");
-    child.kill().unwrap();
-    child.wait().unwrap();
+    killed_once_planted(env.cmd(&env.project), env, plant);
 }
 
 /// `kill -9` of envgit in the middle of a step that planted a hook in the nested repository:

@@ -2210,22 +2210,13 @@ fn after_a_kill_9_a_program_the_step_put_on_the_persons_path_is_removed() {
     env.envgit(&["init"]).ok();
     let path = path_with_project_dirs(&env, &[".venv/bin"]);
     let marker = env.tmp.path().join("pwned");
-    let script = format!(
-        "printf '#!/bin/sh\\necho pwned >> {m}\\n' > .venv/bin/git && chmod +x .venv/bin/git \
-         && touch PLANTED && sleep 600",
+    let plant = format!(
+        "printf '#!/bin/sh\\necho pwned >> {m}\\n' > .venv/bin/git && chmod +x .venv/bin/git",
         m = marker.display()
     );
-    let mut child = env
-        .cmd(&env.project)
-        .env("PATH", &path)
-        .args(["run", "sh", "-c", &script])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    wait_for(&env, "PLANTED");
-    child.kill().unwrap(); // SIGKILL: nothing of envgit ends the step
-    child.wait().unwrap();
+    let mut run = env.cmd(&env.project);
+    run.env("PATH", &path);
+    support::mid_step::killed_once_planted(run, &env, &plant);
     // The person's next envgit command, with the same PATH, then a run of theirs.
     let log = Run::from(
         env.cmd(&env.project)

@@ -517,15 +517,20 @@ fn calls_of_a_session_mask_nothing_its_plan_masked_already() {
     );
 }
 
-#[test]
-fn a_program_a_downstream_server_puts_on_the_persons_path_is_removed() {
-    let (m, _markers) = with_fx("");
+/// An activated virtualenv in `m`'s project: the person's `PATH`, its `bin` first.
+fn venv_first_on_path(m: &Mcp) -> String {
     m.env.write(".venv/bin/activate", "# the venv's\n");
-    let path = format!(
+    format!(
         "{}:{}",
         m.env.path(".venv/bin").display(),
         std::env::var("PATH").unwrap()
-    );
+    )
+}
+
+#[test]
+fn a_program_a_downstream_server_puts_on_the_persons_path_is_removed() {
+    let (m, _markers) = with_fx("");
+    let path = venv_first_on_path(&m);
     let out = drive_with(
         &m.env,
         json!([{"code": "await fx.plant_on_path()"}]),
@@ -553,12 +558,7 @@ fn a_program_a_downstream_server_puts_on_the_persons_path_is_removed() {
 #[test]
 fn after_a_kill_9_mid_execute_a_program_put_on_the_persons_path_is_removed() {
     let (m, _markers) = with_fx("");
-    m.env.write(".venv/bin/activate", "# the venv's\n");
-    let path = format!(
-        "{}:{}",
-        m.env.path(".venv/bin").display(),
-        std::env::var("PATH").unwrap()
-    );
+    let path = venv_first_on_path(&m);
     kill_mid_cell(
         &m,
         "await fx.plant_on_path_and_wait()",

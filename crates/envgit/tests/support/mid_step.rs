@@ -37,6 +37,22 @@ pub fn wait_for(env: &Env, rel: &str) {
     }
 }
 
+/// `envgit run sh -c "PLANT && touch PLANTED && sleep 600"` started by `run` (the project's
+/// command, with whatever environment the test gave it), killed with `SIGKILL` once `plant`
+/// has run: an event, and nothing of envgit ends the step.
+pub fn killed_once_planted(mut run: Command, env: &Env, plant: &str) {
+    let attack = format!("{plant} && touch PLANTED && sleep 600");
+    let mut child = run
+        .args(["run", "sh", "-c", &attack])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for(env, "PLANTED");
+    child.kill().unwrap();
+    child.wait().unwrap();
+}
+
 /// Lets the paused step go on.
 pub fn go(env: &Env) {
     std::fs::write(env.path("GO"), "").unwrap();
