@@ -2291,6 +2291,8 @@ fn a_step_leaves_no_setuid_or_setgid_file_anywhere() {
          cp /bin/true ./p && chmod 4755 ./p; cp -p ./p target/copied; \
          python3 -c 'import os; os.close(os.open(\"target/o\", os.O_CREAT | os.O_WRONLY, 0o4755))'; \
          python3 -c 'import os, stat; os.mknod(\"node_modules/n\", stat.S_IFREG | 0o6755)'; \
+         python3 -c 'import os; fd = os.open(\"target\", os.O_TMPFILE | os.O_WRONLY, 0o4755); \
+         os.link(f\"/proc/self/fd/{fd}\", \"target/tmpfile\", follow_symlinks=True)'; \
          echo planted",
     );
     let left = setid_files(&env.project);
@@ -2305,4 +2307,13 @@ fn a_step_leaves_no_setuid_or_setgid_file_anywhere() {
         "{}",
         out.stderr
     );
+    // Not an attack: plain modes still work, at creation and by chmod.
+    let plain = step_with(
+        &env,
+        "ENVGIT_TEST",
+        "1",
+        "python3 -c 'import os; os.close(os.open(\"target/plain\", os.O_CREAT | os.O_WRONLY, 0o755))' \
+         && chmod 700 target/plain && chmod +x node_modules/.bin/t && echo planted",
+    );
+    assert!(plain.stdout.contains("planted"), "{}", plain.stderr);
 }
