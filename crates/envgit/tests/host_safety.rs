@@ -2226,26 +2226,8 @@ fn after_a_kill_9_a_program_the_step_put_on_the_persons_path_is_removed() {
             .unwrap(),
     );
     assert_eq!(log.code, 0, "{}", log.stderr);
-    let run = Run::from(
-        env.cmd(&env.project)
-            .env("PATH", &path)
-            .args(["run", "sh", "-c", "echo planted"])
-            .output()
-            .unwrap(),
-    );
-    let ran = Command::new("sh")
-        .args(["-c", "git --version"])
-        .current_dir(&env.project)
-        .env("PATH", &path)
-        .output()
-        .unwrap();
-    assert!(
-        !marker.exists(),
-        "the host's `git` ran what the killed step planted on the PATH ({})\n{}\n{}",
-        String::from_utf8_lossy(&ran.stderr),
-        log.stderr,
-        run.stderr
-    );
+    step_with_path(&env, &path, "echo planted");
+    host_runs_nothing_planted(&env, &path, &["git --version"], &marker, &log);
     assert!(
         log.stderr.contains(".venv/bin/git") && log.stderr.contains("filesystem.path-shadow"),
         "{}",
